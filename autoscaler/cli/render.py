@@ -1,0 +1,48 @@
+"""Rich tables for plans and pools, shared by `plan`, `status` and the demo's live view."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from autoscaler.engine.plan import Action, Hold, Launch, Plan, Replace, ReportJob
+
+_STYLE = {
+    "launch": "green", "cancel_drain": "green", "drain": "yellow", "replace": "yellow",
+    "terminate": "red", "hold": "dim", "report_job": "cyan",
+}
+
+
+def action_target(action: Action) -> str:
+    if isinstance(action, Launch):
+        zone = f" {action.zone}" if action.zone else ""
+        return f"{action.count} x {action.instance_type} {action.market.value}{zone}"
+    if isinstance(action, Replace):
+        return f"{action.node} -> {action.instance_type} {action.market.value}"
+    if isinstance(action, ReportJob):
+        return f"job {action.job} on {action.node}"
+    if isinstance(action, Hold):
+        return action.what
+    return getattr(action, "node", "")
+
+
+def actions_table(actions: list[Action], title: str = "Actions") -> Table:
+    table = Table(title=title, show_lines=True, expand=True)
+    table.add_column("pool / action", ratio=2, overflow="fold")
+    table.add_column("reason", ratio=3)
+    for a in actions:
+        style = _STYLE.get(a.kind, "")
+        reason = a.reason.split(": ", 1)[1] if a.reason.startswith(a.pool + ": ") else a.reason
+        table.add_row(f"{a.pool}\n[{style}]{a.kind}[/] {action_target(a)}", reason)
+    return table
+
+
+def pools_table(plan: Plan) -> Table:
+    table = Table(title="Pools after this plan", expand=True)
+    for col in ("pool", "nodes", "GPUs", "$/h", "floor", "mean util", "pending GPUs", "data"):
+        table.add_column(col, justify="left" if col in ("pool", "data") else "right")
+    for key, s in sorted(plan.pools.items()):
+        util = "-" if s.util_mean is None else f"{s.util_mean:.0f}%"
+        data = f"[red]{s.data_missing}[/]" if s.data_missing else "[green]ok[/]"
+        table.add_row(key, str(s.nodes), str(s.gpus), f"{s.hourly_usd:.2f}", str(s.floor), util,
+                      f"{s.pending_gpus:g}", data)
+    return table

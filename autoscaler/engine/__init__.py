@@ -1,0 +1,32 @@
+"""The pure decision engine: ``decide(policies, fleet, snapshot, now) -> Plan``."""
+
+from autoscaler.engine.decide import decide
+from autoscaler.engine.plan import (
+    Action,
+    CancelDrain,
+    Drain,
+    Hold,
+    Launch,
+    Plan,
+    Replace,
+    ReportJob,
+    Terminate,
+)
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.snapshot import DecisionInput, Snapshot
+
+__all__ = [
+    "Action",
+    "CancelDrain",
+    "DecisionInput",
+    "Drain",
+    "EngineSettings",
+    "Hold",
+    "Launch",
+    "Plan",
+    "Replace",
+    "ReportJob",
+    "Snapshot",
+    "Terminate",
+    "decide",
+]

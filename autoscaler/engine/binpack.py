@@ -1,0 +1,76 @@
+"""First-fit-decreasing packing of pending GPU jobs onto nodes, whole and shared GPUs.
+
+A job asking for ``g >= 1`` GPUs needs ``ceil(g)`` wholly free GPUs on one node; a job
+asking for a share ``f < 1`` of a GPU needs one GPU with at least ``f`` left (best fit,
+so shares pack densely the way GPU-sharing schedulers place them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from autoscaler.engine.pricing import Offer
+from autoscaler.engine.snapshot import PendingJob
+from autoscaler.fleet.node import Node
+
+EPS = 1e-9
+
+
+@dataclass
+class Bin:
+    free: list[float]
+    node: Node | None = None  # None: a node this plan launches
+    offer: Offer | None = None
+    gpu_model: str = ""
+    jobs: list[str] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, gpus: int, **kw: object) -> Bin:
+        return cls(free=[1.0] * gpus, **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def with_allocated(cls, gpus: float, allocated: float, **kw: object) -> Bin:
+        """A node with ``allocated`` GPUs in use: whole GPUs first, then one partial."""
+        total = int(math.floor(gpus + EPS))
+        used = max(0.0, min(allocated, float(total)))
+        whole_used = int(math.floor(used + EPS))
+        free = [0.0] * whole_used + [1.0] * (total - whole_used)
+        if whole_used < total and used - whole_used > EPS:
+            free[whole_used] = 1.0 - (used - whole_used)
+        return cls(free=free, **kw)  # type: ignore[arg-type]
+
+    def fits(self, gpus: float) -> bool:
+        if gpus >= 1 - EPS:
+            return sum(1 for f in self.free if f >= 1 - EPS) >= math.ceil(gpus - EPS)
+        return any(f >= gpus - EPS for f in self.free)
+
+    def place(self, job: str, gpus: float) -> None:
+        if gpus >= 1 - EPS:
+            need = math.ceil(gpus - EPS)
+            for i, f in enumerate(self.free):
+                if need and f >= 1 - EPS:
+                    self.free[i] = 0.0
+                    need -= 1
+        else:
+            best = min((f, i) for i, f in enumerate(self.free) if f >= gpus - EPS)[1]
+            self.free[best] -= gpus
+        self.jobs.append(job)
+
+
+def job_parts(jobs: list[PendingJob]) -> list[tuple[str, float, str | None]]:
+    """(job id, GPUs on one node, required model), largest first, one entry per node."""
+    parts = [
+        (j.id if j.nodes == 1 else f"{j.id}[{k}]", j.gpus, j.gpu_model)
+        for j in jobs
+        for k in range(j.nodes)
+    ]
+    parts.sort(key=lambda p: (-p[1], p[0]))
+    return parts
+
+
+def first_fit(bins: list[Bin], gpus: float, model: str | None) -> Bin | None:
+    for b in bins:
+        if (model is None or b.gpu_model == model) and b.fits(gpus):
+            return b
+    return None

@@ -1,0 +1,226 @@
+"""``decide()``: the whole engine. Pure: no I/O, no clock, no randomness.
+
+Rules run in the order of DESIGN.md "Decisions": stale data freezes scale-down, demand
+first, capacity mix and fallback, quotas and priority, then scale-down, health and
+lifetime. Every action carries a reason naming the numbers that triggered it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from itertools import groupby
+
+from autoscaler.catalog import Catalog, default_catalog
+from autoscaler.engine import preempt
+from autoscaler.engine.context import PoolContext, build_contexts
+from autoscaler.engine.plan import (
+    Action,
+    CancelDrain,
+    Drain,
+    Hold,
+    Launch,
+    Plan,
+    PoolSummary,
+    Replace,
+    ReportJob,
+    Terminate,
+)
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.quota import Ledger
+from autoscaler.engine.scale_down import expired, idle, over_max, over_quota, unhealthy
+from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.snapshot import Snapshot
+from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
+from autoscaler.fleet.node import FleetView, Node
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import TeamPolicy
+
+_DEFAULT_CATALOG = default_catalog()
+
+
+def decide(
+    policies: dict[str, TeamPolicy],
+    fleet: FleetView,
+    snapshot: Snapshot,
+    now: datetime,
+    *,
+    catalog: Catalog | None = None,
+    settings: EngineSettings | None = None,
+) -> Plan:
+    return _Decision(policies, fleet, snapshot, now, catalog or _DEFAULT_CATALOG,
+                     settings or EngineSettings()).run()
+
+
+class _Decision:
+    def __init__(self, policies: dict[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot,
+                 now: datetime, catalog: Catalog, settings: EngineSettings):
+        self.now, self.settings, self.policies = now, settings, policies
+        self.prices = Prices(catalog, snapshot, now)
+        self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices)
+        self.ledger = Ledger(policies, settings)
+        self.ledger.count_existing(self.contexts, self.prices)
+        for node in self.orphans:
+            self.ledger.count_orphans(self.prices.node_gpus(node), self.prices.node_hourly(node))
+        self.budgets = {c.key: Budget.for_pool(c) for c in self.contexts}
+        self.actions: list[Action] = []
+        self.launched: dict[str, list[NewNode]] = {}
+        self.blocked: dict[str, int] = {}
+
+    def run(self) -> Plan:
+        growth = {c.key: self._scale_up(c) for c in self.contexts}
+        for ctx in self.contexts:
+            self._scale_down(ctx, growth[ctx.key])
+        for team in sorted(self.policies):
+            team_ctxs = [c for c in self.contexts if c.team == team]
+            self.actions += over_quota.candidates(
+                team_ctxs, self.ledger.teams[team], self.prices, self.now, self.budgets)
+        if self.blocked and self.settings.preempt_lower_priority:
+            self.actions += preempt.reclaim(self.blocked, self.contexts, self.prices, self.now,
+                                            self.budgets)
+        for ctx in self.contexts:
+            self._terminate(ctx, growth[ctx.key])
+            self._report_jobs(ctx)
+        self._orphans()
+        return Plan(decided_at=self.now, actions=self.actions, pools=self._summaries(growth))
+
+    # -- scale-up ---------------------------------------------------------------
+    def _scale_up(self, ctx: PoolContext) -> Growth:
+        g = grow(ctx, self.prices, self.now)
+        for node, why in g.cancels:
+            self.actions.append(CancelDrain(
+                pool=ctx.key, node=node.name,
+                reason=f"{ctx.key}: un-draining {node.name} before launching anything: {why}"))
+        admitted: list[NewNode] = []
+        refusals: list[str] = []
+        for new in sorted(g.new, key=lambda n: TRIGGER_ORDER[n.trigger]):
+            gpus, usd = new.offer.gpus, new.offer.hourly_usd
+            refused = self.ledger.admit(ctx.team, gpus, usd)
+            if refused is None:
+                admitted.append(new)
+                continue
+            refusals.append(f"{new.trigger} node refused by {refused}")
+            if new.trigger == "pending" and self.ledger.fleet_blocks(ctx.team, gpus, usd):
+                self.blocked[ctx.key] = self.blocked.get(ctx.key, 0) + gpus
+        self.launched[ctx.key] = admitted
+        self.actions += _launches(ctx.key, admitted)
+        for why in g.holds + sorted(set(refusals)):
+            self.actions.append(Hold(pool=ctx.key, what="scale-up", reason=f"{ctx.key}: {why}"))
+        return g
+
+    # -- scale-down -------------------------------------------------------------
+    def _scale_down(self, ctx: PoolContext, g: Growth) -> None:
+        budget = self.budgets[ctx.key]
+        for action in unhealthy.candidates(ctx, self.prices, self.now, budget):
+            self._replace(ctx, action)
+        if ctx.data_missing:
+            self.actions.append(Hold(pool=ctx.key, what="scale-down",
+                                     reason=f"{ctx.key}: scale-down frozen: {ctx.data_missing}"))
+            return
+        self.actions += over_max.candidates(ctx, self.prices, self.now, budget)
+        for action in expired.candidates(ctx, self.prices, self.now, budget):
+            self._replace(ctx, action)
+        if g.new or g.cancels or g.has_demand:
+            return  # capacity is wanted here; idle nodes will take the pending jobs
+        last = max((t for t in (ctx.history.last_scale_up_at, ctx.history.last_scale_down_at)
+                    if t is not None), default=None)
+        cooldown = ctx.pool.scale_down.cooldown
+        if last is not None and self.now - last < cooldown:
+            if idle.idle_nodes(ctx, self.now):
+                self.actions.append(Hold(
+                    pool=ctx.key, what="scale-down",
+                    reason=(f"{ctx.key}: idle nodes kept: scale-down cooldown "
+                            f"{format_duration(cooldown)} since the last scaling at {last:%H:%M:%S}")))
+            return
+        self.actions += idle.candidates(ctx, self.prices, self.now, budget)
+
+    def _replace(self, ctx: PoolContext, action: Replace) -> None:
+        node = next(n for n in ctx.serving if n.name == action.node)
+        refused = self.ledger.admit(ctx.team, self.prices.node_gpus(node), self.prices.node_hourly(node))
+        if refused is None:
+            self.actions.append(action)
+        elif action.trigger == "unhealthy":
+            self.actions.append(Drain(pool=ctx.key, node=node.name, trigger="unhealthy",
+                                      reason=f"{action.reason}; no replacement: {refused}"))
+        else:
+            self.actions.append(Hold(pool=ctx.key, what="scale-down",
+                                     reason=f"{action.reason}; deferred: {refused}"))
+
+    # -- clean-up and reports ---------------------------------------------------
+    def _terminate(self, ctx: PoolContext, g: Growth) -> None:
+        kept = {n.name for n, _ in g.cancels}
+        for node in ctx.drained:
+            if node.name not in kept:
+                self.actions.append(Terminate(
+                    pool=ctx.key, node=node.name,
+                    reason=f"{ctx.key}: {node.name} is drained ({node.drain_trigger or 'no jobs left'}); "
+                           "terminating it"))
+        for node in ctx.failed:
+            self.actions.append(Terminate(
+                pool=ctx.key, node=node.name,
+                reason=f"{ctx.key}: cleaning up {node.name} after {node.state.value}: {node.reason}"))
+
+    def _report_jobs(self, ctx: PoolContext) -> None:
+        limit = ctx.pool.lifetime.max_job_runtime
+        if limit is None:
+            return
+        for node in ctx.serving + ctx.draining:
+            sched = ctx.observation(node).scheduler
+            for job in sched.jobs if sched else []:
+                if job.started_at is None or self.now - job.started_at <= limit:
+                    continue
+                self.actions.append(ReportJob(
+                    pool=ctx.key, node=node.name, job=job.id, signal=ctx.pool.lifetime.signal_long_jobs,
+                    reason=(f"{ctx.key}: job {job.id} on {node.name} has run "
+                            f"{format_duration(self.now - job.started_at)}, past max_job_runtime "
+                            f"{format_duration(limit)}")))
+
+    def _orphans(self) -> None:
+        for key, group in groupby(self.orphans, key=lambda n: n.pool_key):
+            nodes = list(group)
+            if not self.settings.drain_removed_pools:
+                self.actions.append(Hold(
+                    pool=key, what="scale-down",
+                    reason=(f"{key}: no policy defines this pool any more; its {len(nodes)} node(s) "
+                            "are kept until drain_removed_pools is enabled")))
+                continue
+            for node in nodes:
+                why = f"{key}: the pool's policy was removed and drain_removed_pools is on"
+                if node.state is NodeState.READY:
+                    self.actions.append(Drain(pool=key, node=node.name, trigger="pool-removed", reason=why))
+                elif node.state in IN_FLIGHT or node.state in (NodeState.DRAINED,
+                                                               NodeState.PROVISION_FAILED,
+                                                               NodeState.BOOTSTRAP_FAILED):
+                    self.actions.append(Terminate(pool=key, node=node.name, reason=why))
+
+    def _summaries(self, growth: dict[str, Growth]) -> dict[str, PoolSummary]:
+        out = {}
+        for ctx in self.contexts:
+            new = self.launched.get(ctx.key, [])
+            nodes: Iterable[Node] = ctx.active
+            out[ctx.key] = PoolSummary(
+                nodes=len(ctx.active) + len(new),
+                gpus=sum(self.prices.node_gpus(n) for n in nodes) + sum(n.offer.gpus for n in new),
+                hourly_usd=round(sum(self.prices.node_hourly(n) for n in ctx.billable())
+                                 + sum(n.offer.hourly_usd for n in new), 4),
+                floor=ctx.floor,
+                util_mean=ctx.util_mean(),
+                pending_gpus=growth[ctx.key].pending_gpus,
+                data_missing=ctx.data_missing,
+            )
+        return out
+
+
+def _launches(key: str, new: list[NewNode]) -> list[Launch]:
+    out = []
+    for (offer, trigger, why), group in groupby(new, key=lambda n: (n.offer, n.trigger, n.why)):
+        items = list(group)
+        out.append(Launch(
+            pool=key, instance_type=offer.instance_type, market=offer.market, zone=offer.zone,
+            count=len(items), gpus_per_node=offer.gpus, hourly_usd=offer.hourly_usd, trigger=trigger,
+            replaces=[n.replaces for n in items if n.replaces],
+            reason=f"{key}: {why}; launching {len(items)} x {offer.describe()}",
+        ))
+    return out

@@ -1,0 +1,102 @@
+"""The engine's output: actions with reasons a person can read."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.policy.models import Market
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pool: str = Field(description="Pool key 'team/pool'.")
+    reason: str
+
+
+class Launch(_Action):
+    kind: Literal["launch"] = "launch"
+    instance_type: str
+    market: Market
+    zone: str | None = None
+    count: int = Field(ge=1)
+    gpus_per_node: int
+    hourly_usd: float = Field(description="Price of one node, $/h.")
+    trigger: Literal["pending", "utilization", "floor", "interruption"]
+    replaces: list[str] = Field(
+        default_factory=list, description="Interrupted nodes this launch stands in for."
+    )
+
+
+class Drain(_Action):
+    kind: Literal["drain"] = "drain"
+    node: str
+    trigger: Literal["idle", "over-quota", "preempted", "over-max", "unhealthy", "pool-removed"]
+
+
+class CancelDrain(_Action):
+    kind: Literal["cancel_drain"] = "cancel_drain"
+    node: str
+
+
+class Terminate(_Action):
+    kind: Literal["terminate"] = "terminate"
+    node: str
+
+
+class Replace(_Action):
+    """Drain ``node`` and launch one like it (unhealthy or past its maximum age)."""
+
+    kind: Literal["replace"] = "replace"
+    node: str
+    instance_type: str
+    market: Market
+    zone: str | None = None
+    trigger: Literal["unhealthy", "expired"]
+
+
+class Hold(_Action):
+    """Nothing was done for ``what`` in this pool, and why (so nobody is surprised)."""
+
+    kind: Literal["hold"] = "hold"
+    what: Literal["scale-up", "scale-down"]
+
+
+class ReportJob(_Action):
+    kind: Literal["report_job"] = "report_job"
+    node: str
+    job: str
+    signal: bool = False
+
+
+Action = Annotated[
+    Launch | Drain | CancelDrain | Terminate | Replace | Hold | ReportJob,
+    Field(discriminator="kind"),
+]
+
+
+class PoolSummary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: int = Field(description="Nodes serving or on their way (not leaving).")
+    gpus: int
+    hourly_usd: float
+    floor: int
+    util_mean: float | None = None
+    pending_gpus: float = 0
+    data_missing: str | None = None
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    decided_at: datetime
+    actions: list[Action] = Field(default_factory=list)
+    pools: dict[str, PoolSummary] = Field(default_factory=dict)
+
+    def changes(self) -> list[Action]:
+        """Actions that change the fleet (everything but Hold and ReportJob)."""
+        return [a for a in self.actions if not isinstance(a, Hold | ReportJob)]

@@ -1,0 +1,139 @@
+"""Which (instance type, zone, market) to launch, and what nodes cost.
+
+Prices come from observed offerings in the snapshot (spot price history, DescribePrice)
+and fall back to the catalog; stock and recent capacity errors rule offerings out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from autoscaler.catalog import Catalog, CatalogError, InstanceType
+from autoscaler.engine.snapshot import Offering, Snapshot
+from autoscaler.fleet.node import Node
+from autoscaler.policy.models import Market, Pool
+
+
+@dataclass(frozen=True)
+class Offer:
+    instance_type: str
+    zone: str | None
+    market: Market
+    hourly_usd: float
+    gpus: int
+
+    @property
+    def per_gpu(self) -> float:
+        return self.hourly_usd / self.gpus
+
+    def describe(self) -> str:
+        where = f" in {self.zone}" if self.zone else ""
+        return (
+            f"{self.instance_type} {self.market.value}{where} "
+            f"(${self.hourly_usd:.3f}/h, ${self.per_gpu:.3f}/GPU-h)"
+        )
+
+
+class Prices:
+    """Per-tick price view: catalog + observed offerings + recent capacity errors."""
+
+    def __init__(self, catalog: Catalog, snapshot: Snapshot, now: datetime):
+        self.catalog = catalog
+        self.now = now
+        self._offerings: dict[tuple[str, str, str, str | None], Offering] = {}
+        for off in snapshot.offerings:
+            self._offerings[(off.cloud, off.region, off.instance_type, off.zone)] = off
+        self._errors = snapshot.capacity_errors
+
+    def itype(self, cloud: str, name: str) -> InstanceType | None:
+        try:
+            return self.catalog.get(cloud, name)
+        except CatalogError:
+            return None
+
+    def _offering(self, cloud: str, region: str, name: str, zone: str | None) -> Offering | None:
+        return self._offerings.get((cloud, region, name, zone)) or self._offerings.get(
+            (cloud, region, name, None)
+        )
+
+    def on_demand(self, cloud: str, region: str, name: str, zone: str | None) -> float | None:
+        off = self._offering(cloud, region, name, zone)
+        if off is not None and off.on_demand_usd is not None:
+            return off.on_demand_usd
+        itype = self.itype(cloud, name)
+        return itype.on_demand_usd if itype else None
+
+    def spot(self, cloud: str, region: str, name: str, zone: str | None) -> float | None:
+        off = self._offering(cloud, region, name, zone)
+        if off is not None and off.spot_usd is not None:
+            return off.spot_usd
+        itype = self.itype(cloud, name)
+        return itype.spot_usd if itype else None
+
+    def node_hourly(self, node: Node) -> float:
+        """What a node costs now; unknown prices count as 0 so a missing price file
+        never blocks scale-down (launches are refused separately)."""
+        fn = self.spot if node.market is Market.SPOT else self.on_demand
+        return fn(node.cloud, node.region, node.instance_type, node.zone) or 0.0
+
+    def node_gpus(self, node: Node) -> int:
+        itype = self.itype(node.cloud, node.instance_type)
+        return itype.gpus if itype else 0
+
+    def capacity_error(self, pool: Pool, name: str, zone: str | None, market: Market) -> str | None:
+        backoff = pool.capacity.capacity_error_backoff
+        for err in self._errors:
+            if (
+                err.cloud == pool.cloud.value
+                and err.region == pool.region
+                and err.instance_type == name
+                and err.market is market
+                and (err.zone is None or zone is None or err.zone == zone)
+                and self.now - err.at < backoff
+            ):
+                return f"{err.code} at {err.at:%H:%M:%S}"
+        return None
+
+    def offers(
+        self, pool: Pool, market: Market, min_gpus: float, gpu_model: str | None = None
+    ) -> tuple[list[Offer], list[str]]:
+        """Offers that fit, cheapest $/GPU-h first, and why the others were skipped."""
+        cloud, region = pool.cloud.value, pool.region
+        out: list[Offer] = []
+        skipped: list[str] = []
+        for name in pool.instance_types:
+            itype = self.itype(cloud, name)
+            if itype is None or itype.gpus < math.ceil(min_gpus):
+                continue
+            if gpu_model and itype.gpu_model != gpu_model:
+                continue
+            for zone in pool.zones or [None]:
+                where = f"{name} {market.value}" + (f" in {zone}" if zone else "")
+                err = self.capacity_error(pool, name, zone, market)
+                if err:
+                    skipped.append(f"{where}: capacity error {err}")
+                    continue
+                off = self._offering(cloud, region, name, zone)
+                if off is not None and off.in_stock is False:
+                    skipped.append(f"{where}: out of stock")
+                    continue
+                od = self.on_demand(cloud, region, name, zone)
+                if od is None:
+                    skipped.append(f"{where}: no price (add it to the price file)")
+                    continue
+                price = od
+                if market is Market.SPOT:
+                    spot = self.spot(cloud, region, name, zone)
+                    limit = pool.capacity.max_spot_price_ratio * od
+                    if spot is None or spot > limit:
+                        skipped.append(
+                            f"{where}: spot ${spot or 0:.3f}/h is above "
+                            f"{pool.capacity.max_spot_price_ratio:g} x on-demand ${od:.3f}/h"
+                        )
+                        continue
+                    price = spot
+                out.append(Offer(name, zone, market, price, itype.gpus))
+        out.sort(key=lambda o: (o.per_gpu, o.gpus, o.hourly_usd, o.instance_type, o.zone or ""))
+        return out, skipped

@@ -1,0 +1,85 @@
+"""Team quotas and global caps, spent in priority order (high, medium, low)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autoscaler.engine.context import PoolContext
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.policy.models import TeamPolicy
+
+
+@dataclass
+class Allowance:
+    """What a holder may still add. ``None`` limits mean unlimited."""
+
+    label: str
+    max_gpus: int | None
+    max_usd: float | None
+    gpus: int = 0
+    usd: float = 0.0
+
+    def fits(self, gpus: int, usd: float) -> bool:
+        if self.max_gpus is not None and self.gpus + gpus > self.max_gpus:
+            return False
+        return self.max_usd is None or self.usd + usd <= self.max_usd + 1e-9
+
+    def spend(self, gpus: int, usd: float) -> None:
+        self.gpus += gpus
+        self.usd += usd
+
+    def why_full(self, gpus: int, usd: float) -> str:
+        if self.max_gpus is not None and self.gpus + gpus > self.max_gpus:
+            return f"{self.label} GPU cap {self.max_gpus} (holds {self.gpus}, +{gpus} would exceed)"
+        return (f"{self.label} $/h cap {self.max_usd:g} (spends ${self.usd:.2f}/h, "
+                f"+${usd:.2f}/h would exceed)")
+
+    def over(self) -> tuple[int, float]:
+        """How far above its limits the holder already is."""
+        gpus = self.gpus - self.max_gpus if self.max_gpus is not None else 0
+        usd = self.usd - self.max_usd if self.max_usd is not None else 0.0
+        return max(0, gpus), max(0.0, usd)
+
+
+class Ledger:
+    def __init__(self, policies: dict[str, TeamPolicy], settings: EngineSettings):
+        self.teams = {
+            t: Allowance(f"team {t}", p.quota.max_gpus, p.quota.max_hourly_usd)
+            for t, p in policies.items()
+        }
+        self.fleet = Allowance("global", settings.max_gpus, settings.max_hourly_usd)
+
+    def count_existing(self, contexts: list[PoolContext], prices: Prices) -> None:
+        """Everything the cloud may bill counts, draining nodes included."""
+        for ctx in contexts:
+            for node in ctx.billable():
+                gpus, usd = prices.node_gpus(node), prices.node_hourly(node)
+                self.teams[ctx.team].spend(gpus, usd)
+                self.fleet.spend(gpus, usd)
+
+    def count_orphans(self, gpus: int, usd: float) -> None:
+        self.fleet.spend(gpus, usd)
+
+    def admit(self, team: str, gpus: int, usd: float) -> str | None:
+        """Spend for one node, or say which limit refuses it."""
+        for allowance in (self.teams[team], self.fleet):
+            if not allowance.fits(gpus, usd):
+                return allowance.why_full(gpus, usd)
+        self.teams[team].spend(gpus, usd)
+        self.fleet.spend(gpus, usd)
+        return None
+
+    def fleet_blocks(self, team: str, gpus: int, usd: float) -> bool:
+        """True when only the global cap (not the team's own quota) refuses the node."""
+        return self.teams[team].fits(gpus, usd) and not self.fleet.fits(gpus, usd)
+
+
+def nodes_to_cover(over_gpus: int, over_usd: float, gpus: int, usd: float) -> int:
+    need = 0
+    if over_gpus > 0 and gpus > 0:
+        need = math.ceil(over_gpus / gpus)
+    if over_usd > 1e-9 and usd > 0:
+        need = max(need, math.ceil(over_usd / usd - 1e-9))
+    return need

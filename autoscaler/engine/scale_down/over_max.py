@@ -1,0 +1,36 @@
+"""A pool above ``max_nodes`` (the policy was lowered) sheds nodes, idle ones first."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from autoscaler.engine.context import PoolContext
+from autoscaler.engine.plan import Action, Drain, Terminate
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.scale_down.idle import idle_nodes
+from autoscaler.engine.scale_down.order import removal_order
+
+
+def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
+    excess = len(ctx.active) - ctx.pool.max_nodes
+    if excess <= 0:
+        return []
+    idle = {n.name for n, _ in idle_nodes(ctx, now)}
+    # In-flight nodes hold no jobs yet: they are the cheapest to give up.
+    order = ctx.in_flight[::-1] + sorted(
+        removal_order(ctx, prices, ctx.serving), key=lambda n: n.name not in idle
+    )
+    actions: list[Action] = []
+    for node in order[:excess]:
+        if budget.concurrent <= 0:
+            break
+        budget.shrink()
+        reason = (f"{ctx.key}: pool has {len(ctx.active)} nodes, above max_nodes "
+                  f"{ctx.pool.max_nodes}; removing {node.name}"
+                  + (" (idle)" if node.name in idle else ""))
+        if node in ctx.in_flight:
+            actions.append(Terminate(pool=ctx.key, node=node.name, reason=reason))
+        else:
+            actions.append(Drain(pool=ctx.key, node=node.name, trigger="over-max", reason=reason))
+    return actions

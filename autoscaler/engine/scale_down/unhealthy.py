@@ -1,0 +1,47 @@
+"""Unhealthy GPUs (XID errors, heat, throttling, failed health check) are replaced.
+
+Positive evidence of a fault is acted on even when other data is missing, and is not
+held back by the concurrency limit: a node with a broken GPU is not capacity.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from autoscaler.engine.context import PoolContext
+from autoscaler.engine.plan import Action, Replace
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.fleet.node import Node
+
+
+def problem(ctx: PoolContext, node: Node) -> str | None:
+    health = ctx.pool.health
+    obs = ctx.observation(node)
+    if obs.health_check_failed and health.replace_on_failed_health_check:
+        return f"health check failed: {obs.health_check_failed}"
+    m = obs.metrics
+    if m is None or obs.metrics_missing:
+        return None
+    if m.xid_errors > 0 and health.replace_on_xid:
+        return f"{m.xid_errors} XID error(s) in the window"
+    if m.temperature_max_c is not None and m.temperature_max_c > health.max_gpu_temperature:
+        return f"GPU at {m.temperature_max_c:.0f}°C > {health.max_gpu_temperature:g}°C"
+    if m.thermal_throttle and health.replace_on_thermal_throttle:
+        return "GPU is thermally throttled"
+    return None
+
+
+def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
+    actions: list[Action] = []
+    for node in ctx.serving:
+        why = problem(ctx, node)
+        if why is None:
+            continue
+        budget.swap()
+        actions.append(Replace(
+            pool=ctx.key, node=node.name, instance_type=node.instance_type, market=node.market,
+            zone=node.zone, trigger="unhealthy",
+            reason=f"{ctx.key}: {node.name} is unhealthy ({why}); draining and replacing it",
+        ))
+    return actions

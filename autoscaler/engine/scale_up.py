@@ -1,0 +1,241 @@
+"""Capacity to add to one pool: interruptions, pending jobs, utilization, floors.
+
+Cheapest order of remedies: free GPUs on serving nodes and nodes already on their way,
+then un-draining a node, and only then a new node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from autoscaler.engine.binpack import Bin, first_fit, job_parts
+from autoscaler.engine.context import PoolContext
+from autoscaler.engine.mix import MarketMix
+from autoscaler.engine.pricing import Offer, Prices
+from autoscaler.fleet.node import Node
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import Market
+
+# Order in which new nodes keep their place when quotas cut the list short.
+TRIGGER_ORDER = {"interruption": 0, "pending": 1, "floor": 2, "utilization": 3}
+
+
+@dataclass
+class NewNode:
+    offer: Offer
+    trigger: str
+    why: str
+    replaces: str | None = None
+
+
+@dataclass
+class Growth:
+    new: list[NewNode] = field(default_factory=list)
+    cancels: list[tuple[Node, str]] = field(default_factory=list)
+    holds: list[str] = field(default_factory=list)
+    pending_gpus: float = 0.0
+    has_demand: bool = False
+
+
+class _Picker:
+    """Chooses the offer for each new node, following the mix and its fallbacks."""
+
+    def __init__(self, ctx: PoolContext, prices: Prices):
+        self.ctx, self.prices = ctx, prices
+        self.mix = MarketMix(ctx.pool.capacity, ctx.on_demand_count(), len(ctx.active) - ctx.on_demand_count())
+
+    def pick(self, gpus: float, model: str | None, market: Market | None = None) -> tuple[Offer | None, str]:
+        pool = self.ctx.pool
+        market = market or self.mix.peek()
+        offers, skipped = self.prices.offers(pool, market, gpus, model)
+        if offers:
+            self.mix.take(market)
+            return offers[0], ""
+        if market is Market.SPOT and pool.capacity.spot_fallback == "on-demand":
+            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model)
+            if od:
+                self.mix.take(Market.ON_DEMAND)
+                why = "; ".join(skipped) or "no spot type fits"
+                return od[0], f"no usable spot offer ({why}), falling back to on-demand"
+            skipped += od_skipped
+        return None, "; ".join(skipped) or f"no instance type in the pool has {math.ceil(gpus)} GPUs"
+
+
+def _gpu_model(prices: Prices, node: Node) -> str:
+    itype = prices.itype(node.cloud, node.instance_type)
+    return itype.gpu_model if itype else ""
+
+
+def _existing_bins(ctx: PoolContext, prices: Prices) -> tuple[list[Bin], list[Bin]]:
+    """Bins for serving and in-flight nodes, and for nodes whose drain could be cancelled."""
+    live: list[Bin] = []
+    for node in ctx.serving:
+        sched = ctx.observation(node).scheduler
+        if sched is not None and sched.state not in ("down", "drained", "draining"):
+            live.append(Bin.with_allocated(sched.gpus_total, sched.gpus_allocated, node=node,
+                                           gpu_model=_gpu_model(prices, node)))
+    for node in ctx.in_flight:
+        live.append(Bin.empty(prices.node_gpus(node), node=node, gpu_model=_gpu_model(prices, node)))
+    cancellable = []
+    for node in ctx.draining + ctx.drained:
+        if node.drain_trigger not in (None, "idle"):
+            continue
+        sched = ctx.observation(node).scheduler
+        allocated = sched.gpus_allocated if sched else 0.0
+        cancellable.append(Bin.with_allocated(prices.node_gpus(node), allocated, node=node,
+                                              gpu_model=_gpu_model(prices, node)))
+    return live, cancellable
+
+
+class _Grower:
+    def __init__(self, ctx: PoolContext, prices: Prices):
+        self.ctx, self.prices = ctx, prices
+        self.out = Growth()
+        self.room = min(ctx.pool.scale_up.max_step, ctx.pool.max_nodes - len(ctx.active))
+        self.picker = _Picker(ctx, prices)
+        self.live, self.cancellable = _existing_bins(ctx, prices)
+        self.new_bins: list[Bin] = []
+
+    def have(self) -> int:
+        return len(self.ctx.active) + len(self.out.new) + len(self.out.cancels)
+
+    def add(self, offer: Offer, trigger: str, why: str, replaces: str | None = None) -> Bin:
+        self.room -= 1
+        self.out.new.append(NewNode(offer, trigger, why, replaces))
+        itype = self.prices.itype(self.ctx.pool.cloud.value, offer.instance_type)
+        b = Bin.empty(offer.gpus, offer=offer, gpu_model=itype.gpu_model if itype else "")
+        self.new_bins.append(b)
+        return b
+
+    def cancel(self, b: Bin, why: str) -> None:
+        if b.node is None:
+            return
+        self.room -= 1
+        self.cancellable.remove(b)
+        self.live.append(b)
+        self.out.cancels.append((b.node, why))
+
+    def extend(self, trigger: str, count: int, why: str) -> None:
+        """Add ``count`` nodes: un-drain first, then launch."""
+        for _ in range(count):
+            if self.room <= 0:
+                self.out.holds.append(f"{trigger}: {why}; {_room_why(self.ctx)}")
+                return
+            if self.cancellable:
+                self.cancel(self.cancellable[0], why)
+                continue
+            offer, note = self.picker.pick(1, None)
+            if offer is None:
+                self.out.holds.append(f"{trigger}: {why}; no offer: {note}")
+                return
+            self.add(offer, trigger, why + (f"; {note}" if note else ""))
+
+    def interruptions(self) -> None:
+        """Stand-ins for interrupted spot nodes that were doing work."""
+        ctx, pool, prices = self.ctx, self.ctx.pool, self.prices
+        for node in ctx.interrupted:
+            if node.replacement_requested or self.room <= 0:
+                continue
+            obs = ctx.observation(node)
+            jobs = len(obs.scheduler.jobs) if obs.scheduler else 0
+            util = obs.metrics.util_mean if obs.metrics else None
+            busy = jobs > 0 or (util is not None and util >= pool.scale_down.gpu_utilization_below)
+            if not busy and self.have() >= ctx.floor:
+                continue
+            market = node.market if pool.capacity.on_interruption == "same" else Market.ON_DEMAND
+            offer, note = self.picker.pick(prices.node_gpus(node), _gpu_model(prices, node) or None,
+                                           market)
+            if offer is None:
+                self.out.holds.append(f"no replacement for interrupted {node.name}: {note}")
+                continue
+            what = (f"{jobs} job(s)" if jobs else
+                    f"GPU util {util:.0f}%" if util is not None else "pool below its floor")
+            self.add(offer, "interruption",
+                     f"spot interruption notice for {node.name} ({what})" + (f"; {note}" if note else ""),
+                     replaces=node.name)
+
+    def pending(self) -> None:
+        """Pending jobs, packed first-fit-decreasing."""
+        ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
+        parts = job_parts(ctx.demand_jobs())
+        out.has_demand = bool(parts)
+        out.pending_gpus = sum(p[1] for p in parts)
+        models = {t.gpu_model for name in pool.instance_types
+                  if (t := prices.itype(pool.cloud.value, name)) is not None}
+        unplaced: list[str] = []
+        notes: list[str] = []
+        for job, gpus, model in parts:
+            if model and model not in models:
+                unplaced.append(f"{job} needs {model}, not offered by this pool")
+                continue
+            b = first_fit(self.live, gpus, model) or first_fit(self.new_bins, gpus, model)
+            if b is not None:
+                b.place(job, gpus)
+                continue
+            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model)) is not None:
+                self.cancel(b, f"pending job {job} needs {gpus:g} GPUs and fits on it")
+                b.place(job, gpus)
+                continue
+            if self.room <= 0:
+                unplaced.append(f"{job} ({gpus:g} GPUs): {_room_why(ctx)}")
+                continue
+            offer, note = self.picker.pick(gpus, model)
+            if offer is None:
+                unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
+                continue
+            if note:
+                notes.append(note)
+            self.add(offer, "pending", "").place(job, gpus)
+        fresh = [n for n in out.new if n.trigger == "pending"]
+        if fresh:
+            jobs_new = sum(len(b.jobs) for b in self.new_bins)
+            why = (f"{len(parts)} pending job part(s) ask for {out.pending_gpus:g} GPUs; "
+                   f"{jobs_new} do not fit on free, in-flight or draining capacity")
+            if notes:
+                why += f"; {notes[0]}"
+            for n in fresh:
+                n.why = why
+        if unplaced:
+            out.holds.append(f"{len(unplaced)} pending job(s) not placed: " + "; ".join(unplaced[:3]))
+
+    def utilization(self, now: datetime) -> None:
+        ctx, pool = self.ctx, self.ctx.pool
+        util = ctx.util_mean()
+        threshold = pool.scale_up.gpu_utilization_above
+        if util is None or util <= threshold or not ctx.serving:
+            return
+        last = ctx.history.last_scale_up_at
+        if last is not None and now - last < pool.scale_up.cooldown:
+            self.out.holds.append(
+                f"mean GPU util {util:.0f}% > {threshold:g}% but the scale-up cooldown "
+                f"({format_duration(pool.scale_up.cooldown)}) runs since {last:%H:%M:%S}")
+            return
+        desired = math.ceil(len(ctx.serving) * util / threshold)
+        have = self.have()
+        why = (f"mean GPU util {util:.0f}% > {threshold:g}% over "
+               f"{format_duration(pool.scale_up.window)} on {len(ctx.serving)} node(s); "
+               f"target {desired} node(s), have {have}")
+        self.extend("utilization", desired - have, why)
+
+    def floor(self) -> None:
+        have = self.have()
+        if have < self.ctx.floor:
+            self.extend("floor", self.ctx.floor - have, f"{self.ctx.floor_why}; pool has {have}")
+
+
+def grow(ctx: PoolContext, prices: Prices, now: datetime) -> Growth:
+    grower = _Grower(ctx, prices)
+    grower.interruptions()
+    grower.pending()
+    grower.utilization(now)
+    grower.floor()
+    return grower.out
+
+
+def _room_why(ctx: PoolContext) -> str:
+    pool = ctx.pool
+    if len(ctx.active) >= pool.max_nodes:
+        return f"pool is at max_nodes ({pool.max_nodes})"
+    return f"max_step ({pool.scale_up.max_step}) nodes per tick reached"

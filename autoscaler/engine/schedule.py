@@ -1,0 +1,37 @@
+"""Scheduled floors: ``{cron, min_nodes, duration}`` holds a minimum while active."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import Pool
+
+
+def schedule_floor(pool: Pool, now: datetime) -> tuple[int, str]:
+    """The highest active scheduled floor and a sentence saying which entry set it."""
+    best, why = 0, ""
+    for entry in pool.schedule:
+        local_now = now.astimezone(ZoneInfo(entry.timezone))
+        # get_prev of the next second includes a fire time equal to now.
+        started = croniter(entry.cron, local_now).get_prev(datetime)
+        if croniter.match(entry.cron, local_now):
+            started = local_now.replace(second=0, microsecond=0)
+        ends = started + entry.duration
+        if started <= local_now < ends and entry.min_nodes > best:
+            best = entry.min_nodes
+            why = (
+                f"schedule '{entry.cron}' holds {entry.min_nodes} nodes for "
+                f"{format_duration(entry.duration)} until {ends:%a %H:%M} {entry.timezone}"
+            )
+    return best, why
+
+
+def floor(pool: Pool, now: datetime) -> tuple[int, str]:
+    scheduled, why = schedule_floor(pool, now)
+    if scheduled > pool.min_nodes:
+        return scheduled, why
+    return pool.min_nodes, f"min_nodes is {pool.min_nodes}"

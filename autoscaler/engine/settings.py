@@ -1,0 +1,22 @@
+"""Fleet-wide engine settings that are not part of any one team's policy."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EngineSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_gpus: int | None = Field(None, ge=0, description="Global GPU cap across all teams.")
+    max_hourly_usd: float | None = Field(None, ge=0, description="Global $/h cap.")
+    drain_removed_pools: bool = Field(
+        False,
+        description="Drain nodes of pools whose policy was removed. Off by default so that a "
+        "deleted or renamed file never drains a team by accident.",
+    )
+    preempt_lower_priority: bool = Field(
+        True,
+        description="When the global cap blocks a higher-priority team's pending jobs, drain "
+        "lower-priority capacity (spot first) to make room.",
+    )

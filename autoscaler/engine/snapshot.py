@@ -1,0 +1,121 @@
+"""Everything the engine knows about the world at one instant.
+
+Signals fill it (Prometheus, Slurm/Kubernetes, cloud prices); the simulator fills it from
+a trace; ``gpu-autoscaler plan --snapshot`` reads it from JSON. Missing data is always
+explicit (a reason string), never a zero: the engine must not scale down on absence of
+evidence.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.fleet.node import FleetView
+from autoscaler.policy.models import Market
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GpuMetrics(_Model):
+    """Per-node aggregates over the node's GPUs, computed by PromQL."""
+
+    util_mean: float | None = Field(None, description="Mean GPU util %, over scale_up.window.")
+    util_max_idle_window: float | None = Field(
+        None, description="Max GPU util % over scale_down.idle_for (idle detection)."
+    )
+    util_max: float | None = Field(None, description="Max of any GPU over scale_up.window.")
+    mem_used_mib: float | None = None
+    mem_free_mib: float | None = None
+    temperature_max_c: float | None = None
+    power_w: float | None = None
+    xid_errors: int = Field(0, description="XID errors seen in the window (0 = none).")
+    thermal_throttle: bool = False
+    gpus_reporting: int = 0
+    sample_age_s: float | None = None
+
+
+class RunningJob(_Model):
+    id: str
+    gpus: float = 0
+    started_at: datetime | None = None
+    name: str = ""
+
+
+class SchedulerNode(_Model):
+    state: str = Field(
+        "unknown", description="idle | mixed | allocated | draining | drained | down | unknown"
+    )
+    gpus_total: float = 0
+    gpus_allocated: float = 0
+    jobs: list[RunningJob] = Field(default_factory=list)
+    cordoned: bool = False
+    ready: bool = True
+
+
+class NodeObservation(_Model):
+    metrics: GpuMetrics | None = None
+    metrics_missing: str | None = Field(None, description="Why metrics are absent or stale.")
+    scheduler: SchedulerNode | None = None
+    health_check_failed: str | None = None
+
+
+class PendingJob(_Model):
+    id: str
+    gpus: float = Field(gt=0, description="GPUs per node; below 1 means a share of one GPU.")
+    nodes: int = Field(1, ge=1)
+    reason: str = "Resources"
+    submitted_at: datetime | None = None
+    gpu_model: str | None = Field(None, description="Required GPU model, e.g. V100 or T4.")
+
+
+class PoolObservation(_Model):
+    pending: list[PendingJob] = Field(default_factory=list)
+    metrics_missing: str | None = None
+    scheduler_missing: str | None = None
+
+
+class CapacityError(_Model):
+    cloud: str
+    region: str
+    instance_type: str
+    zone: str | None
+    market: Market
+    code: str
+    at: datetime
+    message: str = ""
+
+
+class Offering(_Model):
+    """Observed market data for one (type, zone); absent fields fall back to the catalog."""
+
+    cloud: str
+    region: str
+    instance_type: str
+    zone: str | None = None
+    spot_usd: float | None = None
+    on_demand_usd: float | None = None
+    in_stock: bool | None = None
+
+
+class Snapshot(_Model):
+    taken_at: datetime
+    nodes: dict[str, NodeObservation] = Field(default_factory=dict)
+    pools: dict[str, PoolObservation] = Field(default_factory=dict)
+    capacity_errors: list[CapacityError] = Field(default_factory=list)
+    offerings: list[Offering] = Field(default_factory=list)
+    interrupted: list[str] = Field(default_factory=list, description="Nodes with a spot notice.")
+    missing: list[str] = Field(
+        default_factory=list, description="Whole sources that could not be read this tick."
+    )
+
+
+class DecisionInput(_Model):
+    """The recorded engine input: what ``plan --snapshot FILE.json`` reads."""
+
+    now: datetime
+    fleet: FleetView = FleetView()
+    snapshot: Snapshot

@@ -1,0 +1,56 @@
+"""The engine's read-only view of the fleet (built from the store each tick)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.policy.models import Market, pool_key
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    team: str
+    pool: str
+    cloud: str
+    region: str
+    zone: str | None = None
+    instance_type: str
+    market: Market
+    state: NodeState
+    state_since: datetime
+    created_at: datetime
+    ready_at: datetime | None = None
+    instance_id: str | None = None
+    address: str | None = None
+    reason: str = ""
+    drain_trigger: str | None = Field(
+        None, description="Why a DRAINING/DRAINED node is leaving (idle, unhealthy, ...)."
+    )
+    replacement_requested: bool = Field(
+        False, description="A replacement was launched for this node (interruption, Replace)."
+    )
+
+    @property
+    def pool_key(self) -> str:
+        return pool_key(self.team, self.pool)
+
+
+class PoolHistory(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    last_scale_up_at: datetime | None = None
+    last_scale_down_at: datetime | None = None
+
+
+class FleetView(BaseModel):
+    """Nodes that are not TERMINATED, and per-pool scaling history for cooldowns."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: list[Node] = Field(default_factory=list)
+    history: dict[str, PoolHistory] = Field(default_factory=dict)

@@ -1,0 +1,72 @@
+"""Cross-field checks that a single field's type cannot express."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from autoscaler.catalog import Catalog
+from autoscaler.policy.models import Pool, TeamPolicy
+
+Problem = tuple[list[int | str], str]
+# Node names are "<team>-<pool>-<suffix>" and must stay valid hostnames (63 characters).
+MAX_TEAM_POOL_CHARS = 52
+
+
+def check_policy(policy: TeamPolicy, catalog: Catalog) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
+    for i, pool in enumerate(policy.pools):
+        at: list[int | str] = ["pools", i]
+        if pool.name in seen:
+            problems.append(
+                (at + ["name"], f"pool name '{pool.name}' is already used by pools[{seen[pool.name]}]")
+            )
+        seen.setdefault(pool.name, i)
+        if len(policy.team) + len(pool.name) > MAX_TEAM_POOL_CHARS:
+            problems.append(
+                (at + ["name"],
+                 f"team and pool names together are {len(policy.team) + len(pool.name)} characters; "
+                 f"at most {MAX_TEAM_POOL_CHARS} so node names stay valid hostnames")
+            )
+        problems.extend((at + loc, msg) for loc, msg in _check_pool(pool, catalog))
+    return problems
+
+
+def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
+    if pool.min_nodes > pool.max_nodes:
+        yield ["min_nodes"], f"min_nodes ({pool.min_nodes}) is above max_nodes ({pool.max_nodes})"
+    if pool.capacity.on_demand_base > pool.max_nodes:
+        yield (["capacity", "on_demand_base"],
+               f"on_demand_base ({pool.capacity.on_demand_base}) is above max_nodes ({pool.max_nodes})")
+    if pool.scale_down.gpu_utilization_below >= pool.scale_up.gpu_utilization_above:
+        yield (["scale_down", "gpu_utilization_below"],
+               f"idle threshold ({pool.scale_down.gpu_utilization_below:g}%) must be below the "
+               f"scale-up threshold ({pool.scale_up.gpu_utilization_above:g}%)")
+    for j, name in enumerate(pool.instance_types):
+        if (pool.cloud.value, name) not in catalog:
+            known = ", ".join(t.name for t in catalog.types(pool.cloud.value))
+            yield ["instance_types", j], f"'{name}' is not a {pool.cloud.value} instance type in the catalog (known: {known})"
+    if len(set(pool.instance_types)) != len(pool.instance_types):
+        yield ["instance_types"], "instance types are listed more than once"
+    for j, zone in enumerate(pool.zones):
+        if pool.cloud.value == "aws" and not zone.startswith(pool.region):
+            yield ["zones", j], f"zone '{zone}' is not in region '{pool.region}'"
+    for j, entry in enumerate(pool.schedule):
+        if not croniter.is_valid(entry.cron):
+            yield ["schedule", j, "cron"], f"'{entry.cron}' is not a valid 5-field cron expression"
+        if entry.min_nodes > pool.max_nodes:
+            yield (["schedule", j, "min_nodes"],
+                   f"scheduled min_nodes ({entry.min_nodes}) is above max_nodes ({pool.max_nodes})")
+        if entry.duration.total_seconds() <= 0:
+            yield ["schedule", j, "duration"], "duration must be longer than 0s"
+        try:
+            ZoneInfo(entry.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            yield ["schedule", j, "timezone"], f"unknown time zone '{entry.timezone}'"
+    if pool.bootstrap.mig_profiles and pool.bootstrap.sharing != "mig":
+        yield ["bootstrap", "mig_profiles"], "mig_profiles is only used with sharing: mig"
+    if pool.bootstrap.sharing == "mig" and not pool.bootstrap.mig_profiles:
+        yield ["bootstrap", "mig_profiles"], "sharing: mig needs at least one MIG profile, e.g. ['3g.20gb']"

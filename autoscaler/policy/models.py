@@ -1,0 +1,179 @@
+"""Pydantic models of a team policy file (``policies/<team>.yaml``).
+
+Every default here is documented in README.md's policy reference; the JSON Schema that
+editors use is generated from these classes, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from autoscaler.policy.duration import Duration
+
+API_VERSION = "gpu-autoscaler/v1"
+NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}$"
+# Team and pool names become Terraform map keys, Slurm node names and hostnames.
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+Percent = Annotated[float, Field(ge=0, le=100)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+
+class Priority(StrEnum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """0 is served first under contention."""
+        return {"high": 0, "medium": 1, "low": 2}[self.value]
+
+
+class Cloud(StrEnum):
+    AWS = "aws"
+    ALICLOUD = "alicloud"
+
+
+class Market(StrEnum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+
+class Quota(_Strict):
+    max_gpus: int | None = Field(None, ge=0, description="GPUs the team may hold at once.")
+    max_hourly_usd: float | None = Field(None, ge=0, description="$/h the team may spend.")
+
+
+class Capacity(_Strict):
+    on_demand_base: int = Field(0, ge=0, description="First N nodes of the pool are on-demand.")
+    spot_percent: Percent = Field(70, description="Share of nodes above the base that are spot.")
+    spot_fallback: Literal["on-demand", "none"] = Field(
+        "on-demand", description="What to launch when no spot offering is available."
+    )
+    max_spot_price_ratio: float = Field(
+        0.7, gt=0, le=1, description="Skip spot offerings priced above this share of on-demand."
+    )
+    capacity_error_backoff: Duration = Field(
+        timedelta(minutes=15),
+        description="How long a (type, zone, market) that failed with a capacity error is avoided.",
+    )
+    on_interruption: Literal["same", "on-demand"] = Field(
+        "same", description="Market of the replacement for an interrupted spot node."
+    )
+
+
+class ScaleUp(_Strict):
+    gpu_utilization_above: Percent = 80
+    window: Duration = timedelta(minutes=5)
+    metric: Literal["gpu_util", "gr_engine_active"] = Field(
+        "gpu_util",
+        description="DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_PROF_GR_ENGINE_ACTIVE (profiling metric).",
+    )
+    pending_jobs: bool = Field(True, description="Launch capacity for pending GPU jobs.")
+    cooldown: Duration = Field(
+        timedelta(minutes=3), description="Minimum time between utilization-driven scale-ups."
+    )
+    max_step: int = Field(4, ge=1, description="Most nodes launched in one tick for this pool.")
+
+
+class ScaleDown(_Strict):
+    gpu_utilization_below: Percent = 10
+    idle_for: Duration = timedelta(minutes=15)
+    cooldown: Duration = Field(
+        timedelta(minutes=10), description="No scale-down this soon after a scale-up or scale-down."
+    )
+    drain_timeout: Duration = timedelta(minutes=30)
+    max_draining_percent: Percent = 20
+    checkpoint_signal: str = Field(
+        "USR1", description="Signal sent to jobs still running at drain_timeout before requeue."
+    )
+    checkpoint_grace: Duration = timedelta(minutes=2)
+
+
+class Lifetime(_Strict):
+    max_node_age: Duration | None = None
+    max_job_runtime: Duration | None = None
+    signal_long_jobs: bool = Field(
+        False, description="Also signal jobs past max_job_runtime to checkpoint, not only report."
+    )
+
+
+class Health(_Strict):
+    max_gpu_temperature: float = Field(87, gt=0, le=150, description="Degrees C.")
+    replace_on_xid: bool = True
+    replace_on_thermal_throttle: bool = False
+    replace_on_failed_health_check: bool = True
+
+
+class ScheduleEntry(_Strict):
+    cron: str = Field(description="Standard 5-field cron, evaluated in UTC unless timezone is set.")
+    min_nodes: int = Field(ge=0)
+    duration: Duration
+    timezone: str = "UTC"
+
+
+class MpsSettings(_Strict):
+    active_thread_percentage: Percent = 100
+    pinned_device_mem_limit_mib: int | None = Field(None, ge=1)
+
+
+class Bootstrap(_Strict):
+    driver: str = Field("550", description="NVIDIA driver branch.")
+    cuda: str = "12.4"
+    sharing: Literal["none", "mig", "mps", "time-slicing"] = "none"
+    mig_profiles: list[str] = Field(default_factory=list, description="e.g. ['3g.20gb', '3g.20gb']")
+    mps: MpsSettings = MpsSettings()
+    time_slicing_replicas: int = Field(4, ge=2)
+    container_runtime: Literal["containerd", "docker"] = "containerd"
+    dcgm_diag_level: Literal[1, 2, 3] = 1
+    timeout: Duration = timedelta(minutes=30)
+
+
+class Cluster(_Strict):
+    kind: Literal["slurm", "kubernetes", "none"] = "none"
+    partition: str = "gpu"
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Pool(_Strict):
+    name: Name
+    cloud: Cloud
+    region: str = Field(min_length=1)
+    zones: list[str] = Field(default_factory=list, description="Empty: any zone of the region.")
+    instance_types: list[str] = Field(min_length=1)
+    capacity: Capacity = Capacity()
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int = Field(ge=0)
+    scale_up: ScaleUp = ScaleUp()
+    scale_down: ScaleDown = ScaleDown()
+    lifetime: Lifetime = Lifetime()
+    health: Health = Health()
+    schedule: list[ScheduleEntry] = Field(default_factory=list)
+    bootstrap: Bootstrap = Bootstrap()
+    cluster: Cluster = Cluster()
+
+
+class TeamPolicy(_Strict):
+    apiVersion: Literal["gpu-autoscaler/v1"] = API_VERSION  # noqa: N815 (the file's key)
+    team: Name
+    priority: Priority = Priority.MEDIUM
+    quota: Quota = Quota()
+    pools: list[Pool] = Field(min_length=1)
+
+    def pool(self, name: str) -> Pool:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(f"team {self.team} has no pool {name!r}")
+
+
+def pool_key(team: str, pool: str) -> str:
+    """The one spelling of a pool's identity, used in snapshots, plans and the store."""
+    return f"{team}/{pool}"

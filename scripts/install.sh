@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything gpu-autoscaler's demo and tests need on a fresh Debian 12 machine:
+# the system services the tests start themselves (Prometheus, Slurm, munge, sshd,
+# PostgreSQL binaries) and the Python package with its test extra. Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for pkg in prometheus slurmctld slurmd munge openssh-server iproute2 postgresql; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+  echo "installing system packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# Terraform and the AWS provider come with the image; nothing can download them here.
+if ! command -v terraform >/dev/null; then
+  echo "error: terraform is not on PATH (expected /usr/local/bin/terraform, 1.x)" >&2; exit 1
+fi
+if ! ls -d /opt/tf-plugins/registry.terraform.io/hashicorp/aws/5.* >/dev/null 2>&1; then
+  echo "error: the hashicorp/aws 5.x provider is not in the filesystem mirror /opt/tf-plugins" >&2
+  exit 1
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+echo "gpu-autoscaler installed: $(command -v gpu-autoscaler)"

@@ -1,0 +1,1 @@
+"""Shared test configuration. Fixtures that start real services live next to their tests."""
