@@ -1,0 +1,1 @@
+"""Everything read from the world each tick, turned into one immutable Snapshot."""

@@ -1,0 +1,175 @@
+"""Configuration of the signal sources: Prometheus (DCGM metrics), Slurm and Kubernetes.
+
+``SignalsConfig`` is the ``signals:`` section of the service config file (and of the file
+``gpu-autoscaler signals --config`` reads). Secrets never live in the file: it names an
+environment variable or a file that holds them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autoscaler.policy.duration import Duration
+
+# Prometheus label names: https://prometheus.io/docs/concepts/data_model/
+LABEL_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+SchedulerKind = Literal["slurm", "kubernetes"]
+
+
+class SecretError(RuntimeError):
+    """A configured secret (env var or file) is not there."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def read_secret(env: str | None, file: Path | None, what: str) -> str | None:
+    """The secret from ``env`` (a variable NAME) or ``file``; None when neither is set."""
+    if env is not None:
+        value = os.environ.get(env)
+        if not value:
+            raise SecretError(f"{what}: environment variable {env} is not set")
+        return value
+    if file is not None:
+        try:
+            return file.read_text().strip()
+        except OSError as exc:
+            raise SecretError(f"{what}: cannot read {file}: {exc.strerror}") from exc
+    return None
+
+
+class BasicAuth(_Model):
+    username: str
+    password_env: str = Field(description="Name of the environment variable with the password.")
+
+    def password(self) -> str:
+        value = read_secret(self.password_env, None, "prometheus basic auth")
+        return value or ""
+
+
+class BearerToken(_Model):
+    token_env: str | None = Field(None, description="Environment variable holding the token.")
+    token_file: Path | None = Field(None, description="File holding the token (re-read per client).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BearerToken:
+        if (self.token_env is None) == (self.token_file is None):
+            raise ValueError("set exactly one of token_env or token_file")
+        return self
+
+    def token(self) -> str:
+        return read_secret(self.token_env, self.token_file, "prometheus bearer token") or ""
+
+
+class PrometheusConfig(_Model):
+    url: str = Field(description="Base URL, e.g. http://prometheus:9090 (a path prefix is kept).")
+    timeout: Duration = Field(timedelta(seconds=5), description="Per query; no retries in a tick.")
+    node_label: str = Field(
+        "Hostname", pattern=LABEL_PATTERN,
+        description="Label whose value is the fleet node name: Hostname (dcgm-exporter < 4.7), "
+        "hostname (newer dcgm-exporter), or instance (when scrape configs set it to the node name).",
+    )
+    basic_auth: BasicAuth | None = None
+    bearer_token: BearerToken | None = None
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra headers (e.g. X-Scope-OrgID); not for secrets."
+    )
+    ca_file: Path | None = Field(None, description="CA bundle for an https URL.")
+    verify: bool = Field(True, description="Verify the server certificate.")
+    stale_after: Duration = Field(
+        timedelta(seconds=120), description="A node whose newest sample is older is stale."
+    )
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> PrometheusConfig:
+        if self.basic_auth is not None and self.bearer_token is not None:
+            raise ValueError("set at most one of basic_auth or bearer_token")
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        if self.stale_after < timedelta(seconds=1):
+            raise ValueError("stale_after must be at least 1s")
+        return self
+
+
+class SlurmConfig(_Model):
+    bin_dir: Path | None = Field(
+        None, description="Directory of squeue/sinfo; default: found on PATH."
+    )
+    command_prefix: list[str] = Field(
+        default_factory=list, description="Prepended to every command, e.g. [ssh, slurm-login]."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra env, e.g. SLURM_CONF.")
+    timeout: Duration = Field(timedelta(seconds=10), description="Per command.")
+    use_json: bool = Field(True, description="Try --json first (falls back to formatted output).")
+
+    def command(self, name: str) -> list[str]:
+        exe = str(self.bin_dir / name) if self.bin_dir is not None else name
+        return [*self.command_prefix, exe]
+
+
+class NamespaceRule(_Model):
+    namespace: str = Field(description="Namespace name or glob (fnmatch), e.g. 'vision-*'.")
+    team: str
+    pool: str | None = Field(None, description="Default: the team's first kubernetes pool.")
+
+    def matches(self, namespace: str) -> bool:
+        return fnmatch.fnmatchcase(namespace, self.namespace)
+
+
+class KubernetesConfig(_Model):
+    host: str | None = Field(None, description="API server URL; default: from kubeconfig.")
+    kubeconfig: Path | None = Field(None, description="Used when host is not set.")
+    token_env: str | None = None
+    token_file: Path | None = None
+    ca_file: Path | None = None
+    verify: bool = True
+    timeout: Duration = timedelta(seconds=10)
+    namespace_teams: list[NamespaceRule] = Field(
+        default_factory=list,
+        description="Pods without gpu-autoscaler/team+pool selectors: first matching rule, "
+        "else namespace == team name (the team's first kubernetes pool).",
+    )
+
+    @model_validator(mode="after")
+    def _one_token(self) -> KubernetesConfig:
+        if self.token_env is not None and self.token_file is not None:
+            raise ValueError("set at most one of token_env or token_file")
+        if self.host is None and self.kubeconfig is None:
+            raise ValueError("set host (API server URL) or kubeconfig")
+        return self
+
+
+class SignalsConfig(_Model):
+    prometheus: PrometheusConfig | None = Field(
+        None, description="Without it every pool's metrics are reported missing."
+    )
+    scheduler: list[SchedulerKind] = Field(
+        default_factory=list,
+        description="slurm, kubernetes, none, or a list of both when pools use both.",
+    )
+    slurm: SlurmConfig = SlurmConfig()
+    kubernetes: KubernetesConfig | None = None
+
+    @field_validator("scheduler", mode="before")
+    @classmethod
+    def _scheduler_list(cls, value: Any) -> Any:
+        if value is None or value == "none":
+            return []
+        if isinstance(value, str):
+            return [value]
+        return value
+
+    @model_validator(mode="after")
+    def _kubernetes_configured(self) -> SignalsConfig:
+        if "kubernetes" in self.scheduler and self.kubernetes is None:
+            raise ValueError("scheduler includes kubernetes: add a kubernetes: section")
+        if len(set(self.scheduler)) != len(self.scheduler):
+            raise ValueError("scheduler lists a kind twice")
+        return self

@@ -1,0 +1,171 @@
+"""Per-node GPU metrics (DCGM exporter series) from Prometheus, two queries per tick.
+
+The node label (``PrometheusConfig.node_label``: ``Hostname`` by default, ``hostname`` for
+newer dcgm-exporter, or ``instance`` when the scrape config sets it) must carry the fleet
+node name. Fail fast: one short timeout, no retries inside a tick; a failure is reported
+as a reason string, never as zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from autoscaler.engine.snapshot import GpuMetrics, NodeObservation
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import Pool
+from autoscaler.signals.config import PrometheusConfig, SecretError
+from autoscaler.signals.promql import (
+    FIELD_LABEL,
+    UTIL_METRICS,
+    PoolWindows,
+    QueryBuilder,
+    gpus_key,
+    max_key,
+    mean_key,
+    newest_key,
+    now_key,
+    xid_key,
+)
+
+Fields = dict[str, dict[str, float]]  # node -> field key -> value
+
+
+class PrometheusReadError(RuntimeError):
+    """Prometheus could not answer this tick; the message says why (no secrets)."""
+
+
+@dataclass(frozen=True)
+class MetricsReading:
+    nodes: dict[str, NodeObservation]
+    error: str | None = None  # the whole source failed: every pool's metrics are missing
+    queries: int = 0
+
+
+def _session(config: PrometheusConfig) -> tuple[requests.Session, dict[str, str]]:
+    session = requests.Session()
+    session.verify = str(config.ca_file) if config.verify and config.ca_file else config.verify
+    headers = dict(config.headers)
+    if config.bearer_token is not None:
+        headers["Authorization"] = f"Bearer {config.bearer_token.token()}"
+    if config.basic_auth is not None:
+        session.auth = (config.basic_auth.username, config.basic_auth.password())
+    return session, headers
+
+
+class PrometheusReader:
+    def __init__(self, config: PrometheusConfig,
+                 session_hook: Callable[[requests.Session], None] | None = None):
+        self.config = config
+        self._session_hook = session_hook
+        self._client: PrometheusConnect | None = None
+
+    def _connect(self) -> PrometheusConnect:
+        if self._client is None:
+            session, headers = _session(self.config)
+            if self._session_hook is not None:
+                self._session_hook(session)
+            self._client = PrometheusConnect(
+                url=self.config.url.rstrip("/"), headers=headers or None,
+                disable_ssl=not self.config.verify, session=session,
+                retry=Retry(total=0, connect=0, read=0, redirect=0, status=0),
+                timeout=self.config.timeout.total_seconds(),
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def read(self, node_pools: Mapping[str, Pool], pools: Iterable[Pool],
+             now: datetime) -> MetricsReading:
+        """Metrics for every node in ``node_pools`` with its pool's windows, evaluated at ``now``."""
+        windows = {PoolWindows.of(p) for p in pools} | {PoolWindows.of(p) for p in node_pools.values()}
+        builder = QueryBuilder(windows, self.config.node_label, self.config.stale_after)
+        sent = 0
+        try:
+            fields: Fields = {}
+            for query in (builder.windows_query(), builder.current_query()):
+                sent += 1
+                self._query(query, now, fields)
+        except PrometheusReadError as exc:
+            return MetricsReading({}, error=str(exc), queries=sent)
+        nodes = {name: self._observe(fields.get(name, {}), PoolWindows.of(pool), builder)
+                 for name, pool in node_pools.items()}
+        return MetricsReading(nodes, queries=sent)
+
+    def _query(self, query: str, now: datetime, into: Fields) -> None:
+        timeout = self.config.timeout.total_seconds()
+        try:
+            client = self._connect()
+            result = client.custom_query(
+                query, params={"time": f"{now.timestamp():.3f}", "timeout": f"{timeout:g}s"})
+        except requests.Timeout:
+            raise PrometheusReadError(f"prometheus timed out after {timeout:g}s") from None
+        except requests.ConnectionError:
+            raise PrometheusReadError(
+                f"prometheus unreachable at {_public_url(self.config.url)}") from None
+        except PrometheusApiClientException as exc:
+            raise PrometheusReadError(f"prometheus query failed: {str(exc)[:300]}") from None
+        except (requests.RequestException, ValueError, KeyError) as exc:
+            raise PrometheusReadError(f"prometheus answered badly: {type(exc).__name__}") from None
+        except SecretError as exc:
+            raise PrometheusReadError(str(exc)) from None
+        _collect(result, self.config.node_label, into)
+
+    def _observe(self, fields: dict[str, float], w: PoolWindows,
+                 builder: QueryBuilder) -> NodeObservation:
+        metric_name = UTIL_METRICS[w.metric][0]
+        ages = [a for a in (fields.get(newest_key(w.metric)), fields.get(now_key(w.metric)))
+                if a is not None]
+        if not ages:
+            horizon = format_duration_s(builder.horizon_s)
+            return NodeObservation(metrics_missing=f"no {metric_name} sample in the last {horizon}")
+        age = max(0.0, min(ages))
+        metrics = GpuMetrics(
+            util_mean=fields.get(mean_key(w.metric, w.window_s)),
+            util_max=fields.get(max_key(w.metric, w.window_s)),
+            util_max_idle_window=fields.get(max_key(w.metric, w.idle_s)),
+            mem_used_mib=fields.get("mem_used"),
+            mem_free_mib=fields.get("mem_free"),
+            temperature_max_c=fields.get("temp"),
+            power_w=fields.get("power"),
+            xid_errors=int(fields.get(xid_key(w.window_s), 0)),
+            thermal_throttle=fields.get("throttle", 0.0) > 0,
+            gpus_reporting=int(fields.get(gpus_key(w.metric), 0)),
+            sample_age_s=round(age, 3),
+        )
+        missing = None
+        if age > builder.stale_s:
+            missing = f"no sample for {age:.0f}s (stale after {builder.stale_s}s)"
+        return NodeObservation(metrics=metrics, metrics_missing=missing)
+
+
+def format_duration_s(secs: int) -> str:
+    return format_duration(timedelta(seconds=secs))
+
+
+def _public_url(url: str) -> str:
+    """The URL without any user:password part."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rpartition('@')[2]}"
+
+
+def _collect(result: list[dict[str, Any]], label: str, into: Fields) -> None:
+    for series in result:
+        labels = series.get("metric", {})
+        node, key = labels.get(label), labels.get(FIELD_LABEL)
+        if not node or not key:
+            continue
+        value = float(series["value"][1])
+        if math.isnan(value) or math.isinf(value):
+            continue  # absent, not zero
+        into.setdefault(node, {})[key] = value

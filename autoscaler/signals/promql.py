@@ -1,0 +1,138 @@
+"""The PromQL the Prometheus reader sends: a fixed number of queries per tick.
+
+Every per-node aggregate is one *branch*: an aggregation ``by (<node label>)`` tagged with
+a ``gas_field`` label through ``label_replace``, and all branches are joined with ``or``
+(their label sets differ by ``gas_field``, so ``or`` keeps them all). A tick sends exactly
+two HTTP queries, whatever the number of nodes, pools or distinct windows:
+
+* ``windows``: for each distinct (utilization metric, window) among the pools'
+  ``scale_up.window`` and ``scale_down.idle_for``: mean and max utilization; for each
+  distinct ``scale_up.window``: GPUs with a non-zero XID error.
+* ``current``: memory, temperature, power and thermal throttling from each GPU's newest
+  sample within ``stale_after``; GPUs reporting; the newest sample's timestamp.
+
+Distinct windows only lengthen the query text (bounded by the policies, not the fleet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from autoscaler.policy.models import Pool
+
+FIELD_LABEL = "gas_field"
+UTIL_METRICS: dict[str, tuple[str, float]] = {
+    # scale_up.metric -> (DCGM field, factor to percent)
+    "gpu_util": ("DCGM_FI_DEV_GPU_UTIL", 1.0),
+    "gr_engine_active": ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 100.0),
+}
+XID = "DCGM_FI_DEV_XID_ERRORS"
+THROTTLE = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+# NVML clocksThrottleReasonSwThermalSlowdown (0x20) and HwThermalSlowdown (0x40) are bits
+# 5 and 6: PromQL has no bitwise operators, so test floor(v / 32) % 4 > 0.
+THERMAL_BITS_EXPR = "floor({v} / 32) % 4 > bool 0"
+
+
+def seconds(d: timedelta) -> int:
+    return max(1, int(d.total_seconds()))
+
+
+@dataclass(frozen=True)
+class PoolWindows:
+    metric: str  # a key of UTIL_METRICS
+    window_s: int
+    idle_s: int
+
+    @classmethod
+    def of(cls, pool: Pool) -> PoolWindows:
+        return cls(pool.scale_up.metric, seconds(pool.scale_up.window),
+                   seconds(pool.scale_down.idle_for))
+
+
+def mean_key(metric: str, window_s: int) -> str:
+    return f"mean:{metric}:{window_s}"
+
+
+def max_key(metric: str, window_s: int) -> str:
+    return f"max:{metric}:{window_s}"
+
+
+def xid_key(window_s: int) -> str:
+    return f"xid:{window_s}"
+
+
+def gpus_key(metric: str) -> str:
+    return f"gpus:{metric}"
+
+
+def newest_key(metric: str) -> str:
+    return f"newest:{metric}"
+
+
+def now_key(metric: str) -> str:
+    return f"newest_now:{metric}"
+
+
+class QueryBuilder:
+    """Builds the two queries for a set of pools' windows."""
+
+    def __init__(self, windows: Iterable[PoolWindows], node_label: str, stale_after: timedelta):
+        self.windows = sorted(set(windows), key=lambda w: (w.metric, w.window_s, w.idle_s))
+        self.label = node_label
+        self.stale_s = seconds(stale_after)
+        spans = [self.stale_s] + [max(w.window_s, w.idle_s) for w in self.windows]
+        # How far back the newest sample is looked for; older means "no sample in <horizon>".
+        self.horizon_s = max(spans)
+        # Subquery resolution of the newest-sample search: the age is exact while the node
+        # reports; after a dropout it is overestimated by at most one step.
+        self.step_s = max(1, min(15, self.stale_s // 8))
+
+    def metrics(self) -> list[str]:
+        return sorted({w.metric for w in self.windows} | {"gpu_util"})
+
+    def _sel(self, metric: str) -> str:
+        return f'{metric}{{{self.label}!=""}}'
+
+    def _branch(self, key: str, expr: str) -> str:
+        return f'label_replace({expr}, "{FIELD_LABEL}", "{key}", "", "")'
+
+    def _util(self, metric: str, fn: str, agg: str, window_s: int) -> str:
+        name, factor = UTIL_METRICS[metric]
+        expr = f"{agg} by ({self.label}) ({fn}({self._sel(name)}[{window_s}s]))"
+        return expr if factor == 1.0 else f"{factor:g} * {expr}"
+
+    def windows_query(self) -> str:
+        branches: dict[str, str] = {}
+        for w in self.windows:
+            branches[mean_key(w.metric, w.window_s)] = self._util(
+                w.metric, "avg_over_time", "avg", w.window_s)
+            for span in (w.window_s, w.idle_s):
+                branches[max_key(w.metric, span)] = self._util(w.metric, "max_over_time", "max", span)
+            branches[xid_key(w.window_s)] = (
+                f"count by ({self.label}) (max_over_time({self._sel(XID)}[{w.window_s}s]) > 0)")
+        return self._union(branches)
+
+    def current_query(self) -> str:
+        last = f"[{self.stale_s}s]"
+        by = f"by ({self.label})"
+        branches = {
+            "mem_used": f"sum {by} (last_over_time({self._sel('DCGM_FI_DEV_FB_USED')}{last}))",
+            "mem_free": f"sum {by} (last_over_time({self._sel('DCGM_FI_DEV_FB_FREE')}{last}))",
+            "temp": f"max {by} (last_over_time({self._sel('DCGM_FI_DEV_GPU_TEMP')}{last}))",
+            "power": f"sum {by} (last_over_time({self._sel('DCGM_FI_DEV_POWER_USAGE')}{last}))",
+            "throttle": f"max {by} ("
+            + THERMAL_BITS_EXPR.format(v=f"last_over_time({self._sel(THROTTLE)}{last})") + ")",
+        }
+        for metric in self.metrics():
+            sel = self._sel(UTIL_METRICS[metric][0])
+            branches[gpus_key(metric)] = f"count {by} (last_over_time({sel}{last}))"
+            branches[newest_key(metric)] = (
+                f"time() - max {by} (max_over_time(timestamp({sel})"
+                f"[{self.horizon_s}s:{self.step_s}s]))")
+            branches[now_key(metric)] = f"time() - max {by} (timestamp({sel}))"
+        return self._union(branches)
+
+    def _union(self, branches: dict[str, str]) -> str:
+        return " or ".join(self._branch(k, e) for k, e in branches.items())
