@@ -1,0 +1,334 @@
+"""A real Slurm cluster (22.05: munged, slurmctld, slurmd) in one directory, on loopback.
+
+Used by tests and the sandbox. Everything lives under ``workdir``: munge key and socket,
+``slurm.conf``, ``gres.conf``, fake GPU device files (symlinks to /dev/null), state, spool
+and logs. Nothing touches /etc/slurm or system services.
+
+Two kinds of nodes (``SlurmNodeSpec.local``):
+
+* local: ``slurmd -D -N <name>`` started here, ``NodeAddr=127.0.0.1`` with its own port;
+* remote: declared in ``slurm.conf`` (``NodeAddr`` = its address, e.g. a network namespace
+  test host) and started by someone else, e.g. Ansible's ``cluster_join`` over SSH or
+  ``slurmd_argv()`` run with ``nsenter``. They need ``controller_addr`` reachable from them:
+  ``SlurmCluster(..., controller_addr="169.254.77.254")`` writes
+  ``SlurmctldHost=<this host's name>(169.254.77.254)`` (slurmctld refuses any other name);
+  put that address on ``lo`` and route it from each namespace (RECIPES.md).
+
+Slurm 22.05 only schedules nodes named in ``slurm.conf``: declare future nodes up front
+(``local=False``; they show as down/not responding until their slurmd registers, and
+``ReturnToService=2`` makes them idle when it does), or ``add_nodes()`` later, which
+rewrites the file and restarts slurmctld (state is kept in ``StateSaveLocation``;
+``scontrol reconfigure`` does not add static nodes in 22.05).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoscaler.sandbox.procs import ManagedProcess, ProcessError, free_port, wait_until
+
+
+class SlurmError(RuntimeError):
+    pass
+
+
+@dataclass
+class SlurmNodeSpec:
+    name: str
+    gpus: int = 2
+    gpu_type: str = "t4"
+    cpus: int = 2
+    memory_mb: int = 1000
+    partition: str = "gpu"
+    local: bool = True
+    addr: str = "127.0.0.1"
+    port: int = field(default_factory=free_port)
+
+    def conf_line(self) -> str:
+        gres = f" Gres=gpu:{self.gpu_type}:{self.gpus}" if self.gpus else ""
+        host = " NodeHostname=localhost" if self.local else ""
+        return (f"NodeName={self.name}{host} NodeAddr={self.addr} Port={self.port} "
+                f"CPUs={self.cpus} RealMemory={self.memory_mb}{gres} State=UNKNOWN")
+
+
+class SlurmCluster:
+    """``with SlurmCluster(tmp, [SlurmNodeSpec("gpu1"), SlurmNodeSpec("gpu2")]) as c: ...``"""
+
+    def __init__(self, workdir: Path, nodes: Sequence[SlurmNodeSpec],
+                 controller_addr: str | None = None, cluster_name: str = "sandbox"):
+        for binary in ("munged", "mungekey", "slurmctld", "slurmd", "scontrol"):
+            if shutil.which(binary) is None:
+                raise SlurmError(f"{binary} is not installed (apt-get install -y slurmctld "
+                                 "slurmd munge)")
+        self.workdir = Path(workdir).resolve()
+        self.nodes: dict[str, SlurmNodeSpec] = {n.name: n for n in nodes}
+        self.controller_addr = controller_addr
+        self.cluster_name = cluster_name
+        self.ctld_port = free_port()
+        self.slurmd_port = free_port()
+        self.conf_dir = self.workdir / "etc"
+        self.slurm_conf = self.conf_dir / "slurm.conf"
+        self.gres_conf = self.conf_dir / "gres.conf"
+        self.munge_dir = self.workdir / "munge"
+        self.munge_key = self.munge_dir / "munge.key"
+        self.munge_socket_dir = self.workdir / "munge-run"
+        self.munge_socket = self.munge_socket_dir / "munge.socket"
+        self.state_dir = self.workdir / "state"
+        self.spool_dir = self.workdir / "spool"
+        self.log_dir = self.workdir / "log"
+        self.dev_dir = self.workdir / "dev"
+        self.jobs_dir = self.workdir / "jobs"
+        self._munged: ManagedProcess | None = None
+        self._ctld: ManagedProcess | None = None
+        self._slurmd: dict[str, ManagedProcess] = {}
+
+    # ------------------------------------------------------------------ files
+
+    def env(self) -> dict[str, str]:
+        """Environment for scontrol/squeue/sinfo/sbatch against this cluster."""
+        return {"SLURM_CONF": str(self.slurm_conf)}
+
+    def controller_host(self) -> str:
+        if self.controller_addr is None:
+            return "localhost"
+        return f"{socket.gethostname()}({self.controller_addr})"
+
+    def partitions(self) -> dict[str, list[str]]:
+        parts: dict[str, list[str]] = {}
+        for spec in self.nodes.values():
+            parts.setdefault(spec.partition, []).append(spec.name)
+        return parts
+
+    def render_conf(self) -> str:
+        d = self.workdir
+        lines = [
+            f"ClusterName={self.cluster_name}",
+            f"SlurmctldHost={self.controller_host()}",
+            f"SlurmctldPort={self.ctld_port}",
+            f"SlurmdPort={self.slurmd_port}",
+            "SlurmUser=root", "SlurmdUser=root",
+            "AuthType=auth/munge", f"AuthInfo=socket={self.munge_socket}",
+            "CredType=cred/munge",
+            f"StateSaveLocation={self.state_dir}",
+            f"SlurmdSpoolDir={self.spool_dir}/%n",
+            f"SlurmctldPidFile={d}/slurmctld.pid", f"SlurmdPidFile={d}/slurmd-%n.pid",
+            f"SlurmctldLogFile={self.log_dir}/slurmctld.log",
+            f"SlurmdLogFile={self.log_dir}/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+            "GresTypes=gpu", "ReturnToService=2",
+            # Declared CPUs/memory win over the host's (many slurmd share 2 cores).
+            "SlurmdParameters=config_overrides",
+            "SchedulerType=sched/backfill", "MpiDefault=none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none", "JobCompType=jobcomp/none",
+            "SlurmctldTimeout=30", "SlurmdTimeout=60", "InactiveLimit=0", "MinJobAge=300",
+            "KillWait=5", "MessageTimeout=10", "SchedulerParameters=sched_interval=2",
+            "",
+        ]
+        lines += [spec.conf_line() for spec in self.nodes.values()]
+        for part, names in self.partitions().items():
+            default = "YES" if part == next(iter(self.partitions())) else "NO"
+            lines.append(f"PartitionName={part} Nodes={','.join(names)} Default={default} "
+                         "MaxTime=INFINITE State=UP")
+        return "\n".join(lines) + "\n"
+
+    def render_gres(self) -> str:
+        lines = ["AutoDetect=off"]
+        for spec in self.nodes.values():
+            if spec.gpus:
+                last = spec.gpus - 1
+                lines.append(f"NodeName={spec.name} Name=gpu Type={spec.gpu_type} "
+                             f"File={self.dev_dir}/{spec.name}/nvidia[0-{last}]")
+        return "\n".join(lines) + "\n"
+
+    def write_config(self) -> None:
+        for path in (self.conf_dir, self.state_dir, self.spool_dir, self.log_dir, self.jobs_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        for spec in self.nodes.values():
+            node_dev = self.dev_dir / spec.name
+            node_dev.mkdir(parents=True, exist_ok=True)
+            for i in range(spec.gpus):
+                dev = node_dev / f"nvidia{i}"
+                if not dev.is_symlink():
+                    dev.symlink_to("/dev/null")
+        self.slurm_conf.write_text(self.render_conf())
+        self.gres_conf.write_text(self.render_gres())
+
+    def _write_munge_key(self) -> None:
+        self.munge_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.munge_dir, 0o700)
+        self.munge_socket_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.munge_socket_dir, 0o711)  # munged insists
+        if not self.munge_key.exists():
+            subprocess.run(["mungekey", "-c", "-b", "1024", "-k", str(self.munge_key)],
+                           check=True, capture_output=True, timeout=30)
+        os.chmod(self.munge_key, 0o400)
+
+    # --------------------------------------------------------------- processes
+
+    def start(self, timeout: float = 60) -> SlurmCluster:
+        self.write_config()
+        self._write_munge_key()
+        self._munged = ManagedProcess("munged", [
+            "munged", "-F", "--force", f"--socket={self.munge_socket}",
+            f"--key-file={self.munge_key}", f"--pid-file={self.munge_dir}/munged.pid",
+            f"--log-file={self.log_dir}/munged.log", f"--seed-file={self.munge_dir}/munged.seed",
+        ], self.log_dir / "munged.out")
+        wait_until(self.munge_socket.exists, 15, "munged socket", proc=self._munged)
+        self._start_ctld(timeout)
+        for spec in self.nodes.values():
+            if spec.local:
+                self.start_slurmd(spec.name)
+        for spec in self.nodes.values():
+            if spec.local:
+                self.wait_node_state(spec.name, {"idle"}, timeout)
+        return self
+
+    def _start_ctld(self, timeout: float) -> None:
+        self._ctld = ManagedProcess("slurmctld", ["slurmctld", "-D", "-f", str(self.slurm_conf)],
+                                    self.log_dir / "slurmctld.out", env=self.env())
+        wait_until(lambda: self.scontrol("ping").returncode == 0
+                   and "UP" in self.scontrol("ping").stdout,
+                   timeout, "slurmctld answering ping", proc=self._ctld, interval=0.5)
+
+    def slurmd_argv(self, name: str) -> list[str]:
+        """How to start ``name``'s slurmd (with ``SLURM_CONF=<slurm_conf>`` in its env)."""
+        return ["slurmd", "-D", "-N", name, "-f", str(self.slurm_conf)]
+
+    def start_slurmd(self, name: str) -> None:
+        if name in self._slurmd and self._slurmd[name].alive():
+            return
+        self._slurmd[name] = ManagedProcess(f"slurmd-{name}", self.slurmd_argv(name),
+                                            self.log_dir / f"slurmd-{name}.out", env=self.env())
+
+    def stop_slurmd(self, name: str) -> None:
+        proc = self._slurmd.pop(name, None)
+        if proc is not None:
+            proc.stop()
+
+    def add_nodes(self, specs: Iterable[SlurmNodeSpec], timeout: float = 60) -> None:
+        """Declare more nodes: rewrite slurm.conf, restart slurmctld, start local slurmd."""
+        new = [s for s in specs if s.name not in self.nodes]
+        for spec in new:
+            self.nodes[spec.name] = spec
+        self.write_config()
+        if self._ctld is not None:
+            self._ctld.stop()
+            self._start_ctld(timeout)
+        for name in list(self._slurmd):  # running slurmd re-read the file on restart only
+            self.scontrol("reconfigure")
+            break
+        for spec in new:
+            if spec.local:
+                self.start_slurmd(spec.name)
+        for spec in new:
+            if spec.local:
+                self.wait_node_state(spec.name, {"idle"}, timeout)
+
+    def stop(self) -> None:
+        for name in list(self._slurmd):
+            self.stop_slurmd(name)
+        for proc in (self._ctld, self._munged):
+            if proc is not None:
+                proc.stop()
+        self._ctld = self._munged = None
+
+    def __enter__(self) -> SlurmCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- commands
+
+    def run(self, argv: Sequence[str], timeout: float = 30,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                                env={**os.environ, **self.env()}, check=False)
+        if check and result.returncode != 0:
+            raise SlurmError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+        return result
+
+    def scontrol(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run(["scontrol", *args])
+
+    def submit(self, command: str = "sleep 300", gpus: int = 1, gpu_type: str | None = None,
+               partition: str | None = None, nodelist: str | None = None,
+               name: str = "sandbox-job", extra: Sequence[str] = ()) -> str:
+        """``sbatch --wrap`` a job; returns its id."""
+        gres = f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
+        argv = ["sbatch", "--parsable", f"--job-name={name}", f"--chdir={self.jobs_dir}",
+                f"--output={self.jobs_dir}/%j.out", "--ntasks=1", "--cpus-per-task=1",
+                "--mem=100"]
+        if gpus:
+            argv.append(f"--gres={gres}")
+        if partition:
+            argv.append(f"--partition={partition}")
+        if nodelist:
+            argv.append(f"--nodelist={nodelist}")
+        argv += [*extra, "--wrap", command]
+        out = self.run(argv, check=True).stdout.strip()
+        return out.split(";", 1)[0]
+
+    def node_state(self, name: str) -> str:
+        """Lower-case base state with flags, e.g. ``idle``, ``mixed``, ``idle+drain``."""
+        out = self.scontrol("show", "node", name).stdout
+        match = re.search(r"State=(\S+)", out)
+        return match.group(1).lower() if match else "unknown"
+
+    def wait_node_state(self, name: str, states: set[str], timeout: float = 60) -> str:
+        """Until the node's state (``scontrol`` spelling, lower case) is one of ``states``."""
+        seen: list[str] = []
+
+        def ok() -> bool:
+            seen.append(self.node_state(name))
+            return seen[-1] in states
+
+        try:
+            wait_until(ok, timeout, f"node {name} in {sorted(states)}", interval=0.5)
+        except ProcessError as exc:
+            tail = self.log_tail()
+            raise SlurmError(f"{exc} (last state {seen[-1] if seen else '?'})\n{tail}") from None
+        return seen[-1]
+
+    def job_state(self, job_id: str) -> str:
+        out = self.scontrol("show", "job", job_id).stdout
+        match = re.search(r"JobState=(\S+)", out)
+        return match.group(1) if match else "UNKNOWN"
+
+    def wait_job_state(self, job_id: str, states: set[str], timeout: float = 60) -> None:
+        wait_until(lambda: self.job_state(job_id) in states, timeout,
+                   f"job {job_id} in {sorted(states)}", interval=0.5)
+
+    def drain(self, name: str, reason: str = "sandbox") -> None:
+        self.run(["scontrol", "update", f"nodename={name}", "state=DRAIN", f"reason={reason}"],
+                 check=True)
+
+    def resume(self, name: str) -> None:
+        self.run(["scontrol", "update", f"nodename={name}", "state=RESUME"], check=True)
+
+    def log_tail(self, lines: int = 15) -> str:
+        path = self.log_dir / "slurmctld.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        for spec in self.nodes.values():
+            if spec.local:
+                self.wait_node_state(spec.name, {"idle"}, max(1.0, deadline - time.monotonic()))

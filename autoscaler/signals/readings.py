@@ -1,0 +1,60 @@
+"""What each source returns to the snapshot builder, and how demand finds its pool."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from autoscaler.catalog import Catalog, CatalogError
+from autoscaler.engine.snapshot import PendingJob, SchedulerNode
+from autoscaler.policy.models import Pool, TeamPolicy, pool_key
+
+
+@dataclass(frozen=True)
+class SchedulerReading:
+    """Slurm or Kubernetes view: node states and running jobs, pending demand per pool."""
+
+    nodes: dict[str, SchedulerNode] = field(default_factory=dict)
+    pending: dict[str, list[PendingJob]] = field(default_factory=dict)  # pool key -> jobs
+    unattributed: list[PendingJob] = field(default_factory=list)  # no pool matches them
+    error: str | None = None  # the whole source failed this tick
+    source: str = ""  # "squeue --json", "squeue -o", "kubernetes api"
+
+
+@dataclass(frozen=True)
+class PoolRef:
+    key: str
+    team: str
+    pool: Pool
+    gpu_models: frozenset[str]
+
+
+def pools_in_priority_order(policies: Mapping[str, TeamPolicy], catalog: Catalog,
+                            kind: str) -> list[PoolRef]:
+    """Pools of ``cluster.kind == kind``: high priority first, then team name, file order."""
+    out: list[PoolRef] = []
+    for policy in sorted(policies.values(), key=lambda p: (p.priority.rank, p.team)):
+        for pool in policy.pools:
+            if pool.cluster.kind != kind:
+                continue
+            models = set()
+            for name in pool.instance_types:
+                try:
+                    models.add(catalog.get(pool.cloud.value, name).gpu_model)
+                except CatalogError:
+                    continue  # the policy loader reports unknown types
+            out.append(PoolRef(pool_key(policy.team, pool.name), policy.team, pool,
+                               frozenset(models)))
+    return out
+
+
+def first_fitting(candidates: list[PoolRef], gpu_model: str | None) -> PoolRef | None:
+    """The first pool whose GPU model fits the job; the first pool if none does (so the
+    engine can report the job it cannot place), None if there are no candidates."""
+    if not candidates:
+        return None
+    if gpu_model:
+        for ref in candidates:
+            if gpu_model in ref.gpu_models:
+                return ref
+    return candidates[0]

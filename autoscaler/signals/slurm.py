@@ -1,0 +1,239 @@
+"""Slurm demand and node state: ``squeue --json`` and ``sinfo --json``, or formatted output.
+
+Pending GPU jobs become ``PendingJob`` (GPUs per node from the gres request, GPU model from
+the gres type: ``gpu:t4:2`` -> 2 x T4) and are attributed to a pool by partition: the
+first pool (high priority first) with ``cluster: {kind: slurm, partition: P}`` whose GPU
+model fits. Running jobs are listed per node. Slurm node names are fleet node names.
+Each command has a timeout; any failure makes the whole source missing for this tick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from autoscaler.engine.snapshot import PendingJob, RunningJob, SchedulerNode
+from autoscaler.signals.config import SlurmConfig
+from autoscaler.signals.readings import PoolRef, SchedulerReading, first_fitting
+from autoscaler.signals.slurm_parse import (
+    array_tasks,
+    epoch,
+    expand_hostlist,
+    gpu_count,
+    gpu_model,
+    gpu_type,
+    node_state,
+)
+
+Runner = Callable[[Sequence[str], float, Mapping[str, str]], str]
+RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"}
+# Fallback formats (names last: they may contain the separator).
+SQUEUE_FORMAT = "%i|%P|%T|%r|%b|%D|%V|%S|%N|%j"
+SQUEUE_STATES = "PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
+SINFO_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Partition:"
+
+
+class SlurmCommandError(RuntimeError):
+    pass
+
+
+def run_command(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> str:
+    try:
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                                env={**os.environ, **env}, check=False)
+    except FileNotFoundError:
+        raise SlurmCommandError(f"{argv[0]} not found") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmCommandError(f"{' '.join(argv[-2:])} timed out after {timeout:g}s") from None
+    if result.returncode != 0:
+        err = (result.stderr or result.stdout).strip().splitlines()
+        raise SlurmCommandError(f"{' '.join(argv)} failed ({result.returncode}): "
+                                f"{err[-1] if err else 'no output'}")
+    return result.stdout
+
+
+@dataclass
+class SlurmJob:
+    id: str
+    state: str
+    partition: str = ""
+    reason: str = ""
+    name: str = ""
+    gpus_per_node: float = 0
+    gpu_type: str | None = None
+    node_count: int = 1
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    nodes: list[str] = field(default_factory=list)
+    node_gpus: list[float] = field(default_factory=list)  # per entry of nodes, when known
+    array: list[str] = field(default_factory=list)  # pending array task ids
+
+
+@dataclass
+class SlurmNode:
+    name: str
+    state: str | list[str]
+    flags: list[str] = field(default_factory=list)
+    gres: str = ""
+    gres_used: str | None = None
+
+
+def _gpus_per_node(job: Mapping[str, Any]) -> tuple[float, str | None]:
+    per_node = job.get("tres_per_node") or ""
+    if gpu_count(per_node):
+        return gpu_count(per_node), gpu_type(per_node)
+    nodes = max(1, _int(job.get("node_count"), 1))
+    per_job = job.get("tres_per_job") or ""
+    if gpu_count(per_job):
+        return gpu_count(per_job) / nodes, gpu_type(per_job)
+    per_task = job.get("tres_per_task") or ""
+    tasks = max(1, _int(job.get("tasks"), 1))
+    return gpu_count(per_task) * tasks / nodes, gpu_type(per_task)
+
+
+def _int(value: Any, default: int) -> int:
+    if isinstance(value, dict):
+        value = value.get("number")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _array_task(job: Mapping[str, Any]) -> int | None:
+    task = job.get("array_task_id")
+    if isinstance(task, dict):  # 23.02+: {"set": bool, "number": N}
+        task = task.get("number") if task.get("set") else None
+    return task if isinstance(task, int) else None
+
+
+def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
+    out = []
+    for job in doc.get("jobs", []):
+        state = job.get("job_state")
+        state = (state[0] if state else "") if isinstance(state, list) else str(state or "")
+        gpus, gtype = _gpus_per_node(job)
+        nodes = expand_hostlist(job.get("nodes"))
+        detail = job.get("gres_detail") or []
+        task = _array_task(job)
+        jid = str(job.get("job_id"))
+        if task is not None:
+            jid = f"{_int(job.get('array_job_id'), 0)}_{task}"
+        out.append(SlurmJob(
+            id=jid, state=state.upper(), partition=str(job.get("partition") or ""),
+            reason=str(job.get("state_reason") or ""), name=str(job.get("name") or ""),
+            gpus_per_node=gpus, gpu_type=gtype, node_count=max(1, _int(job.get("node_count"), 1)),
+            submitted_at=epoch(job.get("submit_time")), started_at=epoch(job.get("start_time")),
+            nodes=nodes, node_gpus=[gpu_count(d) for d in detail] if len(detail) == len(nodes) else [],
+            array=array_tasks(job.get("array_task_string")) if state.upper() == "PENDING" else [],
+        ))
+    return out
+
+
+def nodes_from_json(doc: Mapping[str, Any]) -> list[SlurmNode]:
+    return [SlurmNode(name=n["name"], state=n.get("state") or "unknown",
+                      flags=list(n.get("state_flags") or []), gres=n.get("gres") or "",
+                      gres_used=n.get("gres_used"))
+            for n in doc.get("nodes", [])]
+
+
+def jobs_from_text(text: str) -> list[SlurmJob]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split("|", 9)
+        if len(parts) < 10:
+            continue
+        jid, part, state, reason, tres, count, submit, start, nodelist, name = parts
+        array: list[str] = []
+        if "_[" in jid:  # a pending array: 123_[1-10%2]
+            jid, _, spec = jid.partition("_[")
+            array = array_tasks(spec.rstrip("]"))
+        out.append(SlurmJob(
+            id=jid, state=state.upper(), partition=part, reason=reason, name=name,
+            gpus_per_node=gpu_count(tres), gpu_type=gpu_type(tres),
+            node_count=max(1, _int(count, 1)), submitted_at=epoch(submit),
+            started_at=epoch(start), nodes=expand_hostlist(nodelist), array=array,
+        ))
+    return out
+
+
+def nodes_from_text(text: str) -> list[SlurmNode]:
+    out: dict[str, SlurmNode] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 5 or parts[0] in out:
+            continue  # a node in two partitions is listed twice
+        out[parts[0]] = SlurmNode(parts[0], parts[1], gres=parts[2], gres_used=parts[3])
+    return list(out.values())
+
+
+def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[PoolRef],
+             source: str) -> SchedulerReading:
+    by_partition: dict[str, list[PoolRef]] = {}
+    for ref in refs:
+        by_partition.setdefault(ref.pool.cluster.partition, []).append(ref)
+    pending: dict[str, list[PendingJob]] = {ref.key: [] for ref in refs}
+    unattributed: list[PendingJob] = []
+    running: dict[str, list[RunningJob]] = {}
+    for job in jobs:
+        if job.state == "PENDING" and job.gpus_per_node > 0:
+            candidates = [r for p in job.partition.split(",") for r in by_partition.get(p, [])]
+            model = gpu_model(job.gpu_type)
+            ref = first_fitting(sorted(candidates, key=refs.index), model)
+            for jid in ([f"{job.id}_{t}" for t in job.array] or [job.id]):
+                pj = PendingJob(id=jid, gpus=job.gpus_per_node, nodes=job.node_count,
+                                reason=job.reason or "Unknown", submitted_at=job.submitted_at,
+                                gpu_model=model)
+                (pending[ref.key] if ref else unattributed).append(pj)
+        elif job.state in RUNNING_STATES:
+            for i, node in enumerate(job.nodes):
+                gpus = job.node_gpus[i] if job.node_gpus else job.gpus_per_node
+                running.setdefault(node, []).append(
+                    RunningJob(id=job.id, gpus=gpus, started_at=job.started_at, name=job.name))
+    sched: dict[str, SchedulerNode] = {}
+    for node in nodes:
+        state, ready, cordoned = node_state(node.state, node.flags)
+        jobs_here = running.get(node.name, [])
+        allocated = (gpu_count(node.gres_used) if node.gres_used is not None
+                     else sum(j.gpus for j in jobs_here))
+        sched[node.name] = SchedulerNode(state=state, gpus_total=gpu_count(node.gres),
+                                         gpus_allocated=allocated, jobs=jobs_here,
+                                         cordoned=cordoned, ready=ready)
+    return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed, source=source)
+
+
+class SlurmReader:
+    def __init__(self, config: SlurmConfig, runner: Runner = run_command):
+        self.config = config
+        self._run = runner
+
+    def _cmd(self, name: str, *args: str) -> str:
+        return self._run([*self.config.command(name), *args],
+                         self.config.timeout.total_seconds(), self.config.env)
+
+    def read(self, refs: list[PoolRef]) -> SchedulerReading:
+        json_error = None
+        if self.config.use_json:
+            try:
+                jobs = jobs_from_json(json.loads(self._cmd("squeue", "--json")))
+                nodes = nodes_from_json(json.loads(self._cmd("sinfo", "--json")))
+                return assemble(jobs, nodes, refs, "squeue/sinfo --json")
+            except SlurmCommandError as exc:
+                if "timed out" in str(exc) or "not found" in str(exc):
+                    return SchedulerReading(error=f"slurm: {exc}", source="json")
+                json_error = str(exc)
+            except (ValueError, KeyError, TypeError) as exc:
+                json_error = f"unreadable JSON ({type(exc).__name__})"
+        try:
+            jobs = jobs_from_text(self._cmd("squeue", "-h", "-t", SQUEUE_STATES,
+                                            "-o", SQUEUE_FORMAT))
+            nodes = nodes_from_text(self._cmd("sinfo", "-h", "-N", "-O", SINFO_FIELDS))
+        except SlurmCommandError as exc:
+            why = f"slurm: {exc}" + (f" (after --json: {json_error})" if json_error else "")
+            return SchedulerReading(error=why, source="text")
+        return assemble(jobs, nodes, refs, "squeue/sinfo formatted")

@@ -1,0 +1,196 @@
+"""Pure parsing of Slurm output: gres/TRES strings, host lists, node states, times.
+
+Spellings differ between Slurm versions and commands; all of these are accepted:
+``gpu:2``, ``gpu:t4:2``, ``gres:gpu:t4:2`` (22.05 ``tres_per_node``), ``gres/gpu:t4=2``
+(23.02+), ``gpu:t4:1(IDX:0)`` (``gres_used``/``gres_detail``), ``gpu:2(S:0-1)``, and comma
+lists mixing other gres (``gpu:2,shard:4``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+# Slurm GPU type names -> the catalog's GPU model names.
+GPU_MODELS = {"t4": "T4", "v100": "V100", "a10g": "A10G", "a10": "A10", "a100": "A100",
+              "h100": "H100", "l4": "L4", "p100": "P100", "k80": "K80"}
+_NONE = {"", "(null)", "n/a", "none"}
+
+
+@dataclass(frozen=True)
+class Gres:
+    name: str
+    type: str | None
+    count: float
+
+
+def _split_top(spec: str) -> list[str]:
+    """Split on commas that are not inside parentheses (``gpu:2(IDX:0,2)``)."""
+    parts, depth, cur = [], 0, []
+    for ch in spec:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_gres(spec: str | None) -> list[Gres]:
+    if spec is None or spec.strip().lower() in _NONE:
+        return []
+    out = []
+    for item in _split_top(spec):
+        item = re.sub(r"\(.*\)$", "", item)  # (IDX:0-1), (S:0)
+        item = item.removeprefix("gres:").removeprefix("gres/")
+        if "=" in item:  # gres/gpu:t4=2
+            name_type, _, count = item.partition("=")
+            parts = [*name_type.split(":"), count]
+        else:
+            parts = item.split(":")
+        if parts and _is_number(parts[-1]):
+            count = float(parts[-1])
+            parts = parts[:-1]
+        else:
+            count = 1.0  # "gpu" alone means one
+        if not parts or not parts[0]:
+            continue
+        out.append(Gres(parts[0], parts[1] if len(parts) > 1 and parts[1] else None, count))
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def gpu_count(spec: str | None) -> float:
+    return sum(g.count for g in parse_gres(spec) if g.name == "gpu")
+
+
+def gpu_type(spec: str | None) -> str | None:
+    for g in parse_gres(spec):
+        if g.name == "gpu" and g.type:
+            return g.type
+    return None
+
+
+def gpu_model(slurm_type: str | None) -> str | None:
+    if not slurm_type:
+        return None
+    return GPU_MODELS.get(slurm_type.lower(), slurm_type.upper())
+
+
+def expand_hostlist(hostlist: str | None) -> list[str]:
+    """``gpu[1-3,07],cpu5`` -> ``gpu1 gpu2 gpu3 gpu07 cpu5`` (zero padding kept)."""
+    if not hostlist or hostlist.strip().lower() in _NONE:
+        return []
+    out: list[str] = []
+    for item in _split_brackets(hostlist):
+        match = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", item)
+        if match is None:
+            out.append(item)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{prefix}{i:0{width}d}{suffix}")
+    return out
+
+
+def _split_brackets(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def node_state(state: str | list[str] | None, flags: list[str] | None = None) -> tuple[str, bool, bool]:
+    """(idle|mixed|allocated|draining|drained|down|unknown, ready, cordoned).
+
+    ``state`` is 22.05's ``"mixed"`` + ``state_flags``, 23.02+'s ``["MIXED", "DRAIN"]``, or
+    ``sinfo``'s long text (``draining``, ``idle*``, ``down~``, ``allocated+``).
+    """
+    if isinstance(state, list):
+        base, extra = (state[0] if state else "unknown"), [s.upper() for s in state[1:]]
+    else:
+        text = (state or "unknown").strip().lower()
+        suffix = re.search(r"[*~#!%$@^\-+]+$", text)
+        base, extra = re.sub(r"[*~#!%$@^\-+]+$", "", text), []
+        if suffix and "*" in suffix.group(0):
+            extra.append("NOT_RESPONDING")
+    flags = [f.upper() for f in (flags or [])] + extra
+    base = base.lower()
+    drain = "DRAIN" in flags or base in ("draining", "drained", "drain")
+    not_responding = "NOT_RESPONDING" in flags
+    if base in ("down", "fail", "failing", "error", "future", "unknown") or not_responding:
+        name = "down" if base != "unknown" or not_responding else "unknown"
+        return name, False, drain
+    if base in ("draining", "drained"):
+        return base, True, True
+    if drain:
+        busy = base in ("mixed", "allocated", "completing")
+        return ("draining" if busy else "drained"), True, True
+    if base == "completing":
+        base = "mixed"
+    if base not in ("idle", "mixed", "allocated"):
+        return "unknown", False, False
+    return base, True, False
+
+
+def epoch(value: Any) -> datetime | None:
+    """22.05 ints, 23.02+ ``{"set": true, "number": N}``, or sinfo/squeue local ISO text."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC) if value > 0 else None
+    if isinstance(value, str) and value.strip() and value.strip().upper() not in ("N/A", "NONE",
+                                                                                  "UNKNOWN"):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+        # Slurm prints the controller's local time without a zone.
+        return parsed.astimezone(UTC) if parsed.tzinfo is None else parsed
+    return None
+
+
+def array_tasks(spec: str | None, limit: int = 1000) -> list[str]:
+    """Task ids of a pending array (``1-10%2``, ``1,3,5-7``); at most ``limit``."""
+    if not spec:
+        return []
+    out: list[str] = []
+    for part in spec.split("%", 1)[0].split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit():
+            continue
+        step = 1
+        if ":" in hi:
+            hi, _, s = hi.partition(":")
+            step = int(s) if s.isdigit() else 1
+        for i in range(int(lo), int(hi or lo) + 1, step):
+            out.append(str(i))
+            if len(out) >= limit:
+                return out
+    return out
