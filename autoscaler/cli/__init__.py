@@ -25,6 +25,7 @@ app = typer.Typer(
 COMMANDS = [
     "autoscaler.cli.policy",
     "autoscaler.cli.plan",
+    "autoscaler.cli.prices",
 ]
 
 for _name in COMMANDS:

@@ -1,0 +1,110 @@
+"""``gpu-autoscaler prices``: what the market says now, per instance type and zone."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from autoscaler.catalog import Catalog
+from autoscaler.cli.common import PricesOption, catalog_from, console, fail
+from autoscaler.clouds import CloudAuthError, CloudError, CloudUnreachableError, connect
+from autoscaler.engine.snapshot import Offering
+from autoscaler.policy.models import Cloud
+from autoscaler.signals.prices import RegionWant, region_offerings
+
+
+@dataclass(frozen=True)
+class PriceRow:
+    instance_type: str
+    zone: str
+    gpus: int | None
+    on_demand_usd: float | None
+    spot_usd: float | None
+    spot_usd_per_gpu: float | None
+    discount: float | None  # 0.7 = spot is 70% below on-demand
+    in_stock: bool | None
+
+
+def price_rows(offerings: list[Offering], catalog: Catalog) -> list[PriceRow]:
+    """One row per (type, zone); the "any zone" summary only for types with no zone data."""
+    zoned = {o.instance_type for o in offerings if o.zone is not None}
+    rows = []
+    for off in offerings:
+        if off.zone is None and off.instance_type in zoned:
+            continue
+        key = (off.cloud, off.instance_type)
+        gpus = catalog.get(*key).gpus if key in catalog else None
+        od, spot = off.on_demand_usd, off.spot_usd
+        rows.append(PriceRow(
+            instance_type=off.instance_type, zone=off.zone or "any", gpus=gpus,
+            on_demand_usd=od, spot_usd=spot,
+            spot_usd_per_gpu=round(spot / gpus, 4) if spot is not None and gpus else None,
+            discount=round(1 - spot / od, 4) if spot is not None and od else None,
+            in_stock=off.in_stock))
+    return sorted(rows, key=lambda r: (r.instance_type, r.zone))
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:.4f}"
+
+
+def prices_table(rows: list[PriceRow], title: str) -> Table:
+    table = Table(title=title)
+    for name in ("type", "zone", "on-demand $/h", "spot $/h", "$/GPU-h (spot)", "discount",
+                 "stock"):
+        left = name in ("type", "zone")
+        table.add_column(name, justify="left" if left else "right", overflow="fold")
+    stock = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]?[/]"}
+    for r in rows:
+        table.add_row(r.instance_type, r.zone, _usd(r.on_demand_usd), _usd(r.spot_usd),
+                      _usd(r.spot_usd_per_gpu),
+                      "-" if r.discount is None else f"{r.discount:.0%}", stock[r.in_stock])
+    return table
+
+
+def prices(
+    cloud: Annotated[Cloud, typer.Option("--cloud", help="aws | alicloud")],
+    region: Annotated[str, typer.Option("--region", help="e.g. us-east-1, cn-hangzhou")],
+    types: Annotated[str, typer.Option("--types", help="Comma-separated instance types.")],
+    zones: Annotated[str | None, typer.Option("--zones", help="Only these zones (comma-separated).")] = None,
+    endpoint: Annotated[str | None, typer.Option(
+        "--endpoint", help="API endpoint URL (moto, the fake ECS server, a private endpoint).")] = None,
+    prices_file: PricesOption = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print rows as JSON.")] = False,
+) -> None:
+    """Show on-demand and spot prices, $/GPU-h and stock per zone, straight from the cloud.
+
+    Credentials come from the environment: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile or instance role); ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET.
+
+    AWS on-demand prices come from the catalog or --prices; Alibaba's from DescribePrice.
+    """  # noqa: E501 (typer keeps docstring line breaks in --help)
+    names = tuple(sorted({t.strip() for t in types.split(",") if t.strip()}))
+    if not names:
+        fail("--types needs at least one instance type")
+    zone_list = tuple(sorted({z.strip() for z in zones.split(",") if z.strip()})) if zones else None
+    catalog = catalog_from(prices_file)
+    want = RegionWant(cloud.value, region, names, zone_list)
+    try:
+        market = connect(cloud.value, region, endpoint=endpoint, catalog=catalog)
+        offerings, _ = region_offerings(market, want, strict=True)
+    except CloudAuthError as exc:
+        fail(f"credentials: {exc}")
+    except CloudUnreachableError as exc:
+        fail(f"endpoint unreachable: {exc}")
+    except CloudError as exc:
+        fail(str(exc))
+    if zone_list is not None:
+        offerings = [o for o in offerings if o.zone is None or o.zone in zone_list]
+    rows = price_rows(offerings, catalog)
+    if json_out:
+        typer.echo(json.dumps([asdict(r) for r in rows], indent=2))
+        return
+    console.print(prices_table(rows, f"{cloud.value} {region} prices"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("prices")(prices)

@@ -1,0 +1,251 @@
+"""AWS market data and instance truth through boto3 (read-only).
+
+Credentials come only from boto3's standard chain (environment, profile, instance role)
+and are never logged. ``endpoint_url`` points every client at another endpoint (moto in
+tests and the sandbox). Spot prices and offerings are cached with a TTL: they change
+over minutes, and a tick every few seconds must not turn into an API call every few
+seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import botocore.exceptions as bex
+from botocore.config import Config
+
+from autoscaler.catalog import Catalog, default_catalog
+from autoscaler.clouds.aws_events import SqsInterruptionQueue
+from autoscaler.clouds.base import (
+    LIVE_STATES,
+    MANAGED_TAGS,
+    Clock,
+    CloudApiError,
+    CloudAuthError,
+    CloudError,
+    CloudInstance,
+    CloudUnreachableError,
+    InstanceState,
+    Interruption,
+    SpotPrice,
+    TtlCache,
+    ZoneOffering,
+    utc_now,
+)
+from autoscaler.policy.models import Market
+
+log = logging.getLogger(__name__)
+
+CREDENTIALS_HINT = (
+    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or run with an "
+    "instance role)"
+)
+_AUTH_CODES = {
+    "AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
+    "ExpiredToken", "AccessDenied", "AccessDeniedException", "InvalidAccessKeyId",
+}
+_UNREACHABLE = (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError,
+                bex.ConnectionClosedError)
+
+
+@dataclass(frozen=True)
+class AwsSettings:
+    endpoint_url: str | None = None
+    queue_url: str | None = None  # SQS queue the EventBridge interruption rules feed
+    spot_ttl: timedelta = timedelta(minutes=5)
+    offerings_ttl: timedelta = timedelta(minutes=30)
+    spot_lookback: timedelta = timedelta(hours=3)
+    product_descriptions: tuple[str, ...] = ("Linux/UNIX",)
+    spot_page_size: int = 1000
+    instances_page_size: int = 1000
+    connect_timeout: float = 3
+    read_timeout: float = 10
+    max_attempts: int = 2
+    sqs_wait_seconds: int = 1
+
+
+@contextlib.contextmanager
+def aws_errors(what: str, endpoint: str | None) -> Iterator[None]:
+    """Turn botocore's many exceptions into the few the callers handle."""
+    try:
+        yield
+    except (bex.NoCredentialsError, bex.PartialCredentialsError):
+        raise CloudAuthError(f"{what}: no AWS credentials: {CREDENTIALS_HINT}") from None
+    except bex.ClientError as exc:
+        err = exc.response.get("Error", {})
+        code, message = str(err.get("Code", "?")), str(err.get("Message", ""))
+        if code in _AUTH_CODES:
+            raise CloudAuthError(f"{what}: AWS rejected the credentials ({code}): "
+                                 f"{CREDENTIALS_HINT}") from None
+        raise CloudApiError(code, f"{what}: {message}") from None
+    except _UNREACHABLE as exc:
+        where = endpoint or "the AWS endpoint"
+        raise CloudUnreachableError(f"{what}: cannot reach {where}: {exc}") from None
+    except bex.BotoCoreError as exc:
+        raise CloudError(f"{what}: {exc}") from None
+
+
+class AwsCloud:
+    """:class:`autoscaler.clouds.base.CloudMarket` for one AWS region."""
+
+    cloud = "aws"
+
+    def __init__(self, region: str, *, settings: AwsSettings | None = None,
+                 catalog: Catalog | None = None, clock: Clock = utc_now,
+                 session: boto3.Session | None = None):
+        self.region = region
+        self.settings = settings or AwsSettings()
+        self.catalog = catalog or default_catalog()
+        self.clock = clock
+        self._session = session or boto3.Session(region_name=region)
+        self._clients: dict[str, Any] = {}
+        self._spot: TtlCache[str, list[SpotPrice]] = TtlCache(self.settings.spot_ttl, clock)
+        self._offered: TtlCache[str, frozenset[str]] = TtlCache(self.settings.offerings_ttl, clock)
+        self._zones: TtlCache[str, list[str]] = TtlCache(self.settings.offerings_ttl, clock)
+        self.api_calls: dict[str, int] = {}  # per operation, for status and tests
+
+    # -- plumbing ---------------------------------------------------------------
+    def _client(self, service: str) -> Any:
+        if service not in self._clients:
+            if self._session.get_credentials() is None:
+                raise CloudAuthError(f"no AWS credentials found: {CREDENTIALS_HINT}")
+            s = self.settings
+            config = Config(connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+                            retries={"max_attempts": s.max_attempts, "mode": "standard"})
+            self._clients[service] = self._session.client(
+                service, region_name=self.region, endpoint_url=s.endpoint_url, config=config)
+        return self._clients[service]
+
+    def _pages(self, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        paginator = self._client("ec2").get_paginator(operation)
+        with aws_errors(f"ec2 {operation} in {self.region}", self.settings.endpoint_url):
+            for page in paginator.paginate(**kwargs):
+                self.api_calls[operation] = self.api_calls.get(operation, 0) + 1
+                yield page
+
+    # -- prices -----------------------------------------------------------------
+    def on_demand_prices(self, types: Iterable[str]) -> dict[str, float]:
+        """From the catalog (with the operator's price file applied); unknown types left out."""
+        out = {}
+        for name in types:
+            if ("aws", name) in self.catalog:
+                price = self.catalog.get("aws", name).on_demand_usd
+                if price is not None:
+                    out[name] = price
+        return out
+
+    def spot_price_history(self, types: Iterable[str],
+                           zones: Iterable[str] | None = None) -> list[SpotPrice]:
+        wanted = sorted(set(types))
+        stale = self._spot.missing(wanted)
+        if stale:
+            fetched = self._fetch_spot(stale)
+            for name in stale:
+                self._spot.put(name, [p for p in fetched if p.instance_type == name])
+        zone_set = set(zones) if zones is not None else None
+        return [p for name in wanted for p in self._spot.get(name) or []
+                if zone_set is None or p.zone in zone_set]
+
+    def _fetch_spot(self, types: list[str]) -> list[SpotPrice]:
+        s = self.settings
+        out = []
+        for page in self._pages(
+                "describe_spot_price_history", InstanceTypes=types,
+                ProductDescriptions=list(s.product_descriptions),
+                StartTime=self.clock() - s.spot_lookback,
+                PaginationConfig={"PageSize": s.spot_page_size}):
+            for row in page.get("SpotPriceHistory", []):
+                out.append(SpotPrice(instance_type=row["InstanceType"],
+                                     zone=row["AvailabilityZone"],
+                                     usd_per_hour=float(row["SpotPrice"]), at=row["Timestamp"]))
+        log.info("aws %s: read %d spot price rows for %d types", self.region, len(out), len(types))
+        return out
+
+    # -- offerings ----------------------------------------------------------------
+    def zones(self) -> list[str]:
+        cached = self._zones.get(self.region)
+        if cached is not None:
+            return cached
+        with aws_errors(f"ec2 describe_availability_zones in {self.region}",
+                        self.settings.endpoint_url):
+            resp = self._client("ec2").describe_availability_zones()
+        self.api_calls["describe_availability_zones"] = (
+            self.api_calls.get("describe_availability_zones", 0) + 1)
+        found = sorted(z["ZoneName"] for z in resp.get("AvailabilityZones", [])
+                       if z.get("State", "available") == "available")
+        self._zones.put(self.region, found)
+        return found
+
+    def offerings(self, types: Iterable[str]) -> list[ZoneOffering]:
+        """Per zone of the region: is the type offered there (AWS has no stock signal)."""
+        wanted = sorted(set(types))
+        stale = self._offered.missing(wanted)
+        if stale:
+            where: dict[str, set[str]] = {name: set() for name in stale}
+            for page in self._pages(
+                    "describe_instance_type_offerings", LocationType="availability-zone",
+                    Filters=[{"Name": "instance-type", "Values": stale}]):
+                for row in page.get("InstanceTypeOfferings", []):
+                    where.setdefault(row["InstanceType"], set()).add(row["Location"])
+            for name in stale:
+                self._offered.put(name, frozenset(where[name]))
+        zones = self.zones()
+        out = []
+        for name in wanted:
+            offered = self._offered.get(name) or frozenset()
+            for zone in sorted(set(zones) | offered):
+                ok = zone in offered
+                out.append(ZoneOffering(name, zone, ok, "offered" if ok else "not-offered"))
+        return out
+
+    # -- instance truth -----------------------------------------------------------
+    def managed_instances(self, tags: Mapping[str, str] | None = None,
+                          states: Iterable[InstanceState] | None = None) -> list[CloudInstance]:
+        """Every instance with our tags in ``states`` (default: all but terminated)."""
+        filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in (tags or MANAGED_TAGS).items()]
+        wanted = sorted(str(s) for s in (states if states is not None else LIVE_STATES))
+        filters.append({"Name": "instance-state-name", "Values": wanted})
+        out = []
+        for page in self._pages("describe_instances", Filters=filters,
+                                PaginationConfig={"PageSize": self.settings.instances_page_size}):
+            for reservation in page.get("Reservations", []):
+                out += [_instance(raw) for raw in reservation.get("Instances", [])]
+        # The filter is applied by the API; checking again keeps a lax endpoint honest.
+        return sorted((i for i in out if i.state in wanted), key=lambda i: i.instance_id)
+
+    # -- interruptions ------------------------------------------------------------
+    def interruption_queue(self) -> SqsInterruptionQueue | None:
+        if not self.settings.queue_url:
+            return None
+        return SqsInterruptionQueue(self._client("sqs"), self.settings.queue_url,
+                                    wait_seconds=self.settings.sqs_wait_seconds)
+
+    def interruptions(self) -> list[Interruption]:
+        """Notices from the SQS queue, deleted once read (empty if no queue is configured)."""
+        queue = self.interruption_queue()
+        if queue is None:
+            return []
+        with aws_errors(f"sqs receive from {self.settings.queue_url}", self.settings.endpoint_url):
+            return queue.drain()
+
+
+def _instance(raw: dict[str, Any]) -> CloudInstance:
+    tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+    state = raw.get("State", {}).get("Name", "pending")
+    return CloudInstance(
+        instance_id=raw["InstanceId"],
+        node=tags.get("node"), team=tags.get("team"), pool=tags.get("pool"),
+        instance_type=raw.get("InstanceType", ""),
+        zone=raw.get("Placement", {}).get("AvailabilityZone"),
+        market=Market.SPOT if raw.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND,
+        state=InstanceState(state),
+        private_ip=raw.get("PrivateIpAddress"),
+        launched_at=raw.get("LaunchTime"),
+        tags=tags,
+    )

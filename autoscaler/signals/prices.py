@@ -1,0 +1,204 @@
+"""Price signals: cloud market data turned into the snapshot parts the engine reads.
+
+For every (cloud, region) the policies use, one market adapter (kept between ticks, so its
+TTL caches work) gives on-demand prices, spot prices and per-zone stock; we return them
+as ``Offering`` records, plus the capacity errors seen recently (kept with their time so
+the engine's backoff applies). A cloud API that fails is logged and named in ``missing``;
+its last good answer is reused for a while, and after that the engine falls back to the
+catalog. Nothing here invents a price.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from autoscaler.clouds.base import (
+    Clock,
+    CloudError,
+    CloudMarket,
+    SpotPrice,
+    ZoneOffering,
+    latest_spot,
+    utc_now,
+)
+from autoscaler.engine.snapshot import CapacityError, Offering, Snapshot
+from autoscaler.policy.models import TeamPolicy
+
+log = logging.getLogger(__name__)
+
+MarketFactory = Callable[[str, str], CloudMarket]  # (cloud, region) -> adapter
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RegionWant:
+    """What the policies need from one region: the union of their types and zones."""
+
+    cloud: str
+    region: str
+    types: tuple[str, ...]
+    zones: tuple[str, ...] | None  # None: some pool takes any zone
+
+
+def wants(policies: Mapping[str, TeamPolicy]) -> list[RegionWant]:
+    types: dict[tuple[str, str], set[str]] = {}
+    zones: dict[tuple[str, str], set[str]] = {}
+    any_zone: set[tuple[str, str]] = set()
+    for policy in policies.values():
+        for pool in policy.pools:
+            key = (pool.cloud.value, pool.region)
+            types.setdefault(key, set()).update(pool.instance_types)
+            zones.setdefault(key, set()).update(pool.zones)
+            if not pool.zones:
+                any_zone.add(key)
+    return [RegionWant(cloud, region, tuple(sorted(names)),
+                       None if (cloud, region) in any_zone else tuple(sorted(zones[(cloud, region)])))
+            for (cloud, region), names in sorted(types.items())]
+
+
+@dataclass
+class _LastGood:
+    """The last answer of each market call, reused for ``keep`` when the API fails."""
+
+    keep: timedelta
+    clock: Clock
+    items: dict[tuple[Any, ...], tuple[datetime, Any]] = field(default_factory=dict)
+
+    def read(self, key: tuple[Any, ...], fetch: Callable[[], T], what: str,
+             missing: list[str], strict: bool) -> T | None:
+        try:
+            value = fetch()
+        except CloudError as exc:
+            if strict:
+                raise
+            prior = self.items.get(key)
+            fresh = prior is not None and self.clock() - prior[0] < self.keep
+            note = f"; using the answer from {prior[0]:%H:%M:%S}" if fresh and prior else ""
+            log.warning("%s failed: %s%s", what, exc, note)
+            missing.append(f"{what}: {exc}{note}")
+            return prior[1] if fresh and prior else None
+        self.items[key] = (self.clock(), value)
+        return value
+
+
+def _stock_zones(stock: list[ZoneOffering] | None) -> list[str] | None:
+    if stock is None:
+        return None
+    return sorted({o.zone for o in stock if o.available})
+
+
+def region_offerings(market: CloudMarket, want: RegionWant, *, strict: bool = False,
+                     last_good: _LastGood | None = None) -> tuple[list[Offering], list[str]]:
+    """Offerings per (type, zone) plus one per type for "any zone"; and what was missing."""
+    memo = last_good or _LastGood(timedelta(0), utc_now)
+    missing: list[str] = []
+    where = f"prices {want.cloud}/{want.region}"
+    types = list(want.types)
+    od = memo.read(("od", want.types), lambda: market.on_demand_prices(types),
+                   f"{where}: on-demand prices", missing, strict)
+    stock = memo.read(("stock", want.types), lambda: market.offerings(types),
+                      f"{where}: stock per zone", missing, strict)
+    spot_zones = list(want.zones) if want.zones is not None else _stock_zones(stock)
+    spot = memo.read(("spot", want.types, tuple(spot_zones or ())),
+                     lambda: market.spot_price_history(types, spot_zones),
+                     f"{where}: spot prices", missing, strict)
+    return build_offerings(want, od, stock, spot), missing
+
+
+def build_offerings(want: RegionWant, on_demand: Mapping[str, float] | None,
+                    stock: Iterable[ZoneOffering] | None,
+                    spot: Iterable[SpotPrice] | None) -> list[Offering]:
+    latest = latest_spot(spot or [])
+    stock_map = {(o.instance_type, o.zone): o for o in stock or []}
+    known_stock = stock is not None
+    zones = sorted({z for _, z in latest} | {z for _, z in stock_map})
+    out: list[Offering] = []
+    for name in want.types:
+        od = (on_demand or {}).get(name)
+        per_zone = []
+        for zone in zones:
+            price, offer = latest.get((name, zone)), stock_map.get((name, zone))
+            if price is None and offer is None:
+                continue
+            per_zone.append(Offering(
+                cloud=want.cloud, region=want.region, instance_type=name, zone=zone,
+                spot_usd=price.usd_per_hour if price else None, on_demand_usd=od,
+                in_stock=offer.available if offer else None))
+        # "Any zone" (pools without zones): the dearest spot price among zones with stock,
+        # so the engine's spot-ratio check is never fooled by a zone it may not get.
+        usable = [o for o in per_zone if o.in_stock is not False]
+        spots = [o.spot_usd for o in usable if o.spot_usd is not None]
+        in_stock = any(o.in_stock is True for o in per_zone) if known_stock else None
+        out += per_zone
+        out.append(Offering(cloud=want.cloud, region=want.region, instance_type=name, zone=None,
+                            spot_usd=max(spots) if spots else None, on_demand_usd=od,
+                            in_stock=in_stock))
+    return out
+
+
+@dataclass(frozen=True)
+class PriceView:
+    offerings: list[Offering]
+    capacity_errors: list[CapacityError]
+    missing: list[str]
+
+    def into(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` with these offerings and capacity errors (the rest unchanged)."""
+        return snapshot.model_copy(update={
+            "offerings": self.offerings,
+            "capacity_errors": [*snapshot.capacity_errors, *self.capacity_errors],
+        })
+
+
+class PriceSignals:
+    """Per tick: ``observe(policies)``. Launch failures: ``record_capacity_error(err)``."""
+
+    def __init__(self, markets: MarketFactory, *, clock: Clock = utc_now,
+                 error_retention: timedelta = timedelta(hours=2),
+                 keep_last_good: timedelta = timedelta(minutes=30)):
+        self._factory, self.clock = markets, clock
+        self.error_retention = error_retention
+        self._markets: dict[tuple[str, str], CloudMarket] = {}
+        self._last_good: dict[tuple[str, str], _LastGood] = {}
+        self._keep = keep_last_good
+        self._errors: list[CapacityError] = []
+        self._lock = threading.Lock()
+
+    def market(self, cloud: str, region: str) -> CloudMarket:
+        key = (cloud, region)
+        if key not in self._markets:
+            self._markets[key] = self._factory(cloud, region)
+        return self._markets[key]
+
+    def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceView:
+        offerings: list[Offering] = []
+        missing: list[str] = []
+        for want in wants(policies):
+            try:
+                market = self.market(want.cloud, want.region)
+            except CloudError as exc:
+                log.warning("prices %s/%s: no market adapter: %s", want.cloud, want.region, exc)
+                missing.append(f"prices {want.cloud}/{want.region}: {exc}")
+                continue
+            memo = self._last_good.setdefault((want.cloud, want.region),
+                                              _LastGood(self._keep, self.clock))
+            found, gaps = region_offerings(market, want, last_good=memo)
+            offerings += found
+            missing += gaps
+        return PriceView(offerings, self.capacity_errors(), missing)
+
+    def record_capacity_error(self, error: CapacityError) -> None:
+        with self._lock:
+            self._errors.append(error)
+
+    def capacity_errors(self) -> list[CapacityError]:
+        """Errors younger than ``error_retention`` (longer than any sane policy backoff)."""
+        now = self.clock()
+        with self._lock:
+            self._errors = [e for e in self._errors if now - e.at < self.error_retention]
+            return list(self._errors)

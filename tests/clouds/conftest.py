@@ -1,0 +1,5 @@
+"""Fixtures for the cloud adapter tests (defined in helpers so other test packages share them)."""
+
+from tests.clouds.helpers import ecs, moto, moto_url, spot_book
+
+__all__ = ["ecs", "moto", "moto_url", "spot_book"]
