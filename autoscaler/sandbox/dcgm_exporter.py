@@ -94,7 +94,7 @@ class SyntheticDcgm:
         self._lock = threading.Lock()
         self._nodes: dict[str, NodeSpec] = {}
         self._next_index = 0
-        self._on_nodes_changed = on_nodes_changed
+        self.on_nodes_changed = on_nodes_changed
 
     def nodes(self) -> list[str]:
         with self._lock:
@@ -159,8 +159,8 @@ class SyntheticDcgm:
         return [self._nodes[node]]
 
     def _changed(self) -> None:
-        if self._on_nodes_changed is not None:
-            self._on_nodes_changed(self.nodes())
+        if self.on_nodes_changed is not None:
+            self.on_nodes_changed(self.nodes())
 
     def state(self) -> dict[str, Any]:
         with self._lock:

@@ -224,9 +224,8 @@ class SlurmCluster:
         if self._ctld is not None:
             self._ctld.stop()
             self._start_ctld(timeout)
-        for name in list(self._slurmd):  # running slurmd re-read the file on restart only
+        if self._slurmd:  # running slurmd learn the new nodes' addresses
             self.scontrol("reconfigure")
-            break
         for spec in new:
             if spec.local:
                 self.start_slurmd(spec.name)

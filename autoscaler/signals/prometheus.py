@@ -85,10 +85,12 @@ class PrometheusReader:
             self._client.close()
             self._client = None
 
-    def read(self, node_pools: Mapping[str, Pool], pools: Iterable[Pool],
-             now: datetime) -> MetricsReading:
-        """Metrics for every node in ``node_pools`` with its pool's windows, evaluated at ``now``."""
-        windows = {PoolWindows.of(p) for p in pools} | {PoolWindows.of(p) for p in node_pools.values()}
+    def read(self, node_pools: Mapping[str, Pool], pools: Iterable[Pool], now: datetime,
+             pool_of: Callable[[str], Pool | None] | None = None) -> MetricsReading:
+        """Metrics evaluated at ``now`` for every node in ``node_pools`` (with its pool's
+        windows), and for other reporting hosts that ``pool_of`` attributes to a pool."""
+        pools = list(pools)
+        windows = {PoolWindows.of(p) for p in [*pools, *node_pools.values()]}
         builder = QueryBuilder(windows, self.config.node_label, self.config.stale_after)
         sent = 0
         try:
@@ -98,8 +100,14 @@ class PrometheusReader:
                 self._query(query, now, fields)
         except PrometheusReadError as exc:
             return MetricsReading({}, error=str(exc), queries=sent)
+        targets = dict(node_pools)
+        if pool_of is not None:
+            for host in fields.keys() - targets.keys():
+                pool = pool_of(host)
+                if pool is not None and PoolWindows.of(pool) in windows:
+                    targets[host] = pool
         nodes = {name: self._observe(fields.get(name, {}), PoolWindows.of(pool), builder)
-                 for name, pool in node_pools.items()}
+                 for name, pool in targets.items()}
         return MetricsReading(nodes, queries=sent)
 
     def _query(self, query: str, now: datetime, into: Fields) -> None:

@@ -1,0 +1,141 @@
+"""``gpu-autoscaler signals``: read the live sources once and show the snapshot."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import BaseModel, ConfigDict, ValidationError
+from rich.table import Table
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from autoscaler.cli.common import catalog_from, console, err_console, fail
+from autoscaler.engine.snapshot import DecisionInput, Snapshot
+from autoscaler.fleet.node import FleetView
+from autoscaler.policy import PolicyLoadError, TeamPolicy, load_policies, pool_key
+from autoscaler.policy.models import Pool
+from autoscaler.signals.config import SignalsConfig
+from autoscaler.signals.snapshot import SignalReader, SignalsResult, key_by_name_prefix
+
+DEMAND_REASONS = {"Resources", "Priority", "Unschedulable"}
+CONFIG_HELP = (
+    "YAML with `policies_dir`, optional `prices_file`, and a `signals:` section "
+    "(prometheus, scheduler, slurm, kubernetes). Relative paths are relative to the file."
+)
+
+
+class SignalsFile(BaseModel):
+    """The file ``signals --config`` reads; the service config embeds the same section."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policies_dir: Path
+    prices_file: Path | None = None
+    signals: SignalsConfig
+
+
+def load_signals_file(path: Path) -> SignalsFile:
+    try:
+        data = YAML(typ="safe").load(path.read_text())
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}")
+    except YAMLError as exc:
+        fail(f"{path} is not valid YAML: {exc}")
+    try:
+        cfg = SignalsFile.model_validate(data or {})
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:20]]
+        fail(f"{path} is not a valid signals config:\n" + "\n".join(lines))
+    base = path.parent
+    return cfg.model_copy(update={
+        "policies_dir": base / cfg.policies_dir,
+        "prices_file": None if cfg.prices_file is None else base / cfg.prices_file,
+    })
+
+
+def _pool_row(key: str, pool: Pool, snap: Snapshot, nodes: list[str]) -> list[str]:
+    obs = snap.pools.get(key)
+    utils, idle, stale = [], 0, 0
+    for name in nodes:
+        node = snap.nodes[name]
+        m = node.metrics
+        if node.metrics_missing or m is None:
+            stale += 1
+            continue
+        if m.util_mean is not None:
+            utils.append(m.util_mean)
+        busy = node.scheduler is not None and (node.scheduler.jobs or node.scheduler.gpus_allocated)
+        low = m.util_max_idle_window is not None
+        if low and m.util_max_idle_window < pool.scale_down.gpu_utilization_below and not busy:
+            idle += 1
+    pending = obs.pending if obs else []
+    demand = sum(j.gpus * j.nodes for j in pending if j.reason in DEMAND_REASONS)
+    other = len([j for j in pending if j.reason not in DEMAND_REASONS])
+    problems = [p for p in ((obs.metrics_missing, obs.scheduler_missing) if obs else ()) if p]
+    if stale:
+        problems.append(f"{stale} node(s) without fresh metrics")
+    util = f"{sum(utils) / len(utils):.0f}%" if utils else "-"
+    jobs = f"{demand:g}" + (f" (+{other} held/other)" if other else "")
+    data = "[red]" + "; ".join(problems) + "[/]" if problems else "[green]ok[/]"
+    return [key, str(len(nodes)), util, str(idle), jobs, data]
+
+
+def pools_table(policies: dict[str, TeamPolicy], result: SignalsResult) -> Table:
+    snap = result.snapshot
+    pools = {pool_key(t.team, p.name): p for t in policies.values() for p in t.pools}
+    key_of = key_by_name_prefix(pools)
+    members: dict[str, list[str]] = {k: [] for k in pools}
+    for name in snap.nodes:
+        key = key_of(name)
+        if key is not None:
+            members[key].append(name)
+    table = Table(title=f"Signals at {snap.taken_at:%Y-%m-%d %H:%M:%S %Z}", expand=True)
+    for col in ("pool", "nodes", "mean util", "idle nodes", "pending GPUs", "data"):
+        table.add_column(col, justify="left" if col in ("pool", "data") else "right")
+    for key in sorted(pools):
+        table.add_row(*_pool_row(key, pools[key], snap, members[key]))
+    return table
+
+
+def signals(
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP, exists=True,
+                                         dir_okay=False)],
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print the engine input JSON that `plan --snapshot` reads.")] = False,
+) -> None:
+    """Read Prometheus, Slurm and Kubernetes once and show what the engine would see.
+
+    Without a store the fleet is EMPTY: nodes are not invented from what Prometheus or the
+    scheduler report. Hosts named `<team>-<pool>-...` are shown under that pool; the JSON
+    output carries `fleet: {nodes: []}` and the snapshot of every observed node.
+    """
+    cfg = load_signals_file(config)
+    catalog = catalog_from(cfg.prices_file)
+    try:
+        policies = load_policies(cfg.policies_dir, catalog)
+    except PolicyLoadError as exc:
+        fail(f"policies in {cfg.policies_dir} are invalid:\n{exc}")
+    reader = SignalReader(cfg.signals, catalog)
+    now = datetime.now(UTC)
+    try:
+        result = reader.read_all(policies, [], now)
+    finally:
+        reader.close()
+    if json_out:
+        data = DecisionInput(now=now, fleet=FleetView(), snapshot=result.snapshot)
+        typer.echo(data.model_dump_json(indent=2))
+        return
+    console.print(pools_table(policies, result))
+    for source, status in sorted(result.sources.items()):
+        style = "green" if status.startswith("ok") else "red"
+        console.print(f"[{style}]{source}[/]: {status}", highlight=False)
+    for kind, jobs in sorted(result.unattributed.items()):
+        if jobs:
+            err_console.print(f"[yellow]{kind}: {len(jobs)} pending GPU job(s) match no pool[/]")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("signals")(signals)

@@ -1,0 +1,183 @@
+"""``SignalReader``: Prometheus + Slurm + Kubernetes -> one immutable ``Snapshot`` per tick.
+
+Each source fails on its own: a failure puts its name in ``Snapshot.missing`` and a
+reason in every affected pool (``metrics_missing`` / ``scheduler_missing``), so the engine
+freezes scale-down there and nowhere else. Prices, offerings and capacity errors come
+from ``signals/prices.py`` and are merged in through ``read()``'s keyword arguments.
+
+Node names: fleet nodes are observed with their own pool's windows. Hosts that are not
+in the fleet (e.g. ``gpu-autoscaler signals`` without a store) are attributed to a pool
+when their name starts with ``<team>-<pool>-`` (the longest such prefix), else only their
+scheduler state is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from autoscaler.catalog import Catalog
+from autoscaler.engine.snapshot import (
+    CapacityError,
+    NodeObservation,
+    Offering,
+    PendingJob,
+    PoolObservation,
+    SchedulerNode,
+    Snapshot,
+)
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.policy.models import Pool, TeamPolicy, pool_key
+from autoscaler.signals.config import SignalsConfig
+from autoscaler.signals.kubernetes import KubernetesReader
+from autoscaler.signals.prometheus import MetricsReading, PrometheusReader
+from autoscaler.signals.readings import PoolRef, SchedulerReading, pools_in_priority_order
+from autoscaler.signals.slurm import SlurmReader
+
+log = logging.getLogger(__name__)
+SCHEDULERS = ("slurm", "kubernetes")
+
+
+@dataclass(frozen=True)
+class SignalsResult:
+    snapshot: Snapshot
+    unattributed: dict[str, list[PendingJob]] = field(default_factory=dict)  # kind -> jobs
+    sources: dict[str, str] = field(default_factory=dict)  # source -> "ok ..." or why not
+    prometheus_queries: int = 0
+
+
+class SignalReader:
+    """Reads every configured source; readers can be injected (tests use fakes)."""
+
+    def __init__(self, config: SignalsConfig, catalog: Catalog, *,
+                 prometheus: PrometheusReader | None = None, slurm: SlurmReader | None = None,
+                 kubernetes: KubernetesReader | None = None):
+        self.config = config
+        self.catalog = catalog
+        self.prometheus = prometheus or (
+            PrometheusReader(config.prometheus) if config.prometheus else None)
+        self.slurm = slurm or SlurmReader(config.slurm)
+        self.kubernetes = kubernetes or (
+            KubernetesReader(config.kubernetes) if config.kubernetes else None)
+
+    def close(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.close()
+
+    def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
+             now: datetime, *, offerings: Iterable[Offering] = (),
+             capacity_errors: Iterable[CapacityError] = (),
+             interrupted: Iterable[str] = ()) -> Snapshot:
+        return self.read_all(policies, fleet_nodes, now, offerings=offerings,
+                             capacity_errors=capacity_errors, interrupted=interrupted).snapshot
+
+    def read_all(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
+                 now: datetime, *, offerings: Iterable[Offering] = (),
+                 capacity_errors: Iterable[CapacityError] = (),
+                 interrupted: Iterable[str] = ()) -> SignalsResult:
+        pools = {pool_key(p.team, pool.name): pool for p in policies.values() for pool in p.pools}
+        missing: set[str] = set()
+        sources: dict[str, str] = {}
+        pool_obs = {key: PoolObservation() for key in pools}
+        node_pools = {n.name: pools[n.pool_key] for n in fleet_nodes
+                      if n.pool_key in pools and n.state is not NodeState.TERMINATED}
+        metrics = self._metrics(node_pools, pools, now)
+        if metrics.error is not None:
+            missing.add("prometheus")
+            pool_obs = {k: o.model_copy(update={"metrics_missing": metrics.error})
+                        for k, o in pool_obs.items()}
+        sources["prometheus"] = metrics.error or f"ok: {len(metrics.nodes)} nodes"
+        sched_nodes: dict[str, SchedulerNode] = {}
+        unattributed: dict[str, list[PendingJob]] = {}
+        for kind in SCHEDULERS:
+            refs = pools_in_priority_order(policies, self.catalog, kind)
+            if not refs:
+                continue
+            reading = self._scheduler(kind, refs)
+            if reading.error is not None:
+                missing.add(kind)
+                for ref in refs:
+                    pool_obs[ref.key] = pool_obs[ref.key].model_copy(
+                        update={"scheduler_missing": reading.error})
+                sources[kind] = reading.error
+                continue
+            for ref in refs:
+                pool_obs[ref.key] = pool_obs[ref.key].model_copy(
+                    update={"pending": reading.pending.get(ref.key, [])})
+            for name, sn in reading.nodes.items():
+                sched_nodes.setdefault(name, sn)
+            unattributed[kind] = reading.unattributed
+            sources[kind] = f"ok: {len(reading.nodes)} nodes via {reading.source}"
+        if metrics.error is not None:
+            node_missing = metrics.error
+            metrics_nodes = {n: NodeObservation(metrics_missing=metrics.error) for n in node_pools}
+        else:
+            node_missing = "not in the fleet and its name matches no <team>-<pool>- prefix"
+            metrics_nodes = metrics.nodes
+        nodes = _merge_nodes(metrics_nodes, sched_nodes, node_missing)
+        snapshot = Snapshot(
+            taken_at=now, nodes=nodes, pools=pool_obs, capacity_errors=list(capacity_errors),
+            offerings=list(offerings), interrupted=sorted(set(interrupted)),
+            missing=sorted(missing),
+        )
+        return SignalsResult(snapshot, unattributed, sources, metrics.queries)
+
+    def _metrics(self, node_pools: dict[str, Pool], pools: dict[str, Pool],
+                 now: datetime) -> MetricsReading:
+        if self.prometheus is None:
+            return MetricsReading({}, error="prometheus is not configured (signals.prometheus)")
+        try:
+            return self.prometheus.read(node_pools, pools.values(), now,
+                                        pool_of=by_name_prefix(pools))
+        except Exception as exc:  # one source's bug must not blind the others
+            log.exception("prometheus reader failed")
+            return MetricsReading({}, error=f"prometheus reader failed: {type(exc).__name__}")
+
+    def _scheduler(self, kind: str, refs: list[PoolRef]) -> SchedulerReading:
+        if kind not in self.config.scheduler:
+            return SchedulerReading(error=f"{kind} is not configured (signals.scheduler)")
+        try:
+            if kind == "slurm":
+                return self.slurm.read(refs)
+            if self.kubernetes is None:
+                return SchedulerReading(error="kubernetes is not configured (signals.kubernetes)")
+            return self.kubernetes.read(refs)
+        except Exception as exc:  # one source's bug must not blind the others
+            log.exception("%s reader failed", kind)
+            return SchedulerReading(error=f"{kind} reader failed: {type(exc).__name__}")
+
+
+def key_by_name_prefix(keys: Iterable[str]) -> Callable[[str], str | None]:
+    """``vision-v100-train-3`` -> ``vision/v100-train`` (longest matching prefix)."""
+    prefixes = sorted(((key.replace("/", "-") + "-", key) for key in keys),
+                      key=lambda item: -len(item[0]))
+
+    def key_of(host: str) -> str | None:
+        for prefix, key in prefixes:
+            if host.startswith(prefix):
+                return key
+        return None
+
+    return key_of
+
+
+def by_name_prefix(pools: Mapping[str, Pool]) -> Callable[[str], Pool | None]:
+    key_of = key_by_name_prefix(pools)
+
+    def pool_of(host: str) -> Pool | None:
+        key = key_of(host)
+        return None if key is None else pools[key]
+
+    return pool_of
+
+
+def _merge_nodes(metrics: dict[str, NodeObservation], sched: dict[str, SchedulerNode],
+                 missing: str) -> dict[str, NodeObservation]:
+    out = dict(metrics)
+    for name, sn in sched.items():
+        base = out.get(name) or NodeObservation(metrics_missing=missing)
+        out[name] = base.model_copy(update={"scheduler": sn})
+    return dict(sorted(out.items()))
