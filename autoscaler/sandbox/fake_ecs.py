@@ -88,7 +88,8 @@ class _Verifier:
         except ValueError:
             raise ApiError(400, "InvalidTimeStamp.Format",
                            "Specified time stamp or date value is not well formatted.") from None
-        if abs(self.state.clock() - at) > MAX_CLOCK_SKEW:
+        # Real time, not the state's clock: the SDK stamps requests with the real time.
+        if abs(datetime.now(UTC) - at) > MAX_CLOCK_SKEW:
             raise ApiError(400, "InvalidTimeStamp.Expired",
                            "Specified time stamp or date value is expired.")
         with self._lock:
@@ -139,7 +140,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("fake-ecs %s", format % args)
+        # The query string carries AccessKeyId: log the action and outcome only.
+        action = dict(parse_qsl(urlsplit(self.path).query)).get("Action", "?")
+        log.debug("fake-ecs %s %s: %s", self.command, action, args[1] if len(args) > 1 else "")
 
 
 class _Server(ThreadingHTTPServer):

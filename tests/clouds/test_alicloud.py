@@ -1,0 +1,203 @@
+"""AlicloudCloud through the real aliyun SDK against the project's fake ECS endpoint,
+which checks every request's HMAC-SHA1 signature."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+
+from autoscaler.clouds.alicloud import AlicloudCloud, AlicloudSettings
+from autoscaler.clouds.alicloud_api import Credentials, credentials_from_env, redact
+from autoscaler.clouds.base import (
+    CloudAuthError,
+    CloudDataError,
+    CloudUnreachableError,
+    InstanceState,
+    InterruptionKind,
+    latest_spot,
+)
+from autoscaler.policy.models import Market
+from autoscaler.sandbox.fake_ecs import FakeEcsServer
+from autoscaler.sandbox.procs import free_port
+from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, NOW, FakeClock
+
+T4 = "ecs.gn6i-c4g1.xlarge"
+V100X4 = "ecs.gn6v-c8g1.8xlarge"
+OURS = {"managed-by": "gpu-autoscaler", "team": "research", "pool": "gn6-spot"}
+
+
+def make_cloud(server: FakeEcsServer, clock: FakeClock | None = None,
+               secret: str = ECS_SECRET, key_id: str = ECS_KEY_ID, **settings: object) -> AlicloudCloud:
+    return AlicloudCloud("cn-hangzhou",
+                         settings=AlicloudSettings(endpoint=server.endpoint, **settings),  # type: ignore[arg-type]
+                         credentials=Credentials(key_id, secret), clock=clock or FakeClock())
+
+
+def test_on_demand_price_is_the_instance_part_of_describe_price(ecs: FakeEcsServer) -> None:
+    ecs.state.set_on_demand(T4, 1.10)
+    prices = make_cloud(ecs).on_demand_prices([T4, "ecs.unknown-type"])
+    # TradePrice of the whole order includes a system disk; the instanceType detail does not.
+    assert prices == {T4: 1.10}
+
+
+def test_spot_history_pages_by_offset_and_quotes_zones_without_history(ecs: FakeEcsServer) -> None:
+    state = ecs.state
+    state.history_page_size = 2
+    for minutes, (h, i) in enumerate([(0.30, 0.26), (0.31, 0.25), (0.29, 0.27)]):
+        at = NOW - timedelta(minutes=30 - 10 * minutes)
+        state.set_spot(T4, "cn-hangzhou-h", h, at)
+        state.set_spot(T4, "cn-hangzhou-i", i, at)
+    state.set_spot(T4, "cn-hangzhou-k", 0.40, NOW - timedelta(days=2))  # too old for history
+    state.zones.append("cn-hangzhou-k")
+    clock = FakeClock(NOW)
+    state.clock = clock
+    cloud = make_cloud(ecs, clock)
+    rows = cloud.spot_price_history([T4], zones=["cn-hangzhou-h", "cn-hangzhou-i", "cn-hangzhou-k"])
+    assert state.count("DescribeSpotPriceHistory") == 3  # 6 rows, 2 per page
+    latest = latest_spot(rows)
+    assert latest[(T4, "cn-hangzhou-h")].usd_per_hour == pytest.approx(0.29)
+    assert latest[(T4, "cn-hangzhou-i")].usd_per_hour == pytest.approx(0.27)
+    # No history row in the window: DescribePrice with SpotStrategy=SpotAsPriceGo answers.
+    assert latest[(T4, "cn-hangzhou-k")].usd_per_hour == pytest.approx(0.40)
+    assert state.count("DescribePrice") == 1
+
+
+def test_prices_are_cached_until_their_ttl(ecs: FakeEcsServer) -> None:
+    ecs.state.set_on_demand(T4, 1.10)
+    ecs.state.set_spot(T4, "cn-hangzhou-h", 0.3)
+    clock = FakeClock()
+    ecs.state.clock = clock
+    cloud = make_cloud(ecs, clock, spot_ttl=timedelta(minutes=5), price_ttl=timedelta(minutes=10))
+    for _ in range(3):
+        cloud.on_demand_prices([T4])
+        cloud.spot_price_history([T4])
+    assert ecs.state.count("DescribePrice") == 1
+    assert ecs.state.count("DescribeSpotPriceHistory") == 1
+    clock.advance(timedelta(minutes=6))
+    cloud.on_demand_prices([T4])
+    cloud.spot_price_history([T4])
+    assert ecs.state.count("DescribePrice") == 1
+    assert ecs.state.count("DescribeSpotPriceHistory") == 2
+
+
+def test_offerings_report_stock_per_zone(ecs: FakeEcsServer) -> None:
+    ecs.state.set_stock(T4, "cn-hangzhou-h", "WithStock")
+    ecs.state.set_stock(T4, "cn-hangzhou-i", "WithoutStock")
+    ecs.state.set_stock(V100X4, "cn-hangzhou-i", "ClosedWithStock")
+    cloud = make_cloud(ecs)
+    got = {(o.instance_type, o.zone): (o.available, o.stock) for o in cloud.offerings([T4, V100X4])}
+    assert got == {
+        (T4, "cn-hangzhou-h"): (True, "WithStock"),
+        (T4, "cn-hangzhou-i"): (False, "WithoutStock"),
+        (V100X4, "cn-hangzhou-h"): (False, "NotOffered"),
+        (V100X4, "cn-hangzhou-i"): (True, "ClosedWithStock"),
+    }
+    cloud.offerings([T4])
+    assert ecs.state.count("DescribeAvailableResource") == 1  # one call per region, cached
+
+
+def test_managed_instances_page_through_and_read_tags_locks_and_market(ecs: FakeEcsServer) -> None:
+    state = ecs.state
+    made = [state.add_instance(T4, "cn-hangzhou-h", {**OURS, "node": f"research-gn6-spot-{n}"},
+                               spot_strategy="SpotAsPriceGo") for n in range(5)]
+    state.add_instance(T4, "cn-hangzhou-h", {"owner": "someone-else"})
+    stopped = state.add_instance(V100X4, "cn-hangzhou-i", {**OURS, "node": "research-gn6-spot-9"},
+                                 status="Stopped")
+    made[1].locks.append("Recycling")
+    cloud = make_cloud(ecs, page_size=2)
+    found = cloud.managed_instances()
+    assert len(found) == 6 and state.count("DescribeInstances") == 3
+    first = next(i for i in found if i.instance_id == made[0].instance_id)
+    assert (first.node, first.team, first.pool) == ("research-gn6-spot-0", "research", "gn6-spot")
+    assert first.market is Market.SPOT and first.zone == "cn-hangzhou-h"
+    assert first.state is InstanceState.RUNNING and first.private_ip == made[0].private_ip
+    assert first.launched_at == made[0].created_at.replace(second=0, microsecond=0)
+    assert [i.recycling for i in found if i.instance_id == made[1].instance_id] == [True]
+    running = cloud.managed_instances(states=[InstanceState.RUNNING])
+    assert stopped.instance_id not in {i.instance_id for i in running} and len(running) == 5
+
+
+def test_interruptions_from_events_and_recycling_locks(ecs: FakeEcsServer) -> None:
+    state = ecs.state
+    clock = FakeClock(NOW)
+    state.clock = clock
+    evented = state.add_instance(T4, "cn-hangzhou-h", {**OURS, "node": "a"}, spot_strategy="SpotAsPriceGo")
+    locked = state.add_instance(T4, "cn-hangzhou-h", {**OURS, "node": "b"}, spot_strategy="SpotAsPriceGo")
+    other = state.add_instance(T4, "cn-hangzhou-h", {"owner": "someone-else"})
+    state.recycle(evented.instance_id)
+    state.recycle(other.instance_id)
+    locked.locks.append("Recycling")  # the lock can show before the event does
+    clock.advance(timedelta(seconds=30))
+    got = {i.instance_id: i for i in make_cloud(ecs, clock).interruptions()}
+    assert set(got) == {evented.instance_id, locked.instance_id}
+    assert got[evented.instance_id].kind is InterruptionKind.INTERRUPTION
+    assert got[evented.instance_id].at == NOW
+    assert got[evented.instance_id].deadline == NOW + timedelta(minutes=5)
+    assert got[locked.instance_id].deadline is None
+    assert got[locked.instance_id].at == NOW + timedelta(seconds=30)
+
+
+def test_a_wrong_secret_is_refused_by_the_signature_check(
+        ecs: FakeEcsServer, caplog: pytest.LogCaptureFixture) -> None:
+    ecs.state.set_on_demand(T4, 1.10)
+    with caplog.at_level(logging.DEBUG), pytest.raises(CloudAuthError) as err:
+        make_cloud(ecs, secret="not-the-secret").on_demand_prices([T4])
+    # The endpoint said SignatureDoesNotMatch; the SDK, seeing its own string to sign in the
+    # message, reports InvalidAccessKeySecret. Either way: credentials, named variables.
+    assert ecs.state.rejections == ["SignatureDoesNotMatch"]
+    assert "ALIBABA_CLOUD_ACCESS_KEY_ID" in str(err.value)
+    for text in [str(err.value), caplog.text]:
+        assert ECS_KEY_ID not in text and "not-the-secret" not in text
+
+
+def test_an_unknown_key_is_refused(ecs: FakeEcsServer) -> None:
+    with pytest.raises(CloudAuthError, match=r"InvalidAccessKeyId\.NotFound"):
+        make_cloud(ecs, key_id="LTAI-nobody").offerings([T4])
+    assert ecs.state.rejections == ["InvalidAccessKeyId.NotFound"]
+
+
+def test_credentials_come_from_either_set_of_variables() -> None:
+    both = credentials_from_env({"ALICLOUD_ACCESS_KEY": "id2", "ALICLOUD_SECRET_KEY": "s2",
+                                 "ALIBABA_CLOUD_ACCESS_KEY_ID": "id1",
+                                 "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "s1"})
+    assert (both.key_id, both.secret) == ("id1", "s1")
+    legacy = credentials_from_env({"ALICLOUD_ACCESS_KEY": "id2", "ALICLOUD_SECRET_KEY": "s2"})
+    assert (legacy.key_id, legacy.secret) == ("id2", "s2")
+    assert "s2" not in repr(legacy)
+    with pytest.raises(CloudAuthError, match="ALIBABA_CLOUD_ACCESS_KEY_SECRET"):
+        credentials_from_env({"ALIBABA_CLOUD_ACCESS_KEY_ID": "only-the-id"})
+
+
+def test_prices_in_another_currency_need_a_configured_rate(ecs: FakeEcsServer) -> None:
+    ecs.state.currency = "CNY"
+    ecs.state.set_on_demand(T4, 8.0)
+    with pytest.raises(CloudDataError, match="CNY"):
+        make_cloud(ecs).on_demand_prices([T4])
+    converted = make_cloud(ecs, currency_rates={"USD": 1.0, "CNY": 0.14}).on_demand_prices([T4])
+    assert converted == {T4: pytest.approx(1.12)}
+
+
+def test_unreachable_endpoint_names_the_cause_without_the_key() -> None:
+    port = free_port()
+    cloud = AlicloudCloud("cn-hangzhou",
+                          settings=AlicloudSettings(endpoint=f"http://127.0.0.1:{port}", max_retries=0),
+                          credentials=Credentials(ECS_KEY_ID, ECS_SECRET))
+    with pytest.raises(CloudUnreachableError, match="Connection refused") as err:
+        cloud.offerings([T4])
+    assert ECS_KEY_ID not in str(err.value)
+
+
+def test_redact_hides_the_key_id_however_it_is_encoded() -> None:
+    text = ("GET&%2F&AccessKeyId%3DLTAIabc%26Action%3DX ... /?AccessKeyId=LTAIabc&Signature=zz "
+            "AccessKeyId%253DLTAIabc%2526")
+    assert "LTAIabc" not in redact(text)
+    assert redact("secret sauce", "sauce") == "secret ***"
+
+
+def test_the_sdk_logger_never_prints_the_key_id(caplog: pytest.LogCaptureFixture) -> None:
+    sdk_log = logging.getLogger("aliyunsdkcore.client")
+    with caplog.at_level(logging.ERROR, logger="aliyunsdkcore.client"):
+        sdk_log.error("ServerException: %s", "string to sign is:POST&%2F&AccessKeyId%3DLTAIabc%26")
+    assert "LTAIabc" not in caplog.text and "AccessKeyId%3D***" in caplog.text
