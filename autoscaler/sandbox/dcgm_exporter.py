@@ -329,7 +329,7 @@ class DcgmExporterServer:
         self.dcgm = dcgm
         self._httpd = ThreadingHTTPServer((host, port), make_handler(dcgm))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def address(self) -> str:

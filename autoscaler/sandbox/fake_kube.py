@@ -54,7 +54,7 @@ class FakeKube:
         self._version = 1
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
 
     # ------------------------------------------------------------ Python API
 

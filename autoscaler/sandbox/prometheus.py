@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,25 @@ def write_file_sd(path: Path, address: str, nodes: Sequence[str]) -> None:
     with os.fdopen(fd, "w") as fh:
         json.dump(groups, fh)
     os.replace(tmp, path)
+
+
+Series = tuple[str, tuple[tuple[str, str], ...]]  # (metric, sorted label pairs)
+
+
+def openmetrics_lines(history: Mapping[Series, Iterable[tuple[float, float]]],
+                      types: Mapping[str, str] | None = None) -> Iterator[str]:
+    """OpenMetrics text for ``{(metric, labels): [(unix_ts, value), ...]}``, metric by
+    metric (promtool wants each family contiguous), ending in ``# EOF``."""
+    by_metric: dict[str, list[Series]] = {}
+    for series in history:
+        by_metric.setdefault(series[0], []).append(series)
+    for metric in sorted(by_metric):
+        yield f"# TYPE {metric} {(types or {}).get(metric, 'gauge')}\n"
+        for series in sorted(by_metric[metric]):
+            labels = ",".join(f'{k}="{v}"' for k, v in series[1])
+            for ts, value in sorted(history[series]):
+                yield f"{metric}{{{labels}}} {float(value)!r} {ts:.3f}\n"
+    yield "# EOF\n"
 
 
 def backfill(openmetrics_text: str | Path, data_dir: Path, timeout: float = 600) -> None:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import requests
+import urllib3
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
@@ -116,9 +117,9 @@ class PrometheusReader:
             client = self._connect()
             result = client.custom_query(
                 query, params={"time": f"{now.timestamp():.3f}", "timeout": f"{timeout:g}s"})
-        except requests.Timeout:
-            raise PrometheusReadError(f"prometheus timed out after {timeout:g}s") from None
-        except requests.ConnectionError:
+        except (requests.Timeout, requests.ConnectionError) as exc:
+            if _timed_out(exc):
+                raise PrometheusReadError(f"prometheus timed out after {timeout:g}s") from None
             raise PrometheusReadError(
                 f"prometheus unreachable at {_public_url(self.config.url)}") from None
         except PrometheusApiClientException as exc:
@@ -159,6 +160,18 @@ class PrometheusReader:
 
 def format_duration_s(secs: int) -> str:
     return format_duration(timedelta(seconds=secs))
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """requests reports a read timeout as ConnectionError(MaxRetryError(ReadTimeoutError))
+    when retries are off."""
+    if isinstance(exc, requests.Timeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    # urllib3 2 makes "connection refused" (NewConnectionError) a ConnectTimeoutError.
+    if isinstance(reason, urllib3.exceptions.NewConnectionError):
+        return False
+    return isinstance(reason, urllib3.exceptions.TimeoutError)
 
 
 def _public_url(url: str) -> str:

@@ -1,0 +1,266 @@
+"""The Prometheus reader against a real Prometheus: backfilled history with hand-computed
+window aggregates, and a live scrape of the synthetic DCGM exporter."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from autoscaler.sandbox.dcgm_exporter import (
+    THERMAL_THROTTLE,
+    Constant,
+    DcgmExporterServer,
+    SyntheticDcgm,
+)
+from autoscaler.sandbox.procs import wait_until
+from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
+from autoscaler.signals.config import PrometheusConfig
+from autoscaler.signals.prometheus import MetricsReading, PrometheusReader
+from tests.builders import make_policy
+from tests.signals.history import History, tick_end
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed"),
+]
+
+VISION = make_policy("vision", pools=[{
+    "name": "gpu", "cloud": "aws", "region": "us-east-1", "instance_types": ["p3.8xlarge"],
+    "max_nodes": 10, "scale_up": {"window": "5m"}, "scale_down": {"idle_for": "15m"}}]).pools[0]
+SEARCH = make_policy("search", pools=[{
+    "name": "t4", "cloud": "aws", "region": "us-east-1", "instance_types": ["g4dn.xlarge"],
+    "max_nodes": 10, "scale_up": {"window": "3m", "metric": "gr_engine_active"},
+    "scale_down": {"idle_for": "20m"}}]).pools[0]
+END = tick_end()
+
+
+def build_history(end: datetime) -> History:
+    h = History(end)
+    # vision-gpu-1: gpu0 20% for the last 5 m and 80% before; gpu1 40% throughout.
+    h.gpu("vision-gpu-1", 0, lambda k: 20 if k < 10 else 80, temp=60, power=100, used=1000,
+          free=15000)
+    h.gpu("vision-gpu-1", 1, lambda k: 40, temp=71, power=150, used=2000, free=14000,
+          throttle=64)  # HW thermal slowdown
+    # vision-gpu-2: gpu0 alternates 90/10, gpu1 idle with one XID at k=3; SW power cap.
+    h.gpu("vision-gpu-2", 0, lambda k: 90 if k % 2 == 0 else 10, throttle=4)
+    h.gpu("vision-gpu-2", 1, lambda k: 0, xid=lambda k: 79 if k == 3 else 0, throttle=4)
+    # vision-gpu-3 stopped reporting 215 s ago, vision-gpu-4 755 s ago (past the 5 m lookback).
+    h.gpu("vision-gpu-3", 0, lambda k: 50, alive=lambda k: k >= 7)
+    h.gpu("vision-gpu-4", 0, lambda k: 50, alive=lambda k: k >= 25)
+    # search-t4-1 reports only the profiling metric: 0.5 for the last 3 m, 0.25 before.
+    h.gpu("search-t4-1", 0, lambda k: 50 if k < 6 else 25, util_metric=False)
+    return h
+
+
+@pytest.fixture(scope="module")
+def history_prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    work = tmp_path_factory.mktemp("prom-history")
+    build_history(END).backfill(work / "data")
+    with PrometheusServer(work, data_dir=work / "data") as prom:
+        yield prom
+
+
+def read(prom_url: str, **cfg: object) -> tuple[MetricsReading, int]:
+    sent: list[str] = []
+    reader = PrometheusReader(
+        PrometheusConfig(url=prom_url, **cfg),  # type: ignore[arg-type]
+        session_hook=lambda s: s.hooks["response"].append(lambda r, *a, **k: sent.append(r.url)))
+    nodes = {f"vision-gpu-{i}": VISION for i in range(1, 6)} | {"search-t4-1": SEARCH}
+    try:
+        return reader.read(nodes, [VISION, SEARCH], END), len(sent)
+    finally:
+        reader.close()
+
+
+def test_window_aggregates_match_hand_computed_values(history_prom: PrometheusServer) -> None:
+    result, http_queries = read(history_prom.url)
+    assert result.error is None
+    assert result.queries == http_queries == 2
+    m = result.nodes["vision-gpu-1"].metrics
+    assert m is not None and result.nodes["vision-gpu-1"].metrics_missing is None
+    assert m.util_mean == pytest.approx(30.0)  # (20 + 40) / 2 over 5 m
+    assert m.util_max == pytest.approx(40.0)
+    assert m.util_max_idle_window == pytest.approx(80.0)  # 15 m reaches the 80% period
+    assert (m.mem_used_mib, m.mem_free_mib) == (3000.0, 29000.0)
+    assert (m.temperature_max_c, m.power_w) == (71.0, 250.0)
+    assert m.thermal_throttle is True and m.xid_errors == 0
+    assert m.gpus_reporting == 2
+    assert m.sample_age_s == pytest.approx(5.0, abs=0.01)
+    m2 = result.nodes["vision-gpu-2"].metrics
+    assert m2 is not None
+    assert m2.util_mean == pytest.approx(25.0)  # gpu0 (5 x 90 + 5 x 10) / 10 = 50, gpu1 0
+    assert m2.util_max == pytest.approx(90.0)
+    assert m2.xid_errors == 1 and m2.thermal_throttle is False
+
+
+def test_profiling_metric_is_scaled_to_percent(history_prom: PrometheusServer) -> None:
+    result, _ = read(history_prom.url)
+    m = result.nodes["search-t4-1"].metrics
+    assert m is not None and result.nodes["search-t4-1"].metrics_missing is None
+    assert m.util_mean == pytest.approx(50.0)  # 3 m window: 0.5 only
+    assert m.util_max_idle_window == pytest.approx(50.0)  # 20 m: max(0.5, 0.25)
+    assert m.gpus_reporting == 1
+
+
+def test_stale_and_absent_nodes_are_explicit(history_prom: PrometheusServer) -> None:
+    result, _ = read(history_prom.url, stale_after="2m")
+    stale = result.nodes["vision-gpu-3"]
+    assert stale.metrics_missing == "no sample for 215s (stale after 120s)"
+    assert stale.metrics is not None and stale.metrics.sample_age_s == pytest.approx(215, abs=0.01)
+    gone = result.nodes["vision-gpu-4"]
+    assert gone.metrics_missing is not None and gone.metrics_missing.startswith("no sample for 7")
+    assert gone.metrics is not None and 755 <= (gone.metrics.sample_age_s or 0) <= 770
+    absent = result.nodes["vision-gpu-5"]
+    assert absent.metrics is None
+    assert absent.metrics_missing == "no DCGM_FI_DEV_GPU_UTIL sample in the last 20m"
+
+
+def test_query_count_does_not_grow_with_pools(history_prom: PrometheusServer) -> None:
+    pools = [make_policy(f"t{i}", pools=[{
+        "name": "p", "cloud": "aws", "region": "us-east-1", "instance_types": ["p3.2xlarge"],
+        "max_nodes": 2, "scale_up": {"window": f"{i + 1}m"},
+        "scale_down": {"idle_for": f"{i + 5}m"}}]).pools[0] for i in range(12)]
+    reader = PrometheusReader(PrometheusConfig(url=history_prom.url))
+    try:
+        result = reader.read({"vision-gpu-1": pools[3]}, pools, END)
+    finally:
+        reader.close()
+    assert result.error is None and result.queries == 2
+    m = result.nodes["vision-gpu-1"].metrics
+    assert m is not None and m.util_mean == pytest.approx(30.0, abs=25)
+
+
+def test_node_label_instance(tmp_path: Path) -> None:
+    h = History(END, label="instance")
+    h.gpu("vision-gpu-1", 0, lambda k: 12)
+    h.backfill(tmp_path / "data")
+    with PrometheusServer(tmp_path, data_dir=tmp_path / "data") as prom:
+        reader = PrometheusReader(PrometheusConfig(url=prom.url, node_label="instance"))
+        result = reader.read({"vision-gpu-1": VISION}, [VISION], END)
+        reader.close()
+    m = result.nodes["vision-gpu-1"].metrics
+    assert m is not None and m.util_mean == pytest.approx(12.0)
+
+
+def test_prometheus_stopped_mid_test_marks_data_missing(tmp_path: Path) -> None:
+    build_history(END).backfill(tmp_path / "data")
+    prom = PrometheusServer(tmp_path, data_dir=tmp_path / "data").start()
+    try:
+        before, _ = read(prom.url)
+        assert before.error is None and before.nodes["vision-gpu-1"].metrics is not None
+    finally:
+        prom.stop()
+    started = time.monotonic()
+    after, _ = read(prom.url)
+    assert time.monotonic() - started < 5
+    assert after.error == f"prometheus unreachable at {prom.url}"
+    assert after.nodes == {}
+
+
+# ------------------------------------------------------------ live scrape
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SyntheticDcgm, PrometheusServer]]:
+    work = tmp_path_factory.mktemp("prom-live")
+    sd = work / "targets.json"
+    dcgm = SyntheticDcgm(Constant(35))
+    with DcgmExporterServer(dcgm) as exporter:
+        dcgm.on_nodes_changed = lambda nodes: write_file_sd(sd, exporter.address, nodes)
+        dcgm.add_node("vision-gpu-1", gpus=2)
+        dcgm.add_node("vision-gpu-2", gpus=2, model="T4")
+        dcgm.set_util(90, node="vision-gpu-2")
+        with PrometheusServer(work, file_sd=[sd]) as prom:
+            prom.wait_for_series("DCGM_FI_DEV_FB_FREE", count=4, timeout=30)
+            yield dcgm, prom
+
+
+def served(dcgm: SyntheticDcgm, node: str, metric: str) -> list[float]:
+    text = dcgm.render(node) or ""
+    return [s.value for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == metric]
+
+
+def live_read(prom: PrometheusServer, stale_after: str = "3s") -> MetricsReading:
+    reader = PrometheusReader(PrometheusConfig(url=prom.url, stale_after=stale_after))
+    nodes = {"vision-gpu-1": VISION, "vision-gpu-2": VISION}
+    try:
+        return reader.read(nodes, [VISION], datetime.now(UTC))
+    finally:
+        reader.close()
+
+
+def test_live_scrape_values_match_the_exporter(live: tuple[SyntheticDcgm, PrometheusServer]) -> None:
+    dcgm, prom = live
+    result = live_read(prom)
+    assert result.error is None
+    for node, util in (("vision-gpu-1", 35.0), ("vision-gpu-2", 90.0)):
+        obs = result.nodes[node]
+        m = obs.metrics
+        assert obs.metrics_missing is None and m is not None
+        assert (m.util_mean, m.util_max, m.util_max_idle_window) == (util, util, util)
+        assert m.mem_used_mib == sum(served(dcgm, node, "DCGM_FI_DEV_FB_USED"))
+        assert m.mem_free_mib == sum(served(dcgm, node, "DCGM_FI_DEV_FB_FREE"))
+        assert m.temperature_max_c == max(served(dcgm, node, "DCGM_FI_DEV_GPU_TEMP"))
+        assert m.power_w == pytest.approx(sum(served(dcgm, node, "DCGM_FI_DEV_POWER_USAGE")))
+        assert m.gpus_reporting == 2 and m.xid_errors == 0 and not m.thermal_throttle
+        assert m.sample_age_s is not None and m.sample_age_s < 3
+
+
+def test_live_faults_and_dropout(live: tuple[SyntheticDcgm, PrometheusServer]) -> None:
+    dcgm, prom = live
+    dcgm.inject_xid("vision-gpu-1", gpu=1, xid=79)
+    dcgm.set_throttle(THERMAL_THROTTLE, node="vision-gpu-1")
+    dcgm.set_dropout("vision-gpu-2")
+    seen: list[MetricsReading] = []
+
+    def settled() -> bool:
+        seen.append(live_read(prom))
+        one, two = seen[-1].nodes["vision-gpu-1"], seen[-1].nodes["vision-gpu-2"]
+        return (one.metrics is not None and one.metrics.xid_errors == 1
+                and one.metrics.thermal_throttle and two.metrics_missing is not None)
+
+    try:
+        wait_until(settled, 30, "XID, throttle and dropout visible through Prometheus")
+    finally:
+        dcgm.set_dropout("vision-gpu-2", on=False)
+    two = seen[-1].nodes["vision-gpu-2"]
+    assert two.metrics_missing is not None and two.metrics_missing.startswith("no sample for")
+    # The dropped node's last values are kept but flagged, never replaced by zeros.
+    assert two.metrics is not None and two.metrics.util_mean == 90.0
+
+
+# ------------------------------------------------------- fail fast, auth
+
+
+def test_fail_fast_on_a_server_that_never_answers(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        reader = PrometheusReader(PrometheusConfig(url=url, timeout="1s"))
+        started = time.monotonic()
+        result = reader.read({"vision-gpu-1": VISION}, [VISION], END)
+        reader.close()
+    assert time.monotonic() - started < 3
+    assert result.error == "prometheus timed out after 1s" and result.queries == 1
+
+
+def test_query_error_is_reported(tmp_path: Path) -> None:
+    build_history(END).backfill(tmp_path / "data")
+    # A limit this low makes every query fail in Prometheus itself (HTTP 422).
+    with PrometheusServer(tmp_path, data_dir=tmp_path / "data",
+                          extra_args=["--query.max-samples=10"]) as prom:
+        result, http_queries = read(prom.url)
+    assert http_queries == 1 and result.nodes == {}
+    assert result.error is not None
+    assert result.error.startswith("prometheus query failed: HTTP Status Code 422")
+    assert "too many samples" in result.error

@@ -1,0 +1,139 @@
+"""How the Prometheus reader talks HTTP: auth, headers, TLS settings, no retries, no secrets
+in errors. A recording stub server stands in for Prometheus (fast tests)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from autoscaler.signals.config import PrometheusConfig
+from autoscaler.signals.prometheus import PrometheusReader, _session
+from tests.builders import make_policy
+
+POOL = make_policy("vision").pools[0]
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+class Stub:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.status = 200
+        self.result: list[dict[str, Any]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                stub.requests.append({"path": url.path, "query": parse_qs(url.query),
+                                      "headers": dict(self.headers)})
+                body = json.dumps({"status": "success" if stub.status == 200 else "error",
+                                   "error": "boom",
+                                   "data": {"resultType": "vector", "result": stub.result}})
+                self.send_response(stub.status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    s = Stub()
+    thread = threading.Thread(target=s.httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield s
+    finally:
+        s.httpd.shutdown()
+        s.httpd.server_close()
+        thread.join(timeout=5)
+
+
+def read(cfg: PrometheusConfig) -> Any:
+    reader = PrometheusReader(cfg)
+    try:
+        return reader.read({"vision-gpu-1": POOL}, [POOL], NOW)
+    finally:
+        reader.close()
+
+
+def test_bearer_token_from_env_headers_time_and_timeout(stub: Stub,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROM_TOKEN", "s3cret-token")
+    cfg = PrometheusConfig(url=stub.url, bearer_token={"token_env": "PROM_TOKEN"},
+                           headers={"X-Scope-OrgID": "gpu"}, timeout="2s")
+    result = read(cfg)
+    assert result.error is None and len(stub.requests) == 2
+    first = stub.requests[0]
+    assert first["path"] == "/api/v1/query"
+    assert first["headers"]["Authorization"] == "Bearer s3cret-token"
+    assert first["headers"]["X-Scope-OrgID"] == "gpu"
+    assert first["query"]["time"] == [f"{NOW.timestamp():.3f}"]
+    assert first["query"]["timeout"] == ["2s"]
+    # No data at all is "missing", never zeros.
+    assert result.nodes["vision-gpu-1"].metrics is None
+    assert result.nodes["vision-gpu-1"].metrics_missing is not None
+
+
+def test_bearer_token_from_file_and_basic_auth(stub: Stub, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    token = tmp_path / "token"
+    token.write_text("file-token\n")
+    read(PrometheusConfig(url=stub.url, bearer_token={"token_file": token}))
+    assert stub.requests[-1]["headers"]["Authorization"] == "Bearer file-token"
+    monkeypatch.setenv("PROM_PASSWORD", "pw")
+    read(PrometheusConfig(url=stub.url, basic_auth={"username": "ops", "password_env": "PROM_PASSWORD"}))
+    assert stub.requests[-1]["headers"]["Authorization"] == "Basic b3BzOnB3"  # ops:pw
+
+
+def test_missing_secret_is_a_source_error_without_the_value(stub: Stub) -> None:
+    result = read(PrometheusConfig(url=stub.url, bearer_token={"token_env": "NOT_SET_ANYWHERE"}))
+    assert result.error == ("prometheus bearer token: environment variable NOT_SET_ANYWHERE is "
+                            "not set")
+    assert stub.requests == []
+
+
+def test_http_error_is_not_retried(stub: Stub) -> None:
+    stub.status = 503
+    result = read(PrometheusConfig(url=stub.url))
+    assert len(stub.requests) == 1 and result.queries == 1
+    assert result.error is not None and result.error.startswith(
+        "prometheus query failed: HTTP Status Code 503")
+
+
+def test_unreachable_error_hides_credentials_in_url() -> None:
+    result = read(PrometheusConfig(url="http://user:pw@127.0.0.1:9", timeout="1s"))
+    assert result.error == "prometheus unreachable at http://127.0.0.1:9"
+
+
+def test_tls_settings_reach_the_session(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    session, _ = _session(PrometheusConfig(url="https://prom:9090", ca_file=ca))
+    assert session.verify == str(ca)
+    session, _ = _session(PrometheusConfig(url="https://prom:9090", verify=False))
+    assert session.verify is False
+
+
+def test_nan_values_are_absent_not_zero(stub: Stub) -> None:
+    stub.result = [
+        {"metric": {"Hostname": "vision-gpu-1", "gas_field": "mean:gpu_util:300"},
+         "value": [NOW.timestamp(), "NaN"]},
+        {"metric": {"Hostname": "vision-gpu-1", "gas_field": "newest_now:gpu_util"},
+         "value": [NOW.timestamp(), "4"]},
+    ]
+    result = read(PrometheusConfig(url=stub.url))
+    m = result.nodes["vision-gpu-1"].metrics
+    assert m is not None and m.util_mean is None and m.sample_age_s == 4.0
