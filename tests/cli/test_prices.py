@@ -1,0 +1,106 @@
+"""``gpu-autoscaler prices`` against moto and the fake ECS endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from autoscaler.sandbox.fake_ecs import FakeEcsServer
+from autoscaler.sandbox.procs import free_port
+from tests.clouds import helpers
+from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, SpotBook
+
+moto_url, moto, spot_book, ecs = helpers.moto_url, helpers.moto, helpers.spot_book, helpers.ecs
+
+T4, V100X4 = "ecs.gn6i-c4g1.xlarge", "ecs.gn6v-c8g1.8xlarge"
+ALI_ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": ECS_KEY_ID, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ECS_SECRET,
+           "COLUMNS": "200"}
+runner = CliRunner()
+
+
+def stock_ecs(server: FakeEcsServer) -> None:
+    state = server.state
+    state.set_on_demand(T4, 1.10)
+    state.set_on_demand(V100X4, 10.40)
+    state.set_spot(T4, "cn-hangzhou-h", 0.33)
+    state.set_spot(V100X4, "cn-hangzhou-h", 3.12)
+    state.set_stock(T4, "cn-hangzhou-h")
+    state.set_stock(T4, "cn-hangzhou-i", "WithoutStock")
+    state.set_stock(V100X4, "cn-hangzhou-h")
+
+
+def ali(server: FakeEcsServer, *extra: str) -> list[str]:
+    return ["prices", "--cloud", "alicloud", "--region", "cn-hangzhou", "--types",
+            f"{T4},{V100X4}", "--endpoint", server.endpoint, *extra]
+
+
+def test_alicloud_rows_as_json(ecs: FakeEcsServer) -> None:
+    stock_ecs(ecs)
+    result = runner.invoke(app, ali(ecs, "--json"), env=ALI_ENV)
+    assert result.exit_code == 0, result.output
+    rows = {(r["instance_type"], r["zone"]): r for r in json.loads(result.output)}
+    v100 = rows[(V100X4, "cn-hangzhou-h")]
+    assert v100["gpus"] == 4 and v100["on_demand_usd"] == 10.40 and v100["spot_usd"] == 3.12
+    assert v100["spot_usd_per_gpu"] == pytest.approx(0.78) and v100["discount"] == pytest.approx(0.7)
+    assert rows[(T4, "cn-hangzhou-i")]["in_stock"] is False
+    assert rows[(T4, "cn-hangzhou-h")]["in_stock"] is True
+
+
+def test_alicloud_table(ecs: FakeEcsServer) -> None:
+    stock_ecs(ecs)
+    result = runner.invoke(app, ali(ecs), env=ALI_ENV)
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.output.splitlines() if V100X4 in ln and "cn-hangzhou-h" in ln)
+    for cell in ("$10.4000", "$3.1200", "$0.7800", "70%", "yes"):
+        assert cell in line
+
+
+def test_missing_credentials_name_the_variables(ecs: FakeEcsServer,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+                "ALICLOUD_ACCESS_KEY", "ALICLOUD_SECRET_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    result = runner.invoke(app, ali(ecs), env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET" in result.output
+
+
+def test_wrong_secret_is_a_credentials_error(ecs: FakeEcsServer) -> None:
+    stock_ecs(ecs)
+    result = runner.invoke(app, ali(ecs), env={**ALI_ENV, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "nope"})
+    assert result.exit_code == 1 and "credentials" in result.output
+    assert ECS_KEY_ID not in result.output
+
+
+def test_aws_rows_use_catalog_on_demand_and_observed_spot(moto: str, spot_book: SpotBook) -> None:
+    spot_book.add("g4dn.12xlarge", "us-east-1a", 1.3692)
+    result = runner.invoke(app, ["prices", "--cloud", "aws", "--region", "us-east-1", "--types",
+                                 "g4dn.12xlarge", "--zones", "us-east-1a,us-east-1e",
+                                 "--endpoint", moto, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["zone"]: r for r in json.loads(result.output)}
+    assert set(rows) == {"us-east-1a", "us-east-1e"}
+    assert rows["us-east-1a"]["on_demand_usd"] == 3.912 and rows["us-east-1a"]["discount"] == 0.65
+    assert rows["us-east-1a"]["spot_usd_per_gpu"] == pytest.approx(0.3423)
+    assert rows["us-east-1e"]["in_stock"] is False
+
+
+def test_unreachable_endpoint(moto: str) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    result = runner.invoke(app, ["prices", "--cloud", "aws", "--region", "us-east-1", "--types",
+                                 "g4dn.xlarge", "--endpoint", dead])
+    assert result.exit_code == 1 and "endpoint unreachable" in result.output
+
+
+def test_installed_command_runs_as_a_process(ecs: FakeEcsServer) -> None:
+    stock_ecs(ecs)
+    out = subprocess.run(["gpu-autoscaler", *ali(ecs, "--json")], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, **ALI_ENV}, check=False)
+    assert out.returncode == 0, out.stderr
+    assert {r["instance_type"] for r in json.loads(out.stdout)} == {T4, V100X4}
+    assert ECS_SECRET not in out.stdout + out.stderr
