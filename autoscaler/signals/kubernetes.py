@@ -19,7 +19,8 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, NewConnectionError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from autoscaler.engine.snapshot import PendingJob, RunningJob, SchedulerNode
 from autoscaler.signals.config import KubernetesConfig, SecretError, read_secret
@@ -127,8 +128,12 @@ class KubernetesReader:
             return SchedulerReading(error=f"kubernetes: API answered {exc.status} {exc.reason}",
                                     source="kubernetes api")
         except (HTTPError, OSError) as exc:
-            return SchedulerReading(error=f"kubernetes: API unreachable ({type(exc).__name__})",
-                                    source="kubernetes api")
+            # urllib3 2 makes "connection refused" (NewConnectionError) a TimeoutError too.
+            if isinstance(exc, Urllib3Timeout) and not isinstance(exc, NewConnectionError):
+                why = f"API timed out after {timeout:g}s"
+            else:
+                why = f"API unreachable ({type(exc).__name__})"
+            return SchedulerReading(error=f"kubernetes: {why}", source="kubernetes api")
         except SecretError as exc:
             return SchedulerReading(error=f"kubernetes: {exc}", source="kubernetes api")
         return self.assemble(nodes, pods, refs)

@@ -1,0 +1,242 @@
+"""Slurm demand: squeue/sinfo JSON (22.05 and 23.02+ shapes), formatted fallback, pool
+attribution by partition and GPU model, failures; and a real Slurm cluster."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.catalog import default_catalog
+from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.signals.config import SlurmConfig
+from autoscaler.signals.readings import PoolRef, pools_in_priority_order
+from autoscaler.signals.slurm import SlurmCommandError, SlurmReader
+from tests.builders import make_policy
+
+T0 = 1_795_000_000
+AT = datetime.fromtimestamp(T0, UTC)
+
+
+def pool(name: str, types: list[str], partition: str) -> dict[str, Any]:
+    return {"name": name, "cloud": "aws", "region": "us-east-1", "instance_types": types,
+            "max_nodes": 4, "cluster": {"kind": "slurm", "partition": partition}}
+
+
+POLICIES = {
+    "vision": make_policy("vision", priority="high", pools=[
+        pool("v100", ["p3.2xlarge", "p3.8xlarge"], "gpu")]),
+    "search": make_policy("search", priority="medium", pools=[
+        pool("t4", ["g4dn.xlarge"], "gpu"), pool("batch", ["g4dn.12xlarge"], "batch")]),
+}
+
+
+def refs() -> list[PoolRef]:
+    return pools_in_priority_order(POLICIES, default_catalog(), "slurm")
+
+
+class FakeRunner:
+    """Answers commands from a table; an Exception value is raised."""
+
+    def __init__(self, answers: Mapping[str, str | Exception]):
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> str:
+        self.calls.append(list(argv))
+        i = next(i for i, a in enumerate(argv) if Path(a).name in ("squeue", "sinfo"))
+        key = f"{Path(argv[i]).name} {argv[i + 1]}"
+        answer = self.answers[key]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def job_2205(jid: int, state: str, tres: str, partition: str = "gpu", nodes: str = "",
+             reason: str = "None", detail: list[str] | None = None, **kw: Any) -> dict[str, Any]:
+    return {"job_id": jid, "job_state": state, "state_reason": reason, "partition": partition,
+            "nodes": nodes, "node_count": 1, "tres_per_node": tres, "tres_per_job": "",
+            "tres_per_task": "", "gres_detail": detail or [], "submit_time": T0,
+            "start_time": T0 + 60 if state == "RUNNING" else 0, "name": f"job{jid}",
+            "array_task_id": None, "array_task_string": "", **kw}
+
+
+SQUEUE_2205 = {"jobs": [
+    job_2205(1, "RUNNING", "gres:gpu:1", nodes="gpu1", detail=["gpu:v100:1(IDX:0)"]),
+    job_2205(2, "PENDING", "gres:gpu:v100:2", reason="Resources"),
+    job_2205(3, "PENDING", "gres:gpu:t4:1", reason="Priority"),
+    job_2205(4, "PENDING", "gres:gpu:2", reason="JobHeldUser"),
+    job_2205(5, "PENDING", "gres:gpu:4", partition="batch", reason="Resources",
+             array_task_string="1-2", array_job_id=5),
+    job_2205(6, "PENDING", "", reason="Resources"),  # a CPU-only job: no GPU demand
+    job_2205(7, "PENDING", "gres:gpu:1", partition="cpu-only", reason="Resources"),
+    job_2205(8, "RUNNING", "gres:gpu:1", nodes="gpu[1-2]", detail=["gpu:v100:1(IDX:1)",
+                                                                     "gpu:v100:1(IDX:0)"]),
+    job_2205(9, "COMPLETED", "gres:gpu:1", nodes="gpu2"),
+]}
+SINFO_2205 = {"nodes": [
+    {"name": "gpu1", "state": "mixed", "state_flags": ["DRAIN"], "gres": "gpu:v100:2",
+     "gres_used": "gpu:v100:2(IDX:0-1)"},
+    {"name": "gpu2", "state": "mixed", "state_flags": [], "gres": "gpu:v100:2",
+     "gres_used": "gpu:v100:1(IDX:0)"},
+    {"name": "gpu3", "state": "idle", "state_flags": ["NOT_RESPONDING"], "gres": "gpu:v100:2",
+     "gres_used": "gpu:v100:0(IDX:N/A)"},
+]}
+
+
+def json_runner(squeue: dict[str, Any], sinfo: dict[str, Any]) -> FakeRunner:
+    return FakeRunner({"squeue --json": json.dumps(squeue), "sinfo --json": json.dumps(sinfo)})
+
+
+def test_json_2205_demand_running_jobs_and_node_states() -> None:
+    reading = SlurmReader(SlurmConfig(), json_runner(SQUEUE_2205, SINFO_2205)).read(refs())
+    assert reading.error is None and reading.source == "squeue/sinfo --json"
+    pending = {k: [(j.id, j.gpus, j.gpu_model, j.reason) for j in v]
+               for k, v in reading.pending.items()}
+    assert pending == {
+        "vision/v100": [("2", 2, "V100", "Resources"), ("4", 2, None, "JobHeldUser")],
+        "search/t4": [("3", 1, "T4", "Priority")],  # first pool on "gpu" whose model fits
+        "search/batch": [("5_1", 4, None, "Resources"), ("5_2", 4, None, "Resources")],
+    }
+    assert reading.pending["vision/v100"][0].submitted_at == AT
+    assert [j.id for j in reading.unattributed] == ["7"]
+    gpu1 = reading.nodes["gpu1"]
+    assert (gpu1.state, gpu1.cordoned, gpu1.ready) == ("draining", True, True)
+    assert (gpu1.gpus_total, gpu1.gpus_allocated) == (2, 2)
+    assert [(j.id, j.gpus, j.started_at) for j in gpu1.jobs] == [
+        ("1", 1, datetime.fromtimestamp(T0 + 60, UTC)), ("8", 1, datetime.fromtimestamp(T0 + 60, UTC))]
+    assert [j.id for j in reading.nodes["gpu2"].jobs] == ["8"]
+    assert (reading.nodes["gpu3"].state, reading.nodes["gpu3"].ready) == ("down", False)
+
+
+def test_json_2302_shapes() -> None:
+    number = {"set": True, "infinite": False, "number": T0}
+    squeue = {"jobs": [
+        {"job_id": 11, "job_state": ["PENDING"], "state_reason": "Resources", "partition": "gpu",
+         "nodes": "", "node_count": {"set": True, "number": 2}, "tres_per_node": "gres/gpu:v100=4",
+         "submit_time": number, "start_time": {"set": False, "number": 0},
+         "array_task_id": {"set": False, "number": 0}, "name": "big"},
+        {"job_id": 12, "job_state": ["PENDING"], "state_reason": "Resources", "partition": "gpu",
+         "tres_per_job": "gres/gpu=6", "node_count": {"set": True, "number": 3},
+         "submit_time": number, "array_task_id": {"set": True, "number": 4},
+         "array_job_id": {"set": True, "number": 10}},
+    ]}
+    sinfo = {"nodes": [{"name": "gpu1", "state": ["IDLE", "DRAIN"], "gres": "gpu:v100:4",
+                        "gres_used": "gpu:v100:0(IDX:N/A)"}]}
+    reading = SlurmReader(SlurmConfig(), json_runner(squeue, sinfo)).read(refs())
+    jobs = [(j.id, j.gpus, j.nodes, j.gpu_model) for j in reading.pending["vision/v100"]]
+    assert jobs == [("11", 4, 2, "V100"), ("10_4", 2, 3, None)]
+    assert reading.pending["vision/v100"][0].submitted_at == AT
+    assert reading.nodes["gpu1"].state == "drained"
+
+
+SQUEUE_TEXT = """\
+2|gpu|PENDING|Resources|gres:gpu:v100:2|1|2026-11-30T12:00:00|N/A||train|x
+5_[1-3]|batch|PENDING|Resources|gres:gpu:4|1|2026-11-30T12:00:00|N/A||sweep
+1|gpu|RUNNING|None|gres:gpu:1|1|2026-11-30T12:00:00|2026-11-30T12:01:00|gpu1|run
+"""
+SINFO_TEXT = """\
+gpu1|draining|gpu:v100:2|gpu:v100:1(IDX:0)|gpu*
+gpu1|draining|gpu:v100:2|gpu:v100:1(IDX:0)|batch
+gpu2|idle|gpu:v100:2|gpu:v100:0(IDX:N/A)|gpu*
+"""
+
+
+def test_falls_back_to_formatted_output_when_json_fails() -> None:
+    runner = FakeRunner({
+        "squeue --json": SlurmCommandError("squeue --json failed (1): unrecognized option"),
+        "squeue -h": SQUEUE_TEXT, "sinfo -h": SINFO_TEXT,
+    })
+    reading = SlurmReader(SlurmConfig(), runner).read(refs())
+    assert reading.error is None and reading.source == "squeue/sinfo formatted"
+    assert [(j.id, j.gpus, j.gpu_model) for j in reading.pending["vision/v100"]] == [("2", 2, "V100")]
+    assert [j.id for j in reading.pending["search/batch"]] == ["5_1", "5_2", "5_3"]
+    assert reading.pending["vision/v100"][0].submitted_at == datetime(2026, 11, 30, 12, tzinfo=UTC)
+    gpu1 = reading.nodes["gpu1"]
+    assert (gpu1.state, gpu1.gpus_allocated, [j.name for j in gpu1.jobs]) == ("draining", 1, ["run"])
+    assert reading.nodes["gpu2"].state == "idle"
+    # The job name may contain the separator.
+    assert runner.calls[1][-1] == "%i|%P|%T|%r|%b|%D|%V|%S|%N|%j"
+
+
+def test_unreadable_json_also_falls_back() -> None:
+    runner = FakeRunner({"squeue --json": "{not json", "sinfo --json": "{}",
+                         "squeue -h": SQUEUE_TEXT, "sinfo -h": SINFO_TEXT})
+    assert SlurmReader(SlurmConfig(), runner).read(refs()).source == "squeue/sinfo formatted"
+
+
+def test_timeout_makes_the_source_missing_without_fallback() -> None:
+    runner = FakeRunner({"squeue --json": SlurmCommandError("squeue --json timed out after 10s")})
+    reading = SlurmReader(SlurmConfig(), runner).read(refs())
+    assert reading.error == "slurm: squeue --json timed out after 10s"
+    assert len(runner.calls) == 1
+
+
+def test_both_formats_failing_reports_both() -> None:
+    runner = FakeRunner({"squeue --json": SlurmCommandError("squeue --json failed (1): x"),
+                         "squeue -h": SlurmCommandError("squeue -h failed (1): slurmctld down")})
+    reading = SlurmReader(SlurmConfig(), runner).read(refs())
+    assert reading.error == ("slurm: squeue -h failed (1): slurmctld down "
+                             "(after --json: squeue --json failed (1): x)")
+
+
+def test_command_prefix_bin_dir_and_env() -> None:
+    runner = json_runner({"jobs": []}, {"nodes": []})
+    cfg = SlurmConfig(bin_dir=Path("/opt/slurm/bin"), command_prefix=["ssh", "login"],
+                      env={"SLURM_CONF": "/etc/slurm/x.conf"})
+    SlurmReader(cfg, runner).read(refs())
+    assert runner.calls[0] == ["ssh", "login", "/opt/slurm/bin/squeue", "--json"]
+
+
+def test_missing_binary_is_an_error() -> None:
+    cfg = SlurmConfig(bin_dir=Path("/nonexistent"))
+    reading = SlurmReader(cfg).read(refs())
+    assert reading.error == "slurm: /nonexistent/squeue not found"
+
+
+# ------------------------------------------------------------ real Slurm
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    if shutil.which("slurmctld") is None:
+        pytest.skip("slurmctld not installed")
+    nodes = [SlurmNodeSpec("gpu1", gpus=2, gpu_type="v100"),
+             SlurmNodeSpec("gpu2", gpus=2, gpu_type="v100")]
+    with SlurmCluster(tmp_path_factory.mktemp("slurm-signals"), nodes) as cluster:
+        yield cluster
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("use_json", [True, False])
+def test_real_slurm_one_running_one_pending(slurm: SlurmCluster, use_json: bool) -> None:
+    running = slurm.submit("sleep 600", gpus=2, gpu_type="v100", nodelist="gpu1", name="train")
+    blocker = slurm.submit("sleep 600", gpus=2, nodelist="gpu2", name="other")
+    pending = slurm.submit("sleep 600", gpus=2, gpu_type="v100", name="waiting")
+    try:
+        slurm.wait_job_state(running, {"RUNNING"}, timeout=60)
+        slurm.wait_job_state(blocker, {"RUNNING"}, timeout=60)
+        reading = SlurmReader(SlurmConfig(env=slurm.env(), use_json=use_json)).read(refs())
+        assert reading.error is None
+        demand = reading.pending["vision/v100"]
+        assert [(j.id, j.gpus, j.nodes, j.gpu_model) for j in demand] == [(pending, 2, 1, "V100")]
+        assert demand[0].reason in ("Resources", "Priority")
+        gpu1 = reading.nodes["gpu1"]
+        assert [(j.id, j.gpus, j.name) for j in gpu1.jobs] == [(running, 2, "train")]
+        assert gpu1.jobs[0].started_at is not None
+        # Slurm's state counts CPUs (1 of 2 used): "mixed", while every GPU is allocated.
+        assert (gpu1.state, gpu1.gpus_total, gpu1.gpus_allocated) == ("mixed", 2, 2)
+    finally:
+        slurm.run(["scancel", running, blocker, pending])
+
+
+@pytest.mark.slow
+def test_real_slurm_down_is_missing(tmp_path: Path) -> None:
+    cfg = SlurmConfig(env={"SLURM_CONF": str(tmp_path / "missing.conf")}, timeout="3s")
+    reading = SlurmReader(cfg).read(refs())
+    assert reading.error is not None and reading.error.startswith("slurm: ")

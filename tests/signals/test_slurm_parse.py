@@ -1,0 +1,107 @@
+"""Parsing Slurm's spellings of gres, host lists, node states, times and arrays."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from autoscaler.signals.slurm_parse import (
+    Gres,
+    array_tasks,
+    epoch,
+    expand_hostlist,
+    gpu_count,
+    gpu_model,
+    gpu_type,
+    node_state,
+    parse_gres,
+)
+
+
+@pytest.mark.parametrize(("spec", "count", "gtype"), [
+    ("gpu:2", 2, None),
+    ("gpu:t4:2", 2, "t4"),
+    ("gres:gpu:t4:2", 2, "t4"),        # 22.05 tres_per_node
+    ("gres:gpu:1", 1, None),
+    ("gres/gpu:v100=4", 4, "v100"),    # 23.02+ tres_per_node
+    ("gres/gpu=3", 3, None),
+    ("gpu:t4:1(IDX:0)", 1, "t4"),       # gres_used / gres_detail
+    ("gpu:v100:4(IDX:0-1,3)", 4, "v100"),
+    ("gpu:2(S:0-1)", 2, None),          # sinfo Gres with sockets
+    ("gpu:a100:2,shard:8", 2, "a100"),
+    ("shard:4", 0, None),
+    ("gpu", 1, None),
+    ("(null)", 0, None),
+    ("", 0, None),
+    (None, 0, None),
+])
+def test_gres_strings(spec: str | None, count: float, gtype: str | None) -> None:
+    assert gpu_count(spec) == count
+    assert gpu_type(spec) == gtype
+
+
+def test_parse_gres_keeps_other_resources() -> None:
+    assert parse_gres("gpu:t4:2(IDX:0,1),mps:100") == [Gres("gpu", "t4", 2), Gres("mps", None, 100)]
+
+
+@pytest.mark.parametrize(("slurm", "model"), [("t4", "T4"), ("v100", "V100"), ("a10g", "A10G"),
+                                              ("A100", "A100"), ("l40s", "L40S"), (None, None)])
+def test_gpu_model_names(slurm: str | None, model: str | None) -> None:
+    assert gpu_model(slurm) == model
+
+
+@pytest.mark.parametrize(("hostlist", "names"), [
+    ("gpu1", ["gpu1"]),
+    ("gpu[1-3]", ["gpu1", "gpu2", "gpu3"]),
+    ("n[01-03,7]", ["n01", "n02", "n03", "n7"]),
+    ("a[1-2],b5,c[9]", ["a1", "a2", "b5", "c9"]),
+    ("vision-v100-train-[1-2]", ["vision-v100-train-1", "vision-v100-train-2"]),
+    ("", []),
+    ("(null)", []),
+])
+def test_expand_hostlist(hostlist: str, names: list[str]) -> None:
+    assert expand_hostlist(hostlist) == names
+
+
+@pytest.mark.parametrize(("state", "flags", "expected"), [
+    ("idle", [], ("idle", True, False)),
+    ("mixed", [], ("mixed", True, False)),
+    ("allocated", [], ("allocated", True, False)),
+    ("mixed", ["DRAIN"], ("draining", True, True)),      # 22.05 sinfo --json
+    ("idle", ["DRAIN"], ("drained", True, True)),
+    (["MIXED", "DRAIN"], None, ("draining", True, True)),  # 23.02+
+    (["IDLE", "DRAIN"], None, ("drained", True, True)),
+    (["IDLE", "NOT_RESPONDING"], None, ("down", False, False)),
+    ("down", [], ("down", False, False)),
+    ("draining", None, ("draining", True, True)),        # sinfo %T text
+    ("drained", None, ("drained", True, True)),
+    ("idle*", None, ("down", False, False)),
+    ("allocated+", None, ("allocated", True, False)),
+    ("down~", None, ("down", False, False)),
+    ("completing", None, ("mixed", True, False)),
+    ("unknown", None, ("unknown", False, False)),
+    ("future", None, ("down", False, False)),
+])
+def test_node_states(state: str | list[str], flags: list[str] | None,
+                     expected: tuple[str, bool, bool]) -> None:
+    assert node_state(state, flags) == expected
+
+
+def test_epoch_shapes() -> None:
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    ts = int(at.timestamp())
+    assert epoch(ts) == at
+    assert epoch({"set": True, "infinite": False, "number": ts}) == at
+    assert epoch({"set": False, "number": 0}) is None
+    assert epoch(0) is None
+    assert epoch("2026-11-30T12:00:00+00:00") == at
+    assert epoch("N/A") is None and epoch("garbage") is None
+
+
+def test_array_tasks() -> None:
+    assert array_tasks("1-3") == ["1", "2", "3"]
+    assert array_tasks("1,4-5%2") == ["1", "4", "5"]
+    assert array_tasks("0-10:5") == ["0", "5", "10"]
+    assert len(array_tasks("1-100000")) == 1000
+    assert array_tasks("") == []
