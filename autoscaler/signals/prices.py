@@ -148,10 +148,12 @@ class PriceView:
     missing: list[str]
 
     def into(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` with these offerings and capacity errors (the rest unchanged)."""
+        """``snapshot`` with these offerings and capacity errors, and the price sources that
+        failed added to ``missing`` (for status; the engine freezes nothing for prices)."""
         return snapshot.model_copy(update={
             "offerings": self.offerings,
             "capacity_errors": [*snapshot.capacity_errors, *self.capacity_errors],
+            "missing": [*snapshot.missing, *(m for m in self.missing if m not in snapshot.missing)],
         })
 
 

@@ -226,6 +226,28 @@ def test_failed_api_reuses_the_last_answer_then_falls_back_to_the_catalog() -> N
     assert len(made) == 1  # one adapter per region, kept across ticks
 
 
+def test_prices_are_read_once_per_ttl_not_once_per_tick(moto: str, spot_book: SpotBook) -> None:
+    spot_book.add(T4, "us-east-1a", 0.16)
+    clock = FakeClock()
+    signals = aws_signals(moto, clock)  # AwsSettings defaults: spot TTL 5 min
+    pols = policies(types=[T4])
+    for _ in range(120):  # ten minutes of 5-second ticks
+        assert any(o.spot_usd == 0.16 for o in signals.observe(pols).offerings)
+        clock.advance(timedelta(seconds=5))
+    assert len(spot_book.requests) == 2
+    market = signals.market("aws", "us-east-1")
+    assert isinstance(market, AwsCloud)
+    assert market.api_calls["describe_instance_type_offerings"] == 1  # 30 min TTL
+
+
+def test_failed_sources_are_named_in_the_snapshot() -> None:
+    market = FakeMarket({})
+    market.error = CloudUnreachableError("down")
+    view = PriceSignals(lambda c, r: market).observe(policies(types=[T4]))
+    snapshot = view.into(one_pending_gpu())
+    assert len(snapshot.missing) == 3 and all("down" in m for m in snapshot.missing)
+
+
 def test_strict_mode_raises_for_the_command_line() -> None:
     market = FakeMarket({})
     market.error = CloudUnreachableError("down")
