@@ -1,0 +1,116 @@
+"""``gpu-autoscaler simulate``: replay a GPU cluster trace through decide() and the baselines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from autoscaler.cli.common import PoliciesOption, PricesOption, catalog_from, console, err_console, fail
+from autoscaler.policy import PolicyLoadError, load_policies
+from autoscaler.policy.duration import parse_duration
+from autoscaler.sim.replay import SimConfig, SimError
+from autoscaler.sim.report import summary_line, table, to_json
+from autoscaler.sim.run import ALL, SimReport, run_all, select_pool
+from autoscaler.sim.spot import SpotMarket, load_spot_traces
+from autoscaler.sim.traces import DAY, DutyCycles, TraceError, load_duty_cycles, load_pod_list
+
+
+def _seconds(value: str, option: str) -> float:
+    try:
+        return parse_duration(value).total_seconds()
+    except ValueError as exc:
+        fail(f"{option}: {exc}")
+
+
+def _run(trace: Path, policies: Path, prices: Path | None, pool: str | None, start_day: float,
+         days: float | None, config: SimConfig, spot_trace: Path | None, duty_cycles: Path | None,
+         strategies: list[str], show_progress: bool) -> SimReport:
+    catalog = catalog_from(prices)
+    try:
+        team, chosen, notes = select_pool(load_policies(policies, catalog), pool)
+        workload = load_pod_list(trace, start_day, days)
+        spot: SpotMarket | None = load_spot_traces(spot_trace) if spot_trace else None
+        duty: DutyCycles | None = load_duty_cycles(duty_cycles) if duty_cycles else None
+    except PolicyLoadError as exc:
+        fail(f"policies in {policies} are invalid:\n{exc}")
+    except (TraceError, SimError) as exc:
+        fail(str(exc))
+    span = workload.end - workload.start
+    with Progress(TextColumn("{task.description:>16}"), BarColumn(), TextColumn("day {task.fields[day]}"),
+                  TimeElapsedColumn(), console=err_console, transient=True,
+                  disable=not show_progress) as bar:
+        tasks = {n: bar.add_task(n, total=span, day="-") for n in strategies}
+
+        def progress(name: str, t: float) -> None:
+            bar.update(tasks[name], completed=t - workload.start, day=f"{t / DAY:.1f}")
+
+        try:
+            report = run_all(workload, team, chosen, catalog, config, spot=spot, duty=duty,
+                             strategies=strategies, progress=progress)
+        except SimError as exc:
+            fail(str(exc))
+    report.notes += notes
+    return report
+
+
+def simulate(
+    trace: Annotated[Path, typer.Option("--trace", "-t", help="Alibaba GPU v2023 pod list (CSV with its "
+                                        "columns).", exists=True, dir_okay=False)],
+    policies: PoliciesOption = Path("policies"),
+    prices: PricesOption = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="Pool to simulate, team/pool (default: the "
+                                             "first pool in priority order).")] = None,
+    start_day: Annotated[float, typer.Option("--start-day", help="First trace day replayed.")] = 0,
+    days: Annotated[float | None, typer.Option("--days", help="Days replayed (default: to the end).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of boot jitter, spot draws and duty cycles.")] = 0,
+    tick: Annotated[str, typer.Option(help="The service loop interval: decide() runs this often.")] = "30s",
+    boot_delay: Annotated[str, typer.Option("--boot-delay", help="Provisioning + bootstrap time of a "
+                                            "node (jittered +-25%).")] = "4m",
+    checkpoint: Annotated[str, typer.Option(help="A killed job keeps the work of its last checkpoint "
+                                            "taken this often (0s: restarts from scratch).")] = "30m",
+    spot_trace: Annotated[Path | None, typer.Option("--spot-trace", help="SkyPilot spot trace: a JSON "
+                                                    "file or a directory with one file per zone.",
+                                                    exists=True)] = None,
+    duty_cycles: Annotated[Path | None, typer.Option("--duty-cycles", help="GenAI GPU duty-cycle CSV "
+                                                     "(.gz ok): measured util of running jobs.",
+                                                     exists=True, dir_okay=False)] = None,
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies to replay.")] = ",".join(ALL),
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write report.json and PNG plots here.",
+                                             file_okay=False)] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Replay a trace through the same decide() the service runs, against baselines and an oracle.
+
+    Every strategy sees the same jobs, prices, boot delays and spot interruptions. Reports
+    cost, GPU-hours paid vs used, waits and interruptions per strategy.
+    """
+    config = SimConfig(tick=_seconds(tick, "--tick"), boot_delay=_seconds(boot_delay, "--boot-delay"),
+                       checkpoint_interval=_seconds(checkpoint, "--checkpoint"), seed=seed)
+    if config.tick <= 0:
+        fail("--tick must be greater than 0s")
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    report = _run(trace, policies, prices, pool, start_day, days, config, spot_trace, duty_cycles, names,
+                  progress)
+    if out is not None:
+        from autoscaler.sim.plots import write_plots  # matplotlib only when plots are asked for
+
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(to_json(report, with_series=True), indent=1))
+        written = write_plots(report, out)
+        err_console.print(f"wrote {out / 'report.json'}, " + ", ".join(str(p) for p in written))
+    if json_out:
+        typer.echo(json.dumps(to_json(report), indent=2))
+        return
+    console.print(table(report))
+    for note in report.notes:
+        console.print(f"[dim]{note}[/]")
+    typer.echo(summary_line(report))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)

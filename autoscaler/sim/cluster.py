@@ -1,0 +1,292 @@
+"""The simulated cluster: nodes moving through the real lifecycle table, jobs on their GPUs.
+
+Every state change goes through :func:`autoscaler.fleet.lifecycle.check_transition`, so the
+simulator can only do what the service may do. Billing runs from the launch request until
+the node is terminated (a failed launch is not billed); jobs are placed FIFO with first-fit
+backfill (no reservations) by :mod:`autoscaler.sim.placement`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from autoscaler.catalog import InstanceType
+from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState, check_transition
+from autoscaler.policy.models import Market
+from autoscaler.sim.clock import Clock, Kind
+from autoscaler.sim.placement import EPS, best_node, max_share_free, whole_free
+from autoscaler.sim.traces import Job
+
+S = NodeState
+BILLABLE_STATES = frozenset(S) - {S.TERMINATED, S.PROVISION_FAILED, S.LOST}
+
+
+@dataclass(eq=False)
+class SimJob:
+    job: Job
+    index: int
+    remaining: float
+    duty: int = 0  # which duty-cycle series models its GPU use
+    duty_offset: int = 0
+    state: str = "future"  # future | pending | running | done
+    pending_since: float = 0.0
+    wait: float = 0.0
+    first_start: float | None = None
+    run_start: float = 0.0
+    run_id: int = 0
+    node: SimNode | None = None
+    slots: list[tuple[int, float]] = field(default_factory=list)
+    kills: int = 0
+    gpu_seconds: float = 0.0  # share x seconds held on GPUs
+    lost_seconds: float = 0.0  # share x seconds of work redone after kills
+
+    @property
+    def key(self) -> tuple[float, int]:
+        return (self.job.arrival, self.index)
+
+    @property
+    def gpus(self) -> float:
+        return self.job.gpus
+
+
+@dataclass(eq=False)
+class SimNode:
+    name: str
+    itype: InstanceType
+    market: Market
+    zone: str | None
+    hourly: float
+    created_at: float
+    state: NodeState = S.REQUESTED
+    state_since: float = 0.0
+    ready_at: float | None = None
+    free: list[float] = field(default_factory=list)
+    jobs: dict[str, SimJob] = field(default_factory=dict)
+    drain_trigger: str | None = None
+    replacement_requested: bool = False
+    reason: str = ""
+    epoch: int = 0  # bumps on every change that voids pending node events or cached views
+    jobs_version: int = 0  # bumps when a job starts or leaves the node
+    sample_t: list[float] = field(default_factory=list)  # util samples (time, %), oldest first
+    sample_u: list[float] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return self.itype.gpus
+
+    @property
+    def allocated(self) -> float:
+        return sum(self.gpus_of(j) for j in self.jobs.values())
+
+    @staticmethod
+    def gpus_of(job: SimJob) -> float:
+        return sum(a for _, a in job.slots)
+
+    def add_sample(self, t: float, util: float, keep: int = 512) -> None:
+        self.sample_t.append(t)
+        self.sample_u.append(util)
+        if len(self.sample_t) > 2 * keep:
+            del self.sample_t[:-keep], self.sample_u[:-keep]
+
+    def util_since(self, t: float) -> list[float]:
+        """Util samples taken at or after ``t``."""
+        return self.sample_u[bisect.bisect_left(self.sample_t, t):]
+
+
+@dataclass
+class Totals:
+    cost_usd: float = 0.0
+    gpu_seconds_paid: float = 0.0
+    launches: int = 0
+    failed_launches: int = 0
+    terminations: int = 0
+    kills: Counter[str] = field(default_factory=Counter)
+    gpu_seconds_by_market: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+class Cluster:
+    """Nodes and jobs of one strategy's replay; strategies act through its methods."""
+
+    def __init__(self, clock: Clock, checkpoint_interval: float):
+        self.clock = clock
+        self.checkpoint = checkpoint_interval
+        self.nodes: dict[str, SimNode] = {}
+        self.pending: list[SimJob] = []
+        self.running: dict[str, SimJob] = {}
+        self.done = 0
+        self.totals = Totals()
+        self._seq = 0
+        self.version = 0  # bumps on any change of nodes or job placement
+        self._capacity_grew = True
+        self._arrived: list[SimJob] = []
+
+    # -- nodes ---------------------------------------------------------------------
+    def new_node(self, itype: InstanceType, market: Market, zone: str | None, hourly: float,
+                 now: float) -> SimNode:
+        self._seq += 1
+        node = SimNode(name=f"n{self._seq:05d}", itype=itype, market=market, zone=zone,
+                       hourly=hourly, created_at=now, state_since=now, free=[1.0] * itype.gpus)
+        self.nodes[node.name] = node
+        self.totals.launches += 1
+        self.move(node, S.PROVISIONING, now)
+        return node
+
+    def move(self, node: SimNode, target: NodeState, now: float, reason: str = "") -> None:
+        check_transition(node.name, node.state, target)
+        node.state, node.state_since, node.epoch = target, now, node.epoch + 1
+        self.version += 1
+        if reason:
+            node.reason = reason
+        if target is S.READY:
+            if node.ready_at is None:
+                node.ready_at = now
+            self._capacity_grew = True
+        elif target is S.PROVISION_FAILED:
+            self.totals.failed_launches += 1
+        elif target is S.TERMINATED:
+            self._close_bill(node, now)
+            del self.nodes[node.name]
+
+    def _close_bill(self, node: SimNode, now: float) -> None:
+        if node.reason == "capacity-error":
+            return  # a launch the cloud refused is never billed
+        hours = (now - node.created_at) / 3600
+        self.totals.cost_usd += node.hourly * hours
+        self.totals.gpu_seconds_paid += node.gpus * (now - node.created_at)
+        self.totals.gpu_seconds_by_market[node.market.value] += node.gpus * (now - node.created_at)
+        self.totals.terminations += 1
+
+    def open_bills(self, now: float) -> tuple[float, defaultdict[str, float]]:
+        """($, GPU-seconds per market) of nodes still billed at ``now``."""
+        usd, gpu_s = 0.0, defaultdict[str, float](float)
+        for node in self.nodes.values():
+            if node.state in BILLABLE_STATES and node.reason != "capacity-error":
+                usd += node.hourly * (now - node.created_at) / 3600
+                gpu_s[node.market.value] += node.gpus * (now - node.created_at)
+        return usd, gpu_s
+
+    def drain(self, node: SimNode, now: float, trigger: str) -> None:
+        self.move(node, S.DRAINING, now)
+        node.drain_trigger = trigger
+        if not node.jobs:
+            self.move(node, S.DRAINED, now)
+
+    def cancel_drain(self, node: SimNode, now: float) -> None:
+        node.drain_trigger = None
+        self.move(node, S.READY, now)
+
+    def terminate(self, node: SimNode, now: float, cause: str) -> None:
+        """Take a node out now, from any state; running jobs are killed and requeued."""
+        self.kill_jobs(node, now, cause)
+        path = {
+            S.READY: [S.DRAINING, S.DRAINED, S.TERMINATING],
+            S.DRAINING: [S.DRAINED, S.TERMINATING],
+        }.get(node.state, [S.TERMINATING])
+        if node.state in (S.TERMINATING, S.LOST):
+            path = []
+        for target in [*path, S.TERMINATED]:
+            self.move(node, target, now)
+
+    def serving(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.state is S.READY]
+
+    def in_flight(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.state in IN_FLIGHT]
+
+    # -- jobs ----------------------------------------------------------------------
+    def arrive(self, job: SimJob, now: float) -> None:
+        job.state, job.pending_since = "pending", now
+        self.pending.append(job)  # arrivals come in time order: the end of the FIFO
+        self._arrived.append(job)
+
+    def start(self, job: SimJob, node: SimNode, slots: list[tuple[int, float]], now: float) -> None:
+        for i, amount in slots:
+            node.free[i] -= amount
+        self.version += 1
+        node.jobs_version += 1
+        job.state, job.node, job.slots = "running", node, slots
+        job.wait += now - job.pending_since
+        job.run_start, job.run_id = now, job.run_id + 1
+        if job.first_start is None:
+            job.first_start = now
+        node.jobs[job.job.id] = job
+        self.running[job.job.id] = job
+        run_id = job.run_id
+        self.clock.at(now + job.remaining, Kind.FINISH, lambda t: self.finish(job, run_id, t))
+
+    def _release(self, job: SimJob, now: float) -> SimNode:
+        node = job.node
+        if node is None:
+            raise RuntimeError(f"job {job.job.id} is not running")
+        for i, amount in job.slots:
+            node.free[i] = min(1.0, node.free[i] + amount)
+        job.gpu_seconds += job.gpus * (now - job.run_start)
+        del node.jobs[job.job.id]
+        del self.running[job.job.id]
+        node.jobs_version += 1
+        job.node, job.slots = None, []
+        self._capacity_grew = True
+        self.version += 1
+        return node
+
+    def finish(self, job: SimJob, run_id: int, now: float) -> None:
+        if job.state != "running" or job.run_id != run_id:
+            return  # the run this event belonged to was killed
+        node = self._release(job, now)
+        job.state, job.remaining = "done", 0.0
+        self.done += 1
+        if node.state is S.DRAINING and not node.jobs:
+            self.move(node, S.DRAINED, now)
+
+    def kill_jobs(self, node: SimNode, now: float, cause: str) -> None:
+        """Requeue a node's jobs; they keep the work of their last checkpoint."""
+        for job in list(node.jobs.values()):
+            ran = now - job.run_start
+            kept = math.floor(ran / self.checkpoint) * self.checkpoint if self.checkpoint > 0 else 0.0
+            self._release(job, now)
+            job.remaining -= kept
+            job.lost_seconds += job.gpus * (ran - kept)
+            job.kills += 1
+            self.totals.kills[cause] += 1
+            job.state, job.pending_since = "pending", now
+            bisect.insort(self.pending, job, key=lambda j: j.key)  # keeps its place by age
+
+    # -- scheduling ----------------------------------------------------------------
+    def schedule(self, now: float) -> None:
+        """FIFO with first-fit backfill: every pending job that fits starts, oldest first."""
+        if not self.pending:
+            self._arrived.clear()
+            return
+        if self._capacity_grew:
+            candidates, self._capacity_grew = self.pending, False
+        else:
+            candidates = [j for j in self._arrived if j.state == "pending"]
+        self._arrived = []
+        if not candidates:
+            return
+        nodes = sorted(self.serving(), key=lambda n: (n.created_at, n.name))
+        whole = max((whole_free(n.free) for n in nodes), default=0)
+        share = max((max_share_free(n.free) for n in nodes), default=0.0)
+        started = set()
+        for job in candidates:
+            g = job.gpus
+            if (g >= 1 - EPS and round(g) > whole) or (g < 1 - EPS and g > share + EPS):
+                continue
+            found = best_node(nodes, g)
+            if found is None:
+                continue
+            self.start(job, found[0], found[1], now)
+            started.add(job.job.id)
+            whole = max((whole_free(n.free) for n in nodes), default=0)
+            share = max((max_share_free(n.free) for n in nodes), default=0.0)
+        if started:
+            self.pending = [j for j in self.pending if j.job.id not in started]
+
+    def pending_gpus(self) -> float:
+        return sum(j.gpus for j in self.pending)
+
+    def running_gpus(self) -> float:
+        return sum(j.gpus for j in self.running.values())

@@ -1,0 +1,220 @@
+"""One strategy's replay of a workload: the event loop and what strategies may do.
+
+The replay owns the clock, the simulated cluster, the spot market and the random streams.
+Strategies only see it through :class:`Replay`'s methods (launch, drain, cancel_drain,
+terminate, util samples), so every strategy pays the same boot delays, prices and spot
+interruptions. Random streams are seeded from ``(seed, strategy)``; the job -> duty-cycle
+assignment is seeded from ``seed`` alone, so all strategies replay the same work.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+from autoscaler.catalog import Catalog, CatalogError, InstanceType
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.policy.models import Market, Pool
+from autoscaler.sim.clock import Clock, Kind
+from autoscaler.sim.cluster import Cluster, SimJob, SimNode
+from autoscaler.sim.series import Series
+from autoscaler.sim.spot import ALWAYS_AVAILABLE, SpotMarket
+from autoscaler.sim.traces import DutyCycles, Workload
+
+if TYPE_CHECKING:
+    from autoscaler.sim.strategies.base import Strategy
+
+S = NodeState
+
+
+class SimError(Exception):
+    """The simulation cannot run as configured (unknown type, missing price, ...)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    tick: float = 30.0  # the service's loop interval: how often decide() runs
+    boot_delay: float = 240.0  # provisioning + bootstrap until a node takes jobs
+    boot_jitter: float = 0.25  # each boot takes boot_delay x U(1 - j, 1 + j)
+    launch_fail_delay: float = 20.0  # how long a refused spot launch takes to fail
+    spot_notice: float = 120.0  # spot interruption notice before the node is reclaimed
+    checkpoint_interval: float = 1800.0  # a killed job keeps the work of its last checkpoint
+    default_util: float = 100.0  # GPU util % of a job's share when no duty-cycle data is given
+    sample_every: float = 300.0  # time-series resolution of the report and plots
+    seed: int = 0
+
+
+@dataclass
+class RunStats:
+    wall_seconds: float = 0.0
+    ticks: int = 0
+    interruptions: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Replay:
+    def __init__(self, workload: Workload, pool: Pool, catalog: Catalog, config: SimConfig,
+                 strategy: Strategy, spot: SpotMarket | None = None, duty: DutyCycles | None = None):
+        self.workload, self.pool, self.catalog, self.config = workload, pool, catalog, config
+        self.strategy, self.spot, self.duty = strategy, spot or ALWAYS_AVAILABLE, duty
+        self.start, self.end = workload.start, workload.end
+        self.clock = Clock(self.start)
+        self.cluster = Cluster(self.clock, config.checkpoint_interval)
+        self.rng = random.Random(f"{config.seed}:{strategy.name}:boot")
+        self._interrupt_rng = random.Random(f"{config.seed}:{strategy.name}:spot")
+        self.jobs = _sim_jobs(workload, duty, config.seed)
+        self.series = Series()
+        self.stats = RunStats()
+
+    # -- what strategies may do -----------------------------------------------------
+    def itype(self, name: str) -> InstanceType:
+        try:
+            return self.catalog.get(self.pool.cloud.value, name)
+        except CatalogError as exc:
+            raise SimError(str(exc)) from exc
+
+    def hourly(self, itype: InstanceType, market: Market) -> float:
+        price = itype.spot_usd if market is Market.SPOT else itype.on_demand_usd
+        if price is None:
+            raise SimError(f"no price for {itype.cloud} {itype.name}: pass a price file (--prices)")
+        return price
+
+    def spot_available(self, zone: str | None, now: float) -> bool:
+        return self.spot.available(zone, now - self.start)
+
+    def launch(self, type_name: str, market: Market, zone: str | None, now: float,
+               extra_delay: float = 0.0) -> SimNode:
+        """Request a node; ``extra_delay`` is time already lost before the request succeeded."""
+        itype = self.itype(type_name)
+        if market is Market.SPOT and zone is None and self.spot.zones:
+            zone = self.spot.first_available(sorted(self.spot.zones), now - self.start)
+        node = self.cluster.new_node(itype, market, zone, self.hourly(itype, market), now)
+        if market is Market.SPOT and not self.spot_available(zone, now):
+            node.reason = "capacity-error"
+            self.clock.at(now + self.config.launch_fail_delay, Kind.NODE, lambda t: self._fail(node, t))
+            return node
+        jitter = self.config.boot_jitter
+        delay = extra_delay + self.config.boot_delay * self.rng.uniform(1 - jitter, 1 + jitter)
+        self.clock.at(now + 0.4 * delay, Kind.NODE, lambda t: self._step(node, S.PROVISIONING,
+                                                                          S.BOOTSTRAPPING, t))
+        self.clock.at(now + delay, Kind.NODE, lambda t: self._step(node, S.BOOTSTRAPPING, S.READY, t))
+        return node
+
+    def drain(self, node: SimNode, now: float, trigger: str, timeout: float) -> None:
+        self.cluster.drain(node, now, trigger)
+        if node.state is S.DRAINING:
+            since = node.state_since
+            self.clock.at(now + timeout, Kind.NODE, lambda t: self._drain_timeout(node, since, t))
+
+    def cancel_drain(self, node: SimNode, now: float) -> None:
+        self.cluster.cancel_drain(node, now)
+
+    def terminate(self, node: SimNode, now: float, cause: str) -> None:
+        self.cluster.terminate(node, now, cause)
+
+    def sample_util(self, now: float) -> None:
+        """Record each observable node's GPU util (what a scrape at ``now`` would see)."""
+        for node in self.cluster.nodes.values():
+            if node.state in (S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED):
+                node.add_sample(now, self.node_util(node, now))
+
+    def node_util(self, node: SimNode, now: float) -> float:
+        per_gpu = [0.0] * node.gpus
+        for job in node.jobs.values():
+            duty = self._duty(job, now)
+            for i, amount in job.slots:
+                per_gpu[i] += duty * amount
+        return sum(min(100.0, u) for u in per_gpu) / node.gpus if node.gpus else 0.0
+
+    def _duty(self, job: SimJob, now: float) -> float:
+        if self.duty is None:
+            return self.config.default_util
+        series = self.duty.series[job.duty]
+        return series[(int((now - job.run_start) / self.duty.step) + job.duty_offset) % len(series)]
+
+    # -- events ---------------------------------------------------------------------
+    def _step(self, node: SimNode, expect: NodeState, target: NodeState, now: float) -> None:
+        if node.name in self.cluster.nodes and node.state is expect:
+            self.cluster.move(node, target, now)
+
+    def _fail(self, node: SimNode, now: float) -> None:
+        if node.name in self.cluster.nodes and node.state is S.PROVISIONING:
+            self.cluster.move(node, S.PROVISION_FAILED, now, reason="capacity-error")
+            self.strategy.capacity_error(self, node, now)
+
+    def _drain_timeout(self, node: SimNode, since: float, now: float) -> None:
+        if node.name in self.cluster.nodes and node.state is S.DRAINING and node.state_since == since:
+            self.cluster.kill_jobs(node, now, "drain-timeout")
+            self.cluster.move(node, S.DRAINED, now)
+
+    def _outage(self, zone: str, now: float) -> None:
+        for node in list(self.cluster.nodes.values()):
+            if node.market is not Market.SPOT or node.zone != zone:
+                continue
+            if self._interrupt_rng.random() >= self.spot.interrupt_share:
+                continue
+            if node.state in (S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAPPING):
+                self.stats.interruptions += 1
+                self.cluster.move(node, S.INTERRUPTED, now, reason="spot interruption notice")
+                self.clock.at(now + self.config.spot_notice, Kind.NODE, partial(self._reclaim, node))
+            elif node.state in (S.REQUESTED, S.PROVISIONING):
+                node.reason = "capacity-error"
+                self.cluster.move(node, S.PROVISION_FAILED, now)
+                self.strategy.capacity_error(self, node, now)
+
+    def _reclaim(self, node: SimNode, now: float) -> None:
+        if node.name in self.cluster.nodes and node.state is S.INTERRUPTED:
+            self.cluster.terminate(node, now, "spot")
+
+    def _tick(self, now: float) -> None:
+        self.cluster.schedule(now)
+        self.strategy.tick(self, now)
+        self.stats.ticks += 1
+        self.cluster.schedule(now)
+        nxt = now + self.strategy.interval
+        if nxt < self.end:
+            self.clock.at(nxt, Kind.TICK, self._tick)
+
+    def _sample(self, now: float) -> None:
+        self.series.record(self, now)
+        nxt = now + self.config.sample_every
+        if nxt < self.end:
+            self.clock.at(nxt, Kind.SAMPLE, self._sample)
+
+    # -- the loop -------------------------------------------------------------------
+    def run(self, progress: Callable[[float], None] | None = None) -> Replay:
+        began = time.perf_counter()
+        for job in self.jobs:
+            self.clock.at(job.job.arrival, Kind.ARRIVAL, partial(self.cluster.arrive, job))
+        for offset, zone in self.spot.outage_events(self.end - self.start):
+            self.clock.at(self.start + offset, Kind.OUTAGE, partial(self._outage, zone))
+        self.strategy.begin(self, self.start)
+        self.clock.at(self.start, Kind.TICK, self._tick)
+        self.clock.at(self.start, Kind.SAMPLE, self._sample)
+        report_at = self.start
+        while (t := self.clock.next_time()) is not None and t < self.end:
+            event = self.clock.pop()
+            event.run(event.at)
+            if event.kind in (Kind.FINISH, Kind.NODE, Kind.ARRIVAL) and (
+                    self.clock.next_time() != event.at):
+                self.cluster.schedule(event.at)
+            if progress is not None and event.at - report_at >= 3600:
+                progress(event.at)
+                report_at = event.at
+        self.series.record(self, self.end)
+        self.stats.wall_seconds = time.perf_counter() - began
+        return self
+
+
+def _sim_jobs(workload: Workload, duty: DutyCycles | None, seed: int) -> list[SimJob]:
+    rng = random.Random(f"{seed}:duty")
+    jobs = []
+    for i, job in enumerate(workload.jobs):
+        which = rng.randrange(len(duty)) if duty is not None else 0
+        offset = rng.randrange(len(duty.series[which])) if duty is not None else 0
+        jobs.append(SimJob(job=job, index=i, remaining=job.duration, duty=which, duty_offset=offset))
+    return jobs

@@ -1,0 +1,111 @@
+"""Per-strategy results of a replay: cost, GPU-hours, waits, interruptions, actions.
+
+Definitions (README "Simulator"):
+
+* cost: every node's $/h x the time from its launch request to its termination (or the end
+  of the window); refused launches cost nothing.
+* GPU-hours paid: GPUs x billed hours. Used: GPU shares x hours jobs held them (work later
+  lost to a kill included). Lost: share x hours redone after kills. Fleet utilization:
+  used / paid.
+* wait: all the time a job spent pending (first wait plus every wait after a requeue),
+  for jobs that arrived inside the window; a job still pending at the end counts with the
+  wait it has so far (a lower bound). Percentiles are over jobs.
+* jobs interrupted: runs killed (spot reclaim, drain timeout, scale-in/eviction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autoscaler.sim.replay import Replay
+from autoscaler.sim.series import Series
+
+
+@dataclass
+class StrategyResult:
+    name: str
+    description: str = ""
+    cost_usd: float = 0.0
+    gpu_hours_paid: float = 0.0
+    gpu_hours_used: float = 0.0
+    gpu_hours_lost: float = 0.0
+    gpu_hours_paid_by_market: dict[str, float] = field(default_factory=dict)
+    wait_p50_s: float = 0.0
+    wait_p95_s: float = 0.0
+    wait_p99_s: float = 0.0
+    wait_mean_s: float = 0.0
+    jobs: int = 0
+    jobs_started: int = 0
+    jobs_finished: int = 0
+    jobs_never_started: int = 0
+    jobs_interrupted: int = 0
+    kills_by_cause: dict[str, int] = field(default_factory=dict)
+    spot_interruptions: int = 0
+    launches: int = 0
+    failed_launches: int = 0
+    terminations: int = 0
+    wall_seconds: float = 0.0
+    parameters: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    series: Series | None = None
+
+    @property
+    def utilization(self) -> float:
+        return self.gpu_hours_used / self.gpu_hours_paid if self.gpu_hours_paid > 0 else 0.0
+
+    def as_dict(self, with_series: bool = False) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "series"}
+        out["utilization"] = round(self.utilization, 4)
+        for key in ("cost_usd", "gpu_hours_paid", "gpu_hours_used", "gpu_hours_lost", "wait_p50_s",
+                    "wait_p95_s", "wait_p99_s", "wait_mean_s", "wall_seconds"):
+            out[key] = round(out[key], 3)
+        if with_series and self.series is not None:
+            out["series"] = self.series.as_dict()
+        return out
+
+
+def percentiles(values: list[float]) -> tuple[float, float, float, float]:
+    if not values:
+        return 0.0, 0.0, 0.0, 0.0
+    p50, p95, p99 = np.percentile(np.asarray(values), [50, 95, 99])
+    return float(p50), float(p95), float(p99), float(np.mean(values))
+
+
+def summarize(replay: Replay) -> StrategyResult:
+    end, cluster = replay.end, replay.cluster
+    open_usd, open_gpu_s = cluster.open_bills(end)
+    waits: list[float] = []
+    used = lost = 0.0
+    started = finished = never = 0
+    for job in replay.jobs:
+        held = job.gpu_seconds + (job.gpus * (end - job.run_start) if job.state == "running" else 0.0)
+        used += held
+        lost += job.lost_seconds
+        started += job.first_start is not None
+        finished += job.state == "done"
+        never += job.state != "future" and job.first_start is None
+        if job.job.carried or job.state == "future":
+            continue
+        waits.append(job.wait + (end - job.pending_since if job.state == "pending" else 0.0))
+    p50, p95, p99, mean = percentiles(waits)
+    strategy = replay.strategy
+    totals = cluster.totals
+    return StrategyResult(
+        name=strategy.name, description=strategy.description,
+        cost_usd=totals.cost_usd + open_usd,
+        gpu_hours_paid=(totals.gpu_seconds_paid + sum(open_gpu_s.values())) / 3600,
+        gpu_hours_paid_by_market={
+            k: round((totals.gpu_seconds_by_market.get(k, 0.0) + open_gpu_s.get(k, 0.0)) / 3600, 3)
+            for k in sorted(set(totals.gpu_seconds_by_market) | set(open_gpu_s))},
+        gpu_hours_used=used / 3600, gpu_hours_lost=lost / 3600,
+        wait_p50_s=p50, wait_p95_s=p95, wait_p99_s=p99, wait_mean_s=mean,
+        jobs=len(replay.jobs), jobs_started=started, jobs_finished=finished, jobs_never_started=never,
+        jobs_interrupted=sum(totals.kills.values()), kills_by_cause=dict(sorted(totals.kills.items())),
+        spot_interruptions=replay.stats.interruptions, launches=totals.launches,
+        failed_launches=totals.failed_launches, terminations=totals.terminations,
+        wall_seconds=replay.stats.wall_seconds, parameters=strategy.parameters(),
+        extra=dict(replay.stats.extra), series=replay.series,
+    )

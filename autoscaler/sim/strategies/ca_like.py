@@ -1,0 +1,152 @@
+"""Requests-based scaling like the Kubernetes Cluster Autoscaler, with its default settings.
+
+One node group per instance type of the pool. Every ``scan-interval`` (10 s):
+
+* **Scale-up** for pods that cannot be scheduled: pods that fit on nodes already coming up
+  are not counted (CA accounts for upcoming nodes); for each node group the binpacking
+  estimator packs the rest first-fit-decreasing onto new nodes of that group; the
+  ``least-waste`` expander picks the group that leaves the fewest GPUs idle (ties: more
+  pods helped, then cheaper $/GPU-h); that group grows by its estimate, within
+  ``max_nodes`` and the team's GPU quota.
+* **Scale-down**: a ready node whose requested GPUs are below 50% of its GPUs
+  (``scale-down-utilization-threshold``; CA looks only at GPUs on GPU nodes) and whose pods
+  all fit elsewhere is "unneeded"; unneeded for 10 min (``scale-down-unneeded-time``)
+  it is removed, never within 10 min of a scale-up (``scale-down-delay-after-add``;
+  unneeded times keep counting meanwhile, as in CA). Empty nodes go up to 10 at a time
+  (``max-empty-bulk-delete``), non-empty ones one at a time; their pods are evicted and
+  restart elsewhere (they keep the work of their last checkpoint, like every kill here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
+from autoscaler.sim.cluster import SimJob, SimNode
+from autoscaler.sim.placement import EPS, slots_for
+from autoscaler.sim.replay import Replay
+from autoscaler.sim.strategies.base import Strategy
+from autoscaler.sim.strategies.common import Limits, active_nodes, buy, mix_for, reap
+
+S = NodeState
+
+
+@dataclass(frozen=True)
+class CaSettings:
+    scan_interval: float = 10.0
+    utilization_threshold: float = 0.5
+    unneeded_time: float = 600.0
+    delay_after_add: float = 600.0
+    max_empty_bulk_delete: int = 10
+    max_nonempty_deletes: int = 1
+
+
+def _pack(bins: list[list[float]], gpus: float) -> bool:
+    for free in bins:
+        slots = slots_for(free, gpus)
+        if slots is not None:
+            for i, amount in slots:
+                free[i] -= amount
+            return True
+    return False
+
+
+class ClusterAutoscalerLike(Strategy):
+    name = "ca_like"
+    description = "Kubernetes Cluster Autoscaler defaults (pending pods up, <50% requested down)"
+
+    def __init__(self, quota_gpus: int | None = None, settings: CaSettings | None = None):
+        self.settings = settings or CaSettings()
+        self.interval = self.settings.scan_interval
+        self.quota_gpus = quota_gpus
+        self.last_scale_up: float | None = None
+        self.unneeded_since: dict[str, float] = {}
+        self._seen_version = -1
+        self._unneeded: list[SimNode] = []
+
+    def parameters(self) -> dict[str, object]:
+        return {**asdict(self.settings), "expander": "least-waste"}
+
+    def tick(self, replay: Replay, now: float) -> None:
+        reap(replay, now)
+        self._scale_up(replay, now)
+        self._scale_down(replay, now)
+
+    # -- scale-up -------------------------------------------------------------------
+    def _scale_up(self, replay: Replay, now: float) -> None:
+        pods = sorted(replay.cluster.pending, key=lambda j: -j.gpus)
+        if not pods:
+            return
+        upcoming = [[1.0] * n.gpus for n in replay.cluster.nodes.values() if n.state in IN_FLIGHT]
+        rest = [p for p in pods if not _pack(upcoming, p.gpus)]
+        if not rest:
+            return
+        best = None
+        for name in replay.pool.instance_types:
+            option = self._estimate(replay, name, rest)
+            if option is not None and (best is None or option[0] < best[0]):
+                best = option
+        if best is None:
+            return
+        _, name, count = best
+        limits = Limits.of(replay, self.quota_gpus)
+        count = min(count, limits.room(active_nodes(replay), replay.itype(name).gpus))
+        mix = mix_for(replay)
+        launched = sum(1 for _ in range(count) if buy(replay, name, mix, now) is not None)
+        if launched:
+            self.last_scale_up = now
+
+    @staticmethod
+    def _estimate(replay: Replay, name: str, pods: list[SimJob]
+                  ) -> tuple[tuple[float, int, float, str], str, int] | None:
+        itype = replay.itype(name)
+        bins: list[list[float]] = []
+        helped, used = 0, 0.0
+        for pod in pods:
+            if pod.gpus > itype.gpus + EPS:
+                continue
+            if not _pack(bins, pod.gpus):
+                bins.append([1.0] * itype.gpus)
+                _pack(bins[-1:], pod.gpus)
+            helped += 1
+            used += pod.gpus
+        if not bins:
+            return None
+        total = len(bins) * itype.gpus
+        per_gpu = (itype.spot_usd or itype.on_demand_usd or 0) / itype.gpus
+        waste = (total - used) / total
+        return (waste, -helped, per_gpu, name), name, len(bins)
+
+    # -- scale-down -----------------------------------------------------------------
+    def _scale_down(self, replay: Replay, now: float) -> None:
+        if replay.cluster.version != self._seen_version:  # nothing moved: same answer as before
+            self._unneeded = self._find_unneeded(replay)
+            self._seen_version = replay.cluster.version
+        unneeded = self._unneeded
+        names = {n.name for n in unneeded}
+        self.unneeded_since = {k: v for k, v in self.unneeded_since.items() if k in names}
+        for node in unneeded:
+            self.unneeded_since.setdefault(node.name, now)
+        if self.last_scale_up is not None and now - self.last_scale_up < self.settings.delay_after_add:
+            return
+        ripe = [n for n in unneeded if now - self.unneeded_since[n.name] >= self.settings.unneeded_time]
+        empty = [n for n in ripe if not n.jobs][: self.settings.max_empty_bulk_delete]
+        busy = [n for n in ripe if n.jobs][: self.settings.max_nonempty_deletes]
+        for node in empty + busy:
+            replay.terminate(node, now, "scale-down-eviction")
+            self.unneeded_since.pop(node.name, None)
+
+    def _find_unneeded(self, replay: Replay) -> list[SimNode]:
+        ready = sorted(replay.cluster.serving(), key=lambda n: (n.allocated / n.gpus, n.created_at, n.name))
+        free = {n.name: list(n.free) for n in ready}
+        unneeded: list[SimNode] = []
+        for node in ready:
+            if node.allocated / node.gpus >= self.settings.utilization_threshold - EPS:
+                continue
+            others = [free[n.name] for n in ready if n is not node and n not in unneeded]
+            trial = [list(f) for f in others]
+            if all(_pack(trial, j.gpus) for j in sorted(node.jobs.values(), key=lambda j: -j.gpus)):
+                for f, t in zip(others, trial, strict=True):
+                    f[:] = t  # the moved pods take that room for the next candidates
+                unneeded.append(node)
+        return unneeded

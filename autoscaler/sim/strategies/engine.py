@@ -1,0 +1,117 @@
+""""ours": the service's own ``decide()`` run every tick on the simulated cluster.
+
+Nothing here re-implements a rule: the strategy observes (FleetView + Snapshot), calls
+``autoscaler.engine.decide`` and applies the Plan the way the executor would. The pool
+history that cooldowns read is kept like the store keeps it: a Launch triggered by pending
+jobs, utilization or a floor is a scale-up; a Drain for idle, over-max, over-quota or
+preemption is a scale-down (interruption stand-ins and replacements are neither).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from autoscaler.catalog import Catalog
+from autoscaler.engine import decide
+from autoscaler.engine.plan import CancelDrain, Drain, Launch, Plan, Replace, Terminate
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.snapshot import CapacityError
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import PoolHistory
+from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.sim.cluster import SimNode
+from autoscaler.sim.observe import Observer, to_datetime
+from autoscaler.sim.replay import Replay
+from autoscaler.sim.strategies.base import Strategy
+
+S = NodeState
+SCALE_UP_TRIGGERS = frozenset({"pending", "utilization", "floor"})
+SCALE_DOWN_TRIGGERS = frozenset({"idle", "over-max", "over-quota", "preempted"})
+
+
+class EngineStrategy(Strategy):
+    name = "ours"
+    description = "gpu-autoscaler's decide() with the team policy"
+
+    def __init__(self, policy: TeamPolicy, pool: Pool, catalog: Catalog, interval: float = 30.0,
+                 settings: EngineSettings | None = None):
+        self.policies = {policy.team: policy.model_copy(update={"pools": [pool]})}
+        self.pool, self.catalog, self.interval = pool, catalog, interval
+        self.settings = settings or EngineSettings()
+        self.observer = Observer(policy.team, pool, pool.cloud.value, pool.region)
+        self.history = PoolHistory()
+        self.errors: list[CapacityError] = []
+        self.actions: Counter[str] = Counter()
+        self.decide_seconds = 0.0
+        self.decisions = 0
+
+    def parameters(self) -> dict[str, object]:
+        return {"tick_s": self.interval, "policy": self.pool.model_dump(mode="json")}
+
+    def tick(self, replay: Replay, now: float) -> None:
+        replay.sample_util(now)
+        nodes = list(replay.cluster.nodes.values())
+        backoff = self.pool.capacity.capacity_error_backoff
+        self.errors = [e for e in self.errors if to_datetime(now) - e.at < backoff]
+        fleet = self.observer.fleet(nodes, self.history)
+        snapshot = self.observer.snapshot(nodes, replay.cluster.pending, self.errors, now)
+        began = time.perf_counter()
+        plan = decide(self.policies, fleet, snapshot, to_datetime(now), catalog=self.catalog,
+                      settings=self.settings)
+        self.decide_seconds += time.perf_counter() - began
+        self.decisions += 1
+        self.apply(replay, plan, now)
+
+    def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
+        self.errors.append(CapacityError.model_construct(
+            cloud=self.pool.cloud.value, region=self.pool.region, instance_type=node.itype.name,
+            zone=node.zone, market=node.market, code="InsufficientInstanceCapacity",
+            at=to_datetime(now), message="no spot capacity in the zone (spot trace)"))
+
+    def apply(self, replay: Replay, plan: Plan, now: float) -> None:
+        nodes = replay.cluster.nodes
+        scaled_up = scaled_down = False
+        drain_timeout = self.pool.scale_down.drain_timeout.total_seconds()
+        for action in plan.actions:
+            self.actions[action.kind] += 1
+            if isinstance(action, Launch):
+                for _ in range(action.count):
+                    replay.launch(action.instance_type, action.market, action.zone, now)
+                for name in action.replaces:
+                    _mark_replaced(nodes.get(name))
+                scaled_up |= action.trigger in SCALE_UP_TRIGGERS
+            elif isinstance(action, Drain):
+                node = nodes.get(action.node)
+                if node is not None and node.state is S.READY:
+                    replay.drain(node, now, action.trigger, drain_timeout)
+                    scaled_down |= action.trigger in SCALE_DOWN_TRIGGERS
+            elif isinstance(action, CancelDrain):
+                node = nodes.get(action.node)
+                if node is not None and node.state in (S.DRAINING, S.DRAINED):
+                    replay.cancel_drain(node, now)
+            elif isinstance(action, Terminate):
+                node = nodes.get(action.node)
+                if node is not None:
+                    replay.terminate(node, now, "engine-terminate")
+            elif isinstance(action, Replace):
+                self._replace(replay, action, now, drain_timeout)
+        if scaled_up or scaled_down:
+            at = to_datetime(now)
+            self.history = PoolHistory(
+                last_scale_up_at=at if scaled_up else self.history.last_scale_up_at,
+                last_scale_down_at=at if scaled_down else self.history.last_scale_down_at)
+
+    def _replace(self, replay: Replay, action: Replace, now: float, timeout: float) -> None:
+        node = replay.cluster.nodes.get(action.node)
+        if node is None or node.state is not S.READY:
+            return
+        replay.drain(node, now, action.trigger, timeout)
+        _mark_replaced(node)
+        replay.launch(action.instance_type, action.market, action.zone, now)
+
+
+def _mark_replaced(node: SimNode | None) -> None:
+    if node is not None and not node.replacement_requested:
+        node.replacement_requested = True
+        node.epoch += 1  # the cached Node view must show it
