@@ -68,8 +68,8 @@ def _pool_row(key: str, pool: Pool, snap: Snapshot, nodes: list[str]) -> list[st
         if m.util_mean is not None:
             utils.append(m.util_mean)
         busy = node.scheduler is not None and (node.scheduler.jobs or node.scheduler.gpus_allocated)
-        low = m.util_max_idle_window is not None
-        if low and m.util_max_idle_window < pool.scale_down.gpu_utilization_below and not busy:
+        peak = m.util_max_idle_window
+        if peak is not None and peak < pool.scale_down.gpu_utilization_below and not busy:
             idle += 1
     pending = obs.pending if obs else []
     demand = sum(j.gpus * j.nodes for j in pending if j.reason in DEMAND_REASONS)

@@ -46,7 +46,7 @@ def quantity(value: Any) -> float:
         return 0.0
 
 
-def pod_gpus(pod: client.V1Pod) -> float:
+def pod_gpus(spec: client.V1PodSpec) -> float:
     """Effective GPU request: max(sum over containers, largest init container)."""
     def one(container: client.V1Container) -> float:
         res = container.resources
@@ -57,15 +57,15 @@ def pod_gpus(pod: client.V1Pod) -> float:
             amount = (res.limits or {}).get(GPU)
         return quantity(amount)
 
-    main = sum(one(c) for c in pod.spec.containers or [])
-    init = max((one(c) for c in pod.spec.init_containers or []), default=0.0)
+    main = sum((one(c) for c in spec.containers or []), 0.0)
+    init = max((one(c) for c in spec.init_containers or []), default=0.0)
     return max(main, init)
 
 
-def selector_labels(pod: client.V1Pod) -> dict[str, str]:
+def selector_labels(spec: client.V1PodSpec) -> dict[str, str]:
     """nodeSelector plus single-valued ``In`` terms of required node affinity."""
-    out = dict(pod.spec.node_selector or {})
-    affinity = pod.spec.affinity.node_affinity if pod.spec.affinity else None
+    out = dict(spec.node_selector or {})
+    affinity = spec.affinity.node_affinity if spec.affinity else None
     required = affinity.required_during_scheduling_ignored_during_execution if affinity else None
     for term in (required.node_selector_terms or []) if required else []:
         for expr in term.match_expressions or []:
@@ -85,7 +85,7 @@ def gpu_model_of(labels: dict[str, str]) -> str | None:
 
 
 def unschedulable(pod: client.V1Pod) -> bool:
-    if pod.status is None or pod.status.phase != "Pending" or pod.spec.node_name:
+    if pod.status is None or pod.status.phase != "Pending" or pod.spec is None or pod.spec.node_name:
         return False
     return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
                for c in pod.status.conditions or [])
@@ -101,7 +101,8 @@ class KubernetesReader:
             return self._api
         cfg = self.config
         if cfg.host is None:
-            api_client = config.new_client_from_config(config_file=str(cfg.kubeconfig))
+            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=str(cfg.kubeconfig))
         else:
             conf = client.Configuration()
             conf.host = cfg.host
@@ -144,22 +145,29 @@ class KubernetesReader:
         unattributed: list[PendingJob] = []
         running: dict[str, list[RunningJob]] = {}
         for pod in pods:
-            gpus = pod_gpus(pod)
+            spec, meta = pod.spec, pod.metadata
+            if spec is None or meta is None or not meta.name or not meta.namespace:
+                continue
+            gpus = pod_gpus(spec)
             if gpus <= 0:
                 continue
-            key = f"{pod.metadata.namespace}/{pod.metadata.name}"
-            if pod.spec.node_name:
+            key = f"{meta.namespace}/{meta.name}"
+            if spec.node_name:
                 started = pod.status.start_time if pod.status else None
-                running.setdefault(pod.spec.node_name, []).append(
-                    RunningJob(id=key, gpus=gpus, started_at=started, name=pod.metadata.name))
+                running.setdefault(spec.node_name, []).append(
+                    RunningJob(id=key, gpus=gpus, started_at=started, name=meta.name))
             elif unschedulable(pod):
-                labels = selector_labels(pod)
+                labels = selector_labels(spec)
                 job = PendingJob(id=key, gpus=gpus, reason="Unschedulable",
-                                 submitted_at=pod.metadata.creation_timestamp,
+                                 submitted_at=meta.creation_timestamp,
                                  gpu_model=gpu_model_of(labels))
-                ref = self.pool_for(pod.metadata.namespace, labels, job.gpu_model, refs)
+                ref = self.pool_for(meta.namespace, labels, job.gpu_model, refs)
                 (pending[ref.key] if ref else unattributed).append(job)
-        sched = {n.metadata.name: self._node(n, running.get(n.metadata.name, [])) for n in nodes}
+        sched = {}
+        for node in nodes:
+            name = node.metadata.name if node.metadata else None
+            if name:
+                sched[name] = self._node(node, running.get(name, []))
         return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed,
                                 source="kubernetes api")
 

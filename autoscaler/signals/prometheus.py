@@ -16,7 +16,8 @@ from typing import Any
 
 import requests
 import urllib3
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from autoscaler.engine.snapshot import GpuMetrics, NodeObservation

@@ -172,6 +172,26 @@ def nodes_from_text(text: str) -> list[SlurmNode]:
     return list(out.values())
 
 
+def _demand(job: SlurmJob, by_partition: dict[str, list[PoolRef]],
+            order: list[PoolRef]) -> tuple[PoolRef | None, list[PendingJob]]:
+    candidates = [r for p in job.partition.split(",") for r in by_partition.get(p, [])]
+    model = gpu_model(job.gpu_type)
+    ref = first_fitting(sorted(candidates, key=order.index), model)
+    jobs = [PendingJob(id=jid, gpus=job.gpus_per_node, nodes=job.node_count,
+                       reason=job.reason or "Unknown", submitted_at=job.submitted_at,
+                       gpu_model=model)
+            for jid in ([f"{job.id}_{t}" for t in job.array] or [job.id])]
+    return ref, jobs
+
+
+def _scheduler_node(node: SlurmNode, jobs: list[RunningJob]) -> SchedulerNode:
+    state, ready, cordoned = node_state(node.state, node.flags)
+    allocated = (gpu_count(node.gres_used) if node.gres_used is not None
+                 else sum(j.gpus for j in jobs))
+    return SchedulerNode(state=state, gpus_total=gpu_count(node.gres), gpus_allocated=allocated,
+                         jobs=jobs, cordoned=cordoned, ready=ready)
+
+
 def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[PoolRef],
              source: str) -> SchedulerReading:
     by_partition: dict[str, list[PoolRef]] = {}
@@ -182,28 +202,14 @@ def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[PoolRef],
     running: dict[str, list[RunningJob]] = {}
     for job in jobs:
         if job.state == "PENDING" and job.gpus_per_node > 0:
-            candidates = [r for p in job.partition.split(",") for r in by_partition.get(p, [])]
-            model = gpu_model(job.gpu_type)
-            ref = first_fitting(sorted(candidates, key=refs.index), model)
-            for jid in ([f"{job.id}_{t}" for t in job.array] or [job.id]):
-                pj = PendingJob(id=jid, gpus=job.gpus_per_node, nodes=job.node_count,
-                                reason=job.reason or "Unknown", submitted_at=job.submitted_at,
-                                gpu_model=model)
-                (pending[ref.key] if ref else unattributed).append(pj)
+            owner, demand = _demand(job, by_partition, refs)
+            (pending[owner.key] if owner else unattributed).extend(demand)
         elif job.state in RUNNING_STATES:
-            for i, node in enumerate(job.nodes):
+            for i, host in enumerate(job.nodes):
                 gpus = job.node_gpus[i] if job.node_gpus else job.gpus_per_node
-                running.setdefault(node, []).append(
+                running.setdefault(host, []).append(
                     RunningJob(id=job.id, gpus=gpus, started_at=job.started_at, name=job.name))
-    sched: dict[str, SchedulerNode] = {}
-    for node in nodes:
-        state, ready, cordoned = node_state(node.state, node.flags)
-        jobs_here = running.get(node.name, [])
-        allocated = (gpu_count(node.gres_used) if node.gres_used is not None
-                     else sum(j.gpus for j in jobs_here))
-        sched[node.name] = SchedulerNode(state=state, gpus_total=gpu_count(node.gres),
-                                         gpus_allocated=allocated, jobs=jobs_here,
-                                         cordoned=cordoned, ready=ready)
+    sched = {n.name: _scheduler_node(n, running.get(n.name, [])) for n in nodes}
     return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed, source=source)
 
 

@@ -26,14 +26,13 @@ class Gres:
     count: float
 
 
-def _split_top(spec: str) -> list[str]:
-    """Split on commas that are not inside parentheses (``gpu:2(IDX:0,2)``)."""
-    parts, depth, cur = [], 0, []
-    for ch in spec:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
+def _split_outside(text: str, opening: str, closing: str) -> list[str]:
+    """Split on commas outside brackets: ``gpu:2(IDX:0,2)``, ``gpu[1-2,5],cpu1``."""
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in text:
+        depth += (ch == opening) - (ch == closing)
         if ch == "," and depth == 0:
             parts.append("".join(cur))
             cur = []
@@ -47,12 +46,12 @@ def parse_gres(spec: str | None) -> list[Gres]:
     if spec is None or spec.strip().lower() in _NONE:
         return []
     out = []
-    for item in _split_top(spec):
-        item = re.sub(r"\(.*\)$", "", item)  # (IDX:0-1), (S:0)
+    for raw in _split_outside(spec, "(", ")"):
+        item = re.sub(r"\(.*\)$", "", raw)  # (IDX:0-1), (S:0)
         item = item.removeprefix("gres:").removeprefix("gres/")
         if "=" in item:  # gres/gpu:t4=2
-            name_type, _, count = item.partition("=")
-            parts = [*name_type.split(":"), count]
+            name_type, _, amount = item.partition("=")
+            parts = [*name_type.split(":"), amount]
         else:
             parts = item.split(":")
         if parts and _is_number(parts[-1]):
@@ -96,7 +95,7 @@ def expand_hostlist(hostlist: str | None) -> list[str]:
     if not hostlist or hostlist.strip().lower() in _NONE:
         return []
     out: list[str] = []
-    for item in _split_brackets(hostlist):
+    for item in _split_outside(hostlist, "[", "]"):
         match = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", item)
         if match is None:
             out.append(item)
@@ -108,20 +107,6 @@ def expand_hostlist(hostlist: str | None) -> list[str]:
             for i in range(int(lo), int(hi or lo) + 1):
                 out.append(f"{prefix}{i:0{width}d}{suffix}")
     return out
-
-
-def _split_brackets(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
 
 
 def node_state(state: str | list[str] | None, flags: list[str] | None = None) -> tuple[str, bool, bool]:

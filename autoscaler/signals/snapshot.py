@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.snapshot import (
@@ -38,6 +39,17 @@ from autoscaler.signals.readings import PoolRef, SchedulerReading, pools_in_prio
 from autoscaler.signals.slurm import SlurmReader
 
 log = logging.getLogger(__name__)
+
+
+class MetricsSource(Protocol):
+    def read(self, node_pools: Mapping[str, Pool], pools: Iterable[Pool], now: datetime,
+             pool_of: Callable[[str], Pool | None] | None = None) -> MetricsReading: ...
+
+    def close(self) -> None: ...
+
+
+class SchedulerSource(Protocol):
+    def read(self, refs: list[PoolRef]) -> SchedulerReading: ...
 SCHEDULERS = ("slurm", "kubernetes")
 
 
@@ -53,14 +65,14 @@ class SignalReader:
     """Reads every configured source; readers can be injected (tests use fakes)."""
 
     def __init__(self, config: SignalsConfig, catalog: Catalog, *,
-                 prometheus: PrometheusReader | None = None, slurm: SlurmReader | None = None,
-                 kubernetes: KubernetesReader | None = None):
+                 prometheus: MetricsSource | None = None, slurm: SchedulerSource | None = None,
+                 kubernetes: SchedulerSource | None = None):
         self.config = config
         self.catalog = catalog
-        self.prometheus = prometheus or (
+        self.prometheus: MetricsSource | None = prometheus or (
             PrometheusReader(config.prometheus) if config.prometheus else None)
-        self.slurm = slurm or SlurmReader(config.slurm)
-        self.kubernetes = kubernetes or (
+        self.slurm: SchedulerSource = slurm or SlurmReader(config.slurm)
+        self.kubernetes: SchedulerSource | None = kubernetes or (
             KubernetesReader(config.kubernetes) if config.kubernetes else None)
 
     def close(self) -> None:
