@@ -26,6 +26,7 @@ COMMANDS = [
     "autoscaler.cli.policy",
     "autoscaler.cli.plan",
     "autoscaler.cli.prices",
+    "autoscaler.cli.signals",
     "autoscaler.cli.simulate",
 ]
 
