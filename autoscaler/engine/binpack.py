@@ -32,9 +32,9 @@ class Bin:
     @classmethod
     def with_allocated(cls, gpus: float, allocated: float, **kw: object) -> Bin:
         """A node with ``allocated`` GPUs in use: whole GPUs first, then one partial."""
-        total = int(math.floor(gpus + EPS))
+        total = math.floor(gpus + EPS)
         used = max(0.0, min(allocated, float(total)))
-        whole_used = int(math.floor(used + EPS))
+        whole_used = math.floor(used + EPS)
         free = [0.0] * whole_used + [1.0] * (total - whole_used)
         if whole_used < total and used - whole_used > EPS:
             free[whole_used] = 1.0 - (used - whole_used)

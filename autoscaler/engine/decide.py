@@ -89,12 +89,18 @@ class _Decision:
     # -- scale-up ---------------------------------------------------------------
     def _scale_up(self, ctx: PoolContext) -> Growth:
         g = grow(ctx, self.prices, self.now)
-        for node, why in g.cancels:
+        refusals: list[str] = []
+        for node, why in list(g.cancels):
+            refused = self._reserved_for_higher_tier(ctx) or self.ledger.admit_undrain(
+                ctx.team, self.prices.node_gpus(node), self.prices.node_hourly(node))
+            if refused is not None:
+                g.cancels.remove((node, why))
+                refusals.append(f"{node.name} stays draining: {refused}")
+                continue
             self.actions.append(CancelDrain(
                 pool=ctx.key, node=node.name,
                 reason=f"{ctx.key}: un-draining {node.name} before launching anything: {why}"))
         admitted: list[NewNode] = []
-        refusals: list[str] = []
         for new in sorted(g.new, key=lambda n: TRIGGER_ORDER[n.trigger]):
             gpus, usd = new.offer.gpus, new.offer.hourly_usd
             refused = self.ledger.admit(ctx.team, gpus, usd)
@@ -109,6 +115,15 @@ class _Decision:
         for why in g.holds + sorted(set(refusals)):
             self.actions.append(Hold(pool=ctx.key, what="scale-up", reason=f"{ctx.key}: {why}"))
         return g
+
+    def _reserved_for_higher_tier(self, ctx: PoolContext) -> str | None:
+        """Draining capacity is what blocked higher tiers wait for: keep it leaving."""
+        rank = ctx.policy.priority.rank
+        for key in self.blocked:
+            other = next(c for c in self.contexts if c.key == key)
+            if other.policy.priority.rank < rank:
+                return f"{key} ({other.policy.priority.value} priority) waits for capacity under the global cap"
+        return None
 
     # -- scale-down -------------------------------------------------------------
     def _scale_down(self, ctx: PoolContext, g: Growth) -> None:

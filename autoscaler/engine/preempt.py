@@ -1,8 +1,8 @@
 """Under the global cap, a higher tier's pending jobs reclaim lower-tier capacity.
 
 Low-priority spot capacity goes first, then low on-demand, then medium; idle nodes before
-busy ones. Capacity already draining in lower tiers counts as on its way back, so the
-same shortage never preempts twice.
+busy ones. Capacity already leaving anywhere counts as on its way back, so the same
+shortage never preempts twice.
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ def reclaim(
         asker = by_key[key]
         rank = asker.policy.priority.rank
         lower = [c for c in contexts if c.policy.priority.rank > rank and not c.data_missing]
-        coming = sum(prices.node_gpus(n) for c in lower for n in c.draining + c.drained)
+        # Anything leaving, in any tier, frees room under the cap for this pool soon.
+        coming = sum(prices.node_gpus(n) for c in contexts
+                     for n in c.draining + c.drained + c.interrupted + c.failed + c.other)
+        coming += sum(prices.node_gpus(n) for c in contexts for n in c.active
+                      if n.name in budgets[c.key].taken)
         want -= coming
         victims = []
         for ctx in lower:
@@ -43,11 +47,9 @@ def reclaim(
             if want <= 0:
                 break
             budget = budgets[ctx.key]
-            if not budget.can_shrink() or any(
-                isinstance(a, Drain) and a.node == node.name for a in actions
-            ):
+            if not budget.can_shrink(node.name):
                 continue
-            budget.shrink()
+            budget.shrink(node.name)
             want -= prices.node_gpus(node)
             actions.append(Drain(
                 pool=ctx.key, node=node.name, trigger="preempted",

@@ -109,7 +109,8 @@ class Prices:
                 continue
             if gpu_model and itype.gpu_model != gpu_model:
                 continue
-            for zone in pool.zones or [None]:
+            zones: list[str | None] = list(pool.zones) or [None]
+            for zone in zones:
                 where = f"{name} {market.value}" + (f" in {zone}" if zone else "")
                 err = self.capacity_error(pool, name, zone, market)
                 if err:

@@ -50,6 +50,12 @@ class Ledger:
             for t, p in policies.items()
         }
         self.fleet = Allowance("global", settings.max_gpus, settings.max_hourly_usd)
+        # What stays after this tick's drains: a lowered quota is measured against this,
+        # so an un-drain must fit here too or the quota rule would drain it right back.
+        self.staying = {
+            t: Allowance(f"team {t}", p.quota.max_gpus, p.quota.max_hourly_usd)
+            for t, p in policies.items()
+        }
 
     def count_existing(self, contexts: list[PoolContext], prices: Prices) -> None:
         """Everything the cloud may bill counts, draining nodes included."""
@@ -58,6 +64,8 @@ class Ledger:
                 gpus, usd = prices.node_gpus(node), prices.node_hourly(node)
                 self.teams[ctx.team].spend(gpus, usd)
                 self.fleet.spend(gpus, usd)
+            for node in ctx.active:
+                self.staying[ctx.team].spend(prices.node_gpus(node), prices.node_hourly(node))
 
     def count_orphans(self, gpus: int, usd: float) -> None:
         self.fleet.spend(gpus, usd)
@@ -69,6 +77,15 @@ class Ledger:
                 return allowance.why_full(gpus, usd)
         self.teams[team].spend(gpus, usd)
         self.fleet.spend(gpus, usd)
+        self.staying[team].spend(gpus, usd)
+        return None
+
+    def admit_undrain(self, team: str, gpus: int, usd: float) -> str | None:
+        """A draining node is already billed; it must fit the team's staying capacity."""
+        staying = self.staying[team]
+        if not staying.fits(gpus, usd):
+            return staying.why_full(gpus, usd)
+        staying.spend(gpus, usd)
         return None
 
     def fleet_blocks(self, team: str, gpus: int, usd: float) -> bool:

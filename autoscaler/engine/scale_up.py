@@ -14,6 +14,7 @@ from autoscaler.engine.binpack import Bin, first_fit, job_parts
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
+from autoscaler.engine.scale_down import unhealthy
 from autoscaler.fleet.node import Node
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market
@@ -44,7 +45,8 @@ class _Picker:
 
     def __init__(self, ctx: PoolContext, prices: Prices):
         self.ctx, self.prices = ctx, prices
-        self.mix = MarketMix(ctx.pool.capacity, ctx.on_demand_count(), len(ctx.active) - ctx.on_demand_count())
+        od = ctx.on_demand_count()
+        self.mix = MarketMix(ctx.pool.capacity, od, len(ctx.active) - od)
 
     def pick(self, gpus: float, model: str | None, market: Market | None = None) -> tuple[Offer | None, str]:
         pool = self.ctx.pool
@@ -80,7 +82,7 @@ def _existing_bins(ctx: PoolContext, prices: Prices) -> tuple[list[Bin], list[Bi
         live.append(Bin.empty(prices.node_gpus(node), node=node, gpu_model=_gpu_model(prices, node)))
     cancellable = []
     for node in ctx.draining + ctx.drained:
-        if node.drain_trigger not in (None, "idle"):
+        if node.drain_trigger not in (None, "idle") or unhealthy.problem(ctx, node) is not None:
             continue
         sched = ctx.observation(node).scheduler
         allocated = sched.gpus_allocated if sched else 0.0
@@ -97,6 +99,12 @@ class _Grower:
         self.picker = _Picker(ctx, prices)
         self.live, self.cancellable = _existing_bins(ctx, prices)
         self.new_bins: list[Bin] = []
+
+    def room_why(self) -> str:
+        pool = self.ctx.pool
+        if self.have() >= pool.max_nodes:
+            return f"pool is at max_nodes ({pool.max_nodes})"
+        return f"max_step ({pool.scale_up.max_step}) nodes per tick reached"
 
     def have(self) -> int:
         return len(self.ctx.active) + len(self.out.new) + len(self.out.cancels)
@@ -121,7 +129,7 @@ class _Grower:
         """Add ``count`` nodes: un-drain first, then launch."""
         for _ in range(count):
             if self.room <= 0:
-                self.out.holds.append(f"{trigger}: {why}; {_room_why(self.ctx)}")
+                self.out.holds.append(f"{trigger}: {why}; {self.room_why()}")
                 return
             if self.cancellable:
                 self.cancel(self.cancellable[0], why)
@@ -179,7 +187,7 @@ class _Grower:
                 b.place(job, gpus)
                 continue
             if self.room <= 0:
-                unplaced.append(f"{job} ({gpus:g} GPUs): {_room_why(ctx)}")
+                unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
                 continue
             offer, note = self.picker.pick(gpus, model)
             if offer is None:
@@ -234,8 +242,3 @@ def grow(ctx: PoolContext, prices: Prices, now: datetime) -> Growth:
     return grower.out
 
 
-def _room_why(ctx: PoolContext) -> str:
-    pool = ctx.pool
-    if len(ctx.active) >= pool.max_nodes:
-        return f"pool is at max_nodes ({pool.max_nodes})"
-    return f"max_step ({pool.scale_up.max_step}) nodes per tick reached"

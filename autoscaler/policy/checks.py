@@ -22,12 +22,12 @@ def check_policy(policy: TeamPolicy, catalog: Catalog) -> list[Problem]:
         at: list[int | str] = ["pools", i]
         if pool.name in seen:
             problems.append(
-                (at + ["name"], f"pool name '{pool.name}' is already used by pools[{seen[pool.name]}]")
+                ([*at, "name"], f"pool name '{pool.name}' is already used by pools[{seen[pool.name]}]")
             )
         seen.setdefault(pool.name, i)
         if len(policy.team) + len(pool.name) > MAX_TEAM_POOL_CHARS:
             problems.append(
-                (at + ["name"],
+                ([*at, "name"],
                  f"team and pool names together are {len(policy.team) + len(pool.name)} characters; "
                  f"at most {MAX_TEAM_POOL_CHARS} so node names stay valid hostnames")
             )
@@ -48,7 +48,8 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
     for j, name in enumerate(pool.instance_types):
         if (pool.cloud.value, name) not in catalog:
             known = ", ".join(t.name for t in catalog.types(pool.cloud.value))
-            yield ["instance_types", j], f"'{name}' is not a {pool.cloud.value} instance type in the catalog (known: {known})"
+            yield (["instance_types", j],
+                   f"'{name}' is not a {pool.cloud.value} instance type in the catalog (known: {known})")
     if len(set(pool.instance_types)) != len(pool.instance_types):
         yield ["instance_types"], "instance types are listed more than once"
     for j, zone in enumerate(pool.zones):

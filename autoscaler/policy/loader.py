@@ -31,7 +31,8 @@ def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
     for part in loc:
         if isinstance(part, int):
             continue
-        field = model.model_fields.get(part) if isinstance(model, type) else None
+        fields = getattr(model, "model_fields", {})
+        field = fields.get(part)
         if field is None:
             return None
         model = _unwrap_model(field.annotation)

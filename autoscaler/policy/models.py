@@ -161,7 +161,7 @@ class Pool(_Strict):
 
 
 class TeamPolicy(_Strict):
-    apiVersion: Literal["gpu-autoscaler/v1"] = API_VERSION  # noqa: N815 (the file's key)
+    apiVersion: Literal["gpu-autoscaler/v1"] = "gpu-autoscaler/v1"
     team: Name
     priority: Priority = Priority.MEDIUM
     quota: Quota = Quota()

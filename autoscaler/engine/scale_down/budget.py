@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autoscaler.engine.context import PoolContext
 
@@ -12,26 +12,31 @@ from autoscaler.engine.context import PoolContext
 class Budget:
     concurrent: int  # more drains allowed by max_draining_percent
     above_floor: int  # nodes the pool can lose before min_nodes / the schedule floor
+    taken: set[str] = field(default_factory=set)  # nodes some method already removes
 
     @classmethod
     def for_pool(cls, ctx: PoolContext) -> Budget:
-        size = len(ctx.active)
+        leaving = len(ctx.draining) + len(ctx.drained)
         pct = ctx.pool.scale_down.max_draining_percent
-        limit = math.floor(size * pct / 100)
+        # The percentage is of the whole pool, nodes already draining included.
+        limit = math.floor((len(ctx.active) + leaving) * pct / 100)
         if pct > 0:
             limit = max(1, limit)
-        return cls(concurrent=limit - len(ctx.draining), above_floor=size - ctx.floor)
+        return cls(concurrent=limit - len(ctx.draining),
+                   above_floor=len(ctx.active) - ctx.floor)
 
-    def can_shrink(self) -> bool:
-        return self.concurrent > 0 and self.above_floor > 0
+    def can_shrink(self, node: str) -> bool:
+        return self.concurrent > 0 and self.above_floor > 0 and node not in self.taken
 
-    def shrink(self) -> None:
+    def shrink(self, node: str) -> None:
         self.concurrent -= 1
         self.above_floor -= 1
+        self.taken.add(node)
 
-    def can_swap(self) -> bool:
+    def can_swap(self, node: str) -> bool:
         """Replace keeps the pool's size, so only the concurrency limit applies."""
-        return self.concurrent > 0
+        return self.concurrent > 0 and node not in self.taken
 
-    def swap(self) -> None:
+    def swap(self, node: str) -> None:
         self.concurrent -= 1
+        self.taken.add(node)

@@ -5,22 +5,22 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Replace
+from autoscaler.engine.plan import Replace
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.policy.duration import format_duration
 
 
-def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
+def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Replace]:
     limit = ctx.pool.lifetime.max_node_age
     if limit is None:
         return []
-    actions: list[Action] = []
+    actions: list[Replace] = []
     for node in sorted(ctx.serving, key=lambda n: (n.created_at, n.name)):
         age = now - node.created_at
-        if age <= limit or not budget.can_swap():
+        if age <= limit or not budget.can_swap(node.name):
             continue
-        budget.swap()
+        budget.swap(node.name)
         actions.append(Replace(
             pool=ctx.key, node=node.name, instance_type=node.instance_type, market=node.market,
             zone=node.zone, trigger="expired",

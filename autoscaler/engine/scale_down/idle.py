@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
@@ -36,18 +37,36 @@ def idle_nodes(ctx: PoolContext, now: datetime) -> list[tuple[Node, float]]:
     return out
 
 
+def _removable(ctx: PoolContext) -> int:
+    """Nodes the pool can lose without the rest crossing the scale-up threshold.
+
+    Removing an idle node concentrates nothing, but the utilization rule looks at the
+    mean over serving nodes: without this bound a drain would trigger a scale-up (or a
+    cancel) on the next tick.
+    """
+    total = sum(m.util_mean for n in ctx.serving
+                if ctx.fresh(n) and (m := ctx.observation(n).metrics) and m.util_mean is not None)
+    needed = math.ceil(total / ctx.pool.scale_up.gpu_utilization_above - 1e-9)
+    return len(ctx.serving) - max(needed, 1 if total > 0 else 0)
+
+
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
     sd = ctx.pool.scale_down
-    idle = dict(idle_nodes(ctx, now))
+    idle = {n: u for n, u in idle_nodes(ctx, now) if n.name not in budget.taken}
     actions: list[Action] = []
+    removable = _removable(ctx)
     for node in removal_order(ctx, prices, idle):
-        if not budget.can_shrink():
+        if not budget.can_shrink(node.name) or removable <= 0:
             why = (f"the pool is at its floor ({ctx.floor})" if budget.above_floor <= 0 else
-                   f"max_draining_percent {sd.max_draining_percent:g}% allows no more drains now")
+                   f"max_draining_percent {sd.max_draining_percent:g}% allows no more drains now"
+                   if budget.concurrent <= 0 else
+                   "the remaining nodes would average above the scale-up threshold "
+                   f"({ctx.pool.scale_up.gpu_utilization_above:g}%)")
             actions.append(Hold(pool=ctx.key, what="scale-down",
                                 reason=f"{ctx.key}: {len(idle) - len(actions)} idle node(s) kept: {why}"))
             break
-        budget.shrink()
+        removable -= 1
+        budget.shrink(node.name)
         actions.append(Drain(
             pool=ctx.key, node=node.name, trigger="idle",
             reason=(f"{ctx.key}: {node.name} idle: max GPU util {idle[node]:.0f}% < "

@@ -25,7 +25,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     for node in order[:excess]:
         if budget.concurrent <= 0:
             break
-        budget.shrink()
+        budget.shrink(node.name)
         reason = (f"{ctx.key}: pool has {len(ctx.active)} nodes, above max_nodes "
                   f"{ctx.pool.max_nodes}; removing {node.name}"
                   + (" (idle)" if node.name in idle else ""))

@@ -18,8 +18,10 @@ def candidates(
     budgets: dict[str, Budget],
 ) -> list[Action]:
     """Drains across the team's pools: idle first, then most expensive $/GPU-h."""
-    gpus = sum(prices.node_gpus(n) for c in team_ctxs for n in c.active)
-    usd = sum(prices.node_hourly(n) for c in team_ctxs for n in c.active)
+    # Nodes another method removes this tick already count as gone.
+    staying = [(c, n) for c in team_ctxs for n in c.active if n.name not in budgets[c.key].taken]
+    gpus = sum(prices.node_gpus(n) for _, n in staying)
+    usd = sum(prices.node_hourly(n) for _, n in staying)
     active = Allowance(quota.label, quota.max_gpus, quota.max_usd, gpus, usd)
     over_gpus, over_usd = active.over()
     if over_gpus <= 0 and over_usd <= 1e-9:
@@ -29,16 +31,17 @@ def candidates(
         if ctx.data_missing:
             continue
         idle = {n.name for n, _ in idle_nodes(ctx, now)}
-        ranked += [(n.name not in idle, -per_gpu(prices, n), n.name, ctx, n) for n in ctx.serving]
+        ranked += [(n.name not in idle, -per_gpu(prices, n), n.name, ctx, n) for n in ctx.serving
+                   if n.name not in budgets[ctx.key].taken]
     ranked.sort(key=lambda r: r[:3])
     actions: list[Action] = []
     for _, _, _, ctx, node in ranked:
         if over_gpus <= 0 and over_usd <= 1e-9:
             break
         budget = budgets[ctx.key]
-        if not budget.can_shrink():
+        if not budget.can_shrink(node.name):
             continue
-        budget.shrink()
+        budget.shrink(node.name)
         over_gpus -= prices.node_gpus(node)
         over_usd -= prices.node_hourly(node)
         limit = (f"{quota.max_gpus} GPUs" if quota.max_gpus is not None else "") + (

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Replace
+from autoscaler.engine.plan import Replace
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.fleet.node import Node
@@ -32,13 +32,13 @@ def problem(ctx: PoolContext, node: Node) -> str | None:
     return None
 
 
-def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
-    actions: list[Action] = []
+def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Replace]:
+    actions: list[Replace] = []
     for node in ctx.serving:
         why = problem(ctx, node)
         if why is None:
             continue
-        budget.swap()
+        budget.swap(node.name)
         actions.append(Replace(
             pool=ctx.key, node=node.name, instance_type=node.instance_type, market=node.market,
             zone=node.zone, trigger="unhealthy",

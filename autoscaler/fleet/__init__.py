@@ -1,0 +1,1 @@
+"""The fleet: node lifecycle (one transition table) and the SQLAlchemy store."""

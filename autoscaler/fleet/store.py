@@ -1,0 +1,305 @@
+"""The fleet store: nodes, their transitions, plans, actions, audit log, leases.
+
+Every state change goes through :meth:`FleetStore.transition`, which checks the lifecycle
+table and commits before returning, so callers write the new state *before* the side
+effect that follows it (DESIGN.md "Node lifecycle").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import create_engine, event, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from autoscaler.engine.plan import Hold, Plan
+from autoscaler.fleet.lifecycle import INITIAL, TERMINAL, NodeState, check_transition
+from autoscaler.fleet.node import FleetView, Node, PoolHistory
+from autoscaler.fleet.tables import (
+    ActionRow,
+    AuditRow,
+    Base,
+    LeaseRow,
+    NodeRow,
+    PlanRow,
+    PoolHistoryRow,
+    TransitionRow,
+)
+from autoscaler.policy.models import Market, pool_key
+
+DEFAULT_URL = "sqlite:///gpu-autoscaler.db"
+_NODE_FIELDS = frozenset({
+    "zone", "instance_id", "address", "reason", "drain_trigger", "replacement_requested",
+    "ready_at", "attempts", "meta", "instance_type", "market",
+})
+
+
+class StoreError(Exception):
+    pass
+
+
+class UnknownNodeError(StoreError):
+    pass
+
+
+class ConcurrentUpdateError(StoreError):
+    """Another writer changed the node's state between our read and our write."""
+
+
+def _to_node(row: NodeRow) -> Node:
+    return Node(
+        name=row.name, team=row.team, pool=row.pool, cloud=row.cloud, region=row.region,
+        zone=row.zone, instance_type=row.instance_type, market=Market(row.market),
+        state=NodeState(row.state), state_since=row.state_since, created_at=row.created_at,
+        ready_at=row.ready_at, instance_id=row.instance_id, address=row.address,
+        reason=row.reason or "", drain_trigger=row.drain_trigger,
+        replacement_requested=bool(row.replacement_requested),
+    )
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _wal(dbapi_conn: Any, _: Any) -> None:
+            # WAL lets the status API read while the loop writes.
+            if ":memory:" not in url:
+                dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute("PRAGMA busy_timeout=30000")
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class FleetStore:
+    def __init__(self, url: str = DEFAULT_URL):
+        self.url = url
+        self.engine = make_engine(url)
+        Base.metadata.create_all(self.engine)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._session.begin() as s:
+            yield s
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- reading ------------------------------------------------------------------
+    def get(self, name: str) -> Node | None:
+        with self.session() as s:
+            row = s.get(NodeRow, name)
+            return _to_node(row) if row else None
+
+    def meta(self, name: str) -> dict[str, Any]:
+        with self.session() as s:
+            row = s.get(NodeRow, name)
+            if row is None:
+                raise UnknownNodeError(name)
+            return dict(row.meta or {})
+
+    def nodes(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
+              include_terminated: bool = False) -> list[Node]:
+        with self.session() as s:
+            q = select(NodeRow).order_by(NodeRow.name)
+            if states is not None:
+                q = q.where(NodeRow.state.in_([st.value for st in states]))
+            elif not include_terminated:
+                q = q.where(NodeRow.state.not_in([st.value for st in TERMINAL]))
+            if pool is not None:
+                team, _, name = pool.partition("/")
+                q = q.where(NodeRow.team == team, NodeRow.pool == name)
+            return [_to_node(r) for r in s.scalars(q)]
+
+    def fleet_view(self) -> FleetView:
+        with self.session() as s:
+            history = {
+                r.pool: PoolHistory(last_scale_up_at=r.last_scale_up_at,
+                                    last_scale_down_at=r.last_scale_down_at)
+                for r in s.scalars(select(PoolHistoryRow))
+            }
+        return FleetView(nodes=self.nodes(), history=history)
+
+    def transitions(self, name: str | None = None) -> list[TransitionRow]:
+        with self.session() as s:
+            q = select(TransitionRow).order_by(TransitionRow.id)
+            if name is not None:
+                q = q.where(TransitionRow.node == name)
+            return list(s.scalars(q))
+
+    # -- writing ------------------------------------------------------------------
+    def create_node(self, *, team: str, pool: str, cloud: str, region: str, zone: str | None,
+                    instance_type: str, market: Market, now: datetime, reason: str,
+                    meta: dict[str, Any] | None = None) -> Node:
+        """A new REQUESTED node with the pool's next name; counts as a scale-up."""
+        key = pool_key(team, pool)
+        with self.session() as s:
+            hist = s.get(PoolHistoryRow, key, with_for_update=True)
+            if hist is None:
+                hist = PoolHistoryRow(pool=key, next_seq=1)
+                s.add(hist)
+            seq = hist.next_seq
+            hist.next_seq = seq + 1
+            hist.last_scale_up_at = now
+            row = NodeRow(
+                name=f"{team}-{pool}-{seq}", team=team, pool=pool, cloud=cloud, region=region,
+                zone=zone, instance_type=instance_type, market=market.value, state=INITIAL.value,
+                state_since=now, created_at=now, reason=reason, meta=meta or {},
+                replacement_requested=False, attempts=0,
+            )
+            s.add(row)
+            s.add(TransitionRow(node=row.name, from_state=None, to_state=INITIAL.value, at=now,
+                                reason=reason))
+            s.flush()
+            return _to_node(row)
+
+    def transition(self, name: str, to: NodeState, now: datetime, reason: str,
+                   **fields: Any) -> Node:
+        """Move ``name`` to ``to`` (checked against the lifecycle table) and commit."""
+        bad = set(fields) - _NODE_FIELDS
+        if bad:
+            raise StoreError(f"unknown node fields {sorted(bad)}")
+        with self.session() as s:
+            row = s.get(NodeRow, name)
+            if row is None:
+                raise UnknownNodeError(f"no node named {name!r} in the store")
+            current = NodeState(row.state)
+            check_transition(name, current, to)
+            values: dict[str, Any] = {"state": to.value, "state_since": now, "reason": reason,
+                                      **fields}
+            if to is NodeState.READY and "ready_at" not in fields and row.ready_at is None:
+                values["ready_at"] = now
+            result = s.execute(
+                update(NodeRow).where(NodeRow.name == name, NodeRow.state == current.value)
+                .values(**values)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                raise ConcurrentUpdateError(f"node {name} changed state concurrently")
+            s.add(TransitionRow(node=name, from_state=current.value, to_state=to.value, at=now,
+                                reason=reason))
+            if to is NodeState.DRAINING:
+                self._touch_history(s, pool_key(row.team, row.pool), down=now)
+            s.flush()
+            s.expire(row)
+            return _to_node(s.get(NodeRow, name))  # type: ignore[arg-type]
+
+    def update(self, name: str, **fields: Any) -> Node:
+        """Change non-state fields (address, instance id, meta...)."""
+        bad = set(fields) - _NODE_FIELDS
+        if bad:
+            raise StoreError(f"unknown node fields {sorted(bad)}")
+        with self.session() as s:
+            row = s.get(NodeRow, name)
+            if row is None:
+                raise UnknownNodeError(f"no node named {name!r} in the store")
+            for key, value in fields.items():
+                setattr(row, key, value)
+            s.flush()
+            return _to_node(row)
+
+    def adopt_node(self, node: Node, reason: str, meta: dict[str, Any] | None = None) -> Node:
+        """Insert a node found in the cloud but not in the store (reconciler adoption)."""
+        with self.session() as s:
+            if s.get(NodeRow, node.name) is not None:
+                raise StoreError(f"node {node.name} already exists")
+            s.add(NodeRow(
+                name=node.name, team=node.team, pool=node.pool, cloud=node.cloud,
+                region=node.region, zone=node.zone, instance_type=node.instance_type,
+                market=node.market.value, state=node.state.value, state_since=node.state_since,
+                created_at=node.created_at, ready_at=node.ready_at, instance_id=node.instance_id,
+                address=node.address, reason=reason, meta=meta or {}, attempts=0,
+                replacement_requested=False,
+            ))
+            s.add(TransitionRow(node=node.name, from_state=None, to_state=node.state.value,
+                                at=node.state_since, reason=reason))
+        return node
+
+    @staticmethod
+    def _touch_history(s: Session, key: str, *, down: datetime) -> None:
+        hist = s.get(PoolHistoryRow, key)
+        if hist is None:
+            s.add(PoolHistoryRow(pool=key, next_seq=1, last_scale_down_at=down))
+        else:
+            hist.last_scale_down_at = down
+
+    # -- plans, actions, audit ----------------------------------------------------------
+    def record_plan(self, plan: Plan, *, dry_run: bool = False) -> int:
+        with self.session() as s:
+            row = PlanRow(decided_at=plan.decided_at, dry_run=dry_run,
+                          body=plan.model_dump(mode="json"))
+            s.add(row)
+            s.flush()
+            for action in plan.actions:
+                if isinstance(action, Hold):
+                    continue
+                s.add(ActionRow(
+                    plan_id=row.id, kind=action.kind, pool=action.pool,
+                    node=getattr(action, "node", None), reason=action.reason,
+                    body=action.model_dump(mode="json"),
+                    status="skipped" if dry_run else "planned", updated_at=plan.decided_at,
+                ))
+            return row.id
+
+    def last_plan(self) -> tuple[int, Plan] | None:
+        with self.session() as s:
+            row = s.scalars(select(PlanRow).order_by(PlanRow.id.desc()).limit(1)).first()
+            if row is None:
+                return None
+            return row.id, Plan.model_validate(row.body)
+
+    def actions(self, plan_id: int | None = None, status: str | None = None) -> list[ActionRow]:
+        with self.session() as s:
+            q = select(ActionRow).order_by(ActionRow.id)
+            if plan_id is not None:
+                q = q.where(ActionRow.plan_id == plan_id)
+            if status is not None:
+                q = q.where(ActionRow.status == status)
+            return list(s.scalars(q))
+
+    def set_action_status(self, action_id: int, status: str, now: datetime, detail: str = "") -> None:
+        with self.session() as s:
+            s.execute(update(ActionRow).where(ActionRow.id == action_id)
+                      .values(status=status, detail=detail, updated_at=now))
+
+    def audit(self, event_name: str, detail: str, now: datetime, *, actor: str = "autoscaler",
+              pool: str | None = None, node: str | None = None) -> None:
+        with self.session() as s:
+            s.add(AuditRow(at=now, actor=actor, event=event_name, pool=pool, node=node,
+                           detail=detail))
+
+    def audit_log(self, limit: int = 100) -> list[AuditRow]:
+        with self.session() as s:
+            q = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
+            return list(reversed(list(s.scalars(q))))
+
+    # -- leader lease -------------------------------------------------------------------
+    def try_lease(self, name: str, holder: str, ttl: timedelta, now: datetime) -> int | None:
+        """Take or renew the lease; returns the fencing epoch, or None if another holds it."""
+        with self.session() as s:
+            row = s.get(LeaseRow, name, with_for_update=True)
+            if row is None:
+                s.add(LeaseRow(name=name, holder=holder, expires_at=now + ttl, epoch=1))
+                return 1
+            if row.holder != holder and row.expires_at > now:
+                return None
+            if row.holder != holder:
+                row.epoch += 1
+                row.holder = holder
+            row.expires_at = now + ttl
+            return row.epoch
+
+    def release_lease(self, name: str, holder: str, now: datetime) -> None:
+        with self.session() as s:
+            row = s.get(LeaseRow, name, with_for_update=True)
+            if row is not None and row.holder == holder:
+                row.expires_at = now
+
+    def lease(self, name: str) -> LeaseRow | None:
+        with self.session() as s:
+            return s.get(LeaseRow, name)

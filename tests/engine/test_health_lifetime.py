@@ -1,0 +1,82 @@
+"""Health and lifetime: unhealthy and old nodes are replaced; long jobs reported."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from autoscaler.engine import Drain, Replace, ReportJob, decide
+from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode
+from tests.builders import NOW, busy, fleet, make_node, make_policy, snapshot
+
+
+def run(policy, nodes, obs, **snap):
+    return decide({policy.team: policy}, fleet(*nodes), snapshot(obs, **snap), NOW)
+
+
+def sick(**metrics) -> NodeObservation:
+    base = busy()
+    assert base.metrics is not None
+    return base.model_copy(update={"metrics": base.metrics.model_copy(update=metrics)})
+
+
+@pytest.mark.parametrize(
+    ("obs", "needle"),
+    [
+        (sick(xid_errors=3), "3 XID"),
+        (sick(temperature_max_c=95), "95°C > 87°C"),
+        (busy().model_copy(update={"health_check_failed": "2 of 4 GPUs visible"}), "2 of 4 GPUs"),
+    ],
+)
+def test_unhealthy_node_is_replaced(obs, needle):
+    plan = run(make_policy(), [make_node("n1")], {"n1": obs})
+    (rep,) = [a for a in plan.actions if isinstance(a, Replace)]
+    assert rep.node == "n1" and rep.trigger == "unhealthy" and needle in rep.reason
+    assert rep.instance_type == "p3.2xlarge"
+
+
+def test_throttling_only_when_configured():
+    obs = {"n1": sick(thermal_throttle=True)}
+    assert not any(isinstance(a, Replace) for a in run(make_policy(), [make_node("n1")], obs).actions)
+    policy = make_policy(health={"replace_on_thermal_throttle": True})
+    assert any(isinstance(a, Replace) for a in run(policy, [make_node("n1")], obs).actions)
+
+
+def test_unhealthy_is_acted_on_even_with_pool_data_missing():
+    from autoscaler.engine.snapshot import PoolObservation
+    obs = {"n1": busy().model_copy(update={"health_check_failed": "ECC errors"})}
+    plan = run(make_policy(), [make_node("n1")], obs,
+               pools={"vision/gpu": PoolObservation(metrics_missing="timeout")})
+    assert any(isinstance(a, Replace) for a in plan.actions)
+
+
+def test_unhealthy_without_quota_for_a_replacement_is_drained():
+    policy = make_policy(quota={"max_gpus": 1})
+    obs = {"n1": sick(xid_errors=1)}
+    plan = run(policy, [make_node("n1")], obs)
+    (drain,) = [a for a in plan.actions if isinstance(a, Drain)]
+    assert drain.trigger == "unhealthy" and "GPU cap 1" in drain.reason
+
+
+def test_expired_nodes_replaced_oldest_first_within_budget():
+    policy = make_policy(lifetime={"max_node_age": "24h"}, scale_down={"max_draining_percent": 10})
+    nodes = [make_node("old", age=timedelta(hours=50)), make_node("older", age=timedelta(hours=60)),
+             make_node("young", age=timedelta(hours=2))]
+    plan = run(policy, nodes, {n.name: busy() for n in nodes})
+    reps = [a for a in plan.actions if isinstance(a, Replace)]
+    assert [r.node for r in reps] == ["older"]
+    assert "2d12h old" in reps[0].reason and "max_node_age 1d" in reps[0].reason
+
+
+def test_long_jobs_reported_and_optionally_signalled():
+    policy = make_policy(lifetime={"max_job_runtime": "48h", "signal_long_jobs": True})
+    obs = {"n1": NodeObservation(
+        metrics=GpuMetrics(util_mean=90, util_max_idle_window=95, sample_age_s=3),
+        scheduler=SchedulerNode(state="allocated", gpus_total=1, gpus_allocated=1, jobs=[
+            RunningJob(id="long", gpus=1, started_at=NOW - timedelta(hours=50)),
+            RunningJob(id="short", gpus=0, started_at=NOW - timedelta(hours=1)),
+        ]))}
+    plan = run(policy, [make_node("n1")], obs)
+    (rep,) = [a for a in plan.actions if isinstance(a, ReportJob)]
+    assert rep.job == "long" and rep.signal and "2d2h" in rep.reason

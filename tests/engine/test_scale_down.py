@@ -1,0 +1,130 @@
+"""Scale-down: idle, ordering, floors, budgets, cooldowns, missing data freezes it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from autoscaler.engine import Drain, Hold, Launch, Terminate, decide
+from autoscaler.engine.snapshot import NodeObservation, PoolObservation
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import PoolHistory
+from autoscaler.policy.models import Market
+from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, snapshot
+
+KEY = "vision/gpu"
+
+
+def drains(plan) -> list[str]:
+    return [a.node for a in plan.actions if isinstance(a, Drain)]
+
+
+def run(policy, nodes, obs, history=None, **snap):
+    return decide({policy.team: policy}, fleet(*nodes, history=history), snapshot(obs, **snap), NOW)
+
+
+def test_idle_node_is_drained_with_reason():
+    plan = run(make_policy(), [make_node("n1"), make_node("n2")], {"n1": idle(2), "n2": busy(70)})
+    assert drains(plan) == ["n1"]
+    (drain,) = [a for a in plan.actions if isinstance(a, Drain)]
+    assert drain.trigger == "idle"
+    assert "2% < 10%" in drain.reason and "15m" in drain.reason
+
+
+def test_node_with_jobs_or_recent_boot_is_not_idle():
+    nodes = [make_node("n1", ready_for=timedelta(minutes=5)), make_node("n2")]
+    obs = {"n1": idle(), "n2": idle()}
+    obs["n2"] = obs["n2"].model_copy(update={"scheduler": busy().scheduler})
+    assert drains(run(make_policy(), nodes, obs)) == []
+
+
+def test_most_expensive_per_gpu_first():
+    policy = make_policy(scale_down={"max_draining_percent": 34}, instance_types=["p3.2xlarge", "g4dn.xlarge"])
+    nodes = [make_node("cheap", instance_type="g4dn.xlarge"), make_node("dear"), make_node("x")]
+    plan = run(policy, nodes, {"cheap": idle(), "dear": idle(), "x": busy()})
+    assert drains(plan) == ["dear"]
+
+
+def test_on_demand_base_nodes_go_last():
+    policy = make_policy(capacity={"on_demand_base": 1, "spot_percent": 100},
+                         scale_down={"max_draining_percent": 50})
+    nodes = [make_node("od", market=Market.ON_DEMAND), make_node("spot", market=Market.SPOT)]
+    assert drains(run(policy, nodes, {"od": idle(), "spot": idle()})) == ["spot"]
+
+
+def test_never_below_min_nodes_or_schedule_floor():
+    nodes = [make_node(f"n{i}") for i in range(3)]
+    obs = {f"n{i}": idle() for i in range(3)}
+    plan = run(make_policy(min_nodes=3), nodes, obs)
+    assert drains(plan) == []
+    assert any(isinstance(a, Hold) and "floor" in a.reason for a in plan.actions)
+    sched = make_policy(schedule=[{"cron": "0 8 * * *", "min_nodes": 3, "duration": "10h"}])
+    assert drains(run(sched, nodes, obs)) == []  # NOW is 12:00 UTC, inside 08:00-18:00
+
+
+def test_max_draining_percent_limits_concurrent_drains():
+    policy = make_policy(scale_down={"max_draining_percent": 20})
+    nodes = [make_node(f"n{i}") for i in range(10)]
+    plan = run(policy, nodes, {f"n{i}": idle() for i in range(10)})
+    assert len(drains(plan)) == 2
+    nodes[0] = make_node("n0", state=NodeState.DRAINING, drain_trigger="idle")
+    assert len(drains(run(policy, nodes, {f"n{i}": idle() for i in range(10)}))) == 1
+
+
+def test_scale_down_cooldown_after_scale_up():
+    history = {KEY: PoolHistory(last_scale_up_at=NOW - timedelta(minutes=3))}
+    plan = run(make_policy(), [make_node("n1")], {"n1": idle()}, history=history)
+    assert drains(plan) == []
+    assert any(isinstance(a, Hold) and "cooldown" in a.reason for a in plan.actions)
+
+
+def test_missing_pool_metrics_freeze_scale_down():
+    plan = run(make_policy(), [make_node("n1")], {"n1": idle()},
+               pools={KEY: PoolObservation(metrics_missing="Prometheus timed out")})
+    assert drains(plan) == []
+    (hold,) = [a for a in plan.actions if isinstance(a, Hold)]
+    assert "frozen" in hold.reason and "Prometheus timed out" in hold.reason
+
+
+def test_prometheus_missing_globally_freezes_every_pool():
+    plan = run(make_policy(), [make_node("n1")], {"n1": idle()}, missing=["prometheus"])
+    assert drains(plan) == []
+
+
+def test_stale_node_is_not_a_candidate():
+    obs = {"n1": idle().model_copy(update={"metrics_missing": "no sample for 300s"})}
+    assert drains(run(make_policy(), [make_node("n1")], obs)) == []
+
+
+def test_no_metrics_means_not_idle():
+    assert drains(run(make_policy(), [make_node("n1")], {"n1": NodeObservation()})) == []
+
+
+def test_slurm_pool_needs_scheduler_evidence():
+    policy = make_policy(cluster={"kind": "slurm"})
+    obs = {"n1": idle().model_copy(update={"scheduler": None})}
+    assert drains(run(policy, [make_node("n1")], obs)) == []
+
+
+def test_pending_demand_blocks_idle_scale_down():
+    from tests.builders import pending
+    plan = run(make_policy(), [make_node("n1")], {"n1": idle()},
+               pools={KEY: PoolObservation(pending=pending(1))})
+    assert drains(plan) == []
+
+
+def test_drained_nodes_are_terminated_and_failed_nodes_cleaned_up():
+    nodes = [make_node("d", state=NodeState.DRAINED, drain_trigger="idle"),
+             make_node("f", state=NodeState.PROVISION_FAILED, reason="InsufficientInstanceCapacity")]
+    plan = run(make_policy(), nodes, {})
+    terms = {a.node: a.reason for a in plan.actions if isinstance(a, Terminate)}
+    assert set(terms) == {"d", "f"}
+    assert "InsufficientInstanceCapacity" in terms["f"]
+
+
+def test_over_max_sheds_in_flight_then_idle():
+    policy = make_policy(max_nodes=2, scale_down={"max_draining_percent": 100})
+    nodes = [make_node("a"), make_node("b"), make_node("c"), make_node("new", state=NodeState.REQUESTED)]
+    plan = run(policy, nodes, {"a": busy(), "b": idle(), "c": busy()})
+    assert {a.node for a in plan.actions if isinstance(a, Terminate)} == {"new"}
+    assert drains(plan) == ["b"]
+    assert not any(isinstance(a, Launch) for a in plan.actions)
