@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from tests.sim.conftest import pod, write_pods, write_spot
+
+runner = CliRunner()
+POLICY = """apiVersion: gpu-autoscaler/v1
+team: sim
+pools:
+  - name: v100
+    cloud: aws
+    region: us-east-1
+    zones: [us-east-1a, us-east-1c]
+    instance_types: [p3.2xlarge, p3.8xlarge, p3.16xlarge]
+    capacity: {on_demand_base: 0, spot_percent: 100, spot_fallback: on-demand}
+    max_nodes: 40
+    scale_up: {max_step: 20}
+"""
+
+
+@pytest.fixture
+def policies(tmp_path: Path) -> Path:
+    d = tmp_path / "policies"
+    d.mkdir()
+    (d / "sim.yaml").write_text(POLICY)
+    return d
+
+
+def test_simulate_json_on_a_synthetic_trace(tmp_path: Path, policies: Path) -> None:
+    trace = write_pods(tmp_path / "pods.csv", [
+        pod(f"p{i}", 86400 + 900 * i, 86400 + 900 * i, 86400 + 900 * i + 1200, milli=500 if i % 2 else 1000)
+        for i in range(20)])
+    result = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", str(policies),
+                                 "--start-day", "1", "--days", "1", "--json", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["pool"] == "sim/v100"
+    assert data["workload"]["jobs"] == 20
+    assert {s["name"] for s in data["strategies"]} == {"ours", "static", "ca_like", "target_tracking"}
+    assert data["ratios"]["cost_vs_oracle"] >= 1
+
+
+def test_simulate_reports_bad_input_without_a_traceback(tmp_path: Path, policies: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,num_gpu\n")
+    result = runner.invoke(app, ["simulate", "--trace", str(bad), "--policies", str(policies),
+                                 "--no-progress"])
+    assert result.exit_code == 1
+    assert "missing column" in result.output
+    unknown = runner.invoke(app, ["simulate", "--trace", str(bad), "--policies", str(policies),
+                                  "--pool", "nobody/gpu", "--no-progress"])
+    assert unknown.exit_code == 1 and "no pool 'nobody/gpu'" in unknown.output
+
+
+FIXTURE = Path("/work/shared/data/fixtures/openb_default_day148.csv")
+DUTY = Path("/work/shared/data/fixtures/genai_gpu_duty_cycle_8pods_2h.csv")
+
+
+@pytest.mark.skipif(not (FIXTURE.exists() and DUTY.exists()), reason="shared trace fixtures not present")
+def test_simulate_fixture_day_writes_report_and_plots(tmp_path: Path, policies: Path) -> None:
+    spot = tmp_path / "spot"
+    spot.mkdir()
+    write_spot(spot / "us-east-1a_v100_1.json", [0] * 300 + [1] * 30 + [0] * 300, gap=120)
+    out = tmp_path / "out"
+    result = runner.invoke(app, [
+        "simulate", "--trace", str(FIXTURE), "--policies", str(policies), "--start-day", "148",
+        "--days", "0.25", "--seed", "3", "--tick", "30s", "--boot-delay", "4m", "--spot-trace", str(spot),
+        "--duty-cycles", str(DUTY), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "cost_vs_oracle=" in result.output.splitlines()[-1]
+    data = json.loads((out / "report.json").read_text())
+    assert data["config"]["seed"] == 3 and data["workload"]["jobs"] > 100
+    assert (out / "demand_vs_capacity.png").stat().st_size > 10_000
+    assert (out / "cumulative_cost.png").stat().st_size > 10_000

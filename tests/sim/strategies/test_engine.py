@@ -1,0 +1,65 @@
+"""The engine strategy: decide() drives the simulated cluster the way the executor would."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.sim.run import run_all
+from autoscaler.sim.strategies.engine import EngineStrategy
+from autoscaler.sim.traces import Job
+from tests.sim.conftest import CATALOG, EXACT, policy, ready_node, replay_for, run_job, workload
+
+OD = 3.06
+
+
+def test_pending_job_launches_once_and_the_fleet_view_shows_it_in_flight() -> None:
+    pol = policy()
+    ours = EngineStrategy(pol, pol.pools[0], CATALOG)
+    replay = replay_for([Job("a", 0, 3600, 1.0)], strategy=ours)
+    sim = replay.jobs[0]
+    replay.cluster.arrive(sim, 0)
+    ours.tick(replay, 0)
+    ours.tick(replay, 30)  # the job fits on the node on its way: no second launch
+    assert [n.state for n in replay.cluster.nodes.values()] == [NodeState.PROVISIONING]
+    assert ours.actions["launch"] == 1
+    assert ours.history.last_scale_up_at is not None
+
+
+def test_scale_down_cooldown_after_a_scale_up_holds_idle_nodes() -> None:
+    """Job 240..840 s; idle_for 1 min -> idle from 900, but the 20-min cooldown since the
+    launch at 0 holds it until the tick at 1200; terminated at the next tick, 1230."""
+    pol = policy(scale_down={"idle_for": "1m", "cooldown": "20m"})
+    report = run_all(workload([Job("a", 0, 600, 1.0)]), pol, pol.pools[0], CATALOG, EXACT,
+                     strategies=("ours",))
+    ours = report.result("ours")
+    assert ours.cost_usd == pytest.approx(OD * 1230 / 3600)
+    assert ours.extra["actions"]["hold"] >= 1
+
+
+def test_expired_node_is_replaced_and_drain_timeout_requeues_its_job() -> None:
+    """max_node_age 1h: at the tick of 3630 the node is drained and a new one launched
+    (ready at 3870). The job cannot finish before drain_timeout (10 min): killed at 4230
+    with 2 checkpoints (3600 s) of its 3990 s kept, it restarts on the new node."""
+    pol = policy(lifetime={"max_node_age": "1h"}, scale_down={"idle_for": "10m", "cooldown": "0s",
+                                                               "drain_timeout": "10m"})
+    report = run_all(workload([Job("long", 0, 3 * 3600, 1.0)], end=5000), pol, pol.pools[0], CATALOG, EXACT,
+                     strategies=("ours",))
+    ours = report.result("ours")
+    assert ours.extra["actions"]["replace"] == 1
+    assert ours.kills_by_cause == {"drain-timeout": 1}
+    assert ours.gpu_hours_lost == pytest.approx(390 / 3600)
+    assert ours.launches == 2
+
+
+def test_engine_sees_running_jobs_and_never_drains_a_busy_node() -> None:
+    pol = policy()
+    ours = EngineStrategy(pol, pol.pools[0], CATALOG)
+    job = Job("a", 0, 10**6, 0.05)  # 5% util: below the idle threshold, but it has a job
+    replay = replay_for([job], strategy=ours)
+    node = ready_node(replay)
+    run_job(replay, job, node, 0)
+    for t in range(0, 7200, 30):
+        ours.tick(replay, t)
+    assert node.state is NodeState.READY
+    assert ours.actions["drain"] == 0
