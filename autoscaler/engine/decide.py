@@ -122,7 +122,8 @@ class _Decision:
         for key in self.blocked:
             other = next(c for c in self.contexts if c.key == key)
             if other.policy.priority.rank < rank:
-                return f"{key} ({other.policy.priority.value} priority) waits for capacity under the global cap"
+                return (f"{key} ({other.policy.priority.value} priority) waits for capacity "
+                        "under the global cap")
         return None
 
     # -- scale-down -------------------------------------------------------------

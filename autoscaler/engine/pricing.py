@@ -127,10 +127,12 @@ class Prices:
                 price = od
                 if market is Market.SPOT:
                     spot = self.spot(cloud, region, name, zone)
-                    limit = pool.capacity.max_spot_price_ratio * od
-                    if spot is None or spot > limit:
+                    if spot is None:
+                        skipped.append(f"{where}: no spot price (none observed, none in the catalog)")
+                        continue
+                    if spot > pool.capacity.max_spot_price_ratio * od:
                         skipped.append(
-                            f"{where}: spot ${spot or 0:.3f}/h is above "
+                            f"{where}: spot ${spot:.3f}/h is above "
                             f"{pool.capacity.max_spot_price_ratio:g} x on-demand ${od:.3f}/h"
                         )
                         continue

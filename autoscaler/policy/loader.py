@@ -75,19 +75,19 @@ def _yaml() -> YAML:
     return yaml
 
 
-def load_file(path: Path, catalog: Catalog) -> tuple[TeamPolicy | None, list[PolicyError]]:
-    """Parse and validate one team file; never raises for content problems."""
+def _parse(path: Path, catalog: Catalog) -> tuple[Any, TeamPolicy | None, list[PolicyError]]:
+    """(YAML document or None, valid policy or None, errors)."""
     name = str(path)
     try:
         doc = _yaml().load(path.read_text())
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        return None, [PolicyError(name, line, col, "", f"not valid YAML: {exc.problem}")]
+        return None, None, [PolicyError(name, line, col, "", f"not valid YAML: {exc.problem}")]
     except OSError as exc:
-        return None, [PolicyError(name, 1, 1, "", f"cannot read file: {exc.strerror}")]
+        return None, None, [PolicyError(name, 1, 1, "", f"cannot read file: {exc.strerror}")]
     if not isinstance(doc, dict):
-        return None, [PolicyError(name, 1, 1, "", "a policy file must be a YAML mapping")]
+        return None, None, [PolicyError(name, 1, 1, "", "a policy file must be a YAML mapping")]
     try:
         policy = TeamPolicy.model_validate(doc)
     except ValidationError as exc:
@@ -96,12 +96,18 @@ def load_file(path: Path, catalog: Catalog) -> tuple[TeamPolicy | None, list[Pol
             loc = err["loc"]
             line, col = locate(doc, loc, key=err["type"] == "extra_forbidden")
             errors.append(PolicyError(name, line, col, format_path(loc), _message(err)))
-        return None, errors
+        return doc, None, errors
     errors = [
         PolicyError(name, *locate(doc, loc), format_path(loc), message)
         for loc, message in check_policy(policy, catalog)
     ]
-    return (None if errors else policy), errors
+    return doc, (None if errors else policy), errors
+
+
+def load_file(path: Path, catalog: Catalog) -> tuple[TeamPolicy | None, list[PolicyError]]:
+    """Parse and validate one team file; never raises for content problems."""
+    _, policy, errors = _parse(path, catalog)
+    return policy, errors
 
 
 def policy_files(directory: Path) -> list[Path]:
@@ -116,26 +122,21 @@ def load_dir(directory: Path, catalog: Catalog) -> tuple[dict[str, TeamPolicy], 
     sources: dict[str, Path] = {}
     errors: list[PolicyError] = []
     for path in policy_files(directory):
-        policy, file_errors = load_file(path, catalog)
+        doc, policy, file_errors = _parse(path, catalog)
         errors.extend(file_errors)
-        if policy is None:
+        # Team names must be unique even when a file has other errors.
+        team = doc.get("team") if isinstance(doc, dict) else None
+        if isinstance(team, str) and team in sources:
+            errors.append(PolicyError(
+                str(path), *locate(doc, ["team"]), "team",
+                f"team '{team}' is already defined in {sources[team]}",
+            ))
             continue
-        if policy.team in policies:
-            line, col = _team_position(path)
-            errors.append(
-                PolicyError(
-                    str(path), line, col, "team",
-                    f"team '{policy.team}' is already defined in {sources[policy.team]}",
-                )
-            )
-            continue
-        policies[policy.team] = policy
-        sources[policy.team] = path
+        if isinstance(team, str):
+            sources[team] = path
+        if policy is not None:
+            policies[policy.team] = policy
     return policies, sorted(errors)
-
-
-def _team_position(path: Path) -> tuple[int, int]:
-    return locate(_yaml().load(path.read_text()), ["team"])
 
 
 def load_policies(directory: Path, catalog: Catalog) -> dict[str, TeamPolicy]:

@@ -12,8 +12,15 @@ from hypothesis import strategies as st
 from autoscaler.engine import CancelDrain, Drain, EngineSettings, Launch, Plan, Replace, Terminate, decide
 from autoscaler.engine.context import PoolContext, build_contexts
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, PendingJob, PoolObservation, RunningJob, \
-    SchedulerNode, Snapshot
+from autoscaler.engine.snapshot import (
+    GpuMetrics,
+    NodeObservation,
+    PendingJob,
+    PoolObservation,
+    RunningJob,
+    SchedulerNode,
+    Snapshot,
+)
 from autoscaler.fleet.lifecycle import BILLABLE, IN_FLIGHT, TRANSITIONS, NodeState
 from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.policy.models import Market, TeamPolicy

@@ -1,0 +1,76 @@
+"""`gpu-autoscaler policy validate|schema` and `plan` from a recorded snapshot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def test_validate_example_policies_exits_zero():
+    result = runner.invoke(app, ["policy", "validate", str(REPO / "policies")])
+    assert result.exit_code == 0, result.output
+    assert "3 team(s)" in result.output
+
+
+def test_validate_lists_every_error_and_exits_one(tmp_path):
+    (tmp_path / "a.yaml").write_text("team: a\npools:\n  - name: p\n    cloud: aws\n    region: r\n"
+                                     "    instance_types: [p3.2xlarge]\n    max_nodes: 1\n    scale_up: {windw: 5m}\n")
+    (tmp_path / "b.yaml").write_text("team: B\npools: []\n")
+    result = runner.invoke(app, ["policy", "validate", str(tmp_path)])
+    assert result.exit_code == 1
+    out = result.output
+    assert "a.yaml:8:16: pools[0].scale_up.windw: unknown key 'windw'; did you mean 'window'?" in out
+    assert "b.yaml:1:7: team:" in out and "b.yaml:2:8: pools:" in out
+    assert "3 error(s) in 2 of 2 file(s)" in out
+
+
+def test_schema_is_json():
+    result = runner.invoke(app, ["policy", "schema"])
+    assert result.exit_code == 0
+    assert json.loads(result.output)["title"] == "gpu-autoscaler team policy"
+
+
+def test_plan_from_the_example_snapshot_as_json():
+    result = runner.invoke(app, ["plan", "--snapshot", str(REPO / "examples/snapshot.json"),
+                                 "--policies", str(REPO / "policies"),
+                                 "--prices", str(REPO / "examples/prices-alicloud.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    kinds = {a["kind"] for a in plan["actions"]}
+    assert {"launch", "replace", "report_job"} <= kinds
+    assert all(a["reason"] for a in plan["actions"])
+
+
+def test_plan_table_shows_reasons():
+    result = runner.invoke(app, ["plan", "--snapshot", str(REPO / "examples/snapshot.json"),
+                                 "--policies", str(REPO / "policies"),
+                                 "--prices", str(REPO / "examples/prices-alicloud.yaml")],
+                           env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "unhealthy (2 XID error(s)" in result.output and "Pools after this plan" in result.output
+
+
+def test_plan_refuses_a_broken_snapshot_clearly(tmp_path):
+    bad = tmp_path / "s.json"
+    bad.write_text('{"now": "yesterday", "snapshot": {}}')
+    result = runner.invoke(app, ["plan", "--snapshot", str(bad), "--policies", str(REPO / "policies")])
+    assert result.exit_code == 1
+    assert "is not a valid snapshot" in result.output and "now" in result.output
+
+
+def test_console_script_help_explains_itself():
+    out = subprocess.run([sys.executable, "-m", "autoscaler.cli", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "Keeps a cloud GPU fleet the right size" in out
+    for sub in (["policy", "--help"], ["plan", "--help"]):
+        result = runner.invoke(app, sub)
+        assert result.exit_code == 0 and len(result.output) > 200

@@ -1,0 +1,34 @@
+"""The project's static checks run with the tests, so CI enforces them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_is_clean():
+    result = run("ruff", "check", "autoscaler", "tests", "benchmarks")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_is_clean_on_engine_and_policy():
+    result = run("mypy", "autoscaler/engine", "autoscaler/policy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_engine_imports_only_what_design_allows():
+    """engine -> policy, catalog, fleet.lifecycle/node only (DESIGN.md)."""
+    allowed = ("autoscaler.engine", "autoscaler.policy", "autoscaler.catalog", "autoscaler.fleet.lifecycle",
+               "autoscaler.fleet.node")
+    for path in (REPO / "autoscaler/engine").rglob("*.py"):
+        for line in path.read_text().splitlines():
+            words = line.split()
+            if len(words) >= 2 and words[0] in ("import", "from") and words[1].startswith("autoscaler"):
+                assert words[1].startswith(allowed), f"{path}: {line}"
