@@ -26,6 +26,7 @@ from autoscaler.policy.models import Pool
 from autoscaler.signals.config import PrometheusConfig, SecretError
 from autoscaler.signals.promql import (
     FIELD_LABEL,
+    MAX_FOLLOWUP_NODES,
     UTIL_METRICS,
     PoolWindows,
     QueryBuilder,
@@ -94,21 +95,26 @@ class PrometheusReader:
         pools = list(pools)
         windows = {PoolWindows.of(p) for p in [*pools, *node_pools.values()]}
         builder = QueryBuilder(windows, self.config.node_label, self.config.stale_after)
+        fields: Fields = {}
+        queries = [builder.windows_query(), builder.current_query()]
+        undated: set[str] = set()
+        targets = dict(node_pools)
         sent = 0
         try:
-            fields: Fields = {}
-            for query in (builder.windows_query(), builder.current_query()):
+            for query in queries:
                 sent += 1
                 self._query(query, now, fields)
+            if pool_of is not None:
+                targets.update(_attributed(fields.keys() - targets.keys(), pool_of, windows))
+            lagging = _lagging(targets, fields)
+            if lagging:
+                dated, undated = _cap(lagging)
+                sent += 1
+                self._query(builder.followup_query(dated), now, fields)
         except PrometheusReadError as exc:
             return MetricsReading({}, error=str(exc), queries=sent)
-        targets = dict(node_pools)
-        if pool_of is not None:
-            for host in fields.keys() - targets.keys():
-                pool = pool_of(host)
-                if pool is not None and PoolWindows.of(pool) in windows:
-                    targets[host] = pool
-        nodes = {name: self._observe(fields.get(name, {}), PoolWindows.of(pool), builder)
+        nodes = {name: self._observe(fields.get(name, {}), PoolWindows.of(pool), builder,
+                                     name in undated)
                  for name, pool in targets.items()}
         return MetricsReading(nodes, queries=sent)
 
@@ -131,15 +137,20 @@ class PrometheusReader:
             raise PrometheusReadError(str(exc)) from None
         _collect(result, self.config.node_label, into)
 
-    def _observe(self, fields: dict[str, float], w: PoolWindows,
-                 builder: QueryBuilder) -> NodeObservation:
+    def _observe(self, fields: dict[str, float], w: PoolWindows, builder: QueryBuilder,
+                 undated: bool = False) -> NodeObservation:
         metric_name = UTIL_METRICS[w.metric][0]
-        ages = [a for a in (fields.get(newest_key(w.metric)), fields.get(now_key(w.metric)))
+        ages = [a for a in (fields.get(now_key(w.metric)), fields.get(newest_key(w.metric)))
                 if a is not None]
         if not ages:
-            horizon = format_duration_s(builder.horizon_s)
-            return NodeObservation(metrics_missing=f"no {metric_name} sample in the last {horizon}")
-        age = max(0.0, min(ages))
+            if undated:
+                why = (f"no recent {metric_name} sample (not dated: more than "
+                       f"{MAX_FOLLOWUP_NODES} nodes stopped reporting)")
+            else:
+                why = (f"no {metric_name} sample in the last "
+                       f"{format_duration_s(builder.horizon_s)}")
+            return NodeObservation(metrics_missing=why)
+        age = max(0.0, ages[0])
         metrics = GpuMetrics(
             util_mean=fields.get(mean_key(w.metric, w.window_s)),
             util_max=fields.get(max_key(w.metric, w.window_s)),
@@ -157,6 +168,39 @@ class PrometheusReader:
         if age > builder.stale_s:
             missing = f"no sample for {age:.0f}s (stale after {builder.stale_s}s)"
         return NodeObservation(metrics=metrics, metrics_missing=missing)
+
+
+def _attributed(hosts: Iterable[str], pool_of: Callable[[str], Pool | None],
+                windows: set[PoolWindows]) -> dict[str, Pool]:
+    out = {}
+    for host in hosts:
+        pool = pool_of(host)
+        if pool is not None and PoolWindows.of(pool) in windows:
+            out[host] = pool
+    return out
+
+
+def _lagging(targets: Mapping[str, Pool], fields: Fields) -> dict[str, list[str]]:
+    """Nodes without an exact age (no sample within the lookback, or marked stale), by
+    utilization metric."""
+    out: dict[str, list[str]] = {}
+    for name, pool in targets.items():
+        metric = pool.scale_up.metric
+        if now_key(metric) not in fields.get(name, {}):
+            out.setdefault(metric, []).append(name)
+    return out
+
+
+def _cap(lagging: dict[str, list[str]]) -> tuple[dict[str, list[str]], set[str]]:
+    """At most MAX_FOLLOWUP_NODES nodes are dated by the follow-up query."""
+    dated: dict[str, list[str]] = {}
+    undated: set[str] = set()
+    budget = MAX_FOLLOWUP_NODES
+    for metric, names in sorted(lagging.items()):
+        names = sorted(names)
+        dated[metric], budget = names[:budget], max(0, budget - len(names))
+        undated.update(names[len(dated[metric]):])
+    return {m: n for m, n in dated.items() if n}, undated
 
 
 def format_duration_s(secs: int) -> str:

@@ -9,9 +9,15 @@ two HTTP queries, whatever the number of nodes, pools or distinct windows:
   ``scale_up.window`` and ``scale_down.idle_for``: mean and max utilization; for each
   distinct ``scale_up.window``: GPUs with a non-zero XID error.
 * ``current``: memory, temperature, power and thermal throttling from each GPU's newest
-  sample within ``stale_after``; GPUs reporting; the newest sample's timestamp.
+  sample within ``stale_after``; GPUs reporting; the newest sample's age
+  (``time() - timestamp(...)``, exact while the node reports).
+* ``followup`` (only when some nodes are missing from the age branch, i.e. stopped
+  reporting more than the 5 m lookback ago or were marked stale by a failed scrape): the
+  age of their newest sample within the longest window, from a subquery restricted to
+  those nodes (at most ``MAX_FOLLOWUP_NODES``), so it costs nothing on a healthy fleet.
 
-Distinct windows only lengthen the query text (bounded by the policies, not the fleet).
+So a tick sends 2 queries, 3 when nodes dropped out. Distinct windows only lengthen the
+query text (bounded by the policies, not the fleet).
 """
 
 from __future__ import annotations
@@ -33,6 +39,17 @@ THROTTLE = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 # NVML clocksThrottleReasonSwThermalSlowdown (0x20) and HwThermalSlowdown (0x40) are bits
 # 5 and 6: PromQL has no bitwise operators, so test floor(v / 32) % 4 > 0.
 THERMAL_BITS_EXPR = "floor({v} / 32) % 4 > bool 0"
+MAX_FOLLOWUP_NODES = 200
+
+
+def _regex_literal(name: str) -> str:
+    """``name`` as an RE2 literal inside a PromQL double-quoted string (whose own escapes
+    need the backslash doubled)."""
+    return "".join(f"\\\\{c}" if c in _REGEX_META else '\\"' if c == '"' else c
+                   for c in name)
+
+
+_REGEX_META = set(".^$*+?()[]{}|\\")
 
 
 def seconds(d: timedelta) -> int:
@@ -128,10 +145,18 @@ class QueryBuilder:
         for metric in self.metrics():
             sel = self._sel(UTIL_METRICS[metric][0])
             branches[gpus_key(metric)] = f"count {by} (last_over_time({sel}{last}))"
-            branches[newest_key(metric)] = (
-                f"time() - max {by} (max_over_time(timestamp({sel})"
-                f"[{self.horizon_s}s:{self.step_s}s]))")
             branches[now_key(metric)] = f"time() - max {by} (timestamp({sel}))"
+        return self._union(branches)
+
+    def followup_query(self, lagging: dict[str, list[str]]) -> str:
+        """Newest-sample age of ``{metric: [node, ...]}`` within the horizon."""
+        branches = {}
+        for metric, nodes in sorted(lagging.items()):
+            names = "|".join(_regex_literal(n) for n in sorted(nodes))
+            sel = f'{UTIL_METRICS[metric][0]}{{{self.label}=~"{names}"}}'
+            branches[newest_key(metric)] = (
+                f"time() - max by ({self.label}) (max_over_time(timestamp({sel})"
+                f"[{self.horizon_s}s:{self.step_s}s]))")
         return self._union(branches)
 
     def _union(self, branches: dict[str, str]) -> str:

@@ -76,7 +76,9 @@ def test_bearer_token_from_env_headers_time_and_timeout(stub: Stub,
     cfg = PrometheusConfig(url=stub.url, bearer_token={"token_env": "PROM_TOKEN"},
                            headers={"X-Scope-OrgID": "gpu"}, timeout="2s")
     result = read(cfg)
-    assert result.error is None and len(stub.requests) == 2
+    # Two queries, and a third to date the newest sample of the node that had none.
+    assert result.error is None and len(stub.requests) == 3
+    assert 'Hostname=~"vision-gpu-1"' in stub.requests[2]["query"]["query"][0]
     first = stub.requests[0]
     assert first["path"] == "/api/v1/query"
     assert first["headers"]["Authorization"] == "Bearer s3cret-token"
