@@ -25,6 +25,7 @@ app = typer.Typer(
 COMMANDS = [
     "autoscaler.cli.policy",
     "autoscaler.cli.plan",
+    "autoscaler.cli.apply",
     "autoscaler.cli.prices",
     "autoscaler.cli.signals",
     "autoscaler.cli.simulate",

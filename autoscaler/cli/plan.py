@@ -1,22 +1,43 @@
-"""``gpu-autoscaler plan``: decide from a recorded snapshot and show what would happen."""
+"""``gpu-autoscaler plan``: decide from a recorded snapshot and show what would happen.
+
+Without ``--settings`` it shows the engine's decision only. With ``--settings`` (Terraform
+settings) it also runs ``terraform plan -out`` for every pool whose node map changes and
+shows, per pool, the nodes created / destroyed / replaced and the $/h delta; ``gpu-autoscaler
+apply`` then applies exactly those saved plans.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
+from autoscaler.actuators.node_map import PreviewError, preview_maps
+from autoscaler.actuators.terraform.preview import PoolPreview, preview_pools
+from autoscaler.actuators.terraform.settings import TerraformSettings, load_settings
+from autoscaler.catalog import Catalog
 from autoscaler.cli.common import PoliciesOption, PricesOption, catalog_from, console, fail
+from autoscaler.cli.plan_render import preview_markdown, preview_tables
 from autoscaler.cli.render import actions_table, pools_table
 from autoscaler.engine import DecisionInput, EngineSettings, Plan, decide
+from autoscaler.engine.pricing import Prices
 from autoscaler.policy import PolicyLoadError, load_policies
+from autoscaler.policy.models import TeamPolicy, pool_key
 
 SNAPSHOT_HELP = (
     "Recorded engine input (JSON): {now, fleet: {nodes, history}, snapshot: {...}}. "
     "`gpu-autoscaler signals --json` writes one from the live sources; the format is "
     "documented in README.md (\"Snapshot files\")."
+)
+SETTINGS_HELP = (
+    "Terraform settings (YAML: workdir, backend, aws_endpoint, regions: {'aws/us-east-1': "
+    "{ami, subnet_ids, ...}}). When given, every pool whose node map changes gets a "
+    "`terraform plan -out` in its own workspace, and the preview shows the Terraform "
+    "changes and the $/h delta; `gpu-autoscaler apply` applies exactly those plans. "
+    "Without it, only the engine's decision is shown and Terraform is not run."
 )
 
 
@@ -30,15 +51,41 @@ def load_input(path: Path) -> DecisionInput:
         fail(f"{path} is not a valid snapshot:\n" + "\n".join(lines))
 
 
+def _policies(policies_dir: Path, catalog: Catalog) -> dict[str, TeamPolicy]:
+    try:
+        return load_policies(policies_dir, catalog)
+    except PolicyLoadError as exc:
+        fail(f"policies in {policies_dir} are invalid:\n{exc}")
+
+
 def engine_plan(policies_dir: Path, snapshot: Path, prices: Path | None,
                 settings: EngineSettings) -> Plan:
     catalog = catalog_from(prices)
-    try:
-        policies = load_policies(policies_dir, catalog)
-    except PolicyLoadError as exc:
-        fail(f"policies in {policies_dir} are invalid:\n{exc}")
     data = load_input(snapshot)
+    policies = _policies(policies_dir, catalog)
     return decide(policies, data.fleet, data.snapshot, data.now, catalog=catalog, settings=settings)
+
+
+def terraform_settings(path: Path | None, workdir: Path | None) -> TerraformSettings | None:
+    if path is None and workdir is None:
+        return None
+    if path is None:
+        fail("--terraform-dir needs --settings (which cloud regions to plan, with their inputs)")
+    try:
+        settings = load_settings(path)
+    except (OSError, ValueError) as exc:
+        fail(f"invalid Terraform settings {path}: {exc}")
+    return settings.model_copy(update={"workdir": workdir}) if workdir else settings
+
+
+def terraform_preview(policies: dict[str, TeamPolicy], data: DecisionInput, result: Plan,
+                      catalog: Catalog, settings: TerraformSettings) -> list[PoolPreview]:
+    pools = {pool_key(t.team, p.name): p for t in policies.values() for p in t.pools}
+    try:
+        maps = preview_maps(data.fleet.nodes, result, catalog, pools)
+    except PreviewError as exc:
+        fail(str(exc))
+    return preview_pools(maps, settings, Prices(catalog, data.snapshot, data.now))
 
 
 def plan(
@@ -46,23 +93,49 @@ def plan(
                                            dir_okay=False)],
     policies: PoliciesOption = Path("policies"),
     prices: PricesOption = None,
+    settings_file: Annotated[Path | None, typer.Option(
+        "--settings", help=SETTINGS_HELP, exists=True, dir_okay=False)] = None,
+    terraform_dir: Annotated[Path | None, typer.Option(
+        "--terraform-dir", help="Root of the per-pool Terraform workspaces (overrides the "
+        "settings' workdir).", file_okay=False)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    markdown: Annotated[bool, typer.Option(
+        "--markdown", help="Print Markdown for a pull-request comment.")] = False,
     max_gpus: Annotated[int | None, typer.Option(help="Global GPU cap across teams.")] = None,
     max_hourly_usd: Annotated[float | None, typer.Option(help="Global $/h cap.")] = None,
 ) -> None:
     """Decide from a recorded snapshot and print the actions with their reasons.
 
-    Nothing is changed: this is the preview of one engine tick.
+    Nothing is changed. With --settings, the Terraform plan of each changed pool is saved
+    for `gpu-autoscaler apply` and shown with its $/h delta.
     """
-    settings = EngineSettings(max_gpus=max_gpus, max_hourly_usd=max_hourly_usd)
-    result = engine_plan(policies, snapshot, prices, settings)
+    tf_settings = terraform_settings(settings_file, terraform_dir)
+    catalog = catalog_from(prices)
+    data = load_input(snapshot)
+    team_policies = _policies(policies, catalog)
+    engine = EngineSettings(max_gpus=max_gpus, max_hourly_usd=max_hourly_usd)
+    result = decide(team_policies, data.fleet, data.snapshot, data.now, catalog=catalog,
+                    settings=engine)
+    previews = None if tf_settings is None else terraform_preview(
+        team_policies, data, result, catalog, tf_settings)
     if json_out:
-        typer.echo(result.model_dump_json(indent=2))
-        return
-    console.print(actions_table(result.actions, title=f"Plan at {result.decided_at:%Y-%m-%d %H:%M:%S %Z}"))
-    console.print(pools_table(result))
-    if not result.changes():
-        console.print("[dim]No changes: the fleet already matches the policies.[/]")
+        payload = {"plan": result.model_dump(mode="json"),
+                   "pools": None if previews is None else
+                   [p.model_dump(mode="json") | {"delta": round(p.delta, 4)} for p in previews]}
+        typer.echo(json.dumps(payload, indent=2))
+    elif markdown:
+        typer.echo(preview_markdown(result, previews))
+    else:
+        console.print(actions_table(result.actions,
+                                    title=f"Plan at {result.decided_at:%Y-%m-%d %H:%M:%S %Z}"))
+        console.print(pools_table(result))
+        if previews is not None:
+            for renderable in preview_tables(previews):
+                console.print(renderable)
+        if not result.changes():
+            console.print("[dim]No changes: the fleet already matches the policies.[/]")
+    if previews and any(p.status == "error" for p in previews):
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

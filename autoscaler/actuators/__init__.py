@@ -1,0 +1,1 @@
+"""Actuators: the only code that changes the world (Terraform, Ansible, drains)."""

@@ -1,0 +1,154 @@
+"""The Terraform node map of each pool, built from the fleet, and what an engine Plan
+would make of it.
+
+``nodes = { "<node-name>" = { instance_type, market, zone } }`` is the whole input that
+changes between applies; a pool whose map equals its last applied map is not planned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from autoscaler.catalog import Catalog, CatalogError
+from autoscaler.engine.plan import Launch, Plan, Replace, Terminate
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.policy.models import Market, Pool, pool_key
+
+S = NodeState
+# States whose instance should exist. PROVISION_FAILED is left out on purpose: dropping
+# it from the map destroys whatever half-created instance it left behind.
+INSTANCE_STATES = frozenset({
+    S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED,
+    S.INTERRUPTED, S.BOOTSTRAP_FAILED,
+})
+
+
+class NodeSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    instance_type: str
+    market: Market
+    zone: str = ""  # "" = any zone of the region
+
+    def tf(self) -> dict[str, str]:
+        return {"instance_type": self.instance_type, "market": self.market.value,
+                "zone": self.zone}
+
+    def describe(self) -> str:
+        return f"{self.instance_type} {self.market.value}" + (f" {self.zone}" if self.zone else "")
+
+
+NodeMap = dict[str, NodeSpec]
+
+
+@dataclass(frozen=True)
+class PoolRef:
+    team: str
+    pool: str
+    cloud: str
+    region: str
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.team, self.pool)
+
+
+@dataclass
+class PoolMaps:
+    """One pool's node map now (``before``) and after a plan (``after``)."""
+
+    ref: PoolRef
+    before: NodeMap = field(default_factory=dict)
+    after: NodeMap = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)
+
+
+def spec_of(node: Node) -> NodeSpec:
+    return NodeSpec(instance_type=node.instance_type, market=node.market, zone=node.zone or "")
+
+
+def desired_maps(nodes: Iterable[Node]) -> dict[str, NodeMap]:
+    """Pool key -> node map of every node whose instance should exist."""
+    out: dict[str, NodeMap] = {}
+    for node in nodes:
+        if node.state in INSTANCE_STATES:
+            out.setdefault(node.pool_key, {})[node.name] = spec_of(node)
+    return out
+
+
+def pool_refs(nodes: Iterable[Node], pools: Mapping[str, Pool] | None = None) -> dict[str, PoolRef]:
+    """Pool key -> where the pool lives, from its policy or else from its nodes."""
+    out: dict[str, PoolRef] = {}
+    for node in nodes:
+        out.setdefault(node.pool_key, PoolRef(node.team, node.pool, node.cloud, node.region))
+    for key, pool in (pools or {}).items():
+        team, name = key.split("/", 1)
+        out[key] = PoolRef(team, name, pool.cloud.value, pool.region)
+    return out
+
+
+def changed_pools(desired: Mapping[str, NodeMap], applied: Mapping[str, NodeMap]) -> list[str]:
+    """Pools whose map differs from the last applied one (absent = empty map)."""
+    keys = set(desired) | set(applied)
+    return sorted(k for k in keys if dict(desired.get(k, {})) != dict(applied.get(k, {})))
+
+
+class PreviewError(ValueError):
+    pass
+
+
+def preview_maps(fleet_nodes: Iterable[Node], plan: Plan, catalog: Catalog,
+                 pools: Mapping[str, Pool] | None = None) -> dict[str, PoolMaps]:
+    """Apply ``plan`` hypothetically to the node maps, for ``gpu-autoscaler plan``.
+
+    Launch adds placeholder nodes ``<team>-<pool>-new<k>``; Terminate removes the node;
+    Replace adds one new node (the old one stays until it is drained). Drains change no
+    map: a draining node keeps its instance. ``pools`` (policy by pool key) locates pools
+    that have no node yet.
+    """
+    nodes = list(fleet_nodes)
+    refs = pool_refs(nodes, pools)
+    current = desired_maps(nodes)
+    maps = {k: PoolMaps(ref, dict(current.get(k, {})), dict(current.get(k, {})))
+            for k, ref in refs.items()}
+    counters: dict[str, int] = {}
+    for action in plan.actions:
+        if isinstance(action, Launch | Replace | Terminate):
+            pm = _pool_maps(maps, action.pool)
+            pm.reasons.append(action.reason)
+        if isinstance(action, Terminate):
+            pm.after.pop(action.node, None)
+        elif isinstance(action, Launch | Replace):
+            _check_type(catalog, pm.ref, action.instance_type)
+            spec = NodeSpec(instance_type=action.instance_type, market=action.market,
+                            zone=action.zone or "")
+            for _ in range(action.count if isinstance(action, Launch) else 1):
+                pm.after[_new_name(pm, counters)] = spec
+    return maps
+
+
+def _pool_maps(maps: dict[str, PoolMaps], key: str) -> PoolMaps:
+    if key not in maps:
+        raise PreviewError(f"pool {key} is in the plan but neither in the fleet nor in the "
+                           "policies: cannot tell its cloud and region")
+    return maps[key]
+
+
+def _check_type(catalog: Catalog, ref: PoolRef, instance_type: str) -> None:
+    try:
+        catalog.get(ref.cloud, instance_type)
+    except CatalogError as exc:
+        raise PreviewError(f"pool {ref.key}: {exc}") from exc
+
+
+def _new_name(pm: PoolMaps, counters: dict[str, int]) -> str:
+    key = pm.ref.key
+    while True:
+        counters[key] = counters.get(key, 0) + 1
+        name = f"{pm.ref.team}-{pm.ref.pool}-new{counters[key]}"
+        if name not in pm.after and name not in pm.before:
+            return name

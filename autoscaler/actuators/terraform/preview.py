@@ -1,0 +1,90 @@
+"""Plan previews: which pools change, the Terraform plan of each, and the $/h delta.
+
+Only pools whose node map differs from their last applied map are planned; the others
+cost no Terraform run at all. Pools in a cloud region without Terraform inputs in the
+settings are shown from the engine's side only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.actuators.node_map import NodeMap, PoolMaps, PoolRef
+from autoscaler.actuators.terraform.errors import TerraformError
+from autoscaler.actuators.terraform.planfile import NodeChange, PoolPlan
+from autoscaler.actuators.terraform.settings import TerraformSettings
+from autoscaler.actuators.terraform.workspace import PoolWorkspace
+from autoscaler.engine.pricing import Prices
+from autoscaler.policy.models import Market
+
+Status = Literal["planned", "unchanged", "not-configured", "error"]
+
+
+class PoolPreview(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pool: str
+    cloud: str
+    region: str
+    status: Status
+    hourly_before: float = Field(description="$/h of the nodes whose instances exist now.")
+    hourly_after: float = Field(description="$/h once the plan is applied.")
+    unpriced: list[str] = Field(default_factory=list, description="Nodes without a price.")
+    changes: list[NodeChange] = Field(default_factory=list)
+    plan_file: str | None = None
+    error: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+    @property
+    def delta(self) -> float:
+        return self.hourly_after - self.hourly_before
+
+
+WorkspaceFactory = Callable[[TerraformSettings, PoolRef], PoolWorkspace]
+
+
+def default_workspace(settings: TerraformSettings, ref: PoolRef) -> PoolWorkspace:
+    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region)
+
+
+def map_cost(ref: PoolRef, nodes: NodeMap, prices: Prices) -> tuple[float, list[str]]:
+    """$/h of a node map (observed offerings first, then the catalog) and unpriced nodes."""
+    total, unpriced = 0.0, []
+    for name, spec in sorted(nodes.items()):
+        lookup = prices.spot if spec.market is Market.SPOT else prices.on_demand
+        price = lookup(ref.cloud, ref.region, spec.instance_type, spec.zone or None)
+        if price is None:
+            unpriced.append(name)
+        else:
+            total += price
+    return round(total, 4), unpriced
+
+
+def preview_pools(maps: Mapping[str, PoolMaps], settings: TerraformSettings, prices: Prices,
+                  workspace: WorkspaceFactory = default_workspace) -> list[PoolPreview]:
+    return [preview_pool(maps[key], settings, prices, workspace) for key in sorted(maps)]
+
+
+def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: Prices,
+                 workspace: WorkspaceFactory = default_workspace) -> PoolPreview:
+    ref = pm.ref
+    before, unpriced_before = map_cost(ref, pm.before, prices)
+    after, unpriced_after = map_cost(ref, pm.after, prices)
+    base = {"pool": ref.key, "cloud": ref.cloud, "region": ref.region,
+            "hourly_before": before, "hourly_after": after, "reasons": pm.reasons,
+            "unpriced": sorted(set(unpriced_before) | set(unpriced_after))}
+    if settings.inputs_for(ref.cloud, ref.region) is None:
+        return PoolPreview(status="not-configured", **base)
+    try:
+        ws = workspace(settings, ref)
+        if pm.after == ws.applied_nodes():
+            ws.discard_plan()  # an older pending plan no longer matches the fleet
+            return PoolPreview(status="unchanged", **base)
+        plan: PoolPlan = ws.plan(pm.after)
+    except TerraformError as exc:
+        return PoolPreview(status="error", error=str(exc), **base)
+    return PoolPreview(status="planned", changes=plan.changes, plan_file=str(plan.plan_file),
+                       **base)

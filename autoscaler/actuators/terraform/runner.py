@@ -1,0 +1,115 @@
+"""Run terraform commands in one workspace: own CLI config, own environment, a deadline.
+
+Command lines are built with python-terraform's ``generate_cmd_string``; the process is
+run here with ``subprocess.run`` because python-terraform's ``cmd()`` has no timeout,
+always passes the whole ``os.environ`` (no per-workspace ``TF_CLI_CONFIG_FILE``), and adds
+``-var-file``/``-auto-approve=false`` defaults that break applying a saved plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from python_terraform import IsFlagged, Terraform
+
+from autoscaler.actuators.terraform.errors import (
+    Diagnostic,
+    TerraformError,
+    classify,
+    diagnostics_from_text,
+)
+
+AUTOMATION_ENV = {"CHECKPOINT_DISABLE": "1", "TF_INPUT": "0", "TF_IN_AUTOMATION": "1"}
+FLAG = IsFlagged
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Runner:
+    """Runs ``terraform <cmd>`` in ``workdir`` with ``cli_config`` and logs to ``log_dir``."""
+
+    def __init__(self, workdir: Path, cli_config: Path, terraform_bin: str = "terraform",
+                 timeout_s: float = 1800, extra_env: Mapping[str, str] | None = None):
+        self.workdir = workdir
+        self.cli_config = cli_config
+        self.timeout_s = timeout_s
+        self.extra_env = dict(extra_env or {})
+        self._tf = Terraform(working_dir=str(workdir), terraform_bin_path=terraform_bin)
+
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, **AUTOMATION_ENV, **self.extra_env,
+               "TF_CLI_CONFIG_FILE": str(self.cli_config)}
+        env.pop("TF_LOG", None)  # debug logs would print request bodies
+        return env
+
+    def run(self, cmd: str, *args: str, json_lines: bool = False, ok_codes: tuple[int, ...] = (0,),
+            **options: Any) -> Result:
+        """Run one command; raise the most specific TerraformError if its code is not ok."""
+        options.setdefault("no_color", FLAG)
+        if json_lines:
+            options["json"] = FLAG
+        argv = [str(a) for a in self._tf.generate_cmd_string(cmd, *args, **options)]
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(argv, cwd=self.workdir, env=self.env(), capture_output=True,
+                                  text=True, timeout=self.timeout_s, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise TerraformError(f"terraform {cmd} timed out after {self.timeout_s:.0f}s") from exc
+        result = Result(argv, proc.returncode, proc.stdout, proc.stderr,
+                        time.monotonic() - started)
+        if json_lines:
+            result.events = _json_events(proc.stdout)
+            result.diagnostics = [_diagnostic(e) for e in result.events
+                                  if e.get("type") == "diagnostic"]
+        result.diagnostics += diagnostics_from_text(proc.stderr)
+        self._log(cmd, result)
+        if proc.returncode not in ok_codes:
+            raise classify(f"terraform {cmd} failed in {self.workdir} (exit {proc.returncode})",
+                           result.diagnostics or [Diagnostic("error", proc.stderr.strip()[-2000:])])
+        return result
+
+    def _log(self, cmd: str, result: Result) -> None:
+        log_dir = self.workdir / "logs"
+        log_dir.mkdir(exist_ok=True)
+        name = cmd.split()[0]
+        text = (f"$ {' '.join(result.argv)}\n# exit {result.returncode} after "
+                f"{result.seconds:.1f}s\n{result.stdout}\n{result.stderr}")
+        (log_dir / f"{name}.log").write_text(text)
+
+
+def _json_events(stdout: str) -> list[dict[str, Any]]:
+    events = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
+def _diagnostic(event: dict[str, Any]) -> Diagnostic:
+    diag = event.get("diagnostic") or {}
+    return Diagnostic(
+        severity=str(diag.get("severity", event.get("@level", "error"))),
+        summary=str(diag.get("summary", event.get("@message", ""))),
+        detail=str(diag.get("detail", "")),
+        address=str(diag.get("address", "")),
+    )

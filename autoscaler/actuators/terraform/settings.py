@@ -1,0 +1,83 @@
+"""Where pool workspaces live, which backend holds their state, and the per-region inputs.
+
+Credentials are never part of these settings: Terraform and boto3 read them from the
+environment or the standard credential chain, so they never reach a .tf file or a log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from ruamel.yaml import YAML
+
+# terraform/modules next to the autoscaler package (a source checkout or editable install).
+DEFAULT_MODULES_DIR = Path(__file__).resolve().parents[3] / "terraform" / "modules"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LocalBackend(_Model):
+    kind: Literal["local"] = "local"
+
+
+class S3Backend(_Model):
+    """State in S3, one object per pool; ``use_lockfile`` locks with a .tflock object."""
+
+    kind: Literal["s3"] = "s3"
+    bucket: str
+    key_prefix: str = "gpu-autoscaler"
+    region: str = "us-east-1"
+    endpoint: str | None = Field(None, description="S3 endpoint URL (moto in tests).")
+    use_lockfile: bool = True
+
+
+Backend = Annotated[LocalBackend | S3Backend, Field(discriminator="kind")]
+
+
+class RegionInputs(_Model):
+    """Pool-level module inputs shared by every pool of one cloud region."""
+
+    ami: str = Field(description="Image id (AMI, or the ECS image id on Alibaba Cloud).")
+    subnet_ids: list[str] = Field(default_factory=list,
+                                  description="Subnets (vSwitches); empty = default VPC.")
+    security_group_ids: list[str] = Field(default_factory=list)
+    key_name: str | None = None
+    iam_instance_profile: str | None = None
+    root_volume_gb: int = Field(100, ge=8)
+    user_data: str = Field("", description="Cloud-init for new nodes; never printed.")
+    spot_max_price: str | None = None
+
+
+class TerraformSettings(_Model):
+    workdir: Path = Field(Path(".gpu-autoscaler/terraform"),
+                          description="Root of the per-pool workspaces (and local state).")
+    backend: Backend = LocalBackend()
+    aws_endpoint: str | None = Field(
+        None, description="Endpoint URL for every AWS API (moto in tests and the sandbox). "
+        "Setting it also skips the provider's credential and account checks.")
+    regions: dict[str, RegionInputs] = Field(
+        default_factory=dict, description="Inputs per 'cloud/region', e.g. 'aws/us-east-1'. "
+        "Pools in a cloud region not listed here are not planned by Terraform.")
+    parallelism: int = Field(50, ge=1, description="terraform -parallelism for plan and apply.")
+    refresh: bool = Field(True, description="Refresh state from the cloud when planning.")
+    plugin_mirror: Path = Path("/opt/tf-plugins")
+    modules_dir: Path = DEFAULT_MODULES_DIR
+    terraform_bin: str = "terraform"
+    command_timeout_s: float = Field(1800, gt=0)
+    lock_timeout: str = Field("0s", description="How long to wait for another run's lock.")
+
+    def inputs_for(self, cloud: str, region: str) -> RegionInputs | None:
+        return self.regions.get(f"{cloud}/{region}")
+
+
+def load_settings(path: Path) -> TerraformSettings:
+    """Read settings from YAML or JSON (the ``terraform:`` key of a config file, or the
+    settings themselves)."""
+    data = YAML(typ="safe").load(Path(path).read_text()) or {}
+    if isinstance(data, dict) and isinstance(data.get("terraform"), dict):
+        data = data["terraform"]
+    return TerraformSettings.model_validate(data)

@@ -1,0 +1,268 @@
+"""One pool's Terraform workspace: its own root module, state, lock and saved plan.
+
+Layout under ``settings.workdir/<team>/<pool>/``::
+
+    main.tf.json            root module (provider, backend, module call)
+    terraform.tfvars.json   node map + user data (0600)
+    terraformrc             CLI config: filesystem mirror only, no checkpoint
+    applied-nodes.json      node map of the last successful apply
+    plan/pending.tfplan     saved plan + plan/pending.json (its PoolPlan)
+    logs/<command>.log      last output of each terraform command
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.actuators.node_map import NodeMap, NodeSpec
+from autoscaler.actuators.terraform import rootmodule
+from autoscaler.actuators.terraform.errors import (
+    Diagnostic,
+    NodeTarget,
+    PlanNotFoundError,
+    ProviderUnavailableError,
+    StalePlanError,
+    TerraformError,
+    capacity_errors,
+    classify,
+)
+from autoscaler.actuators.terraform.planfile import PoolPlan, node_changes, state_nodes
+from autoscaler.actuators.terraform.runner import FLAG, Runner
+from autoscaler.actuators.terraform.settings import RegionInputs, TerraformSettings
+from autoscaler.engine.snapshot import CapacityError
+from autoscaler.policy.models import pool_key
+
+
+class NodeOutput(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    private_ip: str | None = None
+    lifecycle: str
+
+
+class ApplyResult(BaseModel):
+    """What an apply did. On failure the pool may be half-applied: ``nodes`` is what the
+    state holds afterwards, ``failed`` the nodes that could not be created or changed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pool: str
+    ok: bool
+    nodes: dict[str, NodeOutput] = Field(default_factory=dict)
+    created: list[str] = Field(default_factory=list)
+    destroyed: list[str] = Field(default_factory=list)
+    failed: dict[str, str] = Field(default_factory=dict, description="node -> error text")
+    capacity_errors: list[CapacityError] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list, description="Errors not tied to a node.")
+    seconds: float = 0.0
+
+
+Clock = Callable[[], datetime]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class PoolWorkspace:
+    def __init__(self, settings: TerraformSettings, team: str, pool: str, cloud: str,
+                 region: str, *, inputs: RegionInputs | None = None, clock: Clock = _utcnow):
+        self.settings = settings
+        self.team, self.pool, self.cloud, self.region = team, pool, cloud, region
+        found = inputs or settings.inputs_for(cloud, region)
+        if found is None:
+            raise TerraformError(f"no Terraform inputs for {cloud}/{region}: add "
+                                 f"regions: {{{cloud}/{region}: {{ami: ...}}}} to the settings")
+        self.inputs = found
+        self.clock = clock
+        self.dir = (Path(settings.workdir) / team / pool).resolve()
+        self.runner = Runner(self.dir, self.dir / "terraformrc", settings.terraform_bin,
+                             settings.command_timeout_s)
+        self._initialized = False
+
+    @property
+    def key(self) -> str:
+        return pool_key(self.team, self.pool)
+
+    @property
+    def plan_json_path(self) -> Path:
+        return self.dir / "plan" / "pending.json"
+
+    # -- files -------------------------------------------------------------------------
+    def write_config(self, nodes: NodeMap | None = None) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        main = rootmodule.main_tf(self.settings, self.dir, self.team, self.pool, self.cloud,
+                                  self.region, self.inputs)
+        _write_if_changed(self.dir / "main.tf.json", json.dumps(main, indent=2) + "\n")
+        _write_if_changed(self.dir / "terraformrc", rootmodule.cli_config(self.settings))
+        if nodes is not None or not (self.dir / "terraform.tfvars.json").exists():
+            rootmodule.write_private(self.dir / "terraform.tfvars.json", json.dumps(
+                rootmodule.tfvars(nodes or {}, self.inputs), indent=2) + "\n")
+
+    def applied_nodes(self) -> NodeMap:
+        path = self.dir / "applied-nodes.json"
+        if not path.exists():
+            return {}
+        return {k: NodeSpec.model_validate(v) for k, v in json.loads(path.read_text()).items()}
+
+    def _record_applied(self, nodes: NodeMap) -> None:
+        data = {k: v.model_dump(mode="json") for k, v in sorted(nodes.items())}
+        rootmodule.write_private(self.dir / "applied-nodes.json", json.dumps(data, indent=2))
+
+    # -- commands ----------------------------------------------------------------------
+    def init(self) -> None:
+        """``terraform init`` once per workspace (again only if the root module changed)."""
+        self.write_config()
+        stamp = self.dir / ".terraform" / "gpu-autoscaler-init"
+        digest = _sha256(self.dir / "main.tf.json")
+        if self._initialized or (stamp.exists() and stamp.read_text() == digest):
+            self._initialized = True
+            return
+        try:
+            self.runner.run("init", reconfigure=FLAG, input=False, lock_timeout=self.settings.lock_timeout)
+        except TerraformError as exc:
+            if "Failed to query available provider packages" in str(exc) or \
+                    "Failed to resolve provider packages" in str(exc):
+                raise ProviderUnavailableError(
+                    f"pool {self.key}: the {self.cloud} provider is not in the mirror "
+                    f"{self.settings.plugin_mirror}", exc.detail) from exc
+            raise
+        stamp.write_text(digest)
+        self._initialized = True
+
+    def plan(self, nodes: NodeMap) -> PoolPlan:
+        """``terraform plan -out`` for ``nodes``; saved with its state serial for apply."""
+        self.init()
+        self.write_config(nodes)
+        out = self.dir / "plan" / "pending.tfplan"
+        out.parent.mkdir(exist_ok=True)
+        state = self.pull_state()
+        result = self.runner.run(
+            "plan", json_lines=True, ok_codes=(0, 2), detailed_exitcode=FLAG, input=False,
+            out=str(out), refresh=self.settings.refresh, parallelism=self.settings.parallelism,
+            lock_timeout=self.settings.lock_timeout)
+        changes = node_changes(result.events, nodes, state_nodes(state))
+        pool_plan = PoolPlan(
+            pool=self.key, cloud=self.cloud, region=self.region, plan_file=out,
+            plan_sha256=_sha256(out), nodes=nodes, changes=changes,
+            state_serial=state.get("serial"), state_lineage=state.get("lineage"),
+            planned_at=self.clock(), seconds=result.seconds)
+        rootmodule.write_private(self.plan_json_path, pool_plan.model_dump_json(indent=2))
+        return pool_plan
+
+    def pending_plan(self) -> PoolPlan:
+        if not self.plan_json_path.exists():
+            raise PlanNotFoundError(f"pool {self.key}: no saved plan; run `gpu-autoscaler plan`")
+        return PoolPlan.model_validate_json(self.plan_json_path.read_text())
+
+    def discard_plan(self) -> None:
+        self.plan_json_path.unlink(missing_ok=True)
+        (self.dir / "plan" / "pending.tfplan").unlink(missing_ok=True)
+
+    def apply(self, pool_plan: PoolPlan) -> ApplyResult:
+        """Apply exactly the saved plan file; refuse it if the state moved on since."""
+        self._check_fresh(pool_plan)
+        previous = self.applied_nodes()
+        result = self.runner.run("apply", str(pool_plan.plan_file), json_lines=True,
+                                 ok_codes=(0, 1), input=False,
+                                 parallelism=self.settings.parallelism,
+                                 lock_timeout=self.settings.lock_timeout)
+        if result.returncode != 0:
+            self._raise_unless_node_errors(result.diagnostics)
+        outputs = self.outputs()
+        done = _completed(result.events)
+        failed = {d.node: d.text for d in result.diagnostics if d.severity == "error" and d.node}
+        targets = {n: NodeTarget(s.instance_type, s.market, s.zone)
+                   for n, s in pool_plan.nodes.items()}
+        caps = capacity_errors(result.diagnostics, targets, self.cloud, self.region, self.clock())
+        ok = result.returncode == 0
+        if ok:
+            self._record_applied(pool_plan.nodes)
+        else:
+            # Record only what exists, so the next tick plans the pool again.
+            self._record_applied({n: pool_plan.nodes.get(n) or previous[n] for n in outputs
+                                  if n in pool_plan.nodes or n in previous})
+        self.discard_plan()
+        return ApplyResult(
+            pool=self.key, ok=ok, nodes=outputs, created=sorted(done.get("create", [])),
+            destroyed=sorted(done.get("delete", [])), failed=failed,
+            capacity_errors=list(caps.values()),
+            errors=[d.text for d in result.diagnostics if d.severity == "error" and not d.node],
+            seconds=result.seconds)
+
+    def outputs(self) -> dict[str, NodeOutput]:
+        result = self.runner.run("output", "nodes", json=FLAG, ok_codes=(0, 1))
+        if result.returncode != 0 or not result.stdout.strip():
+            return {}  # no state yet
+        value = json.loads(result.stdout) or {}
+        return {name: NodeOutput.model_validate(v) for name, v in value.items()}
+
+    def destroy_all(self) -> None:
+        self.init()
+        self.runner.run("destroy", auto_approve=FLAG, input=False,
+                        parallelism=self.settings.parallelism,
+                        lock_timeout=self.settings.lock_timeout)
+        self._record_applied({})
+        self.discard_plan()
+
+    def pull_state(self) -> dict[str, Any]:
+        """The pool's current state ({} before the first apply); works for every backend."""
+        result = self.runner.run("state pull")
+        return json.loads(result.stdout) if result.stdout.strip() else {}
+
+    def state_version(self) -> tuple[int | None, str | None]:
+        state = self.pull_state()
+        return state.get("serial"), state.get("lineage")
+
+    # -- helpers -----------------------------------------------------------------------
+    def _check_fresh(self, pool_plan: PoolPlan) -> None:
+        if pool_plan.pool != self.key:
+            raise TerraformError(f"plan for {pool_plan.pool} given to workspace {self.key}")
+        if not pool_plan.plan_file.exists():
+            raise PlanNotFoundError(f"pool {self.key}: plan file {pool_plan.plan_file} is gone")
+        if _sha256(pool_plan.plan_file) != pool_plan.plan_sha256:
+            raise StalePlanError(f"pool {self.key}: plan file changed since it was previewed")
+        self.init()
+        serial, lineage = self.state_version()
+        if (serial, lineage) != (pool_plan.state_serial, pool_plan.state_lineage):
+            raise StalePlanError(
+                f"pool {self.key}: the plan from {pool_plan.planned_at:%Y-%m-%d %H:%M:%S} was "
+                f"made against state serial {pool_plan.state_serial}, the state is now at "
+                f"serial {serial}; run `gpu-autoscaler plan` again")
+
+    def _raise_unless_node_errors(self, diagnostics: list[Diagnostic]) -> None:
+        """An apply that failed only on some nodes is a half-applied pool, not an error;
+        anything else (lock, stale plan, provider) is raised."""
+        errors = [d for d in diagnostics if d.severity == "error"]
+        if not errors or any(d.node is None for d in errors):
+            raise classify(f"terraform apply failed for pool {self.key}", errors)
+
+
+def _completed(events: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Node names per completed action ("create", "delete", ...) from apply -json."""
+    out: dict[str, list[str]] = {}
+    for e in events:
+        if e.get("type") != "apply_complete":
+            continue
+        hook = e.get("hook", {})
+        node = Diagnostic("info", "", address=hook.get("resource", {}).get("addr", "")).node
+        if node:
+            out.setdefault(hook.get("action", ""), []).append(node)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)

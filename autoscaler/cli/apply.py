@@ -1,0 +1,92 @@
+"""``gpu-autoscaler apply``: apply exactly the plans a previous ``plan --settings`` saved.
+
+Each pool's saved plan file is applied as it was previewed; a plan made against an older
+state (another apply happened since) is refused, so what runs is what was reviewed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autoscaler.actuators.terraform import (
+    ApplyResult,
+    PoolPlan,
+    PoolWorkspace,
+    TerraformError,
+    TerraformSettings,
+)
+from autoscaler.cli.common import console, err_console
+from autoscaler.cli.plan import SETTINGS_HELP, terraform_settings
+
+
+def pending_plans(settings: TerraformSettings, only: list[str]) -> list[PoolPlan]:
+    """Saved plans under the workdir (``<team>/<pool>/plan/pending.json``), maybe filtered."""
+    plans = [PoolPlan.model_validate_json(p.read_text())
+             for p in sorted(Path(settings.workdir).glob("*/*/plan/pending.json"))]
+    return [p for p in plans if not only or p.pool in only]
+
+
+def apply_one(settings: TerraformSettings, pool_plan: PoolPlan) -> ApplyResult:
+    team, pool = pool_plan.pool.split("/", 1)
+    ws = PoolWorkspace(settings, team, pool, pool_plan.cloud, pool_plan.region)
+    return ws.apply(pool_plan)
+
+
+def _print_result(result: ApplyResult) -> None:
+    mark = "[green]applied[/]" if result.ok else "[red]partly applied[/]"
+    console.print(f"{result.pool}: {mark} in {result.seconds:.0f}s — created "
+                  f"{len(result.created)}, destroyed {len(result.destroyed)}, "
+                  f"{len(result.nodes)} node(s) now")
+    for node, message in sorted(result.failed.items()):
+        console.print(f"  [red]failed[/] {node}: {message.splitlines()[0]}", highlight=False)
+    for err in result.capacity_errors:
+        console.print(f"  capacity: {err.code} for {err.instance_type} {err.market.value} "
+                      f"in {err.zone or err.region}", highlight=False)
+    for message in result.errors:
+        console.print(f"  [red]error[/] {message.splitlines()[0]}", highlight=False)
+
+
+def apply(
+    settings_file: Annotated[Path, typer.Option("--settings", help=SETTINGS_HELP, exists=True,
+                                                dir_okay=False)],
+    terraform_dir: Annotated[Path | None, typer.Option(
+        "--terraform-dir", help="Root of the per-pool workspaces (overrides the settings).",
+        file_okay=False)] = None,
+    pools: Annotated[list[str] | None, typer.Option(
+        "--pool", help="Apply only this pool (team/pool); repeatable.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print results as JSON.")] = False,
+) -> None:
+    """Apply the Terraform plans saved by `gpu-autoscaler plan --settings`, exactly."""
+    settings = terraform_settings(settings_file, terraform_dir)
+    if settings is None:  # unreachable: --settings is required
+        raise typer.Exit(2)
+    plans = pending_plans(settings, pools or [])
+    if not plans:
+        err_console.print("nothing to apply: no saved plans (run `gpu-autoscaler plan "
+                          "--settings ...` first)")
+        raise typer.Exit(0)
+    results: list[ApplyResult] = []
+    failures: list[str] = []
+    for pool_plan in plans:
+        try:
+            results.append(apply_one(settings, pool_plan))
+        except TerraformError as exc:
+            failures.append(f"{pool_plan.pool}: {exc}")
+    if json_out:
+        typer.echo(json.dumps({"results": [r.model_dump(mode="json") for r in results],
+                               "errors": failures}, indent=2))
+    else:
+        for result in results:
+            _print_result(result)
+        for failure in failures:
+            err_console.print(f"[bold red]error:[/] {failure}", highlight=False)
+    if failures or not all(r.ok for r in results):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("apply")(apply)

@@ -1,0 +1,151 @@
+"""Patches that make moto 5.2 behave like EC2 for the sandbox's GPU pools.
+
+Loaded in the moto server process before it serves (``python -m
+autoscaler.sandbox.moto_server``), never in the product:
+
+1. p3 types are missing from moto's instance catalog, and the AWS provider calls
+   DescribeInstanceTypes on every read, so an apply fails and taints the resource.
+2. ``RunInstances`` with spot ``InstanceMarketOptions`` registers no spot request, so the
+   provider sees no ``SpotInstanceRequestId`` and every plan replaces every spot node.
+3. A fault file makes chosen (type, zone, market) launches fail with a capacity error code,
+   the way EC2 does when it is out of stock.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+# (name, vCPU, MiB, GPUs): the p3 family as sold; shape copied from p3dn.24xlarge.
+_P3_TYPES = (("p3.2xlarge", 8, 62464, 1), ("p3.8xlarge", 32, 249856, 4),
+             ("p3.16xlarge", 64, 499712, 8))
+
+
+def add_p3_types() -> None:
+    from moto.ec2.models import instance_types as it
+
+    base = it.INSTANCE_TYPES["p3dn.24xlarge"]
+    for name, vcpu, mib, gpus in _P3_TYPES:
+        if name in it.INSTANCE_TYPES:
+            continue
+        entry = copy.deepcopy(base)
+        entry["InstanceType"] = name
+        entry["VCpuInfo"].update(DefaultVCpus=vcpu, DefaultCores=vcpu // 2,
+                                 ValidCores=list(range(2, vcpu // 2 + 1, 2)))
+        entry["MemoryInfo"] = {"SizeInMiB": mib}
+        entry["GpuInfo"] = {
+            "Gpus": [{"Count": gpus, "Manufacturer": "NVIDIA", "Name": "V100",
+                      "MemoryInfo": {"SizeInMiB": 16384}}],
+            "TotalGpuMemoryInMiB": 16384 * gpus,
+        }
+        entry["InstanceStorageSupported"] = False
+        entry.pop("InstanceStorageInfo", None)
+        it.INSTANCE_TYPES[name] = entry
+        it.InstanceTypeBackend.instance_types.append(it.InstanceType(name))
+        _add_offerings(it.INSTANCE_TYPE_OFFERINGS, name)
+
+
+def _add_offerings(offerings: dict[str, dict[str, list[dict[str, Any]]]], name: str) -> None:
+    """Offer ``name`` wherever p3dn.24xlarge (or, failing that, g4dn.xlarge) is offered."""
+    for location_type, regions in offerings.items():
+        for rows in regions.values():
+            locations = sorted({r["Location"] for r in rows
+                                if r["InstanceType"] in ("p3dn.24xlarge", "g4dn.xlarge")})
+            rows.extend({"InstanceType": name, "Location": loc, "LocationType": location_type}
+                        for loc in locations)
+
+
+def _make_spot_request_class() -> type:
+    from moto.ec2.models.spot_requests import SpotInstanceRequest
+
+    class AdoptedSpotRequest(SpotInstanceRequest):  # type: ignore[misc]
+        """A fulfilled one-time spot request for an instance RunInstances already made."""
+
+        def __init__(self, ec2_backend: Any, request_id: str, instance: Any,
+                     max_price: str | None) -> None:
+            self._adopted = instance
+            super().__init__(
+                ec2_backend, request_id, max_price or "", instance.image_id, "one-time",
+                None, None, None, None, instance.key_name, [], None, instance.instance_type,
+                instance.placement, None, None, False, instance.subnet_id, {}, None,
+                "terminate",
+            )
+
+        def launch_instance(self) -> Any:
+            return self._adopted
+
+    # moto's serializer and tagging look classes up by module.
+    AdoptedSpotRequest.__module__ = "moto.ec2.models.spot_requests"
+    return AdoptedSpotRequest
+
+
+class _Faults:
+    """Capacity faults read from a JSON file on every launch (so tests can flip them)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def match(self, instance_type: str, zone: str, market: str) -> dict[str, str] | None:
+        if self.path is None or not self.path.exists():
+            return None
+        rules = json.loads(self.path.read_text() or "[]")
+        for rule in rules:
+            if (rule.get("instance_type") in ("", None, instance_type)
+                    and rule.get("zone") in ("", None, zone)
+                    and rule.get("market") in ("", None, market)):
+                return dict(rule)
+        return None
+
+
+def _launch_zone(response: Any) -> str:
+    zone = response._get_param("Placement.AvailabilityZone")
+    if zone:
+        return str(zone)
+    subnet_id = response._get_param("SubnetId")
+    if subnet_id:
+        return str(response.ec2_backend.get_subnet(subnet_id).availability_zone)
+    return f"{response.region}a"
+
+
+def patch_run_instances(fault_file: Path | None) -> None:
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.models.spot_requests import random_spot_request_id
+    from moto.ec2.responses.instances import InstanceResponse
+
+    original = InstanceResponse.run_instances
+    if getattr(original, "_gpu_autoscaler", False):
+        return
+    spot_request_cls = _make_spot_request_class()
+    faults = _Faults(fault_file)
+
+    def run_instances(self: Any) -> Any:
+        market = "spot" if self._get_param("InstanceMarketOptions.MarketType") == "spot" \
+            else "on-demand"
+        itype = self._get_param("InstanceType", "m1.small")
+        zone = _launch_zone(self)
+        fault = faults.match(itype, zone, market)
+        if fault is not None:
+            code = fault.get("code") or "InsufficientInstanceCapacity"
+            raise EC2ClientError(code, f"We currently do not have sufficient {itype} capacity "
+                                 f"in the Availability Zone you requested ({zone}) "
+                                 f"for {market} instances.")
+        result = original(self)
+        if market == "spot":
+            max_price = self._get_param("InstanceMarketOptions.SpotOptions.MaxPrice")
+            for instance in result.result.instances:
+                request = spot_request_cls(self.ec2_backend, random_spot_request_id(),
+                                           instance, max_price)
+                self.ec2_backend.spot_instance_requests[request.id] = request
+                instance.spot_instance_request_id = request.id
+                instance.lifecycle = "spot"
+        return result
+
+    run_instances._gpu_autoscaler = True  # type: ignore[attr-defined]
+    InstanceResponse.run_instances = run_instances
+
+
+def apply_all(fault_file: Path | None) -> None:
+    add_p3_types()
+    patch_run_instances(fault_file)

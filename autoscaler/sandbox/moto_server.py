@@ -1,0 +1,139 @@
+"""A patched moto server on 127.0.0.1: the AWS endpoint of tests, benchmarks and the demo.
+
+``python -m autoscaler.sandbox.moto_server --port P [--fault-file F]`` applies the patches in
+:mod:`autoscaler.sandbox.moto_patches` and serves. :class:`MotoSandbox` starts and stops
+that process (by PID), gives the endpoint and the environment that points boto3 and
+Terraform at it, and switches capacity faults on and off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from autoscaler.sandbox.procs import ManagedProcess, free_port, port_open, wait_until
+
+# Fake credentials: moto accepts any; these keep boto3/Terraform from looking elsewhere.
+SANDBOX_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+MOTO_AMI = "ami-1e749f67"  # present in moto's default AMI list in every region
+
+
+@dataclass(frozen=True)
+class CapacityFault:
+    """Launches matching all non-empty fields fail with ``code``."""
+
+    instance_type: str = ""
+    zone: str = ""
+    market: str = ""  # "spot" | "on-demand" | "" (both)
+    code: str = "InsufficientInstanceCapacity"
+
+
+class MotoSandbox:
+    """One moto server process with the project's patches, on a free loopback port."""
+
+    def __init__(self, workdir: Path, port: int | None = None):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.fault_file = self.workdir / "moto-faults.json"
+        self.log_path = self.workdir / "moto.log"
+        self._proc: ManagedProcess | None = None
+        self._faults: list[CapacityFault] = []
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """Environment for boto3 and Terraform: fake keys plus the endpoint."""
+        return {**SANDBOX_ENV, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def start(self, timeout: float = 30.0) -> MotoSandbox:
+        self.clear_faults()
+        argv = ["python3", "-m", "autoscaler.sandbox.moto_server", "--port", str(self.port),
+                "--fault-file", str(self.fault_file)]
+        self._proc = ManagedProcess("moto", argv, self.log_path, env=SANDBOX_ENV)
+        wait_until(lambda: port_open("127.0.0.1", self.port), timeout, "moto server port",
+                   proc=self._proc)
+        return self
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.stop()
+            self._proc = None
+
+    def __enter__(self) -> MotoSandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def fail_capacity(self, instance_type: str = "", zone: str = "", market: str = "",
+                      code: str = "InsufficientInstanceCapacity") -> None:
+        self._faults.append(CapacityFault(instance_type, zone, market, code))
+        self._write_faults()
+
+    def clear_faults(self) -> None:
+        self._faults = []
+        self._write_faults()
+
+    def _write_faults(self) -> None:
+        tmp = self.fault_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps([asdict(f) for f in self._faults]))
+        tmp.replace(self.fault_file)  # atomic: the server never reads half a file
+
+    def reset(self) -> None:
+        """Forget every resource (moto's reset API)."""
+        req = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+
+    def client(self, service: str = "ec2", region: str = "us-east-1") -> Any:
+        import boto3
+
+        return boto3.client(service, region_name=region, endpoint_url=self.endpoint,
+                            aws_access_key_id="testing", aws_secret_access_key="testing",
+                            aws_session_token="testing")
+
+
+def running_instances(ec2: Any, **filters: str) -> list[dict[str, Any]]:
+    """Instances not terminated (moto lists terminated ones and pages at 100)."""
+    flt = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    flt += [{"Name": f"tag:{k}", "Values": [v]} for k, v in filters.items()]
+    out: list[dict[str, Any]] = []
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=flt):
+        for reservation in page["Reservations"]:
+            out.extend(reservation["Instances"])
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--fault-file", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.host not in ("127.0.0.1", "localhost"):
+        parser.error("the sandbox serves on loopback only")
+
+    from moto import server
+
+    from autoscaler.sandbox.moto_patches import apply_all
+
+    apply_all(args.fault_file)
+    server.main(["-H", args.host, "-p", str(args.port)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""The Terraform actuator with the real terraform binary and AWS provider against moto.
+
+One pool's lifecycle, in order (each step starts from the state the previous one left):
+create 3 nodes, plan again (no changes), remove one (exactly one destroy, and the old
+plan is then refused as stale), a capacity error and the fallback retry, destroy.
+Terraform costs ~5 s per provider start here, so steps share one workspace.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.actuators.node_map import NodeSpec
+from autoscaler.actuators.terraform import (
+    PoolWorkspace,
+    S3Backend,
+    StalePlanError,
+    StateLockedError,
+)
+from autoscaler.policy.models import Market
+from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
+from autoscaler.sandbox.procs import wait_until
+from tests.actuators.terraform_fixtures import (  # noqa: F401 (fixture)
+    FAKE_SECRET,
+    moto,
+    needs_terraform,
+    sandbox_settings,
+)
+
+pytestmark = [pytest.mark.slow, needs_terraform]
+
+AT = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+SPOT, OD = Market.SPOT, Market.ON_DEMAND
+THREE = {
+    "vision-v100-1": NodeSpec(instance_type="p3.2xlarge", market=SPOT, zone="us-east-1a"),
+    "vision-v100-2": NodeSpec(instance_type="g4dn.xlarge", market=SPOT),
+    "vision-v100-3": NodeSpec(instance_type="g4dn.xlarge", market=OD, zone="us-east-1b"),
+}
+
+
+@pytest.fixture(scope="module")
+def ws(moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> PoolWorkspace:  # noqa: F811
+    settings = sandbox_settings(moto, tmp_path_factory.mktemp("tf"))
+    return PoolWorkspace(settings, "vision", "v100", "aws", "us-east-1", clock=lambda: AT)
+
+
+def by_node(moto: MotoSandbox) -> dict[str, dict[str, Any]]:  # noqa: F811
+    out = {}
+    for inst in running_instances(moto.client(), pool="v100"):
+        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        out[tags["node"]] = {**inst, "tags": tags}
+    return out
+
+
+class TestPoolLifecycle:
+    def test_create_three_nodes(self, ws: PoolWorkspace, moto: MotoSandbox) -> None:  # noqa: F811
+        plan = ws.plan(THREE)
+        assert [(c.node, c.action) for c in plan.changes] == [
+            (n, "create") for n in sorted(THREE)]
+        result = ws.apply(plan)
+        assert result.ok and result.created == sorted(THREE)
+        seen = by_node(moto)
+        assert sorted(seen) == sorted(THREE)
+        for name, spec in THREE.items():
+            inst = seen[name]
+            assert inst["InstanceType"] == spec.instance_type
+            spot = inst.get("InstanceLifecycle") == "spot" and inst.get("SpotInstanceRequestId")
+            assert bool(spot) == (spec.market is SPOT), name
+            if spec.zone:
+                assert inst["Placement"]["AvailabilityZone"] == spec.zone
+            assert inst["tags"] == {"team": "vision", "pool": "v100", "node": name,
+                                    "Name": name, "managed-by": "gpu-autoscaler"}
+            assert result.nodes[name].id == inst["InstanceId"]
+            assert result.nodes[name].lifecycle == spec.market.value
+        assert ws.applied_nodes() == THREE
+
+    def test_plan_again_has_no_changes(self, ws: PoolWorkspace) -> None:
+        plan = ws.plan(THREE)
+        assert plan.changes == []
+
+    def test_remove_one_destroys_exactly_one_and_old_plan_is_stale(
+            self, ws: PoolWorkspace, moto: MotoSandbox, tmp_path: Path) -> None:  # noqa: F811
+        two = {k: v for k, v in THREE.items() if k != "vision-v100-3"}
+        plan = ws.plan(two)
+        assert [(c.node, c.action) for c in plan.changes] == [("vision-v100-3", "destroy")]
+        assert plan.changes[0].before == NodeSpec(instance_type="g4dn.xlarge", market=OD,
+                                                  zone="us-east-1b")
+        kept = tmp_path / "old.tfplan"
+        shutil.copy(plan.plan_file, kept)
+        result = ws.apply(plan)
+        assert result.ok and result.destroyed == ["vision-v100-3"] and result.created == []
+        assert sorted(by_node(moto)) == sorted(two)
+        # The same plan again: the state moved on (serial), so it is refused.
+        shutil.copy(kept, plan.plan_file)
+        with pytest.raises(StalePlanError, match="serial"):
+            ws.apply(plan)
+
+    def test_capacity_error_then_fallback(self, ws: PoolWorkspace, moto: MotoSandbox) -> None:  # noqa: F811
+        moto.fail_capacity("p3.2xlarge", zone="us-east-1a", market="spot")
+        try:
+            two = {k: v for k, v in THREE.items() if k != "vision-v100-3"}
+            spot4 = NodeSpec(instance_type="p3.2xlarge", market=SPOT, zone="us-east-1a")
+            result = ws.apply(ws.plan({**two, "vision-v100-4": spot4}))
+            assert not result.ok
+            assert list(result.failed) == ["vision-v100-4"]
+            [err] = result.capacity_errors
+            assert (err.cloud, err.region, err.instance_type, err.zone, err.market, err.code) == (
+                "aws", "us-east-1", "p3.2xlarge", "us-east-1a", SPOT,
+                "InsufficientInstanceCapacity")
+            assert err.at == AT
+            # Half-applied: the two existing nodes are recorded, the failed one is not.
+            assert sorted(result.nodes) == sorted(two)
+            assert ws.applied_nodes() == two
+            # The engine's fallback (same type on-demand) succeeds.
+            od4 = NodeSpec(instance_type="p3.2xlarge", market=OD, zone="us-east-1a")
+            retry = ws.plan({**two, "vision-v100-4": od4})
+            assert [(c.node, c.action) for c in retry.changes] == [("vision-v100-4", "create")]
+            assert ws.apply(retry).ok
+            inst = by_node(moto)["vision-v100-4"]
+            assert inst["InstanceType"] == "p3.2xlarge" and "InstanceLifecycle" not in inst
+        finally:
+            moto.clear_faults()
+
+    def test_destroy_all_leaves_no_instances(self, ws: PoolWorkspace, moto: MotoSandbox) -> None:  # noqa: F811
+        ws.destroy_all()
+        assert by_node(moto) == {}
+        assert ws.applied_nodes() == {}
+        assert ws.outputs() == {}
+
+
+@pytest.fixture(scope="module")
+def s3_settings(moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:  # noqa: F811
+    moto.client("s3").create_bucket(Bucket="tf-state")
+    backend = S3Backend(bucket="tf-state", key_prefix="pools", endpoint=moto.endpoint)
+    yield sandbox_settings(moto, tmp_path_factory.mktemp("tf-s3"), backend=backend)
+
+
+def test_concurrent_plan_on_one_pool_is_refused(s3_settings: Any, moto: MotoSandbox) -> None:  # noqa: F811
+    first = PoolWorkspace(s3_settings, "search", "t4", "aws", "us-east-1")
+    second = PoolWorkspace(s3_settings, "search", "t4", "aws", "us-east-1")
+    first.init()
+    nodes = {"search-t4-1": NodeSpec(instance_type="g4dn.xlarge", market=OD)}
+    errors: list[BaseException] = []
+
+    def run_first() -> None:
+        try:
+            first.plan(nodes)
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    s3 = moto.client("s3")
+    lock_key = "pools/search/t4/terraform.tfstate.tflock"
+
+    def locked() -> bool:
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="tf-state").get("Contents", [])]
+        return lock_key in keys
+
+    thread = threading.Thread(target=run_first)
+    thread.start()
+    try:
+        wait_until(locked, 60, "the first plan to take the S3 lock")
+        with pytest.raises(StateLockedError, match="locked by another run"):
+            second.plan(nodes)
+    finally:
+        thread.join(timeout=300)
+    assert not thread.is_alive() and errors == []
+    assert not locked()  # released by the first plan
