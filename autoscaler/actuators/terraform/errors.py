@@ -100,7 +100,9 @@ def _lock_info(detail: str) -> str:
     """Keep who holds the lock and since when, drop the rest of Terraform's advice."""
     keep = ("ID:", "Path:", "Operation:", "Who:", "Created:")
     lines = [ln.strip() for ln in detail.splitlines() if ln.strip().startswith(keep)]
-    return "\n".join(lines) or detail.splitlines()[0] if detail else ""
+    if lines:
+        return "\n".join(lines)
+    return detail.splitlines()[0] if detail else ""
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,8 @@ def diagnostics_from_text(output: str) -> list[Diagnostic]:
     """Diagnostics from Terraform's human-readable output (``-no-color``), for commands
     run without ``-json``."""
     out: list[Diagnostic] = []
-    for block in _TEXT_BLOCK_RE.finditer(output.replace("│", "")):
+    plain = "\n".join(ln.replace("│", "").strip() for ln in output.splitlines())
+    for block in _TEXT_BLOCK_RE.finditer(plain):
         body = block.group("body")
         with_match = _WITH_RE.search(body)
         detail = "\n".join(ln.strip() for ln in body.splitlines()

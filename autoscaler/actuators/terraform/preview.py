@@ -8,7 +8,7 @@ settings are shown from the engine's side only.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,10 +43,18 @@ class PoolPreview(BaseModel):
         return self.hourly_after - self.hourly_before
 
 
-WorkspaceFactory = Callable[[TerraformSettings, PoolRef], PoolWorkspace]
+class Workspace(Protocol):
+    """What a preview needs of a pool workspace (PoolWorkspace, or a fake in tests)."""
+
+    def applied_nodes(self) -> NodeMap: ...
+    def plan(self, nodes: NodeMap) -> PoolPlan: ...
+    def discard_plan(self) -> None: ...
 
 
-def default_workspace(settings: TerraformSettings, ref: PoolRef) -> PoolWorkspace:
+WorkspaceFactory = Callable[[TerraformSettings, PoolRef], Workspace]
+
+
+def default_workspace(settings: TerraformSettings, ref: PoolRef) -> Workspace:
     return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region)
 
 
@@ -83,7 +91,7 @@ def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: Prices,
         if pm.after == ws.applied_nodes():
             ws.discard_plan()  # an older pending plan no longer matches the fleet
             return PoolPreview(status="unchanged", **base)
-        plan: PoolPlan = ws.plan(pm.after)
+        plan = ws.plan(pm.after)
     except TerraformError as exc:
         return PoolPreview(status="error", error=str(exc), **base)
     return PoolPreview(status="planned", changes=plan.changes, plan_file=str(plan.plan_file),

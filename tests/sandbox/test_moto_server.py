@@ -1,0 +1,108 @@
+"""The patched moto server: p3 types, adopted spot requests, capacity faults."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from autoscaler.sandbox.moto_server import MOTO_AMI, MotoSandbox, running_instances
+
+pytestmark = pytest.mark.slow
+
+SPOT_OPTIONS = {"MarketType": "spot", "SpotOptions": {
+    "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoSandbox]:
+    with MotoSandbox(tmp_path_factory.mktemp("moto")) as sb:
+        yield sb
+
+
+@pytest.fixture
+def ec2(sandbox: MotoSandbox) -> Iterator[Any]:
+    sandbox.reset()
+    sandbox.clear_faults()
+    yield sandbox.client()
+    sandbox.clear_faults()
+
+
+def launch(ec2: Any, itype: str, spot: bool = False, zone: str | None = None) -> dict[str, Any]:
+    kw: dict[str, Any] = {"InstanceMarketOptions": SPOT_OPTIONS} if spot else {}
+    if zone:
+        kw["Placement"] = {"AvailabilityZone": zone}
+    resp = ec2.run_instances(ImageId=MOTO_AMI, MinCount=1, MaxCount=1, InstanceType=itype, **kw)
+    return dict(resp["Instances"][0])
+
+
+def test_server_listens_on_loopback_only(sandbox: MotoSandbox) -> None:
+    assert sandbox.endpoint.startswith("http://127.0.0.1:")
+    assert sandbox.env()["AWS_ENDPOINT_URL"] == sandbox.endpoint
+
+
+def test_p3_types_are_described_and_offered(ec2: Any) -> None:
+    types = ec2.describe_instance_types(InstanceTypes=["p3.2xlarge", "p3.8xlarge"])
+    by_name = {t["InstanceType"]: t for t in types["InstanceTypes"]}
+    assert by_name["p3.2xlarge"]["VCpuInfo"]["DefaultVCpus"] == 8
+    assert by_name["p3.2xlarge"]["GpuInfo"]["Gpus"][0]["Name"] == "V100"
+    assert by_name["p3.8xlarge"]["GpuInfo"]["Gpus"][0]["Count"] == 4
+    offers = ec2.describe_instance_type_offerings(
+        LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": ["p3.2xlarge"]}])["InstanceTypeOfferings"]
+    assert "us-east-1a" in {o["Location"] for o in offers}
+
+
+def test_spot_launch_gets_a_spot_request_like_ec2(ec2: Any) -> None:
+    spot = launch(ec2, "p3.2xlarge", spot=True)
+    on_demand = launch(ec2, "g4dn.xlarge")
+    described = {i["InstanceId"]: i for i in running_instances(ec2)}
+    assert described[spot["InstanceId"]]["InstanceLifecycle"] == "spot"
+    request_id = described[spot["InstanceId"]]["SpotInstanceRequestId"]
+    [request] = ec2.describe_spot_instance_requests(
+        SpotInstanceRequestIds=[request_id])["SpotInstanceRequests"]
+    assert request["InstanceId"] == spot["InstanceId"] and request["State"] == "active"
+    assert "InstanceLifecycle" not in described[on_demand["InstanceId"]]
+
+
+def test_capacity_fault_hits_only_the_matching_type_zone_and_market(
+        sandbox: MotoSandbox, ec2: Any) -> None:
+    sandbox.fail_capacity("p3.2xlarge", zone="us-east-1a", market="spot")
+    with pytest.raises(ClientError) as info:
+        launch(ec2, "p3.2xlarge", spot=True, zone="us-east-1a")
+    assert info.value.response["Error"]["Code"] == "InsufficientInstanceCapacity"
+    assert "p3.2xlarge" in info.value.response["Error"]["Message"]
+    launch(ec2, "p3.2xlarge", spot=False, zone="us-east-1a")  # other market
+    launch(ec2, "p3.2xlarge", spot=True, zone="us-east-1b")  # other zone
+    launch(ec2, "g4dn.xlarge", spot=True, zone="us-east-1a")  # other type
+    sandbox.clear_faults()
+    launch(ec2, "p3.2xlarge", spot=True, zone="us-east-1a")
+    assert len(running_instances(ec2)) == 4
+
+
+def test_fault_codes_and_wildcards(sandbox: MotoSandbox, ec2: Any) -> None:
+    sandbox.fail_capacity(market="spot", code="MaxSpotInstanceCountExceeded")
+    with pytest.raises(ClientError) as info:
+        launch(ec2, "g4dn.xlarge", spot=True)
+    assert info.value.response["Error"]["Code"] == "MaxSpotInstanceCountExceeded"
+    assert launch(ec2, "g4dn.xlarge")["InstanceType"] == "g4dn.xlarge"
+
+
+def test_running_instances_skips_terminated_and_filters_tags(ec2: Any) -> None:
+    keep = launch(ec2, "g4dn.xlarge")
+    gone = launch(ec2, "g4dn.xlarge")
+    ec2.create_tags(Resources=[keep["InstanceId"], gone["InstanceId"]],
+                    Tags=[{"Key": "pool", "Value": "t4"}])
+    ec2.terminate_instances(InstanceIds=[gone["InstanceId"]])
+    assert [i["InstanceId"] for i in running_instances(ec2, pool="t4")] == [keep["InstanceId"]]
+    assert running_instances(ec2, pool="other") == []
+
+
+def test_stop_ends_the_process(tmp_path: Path) -> None:
+    sb = MotoSandbox(tmp_path).start()
+    proc = sb._proc
+    sb.stop()
+    assert proc is not None and not proc.alive()
