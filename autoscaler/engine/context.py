@@ -37,10 +37,25 @@ class PoolContext:
     data_missing: str | None = None
     floor: int = 0
     floor_why: str = ""
+    # Sums and per-node findings, filled in one pass over the fleet (engine/survey.py):
+    # rules read these instead of each walking thousands of nodes again.
+    billable_gpus: int = 0
+    billable_usd: float = 0.0
+    active_gpus: int = 0
+    active_usd: float = 0.0
+    util_sum: float = 0.0
+    util_count: int = 0
+    idle: list[tuple[Node, float]] = field(default_factory=list)
+    sick: list[tuple[Node, str]] = field(default_factory=list)
 
     @property
     def team(self) -> str:
         return self.policy.team
+
+    @property
+    def size(self) -> int:
+        """How many nodes serve or will serve the pool (what min/max/floor count)."""
+        return len(self.serving) + len(self.in_flight)
 
     @property
     def active(self) -> list[Node]:
@@ -67,14 +82,8 @@ class PoolContext:
         return sum(1 for n in self.active if n.market is Market.ON_DEMAND)
 
     def util_mean(self) -> float | None:
-        vals = [
-            m.util_mean
-            for n in self.serving
-            if (m := self.observation(n).metrics) is not None
-            and m.util_mean is not None
-            and self.fresh(n)
-        ]
-        return sum(vals) / len(vals) if vals else None
+        """Mean GPU utilization of serving nodes with fresh metrics."""
+        return self.util_sum / self.util_count if self.util_count else None
 
 
 def build_contexts(
@@ -95,29 +104,41 @@ def build_contexts(
             )
     orphans: list[Node] = []
     interrupted = set(snapshot.interrupted)
-    for node in sorted(fleet.nodes, key=lambda n: n.name):
-        ctx = contexts.get(node.pool_key)
+    observed = snapshot.nodes
+    for node in sorted(fleet.nodes, key=_by_name):
+        ctx = contexts.get(f"{node.team}/{node.pool}")
         if ctx is None:
             if node.state is not NodeState.TERMINATED:
                 orphans.append(node)
             continue
-        obs = snapshot.nodes.get(node.name)
+        obs = observed.get(node.name)
         if obs is not None:
             ctx.node_obs[node.name] = obs
-        _file(ctx, node, node.name in interrupted)
+        _file(ctx, node, node.name in interrupted, prices.node_gpus(node), prices.node_hourly(node))
     for ctx in contexts.values():
         ctx.data_missing = _data_missing(ctx, snapshot)
     return list(contexts.values()), orphans
 
 
-def _file(ctx: PoolContext, node: Node, noticed: bool) -> None:
+def _by_name(node: Node) -> str:
+    return node.name
+
+
+def _file(ctx: PoolContext, node: Node, noticed: bool, gpus: int, usd: float) -> None:
     state = node.state
+    if state is not NodeState.TERMINATED:
+        ctx.billable_gpus += gpus
+        ctx.billable_usd += usd
     if state is NodeState.INTERRUPTED or (noticed and state in (NodeState.READY, NodeState.DRAINING)):
         ctx.interrupted.append(node)
     elif state is NodeState.READY:
         ctx.serving.append(node)
+        ctx.active_gpus += gpus
+        ctx.active_usd += usd
     elif state in IN_FLIGHT:
         ctx.in_flight.append(node)
+        ctx.active_gpus += gpus
+        ctx.active_usd += usd
     elif state is NodeState.DRAINING:
         ctx.draining.append(node)
     elif state is NodeState.DRAINED:

@@ -7,7 +7,6 @@ lifetime. Every action carries a reason naming the numbers that triggered it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from itertools import groupby
 
@@ -33,8 +32,9 @@ from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.snapshot import Snapshot
+from autoscaler.engine.survey import survey
 from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
-from autoscaler.fleet.node import FleetView, Node
+from autoscaler.fleet.node import FleetView
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import TeamPolicy
 
@@ -60,8 +60,9 @@ class _Decision:
         self.now, self.settings, self.policies = now, settings, policies
         self.prices = Prices(catalog, snapshot, now)
         self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices)
+        survey(self.contexts, now)
         self.ledger = Ledger(policies, settings)
-        self.ledger.count_existing(self.contexts, self.prices)
+        self.ledger.count_existing(self.contexts)
         for node in self.orphans:
             self.ledger.count_orphans(self.prices.node_gpus(node), self.prices.node_hourly(node))
         self.budgets = {c.key: Budget.for_pool(c) for c in self.contexts}
@@ -73,8 +74,11 @@ class _Decision:
         growth = {c.key: self._scale_up(c) for c in self.contexts}
         for ctx in self.contexts:
             self._scale_down(ctx, growth[ctx.key])
+        by_team: dict[str, list[PoolContext]] = {}
+        for ctx in self.contexts:
+            by_team.setdefault(ctx.team, []).append(ctx)
         for team in sorted(self.policies):
-            team_ctxs = [c for c in self.contexts if c.team == team]
+            team_ctxs = by_team.get(team, [])
             self.actions += over_quota.candidates(
                 team_ctxs, self.ledger.teams[team], self.prices, self.now, self.budgets)
         if self.blocked and self.settings.preempt_lower_priority:
@@ -130,14 +134,14 @@ class _Decision:
     def _scale_down(self, ctx: PoolContext, g: Growth) -> None:
         budget = self.budgets[ctx.key]
         for action in unhealthy.candidates(ctx, self.prices, self.now, budget):
-            self._replace(ctx, action)
+            self._replace(ctx, action, budget)
         if ctx.data_missing:
             self.actions.append(Hold(pool=ctx.key, what="scale-down",
                                      reason=f"{ctx.key}: scale-down frozen: {ctx.data_missing}"))
             return
         self.actions += over_max.candidates(ctx, self.prices, self.now, budget)
         for action in expired.candidates(ctx, self.prices, self.now, budget):
-            self._replace(ctx, action)
+            self._replace(ctx, action, budget)
         if g.new or g.cancels or g.has_demand:
             return  # capacity is wanted here; idle nodes will take the pending jobs
         last = max((t for t in (ctx.history.last_scale_up_at, ctx.history.last_scale_down_at)
@@ -152,8 +156,8 @@ class _Decision:
             return
         self.actions += idle.candidates(ctx, self.prices, self.now, budget)
 
-    def _replace(self, ctx: PoolContext, action: Replace) -> None:
-        node = next(n for n in ctx.serving if n.name == action.node)
+    def _replace(self, ctx: PoolContext, action: Replace, budget: Budget) -> None:
+        node = budget.taken[action.node]
         refused = self.ledger.admit(ctx.team, self.prices.node_gpus(node), self.prices.node_hourly(node))
         if refused is None:
             self.actions.append(action)
@@ -182,10 +186,14 @@ class _Decision:
         limit = ctx.pool.lifetime.max_job_runtime
         if limit is None:
             return
+        started_before = self.now - limit
+        observed = ctx.node_obs
         for node in ctx.serving + ctx.draining:
-            sched = ctx.observation(node).scheduler
-            for job in sched.jobs if sched else []:
-                if job.started_at is None or self.now - job.started_at <= limit:
+            obs = observed.get(node.name)
+            if obs is None or obs.scheduler is None:
+                continue
+            for job in obs.scheduler.jobs:
+                if job.started_at is None or job.started_at >= started_before:
                     continue
                 self.actions.append(ReportJob(
                     pool=ctx.key, node=node.name, job=job.id, signal=ctx.pool.lifetime.signal_long_jobs,
@@ -215,12 +223,10 @@ class _Decision:
         out = {}
         for ctx in self.contexts:
             new = self.launched.get(ctx.key, [])
-            nodes: Iterable[Node] = ctx.active
             out[ctx.key] = PoolSummary(
-                nodes=len(ctx.active) + len(new),
-                gpus=sum(self.prices.node_gpus(n) for n in nodes) + sum(n.offer.gpus for n in new),
-                hourly_usd=round(sum(self.prices.node_hourly(n) for n in ctx.billable())
-                                 + sum(n.offer.hourly_usd for n in new), 4),
+                nodes=ctx.size + len(new),
+                gpus=ctx.active_gpus + sum(n.offer.gpus for n in new),
+                hourly_usd=round(ctx.billable_usd + sum(n.offer.hourly_usd for n in new), 4),
                 floor=ctx.floor,
                 util_mean=ctx.util_mean(),
                 pending_gpus=growth[ctx.key].pending_gpus,

@@ -31,8 +31,7 @@ def reclaim(
         # Anything leaving, in any tier, frees room under the cap for this pool soon.
         coming = sum(prices.node_gpus(n) for c in contexts
                      for n in c.draining + c.drained + c.interrupted + c.failed + c.other)
-        coming += sum(prices.node_gpus(n) for c in contexts for n in c.active
-                      if n.name in budgets[c.key].taken)
+        coming += sum(prices.node_gpus(n) for c in contexts for n in budgets[c.key].taken.values())
         want -= coming
         victims = []
         for ctx in lower:
@@ -47,9 +46,9 @@ def reclaim(
             if want <= 0:
                 break
             budget = budgets[ctx.key]
-            if not budget.can_shrink(node.name):
+            if not budget.can_shrink(node):
                 continue
-            budget.shrink(node.name)
+            budget.shrink(node)
             want -= prices.node_gpus(node)
             actions.append(Drain(
                 pool=ctx.key, node=node.name, trigger="preempted",

@@ -46,12 +46,18 @@ class Prices:
         for off in snapshot.offerings:
             self._offerings[(off.cloud, off.region, off.instance_type, off.zone)] = off
         self._errors = snapshot.capacity_errors
+        # Memos: a 10,000-node fleet asks the same few (type, zone, market) questions.
+        self._types: dict[tuple[str, str], InstanceType | None] = {}
+        self._hourly: dict[tuple[str, str, str, str | None, Market], float] = {}
 
     def itype(self, cloud: str, name: str) -> InstanceType | None:
-        try:
-            return self.catalog.get(cloud, name)
-        except CatalogError:
-            return None
+        key = (cloud, name)
+        if key not in self._types:
+            try:
+                self._types[key] = self.catalog.get(cloud, name)
+            except CatalogError:
+                self._types[key] = None
+        return self._types[key]
 
     def _offering(self, cloud: str, region: str, name: str, zone: str | None) -> Offering | None:
         return self._offerings.get((cloud, region, name, zone)) or self._offerings.get(
@@ -75,11 +81,16 @@ class Prices:
     def node_hourly(self, node: Node) -> float:
         """What a node costs now; unknown prices count as 0 so a missing price file
         never blocks scale-down (launches are refused separately)."""
-        fn = self.spot if node.market is Market.SPOT else self.on_demand
-        return fn(node.cloud, node.region, node.instance_type, node.zone) or 0.0
+        key = (node.cloud, node.region, node.instance_type, node.zone, node.market)
+        price = self._hourly.get(key)
+        if price is None:
+            fn = self.spot if node.market is Market.SPOT else self.on_demand
+            price = self._hourly[key] = fn(node.cloud, node.region, node.instance_type, node.zone) or 0.0
+        return price
 
     def node_gpus(self, node: Node) -> int:
-        itype = self.itype(node.cloud, node.instance_type)
+        key = (node.cloud, node.instance_type)
+        itype = self._types[key] if key in self._types else self.itype(*key)
         return itype.gpus if itype else 0
 
     def capacity_error(self, pool: Pool, name: str, zone: str | None, market: Market) -> str | None:

@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.pricing import Prices
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.policy.models import TeamPolicy
 
@@ -57,15 +56,12 @@ class Ledger:
             for t, p in policies.items()
         }
 
-    def count_existing(self, contexts: list[PoolContext], prices: Prices) -> None:
+    def count_existing(self, contexts: list[PoolContext]) -> None:
         """Everything the cloud may bill counts, draining nodes included."""
         for ctx in contexts:
-            for node in ctx.billable():
-                gpus, usd = prices.node_gpus(node), prices.node_hourly(node)
-                self.teams[ctx.team].spend(gpus, usd)
-                self.fleet.spend(gpus, usd)
-            for node in ctx.active:
-                self.staying[ctx.team].spend(prices.node_gpus(node), prices.node_hourly(node))
+            self.teams[ctx.team].spend(ctx.billable_gpus, ctx.billable_usd)
+            self.fleet.spend(ctx.billable_gpus, ctx.billable_usd)
+            self.staying[ctx.team].spend(ctx.active_gpus, ctx.active_usd)
 
     def count_orphans(self, gpus: int, usd: float) -> None:
         self.fleet.spend(gpus, usd)

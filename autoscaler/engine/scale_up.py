@@ -46,7 +46,7 @@ class _Picker:
     def __init__(self, ctx: PoolContext, prices: Prices):
         self.ctx, self.prices = ctx, prices
         od = ctx.on_demand_count()
-        self.mix = MarketMix(ctx.pool.capacity, od, len(ctx.active) - od)
+        self.mix = MarketMix(ctx.pool.capacity, od, ctx.size - od)
 
     def pick(self, gpus: float, model: str | None, market: Market | None = None) -> tuple[Offer | None, str]:
         pool = self.ctx.pool
@@ -70,34 +70,46 @@ def _gpu_model(prices: Prices, node: Node) -> str:
     return itype.gpu_model if itype else ""
 
 
-def _existing_bins(ctx: PoolContext, prices: Prices) -> tuple[list[Bin], list[Bin]]:
-    """Bins for serving and in-flight nodes, and for nodes whose drain could be cancelled."""
+def _live_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:
+    """Free GPUs on serving nodes (as the scheduler reports them) and in-flight nodes."""
     live: list[Bin] = []
+    observed = ctx.node_obs
     for node in ctx.serving:
-        sched = ctx.observation(node).scheduler
-        if sched is not None and sched.state not in ("down", "drained", "draining"):
+        obs = observed.get(node.name)
+        sched = obs.scheduler if obs is not None else None
+        if sched is None or sched.gpus_allocated >= sched.gpus_total:
+            continue  # unknown or full: the scheduler would not place a pending job there
+        if sched.state not in ("down", "drained", "draining"):
             live.append(Bin.with_allocated(sched.gpus_total, sched.gpus_allocated, node=node,
                                            gpu_model=_gpu_model(prices, node)))
     for node in ctx.in_flight:
         live.append(Bin.empty(prices.node_gpus(node), node=node, gpu_model=_gpu_model(prices, node)))
+    return live
+
+
+def _cancellable_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:
+    """Nodes leaving because they were idle, which could serve again at once."""
     cancellable = []
     for node in ctx.draining + ctx.drained:
-        if node.drain_trigger not in (None, "idle") or unhealthy.problem(ctx, node) is not None:
+        if node.drain_trigger not in (None, "idle"):
+            continue
+        if unhealthy.problem(ctx, ctx.observation(node)) is not None:
             continue
         sched = ctx.observation(node).scheduler
         allocated = sched.gpus_allocated if sched else 0.0
         cancellable.append(Bin.with_allocated(prices.node_gpus(node), allocated, node=node,
                                               gpu_model=_gpu_model(prices, node)))
-    return live, cancellable
+    return cancellable
 
 
 class _Grower:
     def __init__(self, ctx: PoolContext, prices: Prices):
         self.ctx, self.prices = ctx, prices
         self.out = Growth()
-        self.room = min(ctx.pool.scale_up.max_step, ctx.pool.max_nodes - len(ctx.active))
+        self.room = min(ctx.pool.scale_up.max_step, ctx.pool.max_nodes - ctx.size)
         self.picker = _Picker(ctx, prices)
-        self.live, self.cancellable = _existing_bins(ctx, prices)
+        self.live: list[Bin] = []  # filled only when jobs are pending: most pools have none
+        self.cancellable = _cancellable_bins(ctx, prices)
         self.new_bins: list[Bin] = []
 
     def room_why(self) -> str:
@@ -107,7 +119,7 @@ class _Grower:
         return f"max_step ({pool.scale_up.max_step}) nodes per tick reached"
 
     def have(self) -> int:
-        return len(self.ctx.active) + len(self.out.new) + len(self.out.cancels)
+        return self.ctx.size + len(self.out.new) + len(self.out.cancels)
 
     def add(self, offer: Offer, trigger: str, why: str, replaces: str | None = None) -> Bin:
         self.room -= 1
@@ -169,6 +181,9 @@ class _Grower:
         ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
         parts = job_parts(ctx.demand_jobs())
         out.has_demand = bool(parts)
+        if not parts:
+            return
+        self.live = _live_bins(ctx, prices)
         out.pending_gpus = sum(p[1] for p in parts)
         models = {t.gpu_model for name in pool.instance_types
                   if (t := prices.itype(pool.cloud.value, name)) is not None}

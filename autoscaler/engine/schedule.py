@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
@@ -16,10 +17,7 @@ def schedule_floor(pool: Pool, now: datetime) -> tuple[int, str]:
     best, why = 0, ""
     for entry in pool.schedule:
         local_now = now.astimezone(ZoneInfo(entry.timezone))
-        # get_prev of the next second includes a fire time equal to now.
-        started = croniter(entry.cron, local_now).get_prev(datetime)
-        if croniter.match(entry.cron, local_now):
-            started = local_now.replace(second=0, microsecond=0)
+        started = last_fire(entry.cron, entry.timezone, now)
         ends = started + entry.duration
         if started <= local_now < ends and entry.min_nodes > best:
             best = entry.min_nodes
@@ -28,6 +26,15 @@ def schedule_floor(pool: Pool, now: datetime) -> tuple[int, str]:
                 f"{format_duration(entry.duration)} until {ends:%a %H:%M} {entry.timezone}"
             )
     return best, why
+
+
+@lru_cache(maxsize=1024)
+def last_fire(cron: str, timezone: str, now: datetime) -> datetime:
+    """Latest fire time at or before ``now`` (pure; cached because pools share crons)."""
+    local = now.astimezone(ZoneInfo(timezone))
+    # Starting one second later makes a fire time equal to now count as "before".
+    prev: datetime = croniter(cron, local + timedelta(seconds=1)).get_prev(datetime)
+    return prev
 
 
 def floor(pool: Pool, now: datetime) -> tuple[int, str]:

@@ -16,11 +16,13 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     if limit is None:
         return []
     actions: list[Replace] = []
-    for node in sorted(ctx.serving, key=lambda n: (n.created_at, n.name)):
+    born_before = now - limit
+    old = [n for n in ctx.serving if n.created_at < born_before]
+    for node in sorted(old, key=lambda n: (n.created_at, n.name)):
         age = now - node.created_at
-        if age <= limit or not budget.can_swap(node.name):
+        if not budget.can_swap(node):
             continue
-        budget.swap(node.name)
+        budget.swap(node)
         actions.append(Replace(
             pool=ctx.key, node=node.name, instance_type=node.instance_type, market=node.market,
             zone=node.zone, trigger="expired",

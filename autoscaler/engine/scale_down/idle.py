@@ -10,31 +10,32 @@ from autoscaler.engine.plan import Action, Drain, Hold
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
+from autoscaler.engine.snapshot import NodeObservation
 from autoscaler.fleet.node import Node
 from autoscaler.policy.duration import format_duration
 
 
-def idle_nodes(ctx: PoolContext, now: datetime) -> list[tuple[Node, float]]:
-    """Idle serving nodes with the max utilization that proves it."""
+def idle_util(ctx: PoolContext, node: Node, obs: NodeObservation, now: datetime) -> float | None:
+    """The max utilization proving ``node`` idle, or None when it is not idle."""
     sd = ctx.pool.scale_down
-    needs_scheduler = ctx.pool.cluster.kind != "none"
-    out = []
-    for node in ctx.serving:
-        if node.ready_at is None or now - node.ready_at < sd.idle_for:
-            continue  # the idle window would include its boot
-        obs = ctx.observation(node)
-        m = obs.metrics
-        if m is None or obs.metrics_missing or m.util_max_idle_window is None:
-            continue
-        if m.util_max_idle_window >= sd.gpu_utilization_below:
-            continue
-        sched = obs.scheduler
-        if needs_scheduler and sched is None:
-            continue
-        if sched is not None and (sched.jobs or sched.gpus_allocated > 0):
-            continue
-        out.append((node, m.util_max_idle_window))
-    return out
+    if node.ready_at is None or now - node.ready_at < sd.idle_for:
+        return None  # the idle window would include its boot
+    m = obs.metrics
+    if m is None or obs.metrics_missing or m.util_max_idle_window is None:
+        return None
+    if m.util_max_idle_window >= sd.gpu_utilization_below:
+        return None
+    sched = obs.scheduler
+    if sched is None:
+        return None if ctx.pool.cluster.kind != "none" else m.util_max_idle_window
+    if sched.jobs or sched.gpus_allocated > 0:
+        return None
+    return m.util_max_idle_window
+
+
+def idle_nodes(ctx: PoolContext, now: datetime) -> list[tuple[Node, float]]:
+    """Idle serving nodes (found by the tick's survey) with their max utilization."""
+    return ctx.idle
 
 
 def _removable(ctx: PoolContext) -> int:
@@ -44,8 +45,7 @@ def _removable(ctx: PoolContext) -> int:
     mean over serving nodes: without this bound a drain would trigger a scale-up (or a
     cancel) on the next tick.
     """
-    total = sum(m.util_mean for n in ctx.serving
-                if ctx.fresh(n) and (m := ctx.observation(n).metrics) and m.util_mean is not None)
+    total = ctx.util_sum
     needed = math.ceil(total / ctx.pool.scale_up.gpu_utilization_above - 1e-9)
     return len(ctx.serving) - max(needed, 1 if total > 0 else 0)
 
@@ -56,7 +56,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     actions: list[Action] = []
     removable = _removable(ctx)
     for node in removal_order(ctx, prices, idle):
-        if not budget.can_shrink(node.name) or removable <= 0:
+        if not budget.can_shrink(node) or removable <= 0:
             why = (f"the pool is at its floor ({ctx.floor})" if budget.above_floor <= 0 else
                    f"max_draining_percent {sd.max_draining_percent:g}% allows no more drains now"
                    if budget.concurrent <= 0 else
@@ -66,7 +66,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
                                 reason=f"{ctx.key}: {len(idle) - len(actions)} idle node(s) kept: {why}"))
             break
         removable -= 1
-        budget.shrink(node.name)
+        budget.shrink(node)
         actions.append(Drain(
             pool=ctx.key, node=node.name, trigger="idle",
             reason=(f"{ctx.key}: {node.name} idle: max GPU util {idle[node]:.0f}% < "

@@ -13,7 +13,7 @@ from autoscaler.engine.scale_down.order import removal_order
 
 
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
-    excess = len(ctx.active) - ctx.pool.max_nodes
+    excess = ctx.size - ctx.pool.max_nodes
     if excess <= 0:
         return []
     idle = {n.name for n, _ in idle_nodes(ctx, now)}
@@ -25,8 +25,8 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     for node in order[:excess]:
         if budget.concurrent <= 0:
             break
-        budget.shrink(node.name)
-        reason = (f"{ctx.key}: pool has {len(ctx.active)} nodes, above max_nodes "
+        budget.shrink(node)
+        reason = (f"{ctx.key}: pool has {ctx.size} nodes, above max_nodes "
                   f"{ctx.pool.max_nodes}; removing {node.name}"
                   + (" (idle)" if node.name in idle else ""))
         if node in ctx.in_flight:

@@ -19,9 +19,9 @@ def candidates(
 ) -> list[Action]:
     """Drains across the team's pools: idle first, then most expensive $/GPU-h."""
     # Nodes another method removes this tick already count as gone.
-    staying = [(c, n) for c in team_ctxs for n in c.active if n.name not in budgets[c.key].taken]
-    gpus = sum(prices.node_gpus(n) for _, n in staying)
-    usd = sum(prices.node_hourly(n) for _, n in staying)
+    gone = [n for c in team_ctxs for n in budgets[c.key].taken.values()]
+    gpus = sum(c.active_gpus for c in team_ctxs) - sum(prices.node_gpus(n) for n in gone)
+    usd = sum(c.active_usd for c in team_ctxs) - sum(prices.node_hourly(n) for n in gone)
     active = Allowance(quota.label, quota.max_gpus, quota.max_usd, gpus, usd)
     over_gpus, over_usd = active.over()
     if over_gpus <= 0 and over_usd <= 1e-9:
@@ -39,9 +39,9 @@ def candidates(
         if over_gpus <= 0 and over_usd <= 1e-9:
             break
         budget = budgets[ctx.key]
-        if not budget.can_shrink(node.name):
+        if not budget.can_shrink(node):
             continue
-        budget.shrink(node.name)
+        budget.shrink(node)
         over_gpus -= prices.node_gpus(node)
         over_usd -= prices.node_hourly(node)
         limit = (f"{quota.max_gpus} GPUs" if quota.max_gpus is not None else "") + (

@@ -12,12 +12,11 @@ from autoscaler.engine.context import PoolContext
 from autoscaler.engine.plan import Replace
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
-from autoscaler.fleet.node import Node
+from autoscaler.engine.snapshot import NodeObservation
 
 
-def problem(ctx: PoolContext, node: Node) -> str | None:
+def problem(ctx: PoolContext, obs: NodeObservation) -> str | None:
     health = ctx.pool.health
-    obs = ctx.observation(node)
     if obs.health_check_failed and health.replace_on_failed_health_check:
         return f"health check failed: {obs.health_check_failed}"
     m = obs.metrics
@@ -34,11 +33,8 @@ def problem(ctx: PoolContext, node: Node) -> str | None:
 
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Replace]:
     actions: list[Replace] = []
-    for node in ctx.serving:
-        why = problem(ctx, node)
-        if why is None:
-            continue
-        budget.swap(node.name)
+    for node, why in ctx.sick:
+        budget.swap(node)
         actions.append(Replace(
             pool=ctx.key, node=node.name, instance_type=node.instance_type, market=node.market,
             zone=node.zone, trigger="unhealthy",
