@@ -60,7 +60,7 @@ def _add_offerings(offerings: dict[str, dict[str, list[dict[str, Any]]]], name: 
 def _make_spot_request_class() -> type:
     from moto.ec2.models.spot_requests import SpotInstanceRequest
 
-    class AdoptedSpotRequest(SpotInstanceRequest):  # type: ignore[misc]
+    class AdoptedSpotRequest(SpotInstanceRequest):
         """A fulfilled one-time spot request for an instance RunInstances already made."""
 
         def __init__(self, ec2_backend: Any, request_id: str, instance: Any,
@@ -111,7 +111,7 @@ def _launch_zone(response: Any) -> str:
 
 def patch_run_instances(fault_file: Path | None) -> None:
     from moto.ec2.exceptions import EC2ClientError
-    from moto.ec2.models.spot_requests import random_spot_request_id
+    from moto.ec2.utils import random_spot_request_id
     from moto.ec2.responses.instances import InstanceResponse
 
     original = InstanceResponse.run_instances
@@ -134,7 +134,7 @@ def patch_run_instances(fault_file: Path | None) -> None:
         result = original(self)
         if market == "spot":
             max_price = self._get_param("InstanceMarketOptions.SpotOptions.MaxPrice")
-            for instance in result.result.instances:
+            for instance in getattr(result.result, "instances", []):
                 request = spot_request_cls(self.ec2_backend, random_spot_request_id(),
                                            instance, max_price)
                 self.ec2_backend.spot_instance_requests[request.id] = request
@@ -143,7 +143,7 @@ def patch_run_instances(fault_file: Path | None) -> None:
         return result
 
     run_instances._gpu_autoscaler = True  # type: ignore[attr-defined]
-    InstanceResponse.run_instances = run_instances
+    InstanceResponse.run_instances = run_instances  # type: ignore[method-assign]
 
 
 def apply_all(fault_file: Path | None) -> None:

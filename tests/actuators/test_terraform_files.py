@@ -43,7 +43,7 @@ def test_root_module_calls_the_pool_module_with_a_relative_source(tmp_path: Path
 
 def test_without_an_endpoint_the_provider_keeps_its_checks(tmp_path: Path) -> None:
     main = main_tf(TerraformSettings(), tmp_path, "a", "b", "aws", "eu-west-1", INPUTS)
-    assert main["provider"]["aws"] == {"region": "eu-west-1"}
+    assert main["provider"]["aws"] == {"region": "eu-west-1", "max_retries": 3}
 
 
 def test_s3_backend_has_one_key_per_pool_and_a_lockfile(tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ def tfvars(nodes: NodeMap, inputs: RegionInputs) -> dict[str, Any]:
 def _provider(settings: TerraformSettings, cloud: str, region: str) -> dict[str, Any]:
     if cloud != "aws":
         return {"region": region}
-    provider: dict[str, Any] = {"region": region}
+    provider: dict[str, Any] = {"region": region, "max_retries": settings.aws_max_retries}
     if settings.aws_endpoint:
         provider["endpoints"] = [{svc: settings.aws_endpoint for svc in _AWS_SERVICES}]
         provider.update(_SKIP_CHECKS, s3_use_path_style=True)

@@ -8,8 +8,10 @@ always passes the whole ``os.environ`` (no per-workspace ``TF_CLI_CONFIG_FILE``)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -66,23 +68,39 @@ class Runner:
             options["json"] = FLAG
         argv = [str(a) for a in self._tf.generate_cmd_string(cmd, *args, **options)]
         started = time.monotonic()
-        try:
-            proc = subprocess.run(argv, cwd=self.workdir, env=self.env(), capture_output=True,
-                                  text=True, timeout=self.timeout_s, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as exc:
-            raise TerraformError(f"terraform {cmd} timed out after {self.timeout_s:.0f}s") from exc
-        result = Result(argv, proc.returncode, proc.stdout, proc.stderr,
-                        time.monotonic() - started)
+        stdout, stderr, returncode = self._execute(argv, cmd)
+        result = Result(argv, returncode, stdout, stderr, time.monotonic() - started)
         if json_lines:
-            result.events = _json_events(proc.stdout)
+            result.events = _json_events(stdout)
             result.diagnostics = [_diagnostic(e) for e in result.events
                                   if e.get("type") == "diagnostic"]
-        result.diagnostics += diagnostics_from_text(proc.stderr)
+        result.diagnostics += diagnostics_from_text(stderr)
         self._log(cmd, result)
-        if proc.returncode not in ok_codes:
-            raise classify(f"terraform {cmd} failed in {self.workdir} (exit {proc.returncode})",
-                           result.diagnostics or [Diagnostic("error", proc.stderr.strip()[-2000:])])
+        if returncode not in ok_codes:
+            raise classify(f"terraform {cmd} failed in {self.workdir} (exit {returncode})",
+                           result.diagnostics or [Diagnostic("error", stderr.strip()[-2000:])])
         return result
+
+    def _execute(self, argv: list[str], cmd: str) -> tuple[str, str, int]:
+        """Run in its own process group so a timeout also ends the provider plugins."""
+        proc = subprocess.Popen(argv, cwd=self.workdir, env=self.env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
+            raise TerraformError(f"terraform {cmd} timed out after {self.timeout_s:.0f}s in "
+                                 f"{self.workdir}") from exc
+        except BaseException:
+            # Interrupted (Ctrl-C, test teardown): never leave terraform holding the lock.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+            raise
+        return stdout, stderr, proc.returncode
 
     def _log(self, cmd: str, result: Result) -> None:
         log_dir = self.workdir / "logs"

@@ -62,6 +62,11 @@ class TerraformSettings(_Model):
     regions: dict[str, RegionInputs] = Field(
         default_factory=dict, description="Inputs per 'cloud/region', e.g. 'aws/us-east-1'. "
         "Pools in a cloud region not listed here are not planned by Terraform.")
+    aws_max_retries: int = Field(
+        3, ge=0, description="AWS provider max_retries. The provider retries "
+        "InsufficientInstanceCapacity like throttling (hashicorp/terraform-provider-aws#43193): "
+        "with its default of 25 a capacity error takes many minutes to surface, so the "
+        "engine's fallback would wait; a few retries keep it to seconds.")
     parallelism: int = Field(50, ge=1, description="terraform -parallelism for plan and apply.")
     refresh: bool = Field(True, description="Refresh state from the cloud when planning.")
     plugin_mirror: Path = Path("/opt/tf-plugins")

@@ -1,0 +1,133 @@
+"""Terraform plan and apply cost per pool, against the patched moto sandbox.
+
+Measured in one run (this machine is noisy; ratios are what count):
+  * plan of a pool holding 10 vs 100 nodes (one node added, refresh on): per-pool state
+    keeps plan time nearly flat in the pool size;
+  * `plan` preview over 10 pools of which 1 changed vs over that 1 pool alone: unchanged
+    pools are skipped before Terraform runs;
+  * apply of 5 vs 50 new nodes with -parallelism=50.
+
+The 9 unchanged pools of the 10-pool case carry a recorded applied map equal to their
+desired map (written directly, not applied: applying 9 more pools would add minutes and
+their state is never read, since an unchanged pool is skipped before any Terraform run).
+
+Last line: plan_s_10_nodes=<a> plan_s_100_nodes=<b> plan_s_10_pools_1_changed=<c> plan_s_1_pool=<d>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolMaps, PoolRef
+from autoscaler.actuators.terraform import PoolWorkspace, RegionInputs, TerraformSettings
+from autoscaler.actuators.terraform.preview import preview_pools
+from autoscaler.catalog import default_catalog
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.snapshot import Snapshot
+from autoscaler.policy.models import Market
+from autoscaler.sandbox.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox
+
+
+def node_map(pool: str, n: int, start: int = 1) -> NodeMap:
+    types = ("g4dn.xlarge", "p3.2xlarge")
+    return {f"{pool}-{i}": NodeSpec(instance_type=types[i % 2],
+                                    market=Market.SPOT if i % 3 else Market.ON_DEMAND)
+            for i in range(start, start + n)}
+
+
+def timed_apply(ws: PoolWorkspace, nodes: NodeMap) -> float:
+    plan = ws.plan(nodes)
+    started = time.monotonic()
+    result = ws.apply(plan)
+    if not result.ok:
+        raise SystemExit(f"apply failed for {ws.key}: {result.failed or result.errors}")
+    return time.monotonic() - started
+
+
+def timed_plan(ws: PoolWorkspace, nodes: NodeMap) -> float:
+    started = time.monotonic()
+    plan = ws.plan(nodes)
+    elapsed = time.monotonic() - started
+    if plan.count("create") != 1 or len(plan.changes) != 1:
+        raise SystemExit(f"unexpected plan for {ws.key}: {plan.changes}")
+    ws.discard_plan()
+    return elapsed
+
+
+def ten_pools(settings: TerraformSettings, changed: PoolMaps) -> dict[str, PoolMaps]:
+    maps = {changed.ref.key: changed}
+    for i in range(9):
+        ref = PoolRef("bench", f"steady{i}", "aws", "us-east-1")
+        nodes = node_map(f"steady{i}", 4)
+        ws_dir = Path(settings.workdir) / ref.team / ref.pool
+        ws_dir.mkdir(parents=True, exist_ok=True)
+        (ws_dir / "applied-nodes.json").write_text(json.dumps(
+            {k: v.model_dump(mode="json") for k, v in nodes.items()}))
+        maps[ref.key] = PoolMaps(ref, dict(nodes), dict(nodes))
+    return maps
+
+
+def timed_preview(maps: dict[str, PoolMaps], settings: TerraformSettings, prices: Prices) -> float:
+    started = time.monotonic()
+    previews = preview_pools(maps, settings, prices)
+    elapsed = time.monotonic() - started
+    planned = [p for p in previews if p.status == "planned"]
+    if len(planned) != 1 or any(p.status == "error" for p in previews):
+        raise SystemExit(f"unexpected previews: {[(p.pool, p.status, p.error) for p in previews]}")
+    PoolWorkspace(settings, "bench", "p10", "aws", "us-east-1").discard_plan()
+    return elapsed
+
+
+def run(workdir: Path) -> None:
+    os.environ.update(SANDBOX_ENV)
+    with MotoSandbox(workdir / "moto") as moto:
+        settings = TerraformSettings(workdir=workdir / "tf", aws_endpoint=moto.endpoint,
+                                     regions={"aws/us-east-1": RegionInputs(ami=MOTO_AMI)})
+        p10 = PoolWorkspace(settings, "bench", "p10", "aws", "us-east-1")
+        p100 = PoolWorkspace(settings, "bench", "p100", "aws", "us-east-1")
+        apply_5 = timed_apply(p10, node_map("p10", 5))
+        print(f"apply_s_5_nodes={apply_5:.1f}", flush=True)
+        apply_50 = timed_apply(p100, node_map("p100", 50))
+        print(f"apply_s_50_nodes={apply_50:.1f} ratio={apply_50 / apply_5:.2f} "
+              f"(target < 2, parallelism {settings.parallelism})", flush=True)
+        timed_apply(p10, node_map("p10", 10))
+        timed_apply(p100, node_map("p100", 100))
+        grown10, grown100 = node_map("p10", 11), node_map("p100", 101)
+        a = timed_plan(p10, grown10)
+        b = timed_plan(p100, grown100)
+        print(f"plan of 10 vs 100 nodes: {a:.1f}s vs {b:.1f}s ratio={b / a:.2f} (target <= 1.5)",
+              flush=True)
+        now = datetime.now(UTC)
+        prices = Prices(default_catalog(), Snapshot(taken_at=now), now)
+        ref = PoolRef("bench", "p10", "aws", "us-east-1")
+        changed = PoolMaps(ref, node_map("p10", 10), grown10)
+        d = timed_preview({ref.key: changed}, settings, prices)
+        c = timed_preview(ten_pools(settings, changed), settings, prices)
+        print(f"preview of 10 pools (1 changed) vs 1 pool: {c:.1f}s vs {d:.1f}s "
+              f"ratio={c / d:.2f} (target <= 1.3)", flush=True)
+        for ws in (p10, p100):
+            ws.destroy_all()
+    print(f"plan_s_10_nodes={a:.2f} plan_s_100_nodes={b:.2f} "
+          f"plan_s_10_pools_1_changed={c:.2f} plan_s_1_pool={d:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="Keep workspaces here (default: a temporary directory).")
+    args = parser.parse_args()
+    if args.workdir:
+        run(args.workdir)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-terraform-") as tmp:
+        run(Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
