@@ -26,9 +26,10 @@ from pathlib import Path
 from autoscaler.catalog import load_catalog
 from autoscaler.policy import load_policies
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
-from autoscaler.sandbox.prometheus import PrometheusServer, backfill
+from autoscaler.sandbox.prometheus import PrometheusServer, backfill, backfill_rules
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import PrometheusReader
+from autoscaler.signals.rules import recording_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = 8
@@ -73,63 +74,87 @@ def openmetrics(nodes: list[str], end: datetime) -> Iterator[str]:
     yield "# EOF\n"
 
 
-def measure(size: int, policies: dict[str, TeamPolicy], ticks: int, work: Path) -> dict[str, float]:
-    end = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=60)
-    node_pools = fleet(policies, size)
-    source = work / f"history-{size}.om"
+def prepare(size: int, node_pools: dict[str, Pool], end: datetime, work: Path) -> tuple[Path, float]:
+    """Raw history backfilled, then the recording rules evaluated over it (30 s)."""
     started = time.monotonic()
+    data = work / f"data-{size}"
+    source = work / f"history-{size}.om"
     with source.open("w") as fh:
         fh.writelines(openmetrics(list(node_pools), end))
-    backfill(source, work / f"data-{size}")
+    backfill(source, data)
     source.unlink()
-    prepare_s = time.monotonic() - started
+    with PrometheusServer(work / f"prom-raw-{size}", data_dir=data) as prom:
+        backfill_rules(prom.url, recording_rules("Hostname", f"{STEP_S}s"),
+                       (end - HISTORY).timestamp(), end.timestamp() + 1, data)
+    return data, time.monotonic() - started
+
+
+def ticks(prom: PrometheusServer, recorded: bool, node_pools: dict[str, Pool],
+          pools: list[Pool], end: datetime, count: int) -> dict[str, float]:
     sent: list[str] = []
-    with PrometheusServer(work / f"prom-{size}", data_dir=work / f"data-{size}") as prom:
-        reader = PrometheusReader(
-            PrometheusConfig(url=prom.url, timeout="30s", stale_after="2m"),
-            session_hook=lambda s: s.hooks["response"].append(lambda r, *a, **k: sent.append(r.url)))
-        pools = [p for t in policies.values() for p in t.pools]
-        timings, per_tick = [], []
-        for tick in range(ticks + 1):  # the first tick warms Prometheus' caches
-            before = len(sent)
-            t0 = time.perf_counter()
-            result = reader.read(node_pools, pools, end)
-            elapsed = (time.perf_counter() - t0) * 1000
-            per_tick.append(len(sent) - before)
-            if result.error is not None:
-                raise SystemExit(f"{size} nodes: {result.error}")
-            fresh = sum(1 for o in result.nodes.values() if o.metrics and not o.metrics_missing)
-            if fresh != size:
-                raise SystemExit(f"{size} nodes: only {fresh} have fresh metrics")
-            if tick:
-                timings.append(elapsed)
-        reader.close()
+    reader = PrometheusReader(
+        PrometheusConfig(url=prom.url, timeout="60s", stale_after="2m", recording_rules=recorded),
+        session_hook=lambda s: s.hooks["response"].append(lambda r, *a, **k: sent.append(r.url)))
+    timings, per_tick = [], []
+    for tick in range(count + 1):  # the first tick warms Prometheus' caches
+        before = len(sent)
+        t0 = time.perf_counter()
+        result = reader.read(node_pools, pools, end)
+        elapsed = (time.perf_counter() - t0) * 1000
+        per_tick.append(len(sent) - before)
+        if result.error is not None:
+            raise SystemExit(f"{len(node_pools)} nodes: {result.error}")
+        fresh = sum(1 for o in result.nodes.values() if o.metrics and not o.metrics_missing)
+        if fresh != len(node_pools):
+            raise SystemExit(f"{len(node_pools)} nodes: only {fresh} have fresh metrics")
+        if tick:
+            timings.append(elapsed)
+    reader.close()
     if len(set(per_tick)) != 1:
-        raise SystemExit(f"{size} nodes: queries per tick varied: {per_tick}")
-    return {"queries": per_tick[0], "read_ms": statistics.median(timings),
-            "min_ms": min(timings), "prepare_s": prepare_s}
+        raise SystemExit(f"{len(node_pools)} nodes: queries per tick varied: {per_tick}")
+    return {"queries": per_tick[0], "read_ms": statistics.median(timings), "min_ms": min(timings)}
+
+
+def measure(size: int, policies: dict[str, TeamPolicy], count: int,
+            work: Path) -> dict[str, dict[str, float]]:
+    end = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=60)
+    node_pools = fleet(policies, size)
+    pools = [p for t in policies.values() for p in t.pools]
+    data, prepare_s = prepare(size, node_pools, end, work)
+    print(f"{size:>5} nodes x {GPUS} GPUs: history and rules backfilled in {prepare_s:.1f} s",
+          flush=True)
+    out = {}
+    with PrometheusServer(work / f"prom-{size}", data_dir=data) as prom:
+        for mode, recorded in (("raw", False), ("recorded", True)):
+            r = out[mode] = ticks(prom, recorded, node_pools, pools, end, count)
+            print(f"{size:>5} nodes, {mode:>8} series: {r['queries']:.0f} queries/tick, read "
+                  f"median {r['read_ms']:.1f} ms (min {r['min_ms']:.1f}) over {count} ticks",
+                  flush=True)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs=2, default=[100, 1000], metavar=("SMALL", "BIG"))
     parser.add_argument("--ticks", type=int, default=5)
+    parser.add_argument("--mode", choices=["raw", "recorded"], default="recorded",
+                        help="Which reader mode the last line reports (both are printed).")
     args = parser.parse_args()
     catalog = load_catalog(ROOT / "examples" / "prices-alicloud.yaml")
     policies = load_policies(ROOT / "policies", catalog)
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-signals-") as tmp:
         for size in args.sizes:
-            r = measure(size, policies, args.ticks, Path(tmp))
-            results[size] = r
-            print(f"{size:>5} nodes x {GPUS} GPUs: {r['queries']:.0f} queries/tick, "
-                  f"read median {r['read_ms']:.1f} ms (min {r['min_ms']:.1f}) over {args.ticks} "
-                  f"ticks; backfill {r['prepare_s']:.1f} s", flush=True)
-    small, big = (results[s] for s in args.sizes)
-    print(f"queries_per_tick_{args.sizes[0]}={small['queries']:.0f} "
-          f"queries_per_tick_{args.sizes[1]}={big['queries']:.0f} "
-          f"read_ms_{args.sizes[1]}={big['read_ms']:.1f} "
-          f"ratio_{args.sizes[1]}_over_{args.sizes[0]}={big['read_ms'] / small['read_ms']:.2f}")
+            results[size] = measure(size, policies, args.ticks, Path(tmp))
+    small_n, big_n = args.sizes
+    for mode in ("raw", "recorded"):
+        small, big = results[small_n][mode], results[big_n][mode]
+        print(f"{mode}: ratio_{big_n}_over_{small_n}={big['read_ms'] / small['read_ms']:.2f}")
+    small, big = results[small_n][args.mode], results[big_n][args.mode]
+    print(f"queries_per_tick_{small_n}={small['queries']:.0f} "
+          f"queries_per_tick_{big_n}={big['queries']:.0f} "
+          f"read_ms_{big_n}={big['read_ms']:.1f} "
+          f"ratio_{big_n}_over_{small_n}={big['read_ms'] / small['read_ms']:.2f}")
 
 
 if __name__ == "__main__":

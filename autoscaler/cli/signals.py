@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ from autoscaler.fleet.node import FleetView
 from autoscaler.policy import PolicyLoadError, TeamPolicy, load_policies, pool_key
 from autoscaler.policy.models import Pool
 from autoscaler.signals.config import SignalsConfig
+from autoscaler.signals.rules import recording_rules
 from autoscaler.signals.snapshot import SignalReader, SignalsResult, key_by_name_prefix
 
 DEMAND_REASONS = {"Resources", "Priority", "Unschedulable"}
@@ -105,6 +107,9 @@ def signals(
                                          dir_okay=False)],
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print the engine input JSON that `plan --snapshot` reads.")] = False,
+    print_rules: Annotated[bool, typer.Option(
+        "--print-rules", help="Print the Prometheus recording rules that "
+        "`prometheus.recording_rules: true` reads (for large fleets), then exit.")] = False,
 ) -> None:
     """Read Prometheus, Slurm and Kubernetes once and show what the engine would see.
 
@@ -113,6 +118,12 @@ def signals(
     output carries `fleet: {nodes: []}` and the snapshot of every observed node.
     """
     cfg = load_signals_file(config)
+    if print_rules:
+        label = cfg.signals.prometheus.node_label if cfg.signals.prometheus else "Hostname"
+        yaml = YAML()
+        yaml.default_flow_style = False
+        yaml.dump(recording_rules(label), sys.stdout)
+        return
     catalog = catalog_from(cfg.prices_file)
     try:
         policies = load_policies(cfg.policies_dir, catalog)

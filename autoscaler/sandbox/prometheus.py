@@ -86,16 +86,42 @@ def backfill(openmetrics_text: str | Path, data_dir: Path, timeout: float = 600)
 
 
 def render_config(file_sd: Sequence[Path], scrape_interval: str = "1s",
-                  scrape_timeout: str | None = None) -> dict[str, Any]:
+                  scrape_timeout: str | None = None,
+                  rule_files: Sequence[Path] = ()) -> dict[str, Any]:
     timeout = scrape_timeout or scrape_interval
     return {
         "global": {"scrape_interval": scrape_interval, "scrape_timeout": timeout,
                    "evaluation_interval": scrape_interval},
+        "rule_files": [str(p) for p in rule_files],
         "scrape_configs": [{
             "job_name": "dcgm",
             "file_sd_configs": [{"files": [str(p) for p in file_sd], "refresh_interval": "1s"}],
         }] if file_sd else [],
     }
+
+
+def backfill_rules(prometheus_url: str, rules: Mapping[str, Any], start: float, end: float,
+                   data_dir: Path, eval_interval: str = "30s", timeout: float = 600) -> None:
+    """Evaluate recording ``rules`` over [start, end] against a running Prometheus and add
+    the resulting blocks to ``data_dir`` (restart Prometheus on it to see them)."""
+    work = Path(tempfile.mkdtemp(dir=Path(data_dir).parent, prefix="rules-"))
+    try:
+        rule_file = work / "rules.yml"
+        rule_file.write_text(json.dumps(rules))
+        result = subprocess.run(
+            [PROMTOOL_BIN, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}",
+             f"--end={end:.0f}", f"--url={prometheus_url}", f"--output-dir={work / 'out'}",
+             f"--eval-interval={eval_interval}", "--quiet", str(rule_file)],
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+        if result.returncode != 0:
+            raise ProcessError(f"promtool rules backfill failed ({result.returncode}): "
+                               f"{(result.stderr or result.stdout)[-2000:]}")
+        for block in (work / "out").iterdir():
+            if block.is_dir():
+                shutil.move(str(block), str(Path(data_dir) / block.name))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 class PrometheusServer:
@@ -106,7 +132,8 @@ class PrometheusServer:
 
     def __init__(self, workdir: Path, file_sd: Sequence[Path] = (), port: int | None = None,
                  scrape_interval: str = "1s", data_dir: Path | None = None,
-                 retention: str = "30d", extra_args: Sequence[str] = ()):
+                 retention: str = "30d", extra_args: Sequence[str] = (),
+                 rules: Mapping[str, Any] | None = None):
         if shutil.which(PROMETHEUS_BIN) is None:
             raise ProcessError("prometheus is not installed (apt-get install -y prometheus)")
         self.workdir = Path(workdir)
@@ -114,8 +141,13 @@ class PrometheusServer:
         self.port = port or free_port()
         self.data_dir = Path(data_dir) if data_dir is not None else self.workdir / "data"
         self.config_path = self.workdir / "prometheus.yml"
+        rule_files = []
+        if rules is not None:
+            rule_files.append(self.workdir / "rules.yml")
+            rule_files[0].write_text(json.dumps(rules, indent=1))
         # JSON is valid YAML: no YAML writer needed.
-        self.config_path.write_text(json.dumps(render_config(file_sd, scrape_interval), indent=1))
+        self.config_path.write_text(
+            json.dumps(render_config(file_sd, scrape_interval, rule_files=rule_files), indent=1))
         self.retention = retention
         self.extra_args = list(extra_args)
         self.proc: ManagedProcess | None = None

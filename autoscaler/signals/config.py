@@ -86,6 +86,10 @@ class PrometheusConfig(_Model):
     stale_after: Duration = Field(
         timedelta(seconds=120), description="A node whose newest sample is older is stale."
     )
+    recording_rules: bool = Field(
+        False, description="Read the per-node series of gpu-autoscaler's recording rules "
+        "(signals --print-rules) instead of every GPU's raw series: for large fleets.",
+    )
 
     @model_validator(mode="after")
     def _one_auth(self) -> PrometheusConfig:

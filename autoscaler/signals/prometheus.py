@@ -37,6 +37,7 @@ from autoscaler.signals.promql import (
     now_key,
     xid_key,
 )
+from autoscaler.signals.rules import RecordedQueryBuilder
 
 Fields = dict[str, dict[str, float]]  # node -> field key -> value
 
@@ -94,7 +95,8 @@ class PrometheusReader:
         windows), and for other reporting hosts that ``pool_of`` attributes to a pool."""
         pools = list(pools)
         windows = {PoolWindows.of(p) for p in [*pools, *node_pools.values()]}
-        builder = QueryBuilder(windows, self.config.node_label, self.config.stale_after)
+        kind = RecordedQueryBuilder if self.config.recording_rules else QueryBuilder
+        builder = kind(windows, self.config.node_label, self.config.stale_after)
         fields: Fields = {}
         queries = [builder.windows_query(), builder.current_query()]
         undated: set[str] = set()
@@ -106,7 +108,7 @@ class PrometheusReader:
                 self._query(query, now, fields)
             if pool_of is not None:
                 targets.update(_attributed(fields.keys() - targets.keys(), pool_of, windows))
-            lagging = _lagging(targets, fields)
+            lagging = _lagging(targets, fields) if builder.needs_followup else {}
             if lagging:
                 dated, undated = _cap(lagging)
                 sent += 1

@@ -159,5 +159,16 @@ class QueryBuilder:
                 f"[{self.horizon_s}s:{self.step_s}s]))")
         return self._union(branches)
 
+    needs_followup = True  # raw series lose their age when marked stale
+
     def _union(self, branches: dict[str, str]) -> str:
-        return " or ".join(self._branch(k, e) for k, e in branches.items())
+        return balanced_or([self._branch(k, e) for k, e in branches.items()])
+
+
+def balanced_or(exprs: list[str]) -> str:
+    """``(a or b) or (c or d)``: ``or`` hashes its left side, so a left-deep chain of k
+    branches costs O(k^2) per node and a balanced tree O(k log k)."""
+    if len(exprs) == 1:
+        return exprs[0]
+    mid = len(exprs) // 2
+    return f"({balanced_or(exprs[:mid])}) or ({balanced_or(exprs[mid:])})"

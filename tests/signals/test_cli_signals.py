@@ -107,3 +107,13 @@ def test_bad_config_is_reported(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["signals", "--config", str(bad)])
     assert result.exit_code == 1
     assert "signals.prometheus.passwd" in result.output
+
+
+def test_print_rules(tmp_path: Path) -> None:
+    cfg = tmp_path / "signals.yaml"
+    cfg.write_text("policies_dir: p\nsignals: {prometheus: {url: 'http://p:9090', "
+                   "node_label: hostname}}\n")
+    result = CliRunner().invoke(app, ["signals", "--config", str(cfg), "--print-rules"])
+    assert result.exit_code == 0, result.output
+    assert "record: gas:gpu_util:avg_by_node" in result.output
+    assert "avg by (hostname)" in result.output

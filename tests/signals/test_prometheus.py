@@ -19,9 +19,10 @@ from autoscaler.sandbox.dcgm_exporter import (
     SyntheticDcgm,
 )
 from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
+from autoscaler.sandbox.prometheus import PrometheusServer, backfill_rules, write_file_sd
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import MetricsReading, PrometheusReader
+from autoscaler.signals.rules import recording_rules
 from tests.builders import make_policy
 from tests.signals.history import History, tick_end
 
@@ -162,6 +163,57 @@ def test_prometheus_stopped_mid_test_marks_data_missing(tmp_path: Path) -> None:
     assert time.monotonic() - started < 5
     assert after.error == f"prometheus unreachable at {prom.url}"
     assert after.nodes == {}
+
+
+# ---------------------------------------------------- recording-rule mode
+
+
+@pytest.fixture(scope="module")
+def recorded_prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """Raw history plus the recording rules evaluated over it every 30 s up to END."""
+    work = tmp_path_factory.mktemp("prom-recorded")
+    build_history(END).backfill(work / "data")
+    with PrometheusServer(work / "raw", data_dir=work / "data") as raw:
+        backfill_rules(raw.url, recording_rules("Hostname", "30s"), END.timestamp() - 1200,
+                       END.timestamp(), work / "data")
+    with PrometheusServer(work / "recorded", data_dir=work / "data") as prom:
+        yield prom
+
+
+def test_recorded_series_give_the_same_answers(history_prom: PrometheusServer,
+                                               recorded_prom: PrometheusServer) -> None:
+    raw, _ = read(history_prom.url)
+    recorded, http_queries = read(recorded_prom.url, recording_rules=True)
+    # No follow-up query: the recorded newest-sample timestamp survives dropouts.
+    assert recorded.error is None and recorded.queries == http_queries == 2
+    # Rules are evaluated on Prometheus' own 30 s grid: the last evaluation saw either the
+    # newest sample (age 5 s) or the one before (age 35 s); windows shift with it.
+    one = recorded.nodes["vision-gpu-1"].metrics
+    assert one is not None and one.sample_age_s in (5.0, 35.0)
+    shifted = one.sample_age_s == 35.0
+    assert (one.util_mean, one.util_max) == ((33.0, 80.0) if shifted else (30.0, 40.0))
+    t4 = recorded.nodes["search-t4-1"].metrics
+    assert t4 is not None
+    assert t4.util_mean == pytest.approx((5 * 50 + 25) / 6 if shifted else 50.0)
+    for node in ("vision-gpu-1", "vision-gpu-2", "search-t4-1"):
+        exact = {"util_max_idle_window", "mem_used_mib", "mem_free_mib", "temperature_max_c",
+                 "power_w", "xid_errors", "thermal_throttle", "gpus_reporting"}
+        got = recorded.nodes[node].metrics
+        want = raw.nodes[node].metrics
+        assert got is not None and want is not None
+        assert got.model_dump(include=exact) == want.model_dump(include=exact), node
+    for node in ("vision-gpu-3", "vision-gpu-4", "vision-gpu-5"):
+        assert recorded.nodes[node].metrics_missing == raw.nodes[node].metrics_missing, node
+
+
+def test_rule_file_names_the_node_label() -> None:
+    rules = recording_rules("hostname", "10s")["groups"][0]
+    assert rules["interval"] == "10s"
+    exprs = {r["record"]: r["expr"] for r in rules["rules"]}
+    assert exprs["gas:gpu_util:avg_by_node"] == 'avg by (hostname) (DCGM_FI_DEV_GPU_UTIL{hostname!=""})'
+    assert exprs["gas:gr_engine_active:newest_by_node"] == (
+        'max by (hostname) (timestamp(DCGM_FI_PROF_GR_ENGINE_ACTIVE{hostname!=""}))')
+    assert len(exprs) == 14
 
 
 # ------------------------------------------------------------ live scrape
