@@ -2,11 +2,13 @@
 
 For each fleet size a real Prometheus (the Debian package) starts on a TSDB backfilled with
 22 minutes of synthetic DCGM series (30 s apart: util, memory, temperature, power, XID,
-throttle reasons) for the nodes of the three example policies, and the signals reader
-runs several ticks against it. HTTP queries are counted on the wire (a requests response
-hook), not taken from the reader's own counter.
+throttle reasons) for the nodes of the three example policies, plus the gpu-autoscaler
+recording rules evaluated over that history (``promtool tsdb create-blocks-from rules``).
+The signals reader runs several ticks against it in both modes: raw per-GPU series (the
+default) and recorded per-node series (``prometheus.recording_rules: true``). HTTP
+queries are counted on the wire (a requests response hook), not taken from the reader.
 
-    python benchmarks/bench_signals.py [--sizes 100 1000] [--ticks 5]
+    python benchmarks/bench_signals.py [--sizes 100 1000] [--ticks 5] [--mode raw|recorded]
 
 Last line: queries_per_tick_100=<a> queries_per_tick_1000=<b> read_ms_1000=<c>
 ratio_1000_over_100=<d>
@@ -137,7 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs=2, default=[100, 1000], metavar=("SMALL", "BIG"))
     parser.add_argument("--ticks", type=int, default=5)
-    parser.add_argument("--mode", choices=["raw", "recorded"], default="recorded",
+    parser.add_argument("--mode", choices=["raw", "recorded"], default="raw",
                         help="Which reader mode the last line reports (both are printed).")
     args = parser.parse_args()
     catalog = load_catalog(ROOT / "examples" / "prices-alicloud.yaml")

@@ -28,7 +28,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,9 +324,3 @@ class SlurmCluster:
             return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
-
-    def wait_idle(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        for spec in self.nodes.values():
-            if spec.local:
-                self.wait_node_state(spec.name, {"idle"}, max(1.0, deadline - time.monotonic()))

@@ -61,6 +61,14 @@ class SignalsResult:
     prometheus_queries: int = 0
 
 
+@dataclass
+class _Scheduled:
+    nodes: dict[str, SchedulerNode] = field(default_factory=dict)
+    unattributed: dict[str, list[PendingJob]] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
 class SignalReader:
     """Reads every configured source; readers can be injected (tests use fakes)."""
 
@@ -102,27 +110,10 @@ class SignalReader:
             pool_obs = {k: o.model_copy(update={"metrics_missing": metrics.error})
                         for k, o in pool_obs.items()}
         sources["prometheus"] = metrics.error or f"ok: {len(metrics.nodes)} nodes"
-        sched_nodes: dict[str, SchedulerNode] = {}
-        unattributed: dict[str, list[PendingJob]] = {}
-        for kind in SCHEDULERS:
-            refs = pools_in_priority_order(policies, self.catalog, kind)
-            if not refs:
-                continue
-            reading = self._scheduler(kind, refs)
-            if reading.error is not None:
-                missing.add(kind)
-                for ref in refs:
-                    pool_obs[ref.key] = pool_obs[ref.key].model_copy(
-                        update={"scheduler_missing": reading.error})
-                sources[kind] = reading.error
-                continue
-            for ref in refs:
-                pool_obs[ref.key] = pool_obs[ref.key].model_copy(
-                    update={"pending": reading.pending.get(ref.key, [])})
-            for name, sn in reading.nodes.items():
-                sched_nodes.setdefault(name, sn)
-            unattributed[kind] = reading.unattributed
-            sources[kind] = f"ok: {len(reading.nodes)} nodes via {reading.source}"
+        scheduled = self._schedulers(policies, pool_obs)
+        missing.update(scheduled.missing)
+        sources.update(scheduled.sources)
+        sched_nodes, unattributed = scheduled.nodes, scheduled.unattributed
         if metrics.error is not None:
             node_missing = metrics.error
             metrics_nodes = {n: NodeObservation(metrics_missing=metrics.error) for n in node_pools}
@@ -136,6 +127,31 @@ class SignalReader:
             missing=sorted(missing),
         )
         return SignalsResult(snapshot, unattributed, sources, metrics.queries)
+
+    def _schedulers(self, policies: Mapping[str, TeamPolicy],
+                    pool_obs: dict[str, PoolObservation]) -> _Scheduled:
+        """Reads each scheduler some pool uses; fills ``pool_obs`` in place."""
+        out = _Scheduled()
+        for kind in SCHEDULERS:
+            refs = pools_in_priority_order(policies, self.catalog, kind)
+            if not refs:
+                continue
+            reading = self._scheduler(kind, refs)
+            if reading.error is not None:
+                out.missing.add(kind)
+                out.sources[kind] = reading.error
+                for ref in refs:
+                    pool_obs[ref.key] = pool_obs[ref.key].model_copy(
+                        update={"scheduler_missing": reading.error})
+                continue
+            for ref in refs:
+                pool_obs[ref.key] = pool_obs[ref.key].model_copy(
+                    update={"pending": reading.pending.get(ref.key, [])})
+            for name, sn in reading.nodes.items():
+                out.nodes.setdefault(name, sn)
+            out.unattributed[kind] = reading.unattributed
+            out.sources[kind] = f"ok: {len(reading.nodes)} nodes via {reading.source}"
+        return out
 
     def _metrics(self, node_pools: dict[str, Pool], pools: dict[str, Pool],
                  now: datetime) -> MetricsReading:
