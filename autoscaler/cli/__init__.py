@@ -29,6 +29,8 @@ COMMANDS = [
     "autoscaler.cli.prices",
     "autoscaler.cli.signals",
     "autoscaler.cli.simulate",
+    "autoscaler.cli.run",
+    "autoscaler.cli.status",
 ]
 
 for _name in COMMANDS:

@@ -1,0 +1,109 @@
+"""``gpu-autoscaler run --config FILE``: the long-running service; ``config validate FILE``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from autoscaler.catalog import CatalogError, load_catalog
+from autoscaler.cli.common import console, fail
+from autoscaler.policy import load_dir
+from autoscaler.service.config import ServiceConfig
+from autoscaler.service.config_load import ConfigError, load_config
+
+CONFIG_HELP = ("Service config (YAML): policies_dir, signals, clouds, store, terraform, "
+               "ansible, engine caps, tick interval, http. See examples/config-sandbox.yaml.")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    # One line per job run would drown the service's own lines; warnings still show.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    for noisy in ("botocore", "urllib3", "kubernetes"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def read_config(path: Path) -> ServiceConfig:
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        fail(f"{path} is not a valid service config:\n{exc}")
+    problems = config.check_secrets()
+    if problems:
+        fail("\n".join(problems))
+    return config
+
+
+def run(
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP, exists=True,
+                                         dir_okay=False)],
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Decide and preview every tick (plans are logged and stored as dry "
+        "runs) but change nothing: no Terraform, Ansible, drain or reconcile.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Run a single tick and exit.")] = False,
+) -> None:
+    """Run the autoscaler: every tick read signals, decide, record the plan, act.
+
+    SIGTERM (or Ctrl-C) lets the current step finish, releases the leader lease and exits;
+    a restart resumes from the store.
+    """
+    from autoscaler.service.app import build_service
+
+    cfg = read_config(config)
+    configure_logging(cfg.log_level)
+    service = build_service(cfg, dry_run=dry_run)
+    if once:
+        try:
+            report = service.tick()
+        finally:
+            service.close()
+        if report.error is not None:
+            raise typer.Exit(1)
+        return
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger(__name__).info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    service.run(stop)
+
+
+config_app = typer.Typer(help="Check service config files.", no_args_is_help=True)
+
+
+@config_app.command("validate")
+def validate(
+    path: Annotated[Path, typer.Argument(help="Service config file.", exists=True, dir_okay=False)],
+) -> None:
+    """Validate a service config and the policies it points at (errors as file:line)."""
+    cfg = read_config(path)
+    try:
+        catalog = load_catalog(cfg.prices_file)
+    except CatalogError as exc:
+        fail(str(exc))
+    policies, errors = load_dir(cfg.policies_dir, catalog)
+    for err in errors:
+        console.print(f"[red]{err}[/]", highlight=False, soft_wrap=True)
+    pools = sum(len(p.pools) for p in policies.values())
+    console.print(f"{path}: ok — {len(policies)} team(s), {pools} pool(s) in {cfg.policies_dir}; "
+                  f"tick every {cfg.tick.interval.total_seconds():g}s; store "
+                  f"{cfg.store.display_url()}; http {cfg.http.listen if cfg.http.enabled else 'off'}",
+                  highlight=False, soft_wrap=True)
+    if errors:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.add_typer(config_app, name="config")

@@ -1,0 +1,1 @@
+"""The long-running service: tick loop, executor, reconciler, leader lease, HTTP API, reload."""

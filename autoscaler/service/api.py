@@ -1,0 +1,148 @@
+"""The service's HTTP API (stdlib ``http.server`` in a thread; loopback by default).
+
+* ``GET /healthz``  liveness: 200 when the loop ticked within 3 x the tick interval,
+  else 503 with the reason (no token: probes must reach it).
+* ``GET /metrics``  Prometheus exposition of :class:`ServiceMetrics` (no token).
+* ``GET /status``   JSON: fleet, last plan with reasons, policy errors, leader, data.
+* ``GET /plan``     JSON: the last plan only.
+
+``/status`` and ``/plan`` need ``Authorization: Bearer <token>`` when a token is
+configured; without one the API refuses to listen anywhere but loopback.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from autoscaler.service.metrics import CONTENT_TYPE
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class ApiHandlers:
+    health: Callable[[], Health]
+    metrics: Callable[[], bytes]
+    status: Callable[[], dict[str, Any]]
+    plan: Callable[[], dict[str, Any] | None]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "gpu-autoscaler"
+        sys_version = ""
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("http %s %s", self.address_string(), format % args)
+
+        def _send(self, code: int, body: bytes, ctype: str,
+                  headers: dict[str, str] | None = None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, code: int, data: Any, headers: dict[str, str] | None = None) -> None:
+            body = json.dumps(data, indent=1, default=str).encode()
+            self._send(code, body, "application/json", headers)
+
+        def _authorized(self) -> bool:
+            if token is None:
+                return True
+            given = self.headers.get("Authorization", "")
+            scheme, _, value = given.partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
+                                                                  token.encode()):
+                return True
+            self._json(401, {"error": "a bearer token is required"},
+                       {"WWW-Authenticate": 'Bearer realm="gpu-autoscaler"'})
+            return False
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0].rstrip("/") or "/"
+            try:
+                self._route(path)
+            except Exception:  # one bad request must not take the API down
+                log.exception("http %s failed", path)
+                self._json(500, {"error": "internal error (see the service log)"})
+
+        def _route(self, path: str) -> None:
+            if path == "/healthz":
+                health = api.health()
+                self._json(200 if health.ok else 503,
+                           {"status": "ok" if health.ok else "unhealthy", "reason": health.reason})
+            elif path == "/metrics":
+                self._send(200, api.metrics(), CONTENT_TYPE)
+            elif path in ("/status", "/plan"):
+                if self._authorized():
+                    self._json(200, api.status() if path == "/status" else api.plan())
+            else:
+                self._json(404, {"error": "not found", "paths": ["/healthz", "/metrics",
+                                                                 "/status", "/plan"]})
+
+    return Handler
+
+
+class ApiServer:
+    """``ApiServer(handlers, host, port, token).start()``; ``stop()`` on shutdown."""
+
+    def __init__(self, handlers: ApiHandlers, host: str = "127.0.0.1", port: int = 9464,
+                 token: str | None = None):
+        if token is None and not is_loopback(host):
+            raise ApiError(f"refusing to serve /status on {host} without a token: set "
+                           "http.token_env or http.token_file, or listen on 127.0.0.1")
+        self._httpd = ThreadingHTTPServer((host, port), _handler(handlers, token))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.2,),
+                                        name="http-api", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}"
+
+    def start(self) -> ApiServer:
+        self._thread.start()
+        log.info("HTTP API on %s (/healthz /metrics /status /plan)", self.url)
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)

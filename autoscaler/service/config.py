@@ -1,0 +1,208 @@
+"""The service configuration file (``gpu-autoscaler run --config FILE``).
+
+One YAML file, validated like the policies (unknown keys are errors with file:line and a
+suggestion; see :mod:`autoscaler.service.config_load`). Secrets never live in it: cloud
+credentials come from the standard environment/credential chain, and every other secret
+(HTTP token, store password, Prometheus auth) is named by an environment variable or a
+file. The loader rejects anything that looks like an inline secret.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from autoscaler.actuators.ansible.settings import AnsibleSettings
+from autoscaler.actuators.terraform.settings import TerraformSettings
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.fleet.store import DEFAULT_URL
+from autoscaler.policy.duration import Duration
+from autoscaler.signals.config import SecretError, SignalsConfig, read_secret
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TickSettings(_Model):
+    interval: Duration = Field(timedelta(seconds=30), description="Time between ticks.")
+    advance: bool = Field(True, description="Run the executor's side effects every tick.")
+
+    @field_validator("interval")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value < timedelta(seconds=1):
+            raise ValueError("tick.interval must be at least 1s")
+        return value
+
+
+class StoreSettings(_Model):
+    url: str = Field(DEFAULT_URL, description="SQLAlchemy URL: sqlite:///FILE (default) or "
+                     "postgresql+psycopg://user@host/db for two service instances.")
+    password_env: str | None = Field(
+        None, description="Environment variable with the database password (never in url).")
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, value: str) -> str:
+        try:
+            url = make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(f"not a database URL: {exc}") from None
+        if url.password:
+            raise ValueError("the store URL holds a password: remove it and name an environment "
+                             "variable in store.password_env (or use PGPASSWORD / ~/.pgpass)")
+        if url.get_backend_name() not in ("sqlite", "postgresql"):
+            raise ValueError("store.url must be sqlite:/// or postgresql+psycopg://")
+        return value
+
+    def resolved_url(self) -> str:
+        """The URL with the password from the environment (never logged)."""
+        password = read_secret(self.password_env, None, "store password")
+        if password is None:
+            return self.url
+        return make_url(self.url).set(password=password).render_as_string(hide_password=False)
+
+    def display_url(self) -> str:
+        return make_url(self.url).render_as_string(hide_password=True)
+
+
+class AwsCloudConfig(_Model):
+    regions: list[str] = Field(default_factory=list, description="Regions the pools use.")
+    endpoint_url: str | None = Field(None, description="Endpoint for every AWS API (moto in "
+                                     "the sandbox and tests).")
+    sqs_queue_url: str | None = Field(None, description="SQS queue fed by the EventBridge "
+                                      "spot interruption and rebalance rules.")
+
+
+class AlicloudConfig(_Model):
+    regions: list[str] = Field(default_factory=list)
+    endpoint: str | None = Field(None, description="ECS endpoint host:port (the fake ECS server "
+                                 "in tests).")
+
+
+class CloudsConfig(_Model):
+    aws: AwsCloudConfig = AwsCloudConfig()
+    alicloud: AlicloudConfig = AlicloudConfig()
+
+    def endpoint(self, cloud: str) -> str | None:
+        if cloud == "aws":
+            return self.aws.endpoint_url
+        if cloud == "alicloud":
+            return self.alicloud.endpoint
+        return None
+
+
+class AddressSettings(_Model):
+    """How the Ansible actuator and the drainers reach a node (DESIGN.md resolver seam)."""
+
+    source: Literal["terraform", "file"] = Field(
+        "terraform", description="terraform: the node's private IP from the Terraform output; "
+        "file: a JSON map {node: address} kept by another tool (the sandbox writes one).")
+    file: Path | None = None
+    wait: Duration = Field(timedelta(seconds=30), description="How long to wait for a node's "
+                           "entry in the file before reporting 'no address yet'.")
+
+    @model_validator(mode="after")
+    def _file_given(self) -> AddressSettings:
+        if self.source == "file" and self.file is None:
+            raise ValueError("addresses.source is file: set addresses.file")
+        return self
+
+
+class HttpSettings(_Model):
+    enabled: bool = True
+    listen: str = Field("127.0.0.1:9464", description="host:port; loopback by default.")
+    token_env: str | None = Field(None, description="Environment variable with the bearer "
+                                  "token that /status and /plan require.")
+    token_file: Path | None = Field(None, description="File with the bearer token.")
+
+    @model_validator(mode="after")
+    def _check(self) -> HttpSettings:
+        if self.token_env is not None and self.token_file is not None:
+            raise ValueError("set at most one of token_env or token_file")
+        host, _, port = self.listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("listen must be host:port, e.g. 127.0.0.1:9464")
+        return self
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+    def token(self) -> str | None:
+        """The bearer token, or None when /status is open (only allowed on loopback)."""
+        return read_secret(self.token_env, self.token_file, "http token")
+
+
+class LeaderSettings(_Model):
+    enabled: bool = Field(False, description="Take a lease in the store before acting; turn on "
+                          "when two instances share one PostgreSQL store.")
+    name: str = Field("gpu-autoscaler", description="Lease name (one per fleet).")
+    ttl: Duration = Field(timedelta(seconds=30), description="A dead leader is replaced after this.")
+    holder: str | None = Field(None, description="Identity of this instance; default host:pid.")
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl(cls, value: timedelta) -> timedelta:
+        if value < timedelta(seconds=2):
+            raise ValueError("leader.ttl must be at least 2s")
+        return value
+
+
+class ServiceConfig(_Model):
+    policies_dir: Path = Field(description="Directory of team policy files.")
+    prices_file: Path | None = Field(None, description="Operator price file (Alibaba prices).")
+    tick: TickSettings = TickSettings()
+    store: StoreSettings = StoreSettings()
+    signals: SignalsConfig = SignalsConfig()
+    clouds: CloudsConfig = CloudsConfig()
+    terraform: TerraformSettings = TerraformSettings()
+    ansible: AnsibleSettings = AnsibleSettings()
+    executor: dict[str, Any] = Field(default_factory=dict,
+                                     description="Executor settings (see ExecutorSettings).")
+    engine: EngineSettings = Field(EngineSettings(), description="Global caps: max_gpus, "
+                                   "max_hourly_usd; drain_removed_pools; preempt_lower_priority.")
+    addresses: AddressSettings = AddressSettings()
+    http: HttpSettings = HttpSettings()
+    leader: LeaderSettings = LeaderSettings()
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _shared_store(self) -> ServiceConfig:
+        if self.leader.enabled and self.store.url.startswith("sqlite") and ":memory:" in self.store.url:
+            raise ValueError("leader.enabled needs a shared store, not sqlite :memory:")
+        return self
+
+    def check_secrets(self) -> list[str]:
+        """Secrets named by the file that are not there (an error before the first tick)."""
+        problems = []
+        for what, read in (("http token", self.http.token), ("store password",
+                                                              self.store.resolved_url)):
+            try:
+                read()
+            except SecretError as exc:
+                problems.append(f"{what}: {exc}")
+        return problems
+
+
+__all__ = [
+    "AddressSettings",
+    "AlicloudConfig",
+    "AwsCloudConfig",
+    "CloudsConfig",
+    "HttpSettings",
+    "LeaderSettings",
+    "ServiceConfig",
+    "StoreSettings",
+    "TickSettings",
+]

@@ -1,0 +1,274 @@
+"""One tick of the service: observe -> decide -> record -> act.
+
+``ServiceLoop.tick()`` is what the scheduler runs every ``tick.interval`` (never two at
+once: the job has ``max_instances=1``). In order:
+
+1. renew the leader lease (a follower only reloads policies and refreshes its metrics);
+2. reload changed policy files (a broken file keeps its team's last good policy);
+3. reconcile the store with Terraform state, the cloud and the scheduler;
+4. read the signals (Prometheus, Slurm/Kubernetes, prices) into one Snapshot;
+5. ``decide()`` with ``now`` from the injected clock; record the plan and its reasons in
+   the store and log one line per action;
+6. hand the plan to the executor (``submit``), then let it do the side effects
+   (``advance``); capacity errors it meets go back into the price signals.
+
+A stage that raises ends the tick: it is logged with the stage and the exception, counted
+in ``gpu_autoscaler_tick_errors{stage}``, and the next tick runs as usual. A reconciler
+failure does not end the tick (it is a safety net; scaling must not wait for it).
+``--dry-run`` stops after step 5 (the plan is stored as a dry run) and changes nothing.
+A stop request (SIGTERM) lets the current step finish and skips the rest of the tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from autoscaler.catalog import Catalog
+from autoscaler.engine import EngineSettings, Plan, decide
+from autoscaler.engine.plan import Hold
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.snapshot import CapacityError, Offering, Snapshot
+from autoscaler.fleet.lifecycle import BILLABLE
+from autoscaler.fleet.node import FleetView, Node
+from autoscaler.fleet.store import FleetStore
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.service.leader import Leadership
+from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.reload import PolicyReloader
+from autoscaler.service.status import LoopState, describe_action
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ExecutorLike(Protocol):
+    def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]: ...
+
+    def advance(self) -> Any: ...
+
+
+class ReconcilerLike(Protocol):
+    def run(self) -> Any: ...
+
+
+class SignalsLike(Protocol):
+    def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
+             now: datetime, *, offerings: Iterable[Offering] = (),
+             capacity_errors: Iterable[CapacityError] = (),
+             interrupted: Iterable[str] = ()) -> Snapshot: ...
+
+
+class PriceViewLike(Protocol):
+    def into(self, snapshot: Snapshot) -> Snapshot: ...
+
+
+class PricesLike(Protocol):
+    def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceViewLike: ...
+
+    def record_capacity_error(self, error: CapacityError) -> None: ...
+
+
+class TickError(Exception):
+    def __init__(self, stage: str, cause: BaseException):
+        super().__init__(f"{stage}: {type(cause).__name__}: {cause}")
+        self.stage = stage
+        self.cause = cause
+
+
+@dataclass
+class TickReport:
+    started_at: datetime
+    leader: bool = False
+    plan_id: int | None = None
+    plan: Plan | None = None
+    created: list[str] = field(default_factory=list)
+    advance: Any = None
+    reconcile: Any = None
+    stopped_early: bool = False
+    error: TickError | None = None
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ServiceLoop:
+    """Everything one tick needs; every collaborator is injected (tests pass fakes)."""
+
+    def __init__(self, *, store: FleetStore, reloader: PolicyReloader, signals: SignalsLike,
+                 catalog: Catalog, metrics: ServiceMetrics, leadership: Leadership,
+                 executor: ExecutorLike | None = None, reconciler: ReconcilerLike | None = None,
+                 prices: PricesLike | None = None, engine: EngineSettings | None = None,
+                 clock: Callable[[], datetime] = utc_now, dry_run: bool = False,
+                 interval_s: float = 30.0):
+        if executor is None and not dry_run:
+            raise ValueError("a live loop needs an executor (or run with dry_run=True)")
+        self.store, self.reloader, self.signals = store, reloader, signals
+        self.catalog, self.metrics, self.leadership = catalog, metrics, leadership
+        self.executor, self.reconciler, self.prices = executor, reconciler, prices
+        self.engine = engine or EngineSettings()
+        self.clock, self.dry_run = clock, dry_run
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._holds: set[str] = set()
+        self.last_snapshot: Snapshot | None = None
+        self.state = LoopState(started_at=clock(), interval_s=interval_s, dry_run=dry_run)
+
+    # -- control ------------------------------------------------------------------
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def policies(self) -> dict[str, TeamPolicy]:
+        """The current effective policies (what the executor reads for bootstrap settings)."""
+        return self.reloader.policies
+
+    # -- the tick -------------------------------------------------------------------
+    def tick(self) -> TickReport:
+        """Run one tick; never raises (errors are logged, counted and reported)."""
+        with self._lock:  # belt and braces: the scheduler already forbids overlap
+            started = time.monotonic()
+            report = TickReport(started_at=self.clock())
+            try:
+                self._run(report)
+            except TickError as exc:
+                report.error = exc
+                self.metrics.tick_errors.labels(exc.stage).inc()
+                log.error("tick failed in %s: %s", exc.stage, exc, exc_info=exc.cause)
+            finally:
+                self._finish(report, time.monotonic() - started)
+            return report
+
+    def _run(self, report: TickReport) -> None:
+        report.leader = self._stage("leader", self.leadership.renew)
+        reload = self._stage("reload", self.reloader.refresh)
+        self.metrics.set_policy_errors(reload.errors)
+        if not report.leader:
+            return
+        if not self.dry_run and self.reconciler is not None:
+            report.reconcile = self._reconcile()
+        policies = self.reloader.policies
+        fleet = self._stage("fleet", self.store.fleet_view)
+        now = self.clock()
+        snapshot = self._stage("signals", lambda: self._snapshot(policies, fleet, now))
+        plan = self._stage("decide", lambda: decide(policies, fleet, snapshot, now,
+                                                    catalog=self.catalog, settings=self.engine))
+        report.plan = plan
+        report.plan_id = self._stage("record", lambda: self.store.record_plan(
+            plan, dry_run=self.dry_run))
+        self._log_plan(report.plan_id, plan)
+        self.metrics.count_plan(plan, self.dry_run)
+        self.metrics.set_pools(plan)
+        self._observe(snapshot, plan)
+        if self.dry_run or self._should_stop(report):
+            return
+        executor = self.executor
+        if executor is None:  # guarded in __init__; keeps type checkers honest
+            return
+        report.created = self._stage("submit", lambda: executor.submit(plan, report.plan_id))
+        if self._should_stop(report):
+            return
+        report.advance = self._stage("advance", executor.advance)
+        self._feed_capacity_errors(report.advance)
+
+    def _stage(self, stage: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except Exception as exc:
+            raise TickError(stage, exc) from exc
+
+    def _should_stop(self, report: TickReport) -> bool:
+        if self.stopping:
+            report.stopped_early = True
+            log.info("stop requested: skipping the rest of this tick")
+            return True
+        if not self.leadership.is_leader():
+            report.stopped_early = True
+            log.warning("leader lease lost during the tick: not acting on this plan")
+            return True
+        return False
+
+    def _reconcile(self) -> Any:
+        reconciler = self.reconciler
+        if reconciler is None:
+            return None
+        try:
+            return reconciler.run()
+        except Exception:
+            self.metrics.tick_errors.labels("reconcile").inc()
+            log.exception("reconciler failed; deciding on the store as it is")
+            return None
+
+    def _snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,
+                  now: datetime) -> Snapshot:
+        snapshot = self.signals.read(policies, fleet.nodes, now)
+        if self.prices is not None:
+            snapshot = self.prices.observe(policies).into(snapshot)
+        return snapshot
+
+    def _feed_capacity_errors(self, advance: Any) -> None:
+        errors = getattr(advance, "capacity_errors", None) or []
+        if self.prices is None:
+            return
+        for err in errors:
+            if isinstance(err, CapacityError):
+                self.prices.record_capacity_error(err)
+
+    # -- reporting ------------------------------------------------------------------
+    def _log_plan(self, plan_id: int, plan: Plan) -> None:
+        mode = "dry-run plan" if self.dry_run else "plan"
+        holds = set()
+        for action in plan.actions:
+            line = f"{mode} {plan_id}: {action.kind} {describe_action(action)}: {action.reason}"
+            if isinstance(action, Hold):
+                holds.add(action.reason)
+                # A hold repeats every tick while its cause lasts: log it when it starts.
+                log.log(logging.DEBUG if action.reason in self._holds else logging.INFO, "%s", line)
+            else:
+                log.info("%s", line)
+        self._holds = holds
+        if not plan.changes():
+            log.debug("%s %d: no changes", mode, plan_id)
+
+    def _observe(self, snapshot: Snapshot, plan: Plan) -> None:
+        missing = {k: s.data_missing for k, s in plan.pools.items() if s.data_missing}
+        self.state = replace(self.state, missing_sources=tuple(snapshot.missing),
+                             data_missing=missing)
+        self.last_snapshot = snapshot
+
+    def _finish(self, report: TickReport, seconds: float) -> None:
+        self.metrics.ticks.inc()
+        self.metrics.tick_duration.observe(seconds)
+        self.metrics.last_tick.set(time.time())
+        self.metrics.leader.set(1 if report.leader else 0)
+        try:
+            self._fleet_metrics()
+        except Exception:
+            log.exception("cannot refresh fleet metrics from the store")
+        err = report.error
+        self.state = replace(
+            self.state, ticks=self.state.ticks + 1, last_tick_at=self.clock(),
+            last_tick_monotonic=time.monotonic(), last_duration_s=round(seconds, 3),
+            last_ok_at=self.state.last_ok_at if err else self.clock(),
+            last_error=str(err) if err else None, last_error_stage=err.stage if err else None,
+            is_leader=report.leader,
+            last_plan_id=report.plan_id if report.plan_id is not None else self.state.last_plan_id)
+
+    def _fleet_metrics(self) -> None:
+        nodes = self.store.nodes()
+        snapshot = self.last_snapshot or Snapshot(taken_at=self.clock())
+        prices = Prices(self.catalog, snapshot, self.clock())
+        per_pool: dict[str, float] = {}
+        for node in nodes:
+            if node.state in BILLABLE:
+                per_pool[node.pool_key] = per_pool.get(node.pool_key, 0.0) + prices.node_hourly(node)
+        self.metrics.set_fleet(nodes, {k: round(v, 4) for k, v in per_pool.items()})

@@ -1,0 +1,112 @@
+"""The service's Prometheus metrics (``/metrics``), in a registry of their own.
+
+Counters only grow; gauges are rewritten from the store and the last snapshot at the end
+of every tick, so a follower instance (not the leader) still reports the fleet it sees.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from autoscaler.engine.plan import Action, Plan
+from autoscaler.fleet.node import Node
+from autoscaler.policy.errors import PolicyError
+
+PREFIX = "gpu_autoscaler"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+
+
+def action_trigger(action: Action) -> str:
+    """The reason-trigger label: why this kind of action happened."""
+    trigger = getattr(action, "trigger", None)
+    if trigger:
+        return str(trigger)
+    what = getattr(action, "what", None)
+    if what:
+        return str(what)
+    return {"cancel_drain": "demand", "terminate": "cleanup", "report_job": "max-job-runtime"}.get(
+        action.kind, "")
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.ticks = Counter(f"{PREFIX}_ticks", "Ticks run (leader or not).", registry=r)
+        self.tick_errors = Counter(f"{PREFIX}_tick_errors", "Ticks that failed, by stage.",
+                                   ["stage"], registry=r)
+        self.tick_duration = Histogram(f"{PREFIX}_tick_duration_seconds", "Duration of a tick.",
+                                       buckets=TICK_BUCKETS, registry=r)
+        self.last_tick = Gauge(f"{PREFIX}_last_tick_timestamp_seconds",
+                               "Unix time the last tick finished.", registry=r)
+        self.decisions = Counter(f"{PREFIX}_decisions", "Plans decided, by mode.", ["mode"],
+                                 registry=r)
+        self.actions = Counter(f"{PREFIX}_actions", "Actions decided, by type and trigger.",
+                               ["kind", "trigger", "mode"], registry=r)
+        self.nodes = Gauge(f"{PREFIX}_nodes", "Nodes in the store by team, pool, market, state.",
+                           ["team", "pool", "market", "state"], registry=r)
+        self.fleet_hourly = Gauge(f"{PREFIX}_fleet_hourly_usd",
+                                  "$/h of every billable node, at current prices.", registry=r)
+        self.pool_hourly = Gauge(f"{PREFIX}_pool_hourly_usd", "$/h per pool.", ["pool"], registry=r)
+        self.gpu_util = Gauge(f"{PREFIX}_gpu_utilization_percent",
+                              "Mean GPU utilization the engine saw per pool.", ["pool"], registry=r)
+        self.data_missing = Gauge(f"{PREFIX}_data_missing",
+                                  "1 when a pool's signals are missing (scale-down frozen).",
+                                  ["pool"], registry=r)
+        self.policy_errors = Gauge(f"{PREFIX}_policy_errors",
+                                   "Policy problems per file (the team keeps its last good policy).",
+                                   ["file"], registry=r)
+        self.leader = Gauge(f"{PREFIX}_leader", "1 when this instance holds the lease.", registry=r)
+        self._node_labels: set[tuple[str, str, str, str]] = set()
+        self._pool_labels: set[str] = set()
+        self._missing_pools: set[str] = set()
+        self._util_pools: set[str] = set()
+        self._error_files: set[str] = set()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def count_plan(self, plan: Plan, dry_run: bool) -> None:
+        mode = "dry-run" if dry_run else "live"
+        self.decisions.labels(mode).inc()
+        for action in plan.actions:
+            self.actions.labels(action.kind, action_trigger(action), mode).inc()
+
+    def set_fleet(self, nodes: Iterable[Node], pool_usd: Mapping[str, float]) -> None:
+        tally = Tally((n.team, n.pool, n.market.value, n.state.value) for n in nodes)
+        for stale in self._node_labels - set(tally):
+            self.nodes.labels(*stale).set(0)
+        for labels, count in tally.items():
+            self.nodes.labels(*labels).set(count)
+        self._node_labels |= set(tally)
+        for pool in self._pool_labels - set(pool_usd):
+            self.pool_hourly.labels(pool).set(0)
+        for pool, usd in pool_usd.items():
+            self.pool_hourly.labels(pool).set(usd)
+        self._pool_labels |= set(pool_usd)
+        self.fleet_hourly.set(round(sum(pool_usd.values()), 4))
+
+    def set_pools(self, plan: Plan) -> None:
+        """Per-pool signals of the last decision (labels of pools gone since are removed)."""
+        missing = {p: 1 if s.data_missing else 0 for p, s in plan.pools.items()}
+        util = {p: s.util_mean for p, s in plan.pools.items() if s.util_mean is not None}
+        for gauge, labels, values in ((self.data_missing, self._missing_pools, missing),
+                                      (self.gpu_util, self._util_pools, util)):
+            for gone in labels - set(values):
+                gauge.remove(gone)
+            for pool, value in values.items():
+                gauge.labels(pool).set(value)
+        self._missing_pools, self._util_pools = set(missing), set(util)
+
+    def set_policy_errors(self, errors: Iterable[PolicyError]) -> None:
+        per_file = Tally(e.file for e in errors)
+        for gone in self._error_files - set(per_file):
+            self.policy_errors.labels(gone).set(0)
+        for file, count in per_file.items():
+            self.policy_errors.labels(file).set(count)
+        self._error_files |= set(per_file)
+

@@ -1,0 +1,139 @@
+"""The ``/status`` document: fleet, last plan with reasons, policy errors, leader, data.
+
+Built from the store (so a follower reports the same fleet as the leader) plus the loop's
+own state. Only names, states, prices and reasons go in: nothing from the config file,
+the environment or the actuators' logs, so no secret can reach it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from autoscaler.catalog import Catalog
+from autoscaler.engine.plan import Action, Hold, Launch, Plan, Replace, ReportJob
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.snapshot import Snapshot
+from autoscaler.fleet.lifecycle import BILLABLE
+from autoscaler.fleet.node import Node
+from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.tables import PlanRow, TransitionRow
+from autoscaler.policy.errors import PolicyError
+
+RECENT_TRANSITIONS = 30
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """What /healthz and /status need from the loop (replaced whole after every tick)."""
+
+    started_at: datetime
+    interval_s: float
+    dry_run: bool
+    ticks: int = 0
+    last_tick_at: datetime | None = None
+    last_tick_monotonic: float | None = None
+    last_duration_s: float | None = None
+    last_ok_at: datetime | None = None
+    last_error: str | None = None
+    last_error_stage: str | None = None
+    is_leader: bool = False
+    last_plan_id: int | None = None
+    missing_sources: tuple[str, ...] = ()
+    data_missing: dict[str, str] = field(default_factory=dict)
+
+
+def describe_action(action: Action) -> str:
+    """What an action is about, in a few words (the reason says why)."""
+    if isinstance(action, Launch):
+        zone = f" {action.zone}" if action.zone else ""
+        return f"{action.pool} {action.count} x {action.instance_type} {action.market.value}{zone}"
+    if isinstance(action, Replace):
+        return f"{action.pool} {action.node} -> {action.instance_type} {action.market.value}"
+    if isinstance(action, ReportJob):
+        return f"{action.pool} job {action.job} on {action.node}"
+    if isinstance(action, Hold):
+        return f"{action.pool} {action.what}"
+    return f"{action.pool} {getattr(action, 'node', '')}".rstrip()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def node_json(node: Node, hourly: float) -> dict[str, Any]:
+    return {"name": node.name, "team": node.team, "pool": node.pool_key, "cloud": node.cloud,
+            "region": node.region, "zone": node.zone, "instance_type": node.instance_type,
+            "market": node.market.value, "state": node.state.value,
+            "since": _iso(node.state_since), "instance_id": node.instance_id,
+            "hourly_usd": round(hourly, 4), "reason": node.reason,
+            "drain_trigger": node.drain_trigger}
+
+
+def plan_json(store: FleetStore) -> dict[str, Any] | None:
+    """The newest plan with its reasons, and what the executor did with each action."""
+    with store.session() as s:
+        row = s.scalars(select(PlanRow).order_by(PlanRow.id.desc()).limit(1)).first()
+        if row is None:
+            return None
+        plan_id, dry_run, body = row.id, row.dry_run, row.body
+    plan = Plan.model_validate(body)
+    statuses = [{"kind": a.kind, "pool": a.pool, "node": a.node, "status": a.status,
+                 "detail": a.detail} for a in store.actions(plan_id=plan_id)]
+    return {"id": plan_id, "decided_at": _iso(plan.decided_at), "dry_run": dry_run,
+            "changes": len(plan.changes()), "plan": plan.model_dump(mode="json"),
+            "action_status": statuses}
+
+
+def recent_transitions(store: FleetStore, limit: int = RECENT_TRANSITIONS) -> list[dict[str, Any]]:
+    with store.session() as s:
+        rows = list(s.scalars(select(TransitionRow).order_by(TransitionRow.id.desc()).limit(limit)))
+    return [{"node": r.node, "from": r.from_state, "to": r.to_state, "at": _iso(r.at),
+             "reason": r.reason} for r in reversed(rows)]
+
+
+def fleet_json(nodes: Iterable[Node], catalog: Catalog, snapshot: Snapshot | None,
+               now: datetime) -> dict[str, Any]:
+    prices = Prices(catalog, snapshot or Snapshot(taken_at=now), now)
+    rows: list[dict[str, Any]] = []
+    pools: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        hourly = prices.node_hourly(node) if node.state in BILLABLE else 0.0
+        rows.append(node_json(node, hourly))
+        pool = pools.setdefault(node.pool_key, {"nodes": 0, "hourly_usd": 0.0, "states": Counter()})
+        pool["nodes"] += 1
+        pool["hourly_usd"] = round(pool["hourly_usd"] + hourly, 4)
+        pool["states"][node.state.value] += 1
+    for pool in pools.values():
+        pool["states"] = dict(sorted(pool["states"].items()))
+    return {"nodes": rows, "pools": dict(sorted(pools.items())),
+            "hourly_usd": round(sum(p["hourly_usd"] for p in pools.values()), 4)}
+
+
+def loop_json(state: LoopState) -> dict[str, Any]:
+    return {"started_at": _iso(state.started_at), "interval_s": state.interval_s,
+            "dry_run": state.dry_run, "ticks": state.ticks,
+            "last_tick_at": _iso(state.last_tick_at), "last_duration_s": state.last_duration_s,
+            "last_ok_at": _iso(state.last_ok_at), "last_error": state.last_error,
+            "last_error_stage": state.last_error_stage}
+
+
+def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
+                 policy_errors: Iterable[PolicyError], catalog: Catalog,
+                 snapshot: Snapshot | None, now: datetime) -> dict[str, Any]:
+    return {
+        "now": _iso(now),
+        "loop": loop_json(state),
+        "leader": leader,
+        "fleet": fleet_json(store.nodes(), catalog, snapshot, now),
+        "last_plan": plan_json(store),
+        "transitions": recent_transitions(store),
+        "policy_errors": [str(e) for e in policy_errors],
+        "data_missing": dict(sorted(state.data_missing.items())),
+        "sources_missing": list(state.missing_sources),
+    }

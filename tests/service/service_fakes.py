@@ -1,0 +1,182 @@
+"""Fakes and builders for the service loop tests (same Protocols as the real parts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from autoscaler.catalog import default_catalog
+from autoscaler.engine import Plan
+from autoscaler.engine.plan import Drain, Launch, Terminate
+from autoscaler.engine.snapshot import CapacityError, NodeObservation, Offering, PoolObservation, Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.fleet.store import FleetStore
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.service.config import LeaderSettings
+from autoscaler.service.leader import Leadership
+from autoscaler.service.loop import ServiceLoop
+from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.reload import PolicyReloader
+from autoscaler.signals.prices import PriceView
+from tests.builders import NOW, make_pool_dict
+
+
+def write_policy(directory: Path, team: str = "vision", **pool_kw: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    doc = {"apiVersion": "gpu-autoscaler/v1", "team": team, "priority": "high",
+           "pools": [make_pool_dict(**pool_kw)]}
+    path = directory / f"{team}.yaml"
+    YAML(typ="safe").dump(doc, path)
+    return path
+
+
+class Clock:
+    """A wall clock the test moves by hand."""
+
+    def __init__(self, start: datetime = NOW):
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@dataclass
+class FakeSignals:
+    """Returns what the test set: per-pool pending jobs and per-node observations."""
+
+    pools: dict[str, PoolObservation] = field(default_factory=dict)
+    nodes: dict[str, NodeObservation] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    next_error: Exception | None = None
+    calls: int = 0
+
+    def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node], now: datetime,
+             *, offerings: Iterable[Offering] = (), capacity_errors: Iterable[CapacityError] = (),
+             interrupted: Iterable[str] = ()) -> Snapshot:
+        self.calls += 1
+        if self.next_error is not None:
+            err, self.next_error = self.next_error, None
+            raise err
+        return Snapshot(taken_at=now, pools=dict(self.pools), nodes=dict(self.nodes),
+                        missing=list(self.missing))
+
+
+@dataclass
+class FakePrices:
+    recorded: list[CapacityError] = field(default_factory=list)
+
+    def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceView:
+        return PriceView([], list(self.recorded), [])
+
+    def record_capacity_error(self, error: CapacityError) -> None:
+        self.recorded.append(error)
+
+
+@dataclass
+class AdvanceReport:
+    capacity_errors: list[CapacityError] = field(default_factory=list)
+
+
+class FakeExecutor:
+    """Records plans; ``submit`` writes intents like the real one, ``advance`` makes
+    requested nodes READY and drained nodes TERMINATED in one step."""
+
+    def __init__(self, store: FleetStore, clock: Clock):
+        self.store, self.clock = store, clock
+        self.submitted: list[tuple[Plan, int | None]] = []
+        self.advanced = 0
+        self.next_error: Exception | None = None
+        self.capacity_errors: list[CapacityError] = []
+        self.on_submit: Any = None
+
+    def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]:
+        self.submitted.append((plan, plan_id))
+        created = []
+        for action in plan.actions:
+            if isinstance(action, Launch):
+                team, pool = action.pool.split("/")
+                for _ in range(action.count):
+                    created.append(self.store.create_node(
+                        team=team, pool=pool, cloud="aws", region="us-east-1", zone=action.zone,
+                        instance_type=action.instance_type, market=action.market,
+                        now=self.clock(), reason=action.reason).name)
+            elif isinstance(action, Drain):
+                self.store.transition(action.node, NodeState.DRAINING, self.clock(), action.reason,
+                                      drain_trigger=action.trigger)
+            elif isinstance(action, Terminate):
+                self.store.transition(action.node, NodeState.TERMINATING, self.clock(), action.reason)
+        if self.on_submit is not None:
+            self.on_submit()
+        return created
+
+    def advance(self) -> AdvanceReport:
+        self.advanced += 1
+        if self.next_error is not None:
+            err, self.next_error = self.next_error, None
+            raise err
+        now = self.clock()
+        for node in self.store.nodes():
+            steps = {NodeState.REQUESTED: [NodeState.PROVISIONING, NodeState.BOOTSTRAPPING,
+                                           NodeState.READY],
+                     NodeState.DRAINING: [NodeState.DRAINED],
+                     NodeState.TERMINATING: [NodeState.TERMINATED]}.get(node.state, [])
+            for to in steps:
+                self.store.transition(node.name, to, now, f"fake advance to {to}")
+        report = AdvanceReport(list(self.capacity_errors))
+        self.capacity_errors = []
+        return report
+
+
+class FakeReconciler:
+    def __init__(self) -> None:
+        self.runs = 0
+        self.next_error: Exception | None = None
+
+    def run(self) -> str:
+        self.runs += 1
+        if self.next_error is not None:
+            err, self.next_error = self.next_error, None
+            raise err
+        return "reconciled"
+
+
+@dataclass
+class LoopKit:
+    loop: ServiceLoop
+    store: FleetStore
+    signals: FakeSignals
+    executor: FakeExecutor
+    reconciler: FakeReconciler
+    prices: FakePrices
+    clock: Clock
+    policies_dir: Path
+
+
+def make_loop(tmp_path: Path, *, dry_run: bool = False, leader: LeaderSettings | None = None,
+              store: FleetStore | None = None, **engine: Any) -> LoopKit:
+    from autoscaler.engine import EngineSettings
+
+    clock = Clock()
+    store = store or FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}")
+    policies_dir = tmp_path / "policies"
+    if not policies_dir.exists():
+        write_policy(policies_dir, "vision", name="train", max_nodes=4)
+    catalog = default_catalog()
+    signals, prices = FakeSignals(), FakePrices()
+    executor, reconciler = FakeExecutor(store, clock), FakeReconciler()
+    loop = ServiceLoop(
+        store=store, reloader=PolicyReloader(policies_dir, catalog), signals=signals,
+        catalog=catalog, metrics=ServiceMetrics(),
+        leadership=Leadership(store, leader or LeaderSettings(), clock),
+        executor=executor, reconciler=reconciler, prices=prices,
+        engine=EngineSettings(**engine), clock=clock, dry_run=dry_run, interval_s=5)
+    return LoopKit(loop, store, signals, executor, reconciler, prices, clock, policies_dir)
