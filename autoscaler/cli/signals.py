@@ -142,7 +142,8 @@ def signals(
     console.print(pools_table(policies, result))
     for source, status in sorted(result.sources.items()):
         style = "green" if status.startswith("ok") else "red"
-        console.print(f"[{style}]{source}[/]: {status}", highlight=False)
+        text = status.removeprefix(f"{source}: ")
+        console.print(f"[{style}]{source}[/]: {text}", highlight=False)
     for kind, jobs in sorted(result.unattributed.items()):
         if jobs:
             err_console.print(f"[yellow]{kind}: {len(jobs)} pending GPU job(s) match no pool[/]")

@@ -293,7 +293,8 @@ def make_handler(dcgm: SyntheticDcgm) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)  # a scraper that gave up (e.g. Prometheus stopping)
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0].rstrip("/")

@@ -20,6 +20,7 @@ it. List/watch streaming is not implemented. Every request is recorded in ``requ
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import threading
@@ -244,7 +245,8 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)  # the client timed out and left
 
         do_GET = do_PATCH = do_POST = do_DELETE = _serve
 
