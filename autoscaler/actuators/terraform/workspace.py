@@ -192,8 +192,9 @@ class PoolWorkspace:
                                   if n in pool_plan.nodes or n in previous})
         self.discard_plan()
         return ApplyResult(
-            pool=self.key, ok=ok, nodes=outputs, created=sorted(done.get("create", [])),
-            destroyed=sorted(done.get("delete", [])), failed=failed,
+            pool=self.key, ok=ok, nodes=outputs,
+            created=sorted({*done.get("create", []), *done.get("replace", [])}),
+            destroyed=sorted({*done.get("delete", []), *done.get("replace", [])}), failed=failed,
             capacity_errors=list(caps.values()),
             errors=[d.text for d in result.diagnostics if d.severity == "error" and not d.node],
             seconds=result.seconds)
