@@ -44,7 +44,7 @@ def test_plan_from_the_example_snapshot_as_json():
                                  "--policies", str(REPO / "policies"),
                                  "--prices", str(REPO / "examples/prices-alicloud.yaml"), "--json"])
     assert result.exit_code == 0, result.output
-    plan = json.loads(result.output)
+    plan = json.loads(result.output)["plan"]
     kinds = {a["kind"] for a in plan["actions"]}
     assert {"launch", "replace", "report_job"} <= kinds
     assert all(a["reason"] for a in plan["actions"])
