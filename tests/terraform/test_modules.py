@@ -85,8 +85,11 @@ def test_alicloud_module_uses_ecs_spot_strategies_and_postpaid() -> None:
 def test_aws_module_tags_every_instance_and_uses_market_options() -> None:
     node = _resource(AWS, "aws_instance")
     assert node["for_each"] == "${var.nodes}"
-    for tag in ("team", "pool", "managed-by", "node", "Name"):
-        assert tag in node["tags"] or tag in str(blocks(AWS, "locals") or load(AWS)["locals"])
+    for module, resource in ((AWS, node), (ALI, _resource(ALI, "alicloud_instance"))):
+        common = {_unq(k): _unq(v) for k, v in load(module)["locals"][0]["common_tags"].items()}
+        assert common == {"team": "${var.team}", "pool": "${var.pool}",
+                          "managed-by": "gpu-autoscaler"}
+        assert resource["tags"] == "${merge(local.common_tags, {node = each.key, Name = each.key})}"
     [market] = node["dynamic"]
     assert "instance_market_options" in {_unq(k) for k in market}
 
