@@ -1,0 +1,254 @@
+"""Draining a node out of its scheduler, as re-runnable steps (Karpenter's termination idea).
+
+A drain is a small state machine whose progress (:class:`DrainProgress`) the executor
+keeps in the store. Each :meth:`PhasedDrainer.step` looks at the node, does at most one
+side effect and answers *done*, *retry* (with when) or *error*; running a step twice is
+safe, so a crash at any point is resumed by running the step again. Phases:
+
+``requested`` -> cordon (the scheduler stops placing work there) -> ``cordoned``: wait
+for the work to end; before the deadline only unprotected work is nudged off (Kubernetes
+evictions; nothing in Slurm) -> deadline reached: ``signalling`` -> the checkpoint signal
+-> ``signalled``: wait ``grace`` -> ``requeueing`` -> requeue/evict what is left ->
+``requeued`` -> done once nothing runs there.
+
+Phases ending in *-ing* are intents: the step that enters them does nothing else and
+answers "retry now", so the executor records the intent *before* the side effect that
+follows (the lifecycle's write-before rule, applied inside a drain). A scheduler plugs in
+through :class:`SchedulerOps`, a handful of idempotent primitives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from autoscaler.fleet.node import Node
+
+POLL = timedelta(seconds=10)
+NOW = timedelta(0)
+
+
+class DrainError(RuntimeError):
+    """A scheduler command failed; the step is retried on the next advance."""
+
+
+class DrainOutcome(StrEnum):
+    DONE = "done"
+    RETRY = "retry"
+    ERROR = "error"
+
+
+class DrainPhase(StrEnum):
+    REQUESTED = "requested"
+    CORDONED = "cordoned"
+    SIGNALLING = "signalling"
+    SIGNALLED = "signalled"
+    REQUEUEING = "requeueing"
+    REQUEUED = "requeued"
+
+
+class DrainProgress(BaseModel):
+    """Where one node's drain stands; stored in the node's meta between steps."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reason: str
+    started_at: datetime
+    deadline: datetime  # work still running then gets the checkpoint signal
+    grace: timedelta  # between the signal and the requeue
+    signal: str = "USR1"
+    phase: DrainPhase = DrainPhase.REQUESTED
+    signalled_at: datetime | None = None
+    not_before: datetime | None = None  # the next step is not worth running earlier
+    last_error: str | None = None
+
+    def at(self, phase: DrainPhase, **changes: object) -> DrainProgress:
+        return self.model_copy(update={"phase": phase, "last_error": None, **changes})
+
+
+@dataclass(frozen=True)
+class DrainStep:
+    outcome: DrainOutcome
+    progress: DrainProgress
+    message: str = ""
+    retry_after: timedelta = POLL
+    work: list[str] = field(default_factory=list)  # jobs or pods still on the node
+
+
+@dataclass(frozen=True)
+class Work:
+    """A job (Slurm) or pod (Kubernetes) on a node being drained."""
+
+    id: str
+    protected: bool = False  # gpu-autoscaler/do-not-disrupt: left alone until the deadline
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    why: str = ""
+
+
+class SchedulerOps(Protocol):
+    """What a scheduler offers a drain. Every call is idempotent."""
+
+    kind: str
+
+    def cordon(self, node: str, reason: str) -> bool:
+        """Stop new work landing on ``node``; False when the scheduler has no such node."""
+        ...
+
+    def workload(self, node: str) -> list[Work]: ...
+
+    def nudge(self, node: str, work: Sequence[Work], *, force: bool) -> list[str]:
+        """Ask work to leave gracefully (evictions); returns refusals, e.g. PDB 429s."""
+        ...
+
+    def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None: ...
+
+    def evacuate(self, node: str, work: Sequence[Work]) -> None:
+        """Take the remaining work off the node (requeue, delete)."""
+        ...
+
+    def uncordon(self, node: str) -> None: ...
+
+    def readiness(self, node: str) -> Readiness: ...
+
+    def forget(self, node: str) -> None:
+        """The node's instance is gone: keep the scheduler from waiting for it."""
+        ...
+
+
+class Drainer(Protocol):
+    """What the executor needs of a scheduler (``FakeDrainer`` in tests implements it)."""
+
+    kind: str
+
+    def step(self, node: Node, progress: DrainProgress, now: datetime) -> DrainStep: ...
+
+    def cancel(self, node: Node) -> None: ...
+
+    def readiness(self, node: Node) -> Readiness: ...
+
+    def forget(self, node: Node) -> None: ...
+
+
+class PhasedDrainer:
+    """The drain phases over one scheduler's primitives."""
+
+    def __init__(self, ops: SchedulerOps, poll: timedelta = POLL):
+        self.ops = ops
+        self.kind = ops.kind
+        self.poll = poll
+
+    def step(self, node: Node, progress: DrainProgress, now: datetime) -> DrainStep:
+        try:
+            return self._step(node.name, progress, now)
+        except DrainError as exc:
+            failed = progress.model_copy(update={"last_error": str(exc)})
+            return DrainStep(DrainOutcome.ERROR, failed, str(exc), self.poll)
+
+    def cancel(self, node: Node) -> None:
+        self.ops.uncordon(node.name)
+
+    def readiness(self, node: Node) -> Readiness:
+        return self.ops.readiness(node.name)
+
+    def forget(self, node: Node) -> None:
+        self.ops.forget(node.name)
+
+    # -- the phases --------------------------------------------------------------------
+    def _step(self, name: str, p: DrainProgress, now: datetime) -> DrainStep:
+        if p.phase is DrainPhase.REQUESTED:
+            if not self.ops.cordon(name, p.reason):
+                return DrainStep(DrainOutcome.DONE, p, f"{self.kind} does not know {name}: "
+                                 "nothing to drain")
+            p = p.at(DrainPhase.CORDONED)
+        work = self.ops.workload(name)
+        ids = [w.id for w in work]
+        if not work:
+            return DrainStep(DrainOutcome.DONE, p, f"no work left on {name}")
+        if p.phase is DrainPhase.CORDONED:
+            return self._waiting(name, p, work, now)
+        if p.phase is DrainPhase.SIGNALLING:
+            self.ops.checkpoint(name, work, p.signal)
+            p = p.at(DrainPhase.SIGNALLED, signalled_at=now)
+            return self._retry(p, f"sent SIG{p.signal} to {_few(ids)}", p.grace, ids)
+        if p.phase is DrainPhase.SIGNALLED:
+            until = (p.signalled_at or now) + p.grace
+            if now < until:
+                refused = self.ops.nudge(name, work, force=True)
+                return self._retry(p, _waiting_text(ids, until, refused), min(until - now, self.poll), ids)
+            return self._retry(p.at(DrainPhase.REQUEUEING), f"grace over; requeueing {_few(ids)}",
+                               NOW, ids)
+        # REQUEUEING, or REQUEUED with work still there: (re)issue the requeue.
+        self.ops.evacuate(name, work)
+        return self._retry(p.at(DrainPhase.REQUEUED), f"requeued {_few(ids)}", self.poll, ids)
+
+    def _waiting(self, name: str, p: DrainProgress, work: list[Work], now: datetime) -> DrainStep:
+        ids = [w.id for w in work]
+        if now >= p.deadline:
+            return self._retry(p.at(DrainPhase.SIGNALLING),
+                               f"drain deadline reached with {_few(ids)} still running; "
+                               f"signalling SIG{p.signal}", NOW, ids)
+        refused = self.ops.nudge(name, [w for w in work if not w.protected], force=False)
+        protected = sum(1 for w in work if w.protected)
+        text = _waiting_text(ids, p.deadline, refused)
+        if protected:
+            text += f"; {protected} marked do-not-disrupt"
+        return self._retry(p, text, min(p.deadline - now, self.poll), ids)
+
+    def _retry(self, p: DrainProgress, message: str, after: timedelta, ids: list[str]) -> DrainStep:
+        return DrainStep(DrainOutcome.RETRY, p, message, max(after, NOW), ids)
+
+
+def _few(ids: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(ids[:limit])
+    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+    return f"{len(ids)} job(s) ({shown}{more})"
+
+
+def _waiting_text(ids: Sequence[str], until: datetime, refused: Sequence[str]) -> str:
+    text = f"waiting for {_few(ids)} until {until:%H:%M:%S}"
+    if refused:
+        text += f"; {len(refused)} eviction(s) refused: {refused[0]}"
+    return text
+
+
+class NoSchedulerOps:
+    """Pools with ``cluster: {kind: none}``: nothing to drain, ready once bootstrapped."""
+
+    kind = "none"
+
+    def cordon(self, node: str, reason: str) -> bool:
+        return False
+
+    def workload(self, node: str) -> list[Work]:
+        return []
+
+    def nudge(self, node: str, work: Sequence[Work], *, force: bool) -> list[str]:
+        return []
+
+    def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None:
+        return None
+
+    def evacuate(self, node: str, work: Sequence[Work]) -> None:
+        return None
+
+    def uncordon(self, node: str) -> None:
+        return None
+
+    def readiness(self, node: str) -> Readiness:
+        return Readiness(True, "no scheduler to join")
+
+    def forget(self, node: str) -> None:
+        return None
+
+
+def no_drainer() -> PhasedDrainer:
+    return PhasedDrainer(NoSchedulerOps())

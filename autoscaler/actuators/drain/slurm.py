@@ -1,0 +1,157 @@
+"""Draining Slurm nodes with scontrol, squeue and scancel.
+
+* cordon: ``scontrol update nodename=X state=DRAIN reason=...`` (Slurm shows the node
+  DRAINING while jobs run, DRAINED once they are gone);
+* checkpoint at the drain deadline: ``scancel --signal=SIG --batch JOB`` (the batch shell,
+  which is where a job traps its checkpoint signal, like ``#SBATCH --signal=B:USR1@60``),
+  or ``--full`` (every step too) with ``scope="full"``;
+* evacuate after the grace period: ``scontrol requeue JOB``; a job Slurm refuses to
+  requeue (not batch, ``--no-requeue``) is cancelled, since it would die with the node;
+* cancel: ``state=RESUME``; forget: ``state=DOWN`` once the instance is destroyed.
+
+Slurm node names are fleet node names. Commands run through the same runner, prefix,
+environment and timeout as the Slurm signal reader (:class:`SlurmConfig`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+from autoscaler.actuators.drain.base import (
+    DrainError,
+    PhasedDrainer,
+    Readiness,
+    Work,
+)
+from autoscaler.signals.config import SlurmConfig
+from autoscaler.signals.slurm import Runner, SlurmCommandError, run_command
+
+RUNNING = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED"
+_UNKNOWN_NODE = ("Invalid node name", "not found", "Invalid nodelist")
+_JOB_GONE = ("already completing or completed", "Invalid job id", "Job has already finished")
+_NOT_DRAINED = ("Invalid node state specified",)
+_BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND", "POWER", "FUTURE",
+               "MAINT", "REBOOT", "INVAL")
+_SERVING = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
+_REASON_MAX = 120
+
+
+def _matches(exc: Exception, needles: Sequence[str]) -> bool:
+    text = str(exc)
+    return any(n.lower() in text.lower() for n in needles)
+
+
+def _reason(text: str) -> str:
+    """scontrol takes the reason as one argument; keep it short and on one line."""
+    flat = " ".join(text.split()) or "gpu-autoscaler"
+    return flat[:_REASON_MAX]
+
+
+class SlurmOps:
+    kind = "slurm"
+
+    def __init__(self, config: SlurmConfig | None = None, *, scope: Literal["batch", "full"] = "batch",
+                 runner: Runner = run_command):
+        self.config = config or SlurmConfig()
+        self.scope = scope
+        self._run = runner
+        self.calls: list[list[str]] = []  # what was run, for status and tests
+
+    def _cmd(self, name: str, *args: str) -> str:
+        argv = [*self.config.command(name), *args]
+        self.calls.append(argv)
+        return self._run(argv, self.config.timeout.total_seconds(), self.config.env)
+
+    def _update(self, node: str, *fields: str) -> None:
+        self._cmd("scontrol", "update", f"nodename={node}", *fields)
+
+    # -- SchedulerOps --------------------------------------------------------------------
+    def cordon(self, node: str, reason: str) -> bool:
+        try:
+            self._update(node, "state=DRAIN", f"reason={_reason(reason)}")
+        except SlurmCommandError as exc:
+            if _matches(exc, _UNKNOWN_NODE):
+                return False
+            raise DrainError(f"slurm: cannot drain {node}: {exc}") from None
+        return True
+
+    def workload(self, node: str) -> list[Work]:
+        try:
+            out = self._cmd("squeue", "-h", "-w", node, "-t", RUNNING, "-o", "%i")
+        except SlurmCommandError as exc:
+            if _matches(exc, _UNKNOWN_NODE):
+                return []
+            raise DrainError(f"slurm: cannot list jobs on {node}: {exc}") from None
+        return [Work(line.strip()) for line in out.splitlines() if line.strip()]
+
+    def nudge(self, node: str, work: Sequence[Work], *, force: bool) -> list[str]:
+        return []  # Slurm jobs are not asked to leave before the deadline
+
+    def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None:
+        for job in work:
+            try:
+                self._cmd("scancel", f"--signal={signal}", f"--{self.scope}", job.id)
+            except SlurmCommandError as exc:
+                if not _matches(exc, _JOB_GONE):
+                    raise DrainError(f"slurm: cannot signal job {job.id} on {node}: {exc}") from None
+
+    def evacuate(self, node: str, work: Sequence[Work]) -> None:
+        for job in work:
+            try:
+                self._cmd("scontrol", "requeue", job.id)
+            except SlurmCommandError as exc:
+                if _matches(exc, _JOB_GONE):
+                    continue
+                self._cancel(node, job, exc)
+
+    def _cancel(self, node: str, job: Work, why: Exception) -> None:
+        try:
+            self._cmd("scancel", job.id)
+        except SlurmCommandError as exc:
+            if not _matches(exc, _JOB_GONE):
+                raise DrainError(f"slurm: job {job.id} on {node} could not be requeued ({why}) "
+                                 f"nor cancelled: {exc}") from None
+
+    def uncordon(self, node: str) -> None:
+        try:
+            self._update(node, "state=RESUME")
+        except SlurmCommandError as exc:
+            if not _matches(exc, _UNKNOWN_NODE + _NOT_DRAINED):
+                raise DrainError(f"slurm: cannot resume {node}: {exc}") from None
+
+    def readiness(self, node: str) -> Readiness:
+        try:
+            out = self._cmd("scontrol", "show", "node", node, "--oneliner")
+        except SlurmCommandError as exc:
+            if _matches(exc, _UNKNOWN_NODE):
+                return Readiness(False, f"slurm does not know {node}")
+            return Readiness(False, f"slurm: {exc}")
+        return slurm_readiness(out)
+
+    def forget(self, node: str) -> None:
+        try:
+            self._update(node, "state=DOWN", "reason=instance terminated by gpu-autoscaler")
+        except SlurmCommandError as exc:
+            if not _matches(exc, _UNKNOWN_NODE):
+                raise DrainError(f"slurm: cannot mark {node} down: {exc}") from None
+
+
+def slurm_readiness(show_node: str) -> Readiness:
+    """From ``scontrol show node X --oneliner``: serving, responding, not drained."""
+    match = re.search(r"\bState=(\S+)", show_node)
+    if not match:
+        return Readiness(False, "slurm shows no state")
+    state = match.group(1).upper()
+    if state.endswith("*"):
+        return Readiness(False, f"slurmd not responding ({state})")
+    parts = state.split("+")
+    if parts[0] not in _SERVING or any(p.startswith(_BAD_STATES) for p in parts):
+        return Readiness(False, f"slurm state {state}")
+    return Readiness(True, f"slurm state {state}")
+
+
+def slurm_drainer(config: SlurmConfig | None = None, *, scope: Literal["batch", "full"] = "batch",
+                  runner: Runner = run_command) -> PhasedDrainer:
+    return PhasedDrainer(SlurmOps(config, scope=scope, runner=runner))

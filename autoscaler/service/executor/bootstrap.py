@@ -1,0 +1,132 @@
+"""Ansible for BOOTSTRAPPING nodes, then READY once the scheduler (and metrics) see them.
+
+A node is bootstrapped when its address resolves (the resolver seam may not know a new
+instance yet) and its retry backoff has passed. The attempt is counted in the store
+*before* ansible runs, so a crash loop cannot retry forever; roles are idempotent, so a
+run cut short is simply run again. After ``bootstrap_retries`` failed runs the node goes
+to BOOTSTRAP_FAILED with the failed task and message (the engine then terminates it).
+
+READY needs: cluster kind ``none``, or the scheduler reporting the node ready (Slurm:
+responding, idle/mixed/allocated, not drained; Kubernetes: Ready and schedulable) and,
+when advance() is given the tick's snapshot and ``ready_requires_metrics`` is on, GPU
+metrics for the node. A node that stays unseen ``ready_wait_timeout`` after its
+bootstrap went through is failed with what the scheduler said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from autoscaler.actuators.ansible import BootstrapRun, HostStatus
+from autoscaler.engine.snapshot import Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.meta import BootstrapMeta, bootstrap_of, update_meta
+from autoscaler.service.executor.protocols import Bootstrapper
+
+S = NodeState
+
+
+def _due(step: Step, node: Node, address_of: Callable[[Node], str | None]) -> bool:
+    state = bootstrap_of(step.store.meta(node.name))
+    if state.ok_at is not None or (state.next_at is not None and state.next_at > step.now()):
+        return False
+    if step.pool(node) is None:
+        return False  # no policy, no bootstrap settings: the engine decides what happens to it
+    try:
+        return bool(address_of(node))
+    except Exception as exc:  # the resolver is a seam: its failure delays only this node
+        step.error(f"{node.name}: address resolver failed: {exc}")
+        return False
+
+
+def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node], str | None]) -> None:
+    due = [n for n in step.store.nodes(states=[S.BOOTSTRAPPING]) if _due(step, n, address_of)]
+    size = step.settings.bootstrap_batch_size
+    for start in range(0, len(due), size):
+        _run_batch(step, bootstrapper, due[start:start + size])
+
+
+def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node]) -> None:
+    now = step.now()
+    attempts = {}
+    for node in batch:
+        state = bootstrap_of(step.store.meta(node.name))
+        attempts[node.name] = state.attempts + 1
+        update_meta(step.store, node.name, bootstrap=state.model_copy(
+            update={"attempts": attempts[node.name], "started_at": now, "next_at": None}))
+    try:
+        run = bootstrapper.bootstrap(batch, dict(step.policies))
+    except Exception as exc:  # the whole run failed: every node of the batch failed once
+        for node in batch:
+            _failed(step, node, attempts[node.name], f"ansible run failed: {exc}")
+        return
+    _settle(step, batch, run, attempts)
+
+
+def _settle(step: Step, batch: list[Node], run: BootstrapRun, attempts: dict[str, int]) -> None:
+    for node in batch:
+        result = run.hosts.get(node.name)
+        if result is not None and result.status is HostStatus.OK:
+            state = bootstrap_of(step.store.meta(node.name))
+            update_meta(step.store, node.name, bootstrap=state.model_copy(
+                update={"ok_at": step.now(), "last_error": None}))
+            step.report.bootstrapped.append(node.name)
+            continue
+        if result is None:
+            why = f"run {run.run_id} has no result for the node ({run.status})"
+        else:
+            task = f" at task '{result.failed_task}'" if result.failed_task else ""
+            why = f"{result.status.value}{task}: {result.message}"
+        _failed(step, node, attempts[node.name], why)
+
+
+def _failed(step: Step, node: Node, attempt: int, why: str) -> None:
+    step.report.bootstrap_failed[node.name] = why
+    limit = step.settings.bootstrap_retries + 1
+    if attempt >= limit:
+        step.move(node.name, S.BOOTSTRAP_FAILED, f"bootstrap failed {attempt} time(s); last: {why}")
+        return
+    state = bootstrap_of(step.store.meta(node.name))
+    update_meta(step.store, node.name, bootstrap=state.model_copy(update={
+        "last_error": why, "next_at": step.now() + step.settings.bootstrap_retry_backoff}))
+
+
+def promote(step: Step, snapshot: Snapshot | None) -> None:
+    """Bootstrapped nodes -> READY once their scheduler and metrics see them."""
+    for node in step.store.nodes(states=[S.BOOTSTRAPPING]):
+        meta = step.store.meta(node.name)
+        state = bootstrap_of(meta)
+        if state.ok_at is None:
+            continue
+        kind = step.cluster_kind(node, meta)
+        seen, why = _seen(step, node, kind, snapshot)
+        if seen:
+            step.move(node.name, S.READY, f"bootstrapped; {why}")
+        elif step.now() - state.ok_at > step.settings.ready_wait_timeout:
+            step.move(node.name, S.BOOTSTRAP_FAILED, f"bootstrapped at {state.ok_at:%H:%M:%S} but "
+                      f"not ready after {step.settings.ready_wait_timeout}: {why}")
+
+
+def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None) -> tuple[bool, str]:
+    if kind == "none":
+        return True, "no scheduler to join"
+    drainer = step.drainer(kind)
+    if drainer is None:
+        return False, f"no {kind} drainer configured to check the node"
+    try:
+        ready = drainer.readiness(node)
+    except Exception as exc:
+        return False, f"{kind}: {exc}"
+    if not ready.ready:
+        return False, ready.why
+    if snapshot is not None and step.settings.ready_requires_metrics:
+        obs = snapshot.nodes.get(node.name)
+        if obs is None or obs.metrics is None:
+            return False, f"{ready.why}; no GPU metrics yet"
+        return True, f"{ready.why}; GPU metrics arriving"
+    return True, ready.why
+
+
+__all__ = ["BootstrapMeta", "bootstrap", "promote"]

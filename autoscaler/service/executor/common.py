@@ -1,0 +1,86 @@
+"""What every executor step shares: the store, the clock, the report and checked moves."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from autoscaler.actuators.drain import Drainer, DrainProgress
+from autoscaler.fleet.lifecycle import IllegalTransitionError, NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.fleet.store import FleetStore, StoreError
+from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.service.executor.report import AdvanceReport, Change
+from autoscaler.service.executor.settings import ExecutorSettings
+
+log = logging.getLogger("autoscaler.service.executor")
+
+
+class SubmitError(RuntimeError):
+    """An action of the plan cannot be carried out (unknown node, illegal move...)."""
+
+
+@dataclass
+class Step:
+    store: FleetStore
+    settings: ExecutorSettings
+    clock: Callable[[], datetime]
+    policies: Mapping[str, TeamPolicy]
+    drainers: Mapping[str, Drainer]
+    report: AdvanceReport
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def move(self, name: str, to: NodeState, reason: str, **fields: Any) -> Node | None:
+        """Write a transition (checked and committed); None when the node moved meanwhile."""
+        try:
+            node = self.store.transition(name, to, self.now(), reason, **fields)
+        except (IllegalTransitionError, StoreError) as exc:
+            self.error(f"{name}: not moved to {to}: {exc}")
+            return None
+        self.report.changes.append(Change(node=name, to=to, reason=reason))
+        log.info("%s -> %s: %s", name, to, reason)
+        return node
+
+    def error(self, text: str) -> None:
+        self.report.errors.append(text)
+        log.warning("%s", text)
+
+    def pool(self, node: Node) -> Pool | None:
+        policy = self.policies.get(node.team)
+        if policy is None:
+            return None
+        try:
+            return policy.pool(node.pool)
+        except KeyError:
+            return None
+
+    def cluster_kind(self, node: Node, meta: Mapping[str, Any] | None = None) -> str:
+        """The scheduler the node joined: as launched, else its pool's current policy."""
+        if meta is not None and meta.get("cluster"):
+            return str(meta["cluster"])
+        pool = self.pool(node)
+        return pool.cluster.kind if pool is not None else "none"
+
+    def drainer(self, kind: str) -> Drainer | None:
+        found = self.drainers.get(kind)
+        if found is None:
+            self.error(f"no drainer configured for cluster kind {kind!r}")
+        return found
+
+    def drain_progress(self, node: Node, reason: str, now: datetime) -> DrainProgress:
+        return new_drain(self.settings, self.pool(node), reason, now)
+
+
+def new_drain(settings: ExecutorSettings, pool: Pool | None, reason: str, now: datetime) -> DrainProgress:
+    """A new drain with the pool's timeout, signal and grace (the settings' for orphans)."""
+    sd = pool.scale_down if pool is not None else None
+    return DrainProgress(
+        reason=reason, started_at=now,
+        deadline=now + (sd.drain_timeout if sd else settings.drain_timeout),
+        grace=sd.checkpoint_grace if sd else settings.checkpoint_grace,
+        signal=sd.checkpoint_signal if sd else settings.checkpoint_signal)

@@ -1,0 +1,110 @@
+"""Drain steps: DRAINING -> DRAINED, INTERRUPTED -> TERMINATING, cancelled drains resumed.
+
+One step per draining node per advance, never waiting: the drainer answers done, retry
+(after) or error, and its progress is saved after every step. A step that enters an
+intent phase (signalling, requeueing) answers "retry now": the intent is saved, then the
+step runs again and does the side effect, so a crash in between repeats the side effect
+rather than skipping it. Interrupted spot nodes drain the same way with the short
+deadline set when the notice arrived, and go to TERMINATING when drained or when the
+cloud's own deadline has passed (the instance is going away regardless).
+
+A CancelDrain writes READY first and owes the scheduler a resume: the node carries
+``drain_trigger = "cancelled"`` until the resume went through.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from autoscaler.actuators.drain import Drainer, DrainOutcome, DrainProgress, DrainStep
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.policy.models import Pool
+from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.meta import InterruptionMeta, drain_of, update_meta
+from autoscaler.service.executor.settings import ExecutorSettings
+
+S = NodeState
+UNDRAIN = "cancelled"  # drain_trigger of a READY node whose scheduler resume is owed
+CHAIN = 4  # "retry now" steps run back to back in one advance
+
+
+def resume_cancelled(step: Step) -> None:
+    for node in step.store.nodes(states=[S.READY]):
+        if node.drain_trigger != UNDRAIN:
+            continue
+        drainer = step.drainer(step.cluster_kind(node, step.store.meta(node.name)))
+        if drainer is None:
+            continue
+        try:
+            drainer.cancel(node)
+        except Exception as exc:  # retried next advance
+            step.error(f"{node.name}: resume in the scheduler failed: {exc}")
+            continue
+        step.store.update(node.name, drain_trigger=None)
+
+
+def drain_nodes(step: Step) -> None:
+    for node in step.store.nodes(states=[S.DRAINING, S.INTERRUPTED]):
+        try:
+            _drain_one(step, node)
+        except Exception as exc:  # one node's scheduler trouble must not stop the others
+            step.error(f"{node.name}: drain step failed: {type(exc).__name__}: {exc}")
+
+
+def interruption_progress(settings: ExecutorSettings, pool: Pool | None, notice: InterruptionMeta,
+                          now: datetime) -> DrainProgress:
+    """A drain that must end before the cloud takes the instance back."""
+    deadline = now + settings.interruption_drain_deadline
+    grace = settings.interruption_checkpoint_grace
+    if notice.deadline is not None:
+        # Leave the checkpoint its grace before the instance disappears.
+        deadline = max(now, min(deadline, notice.deadline - grace))
+    return DrainProgress(reason=f"spot interruption notice ({notice.source or notice.kind})",
+                         started_at=now, deadline=deadline, grace=grace,
+                         signal=pool.scale_down.checkpoint_signal if pool else settings.checkpoint_signal)
+
+
+def _drain_one(step: Step, node: Node) -> None:
+    meta = step.store.meta(node.name)
+    now = step.now()
+    progress = drain_of(meta)
+    notice = InterruptionMeta.model_validate(meta["interruption"]) if meta.get("interruption") else None
+    if progress is None:
+        if notice is not None and node.state is S.INTERRUPTED:
+            progress = interruption_progress(step.settings, step.pool(node), notice, now)
+        else:
+            progress = step.drain_progress(node, node.reason, node.state_since)
+        update_meta(step.store, node.name, drain=progress)
+    if node.state is S.INTERRUPTED and notice is not None and notice.deadline is not None \
+            and now >= notice.deadline:
+        step.move(node.name, S.TERMINATING, f"spot interruption deadline {notice.deadline:%H:%M:%S} "
+                  "reached before the drain finished")
+        return
+    if progress.not_before is not None and progress.not_before > now:
+        return
+    drainer = step.drainer(step.cluster_kind(node, meta))
+    if drainer is None:
+        return
+    result = _run(step, drainer, node, progress, now)
+    step.report.drain_steps[node.name] = f"{result.outcome.value}: {result.message}"
+    if result.outcome is DrainOutcome.ERROR:
+        step.error(f"{node.name}: drain: {result.message}")
+    elif result.outcome is DrainOutcome.DONE:
+        if node.state is S.DRAINING:
+            step.move(node.name, S.DRAINED, f"drained: {result.message}")
+        else:
+            step.move(node.name, S.TERMINATING, f"interrupted node drained: {result.message}")
+
+
+def _run(step: Step, drainer: Drainer, node: Node, progress: DrainProgress, now: datetime) -> DrainStep:
+    for _ in range(CHAIN):
+        result = drainer.step(node, progress, now)
+        not_before = now + result.retry_after if result.outcome is not DrainOutcome.DONE else None
+        saved = result.progress.model_copy(update={"not_before": not_before})
+        if saved != progress:
+            update_meta(step.store, node.name, drain=saved)
+        progress = saved
+        if result.outcome is not DrainOutcome.RETRY or result.retry_after.total_seconds() > 0:
+            return result
+    return result

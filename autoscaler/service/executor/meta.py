@@ -1,0 +1,67 @@
+"""The executor's bookkeeping in each node's ``meta`` (JSON): typed, small, merged on write.
+
+Keys: ``cluster`` (scheduler kind when the node was launched), ``action``/``index`` (the
+plan action and launch slot that created it, so a resubmitted plan creates nothing
+twice), ``drain`` (:class:`DrainProgress`), ``replaces``/``replacement`` (a replacement made or
+promised), ``bootstrap`` (:class:`BootstrapMeta`), ``interruption`` (the cloud's notice),
+``provision_failures`` (applies that failed without naming the node).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from autoscaler.actuators.drain import DrainProgress
+from autoscaler.fleet.store import FleetStore
+
+
+class BootstrapMeta(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    attempts: int = 0
+    started_at: datetime | None = None
+    ok_at: datetime | None = None
+    next_at: datetime | None = None
+    last_error: str | None = None
+
+
+class InterruptionMeta(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    kind: str
+    at: datetime
+    deadline: datetime | None = None
+    source: str = ""
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json")
+
+
+def drain_of(meta: dict[str, Any]) -> DrainProgress | None:
+    raw = meta.get("drain")
+    return DrainProgress.model_validate(raw) if raw else None
+
+
+def bootstrap_of(meta: dict[str, Any]) -> BootstrapMeta:
+    return BootstrapMeta.model_validate(meta.get("bootstrap") or {})
+
+
+def merged(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:
+    """The node's meta with ``updates`` applied (None removes a key)."""
+    meta = store.meta(name)
+    for key, value in updates.items():
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = dump(value) if isinstance(value, BaseModel) else value
+    return meta
+
+
+def update_meta(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:
+    meta = merged(store, name, **updates)
+    store.update(name, meta=meta)
+    return meta

@@ -1,0 +1,161 @@
+"""Terraform applies, one pool at a time: launches and terminations become real.
+
+For each pool whose desired node map (nodes in states that keep an instance) differs from
+its last applied map, or that has nodes waiting on Terraform (REQUESTED, PROVISIONING,
+TERMINATING, LOST):
+
+1. REQUESTED -> PROVISIONING is written first (the apply may create the instance);
+2. the pool is applied with the map built from the store *after* that write; pools are
+   applied in parallel (own state, own lock), new applies stop after the time budget;
+3. the outcome is settled per node: an instance in the state -> BOOTSTRAPPING with its id
+   and address; a node the apply named as failed -> PROVISION_FAILED with the error (and
+   the capacity error goes back to the engine); TERMINATING/LOST nodes no longer in the
+   state -> TERMINATED (the scheduler forgets them first).
+
+When the map already matches, the state is only read, which settles what a crash
+between an apply and its bookkeeping left behind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from autoscaler.actuators.node_map import INSTANCE_STATES, NodeMap, PoolRef, desired_maps
+from autoscaler.actuators.terraform import ApplyResult, NodeOutput
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.meta import update_meta
+from autoscaler.service.executor.protocols import Provisioner
+from autoscaler.service.executor.report import PoolApply
+
+S = NodeState
+WAITING = frozenset({S.REQUESTED, S.PROVISIONING, S.TERMINATING, S.LOST})
+GONE = frozenset({S.TERMINATING, S.LOST})
+AddressOf = Callable[[Node], str | None]
+
+
+def pools_to_apply(step: Step, provisioner: Provisioner, nodes: Sequence[Node]) -> list[PoolRef]:
+    desired = desired_maps(nodes)
+    refs: dict[str, PoolRef] = {}
+    waiting: set[str] = set()
+    for node in nodes:
+        refs.setdefault(node.pool_key, PoolRef(node.team, node.pool, node.cloud, node.region))
+        if node.state in WAITING:
+            waiting.add(node.pool_key)
+    out = []
+    for key, ref in sorted(refs.items()):
+        try:
+            if key in waiting or provisioner.applied(ref) != desired.get(key, {}):
+                out.append(ref)
+        except Exception as exc:  # one pool's broken workspace must not stop the others
+            step.error(f"pool {key}: cannot read its applied map: {exc}")
+    return out
+
+
+def provision(step: Step, provisioner: Provisioner, address_of: AddressOf) -> None:
+    refs = pools_to_apply(step, provisioner, step.store.nodes())
+    if not refs:
+        return
+    started = time.monotonic()
+    budget = step.settings.advance_budget.total_seconds()
+
+    def run(ref: PoolRef) -> None:
+        if time.monotonic() - started > budget:
+            step.report.deferred_pools.append(ref.key)
+            return
+        try:
+            apply_pool(step, provisioner, ref, address_of)
+        except Exception as exc:  # a failed apply is retried next advance
+            step.error(f"pool {ref.key}: {type(exc).__name__}: {exc}")
+            _count_failure(step, ref, str(exc))
+
+    workers = min(step.settings.apply_parallelism, len(refs))
+    if workers == 1:
+        for ref in refs:
+            run(ref)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="apply") as pool:
+        list(pool.map(run, refs))
+
+
+def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: AddressOf) -> None:
+    for node in step.store.nodes(states=[S.REQUESTED], pool=ref.key):
+        step.move(node.name, S.PROVISIONING, f"terraform apply of pool {ref.key}")
+    nodes = step.store.nodes(pool=ref.key)
+    want: NodeMap = desired_maps(nodes).get(ref.key, {})
+    result: ApplyResult | None = None
+    if provisioner.applied(ref) != want:
+        result = provisioner.apply(ref, want)
+        step.report.applies.append(PoolApply(
+            pool=ref.key, ok=result.ok, created=result.created, destroyed=result.destroyed,
+            failed=result.failed, seconds=result.seconds))
+        step.report.capacity_errors += result.capacity_errors
+        outputs = result.nodes
+    else:
+        outputs = provisioner.instances(ref)
+    settle(step, provisioner, ref, nodes, outputs, result, address_of)
+
+
+def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
+           outputs: dict[str, NodeOutput], result: ApplyResult | None,
+           address_of: AddressOf) -> None:
+    failed = result.failed if result is not None else {}
+    for node in nodes:
+        out = outputs.get(node.name)
+        if node.state is S.PROVISIONING:
+            if out is not None:
+                address = _address(step, node, out, address_of)
+                step.move(node.name, S.BOOTSTRAPPING, f"instance {out.id} created",
+                          instance_id=out.id, address=address)
+            elif node.name in failed:
+                step.move(node.name, S.PROVISION_FAILED, f"terraform apply failed: {failed[node.name]}")
+            elif result is not None and not result.ok:
+                _count_failure(step, ref, "; ".join(result.errors) or "apply failed", [node])
+            else:
+                provisioner.mark_stale(ref)  # state and applied map disagree: apply again
+        elif node.state in GONE:
+            if out is None:
+                _forget(step, node)
+                step.move(node.name, S.TERMINATED, f"instance {node.instance_id or '(none)'} "
+                          "destroyed by terraform")
+        elif node.state in INSTANCE_STATES and out is not None and node.instance_id \
+                and out.id != node.instance_id:
+            step.move(node.name, S.LOST, f"instance {node.instance_id} is gone: Terraform "
+                      f"recreated the node as {out.id}, which is not bootstrapped")
+
+
+def _address(step: Step, node: Node, out: NodeOutput, address_of: AddressOf) -> str | None:
+    try:
+        found = address_of(node.model_copy(update={"instance_id": out.id, "address": out.private_ip}))
+    except Exception as exc:  # the resolver is a seam: its failure must not lose the instance id
+        step.error(f"{node.name}: address resolver failed: {exc}")
+        found = None
+    return found or out.private_ip
+
+
+def _forget(step: Step, node: Node) -> None:
+    kind = step.cluster_kind(node, step.store.meta(node.name))
+    drainer = step.drainers.get(kind)
+    if drainer is None:
+        return
+    try:
+        drainer.forget(node)
+    except Exception as exc:  # the instance is gone either way
+        step.error(f"{node.name}: {kind} could not forget it: {exc}")
+
+
+def _count_failure(step: Step, ref: PoolRef, why: str, nodes: Sequence[Node] | None = None) -> None:
+    """Applies that fail without naming a node: PROVISION_FAILED after a few."""
+    if nodes is None:
+        nodes = step.store.nodes(states=[S.PROVISIONING], pool=ref.key)
+    for node in nodes:
+        meta = step.store.meta(node.name)
+        count = int(meta.get("provision_failures", 0)) + 1
+        if count >= step.settings.provision_attempts:
+            step.move(node.name, S.PROVISION_FAILED,
+                      f"{count} applies of {ref.key} failed; last: {why[:300]}")
+        else:
+            update_meta(step.store, node.name, provision_failures=count)

@@ -1,0 +1,67 @@
+"""Settings of the executor and the reconciler (the ``executor:`` section of the config)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.policy.duration import Duration
+
+
+class ExecutorSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # -- provisioning -------------------------------------------------------------------
+    apply_parallelism: int = Field(
+        4, ge=1, description="Pools applied at once (each pool has its own state and lock).")
+    advance_budget: Duration = Field(
+        timedelta(minutes=10),
+        description="advance() starts no new pool apply after this long; the rest waits for "
+        "the next tick (each apply is bounded by the Terraform command timeout).")
+    provision_attempts: int = Field(
+        3, ge=1, description="Applies that may fail without naming the node (lock, provider) "
+        "before the node goes to PROVISION_FAILED.")
+    # -- bootstrap and readiness --------------------------------------------------------
+    bootstrap_retries: int = Field(2, ge=0, description="Ansible runs after the first that fails.")
+    bootstrap_retry_backoff: Duration = Field(timedelta(seconds=30))
+    bootstrap_batch_size: int = Field(50, ge=1, description="Nodes per ansible-runner run.")
+    ready_wait_timeout: Duration = Field(
+        timedelta(minutes=10), description="After a successful bootstrap, how long to wait for "
+        "the scheduler to see the node (and its GPU metrics) before BOOTSTRAP_FAILED.")
+    ready_requires_metrics: bool = Field(
+        True, description="READY also needs the node's GPU metrics in the tick's snapshot "
+        "(when advance() is given one).")
+    # -- drains -------------------------------------------------------------------------
+    checkpoint_signal: str = Field(
+        "USR1", description="Signal for nodes without a policy (a pool's scale_down."
+        "checkpoint_signal wins).")
+    checkpoint_grace: Duration = Field(timedelta(minutes=2))
+    drain_timeout: Duration = Field(
+        timedelta(minutes=30), description="For nodes whose pool has no policy any more.")
+    checkpoint_scope: Literal["batch", "full"] = Field(
+        "batch", description="Slurm: signal the batch shell (scancel --batch) or every step "
+        "as well (--full).")
+    drain_stuck_margin: Duration = Field(
+        timedelta(minutes=5), description="A drain still running this long after its timeout "
+        "plus grace is forced to DRAINED by the reconciler.")
+    # -- interruptions ------------------------------------------------------------------
+    interruption_drain_deadline: Duration = Field(
+        timedelta(seconds=60), description="An interrupted node's jobs get this long (never "
+        "past the cloud's notice) before they are signalled to checkpoint.")
+    interruption_checkpoint_grace: Duration = Field(
+        timedelta(seconds=30), description="Then this long before they are requeued.")
+    on_rebalance: Literal["interrupt", "drain", "ignore"] = Field(
+        "interrupt", description="An 'Instance Rebalance Recommendation': treat the node as "
+        "interrupted (drain now, replacement launched), drain it normally, or only record it.")
+    # -- reconciliation -----------------------------------------------------------------
+    unknown_instances: Literal["report", "adopt", "destroy"] = Field(
+        "report", description="A tagged instance the store does not know: only report it, "
+        "adopt it as a node of its pool, or destroy it through Terraform.")
+    lost_after_misses: int = Field(
+        2, ge=1, description="Reconciler runs in a row that must miss a node's instance in "
+        "the cloud before the node is LOST (one empty answer is not proof).")
+    state_check_interval: Duration = Field(
+        timedelta(minutes=5), description="How often each pool's Terraform state is compared "
+        "with the store (reads the state: ~1 s per pool).")

@@ -1,0 +1,238 @@
+"""A plan's actions as intents in the store; no side effect outside it.
+
+Launch creates REQUESTED nodes (names from the store), Drain moves READY -> DRAINING,
+CancelDrain DRAINING/DRAINED -> READY (the scheduler resume is owed: ``drain_trigger`` is
+``"cancelled"`` until advance() did it),
+Terminate -> TERMINATING, Replace drains the node and creates one like it; a Launch that
+``replaces`` interrupted nodes flags them ``replacement_requested``.
+
+Resubmitting a recorded plan (same ``plan_id``) after a crash creates nothing twice: an
+action row goes ``planned -> submitting -> submitted``, and the nodes a launch creates
+carry the action id and slot in their meta. A replacement is promised on the old node
+first (``replacement`` marker with the launch spec) and the marker is cleared once the
+new node exists; :func:`repair_replacements` finishes promises a crash interrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from autoscaler.engine.plan import (
+    Action,
+    CancelDrain,
+    Drain,
+    Hold,
+    Launch,
+    Plan,
+    Replace,
+    ReportJob,
+    Terminate,
+)
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.fleet.tables import ActionRow
+from autoscaler.policy.models import Market
+from autoscaler.service.executor.common import Step, SubmitError
+from autoscaler.service.executor.meta import merged, update_meta
+
+S = NodeState
+TERMINABLE = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.DRAINED, S.INTERRUPTED,
+                        S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
+
+
+def rows_for(step: Step, plan: Plan, plan_id: int | None) -> Iterator[tuple[Action, ActionRow | None]]:
+    """Each action with its row (record_plan writes one per action but Hold, in order)."""
+    actions = [a for a in plan.actions if not isinstance(a, Hold)]
+    if plan_id is None:
+        yield from ((a, None) for a in actions)
+        return
+    rows = step.store.actions(plan_id=plan_id)
+    if len(rows) != len(actions):
+        raise SubmitError(f"plan {plan_id} has {len(rows)} recorded actions, the plan {len(actions)}")
+    yield from zip(actions, rows, strict=True)
+
+
+def submit(step: Step, plan: Plan, plan_id: int | None) -> list[str]:
+    created: list[str] = []
+    for action, row in rows_for(step, plan, plan_id):
+        if row is not None and row.status not in ("planned", "submitting"):
+            continue
+        resumed = row is not None and row.status == "submitting"
+        if row is not None and not resumed:
+            step.store.set_action_status(row.id, "submitting", step.now())
+        try:
+            created += _apply(step, action, row.id if row else None, resumed)
+            status, detail = "submitted", ""
+        except SubmitError as exc:
+            status, detail = "failed", str(exc)
+            step.error(f"{action.kind} {getattr(action, 'node', action.pool)}: {exc}")
+        if row is not None:
+            step.store.set_action_status(row.id, status, step.now(), detail)
+    return created
+
+
+def _apply(step: Step, action: Action, action_id: int | None, resumed: bool) -> list[str]:
+    if isinstance(action, Launch):
+        return _launch(step, action, action_id, resumed)
+    if isinstance(action, Replace):
+        return _replace(step, action, action_id, resumed)
+    if isinstance(action, Drain):
+        _drain(step, action)
+    elif isinstance(action, CancelDrain):
+        _cancel_drain(step, action)
+    elif isinstance(action, Terminate):
+        _terminate(step, action)
+    elif isinstance(action, ReportJob):
+        step.store.audit("long-job", action.reason, step.now(), pool=action.pool, node=action.node)
+    return []
+
+
+def _node(step: Step, name: str) -> Node:
+    node = step.store.get(name)
+    if node is None:
+        raise SubmitError(f"no node named {name}")
+    return node
+
+
+# -- launches -------------------------------------------------------------------------------
+
+def _spec(action: Launch | Replace, action_id: int | None, index: int) -> dict[str, Any]:
+    return {"pool": action.pool, "instance_type": action.instance_type,
+            "market": action.market.value, "zone": action.zone, "reason": action.reason,
+            "action": action_id, "index": index}
+
+
+def _launch(step: Step, action: Launch, action_id: int | None, resumed: bool) -> list[str]:
+    existing = _created_slots(step, action.pool, action_id) if resumed else {}
+    replaces = list(action.replaces)
+    out = []
+    for index in range(action.count):
+        old = replaces[index] if index < len(replaces) else None
+        if index in existing:
+            if old:
+                _clear_marker(step, old)
+            continue
+        spec = _spec(action, action_id, index)
+        if old:
+            _promise(step, old, spec)
+        out.append(create(step, spec, replaces=old).name)
+        if old:
+            _clear_marker(step, old)
+    return out
+
+
+def _replace(step: Step, action: Replace, action_id: int | None, resumed: bool) -> list[str]:
+    old = _node(step, action.node)
+    if resumed and _created_slots(step, action.pool, action_id):
+        _clear_marker(step, old.name)
+        return []
+    spec = _spec(action, action_id, 0)
+    if old.state is S.READY:
+        why = f"replaced ({action.trigger}): {action.reason}"
+        meta = merged(step.store, old.name, drain=step.drain_progress(old, why, step.now()),
+                      replacement=spec)
+        if step.move(old.name, S.DRAINING, why, drain_trigger=action.trigger,
+                     replacement_requested=True, meta=meta) is None:
+            raise SubmitError(f"{old.name} changed state; not replaced")
+    elif old.state in (S.DRAINING, S.DRAINED, S.INTERRUPTED):
+        _promise(step, old.name, spec)
+    else:
+        raise SubmitError(f"{old.name} is {old.state}, not READY: not replaced")
+    new = create(step, spec, replaces=old.name)
+    _clear_marker(step, old.name)
+    return [new.name]
+
+
+def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Node:
+    """A REQUESTED node for one launch slot (also used to finish a promised replacement)."""
+    team, _, pool_name = str(spec["pool"]).partition("/")
+    policy = step.policies.get(team)
+    try:
+        pool = policy.pool(pool_name) if policy else None
+    except KeyError:
+        pool = None
+    if pool is None:
+        raise SubmitError(f"pool {spec['pool']} has no policy: cannot tell its cloud and region")
+    meta = {"cluster": pool.cluster.kind, "action": spec.get("action"), "index": spec.get("index")}
+    if replaces:
+        meta["replaces"] = replaces
+    return step.store.create_node(
+        team=team, pool=pool_name, cloud=pool.cloud.value, region=pool.region,
+        zone=spec.get("zone"), instance_type=str(spec["instance_type"]),
+        market=Market(spec["market"]), now=step.now(), reason=str(spec["reason"]), meta=meta)
+
+
+def _promise(step: Step, old: str, spec: dict[str, Any]) -> None:
+    meta = merged(step.store, old, replacement=spec)
+    step.store.update(old, replacement_requested=True, meta=meta)
+
+
+def _clear_marker(step: Step, old: str) -> None:
+    if "replacement" in step.store.meta(old):
+        update_meta(step.store, old, replacement=None)
+
+
+def _created_slots(step: Step, pool: str, action_id: int | None) -> dict[int, str]:
+    """Launch slots of ``action_id`` that already have a node (after a crash mid-submit)."""
+    if action_id is None:
+        return {}
+    out = {}
+    for node in step.store.nodes(pool=pool, include_terminated=True):
+        meta = step.store.meta(node.name)
+        if meta.get("action") == action_id and isinstance(meta.get("index"), int):
+            out[int(meta["index"])] = node.name
+    return out
+
+
+def _replacement_of(step: Step, pool: str, old: str) -> str | None:
+    for node in step.store.nodes(pool=pool, include_terminated=True):
+        if step.store.meta(node.name).get("replaces") == old:
+            return node.name
+    return None
+
+
+def repair_replacements(step: Step) -> list[str]:
+    """Finish replacements promised before a crash: create the node if it is missing."""
+    created = []
+    for node in step.store.nodes():
+        if not node.replacement_requested:
+            continue
+        spec = step.store.meta(node.name).get("replacement")
+        if not spec:
+            continue
+        if _replacement_of(step, str(spec["pool"]), node.name) is None:
+            created.append(create(step, spec, replaces=node.name).name)
+        _clear_marker(step, node.name)
+    return created
+
+
+# -- drains and terminations ------------------------------------------------------------------
+
+def _drain(step: Step, action: Drain) -> None:
+    node = _node(step, action.node)
+    if node.state is not S.READY:
+        raise SubmitError(f"{node.name} is {node.state}, not READY: not drained")
+    meta = merged(step.store, node.name, drain=step.drain_progress(node, action.reason, step.now()))
+    if step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger, meta=meta) is None:
+        raise SubmitError(f"{node.name} changed state; not drained")
+
+
+def _cancel_drain(step: Step, action: CancelDrain) -> None:
+    node = _node(step, action.node)
+    if node.state not in (S.DRAINING, S.DRAINED):
+        raise SubmitError(f"{node.name} is {node.state}: no drain to cancel")
+    meta = merged(step.store, node.name, drain=None)
+    # READY first; the scheduler resume it owes is done by advance() (drain.UNDRAIN).
+    if step.move(node.name, S.READY, action.reason, drain_trigger="cancelled", meta=meta) is None:
+        raise SubmitError(f"{node.name} changed state; drain not cancelled")
+
+
+def _terminate(step: Step, action: Terminate) -> None:
+    node = _node(step, action.node)
+    if node.state in (S.TERMINATING, S.TERMINATED, S.LOST):
+        return
+    if node.state not in TERMINABLE:
+        raise SubmitError(f"{node.name} is {node.state}: drain it before terminating")
+    if step.move(node.name, S.TERMINATING, action.reason) is None:
+        raise SubmitError(f"{node.name} changed state; not terminated")

@@ -1,0 +1,167 @@
+"""Spot interruption notices -> INTERRUPTED nodes, recorded before the notice is acked.
+
+Sources: AWS EventBridge events on an SQS queue ("EC2 Spot Instance Interruption
+Warning", "EC2 Instance Rebalance Recommendation"; ``clouds/aws_events.py``), read with
+``receive()`` and deleted with ``ack()`` only after the store has the node's new state,
+so a crash in between redelivers the notice (applying it twice changes nothing); Alibaba
+Cloud's preemption events and ``Recycling`` locks, polled (``clouds/alicloud.py``).
+
+A notice is mapped to its node by instance id. A serving, draining or bootstrapping node
+becomes INTERRUPTED with the notice and a short drain (``interruption_drain_deadline``,
+never past the cloud's deadline minus the checkpoint grace) in its meta; the executor
+drains it at once and terminates it, and the engine launches the replacement (on-demand
+when the pool's ``capacity.on_interruption`` says so; the executor flags the node
+``replacement_requested`` when it submits that launch). A rebalance recommendation is
+handled per ``on_rebalance``: like an interruption (default), as a normal drain, or only
+recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from autoscaler.clouds.aws_events import Received
+from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.fleet.store import FleetStore
+from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.service.executor.common import new_drain
+from autoscaler.service.executor.drain import interruption_progress
+from autoscaler.service.executor.meta import InterruptionMeta, drain_of, merged
+from autoscaler.service.executor.settings import ExecutorSettings
+
+log = logging.getLogger(__name__)
+S = NodeState
+INTERRUPTIBLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAPPING})
+SETTLED = frozenset({S.INTERRUPTED, S.TERMINATING, S.TERMINATED, S.LOST,
+                     S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
+
+
+class InterruptionSource(Protocol):
+    def receive(self) -> list[Received]: ...
+
+    def ack(self, receipts: list[str]) -> None: ...
+
+
+class PollingSource:
+    """A cloud whose notices are state, not messages (Alibaba): nothing to ack."""
+
+    def __init__(self, cloud: CloudMarket):
+        self.cloud = cloud
+
+    def receive(self) -> list[Received]:
+        return [Received(i, "") for i in self.cloud.interruptions()]
+
+    def ack(self, receipts: list[str]) -> None:
+        return None
+
+
+def sources_for(clouds: Iterable[CloudMarket]) -> list[InterruptionSource]:
+    """The SQS queue of an AWS adapter that has one; polling for the others."""
+    out: list[InterruptionSource] = []
+    for cloud in clouds:
+        queue_of = getattr(cloud, "interruption_queue", None)
+        if callable(queue_of):
+            queue = queue_of()
+            if queue is not None:
+                out.append(queue)
+        else:
+            out.append(PollingSource(cloud))
+    return out
+
+
+@dataclass
+class InterruptionReport:
+    interrupted: list[str] = field(default_factory=list)
+    drained: list[str] = field(default_factory=list)  # rebalance handled as a normal drain
+    ignored: list[str] = field(default_factory=list)  # duplicates, nodes already leaving
+    unknown: list[str] = field(default_factory=list)  # instance ids the store does not know
+    errors: list[str] = field(default_factory=list)
+
+
+class InterruptionIntake:
+    def __init__(self, store: FleetStore, sources: Sequence[InterruptionSource],
+                 settings: ExecutorSettings, clock: Callable[[], datetime],
+                 policies: Callable[[], Mapping[str, TeamPolicy]] = dict):
+        self.store, self.sources, self.settings = store, list(sources), settings
+        self.clock, self.policies = clock, policies
+
+    def poll(self) -> InterruptionReport:
+        report = InterruptionReport()
+        for source in self.sources:
+            try:
+                received = source.receive()
+            except Exception as exc:  # one queue's trouble must not hide the others' notices
+                report.errors.append(f"{type(source).__name__}: {exc}")
+                continue
+            by_instance = {n.instance_id: n for n in self.store.nodes() if n.instance_id}
+            for item in received:
+                if item.interruption is not None:
+                    self._handle(item.interruption, by_instance, report)
+            receipts = [r.receipt for r in received if r.receipt]
+            if receipts:
+                source.ack(receipts)
+        return report
+
+    def _handle(self, notice: Interruption, by_instance: Mapping[str, Node],
+                report: InterruptionReport) -> None:
+        node = by_instance.get(notice.instance_id)
+        if node is None:
+            report.unknown.append(notice.instance_id)
+            log.info("interruption notice for %s, which is not one of our nodes", notice.instance_id)
+            return
+        action = "interrupt"
+        if notice.kind is InterruptionKind.REBALANCE:
+            action = self.settings.on_rebalance
+        now = self.clock()
+        detail = f"{notice.kind.value} notice for {notice.instance_id} from {notice.source or 'the cloud'}"
+        self.store.audit("interruption", detail, now, pool=node.pool_key, node=node.name)
+        if action == "ignore" or node.state in SETTLED or node.state not in INTERRUPTIBLE:
+            report.ignored.append(node.name)
+            return
+        if action == "drain":
+            self._drain(node, detail, report)
+            return
+        meta = InterruptionMeta(kind=notice.kind.value, at=notice.at, deadline=notice.deadline,
+                                source=notice.source)
+        progress = interruption_progress(self.settings, self._pool(node), meta, now)
+        previous = drain_of(self.store.meta(node.name))
+        if previous is not None:  # keep what a running drain already did
+            progress = progress.model_copy(update={
+                "phase": previous.phase, "signalled_at": previous.signalled_at,
+                "deadline": min(progress.deadline, previous.deadline)})
+        fields = merged(self.store, node.name, interruption=meta, drain=progress)
+        self._move(node, S.INTERRUPTED, detail, report.interrupted, report, meta=fields)
+
+    def _drain(self, node: Node, detail: str, report: InterruptionReport) -> None:
+        if node.state is not S.READY:
+            report.ignored.append(node.name)
+            return
+        progress = new_drain(self.settings, self._pool(node), detail, self.clock())
+        fields = merged(self.store, node.name, drain=progress)
+        self._move(node, S.DRAINING, detail, report.drained, report, drain_trigger="rebalance",
+                   meta=fields)
+
+    def _move(self, node: Node, to: NodeState, reason: str, into: list[str],
+              report: InterruptionReport, **fields: object) -> None:
+        try:
+            self.store.transition(node.name, to, self.clock(), reason, **fields)
+        except Exception as exc:  # the node moved meanwhile; the notice is still acked
+            report.errors.append(f"{node.name}: {exc}")
+            return
+        into.append(node.name)
+        log.warning("%s -> %s: %s", node.name, to, reason)
+
+    def _pool(self, node: Node) -> Pool | None:
+        policy = self.policies().get(node.team)
+        if policy is None:
+            return None
+        try:
+            return policy.pool(node.pool)
+        except KeyError:
+            return None

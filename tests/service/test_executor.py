@@ -1,0 +1,316 @@
+"""The executor with fakes: launch to READY, failures, drains, cancels, replacements."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from autoscaler.actuators.ansible import HostStatus
+from autoscaler.actuators.terraform import StateLockedError
+from autoscaler.engine.plan import CancelDrain, Plan, Replace
+from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.policy.models import Market
+from autoscaler.service.executor import ExecutorSettings
+from autoscaler.service.executor.drain import interruption_progress
+from autoscaler.service.executor.meta import InterruptionMeta, merged
+from tests.service.executor_rig import Rig, drain, launch, make_rig, slurm_policy, terminate
+
+S = NodeState
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = make_rig(tmp_path)
+    yield r
+    r.store.close()
+
+
+def test_launch_goes_requested_provisioning_bootstrapping_ready(rig: Rig) -> None:
+    [name] = rig.submit(launch())
+    assert name == "vision-gpu-1" and rig.state(name) is S.REQUESTED
+    assert rig.tf.calls == [] and rig.cloud.instances == {}  # submit has no side effect
+
+    report = rig.advance()
+    node = rig.node(name)
+    [inst] = rig.cloud.live()
+    assert node.state is S.BOOTSTRAPPING and node.instance_id == inst.instance_id
+    assert node.address == "169.254.77.3"  # the resolver seam, not the cloud's 172.31 address
+    assert rig.ansible.calls == [[name]]
+    assert report.moved(S.PROVISIONING) == [name] and report.moved(S.BOOTSTRAPPING) == [name]
+    assert report.bootstrapped == [name]
+
+    rig.advance()  # slurm does not know the node yet
+    assert rig.state(name) is S.BOOTSTRAPPING and rig.ansible.calls == [[name]]
+    rig.slurm.scheduler.join(name)
+    assert rig.advance().moved(S.READY) == [name]
+    steps = [(t.from_state, t.to_state) for t in rig.store.transitions(name)]
+    assert steps == [(None, "REQUESTED"), ("REQUESTED", "PROVISIONING"),
+                     ("PROVISIONING", "BOOTSTRAPPING"), ("BOOTSTRAPPING", "READY")]
+
+
+def test_state_is_written_before_terraform_and_ansible_run(rig: Rig) -> None:
+    seen: dict[str, object] = {}
+    rig.tf.on_apply = lambda ref, nodes: seen.update(
+        {f"apply:{n}": rig.state(n) for n in nodes})
+    inner = rig.ansible.bootstrap
+
+    def bootstrap(nodes, policies, **kw):  # type: ignore[no-untyped-def]
+        for n in nodes:
+            seen[f"ansible:{n.name}"] = (rig.state(n.name), rig.store.meta(n.name)["bootstrap"]["attempts"])
+        return inner(nodes, policies, **kw)
+
+    rig.ansible.bootstrap = bootstrap  # type: ignore[method-assign]
+    rig.submit(launch(2))
+    rig.advance()
+    assert seen == {"apply:vision-gpu-1": S.PROVISIONING, "apply:vision-gpu-2": S.PROVISIONING,
+                    "ansible:vision-gpu-1": (S.BOOTSTRAPPING, 1),
+                    "ansible:vision-gpu-2": (S.BOOTSTRAPPING, 1)}
+
+
+def test_cluster_kind_none_is_ready_right_after_bootstrap(rig: Rig) -> None:
+    rig.policies = {"vision": slurm_policy(cluster={"kind": "none"})}
+    [name] = rig.submit(launch())
+    assert rig.advance().moved(S.READY) == [name]
+    assert rig.store.meta(name)["cluster"] == "none"
+
+
+def test_ready_waits_for_metrics_when_given_the_snapshot(rig: Rig) -> None:
+    [name] = rig.submit(launch())
+    rig.slurm.scheduler.join(name)
+    empty = Snapshot(taken_at=rig.clock())
+    rig.advance(snapshot=empty)
+    assert rig.state(name) is S.BOOTSTRAPPING
+    seen = Snapshot(taken_at=rig.clock(), nodes={name: NodeObservation(
+        metrics=GpuMetrics(util_mean=3.0, gpus_reporting=1, sample_age_s=2))})
+    assert rig.advance(snapshot=seen).moved(S.READY) == [name]
+
+
+def test_capacity_error_is_provision_failed_and_reported(rig: Rig) -> None:
+    rig.tf.no_capacity.add(("p3.2xlarge", Market.SPOT))
+    [spot] = rig.submit(launch(market=Market.SPOT))
+    report = rig.advance()
+    node = rig.node(spot)
+    assert node.state is S.PROVISION_FAILED and "InsufficientInstanceCapacity" in node.reason
+    [err] = report.capacity_errors
+    assert (err.instance_type, err.market, err.code) == ("p3.2xlarge", Market.SPOT,
+                                                         "InsufficientInstanceCapacity")
+    # The engine cleans it up: nothing was created, so no instance to destroy.
+    rig.submit(terminate(spot))
+    rig.advance()
+    assert rig.state(spot) is S.TERMINATED and rig.cloud.live() == []
+
+
+def test_apply_errors_not_tied_to_a_node_fail_it_after_a_few_attempts(rig: Rig) -> None:
+    [name] = rig.submit(launch())
+    for attempt in range(1, 4):
+        rig.tf.next_error = StateLockedError("state locked by another run")
+        report = rig.advance()
+        assert any("locked" in e for e in report.errors)
+        assert rig.state(name) is (S.PROVISION_FAILED if attempt == 3 else S.PROVISIONING)
+    assert "3 applies of vision/gpu failed" in rig.node(name).reason
+
+
+def test_bootstrap_retries_with_backoff_then_fails_with_the_task(rig: Rig) -> None:
+    rig.settings = ExecutorSettings(bootstrap_retries=1, bootstrap_retry_backoff="1m")
+    [name] = rig.submit(launch())
+    rig.ansible.fail[name] = (HostStatus.FAILED, "gpu_health_check : Check GPUs", "found 0 GPUs, expected 1")
+    report = rig.advance()
+    assert rig.state(name) is S.BOOTSTRAPPING and "expected 1" in report.bootstrap_failed[name]
+    rig.advance()  # within the backoff: not run again
+    assert len(rig.ansible.calls) == 1
+    rig.clock.tick(61)
+    rig.advance()
+    node = rig.node(name)
+    assert node.state is S.BOOTSTRAP_FAILED and len(rig.ansible.calls) == 2
+    assert "2 time(s)" in node.reason and "gpu_health_check : Check GPUs" in node.reason
+
+
+def test_unreachable_then_ok_on_retry(rig: Rig) -> None:
+    rig.settings = ExecutorSettings(bootstrap_retry_backoff="0s")
+    [name] = rig.submit(launch())
+    rig.ansible.fail_once[name] = (HostStatus.UNREACHABLE, "Gathering Facts", "no route to host")
+    rig.advance()
+    rig.slurm.scheduler.join(name)
+    rig.advance()
+    assert rig.state(name) is S.READY and len(rig.ansible.calls) == 2
+
+
+def test_nodes_without_an_address_wait_for_the_resolver(rig: Rig) -> None:
+    rig.addresses = {}
+    [name] = rig.submit(launch())
+    rig.advance()
+    assert rig.state(name) is S.BOOTSTRAPPING and rig.ansible.calls == []
+    rig.addresses = {name: "169.254.77.6"}
+    rig.advance()
+    assert rig.ansible.calls == [[name]]
+
+
+def test_not_ready_in_time_is_bootstrap_failed(rig: Rig) -> None:
+    [name] = rig.submit(launch())
+    rig.advance()
+    rig.clock.tick(11 * 60)
+    rig.advance()
+    node = rig.node(name)
+    assert node.state is S.BOOTSTRAP_FAILED and "not joined yet" in node.reason
+
+
+def test_drain_waits_for_jobs_then_terminate_destroys_the_instance(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    sched = rig.slurm.scheduler
+    sched.run(name, "101", "102")
+    rig.submit(drain(name))
+    assert rig.state(name) is S.DRAINING and name not in sched.cordoned  # intent only
+    report = rig.advance()
+    assert name in sched.cordoned and rig.state(name) is S.DRAINING
+    assert "waiting for 2 job(s)" in report.drain_steps[name]
+    sched.finish(name)
+    rig.clock.tick(10)
+    assert rig.advance().moved(S.DRAINED) == [name]
+    rig.submit(terminate(name))
+    instance = rig.node(name).instance_id
+    rig.advance()
+    assert rig.state(name) is S.TERMINATED and rig.cloud.live() == []
+    assert rig.cloud.instances[instance].state == "terminated"
+    assert ("forget", name) in sched.calls
+
+
+def test_drain_deadline_signals_then_requeues_with_the_pool_settings(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    sched = rig.slurm.scheduler
+    sched.run(name, "7")
+    rig.submit(drain(name))
+    rig.advance()
+    rig.clock.tick(10 * 60)  # drain_timeout 10m
+    rig.advance()
+    assert ("checkpoint", name, ["7"], "USR2") in sched.calls
+    assert rig.store.meta(name)["drain"]["phase"] == "signalled"
+    assert not any(c[0] == "evacuate" for c in sched.calls)
+    rig.clock.tick(61)  # checkpoint_grace 1m
+    rig.advance()
+    assert ("evacuate", name, ["7"]) in sched.calls
+    rig.clock.tick(10)
+    assert rig.advance().moved(S.DRAINED) == [name]
+
+
+def test_cancel_drain_is_ready_first_then_resumed_in_the_scheduler(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    rig.slurm.scheduler.run(name, "9")
+    rig.submit(drain(name))
+    rig.advance()
+    rig.submit(CancelDrain(pool="vision/gpu", node=name, reason="pending jobs fit on it"))
+    node = rig.node(name)
+    assert node.state is S.READY and node.drain_trigger == "cancelled"
+    assert name in rig.slurm.scheduler.cordoned
+    rig.slurm.next_error = RuntimeError("slurmctld timeout")
+    rig.advance()
+    assert rig.node(name).drain_trigger == "cancelled"  # retried next time
+    rig.advance()
+    assert rig.node(name).drain_trigger is None and name not in rig.slurm.scheduler.cordoned
+    assert "drain" not in rig.store.meta(name)
+
+
+def test_replace_drains_the_old_node_and_launches_one_like_it(rig: Rig) -> None:
+    [old] = rig.ready_nodes()
+    created = rig.submit(Replace(pool="vision/gpu", node=old, instance_type="p3.2xlarge",
+                                 market=Market.ON_DEMAND, trigger="unhealthy", reason="XID 79"))
+    node = rig.node(old)
+    assert node.state is S.DRAINING and node.replacement_requested and node.drain_trigger == "unhealthy"
+    assert created == ["vision-gpu-2"] and rig.store.meta("vision-gpu-2")["replaces"] == old
+    assert "replacement" not in rig.store.meta(old)
+
+
+def test_launch_that_replaces_interrupted_nodes_flags_them(rig: Rig) -> None:
+    [old] = rig.ready_nodes()
+    rig.store.transition(old, S.INTERRUPTED, rig.clock(), "spot notice")
+    [new] = rig.submit(launch(replaces=[old], trigger="interruption", market=Market.SPOT))
+    assert rig.node(old).replacement_requested
+    assert rig.store.meta(new)["replaces"] == old
+
+
+def test_resubmitting_a_recorded_plan_creates_nothing_twice(rig: Rig) -> None:
+    plan = Plan(decided_at=rig.clock(), actions=[launch(2)])
+    plan_id = rig.store.record_plan(plan)
+    ex = rig.executor()
+    assert ex.submit(plan, plan_id) == ["vision-gpu-1", "vision-gpu-2"]
+    assert ex.submit(plan, plan_id) == []
+    [row] = rig.store.actions(plan_id)
+    assert row.status == "submitted"
+    # A crash after the first node of a launch: the row says "submitting".
+    plan2 = Plan(decided_at=rig.clock(), actions=[launch(3)])
+    pid2 = rig.store.record_plan(plan2)
+    rig.store.set_action_status(rig.store.actions(pid2)[0].id, "submitting", rig.clock())
+    rig.store.create_node(team="vision", pool="gpu", cloud="aws", region="us-east-1", zone=None,
+                          instance_type="p3.2xlarge", market=Market.ON_DEMAND, now=rig.clock(),
+                          reason="first slot", meta={"action": rig.store.actions(pid2)[0].id, "index": 0})
+    assert ex.submit(plan2, pid2) == ["vision-gpu-4", "vision-gpu-5"]
+
+
+def test_illegal_actions_are_reported_not_raised(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    plan_actions = [terminate(name), drain("vision-gpu-99")]
+    plan = Plan(decided_at=rig.clock(), actions=plan_actions)
+    plan_id = rig.store.record_plan(plan)
+    assert rig.executor().submit(plan, plan_id) == []
+    rows = rig.store.actions(plan_id)
+    assert [r.status for r in rows] == ["failed", "failed"]
+    assert "drain it before terminating" in rows[0].detail and "no node named" in rows[1].detail
+    assert rig.state(name) is S.READY
+
+
+def test_terraform_recreating_a_gone_instance_makes_the_node_lost(rig: Rig) -> None:
+    [a, b] = rig.ready_nodes(2)
+    rig.cloud.terminate(rig.node(a).instance_id or "")
+    rig.submit(launch())  # any change to the pool makes it apply
+    rig.advance()
+    node = rig.node(a)
+    assert node.state is S.LOST and "recreated" in node.reason
+    rig.advance()  # LOST leaves the map: the recreated instance is destroyed
+    assert rig.state(a) is S.TERMINATED
+    assert {i.node for i in rig.cloud.live()} == {b, "vision-gpu-3"}
+
+
+def test_pools_are_applied_in_parallel_and_one_failure_spares_the_others(rig: Rig) -> None:
+    rig.policies = {"vision": slurm_policy(pools=[
+        {"name": f"p{i}", "cloud": "aws", "region": "us-east-1", "instance_types": ["p3.2xlarge"],
+         "max_nodes": 4, "cluster": {"kind": "none"}} for i in range(4)])}
+    for i in range(4):
+        rig.submit(launch(pool=f"vision/p{i}"))
+    calls = []
+
+    def on_apply(ref, nodes):  # type: ignore[no-untyped-def]
+        calls.append(ref.key)
+        if ref.key == "vision/p2":
+            raise RuntimeError("provider crashed")
+
+    rig.tf.on_apply = on_apply
+    report = rig.advance()
+    assert sorted(calls) == [f"vision/p{i}" for i in range(4)]
+    assert sorted(report.moved(S.READY)) == ["vision-p0-1", "vision-p1-1", "vision-p3-1"]
+    assert rig.state("vision-p2-1") is S.PROVISIONING
+    assert any("provider crashed" in e for e in report.errors)
+
+
+def test_interrupted_node_drains_fast_and_is_terminated(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    rig.slurm.scheduler.run(name, "55")
+    deadline = rig.clock() + timedelta(minutes=2)
+    notice = InterruptionMeta(kind="interruption", at=rig.clock(), deadline=deadline, source="aws")
+    progress = interruption_progress(rig.settings, None, notice, rig.clock())
+    assert progress.deadline == rig.clock() + timedelta(seconds=60)
+    rig.store.transition(name, S.INTERRUPTED, rig.clock(), "spot notice",
+                         meta=merged(rig.store, name, interruption=notice, drain=progress))
+    rig.advance()
+    assert name in rig.slurm.scheduler.cordoned and rig.state(name) is S.INTERRUPTED
+    rig.clock.tick(60)
+    rig.advance()
+    assert any(c[0] == "checkpoint" for c in rig.slurm.calls)
+    rig.clock.tick(31)
+    rig.advance()  # requeued
+    rig.clock.tick(10)
+    report = rig.advance()
+    assert report.moved(S.TERMINATING) == [name] and report.moved(S.TERMINATED) == [name]
+    assert rig.cloud.live() == []
