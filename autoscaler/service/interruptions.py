@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from autoscaler.clouds.aws_events import Received
+from autoscaler.clouds.aws_events import Received, dedupe
 from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
@@ -100,9 +100,9 @@ class InterruptionIntake:
                 report.errors.append(f"{type(source).__name__}: {exc}")
                 continue
             by_instance = {n.instance_id: n for n in self.store.nodes() if n.instance_id}
-            for item in received:
-                if item.interruption is not None:
-                    self._handle(item.interruption, by_instance, report)
+            # SQS may deliver a notice more than once, even within one receive.
+            for notice in dedupe(r.interruption for r in received if r.interruption is not None):
+                self._handle(notice, by_instance, report)
             receipts = [r.receipt for r in received if r.receipt]
             if receipts:
                 source.ack(receipts)

@@ -1,0 +1,174 @@
+"""The reconciler with fakes: unknown instances, LOST nodes, timeouts, state drift."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from autoscaler.actuators.node_map import NodeSpec, PoolRef
+from autoscaler.engine.snapshot import NodeObservation, SchedulerNode, Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.policy.models import Market
+from autoscaler.service.executor import ExecutorSettings
+from tests.service.executor_rig import Rig, drain, launch, make_rig
+
+S = NodeState
+POOL = PoolRef("vision", "gpu", "aws", "us-east-1")
+SPEC = NodeSpec(instance_type="p3.2xlarge", market=Market.ON_DEMAND)
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = make_rig(tmp_path)
+    yield r
+    r.store.close()
+
+
+def stray(rig: Rig, node: str = "vision-gpu-7") -> str:
+    """An instance with our tags that the store never heard of (a leak, or another copy)."""
+    return rig.cloud.launch(POOL, node, SPEC).instance_id
+
+
+def test_unknown_instance_is_reported_and_left_alone_by_default(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    leaked = stray(rig)
+    report = rig.reconciler().run()
+    [finding] = report.of("unknown-instance")
+    assert finding.instance_id == leaked and finding.pool == "vision/gpu"
+    assert [i.instance_id for i in rig.cloud.live() if i.instance_id == leaked] == [leaked]
+    assert [c for c in rig.tf.calls if c[0] == "apply" and c[2]["destroy"]] == []
+    assert rig.state(name) is S.READY and report.changes == []
+
+
+def test_unknown_instance_destroyed_through_terraform(rig: Rig) -> None:
+    rig.settings = ExecutorSettings(unknown_instances="destroy")
+    [name] = rig.ready_nodes()
+    leaked = stray(rig)
+    report = rig.reconciler().run()
+    [destroyed] = report.of("destroying")
+    assert destroyed.instance_id == leaked
+    apply_call = [c for c in rig.tf.calls if c[0] == "apply"][-1]
+    assert apply_call[2] == {"nodes": {name: SPEC}, "destroy": [leaked]}
+    assert [i.node for i in rig.cloud.live()] == [name]  # only the stray is gone
+    assert rig.reconciler().run().of("unknown-instance") == []
+
+
+def test_unknown_instance_adopted_into_store_and_terraform_state(rig: Rig) -> None:
+    rig.settings = ExecutorSettings(unknown_instances="adopt")
+    leaked = stray(rig, "vision-gpu-7")
+    report = rig.reconciler().run()
+    [adopted] = report.of("adopted")
+    node = rig.node("vision-gpu-7")
+    assert adopted.node == node.name and node.state is S.BOOTSTRAPPING
+    assert node.instance_id == leaked and rig.store.meta(node.name)["cluster"] == "slurm"
+    assert rig.tf.applied(POOL) is None  # stale: the next advance applies the pool
+    rig.advance()  # the apply imports the instance under its key instead of launching another
+    assert [i.instance_id for i in rig.cloud.live()] == [leaked]
+    assert rig.tf.state["vision/gpu"]["vision-gpu-7"].id == leaked
+    assert rig.ansible.calls == [["vision-gpu-7"]]
+
+
+def test_adoption_refused_without_policy_or_with_a_taken_name(rig: Rig) -> None:
+    rig.settings = ExecutorSettings(unknown_instances="adopt")
+    [name] = rig.ready_nodes()
+    rig.store.transition(name, S.DRAINING, rig.clock(), "test")
+    other = rig.cloud.launch(PoolRef("ghost", "gpu", "aws", "us-east-1"), "ghost-gpu-1", SPEC)
+    twin = stray(rig, name)  # a second instance claiming an existing node's name
+    texts = [f.detail for f in rig.reconciler().run().of("unknown-instance")]
+    assert any(f"cannot adopt {other.instance_id}: its pool has no policy" in t for t in texts)
+    assert any(f"cannot adopt {twin}: the name {name} is taken" in t for t in texts)
+
+
+def test_node_whose_instance_vanished_is_lost_after_two_misses_then_terminated(rig: Rig) -> None:
+    [a, b] = rig.ready_nodes(2)
+    rig.cloud.terminate(rig.node(a).instance_id or "")
+    first = rig.reconciler()
+    assert [f.node for f in first.run().of("missing")] == [a] and rig.state(a) is S.READY
+    report = first.run()
+    assert [f.node for f in report.of("lost")] == [a] and rig.state(a) is S.LOST
+    rig.advance()
+    assert rig.state(a) is S.TERMINATED and rig.state(b) is S.READY
+    assert [i.node for i in rig.cloud.live()] == [b]  # LOST is never recreated
+
+
+def test_cloud_errors_conclude_nothing(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    rig.cloud.terminate(rig.node(name).instance_id or "")
+    rec = rig.reconciler()
+    for _ in range(3):
+        rig.cloud.next_error = ConnectionError("endpoint down")
+        report = rec.run()
+        assert report.errors and report.of("lost") == []
+    assert rig.state(name) is S.READY
+
+
+@pytest.mark.parametrize(("state", "after", "then"), [
+    (S.REQUESTED, timedelta(minutes=16), S.PROVISION_FAILED),
+    (S.PROVISIONING, timedelta(minutes=21), S.PROVISION_FAILED),
+    (S.INTERRUPTED, timedelta(minutes=3), S.TERMINATING),
+    (S.TERMINATING, timedelta(minutes=21), S.LOST),
+])
+def test_stuck_states_time_out_per_the_lifecycle_table(rig: Rig, state: NodeState,
+                                                       after: timedelta, then: NodeState) -> None:
+    [name] = rig.submit(launch())
+    path = {S.REQUESTED: [], S.PROVISIONING: [S.PROVISIONING],
+            S.INTERRUPTED: [S.PROVISIONING, S.BOOTSTRAPPING, S.INTERRUPTED],
+            S.TERMINATING: [S.PROVISIONING, S.TERMINATING]}[state]
+    for step in path:
+        rig.store.transition(name, step, rig.clock(), "test")
+    rig.clock.tick(after.total_seconds() - 120)
+    assert rig.reconciler().run().of("timeout") == []
+    rig.clock.tick(120)
+    [finding] = rig.reconciler().run().of("timeout")
+    assert rig.state(name) is then and finding.node == name
+    assert f"{state} for" in rig.node(name).reason
+
+
+def test_drain_timeout_uses_the_pool_limit_plus_grace_and_margin(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    rig.slurm.scheduler.run(name, "1")
+    rig.submit(drain(name))
+    # Pool: drain_timeout 10m + checkpoint_grace 1m, settings margin 5m.
+    rig.clock.tick(15 * 60)
+    assert rig.reconciler().run().of("timeout") == []
+    rig.clock.tick(61)
+    rig.reconciler().run()
+    assert rig.state(name) is S.DRAINED
+
+
+def test_bootstrapping_limit_covers_retries_and_ready_wait(rig: Rig) -> None:
+    [name] = rig.submit(launch())
+    rig.advance()
+    # bootstrap.timeout 10m x 3 runs + 2 x 30s backoff + 10m ready wait = 41m
+    rig.clock.tick(40 * 60)
+    rig.reconciler().run()
+    assert rig.state(name) is S.BOOTSTRAPPING
+    rig.clock.tick(61)
+    rig.reconciler().run()
+    assert rig.state(name) is S.BOOTSTRAP_FAILED and "BOOTSTRAPPING for" in rig.node(name).reason
+
+
+def test_terraform_state_drift_marks_the_pool_stale_at_the_check_interval(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    rec = rig.reconciler()
+    assert rec.run().of("state-only") == []
+    held = rig.tf.state["vision/gpu"]
+    held["vision-gpu-9"] = held[name].model_copy(update={"id": "i-0000000000000abcd"})
+    assert rec.run().of("state-only") == []  # checked again only after state_check_interval
+    rig.clock.tick(5 * 60 + 1)
+    [finding] = rec.run().of("state-only")
+    assert finding.node == "vision-gpu-9" and rig.tf.applied(POOL) is None
+    del held[name]
+    rig.clock.tick(5 * 60 + 1)
+    assert [f.node for f in rec.run().of("state-missing")] == [name]
+
+
+def test_ready_node_that_the_scheduler_reports_down(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    snap = Snapshot(taken_at=rig.clock(), nodes={name: NodeObservation(
+        scheduler=SchedulerNode(state="down", ready=False))})
+    [finding] = rig.reconciler().run(snap).of("scheduler-down")
+    assert finding.node == name
