@@ -208,7 +208,8 @@ def test_actions_name_only_known_nodes_in_legal_states(world):
             assert NodeState.TERMINATING in TRANSITIONS[state]
         if not isinstance(a, CancelDrain) and a.kind != "report_job":
             touched.append(node)
-    assert len(touched) == len(set(touched)), "a node got two conflicting actions"
+    dupes = {n for n in touched if touched.count(n) > 1}
+    assert not dupes, [(a.kind, a.reason) for a in plan.actions if getattr(a, "node", None) in dupes]
     for a in plan.actions:
         if isinstance(a, Launch):
             for name in a.replaces:
