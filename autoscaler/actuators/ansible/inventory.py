@@ -1,0 +1,109 @@
+"""The inventory of one run: nodes to bootstrap, how to reach them, their pool's settings.
+
+Every pool setting the roles read is a host variable (highest inventory precedence), so a
+batch may mix pools. Variable names are the roles' own (see playbooks/roles/*/defaults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.actuators.ansible.settings import AnsibleSettings
+from autoscaler.catalog.catalog import Catalog, CatalogError
+from autoscaler.fleet.node import Node
+from autoscaler.policy.models import Pool, TeamPolicy
+
+AddressResolver = Callable[[Node], str | None]
+
+
+class InventoryError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A node left out of the run, and why."""
+
+    node: str
+    reason: str
+
+
+def pool_of(node: Node, policies: Mapping[str, TeamPolicy]) -> Pool:
+    try:
+        return policies[node.team].pool(node.pool)
+    except KeyError:
+        raise InventoryError(f"{node.name}: no policy for pool {node.team}/{node.pool}") from None
+
+
+def _number(value: float) -> int | float:
+    """50.0 -> 50, so CUDA_MPS_ACTIVE_THREAD_PERCENTAGE reads naturally."""
+    return int(value) if float(value).is_integer() else value
+
+
+def pool_vars(team: str, pool: Pool) -> dict[str, Any]:
+    """The pool's bootstrap and cluster settings as role variables."""
+    boot, cluster = pool.bootstrap, pool.cluster
+    return {
+        "nvidia_driver_branch": boot.driver,
+        "cuda_toolkit_version": boot.cuda,
+        "container_toolkit_runtime": boot.container_runtime,
+        "gpu_sharing_mode": boot.sharing,
+        "gpu_sharing_mig_profiles": list(boot.mig_profiles),
+        "gpu_sharing_mps_active_thread_percentage": _number(boot.mps.active_thread_percentage),
+        "gpu_sharing_mps_pinned_device_mem_limit_mib": boot.mps.pinned_device_mem_limit_mib,
+        "gpu_sharing_time_slicing_replicas": boot.time_slicing_replicas,
+        "gpu_health_check_dcgm_diag_level": boot.dcgm_diag_level,
+        "gpu_health_check_max_temperature": _number(pool.health.max_gpu_temperature),
+        "cluster_join_kind": cluster.kind,
+        "cluster_join_slurm_partition": cluster.partition,
+        "cluster_join_labels": dict(cluster.labels),
+        "cluster_join_team": team,
+        "cluster_join_pool": pool.name,
+    }
+
+
+def node_vars(node: Node, catalog: Catalog | None) -> dict[str, Any]:
+    """What the health check expects of this instance type, and the node's market."""
+    out: dict[str, Any] = {"cluster_join_market": node.market.value,
+                           "gpu_node_instance_type": node.instance_type}
+    if catalog is not None:
+        try:
+            itype = catalog.get(node.cloud, node.instance_type)
+        except CatalogError:
+            return out
+        out["gpu_health_check_expected_gpus"] = itype.gpus
+        out["gpu_health_check_expected_model"] = itype.gpu_model
+    return out
+
+
+def connection_vars(address: str, settings: AnsibleSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {"ansible_host": address, "ansible_port": settings.ssh_port,
+                           "ansible_user": settings.ssh_user}
+    if settings.private_key_file is not None:
+        out["ansible_ssh_private_key_file"] = str(settings.private_key_file)
+    return out
+
+
+def build_inventory(nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
+                    settings: AnsibleSettings, address_of: AddressResolver,
+                    catalog: Catalog | None = None) -> tuple[dict[str, Any], list[Unresolved]]:
+    """Inventory dict for ansible-runner, and the nodes that could not be included."""
+    hosts: dict[str, dict[str, Any]] = {}
+    skipped: list[Unresolved] = []
+    for node in nodes:
+        try:
+            address = address_of(node)
+        except Exception as exc:  # a resolver failure fails only that node
+            skipped.append(Unresolved(node.name, f"no address: {exc}"))
+            continue
+        if not address:
+            skipped.append(Unresolved(node.name, "no address yet"))
+            continue
+        hosts[node.name] = {**connection_vars(address, settings),
+                            **pool_vars(node.team, pool_of(node, policies)),
+                            **node_vars(node, catalog)}
+    become = settings.become if settings.become is not None else settings.ssh_user != "root"
+    inventory = {"all": {"hosts": hosts, "vars": {"gpu_node_become": become}}}
+    return inventory, skipped

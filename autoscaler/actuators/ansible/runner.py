@@ -1,0 +1,178 @@
+"""Run the node bootstrap playbook for one batch of nodes with ansible-runner.
+
+Each run gets a fresh private data directory (mode 0700, deleted afterwards): secrets are
+written only there, as the extra-vars file ansible-runner passes with ``-e @file``, never
+on a command line, in the environment or in the kept logs. What operators need is copied
+to ``runs_dir/<run id>/``: the inventory, ansible's stdout, the job events, the status and
+``results.json``, each passed through the redactor first as a second line of defence
+behind the roles' ``no_log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets as pysecrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import ansible_runner
+
+from autoscaler.actuators.ansible.inventory import (
+    AddressResolver,
+    build_inventory,
+    pool_of,
+)
+from autoscaler.actuators.ansible.results import (
+    BootstrapRun,
+    HostResult,
+    HostStatus,
+    Redactor,
+    host_results,
+)
+from autoscaler.actuators.ansible.settings import AnsibleSettings
+from autoscaler.catalog.catalog import Catalog
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import FleetView, Node
+from autoscaler.policy.models import TeamPolicy
+
+# Artifacts worth keeping for operators; "command" is not among them: it holds the whole
+# process environment (cloud credentials of the service included).
+_KEPT_ARTIFACTS = ("stdout", "status", "rc")
+
+
+class AnsibleError(RuntimeError):
+    pass
+
+
+class Bootstrapper(Protocol):
+    """What the executor needs; ``FakeAnsible`` implements it for unit tests."""
+
+    def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
+                  secrets: Mapping[str, str] | None = None) -> BootstrapRun: ...
+
+
+def ready_to_bootstrap(fleet: FleetView) -> list[Node]:
+    """Nodes whose instance exists and that wait for Ansible."""
+    return [n for n in fleet.nodes if n.state is NodeState.BOOTSTRAPPING]
+
+
+class AnsibleActuator:
+    def __init__(self, settings: AnsibleSettings, address_of: AddressResolver, *,
+                 catalog: Catalog | None = None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+        self.settings = settings
+        self.address_of = address_of
+        self.catalog = catalog
+        self.clock = clock
+
+    def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
+                  secrets: Mapping[str, str] | None = None) -> BootstrapRun:
+        """Run the playbook once for ``nodes``; one result per node, never raises per host."""
+        if len({n.name for n in nodes}) != len(nodes):
+            raise AnsibleError("a batch lists the same node twice")
+        all_secrets = {**self._env_secrets(), **(secrets or {})}
+        redact = Redactor(all_secrets.values())
+        inventory, unresolved = build_inventory(nodes, policies, self.settings,
+                                                self.address_of, self.catalog)
+        timeout = self.settings.run_timeout(
+            [pool_of(n, policies).bootstrap.timeout for n in nodes]).total_seconds()
+        run_id = f"{self.clock():%Y%m%dT%H%M%SZ}-{pysecrets.token_hex(3)}"
+        run_dir = self.settings.runs_dir / run_id
+        run_dir.mkdir(parents=True, mode=0o750)
+        started = time.monotonic()
+        status, hosts = "successful", {}
+        names = list(inventory["all"]["hosts"])
+        if names:
+            status, events = self._run(run_id, inventory, all_secrets, timeout, run_dir, redact)
+            hosts = host_results(names, events, status, timeout, redact)
+        for miss in unresolved:
+            hosts[miss.node] = HostResult(miss.node, HostStatus.UNREACHABLE, None, miss.reason)
+        run = BootstrapRun(run_id, run_dir, status, time.monotonic() - started, hosts)
+        _write_json(run_dir / "inventory.json", inventory, redact)
+        _write_json(run_dir / "results.json", run.to_json(), redact)
+        self._rotate()
+        return run
+
+    # ---- internals --------------------------------------------------------------------
+
+    def _env_secrets(self) -> dict[str, str]:
+        return {var: os.environ[env] for var, env in self.settings.secret_env.items()
+                if os.environ.get(env)}
+
+    def _envvars(self, private: Path) -> dict[str, str]:
+        s = self.settings
+        # Shared connections live in the run's private directory and are closed when the
+        # run ends (_close_masters), so none outlives the run or is reused for another host
+        # that later gets the same address.
+        master = ("-o ControlMaster=auto -o ControlPersist=120s" if s.control_persist
+                  else "-o ControlMaster=no -o ControlPersist=no")
+        return {
+            "ANSIBLE_SSH_ARGS": f"{master} -o StrictHostKeyChecking=no "
+                                "-o UserKnownHostsFile=/dev/null -o ServerAliveInterval=15 "
+                                "-o LogLevel=ERROR",
+            "ANSIBLE_HOST_KEY_CHECKING": "False",
+            "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_TIMEOUT": str(s.connect_timeout_s),
+            "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
+            "ANSIBLE_RETRY_FILES_ENABLED": "False",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_ROLES_PATH": str(s.playbook.resolve().parent / "roles"),
+            "ANSIBLE_LOCAL_TEMP": str(private / "tmp"),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(private / "cp"),
+        }
+
+    def _run(self, run_id: str, inventory: dict[str, Any], secrets: Mapping[str, str],
+             timeout: float, run_dir: Path, redact: Redactor) -> tuple[str, list[dict[str, Any]]]:
+        s = self.settings
+        if not s.playbook.is_file():
+            raise AnsibleError(f"playbook {s.playbook} does not exist")
+        with tempfile.TemporaryDirectory(prefix="gpu-autoscaler-ansible-") as tmp:
+            private = Path(tmp)
+            runner = ansible_runner.run(
+                private_data_dir=str(private), ident=run_id, playbook=str(s.playbook.resolve()),
+                inventory=inventory, extravars={**s.extra_vars, **secrets},
+                envvars=self._envvars(private), forks=s.forks,
+                skip_tags=",".join(s.skip_tags) or None, timeout=int(max(1, timeout)),
+                quiet=True, rotate_artifacts=1,
+            )
+            _close_masters(private / "cp")
+            events = list(runner.events)
+            artifacts = Path(runner.config.artifact_dir)
+            for name in _KEPT_ARTIFACTS:
+                if (artifacts / name).is_file():
+                    (run_dir / name).write_text(redact((artifacts / name).read_text(errors="replace")))
+            _write_events(run_dir / "events.jsonl", events, redact)
+            return str(runner.status), events
+
+    def _rotate(self) -> None:
+        runs = sorted(p for p in self.settings.runs_dir.iterdir() if p.is_dir())
+        for old in runs[:-self.settings.keep_runs]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _close_masters(control_dir: Path) -> None:
+    """Ask every SSH master of the run to exit (ControlPersist would keep them a while)."""
+    if not control_dir.is_dir():
+        return
+    for sock in control_dir.iterdir():
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "gpu-node"],
+                           capture_output=True, timeout=10, check=False)
+
+
+def _write_json(path: Path, data: Any, redact: Redactor) -> None:
+    path.write_text(redact(json.dumps(data, indent=2, sort_keys=True, default=str)) + "\n")
+
+
+def _write_events(path: Path, events: list[dict[str, Any]], redact: Redactor) -> None:
+    with open(path, "w") as fh:
+        for event in events:
+            fh.write(redact(json.dumps(event, sort_keys=True, default=str)) + "\n")

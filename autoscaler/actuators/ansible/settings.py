@@ -1,0 +1,48 @@
+"""Settings of the Ansible actuator (the ``ansible:`` section of the service config)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.policy.duration import Duration
+
+# playbooks/ next to the autoscaler package (a source checkout or editable install).
+DEFAULT_PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks" / "gpu-node.yml"
+
+
+class AnsibleSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    playbook: Path = Field(DEFAULT_PLAYBOOK, description="The node bootstrap playbook.")
+    runs_dir: Path = Field(Path(".gpu-autoscaler/ansible-runs"),
+                           description="One directory per run: stdout, events, results.")
+    keep_runs: int = Field(200, ge=1, description="Run directories kept; older ones are removed.")
+    ssh_user: str = Field("root", description="SSH user on new nodes (become is used unless root).")
+    ssh_port: int = Field(22, ge=1, le=65535)
+    private_key_file: Path | None = Field(None, description="SSH private key for the nodes.")
+    connect_timeout_s: int = Field(10, ge=1, description="SSH connection timeout.")
+    control_persist: bool = Field(
+        True, description="Reuse SSH connections (ControlMaster=auto); false: ControlMaster=no.")
+    become: bool | None = Field(None, description="Use sudo on the nodes; default: unless root.")
+    timeout: Duration | None = Field(
+        None, description="Time limit of one run; default: the longest bootstrap.timeout of "
+        "the batch's pools.")
+    forks: int = Field(20, ge=1, description="Hosts configured in parallel.")
+    skip_tags: list[str] = Field(default_factory=list,
+                                 description="e.g. ['gpu-hardware'] where there are no GPUs.")
+    extra_vars: dict[str, object] = Field(
+        default_factory=dict, description="Extra variables for every run (not secrets).")
+    secret_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Secret play variables read from the service's environment at run time, "
+        "{variable: ENV_NAME}, e.g. {cluster_join_k8s_token: GPU_AUTOSCALER_K8S_TOKEN}. "
+        "They reach the play as extra variables in the run's private directory, which is "
+        "deleted after the run, and are masked in results and kept logs.")
+
+    def run_timeout(self, pool_timeouts: list[timedelta]) -> timedelta:
+        if self.timeout is not None:
+            return self.timeout
+        return max(pool_timeouts, default=timedelta(minutes=30))
