@@ -133,13 +133,15 @@ class _Decision:
     # -- scale-down -------------------------------------------------------------
     def _scale_down(self, ctx: PoolContext, g: Growth) -> None:
         budget = self.budgets[ctx.key]
+        if not ctx.data_missing:
+            self.actions += over_max.candidates(ctx, self.prices, self.now, budget)
+        # Positive evidence of a fault is acted on even when other data is missing.
         for action in unhealthy.candidates(ctx, self.prices, self.now, budget):
             self._replace(ctx, action, budget)
         if ctx.data_missing:
             self.actions.append(Hold(pool=ctx.key, what="scale-down",
                                      reason=f"{ctx.key}: scale-down frozen: {ctx.data_missing}"))
             return
-        self.actions += over_max.candidates(ctx, self.prices, self.now, budget)
         for action in expired.candidates(ctx, self.prices, self.now, budget):
             self._replace(ctx, action, budget)
         if g.new or g.cancels or g.has_demand:
@@ -158,6 +160,12 @@ class _Decision:
 
     def _replace(self, ctx: PoolContext, action: Replace, budget: Budget) -> None:
         node = budget.taken[action.node]
+        if ctx.size > ctx.pool.max_nodes:
+            if action.trigger == "unhealthy":
+                self.actions.append(Drain(
+                    pool=ctx.key, node=node.name, trigger="unhealthy",
+                    reason=f"{action.reason}; no replacement: the pool is above max_nodes"))
+            return
         refused = self.ledger.admit(ctx.team, self.prices.node_gpus(node), self.prices.node_hourly(node))
         if refused is None:
             self.actions.append(action)

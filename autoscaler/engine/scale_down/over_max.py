@@ -22,7 +22,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
         removal_order(ctx, prices, ctx.serving), key=lambda n: n.name not in idle
     )
     actions: list[Action] = []
-    for node in order[:excess]:
+    for node in [n for n in order if n.name not in budget.taken][:excess]:
         if budget.concurrent <= 0:
             break
         budget.shrink(node)

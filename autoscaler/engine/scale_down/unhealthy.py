@@ -34,6 +34,8 @@ def problem(ctx: PoolContext, obs: NodeObservation) -> str | None:
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Replace]:
     actions: list[Replace] = []
     for node, why in ctx.sick:
+        if node.name in budget.taken:
+            continue
         budget.swap(node)
         actions.append(Replace(
             pool=ctx.key, node=node.name, instance_type=node.instance_type, market=node.market,
