@@ -86,6 +86,7 @@ class Work:
 
     id: str
     protected: bool = False  # gpu-autoscaler/do-not-disrupt: left alone until the deadline
+    ending: bool = False  # already on its way out (COMPLETING job, terminating pod)
 
 
 @dataclass(frozen=True)
@@ -175,19 +176,21 @@ class PhasedDrainer:
             return DrainStep(DrainOutcome.DONE, p, f"no work left on {name}")
         if p.phase is DrainPhase.CORDONED:
             return self._waiting(name, p, work, now)
+        live = [w for w in work if not w.ending]
         if p.phase is DrainPhase.SIGNALLING:
-            self.ops.checkpoint(name, work, p.signal)
+            self.ops.checkpoint(name, live, p.signal)
             p = p.at(DrainPhase.SIGNALLED, signalled_at=now)
             return self._retry(p, f"sent SIG{p.signal} to {_few(ids)}", p.grace, ids)
         if p.phase is DrainPhase.SIGNALLED:
             until = (p.signalled_at or now) + p.grace
             if now < until:
-                refused = self.ops.nudge(name, work, force=True)
+                refused = self.ops.nudge(name, live, force=True)
                 return self._retry(p, _waiting_text(ids, until, refused), min(until - now, self.poll), ids)
             return self._retry(p.at(DrainPhase.REQUEUEING), f"grace over; requeueing {_few(ids)}",
                                NOW, ids)
-        # REQUEUEING, or REQUEUED with work still there: (re)issue the requeue.
-        self.ops.evacuate(name, work)
+        # REQUEUEING, or REQUEUED with work still there: (re)issue it for what still runs.
+        if live:
+            self.ops.evacuate(name, live)
         return self._retry(p.at(DrainPhase.REQUEUED), f"requeued {_few(ids)}", self.poll, ids)
 
     def _waiting(self, name: str, p: DrainProgress, work: list[Work], now: datetime) -> DrainStep:
@@ -196,7 +199,8 @@ class PhasedDrainer:
             return self._retry(p.at(DrainPhase.SIGNALLING),
                                f"drain deadline reached with {_few(ids)} still running; "
                                f"signalling SIG{p.signal}", NOW, ids)
-        refused = self.ops.nudge(name, [w for w in work if not w.protected], force=False)
+        refused = self.ops.nudge(name, [w for w in work if not w.protected and not w.ending],
+                                 force=False)
         protected = sum(1 for w in work if w.protected)
         text = _waiting_text(ids, p.deadline, refused)
         if protected:

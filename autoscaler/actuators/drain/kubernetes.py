@@ -100,7 +100,8 @@ class KubernetesOps:
                 continue
             annotations = meta.annotations or {}
             out.append(Work(_key(meta.namespace or "default", meta.name),
-                            protected=annotations.get(DO_NOT_DISRUPT, "").lower() == "true"))
+                            protected=annotations.get(DO_NOT_DISRUPT, "").lower() == "true",
+                            ending=meta.deletion_timestamp is not None))
         return out
 
     def nudge(self, node: str, work: Sequence[Work], *, force: bool) -> list[str]:

@@ -30,7 +30,9 @@ from autoscaler.signals.slurm import Runner, SlurmCommandError, run_command
 
 RUNNING = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED"
 _UNKNOWN_NODE = ("Invalid node name", "not found", "Invalid nodelist")
-_JOB_GONE = ("already completing or completed", "Invalid job id", "Job has already finished")
+# The job left the node meanwhile (finished, or already requeued and pending again).
+_JOB_GONE = ("already completing or completed", "Invalid job id", "Job has already finished",
+             "Job is pending execution")
 _NOT_DRAINED = ("Invalid node state specified",)
 _BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND", "POWER", "FUTURE",
                "MAINT", "REBOOT", "INVAL")
@@ -79,12 +81,17 @@ class SlurmOps:
 
     def workload(self, node: str) -> list[Work]:
         try:
-            out = self._cmd("squeue", "-h", "-w", node, "-t", RUNNING, "-o", "%i")
+            out = self._cmd("squeue", "-h", "-w", node, "-t", RUNNING, "-o", "%i %T")
         except SlurmCommandError as exc:
             if _matches(exc, _UNKNOWN_NODE):
                 return []
             raise DrainError(f"slurm: cannot list jobs on {node}: {exc}") from None
-        return [Work(line.strip()) for line in out.splitlines() if line.strip()]
+        work = []
+        for line in out.splitlines():
+            job, _, state = line.strip().partition(" ")
+            if job:
+                work.append(Work(job, ending=state.strip().upper() == "COMPLETING"))
+        return work
 
     def nudge(self, node: str, work: Sequence[Work], *, force: bool) -> list[str]:
         return []  # Slurm jobs are not asked to leave before the deadline

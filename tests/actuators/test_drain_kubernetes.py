@@ -1,0 +1,130 @@
+"""The Kubernetes drainer against the project's fake API server (official client):
+cordon, evictions with PDB 429 retries, do-not-disrupt pods, the timeout, uncordon."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, PhasedDrainer
+from autoscaler.actuators.drain.kubernetes import DO_NOT_DISRUPT, KubernetesOps
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.signals.config import KubernetesConfig
+from tests.builders import NOW, make_node
+
+NAME = "vision-gpu-1"
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    with FakeKube() as k:
+        k.add_node(NAME, gpus=4)
+        k.add_node("vision-gpu-2", gpus=4)
+        k.add_pod("train-0", "vision", node=NAME, gpus=2, labels={"app": "train"})
+        k.add_pod("train-1", "vision", node=NAME, gpus=1, labels={"app": "train"})
+        k.add_pod("elsewhere", "vision", node="vision-gpu-2", gpus=1)
+        yield k
+
+
+@pytest.fixture
+def drainer(kube: FakeKube) -> PhasedDrainer:
+    # Through the config, as the service builds it (host URL, no token, fail fast).
+    return PhasedDrainer(KubernetesOps(config=KubernetesConfig(host=kube.url)))
+
+
+def node(name: str = NAME) -> Node:
+    return make_node(name, state=NodeState.DRAINING)
+
+
+def progress(deadline_in: float = 600, grace: float = 60) -> DrainProgress:
+    return DrainProgress(reason="idle", started_at=NOW, deadline=NOW + timedelta(seconds=deadline_in),
+                         grace=timedelta(seconds=grace))
+
+
+def protect(kube: FakeKube, key: str) -> None:
+    kube.pods[key]["metadata"]["annotations"] = {DO_NOT_DISRUPT: "true"}
+
+
+def test_cordon_evict_and_done(kube: FakeKube, drainer: PhasedDrainer) -> None:
+    step = drainer.step(node(), progress(), NOW)
+    assert kube.cordoned(NAME) and not kube.cordoned("vision-gpu-2")
+    assert sorted(kube.evicted) == ["vision/train-0", "vision/train-1"]
+    assert step.outcome is DrainOutcome.RETRY  # the pods were there when it looked
+    step = drainer.step(node(), step.progress, NOW + timedelta(seconds=10))
+    assert step.outcome is DrainOutcome.DONE
+    assert "vision/elsewhere" in kube.pods and not drainer.readiness(node()).ready
+    drainer.cancel(node())
+    assert not kube.cordoned(NAME) and drainer.readiness(node()).ready
+
+
+def test_pdb_refusals_are_retried(kube: FakeKube, drainer: PhasedDrainer) -> None:
+    kube.refuse_evictions("vision/train-0", times=2)
+    step = drainer.step(node(), progress(), NOW)
+    assert step.outcome is DrainOutcome.RETRY and "eviction(s) refused" in step.message
+    assert "disruption budget" in step.message
+    step = drainer.step(node(), step.progress, NOW + timedelta(seconds=10))
+    assert "vision/train-0" in kube.pods
+    step = drainer.step(node(), step.progress, NOW + timedelta(seconds=20))
+    assert "vision/train-0" not in kube.pods
+    assert drainer.step(node(), step.progress, NOW + timedelta(seconds=30)).outcome is DrainOutcome.DONE
+    evictions = [r for r in kube.requests if r == ("POST", "/api/v1/namespaces/vision/pods/train-0/eviction")]
+    assert len(evictions) == 3
+
+
+def test_do_not_disrupt_pods_hold_the_drain_until_the_deadline(kube: FakeKube,
+                                                               drainer: PhasedDrainer) -> None:
+    protect(kube, "vision/train-0")
+    step = drainer.step(node(), progress(deadline_in=600), NOW)
+    assert kube.evicted == ["vision/train-1"] and "1 marked do-not-disrupt" in step.message
+    step = drainer.step(node(), step.progress, NOW + timedelta(seconds=300))
+    assert step.outcome is DrainOutcome.RETRY and "vision/train-0" in kube.pods
+    at_deadline = NOW + timedelta(seconds=600)
+    step = drainer.step(node(), step.progress, at_deadline)
+    assert step.progress.phase is DrainPhase.SIGNALLING
+    step = drainer.step(node(), step.progress, at_deadline)  # evicted now (SIGTERM + grace)
+    assert step.progress.phase is DrainPhase.SIGNALLED and "vision/train-0" not in kube.pods
+    assert drainer.step(node(), step.progress, at_deadline).outcome is DrainOutcome.DONE
+
+
+def test_a_pdb_that_never_allows_is_overridden_after_timeout_and_grace(kube: FakeKube,
+                                                                        drainer: PhasedDrainer) -> None:
+    kube.add_pdb("train-pdb", "vision", {"app": "train"}, min_available=2)
+    p = progress(deadline_in=60, grace=30)
+    step = drainer.step(node(), p, NOW)
+    assert step.outcome is DrainOutcome.RETRY and kube.evicted == []
+    t = NOW + timedelta(seconds=60)
+    step = drainer.step(node(), step.progress, t)
+    step = drainer.step(node(), step.progress, t)
+    assert step.progress.phase is DrainPhase.SIGNALLED and kube.evicted == []
+    t += timedelta(seconds=31)
+    step = drainer.step(node(), step.progress, t)
+    assert step.progress.phase is DrainPhase.REQUEUEING
+    step = drainer.step(node(), step.progress, t)
+    assert step.progress.phase is DrainPhase.REQUEUED
+    assert not [k for k in kube.pods if k.startswith("vision/train")]  # deleted past the PDB
+    assert drainer.step(node(), step.progress, t).outcome is DrainOutcome.DONE
+
+
+def test_daemonset_and_mirror_pods_stay(kube: FakeKube, drainer: PhasedDrainer) -> None:
+    kube.add_pod("dcgm-exporter-x", "gpu-operator", node=NAME, gpus=0)
+    kube.pods["gpu-operator/dcgm-exporter-x"]["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm-exporter", "uid": "u1"}]
+    kube.add_pod("static-web", "kube-system", node=NAME, gpus=0)
+    kube.pods["kube-system/static-web"]["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "x"}
+    step = drainer.step(node(), progress(), NOW)
+    step = drainer.step(node(), step.progress, NOW + timedelta(seconds=10))
+    assert step.outcome is DrainOutcome.DONE
+    assert "gpu-operator/dcgm-exporter-x" in kube.pods and "kube-system/static-web" in kube.pods
+
+
+def test_unknown_node_and_unreachable_api(kube: FakeKube, drainer: PhasedDrainer) -> None:
+    step = drainer.step(node("vision-gpu-9"), progress(), NOW)
+    assert step.outcome is DrainOutcome.DONE and "does not know" in step.message
+    assert "has no node" in drainer.readiness(node("vision-gpu-9")).why
+    down = PhasedDrainer(KubernetesOps(config=KubernetesConfig(host="http://127.0.0.1:9", timeout="2s")))
+    step = down.step(node(), progress(), NOW)
+    assert step.outcome is DrainOutcome.ERROR and "unreachable" in step.message

@@ -1,0 +1,123 @@
+"""The Slurm drainer against a real slurmctld/slurmd pair: drain, checkpoint signal,
+requeue, resume, readiness and forget."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, PhasedDrainer
+from autoscaler.actuators.drain.slurm import SlurmOps
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.sandbox.procs import wait_until
+from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.signals.config import SlurmConfig
+from tests.builders import make_node
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("slurmctld") is None, reason="slurmctld not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    nodes = [SlurmNodeSpec("vision-gpu-1", gpus=1), SlurmNodeSpec("vision-gpu-2", gpus=1)]
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes) as c:
+        yield c
+
+
+@pytest.fixture
+def drainer(cluster: SlurmCluster) -> PhasedDrainer:
+    return PhasedDrainer(SlurmOps(SlurmConfig(env=cluster.env())))
+
+
+def progress(now: datetime, deadline_in: float = 600, grace: float = 30) -> DrainProgress:
+    return DrainProgress(reason="vision/gpu: idle for 15m", started_at=now,
+                         deadline=now + timedelta(seconds=deadline_in),
+                         grace=timedelta(seconds=grace), signal="USR1")
+
+
+def node(name: str) -> Node:
+    return make_node(name, state=NodeState.DRAINING)
+
+
+def test_idle_node_drains_at_once_and_resumes(cluster: SlurmCluster, drainer: PhasedDrainer) -> None:
+    now = datetime.now(UTC)
+    step = drainer.step(node("vision-gpu-2"), progress(now), now)
+    assert step.outcome is DrainOutcome.DONE and step.progress.phase is DrainPhase.CORDONED
+    assert cluster.node_state("vision-gpu-2") in {"idle+drain", "drained"}
+    assert "idle for 15m" in cluster.scontrol("show", "node", "vision-gpu-2").stdout
+    assert not drainer.readiness(node("vision-gpu-2")).ready
+    again = drainer.step(node("vision-gpu-2"), progress(now), now)  # re-runnable
+    assert again.outcome is DrainOutcome.DONE
+    drainer.cancel(node("vision-gpu-2"))
+    cluster.wait_node_state("vision-gpu-2", {"idle"}, 30)
+    drainer.cancel(node("vision-gpu-2"))  # resuming a node that is not drained is fine
+    assert drainer.readiness(node("vision-gpu-2")).ready
+
+
+def test_busy_node_signalled_at_the_deadline_then_requeued(cluster: SlurmCluster,
+                                                          drainer: PhasedDrainer) -> None:
+    marker = cluster.jobs_dir / "checkpointed"
+    script = (f"trap 'echo USR1 >> {marker}' USR1; "
+              "for i in $(seq 600); do sleep 1; done")
+    job = cluster.submit(script, gpus=1, nodelist="vision-gpu-1", name="train")
+    cluster.wait_job_state(job, {"RUNNING"}, 60)
+    name = "vision-gpu-1"
+    now = datetime.now(UTC)
+    p = progress(now, deadline_in=600)
+    step = drainer.step(node(name), p, now)
+    assert step.outcome is DrainOutcome.RETRY and step.work == [job]
+    assert "waiting for 1 job(s)" in step.message
+    assert cluster.node_state(name).endswith("+drain")  # slurm: DRAINING while the job runs
+
+    later = now + timedelta(seconds=601)  # the drain deadline passed
+    step = drainer.step(node(name), step.progress, later)
+    assert step.progress.phase is DrainPhase.SIGNALLING and step.retry_after == timedelta(0)
+    assert not marker.exists()  # an intent step does nothing else
+    step = drainer.step(node(name), step.progress, later)
+    assert step.progress.phase is DrainPhase.SIGNALLED and step.progress.signalled_at == later
+    wait_until(marker.exists, 30, "the job to trap SIGUSR1")
+    assert cluster.job_state(job) == "RUNNING"  # it checkpoints, it is not killed
+
+    step = drainer.step(node(name), step.progress, later + timedelta(seconds=10))
+    assert step.outcome is DrainOutcome.RETRY and step.progress.phase is DrainPhase.SIGNALLED
+    after_grace = later + timedelta(seconds=31)
+    step = drainer.step(node(name), step.progress, after_grace)
+    assert step.progress.phase is DrainPhase.REQUEUEING
+    step = drainer.step(node(name), step.progress, after_grace)
+    assert step.progress.phase is DrainPhase.REQUEUED
+
+    def drained() -> bool:
+        return drainer.step(node(name), step.progress, after_grace).outcome is DrainOutcome.DONE
+
+    wait_until(drained, 60, "the requeued job to leave the node")
+    assert cluster.job_state(job) in {"PENDING", "REQUEUED", "RUNNING", "CONFIGURING"}
+    out = cluster.scontrol("show", "job", job).stdout
+    assert "Restarts=1" in out and "NodeList=vision-gpu-1" not in out.replace("ReqNodeList", "")
+    cluster.run(["scancel", job])
+    drainer.cancel(node(name))
+    cluster.wait_node_state(name, {"idle"}, 30)
+
+
+def test_unknown_nodes_have_nothing_to_drain_and_are_not_ready(drainer: PhasedDrainer) -> None:
+    now = datetime.now(UTC)
+    ghost = node("vision-gpu-77")
+    step = drainer.step(ghost, progress(now), now)
+    assert step.outcome is DrainOutcome.DONE and "does not know" in step.message
+    assert drainer.readiness(ghost).why == "slurm does not know vision-gpu-77"
+    drainer.cancel(ghost)
+    drainer.forget(ghost)
+
+
+def test_forget_marks_the_node_down(cluster: SlurmCluster, drainer: PhasedDrainer) -> None:
+    drainer.forget(node("vision-gpu-2"))
+    assert cluster.node_state("vision-gpu-2").startswith("down")
+    assert "terminated by gpu-autoscaler" in cluster.scontrol("show", "node", "vision-gpu-2").stdout
+    cluster.resume("vision-gpu-2")
+    cluster.wait_node_state("vision-gpu-2", {"idle"}, 30)
