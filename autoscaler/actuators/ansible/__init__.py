@@ -1,5 +1,6 @@
 """The Ansible actuator: bootstrap new nodes with playbooks/gpu-node.yml over SSH."""
 
+from autoscaler.actuators.ansible.fake import FakeAnsible
 from autoscaler.actuators.ansible.inventory import AddressResolver, build_inventory, pool_vars
 from autoscaler.actuators.ansible.results import BootstrapRun, HostResult, HostStatus
 from autoscaler.actuators.ansible.runner import (
@@ -17,6 +18,7 @@ __all__ = [
     "AnsibleSettings",
     "BootstrapRun",
     "Bootstrapper",
+    "FakeAnsible",
     "HostResult",
     "HostStatus",
     "build_inventory",

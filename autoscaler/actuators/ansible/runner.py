@@ -86,7 +86,8 @@ class AnsibleActuator:
             [pool_of(n, policies).bootstrap.timeout for n in nodes]).total_seconds()
         run_id = f"{self.clock():%Y%m%dT%H%M%SZ}-{pysecrets.token_hex(3)}"
         run_dir = self.settings.runs_dir / run_id
-        run_dir.mkdir(parents=True, mode=0o750)
+        self.settings.runs_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir(mode=0o750)
         started = time.monotonic()
         status, hosts = "successful", {}
         names = list(inventory["all"]["hosts"])
