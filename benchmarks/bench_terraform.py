@@ -1,8 +1,9 @@
 """Terraform plan and apply cost per pool, against the patched moto sandbox.
 
 Measured in one run (this machine is noisy; ratios are what count):
-  * plan of a pool holding 10 vs 100 nodes (one node added, refresh on): per-pool state
-    keeps plan time nearly flat in the pool size;
+  * plan of a pool holding 10 vs 100 nodes (one node added, the default refresh=false):
+    per-pool state keeps plan time nearly flat in the pool size (--with-refresh also
+    times both with refresh on, where moto's per-instance reads add up);
   * `plan` preview over 10 pools of which 1 changed vs over that 1 pool alone: unchanged
     pools are skipped before Terraform runs;
   * apply of 5 vs 50 new nodes with -parallelism=50.
@@ -84,7 +85,7 @@ def timed_preview(maps: dict[str, PoolMaps], settings: TerraformSettings, prices
     return elapsed
 
 
-def run(workdir: Path) -> None:
+def run(workdir: Path, with_refresh: bool) -> None:
     os.environ.update(SANDBOX_ENV)
     with MotoSandbox(workdir / "moto") as moto:
         settings = TerraformSettings(workdir=workdir / "tf", aws_endpoint=moto.endpoint,
@@ -101,8 +102,13 @@ def run(workdir: Path) -> None:
         grown10, grown100 = node_map("p10", 11), node_map("p100", 101)
         a = timed_plan(p10, grown10)
         b = timed_plan(p100, grown100)
-        print(f"plan of 10 vs 100 nodes: {a:.1f}s vs {b:.1f}s ratio={b / a:.2f} (target <= 1.5)",
-              flush=True)
+        print(f"plan of 10 vs 100 nodes: {a:.1f}s vs {b:.1f}s ratio={b / a:.2f} (target <= 1.5, "
+              f"refresh={settings.refresh})", flush=True)
+        if with_refresh:
+            on = settings.model_copy(update={"refresh": True})
+            ra = timed_plan(PoolWorkspace(on, "bench", "p10", "aws", "us-east-1"), grown10)
+            rb = timed_plan(PoolWorkspace(on, "bench", "p100", "aws", "us-east-1"), grown100)
+            print(f"with refresh: {ra:.1f}s vs {rb:.1f}s ratio={rb / ra:.2f}", flush=True)
         now = datetime.now(UTC)
         prices = Prices(default_catalog(), Snapshot(taken_at=now), now)
         ref = PoolRef("bench", "p10", "aws", "us-east-1")
@@ -121,12 +127,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=None,
                         help="Keep workspaces here (default: a temporary directory).")
+    parser.add_argument("--with-refresh", action="store_true",
+                        help="Also time the two plans with refresh on (information only).")
     args = parser.parse_args()
     if args.workdir:
-        run(args.workdir)
+        run(args.workdir, args.with_refresh)
         return
     with tempfile.TemporaryDirectory(prefix="bench-terraform-") as tmp:
-        run(Path(tmp))
+        run(Path(tmp), args.with_refresh)
 
 
 if __name__ == "__main__":

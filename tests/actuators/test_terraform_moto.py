@@ -2,7 +2,8 @@
 
 One pool's lifecycle, in order (each step starts from the state the previous one left):
 create 3 nodes, plan again (no changes), remove one (exactly one destroy, and the old
-plan is then refused as stale), a capacity error and the fallback retry, destroy.
+plan is then refused as stale), a capacity error and the fallback retry, refresh after an
+instance vanished, destroy.
 Terraform costs ~5 s per provider start here, so steps share one workspace.
 """
 
@@ -47,7 +48,8 @@ THREE = {
 
 @pytest.fixture(scope="module")
 def ws(moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> PoolWorkspace:  # noqa: F811
-    settings = sandbox_settings(moto, tmp_path_factory.mktemp("tf"))
+    # refresh on: "plan again" then also proves spot nodes survive a refresh (moto patch 2).
+    settings = sandbox_settings(moto, tmp_path_factory.mktemp("tf"), refresh=True)
     return PoolWorkspace(settings, "vision", "v100", "aws", "us-east-1", clock=lambda: AT)
 
 
@@ -127,6 +129,15 @@ class TestPoolLifecycle:
             assert inst["InstanceType"] == "p3.2xlarge" and "InstanceLifecycle" not in inst
         finally:
             moto.clear_faults()
+
+    def test_refresh_drops_a_vanished_instance(self, ws: PoolWorkspace,
+                                               moto: MotoSandbox) -> None:  # noqa: F811
+        gone = by_node(moto)["vision-v100-2"]["InstanceId"]
+        moto.client().terminate_instances(InstanceIds=[gone])  # like a spot interruption
+        assert sorted(ws.refresh()) == ["vision-v100-1", "vision-v100-4"]
+        # The applied map is the store's business: refresh must not make Terraform
+        # recreate the node under the same name on the next unchanged tick.
+        assert "vision-v100-2" in ws.applied_nodes()
 
     def test_destroy_all_leaves_no_instances(self, ws: PoolWorkspace, moto: MotoSandbox) -> None:  # noqa: F811
         ws.destroy_all()

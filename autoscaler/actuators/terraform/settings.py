@@ -68,7 +68,13 @@ class TerraformSettings(_Model):
         "with its default of 25 a capacity error takes many minutes to surface, so the "
         "engine's fallback would wait; a few retries keep it to seconds.")
     parallelism: int = Field(50, ge=1, description="terraform -parallelism for plan and apply.")
-    refresh: bool = Field(True, description="Refresh state from the cloud when planning.")
+    refresh: bool = Field(
+        False, description="Refresh every instance from the cloud when planning. Off by "
+        "default: refresh costs API calls per instance, so plan time would grow with the "
+        "pool. Node identity is the map key, and the reconciler reads instance truth from "
+        "the cloud (a vanished instance becomes LOST and leaves the map), so a stale state "
+        "entry is never recreated behind the store's back. PoolWorkspace.refresh() brings "
+        "the state in line when the reconciler asks.")
     plugin_mirror: Path = Path("/opt/tf-plugins")
     modules_dir: Path = DEFAULT_MODULES_DIR
     terraform_bin: str = "terraform"

@@ -206,6 +206,15 @@ class PoolWorkspace:
         value = json.loads(result.stdout) or {}
         return {name: NodeOutput.model_validate(v) for name, v in value.items()}
 
+    def refresh(self) -> dict[str, NodeOutput]:
+        """Read every instance from the cloud into the state (``apply -refresh-only``);
+        returns the nodes that still exist."""
+        self.init()
+        self.runner.run("apply", json_lines=True, refresh_only=FLAG, auto_approve=FLAG,
+                        input=False, parallelism=self.settings.parallelism,
+                        lock_timeout=self.settings.lock_timeout)
+        return self.outputs()
+
     def destroy_all(self) -> None:
         self.init()
         self.runner.run("destroy", auto_approve=FLAG, input=False,
