@@ -31,6 +31,7 @@ COMMANDS = [
     "autoscaler.cli.simulate",
     "autoscaler.cli.run",
     "autoscaler.cli.status",
+    "autoscaler.cli.sandbox",
 ]
 
 for _name in COMMANDS:

@@ -25,8 +25,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
-    # One line per job run would drown the service's own lines; warnings still show.
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # APScheduler logs every run and warns for every tick skipped while a long one runs;
+    # the service logs overruns once per tick itself.
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     for noisy in ("botocore", "urllib3", "kubernetes"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -90,11 +90,15 @@ class Service:
     # -- running ------------------------------------------------------------------------
     def tick(self) -> Any:
         """One tick, tracked for /healthz (what the scheduler job runs)."""
-        self._tick_started = time.monotonic()
+        started = self._tick_started = time.monotonic()
         try:
             return self.loop.tick()
         finally:
             self._tick_started = None
+            took, interval = time.monotonic() - started, self.config.tick.interval.total_seconds()
+            if took > interval:
+                log.info("tick took %.0fs, longer than the %.0fs interval: the ticks due "
+                         "meanwhile were skipped, never run in parallel", took, interval)
 
     def start_api(self) -> ApiServer | None:
         http = self.config.http
@@ -163,21 +167,22 @@ class Overrides:
 def build_service(config: ServiceConfig, *, dry_run: bool = False,
                   clock: Callable[[], datetime] = utc_now,
                   overrides: Overrides | None = None) -> Service:
-    from autoscaler.service.wiring import build_actuators, build_prices, build_signals
+    from autoscaler.service.wiring import Markets, build_actuators, build_prices, build_signals
 
     o = overrides or Overrides()
     catalog = load_catalog(config.prices_file)
+    markets = Markets(config, catalog)
     store = o.store or FleetStore(config.store.resolved_url())
     closers: list[Callable[[], None]] = [] if o.store else [store.close]
     reloader = PolicyReloader(config.policies_dir, catalog)
     signals = o.signals or build_signals(config, catalog, closers)
-    prices = o.prices or build_prices(config, catalog, clock)
+    prices = o.prices or build_prices(config, markets, clock)
     leadership = Leadership(store, config.leader, clock)
     executor, reconciler = o.executor, o.reconciler
     if executor is None and not dry_run:
         address_of = o.address_of or make_resolver(config.addresses)
         executor, built = build_actuators(config, store, lambda: reloader.policies, address_of,
-                                          catalog, clock)
+                                          catalog, clock, markets)
         reconciler = reconciler or built
     loop = ServiceLoop(store=store, reloader=reloader, signals=signals, catalog=catalog,
                        metrics=ServiceMetrics(), leadership=leadership, prices=prices,

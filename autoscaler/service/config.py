@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from sqlalchemy.engine import make_url
@@ -22,6 +22,7 @@ from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.fleet.store import DEFAULT_URL
 from autoscaler.policy.duration import Duration
+from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.signals.config import SecretError, SignalsConfig, read_secret
 
 
@@ -76,8 +77,9 @@ class AwsCloudConfig(_Model):
     regions: list[str] = Field(default_factory=list, description="Regions the pools use.")
     endpoint_url: str | None = Field(None, description="Endpoint for every AWS API (moto in "
                                      "the sandbox and tests).")
-    sqs_queue_url: str | None = Field(None, description="SQS queue fed by the EventBridge "
-                                      "spot interruption and rebalance rules.")
+    sqs_queue_urls: dict[str, str] = Field(
+        default_factory=dict, description="Per region, the SQS queue fed by the EventBridge "
+        "spot interruption and rebalance rules, e.g. {us-east-1: https://sqs...}.")
 
 
 class AlicloudConfig(_Model):
@@ -89,6 +91,10 @@ class AlicloudConfig(_Model):
 class CloudsConfig(_Model):
     aws: AwsCloudConfig = AwsCloudConfig()
     alicloud: AlicloudConfig = AlicloudConfig()
+    market_prices: bool = Field(
+        True, description="Read spot/on-demand prices and stock from the cloud APIs each tick "
+        "(cached). false: catalog and price-file prices only (no pricing permissions, or a "
+        "test endpoint whose prices are fake).")
 
     def endpoint(self, cloud: str) -> str | None:
         if cloud == "aws":
@@ -168,8 +174,8 @@ class ServiceConfig(_Model):
     clouds: CloudsConfig = CloudsConfig()
     terraform: TerraformSettings = TerraformSettings()
     ansible: AnsibleSettings = AnsibleSettings()
-    executor: dict[str, Any] = Field(default_factory=dict,
-                                     description="Executor settings (see ExecutorSettings).")
+    executor: ExecutorSettings = Field(ExecutorSettings(), description="Retries, waits, "
+                                       "drain and interruption timings, unknown instances.")
     engine: EngineSettings = Field(EngineSettings(), description="Global caps: max_gpus, "
                                    "max_hourly_usd; drain_removed_pools; preempt_lower_priority.")
     addresses: AddressSettings = AddressSettings()

@@ -144,7 +144,7 @@ def _relative_to(config: ServiceConfig, base: Path) -> ServiceConfig:
     """Paths written in the file are relative to the file's directory."""
 
     def fix(p: Path | None) -> Path | None:
-        return None if p is None or p.is_absolute() else base / p
+        return p if p is None or p.is_absolute() else base / p
 
     def given(model: BaseModel, *names: str) -> dict[str, Any]:
         return {n: fix(getattr(model, n)) for n in names
@@ -152,8 +152,8 @@ def _relative_to(config: ServiceConfig, base: Path) -> ServiceConfig:
 
     tf, ans = config.terraform, config.ansible
     return config.model_copy(update={
-        "policies_dir": fix(config.policies_dir) or config.policies_dir,
-        "prices_file": fix(config.prices_file) or config.prices_file,
+        "policies_dir": fix(config.policies_dir),
+        "prices_file": fix(config.prices_file),
         "terraform": tf.model_copy(update=given(tf, "workdir", "modules_dir")),
         "ansible": ans.model_copy(update=given(ans, "playbook", "runs_dir", "private_key_file")),
         "http": config.http.model_copy(update=given(config.http, "token_file")),

@@ -5,8 +5,9 @@ once: the job has ``max_instances=1``). In order:
 
 1. renew the leader lease (a follower only reloads policies and refreshes its metrics);
 2. reload changed policy files (a broken file keeps its team's last good policy);
-3. reconcile the store with Terraform state, the cloud and the scheduler;
-4. read the signals (Prometheus, Slurm/Kubernetes, prices) into one Snapshot;
+3. read the signals (Prometheus, Slurm/Kubernetes, prices) into one Snapshot;
+4. reconcile the store with Terraform state, the cloud and the scheduler (interruption
+   notices become INTERRUPTED nodes here, before the engine looks at the fleet);
 5. ``decide()`` with ``now`` from the injected clock; record the plan and its reasons in
    the store and log one line per action;
 6. hand the plan to the executor (``submit``), then let it do the side effects
@@ -50,11 +51,11 @@ T = TypeVar("T")
 class ExecutorLike(Protocol):
     def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]: ...
 
-    def advance(self) -> Any: ...
+    def advance(self, snapshot: Snapshot | None = None) -> Any: ...
 
 
 class ReconcilerLike(Protocol):
-    def run(self) -> Any: ...
+    def run(self, snapshot: Snapshot | None = None) -> Any: ...
 
 
 class SignalsLike(Protocol):
@@ -154,12 +155,13 @@ class ServiceLoop:
         self.metrics.set_policy_errors(reload.errors)
         if not report.leader:
             return
-        if not self.dry_run and self.reconciler is not None:
-            report.reconcile = self._reconcile()
         policies = self.reloader.policies
         fleet = self._stage("fleet", self.store.fleet_view)
         now = self.clock()
         snapshot = self._stage("signals", lambda: self._snapshot(policies, fleet, now))
+        if not self.dry_run and self.reconciler is not None:
+            report.reconcile = self._reconcile(snapshot)
+            fleet = self._stage("fleet", self.store.fleet_view)  # interruptions, LOST nodes
         plan = self._stage("decide", lambda: decide(policies, fleet, snapshot, now,
                                                     catalog=self.catalog, settings=self.engine))
         report.plan = plan
@@ -177,7 +179,7 @@ class ServiceLoop:
         report.created = self._stage("submit", lambda: executor.submit(plan, report.plan_id))
         if self._should_stop(report):
             return
-        report.advance = self._stage("advance", executor.advance)
+        report.advance = self._stage("advance", lambda: executor.advance(snapshot))
         self._feed_capacity_errors(report.advance)
 
     def _stage(self, stage: str, fn: Callable[[], T]) -> T:
@@ -197,12 +199,12 @@ class ServiceLoop:
             return True
         return False
 
-    def _reconcile(self) -> Any:
+    def _reconcile(self, snapshot: Snapshot) -> Any:
         reconciler = self.reconciler
         if reconciler is None:
             return None
         try:
-            return reconciler.run()
+            return reconciler.run(snapshot)
         except Exception:
             self.metrics.tick_errors.labels("reconcile").inc()
             log.exception("reconciler failed; deciding on the store as it is")

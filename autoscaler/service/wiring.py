@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
 
+from autoscaler.actuators.ansible import AnsibleActuator
 from autoscaler.catalog import Catalog
 from autoscaler.clouds import connect
 from autoscaler.clouds.base import CloudMarket
@@ -13,8 +14,46 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.addresses import AddressOf
 from autoscaler.service.config import ServiceConfig
-from autoscaler.signals.prices import PriceSignals
+from autoscaler.service.executor import Executor
+from autoscaler.service.executor.terraform import TerraformProvisioner
+from autoscaler.service.executor.wiring import drainers_for
+from autoscaler.service.interruptions import InterruptionIntake, sources_for
+from autoscaler.service.reconciler import Reconciler
+from autoscaler.signals.prices import PriceSignals, PriceView
 from autoscaler.signals.snapshot import SignalReader
+
+
+class Markets:
+    """One read-only cloud adapter per (cloud, region), kept for the service's lifetime
+    (their TTL caches then work across ticks)."""
+
+    def __init__(self, config: ServiceConfig, catalog: Catalog):
+        self.config, self.catalog = config, catalog
+        self._adapters: dict[tuple[str, str], CloudMarket] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, cloud: str, region: str) -> CloudMarket:
+        with self._lock:
+            key = (cloud, region)
+            if key not in self._adapters:
+                self._adapters[key] = self._make(cloud, region)
+            return self._adapters[key]
+
+    def _make(self, cloud: str, region: str) -> CloudMarket:
+        aws = self.config.clouds.aws
+        if cloud == "aws" and region in aws.sqs_queue_urls:
+            from autoscaler.clouds.aws import AwsCloud, AwsSettings
+
+            return AwsCloud(region, catalog=self.catalog, settings=AwsSettings(
+                endpoint_url=aws.endpoint_url, queue_url=aws.sqs_queue_urls[region]))
+        return connect(cloud, region, endpoint=self.config.clouds.endpoint(cloud),
+                       catalog=self.catalog)
+
+    def interruption_clouds(self) -> list[CloudMarket]:
+        """Regions whose spot notices are read: AWS regions with a queue, Alibaba regions."""
+        clouds = self.config.clouds
+        return ([self("aws", r) for r in sorted(clouds.aws.sqs_queue_urls)]
+                + [self("alicloud", r) for r in clouds.alicloud.regions])
 
 
 def build_signals(config: ServiceConfig, catalog: Catalog,
@@ -24,16 +63,33 @@ def build_signals(config: ServiceConfig, catalog: Catalog,
     return reader
 
 
-def build_prices(config: ServiceConfig, catalog: Catalog,
-                 clock: Callable[[], datetime]) -> PriceSignals:
-    def market(cloud: str, region: str) -> CloudMarket:
-        return connect(cloud, region, endpoint=config.clouds.endpoint(cloud), catalog=catalog)
+class CatalogPrices(PriceSignals):
+    """Prices from the catalog only; launch capacity errors are still kept for the engine."""
 
-    return PriceSignals(market, clock=clock)
+    def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceView:
+        return PriceView([], self.capacity_errors(), [])
+
+
+def build_prices(config: ServiceConfig, markets: Markets,
+                 clock: Callable[[], datetime]) -> PriceSignals:
+    if not config.clouds.market_prices:
+        return CatalogPrices(markets, clock=clock)
+    return PriceSignals(markets, clock=clock)
 
 
 def build_actuators(config: ServiceConfig, store: FleetStore,
                     policies: Callable[[], dict[str, TeamPolicy]], address_of: AddressOf,
-                    catalog: Catalog, clock: Callable[[], datetime]) -> tuple[Any, Any]:
-    """The executor and reconciler of issue 6, wired to Terraform, Ansible and drainers."""
-    raise NotImplementedError("the executor (autoscaler/service/executor) is not wired yet")
+                    catalog: Catalog, clock: Callable[[], datetime],
+                    markets: Markets) -> tuple[Executor, Reconciler]:
+    """The executor and reconciler (issue 6) wired to Terraform, Ansible and the drainers."""
+    settings = config.executor
+    provisioner = TerraformProvisioner(config.terraform, cloud_for=markets, clock=clock)
+    bootstrapper = AnsibleActuator(config.ansible, address_of, catalog=catalog, clock=clock)
+    drainers = drainers_for(config.signals, checkpoint_scope=settings.checkpoint_scope)
+    executor = Executor(store, policies, provisioner, bootstrapper, drainers, address_of,
+                        settings, catalog, clock)
+    sources = sources_for(markets.interruption_clouds())
+    intake = InterruptionIntake(store, sources, settings, clock, policies) if sources else None
+    reconciler = Reconciler(store, provisioner, markets, settings, clock, policies=policies,
+                            interruptions=intake)
+    return executor, reconciler

@@ -97,6 +97,7 @@ class FakeExecutor:
         self.next_error: Exception | None = None
         self.capacity_errors: list[CapacityError] = []
         self.on_submit: Any = None
+        self.snapshots: list[Snapshot | None] = []
 
     def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]:
         self.submitted.append((plan, plan_id))
@@ -118,8 +119,9 @@ class FakeExecutor:
             self.on_submit()
         return created
 
-    def advance(self) -> AdvanceReport:
+    def advance(self, snapshot: Snapshot | None = None) -> AdvanceReport:
         self.advanced += 1
+        self.snapshots.append(snapshot)
         if self.next_error is not None:
             err, self.next_error = self.next_error, None
             raise err
@@ -140,9 +142,11 @@ class FakeReconciler:
     def __init__(self) -> None:
         self.runs = 0
         self.next_error: Exception | None = None
+        self.snapshots: list[Snapshot | None] = []
 
-    def run(self) -> str:
+    def run(self, snapshot: Snapshot | None = None) -> str:
         self.runs += 1
+        self.snapshots.append(snapshot)
         if self.next_error is not None:
             err, self.next_error = self.next_error, None
             raise err

@@ -43,14 +43,14 @@ def test_a_full_config_loads_with_paths_relative_to_the_file(tmp_path):
         ansible: {runs_dir: runs, skip_tags: [gpu-hardware],
                   secret_env: {cluster_join_munge_key_b64: MUNGE_KEY_B64}}
         engine: {max_gpus: 16, max_hourly_usd: 40, drain_removed_pools: true}
-        addresses: {source: file, file: addresses.json}
+        addresses: {source: file, file: /abs/addresses.json}
         http: {listen: "127.0.0.1:0", token_env: GPU_AUTOSCALER_TOKEN}
         leader: {enabled: true, ttl: 10s}
         """)
     cfg = load_config(path)
     assert cfg.policies_dir == tmp_path / "policies"
     assert cfg.terraform.workdir == tmp_path / "tf" and cfg.ansible.runs_dir == tmp_path / "runs"
-    assert cfg.addresses.file == tmp_path / "addresses.json"
+    assert cfg.addresses.file == Path("/abs/addresses.json"), "absolute paths stay"
     assert cfg.tick.interval.total_seconds() == 5 and cfg.engine.max_gpus == 16
     assert cfg.signals.scheduler == ["slurm"] and cfg.clouds.endpoint("aws") == "http://127.0.0.1:5000"
     assert cfg.ansible.playbook.is_absolute(), "defaults stay as they are"

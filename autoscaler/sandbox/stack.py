@@ -1,0 +1,274 @@
+"""The whole sandbox under one state directory: what ``sandbox up`` and the demo run.
+
+* the patched moto server (the AWS endpoint Terraform and boto3 talk to);
+* the synthetic DCGM exporter (in this process) with one target per sandbox instance,
+  written to Prometheus' file_sd as instances come and go (``targets.InstanceFollower``);
+* Prometheus scraping it every second;
+* when run as root with the packages installed: a real Slurm cluster (munged, slurmctld)
+  whose nodes are declared up front (Slurm 22.05 schedules only nodes in slurm.conf) and
+  join when Ansible starts their slurmd, and one SSH test host in a network namespace per
+  instance, which is what the service's address resolver points Ansible at.
+
+``SandboxStack(state_dir).start()`` records every process and namespace it makes in
+``sandbox.json`` (see ``stack_state``) and writes ``service.yaml`` and ``env`` for
+``gpu-autoscaler run``; ``stop()`` undoes all of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autoscaler.catalog import Catalog, load_catalog
+from autoscaler.policy import load_dir
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox import netns
+from autoscaler.sandbox.dcgm_exporter import DcgmExporterServer, ExporterControl, SyntheticDcgm
+from autoscaler.sandbox.dcgm_scenarios import Constant
+from autoscaler.sandbox.moto_server import SANDBOX_ENV, MotoSandbox
+from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
+from autoscaler.sandbox.stack_config import render_env, render_service_config, write_yaml
+from autoscaler.sandbox.stack_state import (
+    CONTROLLER_ADDR,
+    StackState,
+    add_lo_address,
+    children_of,
+    proc_of,
+    remove_lo_address,
+    write_state,
+)
+from autoscaler.sandbox.targets import Followed, InstanceFollower
+
+log = logging.getLogger(__name__)
+PLACEHOLDER_ADDR = "169.254.77.253"  # NodeAddr of a declared node until it registers
+MUNGE_KEY_ENV = "GAS_SANDBOX_MUNGE_KEY_B64"
+
+
+class SandboxError(RuntimeError):
+    pass
+
+
+def privileged() -> bool:
+    """Namespaces, routes and Slurm's daemons need root and the packages."""
+    tools = ("ip", "nsenter", "unshare", "/usr/sbin/sshd", "munged", "slurmctld", "slurmd")
+    return os.geteuid() == 0 and all(shutil.which(t) or os.path.exists(t) for t in tools)
+
+
+@dataclass
+class StackOptions:
+    policies_dir: Path | None = None
+    prices_file: Path | None = None
+    privileged: bool | None = None  # None: when root and the packages are there
+    util: float = 0.0
+    tick_interval: str = "5s"
+    slurm_names_per_pool: int = 12
+    http_port: int = 0
+    executor: dict[str, Any] = field(default_factory=dict)
+
+
+class SandboxStack:
+    def __init__(self, state_dir: Path, options: StackOptions | None = None):
+        self.dir = Path(state_dir).resolve()
+        self.options = options or StackOptions()
+        self.privileged = privileged() if self.options.privileged is None else self.options.privileged
+        self.catalog: Catalog = load_catalog(self.options.prices_file)
+        self.policies: dict[str, TeamPolicy] = {}
+        if self.options.policies_dir is not None:
+            self.policies, errors = load_dir(self.options.policies_dir, self.catalog)
+            if errors:
+                raise SandboxError("policies are invalid:\n" + "\n".join(str(e) for e in errors))
+        self.state = StackState(supervisor=proc_of(os.getpid()))
+        self.moto: MotoSandbox | None = None
+        self.dcgm: DcgmExporterServer | None = None
+        self.prometheus: PrometheusServer | None = None
+        self.slurm: Any = None  # SlurmCluster when privileged and a pool uses Slurm
+        self.follower: InstanceFollower | None = None
+        self.file_sd = self.dir / "prometheus" / "file_sd" / "dcgm.json"
+        self.address_file = self.dir / "addresses.json"
+        self.config_file = self.dir / "service.yaml"
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> SandboxStack:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._record()
+        try:
+            self._start_moto()
+            self._start_exporter()
+            self._start_prometheus()
+            if self.privileged:
+                self.state.added_route = netns.ensure_unreachable_route()
+                self._start_slurm()
+            self._start_follower()
+            self._write_service_files()
+        except BaseException as exc:
+            self.stop()
+            self.state.status, self.state.error = "failed", f"{type(exc).__name__}: {exc}"
+            write_state(self.dir, self.state)
+            raise
+        self.state.status = "ready"
+        self._record()
+        log.info("sandbox ready in %s", self.dir)
+        return self
+
+    def stop(self) -> None:
+        self.state.status = "stopping"
+        self._record()
+        for step in (self._stop_follower, self._stop_slurm, self._stop_prometheus,
+                     self._stop_exporter, self._stop_moto):
+            try:
+                step()
+            except Exception:
+                log.exception("sandbox: error while stopping")
+        if self.state.added_lo_address:
+            remove_lo_address()
+            self.state.added_lo_address = False
+        if self.state.added_route:
+            netns.remove_unreachable_route()
+            self.state.added_route = False
+        self.state.status = "stopped"
+        self.state.children, self.state.namespaces, self.state.nodes = [], [], {}
+        write_state(self.dir, self.state)
+
+    def __enter__(self) -> SandboxStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- what others use ---------------------------------------------------------------------
+    @property
+    def exporter(self) -> ExporterControl:
+        if self.dcgm is None:
+            raise SandboxError("the DCGM exporter is not running")
+        return ExporterControl(self.dcgm.url)
+
+    def ec2(self) -> Any:
+        if self.moto is None:
+            raise SandboxError("moto is not running")
+        return self.moto.client("ec2")
+
+    def env(self) -> dict[str, str]:
+        """What ``gpu-autoscaler run`` needs in its environment against this sandbox."""
+        env = dict(SANDBOX_ENV)
+        if self.slurm is not None:
+            env[MUNGE_KEY_ENV] = base64.b64encode(self.slurm.munge_key.read_bytes()).decode()
+        return env
+
+    def stop_prometheus(self) -> None:
+        """Take Prometheus away (outage tests); ``start_prometheus`` brings it back."""
+        self._stop_prometheus()
+
+    def start_prometheus(self) -> None:
+        if self.prometheus is None:
+            raise SandboxError("prometheus was never started")
+        self.prometheus.start()
+        self._record()
+
+    # -- components ----------------------------------------------------------------------------
+    def _start_moto(self) -> None:
+        self.moto = MotoSandbox(self.dir / "moto").start()
+        self.state.endpoints["moto"] = self.moto.endpoint
+        self._record()
+
+    def _stop_moto(self) -> None:
+        if self.moto is not None:
+            self.moto.stop()
+            self.moto = None
+
+    def _start_exporter(self) -> None:
+        def changed(nodes: list[str]) -> None:
+            if self.dcgm is not None:
+                write_file_sd(self.file_sd, self.dcgm.address, nodes)
+
+        self.dcgm = DcgmExporterServer(SyntheticDcgm(Constant(self.options.util),
+                                                     on_nodes_changed=changed)).start()
+        write_file_sd(self.file_sd, self.dcgm.address, [])
+        self.state.endpoints["exporter"] = self.dcgm.url
+
+    def _stop_exporter(self) -> None:
+        if self.dcgm is not None:
+            self.dcgm.stop()
+            self.dcgm = None
+
+    def _start_prometheus(self) -> None:
+        self.prometheus = PrometheusServer(self.dir / "prometheus", file_sd=[self.file_sd]).start()
+        self.state.endpoints["prometheus"] = self.prometheus.url
+        self._record()
+
+    def _stop_prometheus(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+            self._record()
+
+    def _start_slurm(self) -> None:
+        from autoscaler.sandbox.stack_config import slurm_node_specs
+
+        specs = slurm_node_specs(self.policies, self.catalog, self.options.slurm_names_per_pool,
+                                 PLACEHOLDER_ADDR)
+        if not specs:
+            return
+        from autoscaler.sandbox.slurm import SlurmCluster
+
+        self.state.added_lo_address = add_lo_address()
+        self.slurm = SlurmCluster(self.dir / "slurm", specs, controller_addr=CONTROLLER_ADDR)
+        self.slurm.start()
+        self.state.endpoints["slurm_conf"] = str(self.slurm.slurm_conf)
+        self._record()
+
+    def _stop_slurm(self) -> None:
+        if self.slurm is not None:
+            self.slurm.stop()
+            self.slurm = None
+
+    def _start_follower(self) -> None:
+        if self.moto is None or self.dcgm is None:
+            raise SandboxError("moto and the exporter must run before the follower")
+        self.follower = InstanceFollower(
+            self.ec2(), self.exporter, self.address_file, self.catalog,
+            hosts_dir=self.dir / "hosts" if self.privileged else None,
+            routes=(CONTROLLER_ADDR,) if self.slurm is not None else (),
+            on_change=self._followed_changed,
+            keep=self._keep_controller_address if self.slurm is not None else None).start()
+
+    def _keep_controller_address(self) -> None:
+        """Namespaced slurmd reach slurmctld on the shared address: keep it on lo (another
+        sandbox on this machine may have removed it when it stopped)."""
+        if add_lo_address():
+            self.state.added_lo_address = True
+            log.info("sandbox: %s was missing on lo; added it again", CONTROLLER_ADDR)
+
+    def _stop_follower(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
+
+    def _followed_changed(self, followed: dict[str, Followed]) -> None:
+        self.state.nodes = {n: {"instance_id": f.instance_id, "address": f.address or "",
+                                "instance_type": f.instance_type} for n, f in followed.items()}
+        names = []
+        for item in followed.values():
+            if item.host is not None:
+                names += [h.slot.netns for h in item.host.hosts.values()]
+        self.state.namespaces = sorted(set(self.state.namespaces) | set(names))
+        self._record()
+
+    def _record(self) -> None:
+        """Write the state file: every live child process of this one is listed."""
+        known = {(p.pid, p.start) for p in self.state.children}
+        fresh = [p for p in children_of(os.getpid()) if (p.pid, p.start) not in known]
+        self.state.children = [*self.state.children, *fresh]
+        write_state(self.dir, self.state)
+
+    def _write_service_files(self) -> None:
+        config = render_service_config(self)
+        write_yaml(self.config_file, config)
+        env_file = self.dir / "env"
+        env_file.write_text(render_env(self.env()))
+        env_file.chmod(0o600)  # holds the sandbox munge key
+        self.state.endpoints["service_config"] = str(self.config_file)
+        self.state.endpoints["env_file"] = str(env_file)

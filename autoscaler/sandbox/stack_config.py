@@ -1,0 +1,107 @@
+"""What the sandbox writes for the service: ``service.yaml``, ``env`` and Slurm's node list."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ruamel.yaml import YAML
+
+from autoscaler.catalog import Catalog, CatalogError
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox.moto_server import MOTO_AMI
+from autoscaler.sandbox.targets import FAKE_DEV_PREFIX
+
+if TYPE_CHECKING:
+    from autoscaler.sandbox.slurm import SlurmNodeSpec
+    from autoscaler.sandbox.stack import SandboxStack
+
+SSH_PORT = 2222
+
+
+def slurm_node_specs(policies: Mapping[str, TeamPolicy], catalog: Catalog, per_pool: int,
+                     placeholder: str) -> list[SlurmNodeSpec]:
+    """Names the engine will give the Slurm pools' nodes (``<team>-<pool>-<n>``), declared
+    up front with their pool's partition and GPUs; their slurmd registers later."""
+    from autoscaler.sandbox.slurm import SlurmNodeSpec
+
+    specs = []
+    for policy in policies.values():
+        for pool in policy.pools:
+            if pool.cluster.kind != "slurm":
+                continue
+            gpus, model = 1, "v100"
+            for name in pool.instance_types:
+                try:
+                    itype = catalog.get(pool.cloud.value, name)
+                except CatalogError:
+                    continue
+                if itype.gpus >= gpus:
+                    gpus, model = itype.gpus, itype.gpu_model.lower()
+            for i in range(1, per_pool + 1):
+                specs.append(SlurmNodeSpec(
+                    name=f"{policy.team}-{pool.name}-{i}", gpus=gpus, gpu_type=model,
+                    partition=pool.cluster.partition, local=False, addr=placeholder))
+    return specs
+
+
+def _regions(policies: Mapping[str, TeamPolicy]) -> list[str]:
+    return sorted({p.region for t in policies.values() for p in t.pools if p.cloud.value == "aws"}
+                  or {"us-east-1"})
+
+
+def render_service_config(stack: SandboxStack) -> dict[str, Any]:
+    """A service config wired to this sandbox's endpoints (written as service.yaml)."""
+    from autoscaler.sandbox.stack import MUNGE_KEY_ENV
+
+    opts, d, ep = stack.options, stack.dir, stack.state.endpoints
+    regions = _regions(stack.policies)
+    slurm_conf = ep.get("slurm_conf")
+    extra_vars: dict[str, Any] = {"gpu_node_service_manager": "direct",
+                                  "cluster_join_gpu_device_prefix": FAKE_DEV_PREFIX}
+    signals: dict[str, Any] = {
+        "prometheus": {"url": ep["prometheus"], "timeout": "3s"},
+        "scheduler": ["slurm"] if slurm_conf else [],
+    }
+    ansible: dict[str, Any] = {
+        "runs_dir": str(d / "ansible-runs"), "private_key_file": str(d / "hosts" / "client_key"),
+        "ssh_port": SSH_PORT, "ssh_user": "root", "control_persist": False,
+        "skip_tags": ["gpu-hardware", "external-repo"], "extra_vars": extra_vars,
+    }
+    if slurm_conf:
+        signals["slurm"] = {"env": {"SLURM_CONF": slurm_conf}}
+        extra_vars["cluster_join_slurm_conf_src"] = slurm_conf
+        ansible["secret_env"] = {"cluster_join_munge_key_b64": MUNGE_KEY_ENV}
+    config: dict[str, Any] = {
+        "policies_dir": str(opts.policies_dir) if opts.policies_dir else str(d / "policies"),
+        "tick": {"interval": opts.tick_interval},
+        "store": {"url": f"sqlite:///{d / 'fleet.db'}"},
+        "signals": signals,
+        # moto's spot price history is one fake row at $0.00001: use the catalog's prices.
+        "clouds": {"aws": {"regions": regions, "endpoint_url": ep["moto"]},
+                   "market_prices": False},
+        "terraform": {"workdir": str(d / "terraform"), "aws_endpoint": ep["moto"],
+                      "regions": {f"aws/{r}": {"ami": MOTO_AMI} for r in regions}},
+        "ansible": ansible,
+        "addresses": {"source": "file", "file": str(stack.address_file), "wait": "20s"},
+        "http": {"listen": f"127.0.0.1:{opts.http_port}"},
+        "executor": dict(opts.executor),
+    }
+    if opts.prices_file is not None:
+        config["prices_file"] = str(opts.prices_file)
+    return config
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> None:
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = False
+    with open(path, "w") as fh:
+        fh.write("# Written by `gpu-autoscaler sandbox up`: the service wired to this sandbox.\n")
+        yaml.dump(data, fh)
+
+
+def render_env(env: Mapping[str, str]) -> str:
+    """Shell lines to ``source`` before ``gpu-autoscaler run --config service.yaml``."""
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))

@@ -1,0 +1,174 @@
+"""The sandbox's record of what it started, so ``sandbox down`` stops exactly that.
+
+``<state dir>/sandbox.json`` holds the supervising process, every child process (by PID
+*and* start time, so a PID the kernel reused for something else is never signalled), the
+network namespaces of the SSH test hosts, and the routes/addresses it added. ``cleanup()``
+is the safety net behind a normal stop: it works from the file alone, after the process
+that wrote it died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.sandbox import netns
+
+STATE_FILE = "sandbox.json"
+CONTROLLER_ADDR = "169.254.77.254"  # shared address namespaced slurmd reach slurmctld on
+
+
+class Proc(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pid: int
+    start: int  # /proc/<pid>/stat starttime: identifies the process, not just the number
+    name: str = ""
+
+
+class StackState(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    status: str = "starting"  # starting | ready | stopping | stopped | failed
+    updated_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    supervisor: Proc | None = None
+    children: list[Proc] = Field(default_factory=list)
+    namespaces: list[str] = Field(default_factory=list)
+    added_route: bool = False
+    added_lo_address: bool = False
+    endpoints: dict[str, str] = Field(default_factory=dict)
+    nodes: dict[str, dict[str, str]] = Field(default_factory=dict)
+    error: str | None = None
+
+
+def state_path(state_dir: Path) -> Path:
+    return Path(state_dir) / STATE_FILE
+
+
+def read_state(state_dir: Path) -> StackState | None:
+    try:
+        return StackState.model_validate_json(state_path(state_dir).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_state(state_dir: Path, state: StackState) -> None:
+    path = state_path(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(state.model_copy(update={"updated_at": datetime.now(UTC)})
+                   .model_dump_json(indent=1))
+    tmp.replace(path)
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after it.
+    head, _, tail = text.rpartition(")")
+    return [head.split(" (", 1)[-1], *tail.split()]
+
+
+def proc_of(pid: int) -> Proc | None:
+    fields = _stat(pid)
+    if fields is None:
+        return None
+    return Proc(pid=pid, start=int(fields[20]), name=fields[0])
+
+
+def children_of(pid: int) -> list[Proc]:
+    """Live direct children of ``pid`` (each ManagedProcess leads its own process group)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat(int(entry))
+        if fields is not None and fields[2] == str(pid) and fields[1] != "Z":
+            out.append(Proc(pid=int(entry), start=int(fields[20]), name=fields[0]))
+    return out
+
+
+def alive(proc: Proc) -> bool:
+    """The same process is still running (same PID and same start time, not a zombie)."""
+    fields = _stat(proc.pid)
+    return fields is not None and int(fields[20]) == proc.start and fields[1] != "Z"
+
+
+def stop_procs(procs: list[Proc], timeout: float = 10.0) -> list[Proc]:
+    """SIGTERM each recorded process group, then SIGKILL what is left; returns survivors."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in procs:
+            if not alive(p):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(p.pid) == p.pid:  # a group leader: take its helpers with it
+                    os.killpg(p.pid, sig)
+                else:
+                    os.kill(p.pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(alive(p) for p in procs):
+            time.sleep(0.1)
+        procs = [p for p in procs if alive(p)]
+        if not procs:
+            break
+    return procs
+
+
+def remove_namespace(name: str) -> None:
+    """Kill what runs in a recorded namespace and delete it with its veth pair."""
+    if not name.startswith(netns.NAME_PREFIX) or not name[len(netns.NAME_PREFIX):].isdigit():
+        return  # only ever touch our own naming scheme
+    slot = netns.Slot(int(name[len(netns.NAME_PREFIX):]))
+    pids = netns.pids_in(slot)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        time.sleep(0.5)
+        pids = netns.pids_in(slot)
+        if not pids:
+            break
+    netns.delete(slot)
+
+
+def add_lo_address() -> bool:
+    """Put the shared controller address on lo; True when this call added it."""
+    out = netns.run_ip("-o", "-4", "addr", "show", "dev", "lo").stdout
+    if f" {CONTROLLER_ADDR}/" in out:
+        return False
+    netns.run_ip("addr", "add", f"{CONTROLLER_ADDR}/32", "dev", "lo")
+    return True
+
+
+def remove_lo_address() -> None:
+    netns.run_ip("addr", "del", f"{CONTROLLER_ADDR}/32", "dev", "lo", check=False)
+
+
+def cleanup(state_dir: Path, timeout: float = 10.0) -> list[str]:
+    """Stop every recorded process and remove every recorded namespace; returns notes."""
+    state = read_state(state_dir)
+    if state is None:
+        return [f"no sandbox state in {state_dir}"]
+    notes = []
+    procs = [p for p in [state.supervisor, *state.children] if p is not None]
+    left = stop_procs([p for p in procs if alive(p) and p.pid != os.getpid()], timeout)
+    notes += [f"could not stop pid {p.pid} ({p.name})" for p in left]
+    for name in state.namespaces:
+        if (netns.NETNS_DIR / name).exists():
+            remove_namespace(name)
+            notes.append(f"removed namespace {name}")
+    if state.added_lo_address:
+        remove_lo_address()
+    if state.added_route:
+        netns.remove_unreachable_route()
+    write_state(state_dir, state.model_copy(update={"status": "stopped", "children": [],
+                                                    "namespaces": []}))
+    return notes
