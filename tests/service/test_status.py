@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import sys
 import urllib.request
 from pathlib import Path
@@ -100,11 +102,11 @@ def test_run_dry_run_ticks_serves_and_stops_on_sigterm(tmp_path):
 
 
 def _plans(tmp_path: Path) -> int:
+    """Plans recorded so far, read without creating tables (the service is creating them)."""
     if not (tmp_path / "fleet.db").exists():
         return 0
-    store = FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}")
-    try:
-        last = store.last_plan()
-        return 0 if last is None else last[0]
-    finally:
-        store.close()
+    with contextlib.closing(sqlite3.connect(f"file:{tmp_path / 'fleet.db'}?mode=ro", uri=True)) as db:
+        try:
+            return int(db.execute("select coalesce(max(id), 0) from plans").fetchone()[0])
+        except sqlite3.OperationalError:
+            return 0
