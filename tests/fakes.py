@@ -92,9 +92,9 @@ class FakeCloud(_Raises):
                       key=lambda i: i.instance_id)
 
     def interruptions(self) -> list[Interruption]:
+        """Notices stay until cleared, like Alibaba's events of an instance being reclaimed."""
         self.calls.append(("interruptions", None))
-        out, self.notices = self.notices, []
-        return out
+        return list(self.notices)
 
     def spot_price_history(self, types: Iterable[str],
                            zones: Iterable[str] | None = None) -> list[SpotPrice]:

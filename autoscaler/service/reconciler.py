@@ -6,6 +6,8 @@ state only every ``state_check_interval``, and never drains or waits for anythin
 
 * **interruptions** (when given an :class:`InterruptionIntake`): notices -> INTERRUPTED
   before the engine looks at the fleet, so it launches the replacement this very tick;
+* **promised replacements** a crash interrupted are created (before the engine counts
+  the pool, or it would launch a second node for the same gap);
 * **timeouts**: a node past its ``fleet/lifecycle.py`` TIMEOUTS entry moves on (REQUESTED
   or PROVISIONING -> PROVISION_FAILED, BOOTSTRAPPING -> BOOTSTRAP_FAILED, a stuck drain
   -> DRAINED, INTERRUPTED -> TERMINATING, TERMINATING -> LOST). The pool's own settings
@@ -40,9 +42,11 @@ from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.protocols import Provisioner
-from autoscaler.service.executor.report import Change
+from autoscaler.service.executor.report import AdvanceReport, Change
 from autoscaler.service.executor.settings import ExecutorSettings
+from autoscaler.service.executor.submit import repair_replacements
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionReport
 
 log = logging.getLogger(__name__)
@@ -88,6 +92,7 @@ class Reconciler:
         policies = self.policies()
         if self.interruptions is not None:
             report.interruptions = _interruptions(self.interruptions.poll(), report)
+        self._repair(policies, report)
         self._timeouts(policies, report)
         nodes = self.store.nodes()
         for cloud, region in sorted(_regions(nodes, policies)):
@@ -117,6 +122,16 @@ class Reconciler:
     def _find(self, report: ReconcileReport, kind: str, detail: str, **where: str | None) -> None:
         report.findings.append(Finding(kind=kind, detail=detail, **where))
         log.info("reconcile %s: %s", kind, detail)
+
+    def _repair(self, policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
+        """Replacements a crash left promised but not created: before the engine decides,
+        or it would count the pool short and launch twice."""
+        step = Step(self.store, self.settings, self.clock, policies, {},
+                    AdvanceReport(started_at=report.at))
+        for name in repair_replacements(step):
+            self._find(report, "replacement-created", f"{name} created for a replacement "
+                       "promised before a restart", node=name)
+        report.errors += step.report.errors
 
     # -- timeouts -----------------------------------------------------------------------------
     def _timeouts(self, policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:

@@ -1,0 +1,244 @@
+"""Stop the executor at every store write and every side effect, restart it, check it converges.
+
+Proxies around the store, the provisioner, the bootstrapper and the drainers call
+``faults.hit(point)`` just before and just after each write or side effect; a fault plan
+raises :class:`Crash` (a BaseException, like a SIGKILL nothing catches) at the points it
+chooses. :class:`Scenario` plays the service loop (reconcile -> decide -> record ->
+submit -> advance, the clock moving 30 s per tick) through a goal, and after a crash it
+"restarts": it closes the store, opens the same SQLite file again and builds a new
+executor and reconciler (no in-memory state survives). The world (cloud, Terraform
+state, scheduler) is shared across restarts, as it would be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from autoscaler.catalog import default_catalog
+from autoscaler.engine import decide
+from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode, Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.fleet.store import FleetStore
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.service.executor import Executor, ExecutorSettings
+from autoscaler.service.interruptions import InterruptionIntake, InterruptionSource
+from autoscaler.service.reconciler import Reconciler
+
+S = NodeState
+STORE_WRITES = ("create_node", "transition", "update", "adopt_node", "set_action_status",
+                "record_plan", "audit")
+
+
+class Crash(BaseException):
+    def __init__(self, point: str):
+        super().__init__(point)
+        self.point = point
+
+
+class Faults:
+    """Base plan: never crash; count the points seen."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.armed = True
+
+    def hit(self, point: str) -> None:
+        if not self.armed:
+            return
+        self.seen.append(point)
+        if self.should_crash(point):
+            raise Crash(point)
+
+    def should_crash(self, point: str) -> bool:
+        return False
+
+
+class CrashAt(Faults):
+    """Crash once, at the ``index``-th point of the run (0-based)."""
+
+    def __init__(self, index: int):
+        super().__init__()
+        self.index = index
+
+    def should_crash(self, point: str) -> bool:
+        return len(self.seen) - 1 == self.index
+
+
+class CrashOncePerPoint(Faults):
+    """Crash the first time each distinct point is reached (``key`` maps a point to its
+    identity), so one run with restarts covers them all."""
+
+    def __init__(self, key: Callable[[str], str] = lambda p: p):
+        super().__init__()
+        self.key = key
+        self.crashed: list[str] = []
+
+    def should_crash(self, point: str) -> bool:
+        ident = self.key(point)
+        if ident in self.crashed:
+            return False
+        self.crashed.append(ident)
+        return True
+
+
+class _Proxy:
+    """Forwards everything; ``wrapped`` methods hit the fault plan around the call."""
+
+    wrapped: tuple[str, ...] = ()
+
+    def __init__(self, inner: Any, faults: Faults, label: str):
+        self._inner, self._faults, self._label = inner, faults, label
+
+    def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return ""
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in self.wrapped or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            point = f"{self._label}.{name}{self._detail(name, args, kwargs)}"
+            self._faults.hit(f"before {point}")
+            out = attr(*args, **kwargs)
+            self._faults.hit(f"after {point}")
+            return out
+
+        return call
+
+
+class CrashingStore(_Proxy):
+    wrapped = STORE_WRITES
+
+    def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        if name == "transition":
+            return f"({args[0]} -> {args[1]})"
+        if name == "update":
+            return f"({args[0]}: {','.join(sorted(kwargs))})"
+        if name == "set_action_status":
+            return f"({args[1]})"
+        if name == "create_node":
+            return f"({kwargs.get('team')}/{kwargs.get('pool')})"
+        return ""
+
+
+class CrashingProvisioner(_Proxy):
+    wrapped = ("apply", "mark_stale")
+
+    def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return f"({args[0].key}: {','.join(sorted(args[1])) if name == 'apply' else ''})"
+
+
+class CrashingBootstrapper(_Proxy):
+    wrapped = ("bootstrap",)
+
+    def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return f"({','.join(n.name for n in args[0])})"
+
+
+class CrashingDrainer(_Proxy):
+    wrapped = ("step", "cancel", "forget")
+
+    def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        phase = f" {args[1].phase}" if name == "step" else ""
+        return f"({args[0].name}{phase})"
+
+
+def node_of(point: str) -> str:
+    """A point's identity without node names: one crash per kind of point."""
+    import re
+
+    return re.sub(r"[a-z]+-[a-z0-9]+-\d+", "<node>", point)
+
+
+@dataclass
+class World:
+    """What survives a restart: everything outside the executor's process."""
+
+    url: str
+    policies: dict[str, TeamPolicy]
+    provisioner: Any
+    bootstrapper: Any
+    drainers: dict[str, Any]
+    address_of: Callable[[Node], str | None]
+    clouds: Callable[[str, str], Any]
+    sources: Sequence[InterruptionSource] = ()
+    jobs: Callable[[str], list[str]] = lambda name: []
+    settings: ExecutorSettings = field(default_factory=ExecutorSettings)
+
+
+@dataclass
+class Scenario:
+    world: World
+    faults: Faults
+    now: datetime
+    step_s: float = 30.0
+    crashes: list[str] = field(default_factory=list)
+    ticks: int = 0
+
+    def __post_init__(self) -> None:
+        self._open()
+
+    def _open(self) -> None:
+        w, f = self.world, self.faults
+        self.raw_store = FleetStore(w.url)
+        self.store = CrashingStore(self.raw_store, f, "store")
+        provisioner = CrashingProvisioner(w.provisioner, f, "terraform")
+        drainers = {k: CrashingDrainer(d, f, k) for k, d in w.drainers.items()}
+        self.executor = Executor(self.store, lambda: w.policies, provisioner,  # type: ignore[arg-type]
+                                 CrashingBootstrapper(w.bootstrapper, f, "ansible"), drainers,
+                                 w.address_of, w.settings, default_catalog(), self.clock)
+        intake = InterruptionIntake(self.store, w.sources, w.settings, self.clock,  # type: ignore[arg-type]
+                                    lambda: w.policies) if w.sources else None
+        self.reconciler = Reconciler(self.store, provisioner, w.clouds, w.settings,  # type: ignore[arg-type]
+                                     self.clock, policies=lambda: w.policies, interruptions=intake)
+
+    def clock(self) -> datetime:
+        return self.now
+
+    def restart(self) -> None:
+        self.raw_store.close()
+        self._open()
+
+    def snapshot(self) -> Snapshot:
+        nodes = {}
+        for node in self.raw_store.nodes(states=[S.READY, S.DRAINING, S.INTERRUPTED]):
+            jobs = [RunningJob(id=j, gpus=1, started_at=self.now) for j in self.world.jobs(node.name)]
+            nodes[node.name] = NodeObservation(
+                metrics=GpuMetrics(util_mean=50, util_max_idle_window=50, util_max=50,
+                                   gpus_reporting=1, sample_age_s=5),
+                scheduler=SchedulerNode(state="allocated" if jobs else "idle", gpus_total=1,
+                                        gpus_allocated=len(jobs), jobs=jobs))
+        return Snapshot(taken_at=self.now, nodes=nodes)
+
+    def tick(self) -> None:
+        self.ticks += 1
+        self.now += timedelta(seconds=self.step_s)
+        self.reconciler.run()
+        plan = decide(self.world.policies, self.raw_store.fleet_view(), self.snapshot(), self.now,
+                      catalog=default_catalog())
+        plan_id = self.store.record_plan(plan)
+        self.executor.submit(plan, plan_id)
+        self.executor.advance()
+
+    def run_until(self, done: Callable[[], bool], max_ticks: int = 80,
+                  between: Callable[[], None] | None = None) -> None:
+        for _ in range(max_ticks):
+            if done():
+                return
+            try:
+                self.tick()
+            except Crash as crash:
+                self.crashes.append(crash.point)
+                self.restart()
+            if between is not None:
+                between()
+        raise AssertionError(f"no convergence after {max_ticks} ticks; fleet: "
+                             f"{[(n.name, n.state.value) for n in self.raw_store.nodes()]}")
+
+    def states(self) -> dict[str, NodeState]:
+        return {n.name: n.state for n in self.raw_store.nodes(include_terminated=True)}
