@@ -111,8 +111,8 @@ def _launch_zone(response: Any) -> str:
 
 def patch_run_instances(fault_file: Path | None) -> None:
     from moto.ec2.exceptions import EC2ClientError
-    from moto.ec2.utils import random_spot_request_id
     from moto.ec2.responses.instances import InstanceResponse
+    from moto.ec2.utils import random_spot_request_id
 
     original = InstanceResponse.run_instances
     if getattr(original, "_gpu_autoscaler", False):
