@@ -12,19 +12,27 @@ instance.
 
 ``mark_stale(ref)`` leaves a marker in the workspace: the next advance applies the pool
 even though its node map did not change (the state and the store disagree).
+
+A terraform killed with the service (SIGKILL, OOM, node loss) leaves its state lock
+behind on a remote backend (S3 ``.tflock``; the local backend's lock dies with the
+process). A lock older than ``stale_lock_after`` (default: the command timeout plus five
+minutes, longer than any run of ours can hold it, and only the lease holder runs
+Terraform) is released with ``terraform force-unlock`` and the apply is tried once more.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Collection, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolRef
 from autoscaler.actuators.terraform import (
     ApplyResult,
     NodeOutput,
     PoolWorkspace,
+    StateLockedError,
     TerraformError,
     TerraformSettings,
 )
@@ -34,6 +42,9 @@ from autoscaler.clouds.base import MANAGED_TAGS, CloudInstance, CloudMarket
 STALE_MARKER = "gpu-autoscaler-stale"
 RESOURCES = {"aws": "aws_instance", "alicloud": "alicloud_instance"}
 CloudFor = Callable[[str, str], CloudMarket]
+WorkspaceFactory = Callable[[TerraformSettings, PoolRef, Callable[[], datetime]], PoolWorkspace]
+_LOCK_ID = re.compile(r"^\s*ID:\s*(\S+)", re.MULTILINE)
+_LOCK_CREATED = re.compile(r"^\s*Created:\s*(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)", re.MULTILINE)
 
 
 def _utcnow() -> datetime:
@@ -46,6 +57,20 @@ def stray_key(node: str | None, instance_id: str) -> str:
     return f"{base}-stray-{instance_id.removeprefix('i-')[-12:]}".lower()
 
 
+def default_workspace(settings: TerraformSettings, ref: PoolRef,
+                      clock: Callable[[], datetime]) -> PoolWorkspace:
+    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, clock=clock)
+
+
+def lock_of(error: StateLockedError) -> tuple[str, datetime] | None:
+    """The lock's id and creation time (UTC) from a lock error, if Terraform told them."""
+    found_id, found_at = _LOCK_ID.search(error.detail), _LOCK_CREATED.search(error.detail)
+    if not found_id or not found_at:
+        return None
+    created = datetime.fromisoformat(found_at.group(1).replace(" ", "T")).replace(tzinfo=UTC)
+    return found_id.group(1), created
+
+
 def pool_instances(cloud: CloudMarket, ref: PoolRef) -> list[CloudInstance]:
     tags = {**MANAGED_TAGS, "team": ref.team, "pool": ref.pool}
     return cloud.managed_instances(tags=tags)
@@ -53,19 +78,24 @@ def pool_instances(cloud: CloudMarket, ref: PoolRef) -> list[CloudInstance]:
 
 class TerraformProvisioner:
     def __init__(self, settings: TerraformSettings, *, cloud_for: CloudFor | None = None,
-                 clock: Callable[[], datetime] = _utcnow):
+                 clock: Callable[[], datetime] = _utcnow,
+                 stale_lock_after: timedelta | None = None,
+                 workspace: WorkspaceFactory = default_workspace):
         self.settings = settings
         self.cloud_for = cloud_for
         self.clock = clock
+        self.stale_lock_after = stale_lock_after or timedelta(
+            seconds=settings.command_timeout_s + 300)
+        self._make_workspace = workspace
         self._workspaces: dict[str, PoolWorkspace] = {}
         self._guard = threading.Lock()
         self.imported: list[tuple[str, str, str]] = []  # (pool, key, instance id), for status
+        self.unlocked: list[tuple[str, str]] = []  # (pool, lock id) of stale locks released
 
     def workspace(self, ref: PoolRef) -> PoolWorkspace:
         with self._guard:
             if ref.key not in self._workspaces:
-                self._workspaces[ref.key] = PoolWorkspace(
-                    self.settings, ref.team, ref.pool, ref.cloud, ref.region, clock=self.clock)
+                self._workspaces[ref.key] = self._make_workspace(self.settings, ref, self.clock)
             return self._workspaces[ref.key]
 
     # -- Provisioner -----------------------------------------------------------------------
@@ -87,14 +117,30 @@ class TerraformProvisioner:
 
     def apply(self, ref: PoolRef, nodes: NodeMap, *, destroy: Collection[str] = ()) -> ApplyResult:
         ws = self.workspace(ref)
+        try:
+            return self._apply(ref, ws, nodes, set(destroy))
+        except StateLockedError as exc:
+            if not self._break_stale_lock(ref, ws, exc):
+                raise
+        return self._apply(ref, ws, nodes, set(destroy))
+
+    def _apply(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap, destroy: set[str]) -> ApplyResult:
         ws.init()
-        imports = self._strays(ref, ws, nodes, set(destroy))
+        imports = self._strays(ref, ws, nodes, destroy)
         if imports:
             self._import(ref, ws, nodes, imports)
         result = ws.apply(ws.plan(nodes))
         if result.ok:
             (ws.dir / STALE_MARKER).unlink(missing_ok=True)
         return result
+
+    def _break_stale_lock(self, ref: PoolRef, ws: PoolWorkspace, exc: StateLockedError) -> bool:
+        lock = lock_of(exc)
+        if lock is None or self.clock() - lock[1] < self.stale_lock_after:
+            return False
+        ws.runner.run("force-unlock", lock[0], force=FLAG)
+        self.unlocked.append((ref.key, lock[0]))
+        return True
 
     # -- strays ------------------------------------------------------------------------------
     def _strays(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap,

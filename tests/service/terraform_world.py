@@ -1,0 +1,71 @@
+"""The crash-test world with the real Terraform actuator against moto, and a child process
+that runs the same loop so a test can SIGKILL it (and its terraform) mid-apply.
+
+``python -m tests.service.terraform_world CONFIG.json`` runs ticks until killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from autoscaler.actuators.drain import no_drainer
+from autoscaler.actuators.terraform import TerraformSettings
+from autoscaler.clouds.aws import AwsCloud, AwsSettings
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.service.executor import ExecutorSettings
+from autoscaler.service.executor.terraform import TerraformProvisioner
+from tests.builders import NOW, make_policy
+from tests.fakes import FakeAnsible
+from tests.service.crash_harness import Faults, Scenario, World
+
+POOL = "v100"
+
+
+def policy(nodes: int) -> TeamPolicy:
+    return make_policy(team="vision", name=POOL, min_nodes=nodes, max_nodes=nodes,
+                       instance_types=["g4dn.xlarge"],
+                       capacity={"on_demand_base": 0, "spot_percent": 0},
+                       scale_down={"max_draining_percent": 100}, cluster={"kind": "none"})
+
+
+def make_world(url: str, terraform: TerraformSettings, endpoint: str, nodes: int = 2) -> World:
+    def cloud(name: str, region: str) -> AwsCloud:
+        return AwsCloud(region, settings=AwsSettings(endpoint_url=endpoint))
+
+    provisioner = TerraformProvisioner(terraform, cloud_for=cloud)  # type: ignore[arg-type]
+    return World(url=url, policies={"vision": policy(nodes)}, provisioner=provisioner,
+                 bootstrapper=FakeAnsible(), drainers={"none": no_drainer()},
+                 address_of=lambda n: "169.254.77.2" if n.instance_id else None,
+                 clouds=cloud,  # type: ignore[arg-type]
+                 settings=ExecutorSettings(lost_after_misses=2))
+
+
+def child_config(path: Path, url: str, terraform: TerraformSettings, endpoint: str,
+                 env: Mapping[str, str]) -> None:
+    path.write_text(json.dumps({"url": url, "terraform": terraform.model_dump(mode="json"),
+                                "endpoint": endpoint, "env": dict(env)}))
+
+
+def main(argv: Sequence[str]) -> None:
+    config: dict[str, Any] = json.loads(Path(argv[0]).read_text())
+    os.environ.update(config["env"])
+    world = make_world(config["url"], TerraformSettings.model_validate(config["terraform"]),
+                       config["endpoint"])
+    scenario = Scenario(world, Faults(), NOW)
+    for _ in range(100):
+        scenario.tick()
+        print(f"tick {scenario.ticks} at {scenario.now:%H:%M:%S}", flush=True)
+
+
+def later(minutes: float) -> datetime:
+    return NOW + timedelta(minutes=minutes)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,136 @@
+"""Crash safety with the real terraform binary and AWS provider against moto.
+
+One fleet life (launch 2 nodes, READY, scale to 0, destroyed), in one sequence:
+
+1. a child process runs the loop and is SIGKILLed, with its terraform and provider, as
+   soon as the first instance shows up in moto: the apply dies between RunInstances and
+   saving the state (the provider waits >= 10 s for "running"), so the cloud holds an
+   instance the state does not know: a retry that simply applied again would double it;
+2. the loop restarts in this process on the same SQLite file and Terraform workdir and
+   is crashed once at every kind of point it reaches (store writes, applies), restarting
+   each time, until the fleet is up and then gone.
+
+Checks: every node TERMINATED, no instance left in moto, and moto never saw two
+instances for one node name (it lists terminated instances too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
+from autoscaler.sandbox.procs import ManagedProcess, wait_until
+from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
+from tests.service.crash_harness import CrashOncePerPoint, Scenario, coarse
+from tests.service.terraform_world import POOL, child_config, later, make_world, policy
+
+pytestmark = [pytest.mark.slow, needs_terraform]
+S = NodeState
+REPO = Path(__file__).resolve().parents[2]
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and everything it started (terraform runs in its own session)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo += children.get(current, [])
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def every_instance(moto: MotoSandbox) -> dict[str, list[str]]:  # noqa: F811
+    """Node tag -> instance ids, terminated ones included."""
+    out: dict[str, list[str]] = {}
+    pages = moto.client().get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "tag:pool", "Values": [POOL]}])
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for inst in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                out.setdefault(tags.get("node", "?"), []).append(inst["InstanceId"])
+    return out
+
+
+@pytest.fixture
+def child_pids() -> Iterator[list[int]]:
+    """Processes the test SIGKILLs; anything still alive at the end is killed by PID."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_sigkill_mid_apply_then_a_crash_at_every_kind_of_point(
+        moto: MotoSandbox, tmp_path: Path, child_pids: list[int],  # noqa: F811
+        capsys: pytest.CaptureFixture[Any]) -> None:
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    terraform = sandbox_settings(moto, tmp_path / "tf")
+    config = tmp_path / "child.json"
+    child_config(config, url, terraform, moto.endpoint, moto.env())
+    child = ManagedProcess("executor-child", [sys.executable, "-m", "tests.service.terraform_world",
+                                              str(config)], tmp_path / "child.log", env=moto.env(),
+                           cwd=REPO)
+    try:
+        wait_until(lambda: running_instances(moto.client(), pool=POOL), 420,
+                   "the child's terraform apply to launch an instance", interval=0.1, proc=child)
+        victims = descendants(child.pid)
+        child_pids += victims
+        for pid in reversed(victims):  # provider and terraform first, then the loop
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: all(_gone(p) for p in victims), 30, "the killed processes to exit")
+    finally:
+        child.kill()
+    killed_with = sorted(every_instance(moto))
+
+    world = make_world(url, terraform, moto.endpoint)
+    faults = CrashOncePerPoint(key=coarse)
+    scenario = Scenario(world, faults, later(5))
+
+    def ready() -> bool:
+        return sorted(s for s in scenario.states().values()) == [S.READY, S.READY]
+
+    scenario.run_until(ready, max_ticks=60)
+    world.policies = {"vision": policy(0)}
+    scenario.run_until(lambda: set(scenario.states().values()) == {S.TERMINATED}, max_ticks=60)
+
+    states = scenario.states()
+    assert sorted(states) == ["vision-v100-1", "vision-v100-2"], states
+    assert running_instances(moto.client(), pool=POOL) == [], "orphaned instances"
+    seen = every_instance(moto)
+    assert sorted(seen) == sorted(states) and all(len(ids) == 1 for ids in seen.values()), seen
+    imported = world.provisioner.imported
+    with capsys.disabled():
+        print(f"\nSIGKILL mid-apply with {len(killed_with)} instance(s) launched; adopted by "
+              f"terraform import: {[key for _, key, _ in imported]}; then crash points covered "
+              f"(real terraform): {len(scenario.crashes)} kinds, {scenario.ticks} ticks")
+    assert imported, "the instance the killed apply created was not imported"
+    assert {coarse(p) for p in scenario.crashes} >= {
+        "before terraform.apply", "after terraform.apply",
+        "before store.transition(<node> -> PROVISIONING)", "after store.transition(<node> -> BOOTSTRAPPING)",
+        "after store.transition(<node> -> TERMINATING)", "after store.transition(<node> -> TERMINATED)"}
