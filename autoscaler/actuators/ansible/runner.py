@@ -84,7 +84,8 @@ class AnsibleActuator:
                                                 self.address_of, self.catalog)
         timeout = self.settings.run_timeout(
             [pool_of(n, policies).bootstrap.timeout for n in nodes]).total_seconds()
-        run_id = f"{self.clock():%Y%m%dT%H%M%SZ}-{pysecrets.token_hex(3)}"
+        # Sortable (rotation keeps the newest) and unique (several runs per second).
+        run_id = f"{self.clock():%Y%m%dT%H%M%S.%fZ}-{pysecrets.token_hex(3)}"
         run_dir = self.settings.runs_dir / run_id
         self.settings.runs_dir.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir(mode=0o750)

@@ -1,0 +1,251 @@
+"""playbooks/gpu-node.yml over real SSH on network-namespace hosts, joining a real Slurm.
+
+Five test hosts: gpu-a/b/c (Slurm pool, 4 fake T4 GPUs each), gpu-d (Slurm pool, but its
+fake nvidia-smi reports 2 of the instance type's 4 GPUs) and gpu-e (Kubernetes pool, with
+a fake kubeadm). The fixture, never the roles, places the fake nvidia-smi and kubeadm.
+Tasks tagged gpu-hardware (NVIDIA hardware or repositories) and external-repo (pkgs.k8s.io)
+are skipped; everything else runs. Services are started with the roles' `direct` service
+manager, since no systemd runs in the test hosts.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autoscaler.actuators.ansible import AnsibleActuator, AnsibleSettings, BootstrapRun, HostStatus
+from autoscaler.catalog.catalog import default_catalog
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox import fake_nvidia_smi
+from autoscaler.sandbox.fake_nvidia_smi import FakeGpu
+from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.sandbox.ssh_hosts import SshHosts
+from tests.builders import make_node, make_policy
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.skipif(shutil.which("slurmctld") is None, reason="slurmctld not installed"),
+]
+
+CONTROLLER = "169.254.77.254"  # shared address on lo that namespaced slurmd reach
+SLURM_HOSTS = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+K8S_HOST = "gpu-e"
+K8S_TOKEN = "abcdef.0123456789abcdef"
+FAKE_KUBEADM = """#!/bin/sh
+# Fake kubeadm placed by the test: checks the join configuration and "joins".
+set -e
+[ "$1" = join ] && [ "$2" = --config ] || { echo "unexpected: $*" >&2; exit 2; }
+grep -q 'token: "abcdef.0123456789abcdef"' "$3" || { echo "no token in $3" >&2; exit 1; }
+mkdir -p /etc/kubernetes
+echo "joined with $3" > /etc/kubernetes/kubelet.conf
+echo "$*" >> /var/log/fake-kubeadm.log
+"""
+
+
+@dataclass
+class Lab:
+    hosts: SshHosts
+    cluster: SlurmCluster
+    actuator: AnsibleActuator
+    policies: dict[str, TeamPolicy]
+    nodes: dict[str, Node]
+    secrets: dict[str, str]
+    runs_dir: Path
+
+    def bootstrap(self, *names: str) -> BootstrapRun:
+        return self.actuator.bootstrap([self.nodes[n] for n in names], self.policies,
+                                       secrets=self.secrets)
+
+
+@pytest.fixture(scope="module")
+def controller_address() -> Iterator[str]:
+    on_lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True,
+                           text=True, check=True).stdout
+    added = f" {CONTROLLER}/" not in on_lo
+    if added:
+        subprocess.run(["ip", "addr", "add", f"{CONTROLLER}/32", "dev", "lo"], check=True)
+    try:
+        yield CONTROLLER
+    finally:
+        if added:
+            subprocess.run(["ip", "addr", "del", f"{CONTROLLER}/32", "dev", "lo"], check=False)
+
+
+def _policies() -> dict[str, TeamPolicy]:
+    pools = [
+        {"name": "train", "cloud": "aws", "region": "us-east-1", "max_nodes": 8,
+         "instance_types": ["g4dn.12xlarge"],
+         "bootstrap": {"sharing": "mps", "mps": {"active_thread_percentage": 50}},
+         "cluster": {"kind": "slurm", "partition": "gpu"}},
+        {"name": "infer", "cloud": "aws", "region": "us-east-1", "max_nodes": 8,
+         "instance_types": ["g4dn.12xlarge"],
+         "bootstrap": {"sharing": "time-slicing", "time_slicing_replicas": 4},
+         "cluster": {"kind": "kubernetes", "labels": {"workload": "inference"}}},
+    ]
+    return {"vision": make_policy(team="vision", pools=pools)}
+
+
+def _prepare_hosts(hosts: SshHosts, slurm_dir: Path) -> None:
+    """Fake GPUs and kubeadm; and (in each host's private view only) let the munge user
+    reach the socket directory under pytest's root-only temporary directory."""
+    ancestors = [str(p) for p in slurm_dir.parents if str(p) != "/"]
+    four = fake_nvidia_smi.script([FakeGpu("Tesla T4")] * 4)
+    for name in [*SLURM_HOSTS, K8S_HOST]:
+        hosts.run(name, ["chmod", "a+x", *ancestors])
+        text = fake_nvidia_smi.script([FakeGpu("Tesla T4")] * 2) if name == "gpu-d" else four
+        hosts.write_file(name, fake_nvidia_smi.INSTALL_PATH, text, 0o755)
+    hosts.write_file(K8S_HOST, "/usr/bin/kubeadm", FAKE_KUBEADM, 0o755)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, controller_address: str) -> Iterator[Lab]:
+    work = tmp_path_factory.mktemp("gpu-node")
+    slurm_dir = work / "slurm"
+    (slurm_dir / "log").mkdir(parents=True)
+    # Each host runs its own munged on the socket path slurm.conf names: it must not see the
+    # controller's socket and lock there. slurmd logs go to the real log directory.
+    hosts = SshHosts([*SLURM_HOSTS, K8S_HOST], work / "hosts", routes=[controller_address],
+                     hidden=[slurm_dir / "munge-run"], binds=[slurm_dir / "log"])
+    with hosts:
+        specs = [SlurmNodeSpec(n, gpus=4, gpu_type="t4", local=False, addr=hosts.address_of(n))
+                 for n in SLURM_HOSTS]
+        with SlurmCluster(slurm_dir, specs, controller_addr=controller_address) as cluster:
+            _prepare_hosts(hosts, slurm_dir)
+            settings = AnsibleSettings(
+                runs_dir=work / "runs", ssh_port=hosts.port, private_key_file=hosts.private_key,
+                control_persist=False, forks=10, skip_tags=["gpu-hardware", "external-repo"],
+                extra_vars={
+                    "gpu_node_service_manager": "direct",
+                    "cluster_join_slurm_conf_src": str(cluster.slurm_conf),
+                    "cluster_join_gpu_device_prefix":
+                        f"{cluster.dev_dir}/{{{{ inventory_hostname }}}}/nvidia",
+                    "cluster_join_k8s_api_endpoint": f"{controller_address}:6443",
+                    "cluster_join_k8s_ca_cert_hash": "sha256:" + "0" * 64,
+                })
+            actuator = AnsibleActuator(settings, lambda node: hosts.address_of(node.name),
+                                       catalog=default_catalog())
+            nodes = {n: make_node(n, pool="train", instance_type="g4dn.12xlarge",
+                                  state=NodeState.BOOTSTRAPPING) for n in SLURM_HOSTS}
+            nodes[K8S_HOST] = make_node(K8S_HOST, pool="infer", instance_type="g4dn.12xlarge",
+                                        state=NodeState.BOOTSTRAPPING)
+            secrets = {"cluster_join_munge_key_b64":
+                       base64.b64encode(cluster.munge_key.read_bytes()).decode(),
+                       "cluster_join_k8s_token": K8S_TOKEN}
+            yield Lab(hosts, cluster, actuator, _policies(), nodes, secrets, work / "runs")
+
+
+@pytest.fixture(scope="module")
+def first_run(lab: Lab) -> BootstrapRun:
+    return lab.bootstrap("gpu-a", "gpu-b", "gpu-c")
+
+
+def test_first_run_bootstraps_all_hosts_and_they_join_slurm_idle_with_gres(
+        lab: Lab, first_run: BootstrapRun) -> None:
+    assert first_run.status == "successful"
+    assert {n: r.status for n, r in first_run.hosts.items()} == \
+        dict.fromkeys(["gpu-a", "gpu-b", "gpu-c"], HostStatus.OK), first_run.hosts
+    assert all(r.changed > 0 for r in first_run.hosts.values())
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        assert lab.cluster.wait_node_state(name, {"idle"}, timeout=30) == "idle"
+    gres = lab.cluster.run(["sinfo", "-h", "-N", "-n", "gpu-a,gpu-b,gpu-c", "-o", "%N %G"],
+                           check=True).stdout.split("\n")
+    assert sorted(line for line in gres if line) == [
+        "gpu-a gpu:t4:4", "gpu-b gpu:t4:4", "gpu-c gpu:t4:4"]
+    # The joined node runs jobs on its (fake) GPUs.
+    job = lab.cluster.submit("echo gpus=$CUDA_VISIBLE_DEVICES", gpus=2, nodelist="gpu-b")
+    lab.cluster.wait_job_state(job, {"COMPLETED"}, timeout=60)
+
+
+def test_roles_wrote_the_node_configuration(lab: Lab, first_run: BootstrapRun) -> None:
+    read = lab.hosts.read_file
+    gres = read("gpu-a", "/etc/slurm/gres.conf")
+    assert f"NodeName=gpu-a Name=gpu Type=t4 File={lab.cluster.dev_dir}/gpu-a/nvidia[0-3]" in gres
+    assert read("gpu-a", "/etc/slurm/slurm.conf") == lab.cluster.slurm_conf.read_text()
+    assert read("gpu-a", "/etc/hostname").strip() == "gpu-a"
+    assert "CUDA_HOME=/usr/local/cuda-12.4" in read("gpu-a", "/etc/profile.d/cuda.sh")
+    assert "blacklist nouveau" in read("gpu-a", "/etc/modprobe.d/blacklist-nouveau.conf")
+    assert "Pin: version 550.*" in read("gpu-a",
+                                        "/etc/apt/preferences.d/gpu-autoscaler-nvidia-driver")
+    dcgm = read("gpu-a", "/etc/systemd/system/dcgm-exporter.service")
+    assert 'Environment="NODE_NAME=gpu-a"' in dcgm
+    assert "--collectors /etc/dcgm-exporter/counters.csv" in dcgm
+    assert "DCGM_FI_DEV_GPU_UTIL, gauge" in read("gpu-a", "/etc/dcgm-exporter/counters.csv")
+    mps = read("gpu-a", "/etc/systemd/system/nvidia-mps.service")
+    assert 'Environment="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"' in mps
+    assert "ExecStart=/usr/bin/nvidia-cuda-mps-control -f" in mps
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in read(
+        "gpu-a", "/etc/containerd/conf.d/99-nvidia.toml")
+    # The secret arrived where it belongs: the cluster's munge key, readable by munge only.
+    key = lab.hosts.run("gpu-a", ["stat", "-c", "%U %a", "/etc/munge/munge.key"]).stdout.split()
+    assert key == ["munge", "400"]
+    same = lab.hosts.run("gpu-a", ["cmp", "/etc/munge/munge.key", str(lab.cluster.munge_key)],
+                         check=False)
+    assert same.returncode == 0, same.stdout
+
+
+def test_second_run_changes_nothing(lab: Lab, first_run: BootstrapRun) -> None:
+    again = lab.bootstrap("gpu-a", "gpu-b", "gpu-c")
+    assert again.failed == [], again.hosts
+    changed = {n: r.changed for n, r in again.hosts.items()}
+    assert changed == dict.fromkeys(["gpu-a", "gpu-b", "gpu-c"], 0)
+    assert lab.cluster.node_state("gpu-a") == "idle"
+
+
+def test_mixed_batch_fails_only_the_unreachable_and_the_unhealthy_host(
+        lab: Lab, first_run: BootstrapRun) -> None:
+    lab.hosts.set_reachable("gpu-c", False)
+    try:
+        run = lab.bootstrap("gpu-c", "gpu-d", K8S_HOST)
+    finally:
+        lab.hosts.set_reachable("gpu-c", True)
+    results = run.hosts
+    assert results[K8S_HOST].status is HostStatus.OK, results[K8S_HOST]
+    assert results["gpu-c"].status is HostStatus.UNREACHABLE
+    assert "ssh" in results["gpu-c"].message.lower()
+    bad = results["gpu-d"]
+    assert bad.status is HostStatus.FAILED
+    assert bad.failed_task == "Check the GPU count"
+    assert "expected 4 GPUs, nvidia-smi reports 2" in bad.message
+    # The unhealthy node never joined: its slurmd was not started.
+    state = lab.cluster.node_state("gpu-d")
+    assert "not_responding" in state or state.endswith("*"), state
+
+
+def test_kubernetes_join_passes_the_token_securely_and_labels_the_node(
+        lab: Lab, first_run: BootstrapRun) -> None:
+    # Runs after the mixed batch above, which bootstrapped gpu-e.
+    config = "/etc/kubernetes/gpu-autoscaler-join.yaml"
+    mode = lab.hosts.run(K8S_HOST, ["stat", "-c", "%a", config]).stdout.strip()
+    assert mode == "600"
+    text = lab.hosts.read_file(K8S_HOST, config)
+    assert ("gpu-autoscaler/market=on-demand,gpu-autoscaler/pool=infer,gpu-autoscaler/team=vision,"
+            "nvidia.com/gpu.present=true,workload=inference") in text
+    assert f'apiServerEndpoint: "{CONTROLLER}:6443"' in text
+    assert "joined with" in lab.hosts.read_file(K8S_HOST, "/etc/kubernetes/kubelet.conf")
+    assert "version: v1" in lab.hosts.read_file(K8S_HOST, "/etc/nvidia-device-plugin/config.yaml")
+
+
+def test_no_secret_in_any_kept_log_or_result(lab: Lab, first_run: BootstrapRun) -> None:
+    runs = sorted(p for p in lab.runs_dir.iterdir() if p.is_dir())
+    assert len(runs) >= 3  # one directory per run, for operators
+    for run_dir in runs:
+        assert {"stdout", "events.jsonl", "results.json", "inventory.json"} <= \
+            {p.name for p in run_dir.iterdir()}
+    leaked = []
+    for path in lab.runs_dir.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            leaked += [f"{path}: {name}" for name, value in lab.secrets.items() if value in text]
+    assert leaked == []
+    # The play did use them (stdout names the tasks that handled them, hidden).
+    assert "Install the cluster's munge key (base64)" in (runs[0] / "stdout").read_text()
