@@ -28,7 +28,7 @@ def _seconds(value: str, option: str) -> float:
 
 def _run(trace: Path, policies: Path, prices: Path | None, pool: str | None, start_day: float,
          days: float | None, config: SimConfig, spot_trace: Path | None, duty_cycles: Path | None,
-         strategies: list[str], show_progress: bool) -> SimReport:
+         strategies: list[str], show_progress: bool, workers: int) -> SimReport:
     catalog = catalog_from(prices)
     try:
         team, chosen, notes = select_pool(load_policies(policies, catalog), pool)
@@ -50,7 +50,7 @@ def _run(trace: Path, policies: Path, prices: Path | None, pool: str | None, sta
 
         try:
             report = run_all(workload, team, chosen, catalog, config, spot=spot, duty=duty,
-                             strategies=strategies, progress=progress)
+                             strategies=strategies, workers=workers, progress=progress)
         except SimError as exc:
             fail(str(exc))
     report.notes += notes
@@ -83,6 +83,8 @@ def simulate(
                                              file_okay=False)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    workers: Annotated[int, typer.Option(help="Replay strategies in this many processes at once.",
+                                         min=1)] = 1,
 ) -> None:
     """Replay a trace through the same decide() the service runs, against baselines and an oracle.
 
@@ -95,7 +97,7 @@ def simulate(
         fail("--tick must be greater than 0s")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     report = _run(trace, policies, prices, pool, start_day, days, config, spot_trace, duty_cycles, names,
-                  progress)
+                  progress, workers)
     if out is not None:
         from autoscaler.sim.plots import write_plots  # matplotlib only when plots are asked for
 

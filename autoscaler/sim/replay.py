@@ -51,6 +51,7 @@ class SimConfig:
 @dataclass
 class RunStats:
     wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
     ticks: int = 0
     interruptions: int = 0
     extra: dict[str, float] = field(default_factory=dict)
@@ -120,7 +121,7 @@ class Replay:
         """Record each observable node's GPU util (what a scrape at ``now`` would see)."""
         for node in self.cluster.nodes.values():
             if node.state in (S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED):
-                node.add_sample(now, self.node_util(node, now))
+                node.add_sample(now, self.node_util(node, now) if node.jobs else 0.0)
 
     def node_util(self, node: SimNode, now: float) -> float:
         per_gpu = [0.0] * node.gpus
@@ -187,7 +188,7 @@ class Replay:
 
     # -- the loop -------------------------------------------------------------------
     def run(self, progress: Callable[[float], None] | None = None) -> Replay:
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         for job in self.jobs:
             self.clock.at(job.job.arrival, Kind.ARRIVAL, partial(self.cluster.arrive, job))
         for offset, zone in self.spot.outage_events(self.end - self.start):
@@ -207,6 +208,7 @@ class Replay:
                 report_at = event.at
         self.series.record(self, self.end)
         self.stats.wall_seconds = time.perf_counter() - began
+        self.stats.cpu_seconds = time.process_time() - began_cpu
         return self
 
 

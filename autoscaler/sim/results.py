@@ -7,9 +7,11 @@ Definitions (README "Simulator"):
 * GPU-hours paid: GPUs x billed hours. Used: GPU shares x hours jobs held them (work later
   lost to a kill included). Lost: share x hours redone after kills. Fleet utilization:
   used / paid.
-* wait: all the time a job spent pending (first wait plus every wait after a requeue),
-  for jobs that arrived inside the window; a job still pending at the end counts with the
-  wait it has so far (a lower bound). Percentiles are over jobs.
+* wait: the usual queueing delay, from a job's arrival to its first start, for jobs that
+  arrived inside the window; a job never started counts the time until the end of the
+  window (a lower bound). Percentiles are over jobs.
+* wait_total: all the time a job spent pending, requeues after kills included (what a
+  job that is interrupted again and again adds up to).
 * jobs interrupted: runs killed (spot reclaim, drain timeout, scale-in/eviction).
 """
 
@@ -37,6 +39,9 @@ class StrategyResult:
     wait_p95_s: float = 0.0
     wait_p99_s: float = 0.0
     wait_mean_s: float = 0.0
+    wait_total_p50_s: float = 0.0
+    wait_total_p95_s: float = 0.0
+    wait_total_p99_s: float = 0.0
     jobs: int = 0
     jobs_started: int = 0
     jobs_finished: int = 0
@@ -48,6 +53,7 @@ class StrategyResult:
     failed_launches: int = 0
     terminations: int = 0
     wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
     parameters: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     series: Series | None = None
@@ -58,10 +64,10 @@ class StrategyResult:
 
     def as_dict(self, with_series: bool = False) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "series"}
+        for key, value in out.items():
+            if isinstance(value, float):
+                out[key] = round(value, 3)
         out["utilization"] = round(self.utilization, 4)
-        for key in ("cost_usd", "gpu_hours_paid", "gpu_hours_used", "gpu_hours_lost", "wait_p50_s",
-                    "wait_p95_s", "wait_p99_s", "wait_mean_s", "wall_seconds"):
-            out[key] = round(out[key], 3)
         if with_series and self.series is not None:
             out["series"] = self.series.as_dict()
         return out
@@ -78,6 +84,7 @@ def summarize(replay: Replay) -> StrategyResult:
     end, cluster = replay.end, replay.cluster
     open_usd, open_gpu_s = cluster.open_bills(end)
     waits: list[float] = []
+    pending_totals: list[float] = []
     used = lost = 0.0
     started = finished = never = 0
     for job in replay.jobs:
@@ -89,8 +96,10 @@ def summarize(replay: Replay) -> StrategyResult:
         never += job.state != "future" and job.first_start is None
         if job.job.carried or job.state == "future":
             continue
-        waits.append(job.wait + (end - job.pending_since if job.state == "pending" else 0.0))
+        waits.append((job.first_start if job.first_start is not None else end) - job.job.arrival)
+        pending_totals.append(job.wait + (end - job.pending_since if job.state == "pending" else 0.0))
     p50, p95, p99, mean = percentiles(waits)
+    t50, t95, t99, _ = percentiles(pending_totals)
     strategy = replay.strategy
     totals = cluster.totals
     return StrategyResult(
@@ -102,10 +111,12 @@ def summarize(replay: Replay) -> StrategyResult:
             for k in sorted(set(totals.gpu_seconds_by_market) | set(open_gpu_s))},
         gpu_hours_used=used / 3600, gpu_hours_lost=lost / 3600,
         wait_p50_s=p50, wait_p95_s=p95, wait_p99_s=p99, wait_mean_s=mean,
+        wait_total_p50_s=t50, wait_total_p95_s=t95, wait_total_p99_s=t99,
         jobs=len(replay.jobs), jobs_started=started, jobs_finished=finished, jobs_never_started=never,
         jobs_interrupted=sum(totals.kills.values()), kills_by_cause=dict(sorted(totals.kills.items())),
         spot_interruptions=replay.stats.interruptions, launches=totals.launches,
         failed_launches=totals.failed_launches, terminations=totals.terminations,
-        wall_seconds=replay.stats.wall_seconds, parameters=strategy.parameters(),
+        wall_seconds=replay.stats.wall_seconds, cpu_seconds=replay.stats.cpu_seconds,
+        parameters=strategy.parameters(),
         extra=dict(replay.stats.extra), series=replay.series,
     )

@@ -83,23 +83,24 @@ def _spot_policy():  # type: ignore[no-untyped-def]
                   capacity={"on_demand_base": 0, "spot_percent": 100, "spot_fallback": "on-demand"})
 
 
-def _report_json(seed: int, spot_dir: Path, duty_csv: Path) -> dict[str, object]:
+def _report_json(seed: int, spot_dir: Path, duty_csv: Path, workers: int = 1) -> dict[str, object]:
     pol = _spot_policy()
     config = SimConfig(seed=seed, boot_jitter=0.25)
     report = run_all(workload(_random_jobs(1), end=8 * 3600), pol, pol.pools[0], CATALOG, config,
-                     spot=load_spot_traces(spot_dir), duty=load_duty_cycles(duty_csv))
+                     spot=load_spot_traces(spot_dir), duty=load_duty_cycles(duty_csv), workers=workers)
     out = to_json(report, with_series=True)
     out.pop("wall_seconds")
     out["ratios"].pop("replay_speedup")  # type: ignore[attr-defined]
     for s in out["strategies"]:  # type: ignore[attr-defined]
         s.pop("wall_seconds")
+        s.pop("cpu_seconds")
         s["extra"].pop("decide_seconds", None)
     return out
 
 
 def test_same_seed_same_report_other_seed_other_report(spot_dir: Path, duty_csv: Path) -> None:
     first = _report_json(11, spot_dir, duty_csv)
-    assert first == _report_json(11, spot_dir, duty_csv)
+    assert first == _report_json(11, spot_dir, duty_csv, workers=2)  # processes change nothing
     assert first != _report_json(12, spot_dir, duty_csv)
 
 

@@ -7,7 +7,8 @@ One node group per instance type of the pool. Every ``scan-interval`` (10 s):
   estimator packs the rest first-fit-decreasing onto new nodes of that group; the
   ``least-waste`` expander picks the group that leaves the fewest GPUs idle (ties: more
   pods helped, then cheaper $/GPU-h); that group grows by its estimate, within
-  ``max_nodes`` and the team's GPU quota.
+  ``max_nodes`` and the team's GPU quota. A scale-up the cloud refuses (no spot capacity
+  in any zone and no on-demand fallback) backs the group off for 5 min.
 * **Scale-down**: a ready node whose requested GPUs are below 50% of its GPUs
   (``scale-down-utilization-threshold``; CA looks only at GPUs on GPU nodes) and whose pods
   all fit elsewhere is "unneeded"; unneeded for 10 min (``scale-down-unneeded-time``)
@@ -26,7 +27,7 @@ from autoscaler.sim.cluster import SimJob, SimNode
 from autoscaler.sim.placement import EPS, slots_for
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
-from autoscaler.sim.strategies.common import Limits, active_nodes, buy, mix_for, reap
+from autoscaler.sim.strategies.common import Buyer, Limits, active_nodes, mix_for, reap
 
 S = NodeState
 
@@ -39,6 +40,7 @@ class CaSettings:
     delay_after_add: float = 600.0
     max_empty_bulk_delete: int = 10
     max_nonempty_deletes: int = 1
+    node_group_backoff: float = 300.0
 
 
 def _pack(bins: list[list[float]], gpus: float) -> bool:
@@ -59,6 +61,7 @@ class ClusterAutoscalerLike(Strategy):
         self.settings = settings or CaSettings()
         self.interval = self.settings.scan_interval
         self.quota_gpus = quota_gpus
+        self.buyer = Buyer(self.settings.node_group_backoff)
         self.last_scale_up: float | None = None
         self.unneeded_since: dict[str, float] = {}
         self._seen_version = -1
@@ -75,8 +78,8 @@ class ClusterAutoscalerLike(Strategy):
     # -- scale-up -------------------------------------------------------------------
     def _scale_up(self, replay: Replay, now: float) -> None:
         pods = sorted(replay.cluster.pending, key=lambda j: -j.gpus)
-        if not pods:
-            return
+        if not pods or now < self.buyer.blocked_until:
+            return  # nothing to do, or the node groups are backed off
         upcoming = [[1.0] * n.gpus for n in replay.cluster.nodes.values() if n.state in IN_FLIGHT]
         rest = [p for p in pods if not _pack(upcoming, p.gpus)]
         if not rest:
@@ -92,7 +95,7 @@ class ClusterAutoscalerLike(Strategy):
         limits = Limits.of(replay, self.quota_gpus)
         count = min(count, limits.room(active_nodes(replay), replay.itype(name).gpus))
         mix = mix_for(replay)
-        launched = sum(1 for _ in range(count) if buy(replay, name, mix, now) is not None)
+        launched = sum(1 for _ in range(count) if self.buyer.buy(replay, name, mix, now) is not None)
         if launched:
             self.last_scale_up = now
 

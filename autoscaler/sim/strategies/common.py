@@ -4,9 +4,11 @@ Baselines buy capacity the way a cloud auto-scaling group would for the same poo
 policy's on-demand base and spot share (the engine's own ``MarketMix``); for spot, the
 pool's zones in order, each zone without capacity costing one failed attempt
 (``launch_fail_delay``) before the group tries the next one; and the policy's spot
-fallback to on-demand at once when no zone has any. The last part is generous to the
-baselines (a Cluster Autoscaler waits ``max-node-provision-time``, 15 min, before it backs
-off a node group that cannot grow), and so is never paying for a refused launch.
+fallback to on-demand at once when no zone has any. Without a fallback the refused
+scale-up backs the group off for 5 minutes (Cluster Autoscaler's
+``initial-node-group-backoff-duration``; it doubles up to 30 min in CA, not here). Baselines
+know which zone has capacity before they launch and never pay for a refused launch: both
+generous to them.
 """
 
 from __future__ import annotations
@@ -48,6 +50,23 @@ def mix_for(replay: Replay) -> MarketMix:
     nodes = active_nodes(replay)
     od = sum(1 for n in nodes if n.market is Market.ON_DEMAND)
     return MarketMix(replay.pool.capacity, od, len(nodes) - od)
+
+
+class Buyer:
+    """Launches for one baseline, remembering the back-off after a refused scale-up."""
+
+    def __init__(self, backoff: float = 300.0):
+        self.backoff = backoff
+        self.blocked_until = float("-inf")
+
+    def buy(self, replay: Replay, type_name: str, mix: MarketMix, now: float) -> SimNode | None:
+        if now < self.blocked_until:
+            return None
+        node = buy(replay, type_name, mix, now)
+        if node is None:
+            self.blocked_until = now + self.backoff
+            replay.cluster.totals.failed_launches += 1
+        return node
 
 
 def buy(replay: Replay, type_name: str, mix: MarketMix, now: float) -> SimNode | None:

@@ -64,6 +64,10 @@ class EngineStrategy(Strategy):
         self.apply(replay, plan, now)
 
     def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
+        # One error per (type, zone, market), the latest: what the engine checks is whether
+        # one happened within the back-off, and a refused batch of 40 nodes is one event.
+        self.errors = [e for e in self.errors
+                       if (e.instance_type, e.zone, e.market) != (node.itype.name, node.zone, node.market)]
         self.errors.append(CapacityError.model_construct(
             cloud=self.pool.cloud.value, region=self.pool.region, instance_type=node.itype.name,
             zone=node.zone, market=node.market, code="InsufficientInstanceCapacity",

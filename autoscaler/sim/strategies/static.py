@@ -14,7 +14,7 @@ from autoscaler.catalog import Catalog
 from autoscaler.policy.models import Pool
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
-from autoscaler.sim.strategies.common import active_nodes, buy, mix_for, reap
+from autoscaler.sim.strategies.common import Buyer, active_nodes, mix_for, reap
 from autoscaler.sim.traces import Workload
 
 
@@ -43,6 +43,7 @@ class StaticFleet(Strategy):
 
     def __init__(self, type_name: str, count: int):
         self.type_name, self.count = type_name, count
+        self.buyer = Buyer()
 
     @classmethod
     def for_workload(cls, workload: Workload, pool: Pool, catalog: Catalog) -> StaticFleet:
@@ -60,5 +61,5 @@ class StaticFleet(Strategy):
         missing = self.count - len(active_nodes(replay))
         mix = mix_for(replay)
         for _ in range(max(0, missing)):
-            if buy(replay, self.type_name, mix, now) is None:
+            if self.buyer.buy(replay, self.type_name, mix, now) is None:
                 break

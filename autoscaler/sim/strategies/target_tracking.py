@@ -23,7 +23,7 @@ from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
 from autoscaler.policy.models import Pool
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
-from autoscaler.sim.strategies.common import Limits, active_nodes, buy, mix_for, reap
+from autoscaler.sim.strategies.common import Buyer, Limits, active_nodes, mix_for, reap
 from autoscaler.sim.traces import Workload
 
 S = NodeState
@@ -59,6 +59,7 @@ class TargetTracking(Strategy):
         self.settings = settings or TtSettings()
         self.interval = self.settings.period
         self.type_name, self.quota_gpus = type_name, quota_gpus
+        self.buyer = Buyer()
         self.points: deque[float] = deque(maxlen=max(self.settings.scale_in_points,
                                                      self.settings.scale_out_points))
         self.desired = self.settings.min_capacity
@@ -102,7 +103,7 @@ class TargetTracking(Strategy):
         if len(nodes) < self.desired:
             mix = mix_for(replay)
             for _ in range(self.desired - len(nodes)):
-                if buy(replay, self.type_name, mix, now) is None:
+                if self.buyer.buy(replay, self.type_name, mix, now) is None:
                     break
         elif len(nodes) > self.desired:
             order = sorted(nodes, key=lambda n: (n.state not in IN_FLIGHT, n.allocated, -n.created_at))
