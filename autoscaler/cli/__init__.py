@@ -32,6 +32,7 @@ COMMANDS = [
     "autoscaler.cli.run",
     "autoscaler.cli.status",
     "autoscaler.cli.sandbox",
+    "autoscaler.cli.demo",
 ]
 
 for _name in COMMANDS:

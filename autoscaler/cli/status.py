@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -24,6 +25,10 @@ from autoscaler.engine.plan import Plan
 STATE_STYLE = {"READY": "green", "DRAINING": "yellow", "DRAINED": "yellow",
                "TERMINATING": "red", "TERMINATED": "dim", "PROVISION_FAILED": "red",
                "BOOTSTRAP_FAILED": "red", "INTERRUPTED": "magenta", "LOST": "red"}
+
+
+def styled(text: str, style: str) -> str:
+    return f"[{style}]{escape(text)}[/]" if style else escape(text)
 
 
 def fetch_status(url: str, token: str | None, timeout: float = 10) -> dict[str, Any]:
@@ -53,10 +58,10 @@ def pools_table(status: dict[str, Any]) -> Table:
     for key in sorted(set(fleet.get("pools", {})) | set(summaries)):
         pool = fleet.get("pools", {}).get(key, {"nodes": 0, "hourly_usd": 0, "states": {}})
         summary = summaries.get(key, {})
-        states = ", ".join(f"[{STATE_STYLE.get(s, '')}]{s.lower()}[/] {n}"
+        states = ", ".join(f"{styled(s.lower(), STATE_STYLE.get(s, ''))} {n}"
                            for s, n in pool["states"].items()) or "-"
         util = summary.get("util_mean")
-        data = f"[red]{missing[key]}[/]" if key in missing else "[green]ok[/]"
+        data = styled(missing[key], "red") if key in missing else "[green]ok[/]"
         table.add_row(key, str(pool["nodes"]), states, f"{pool['hourly_usd']:.2f}",
                       "-" if util is None else f"{util:.0f}%",
                       f"{summary.get('pending_gpus', 0):g}", data)
@@ -69,10 +74,10 @@ def nodes_table(status: dict[str, Any]) -> Table:
         table.add_column(col, justify="right" if col == "$/h" else "left",
                          ratio=3 if col == "reason" else None, overflow="fold")
     for n in status.get("fleet", {}).get("nodes", []):
-        style = STATE_STYLE.get(n["state"], "")
         since = (n.get("since") or "")[11:19]
-        table.add_row(n["name"], n["instance_type"], n["market"], f"[{style}]{n['state']}[/]",
-                      since, f"{n['hourly_usd']:.2f}", n.get("reason") or "")
+        table.add_row(n["name"], n["instance_type"], n["market"],
+                      styled(n["state"], STATE_STYLE.get(n["state"], "")), since,
+                      f"{n['hourly_usd']:.2f}", escape(n.get("reason") or ""))
     return table
 
 

@@ -159,6 +159,19 @@ class SandboxStack:
             env[MUNGE_KEY_ENV] = base64.b64encode(self.slurm.munge_key.read_bytes()).decode()
         return env
 
+    def set_load(self, util: float) -> None:
+        """GPU utilization of every node, present and future (the demo's scripted load)."""
+        if self.dcgm is None:
+            raise SandboxError("the DCGM exporter is not running")
+        self.dcgm.dcgm.scenario = Constant(util)
+        self.exporter.call("util", util=None)  # drop per-node pins: the scenario decides
+
+    def running_instances(self) -> int:
+        """Instances moto still runs for the autoscaler (the demo's end check)."""
+        from autoscaler.sandbox.moto_server import running_instances
+
+        return len(running_instances(self.ec2(), **{"managed-by": "gpu-autoscaler"}))
+
     def stop_prometheus(self) -> None:
         """Take Prometheus away (outage tests); ``start_prometheus`` brings it back."""
         self._stop_prometheus()
@@ -232,6 +245,10 @@ class SandboxStack:
             self.ec2(), self.exporter, self.address_file, self.catalog,
             hosts_dir=self.dir / "hosts" if self.privileged else None,
             routes=(CONTROLLER_ADDR,) if self.slurm is not None else (),
+            # Each host runs its own munged on the socket path slurm.conf names, so it must
+            # not see the controller's; its slurmd logs to the real log directory.
+            hidden=(self.slurm.munge_socket_dir,) if self.slurm is not None else (),
+            binds=(self.slurm.log_dir,) if self.slurm is not None else (),
             on_change=self._followed_changed,
             keep=self._keep_controller_address if self.slurm is not None else None).start()
 

@@ -61,12 +61,13 @@ class InstanceFollower:
 
     def __init__(self, ec2: Any, exporter: ExporterControl, address_file: Path, catalog: Catalog,
                  *, hosts_dir: Path | None = None, routes: tuple[str, ...] = (),
+                 binds: tuple[Path, ...] = (), hidden: tuple[Path, ...] = (),
                  on_change: Callable[[dict[str, Followed]], None] | None = None,
                  keep: Callable[[], None] | None = None, interval: float = 1.0):
         self.ec2, self.exporter, self.catalog = ec2, exporter, catalog
         self.address_file = Path(address_file)
         self.hosts_dir = hosts_dir
-        self.routes = routes
+        self.routes, self.binds, self.hidden = routes, binds, hidden
         self.on_change = on_change
         self.keep = keep  # run before every pass (e.g. re-add a shared address someone removed)
         self.interval = interval
@@ -132,13 +133,19 @@ class InstanceFollower:
 
         if self.hosts_dir is None:
             raise RuntimeError("SSH hosts are disabled")
-        hosts = SshHosts([item.node], self.hosts_dir, routes=self.routes).start()
+        hosts = SshHosts([item.node], self.hosts_dir, routes=self.routes, binds=self.binds,
+                         hidden=self.hidden).start()
         try:
             gpu = FakeGpu(name=GPU_MODELS[item.model][0], memory_mib=GPU_MODELS[item.model][1])
             hosts.write_file(item.node, INSTALL_PATH, script([gpu] * item.gpus), mode=0o755)
             links = " && ".join(f"ln -sf /dev/null {FAKE_DEV_PREFIX}{i}" for i in range(item.gpus))
             hosts.run(item.node, ["/bin/sh", "-c", f"mkdir -p {os.path.dirname(FAKE_DEV_PREFIX)}"
                                                    f" && {links}"])
+            # The host's munged (user munge) makes its socket in a hidden directory under the
+            # state dir: let it through the (maybe root-only) parents, in this host's view only.
+            parents = {str(p) for h in self.hidden for p in h.parents if str(p) != "/"}
+            if parents:
+                hosts.run(item.node, ["chmod", "a+x", *sorted(parents)])
         except BaseException:
             hosts.stop()
             raise

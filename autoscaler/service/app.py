@@ -188,5 +188,6 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                        metrics=ServiceMetrics(), leadership=leadership, prices=prices,
                        engine=config.engine, clock=clock, dry_run=dry_run,
                        interval_s=config.tick.interval.total_seconds(), executor=executor,
-                       reconciler=reconciler)
+                       reconciler=reconciler, terraform_preview=config.terraform
+                       if config.tick.preview == "terraform" else None)
     return Service(config, loop, store, catalog, closers)

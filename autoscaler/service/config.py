@@ -32,7 +32,10 @@ class _Model(BaseModel):
 
 class TickSettings(_Model):
     interval: Duration = Field(timedelta(seconds=30), description="Time between ticks.")
-    advance: bool = Field(True, description="Run the executor's side effects every tick.")
+    preview: Literal["map", "terraform"] = Field(
+        "map", description="How each changed pool is previewed before the executor acts: "
+        "map (the node-map diff and its $/h delta, no Terraform run) or terraform (also a "
+        "real `terraform plan` per changed pool; for --dry-run).")
 
     @field_validator("interval")
     @classmethod

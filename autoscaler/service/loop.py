@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
 from autoscaler.engine import EngineSettings, Plan, decide
 from autoscaler.engine.plan import Hold
@@ -41,11 +42,30 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.leader import Leadership
 from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.preview import preview
 from autoscaler.service.reload import PolicyReloader
 from autoscaler.service.status import LoopState, describe_action
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+ACTIVITY = 20  # activity lines kept for /status and the demo's view
+
+
+def advance_lines(advance: Any) -> list[str]:
+    """What an executor report did, in a few lines (applies, bootstraps, errors)."""
+    lines = []
+    for a in getattr(advance, "applies", None) or []:
+        done = [f"created {', '.join(a.created)}" if a.created else "",
+                f"destroyed {', '.join(a.destroyed)}" if a.destroyed else "",
+                f"failed {', '.join(a.failed)}" if a.failed else ""]
+        what = "; ".join(d for d in done if d) or "no change"
+        lines.append(f"terraform apply {a.pool}: {what} ({a.seconds:.0f}s)")
+    boot = getattr(advance, "bootstrapped", None) or []
+    if boot:
+        lines.append(f"ansible bootstrapped {', '.join(boot)}")
+    for node, why in (getattr(advance, "bootstrap_failed", None) or {}).items():
+        lines.append(f"ansible failed on {node}: {why.splitlines()[0][:160]}")
+    return lines
 
 
 class ExecutorLike(Protocol):
@@ -107,7 +127,7 @@ class ServiceLoop:
                  executor: ExecutorLike | None = None, reconciler: ReconcilerLike | None = None,
                  prices: PricesLike | None = None, engine: EngineSettings | None = None,
                  clock: Callable[[], datetime] = utc_now, dry_run: bool = False,
-                 interval_s: float = 30.0):
+                 interval_s: float = 30.0, terraform_preview: TerraformSettings | None = None):
         if executor is None and not dry_run:
             raise ValueError("a live loop needs an executor (or run with dry_run=True)")
         self.store, self.reloader, self.signals = store, reloader, signals
@@ -115,6 +135,7 @@ class ServiceLoop:
         self.executor, self.reconciler, self.prices = executor, reconciler, prices
         self.engine = engine or EngineSettings()
         self.clock, self.dry_run = clock, dry_run
+        self.terraform_preview = terraform_preview
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._holds: set[str] = set()
@@ -171,6 +192,7 @@ class ServiceLoop:
         self.metrics.count_plan(plan, self.dry_run)
         self.metrics.set_pools(plan)
         self._observe(snapshot, plan)
+        self._preview(plan, fleet, policies, snapshot, now)
         if self.dry_run or self._should_stop(report):
             return
         executor = self.executor
@@ -181,6 +203,7 @@ class ServiceLoop:
             return
         report.advance = self._stage("advance", lambda: executor.advance(snapshot))
         self._feed_capacity_errors(report.advance)
+        self._note(advance_lines(report.advance))
 
     def _stage(self, stage: str, fn: Callable[[], T]) -> T:
         try:
@@ -240,6 +263,26 @@ class ServiceLoop:
         self._holds = holds
         if not plan.changes():
             log.debug("%s %d: no changes", mode, plan_id)
+
+    def _preview(self, plan: Plan, fleet: FleetView, policies: dict[str, TeamPolicy],
+                 snapshot: Snapshot, now: datetime) -> None:
+        try:
+            deltas = preview(plan, fleet, policies, self.catalog, snapshot, now,
+                             self.terraform_preview)
+        except Exception:  # a preview is for people; it never stops the tick
+            log.exception("preview failed")
+            return
+        lines = tuple(d.line() for d in deltas)
+        for line in lines:
+            log.info("%s", line)
+        self.state = replace(self.state, previews=lines)
+        self._note(lines)
+
+    def _note(self, lines: Iterable[str]) -> None:
+        stamp = f"{self.clock():%H:%M:%S}"
+        fresh = tuple(f"{stamp} {line}" for line in lines)
+        if fresh:
+            self.state = replace(self.state, activity=(self.state.activity + fresh)[-ACTIVITY:])
 
     def _observe(self, snapshot: Snapshot, plan: Plan) -> None:
         missing = {k: s.data_missing for k, s in plan.pools.items() if s.data_missing}

@@ -46,6 +46,8 @@ class LoopState:
     last_plan_id: int | None = None
     missing_sources: tuple[str, ...] = ()
     data_missing: dict[str, str] = field(default_factory=dict)
+    previews: tuple[str, ...] = ()  # the last plan's per-pool preview lines
+    activity: tuple[str, ...] = ()  # recent previews, applies, bootstraps (newest last)
 
 
 def describe_action(action: Action) -> str:
@@ -120,7 +122,8 @@ def loop_json(state: LoopState) -> dict[str, Any]:
             "dry_run": state.dry_run, "ticks": state.ticks,
             "last_tick_at": _iso(state.last_tick_at), "last_duration_s": state.last_duration_s,
             "last_ok_at": _iso(state.last_ok_at), "last_error": state.last_error,
-            "last_error_stage": state.last_error_stage}
+            "last_error_stage": state.last_error_stage, "previews": list(state.previews),
+            "activity": list(state.activity)}
 
 
 def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],

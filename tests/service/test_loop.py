@@ -189,3 +189,14 @@ def test_a_broken_policy_keeps_the_last_good_one_and_is_reported(kit):
     assert len(errors) == 1 and "bogus_key" in str(errors[0])
     text = kit.loop.metrics.exposition().decode()
     assert f'gpu_autoscaler_policy_errors{{file="{path}"}} 1.0' in text
+
+
+def test_each_changed_pool_is_previewed_with_its_hourly_delta(kit, caplog):
+    demand(kit, 1)
+    with caplog.at_level(logging.INFO, logger="autoscaler.service.loop"):
+        kit.loop.tick()
+    previews = kit.loop.state.previews
+    assert len(previews) == 1 and previews[0].startswith("preview vision/train: create 1 (")
+    assert "$/h 0.000 -> " in previews[0] and "(+" in previews[0]
+    assert previews[0] in caplog.text
+    assert any("preview vision/train" in line for line in kit.loop.state.activity)

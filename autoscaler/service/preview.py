@@ -1,0 +1,88 @@
+"""Before the executor acts: what each pool's node map becomes, and the $/h delta.
+
+Every tick whose plan changes a pool logs a preview line per pool. By default it is the
+node-map diff Terraform will plan (``for_each`` over the map: a new key creates exactly
+that node, a removed key destroys exactly that one), priced with the tick's snapshot.
+With ``tick.preview: terraform`` each changed pool also gets a real ``terraform plan``
+(the same preview as ``gpu-autoscaler plan --settings``; meant for ``--dry-run``, as the
+executor plans again before it applies).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from autoscaler.actuators.node_map import PoolMaps, PreviewError, preview_maps
+from autoscaler.actuators.terraform.preview import map_cost, preview_pools
+from autoscaler.actuators.terraform.settings import TerraformSettings
+from autoscaler.catalog import Catalog
+from autoscaler.engine.plan import Plan
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.snapshot import Snapshot
+from autoscaler.fleet.node import FleetView
+from autoscaler.policy.models import TeamPolicy, pool_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolDelta:
+    pool: str
+    create: list[str]
+    destroy: list[str]
+    hourly_before: float
+    hourly_after: float
+    terraform: str = "node map"  # or the terraform plan's outcome
+
+    @property
+    def delta(self) -> float:
+        return round(self.hourly_after - self.hourly_before, 4)
+
+    def line(self) -> str:
+        parts = []
+        if self.create:
+            parts.append(f"create {len(self.create)} ({', '.join(self.create)})")
+        if self.destroy:
+            parts.append(f"destroy {len(self.destroy)} ({', '.join(self.destroy)})")
+        return (f"preview {self.pool}: {'; '.join(parts) or 'no instance change'}; $/h "
+                f"{self.hourly_before:.3f} -> {self.hourly_after:.3f} ({self.delta:+.3f}) "
+                f"[{self.terraform}]")
+
+
+def _describe(pm: PoolMaps, names: list[str], after: bool) -> list[str]:
+    side = pm.after if after else pm.before
+    return [f"{n}: {side[n].describe()}" for n in names]
+
+
+def preview(plan: Plan, fleet: FleetView, policies: Mapping[str, TeamPolicy], catalog: Catalog,
+            snapshot: Snapshot, now: datetime,
+            terraform: TerraformSettings | None = None) -> list[PoolDelta]:
+    """One PoolDelta per pool whose node map the plan changes."""
+    pools = {pool_key(t.team, p.name): p for t in policies.values() for p in t.pools}
+    try:
+        maps = preview_maps(fleet.nodes, plan, catalog, pools)
+    except PreviewError as exc:
+        log.warning("no preview: %s", exc)
+        return []
+    changed = {k: pm for k, pm in maps.items() if pm.after != pm.before}
+    if not changed:
+        return []
+    prices = Prices(catalog, snapshot, now)
+    outcome: dict[str, str] = {}
+    if terraform is not None:
+        for pv in preview_pools(changed, terraform, prices):
+            outcome[pv.pool] = (f"terraform plan: {len(pv.changes)} change(s)" if pv.status ==
+                                "planned" else f"terraform {pv.status}: {pv.error or ''}".strip())
+    out = []
+    for key, pm in sorted(changed.items()):
+        created = sorted(set(pm.after) - set(pm.before))
+        destroyed = sorted(set(pm.before) - set(pm.after))
+        out.append(PoolDelta(
+            pool=key, create=_describe(pm, created, True), destroy=_describe(pm, destroyed, False),
+            hourly_before=map_cost(pm.ref, pm.before, prices)[0],
+            hourly_after=map_cost(pm.ref, pm.after, prices)[0],
+            terraform=outcome.get(key, "node map")))
+    return out
