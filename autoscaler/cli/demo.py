@@ -105,7 +105,7 @@ def demo(
                                             "Terraform workspaces, logs).", file_okay=False)]
     = DEFAULT_DIR,
     load: Annotated[float, typer.Option(help="GPU utilization % of the load phase.")] = 95.0,
-    phase_timeout: Annotated[float, typer.Option(help="Seconds each phase may take.")] = 300,
+    phase_timeout: Annotated[float, typer.Option(help="Seconds each phase may take.")] = 600,
     log_file: Annotated[Path | None, typer.Option(
         "--log-file", help="Service log (default: DIR/demo.log).", dir_okay=False)] = None,
 ) -> None:

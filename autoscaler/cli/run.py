@@ -19,7 +19,8 @@ from autoscaler.service.config import ServiceConfig
 from autoscaler.service.config_load import ConfigError, load_config
 
 CONFIG_HELP = ("Service config (YAML): policies_dir, signals, clouds, store, terraform, "
-               "ansible, engine caps, tick interval, http. See examples/config-sandbox.yaml.")
+               "ansible, engine caps, tick interval, http. See examples/config-production.yaml; "
+               "`gpu-autoscaler sandbox up` writes one for the sandbox.")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 

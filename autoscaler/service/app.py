@@ -100,6 +100,12 @@ class Service:
                 log.info("tick took %.0fs, longer than the %.0fs interval: the ticks due "
                          "meanwhile were skipped, never run in parallel", took, interval)
 
+    def renew_lease(self) -> bool:
+        """The lease job: renew (or try to take) the lease between ticks too."""
+        leading = self.leadership.renew()
+        self.metrics.leader.set(1 if leading else 0)
+        return leading
+
     def start_api(self) -> ApiServer | None:
         http = self.config.http
         if not http.enabled:
@@ -118,7 +124,7 @@ class Service:
         if self.leadership.enabled:
             # Often enough that a follower takes over soon after the TTL runs out.
             every = max(0.5, self.config.leader.ttl.total_seconds() / 6)
-            sched.add_job(self.leadership.renew, "interval", seconds=every, id="lease",
+            sched.add_job(self.renew_lease, "interval", seconds=every, id="lease",
                           name="lease", max_instances=1, coalesce=True,
                           next_run_time=datetime.now(UTC))
         return sched

@@ -10,6 +10,7 @@ never repeated in any message.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import types
 import typing
@@ -144,7 +145,7 @@ def _relative_to(config: ServiceConfig, base: Path) -> ServiceConfig:
     """Paths written in the file are relative to the file's directory."""
 
     def fix(p: Path | None) -> Path | None:
-        return p if p is None or p.is_absolute() else base / p
+        return p if p is None or p.is_absolute() else Path(os.path.normpath(base / p))
 
     def given(model: BaseModel, *names: str) -> dict[str, Any]:
         return {n: fix(getattr(model, n)) for n in names

@@ -53,6 +53,7 @@ class Leadership:
         self.epoch: int | None = None
         self._valid_until = 0.0
         self._lock = threading.Lock()
+        self._renewing = threading.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -62,6 +63,10 @@ class Leadership:
         """Take or renew the lease; returns whether this instance leads now."""
         if not self.enabled:
             return True
+        with self._renewing:  # the tick and the lease job may both renew: one at a time
+            return self._renew()
+
+    def _renew(self) -> bool:
         started = self.monotonic()
         ttl = self.settings.ttl
         try:

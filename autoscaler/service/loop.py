@@ -172,6 +172,7 @@ class ServiceLoop:
 
     def _run(self, report: TickReport) -> None:
         report.leader = self._stage("leader", self.leadership.renew)
+        self.metrics.leader.set(1 if report.leader else 0)
         reload = self._stage("reload", self.reloader.refresh)
         self.metrics.set_policy_errors(reload.errors)
         if not report.leader:
@@ -294,7 +295,6 @@ class ServiceLoop:
         self.metrics.ticks.inc()
         self.metrics.tick_duration.observe(seconds)
         self.metrics.last_tick.set(time.time())
-        self.metrics.leader.set(1 if report.leader else 0)
         try:
             self._fleet_metrics()
         except Exception:

@@ -56,7 +56,10 @@ def config(tmp: Path, pg: postgres.Postgres, moto: MotoSandbox, holder: str, por
         "ansible": {"playbook": "noop.yml", "runs_dir": f"runs-{holder}", "control_persist": False},
         # Nothing connects: the playbook has no task. The resolver only has to answer.
         "addresses": {"source": "file", "file": "addresses.json", "wait": "1s"},
-        "executor": {"ready_requires_metrics": False, "bootstrap_retry_backoff": "2s"},
+        # The killed leader's terraform (own session) may hold the pool's lock for a while:
+        # the new leader rides that out instead of failing the node.
+        "executor": {"ready_requires_metrics": False, "bootstrap_retry_backoff": "2s",
+                     "provision_attempts": 60},
         "http": {"listen": f"127.0.0.1:{port}"},
         "leader": {"enabled": True, "ttl": f"{TTL_S}s", "holder": holder},
     }))

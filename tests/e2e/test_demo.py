@@ -1,0 +1,80 @@
+"""The demo scenario end to end: sandbox (moto, Prometheus, DCGM exporter, Slurm, SSH
+namespace hosts), the real service loop with the real executor (Terraform, Ansible, Slurm
+drain), a scripted load; then the node states from the store's transitions, the empty
+fleet, zero moto instances and a teardown that leaves no process or namespace behind."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from autoscaler.sandbox import netns
+from autoscaler.sandbox.demo import DemoRun
+from autoscaler.sandbox.stack import privileged
+from autoscaler.sandbox.stack_state import Proc, alive
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+FULL_LIFE = ["REQUESTED", "PROVISIONING", "BOOTSTRAPPING", "READY", "DRAINING", "DRAINED",
+             "TERMINATING", "TERMINATED"]
+
+
+class Watcher:
+    """What the run looked like while it ran (the sandbox is gone afterwards)."""
+
+    def __init__(self) -> None:
+        self.slurm_states: dict[str, set[str]] = defaultdict(set)
+        self.namespaces: set[str] = set()
+        self.children: set[Proc] = set()
+
+    def __call__(self, run: DemoRun) -> None:
+        stack = run.stack
+        if stack is None or run.service is None:
+            return
+        self.namespaces |= set(stack.state.namespaces)
+        self.children |= set(stack.state.children)
+        for node in run.service.store.nodes():
+            if stack.slurm is not None and node.state.value in ("READY", "DRAINING"):
+                self.slurm_states[node.name].add(stack.slurm.node_state(node.name))
+
+
+@pytest.mark.skipif(not privileged(), reason="needs root, network namespaces, Slurm and sshd")
+def test_demo_scales_up_on_load_and_back_to_an_empty_fleet(tmp_path):
+    watcher = Watcher()
+    run = DemoRun(tmp_path / "demo", phase_timeout_s=480)
+    try:
+        run.start()
+        result = run.run(on_wait=watcher)
+        assert result.failed is None, (result, run.status().get("loop", {}).get("activity"))
+        assert result.completed == ["warm-up", "load", "quiet"]
+        store = run.service.store
+        paths: dict[str, list[str]] = defaultdict(list)
+        for t in store.transitions():
+            paths[t.node].append(t.to_state)
+        assert len(paths) >= 2, "the load added at least one node to the floor node"
+        for node, path in paths.items():
+            assert path == FULL_LIFE, f"{node}: {path}"
+        nodes = store.nodes(include_terminated=True)
+        assert {n.market.value for n in nodes} == {"spot"}
+        assert all(n.state.value == "TERMINATED" for n in nodes)
+        launches = [a for a in store.actions() if a.kind == "launch"]
+        assert {a.body["trigger"] for a in launches} == {"floor", "utilization"}
+        drains = [a for a in store.actions() if a.kind == "drain"]
+        assert drains and all(a.body["trigger"] == "idle" for a in drains)
+        assert store.nodes() == [] and run.stack.running_instances() == 0
+        # Joined Slurm (slurmctld saw each node serve) before it was drained there.
+        for node in paths:
+            assert watcher.slurm_states[node] & {"idle", "mixed", "allocated", "idle+drain",
+                                                 "drained", "draining"}, watcher.slurm_states
+        activity = "\n".join(run.status()["loop"]["activity"])
+        assert "preview demo/v100: create" in activity and "(+0.918)" in activity
+        assert "terraform apply demo/v100: created" in activity
+        assert "ansible bootstrapped" in activity
+        assert "destroyed" in activity
+    finally:
+        run.stop()
+    assert watcher.namespaces, "the SSH hosts lived in network namespaces"
+    for name in watcher.namespaces:
+        assert not (netns.NETNS_DIR / name).exists(), f"namespace {name} left behind"
+    left = [p for p in watcher.children if alive(p)]
+    assert left == [], f"processes left behind: {left}"
