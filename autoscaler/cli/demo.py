@@ -130,6 +130,7 @@ def demo(
             with Live(view(run), console=console, refresh_per_second=2) as live:
                 result = run.run(on_wait=lambda r: live.update(view(r)))
                 live.update(view(run))
+            console.print()
             console.print(summary(run, result))
         except DemoError as exc:
             fail(str(exc))

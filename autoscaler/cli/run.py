@@ -78,7 +78,11 @@ def run(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    service.run(stop)
+    try:
+        service.run(stop)
+    except OSError as exc:  # e.g. the HTTP port is taken
+        service.close()
+        fail(f"cannot start the service: {exc}")
 
 
 config_app = typer.Typer(help="Check service config files.", no_args_is_help=True)

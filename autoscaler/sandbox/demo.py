@@ -73,6 +73,7 @@ class DemoRun:
         self.phase: Phase | None = None
         self.current_load = 0.0
         self.started = time.monotonic()
+        self._saved_env: dict[str, str | None] = {}
 
     # -- setup and teardown -------------------------------------------------------------
     def start(self) -> DemoRun:
@@ -89,7 +90,9 @@ class DemoRun:
             raise DemoError("the demo needs root and the packages of ./scripts/install.sh: its "
                             "nodes are SSH hosts in network namespaces that join a real Slurm")
         self.stack.start()
-        os.environ.update(self.stack.env())  # fake AWS keys for moto, the sandbox munge key
+        env = self.stack.env()  # fake AWS keys for moto, the sandbox munge key
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         self.service = build_service(load_config(self.stack.config_file))
         self._thread = threading.Thread(target=self.service.run, args=(self._stop,),
                                         name="service", daemon=True)
@@ -105,6 +108,12 @@ class DemoRun:
             self._thread = None
         if self.stack is not None:
             self.stack.stop()
+        for key, value in self._saved_env.items():  # leave the caller's environment as it was
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env = {}
 
     def __enter__(self) -> DemoRun:
         try:

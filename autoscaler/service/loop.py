@@ -30,6 +30,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+from sqlalchemy import select
+
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
 from autoscaler.engine import EngineSettings, Plan, decide
@@ -39,6 +41,7 @@ from autoscaler.engine.snapshot import CapacityError, Offering, Snapshot
 from autoscaler.fleet.lifecycle import BILLABLE
 from autoscaler.fleet.node import FleetView, Node
 from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.tables import PoolHistoryRow
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.leader import Leadership
 from autoscaler.service.metrics import ServiceMetrics
@@ -269,7 +272,7 @@ class ServiceLoop:
                  snapshot: Snapshot, now: datetime) -> None:
         try:
             deltas = preview(plan, fleet, policies, self.catalog, snapshot, now,
-                             self.terraform_preview)
+                             self.terraform_preview, next_seq=self._next_seq())
         except Exception:  # a preview is for people; it never stops the tick
             log.exception("preview failed")
             return
@@ -278,6 +281,10 @@ class ServiceLoop:
             log.info("%s", line)
         self.state = replace(self.state, previews=lines)
         self._note(lines)
+
+    def _next_seq(self) -> dict[str, int]:
+        with self.store.session() as s:
+            return {r.pool: r.next_seq for r in s.scalars(select(PoolHistoryRow))}
 
     def _note(self, lines: Iterable[str]) -> None:
         stamp = f"{self.clock():%H:%M:%S}"

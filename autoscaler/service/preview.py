@@ -57,10 +57,22 @@ def _describe(pm: PoolMaps, names: list[str], after: bool) -> list[str]:
     return [f"{n}: {side[n].describe()}" for n in names]
 
 
+def _named(pm: PoolMaps, next_seq: int | None) -> None:
+    """Placeholders ``<team>-<pool>-new<k>`` -> the names the store will give them."""
+    if next_seq is None:
+        return
+    prefix = f"{pm.ref.team}-{pm.ref.pool}-new"
+    fresh = sorted((n for n in pm.after if n.startswith(prefix) and n not in pm.before),
+                   key=lambda n: int(n.removeprefix(prefix)))
+    for i, name in enumerate(fresh):
+        pm.after[f"{pm.ref.team}-{pm.ref.pool}-{next_seq + i}"] = pm.after.pop(name)
+
+
 def preview(plan: Plan, fleet: FleetView, policies: Mapping[str, TeamPolicy], catalog: Catalog,
-            snapshot: Snapshot, now: datetime,
-            terraform: TerraformSettings | None = None) -> list[PoolDelta]:
-    """One PoolDelta per pool whose node map the plan changes."""
+            snapshot: Snapshot, now: datetime, terraform: TerraformSettings | None = None,
+            next_seq: Mapping[str, int] | None = None) -> list[PoolDelta]:
+    """One PoolDelta per pool whose node map the plan changes. ``next_seq`` (pool key ->
+    the store's next node number) names new nodes as they will be named."""
     pools = {pool_key(t.team, p.name): p for t in policies.values() for p in t.pools}
     try:
         maps = preview_maps(fleet.nodes, plan, catalog, pools)
@@ -70,6 +82,8 @@ def preview(plan: Plan, fleet: FleetView, policies: Mapping[str, TeamPolicy], ca
     changed = {k: pm for k, pm in maps.items() if pm.after != pm.before}
     if not changed:
         return []
+    for key, pm in changed.items():
+        _named(pm, (next_seq or {}).get(key, 1))
     prices = Prices(catalog, snapshot, now)
     outcome: dict[str, str] = {}
     if terraform is not None:

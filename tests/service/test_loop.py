@@ -196,7 +196,8 @@ def test_each_changed_pool_is_previewed_with_its_hourly_delta(kit, caplog):
     with caplog.at_level(logging.INFO, logger="autoscaler.service.loop"):
         kit.loop.tick()
     previews = kit.loop.state.previews
-    assert len(previews) == 1 and previews[0].startswith("preview vision/train: create 1 (")
+    assert len(previews) == 1
+    assert previews[0].startswith("preview vision/train: create 1 (vision-train-1: p3.2xlarge")
     assert "$/h 0.000 -> " in previews[0] and "(+" in previews[0]
     assert previews[0] in caplog.text
     assert any("preview vision/train" in line for line in kit.loop.state.activity)

@@ -1,0 +1,132 @@
+"""The sandbox stack: moto instances become DCGM targets (and, as root, SSH hosts in network
+namespaces), ``sandbox up/down`` stop exactly what they started, even after a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autoscaler.sandbox import netns
+from autoscaler.sandbox.moto_server import MOTO_AMI
+from autoscaler.sandbox.procs import wait_until
+from autoscaler.sandbox.stack import SandboxStack, StackOptions, privileged
+from autoscaler.sandbox.stack_state import alive, read_state
+from autoscaler.service.addresses import read_address_file
+from autoscaler.service.config_load import load_config
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+DEMO_POLICIES = REPO / "examples" / "demo" / "policies"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[SandboxStack]:
+    st = SandboxStack(tmp_path_factory.mktemp("sandbox"), StackOptions(
+        policies_dir=DEMO_POLICIES, util=42.0, slurm_names_per_pool=3))
+    with st:
+        yield st
+
+
+def launch(stack: SandboxStack, node: str, itype: str = "p3.2xlarge") -> str:
+    tags = [{"Key": "managed-by", "Value": "gpu-autoscaler"}, {"Key": "node", "Value": node},
+            {"Key": "team", "Value": "demo"}, {"Key": "pool", "Value": "v100"}]
+    out = stack.ec2().run_instances(ImageId=MOTO_AMI, InstanceType=itype, MinCount=1, MaxCount=1,
+                                    TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+    return str(out["Instances"][0]["InstanceId"])
+
+
+def test_instances_become_targets_and_hosts_and_go_away_again(stack):
+    iid = launch(stack, "demo-v100-1")
+    stack.prometheus.wait_for_series('DCGM_FI_DEV_GPU_UTIL{Hostname="demo-v100-1"}', timeout=60)
+    value = stack.prometheus.query('DCGM_FI_DEV_GPU_UTIL{Hostname="demo-v100-1"}')[0]["value"][1]
+    assert value == "42"
+    stack.set_load(97)
+    wait_until(lambda: stack.prometheus.query(
+        'DCGM_FI_DEV_GPU_UTIL{Hostname="demo-v100-1"}')[0]["value"][1] == "97", 30, "new load")
+    if stack.privileged:
+        wait_until(lambda: "demo-v100-1" in read_address_file(stack.address_file), 60, "address")
+        address = read_address_file(stack.address_file)["demo-v100-1"]
+        assert address.startswith("169.254.77."), "never moto's 172.31.x.x address"
+        host = stack.follower.followed["demo-v100-1"].host
+        smi = host.run("demo-v100-1", ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+        assert smi.stdout.strip() == "Tesla V100-SXM2-16GB"
+        assert host.run("demo-v100-1", ["hostname"]).stdout.strip() == "demo-v100-1"
+        namespace = host.hosts["demo-v100-1"].slot.netns
+        assert namespace in read_state(stack.dir).namespaces
+    stack.ec2().terminate_instances(InstanceIds=[iid])
+    wait_until(lambda: "demo-v100-1" not in stack.follower.followed, 30, "instance forgotten")
+    assert json.loads(stack.file_sd.read_text()) == []
+    assert read_address_file(stack.address_file) == {}
+    if stack.privileged:
+        assert not (netns.NETNS_DIR / namespace).exists()
+
+
+def test_the_service_config_it_writes_is_valid_and_points_at_it(stack):
+    cfg = load_config(stack.config_file)
+    assert cfg.signals.prometheus.url == stack.prometheus.url
+    assert cfg.clouds.aws.endpoint_url == stack.moto.endpoint == cfg.terraform.aws_endpoint
+    assert cfg.addresses.file == stack.address_file and not cfg.clouds.market_prices
+    env = (stack.dir / "env").read_text()
+    assert "AWS_ACCESS_KEY_ID=testing" in env and oct((stack.dir / "env").stat().st_mode)[-3:] == "600"
+    if stack.slurm is not None:
+        assert cfg.signals.scheduler == ["slurm"]
+        assert "demo-v100-3" in stack.slurm.slurm_conf.read_text()
+        assert "GAS_SANDBOX_MUNGE_KEY_B64" in env and "cluster_join_munge_key_b64" in \
+            cfg.ansible.secret_env
+
+
+def test_prometheus_can_be_taken_away_and_brought_back(stack):
+    stack.stop_prometheus()
+    with pytest.raises(OSError):
+        stack.prometheus.query("up")
+    stack.start_prometheus()
+    assert stack.prometheus.ready()
+
+
+def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoscaler.cli", "sandbox", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
+    """As root the crashed sandbox also leaves an SSH host's namespace: down removes it."""
+    d = tmp_path / "sbx"
+    mode = [] if privileged() else ["--unprivileged"]
+    up = cli("up", "--dir", str(d), "--policies", str(DEMO_POLICIES), *mode)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "gpu-autoscaler run --config" in up.stdout
+    state = read_state(d)
+    procs = [state.supervisor, *state.children]
+    assert state.status == "ready" and all(alive(p) for p in procs) and len(procs) >= 3
+    assert cli("status", "--dir", str(d)).returncode == 0
+    again = cli("up", "--dir", str(d), *mode)
+    assert again.returncode == 1 and "already running" in again.stderr
+    namespaces: list[str] = []
+    if privileged():
+        import boto3
+
+        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=state.endpoints["moto"],
+                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        tags = [{"Key": "managed-by", "Value": "gpu-autoscaler"}, {"Key": "node", "Value": "demo-v100-1"}]
+        ec2.run_instances(ImageId=MOTO_AMI, InstanceType="p3.2xlarge", MinCount=1, MaxCount=1,
+                          TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+        wait_until(lambda: read_state(d).namespaces, 60, "the SSH host's namespace")
+        namespaces = read_state(d).namespaces
+        procs = [read_state(d).supervisor, *read_state(d).children]
+    # A crash of the supervisor leaves its children running: down still stops them by PID.
+    os.kill(state.supervisor.pid, signal.SIGKILL)
+    wait_until(lambda: not alive(state.supervisor), 10, "supervisor gone")
+    assert any(alive(p) for p in procs)
+    down = cli("down", "--dir", str(d))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not any(alive(p) for p in procs)
+    assert all(not (netns.NETNS_DIR / n).exists() for n in namespaces)
+    assert read_state(d).status == "stopped"
+    assert cli("status", "--dir", str(d)).returncode == 3
