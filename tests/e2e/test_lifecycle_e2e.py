@@ -4,7 +4,8 @@ moto + the terraform binary and AWS provider, a real Slurm cluster, one SSH test
 per instance in a network namespace (the sandbox follower makes them), the real playbook
 through ansible-runner, the executor and reconciler as the service wires them, and
 ``decide()`` fed by the real Slurm reader (GPU metrics are synthetic: 50% on a node with
-a job, 1% on one without).
+a job, 0% on one without: the engine keeps the last node of a pool while its mean
+utilization is above zero).
 
 1. policy floor 2: two nodes launched, bootstrapped over SSH and joined to Slurm (READY
    only once slurmctld hears from their slurmd);
@@ -56,7 +57,7 @@ pools:
     cloud: aws
     region: us-east-1
     instance_types: [g4dn.xlarge]
-    capacity: {on_demand_base: 2, spot_percent: 0}
+    capacity: {{on_demand_base: 2, spot_percent: 0}}
     min_nodes: {floor}
     max_nodes: 2
     scale_up: {{pending_jobs: false}}
@@ -107,7 +108,7 @@ class Loop:
         nodes = {}
         for node in self.store.nodes():
             sched = reading.nodes.get(node.name)
-            util = 50.0 if sched is not None and sched.jobs else 1.0
+            util = 50.0 if sched is not None and sched.jobs else 0.0
             nodes[node.name] = NodeObservation(
                 metrics=GpuMetrics(util_mean=util, util_max_idle_window=util, util_max=util,
                                    gpus_reporting=1, sample_age_s=1),

@@ -85,6 +85,7 @@ def child_pids() -> Iterator[list[int]]:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.timeout(1500)  # ~4 min on an idle 2-core machine; terraform is slow under load
 def test_sigkill_mid_apply_then_a_crash_at_every_kind_of_point(
         moto: MotoSandbox, tmp_path: Path, child_pids: list[int],  # noqa: F811
         capsys: pytest.CaptureFixture[Any]) -> None:

@@ -151,10 +151,17 @@ class TerraformProvisioner:
                 raise TerraformError(f"pool {ref.key}: cannot destroy {sorted(destroy)}: no cloud "
                                      "adapter to read them from")
             return {}
+        found = pool_instances(self.cloud_for(ref.cloud, ref.region), ref)
+        recorded = ws.applied_nodes()
+        # Reading the state costs a terraform run: only when the cloud has an instance the
+        # last recorded apply does not account for (after a crash, or a stray).
+        if not any(i.instance_id in destroy or (i.node in nodes and i.node not in recorded)
+                   for i in found):
+            return {}
         held = ws.outputs()
         known = {out.id for out in held.values()}
         out: dict[str, tuple[str, NodeSpec]] = {}
-        for inst in pool_instances(self.cloud_for(ref.cloud, ref.region), ref):
+        for inst in found:
             if inst.instance_id in known:
                 continue
             if inst.instance_id in destroy:
