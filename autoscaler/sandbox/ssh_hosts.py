@@ -153,10 +153,7 @@ class SshHosts:
             for host in self.hosts.values():
                 self._prepare_files(host)
                 self._start_anchor(host)
-                self.start_sshd(host.name)
-            for host in self.hosts.values():
-                wait_until(lambda h=host: port_open(h.address, self.port), START_TIMEOUT_S,
-                           f"sshd of {host.name} on {host.address}:{self.port}", proc=host.sshd)
+                self.start_sshd(host.name)  # waits until sshd answers
         except BaseException:
             self.stop()
             raise

@@ -10,24 +10,22 @@ manager, since no systemd runs in the test hosts.
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from autoscaler.actuators.ansible import AnsibleActuator, AnsibleSettings, BootstrapRun, HostStatus
+from autoscaler.actuators.ansible import AnsibleActuator, BootstrapRun, HostStatus
 from autoscaler.catalog.catalog import default_catalog
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox import fake_nvidia_smi
 from autoscaler.sandbox.fake_nvidia_smi import FakeGpu
-from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.sandbox.gpu_nodes import CONTROLLER_ADDRESS, SandboxGpuNodes, controller_address
+from autoscaler.sandbox.slurm import SlurmCluster
 from autoscaler.sandbox.ssh_hosts import SshHosts
 from tests.builders import make_node, make_policy
 
@@ -37,7 +35,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("slurmctld") is None, reason="slurmctld not installed"),
 ]
 
-CONTROLLER = "169.254.77.254"  # shared address on lo that namespaced slurmd reach
+CONTROLLER = CONTROLLER_ADDRESS
 SLURM_HOSTS = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
 K8S_HOST = "gpu-e"
 K8S_TOKEN = "abcdef.0123456789abcdef"
@@ -54,31 +52,26 @@ echo "$*" >> /var/log/fake-kubeadm.log
 
 @dataclass
 class Lab:
-    hosts: SshHosts
-    cluster: SlurmCluster
+    nodes_lab: SandboxGpuNodes
     actuator: AnsibleActuator
     policies: dict[str, TeamPolicy]
     nodes: dict[str, Node]
     secrets: dict[str, str]
     runs_dir: Path
 
+    @property
+    def hosts(self) -> SshHosts:
+        return self.nodes_lab.hosts
+
+    @property
+    def cluster(self) -> SlurmCluster:
+        if self.nodes_lab.cluster is None:
+            raise RuntimeError("cluster not started")
+        return self.nodes_lab.cluster
+
     def bootstrap(self, *names: str) -> BootstrapRun:
         return self.actuator.bootstrap([self.nodes[n] for n in names], self.policies,
                                        secrets=self.secrets)
-
-
-@pytest.fixture(scope="module")
-def controller_address() -> Iterator[str]:
-    on_lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True,
-                           text=True, check=True).stdout
-    added = f" {CONTROLLER}/" not in on_lo
-    if added:
-        subprocess.run(["ip", "addr", "add", f"{CONTROLLER}/32", "dev", "lo"], check=True)
-    try:
-        yield CONTROLLER
-    finally:
-        if added:
-            subprocess.run(["ip", "addr", "del", f"{CONTROLLER}/32", "dev", "lo"], check=False)
 
 
 def _policies() -> dict[str, TeamPolicy]:
@@ -95,53 +88,27 @@ def _policies() -> dict[str, TeamPolicy]:
     return {"vision": make_policy(team="vision", pools=pools)}
 
 
-def _prepare_hosts(hosts: SshHosts, slurm_dir: Path) -> None:
-    """Fake GPUs and kubeadm; and (in each host's private view only) let the munge user
-    reach the socket directory under pytest's root-only temporary directory."""
-    ancestors = [str(p) for p in slurm_dir.parents if str(p) != "/"]
-    four = fake_nvidia_smi.script([FakeGpu("Tesla T4")] * 4)
-    for name in [*SLURM_HOSTS, K8S_HOST]:
-        hosts.run(name, ["chmod", "a+x", *ancestors])
-        text = fake_nvidia_smi.script([FakeGpu("Tesla T4")] * 2) if name == "gpu-d" else four
-        hosts.write_file(name, fake_nvidia_smi.INSTALL_PATH, text, 0o755)
-    hosts.write_file(K8S_HOST, "/usr/bin/kubeadm", FAKE_KUBEADM, 0o755)
-
-
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory, controller_address: str) -> Iterator[Lab]:
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     work = tmp_path_factory.mktemp("gpu-node")
-    slurm_dir = work / "slurm"
-    (slurm_dir / "log").mkdir(parents=True)
-    # Each host runs its own munged on the socket path slurm.conf names: it must not see the
-    # controller's socket and lock there. slurmd logs go to the real log directory.
-    hosts = SshHosts([*SLURM_HOSTS, K8S_HOST], work / "hosts", routes=[controller_address],
-                     hidden=[slurm_dir / "munge-run"], binds=[slurm_dir / "log"])
-    with hosts:
-        specs = [SlurmNodeSpec(n, gpus=4, gpu_type="t4", local=False, addr=hosts.address_of(n))
-                 for n in SLURM_HOSTS]
-        with SlurmCluster(slurm_dir, specs, controller_addr=controller_address) as cluster:
-            _prepare_hosts(hosts, slurm_dir)
-            settings = AnsibleSettings(
-                runs_dir=work / "runs", ssh_port=hosts.port, private_key_file=hosts.private_key,
-                control_persist=False, forks=10, skip_tags=["gpu-hardware", "external-repo"],
-                extra_vars={
-                    "gpu_node_service_manager": "direct",
-                    "cluster_join_slurm_conf_src": str(cluster.slurm_conf),
-                    "cluster_join_gpu_device_prefix":
-                        f"{cluster.dev_dir}/{{{{ inventory_hostname }}}}/nvidia",
-                    "cluster_join_k8s_api_endpoint": f"{controller_address}:6443",
-                    "cluster_join_k8s_ca_cert_hash": "sha256:" + "0" * 64,
-                })
-            actuator = AnsibleActuator(settings, lambda node: hosts.address_of(node.name),
-                                       catalog=default_catalog())
-            nodes = {n: make_node(n, pool="train", instance_type="g4dn.12xlarge",
-                                  state=NodeState.BOOTSTRAPPING) for n in SLURM_HOSTS}
-            nodes[K8S_HOST] = make_node(K8S_HOST, pool="infer", instance_type="g4dn.12xlarge",
-                                        state=NodeState.BOOTSTRAPPING)
-            secrets = {"cluster_join_munge_key_b64":
-                       base64.b64encode(cluster.munge_key.read_bytes()).decode(),
-                       "cluster_join_k8s_token": K8S_TOKEN}
-            yield Lab(hosts, cluster, actuator, _policies(), nodes, secrets, work / "runs")
+    t4 = FakeGpu("Tesla T4")
+    # g4dn.12xlarge has 4 T4s; gpu-d's nvidia-smi reports only 2 of them.
+    gpus = {name: [t4] * (2 if name == "gpu-d" else 4) for name in [*SLURM_HOSTS, K8S_HOST]}
+    with controller_address() as controller, SandboxGpuNodes(
+            work, gpus, declared_gpus={"gpu-d": 4}, slurm_nodes=SLURM_HOSTS,
+            controller=controller) as nodes_lab:
+        nodes_lab.hosts.write_file(K8S_HOST, "/usr/bin/kubeadm", FAKE_KUBEADM, 0o755)
+        settings = nodes_lab.ansible_settings(
+            work / "runs", control_persist=False,
+            extra_vars={"cluster_join_k8s_api_endpoint": f"{controller}:6443",
+                        "cluster_join_k8s_ca_cert_hash": "sha256:" + "0" * 64})
+        actuator = AnsibleActuator(settings, nodes_lab.address_of, catalog=default_catalog())
+        nodes = {n: make_node(n, pool="train", instance_type="g4dn.12xlarge",
+                              state=NodeState.BOOTSTRAPPING) for n in SLURM_HOSTS}
+        nodes[K8S_HOST] = make_node(K8S_HOST, pool="infer", instance_type="g4dn.12xlarge",
+                                    state=NodeState.BOOTSTRAPPING)
+        secrets = {**nodes_lab.secrets(), "cluster_join_k8s_token": K8S_TOKEN}
+        yield Lab(nodes_lab, actuator, _policies(), nodes, secrets, work / "runs")
 
 
 @pytest.fixture(scope="module")

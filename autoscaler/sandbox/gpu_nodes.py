@@ -1,0 +1,149 @@
+"""Sandbox GPU nodes: SSH test hosts with fake GPUs that join a real Slurm cluster.
+
+What the sandbox, the playbook tests and the bootstrap benchmark give the Ansible
+actuator instead of cloud instances. The hosts are ``SshHosts`` (network namespaces, own
+filesystem); each gets a fake ``nvidia-smi`` reporting its GPUs; the cluster is a
+``SlurmCluster`` whose ``slurm.conf`` declares every host as a remote node at its namespace
+address, with the controller on the shared address 169.254.77.254 (RECIPES.md).
+
+``ansible_settings()`` and ``secrets()`` are what the actuator needs to bootstrap them:
+the roles' ``direct`` service manager (no systemd in the hosts), tasks needing NVIDIA
+hardware or third-party repositories skipped, the cluster's slurm.conf and munge key.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from autoscaler.actuators.ansible.settings import AnsibleSettings
+from autoscaler.fleet.node import Node
+from autoscaler.sandbox import fake_nvidia_smi
+from autoscaler.sandbox.fake_nvidia_smi import FakeGpu
+from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.sandbox.ssh_hosts import SshHosts
+
+CONTROLLER_ADDRESS = "169.254.77.254"
+SANDBOX_SKIP_TAGS = ("gpu-hardware", "external-repo")
+
+
+@contextlib.contextmanager
+def controller_address(address: str = CONTROLLER_ADDRESS) -> Iterator[str]:
+    """The shared address on ``lo`` that namespaced slurmd reach slurmctld on."""
+    on_lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True,
+                           text=True, check=True, timeout=30).stdout
+    added = f" {address}/" not in on_lo
+    if added:
+        subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True,
+                       timeout=30)
+    try:
+        yield address
+    finally:
+        if added:
+            subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False,
+                           timeout=30)
+
+
+def gpu_type_of(gpu: FakeGpu) -> str:
+    """The GRES type the roles derive from a GPU name ("Tesla T4" -> "t4")."""
+    words = gpu.name.lower().split()
+    if words and words[0] in ("nvidia", "tesla") and len(words) > 1:
+        words = words[1:]
+    return words[0].split("-")[0] if words else "gpu"
+
+
+class SandboxGpuNodes:
+    """``with SandboxGpuNodes(dir, {"gpu-a": [FakeGpu()] * 4}) as lab: ...``
+
+    ``declared_gpus`` overrides what slurm.conf (the instance type) promises for a host,
+    e.g. to make a host whose nvidia-smi reports fewer GPUs than its type has.
+    ``slurm_nodes``: the hosts declared in slurm.conf (default: all).
+    """
+
+    def __init__(self, workdir: Path, gpus: Mapping[str, Sequence[FakeGpu]], *,
+                 declared_gpus: Mapping[str, int] | None = None,
+                 slurm_nodes: Sequence[str] | None = None,
+                 controller: str = CONTROLLER_ADDRESS):
+        self.workdir = Path(workdir).resolve()
+        self.gpus = {name: list(g) for name, g in gpus.items()}
+        self.declared = dict(declared_gpus or {})
+        self.slurm_nodes = list(self.gpus) if slurm_nodes is None else list(slurm_nodes)
+        self.controller = controller
+        self.slurm_dir = self.workdir / "slurm"
+        self.hosts = SshHosts(list(self.gpus), self.workdir / "hosts", routes=[controller],
+                              # Each host runs its own munged on the socket path slurm.conf
+                              # names: it must not see the controller's socket and lock.
+                              hidden=[self.slurm_dir / "munge-run"],
+                              binds=[self.slurm_dir / "log"])
+        self.cluster: SlurmCluster | None = None
+        self._stack = contextlib.ExitStack()
+
+    def start(self) -> SandboxGpuNodes:
+        (self.slurm_dir / "log").mkdir(parents=True, exist_ok=True)
+        try:
+            self._stack.enter_context(self.hosts)
+            specs = [SlurmNodeSpec(name, gpus=self.declared.get(name, len(g)),
+                                   gpu_type=gpu_type_of(g[0]) if g else "t4", local=False,
+                                   addr=self.hosts.address_of(name))
+                     for name, g in self.gpus.items() if name in self.slurm_nodes]
+            self.cluster = self._stack.enter_context(
+                SlurmCluster(self.slurm_dir, specs, controller_addr=self.controller))
+            for name in self.gpus:
+                self._prepare(name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> SandboxGpuNodes:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _prepare(self, name: str) -> None:
+        self.hosts.write_file(name, fake_nvidia_smi.INSTALL_PATH,
+                              fake_nvidia_smi.script(self.gpus[name]), 0o755)
+        # munged insists every directory above its socket is executable by all; pytest's
+        # temporary root is 0700. Changed in the host's private view only.
+        ancestors = [str(p) for p in self.slurm_dir.parents if str(p) != "/"]
+        self.hosts.run(name, ["chmod", "a+x", *ancestors])
+
+    def _cluster(self) -> SlurmCluster:
+        if self.cluster is None:
+            raise RuntimeError("SandboxGpuNodes is not started")
+        return self.cluster
+
+    def address_of(self, node: Node) -> str:
+        """The actuator's resolver seam: a node name -> its namespace address."""
+        return self.hosts.address_of(node.name)
+
+    def ansible_settings(self, runs_dir: Path, **overrides: Any) -> AnsibleSettings:
+        cluster = self._cluster()
+        extra_vars: dict[str, object] = {
+            "gpu_node_service_manager": "direct",
+            "cluster_join_slurm_conf_src": str(cluster.slurm_conf),
+            "cluster_join_gpu_device_prefix":
+                f"{cluster.dev_dir}/{{{{ inventory_hostname }}}}/nvidia",
+            **overrides.pop("extra_vars", {}),
+        }
+        base: dict[str, Any] = {
+            "runs_dir": runs_dir, "ssh_port": self.hosts.port,
+            "private_key_file": self.hosts.private_key, "ssh_user": self.hosts.user,
+            "skip_tags": list(SANDBOX_SKIP_TAGS), "forks": max(10, len(self.gpus)),
+            "extra_vars": extra_vars,
+        }
+        return AnsibleSettings(**{**base, **overrides})
+
+    def secrets(self) -> dict[str, str]:
+        key = self._cluster().munge_key.read_bytes()
+        return {"cluster_join_munge_key_b64": base64.b64encode(key).decode()}
