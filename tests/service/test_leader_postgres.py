@@ -23,7 +23,15 @@ from tests.service.service_fakes import write_policy
 pytestmark = pytest.mark.slow
 TTL_S = 6
 REPO = Path(__file__).resolve().parents[2]
-NOOP_PLAYBOOK = "- name: Nothing to set up in this test\n  hosts: all\n  gather_facts: false\n  tasks: []\n"
+# ``debug`` runs on the controller: every host gets a result and nothing connects anywhere.
+NOOP_PLAYBOOK = """\
+- name: Nothing to set up in this test
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Report the node as bootstrapped
+      ansible.builtin.debug: {msg: bootstrapped}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +62,7 @@ def config(tmp: Path, pg: postgres.Postgres, moto: MotoSandbox, holder: str, por
         "terraform": {"workdir": "terraform", "aws_endpoint": moto.endpoint,
                       "regions": {"aws/us-east-1": {"ami": MOTO_AMI}}},
         "ansible": {"playbook": "noop.yml", "runs_dir": f"runs-{holder}", "control_persist": False},
-        # Nothing connects: the playbook has no task. The resolver only has to answer.
+        # Nothing connects (the playbook's one task runs locally); the resolver must answer.
         "addresses": {"source": "file", "file": "addresses.json", "wait": "1s"},
         # The killed leader's terraform (own session) may hold the pool's lock for a while:
         # the new leader rides that out instead of failing the node.
