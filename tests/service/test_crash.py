@@ -31,6 +31,7 @@ from tests.service.crash_harness import (
     Faults,
     Scenario,
     World,
+    coarse,
     node_of,
 )
 
@@ -130,15 +131,6 @@ def test_crash_free_life_converges(tmp_path: Path) -> None:
         assert expected in kinds, expected
 
 
-def coarse(point: str) -> str:
-    """A point's kind without node names nor the node lists of applies and batches."""
-    kind = node_of(point)
-    for call in ("terraform.apply", "ansible.bootstrap"):
-        if call in kind:
-            return kind.split("(")[0]
-    return kind
-
-
 REQUIRED = [f"{when} {what}" for when in ("before", "after") for what in (
     *(f"store.transition(<node> -> {s})" for s in ("PROVISIONING", "BOOTSTRAPPING", "READY",
       "INTERRUPTED", "DRAINING", "DRAINED", "TERMINATING", "TERMINATED")),
@@ -165,7 +157,10 @@ def test_crash_once_at_every_point_in_one_life(tmp_path: Path, capsys: pytest.Ca
     assert not missed, f"never crashed at: {missed}"
 
 
-SIDE_EFFECTS = ("terraform.", "ansible.", "slurm.")
+# Side effects whose half-done state matters most: applies, bootstrap runs, the drain's
+# signal and requeue intents, the scheduler forgetting a node.
+SIDE_EFFECTS = ("terraform.apply", "ansible.bootstrap", "slurm.forget", "slurm.step(<node> signalling)",
+                "slurm.step(<node> requeueing)")
 
 
 @pytest.mark.slow
@@ -178,7 +173,7 @@ def test_crash_alone_at_each_side_effect(tmp_path: Path, capsys: pytest.CaptureF
     seen = reference.scenario.faults.seen
     first_of_kind: dict[str, int] = {}
     for i, point in enumerate(seen):
-        if point.split(" ", 1)[1].startswith(SIDE_EFFECTS):
+        if coarse(point).split(" ", 1)[1].startswith(SIDE_EFFECTS):
             first_of_kind.setdefault(coarse(point), i)
     indexes = sorted(first_of_kind.values())
     for index in indexes:

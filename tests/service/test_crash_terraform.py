@@ -133,5 +133,5 @@ def test_sigkill_mid_apply_then_a_crash_at_every_kind_of_point(
     assert imported, "the instance the killed apply created was not imported"
     assert {coarse(p) for p in scenario.crashes} >= {
         "before terraform.apply", "after terraform.apply",
-        "before store.transition(<node> -> PROVISIONING)", "after store.transition(<node> -> BOOTSTRAPPING)",
+        "before store.transition(<node> -> BOOTSTRAPPING)", "after store.transition(<node> -> READY)",
         "after store.transition(<node> -> TERMINATING)", "after store.transition(<node> -> TERMINATED)"}
