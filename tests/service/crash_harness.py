@@ -12,6 +12,7 @@ state, scheduler) is shared across restarts, as it would be.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -150,9 +151,16 @@ class CrashingDrainer(_Proxy):
 
 def node_of(point: str) -> str:
     """A point's identity without node names: one crash per kind of point."""
-    import re
-
     return re.sub(r"[a-z]+-[a-z0-9]+-\d+", "<node>", point)
+
+
+def coarse(point: str) -> str:
+    """A point's kind without node names nor the node lists of applies and batches."""
+    kind = node_of(point)
+    for call in ("terraform.apply", "ansible.bootstrap"):
+        if call in kind:
+            return kind.split("(")[0]
+    return kind
 
 
 @dataclass
