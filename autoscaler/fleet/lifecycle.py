@@ -94,8 +94,11 @@ TIMEOUTS: dict[NodeState, Timeout] = {
                 "instance did not come up"),
         Timeout(S.BOOTSTRAPPING, timedelta(minutes=30), S.BOOTSTRAP_FAILED,
                 "bootstrap did not finish", "bootstrap.timeout"),
+        # The reconciler adds scale_down.checkpoint_grace (and a margin) to this, so the
+        # checkpoint signal the drainer sends at drain_timeout gets its grace period.
         Timeout(S.DRAINING, timedelta(minutes=30), S.DRAINED,
-                "jobs were checkpointed and requeued at the drain timeout", "scale_down.drain_timeout"),
+                "jobs were signalled to checkpoint and requeued at the drain timeout",
+                "scale_down.drain_timeout"),
         Timeout(S.INTERRUPTED, timedelta(minutes=2), S.TERMINATING,
                 "spot interruption deadline reached"),
         Timeout(S.TERMINATING, timedelta(minutes=20), S.LOST,

@@ -128,3 +128,14 @@ def test_over_max_sheds_in_flight_then_idle():
     assert {a.node for a in plan.actions if isinstance(a, Terminate)} == {"new"}
     assert drains(plan) == ["b"]
     assert not any(isinstance(a, Launch) for a in plan.actions)
+
+
+def test_the_last_idle_node_goes_when_min_nodes_is_zero():
+    plan = run(make_policy(), [make_node("n1")], {"n1": idle(3)})
+    assert drains(plan) == ["n1"]
+
+
+def test_idle_node_is_kept_when_the_rest_would_cross_the_scale_up_threshold():
+    plan = run(make_policy(), [make_node("n1"), make_node("n2")], {"n1": idle(2), "n2": busy(95)})
+    assert drains(plan) == []
+    assert any(isinstance(a, Hold) and "average above the scale-up threshold" in a.reason for a in plan.actions)
