@@ -5,7 +5,7 @@ Phases (each waits for the fleet to reach its goal, with a deadline):
 1. **warm-up**: the demo policy's ``min_nodes: 1`` launches one spot node: planned,
    previewed ($/h delta), applied by Terraform (moto), bootstrapped by Ansible over SSH in
    its network namespace, joined to Slurm, READY once Slurm and Prometheus see it;
-2. **load**: every GPU at 95% (> 80% for the 15 s window): the engine adds spot nodes;
+2. **load**: every GPU at 95% (> 80% for the 10 s window): the engine adds spot nodes;
 3. **quiet**: load 0% and the policy file edited to ``min_nodes: 0`` (hot reload): idle
    nodes are drained in Slurm and destroyed by Terraform until no instance is left.
 
@@ -132,7 +132,7 @@ class DemoRun:
             Phase("warm-up", "min_nodes 1: one spot node is planned, previewed, applied by "
                   "Terraform, bootstrapped by Ansible and joins Slurm",
                   lambda: self.set_load(0.0), lambda: self.count(S.READY) >= 1, t),
-            Phase("load", f"every GPU at {self.load:.0f}% (> 80% for 15s): spot nodes are added",
+            Phase("load", f"every GPU at {self.load:.0f}% (> 80% for 10s): spot nodes are added",
                   lambda: self.set_load(self.load), lambda: self.count(S.READY) >= 2, t),
             Phase("quiet", "load 0% and min_nodes 0 (policy file edited, hot reload): idle "
                   "nodes are drained and destroyed", self._quiet, self.empty, t),
