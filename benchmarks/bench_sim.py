@@ -82,7 +82,8 @@ def main() -> int:
                       f"p50/p95/p99 {r.wait_total_p50_s:.0f}/{r.wait_total_p95_s:.0f}/"
                       f"{r.wait_total_p99_s:.0f} s{extra}")
     measured = ratios(report)
-    console.print(f"best baseline (cheapest that served >= 95% of demand): {measured['best_baseline']}")
+    console.print(f"best baseline (the cheapest that served >= 95% of the GPU-hours ours served): "
+                  f"{measured['best_baseline']}")
     if args.out:
         from autoscaler.sim.plots import write_plots
 

@@ -119,7 +119,7 @@ class Cluster:
         self.done = 0
         self.totals = Totals()
         self._seq = 0
-        self.version = 0  # bumps on any change of nodes or job placement
+        self.version = 0  # bumps on any change of nodes, job placement or the queue
         self._capacity_grew = True
         self._arrived: list[SimJob] = []
 
@@ -201,6 +201,7 @@ class Cluster:
         job.state, job.pending_since = "pending", now
         self.pending.append(job)  # arrivals come in time order: the end of the FIFO
         self._arrived.append(job)
+        self.version += 1
 
     def start(self, job: SimJob, node: SimNode, slots: list[tuple[int, float]], now: float) -> None:
         for i, amount in slots:

@@ -133,3 +133,6 @@ def test_spot_outage_interrupts_and_requeues_and_the_job_still_finishes(tmp_path
     assert ours.extra["actions"]["launch"] >= 3
     # it ran from 240 to the reclaim at 1320: 1080 s, less than one 30-min checkpoint: all lost
     assert ours.gpu_hours_lost == pytest.approx(1080 / 3600)
+    # wait is the time to the first start; the requeue wait shows in wait_total only
+    assert ours.wait_p50_s == 240
+    assert ours.wait_total_p50_s > 240

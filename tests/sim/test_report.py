@@ -34,8 +34,8 @@ def test_ratios_use_ours_and_the_cheapest_baseline_that_did_the_work(report: Sim
     assert r["cost_vs_oracle"] == pytest.approx(ours.cost_usd / report.oracle.cost_usd, rel=1e-3)
     best = report.best_baseline()
     assert best is not None and r["best_baseline"] == best.name
-    served = [b for b in report.results if b.name != "ours"
-              and b.gpu_hours_used - b.gpu_hours_lost >= 0.95 * report.oracle.gpu_hours_used]
+    done = ours.gpu_hours_used - ours.gpu_hours_lost  # same work as ours, within 5%
+    served = [b for b in report.results if b.name != "ours" and b.gpu_hours_used - b.gpu_hours_lost >= 0.95 * done]
     assert best.cost_usd == min(b.cost_usd for b in served)
 
 
@@ -65,3 +65,17 @@ def test_plots_are_png_files(report: SimReport, tmp_path: Path) -> None:
     for p in paths:
         data = p.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_a_cheap_baseline_that_starved_the_jobs_is_not_the_best(report: SimReport) -> None:
+    from dataclasses import replace
+
+    from autoscaler.sim.results import StrategyResult
+
+    ours = StrategyResult("ours", cost_usd=100, gpu_hours_used=1000, gpu_hours_lost=10)
+    ca = StrategyResult("ca_like", cost_usd=90, gpu_hours_used=960, gpu_hours_lost=10)  # 950 >= 0.95 x 990
+    tt = StrategyResult("target_tracking", cost_usd=20, gpu_hours_used=300)
+    fake = replace(report, results=[ours, ca, tt])
+    best = fake.best_baseline()
+    assert best is not None and best.name == "ca_like"
+    assert ratios(fake)["cost_vs_best_baseline"] == pytest.approx(100 / 90, rel=1e-3)

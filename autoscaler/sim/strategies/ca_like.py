@@ -66,6 +66,7 @@ class ClusterAutoscalerLike(Strategy):
         self.unneeded_since: dict[str, float] = {}
         self._seen_version = -1
         self._unneeded: list[SimNode] = []
+        self._idle_check: tuple[int, float] | None = None
 
     def parameters(self) -> dict[str, object]:
         return {**asdict(self.settings), "expander": "least-waste"}
@@ -80,9 +81,13 @@ class ClusterAutoscalerLike(Strategy):
         pods = sorted(replay.cluster.pending, key=lambda j: -j.gpus)
         if not pods or now < self.buyer.blocked_until:
             return  # nothing to do, or the node groups are backed off
+        check = (replay.cluster.version, self.buyer.blocked_until)
+        if check == self._idle_check:
+            return  # same pods, nodes and back-off as a check that launched nothing: same answer
         upcoming = [[1.0] * n.gpus for n in replay.cluster.nodes.values() if n.state in IN_FLIGHT]
         rest = [p for p in pods if not _pack(upcoming, p.gpus)]
         if not rest:
+            self._idle_check = check
             return
         best = None
         for name in replay.pool.instance_types:
@@ -90,13 +95,16 @@ class ClusterAutoscalerLike(Strategy):
             if option is not None and (best is None or option[0] < best[0]):
                 best = option
         if best is None:
+            self._idle_check = check
             return
         _, name, count = best
         limits = Limits.of(replay, self.quota_gpus)
         count = min(count, limits.room(active_nodes(replay), replay.itype(name).gpus))
+        if count <= 0:
+            self._idle_check = check  # at max_nodes or the quota: wait for the fleet to change
+            return
         mix = mix_for(replay)
-        launched = sum(1 for _ in range(count) if self.buyer.buy(replay, name, mix, now) is not None)
-        if launched:
+        if sum(1 for _ in range(count) if self.buyer.buy(replay, name, mix, now) is not None):
             self.last_scale_up = now
 
     @staticmethod
