@@ -7,7 +7,7 @@ from datetime import datetime
 
 from autoscaler.engine import schedule
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import NodeObservation, PendingJob, PoolObservation, Snapshot
+from autoscaler.engine.snapshot import NodeObservation, PendingJob, PoolObservation, RunningJob, Snapshot
 from autoscaler.fleet.lifecycle import FAILED, IN_FLIGHT, NodeState
 from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.policy.models import Market, Pool, TeamPolicy, pool_key
@@ -47,6 +47,7 @@ class PoolContext:
     util_count: int = 0
     idle: list[tuple[Node, float]] = field(default_factory=list)
     sick: list[tuple[Node, str]] = field(default_factory=list)
+    long_jobs: list[tuple[Node, RunningJob]] = field(default_factory=list)
 
     @property
     def team(self) -> str:

@@ -194,20 +194,13 @@ class _Decision:
         limit = ctx.pool.lifetime.max_job_runtime
         if limit is None:
             return
-        started_before = self.now - limit
-        observed = ctx.node_obs
-        for node in ctx.serving + ctx.draining:
-            obs = observed.get(node.name)
-            if obs is None or obs.scheduler is None:
-                continue
-            for job in obs.scheduler.jobs:
-                if job.started_at is None or job.started_at >= started_before:
-                    continue
-                self.actions.append(ReportJob(
-                    pool=ctx.key, node=node.name, job=job.id, signal=ctx.pool.lifetime.signal_long_jobs,
-                    reason=(f"{ctx.key}: job {job.id} on {node.name} has run "
-                            f"{format_duration(self.now - job.started_at)}, past max_job_runtime "
-                            f"{format_duration(limit)}")))
+        for node, job in ctx.long_jobs:
+            started = job.started_at or self.now
+            self.actions.append(ReportJob(
+                pool=ctx.key, node=node.name, job=job.id, signal=ctx.pool.lifetime.signal_long_jobs,
+                reason=(f"{ctx.key}: job {job.id} on {node.name} has run "
+                        f"{format_duration(self.now - started)}, past max_job_runtime "
+                        f"{format_duration(limit)}")))
 
     def _orphans(self) -> None:
         for key, group in groupby(self.orphans, key=lambda n: n.pool_key):
