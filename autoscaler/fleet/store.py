@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, select, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autoscaler.engine.plan import Hold, Plan
@@ -80,7 +81,12 @@ class FleetStore:
     def __init__(self, url: str = DEFAULT_URL):
         self.url = url
         self.engine = make_engine(url)
-        Base.metadata.create_all(self.engine)
+        try:
+            Base.metadata.create_all(self.engine)
+        except (OperationalError, ProgrammingError, IntegrityError):
+            # Two processes opening a fresh database race on CREATE TABLE; the loser
+            # finds the tables made by the winner on a second look.
+            Base.metadata.create_all(self.engine)
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -281,18 +287,28 @@ class FleetStore:
     # -- leader lease -------------------------------------------------------------------
     def try_lease(self, name: str, holder: str, ttl: timedelta, now: datetime) -> int | None:
         """Take or renew the lease; returns the fencing epoch, or None if another holds it."""
-        with self.session() as s:
-            row = s.get(LeaseRow, name, with_for_update=True)
-            if row is None:
-                s.add(LeaseRow(name=name, holder=holder, expires_at=now + ttl, epoch=1))
-                return 1
-            if row.holder != holder and row.expires_at > now:
-                return None
-            if row.holder != holder:
-                row.epoch += 1
-                row.holder = holder
-            row.expires_at = now + ttl
-            return row.epoch
+        try:
+            with self.session() as s:
+                row = s.get(LeaseRow, name, with_for_update=True)
+                if row is None:
+                    # No row to lock yet: two first-time callers may both insert; the
+                    # primary key lets exactly one win (the other sees IntegrityError).
+                    s.add(LeaseRow(name=name, holder=holder, expires_at=now + ttl, epoch=1))
+                    s.flush()
+                    return 1
+                return self._renew(row, holder, ttl, now)
+        except IntegrityError:
+            return None
+
+    @staticmethod
+    def _renew(row: LeaseRow, holder: str, ttl: timedelta, now: datetime) -> int | None:
+        if row.holder != holder and row.expires_at > now:
+            return None
+        if row.holder != holder:
+            row.epoch += 1
+            row.holder = holder
+        row.expires_at = now + ttl
+        return row.epoch
 
     def release_lease(self, name: str, holder: str, now: datetime) -> None:
         with self.session() as s:

@@ -68,6 +68,9 @@ class _LastGood:
     keep: timedelta
     clock: Clock
     items: dict[tuple[Any, ...], tuple[datetime, Any]] = field(default_factory=dict)
+    # The last error logged per call: a source that keeps failing the same way (no
+    # credentials, say) is logged once, not every tick; it stays in snapshot.missing.
+    logged: dict[tuple[Any, ...], str] = field(default_factory=dict)
 
     def read(self, key: tuple[Any, ...], fetch: Callable[[], T], what: str,
              missing: list[str], strict: bool) -> T | None:
@@ -79,10 +82,14 @@ class _LastGood:
             prior = self.items.get(key)
             fresh = prior is not None and self.clock() - prior[0] < self.keep
             note = f"; using the answer from {prior[0]:%H:%M:%S}" if fresh and prior else ""
-            log.warning("%s failed: %s%s", what, exc, note)
+            if self.logged.get(key) != str(exc):
+                self.logged[key] = str(exc)
+                log.warning("%s failed: %s%s (logged once until it changes)", what, exc, note)
             missing.append(f"{what}: {exc}{note}")
             return prior[1] if fresh and prior else None
         self.items[key] = (self.clock(), value)
+        if self.logged.pop(key, None) is not None:
+            log.info("%s works again", what)
         return value
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.actuators.ansible import HostStatus
-from autoscaler.actuators.terraform import StateLockedError
+from autoscaler.actuators.terraform import StateLockedError, TerraformError
 from autoscaler.engine.plan import CancelDrain, Plan, Replace
 from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, Snapshot
 from autoscaler.fleet.lifecycle import NodeState
@@ -107,11 +107,23 @@ def test_capacity_error_is_provision_failed_and_reported(rig: Rig) -> None:
 def test_apply_errors_not_tied_to_a_node_fail_it_after_a_few_attempts(rig: Rig) -> None:
     [name] = rig.submit(launch())
     for attempt in range(1, 4):
+        rig.tf.next_error = TerraformError("Error: provider crashed")
+        report = rig.advance()
+        assert any("provider crashed" in e for e in report.errors)
+        assert rig.state(name) is (S.PROVISION_FAILED if attempt == 3 else S.PROVISIONING)
+    assert "3 applies of vision/gpu failed" in rig.node(name).reason
+
+
+def test_a_state_lock_held_by_another_run_is_waited_out(rig: Rig) -> None:
+    """A dead leader's terraform can hold the pool's lock for a while after a failover."""
+    [name] = rig.submit(launch())
+    for _ in range(5):
         rig.tf.next_error = StateLockedError("state locked by another run")
         report = rig.advance()
         assert any("locked" in e for e in report.errors)
-        assert rig.state(name) is (S.PROVISION_FAILED if attempt == 3 else S.PROVISIONING)
-    assert "3 applies of vision/gpu failed" in rig.node(name).reason
+        assert rig.state(name) is S.PROVISIONING
+    rig.advance()
+    assert rig.state(name) is not S.PROVISIONING
 
 
 def test_bootstrap_retries_with_backoff_then_fails_with_the_task(rig: Rig) -> None:

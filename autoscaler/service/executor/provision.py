@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from autoscaler.actuators.node_map import INSTANCE_STATES, NodeMap, PoolRef, desired_maps
-from autoscaler.actuators.terraform import ApplyResult, NodeOutput
+from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedError
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.service.executor.common import Step
@@ -68,6 +68,10 @@ def provision(step: Step, provisioner: Provisioner, address_of: AddressOf) -> No
             return
         try:
             apply_pool(step, provisioner, ref, address_of)
+        except StateLockedError as exc:
+            # Another run (e.g. a dead leader's terraform that outlives it) holds the pool:
+            # not this node's failure. The PROVISIONING timeout still bounds the wait.
+            step.error(f"pool {ref.key}: state locked by another run, retrying next tick: {exc}")
         except Exception as exc:  # a failed apply is retried next advance
             step.error(f"pool {ref.key}: {type(exc).__name__}: {exc}")
             _count_failure(step, ref, str(exc))

@@ -22,7 +22,8 @@ class ExecutorSettings(BaseModel):
         "the next tick (each apply is bounded by the Terraform command timeout).")
     provision_attempts: int = Field(
         3, ge=1, description="Applies that may fail without naming the node (lock, provider) "
-        "before the node goes to PROVISION_FAILED.")
+        "before the node goes to PROVISION_FAILED. A state lock held by another run does not "
+        "count: the PROVISIONING timeout bounds that wait.")
     # -- bootstrap and readiness --------------------------------------------------------
     bootstrap_retries: int = Field(2, ge=0, description="Ansible runs after the first that fails.")
     bootstrap_retry_backoff: Duration = Field(timedelta(seconds=30))
