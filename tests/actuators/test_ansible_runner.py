@@ -75,6 +75,7 @@ NODE = make_node("run-a", state=NodeState.BOOTSTRAPPING)
 def test_secret_reaches_the_host_but_no_log_or_result_and_ssh_masters_are_closed(
         hosts: SshHosts, actuator_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     before = _private_dirs()
+    masters_before = set(_ssh_masters())  # other sandboxes on this machine may hold some
     # The production default: shared SSH connections (ControlMaster=auto).
     actuator = actuator_for(control_persist=True)
     run = actuator.bootstrap([NODE], POLICIES, secrets={"test_secret": SECRET})
@@ -88,8 +89,8 @@ def test_secret_reaches_the_host_but_no_log_or_result_and_ssh_masters_are_closed
     assert SECRET not in str(run.to_json())
     # The private data directory (where the secret was written) is gone, and so are the
     # SSH masters that ControlPersist would otherwise keep for a while.
-    assert _private_dirs() == before
-    assert _ssh_masters() == []
+    assert _private_dirs() <= before
+    assert set(_ssh_masters()) - masters_before == set()
 
 
 @pytest.mark.slow
