@@ -26,4 +26,10 @@ if ! ls -d /opt/tf-plugins/registry.terraform.io/hashicorp/aws/5.* >/dev/null 2>
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
-echo "gpu-autoscaler installed: $(command -v gpu-autoscaler)"
+# pyenv only sees a new console script after a rehash; `python -m pip` does not trigger one.
+if command -v pyenv >/dev/null; then pyenv rehash; fi
+if ! command -v gpu-autoscaler >/dev/null; then
+  echo "warning: gpu-autoscaler is not on PATH; run it as: python3 -m autoscaler.cli" >&2
+else
+  echo "gpu-autoscaler installed: $(command -v gpu-autoscaler)"
+fi
