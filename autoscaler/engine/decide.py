@@ -243,7 +243,7 @@ def _launches(key: str, new: list[NewNode]) -> list[Launch]:
         out.append(Launch(
             pool=key, instance_type=offer.instance_type, market=offer.market, zone=offer.zone,
             count=len(items), gpus_per_node=offer.gpus, hourly_usd=offer.hourly_usd, trigger=trigger,
-            replaces=[n.replaces for n in items if n.replaces],
+            replaces=sorted({r for n in items for r in n.replaces}),
             reason=f"{key}: {why}; launching {len(items)} x {offer.describe()}",
         ))
     return out

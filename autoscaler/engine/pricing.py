@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
-from autoscaler.engine.snapshot import Offering, Snapshot
+from autoscaler.engine.snapshot import CapacityError, Offering, Snapshot
 from autoscaler.fleet.node import Node
 from autoscaler.policy.models import Market, Pool
 
@@ -45,7 +45,14 @@ class Prices:
         self._offerings: dict[tuple[str, str, str, str | None], Offering] = {}
         for off in snapshot.offerings:
             self._offerings[(off.cloud, off.region, off.instance_type, off.zone)] = off
-        self._errors = snapshot.capacity_errors
+        # Newest error per (cloud, region, type, market, zone): a fleet that keeps hitting
+        # a dry zone reports thousands, and every offer consults them.
+        self._errors: dict[tuple[str, str, str, Market], dict[str | None, CapacityError]] = {}
+        for err in snapshot.capacity_errors:
+            by_zone = self._errors.setdefault((err.cloud, err.region, err.instance_type, err.market), {})
+            seen = by_zone.get(err.zone)
+            if seen is None or err.at > seen.at:
+                by_zone[err.zone] = err
         # Memos: a 10,000-node fleet asks the same few (type, zone, market) questions.
         self._types: dict[tuple[str, str], InstanceType | None] = {}
         self._hourly: dict[tuple[str, str, str, str | None, Market], float] = {}
@@ -94,18 +101,17 @@ class Prices:
         return itype.gpus if itype else 0
 
     def capacity_error(self, pool: Pool, name: str, zone: str | None, market: Market) -> str | None:
+        by_zone = self._errors.get((pool.cloud.value, pool.region, name, market))
+        if not by_zone:
+            return None
         backoff = pool.capacity.capacity_error_backoff
-        for err in self._errors:
-            if (
-                err.cloud == pool.cloud.value
-                and err.region == pool.region
-                and err.instance_type == name
-                and err.market is market
-                and (err.zone is None or zone is None or err.zone == zone)
-                and self.now - err.at < backoff
-            ):
-                return f"{err.code} at {err.at:%H:%M:%S}"
-        return None
+        # An error without a zone covers every zone; a pool without zones is hit by any.
+        matching = by_zone.values() if zone is None else (by_zone.get(zone), by_zone.get(None))
+        recent = [e for e in matching if e is not None and self.now - e.at < backoff]
+        if not recent:
+            return None
+        err = max(recent, key=lambda e: e.at)
+        return f"{err.code} at {err.at:%H:%M:%S}"
 
     def offers(
         self, pool: Pool, market: Market, min_gpus: float, gpu_model: str | None = None

@@ -28,7 +28,7 @@ class NewNode:
     offer: Offer
     trigger: str
     why: str
-    replaces: str | None = None
+    replaces: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -108,9 +108,15 @@ class _Grower:
         self.out = Growth()
         self.room = min(ctx.pool.scale_up.max_step, ctx.pool.max_nodes - ctx.size)
         self.picker = _Picker(ctx, prices)
-        self.live: list[Bin] = []  # filled only when jobs are pending: most pools have none
+        self.live: list[Bin] = []  # filled only when jobs need placing: most pools have none
+        self._live_built = False
         self.cancellable = _cancellable_bins(ctx, prices)
         self.new_bins: list[Bin] = []
+
+    def live_bins(self) -> None:
+        if not self._live_built:
+            self.live = _live_bins(self.ctx, self.prices)
+            self._live_built = True
 
     def room_why(self) -> str:
         pool = self.ctx.pool
@@ -121,9 +127,9 @@ class _Grower:
     def have(self) -> int:
         return self.ctx.size + len(self.out.new) + len(self.out.cancels)
 
-    def add(self, offer: Offer, trigger: str, why: str, replaces: str | None = None) -> Bin:
+    def add(self, offer: Offer, trigger: str, why: str, replaces: list[str] | None = None) -> Bin:
         self.room -= 1
-        self.out.new.append(NewNode(offer, trigger, why, replaces))
+        self.out.new.append(NewNode(offer, trigger, why, list(replaces or [])))
         itype = self.prices.itype(self.ctx.pool.cloud.value, offer.instance_type)
         b = Bin.empty(offer.gpus, offer=offer, gpu_model=itype.gpu_model if itype else "")
         self.new_bins.append(b)
@@ -153,28 +159,61 @@ class _Grower:
             self.add(offer, trigger, why + (f"; {note}" if note else ""))
 
     def interruptions(self) -> None:
-        """Stand-ins for interrupted spot nodes that were doing work."""
+        """Stand-ins for the work of interrupted spot nodes.
+
+        Their running jobs are packed like pending jobs (free capacity first, then new
+        nodes), so three interrupted half-empty nodes do not cost three new ones; a node
+        that looks busy but whose jobs the scheduler does not list gets a like-for-like
+        stand-in.
+        """
         ctx, pool, prices = self.ctx, self.ctx.pool, self.prices
+        parts: list[tuple[str, float, str | None, Node]] = []
+        whole: list[tuple[Node, str]] = []
         for node in ctx.interrupted:
-            if node.replacement_requested or self.room <= 0:
+            if node.replacement_requested:
                 continue
             obs = ctx.observation(node)
-            jobs = len(obs.scheduler.jobs) if obs.scheduler else 0
+            jobs = obs.scheduler.jobs if obs.scheduler else []
             util = obs.metrics.util_mean if obs.metrics else None
-            busy = jobs > 0 or (util is not None and util >= pool.scale_down.gpu_utilization_below)
-            if not busy and self.have() >= ctx.floor:
+            model = _gpu_model(prices, node) or None
+            if jobs:
+                share = prices.node_gpus(node) / len(jobs)
+                parts += [(f"{node.name}:{j.id}", j.gpus if j.gpus > 0 else share, model, node)
+                          for j in jobs]
+            elif util is not None and util >= pool.scale_down.gpu_utilization_below:
+                whole.append((node, f"GPU util {util:.0f}%"))
+            elif self.have() + len(whole) < ctx.floor:
+                whole.append((node, "pool below its floor"))
+        if not parts and not whole:
+            return
+        self.live_bins()
+        for job, gpus, model, node in sorted(parts, key=lambda p: (-p[1], p[0])):
+            b = first_fit(self.live, gpus, model) or first_fit(self.new_bins, gpus, model)
+            if b is None:
+                b = self._stand_in(node, gpus, model, "its jobs")
+            if b is None:
                 continue
-            market = node.market if pool.capacity.on_interruption == "same" else Market.ON_DEMAND
-            offer, note = self.picker.pick(prices.node_gpus(node), _gpu_model(prices, node) or None,
-                                           market)
-            if offer is None:
-                self.out.holds.append(f"no replacement for interrupted {node.name}: {note}")
-                continue
-            what = (f"{jobs} job(s)" if jobs else
-                    f"GPU util {util:.0f}%" if util is not None else "pool below its floor")
-            self.add(offer, "interruption",
-                     f"spot interruption notice for {node.name} ({what})" + (f"; {note}" if note else ""),
-                     replaces=node.name)
+            b.place(job, gpus)
+            if b.node is None:
+                stand_in = self.out.new[self.new_bins.index(b)]
+                if node.name not in stand_in.replaces:
+                    stand_in.replaces.append(node.name)
+        for node, what in whole:
+            self._stand_in(node, prices.node_gpus(node), _gpu_model(prices, node) or None, what)
+
+    def _stand_in(self, node: Node, gpus: float, model: str | None, what: str) -> Bin | None:
+        if self.room <= 0:
+            self.out.holds.append(f"no stand-in for interrupted {node.name}: {self.room_why()}")
+            return None
+        pool = self.ctx.pool
+        market = node.market if pool.capacity.on_interruption == "same" else Market.ON_DEMAND
+        offer, note = self.picker.pick(gpus, model, market)
+        if offer is None:
+            self.out.holds.append(f"no stand-in for interrupted {node.name}: {note}")
+            return None
+        return self.add(offer, "interruption",
+                        f"spot interruption notice for {node.name} ({what})" + (f"; {note}" if note else ""),
+                        replaces=[node.name])
 
     def pending(self) -> None:
         """Pending jobs, packed first-fit-decreasing."""
@@ -183,7 +222,7 @@ class _Grower:
         out.has_demand = bool(parts)
         if not parts:
             return
-        self.live = _live_bins(ctx, prices)
+        self.live_bins()
         out.pending_gpus = sum(p[1] for p in parts)
         models = {t.gpu_model for name in pool.instance_types
                   if (t := prices.itype(pool.cloud.value, name)) is not None}

@@ -122,3 +122,19 @@ def test_removed_pool_is_kept_unless_configured():
     plan = decide({}, fleet(node), snapshot({"x": idle()}), NOW,
                   settings=EngineSettings(drain_removed_pools=True))
     assert [a.node for a in plan.actions if isinstance(a, Drain)] == ["x"]
+
+
+def test_interrupted_nodes_jobs_are_packed_not_replaced_node_for_node():
+    policy = make_policy(capacity={"spot_percent": 100})
+    nodes = [make_node(f"s{i}", market=Market.SPOT, state=NodeState.INTERRUPTED, instance_type="p3.8xlarge")
+             for i in (1, 2)] + [make_node("free", market=Market.SPOT)]
+    obs = {"s1": busy(30, gpus=4, jobs=1), "s2": busy(30, gpus=4, jobs=1), "free": idle()}
+    for name in ("s1", "s2"):  # one 1-GPU job on each 4-GPU node
+        sched = obs[name].scheduler.model_copy(update={"jobs": [obs[name].scheduler.jobs[0].model_copy(
+            update={"gpus": 1})]})
+        obs[name] = obs[name].model_copy(update={"scheduler": sched})
+    plan = decide({"vision": policy}, fleet(*nodes), snapshot(obs), NOW)
+    stand_ins = [a for a in plan.actions if isinstance(a, Launch)]
+    # One job goes to the free GPU of a serving node, the other to one 1-GPU stand-in.
+    assert [(a.instance_type, a.count) for a in stand_ins] == [("p3.2xlarge", 1)]
+    assert stand_ins[0].trigger == "interruption" and len(stand_ins[0].replaces) == 1
