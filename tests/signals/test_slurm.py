@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from autoscaler.catalog import default_catalog
+from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.signals.config import SlurmConfig
 from autoscaler.signals.readings import PoolRef, pools_in_priority_order
@@ -221,7 +222,11 @@ def test_real_slurm_one_running_one_pending(slurm: SlurmCluster, use_json: bool)
     try:
         slurm.wait_job_state(running, {"RUNNING"}, timeout=60)
         slurm.wait_job_state(blocker, {"RUNNING"}, timeout=60)
-        reading = SlurmReader(SlurmConfig(env=slurm.env(), use_json=use_json)).read(refs())
+        reader = SlurmReader(SlurmConfig(env=slurm.env(), use_json=use_json))
+        # A job has reason "None" until slurmctld's first scheduling pass looks at it.
+        wait_until(lambda: reader.read(refs()).pending["vision/v100"][0].reason != "None",
+                   timeout=30, what="slurmctld to give the pending job a reason")
+        reading = reader.read(refs())
         assert reading.error is None
         demand = reading.pending["vision/v100"]
         assert [(j.id, j.gpus, j.nodes, j.gpu_model) for j in demand] == [(pending, 2, 1, "V100")]
