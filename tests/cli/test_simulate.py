@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
+from tests.shared_data import SHARED_DATA
 from tests.sim.conftest import pod, write_pods, write_spot
 
 runner = CliRunner()
@@ -58,8 +59,8 @@ def test_simulate_reports_bad_input_without_a_traceback(tmp_path: Path, policies
     assert unknown.exit_code == 1 and "no pool 'nobody/gpu'" in unknown.output
 
 
-FIXTURE = Path("/work/shared/data/fixtures/openb_default_day148.csv")
-DUTY = Path("/work/shared/data/fixtures/genai_gpu_duty_cycle_8pods_2h.csv")
+FIXTURE = SHARED_DATA / "fixtures/openb_default_day148.csv"
+DUTY = SHARED_DATA / "fixtures/genai_gpu_duty_cycle_8pods_2h.csv"
 
 
 @pytest.mark.skipif(not (FIXTURE.exists() and DUTY.exists()), reason="shared trace fixtures not present")

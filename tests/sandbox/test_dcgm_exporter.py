@@ -24,8 +24,9 @@ from autoscaler.sandbox.dcgm_exporter import (
 from autoscaler.sandbox.dcgm_scenarios import Constant, Ramp, Trace
 from autoscaler.sandbox.procs import ManagedProcess, free_port, wait_until
 from autoscaler.sandbox.prometheus import write_file_sd
+from tests.shared_data import SHARED_DATA
 
-GENAI = Path("/work/shared/data/alibaba-genai-2026/pod_gpu_duty_cycle_anon.csv.gz")
+GENAI = SHARED_DATA / "alibaba-genai-2026/pod_gpu_duty_cycle_anon.csv.gz"
 
 
 class FakeClock:

@@ -6,6 +6,7 @@ import pytest
 
 from autoscaler.sim.spot import load_spot_traces
 from autoscaler.sim.traces import TraceError
+from tests.shared_data import SHARED_DATA
 from tests.sim.conftest import write_spot
 
 
@@ -63,7 +64,7 @@ def test_empty_directory_and_duplicate_zones(tmp_path: Path) -> None:
         load_spot_traces(tmp_path)
 
 
-SKYPILOT = Path("/work/shared/data/spot-traces-skypilot/availability/1-node/aws-02-15-2023")
+SKYPILOT = SHARED_DATA / "spot-traces-skypilot/availability/1-node/aws-02-15-2023"
 
 
 @pytest.mark.skipif(not SKYPILOT.exists(), reason="shared spot traces not present")

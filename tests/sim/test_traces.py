@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.sim.traces import DAY, TraceError, load_duty_cycles, load_pod_list
+from tests.shared_data import SHARED_DATA
 from tests.sim.conftest import pod, write_pods
 
 
@@ -106,7 +107,7 @@ def test_duty_cycles_need_enough_samples(tmp_path: Path) -> None:
         load_duty_cycles(path)
 
 
-FIXTURE = Path("/work/shared/data/fixtures/openb_default_day148.csv")
+FIXTURE = SHARED_DATA / "fixtures/openb_default_day148.csv"
 
 
 @pytest.mark.skipif(not FIXTURE.exists(), reason="shared trace fixtures not present")
