@@ -12,8 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from autoscaler.actuators.terraform.preview import PoolPreview
-from autoscaler.cli.render import action_target
-from autoscaler.engine.plan import Plan
+from autoscaler.engine.plan import Plan, target_of
 
 _STATUS = {
     "planned": "terraform plan saved",
@@ -106,5 +105,5 @@ def _actions_markdown(plan: Plan) -> list[str]:
         return ["No changes: the fleet already matches the policies."]
     lines = ["| pool | action | target | reason |", "|---|---|---|---|"]
     for a in plan.actions:
-        lines.append(f"| `{a.pool}` | {a.kind} | {action_target(a)} | {a.reason} |")
+        lines.append(f"| `{a.pool}` | {a.kind} | {target_of(a)} | {a.reason} |")
     return lines

@@ -4,25 +4,12 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from autoscaler.engine.plan import Action, Hold, Launch, Plan, Replace, ReportJob
+from autoscaler.engine.plan import Action, Plan, target_of
 
 _STYLE = {
     "launch": "green", "cancel_drain": "green", "drain": "yellow", "replace": "yellow",
     "terminate": "red", "hold": "dim", "report_job": "cyan",
 }
-
-
-def action_target(action: Action) -> str:
-    if isinstance(action, Launch):
-        zone = f" {action.zone}" if action.zone else ""
-        return f"{action.count} x {action.instance_type} {action.market.value}{zone}"
-    if isinstance(action, Replace):
-        return f"{action.node} -> {action.instance_type} {action.market.value}"
-    if isinstance(action, ReportJob):
-        return f"job {action.job} on {action.node}"
-    if isinstance(action, Hold):
-        return action.what
-    return getattr(action, "node", "")
 
 
 def actions_table(actions: list[Action], title: str = "Actions") -> Table:
@@ -32,7 +19,7 @@ def actions_table(actions: list[Action], title: str = "Actions") -> Table:
     for a in actions:
         style = _STYLE.get(a.kind, "")
         reason = a.reason.split(": ", 1)[1] if a.reason.startswith(a.pool + ": ") else a.reason
-        table.add_row(f"{a.pool}\n[{style}]{a.kind}[/] {action_target(a)}", reason)
+        table.add_row(f"{a.pool}\n[{style}]{a.kind}[/] {target_of(a)}", reason)
     return table
 
 

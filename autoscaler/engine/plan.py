@@ -78,6 +78,20 @@ Action = Annotated[
 ]
 
 
+def target_of(action: Action) -> str:
+    """What an action is about, in a few words (its reason says why)."""
+    if isinstance(action, Launch):
+        zone = f" {action.zone}" if action.zone else ""
+        return f"{action.count} x {action.instance_type} {action.market.value}{zone}"
+    if isinstance(action, Replace):
+        return f"{action.node} -> {action.instance_type} {action.market.value}"
+    if isinstance(action, ReportJob):
+        return f"job {action.job} on {action.node}"
+    if isinstance(action, Hold):
+        return action.what
+    return getattr(action, "node", "")
+
+
 class PoolSummary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

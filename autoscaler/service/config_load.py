@@ -9,22 +9,18 @@ never repeated in any message.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-import types
-import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
-from ruamel.yaml.error import MarkedYAMLError
 
 from autoscaler.policy.errors import PolicyError
 from autoscaler.policy.locate import format_path, locate
+from autoscaler.policy.yaml_errors import read_yaml, validation_errors
 from autoscaler.service.config import ServiceConfig
 
 # Keys whose scalar value would be a secret. Names ending in _env/_file point at one instead.
@@ -80,65 +76,11 @@ def inline_secrets(doc: Any) -> list[tuple[tuple[int | str, ...], str]]:
     return found
 
 
-def _unwrap(annotation: Any) -> Any:
-    """The model, dict or list type inside Optional/Annotated/unions."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, typing.Annotated):
-        for arg in typing.get_args(annotation):
-            found = _unwrap(arg)
-            if found is not None:
-                return found
-        return None
-    if origin in (list, dict) or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-        return annotation
-    return None
-
-
-def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
-    """The model whose fields are the valid keys at ``loc`` (None if unknown)."""
-    current: Any = ServiceConfig
-    for part in loc:
-        origin = typing.get_origin(current)
-        if origin is list and isinstance(part, int):
-            current = _unwrap(typing.get_args(current)[0])
-        elif origin is dict:
-            current = _unwrap(typing.get_args(current)[1])
-        elif isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(str(part))
-            current = _unwrap(field.annotation) if field is not None else None
-        else:
-            return None
-        if current is None:
-            return None
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _message(err: Any) -> str:
-    kind, loc = err["type"], err["loc"]
-    if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
-        known = list(model.model_fields) if model else []
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.5)
-        hint = (f"; did you mean '{close[0]}'?" if close
-                else f"; known keys: {', '.join(known)}" if known else "")
-        return f"unknown key '{loc[-1]}'{hint}"
-    if kind == "missing":
-        return "required key is missing"
-    return str(err["msg"]).removeprefix("Value error, ")
-
-
 def _read(path: Path) -> Any:
-    name = str(path)
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
-    try:
-        return yaml.load(path.read_text())
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise ConfigError([PolicyError(name, line, col, "", f"not valid YAML: {exc.problem}")]) from None
-    except OSError as exc:
-        raise ConfigError([PolicyError(name, 1, 1, "", f"cannot read file: {exc.strerror}")]) from None
+    doc, errors = read_yaml(path)
+    if errors:
+        raise ConfigError(errors)
+    return doc
 
 
 def _relative_to(config: ServiceConfig, base: Path) -> ServiceConfig:
@@ -176,12 +118,7 @@ def load_config(path: Path) -> ServiceConfig:
     try:
         config = ServiceConfig.model_validate(doc)
     except ValidationError as exc:
-        errors = []
-        for err in exc.errors():
-            loc = err["loc"]
-            line, col = locate(doc, loc, key=err["type"] == "extra_forbidden")
-            errors.append(PolicyError(name, line, col, format_path(loc), _message(err)))
-        raise ConfigError(errors) from None
+        raise ConfigError(validation_errors(name, doc, exc, ServiceConfig)) from None
     return _relative_to(config, path.resolve().parent)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 
 from autoscaler.catalog import Catalog
-from autoscaler.engine.plan import Action, Hold, Launch, Plan, Replace, ReportJob
+from autoscaler.engine.plan import Action, Plan, target_of
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.snapshot import Snapshot
 from autoscaler.fleet.lifecycle import BILLABLE
@@ -52,16 +52,7 @@ class LoopState:
 
 def describe_action(action: Action) -> str:
     """What an action is about, in a few words (the reason says why)."""
-    if isinstance(action, Launch):
-        zone = f" {action.zone}" if action.zone else ""
-        return f"{action.pool} {action.count} x {action.instance_type} {action.market.value}{zone}"
-    if isinstance(action, Replace):
-        return f"{action.pool} {action.node} -> {action.instance_type} {action.market.value}"
-    if isinstance(action, ReportJob):
-        return f"{action.pool} job {action.job} on {action.node}"
-    if isinstance(action, Hold):
-        return f"{action.pool} {action.what}"
-    return f"{action.pool} {getattr(action, 'node', '')}".rstrip()
+    return f"{action.pool} {target_of(action)}".rstrip()
 
 
 def _iso(value: datetime | None) -> str | None:

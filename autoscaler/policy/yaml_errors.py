@@ -1,0 +1,103 @@
+"""YAML files whose every problem is reported as ``file:line:column``, key path, reason.
+
+Shared by team policy files and the service config file: read with ruamel.yaml (which
+keeps positions), validate with a pydantic model, and turn each pydantic error into a
+:class:`PolicyError` pointing at the key an operator has to fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError
+
+from autoscaler.policy.errors import PolicyError
+from autoscaler.policy.locate import format_path, locate
+from autoscaler.policy.models import NAME_PATTERN
+
+_NAME_HINT = (
+    "must start with a lowercase letter and use only a-z, 0-9 and '-', at most 39 characters "
+    "(it becomes a Terraform key and a hostname)"
+)
+
+
+def read_yaml(path: Path) -> tuple[Any, list[PolicyError]]:
+    """The round-trip document (with positions), or the error that stops reading it."""
+    name = str(path)
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        return yaml.load(Path(path).read_text()), []
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        return None, [PolicyError(name, line, col, "", f"not valid YAML: {exc.problem}")]
+    except OSError as exc:
+        return None, [PolicyError(name, 1, 1, "", f"cannot read file: {exc.strerror}")]
+
+
+def validation_errors(name: str, doc: Any, exc: ValidationError,
+                      root: type[BaseModel]) -> list[PolicyError]:
+    errors = []
+    for err in exc.errors():
+        loc = err["loc"]
+        line, col = locate(doc, loc, key=err["type"] == "extra_forbidden")
+        errors.append(PolicyError(name, line, col, format_path(loc), message(err, root)))
+    return errors
+
+
+def message(err: Any, root: type[BaseModel]) -> str:
+    """A plain reason; unknown keys get a 'did you mean' from the model at that place."""
+    kind, loc = err["type"], err["loc"]
+    if kind == "extra_forbidden":
+        model = model_at(root, loc[:-1])
+        known = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.5)
+        hint = (f"; did you mean '{close[0]}'?" if close
+                else f"; known keys: {', '.join(known)}" if known else "")
+        return f"unknown key '{loc[-1]}'{hint}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == NAME_PATTERN:
+        return f"{err['input']!r} {_NAME_HINT}"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The model, dict or list type inside Optional/Annotated/unions."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _unwrap(arg)
+            if found is not None:
+                return found
+        return None
+    if origin in (list, dict) or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return annotation
+    return None
+
+
+def model_at(root: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """The model whose fields are the valid keys at ``loc`` (None if unknown)."""
+    current: Any = root
+    for part in loc:
+        origin = typing.get_origin(current)
+        if origin is list and isinstance(part, int):
+            current = _unwrap(typing.get_args(current)[0])
+        elif origin is dict:
+            current = _unwrap(typing.get_args(current)[1])
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            current = _unwrap(field.annotation) if field is not None else None
+        else:
+            return None
+        if current is None:
+            return None
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
