@@ -194,6 +194,8 @@ class _Grower:
             if b is None:
                 continue
             b.place(job, gpus)
+            # Capacity promised to these jobs must not be drained as idle this tick.
+            self.out.has_demand = True
             if b.node is None:
                 stand_in = self.out.new[self.new_bins.index(b)]
                 if node.name not in stand_in.replaces:
@@ -219,7 +221,7 @@ class _Grower:
         """Pending jobs, packed first-fit-decreasing."""
         ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
         parts = job_parts(ctx.demand_jobs())
-        out.has_demand = bool(parts)
+        out.has_demand = out.has_demand or bool(parts)
         if not parts:
             return
         self.live_bins()

@@ -6,6 +6,7 @@ editors use is generated from these classes, so the two never disagree.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -172,6 +173,14 @@ class TeamPolicy(_Strict):
             if pool.name == name:
                 return pool
         raise KeyError(f"team {self.team} has no pool {name!r}")
+
+
+def find_pool(policies: Mapping[str, TeamPolicy], team: str, pool: str) -> Pool | None:
+    """The pool's policy, or None when its team or pool is not (or no longer) defined."""
+    policy = policies.get(team)
+    if policy is None:
+        return None
+    return next((p for p in policy.pools if p.name == pool), None)
 
 
 def pool_key(team: str, pool: str) -> str:

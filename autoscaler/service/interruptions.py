@@ -29,7 +29,7 @@ from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
-from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.common import new_drain
 from autoscaler.service.executor.drain import interruption_progress
 from autoscaler.service.executor.meta import InterruptionMeta, drain_of, merged
@@ -158,10 +158,4 @@ class InterruptionIntake:
         log.warning("%s -> %s: %s", node.name, to, reason)
 
     def _pool(self, node: Node) -> Pool | None:
-        policy = self.policies().get(node.team)
-        if policy is None:
-            return None
-        try:
-            return policy.pool(node.pool)
-        except KeyError:
-            return None
+        return find_pool(self.policies(), node.team, node.pool)

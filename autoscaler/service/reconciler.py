@@ -41,7 +41,7 @@ from autoscaler.fleet.lifecycle import TIMEOUTS, NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.duration import format_duration
-from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.protocols import Provisioner
 from autoscaler.service.executor.report import AdvanceReport, Change
@@ -138,7 +138,7 @@ class Reconciler:
         now = self.clock()
         for node in self.store.nodes(states=list(TIMEOUTS)):
             timeout = TIMEOUTS[node.state]
-            limit = self._limit(node, _pool(policies, node.team, node.pool), timeout.after)
+            limit = self._limit(node, find_pool(policies, node.team, node.pool), timeout.after)
             stuck = now - node.state_since
             if stuck <= limit:
                 continue
@@ -215,7 +215,7 @@ class Reconciler:
 
     def _adopt(self, inst: CloudInstance, ref: PoolRef, policies: Mapping[str, TeamPolicy],
                report: ReconcileReport) -> None:
-        pool = _pool(policies, ref.team, ref.pool)
+        pool = find_pool(policies, ref.team, ref.pool)
         name = inst.node
         why = ("its pool has no policy" if pool is None else "it has no node tag" if not name
                else f"the name {name} is taken" if self.store.get(name) is not None else None)
@@ -291,14 +291,6 @@ class Reconciler:
                            f"reports it {sched.state}", node=node.name, pool=node.pool_key)
 
 
-def _pool(policies: Mapping[str, TeamPolicy], team: str, name: str) -> Pool | None:
-    policy = policies.get(team)
-    if policy is None:
-        return None
-    try:
-        return policy.pool(name)
-    except KeyError:
-        return None
 
 
 def _regions(nodes: Iterable[Node], policies: Mapping[str, TeamPolicy]) -> set[tuple[str, str]]:

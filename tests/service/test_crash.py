@@ -92,8 +92,11 @@ class Life:
     def run(self) -> None:
         sc = self.scenario
         sc.run_until(lambda: len(self.ready()) == 2)
-        first = sorted(self.ready())[0]
+        first, second = sorted(self.ready())
         self.sched.run(first, "job-1")
+        # The second node is busy too, so the interrupted node's job needs a stand-in
+        # (the engine would otherwise pack it onto the free GPU of the other node).
+        self.sched.run(second, "job-2")
         instance = sc.raw_store.get(first).instance_id  # type: ignore[union-attr]
         self.cloud.notices.append(Interruption(instance or "", InterruptionKind.INTERRUPTION, sc.now,
                                                sc.now + timedelta(minutes=2), "test"))

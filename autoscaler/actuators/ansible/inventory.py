@@ -13,7 +13,7 @@ from typing import Any
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.catalog.catalog import Catalog, CatalogError
 from autoscaler.fleet.node import Node
-from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 
 AddressResolver = Callable[[Node], str | None]
 
@@ -31,10 +31,10 @@ class Unresolved:
 
 
 def pool_of(node: Node, policies: Mapping[str, TeamPolicy]) -> Pool:
-    try:
-        return policies[node.team].pool(node.pool)
-    except KeyError:
-        raise InventoryError(f"{node.name}: no policy for pool {node.team}/{node.pool}") from None
+    pool = find_pool(policies, node.team, node.pool)
+    if pool is None:
+        raise InventoryError(f"{node.name}: no policy for pool {node.team}/{node.pool}")
+    return pool
 
 
 def _number(value: float) -> int | float:

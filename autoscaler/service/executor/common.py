@@ -12,7 +12,7 @@ from autoscaler.actuators.drain import Drainer, DrainProgress
 from autoscaler.fleet.lifecycle import IllegalTransitionError, NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore, StoreError
-from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.report import AdvanceReport, Change
 from autoscaler.service.executor.settings import ExecutorSettings
 
@@ -51,13 +51,7 @@ class Step:
         log.warning("%s", text)
 
     def pool(self, node: Node) -> Pool | None:
-        policy = self.policies.get(node.team)
-        if policy is None:
-            return None
-        try:
-            return policy.pool(node.pool)
-        except KeyError:
-            return None
+        return find_pool(self.policies, node.team, node.pool)
 
     def cluster_kind(self, node: Node, meta: Mapping[str, Any] | None = None) -> str:
         """The scheduler the node joined: as launched, else its pool's current policy."""

@@ -32,7 +32,7 @@ from autoscaler.engine.plan import (
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.tables import ActionRow
-from autoscaler.policy.models import Market
+from autoscaler.policy.models import Market, find_pool
 from autoscaler.service.executor.common import Step, SubmitError
 from autoscaler.service.executor.meta import merged, update_meta
 
@@ -147,11 +147,7 @@ def _replace(step: Step, action: Replace, action_id: int | None, resumed: bool) 
 def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Node:
     """A REQUESTED node for one launch slot (also used to finish a promised replacement)."""
     team, _, pool_name = str(spec["pool"]).partition("/")
-    policy = step.policies.get(team)
-    try:
-        pool = policy.pool(pool_name) if policy else None
-    except KeyError:
-        pool = None
+    pool = find_pool(step.policies, team, pool_name)
     if pool is None:
         raise SubmitError(f"pool {spec['pool']} has no policy: cannot tell its cloud and region")
     meta = {"cluster": pool.cluster.kind, "action": spec.get("action"), "index": spec.get("index")}
