@@ -1,22 +1,31 @@
-"""Prometheus query cost per tick for 100 and 1,000 nodes x 8 GPUs.
+"""Prometheus read cost per tick for 100 and 1,000 nodes x 8 GPUs, raw and recording-rule modes.
 
 For each fleet size a real Prometheus (the Debian package) starts on a TSDB backfilled with
 22 minutes of synthetic DCGM series (30 s apart: util, memory, temperature, power, XID,
-throttle reasons) for the nodes of the three example policies, plus the gpu-autoscaler
-recording rules evaluated over that history (``promtool tsdb create-blocks-from rules``).
-The signals reader runs several ticks against it in both modes: raw per-GPU series (the
-default) and recorded per-node series (``prometheus.recording_rules: true``). HTTP
-queries are counted on the wire (a requests response hook), not taken from the reader.
+throttle reasons) for the nodes of the three example policies: about 10% of the nodes idle,
+a few with an XID error, a hot GPU or thermal throttling, the rest busy. The gpu-autoscaler
+recording rules derived from those policies (``signals --print-rules``) are then evaluated
+at the read time (``autoscaler/sandbox/rule_eval.py``; the newest-sample rule that another
+rule reads, every 30 s over its 20 m span).
 
-    python benchmarks/bench_signals.py [--sizes 100 1000] [--ticks 5] [--mode raw|recorded]
+The signals reader runs several ticks in each mode: ``raw`` (the default: two queries over
+every GPU's raw series) and ``rules`` (``prometheus.recording_rules: true``: one query over
+the recorded per-node windows). Each tick's HTTP queries are counted on the wire (a requests
+response hook). The two modes must agree on every engine input (per-node mean utilization,
+idle and unhealthy verdicts, freshness) or the benchmark stops. What the rules cost
+Prometheus is printed too: each rule's expression is timed as an instant query, which is
+the work Prometheus does per evaluation, every ``rules_interval``, outside the tick.
 
-Last line: queries_per_tick_100=<a> queries_per_tick_1000=<b> read_ms_1000=<c>
-ratio_1000_over_100=<d>
+    python benchmarks/bench_signals.py [--sizes 100 1000] [--ticks 5] [--mode raw|rules]
+
+Last line (the ``--mode`` one, ``rules`` by default): queries_per_tick_100=<a>
+queries_per_tick_1000=<b> read_ms_1000=<c> ratio_1000_over_100=<d>
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -24,22 +33,27 @@ import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from autoscaler.catalog import load_catalog
+from autoscaler.engine.snapshot import NodeObservation
 from autoscaler.policy import load_policies
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
-from autoscaler.sandbox.prometheus import PrometheusServer, backfill, backfill_rules
+from autoscaler.sandbox import rule_eval
+from autoscaler.sandbox.prometheus import PrometheusServer, backfill
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import PrometheusReader
-from autoscaler.signals.rules import recording_rules
+from autoscaler.signals.rules import MARKER, RuleSet, recording_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = 8
 STEP_S = 30
 HISTORY = timedelta(minutes=22)  # covers the longest window of the example policies (20m)
+STALE_AFTER = timedelta(minutes=2)
 METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
            "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS",
            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+MODES = ("raw", "rules")
 
 
 def fleet(policies: dict[str, TeamPolicy], size: int) -> dict[str, Pool]:
@@ -49,13 +63,18 @@ def fleet(policies: dict[str, TeamPolicy], size: int) -> dict[str, Pool]:
             for i in range(size) for key, pool in [pools[i % len(pools)]]}
 
 
-def value(metric: str, seed: int, k: int) -> float:
-    util = (seed + 7 * k) % 101
+def value(metric: str, node_seed: int, gpu: int, k: int) -> float:
+    """Sample k (k = 0 is the newest) of one GPU: node_seed % 100 < 10 is an idle node,
+    == 10 has an XID error 2 minutes ago, == 11 a hot GPU, == 12 thermal throttling."""
+    kind = node_seed % 100
+    util = (node_seed + 13 * gpu + 7 * k) % 101 if kind >= 10 else (node_seed + k) % 3
     return {
         "DCGM_FI_DEV_GPU_UTIL": util, "DCGM_FI_DEV_FB_USED": 300 + 150 * util,
-        "DCGM_FI_DEV_FB_FREE": 16000 - 150 * util, "DCGM_FI_DEV_GPU_TEMP": 35 + util // 3,
-        "DCGM_FI_DEV_POWER_USAGE": 40 + 2 * util, "DCGM_FI_DEV_XID_ERRORS": 79 if seed == k else 0,
-        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 64 if util > 97 else 0,
+        "DCGM_FI_DEV_FB_FREE": 16000 - 150 * util,
+        "DCGM_FI_DEV_GPU_TEMP": 92 if kind == 11 and gpu == 0 else 35 + util // 3,
+        "DCGM_FI_DEV_POWER_USAGE": 40 + 2 * util,
+        "DCGM_FI_DEV_XID_ERRORS": 79 if kind == 10 and gpu == 1 and k == 4 else 0,
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 64 if kind == 12 else 0,
     }[metric]
 
 
@@ -65,19 +84,20 @@ def openmetrics(nodes: list[str], end: datetime) -> Iterator[str]:
     for metric in METRICS:
         yield f"# TYPE {metric} gauge\n"
         for node in nodes:
+            seed = zlib.crc32(node.encode()) % 1000
             for gpu in range(GPUS):
-                seed = zlib.crc32(f"{node}/{gpu}".encode()) % 1000
                 labels = (f'{{DCGM_FI_DRIVER_VERSION="550.54.15",Hostname="{node}",'
                           f'UUID="GPU-{seed:08d}-{gpu}",device="nvidia{gpu}",gpu="{gpu}",'
                           'modelName="Tesla V100-SXM2-16GB"}')
                 for k in range(samples - 1, -1, -1):
                     ts = t_end - 5 - STEP_S * k
-                    yield f"{metric}{labels} {value(metric, seed, k)} {ts:.3f}\n"
+                    yield f"{metric}{labels} {value(metric, seed, gpu, k)} {ts:.3f}\n"
     yield "# EOF\n"
 
 
-def prepare(size: int, node_pools: dict[str, Pool], end: datetime, work: Path) -> tuple[Path, float]:
-    """Raw history backfilled, then the recording rules evaluated over it (30 s)."""
+def prepare(size: int, node_pools: dict[str, Pool], rules: dict[str, Any], end: datetime,
+            work: Path) -> tuple[Path, float]:
+    """Raw history backfilled, then the recording rules evaluated at the read time."""
     started = time.monotonic()
     data = work / f"data-{size}"
     source = work / f"history-{size}.om"
@@ -85,17 +105,17 @@ def prepare(size: int, node_pools: dict[str, Pool], end: datetime, work: Path) -
         fh.writelines(openmetrics(list(node_pools), end))
     backfill(source, data)
     source.unlink()
-    with PrometheusServer(work / f"prom-raw-{size}", data_dir=data) as prom:
-        backfill_rules(prom.url, recording_rules("Hostname", f"{STEP_S}s"),
-                       (end - HISTORY).timestamp(), end.timestamp() + 1, data)
+    rule_eval.record_all(rules, data, work / f"rules-{size}", end.timestamp(),
+                         (end - HISTORY).timestamp(), STEP_S)
     return data, time.monotonic() - started
 
 
-def ticks(prom: PrometheusServer, recorded: bool, node_pools: dict[str, Pool],
-          pools: list[Pool], end: datetime, count: int) -> dict[str, float]:
+def ticks(prom: PrometheusServer, mode: str, node_pools: dict[str, Pool], pools: list[Pool],
+          end: datetime, count: int) -> tuple[dict[str, float], dict[str, NodeObservation]]:
     sent: list[str] = []
     reader = PrometheusReader(
-        PrometheusConfig(url=prom.url, timeout="60s", stale_after="2m", recording_rules=recorded),
+        PrometheusConfig(url=prom.url, timeout="60s", stale_after=STALE_AFTER,
+                         recording_rules=mode == "rules"),
         session_hook=lambda s: s.hooks["response"].append(lambda r, *a, **k: sent.append(r.url)))
     timings, per_tick = [], []
     for tick in range(count + 1):  # the first tick warms Prometheus' caches
@@ -105,58 +125,95 @@ def ticks(prom: PrometheusServer, recorded: bool, node_pools: dict[str, Pool],
         elapsed = (time.perf_counter() - t0) * 1000
         per_tick.append(len(sent) - before)
         if result.error is not None:
-            raise SystemExit(f"{len(node_pools)} nodes: {result.error}")
+            raise SystemExit(f"{len(node_pools)} nodes, {mode}: {result.error}")
         fresh = sum(1 for o in result.nodes.values() if o.metrics and not o.metrics_missing)
         if fresh != len(node_pools):
-            raise SystemExit(f"{len(node_pools)} nodes: only {fresh} have fresh metrics")
+            raise SystemExit(f"{len(node_pools)} nodes, {mode}: only {fresh} have fresh metrics")
         if tick:
             timings.append(elapsed)
     reader.close()
     if len(set(per_tick)) != 1:
         raise SystemExit(f"{len(node_pools)} nodes: queries per tick varied: {per_tick}")
-    return {"queries": per_tick[0], "read_ms": statistics.median(timings), "min_ms": min(timings)}
+    stats = {"queries": per_tick[0], "read_ms": statistics.median(timings), "min_ms": min(timings)}
+    return stats, result.nodes
+
+
+def verdicts(pool: Pool, obs: NodeObservation) -> tuple[object, ...]:
+    """What the engine takes from one node's metrics."""
+    m = obs.metrics
+    if m is None or obs.metrics_missing:
+        return ("missing",)
+    peak = m.util_max_idle_window
+    idle = peak is not None and peak < pool.scale_down.gpu_utilization_below
+    hot = m.temperature_max_c is not None and m.temperature_max_c > pool.health.max_gpu_temperature
+    return (m.util_mean, idle, m.xid_errors, hot, m.thermal_throttle)
+
+
+def rules_cost_ms(url: str, rules: dict[str, Any], end: datetime) -> float:
+    """Prometheus time for one evaluation of every rule (median of 3 runs per rule)."""
+    runs = [rule_eval.evaluate(url, rules, [end.timestamp()])[1] for _ in range(3)]
+    return sum(statistics.median(run[name] for run in runs) for name in runs[0] if name != MARKER)
 
 
 def measure(size: int, policies: dict[str, TeamPolicy], count: int,
             work: Path) -> dict[str, dict[str, float]]:
-    end = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=60)
+    now = int(time.time()) - 60
+    end = datetime.fromtimestamp(now - now % STEP_S, UTC)  # on the rules' evaluation grid
     node_pools = fleet(policies, size)
     pools = [p for t in policies.values() for p in t.pools]
-    data, prepare_s = prepare(size, node_pools, end, work)
+    rules = recording_rules(RuleSet.of(pools, "Hostname", STALE_AFTER), f"{STEP_S}s")
+    data, prepare_s = prepare(size, node_pools, rules, end, work)
     print(f"{size:>5} nodes x {GPUS} GPUs: history and rules backfilled in {prepare_s:.1f} s",
           flush=True)
-    out = {}
+    out, seen = {}, {}
     with PrometheusServer(work / f"prom-{size}", data_dir=data) as prom:
-        for mode, recorded in (("raw", False), ("recorded", True)):
-            r = out[mode] = ticks(prom, recorded, node_pools, pools, end, count)
-            print(f"{size:>5} nodes, {mode:>8} series: {r['queries']:.0f} queries/tick, read "
-                  f"median {r['read_ms']:.1f} ms (min {r['min_ms']:.1f}) over {count} ticks",
-                  flush=True)
+        for mode in MODES:
+            r, seen[mode] = ticks(prom, mode, node_pools, pools, end, count)
+            out[mode] = r
+            print(f"{size:>5} nodes, {mode:>5}: {r['queries']:.0f} HTTP queries/tick, read median "
+                  f"{r['read_ms']:.1f} ms (min {r['min_ms']:.1f}) over {count} ticks", flush=True)
+        differ = [n for n, pool in node_pools.items()
+                  if verdicts(pool, seen["raw"][n]) != verdicts(pool, seen["rules"][n])]
+        if differ:
+            raise SystemExit(f"{size} nodes: raw and rules disagree on {len(differ)} nodes, "
+                             f"e.g. {differ[0]}")
+        idle = sum(1 for n, pool in node_pools.items() if verdicts(pool, seen["rules"][n])[1])
+        cost = rules_cost_ms(prom.url, rules, end)
+        rule_count = sum(len(g["rules"]) - 1 for g in rules["groups"])
+        print(f"{size:>5} nodes: both modes agree on every node ({idle} idle); Prometheus "
+              f"spends {cost:.0f} ms per evaluation of the {rule_count} rules "
+              f"(every rules_interval, outside the tick)", flush=True)
     return out
+
+
+def line(results: dict[int, dict[str, dict[str, float]]], mode: str, small_n: int,
+         big_n: int) -> str:
+    small, big = results[small_n][mode], results[big_n][mode]
+    return (f"queries_per_tick_{small_n}={small['queries']:.0f} "
+            f"queries_per_tick_{big_n}={big['queries']:.0f} "
+            f"read_ms_{big_n}={big['read_ms']:.1f} "
+            f"ratio_{big_n}_over_{small_n}={big['read_ms'] / small['read_ms']:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs=2, default=[100, 1000], metavar=("SMALL", "BIG"))
     parser.add_argument("--ticks", type=int, default=5)
-    parser.add_argument("--mode", choices=["raw", "recorded"], default="raw",
+    parser.add_argument("--mode", choices=MODES, default="rules",
                         help="Which reader mode the last line reports (both are printed).")
     args = parser.parse_args()
     catalog = load_catalog(ROOT / "examples" / "prices-alicloud.yaml")
     policies = load_policies(ROOT / "policies", catalog)
+    print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-signals-") as tmp:
         for size in args.sizes:
             results[size] = measure(size, policies, args.ticks, Path(tmp))
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
     small_n, big_n = args.sizes
-    for mode in ("raw", "recorded"):
-        small, big = results[small_n][mode], results[big_n][mode]
-        print(f"{mode}: ratio_{big_n}_over_{small_n}={big['read_ms'] / small['read_ms']:.2f}")
-    small, big = results[small_n][args.mode], results[big_n][args.mode]
-    print(f"queries_per_tick_{small_n}={small['queries']:.0f} "
-          f"queries_per_tick_{big_n}={big['queries']:.0f} "
-          f"read_ms_{big_n}={big['read_ms']:.1f} "
-          f"ratio_{big_n}_over_{small_n}={big['read_ms'] / small['read_ms']:.2f}")
+    for mode in MODES:
+        print(f"{mode:>5}: {line(results, mode, small_n, big_n)}")
+    print(line(results, args.mode, small_n, big_n))
 
 
 if __name__ == "__main__":

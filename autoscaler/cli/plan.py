@@ -1,9 +1,12 @@
-"""``gpu-autoscaler plan``: decide from a recorded snapshot and show what would happen.
+"""``gpu-autoscaler plan``: decide from a recorded snapshot, or from the live sources and
+store of a service config, and show what would happen.
 
 Without ``--settings`` it shows the engine's decision only. With ``--settings`` (Terraform
 settings) it also runs ``terraform plan -out`` for every pool whose node map changes and
 shows, per pool, the nodes created / destroyed / replaced and the $/h delta; ``gpu-autoscaler
-apply`` then applies exactly those saved plans.
+apply`` then applies exactly those saved plans. ``--config`` reads what one tick of
+``gpu-autoscaler run`` would read (signals, prices, the fleet store) without taking the
+leader lease or recording anything, and previews with the config's Terraform settings.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from autoscaler.catalog import Catalog
 from autoscaler.cli.common import PoliciesOption, PricesOption, catalog_from, console, fail
 from autoscaler.cli.plan_render import preview_markdown, preview_tables
 from autoscaler.cli.render import actions_table, pools_table
+from autoscaler.cli.run import read_config
 from autoscaler.engine import DecisionInput, EngineSettings, Plan, decide
 from autoscaler.engine.pricing import Prices
 from autoscaler.policy import PolicyLoadError, load_policies
@@ -88,9 +92,41 @@ def terraform_preview(policies: dict[str, TeamPolicy], data: DecisionInput, resu
     return preview_pools(maps, settings, Prices(catalog, data.snapshot, data.now))
 
 
+def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Catalog,
+                                      EngineSettings, TerraformSettings | None]:
+    """One tick's reading of the live sources, without the lease, the executor or the store
+    being written."""
+    from autoscaler.service.app import build_service
+
+    cfg = read_config(config)
+    service = build_service(cfg, dry_run=True)
+    try:
+        reload = service.loop.reloader.refresh()
+        if reload.errors:
+            fail(f"policies in {cfg.policies_dir} are invalid:\n"
+                 + "\n".join(str(e) for e in reload.errors))
+        policies = service.loop.reloader.policies
+        fleet = service.store.fleet_view()
+        now = service.loop.clock()
+        snapshot = service.loop.read_snapshot(policies, fleet, now)
+    finally:
+        service.close()
+    tf = cfg.terraform if cfg.terraform.regions else None
+    return (DecisionInput(now=now, fleet=fleet, snapshot=snapshot), policies, service.catalog,
+            cfg.engine, tf)
+
+
 def plan(
-    snapshot: Annotated[Path, typer.Option("--snapshot", "-s", help=SNAPSHOT_HELP, exists=True,
-                                           dir_okay=False)],
+    snapshot: Annotated[Path | None, typer.Option("--snapshot", "-s", help=SNAPSHOT_HELP,
+                                                  exists=True, dir_okay=False)] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", "-c", help="Service config (as for `gpu-autoscaler run`): decide from the "
+        "live signals and the fleet store, and preview with its Terraform settings (unless "
+        "--settings is given). Nothing is recorded and the leader lease is not taken.",
+        exists=True, dir_okay=False)] = None,
+    save_input: Annotated[Path | None, typer.Option(
+        "--save-input", help="With --config: also write the engine input read live, for a "
+        "later `plan --snapshot` replay.", dir_okay=False)] = None,
     policies: PoliciesOption = Path("policies"),
     prices: PricesOption = None,
     settings_file: Annotated[Path | None, typer.Option(
@@ -104,16 +140,32 @@ def plan(
     max_gpus: Annotated[int | None, typer.Option(help="Global GPU cap across teams.")] = None,
     max_hourly_usd: Annotated[float | None, typer.Option(help="Global $/h cap.")] = None,
 ) -> None:
-    """Decide from a recorded snapshot and print the actions with their reasons.
+    """Decide from a recorded snapshot (--snapshot) or from the live sources
+    of a service config (--config); print the actions with their reasons.
 
-    Nothing is changed. With --settings, the Terraform plan of each changed pool is saved
-    for `gpu-autoscaler apply` and shown with its $/h delta.
+    Nothing is changed. With Terraform settings (--settings, or the config's
+    terraform regions), each changed pool's terraform plan is saved for
+    `gpu-autoscaler apply` and shown with its $/h delta.
     """
+    if (snapshot is None) == (config is None):
+        fail("give exactly one of --snapshot FILE (a recorded input) or --config FILE (live)")
+    if save_input is not None and config is None:
+        fail("--save-input needs --config")
     tf_settings = terraform_settings(settings_file, terraform_dir)
-    catalog = catalog_from(prices)
-    data = load_input(snapshot)
-    team_policies = _policies(policies, catalog)
-    engine = EngineSettings(max_gpus=max_gpus, max_hourly_usd=max_hourly_usd)
+    if config is not None:
+        data, team_policies, catalog, engine, live_tf = live_input(config)
+        tf_settings = tf_settings or live_tf
+        if save_input is not None:
+            save_input.write_text(data.model_dump_json(indent=1))
+    else:
+        assert snapshot is not None
+        catalog = catalog_from(prices)
+        data = load_input(snapshot)
+        team_policies = _policies(policies, catalog)
+        engine = EngineSettings()
+    if max_gpus is not None or max_hourly_usd is not None:
+        engine = engine.model_copy(update={k: v for k, v in (
+            ("max_gpus", max_gpus), ("max_hourly_usd", max_hourly_usd)) if v is not None})
     result = decide(team_policies, data.fleet, data.snapshot, data.now, catalog=catalog,
                     settings=engine)
     previews = None if tf_settings is None else terraform_preview(

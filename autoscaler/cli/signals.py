@@ -17,9 +17,10 @@ from autoscaler.cli.common import catalog_from, console, err_console, fail
 from autoscaler.engine.snapshot import DecisionInput, Snapshot
 from autoscaler.fleet.node import FleetView
 from autoscaler.policy import PolicyLoadError, TeamPolicy, load_policies, pool_key
+from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
 from autoscaler.signals.config import SignalsConfig
-from autoscaler.signals.rules import recording_rules
+from autoscaler.signals.rules import RuleSet, recording_rules
 from autoscaler.signals.snapshot import SignalReader, SignalsResult, key_by_name_prefix
 
 DEMAND_REASONS = {"Resources", "Priority", "Unschedulable"}
@@ -102,6 +103,19 @@ def pools_table(policies: dict[str, TeamPolicy], result: SignalsResult) -> Table
     return table
 
 
+def _print_rules(cfg: SignalsFile, policies: dict[str, TeamPolicy]) -> None:
+    prom = cfg.signals.prometheus
+    if prom is None:
+        fail("--print-rules needs a signals.prometheus section (node_label, stale_after)")
+    pools = [p for t in policies.values() for p in t.pools]
+    rules = recording_rules(RuleSet.of(pools, prom.node_label, prom.stale_after),
+                            format_duration(prom.rules_interval))
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 4096  # one line per expression
+    yaml.dump(rules, sys.stdout)
+
+
 def signals(
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP, exists=True,
                                          dir_okay=False)],
@@ -109,7 +123,8 @@ def signals(
         "--json", help="Print the engine input JSON that `plan --snapshot` reads.")] = False,
     print_rules: Annotated[bool, typer.Option(
         "--print-rules", help="Print the Prometheus recording rules that "
-        "`prometheus.recording_rules: true` reads (for large fleets), then exit.")] = False,
+        "`prometheus.recording_rules: true` reads (for large fleets), derived from the "
+        "policies' windows, then exit.")] = False,
 ) -> None:
     """Read Prometheus, Slurm and Kubernetes once and show what the engine would see.
 
@@ -118,17 +133,14 @@ def signals(
     output carries `fleet: {nodes: []}` and the snapshot of every observed node.
     """
     cfg = load_signals_file(config)
-    if print_rules:
-        label = cfg.signals.prometheus.node_label if cfg.signals.prometheus else "Hostname"
-        yaml = YAML()
-        yaml.default_flow_style = False
-        yaml.dump(recording_rules(label), sys.stdout)
-        return
     catalog = catalog_from(cfg.prices_file)
     try:
         policies = load_policies(cfg.policies_dir, catalog)
     except PolicyLoadError as exc:
         fail(f"policies in {cfg.policies_dir} are invalid:\n{exc}")
+    if print_rules:
+        _print_rules(cfg, policies)
+        return
     reader = SignalReader(cfg.signals, catalog)
     now = datetime.now(UTC)
     try:

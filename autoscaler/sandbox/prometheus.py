@@ -100,30 +100,6 @@ def render_config(file_sd: Sequence[Path], scrape_interval: str = "1s",
     }
 
 
-def backfill_rules(prometheus_url: str, rules: Mapping[str, Any], start: float, end: float,
-                   data_dir: Path, eval_interval: str = "30s", timeout: float = 600) -> None:
-    """Evaluate recording ``rules`` over [start, end] against a running Prometheus and add
-    the resulting blocks to ``data_dir`` (restart Prometheus on it to see them)."""
-    work = Path(tempfile.mkdtemp(dir=Path(data_dir).parent, prefix="rules-"))
-    try:
-        rule_file = work / "rules.yml"
-        rule_file.write_text(json.dumps(rules))
-        result = subprocess.run(
-            [PROMTOOL_BIN, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}",
-             f"--end={end:.0f}", f"--url={prometheus_url}", f"--output-dir={work / 'out'}",
-             f"--eval-interval={eval_interval}", "--quiet", str(rule_file)],
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )
-        if result.returncode != 0:
-            raise ProcessError(f"promtool rules backfill failed ({result.returncode}): "
-                               f"{(result.stderr or result.stdout)[-2000:]}")
-        for block in (work / "out").iterdir():
-            if block.is_dir():
-                shutil.move(str(block), str(Path(data_dir) / block.name))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
 class PrometheusServer:
     """One Prometheus process on 127.0.0.1:<port>; start/stop by PID, bounded waits.
 

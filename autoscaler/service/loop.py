@@ -183,7 +183,7 @@ class ServiceLoop:
         policies = self.reloader.policies
         fleet = self._stage("fleet", self.store.fleet_view)
         now = self.clock()
-        snapshot = self._stage("signals", lambda: self._snapshot(policies, fleet, now))
+        snapshot = self._stage("signals", lambda: self.read_snapshot(policies, fleet, now))
         if not self.dry_run and self.reconciler is not None:
             report.reconcile = self._reconcile(snapshot)
             fleet = self._stage("fleet", self.store.fleet_view)  # interruptions, LOST nodes
@@ -237,8 +237,9 @@ class ServiceLoop:
             log.exception("reconciler failed; deciding on the store as it is")
             return None
 
-    def _snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,
-                  now: datetime) -> Snapshot:
+    def read_snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,
+                      now: datetime) -> Snapshot:
+        """Signals and prices for ``now``: what a tick decides from."""
         snapshot = self.signals.read(policies, fleet.nodes, now)
         if self.prices is not None:
             snapshot = self.prices.observe(policies).into(snapshot)

@@ -87,8 +87,14 @@ class PrometheusConfig(_Model):
         timedelta(seconds=120), description="A node whose newest sample is older is stale."
     )
     recording_rules: bool = Field(
-        False, description="Read the per-node series of gpu-autoscaler's recording rules "
-        "(signals --print-rules) instead of every GPU's raw series: for large fleets.",
+        False, description="Read the windowed per-node series of gpu-autoscaler's recording "
+        "rules (signals --print-rules) with one query, only the fields decisions use, instead "
+        "of every GPU's raw series: for fleets of hundreds of nodes. Values lag by at most "
+        "rules_interval.",
+    )
+    rules_interval: Duration = Field(
+        timedelta(seconds=30), description="Evaluation interval written into the printed "
+        "recording rules (at most 2m, below stale_after).",
     )
 
     @model_validator(mode="after")
@@ -99,6 +105,12 @@ class PrometheusConfig(_Model):
             raise ValueError("url must start with http:// or https://")
         if self.stale_after < timedelta(seconds=1):
             raise ValueError("stale_after must be at least 1s")
+        # Recorded samples must stay within Prometheus' 5 m lookback between evaluations,
+        # and a lag of one interval must not make every node look stale.
+        if not timedelta(seconds=1) <= self.rules_interval <= timedelta(minutes=2):
+            raise ValueError("rules_interval must be between 1s and 2m")
+        if self.recording_rules and self.rules_interval >= self.stale_after:
+            raise ValueError("rules_interval must be shorter than stale_after")
         return self
 
 

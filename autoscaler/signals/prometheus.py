@@ -1,4 +1,6 @@
-"""Per-node GPU metrics (DCGM exporter series) from Prometheus, two queries per tick.
+"""Per-node GPU metrics (DCGM exporter series) from Prometheus: two queries per tick over
+the raw series (``promql.py``), or one over gpu-autoscaler's recording rules (``rules.py``,
+``recording_rules: true``).
 
 The node label (``PrometheusConfig.node_label``: ``Hostname`` by default, ``hostname`` for
 newer dcgm-exporter, or ``instance`` when the scrape config sets it) must carry the fleet
@@ -37,7 +39,7 @@ from autoscaler.signals.promql import (
     now_key,
     xid_key,
 )
-from autoscaler.signals.rules import RecordedQueryBuilder
+from autoscaler.signals.rules import MARKER, RecordedQuery, RulesError, RuleSet
 
 Fields = dict[str, dict[str, float]]  # node -> field key -> value
 
@@ -93,38 +95,67 @@ class PrometheusReader:
              pool_of: Callable[[str], Pool | None] | None = None) -> MetricsReading:
         """Metrics evaluated at ``now`` for every node in ``node_pools`` (with its pool's
         windows), and for other reporting hosts that ``pool_of`` attributes to a pool."""
-        pools = list(pools)
-        windows = {PoolWindows.of(p) for p in [*pools, *node_pools.values()]}
-        kind = RecordedQueryBuilder if self.config.recording_rules else QueryBuilder
-        builder = kind(windows, self.config.node_label, self.config.stale_after)
+        # A tick sees each pool once per node: work per distinct pool object, not per node.
+        distinct = list({id(p): p for p in [*pools, *node_pools.values()]}.values())
+        if self.config.recording_rules:
+            return self._read_recorded(node_pools, distinct, now, pool_of)
+        windows_of = _windows_of(distinct)
+        windows = {windows_of(p) for p in distinct}
+        builder = QueryBuilder(windows, self.config.node_label, self.config.stale_after)
         fields: Fields = {}
-        queries = [builder.windows_query(), builder.current_query()]
         undated: set[str] = set()
         targets = dict(node_pools)
         sent = 0
         try:
-            for query in queries:
+            for query in (builder.windows_query(), builder.current_query()):
                 sent += 1
-                self._query(query, now, fields)
+                _collect(self._query(query, now), self.config.node_label, fields)
             if pool_of is not None:
-                targets.update(_attributed(fields.keys() - targets.keys(), pool_of, windows))
-            lagging = _lagging(targets, fields) if builder.needs_followup else {}
+                targets.update(_attributed(fields.keys() - targets.keys(), pool_of, windows,
+                                           windows_of))
+            lagging = _lagging(targets, fields)
             if lagging:
                 dated, undated = _cap(lagging)
                 sent += 1
-                self._query(builder.followup_query(dated), now, fields)
+                _collect(self._query(builder.followup_query(dated), now),
+                         self.config.node_label, fields)
         except PrometheusReadError as exc:
             return MetricsReading({}, error=str(exc), queries=sent)
-        nodes = {name: self._observe(fields.get(name, {}), PoolWindows.of(pool), builder,
+        nodes = {name: self._observe(fields.get(name, {}), windows_of(pool), builder,
                                      name in undated)
                  for name, pool in targets.items()}
         return MetricsReading(nodes, queries=sent)
 
-    def _query(self, query: str, now: datetime, into: Fields) -> None:
+    def _read_recorded(self, node_pools: Mapping[str, Pool], pools: list[Pool], now: datetime,
+                       pool_of: Callable[[str], Pool | None] | None) -> MetricsReading:
+        """One query over gpu-autoscaler's recording rules (see ``signals/rules.py``)."""
+        if not pools:
+            return MetricsReading({})
+        recorded = RecordedQuery(RuleSet.of(pools, self.config.node_label,
+                                            self.config.stale_after))
+        fields: Fields = {}
+        markers: dict[str, str] = {}
+        try:
+            result = self._query(recorded.query(), now)
+            _collect(result, self.config.node_label, fields, recorded.keys, markers)
+            recorded.check(markers)
+        except (PrometheusReadError, RulesError) as exc:
+            return MetricsReading({}, error=str(exc), queries=1)
+        windows_of = _windows_of(pools)
+        targets = dict(node_pools)
+        if pool_of is not None:
+            windows = {windows_of(p) for p in pools}
+            targets.update(_attributed(fields.keys() - targets.keys(), pool_of, windows,
+                                       windows_of))
+        nodes = {name: recorded.observe(fields.get(name, {}), windows_of(pool))
+                 for name, pool in targets.items()}
+        return MetricsReading(nodes, queries=1)
+
+    def _query(self, query: str, now: datetime) -> list[dict[str, Any]]:
         timeout = self.config.timeout.total_seconds()
         try:
             client = self._connect()
-            result = client.custom_query(
+            result: list[dict[str, Any]] = client.custom_query(
                 query, params={"time": f"{now.timestamp():.3f}", "timeout": f"{timeout:g}s"})
         except (requests.Timeout, requests.ConnectionError) as exc:
             if _timed_out(exc):
@@ -137,7 +168,7 @@ class PrometheusReader:
             raise PrometheusReadError(f"prometheus answered badly: {type(exc).__name__}") from None
         except SecretError as exc:
             raise PrometheusReadError(str(exc)) from None
-        _collect(result, self.config.node_label, into)
+        return result
 
     def _observe(self, fields: dict[str, float], w: PoolWindows, builder: QueryBuilder,
                  undated: bool = False) -> NodeObservation:
@@ -172,12 +203,24 @@ class PrometheusReader:
         return NodeObservation(metrics=metrics, metrics_missing=missing)
 
 
+def _windows_of(pools: Iterable[Pool]) -> Callable[[Pool], PoolWindows]:
+    """``PoolWindows.of`` computed once per pool object."""
+    cache = {id(p): PoolWindows.of(p) for p in pools}
+
+    def of(pool: Pool) -> PoolWindows:
+        found = cache.get(id(pool))
+        return found if found is not None else PoolWindows.of(pool)
+
+    return of
+
+
 def _attributed(hosts: Iterable[str], pool_of: Callable[[str], Pool | None],
-                windows: set[PoolWindows]) -> dict[str, Pool]:
+                windows: set[PoolWindows],
+                windows_of: Callable[[Pool], PoolWindows]) -> dict[str, Pool]:
     out = {}
     for host in hosts:
         pool = pool_of(host)
-        if pool is not None and PoolWindows.of(pool) in windows:
+        if pool is not None and windows_of(pool) in windows:
             out[host] = pool
     return out
 
@@ -227,10 +270,19 @@ def _public_url(url: str) -> str:
     return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
-def _collect(result: list[dict[str, Any]], label: str, into: Fields) -> None:
+def _collect(result: list[dict[str, Any]], label: str, into: Fields,
+             names: Mapping[str, str] | None = None,
+             markers: dict[str, str] | None = None) -> None:
+    """Values by node and field key: the ``gas_field`` label, else the recorded series'
+    name looked up in ``names``; rule-group markers go to ``markers``."""
     for series in result:
         labels = series.get("metric", {})
-        node, key = labels.get(label), labels.get(FIELD_LABEL)
+        name = labels.get("__name__", "")
+        if markers is not None and name == MARKER:
+            markers[labels.get("rule_group", "")] = labels.get("digest", "")
+            continue
+        node = labels.get(label)
+        key = labels.get(FIELD_LABEL) or (names or {}).get(name)
         if not node or not key:
             continue
         value = float(series["value"][1])

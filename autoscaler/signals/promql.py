@@ -1,4 +1,4 @@
-"""The PromQL the Prometheus reader sends: a fixed number of queries per tick.
+"""The PromQL the Prometheus reader sends in raw mode: a fixed number of queries per tick.
 
 Every per-node aggregate is one *branch*: an aggregation ``by (<node label>)`` tagged with
 a ``gas_field`` label through ``label_replace``, and all branches are joined with ``or``
@@ -17,7 +17,9 @@ two HTTP queries, whatever the number of nodes, pools or distinct windows:
   those nodes (at most ``MAX_FOLLOWUP_NODES``), so it costs nothing on a healthy fleet.
 
 So a tick sends 2 queries, 3 when nodes dropped out. Distinct windows only lengthen the
-query text (bounded by the policies, not the fleet).
+query text (bounded by the policies, not the fleet). Prometheus reads window-many samples
+of every GPU per tick, so the read time grows with the fleet: ``signals/rules.py`` is the
+large-fleet mode (one query over recording rules).
 """
 
 from __future__ import annotations
@@ -158,8 +160,6 @@ class QueryBuilder:
                 f"time() - max by ({self.label}) (max_over_time(timestamp({sel})"
                 f"[{self.horizon_s}s:{self.step_s}s]))")
         return self._union(branches)
-
-    needs_followup = True  # raw series lose their age when marked stale
 
     def _union(self, branches: dict[str, str]) -> str:
         return balanced_or([self._branch(k, e) for k, e in branches.items()])

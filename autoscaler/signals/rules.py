@@ -1,102 +1,263 @@
-"""Prometheus recording rules that pre-aggregate DCGM series per node, for large fleets.
+"""Recording rules that compute each node's WINDOWED aggregates in Prometheus, for large fleets.
 
-With ``prometheus.recording_rules: true`` the reader queries these per-node series (one
-per node and field) instead of every GPU's raw series, so a tick touches about 8 x fewer
-series on 8-GPU nodes and dates dropped-out nodes exactly without a subquery. Install the
-output of ``gpu-autoscaler signals --config FILE --print-rules`` in Prometheus' rule_files.
+With ``prometheus.recording_rules: true`` Prometheus evaluates, every ``rules_interval``,
+one rule group per distinct duration among the pools' ``scale_up.window`` and
+``scale_down.idle_for`` (``avg_over_time`` / ``max_over_time`` of every GPU's raw series,
+then ``by (<node label>)``) plus one group of per-node instant values. A tick then sends
+ONE instant query that reads one recorded sample per series instead of window-many raw
+samples per GPU, and only what the engine decides with crosses the wire:
 
-Semantics: a window mean is the mean of the per-node GPU mean at each rule evaluation
-(evaluate the group at least as often as the scrape interval); maxima and the newest
-sample's timestamp are exact.
+* for every node: the mean utilization over each distinct window and the GPUs reporting;
+* only for the nodes that matter: the max over an idle span when below the highest idle
+  threshold using that span, temperature above the lowest ``max_gpu_temperature``, XID
+  errors, thermal throttling, and the newest sample's age once it is over a minute old.
+
+So a busy, healthy node's snapshot has ``util_mean`` and ``gpus_reporting`` but no
+``util_max``, memory, power or (below the thresholds) idle-window max and temperature:
+those are None, the engine's decisions are the same as in raw mode (the thresholds only
+pick which values are sent, the engine compares the exact values), and
+``signals --json`` shows fewer fields.
+
+Trade-offs: values lag by at most one rule evaluation (``rules_interval``); Prometheus
+spends about one raw-mode read of CPU per evaluation (work moved out of the tick, not
+removed: evaluate no more often than the autoscaler ticks); the rules depend on the
+policies' windows, so a group carries a digest of its rules and the reader refuses to
+read (the whole source is reported missing) when a group it needs is absent, out of
+date or not evaluated within the last 5 minutes. Install the output of
+``gpu-autoscaler signals --config FILE --print-rules`` in Prometheus' ``rule_files``.
 """
 
 from __future__ import annotations
 
+import json
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from autoscaler.engine.snapshot import GpuMetrics, NodeObservation
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import Pool
 from autoscaler.signals.promql import (
+    FIELD_LABEL,
     THERMAL_BITS_EXPR,
     THROTTLE,
     UTIL_METRICS,
     XID,
-    QueryBuilder,
+    PoolWindows,
+    balanced_or,
     gpus_key,
     max_key,
     mean_key,
     now_key,
+    seconds,
     xid_key,
 )
 
-GROUP = "gpu-autoscaler"
+PREFIX = "gpu_autoscaler"
+GROUP_PREFIX = "gpu-autoscaler"
+MARKER = f"{PREFIX}:rules_loaded"  # one per group: {rule_group, digest}
+TEMP = "DCGM_FI_DEV_GPU_TEMP"
+# Nodes whose newest sample is older than this are dated exactly (sparse in a healthy
+# fleet); younger ones are fresh as long as their recorded GPU count is there.
+DATED_AFTER_S = 60
 
 
-def util_rule(metric: str, kind: str) -> str:
-    """``gas:<metric>:<avg|max|gpus|newest>_by_node`` for a ``scale_up.metric`` value."""
-    return f"gas:{metric}:{kind}_by_node"
+class RulesError(RuntimeError):
+    """Prometheus lacks (current) gpu-autoscaler recording rules; the message says which."""
 
 
-FB_USED = "gas:fb_used_mib:sum_by_node"
-FB_FREE = "gas:fb_free_mib:sum_by_node"
-TEMP = "gas:gpu_temp_c:max_by_node"
-POWER = "gas:power_w:sum_by_node"
-XID_GPUS = "gas:xid_gpus:count_by_node"
-THERMAL = "gas:thermal_throttle:max_by_node"
+def span_name(secs: int) -> str:
+    return format_duration(timedelta(seconds=secs))
 
 
-def recording_rules(node_label: str, interval: str = "15s") -> dict[str, Any]:
-    """The rule file (as a dict; dump it as YAML or JSON) for ``node_label``."""
-    by = f"by ({node_label})"
-
-    def sel(metric: str) -> str:
-        return f'{metric}{{{node_label}!=""}}'
-
-    rules = []
-    for metric, (name, _factor) in sorted(UTIL_METRICS.items()):
-        rules += [
-            {"record": util_rule(metric, "avg"), "expr": f"avg {by} ({sel(name)})"},
-            {"record": util_rule(metric, "max"), "expr": f"max {by} ({sel(name)})"},
-            {"record": util_rule(metric, "gpus"), "expr": f"count {by} ({sel(name)})"},
-            {"record": util_rule(metric, "newest"), "expr": f"max {by} (timestamp({sel(name)}))"},
-        ]
-    rules += [
-        {"record": FB_USED, "expr": f"sum {by} ({sel('DCGM_FI_DEV_FB_USED')})"},
-        {"record": FB_FREE, "expr": f"sum {by} ({sel('DCGM_FI_DEV_FB_FREE')})"},
-        {"record": TEMP, "expr": f"max {by} ({sel('DCGM_FI_DEV_GPU_TEMP')})"},
-        {"record": POWER, "expr": f"sum {by} ({sel('DCGM_FI_DEV_POWER_USAGE')})"},
-        {"record": XID_GPUS, "expr": f"count {by} ({sel(XID)} > 0)"},
-        {"record": THERMAL, "expr": f"max {by} ({THERMAL_BITS_EXPR.format(v=sel(THROTTLE))})"},
-    ]
-    return {"groups": [{"name": GROUP, "interval": interval, "rules": rules}]}
+def node_rule(field: str, op: str) -> str:
+    """``gpu_autoscaler:node_<field>:<op>``, e.g. ``gpu_autoscaler:node_gpu_util:avg_over_5m``."""
+    return f"{PREFIX}:node_{field}:{op}"
 
 
-class RecordedQueryBuilder(QueryBuilder):
-    """The same two queries over the recorded per-node series."""
+def avg_rule(metric: str, secs: int) -> str:
+    return node_rule(metric, f"avg_over_{span_name(secs)}")
 
-    needs_followup = False  # the recorded newest-sample timestamp survives a dropout
 
-    def _scaled(self, metric: str, expr: str) -> str:
-        factor = UTIL_METRICS[metric][1]
+def max_rule(metric: str, secs: int) -> str:
+    return node_rule(metric, f"max_over_{span_name(secs)}")
+
+
+def xid_rule(secs: int) -> str:
+    return node_rule("xid_gpus", f"count_over_{span_name(secs)}")
+
+
+def gpus_rule(metric: str) -> str:
+    return node_rule(metric, "gpus")
+
+
+def newest_rule(metric: str, secs: int | None = None) -> str:
+    return node_rule(metric, "newest_timestamp" + (f"_over_{span_name(secs)}" if secs else ""))
+
+
+TEMP_RULE = node_rule("gpu_temp_c", "max")
+THROTTLED_RULE = node_rule("thermal_throttle", "max")  # recorded for throttled nodes only
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """What the rules record for a set of pools, and the thresholds the reader filters by."""
+
+    label: str
+    stale_s: int
+    means: frozenset[tuple[str, int]]  # (metric, scale_up.window)
+    peaks: tuple[tuple[str, int, float], ...]  # (metric, idle_for, highest idle threshold)
+    hot_c: float  # the lowest max_gpu_temperature
+    horizon_s: int
+
+    @classmethod
+    def of(cls, pools: Iterable[Pool], node_label: str, stale_after: timedelta) -> RuleSet:
+        pools = list(pools)
+        windows = {PoolWindows.of(p) for p in pools}
+        peaks: dict[tuple[str, int], float] = {}
+        for p in pools:
+            key = (p.scale_up.metric, seconds(p.scale_down.idle_for))
+            peaks[key] = max(peaks.get(key, 0.0), float(p.scale_down.gpu_utilization_below))
+        stale_s = seconds(stale_after)
+        spans = [stale_s] + [max(w.window_s, w.idle_s) for w in windows]
+        return cls(
+            label=node_label, stale_s=stale_s,
+            means=frozenset((w.metric, w.window_s) for w in windows),
+            peaks=tuple(sorted((m, s, t) for (m, s), t in peaks.items())),
+            hot_c=min((p.health.max_gpu_temperature for p in pools), default=0.0),
+            horizon_s=max(spans),
+        )
+
+    def metrics(self) -> list[str]:
+        return sorted({m for m, _ in self.means} | {m for m, _, _ in self.peaks})
+
+    def spans(self) -> list[int]:
+        return sorted({s for _, s in self.means} | {s for _, s, _ in self.peaks})
+
+    def _sel(self, metric: str) -> str:
+        return f'{metric}{{{self.label}!=""}}'
+
+    def _util(self, metric: str, fn: str, agg: str, secs: int) -> str:
+        name, factor = UTIL_METRICS[metric]
+        expr = f"{agg} by ({self.label}) ({fn}({self._sel(name)}[{secs}s]))"
         return expr if factor == 1.0 else f"{factor:g} * {expr}"
 
-    def windows_query(self) -> str:
-        branches: dict[str, str] = {}
-        for w in self.windows:
-            avg, peak = util_rule(w.metric, "avg"), util_rule(w.metric, "max")
-            branches[mean_key(w.metric, w.window_s)] = self._scaled(
-                w.metric, f"avg_over_time({avg}[{w.window_s}s])")
-            for span in (w.window_s, w.idle_s):
-                branches[max_key(w.metric, span)] = self._scaled(
-                    w.metric, f"max_over_time({peak}[{span}s])")
-            branches[xid_key(w.window_s)] = f"max_over_time({XID_GPUS}[{w.window_s}s])"
-        return self._union(branches)
+    def node_rules(self) -> list[dict[str, str]]:
+        """Per-node instant values; the newest-sample rules chain (same group, in order)."""
+        by = f"by ({self.label})"
+        rules = []
+        for m in self.metrics():
+            raw = self._sel(UTIL_METRICS[m][0])
+            rules += [
+                {"record": gpus_rule(m), "expr": f"count {by} ({raw})"},
+                {"record": newest_rule(m), "expr": f"max {by} (timestamp({raw}))"},
+                {"record": newest_rule(m, self.horizon_s),
+                 "expr": f"max_over_time({newest_rule(m)}[{self.horizon_s}s])"},
+            ]
+        thermal = THERMAL_BITS_EXPR.format(v=self._sel(THROTTLE))
+        rules.append({"record": TEMP_RULE, "expr": f"max {by} ({self._sel(TEMP)})"})
+        rules.append({"record": THROTTLED_RULE, "expr": f"max {by} ({thermal}) > 0"})
+        return rules
 
-    def current_query(self) -> str:
-        last = f"[{self.stale_s}s]"
-        branches = {key: f"last_over_time({rule}{last})" for key, rule in (
-            ("mem_used", FB_USED), ("mem_free", FB_FREE), ("temp", TEMP), ("power", POWER),
-            ("throttle", THERMAL))}
-        for metric in self.metrics():
-            branches[gpus_key(metric)] = f"last_over_time({util_rule(metric, 'gpus')}{last})"
-            branches[now_key(metric)] = (
-                f"time() - max_over_time({util_rule(metric, 'newest')}[{self.horizon_s}s])")
-        return self._union(branches)
+    def span_rules(self, secs: int) -> list[dict[str, str]]:
+        rules = []
+        for m in self.metrics():
+            if (m, secs) in self.means:
+                rules.append({"record": avg_rule(m, secs),
+                              "expr": self._util(m, "avg_over_time", "avg", secs)})
+            if any(pm == m and s == secs for pm, s, _ in self.peaks):
+                rules.append({"record": max_rule(m, secs),
+                              "expr": self._util(m, "max_over_time", "max", secs)})
+        if any(s == secs for _, s in self.means):
+            rules.append({"record": xid_rule(secs), "expr": f"count by ({self.label}) "
+                          f"(max_over_time({self._sel(XID)}[{secs}s]) > 0)"})
+        return rules
+
+    def groups(self) -> dict[str, list[dict[str, str]]]:
+        """Group name -> its rules (without the marker)."""
+        out = {f"{GROUP_PREFIX}-nodes": self.node_rules()}
+        for secs in self.spans():
+            out[f"{GROUP_PREFIX}-{span_name(secs)}"] = self.span_rules(secs)
+        return out
+
+    def digests(self) -> dict[str, str]:
+        return {name: digest(rules) for name, rules in self.groups().items()}
+
+
+def digest(rules: list[dict[str, str]]) -> str:
+    return f"{zlib.crc32(json.dumps(rules, sort_keys=True).encode()):08x}"
+
+
+def recording_rules(rule_set: RuleSet, interval: str = "30s") -> dict[str, Any]:
+    """The rule file (as a dict; dump it as YAML or JSON)."""
+    groups = []
+    for name, rules in rule_set.groups().items():
+        marker = {"record": MARKER, "expr": "vector(1)",
+                  "labels": {"rule_group": name, "digest": digest(rules)}}
+        groups.append({"name": name, "interval": interval, "rules": [*rules, marker]})
+    return {"groups": groups}
+
+
+class RecordedQuery:
+    """The one query of a tick over the recorded series, and what its answer means."""
+
+    def __init__(self, rule_set: RuleSet):
+        self.rules = rule_set
+        self.keys: dict[str, str] = {THROTTLED_RULE: "throttle"}  # recorded name -> field
+        for m, w in rule_set.means:
+            self.keys[avg_rule(m, w)] = mean_key(m, w)
+            self.keys[xid_rule(w)] = xid_key(w)
+        for m in rule_set.metrics():
+            self.keys[gpus_rule(m)] = gpus_key(m)
+
+    def query(self) -> str:
+        names = "|".join(sorted([*self.keys, MARKER]))
+        sparse = [self._tag(f"{max_rule(m, s)} < {t:g}", max_key(m, s))
+                  for m, s, t in self.rules.peaks]
+        sparse.append(self._tag(f"{TEMP_RULE} > {self.rules.hot_c:g}", "temp"))
+        dated_after = min(self.rules.stale_s, DATED_AFTER_S)
+        sparse += [self._tag(f"time() - {newest_rule(m, self.rules.horizon_s)} > {dated_after}",
+                             now_key(m)) for m in self.rules.metrics()]
+        # A single selector keeps every dense series' name (``or`` would merge them by node).
+        return f'{{__name__=~"{names}"}} or ({balanced_or(sparse)})'
+
+    @staticmethod
+    def _tag(expr: str, key: str) -> str:
+        return f'label_replace({expr}, "{FIELD_LABEL}", "{key}", "", "")'
+
+    def check(self, markers: Mapping[str, str]) -> None:
+        """Raise unless every needed group was evaluated recently with these rules."""
+        want = self.rules.digests()
+        missing = sorted(g for g in want if g not in markers)
+        stale = sorted(g for g, d in want.items() if g in markers and markers[g] != d)
+        problems = []
+        if missing:
+            problems.append(f"missing or not evaluated in the last 5m: {', '.join(missing)}")
+        if stale:
+            problems.append(f"out of date (policies or version changed): {', '.join(stale)}")
+        if problems:
+            raise RulesError("prometheus recording rules " + "; ".join(problems)
+                             + " (install: gpu-autoscaler signals --print-rules)")
+
+    def observe(self, fields: Mapping[str, float], w: PoolWindows) -> NodeObservation:
+        age = fields.get(now_key(w.metric))
+        if age is None and gpus_key(w.metric) not in fields and mean_key(
+                w.metric, w.window_s) not in fields:
+            name = UTIL_METRICS[w.metric][0]
+            return NodeObservation(
+                metrics_missing=f"no {name} sample in the last {span_name(self.rules.horizon_s)}")
+        metrics = GpuMetrics(
+            util_mean=fields.get(mean_key(w.metric, w.window_s)),
+            util_max_idle_window=fields.get(max_key(w.metric, w.idle_s)),
+            temperature_max_c=fields.get("temp"),
+            xid_errors=int(fields.get(xid_key(w.window_s), 0)),
+            thermal_throttle=fields.get("throttle", 0.0) > 0,
+            gpus_reporting=int(fields.get(gpus_key(w.metric), 0)),
+            sample_age_s=None if age is None else round(max(0.0, age), 3),
+        )
+        missing = None
+        if age is not None and age > self.rules.stale_s:
+            missing = f"no sample for {age:.0f}s (stale after {self.rules.stale_s}s)"
+        return NodeObservation(metrics=metrics, metrics_missing=missing)

@@ -125,3 +125,42 @@ def test_engine_only_plan_without_settings_runs_no_terraform(tmp_path: Path) -> 
     payload = json.loads(out)
     assert payload["pools"] is None
     assert [a["kind"] for a in payload["plan"]["actions"]] == ["launch", "launch"]
+
+
+def test_live_plan_from_a_service_config_records_nothing(
+        moto: MotoSandbox, tmp_path: Path) -> None:  # noqa: F811
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "vision.yaml").write_text(POLICY)
+    store = f"sqlite:///{tmp_path / 'fleet.db'}"
+    settings = json.loads(sandbox_settings(moto, tmp_path / "tf").model_dump_json())
+    config = {"policies_dir": str(tmp_path / "policies"), "store": {"url": store},
+              "clouds": {"market_prices": False, "aws": {"endpoint_url": moto.endpoint}},
+              "terraform": settings}
+    with (tmp_path / "config.yaml").open("w") as fh:
+        YAML().dump(config, fh)
+    code, out = run(["plan", "--config", str(tmp_path / "config.yaml"), "--markdown",
+                     "--save-input", str(tmp_path / "input.json")])
+    assert code == 0, out
+    assert "| `vision/v100` | terraform plan saved | 2 create |" in out
+    assert "min_nodes is 2; pool has 0" in out
+    assert_no_secret(out)
+    # The live reading replays: the same decision from the saved input.
+    code, replay = run(["plan", "--snapshot", str(tmp_path / "input.json"),
+                        "--policies", str(tmp_path / "policies"), "--json"])
+    assert code == 0, replay
+    kinds = [a["kind"] for a in json.loads(replay)["plan"]["actions"]]
+    assert kinds.count("launch") == 2, kinds
+    from autoscaler.fleet.store import FleetStore
+    from autoscaler.fleet.tables import LeaseRow, PlanRow
+
+    fleet = FleetStore(store)
+    try:
+        with fleet.session() as s:
+            assert s.query(PlanRow).count() == 0 and s.query(LeaseRow).count() == 0
+    finally:
+        fleet.close()
+
+
+def test_plan_needs_exactly_one_input() -> None:
+    code, out = run(["plan"])
+    assert code == 1 and "exactly one of --snapshot" in out

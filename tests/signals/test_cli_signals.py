@@ -111,10 +111,14 @@ def test_bad_config_is_reported(tmp_path: Path) -> None:
 
 
 def test_print_rules(tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "vision.yaml").write_text(POLICY)
     cfg = tmp_path / "signals.yaml"
     cfg.write_text("policies_dir: p\nsignals: {prometheus: {url: 'http://p:9090', "
                    "node_label: hostname}}\n")
     result = CliRunner().invoke(app, ["signals", "--config", str(cfg), "--print-rules"])
     assert result.exit_code == 0, result.output
-    assert "record: gas:gpu_util:avg_by_node" in result.output
-    assert "avg by (hostname)" in result.output
+    # The policy's 5m scale-up window and 15m idle window become recorded series.
+    assert "record: gpu_autoscaler:node_gpu_util:avg_over_5m" in result.output
+    assert "record: gpu_autoscaler:node_gpu_util:max_over_15m" in result.output
+    assert "by (hostname)" in result.output

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscaler.sandbox import rule_eval
 from autoscaler.sandbox.dcgm_exporter import (
     THERMAL_THROTTLE,
     Constant,
@@ -19,10 +20,10 @@ from autoscaler.sandbox.dcgm_exporter import (
     SyntheticDcgm,
 )
 from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.prometheus import PrometheusServer, backfill_rules, write_file_sd
+from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import MetricsReading, PrometheusReader
-from autoscaler.signals.rules import recording_rules
+from autoscaler.signals.rules import RuleSet, recording_rules
 from tests.builders import make_policy
 from tests.signals.history import History, tick_end
 
@@ -39,6 +40,7 @@ SEARCH = make_policy("search", pools=[{
     "max_nodes": 10, "scale_up": {"window": "3m", "metric": "gr_engine_active"},
     "scale_down": {"idle_for": "20m"}}]).pools[0]
 END = tick_end()
+STALE_AFTER = PrometheusConfig(url="http://x").stale_after
 
 
 def build_history(end: datetime) -> History:
@@ -170,50 +172,53 @@ def test_prometheus_stopped_mid_test_marks_data_missing(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def recorded_prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """Raw history plus the recording rules evaluated over it every 30 s up to END."""
+    """Raw history plus the policies' recording rules evaluated at END (the read time)."""
     work = tmp_path_factory.mktemp("prom-recorded")
     build_history(END).backfill(work / "data")
-    with PrometheusServer(work / "raw", data_dir=work / "data") as raw:
-        backfill_rules(raw.url, recording_rules("Hostname", "30s"), END.timestamp() - 1200,
-                       END.timestamp(), work / "data")
+    rules = recording_rules(RuleSet.of([VISION, SEARCH], "Hostname", STALE_AFTER), "30s")
+    rule_eval.record_all(rules, work / "data", work, END.timestamp(), END.timestamp() - 1500, 30)
     with PrometheusServer(work / "recorded", data_dir=work / "data") as prom:
         yield prom
 
 
-def test_recorded_series_give_the_same_answers(history_prom: PrometheusServer,
-                                               recorded_prom: PrometheusServer) -> None:
+def test_recorded_series_give_the_same_verdicts(history_prom: PrometheusServer,
+                                                recorded_prom: PrometheusServer) -> None:
     raw, _ = read(history_prom.url)
     recorded, http_queries = read(recorded_prom.url, recording_rules=True)
-    # No follow-up query: the recorded newest-sample timestamp survives dropouts.
-    assert recorded.error is None and recorded.queries == http_queries == 2
-    # Rules are evaluated on Prometheus' own 30 s grid: the last evaluation saw either the
-    # newest sample (age 5 s) or the one before (age 35 s); windows shift with it.
-    one = recorded.nodes["vision-gpu-1"].metrics
-    assert one is not None and one.sample_age_s in (5.0, 35.0)
-    shifted = one.sample_age_s == 35.0
-    assert (one.util_mean, one.util_max) == ((33.0, 80.0) if shifted else (30.0, 40.0))
-    t4 = recorded.nodes["search-t4-1"].metrics
-    assert t4 is not None
-    assert t4.util_mean == pytest.approx((5 * 50 + 25) / 6 if shifted else 50.0)
-    for node in ("vision-gpu-1", "vision-gpu-2", "search-t4-1"):
-        exact = {"util_max_idle_window", "mem_used_mib", "mem_free_mib", "temperature_max_c",
-                 "power_w", "xid_errors", "thermal_throttle", "gpus_reporting"}
-        got = recorded.nodes[node].metrics
-        want = raw.nodes[node].metrics
-        assert got is not None and want is not None
-        assert got.model_dump(include=exact) == want.model_dump(include=exact), node
+    assert recorded.error is None and recorded.queries == http_queries == 1
+    for node, pool in (("vision-gpu-1", VISION), ("vision-gpu-2", VISION), ("search-t4-1", SEARCH)):
+        got, want = recorded.nodes[node].metrics, raw.nodes[node].metrics
+        assert got is not None and want is not None, node
+        assert got.util_mean == pytest.approx(want.util_mean), node
+        assert (got.xid_errors, got.thermal_throttle, got.gpus_reporting) == (
+            want.xid_errors, want.thermal_throttle, want.gpus_reporting), node
+        # Only what decisions use is recorded: the idle-window peak when it is below the
+        # idle threshold, the temperature when it is above the health limit.
+        peak = want.util_max_idle_window
+        idle = peak is not None and peak < pool.scale_down.gpu_utilization_below
+        assert got.util_max_idle_window == (pytest.approx(peak) if idle else None), node
+        assert got.temperature_max_c is None, node  # nobody is past max_gpu_temperature
+    assert recorded.nodes["search-t4-1"].metrics.util_mean == pytest.approx(50.0)  # type: ignore[union-attr]
     for node in ("vision-gpu-3", "vision-gpu-4", "vision-gpu-5"):
-        assert recorded.nodes[node].metrics_missing == raw.nodes[node].metrics_missing, node
+        assert bool(recorded.nodes[node].metrics_missing) == bool(raw.nodes[node].metrics_missing), node
+    assert recorded.nodes["vision-gpu-5"].metrics is None
 
 
-def test_rule_file_names_the_node_label() -> None:
-    rules = recording_rules("hostname", "10s")["groups"][0]
-    assert rules["interval"] == "10s"
-    exprs = {r["record"]: r["expr"] for r in rules["rules"]}
-    assert exprs["gas:gpu_util:avg_by_node"] == 'avg by (hostname) (DCGM_FI_DEV_GPU_UTIL{hostname!=""})'
-    assert exprs["gas:gr_engine_active:newest_by_node"] == (
-        'max by (hostname) (timestamp(DCGM_FI_PROF_GR_ENGINE_ACTIVE{hostname!=""}))')
-    assert len(exprs) == 14
+def test_recorded_mode_without_rules_says_how_to_install_them(history_prom: PrometheusServer) -> None:
+    result, _ = read(history_prom.url, recording_rules=True)
+    assert result.error is not None and "gpu-autoscaler signals --print-rules" in result.error
+    assert result.nodes == {}
+
+
+def test_rule_file_follows_the_policies_windows() -> None:
+    rules = recording_rules(RuleSet.of([VISION, SEARCH], "hostname", STALE_AFTER), "10s")
+    assert {g["interval"] for g in rules["groups"]} == {"10s"}
+    exprs = {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
+    assert exprs["gpu_autoscaler:node_gpu_util:avg_over_5m"] == (
+        'avg by (hostname) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname!=""}[300s]))')
+    assert "gpu_autoscaler:node_gpu_util:max_over_15m" in exprs
+    assert "gpu_autoscaler:node_gr_engine_active:avg_over_3m" in exprs
+    assert "gpu_autoscaler:node_gr_engine_active:max_over_20m" in exprs
 
 
 # ------------------------------------------------------------ live scrape
@@ -290,6 +295,40 @@ def test_live_faults_and_dropout(live: tuple[SyntheticDcgm, PrometheusServer]) -
 
 
 # ------------------------------------------------------- fail fast, auth
+
+
+def test_live_prometheus_evaluates_the_printed_rules(tmp_path: Path) -> None:
+    """The rule file loads in a real Prometheus, and the one recorded query reads it."""
+    sd = tmp_path / "targets.json"
+    dcgm = SyntheticDcgm(Constant(35))
+    rules = recording_rules(RuleSet.of([VISION], "Hostname", STALE_AFTER), "1s")
+    with DcgmExporterServer(dcgm) as exporter:
+        dcgm.on_nodes_changed = lambda nodes: write_file_sd(sd, exporter.address, nodes)
+        dcgm.add_node("vision-gpu-1", gpus=2)
+        dcgm.add_node("vision-gpu-2", gpus=2)
+        dcgm.set_util(2, node="vision-gpu-2")
+        with PrometheusServer(tmp_path, file_sd=[sd], rules=rules) as prom:
+            reader = PrometheusReader(PrometheusConfig(url=prom.url, recording_rules=True,
+                                                       rules_interval="1s"))
+            nodes = {"vision-gpu-1": VISION, "vision-gpu-2": VISION}
+            readings: list[MetricsReading] = []
+
+            def settled() -> bool:
+                readings.append(reader.read(nodes, [VISION], datetime.now(UTC)))
+                return readings[-1].error is None and all(
+                    o.metrics is not None and o.metrics.gpus_reporting == 2
+                    and o.metrics.util_mean is not None  # groups are evaluated apart
+                    for o in readings[-1].nodes.values())
+            try:
+                wait_until(settled, 60, "recorded series for both nodes", interval=1)
+            finally:
+                reader.close()
+    result = readings[-1]
+    assert result.queries == 1
+    busy, idle = result.nodes["vision-gpu-1"].metrics, result.nodes["vision-gpu-2"].metrics
+    assert busy is not None and idle is not None
+    assert (busy.util_mean, idle.util_mean) == (35.0, 2.0)
+    assert busy.util_max_idle_window is None and idle.util_max_idle_window == 2.0
 
 
 def test_fail_fast_on_a_server_that_never_answers(tmp_path: Path) -> None:
