@@ -270,6 +270,10 @@ class FakeScheduler(_Raises):
     def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None:
         self._call("checkpoint", node, [w.id for w in work], signal)
 
+    def signal_jobs(self, node: str, job_ids: Sequence[str], signal: str) -> bool:
+        self._call("signal", node, list(job_ids), signal)
+        return self.kind == "slurm"
+
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         self._call("evacuate", node, [w.id for w in work])
         self.work.pop(node, None)

@@ -105,6 +105,19 @@ def test_busy_node_signalled_at_the_deadline_then_requeued(cluster: SlurmCluster
     cluster.wait_node_state(name, {"idle"}, 30)
 
 
+def test_long_job_is_signalled_in_place(cluster: SlurmCluster, drainer: PhasedDrainer) -> None:
+    marker = cluster.jobs_dir / "long-job-checkpointed"
+    script = (f"trap 'echo USR1 >> {marker}' USR1; "
+              "for i in $(seq 600); do sleep 1; done")
+    job = cluster.submit(script, gpus=1, nodelist="vision-gpu-2", name="long")
+    cluster.wait_job_state(job, {"RUNNING"}, 60)
+    assert drainer.signal_jobs(make_node("vision-gpu-2"), [job], "USR1") is True
+    wait_until(marker.exists, 30, "the job to trap SIGUSR1")
+    assert cluster.job_state(job) == "RUNNING"  # asked to checkpoint, not stopped
+    assert not cluster.node_state("vision-gpu-2").endswith("drain")  # and not drained
+    cluster.run(["scancel", job])
+
+
 def test_unknown_nodes_have_nothing_to_drain_and_are_not_ready(drainer: PhasedDrainer) -> None:
     now = datetime.now(UTC)
     ghost = node("vision-gpu-77")

@@ -66,7 +66,7 @@ class Rig:
 
     def executor(self, store: FleetStore | None = None) -> Executor:
         return Executor(store or self.store, lambda: self.policies, self.tf, self.ansible,
-                        {"slurm": self.slurm, "none": no_drainer()}, self.address_of,
+                        {self.slurm.kind: self.slurm, "none": no_drainer()}, self.address_of,
                         self.settings, default_catalog(), self.clock)
 
     def reconciler(self, sources: list[InterruptionSource] | None = None) -> Reconciler:

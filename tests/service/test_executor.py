@@ -10,13 +10,14 @@ import pytest
 
 from autoscaler.actuators.ansible import HostStatus
 from autoscaler.actuators.terraform import StateLockedError, TerraformError
-from autoscaler.engine.plan import CancelDrain, Plan, Replace
+from autoscaler.engine.plan import CancelDrain, Plan, Replace, ReportJob
 from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, Snapshot
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.drain import interruption_progress
 from autoscaler.service.executor.meta import InterruptionMeta, merged
+from tests.fakes import FakeDrainer
 from tests.service.executor_rig import Rig, drain, launch, make_rig, slurm_policy, terminate
 
 S = NodeState
@@ -326,3 +327,32 @@ def test_interrupted_node_drains_fast_and_is_terminated(rig: Rig) -> None:
     report = rig.advance()
     assert report.moved(S.TERMINATING) == [name] and report.moved(S.TERMINATED) == [name]
     assert rig.cloud.live() == []
+
+
+def test_long_jobs_are_reported_once_and_signalled_once(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    report = ReportJob(pool="vision/gpu", node=name, job="42", signal=True,
+                       reason="vision/gpu: job 42 on vision-gpu-1 has run 49h, past 48h")
+    quiet = ReportJob(pool="vision/gpu", node=name, job="43", signal=False, reason="job 43: 50h")
+    for _ in range(3):  # the engine repeats the report every tick while the job runs
+        rig.submit(report, quiet)
+        rig.advance()
+        rig.clock.tick()
+    signals = [c for c in rig.slurm.calls if c[0] == "signal"]
+    assert signals == [("signal", name, ["42"], "USR2")]  # the pool's checkpoint_signal
+    events = [(a.event, a.detail) for a in rig.store.audit_log() if a.event.startswith("long-job")]
+    assert events == [("long-job", report.reason), ("long-job", quiet.reason),
+                      ("long-job-signal", f"42 on {name}: SIGUSR2 sent")]
+    jobs = rig.store.meta(name)["long_jobs"]
+    assert jobs["42"]["outcome"] == "SIGUSR2 sent" and jobs["43"]["signalled_at"] is None
+
+
+def test_long_jobs_on_kubernetes_stay_reported_only(rig: Rig) -> None:
+    k8s = FakeDrainer("kubernetes")
+    rig.policies = {"vision": slurm_policy(cluster={"kind": "kubernetes"})}
+    rig.slurm = k8s  # the rig's drainer slot, now a Kubernetes scheduler
+    [name] = rig.ready_nodes()
+    rig.submit(ReportJob(pool="vision/gpu", node=name, job="ns/train-0", signal=True, reason="r"))
+    rig.advance()
+    assert rig.store.meta(name)["long_jobs"]["ns/train-0"]["outcome"] == (
+        "kubernetes cannot signal jobs: reported only")

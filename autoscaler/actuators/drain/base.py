@@ -112,6 +112,11 @@ class SchedulerOps(Protocol):
 
     def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None: ...
 
+    def signal_jobs(self, node: str, job_ids: Sequence[str], signal: str) -> bool:
+        """Send ``signal`` to running jobs that stay where they are (long jobs asked to
+        checkpoint); False when the scheduler has no way to signal a job."""
+        ...
+
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         """Take the remaining work off the node (requeue, delete)."""
         ...
@@ -138,6 +143,8 @@ class Drainer(Protocol):
 
     def forget(self, node: Node) -> None: ...
 
+    def signal_jobs(self, node: Node, job_ids: Sequence[str], signal: str) -> bool: ...
+
 
 class PhasedDrainer:
     """The drain phases over one scheduler's primitives."""
@@ -162,6 +169,9 @@ class PhasedDrainer:
 
     def forget(self, node: Node) -> None:
         self.ops.forget(node.name)
+
+    def signal_jobs(self, node: Node, job_ids: Sequence[str], signal: str) -> bool:
+        return self.ops.signal_jobs(node.name, job_ids, signal)
 
     # -- the phases --------------------------------------------------------------------
     def _step(self, name: str, p: DrainProgress, now: datetime) -> DrainStep:
@@ -240,6 +250,9 @@ class NoSchedulerOps:
 
     def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None:
         return None
+
+    def signal_jobs(self, node: str, job_ids: Sequence[str], signal: str) -> bool:
+        return False
 
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         return None

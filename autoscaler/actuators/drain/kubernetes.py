@@ -117,6 +117,11 @@ class KubernetesOps:
     def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None:
         self.nudge(node, work, force=True)
 
+    def signal_jobs(self, node: str, job_ids: Sequence[str], signal: str) -> bool:
+        # The API can only evict or delete a pod; signalling its process would need exec
+        # rights into every namespace. Long pods are reported, never disturbed.
+        return False
+
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         for pod in work:
             namespace, name = _split(pod.id)

@@ -104,6 +104,10 @@ class SlurmOps:
                 if not _matches(exc, _JOB_GONE):
                     raise DrainError(f"slurm: cannot signal job {job.id} on {node}: {exc}") from None
 
+    def signal_jobs(self, node: str, job_ids: Sequence[str], signal: str) -> bool:
+        self.checkpoint(node, [Work(j) for j in job_ids], signal)
+        return True
+
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         for job in work:
             try:

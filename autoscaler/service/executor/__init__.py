@@ -25,7 +25,8 @@ Contract (the service loop of issue 7 codes against it)::
             address recorded -> BOOTSTRAPPING), ansible for nodes ready to bootstrap,
             READY once the scheduler sees the node and (given the tick's snapshot) its
             metrics arrive, or at once for cluster kind none; drain steps (re-runnable,
-            never blocking: done / retry-after / error), DRAINED -> TERMINATING -> apply
+            never blocking: done / retry-after / error), one checkpoint signal per long job
+            whose pool asks for it, DRAINED -> TERMINATING -> apply
             -> TERMINATED; failures -> PROVISION_FAILED / BOOTSTRAP_FAILED with the reason.
             Bounded in time (``advance_budget``); safe to call again after a crash at any
             point. ``AdvanceReport.capacity_errors`` go back to the price signals.'''

@@ -13,7 +13,7 @@ from autoscaler.engine.snapshot import Snapshot
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.executor import bootstrap, drain, provision, submit
+from autoscaler.service.executor import bootstrap, drain, long_jobs, provision, submit
 from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.protocols import Bootstrapper, Provisioner
 from autoscaler.service.executor.report import AdvanceReport
@@ -51,6 +51,7 @@ class Executor:
         submit.repair_replacements(step)
         drain.resume_cancelled(step)
         drain.drain_nodes(step)
+        long_jobs.signal_long_jobs(step)
         provision.provision(step, self.provisioner, self.address_of)
         bootstrap.bootstrap(step, self.bootstrapper, self.address_of)
         bootstrap.promote(step, snapshot)

@@ -4,7 +4,8 @@ Keys: ``cluster`` (scheduler kind when the node was launched), ``action``/``inde
 plan action and launch slot that created it, so a resubmitted plan creates nothing
 twice), ``drain`` (:class:`DrainProgress`), ``replaces``/``replacement`` (a replacement made or
 promised), ``bootstrap`` (:class:`BootstrapMeta`), ``interruption`` (the cloud's notice),
-``provision_failures`` (applies that failed without naming the node).
+``provision_failures`` (applies that failed without naming the node), ``long_jobs``
+(:class:`LongJob` per job past ``max_job_runtime``: reported once, signalled once).
 """
 
 from __future__ import annotations
@@ -37,6 +38,18 @@ class InterruptionMeta(BaseModel):
     source: str = ""
 
 
+class LongJob(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    reported_at: datetime
+    signal: bool = False  # the policy asks for a checkpoint signal
+    signalled_at: datetime | None = None
+    outcome: str | None = None  # what the signal attempt came to
+
+
+LONG_JOBS_KEPT = 100  # per node; a node rarely runs that many jobs past the limit
+
+
 def dump(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json")
 
@@ -48,6 +61,15 @@ def drain_of(meta: dict[str, Any]) -> DrainProgress | None:
 
 def bootstrap_of(meta: dict[str, Any]) -> BootstrapMeta:
     return BootstrapMeta.model_validate(meta.get("bootstrap") or {})
+
+
+def long_jobs_of(meta: dict[str, Any]) -> dict[str, LongJob]:
+    return {job: LongJob.model_validate(raw) for job, raw in (meta.get("long_jobs") or {}).items()}
+
+
+def dump_long_jobs(jobs: dict[str, LongJob]) -> dict[str, Any]:
+    newest = sorted(jobs.items(), key=lambda kv: kv[1].reported_at)[-LONG_JOBS_KEPT:]
+    return {job: dump(entry) for job, entry in newest}
 
 
 def merged(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:

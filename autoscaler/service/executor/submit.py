@@ -34,7 +34,13 @@ from autoscaler.fleet.node import Node
 from autoscaler.fleet.tables import ActionRow
 from autoscaler.policy.models import Market, find_pool
 from autoscaler.service.executor.common import Step, SubmitError
-from autoscaler.service.executor.meta import merged, update_meta
+from autoscaler.service.executor.meta import (
+    LongJob,
+    dump_long_jobs,
+    long_jobs_of,
+    merged,
+    update_meta,
+)
 
 S = NodeState
 TERMINABLE = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.DRAINED, S.INTERRUPTED,
@@ -84,8 +90,22 @@ def _apply(step: Step, action: Action, action_id: int | None, resumed: bool) -> 
     elif isinstance(action, Terminate):
         _terminate(step, action)
     elif isinstance(action, ReportJob):
-        step.store.audit("long-job", action.reason, step.now(), pool=action.pool, node=action.node)
+        _report_job(step, action)
     return []
+
+
+def _report_job(step: Step, action: ReportJob) -> None:
+    """The engine repeats a long job's report every tick while it runs: the first one is
+    audited and, when the policy asks, owes the job one checkpoint signal (advance())."""
+    if step.store.get(action.node) is None:
+        return
+    jobs = long_jobs_of(step.store.meta(action.node))
+    if action.job in jobs:
+        return
+    now = step.now()
+    step.store.audit("long-job", action.reason, now, pool=action.pool, node=action.node)
+    jobs[action.job] = LongJob(reported_at=now, signal=action.signal)
+    update_meta(step.store, action.node, long_jobs=dump_long_jobs(jobs))
 
 
 def _node(step: Step, name: str) -> Node:
