@@ -64,10 +64,11 @@ def test_idle_node_drains_at_once_and_resumes(cluster: SlurmCluster, drainer: Ph
 def test_busy_node_signalled_at_the_deadline_then_requeued(cluster: SlurmCluster,
                                                           drainer: PhasedDrainer) -> None:
     marker = cluster.jobs_dir / "checkpointed"
-    script = (f"trap 'echo USR1 >> {marker}' USR1; "
+    trapping = cluster.jobs_dir / "trapping"
+    script = (f"trap 'echo USR1 >> {marker}' USR1; touch {trapping}; "
               "for i in $(seq 600); do sleep 1; done")
     job = cluster.submit(script, gpus=1, nodelist="vision-gpu-1", name="train")
-    cluster.wait_job_state(job, {"RUNNING"}, 60)
+    wait_until(trapping.exists, 60, "the job's trap to be set")
     name = "vision-gpu-1"
     now = datetime.now(UTC)
     p = progress(now, deadline_in=600)
@@ -107,10 +108,12 @@ def test_busy_node_signalled_at_the_deadline_then_requeued(cluster: SlurmCluster
 
 def test_long_job_is_signalled_in_place(cluster: SlurmCluster, drainer: PhasedDrainer) -> None:
     marker = cluster.jobs_dir / "long-job-checkpointed"
-    script = (f"trap 'echo USR1 >> {marker}' USR1; "
+    trapping = cluster.jobs_dir / "long-job-trapping"
+    script = (f"trap 'echo USR1 >> {marker}' USR1; touch {trapping}; "
               "for i in $(seq 600); do sleep 1; done")
     job = cluster.submit(script, gpus=1, nodelist="vision-gpu-2", name="long")
-    cluster.wait_job_state(job, {"RUNNING"}, 60)
+    # RUNNING comes before the batch shell has set its trap; a signal before that kills it.
+    wait_until(trapping.exists, 60, "the job's trap to be set")
     assert drainer.signal_jobs(make_node("vision-gpu-2"), [job], "USR1") is True
     wait_until(marker.exists, 30, "the job to trap SIGUSR1")
     assert cluster.job_state(job) == "RUNNING"  # asked to checkpoint, not stopped
