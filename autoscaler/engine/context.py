@@ -43,6 +43,7 @@ class PoolContext:
     billable_usd: float = 0.0
     active_gpus: int = 0
     active_usd: float = 0.0
+    active_on_demand: int = 0
     util_sum: float = 0.0
     util_count: int = 0
     idle: list[tuple[Node, float]] = field(default_factory=list)
@@ -80,7 +81,7 @@ class PoolContext:
         return [j for j in self.obs.pending if j.reason in DEMAND_REASONS]
 
     def on_demand_count(self) -> int:
-        return sum(1 for n in self.active if n.market is Market.ON_DEMAND)
+        return self.active_on_demand
 
     def util_mean(self) -> float | None:
         """Mean GPU utilization of serving nodes with fresh metrics."""
@@ -132,14 +133,12 @@ def _file(ctx: PoolContext, node: Node, noticed: bool, gpus: int, usd: float) ->
         ctx.billable_usd += usd
     if state is NodeState.INTERRUPTED or (noticed and state in (NodeState.READY, NodeState.DRAINING)):
         ctx.interrupted.append(node)
-    elif state is NodeState.READY:
-        ctx.serving.append(node)
+    elif state is NodeState.READY or state in IN_FLIGHT:
+        (ctx.serving if state is NodeState.READY else ctx.in_flight).append(node)
         ctx.active_gpus += gpus
         ctx.active_usd += usd
-    elif state in IN_FLIGHT:
-        ctx.in_flight.append(node)
-        ctx.active_gpus += gpus
-        ctx.active_usd += usd
+        if node.market is Market.ON_DEMAND:
+            ctx.active_on_demand += 1
     elif state is NodeState.DRAINING:
         ctx.draining.append(node)
     elif state is NodeState.DRAINED:
