@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 
 from autoscaler.engine import schedule
 from autoscaler.engine.pricing import Prices
@@ -107,7 +108,7 @@ def build_contexts(
     orphans: list[Node] = []
     interrupted = set(snapshot.interrupted)
     observed = snapshot.nodes
-    for node in sorted(fleet.nodes, key=_by_name):
+    for node in sorted(fleet.nodes, key=attrgetter("name")):
         ctx = contexts.get(f"{node.team}/{node.pool}")
         if ctx is None:
             if node.state is not NodeState.TERMINATED:
@@ -120,10 +121,6 @@ def build_contexts(
     for ctx in contexts.values():
         ctx.data_missing = _data_missing(ctx, snapshot)
     return list(contexts.values()), orphans
-
-
-def _by_name(node: Node) -> str:
-    return node.name
 
 
 def _file(ctx: PoolContext, node: Node, noticed: bool, gpus: int, usd: float) -> None:

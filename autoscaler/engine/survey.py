@@ -20,6 +20,7 @@ def survey(contexts: list[PoolContext], now: datetime) -> None:
         observed = ctx.node_obs
         limit = ctx.pool.lifetime.max_job_runtime
         started_before = now - limit if limit is not None else None
+        ready_by = now - ctx.pool.scale_down.idle_for
         for node in ctx.draining:
             obs = observed.get(node.name)
             if obs is not None and started_before is not None:
@@ -34,7 +35,7 @@ def survey(contexts: list[PoolContext], now: datetime) -> None:
             if m is not None and obs.metrics_missing is None and m.util_mean is not None:
                 ctx.util_sum += m.util_mean
                 ctx.util_count += 1
-            util = idle.idle_util(ctx, node, obs, now)
+            util = idle.idle_util(ctx, node, obs, ready_by)
             if util is not None:
                 ctx.idle.append((node, util))
             why = unhealthy.problem(ctx, obs)

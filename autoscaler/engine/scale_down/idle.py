@@ -15,11 +15,13 @@ from autoscaler.fleet.node import Node
 from autoscaler.policy.duration import format_duration
 
 
-def idle_util(ctx: PoolContext, node: Node, obs: NodeObservation, now: datetime) -> float | None:
-    """The max utilization proving ``node`` idle, or None when it is not idle."""
+def idle_util(ctx: PoolContext, node: Node, obs: NodeObservation,
+              ready_by: datetime) -> float | None:
+    """The max utilization proving ``node`` idle, or None when it is not idle.
+    ``ready_by`` is now - idle_for: a node ready later has its boot in the idle window."""
     sd = ctx.pool.scale_down
-    if node.ready_at is None or now - node.ready_at < sd.idle_for:
-        return None  # the idle window would include its boot
+    if node.ready_at is None or node.ready_at > ready_by:
+        return None
     m = obs.metrics
     if m is None or obs.metrics_missing or m.util_max_idle_window is None:
         return None
