@@ -315,10 +315,15 @@ def test_live_prometheus_evaluates_the_printed_rules(tmp_path: Path) -> None:
 
             def settled() -> bool:
                 readings.append(reader.read(nodes, [VISION], datetime.now(UTC)))
-                return readings[-1].error is None and all(
+                got = readings[-1]
+                # Each rule group (node facts, 5m window, 15m window) is evaluated on its
+                # own schedule: wait until every one has run once.
+                idle = got.nodes.get("vision-gpu-2")
+                return got.error is None and all(
                     o.metrics is not None and o.metrics.gpus_reporting == 2
-                    and o.metrics.util_mean is not None  # groups are evaluated apart
-                    for o in readings[-1].nodes.values())
+                    and o.metrics.util_mean is not None for o in got.nodes.values()) \
+                    and idle is not None and idle.metrics is not None \
+                    and idle.metrics.util_max_idle_window is not None
             try:
                 wait_until(settled, 60, "recorded series for both nodes", interval=1)
             finally:
