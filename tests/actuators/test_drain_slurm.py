@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +47,18 @@ def node(name: str) -> Node:
     return make_node(name, state=NodeState.DRAINING)
 
 
+def trapping_job(cluster: SlurmCluster, on: str, name: str) -> tuple[str, Path]:
+    """A running job that appends to the returned marker file on SIGUSR1."""
+    marker = cluster.jobs_dir / f"{name}-checkpointed"
+    trapping = cluster.jobs_dir / f"{name}-trapping"
+    script = (f"trap 'echo USR1 >> {marker}' USR1; touch {trapping}; "
+              "for i in $(seq 600); do sleep 1; done")
+    job = cluster.submit(script, gpus=1, nodelist=on, name=name)
+    # RUNNING comes before the batch shell has set its trap; a signal before that kills it.
+    wait_until(trapping.exists, 60, "the job's trap to be set")
+    return job, marker
+
+
 def test_idle_node_drains_at_once_and_resumes(cluster: SlurmCluster, drainer: PhasedDrainer) -> None:
     now = datetime.now(UTC)
     step = drainer.step(node("vision-gpu-2"), progress(now), now)
@@ -63,12 +76,7 @@ def test_idle_node_drains_at_once_and_resumes(cluster: SlurmCluster, drainer: Ph
 
 def test_busy_node_signalled_at_the_deadline_then_requeued(cluster: SlurmCluster,
                                                           drainer: PhasedDrainer) -> None:
-    marker = cluster.jobs_dir / "checkpointed"
-    trapping = cluster.jobs_dir / "trapping"
-    script = (f"trap 'echo USR1 >> {marker}' USR1; touch {trapping}; "
-              "for i in $(seq 600); do sleep 1; done")
-    job = cluster.submit(script, gpus=1, nodelist="vision-gpu-1", name="train")
-    wait_until(trapping.exists, 60, "the job's trap to be set")
+    job, marker = trapping_job(cluster, "vision-gpu-1", "train")
     name = "vision-gpu-1"
     now = datetime.now(UTC)
     p = progress(now, deadline_in=600)
@@ -107,13 +115,7 @@ def test_busy_node_signalled_at_the_deadline_then_requeued(cluster: SlurmCluster
 
 
 def test_long_job_is_signalled_in_place(cluster: SlurmCluster, drainer: PhasedDrainer) -> None:
-    marker = cluster.jobs_dir / "long-job-checkpointed"
-    trapping = cluster.jobs_dir / "long-job-trapping"
-    script = (f"trap 'echo USR1 >> {marker}' USR1; touch {trapping}; "
-              "for i in $(seq 600); do sleep 1; done")
-    job = cluster.submit(script, gpus=1, nodelist="vision-gpu-2", name="long")
-    # RUNNING comes before the batch shell has set its trap; a signal before that kills it.
-    wait_until(trapping.exists, 60, "the job's trap to be set")
+    job, marker = trapping_job(cluster, "vision-gpu-2", "long")
     assert drainer.signal_jobs(make_node("vision-gpu-2"), [job], "USR1") is True
     wait_until(marker.exists, 30, "the job to trap SIGUSR1")
     assert cluster.job_state(job) == "RUNNING"  # asked to checkpoint, not stopped
