@@ -35,6 +35,8 @@ def reclaim(
         want -= coming
         victims = []
         for ctx in lower:
+            if _grew_within_cooldown(ctx, now):
+                continue  # reclaiming what it was just given would undo the last tick
             idle = {n.name for n, _ in idle_nodes(ctx, now)}
             victims += [
                 (-ctx.policy.priority.rank, n.market is not Market.SPOT, n.name not in idle,
@@ -58,3 +60,8 @@ def reclaim(
                         f"blocked by the global cap"),
             ))
     return actions
+
+
+def _grew_within_cooldown(ctx: PoolContext, now: datetime) -> bool:
+    last = ctx.history.last_scale_up_at
+    return last is not None and now - last < ctx.pool.scale_down.cooldown

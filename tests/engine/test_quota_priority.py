@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from autoscaler.engine import Drain, EngineSettings, Hold, Launch, decide
 from autoscaler.engine.snapshot import PoolObservation
 from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import PoolHistory
 from autoscaler.policy.models import Market
 from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, pending, snapshot
 
@@ -77,6 +80,21 @@ def test_preemption_counts_capacity_already_draining():
     snap = snapshot({"a": busy()}, {"high/gpu": PoolObservation(pending=pending(1))})
     plan = decide({"high": high, "low": low}, fleet(*nodes), snap, NOW, settings=EngineSettings(max_gpus=2))
     assert not any(isinstance(a, Drain) for a in plan.actions)
+
+
+def test_a_pool_that_just_grew_is_not_preempted_within_its_cooldown():
+    high = make_policy("high", "high", instance_types=["p3.2xlarge"])
+    low = make_policy("low", "low", instance_types=["p3.2xlarge"])
+    nodes = [make_node("a", team="low", market=Market.SPOT)]
+    snap = snapshot({"a": busy()}, {"high/gpu": PoolObservation(pending=pending(1))})
+    grew = {"low/gpu": PoolHistory(last_scale_up_at=NOW - timedelta(seconds=30))}
+    plan = decide({"high": high, "low": low}, fleet(*nodes, history=grew), snap, NOW,
+                  settings=EngineSettings(max_gpus=1))
+    assert not any(isinstance(a, Drain) for a in plan.actions)  # no flip-flop within a tick
+    later = {"low/gpu": PoolHistory(last_scale_up_at=NOW - timedelta(hours=1))}
+    plan = decide({"high": high, "low": low}, fleet(*nodes, history=later), snap, NOW,
+                  settings=EngineSettings(max_gpus=1))
+    assert [(a.node, a.trigger) for a in plan.actions if isinstance(a, Drain)] == [("a", "preempted")]
 
 
 def test_lowered_quota_sheds_most_expensive_first():
