@@ -62,14 +62,6 @@ def _policies(policies_dir: Path, catalog: Catalog) -> dict[str, TeamPolicy]:
         fail(f"policies in {policies_dir} are invalid:\n{exc}")
 
 
-def engine_plan(policies_dir: Path, snapshot: Path, prices: Path | None,
-                settings: EngineSettings) -> Plan:
-    catalog = catalog_from(prices)
-    data = load_input(snapshot)
-    policies = _policies(policies_dir, catalog)
-    return decide(policies, data.fleet, data.snapshot, data.now, catalog=catalog, settings=settings)
-
-
 def terraform_settings(path: Path | None, workdir: Path | None) -> TerraformSettings | None:
     if path is None and workdir is None:
         return None
