@@ -27,7 +27,7 @@ from autoscaler.engine.plan import (
 )
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.quota import Ledger
-from autoscaler.engine.scale_down import expired, idle, over_max, over_quota, unhealthy
+from autoscaler.engine.scale_down import consolidate, expired, idle, over_max, over_quota, unhealthy
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
 from autoscaler.engine.settings import EngineSettings
@@ -157,6 +157,7 @@ class _Decision:
                             f"{format_duration(cooldown)} since the last scaling at {last:%H:%M:%S}")))
             return
         self.actions += idle.candidates(ctx, self.prices, self.now, budget)
+        self.actions += consolidate.candidates(ctx, self.prices, self.now, budget)
 
     def _replace(self, ctx: PoolContext, action: Replace, budget: Budget) -> None:
         node = budget.taken[action.node]

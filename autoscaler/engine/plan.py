@@ -34,7 +34,8 @@ class Launch(_Action):
 class Drain(_Action):
     kind: Literal["drain"] = "drain"
     node: str
-    trigger: Literal["idle", "over-quota", "preempted", "over-max", "unhealthy", "pool-removed"]
+    trigger: Literal["idle", "consolidate", "over-quota", "preempted", "over-max", "unhealthy",
+                     "pool-removed"]
 
 
 class CancelDrain(_Action):

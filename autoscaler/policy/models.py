@@ -96,6 +96,12 @@ class ScaleDown(_Strict):
         "USR1", description="Signal sent to jobs still running at drain_timeout before requeue."
     )
     checkpoint_grace: Duration = timedelta(minutes=2)
+    consolidate_below: Percent | None = Field(
+        None, description="Opt-in: a node with jobs but fewer than this percent of its GPUs "
+        "allocated, no job started on it for idle_for, whose jobs all fit on the free GPUs of "
+        "the pool's other nodes, is drained at once (checkpoint_signal, checkpoint_grace, "
+        "requeue) so its jobs move there; one node per pool per tick. Off by default: it "
+        "restarts running jobs from their last checkpoint.")
 
 
 class Lifetime(_Strict):

@@ -27,7 +27,7 @@ from autoscaler.policy.models import Market, TeamPolicy
 from tests.builders import NOW
 
 TYPES = ["p3.2xlarge", "p3.8xlarge", "g4dn.xlarge", "g4dn.12xlarge"]
-VOLUNTARY = {"idle", "over-quota", "preempted", "over-max", "pool-removed"}
+VOLUNTARY = {"idle", "consolidate", "over-quota", "preempted", "over-max", "pool-removed"}
 STATES = [s for s in NodeState if s is not NodeState.TERMINATED]
 
 
@@ -43,7 +43,7 @@ def pools(draw, idx: int) -> dict:
                      "spot_fallback": draw(st.sampled_from(["on-demand", "none"]))},
         "scale_up": {"max_step": draw(st.integers(1, 4)), "cooldown": "3m"},
         "scale_down": {"max_draining_percent": draw(st.sampled_from([0, 20, 50, 100])), "cooldown": "5m",
-                       "idle_for": "10m"},
+                       "idle_for": "10m", "consolidate_below": draw(st.sampled_from([None, 50, 100]))},
         "schedule": draw(st.sampled_from([[], [{"cron": "0 8 * * *", "min_nodes": lo + 1 if lo < hi else lo,
                                                  "duration": "8h"}]])),
         "lifetime": draw(st.sampled_from([{}, {"max_node_age": "24h"}])),
@@ -92,7 +92,9 @@ def worlds(draw):
                                            xid_errors=draw(st.sampled_from([0, 0, 0, 1])), sample_age_s=5),
                         metrics_missing=draw(st.sampled_from([None, None, None, "stale"])),
                         scheduler=SchedulerNode(state="mixed", gpus_total=1, gpus_allocated=min(jobs, 1),
-                                                jobs=[RunningJob(id=f"{name}-j{i}") for i in range(jobs)]),
+                                                jobs=[RunningJob(id=f"{name}-j{i}", gpus=0.5,
+                                                                 started_at=NOW - age / 4)
+                                                      for i in range(jobs)]),
                     )
     pool_obs = {}
     for policy in policies.values():

@@ -115,8 +115,8 @@ def launch(count: int = 1, pool: str = "vision/gpu", market: Market = Market.ON_
                   reason=f"{pool}: 2 jobs pending")
 
 
-def drain(node: str, pool: str = "vision/gpu") -> Drain:
-    return Drain(pool=pool, node=node, trigger="idle", reason=f"{pool}: {node} idle for 15m")
+def drain(node: str, pool: str = "vision/gpu", trigger: str = "idle") -> Drain:
+    return Drain(pool=pool, node=node, trigger=trigger, reason=f"{pool}: {node} {trigger}")
 
 
 def terminate(node: str, pool: str = "vision/gpu") -> Terminate:

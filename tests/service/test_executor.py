@@ -209,6 +209,18 @@ def test_drain_deadline_signals_then_requeues_with_the_pool_settings(rig: Rig) -
     assert rig.advance().moved(S.DRAINED) == [name]
 
 
+def test_consolidation_signals_at_once_and_requeues_after_the_grace(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    sched = rig.slurm.scheduler
+    sched.run(name, "8")
+    rig.submit(drain(name, trigger="consolidate"))
+    rig.advance()  # no drain_timeout wait: the room elsewhere would fill up meanwhile
+    assert ("checkpoint", name, ["8"], "USR2") in sched.calls
+    rig.clock.tick(61)  # checkpoint_grace 1m
+    rig.advance()
+    assert ("evacuate", name, ["8"]) in sched.calls
+
+
 def test_cancel_drain_is_ready_first_then_resumed_in_the_scheduler(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     rig.slurm.scheduler.run(name, "9")

@@ -66,15 +66,23 @@ class Step:
             self.error(f"no drainer configured for cluster kind {kind!r}")
         return found
 
-    def drain_progress(self, node: Node, reason: str, now: datetime) -> DrainProgress:
-        return new_drain(self.settings, self.pool(node), reason, now)
+    def drain_progress(self, node: Node, reason: str, now: datetime,
+                       trigger: str | None = None) -> DrainProgress:
+        return new_drain(self.settings, self.pool(node), reason, now, trigger)
 
 
-def new_drain(settings: ExecutorSettings, pool: Pool | None, reason: str, now: datetime) -> DrainProgress:
-    """A new drain with the pool's timeout, signal and grace (the settings' for orphans)."""
+def new_drain(settings: ExecutorSettings, pool: Pool | None, reason: str, now: datetime,
+              trigger: str | None = None) -> DrainProgress:
+    """A new drain with the pool's timeout, signal and grace (the settings' for orphans).
+
+    A consolidation drains a node on purpose to move its jobs while there is room for them
+    elsewhere: waiting ``drain_timeout`` for jobs that run for days would only let the room
+    fill up, so its jobs are signalled at once.
+    """
     sd = pool.scale_down if pool is not None else None
+    timeout = sd.drain_timeout if sd else settings.drain_timeout
     return DrainProgress(
         reason=reason, started_at=now,
-        deadline=now + (sd.drain_timeout if sd else settings.drain_timeout),
+        deadline=now if trigger == "consolidate" else now + timeout,
         grace=sd.checkpoint_grace if sd else settings.checkpoint_grace,
         signal=sd.checkpoint_signal if sd else settings.checkpoint_signal)

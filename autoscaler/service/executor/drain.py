@@ -74,7 +74,7 @@ def _drain_one(step: Step, node: Node) -> None:
         if notice is not None and node.state is S.INTERRUPTED:
             progress = interruption_progress(step.settings, step.pool(node), notice, now)
         else:
-            progress = step.drain_progress(node, node.reason, node.state_since)
+            progress = step.drain_progress(node, node.reason, node.state_since, node.drain_trigger)
         update_meta(step.store, node.name, drain=progress)
     if node.state is S.INTERRUPTED and notice is not None and notice.deadline is not None \
             and now >= notice.deadline:

@@ -229,7 +229,8 @@ def _drain(step: Step, action: Drain) -> None:
     node = _node(step, action.node)
     if node.state is not S.READY:
         raise SubmitError(f"{node.name} is {node.state}, not READY: not drained")
-    meta = merged(step.store, node.name, drain=step.drain_progress(node, action.reason, step.now()))
+    meta = merged(step.store, node.name, drain=step.drain_progress(node, action.reason, step.now(),
+                                                                   action.trigger))
     if step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger, meta=meta) is None:
         raise SubmitError(f"{node.name} changed state; not drained")
 

@@ -27,7 +27,7 @@ from autoscaler.sim.strategies.base import Strategy
 
 S = NodeState
 SCALE_UP_TRIGGERS = frozenset({"pending", "utilization", "floor"})
-SCALE_DOWN_TRIGGERS = frozenset({"idle", "over-max", "over-quota", "preempted"})
+SCALE_DOWN_TRIGGERS = frozenset({"idle", "consolidate", "over-max", "over-quota", "preempted"})
 
 
 class EngineStrategy(Strategy):
@@ -77,6 +77,8 @@ class EngineStrategy(Strategy):
         nodes = replay.cluster.nodes
         scaled_up = scaled_down = False
         drain_timeout = self.pool.scale_down.drain_timeout.total_seconds()
+        # A consolidation signals at once and requeues after the grace (executor/common.py).
+        consolidate_timeout = self.pool.scale_down.checkpoint_grace.total_seconds()
         for action in plan.actions:
             self.actions[action.kind] += 1
             if isinstance(action, Launch):
@@ -88,7 +90,8 @@ class EngineStrategy(Strategy):
             elif isinstance(action, Drain):
                 node = nodes.get(action.node)
                 if node is not None and node.state is S.READY:
-                    replay.drain(node, now, action.trigger, drain_timeout)
+                    replay.drain(node, now, action.trigger,
+                                 consolidate_timeout if action.trigger == "consolidate" else drain_timeout)
                     scaled_down |= action.trigger in SCALE_DOWN_TRIGGERS
             elif isinstance(action, CancelDrain):
                 node = nodes.get(action.node)

@@ -1,0 +1,98 @@
+"""Consolidation (opt-in ``scale_down.consolidate_below``): empty a fragmented node on purpose.
+
+Jobs end at different times, so a fleet of long jobs drifts into many nodes each holding
+one or two GPUs' worth of work; none ever becomes idle. Like the Cluster Autoscaler's
+under-utilized scale-down and Karpenter's consolidation, a node whose allocated share of
+GPUs is below the threshold is drained when every job on it fits on the free GPUs of the
+pool's other serving nodes. The drain signals the jobs at once and requeues them after
+``checkpoint_grace``, so they lose only what they had not checkpointed.
+
+Guards: the node and every job on it have been there for ``idle_for`` (fresh placements
+are left to settle); one node per pool per tick (a restart is never a surprise to many
+jobs at once); the same floor, budget and cooldown as idle scale-down. Free room is
+counted conservatively from what the scheduler lists: a job share may sit on its own GPU,
+so only GPUs no job can be on count as free.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from autoscaler.engine.binpack import EPS, Bin, first_fit
+from autoscaler.engine.context import PoolContext
+from autoscaler.engine.plan import Action, Drain
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.scale_down.order import per_gpu, removal_order
+from autoscaler.engine.snapshot import RunningJob
+from autoscaler.fleet.node import Node
+from autoscaler.policy.duration import format_duration
+
+
+def _free_bin(node: Node, total: int, jobs: list[RunningJob], allocated: float) -> Bin:
+    taken = max(sum(math.ceil(j.gpus - EPS) for j in jobs), math.ceil(allocated - EPS))
+    return Bin(free=[1.0] * max(0, total - taken), node=node)
+
+
+def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
+    sd = ctx.pool.scale_down
+    below = sd.consolidate_below
+    if below is None:
+        return []
+    settled = now - sd.idle_for
+    fragmented: dict[Node, tuple[float, list[RunningJob]]] = {}
+    room: list[Bin] = []
+    for node in ctx.serving:
+        sched = ctx.observation(node).scheduler
+        if sched is None or sched.cordoned or sched.state in ("down", "drained", "draining"):
+            continue
+        total = prices.node_gpus(node)
+        share = 100 * sched.gpus_allocated / total if total else 100.0
+        if (sched.jobs and share < below and node.name not in budget.taken
+                and node.ready_at is not None and node.ready_at <= settled
+                and all(j.gpus > 0 and j.started_at is not None and j.started_at <= settled
+                        for j in sched.jobs)):
+            fragmented[node] = (share, sorted(sched.jobs, key=lambda j: (-j.gpus, j.id)))
+        room.append(_free_bin(node, total, sched.jobs, sched.gpus_allocated))
+    if not fragmented or not _load_fits_without_one(ctx, budget):
+        return []
+    for node in removal_order(ctx, prices, fragmented):
+        if not budget.can_shrink(node):
+            return []
+        share, jobs = fragmented[node]
+        hosts = _hosts(jobs, [Bin(free=list(b.free), node=b.node) for b in room if b.node is not node])
+        if hosts is None:
+            continue
+        budget.shrink(node)
+        total = prices.node_gpus(node)
+        return [Drain(
+            pool=ctx.key, node=node.name, trigger="consolidate",
+            reason=(f"{ctx.key}: consolidating {node.name}: {share * total / 100:g} of {total} GPUs "
+                    f"allocated ({share:.0f}% < {below:g}%), no job started there for "
+                    f"{format_duration(sd.idle_for)}; its {len(jobs)} job(s) fit on free GPUs of "
+                    f"{', '.join(hosts)}; {node.instance_type} {node.market.value} at "
+                    f"${per_gpu(prices, node):.3f}/GPU-h; jobs get {sd.checkpoint_signal} and are "
+                    f"requeued after {format_duration(sd.checkpoint_grace)}"),
+        )]
+    return []
+
+
+def _hosts(jobs: list[RunningJob], others: list[Bin]) -> list[str] | None:
+    """The nodes that would take ``jobs`` (first-fit-decreasing), or None if one does not fit."""
+    hosts: set[str] = set()
+    for job in jobs:
+        b = first_fit(others, job.gpus, None)
+        if b is None or b.node is None:
+            return None
+        b.place(job.id, job.gpus)
+        hosts.add(b.node.name)
+    return sorted(hosts)
+
+
+def _load_fits_without_one(ctx: PoolContext, budget: Budget) -> bool:
+    """The utilization rule must not relaunch what consolidation removes: the pool's load,
+    spread over one node fewer (and fewer than any already leaving this tick), has to stay
+    under the scale-up threshold."""
+    needed = math.ceil(ctx.util_sum / ctx.pool.scale_up.gpu_utilization_above - 1e-9)
+    return len(ctx.serving) - len(budget.taken) - 1 >= needed

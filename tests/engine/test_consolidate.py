@@ -1,0 +1,91 @@
+"""Consolidation: a fragmented node whose jobs fit elsewhere is drained (opt-in)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from autoscaler.engine import Drain, decide
+from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, PoolObservation, RunningJob, SchedulerNode
+from autoscaler.fleet.node import PoolHistory
+from tests.builders import NOW, fleet, make_node, make_policy, pending, snapshot
+
+KEY = "vision/gpu"
+P38 = "p3.8xlarge"  # 4 GPUs
+
+
+def on(total: int, *jobs: float, started: timedelta = timedelta(hours=2), util: float = 30.0) -> NodeObservation:
+    return NodeObservation(
+        metrics=GpuMetrics(util_mean=util, util_max_idle_window=util, util_max=util, gpus_reporting=total,
+                           sample_age_s=5),
+        scheduler=SchedulerNode(
+            state="mixed" if sum(jobs) < total else "allocated", gpus_total=total, gpus_allocated=sum(jobs),
+            jobs=[RunningJob(id=f"j{i}-{g}", gpus=g, started_at=NOW - started) for i, g in enumerate(jobs)]))
+
+
+def policy(**scale_down):
+    return make_policy(instance_types=[P38], scale_up={"gpu_utilization_above": 90},
+                       scale_down={"consolidate_below": 50, "max_draining_percent": 50, **scale_down})
+
+
+def consolidations(plan) -> list[Drain]:
+    return [a for a in plan.actions if isinstance(a, Drain) and a.trigger == "consolidate"]
+
+
+def run(pol, obs, history=None, pools=None):
+    nodes = [make_node(n, instance_type=P38) for n in obs]
+    return decide({pol.team: pol}, fleet(*nodes, history=history), snapshot(obs, pools=pools), NOW)
+
+
+def test_fragmented_node_is_drained_when_its_jobs_fit_elsewhere():
+    plan = run(policy(), {"a": on(4, 1, 1), "b": on(4, 1)})
+    (drain,) = consolidations(plan)
+    assert drain.node == "b"  # the newest of equal price goes first; a keeps 2 free for b's job
+    assert "1 of 4 GPUs allocated (25% < 50%)" in drain.reason
+    assert "fit on free GPUs of a" in drain.reason and "requeued after 2m" in drain.reason
+
+
+def test_off_by_default():
+    pol = make_policy(instance_types=[P38], scale_up={"gpu_utilization_above": 90})
+    assert consolidations(run(pol, {"a": on(4, 1, 1), "b": on(4, 1)})) == []
+
+
+def test_not_when_the_jobs_do_not_fit_on_other_nodes():
+    assert consolidations(run(policy(), {"a": on(4, 1, 1, 1), "b": on(4, 1, 0.5)})) == []
+
+
+def test_shares_count_as_whole_gpus_when_checking_room():
+    # a's six half-GPU shares (3 GPUs' worth) may sit on all four GPUs: none is surely
+    # free for b's whole-GPU job, although a has one GPU's worth of room.
+    assert consolidations(run(policy(), {"a": on(4, *[0.5] * 6), "b": on(4, 1)})) == []
+
+
+def test_recently_started_jobs_are_left_to_settle():
+    obs = {"a": on(4, 1), "b": on(4, 1, started=timedelta(minutes=3))}
+    (drain,) = consolidations(run(policy(), obs))
+    assert drain.node == "a"
+
+
+def test_one_node_per_pool_per_tick():
+    obs = {"a": on(4, 1), "b": on(4, 1), "c": on(4, 1), "d": on(4)}
+    assert len(consolidations(run(policy(max_draining_percent=100), obs))) == 1
+
+
+def test_not_while_jobs_are_pending_or_within_the_cooldown():
+    obs = {"a": on(4, 1, 1), "b": on(4, 1)}
+    assert consolidations(run(policy(), obs, pools={KEY: PoolObservation(pending=pending(4))})) == []
+    history = {KEY: PoolHistory(last_scale_down_at=NOW - timedelta(minutes=1))}
+    assert consolidations(run(policy(), obs, history=history)) == []
+
+
+def test_not_when_the_rest_would_cross_the_scale_up_threshold():
+    # 2 nodes at 60% mean: one node would have to carry 120% > 90%.
+    assert consolidations(run(policy(), {"a": on(4, 1, util=60), "b": on(4, 1, util=60)})) == []
+
+
+def test_not_when_scheduler_data_is_missing():
+    pol = make_policy(instance_types=[P38], cluster={"kind": "slurm"},
+                      scale_down={"consolidate_below": 50, "max_draining_percent": 50},
+                      scale_up={"gpu_utilization_above": 90})
+    obs = {"a": on(4, 1, 1), "b": on(4, 1)}
+    pools = {KEY: PoolObservation(scheduler_missing="squeue timed out")}
+    assert consolidations(run(pol, obs, pools=pools)) == []
