@@ -149,7 +149,8 @@ class Replay:
 
     def _drain_timeout(self, node: SimNode, since: float, now: float) -> None:
         if node.name in self.cluster.nodes and node.state is S.DRAINING and node.state_since == since:
-            self.cluster.kill_jobs(node, now, "drain-timeout")
+            cause = "consolidation" if node.drain_trigger == "consolidate" else "drain-timeout"
+            self.cluster.kill_jobs(node, now, cause)
             self.cluster.move(node, S.DRAINED, now)
 
     def _outage(self, zone: str, now: float) -> None:

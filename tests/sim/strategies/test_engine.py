@@ -63,3 +63,22 @@ def test_engine_sees_running_jobs_and_never_drains_a_busy_node() -> None:
         ours.tick(replay, t)
     assert node.state is NodeState.READY
     assert ours.actions["drain"] == 0
+
+
+def test_consolidation_moves_a_stranded_job_and_saves_the_node() -> None:
+    """Two 4-GPU nodes each keep one 10-hour 1-GPU job after their 3-GPU jobs end at ~1h:
+    with consolidate_below 50 one of them is drained, its job requeued after the 2m grace
+    onto the other node's free GPUs, and the emptied node terminated."""
+    jobs = [Job("a", 0, 10 * 3600, 1.0), Job("b", 0, 3600, 3.0),
+            Job("c", 0, 10 * 3600, 1.0), Job("d", 0, 3600, 3.0)]
+    results = {}
+    for below in (None, 50):
+        pol = policy(instance_types=["p3.8xlarge"],
+                     scale_down={"idle_for": "10m", "cooldown": "0s", "consolidate_below": below})
+        report = run_all(workload(jobs, end=12 * 3600), pol, pol.pools[0], CATALOG, EXACT, strategies=("ours",))
+        results[below] = report.result("ours")
+    plain, moved = results[None], results[50]
+    assert plain.kills_by_cause == {} and moved.kills_by_cause == {"consolidation": 1}
+    assert moved.jobs_finished == plain.jobs_finished == 4
+    # About 9 hours of a 4-GPU node saved, less the work redone since the last checkpoint.
+    assert moved.cost_usd < plain.cost_usd - 8 * 4 * OD
