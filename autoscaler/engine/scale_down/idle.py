@@ -1,4 +1,7 @@
-"""Emptiness: a node below the idle threshold with no jobs for ``idle_for`` is drained."""
+"""Emptiness: a node with no jobs, below the idle threshold for ``idle_for``, is drained.
+
+The window is of utilization, not of emptiness: a job that ran below the threshold until
+a minute ago does not restart the wait (the scheduler's view has no "empty since")."""
 
 from __future__ import annotations
 
