@@ -30,6 +30,7 @@ date or not evaluated within the last 5 minutes. Install the output of
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -40,17 +41,16 @@ from autoscaler.engine.snapshot import GpuMetrics, NodeObservation
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
 from autoscaler.signals.promql import (
-    FIELD_LABEL,
     THERMAL_BITS_EXPR,
     THROTTLE,
     UTIL_METRICS,
     XID,
     PoolWindows,
-    balanced_or,
     gpus_key,
     max_key,
     mean_key,
     now_key,
+    regex_literal,
     seconds,
     xid_key,
 )
@@ -97,13 +97,14 @@ def newest_rule(metric: str, secs: int | None = None) -> str:
     return node_rule(metric, "newest_timestamp" + (f"_over_{span_name(secs)}" if secs else ""))
 
 
-TEMP_RULE = node_rule("gpu_temp_c", "max")
+TEMP_RULE = node_rule("gpu_temp_c", "max")  # recorded above the lowest limit only
 THROTTLED_RULE = node_rule("thermal_throttle", "max")  # recorded for throttled nodes only
+GPUS_LABEL = "gpus"  # on the window-mean series: the node's GPUs reporting
 
 
 @dataclass(frozen=True)
 class RuleSet:
-    """What the rules record for a set of pools, and the thresholds the reader filters by."""
+    """What the rules record for a set of pools, and the thresholds they filter by."""
 
     label: str
     stale_s: int
@@ -130,6 +131,13 @@ class RuleSet:
             horizon_s=max(spans),
         )
 
+    @property
+    def dated_s(self) -> int:
+        """Nodes silent for longer get their newest sample's timestamp recorded. The config
+        keeps ``rules_interval <= stale_after / 2``, so a node undated at the last
+        evaluation is still fresh when read."""
+        return min(DATED_AFTER_S, self.stale_s // 2)
+
     def metrics(self) -> list[str]:
         return sorted({m for m, _ in self.means} | {m for m, _, _ in self.peaks})
 
@@ -151,25 +159,34 @@ class RuleSet:
         for m in self.metrics():
             raw = self._sel(UTIL_METRICS[m][0])
             rules += [
-                {"record": gpus_rule(m), "expr": f"count {by} ({raw})"},
                 {"record": newest_rule(m), "expr": f"max {by} (timestamp({raw}))"},
                 {"record": newest_rule(m, self.horizon_s),
-                 "expr": f"max_over_time({newest_rule(m)}[{self.horizon_s}s])"},
+                 "expr": f"max_over_time({newest_rule(m)}[{self.horizon_s}s])"
+                         f" < time() - {self.dated_s}"},
             ]
         thermal = THERMAL_BITS_EXPR.format(v=self._sel(THROTTLE))
-        rules.append({"record": TEMP_RULE, "expr": f"max {by} ({self._sel(TEMP)})"})
+        rules.append({"record": TEMP_RULE, "expr": f"max {by} ({self._sel(TEMP)}) > {self.hot_c:g}"})
         rules.append({"record": THROTTLED_RULE, "expr": f"max {by} ({thermal}) > 0"})
         return rules
+
+    def _mean(self, metric: str, secs: int) -> str:
+        """The window mean with a ``gpus`` label (GPUs reporting now), so a node is one
+        series; NaN (the mean of an empty window) when only the GPU count exists."""
+        on = f"on ({self.label})"
+        mean = f"({self._util(metric, 'avg_over_time', 'avg', secs)})"
+        gpus = (f'count_values by ({self.label}) ("{GPUS_LABEL}", count by ({self.label}) '
+                f"({self._sel(UTIL_METRICS[metric][0])}))")
+        return f"{mean} * {on} group_left ({GPUS_LABEL}) {gpus} or {on} {mean} or {on} {gpus} * NaN"
 
     def span_rules(self, secs: int) -> list[dict[str, str]]:
         rules = []
         for m in self.metrics():
             if (m, secs) in self.means:
-                rules.append({"record": avg_rule(m, secs),
-                              "expr": self._util(m, "avg_over_time", "avg", secs)})
-            if any(pm == m and s == secs for pm, s, _ in self.peaks):
-                rules.append({"record": max_rule(m, secs),
-                              "expr": self._util(m, "max_over_time", "max", secs)})
+                rules.append({"record": avg_rule(m, secs), "expr": self._mean(m, secs)})
+            for pm, s, below in self.peaks:
+                if pm == m and s == secs:
+                    rules.append({"record": max_rule(m, secs),
+                                  "expr": f"{self._util(m, 'max_over_time', 'max', secs)} < {below:g}"})
         if any(s == secs for _, s in self.means):
             rules.append({"record": xid_rule(secs), "expr": f"count by ({self.label}) "
                           f"(max_over_time({self._sel(XID)}[{secs}s]) > 0)"})
@@ -200,32 +217,76 @@ def recording_rules(rule_set: RuleSet, interval: str = "30s") -> dict[str, Any]:
     return {"groups": groups}
 
 
+def host_stem(host: str) -> str:
+    """``vision-v100-train-3`` -> ``vision-v100-train-``: the fleet names nodes
+    ``<team>-<pool>-<n>``, so a pool's nodes share a stem (a name without a dash is its own)."""
+    prefix, dash, _ = host.rpartition("-")
+    return f"{prefix}-" if dash else host
+
+
+def stem_regex(stem: str) -> str:
+    """RE2 (in a PromQL string) matching the hosts of this stem."""
+    return f"{regex_literal(stem)}[^-]*" if stem.endswith("-") else regex_literal(stem)
+
+
 class RecordedQuery:
     """The one query of a tick over the recorded series, and what its answer means."""
 
     def __init__(self, rule_set: RuleSet):
         self.rules = rule_set
-        self.keys: dict[str, str] = {THROTTLED_RULE: "throttle"}  # recorded name -> field
-        for m, w in rule_set.means:
-            self.keys[avg_rule(m, w)] = mean_key(m, w)
-            self.keys[xid_rule(w)] = xid_key(w)
-        for m in rule_set.metrics():
-            self.keys[gpus_rule(m)] = gpus_key(m)
+        self.means = {avg_rule(m, w): (mean_key(m, w), gpus_key(m)) for m, w in rule_set.means}
+        self.sparse: dict[str, str] = {THROTTLED_RULE: "throttle", TEMP_RULE: "temp"}
+        self.sparse.update({xid_rule(w): xid_key(w) for _, w in rule_set.means})
+        self.sparse.update({max_rule(m, s): max_key(m, s) for m, s, _ in rule_set.peaks})
+        self.dated = {newest_rule(m, rule_set.horizon_s): now_key(m) for m in rule_set.metrics()}
 
-    def query(self) -> str:
-        names = "|".join(sorted([*self.keys, MARKER]))
-        sparse = [self._tag(f"{max_rule(m, s)} < {t:g}", max_key(m, s))
-                  for m, s, t in self.rules.peaks]
-        sparse.append(self._tag(f"{TEMP_RULE} > {self.rules.hot_c:g}", "temp"))
-        dated_after = min(self.rules.stale_s, DATED_AFTER_S)
-        sparse += [self._tag(f"time() - {newest_rule(m, self.rules.horizon_s)} > {dated_after}",
-                             now_key(m)) for m in self.rules.metrics()]
-        # A single selector keeps every dense series' name (``or`` would merge them by node).
-        return f'{{__name__=~"{names}"}} or ({balanced_or(sparse)})'
+    def query(self, hosts: Mapping[str, PoolWindows]) -> str:
+        """The sparse facts and the markers, each host's own window mean (selected by name
+        pattern, so a host is one dense series), and every window's mean for hosts that
+        match no pattern (reporting, but not in the fleet)."""
+        by_window: dict[PoolWindows, set[str]] = {}
+        for host, w in hosts.items():
+            by_window.setdefault(w, set()).add(host_stem(host))
+        stems: dict[str, set[str]] = {}  # recorded mean -> stems of the hosts needing it
+        for w, group in by_window.items():
+            stems.setdefault(avg_rule(w.metric, w.window_s), set()).update(group)
+        label = self.rules.label
+        parts = [f'{{__name__=~"{"|".join(sorted([*self.sparse, *self.dated, MARKER]))}"}}']
+        for name, group in sorted(stems.items()):
+            parts.append(f'{name}{{{label}=~"{"|".join(stem_regex(s) for s in sorted(group))}"}}')
+        known = "|".join(stem_regex(s) for s in sorted(set().union(*stems.values())))
+        rest = f'{label}!~"{known}"' if known else f'{label}!=""'
+        parts.append(f'{{__name__=~"{"|".join(sorted(self.means))}",{rest}}}')
+        # on (__name__, label): one host's series of different windows are all kept.
+        return f" or on (__name__, {label}) ".join(parts)
 
-    @staticmethod
-    def _tag(expr: str, key: str) -> str:
-        return f'label_replace({expr}, "{FIELD_LABEL}", "{key}", "", "")'
+    def collect(self, result: list[dict[str, Any]], now_s: float,
+                ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+        """Values by node and field key, and the rule groups' digests."""
+        fields: dict[str, dict[str, float]] = {}
+        markers: dict[str, str] = {}
+        label = self.rules.label
+        for series in result:
+            labels = series["metric"]
+            name = labels.get("__name__", "")
+            node = labels.get(label)
+            if not node:
+                if name == MARKER:
+                    markers[labels.get("rule_group", "")] = labels.get("digest", "")
+                continue
+            value = float(series["value"][1])
+            into = fields.setdefault(node, {})
+            if name in self.means:
+                mean, gpus = self.means[name]
+                if GPUS_LABEL in labels:
+                    into[gpus] = float(labels[GPUS_LABEL])
+                if not math.isnan(value):
+                    into[mean] = value
+            elif name in self.dated:
+                into[self.dated[name]] = now_s - value
+            elif name in self.sparse and math.isfinite(value):
+                into[self.sparse[name]] = value
+        return fields, markers
 
     def check(self, markers: Mapping[str, str]) -> None:
         """Raise unless every needed group was evaluated recently with these rules."""
@@ -243,18 +304,19 @@ class RecordedQuery:
 
     def observe(self, fields: Mapping[str, float], w: PoolWindows) -> NodeObservation:
         age = fields.get(now_key(w.metric))
-        if age is None and gpus_key(w.metric) not in fields and mean_key(
-                w.metric, w.window_s) not in fields:
+        gpus = fields.get(gpus_key(w.metric))
+        mean = fields.get(mean_key(w.metric, w.window_s))
+        if age is None and gpus is None and mean is None:
             name = UTIL_METRICS[w.metric][0]
             return NodeObservation(
                 metrics_missing=f"no {name} sample in the last {span_name(self.rules.horizon_s)}")
         metrics = GpuMetrics(
-            util_mean=fields.get(mean_key(w.metric, w.window_s)),
+            util_mean=mean,
             util_max_idle_window=fields.get(max_key(w.metric, w.idle_s)),
             temperature_max_c=fields.get("temp"),
             xid_errors=int(fields.get(xid_key(w.window_s), 0)),
             thermal_throttle=fields.get("throttle", 0.0) > 0,
-            gpus_reporting=int(fields.get(gpus_key(w.metric), 0)),
+            gpus_reporting=int(gpus or 0),
             sample_age_s=None if age is None else round(max(0.0, age), 3),
         )
         missing = None

@@ -214,8 +214,12 @@ def test_rule_file_follows_the_policies_windows() -> None:
     rules = recording_rules(RuleSet.of([VISION, SEARCH], "hostname", STALE_AFTER), "10s")
     assert {g["interval"] for g in rules["groups"]} == {"10s"}
     exprs = {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
-    assert exprs["gpu_autoscaler:node_gpu_util:avg_over_5m"] == (
-        'avg by (hostname) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname!=""}[300s]))')
+    assert exprs["gpu_autoscaler:node_gpu_util:avg_over_5m"].startswith(
+        '(avg by (hostname) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname!=""}[300s])))'
+        ' * on (hostname) group_left (gpus) count_values by (hostname) ("gpus", ')
+    # Thresholds are applied when recording: only the nodes that matter are read.
+    assert exprs["gpu_autoscaler:node_gpu_util:max_over_15m"].endswith(" < 10")
+    assert exprs["gpu_autoscaler:node_gpu_temp_c:max"].endswith(" > 87")
     assert "gpu_autoscaler:node_gpu_util:max_over_15m" in exprs
     assert "gpu_autoscaler:node_gr_engine_active:avg_over_3m" in exprs
     assert "gpu_autoscaler:node_gr_engine_active:max_over_20m" in exprs
