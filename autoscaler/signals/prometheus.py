@@ -136,7 +136,7 @@ class PrometheusReader:
         windows_of = _windows_of(pools)
         hosts = {name: windows_of(pool) for name, pool in node_pools.items()}
         try:
-            fields, markers = recorded.collect(self._query(recorded.query(hosts), now),
+            fields, markers = recorded.collect(self._query(recorded.query(), now),
                                                now.timestamp())
             recorded.check(markers)
         except (PrometheusReadError, RulesError) as exc:

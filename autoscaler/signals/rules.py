@@ -109,6 +109,7 @@ class RuleSet:
     label: str
     stale_s: int
     means: frozenset[tuple[str, int]]  # (metric, scale_up.window)
+    pools: tuple[tuple[str, int, str], ...]  # (metric, scale_up.window, pool name)
     peaks: tuple[tuple[str, int, float], ...]  # (metric, idle_for, highest idle threshold)
     hot_c: float  # the lowest max_gpu_temperature
     horizon_s: int
@@ -126,6 +127,8 @@ class RuleSet:
         return cls(
             label=node_label, stale_s=stale_s,
             means=frozenset((w.metric, w.window_s) for w in windows),
+            pools=tuple(sorted({(w.metric, w.window_s, p.name)
+                                for p in pools for w in [PoolWindows.of(p)]})),
             peaks=tuple(sorted((m, s, t) for (m, s), t in peaks.items())),
             hot_c=min((p.health.max_gpu_temperature for p in pools), default=0.0),
             horizon_s=max(spans),
@@ -169,13 +172,26 @@ class RuleSet:
         rules.append({"record": THROTTLED_RULE, "expr": f"max {by} ({thermal}) > 0"})
         return rules
 
+    def _hosts(self, metric: str, secs: int) -> list[str]:
+        """Raw series of the hosts that need this window's mean: named like the nodes of
+        a pool using it (``<team>-<pool>-<n>``, as the fleet names them), or like no
+        pool's nodes (every window is recorded for those)."""
+        own = "|".join(sorted({regex_literal(n) for m, s, n in self.pools if (m, s) == (metric, secs)}))
+        every = "|".join(sorted({regex_literal(n) for _, _, n in self.pools}))
+        name, label = UTIL_METRICS[metric][0], self.label
+        return [f'{name}{{{label}=~".+-(?:{own})-[^-]*"}}',
+                f'{name}{{{label}!~".+-(?:{every})-[^-]*",{label}!=""}}']
+
     def _mean(self, metric: str, secs: int) -> str:
         """The window mean with a ``gpus`` label (GPUs reporting now), so a node is one
         series; NaN (the mean of an empty window) when only the GPU count exists."""
+        by = f"by ({self.label})"
+        hosts = self._hosts(metric, secs)
+        mean = f"avg {by} ({' or '.join(f'avg_over_time({h}[{secs}s])' for h in hosts)})"
+        factor = UTIL_METRICS[metric][1]
+        mean = f"({mean if factor == 1.0 else f'{factor:g} * {mean}'})"
+        gpus = f'count_values {by} ("{GPUS_LABEL}", count {by} ({" or ".join(hosts)}))'
         on = f"on ({self.label})"
-        mean = f"({self._util(metric, 'avg_over_time', 'avg', secs)})"
-        gpus = (f'count_values by ({self.label}) ("{GPUS_LABEL}", count by ({self.label}) '
-                f"({self._sel(UTIL_METRICS[metric][0])}))")
         return f"{mean} * {on} group_left ({GPUS_LABEL}) {gpus} or {on} {mean} or {on} {gpus} * NaN"
 
     def span_rules(self, secs: int) -> list[dict[str, str]]:
@@ -217,48 +233,23 @@ def recording_rules(rule_set: RuleSet, interval: str = "30s") -> dict[str, Any]:
     return {"groups": groups}
 
 
-def host_stem(host: str) -> str:
-    """``vision-v100-train-3`` -> ``vision-v100-train-``: the fleet names nodes
-    ``<team>-<pool>-<n>``, so a pool's nodes share a stem (a name without a dash is its own)."""
-    prefix, dash, _ = host.rpartition("-")
-    return f"{prefix}-" if dash else host
-
-
-def stem_regex(stem: str) -> str:
-    """RE2 (in a PromQL string) matching the hosts of this stem."""
-    return f"{regex_literal(stem)}[^-]*" if stem.endswith("-") else regex_literal(stem)
-
-
 class RecordedQuery:
     """The one query of a tick over the recorded series, and what its answer means."""
 
     def __init__(self, rule_set: RuleSet):
         self.rules = rule_set
         self.means = {avg_rule(m, w): (mean_key(m, w), gpus_key(m)) for m, w in rule_set.means}
-        self.sparse: dict[str, str] = {THROTTLED_RULE: "throttle", TEMP_RULE: "temp"}
-        self.sparse.update({xid_rule(w): xid_key(w) for _, w in rule_set.means})
-        self.sparse.update({max_rule(m, s): max_key(m, s) for m, s, _ in rule_set.peaks})
+        self.facts = {THROTTLED_RULE: "throttle", TEMP_RULE: "temp"}  # name -> field key
+        self.facts.update({xid_rule(w): xid_key(w) for _, w in rule_set.means})
+        self.facts.update({max_rule(m, s): max_key(m, s) for m, s, _ in rule_set.peaks})
         self.dated = {newest_rule(m, rule_set.horizon_s): now_key(m) for m in rule_set.metrics()}
+        self._keys: dict[PoolWindows, tuple[str, ...]] = {}
 
-    def query(self, hosts: Mapping[str, PoolWindows]) -> str:
-        """The sparse facts and the markers, each host's own window mean (selected by name
-        pattern, so a host is one dense series), and every window's mean for hosts that
-        match no pattern (reporting, but not in the fleet)."""
-        by_window: dict[PoolWindows, set[str]] = {}
-        for host, w in hosts.items():
-            by_window.setdefault(w, set()).add(host_stem(host))
-        stems: dict[str, set[str]] = {}  # recorded mean -> stems of the hosts needing it
-        for w, group in by_window.items():
-            stems.setdefault(avg_rule(w.metric, w.window_s), set()).update(group)
-        label = self.rules.label
-        parts = [f'{{__name__=~"{"|".join(sorted([*self.sparse, *self.dated, MARKER]))}"}}']
-        for name, group in sorted(stems.items()):
-            parts.append(f'{name}{{{label}=~"{"|".join(stem_regex(s) for s in sorted(group))}"}}')
-        known = "|".join(stem_regex(s) for s in sorted(set().union(*stems.values())))
-        rest = f'{label}!~"{known}"' if known else f'{label}!=""'
-        parts.append(f'{{__name__=~"{"|".join(sorted(self.means))}",{rest}}}')
-        # on (__name__, label): one host's series of different windows are all kept.
-        return f" or on (__name__, {label}) ".join(parts)
+    def query(self) -> str:
+        # A single selector: ``or`` would merge series of different names by node, and
+        # costs Prometheus a pass over both sides.
+        names = sorted([*self.means, *self.facts, *self.dated, MARKER])
+        return f'{{__name__=~"{"|".join(names)}"}}'
 
     def collect(self, result: list[dict[str, Any]], now_s: float,
                 ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
@@ -276,16 +267,16 @@ class RecordedQuery:
                 continue
             value = float(series["value"][1])
             into = fields.setdefault(node, {})
+            if name in self.dated:
+                into[self.dated[name]] = now_s - value
+                continue
             if name in self.means:
-                mean, gpus = self.means[name]
+                key, gpus = self.means[name]
                 if GPUS_LABEL in labels:
                     into[gpus] = float(labels[GPUS_LABEL])
-                if not math.isnan(value):
-                    into[mean] = value
-            elif name in self.dated:
-                into[self.dated[name]] = now_s - value
-            elif name in self.sparse and math.isfinite(value):
-                into[self.sparse[name]] = value
+                into[key] = value  # NaN: the window is empty (observe tells it from absent)
+            elif name in self.facts and math.isfinite(value):
+                into[self.facts[name]] = value
         return fields, markers
 
     def check(self, markers: Mapping[str, str]) -> None:
@@ -303,23 +294,37 @@ class RecordedQuery:
                              + " (install: gpu-autoscaler signals --print-rules)")
 
     def observe(self, fields: Mapping[str, float], w: PoolWindows) -> NodeObservation:
-        age = fields.get(now_key(w.metric))
-        gpus = fields.get(gpus_key(w.metric))
-        mean = fields.get(mean_key(w.metric, w.window_s))
+        keys = self._keys.get(w)
+        if keys is None:
+            keys = self._keys[w] = (mean_key(w.metric, w.window_s), max_key(w.metric, w.idle_s),
+                                      xid_key(w.window_s), gpus_key(w.metric), now_key(w.metric))
+        mean_k, peak_k, xid_k, gpus_k, age_k = keys
+        age, gpus, mean = fields.get(age_k), fields.get(gpus_k), fields.get(mean_k)
         if age is None and gpus is None and mean is None:
             name = UTIL_METRICS[w.metric][0]
             return NodeObservation(
                 metrics_missing=f"no {name} sample in the last {span_name(self.rules.horizon_s)}")
-        metrics = GpuMetrics(
-            util_mean=mean,
-            util_max_idle_window=fields.get(max_key(w.metric, w.idle_s)),
-            temperature_max_c=fields.get("temp"),
-            xid_errors=int(fields.get(xid_key(w.window_s), 0)),
-            thermal_throttle=fields.get("throttle", 0.0) > 0,
-            gpus_reporting=int(gpus or 0),
-            sample_age_s=None if age is None else round(max(0.0, age), 3),
-        )
+        if mean is None and gpus is not None:
+            # Recorded for another window only: the rules pick a node's window by its name.
+            return NodeObservation(metrics_missing=(
+                f"no {span_name(w.window_s)} mean recorded: the node's name matches another "
+                "pool's nodes (the recording rules expect <team>-<pool>-<n>)"))
+        # Only values other than GpuMetrics' defaults are passed: validating the model is
+        # most of what a node costs here.
+        values: dict[str, Any] = {"gpus_reporting": int(gpus or 0)}
+        if mean is not None and not math.isnan(mean):
+            values["util_mean"] = mean
+        if (peak := fields.get(peak_k)) is not None:
+            values["util_max_idle_window"] = peak
+        if (temp := fields.get("temp")) is not None:
+            values["temperature_max_c"] = temp
+        if xid := fields.get(xid_k):
+            values["xid_errors"] = int(xid)
+        if fields.get("throttle", 0.0) > 0:
+            values["thermal_throttle"] = True
         missing = None
-        if age is not None and age > self.rules.stale_s:
-            missing = f"no sample for {age:.0f}s (stale after {self.rules.stale_s}s)"
-        return NodeObservation(metrics=metrics, metrics_missing=missing)
+        if age is not None:
+            values["sample_age_s"] = round(max(0.0, age), 3)
+            if age > self.rules.stale_s:
+                missing = f"no sample for {age:.0f}s (stale after {self.rules.stale_s}s)"
+        return NodeObservation(metrics=GpuMetrics(**values), metrics_missing=missing)

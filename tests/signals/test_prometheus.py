@@ -214,9 +214,13 @@ def test_rule_file_follows_the_policies_windows() -> None:
     rules = recording_rules(RuleSet.of([VISION, SEARCH], "hostname", STALE_AFTER), "10s")
     assert {g["interval"] for g in rules["groups"]} == {"10s"}
     exprs = {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
+    # A node's mean is recorded for its own pool's window only (the fleet names nodes
+    # <team>-<pool>-<n>), or for every window when its name matches no pool's nodes.
     assert exprs["gpu_autoscaler:node_gpu_util:avg_over_5m"].startswith(
-        '(avg by (hostname) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname!=""}[300s])))'
-        ' * on (hostname) group_left (gpus) count_values by (hostname) ("gpus", ')
+        '(avg by (hostname) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname=~".+-(?:gpu)-[^-]*"}'
+        '[300s]) or avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname!~".+-(?:gpu|t4)-[^-]*",'
+        'hostname!=""}[300s]))) * on (hostname) group_left (gpus) count_values by (hostname) '
+        '("gpus", ')
     # Thresholds are applied when recording: only the nodes that matter are read.
     assert exprs["gpu_autoscaler:node_gpu_util:max_over_15m"].endswith(" < 10")
     assert exprs["gpu_autoscaler:node_gpu_temp_c:max"].endswith(" > 87")
