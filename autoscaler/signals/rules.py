@@ -109,7 +109,7 @@ class RuleSet:
     label: str
     stale_s: int
     means: frozenset[tuple[str, int]]  # (metric, scale_up.window)
-    pools: tuple[tuple[str, int, str], ...]  # (metric, scale_up.window, pool name)
+    pools: tuple[tuple[str, str, int, int], ...]  # (name, metric, scale_up.window, idle_for)
     peaks: tuple[tuple[str, int, float], ...]  # (metric, idle_for, highest idle threshold)
     hot_c: float  # the lowest max_gpu_temperature
     horizon_s: int
@@ -127,7 +127,7 @@ class RuleSet:
         return cls(
             label=node_label, stale_s=stale_s,
             means=frozenset((w.metric, w.window_s) for w in windows),
-            pools=tuple(sorted({(w.metric, w.window_s, p.name)
+            pools=tuple(sorted({(p.name, w.metric, w.window_s, w.idle_s)
                                 for p in pools for w in [PoolWindows.of(p)]})),
             peaks=tuple(sorted((m, s, t) for (m, s), t in peaks.items())),
             hot_c=min((p.health.max_gpu_temperature for p in pools), default=0.0),
@@ -150,11 +150,6 @@ class RuleSet:
     def _sel(self, metric: str) -> str:
         return f'{metric}{{{self.label}!=""}}'
 
-    def _util(self, metric: str, fn: str, agg: str, secs: int) -> str:
-        name, factor = UTIL_METRICS[metric]
-        expr = f"{agg} by ({self.label}) ({fn}({self._sel(name)}[{secs}s]))"
-        return expr if factor == 1.0 else f"{factor:g} * {expr}"
-
     def node_rules(self) -> list[dict[str, str]]:
         """Per-node instant values; the newest-sample rules chain (same group, in order)."""
         by = f"by ({self.label})"
@@ -172,40 +167,47 @@ class RuleSet:
         rules.append({"record": THROTTLED_RULE, "expr": f"max {by} ({thermal}) > 0"})
         return rules
 
-    def _hosts(self, metric: str, secs: int) -> list[str]:
-        """Raw series of the hosts that need this window's mean: named like the nodes of
-        a pool using it (``<team>-<pool>-<n>``, as the fleet names them), or like no
-        pool's nodes (every window is recorded for those)."""
-        own = "|".join(sorted({regex_literal(n) for m, s, n in self.pools if (m, s) == (metric, secs)}))
-        every = "|".join(sorted({regex_literal(n) for _, _, n in self.pools}))
-        name, label = UTIL_METRICS[metric][0], self.label
-        return [f'{name}{{{label}=~".+-(?:{own})-[^-]*"}}',
-                f'{name}{{{label}!~".+-(?:{every})-[^-]*",{label}!=""}}']
+    def _hosts(self, raw: str, own: Iterable[str]) -> list[str]:
+        """Selectors of ``raw`` for the hosts named like the nodes of the ``own`` pools
+        (``<team>-<pool>-<n>``, as the fleet names them) or like no pool's nodes, so a
+        window's series are recorded only for the nodes whose pool uses the window."""
+        every = "|".join(sorted({regex_literal(p[0]) for p in self.pools}))
+        mine = "|".join(sorted({regex_literal(name) for name in own}))
+        return [f'{raw}{{{self.label}=~".+-(?:{mine})-[^-]*"}}',
+                f'{raw}{{{self.label}!~".+-(?:{every})-[^-]*",{self.label}!=""}}']
+
+    def _over(self, fn: str, hosts: list[str], secs: int) -> str:
+        return " or ".join(f"{fn}({h}[{secs}s])" for h in hosts)
 
     def _mean(self, metric: str, secs: int) -> str:
         """The window mean with a ``gpus`` label (GPUs reporting now), so a node is one
         series; NaN (the mean of an empty window) when only the GPU count exists."""
-        by = f"by ({self.label})"
-        hosts = self._hosts(metric, secs)
-        mean = f"avg {by} ({' or '.join(f'avg_over_time({h}[{secs}s])' for h in hosts)})"
-        factor = UTIL_METRICS[metric][1]
+        by, on = f"by ({self.label})", f"on ({self.label})"
+        name, factor = UTIL_METRICS[metric]
+        hosts = self._hosts(name, (p for p, m, w, _ in self.pools if (m, w) == (metric, secs)))
+        mean = f"avg {by} ({self._over('avg_over_time', hosts, secs)})"
         mean = f"({mean if factor == 1.0 else f'{factor:g} * {mean}'})"
         gpus = f'count_values {by} ("{GPUS_LABEL}", count {by} ({" or ".join(hosts)}))'
-        on = f"on ({self.label})"
         return f"{mean} * {on} group_left ({GPUS_LABEL}) {gpus} or {on} {mean} or {on} {gpus} * NaN"
 
     def span_rules(self, secs: int) -> list[dict[str, str]]:
+        by = f"by ({self.label})"
         rules = []
         for m in self.metrics():
+            name, factor = UTIL_METRICS[m]
             if (m, secs) in self.means:
                 rules.append({"record": avg_rule(m, secs), "expr": self._mean(m, secs)})
             for pm, s, below in self.peaks:
                 if pm == m and s == secs:
-                    rules.append({"record": max_rule(m, secs),
-                                  "expr": f"{self._util(m, 'max_over_time', 'max', secs)} < {below:g}"})
+                    hosts = self._hosts(name, (p for p, pm2, _, i in self.pools
+                                               if (pm2, i) == (m, secs)))
+                    peak = f"max {by} ({self._over('max_over_time', hosts, secs)})"
+                    peak = peak if factor == 1.0 else f"{factor:g} * {peak}"
+                    rules.append({"record": max_rule(m, secs), "expr": f"{peak} < {below:g}"})
         if any(s == secs for _, s in self.means):
-            rules.append({"record": xid_rule(secs), "expr": f"count by ({self.label}) "
-                          f"(max_over_time({self._sel(XID)}[{secs}s]) > 0)"})
+            hosts = self._hosts(XID, (p for p, _, w, _ in self.pools if w == secs))
+            rules.append({"record": xid_rule(secs), "expr": f"count {by} "
+                          f"(({self._over('max_over_time', hosts, secs)}) > 0)"})
         return rules
 
     def groups(self) -> dict[str, list[dict[str, str]]]:
