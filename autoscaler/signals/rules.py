@@ -4,13 +4,26 @@ With ``prometheus.recording_rules: true`` Prometheus evaluates, every ``rules_in
 one rule group per distinct duration among the pools' ``scale_up.window`` and
 ``scale_down.idle_for`` (``avg_over_time`` / ``max_over_time`` of every GPU's raw series,
 then ``by (<node label>)``) plus one group of per-node instant values. A tick then sends
-ONE instant query that reads one recorded sample per series instead of window-many raw
-samples per GPU, and only what the engine decides with crosses the wire:
+ONE instant query, a single selector over the recorded names, and only what the engine
+decides with crosses the wire:
 
-* for every node: the mean utilization over each distinct window and the GPUs reporting;
-* only for the nodes that matter: the max over an idle span when below the highest idle
-  threshold using that span, temperature above the lowest ``max_gpu_temperature``, XID
-  errors, thermal throttling, and the newest sample's age once it is over a minute old.
+* for every node, ONE series: the mean utilization over its own pool's
+  ``scale_up.window``, labelled ``gpus="<GPUs reporting>"`` (NaN, the mean of an empty
+  window, when the GPUs report but had no sample in the window);
+* only for the nodes that matter: the max over its pool's idle span when below the
+  highest idle threshold using that span, temperature above the lowest
+  ``max_gpu_temperature``, XID errors in its window, thermal throttling, and the newest
+  sample's timestamp once the node has been silent for ``min(60 s, stale_after / 2)``
+  (the reader turns it into an age; ``rules_interval`` is at most ``stale_after / 2``,
+  so a node undated at the last evaluation is not yet stale).
+
+Prometheus does not know which pool a node is in: a window's series are recorded for
+the hosts named like the nodes of a pool using it (the fleet names nodes
+``<team>-<pool>-<n>``; RuleSet sees pools, not teams, so ``.+-<pool>-[^-]*``) and for
+hosts named like no pool's nodes (every window). A node that matches another pool's name
+pattern but not its own is reported missing with that reason. Each fact is filtered in
+the rule rather than in the query because the query would read every node's series to
+filter them (the tick's Prometheus time grows with every series it touches).
 
 So a busy, healthy node's snapshot has ``util_mean`` and ``gpus_reporting`` but no
 ``util_max``, memory, power or (below the thresholds) idle-window max and temperature:
@@ -21,10 +34,11 @@ pick which values are sent, the engine compares the exact values), and
 Trade-offs: values lag by at most one rule evaluation (``rules_interval``); Prometheus
 spends about one raw-mode read of CPU per evaluation (work moved out of the tick, not
 removed: evaluate no more often than the autoscaler ticks); the rules depend on the
-policies' windows, so a group carries a digest of its rules and the reader refuses to
-read (the whole source is reported missing) when a group it needs is absent, out of
-date or not evaluated within the last 5 minutes. Install the output of
-``gpu-autoscaler signals --config FILE --print-rules`` in Prometheus' ``rule_files``.
+policies (pool names, windows, idle and temperature thresholds, ``stale_after``), so a
+group carries a digest of its rules and the reader refuses to read (the whole source is
+reported missing) when a group it needs is absent, out of date or not evaluated within
+the last 5 minutes: reinstall the output of ``gpu-autoscaler signals --config FILE
+--print-rules`` in Prometheus' ``rule_files`` whenever the policies change.
 """
 
 from __future__ import annotations
@@ -60,7 +74,7 @@ GROUP_PREFIX = "gpu-autoscaler"
 MARKER = f"{PREFIX}:rules_loaded"  # one per group: {rule_group, digest}
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
 # Nodes whose newest sample is older than this are dated exactly (sparse in a healthy
-# fleet); younger ones are fresh as long as their recorded GPU count is there.
+# fleet); younger ones are fresh as long as their window-mean series is there.
 DATED_AFTER_S = 60
 
 
@@ -89,10 +103,6 @@ def xid_rule(secs: int) -> str:
     return node_rule("xid_gpus", f"count_over_{span_name(secs)}")
 
 
-def gpus_rule(metric: str) -> str:
-    return node_rule(metric, "gpus")
-
-
 def newest_rule(metric: str, secs: int | None = None) -> str:
     return node_rule(metric, "newest_timestamp" + (f"_over_{span_name(secs)}" if secs else ""))
 
@@ -100,6 +110,7 @@ def newest_rule(metric: str, secs: int | None = None) -> str:
 TEMP_RULE = node_rule("gpu_temp_c", "max")  # recorded above the lowest limit only
 THROTTLED_RULE = node_rule("thermal_throttle", "max")  # recorded for throttled nodes only
 GPUS_LABEL = "gpus"  # on the window-mean series: the node's GPUs reporting
+ANY_MEAN = "any_mean"  # field key: some window's mean series names the node
 
 
 @dataclass(frozen=True)
@@ -277,6 +288,7 @@ class RecordedQuery:
                 if GPUS_LABEL in labels:
                     into[gpus] = float(labels[GPUS_LABEL])
                 into[key] = value  # NaN: the window is empty (observe tells it from absent)
+                into[ANY_MEAN] = 1.0
             elif name in self.facts and math.isfinite(value):
                 into[self.facts[name]] = value
         return fields, markers
@@ -301,19 +313,20 @@ class RecordedQuery:
             keys = self._keys[w] = (mean_key(w.metric, w.window_s), max_key(w.metric, w.idle_s),
                                       xid_key(w.window_s), gpus_key(w.metric), now_key(w.metric))
         mean_k, peak_k, xid_k, gpus_k, age_k = keys
-        age, gpus, mean = fields.get(age_k), fields.get(gpus_k), fields.get(mean_k)
-        if age is None and gpus is None and mean is None:
+        age, mean = fields.get(age_k), fields.get(mean_k)
+        if age is None and mean is None:
+            if ANY_MEAN in fields:
+                # Reporting, but recorded for another pool's window only: the rules pick a
+                # node's window by its name.
+                return NodeObservation(metrics_missing=(
+                    f"no {span_name(w.window_s)} mean recorded: the node's name matches another "
+                    "pool's nodes (the recording rules expect <team>-<pool>-<n>)"))
             name = UTIL_METRICS[w.metric][0]
             return NodeObservation(
                 metrics_missing=f"no {name} sample in the last {span_name(self.rules.horizon_s)}")
-        if mean is None and gpus is not None:
-            # Recorded for another window only: the rules pick a node's window by its name.
-            return NodeObservation(metrics_missing=(
-                f"no {span_name(w.window_s)} mean recorded: the node's name matches another "
-                "pool's nodes (the recording rules expect <team>-<pool>-<n>)"))
         # Only values other than GpuMetrics' defaults are passed: validating the model is
         # most of what a node costs here.
-        values: dict[str, Any] = {"gpus_reporting": int(gpus or 0)}
+        values: dict[str, Any] = {"gpus_reporting": int(fields.get(gpus_k, 0))}
         if mean is not None and not math.isnan(mean):
             values["util_mean"] = mean
         if (peak := fields.get(peak_k)) is not None:

@@ -204,6 +204,35 @@ def test_recorded_series_give_the_same_verdicts(history_prom: PrometheusServer,
     assert recorded.nodes["vision-gpu-5"].metrics is None
 
 
+def test_recorded_windows_follow_node_names(tmp_path: Path) -> None:
+    """A node's window is picked by its name: its own pool's (<team>-<pool>-<n>), every
+    window for a name like no pool's nodes, and an explicit reason when the name matches
+    only another pool's nodes."""
+    h = History(END)
+    for node in ("vision-gpu-7", "gpu7", "vision-t4-2"):
+        h.gpu(node, 0, lambda k: 20 if k < 6 else 80)  # 3 m: 20%, 5 m: (6 x 20 + 4 x 80) / 10
+    h.backfill(tmp_path / "data")
+    rules = recording_rules(RuleSet.of([VISION, SEARCH], "Hostname", STALE_AFTER), "30s")
+    rule_eval.record_all(rules, tmp_path / "data", tmp_path, END.timestamp(),
+                         END.timestamp() - 1500, 30)
+    with PrometheusServer(tmp_path / "recorded", data_dir=tmp_path / "data") as prom:
+        reader = PrometheusReader(PrometheusConfig(url=prom.url, recording_rules=True))
+        nodes = {"vision-gpu-7": VISION, "gpu7": VISION, "vision-t4-2": VISION}
+        try:
+            result = reader.read(nodes, [VISION, SEARCH], END)
+        finally:
+            reader.close()
+    assert result.error is None
+    for node in ("vision-gpu-7", "gpu7"):
+        m = result.nodes[node].metrics
+        assert m is not None and result.nodes[node].metrics_missing is None, node
+        assert m.util_mean == pytest.approx(44.0) and m.gpus_reporting == 1, node
+    mismatched = result.nodes["vision-t4-2"]
+    assert mismatched.metrics is None
+    assert mismatched.metrics_missing is not None
+    assert "matches another pool's nodes" in mismatched.metrics_missing
+
+
 def test_recorded_mode_without_rules_says_how_to_install_them(history_prom: PrometheusServer) -> None:
     result, _ = read(history_prom.url, recording_rules=True)
     assert result.error is not None and "gpu-autoscaler signals --print-rules" in result.error
