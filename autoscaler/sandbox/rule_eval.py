@@ -11,7 +11,6 @@ evaluate them in a later call, after restarting Prometheus on the data directory
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -47,9 +46,7 @@ def evaluate(url: str, rule_file: Mapping[str, Any], times: Iterable[float],
 def _record(history: History, rule: Mapping[str, Any], at: float,
             result: list[dict[str, Any]]) -> None:
     for series in result:
-        value = float(series["value"][1])
-        if not math.isfinite(value):
-            continue
+        value = float(series["value"][1])  # NaN too, as Prometheus records it
         labels = {k: v for k, v in series["metric"].items() if k != "__name__"}
         labels.update(rule.get("labels", {}))
         history.setdefault((rule["record"], tuple(sorted(labels.items()))), []).append(

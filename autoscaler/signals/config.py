@@ -94,7 +94,7 @@ class PrometheusConfig(_Model):
     )
     rules_interval: Duration = Field(
         timedelta(seconds=30), description="Evaluation interval written into the printed "
-        "recording rules (at most 2m, below stale_after).",
+        "recording rules (at most 2m and half of stale_after).",
     )
 
     @model_validator(mode="after")
@@ -106,11 +106,12 @@ class PrometheusConfig(_Model):
         if self.stale_after < timedelta(seconds=1):
             raise ValueError("stale_after must be at least 1s")
         # Recorded samples must stay within Prometheus' 5 m lookback between evaluations,
-        # and a lag of one interval must not make every node look stale.
+        # and the rules date only nodes silent for over stale_after / 2 (signals/rules.py):
+        # one interval later an undated node must still be fresh.
         if not timedelta(seconds=1) <= self.rules_interval <= timedelta(minutes=2):
             raise ValueError("rules_interval must be between 1s and 2m")
-        if self.recording_rules and self.rules_interval >= self.stale_after:
-            raise ValueError("rules_interval must be shorter than stale_after")
+        if self.recording_rules and self.rules_interval > self.stale_after / 2:
+            raise ValueError("rules_interval must be at most half of stale_after")
         return self
 
 

@@ -39,7 +39,7 @@ from autoscaler.signals.promql import (
     now_key,
     xid_key,
 )
-from autoscaler.signals.rules import MARKER, RecordedQuery, RulesError, RuleSet
+from autoscaler.signals.rules import RecordedQuery, RulesError, RuleSet
 
 Fields = dict[str, dict[str, float]]  # node -> field key -> value
 
@@ -133,22 +133,20 @@ class PrometheusReader:
             return MetricsReading({})
         recorded = RecordedQuery(RuleSet.of(pools, self.config.node_label,
                                             self.config.stale_after))
-        fields: Fields = {}
-        markers: dict[str, str] = {}
+        windows_of = _windows_of(pools)
+        hosts = {name: windows_of(pool) for name, pool in node_pools.items()}
         try:
-            result = self._query(recorded.query(), now)
-            _collect(result, self.config.node_label, fields, recorded.keys, markers)
+            fields, markers = recorded.collect(self._query(recorded.query(), now),
+                                               now.timestamp())
             recorded.check(markers)
         except (PrometheusReadError, RulesError) as exc:
             return MetricsReading({}, error=str(exc), queries=1)
-        windows_of = _windows_of(pools)
-        targets = dict(node_pools)
         if pool_of is not None:
             windows = {windows_of(p) for p in pools}
-            targets.update(_attributed(fields.keys() - targets.keys(), pool_of, windows,
-                                       windows_of))
-        nodes = {name: recorded.observe(fields.get(name, {}), windows_of(pool))
-                 for name, pool in targets.items()}
+            for name, pool in _attributed(fields.keys() - hosts.keys(), pool_of, windows,
+                                          windows_of).items():
+                hosts[name] = windows_of(pool)
+        nodes = {name: recorded.observe(fields.get(name, {}), w) for name, w in hosts.items()}
         return MetricsReading(nodes, queries=1)
 
     def _query(self, query: str, now: datetime) -> list[dict[str, Any]]:
@@ -270,19 +268,12 @@ def _public_url(url: str) -> str:
     return f"{scheme}://{rest.rpartition('@')[2]}"
 
 
-def _collect(result: list[dict[str, Any]], label: str, into: Fields,
-             names: Mapping[str, str] | None = None,
-             markers: dict[str, str] | None = None) -> None:
-    """Values by node and field key: the ``gas_field`` label, else the recorded series'
-    name looked up in ``names``; rule-group markers go to ``markers``."""
+def _collect(result: list[dict[str, Any]], label: str, into: Fields) -> None:
+    """Values by node and field key (the ``gas_field`` label)."""
     for series in result:
         labels = series.get("metric", {})
-        name = labels.get("__name__", "")
-        if markers is not None and name == MARKER:
-            markers[labels.get("rule_group", "")] = labels.get("digest", "")
-            continue
         node = labels.get(label)
-        key = labels.get(FIELD_LABEL) or (names or {}).get(name)
+        key = labels.get(FIELD_LABEL)
         if not node or not key:
             continue
         value = float(series["value"][1])

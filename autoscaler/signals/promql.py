@@ -44,7 +44,7 @@ THERMAL_BITS_EXPR = "floor({v} / 32) % 4 > bool 0"
 MAX_FOLLOWUP_NODES = 200
 
 
-def _regex_literal(name: str) -> str:
+def regex_literal(name: str) -> str:
     """``name`` as an RE2 literal inside a PromQL double-quoted string (whose own escapes
     need the backslash doubled)."""
     return "".join(f"\\\\{c}" if c in _REGEX_META else '\\"' if c == '"' else c
@@ -154,7 +154,7 @@ class QueryBuilder:
         """Newest-sample age of ``{metric: [node, ...]}`` within the horizon."""
         branches = {}
         for metric, nodes in sorted(lagging.items()):
-            names = "|".join(_regex_literal(n) for n in sorted(nodes))
+            names = "|".join(regex_literal(n) for n in sorted(nodes))
             sel = f'{UTIL_METRICS[metric][0]}{{{self.label}=~"{names}"}}'
             branches[newest_key(metric)] = (
                 f"time() - max by ({self.label}) (max_over_time(timestamp({sel})"

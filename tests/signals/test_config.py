@@ -29,6 +29,8 @@ def test_prometheus_defaults() -> None:
     {"url": "http://p", "node_label": "host-name"},
     {"url": "http://p", "unknown": 1},
     {"url": "http://p", "stale_after": "0s"},
+    # The rules date nodes silent for stale_after / 2: one interval later they are not stale.
+    {"url": "http://p", "recording_rules": True, "stale_after": "2m", "rules_interval": "90s"},
     {"url": "http://p", "basic_auth": {"username": "u", "password": "inline"}},
     {"url": "http://p", "basic_auth": {"username": "u", "password_env": "P"},
      "bearer_token": {"token_env": "T"}},

@@ -204,6 +204,35 @@ def test_recorded_series_give_the_same_verdicts(history_prom: PrometheusServer,
     assert recorded.nodes["vision-gpu-5"].metrics is None
 
 
+def test_recorded_windows_follow_node_names(tmp_path: Path) -> None:
+    """A node's window is picked by its name: its own pool's (<team>-<pool>-<n>), every
+    window for a name like no pool's nodes, and an explicit reason when the name matches
+    only another pool's nodes."""
+    h = History(END)
+    for node in ("vision-gpu-7", "gpu7", "vision-t4-2"):
+        h.gpu(node, 0, lambda k: 20 if k < 6 else 80)  # 3 m: 20%, 5 m: (6 x 20 + 4 x 80) / 10
+    h.backfill(tmp_path / "data")
+    rules = recording_rules(RuleSet.of([VISION, SEARCH], "Hostname", STALE_AFTER), "30s")
+    rule_eval.record_all(rules, tmp_path / "data", tmp_path, END.timestamp(),
+                         END.timestamp() - 1500, 30)
+    with PrometheusServer(tmp_path / "recorded", data_dir=tmp_path / "data") as prom:
+        reader = PrometheusReader(PrometheusConfig(url=prom.url, recording_rules=True))
+        nodes = {"vision-gpu-7": VISION, "gpu7": VISION, "vision-t4-2": VISION}
+        try:
+            result = reader.read(nodes, [VISION, SEARCH], END)
+        finally:
+            reader.close()
+    assert result.error is None
+    for node in ("vision-gpu-7", "gpu7"):
+        m = result.nodes[node].metrics
+        assert m is not None and result.nodes[node].metrics_missing is None, node
+        assert m.util_mean == pytest.approx(44.0) and m.gpus_reporting == 1, node
+    mismatched = result.nodes["vision-t4-2"]
+    assert mismatched.metrics is None
+    assert mismatched.metrics_missing is not None
+    assert "matches another pool's nodes" in mismatched.metrics_missing
+
+
 def test_recorded_mode_without_rules_says_how_to_install_them(history_prom: PrometheusServer) -> None:
     result, _ = read(history_prom.url, recording_rules=True)
     assert result.error is not None and "gpu-autoscaler signals --print-rules" in result.error
@@ -214,8 +243,16 @@ def test_rule_file_follows_the_policies_windows() -> None:
     rules = recording_rules(RuleSet.of([VISION, SEARCH], "hostname", STALE_AFTER), "10s")
     assert {g["interval"] for g in rules["groups"]} == {"10s"}
     exprs = {r["record"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
-    assert exprs["gpu_autoscaler:node_gpu_util:avg_over_5m"] == (
-        'avg by (hostname) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname!=""}[300s]))')
+    # A node's mean is recorded for its own pool's window only (the fleet names nodes
+    # <team>-<pool>-<n>), or for every window when its name matches no pool's nodes.
+    assert exprs["gpu_autoscaler:node_gpu_util:avg_over_5m"].startswith(
+        '(avg by (hostname) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname=~".+-(?:gpu)-[^-]*"}'
+        '[300s]) or avg_over_time(DCGM_FI_DEV_GPU_UTIL{hostname!~".+-(?:gpu|t4)-[^-]*",'
+        'hostname!=""}[300s]))) * on (hostname) group_left (gpus) count_values by (hostname) '
+        '("gpus", ')
+    # Thresholds are applied when recording: only the nodes that matter are read.
+    assert exprs["gpu_autoscaler:node_gpu_util:max_over_15m"].endswith(" < 10")
+    assert exprs["gpu_autoscaler:node_gpu_temp_c:max"].endswith(" > 87")
     assert "gpu_autoscaler:node_gpu_util:max_over_15m" in exprs
     assert "gpu_autoscaler:node_gr_engine_active:avg_over_3m" in exprs
     assert "gpu_autoscaler:node_gr_engine_active:max_over_20m" in exprs
