@@ -89,3 +89,9 @@ def test_not_when_scheduler_data_is_missing():
     obs = {"a": on(4, 1, 1), "b": on(4, 1)}
     pools = {KEY: PoolObservation(scheduler_missing="squeue timed out")}
     assert consolidations(run(pol, obs, pools=pools)) == []
+
+
+def test_jobs_are_not_moved_onto_a_node_due_for_replacement():
+    obs = {"a": on(4, 1, 1), "b": on(4, 1)}
+    obs["a"] = obs["a"].model_copy(update={"metrics": obs["a"].metrics.model_copy(update={"xid_errors": 1})})
+    assert consolidations(run(policy(), obs)) == []

@@ -43,13 +43,16 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     settled = now - sd.idle_for
     fragmented: dict[Node, tuple[float, list[RunningJob]]] = {}
     room: list[Bin] = []
+    # Nodes leaving this tick or due for replacement are no home for moved jobs.
+    leaving = set(budget.taken) | {n.name for n, _ in ctx.sick}
     for node in ctx.serving:
         sched = ctx.observation(node).scheduler
-        if sched is None or sched.cordoned or sched.state in ("down", "drained", "draining"):
+        if (sched is None or sched.cordoned or sched.state in ("down", "drained", "draining")
+                or node.name in leaving):
             continue
         total = prices.node_gpus(node)
         share = 100 * sched.gpus_allocated / total if total else 100.0
-        if (sched.jobs and share < below and node.name not in budget.taken
+        if (sched.jobs and share < below
                 and node.ready_at is not None and node.ready_at <= settled
                 and all(j.gpus > 0 and j.started_at is not None and j.started_at <= settled
                         for j in sched.jobs)):
