@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
@@ -18,6 +19,9 @@ from autoscaler.policy.models import Market, Pool, TeamPolicy, pool_key
 DEMAND_REASONS = frozenset({"Resources", "Priority", "Unschedulable"})
 _EMPTY_OBS = NodeObservation()
 _EMPTY_POOL = PoolObservation()
+_NAME = attrgetter("name")
+# A spot notice turns a node that is (or was about to stop) serving into an interrupted one.
+_NOTICE_APPLIES = (NodeState.READY, NodeState.DRAINING)
 
 
 @dataclass
@@ -34,6 +38,8 @@ class PoolContext:
     interrupted: list[Node] = field(default_factory=list)
     failed: list[Node] = field(default_factory=list)
     other: list[Node] = field(default_factory=list)  # TERMINATING, LOST
+    # Observations by node name: the snapshot's own dict, shared by every pool (rules only
+    # look up nodes of their pool, and copying 10,000 entries per tick bought nothing).
     node_obs: dict[str, NodeObservation] = field(default_factory=dict)
     data_missing: str | None = None
     floor: int = 0
@@ -103,47 +109,54 @@ def build_contexts(
                 policy=policy, pool=pool, key=key,
                 obs=snapshot.pools.get(key, _EMPTY_POOL),
                 history=fleet.history.get(key, PoolHistory()),
+                node_obs=snapshot.nodes,
                 floor=min(lo, pool.max_nodes), floor_why=why,
             )
-    orphans: list[Node] = []
+    # One dict lookup per node groups the fleet; each pool's few dozen nodes are then
+    # sorted by name on their own, which files them in the same order as sorting the
+    # whole fleet would (the sort is stable), for a fraction of the comparisons.
+    groups: defaultdict[tuple[str, str], list[Node]] = defaultdict(list)
+    for node in fleet.nodes:
+        groups[node.team, node.pool].append(node)
     interrupted = set(snapshot.interrupted)
-    observed = snapshot.nodes
-    for node in sorted(fleet.nodes, key=attrgetter("name")):
-        ctx = contexts.get(f"{node.team}/{node.pool}")
-        if ctx is None:
-            if node.state is not NodeState.TERMINATED:
-                orphans.append(node)
-            continue
-        obs = observed.get(node.name)
-        if obs is not None:
-            ctx.node_obs[node.name] = obs
-        _file(ctx, node, node.name in interrupted, prices.node_gpus(node), prices.node_hourly(node))
     for ctx in contexts.values():
+        nodes = groups.pop((ctx.team, ctx.pool.name), None)
+        if nodes:
+            nodes.sort(key=_NAME)
+            _file(ctx, nodes, interrupted, prices)
         ctx.data_missing = _data_missing(ctx, snapshot)
+    orphans = sorted((n for group in groups.values() for n in group
+                      if n.state is not NodeState.TERMINATED), key=_NAME)
     return list(contexts.values()), orphans
 
 
-def _file(ctx: PoolContext, node: Node, noticed: bool, gpus: int, usd: float) -> None:
-    state = node.state
-    if state is not NodeState.TERMINATED:
+def _file(ctx: PoolContext, nodes: list[Node], interrupted: set[str], prices: Prices) -> None:
+    """Sort one pool's nodes into its state lists and add up what they hold and cost."""
+    cost = prices.node_cost
+    for node in nodes:
+        state = node.state
+        if state is NodeState.TERMINATED:
+            continue
+        gpus, usd = cost(node)
         ctx.billable_gpus += gpus
         ctx.billable_usd += usd
-    if state is NodeState.INTERRUPTED or (noticed and state in (NodeState.READY, NodeState.DRAINING)):
-        ctx.interrupted.append(node)
-    elif state is NodeState.READY or state in IN_FLIGHT:
-        (ctx.serving if state is NodeState.READY else ctx.in_flight).append(node)
-        ctx.active_gpus += gpus
-        ctx.active_usd += usd
-        if node.market is Market.ON_DEMAND:
-            ctx.active_on_demand += 1
-    elif state is NodeState.DRAINING:
-        ctx.draining.append(node)
-    elif state is NodeState.DRAINED:
-        ctx.drained.append(node)
-    elif state in FAILED:
-        ctx.failed.append(node)
-    elif state is not NodeState.TERMINATED:
-        ctx.other.append(node)
+        if state is NodeState.INTERRUPTED or (
+                state in _NOTICE_APPLIES and node.name in interrupted):
+            ctx.interrupted.append(node)
+        elif state is NodeState.READY or state in IN_FLIGHT:
+            (ctx.serving if state is NodeState.READY else ctx.in_flight).append(node)
+            ctx.active_gpus += gpus
+            ctx.active_usd += usd
+            if node.market is Market.ON_DEMAND:
+                ctx.active_on_demand += 1
+        elif state is NodeState.DRAINING:
+            ctx.draining.append(node)
+        elif state is NodeState.DRAINED:
+            ctx.drained.append(node)
+        elif state in FAILED:
+            ctx.failed.append(node)
+        else:
+            ctx.other.append(node)
 
 
 def _data_missing(ctx: PoolContext, snapshot: Snapshot) -> str | None:

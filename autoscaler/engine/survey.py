@@ -3,6 +3,10 @@
 A 10,000-node fleet makes every extra walk over the nodes cost milliseconds, so the
 per-node tests of the rules (idle? unhealthy? fresh utilization?) run here once per tick;
 the rule modules own the tests themselves and read the findings from the context.
+
+Most nodes are busy and healthy, so each rule's test runs only for nodes that pass a
+cheap necessary condition of it (a low idle-window maximum, a fault counter above zero):
+calling three functions for each of 10,000 nodes would cost more than the tests do.
 """
 
 from __future__ import annotations
@@ -17,35 +21,51 @@ from autoscaler.fleet.node import Node
 
 def survey(contexts: list[PoolContext], now: datetime) -> None:
     for ctx in contexts:
-        observed = ctx.node_obs
-        limit = ctx.pool.lifetime.max_job_runtime
-        started_before = now - limit if limit is not None else None
-        ready_by = now - ctx.pool.scale_down.idle_for
+        _survey_pool(ctx, now)
+
+
+def _survey_pool(ctx: PoolContext, now: datetime) -> None:
+    observed = ctx.node_obs
+    pool = ctx.pool
+    limit = pool.lifetime.max_job_runtime
+    started_before = now - limit if limit is not None else None
+    ready_by = now - pool.scale_down.idle_for
+    idle_below = pool.scale_down.gpu_utilization_below
+    too_hot = pool.health.max_gpu_temperature
+    if started_before is not None:
         for node in ctx.draining:
             obs = observed.get(node.name)
-            if obs is not None and started_before is not None:
-                _long_jobs(ctx, node, obs, started_before)
-        for node in ctx.serving:
-            obs = observed.get(node.name)
-            if obs is None:
-                continue
-            if started_before is not None:
-                _long_jobs(ctx, node, obs, started_before)
-            m = obs.metrics
-            if m is not None and obs.metrics_missing is None and m.util_mean is not None:
-                ctx.util_sum += m.util_mean
-                ctx.util_count += 1
+            if obs is not None and obs.scheduler is not None:
+                ctx.long_jobs += [(node, job) for job in obs.scheduler.jobs
+                                  if job.started_at is not None and job.started_at < started_before]
+    for node in ctx.serving:
+        obs = observed.get(node.name)
+        if obs is None:
+            continue
+        sched = obs.scheduler
+        if started_before is not None and sched is not None:
+            for job in sched.jobs:
+                if job.started_at is not None and job.started_at < started_before:
+                    ctx.long_jobs.append((node, job))
+        m = obs.metrics
+        if m is None:
+            if obs.health_check_failed:
+                _check_health(ctx, node, obs)
+            continue
+        if obs.metrics_missing is None and m.util_mean is not None:
+            ctx.util_sum += m.util_mean
+            ctx.util_count += 1
+        window = m.util_max_idle_window
+        if window is not None and window < idle_below:
             util = idle.idle_util(ctx, node, obs, ready_by)
             if util is not None:
                 ctx.idle.append((node, util))
-            why = unhealthy.problem(ctx, obs)
-            if why is not None:
-                ctx.sick.append((node, why))
+        if (obs.health_check_failed or m.xid_errors > 0 or m.thermal_throttle
+                or (m.temperature_max_c is not None and m.temperature_max_c > too_hot)):
+            _check_health(ctx, node, obs)
 
 
-def _long_jobs(ctx: PoolContext, node: Node, obs: NodeObservation, started_before: datetime) -> None:
-    if obs.scheduler is None:
-        return
-    for job in obs.scheduler.jobs:
-        if job.started_at is not None and job.started_at < started_before:
-            ctx.long_jobs.append((node, job))
+def _check_health(ctx: PoolContext, node: Node, obs: NodeObservation) -> None:
+    why = unhealthy.problem(ctx, obs)
+    if why is not None:
+        ctx.sick.append((node, why))
