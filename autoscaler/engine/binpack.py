@@ -8,6 +8,7 @@ so shares pack densely the way GPU-sharing schedulers place them).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from autoscaler.engine.pricing import Offer
@@ -69,7 +70,31 @@ def job_parts(jobs: list[PendingJob]) -> list[tuple[str, float, str | None]]:
     return parts
 
 
-def first_fit(bins: list[Bin], gpus: float, model: str | None) -> Bin | None:
+class LazyBins:
+    """Bins in a fixed order, each built when a search first reaches it; bins appended
+    later come after all of them.
+
+    A pool with dozens of nodes that have a GPU free usually places its few pending jobs
+    on the first ones, so building a bin for every such node each tick is mostly wasted.
+    """
+
+    def __init__(self, source: Iterable[Bin]):
+        self._built: list[Bin] = []
+        self._source = iter(source)
+        self._appended: list[Bin] = []
+
+    def __iter__(self) -> Iterator[Bin]:
+        yield from self._built
+        for b in self._source:
+            self._built.append(b)
+            yield b
+        yield from self._appended
+
+    def append(self, b: Bin) -> None:
+        self._appended.append(b)
+
+
+def first_fit(bins: Iterable[Bin], gpus: float, model: str | None) -> Bin | None:
     for b in bins:
         if (model is None or b.gpu_model == model) and b.fits(gpus):
             return b

@@ -9,7 +9,14 @@ from operator import attrgetter
 
 from autoscaler.engine import schedule
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import NodeObservation, PendingJob, PoolObservation, RunningJob, Snapshot
+from autoscaler.engine.snapshot import (
+    NodeObservation,
+    PendingJob,
+    PoolObservation,
+    RunningJob,
+    SchedulerNode,
+    Snapshot,
+)
 from autoscaler.fleet.lifecycle import FAILED, IN_FLIGHT, NodeState
 from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.policy.models import Market, Pool, TeamPolicy, pool_key
@@ -56,6 +63,9 @@ class PoolContext:
     idle: list[tuple[Node, float]] = field(default_factory=list)
     sick: list[tuple[Node, str]] = field(default_factory=list)
     long_jobs: list[tuple[Node, RunningJob]] = field(default_factory=list)
+    expired: list[Node] = field(default_factory=list)  # serving, past max_node_age
+    free: list[tuple[Node, SchedulerNode]] = field(default_factory=list)  # serving, GPUs unallocated
+    idle_load: float = 0.0  # util_sum's share from the nodes in ``idle``
 
     @property
     def team(self) -> str:

@@ -1,7 +1,7 @@
 """One pass over serving nodes that records what each rule needs.
 
 A 10,000-node fleet makes every extra walk over the nodes cost milliseconds, so the
-per-node tests of the rules (idle? unhealthy? fresh utilization?) run here once per tick;
+per-node tests of the rules (idle? unhealthy? expired? free GPUs?) run here once per tick;
 the rule modules own the tests themselves and read the findings from the context.
 
 Most nodes are busy and healthy, so each rule's test runs only for nodes that pass a
@@ -32,6 +32,8 @@ def _survey_pool(ctx: PoolContext, now: datetime) -> None:
     ready_by = now - pool.scale_down.idle_for
     idle_below = pool.scale_down.gpu_utilization_below
     too_hot = pool.health.max_gpu_temperature
+    age_limit = pool.lifetime.max_node_age
+    born_before = now - age_limit if age_limit is not None else None
     if started_before is not None:
         for node in ctx.draining:
             obs = observed.get(node.name)
@@ -39,14 +41,19 @@ def _survey_pool(ctx: PoolContext, now: datetime) -> None:
                 ctx.long_jobs += [(node, job) for job in obs.scheduler.jobs
                                   if job.started_at is not None and job.started_at < started_before]
     for node in ctx.serving:
+        if born_before is not None and node.created_at < born_before:
+            ctx.expired.append(node)
         obs = observed.get(node.name)
         if obs is None:
             continue
         sched = obs.scheduler
-        if started_before is not None and sched is not None:
-            for job in sched.jobs:
-                if job.started_at is not None and job.started_at < started_before:
-                    ctx.long_jobs.append((node, job))
+        if sched is not None:
+            if started_before is not None:
+                for job in sched.jobs:
+                    if job.started_at is not None and job.started_at < started_before:
+                        ctx.long_jobs.append((node, job))
+            if sched.gpus_allocated < sched.gpus_total:
+                ctx.free.append((node, sched))
         m = obs.metrics
         if m is None:
             if obs.health_check_failed:
@@ -60,6 +67,8 @@ def _survey_pool(ctx: PoolContext, now: datetime) -> None:
             util = idle.idle_util(ctx, node, obs, ready_by)
             if util is not None:
                 ctx.idle.append((node, util))
+                if m.util_mean is not None:
+                    ctx.idle_load += m.util_mean
         if (obs.health_check_failed or m.xid_errors > 0 or m.thermal_throttle
                 or (m.temperature_max_c is not None and m.temperature_max_c > too_hot)):
             _check_health(ctx, node, obs)

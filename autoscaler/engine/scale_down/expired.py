@@ -16,9 +16,8 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     if limit is None:
         return []
     actions: list[Replace] = []
-    born_before = now - limit
-    old = [n for n in ctx.serving if n.created_at < born_before]
-    for node in sorted(old, key=lambda n: (n.created_at, n.name)):
+    # The survey found the serving nodes born before now - limit.
+    for node in sorted(ctx.expired, key=lambda n: (n.created_at, n.name)):
         age = now - node.created_at
         if not budget.can_swap(node):
             continue

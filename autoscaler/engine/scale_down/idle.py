@@ -49,9 +49,7 @@ def _removable(ctx: PoolContext) -> int:
     """
     # An idle node's own utilization (below the idle threshold, no jobs) is noise that
     # moves nowhere when it leaves, so only the busy nodes' load has to fit the rest.
-    idle_load = sum(m.util_mean for n, _ in ctx.idle
-                    if (m := ctx.node_obs[n.name].metrics) is not None and m.util_mean is not None)
-    busy = max(0.0, ctx.util_sum - idle_load)
+    busy = max(0.0, ctx.util_sum - ctx.idle_load)
     needed = math.ceil(busy / ctx.pool.scale_up.gpu_utilization_above - 1e-9)
     return len(ctx.serving) - needed
 
