@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
@@ -107,9 +108,13 @@ class PoolContext:
 
 def build_contexts(
     policies: dict[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot, now: datetime,
-    prices: Prices,
+    prices: Prices, survey: Callable[[PoolContext], None] | None = None,
 ) -> tuple[list[PoolContext], list[Node]]:
-    """Contexts in service order (priority, team, pool) and nodes of unknown pools."""
+    """Contexts in service order (priority, team, pool) and nodes of unknown pools.
+
+    ``survey`` runs on each pool as soon as its nodes are filed: they are still in the
+    CPU cache then, which a second walk over 10,000 nodes after filing all pools is not.
+    """
     contexts: dict[str, PoolContext] = {}
     for policy in sorted(policies.values(), key=lambda p: (p.priority.rank, p.team)):
         for pool in policy.pools:
@@ -134,6 +139,8 @@ def build_contexts(
         if nodes:
             nodes.sort(key=_NAME)
             _file(ctx, nodes, interrupted, prices)
+            if survey is not None:
+                survey(ctx)
         ctx.data_missing = _data_missing(ctx, snapshot)
     orphans = sorted((n for group in groups.values() for n in group
                       if n.state is not NodeState.TERMINATED), key=_NAME)
@@ -143,22 +150,24 @@ def build_contexts(
 def _file(ctx: PoolContext, nodes: list[Node], interrupted: set[str], prices: Prices) -> None:
     """Sort one pool's nodes into its state lists and add up what they hold and cost."""
     cost = prices.node_cost
+    billable_gpus = active_gpus = active_on_demand = 0
+    billable_usd = active_usd = 0.0
     for node in nodes:
         state = node.state
         if state is NodeState.TERMINATED:
             continue
         gpus, usd = cost(node)
-        ctx.billable_gpus += gpus
-        ctx.billable_usd += usd
+        billable_gpus += gpus
+        billable_usd += usd
         if state is NodeState.INTERRUPTED or (
                 state in _NOTICE_APPLIES and node.name in interrupted):
             ctx.interrupted.append(node)
         elif state is NodeState.READY or state in IN_FLIGHT:
             (ctx.serving if state is NodeState.READY else ctx.in_flight).append(node)
-            ctx.active_gpus += gpus
-            ctx.active_usd += usd
+            active_gpus += gpus
+            active_usd += usd
             if node.market is Market.ON_DEMAND:
-                ctx.active_on_demand += 1
+                active_on_demand += 1
         elif state is NodeState.DRAINING:
             ctx.draining.append(node)
         elif state is NodeState.DRAINED:
@@ -167,6 +176,8 @@ def _file(ctx: PoolContext, nodes: list[Node], interrupted: set[str], prices: Pr
             ctx.failed.append(node)
         else:
             ctx.other.append(node)
+    ctx.billable_gpus, ctx.billable_usd = billable_gpus, billable_usd
+    ctx.active_gpus, ctx.active_usd, ctx.active_on_demand = active_gpus, active_usd, active_on_demand
 
 
 def _data_missing(ctx: PoolContext, snapshot: Snapshot) -> str | None:

@@ -1,8 +1,9 @@
-"""One pass over serving nodes that records what each rule needs.
+"""What each rule needs to know about a pool's nodes, recorded in one pass over them.
 
 A 10,000-node fleet makes every extra walk over the nodes cost milliseconds, so the
-per-node tests of the rules (idle? unhealthy? expired? free GPUs?) run here once per tick;
-the rule modules own the tests themselves and read the findings from the context.
+per-node tests of the rules (idle? unhealthy? expired? free GPUs? long jobs?) run here
+once per tick, on each pool right after build_contexts files its nodes; the rule modules
+own the tests themselves and read the findings from the context.
 
 Most nodes are busy and healthy, so each rule's test runs only for nodes that pass a
 cheap necessary condition of it (a low idle-window maximum, a fault counter above zero):
@@ -19,12 +20,8 @@ from autoscaler.engine.snapshot import NodeObservation
 from autoscaler.fleet.node import Node
 
 
-def survey(contexts: list[PoolContext], now: datetime) -> None:
-    for ctx in contexts:
-        _survey_pool(ctx, now)
-
-
-def _survey_pool(ctx: PoolContext, now: datetime) -> None:
+def survey(ctx: PoolContext, now: datetime) -> None:
+    """Fill the context's findings from its draining and serving nodes."""
     observed = ctx.node_obs
     pool = ctx.pool
     limit = pool.lifetime.max_job_runtime
