@@ -18,7 +18,7 @@ from autoscaler.fleet.node import Node
 EPS = 1e-9
 
 
-@dataclass
+@dataclass(slots=True)
 class Bin:
     free: list[float]
     node: Node | None = None  # None: a node this plan launches

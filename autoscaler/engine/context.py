@@ -15,7 +15,6 @@ from autoscaler.engine.snapshot import (
     PendingJob,
     PoolObservation,
     RunningJob,
-    SchedulerNode,
     Snapshot,
 )
 from autoscaler.fleet.lifecycle import FAILED, IN_FLIGHT, NodeState
@@ -32,7 +31,8 @@ _NAME = attrgetter("name")
 _NOTICE_APPLIES = (NodeState.READY, NodeState.DRAINING)
 
 
-@dataclass
+# Slots: 500 pools a tick, and a __dict__ each is one more object for the GC to walk.
+@dataclass(slots=True)
 class PoolContext:
     policy: TeamPolicy
     pool: Pool
@@ -52,8 +52,10 @@ class PoolContext:
     data_missing: str | None = None
     floor: int = 0
     floor_why: str = ""
-    # Sums and per-node findings, filled in one pass over the fleet (engine/survey.py):
-    # rules read these instead of each walking thousands of nodes again.
+    # Sums and per-node findings, filled while filing the nodes (engine/survey.py):
+    # rules read these instead of each walking thousands of nodes again. Findings are
+    # nodes, not (node, detail) pairs: thousands of pairs a tick cost the GC more than
+    # the rules that want a detail spend looking it up.
     billable_gpus: int = 0
     billable_usd: float = 0.0
     active_gpus: int = 0
@@ -61,11 +63,12 @@ class PoolContext:
     active_on_demand: int = 0
     util_sum: float = 0.0
     util_count: int = 0
-    idle: list[tuple[Node, float]] = field(default_factory=list)
+    idle: list[Node] = field(default_factory=list)
+    idle_max: dict[str, float] = field(default_factory=dict)  # max util proving each idle
     sick: list[tuple[Node, str]] = field(default_factory=list)
     long_jobs: list[tuple[Node, RunningJob]] = field(default_factory=list)
     expired: list[Node] = field(default_factory=list)  # serving, past max_node_age
-    free: list[tuple[Node, SchedulerNode]] = field(default_factory=list)  # serving, GPUs unallocated
+    free: list[Node] = field(default_factory=list)  # serving, the scheduler has GPUs unallocated
     idle_load: float = 0.0  # util_sum's share from the nodes in ``idle``
 
     @property

@@ -24,7 +24,7 @@ from autoscaler.policy.models import Market
 TRIGGER_ORDER = {"interruption": 0, "pending": 1, "floor": 2, "utilization": 3}
 
 
-@dataclass
+@dataclass(slots=True)
 class NewNode:
     offer: Offer
     trigger: str
@@ -32,7 +32,7 @@ class NewNode:
     replaces: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Growth:
     new: list[NewNode] = field(default_factory=list)
     cancels: list[tuple[Node, str]] = field(default_factory=list)
@@ -73,8 +73,9 @@ def _gpu_model(prices: Prices, node: Node) -> str:
 
 def _live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
     """Free GPUs on serving nodes (as the scheduler reports them) and in-flight nodes."""
-    for node, sched in ctx.free:
-        if sched.state not in ("down", "drained", "draining"):
+    for node in ctx.free:
+        sched = ctx.observation(node).scheduler
+        if sched is not None and sched.state not in ("down", "drained", "draining"):
             yield Bin.with_allocated(sched.gpus_total, sched.gpus_allocated, node=node,
                                      gpu_model=_gpu_model(prices, node))
     for node in ctx.in_flight:

@@ -50,7 +50,7 @@ def survey(ctx: PoolContext, now: datetime) -> None:
                     if job.started_at is not None and job.started_at < started_before:
                         ctx.long_jobs.append((node, job))
             if sched.gpus_allocated < sched.gpus_total:
-                ctx.free.append((node, sched))
+                ctx.free.append(node)
         m = obs.metrics
         if m is None:
             if obs.health_check_failed:
@@ -63,7 +63,8 @@ def survey(ctx: PoolContext, now: datetime) -> None:
         if window is not None and window < idle_below:
             util = idle.idle_util(ctx, node, obs, ready_by)
             if util is not None:
-                ctx.idle.append((node, util))
+                ctx.idle.append(node)
+                ctx.idle_max[node.name] = util
                 if m.util_mean is not None:
                     ctx.idle_load += m.util_mean
         if (obs.health_check_failed or m.xid_errors > 0 or m.thermal_throttle
