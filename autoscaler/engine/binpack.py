@@ -43,7 +43,9 @@ class Bin:
 
     def fits(self, gpus: float) -> bool:
         if gpus >= 1 - EPS:
-            return sum(1 for f in self.free if f >= 1 - EPS) >= math.ceil(gpus - EPS)
+            need = math.ceil(gpus - EPS)
+            # Most nodes are smaller than a multi-GPU job: no need to count their free GPUs.
+            return len(self.free) >= need and sum(1 for f in self.free if f >= 1 - EPS) >= need
         return any(f >= gpus - EPS for f in self.free)
 
     def place(self, job: str, gpus: float) -> None:
