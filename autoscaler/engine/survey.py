@@ -37,6 +37,8 @@ def survey(ctx: PoolContext, now: datetime) -> None:
             if obs is not None and obs.scheduler is not None:
                 ctx.long_jobs += [(node, job) for job in obs.scheduler.jobs
                                   if job.started_at is not None and job.started_at < started_before]
+    # Sums stay in locals until the end: attribute updates on ctx per node cost more.
+    util_sum, util_count, idle_load = ctx.util_sum, ctx.util_count, ctx.idle_load
     for node in ctx.serving:
         if born_before is not None and node.created_at < born_before:
             ctx.expired.append(node)
@@ -57,8 +59,8 @@ def survey(ctx: PoolContext, now: datetime) -> None:
                 _check_health(ctx, node, obs)
             continue
         if obs.metrics_missing is None and m.util_mean is not None:
-            ctx.util_sum += m.util_mean
-            ctx.util_count += 1
+            util_sum += m.util_mean
+            util_count += 1
         window = m.util_max_idle_window
         if window is not None and window < idle_below:
             util = idle.idle_util(ctx, node, obs, ready_by)
@@ -66,10 +68,11 @@ def survey(ctx: PoolContext, now: datetime) -> None:
                 ctx.idle.append(node)
                 ctx.idle_max[node.name] = util
                 if m.util_mean is not None:
-                    ctx.idle_load += m.util_mean
+                    idle_load += m.util_mean
         if (obs.health_check_failed or m.xid_errors > 0 or m.thermal_throttle
                 or (m.temperature_max_c is not None and m.temperature_max_c > too_hot)):
             _check_health(ctx, node, obs)
+    ctx.util_sum, ctx.util_count, ctx.idle_load = util_sum, util_count, idle_load
 
 
 def _check_health(ctx: PoolContext, node: Node, obs: NodeObservation) -> None:
