@@ -8,6 +8,7 @@ so shares pack densely the way GPU-sharing schedulers place them).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from autoscaler.engine.pricing import Offer
@@ -17,7 +18,7 @@ from autoscaler.fleet.node import Node
 EPS = 1e-9
 
 
-@dataclass
+@dataclass(slots=True)
 class Bin:
     free: list[float]
     node: Node | None = None  # None: a node this plan launches
@@ -42,7 +43,9 @@ class Bin:
 
     def fits(self, gpus: float) -> bool:
         if gpus >= 1 - EPS:
-            return sum(1 for f in self.free if f >= 1 - EPS) >= math.ceil(gpus - EPS)
+            need = math.ceil(gpus - EPS)
+            # Most nodes are smaller than a multi-GPU job: no need to count their free GPUs.
+            return len(self.free) >= need and sum(1 for f in self.free if f >= 1 - EPS) >= need
         return any(f >= gpus - EPS for f in self.free)
 
     def place(self, job: str, gpus: float) -> None:
@@ -69,7 +72,31 @@ def job_parts(jobs: list[PendingJob]) -> list[tuple[str, float, str | None]]:
     return parts
 
 
-def first_fit(bins: list[Bin], gpus: float, model: str | None) -> Bin | None:
+class LazyBins:
+    """Bins in a fixed order, each built when a search first reaches it; bins appended
+    later come after all of them.
+
+    A pool with dozens of nodes that have a GPU free usually places its few pending jobs
+    on the first ones, so building a bin for every such node each tick is mostly wasted.
+    """
+
+    def __init__(self, source: Iterable[Bin]):
+        self._built: list[Bin] = []
+        self._source = iter(source)
+        self._appended: list[Bin] = []
+
+    def __iter__(self) -> Iterator[Bin]:
+        yield from self._built
+        for b in self._source:
+            self._built.append(b)
+            yield b
+        yield from self._appended
+
+    def append(self, b: Bin) -> None:
+        self._appended.append(b)
+
+
+def first_fit(bins: Iterable[Bin], gpus: float, model: str | None) -> Bin | None:
     for b in bins:
         if (model is None or b.gpu_model == model) and b.fits(gpus):
             return b

@@ -8,6 +8,7 @@ lifetime. Every action carries a reason naming the numbers that triggered it.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from itertools import groupby
 
 from autoscaler.catalog import Catalog, default_catalog
@@ -59,8 +60,8 @@ class _Decision:
                  now: datetime, catalog: Catalog, settings: EngineSettings):
         self.now, self.settings, self.policies = now, settings, policies
         self.prices = Prices(catalog, snapshot, now)
-        self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices)
-        survey(self.contexts, now)
+        self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices,
+                                                     survey=partial(survey, now=now))
         self.ledger = Ledger(policies, settings)
         self.ledger.count_existing(self.contexts)
         for node in self.orphans:

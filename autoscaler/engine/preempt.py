@@ -37,7 +37,7 @@ def reclaim(
         for ctx in lower:
             if _grew_within_cooldown(ctx, now):
                 continue  # reclaiming what it was just given would undo the last tick
-            idle = {n.name for n, _ in idle_nodes(ctx, now)}
+            idle = {n.name for n in idle_nodes(ctx, now)}
             victims += [
                 (-ctx.policy.priority.rank, n.market is not Market.SPOT, n.name not in idle,
                  n.name, ctx, n)

@@ -55,7 +55,7 @@ class Prices:
                 by_zone[err.zone] = err
         # Memos: a 10,000-node fleet asks the same few (type, zone, market) questions.
         self._types: dict[tuple[str, str], InstanceType | None] = {}
-        self._hourly: dict[tuple[str, str, str, str | None, Market], float] = {}
+        self._costs: dict[tuple[str, str, str, str | None, Market], tuple[int, float]] = {}
 
     def itype(self, cloud: str, name: str) -> InstanceType | None:
         key = (cloud, name)
@@ -85,20 +85,24 @@ class Prices:
         itype = self.itype(cloud, name)
         return itype.spot_usd if itype else None
 
-    def node_hourly(self, node: Node) -> float:
-        """What a node costs now; unknown prices count as 0 so a missing price file
-        never blocks scale-down (launches are refused separately)."""
+    def node_cost(self, node: Node) -> tuple[int, float]:
+        """GPUs and $/h of a node; unknown prices count as 0 so a missing price file never
+        blocks scale-down (launches are refused separately)."""
         key = (node.cloud, node.region, node.instance_type, node.zone, node.market)
-        price = self._hourly.get(key)
-        if price is None:
+        cost = self._costs.get(key)
+        if cost is None:
+            itype = self.itype(node.cloud, node.instance_type)
             fn = self.spot if node.market is Market.SPOT else self.on_demand
-            price = self._hourly[key] = fn(node.cloud, node.region, node.instance_type, node.zone) or 0.0
-        return price
+            price = fn(node.cloud, node.region, node.instance_type, node.zone) or 0.0
+            cost = self._costs[key] = (itype.gpus if itype else 0, price)
+        return cost
+
+    def node_hourly(self, node: Node) -> float:
+        """What a node costs now (0 when unknown, see node_cost)."""
+        return self.node_cost(node)[1]
 
     def node_gpus(self, node: Node) -> int:
-        key = (node.cloud, node.instance_type)
-        itype = self._types[key] if key in self._types else self.itype(*key)
-        return itype.gpus if itype else 0
+        return self.node_cost(node)[0]
 
     def capacity_error(self, pool: Pool, name: str, zone: str | None, market: Market) -> str | None:
         by_zone = self._errors.get((pool.cloud.value, pool.region, name, market))

@@ -7,10 +7,11 @@ then un-draining a node, and only then a new node.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from autoscaler.engine.binpack import Bin, first_fit, job_parts
+from autoscaler.engine.binpack import Bin, LazyBins, first_fit, job_parts
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
@@ -23,7 +24,7 @@ from autoscaler.policy.models import Market
 TRIGGER_ORDER = {"interruption": 0, "pending": 1, "floor": 2, "utilization": 3}
 
 
-@dataclass
+@dataclass(slots=True)
 class NewNode:
     offer: Offer
     trigger: str
@@ -31,7 +32,7 @@ class NewNode:
     replaces: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Growth:
     new: list[NewNode] = field(default_factory=list)
     cancels: list[tuple[Node, str]] = field(default_factory=list)
@@ -70,21 +71,15 @@ def _gpu_model(prices: Prices, node: Node) -> str:
     return itype.gpu_model if itype else ""
 
 
-def _live_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:
+def _live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
     """Free GPUs on serving nodes (as the scheduler reports them) and in-flight nodes."""
-    live: list[Bin] = []
-    observed = ctx.node_obs
-    for node in ctx.serving:
-        obs = observed.get(node.name)
-        sched = obs.scheduler if obs is not None else None
-        if sched is None or sched.gpus_allocated >= sched.gpus_total:
-            continue  # unknown or full: the scheduler would not place a pending job there
-        if sched.state not in ("down", "drained", "draining"):
-            live.append(Bin.with_allocated(sched.gpus_total, sched.gpus_allocated, node=node,
-                                           gpu_model=_gpu_model(prices, node)))
+    for node in ctx.free:
+        sched = ctx.observation(node).scheduler
+        if sched is not None and sched.state not in ("down", "drained", "draining"):
+            yield Bin.with_allocated(sched.gpus_total, sched.gpus_allocated, node=node,
+                                     gpu_model=_gpu_model(prices, node))
     for node in ctx.in_flight:
-        live.append(Bin.empty(prices.node_gpus(node), node=node, gpu_model=_gpu_model(prices, node)))
-    return live
+        yield Bin.empty(prices.node_gpus(node), node=node, gpu_model=_gpu_model(prices, node))
 
 
 def _cancellable_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:
@@ -108,15 +103,17 @@ class _Grower:
         self.out = Growth()
         self.room = min(ctx.pool.scale_up.max_step, ctx.pool.max_nodes - ctx.size)
         self.picker = _Picker(ctx, prices)
-        self.live: list[Bin] = []  # filled only when jobs need placing: most pools have none
-        self._live_built = False
-        self.cancellable = _cancellable_bins(ctx, prices)
+        # Built only as far as jobs need placing: most pools have none.
+        self.live = LazyBins(_live_bins(ctx, prices))
+        self._cancellable: list[Bin] | None = None
         self.new_bins: list[Bin] = []
 
-    def live_bins(self) -> None:
-        if not self._live_built:
-            self.live = _live_bins(self.ctx, self.prices)
-            self._live_built = True
+    @property
+    def cancellable(self) -> list[Bin]:
+        """Built on first use: only pools that need capacity look at their draining nodes."""
+        if self._cancellable is None:
+            self._cancellable = _cancellable_bins(self.ctx, self.prices)
+        return self._cancellable
 
     def room_why(self) -> str:
         pool = self.ctx.pool
@@ -186,7 +183,6 @@ class _Grower:
                 whole.append((node, "pool below its floor"))
         if not parts and not whole:
             return
-        self.live_bins()
         for job, gpus, model, node in sorted(parts, key=lambda p: (-p[1], p[0])):
             b = first_fit(self.live, gpus, model) or first_fit(self.new_bins, gpus, model)
             if b is None:
@@ -224,7 +220,6 @@ class _Grower:
         out.has_demand = out.has_demand or bool(parts)
         if not parts:
             return
-        self.live_bins()
         out.pending_gpus = sum(p[1] for p in parts)
         models = {t.gpu_model for name in pool.instance_types
                   if (t := prices.itype(pool.cloud.value, name)) is not None}

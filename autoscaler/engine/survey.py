@@ -1,8 +1,13 @@
-"""One pass over serving nodes that records what each rule needs.
+"""What each rule needs to know about a pool's nodes, recorded in one pass over them.
 
 A 10,000-node fleet makes every extra walk over the nodes cost milliseconds, so the
-per-node tests of the rules (idle? unhealthy? fresh utilization?) run here once per tick;
-the rule modules own the tests themselves and read the findings from the context.
+per-node tests of the rules (idle? unhealthy? expired? free GPUs? long jobs?) run here
+once per tick, on each pool right after build_contexts files its nodes; the rule modules
+own the tests themselves and read the findings from the context.
+
+Most nodes are busy and healthy, so each rule's test runs only for nodes that pass a
+cheap necessary condition of it (a low idle-window maximum, a fault counter above zero):
+calling three functions for each of 10,000 nodes would cost more than the tests do.
 """
 
 from __future__ import annotations
@@ -15,37 +20,62 @@ from autoscaler.engine.snapshot import NodeObservation
 from autoscaler.fleet.node import Node
 
 
-def survey(contexts: list[PoolContext], now: datetime) -> None:
-    for ctx in contexts:
-        observed = ctx.node_obs
-        limit = ctx.pool.lifetime.max_job_runtime
-        started_before = now - limit if limit is not None else None
-        ready_by = now - ctx.pool.scale_down.idle_for
+def survey(ctx: PoolContext, now: datetime) -> None:
+    """Fill the context's findings from its draining and serving nodes."""
+    observed = ctx.node_obs
+    pool = ctx.pool
+    limit = pool.lifetime.max_job_runtime
+    started_before = now - limit if limit is not None else None
+    ready_by = now - pool.scale_down.idle_for
+    idle_below = pool.scale_down.gpu_utilization_below
+    too_hot = pool.health.max_gpu_temperature
+    age_limit = pool.lifetime.max_node_age
+    born_before = now - age_limit if age_limit is not None else None
+    if started_before is not None:
         for node in ctx.draining:
             obs = observed.get(node.name)
-            if obs is not None and started_before is not None:
-                _long_jobs(ctx, node, obs, started_before)
-        for node in ctx.serving:
-            obs = observed.get(node.name)
-            if obs is None:
-                continue
+            if obs is not None and obs.scheduler is not None:
+                ctx.long_jobs += [(node, job) for job in obs.scheduler.jobs
+                                  if job.started_at is not None and job.started_at < started_before]
+    # Sums stay in locals until the end: attribute updates on ctx per node cost more.
+    util_sum, util_count, idle_load = ctx.util_sum, ctx.util_count, ctx.idle_load
+    for node in ctx.serving:
+        if born_before is not None and node.created_at < born_before:
+            ctx.expired.append(node)
+        obs = observed.get(node.name)
+        if obs is None:
+            continue
+        sched = obs.scheduler
+        if sched is not None:
             if started_before is not None:
-                _long_jobs(ctx, node, obs, started_before)
-            m = obs.metrics
-            if m is not None and obs.metrics_missing is None and m.util_mean is not None:
-                ctx.util_sum += m.util_mean
-                ctx.util_count += 1
+                for job in sched.jobs:
+                    if job.started_at is not None and job.started_at < started_before:
+                        ctx.long_jobs.append((node, job))
+            if sched.gpus_allocated < sched.gpus_total:
+                ctx.free.append(node)
+        m = obs.metrics
+        if m is None:
+            if obs.health_check_failed:
+                _check_health(ctx, node, obs)
+            continue
+        if obs.metrics_missing is None and m.util_mean is not None:
+            util_sum += m.util_mean
+            util_count += 1
+        window = m.util_max_idle_window
+        if window is not None and window < idle_below:
             util = idle.idle_util(ctx, node, obs, ready_by)
             if util is not None:
-                ctx.idle.append((node, util))
-            why = unhealthy.problem(ctx, obs)
-            if why is not None:
-                ctx.sick.append((node, why))
+                ctx.idle.append(node)
+                ctx.idle_max[node.name] = util
+                if m.util_mean is not None:
+                    idle_load += m.util_mean
+        if (obs.health_check_failed or m.xid_errors > 0 or m.thermal_throttle
+                or (m.temperature_max_c is not None and m.temperature_max_c > too_hot)):
+            _check_health(ctx, node, obs)
+    ctx.util_sum, ctx.util_count, ctx.idle_load = util_sum, util_count, idle_load
 
 
-def _long_jobs(ctx: PoolContext, node: Node, obs: NodeObservation, started_before: datetime) -> None:
-    if obs.scheduler is None:
-        return
-    for job in obs.scheduler.jobs:
-        if job.started_at is not None and job.started_at < started_before:
-            ctx.long_jobs.append((node, job))
+def _check_health(ctx: PoolContext, node: Node, obs: NodeObservation) -> None:
+    why = unhealthy.problem(ctx, obs)
+    if why is not None:
+        ctx.sick.append((node, why))

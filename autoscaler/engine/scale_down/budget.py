@@ -9,7 +9,7 @@ from autoscaler.engine.context import PoolContext
 from autoscaler.fleet.node import Node
 
 
-@dataclass
+@dataclass(slots=True)
 class Budget:
     concurrent: int  # more drains allowed by max_draining_percent
     above_floor: int  # nodes the pool can lose before min_nodes / the schedule floor

@@ -16,9 +16,9 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     if limit is None:
         return []
     actions: list[Replace] = []
-    born_before = now - limit
-    old = [n for n in ctx.serving if n.created_at < born_before]
-    for node in sorted(old, key=lambda n: (n.created_at, n.name)):
+    max_age = format_duration(limit)
+    # The survey found the serving nodes born before now - limit.
+    for node in sorted(ctx.expired, key=lambda n: (n.created_at, n.name)):
         age = now - node.created_at
         if not budget.can_swap(node):
             continue
@@ -27,6 +27,6 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
             pool=ctx.key, node=node.name, instance_type=node.instance_type, market=node.market,
             zone=node.zone, trigger="expired",
             reason=(f"{ctx.key}: {node.name} is {format_duration(age)} old, past max_node_age "
-                    f"{format_duration(limit)}; draining and replacing it"),
+                    f"{max_age}; draining and replacing it"),
         ))
     return actions

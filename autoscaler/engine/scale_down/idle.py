@@ -38,8 +38,9 @@ def idle_util(ctx: PoolContext, node: Node, obs: NodeObservation,
     return m.util_max_idle_window
 
 
-def idle_nodes(ctx: PoolContext, now: datetime) -> list[tuple[Node, float]]:
-    """Idle serving nodes (found by the tick's survey) with their max utilization."""
+def idle_nodes(ctx: PoolContext, now: datetime) -> list[Node]:
+    """Idle serving nodes (found by the tick's survey); ``ctx.idle_max`` has their max
+    utilization over the idle window."""
     return ctx.idle
 
 
@@ -52,16 +53,15 @@ def _removable(ctx: PoolContext) -> int:
     """
     # An idle node's own utilization (below the idle threshold, no jobs) is noise that
     # moves nowhere when it leaves, so only the busy nodes' load has to fit the rest.
-    idle_load = sum(m.util_mean for n, _ in ctx.idle
-                    if (m := ctx.node_obs[n.name].metrics) is not None and m.util_mean is not None)
-    busy = max(0.0, ctx.util_sum - idle_load)
+    busy = max(0.0, ctx.util_sum - ctx.idle_load)
     needed = math.ceil(busy / ctx.pool.scale_up.gpu_utilization_above - 1e-9)
     return len(ctx.serving) - needed
 
 
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
     sd = ctx.pool.scale_down
-    idle = {n: u for n, u in idle_nodes(ctx, now) if n.name not in budget.taken}
+    idle = [n for n in idle_nodes(ctx, now) if n.name not in budget.taken]
+    idle_for = format_duration(sd.idle_for)
     actions: list[Action] = []
     removable = _removable(ctx)
     for node in removal_order(ctx, prices, idle):
@@ -78,8 +78,8 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
         budget.shrink(node)
         actions.append(Drain(
             pool=ctx.key, node=node.name, trigger="idle",
-            reason=(f"{ctx.key}: {node.name} idle: max GPU util {idle[node]:.0f}% < "
-                    f"{sd.gpu_utilization_below:g}% for {format_duration(sd.idle_for)}, no jobs; "
+            reason=(f"{ctx.key}: {node.name} idle: max GPU util {ctx.idle_max[node.name]:.0f}% < "
+                    f"{sd.gpu_utilization_below:g}% for {idle_for}, no jobs; "
                     f"{node.instance_type} {node.market.value} at ${per_gpu(prices, node):.3f}/GPU-h "
                     "(most expensive first)"),
         ))

@@ -11,8 +11,8 @@ from autoscaler.policy.models import Market
 
 
 def per_gpu(prices: Prices, node: Node) -> float:
-    gpus = prices.node_gpus(node) or 1
-    return prices.node_hourly(node) / gpus
+    gpus, usd = prices.node_cost(node)
+    return usd / (gpus or 1)
 
 
 def removal_order(ctx: PoolContext, prices: Prices, nodes: Iterable[Node]) -> list[Node]:

@@ -16,7 +16,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     excess = ctx.size - ctx.pool.max_nodes
     if excess <= 0:
         return []
-    idle = {n.name for n, _ in idle_nodes(ctx, now)}
+    idle = {n.name for n in idle_nodes(ctx, now)}
     # In-flight nodes hold no jobs yet: they are the cheapest to give up.
     order = ctx.in_flight[::-1] + sorted(
         removal_order(ctx, prices, ctx.serving), key=lambda n: n.name not in idle

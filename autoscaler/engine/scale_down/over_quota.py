@@ -30,7 +30,7 @@ def candidates(
     for ctx in team_ctxs:
         if ctx.data_missing:
             continue
-        idle = {n.name for n, _ in idle_nodes(ctx, now)}
+        idle = {n.name for n in idle_nodes(ctx, now)}
         ranked += [(n.name not in idle, -per_gpu(prices, n), n.name, ctx, n) for n in ctx.serving
                    if n.name not in budgets[ctx.key].taken]
     ranked.sort(key=lambda r: r[:3])
