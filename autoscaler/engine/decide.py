@@ -158,7 +158,11 @@ class _Decision:
                             f"{format_duration(cooldown)} since the last scaling at {last:%H:%M:%S}")))
             return
         self.actions += idle.candidates(ctx, self.prices, self.now, budget)
-        self.actions += consolidate.candidates(ctx, self.prices, self.now, budget)
+        for move in consolidate.candidates(ctx, self.prices, self.now, budget):
+            if isinstance(move, Replace):
+                self._replace(ctx, move, budget)
+            else:
+                self.actions.append(move)
 
     def _replace(self, ctx: PoolContext, action: Replace, budget: Budget) -> None:
         node = budget.taken[action.node]

@@ -49,14 +49,15 @@ class Terminate(_Action):
 
 
 class Replace(_Action):
-    """Drain ``node`` and launch one like it (unhealthy or past its maximum age)."""
+    """Drain ``node`` and launch ``instance_type`` in its place: one like it (unhealthy, past
+    its maximum age) or a cheaper one its jobs fit on (consolidate)."""
 
     kind: Literal["replace"] = "replace"
     node: str
     instance_type: str
     market: Market
     zone: str | None = None
-    trigger: Literal["unhealthy", "expired"]
+    trigger: Literal["unhealthy", "expired", "consolidate"]
 
 
 class Hold(_Action):

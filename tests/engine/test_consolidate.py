@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from autoscaler.engine import Drain, decide
+from autoscaler.engine import Drain, Replace, decide
 from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, PoolObservation, RunningJob, SchedulerNode
 from autoscaler.fleet.node import PoolHistory
 from tests.builders import NOW, fleet, make_node, make_policy, pending, snapshot
@@ -95,3 +95,19 @@ def test_jobs_are_not_moved_onto_a_node_due_for_replacement():
     obs = {"a": on(4, 1, 1), "b": on(4, 1)}
     obs["a"] = obs["a"].model_copy(update={"metrics": obs["a"].metrics.model_copy(update={"xid_errors": 1})})
     assert consolidations(run(policy(), obs)) == []
+
+
+def test_jobs_that_fit_nowhere_else_move_to_a_cheaper_type():
+    pol = make_policy(instance_types=["p3.2xlarge", P38], scale_up={"gpu_utilization_above": 90},
+                      scale_down={"consolidate_below": 50, "max_draining_percent": 50})
+    obs = {"a": on(4, 1, 1, 1, 1), "b": on(4, 1)}  # a is full: b's job fits nowhere
+    plan = run(pol, obs)
+    (replace,) = [a for a in plan.actions if isinstance(a, Replace)]
+    assert replace.node == "b" and replace.instance_type == "p3.2xlarge" and replace.trigger == "consolidate"
+    assert "fit on one p3.2xlarge" in replace.reason and "instead of p3.8xlarge at $12.24/h" in replace.reason
+
+
+def test_no_replacement_when_no_type_is_cheaper():
+    obs = {"a": on(4, 1, 1, 1, 1), "b": on(4, 1)}  # the pool offers only p3.8xlarge
+    plan = run(policy(), obs)
+    assert not [a for a in plan.actions if isinstance(a, Replace)] and consolidations(plan) == []

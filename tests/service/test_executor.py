@@ -248,6 +248,15 @@ def test_replace_drains_the_old_node_and_launches_one_like_it(rig: Rig) -> None:
     assert "replacement" not in rig.store.meta(old)
 
 
+def test_consolidating_replace_launches_the_cheaper_type_and_signals_at_once(rig: Rig) -> None:
+    [old] = rig.ready_nodes()
+    created = rig.submit(Replace(pool="vision/gpu", node=old, instance_type="p3.2xlarge",
+                                 market=Market.ON_DEMAND, trigger="consolidate", reason="1 of 4 GPUs"))
+    assert created == ["vision-gpu-2"] and rig.node(old).drain_trigger == "consolidate"
+    drain_meta = rig.store.meta(old)["drain"]
+    assert drain_meta["deadline"] == drain_meta["started_at"]  # no drain_timeout wait
+
+
 def test_launch_that_replaces_interrupted_nodes_flags_them(rig: Rig) -> None:
     [old] = rig.ready_nodes()
     rig.store.transition(old, S.INTERRUPTED, rig.clock(), "spot notice")

@@ -4,8 +4,10 @@ Jobs end at different times, so a fleet of long jobs drifts into many nodes each
 one or two GPUs' worth of work; none ever becomes idle. Like the Cluster Autoscaler's
 under-utilized scale-down and Karpenter's consolidation, a node whose allocated share of
 GPUs is below the threshold is drained when every job on it fits on the free GPUs of the
-pool's other serving nodes. The drain signals the jobs at once and requeues them after
-``checkpoint_grace``, so they lose only what they had not checkpointed.
+pool's other serving nodes. When they fit nowhere else but on a cheaper instance type of
+the pool, the node is replaced by that one instead (Karpenter's replace consolidation). The
+drain signals the jobs at once and requeues them after ``checkpoint_grace``, so they lose
+only what they had not checkpointed.
 
 Guards: the node and every job on it have been there for ``idle_for`` (fresh placements
 are left to settle); one node per pool per tick (a restart is never a surprise to many
@@ -21,8 +23,8 @@ from datetime import datetime
 
 from autoscaler.engine.binpack import EPS, Bin, first_fit
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Drain
-from autoscaler.engine.pricing import Prices
+from autoscaler.engine.plan import Action, Drain, Replace
+from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
 from autoscaler.engine.snapshot import RunningJob
@@ -58,27 +60,54 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
                         for j in sched.jobs)):
             fragmented[node] = (share, sorted(sched.jobs, key=lambda j: (-j.gpus, j.id)))
         room.append(_free_bin(node, total, sched.jobs, sched.gpus_allocated))
-    if not fragmented or not _load_fits_without_one(ctx, budget):
+    if not fragmented:
         return []
+    can_drain = _load_fits_without_one(ctx, budget)
     for node in removal_order(ctx, prices, fragmented):
-        if not budget.can_shrink(node):
+        if not budget.can_swap(node):
             return []
         share, jobs = fragmented[node]
-        hosts = _hosts(jobs, [Bin(free=list(b.free), node=b.node) for b in room if b.node is not node])
-        if hosts is None:
-            continue
-        budget.shrink(node)
         total = prices.node_gpus(node)
-        return [Drain(
-            pool=ctx.key, node=node.name, trigger="consolidate",
-            reason=(f"{ctx.key}: consolidating {node.name}: {share * total / 100:g} of {total} GPUs "
-                    f"allocated ({share:.0f}% < {below:g}%), no job started there for "
-                    f"{format_duration(sd.idle_for)}; its {len(jobs)} job(s) fit on free GPUs of "
-                    f"{', '.join(hosts)}; {node.instance_type} {node.market.value} at "
-                    f"${per_gpu(prices, node):.3f}/GPU-h; jobs get {sd.checkpoint_signal} and are "
-                    f"requeued after {format_duration(sd.checkpoint_grace)}"),
-        )]
+        why = (f"{ctx.key}: consolidating {node.name}: {share * total / 100:g} of {total} GPUs "
+               f"allocated ({share:.0f}% < {below:g}%), no job started there for "
+               f"{format_duration(sd.idle_for)}")
+        then = (f"jobs get {sd.checkpoint_signal} and are requeued after "
+                f"{format_duration(sd.checkpoint_grace)}")
+        hosts = _hosts(jobs, [Bin(free=list(b.free), node=b.node) for b in room if b.node is not node])
+        if hosts is not None and can_drain and budget.can_shrink(node):
+            budget.shrink(node)
+            return [Drain(
+                pool=ctx.key, node=node.name, trigger="consolidate",
+                reason=(f"{why}; its {len(jobs)} job(s) fit on free GPUs of {', '.join(hosts)}; "
+                        f"{node.instance_type} {node.market.value} at "
+                        f"${per_gpu(prices, node):.3f}/GPU-h; {then}"),
+            )]
+        smaller = _cheaper_home(ctx, prices, node, jobs)
+        if smaller is not None:
+            budget.swap(node)
+            return [Replace(
+                pool=ctx.key, node=node.name, instance_type=smaller.instance_type,
+                market=smaller.market, zone=smaller.zone, trigger="consolidate",
+                reason=(f"{why}; its {len(jobs)} job(s) fit on one {smaller.describe()} instead of "
+                        f"{node.instance_type} at ${prices.node_hourly(node):.2f}/h; {then}"),
+            )]
     return []
+
+
+def _cheaper_home(ctx: PoolContext, prices: Prices, node: Node, jobs: list[RunningJob]) -> Offer | None:
+    """The cheapest offer (same market, same GPU model) that holds all ``jobs`` and costs
+    less per hour than ``node``: Karpenter's replace consolidation."""
+    model = _gpu_model(prices, node)
+    offers, _ = prices.offers(ctx.pool, node.market, max(j.gpus for j in jobs), model or None)
+    now_usd = prices.node_hourly(node)
+    fitting = [o for o in offers if o.hourly_usd < now_usd - 1e-9
+               and _hosts(jobs, [Bin.empty(o.gpus, node=node)]) is not None]
+    return min(fitting, key=lambda o: (o.hourly_usd, o.instance_type, o.zone or ""), default=None)
+
+
+def _gpu_model(prices: Prices, node: Node) -> str:
+    itype = prices.itype(node.cloud, node.instance_type)
+    return itype.gpu_model if itype else ""
 
 
 def _hosts(jobs: list[RunningJob], others: list[Bin]) -> list[str] | None:

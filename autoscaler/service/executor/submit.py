@@ -150,7 +150,8 @@ def _replace(step: Step, action: Replace, action_id: int | None, resumed: bool) 
     spec = _spec(action, action_id, 0)
     if old.state is S.READY:
         why = f"replaced ({action.trigger}): {action.reason}"
-        meta = merged(step.store, old.name, drain=step.drain_progress(old, why, step.now()),
+        meta = merged(step.store, old.name,
+                      drain=step.drain_progress(old, why, step.now(), action.trigger),
                       replacement=spec)
         if step.move(old.name, S.DRAINING, why, drain_trigger=action.trigger,
                      replacement_requested=True, meta=meta) is None:

@@ -102,7 +102,8 @@ class EngineStrategy(Strategy):
                 if node is not None:
                     replay.terminate(node, now, "engine-terminate")
             elif isinstance(action, Replace):
-                self._replace(replay, action, now, drain_timeout)
+                self._replace(replay, action, now,
+                              consolidate_timeout if action.trigger == "consolidate" else drain_timeout)
         if scaled_up or scaled_down:
             at = to_datetime(now)
             self.history = PoolHistory(
