@@ -100,8 +100,9 @@ class ScaleDown(_Strict):
         None, description="Opt-in: a node with jobs but fewer than this percent of its GPUs "
         "allocated, no job started on it for idle_for, whose jobs all fit on the free GPUs of "
         "the pool's other nodes, is drained at once (checkpoint_signal, checkpoint_grace, "
-        "requeue) so its jobs move there; one node per pool per tick. Off by default: it "
-        "restarts running jobs from their last checkpoint.")
+        "requeue) so its jobs move there; if they fit nowhere else but on a cheaper instance "
+        "type of the pool, the node is replaced by one of that type. One node per pool per "
+        "tick. Off by default: it restarts running jobs from their last checkpoint.")
 
 
 class Lifetime(_Strict):
