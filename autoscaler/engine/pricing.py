@@ -104,6 +104,11 @@ class Prices:
     def node_gpus(self, node: Node) -> int:
         return self.node_cost(node)[0]
 
+    def gpu_model(self, node: Node) -> str:
+        """The node's GPU model, "" for a type the catalog does not know."""
+        itype = self.itype(node.cloud, node.instance_type)
+        return itype.gpu_model if itype else ""
+
     def capacity_error(self, pool: Pool, name: str, zone: str | None, market: Market) -> str | None:
         by_zone = self._errors.get((pool.cloud.value, pool.region, name, market))
         if not by_zone:

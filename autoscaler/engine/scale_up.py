@@ -66,20 +66,15 @@ class _Picker:
         return None, "; ".join(skipped) or f"no instance type in the pool has {math.ceil(gpus)} GPUs"
 
 
-def _gpu_model(prices: Prices, node: Node) -> str:
-    itype = prices.itype(node.cloud, node.instance_type)
-    return itype.gpu_model if itype else ""
-
-
 def _live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
     """Free GPUs on serving nodes (as the scheduler reports them) and in-flight nodes."""
     for node in ctx.free:
         sched = ctx.observation(node).scheduler
         if sched is not None and sched.state not in ("down", "drained", "draining"):
             yield Bin.with_allocated(sched.gpus_total, sched.gpus_allocated, node=node,
-                                     gpu_model=_gpu_model(prices, node))
+                                     gpu_model=prices.gpu_model(node))
     for node in ctx.in_flight:
-        yield Bin.empty(prices.node_gpus(node), node=node, gpu_model=_gpu_model(prices, node))
+        yield Bin.empty(prices.node_gpus(node), node=node, gpu_model=prices.gpu_model(node))
 
 
 def _cancellable_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:
@@ -93,7 +88,7 @@ def _cancellable_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:
         sched = ctx.observation(node).scheduler
         allocated = sched.gpus_allocated if sched else 0.0
         cancellable.append(Bin.with_allocated(prices.node_gpus(node), allocated, node=node,
-                                              gpu_model=_gpu_model(prices, node)))
+                                              gpu_model=prices.gpu_model(node)))
     return cancellable
 
 
@@ -172,7 +167,7 @@ class _Grower:
             obs = ctx.observation(node)
             jobs = obs.scheduler.jobs if obs.scheduler else []
             util = obs.metrics.util_mean if obs.metrics else None
-            model = _gpu_model(prices, node) or None
+            model = prices.gpu_model(node) or None
             if jobs:
                 share = prices.node_gpus(node) / len(jobs)
                 parts += [(f"{node.name}:{j.id}", j.gpus if j.gpus > 0 else share, model, node)
@@ -197,7 +192,7 @@ class _Grower:
                 if node.name not in stand_in.replaces:
                     stand_in.replaces.append(node.name)
         for node, what in whole:
-            self._stand_in(node, prices.node_gpus(node), _gpu_model(prices, node) or None, what)
+            self._stand_in(node, prices.node_gpus(node), prices.gpu_model(node) or None, what)
 
     def _stand_in(self, node: Node, gpus: float, model: str | None, what: str) -> Bin | None:
         if self.room <= 0:

@@ -43,7 +43,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     if below is None:
         return []
     settled = now - sd.idle_for
-    fragmented: dict[Node, tuple[float, list[RunningJob]]] = {}
+    fragmented: dict[Node, tuple[int, float, list[RunningJob]]] = {}  # GPUs, % allocated, jobs
     room: list[Bin] = []
     # Nodes leaving this tick or due for replacement are no home for moved jobs.
     leaving = set(budget.taken) | {n.name for n, _ in ctx.sick}
@@ -58,7 +58,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
                 and node.ready_at is not None and node.ready_at <= settled
                 and all(j.gpus > 0 and j.started_at is not None and j.started_at <= settled
                         for j in sched.jobs)):
-            fragmented[node] = (share, sorted(sched.jobs, key=lambda j: (-j.gpus, j.id)))
+            fragmented[node] = (total, share, sorted(sched.jobs, key=lambda j: (-j.gpus, j.id)))
         room.append(_free_bin(node, total, sched.jobs, sched.gpus_allocated))
     if not fragmented:
         return []
@@ -66,8 +66,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     for node in removal_order(ctx, prices, fragmented):
         if not budget.can_swap(node):
             return []
-        share, jobs = fragmented[node]
-        total = prices.node_gpus(node)
+        total, share, jobs = fragmented[node]
         why = (f"{ctx.key}: consolidating {node.name}: {share * total / 100:g} of {total} GPUs "
                f"allocated ({share:.0f}% < {below:g}%), no job started there for "
                f"{format_duration(sd.idle_for)}")
@@ -97,17 +96,12 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
 def _cheaper_home(ctx: PoolContext, prices: Prices, node: Node, jobs: list[RunningJob]) -> Offer | None:
     """The cheapest offer (same market, same GPU model) that holds all ``jobs`` and costs
     less per hour than ``node``: Karpenter's replace consolidation."""
-    model = _gpu_model(prices, node)
-    offers, _ = prices.offers(ctx.pool, node.market, max(j.gpus for j in jobs), model or None)
+    offers, _ = prices.offers(ctx.pool, node.market, max(j.gpus for j in jobs),
+                              prices.gpu_model(node) or None)
     now_usd = prices.node_hourly(node)
     fitting = [o for o in offers if o.hourly_usd < now_usd - 1e-9
                and _hosts(jobs, [Bin.empty(o.gpus, node=node)]) is not None]
     return min(fitting, key=lambda o: (o.hourly_usd, o.instance_type, o.zone or ""), default=None)
-
-
-def _gpu_model(prices: Prices, node: Node) -> str:
-    itype = prices.itype(node.cloud, node.instance_type)
-    return itype.gpu_model if itype else ""
 
 
 def _hosts(jobs: list[RunningJob], others: list[Bin]) -> list[str] | None:
