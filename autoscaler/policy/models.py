@@ -104,6 +104,12 @@ class ScaleDown(_Strict):
         "type of the pool, the node is replaced by one of that type. One node per pool per "
         "tick. Off by default: it restarts running jobs from their last checkpoint.")
 
+    def drain_wait(self, trigger: str | None) -> timedelta:
+        """How long a drain lets jobs run before signalling them. A consolidation drains a
+        node on purpose to move its jobs while there is room for them elsewhere: waiting
+        drain_timeout for jobs that run for days would only let that room fill up."""
+        return timedelta(0) if trigger == "consolidate" else self.drain_timeout
+
 
 class Lifetime(_Strict):
     max_node_age: Duration | None = None

@@ -73,16 +73,11 @@ class Step:
 
 def new_drain(settings: ExecutorSettings, pool: Pool | None, reason: str, now: datetime,
               trigger: str | None = None) -> DrainProgress:
-    """A new drain with the pool's timeout, signal and grace (the settings' for orphans).
-
-    A consolidation drains a node on purpose to move its jobs while there is room for them
-    elsewhere: waiting ``drain_timeout`` for jobs that run for days would only let the room
-    fill up, so its jobs are signalled at once.
-    """
+    """A new drain with the pool's wait (by trigger), signal and grace (the settings' for
+    orphans)."""
     sd = pool.scale_down if pool is not None else None
-    timeout = sd.drain_timeout if sd else settings.drain_timeout
     return DrainProgress(
         reason=reason, started_at=now,
-        deadline=now if trigger == "consolidate" else now + timeout,
+        deadline=now + (sd.drain_wait(trigger) if sd else settings.drain_timeout),
         grace=sd.checkpoint_grace if sd else settings.checkpoint_grace,
         signal=sd.checkpoint_signal if sd else settings.checkpoint_signal)

@@ -76,9 +76,6 @@ class EngineStrategy(Strategy):
     def apply(self, replay: Replay, plan: Plan, now: float) -> None:
         nodes = replay.cluster.nodes
         scaled_up = scaled_down = False
-        drain_timeout = self.pool.scale_down.drain_timeout.total_seconds()
-        # A consolidation signals at once and requeues after the grace (executor/common.py).
-        consolidate_timeout = self.pool.scale_down.checkpoint_grace.total_seconds()
         for action in plan.actions:
             self.actions[action.kind] += 1
             if isinstance(action, Launch):
@@ -90,8 +87,7 @@ class EngineStrategy(Strategy):
             elif isinstance(action, Drain):
                 node = nodes.get(action.node)
                 if node is not None and node.state is S.READY:
-                    replay.drain(node, now, action.trigger,
-                                 consolidate_timeout if action.trigger == "consolidate" else drain_timeout)
+                    replay.drain(node, now, action.trigger, self._kill_after(action.trigger))
                     scaled_down |= action.trigger in SCALE_DOWN_TRIGGERS
             elif isinstance(action, CancelDrain):
                 node = nodes.get(action.node)
@@ -102,13 +98,20 @@ class EngineStrategy(Strategy):
                 if node is not None:
                     replay.terminate(node, now, "engine-terminate")
             elif isinstance(action, Replace):
-                self._replace(replay, action, now,
-                              consolidate_timeout if action.trigger == "consolidate" else drain_timeout)
+                self._replace(replay, action, now, self._kill_after(action.trigger))
         if scaled_up or scaled_down:
             at = to_datetime(now)
             self.history = PoolHistory(
                 last_scale_up_at=at if scaled_up else self.history.last_scale_up_at,
                 last_scale_down_at=at if scaled_down else self.history.last_scale_down_at)
+
+    def _kill_after(self, trigger: str) -> float:
+        """Seconds from a drain to the kill of the jobs still running: the policy's
+        drain_wait, except that a consolidation, which signals at once, keeps its grace."""
+        sd = self.pool.scale_down
+        if trigger == "consolidate":
+            return sd.checkpoint_grace.total_seconds()
+        return sd.drain_wait(trigger).total_seconds()
 
     def _replace(self, replay: Replay, action: Replace, now: float, timeout: float) -> None:
         node = replay.cluster.nodes.get(action.node)
