@@ -196,8 +196,8 @@ class RuleSet:
         by, on = f"by ({self.label})", f"on ({self.label})"
         name, factor = UTIL_METRICS[metric]
         hosts = self._hosts(name, (p for p, m, w, _ in self.pools if (m, w) == (metric, secs)))
-        mean = f"avg {by} ({self._over('avg_over_time', hosts, secs)})"
-        mean = f"({mean if factor == 1.0 else f'{factor:g} * {mean}'})"
+        mean = _scaled(f"avg {by} ({self._over('avg_over_time', hosts, secs)})", factor)
+        mean = f"({mean})"
         gpus = f'count_values {by} ("{GPUS_LABEL}", count {by} ({" or ".join(hosts)}))'
         return f"{mean} * {on} group_left ({GPUS_LABEL}) {gpus} or {on} {mean} or {on} {gpus} * NaN"
 
@@ -212,8 +212,7 @@ class RuleSet:
                 if pm == m and s == secs:
                     hosts = self._hosts(name, (p for p, pm2, _, i in self.pools
                                                if (pm2, i) == (m, secs)))
-                    peak = f"max {by} ({self._over('max_over_time', hosts, secs)})"
-                    peak = peak if factor == 1.0 else f"{factor:g} * {peak}"
+                    peak = _scaled(f"max {by} ({self._over('max_over_time', hosts, secs)})", factor)
                     rules.append({"record": max_rule(m, secs), "expr": f"{peak} < {below:g}"})
         if any(s == secs for _, s in self.means):
             hosts = self._hosts(XID, (p for p, _, w, _ in self.pools if w == secs))
@@ -230,6 +229,11 @@ class RuleSet:
 
     def digests(self) -> dict[str, str]:
         return {name: digest(rules) for name, rules in self.groups().items()}
+
+
+def _scaled(expr: str, factor: float) -> str:
+    """``expr`` in percent: UTIL_METRICS gives the factor of metrics reported as ratios."""
+    return expr if factor == 1.0 else f"{factor:g} * {expr}"
 
 
 def digest(rules: list[dict[str, str]]) -> str:
