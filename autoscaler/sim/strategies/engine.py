@@ -106,12 +106,10 @@ class EngineStrategy(Strategy):
                 last_scale_down_at=at if scaled_down else self.history.last_scale_down_at)
 
     def _kill_after(self, trigger: str) -> float:
-        """Seconds from a drain to the kill of the jobs still running: the policy's
-        drain_wait, except that a consolidation, which signals at once, keeps its grace."""
+        """Seconds from a drain to the kill of the jobs still running: as the executor,
+        signal them after the policy's drain_wait and requeue them checkpoint_grace later."""
         sd = self.pool.scale_down
-        if trigger == "consolidate":
-            return sd.checkpoint_grace.total_seconds()
-        return sd.drain_wait(trigger).total_seconds()
+        return (sd.drain_wait(trigger) + sd.checkpoint_grace).total_seconds()
 
     def _replace(self, replay: Replay, action: Replace, now: float, timeout: float) -> None:
         node = replay.cluster.nodes.get(action.node)
