@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,6 +104,11 @@ class PoolContext:
 
     def on_demand_count(self) -> int:
         return self.active_on_demand
+
+    def nodes_for(self, load: float) -> int:
+        """Serving nodes that carry ``load`` (summed GPU util %) without their mean crossing
+        the scale-up threshold."""
+        return math.ceil(load / self.pool.scale_up.gpu_utilization_above - 1e-9)
 
     def util_mean(self) -> float | None:
         """Mean GPU utilization of serving nodes with fresh metrics."""

@@ -70,7 +70,7 @@ def _live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
     """Free GPUs on serving nodes (as the scheduler reports them) and in-flight nodes."""
     for node in ctx.free:
         sched = ctx.observation(node).scheduler
-        if sched is not None and sched.state not in ("down", "drained", "draining"):
+        if sched is not None and sched.places_jobs:
             yield Bin.with_allocated(sched.gpus_total, sched.gpus_allocated, node=node,
                                      gpu_model=prices.gpu_model(node))
     for node in ctx.in_flight:

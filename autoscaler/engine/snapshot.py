@@ -45,6 +45,9 @@ class RunningJob(_Model):
     name: str = ""
 
 
+_NO_NEW_JOBS = frozenset({"down", "drained", "draining"})
+
+
 class SchedulerNode(_Model):
     state: str = Field(
         "unknown", description="idle | mixed | allocated | draining | drained | down | unknown"
@@ -54,6 +57,11 @@ class SchedulerNode(_Model):
     jobs: list[RunningJob] = Field(default_factory=list)
     cordoned: bool = False
     ready: bool = True
+
+    @property
+    def places_jobs(self) -> bool:
+        """Whether the scheduler may start jobs here, by its node state."""
+        return self.state not in _NO_NEW_JOBS
 
 
 class NodeObservation(_Model):

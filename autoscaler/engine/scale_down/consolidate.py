@@ -49,8 +49,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     leaving = set(budget.taken) | {n.name for n, _ in ctx.sick}
     for node in ctx.serving:
         sched = ctx.observation(node).scheduler
-        if (sched is None or sched.cordoned or sched.state in ("down", "drained", "draining")
-                or node.name in leaving):
+        if sched is None or sched.cordoned or not sched.places_jobs or node.name in leaving:
             continue
         total = prices.node_gpus(node)
         share = 100 * sched.gpus_allocated / total if total else 100.0
@@ -120,5 +119,4 @@ def _load_fits_without_one(ctx: PoolContext, budget: Budget) -> bool:
     """The utilization rule must not relaunch what consolidation removes: the pool's load,
     spread over one node fewer (and fewer than any already leaving this tick), has to stay
     under the scale-up threshold."""
-    needed = math.ceil(ctx.util_sum / ctx.pool.scale_up.gpu_utilization_above - 1e-9)
-    return len(ctx.serving) - len(budget.taken) - 1 >= needed
+    return len(ctx.serving) - len(budget.taken) - 1 >= ctx.nodes_for(ctx.util_sum)

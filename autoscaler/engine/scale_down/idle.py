@@ -5,7 +5,6 @@ a minute ago does not restart the wait (the scheduler's view has no "empty since
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
@@ -54,8 +53,7 @@ def _removable(ctx: PoolContext) -> int:
     # An idle node's own utilization (below the idle threshold, no jobs) is noise that
     # moves nowhere when it leaves, so only the busy nodes' load has to fit the rest.
     busy = max(0.0, ctx.util_sum - ctx.idle_load)
-    needed = math.ceil(busy / ctx.pool.scale_up.gpu_utilization_above - 1e-9)
-    return len(ctx.serving) - needed
+    return len(ctx.serving) - ctx.nodes_for(busy)
 
 
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
