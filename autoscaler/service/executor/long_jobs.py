@@ -39,7 +39,7 @@ def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], k
         outcome = f"SIG{signal} sent" if sent else f"{kind} cannot signal jobs: reported only"
     except Exception as exc:  # not retried: a job that got half a signal must not get two
         outcome = f"SIG{signal} failed: {exc}"
-        step.error(f"{node.name}: signalling long jobs {', '.join(owed)}: {exc}")
+        step.error("long-jobs", f"{node.name}: signalling long jobs {', '.join(owed)}: {exc}")
     for job in owed:
         jobs[job] = jobs[job].model_copy(update={"outcome": outcome})
     update_meta(step.store, node.name, long_jobs=dump_long_jobs(jobs))

@@ -72,7 +72,7 @@ def submit(step: Step, plan: Plan, plan_id: int | None) -> list[str]:
             status, detail = "submitted", ""
         except SubmitError as exc:
             status, detail = "failed", str(exc)
-            step.error(f"{action.kind} {getattr(action, 'node', action.pool)}: {exc}")
+            step.error("submit", f"{action.kind} {getattr(action, 'node', action.pool)}: {exc}")
         if row is not None:
             step.store.set_action_status(row.id, status, step.now(), detail)
     return created
