@@ -61,6 +61,9 @@ class ServiceMetrics:
                                    "Policy problems per file (the team keeps its last good policy).",
                                    ["file"], registry=r)
         self.leader = Gauge(f"{PREFIX}_leader", "1 when this instance holds the lease.", registry=r)
+        self.step_errors = Counter(f"{PREFIX}_step_errors", "Errors caught inside actuation "
+                                   "(apply, bootstrap, drain, ...) by component; the step is "
+                                   "retried, the error is on /status.", ["component"], registry=r)
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
         self._missing_pools: set[str] = set()

@@ -48,6 +48,9 @@ class LoopState:
     data_missing: dict[str, str] = field(default_factory=dict)
     previews: tuple[str, ...] = ()  # the last plan's per-pool preview lines
     activity: tuple[str, ...] = ()  # recent previews, applies, bootstraps (newest last)
+    operations: tuple[str, ...] = ()  # side effects running in the executor's workers
+    step_errors: dict[str, int] = field(default_factory=dict)  # caught in actuation, by component
+    recent_errors: tuple[str, ...] = ()  # the last few of them (newest last)
 
 
 def describe_action(action: Action) -> str:
@@ -114,7 +117,9 @@ def loop_json(state: LoopState) -> dict[str, Any]:
             "last_tick_at": _iso(state.last_tick_at), "last_duration_s": state.last_duration_s,
             "last_ok_at": _iso(state.last_ok_at), "last_error": state.last_error,
             "last_error_stage": state.last_error_stage, "previews": list(state.previews),
-            "activity": list(state.activity)}
+            "activity": list(state.activity), "operations": list(state.operations),
+            "step_errors": dict(sorted(state.step_errors.items())),
+            "recent_errors": list(state.recent_errors)}
 
 
 def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],

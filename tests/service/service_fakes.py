@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,12 @@ from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.config import LeaderSettings
+from autoscaler.service.executor import AdvanceReport
+from autoscaler.service.executor.operations import Operation
 from autoscaler.service.leader import Leadership
 from autoscaler.service.loop import ServiceLoop
 from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.reconciler import ReconcileReport
 from autoscaler.service.reload import PolicyReloader
 from autoscaler.signals.prices import PriceView
 from tests.builders import NOW, make_pool_dict
@@ -81,11 +84,6 @@ class FakePrices:
         self.recorded.append(error)
 
 
-@dataclass
-class AdvanceReport:
-    capacity_errors: list[CapacityError] = field(default_factory=list)
-
-
 class FakeExecutor:
     """Records plans; ``submit`` writes intents like the real one, ``advance`` makes
     requested nodes READY and drained nodes TERMINATED in one step."""
@@ -133,9 +131,12 @@ class FakeExecutor:
                      NodeState.TERMINATING: [NodeState.TERMINATED]}.get(node.state, [])
             for to in steps:
                 self.store.transition(node.name, to, now, f"fake advance to {to}")
-        report = AdvanceReport(list(self.capacity_errors))
+        report = AdvanceReport(started_at=now, capacity_errors=list(self.capacity_errors))
         self.capacity_errors = []
         return report
+
+    def running(self) -> list[Operation]:
+        return []
 
 
 class FakeReconciler:
@@ -144,13 +145,13 @@ class FakeReconciler:
         self.next_error: Exception | None = None
         self.snapshots: list[Snapshot | None] = []
 
-    def run(self, snapshot: Snapshot | None = None) -> str:
+    def run(self, snapshot: Snapshot | None = None) -> ReconcileReport:
         self.runs += 1
         self.snapshots.append(snapshot)
         if self.next_error is not None:
             err, self.next_error = self.next_error, None
             raise err
-        return "reconciled"
+        return ReconcileReport(at=datetime.now(UTC))
 
 
 @dataclass
