@@ -24,6 +24,8 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.config import ServiceConfig
+from autoscaler.service.executor import Executor
+from autoscaler.service.interruptions import NoticeLoop
 from autoscaler.service.leader import Leadership
 from autoscaler.service.loop import (
     ExecutorLike,
@@ -48,8 +50,10 @@ class ServiceError(RuntimeError):
 
 class Service:
     def __init__(self, config: ServiceConfig, loop: ServiceLoop, store: FleetStore,
-                 catalog: Catalog, closers: list[Callable[[], None]] | None = None):
+                 catalog: Catalog, closers: list[Callable[[], None]] | None = None,
+                 notices: NoticeLoop | None = None):
         self.config, self.loop, self.store, self.catalog = config, loop, store, catalog
+        self.notices = notices
         self.leadership, self.metrics = loop.leadership, loop.metrics
         self.api: ApiServer | None = None
         self._closers = closers or []
@@ -121,6 +125,12 @@ class Service:
         sched.add_job(self.tick, "interval", seconds=interval, id="tick", name="tick",
                       next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
                       misfire_grace_time=max(1, int(interval)))
+        if self.notices is not None:
+            # Spot notices do not wait for a tick (nor for the apply a tick started).
+            every = self.config.executor.notice_interval.total_seconds()
+            sched.add_job(self.notices.run_once, "interval", seconds=every, id="notices",
+                          name="notices", max_instances=1, coalesce=True,
+                          next_run_time=datetime.now(UTC))
         if self.leadership.enabled:
             # Often enough that a follower takes over soon after the TTL runs out.
             every = max(0.5, self.config.leader.ttl.total_seconds() / 6)
@@ -173,7 +183,13 @@ class Overrides:
 def build_service(config: ServiceConfig, *, dry_run: bool = False,
                   clock: Callable[[], datetime] = utc_now,
                   overrides: Overrides | None = None) -> Service:
-    from autoscaler.service.wiring import Markets, build_actuators, build_prices, build_signals
+    from autoscaler.service.wiring import (
+        Markets,
+        build_actuators,
+        build_intake,
+        build_prices,
+        build_signals,
+    )
 
     o = overrides or Overrides()
     catalog = load_catalog(config.prices_file)
@@ -185,15 +201,23 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     prices = o.prices or build_prices(config, markets, clock)
     leadership = Leadership(store, config.leader, clock)
     executor, reconciler = o.executor, o.reconciler
+    intake = None
     if executor is None and not dry_run:
         address_of = o.address_of or make_resolver(config.addresses)
-        executor, built = build_actuators(config, store, lambda: reloader.policies, address_of,
-                                          catalog, clock, markets)
-        reconciler = reconciler or built
+        built_executor, built = build_actuators(config, store, lambda: reloader.policies,
+                                                address_of, catalog, clock, markets,
+                                                notices_in_reconciler=False)
+        executor, reconciler = built_executor, reconciler or built
+        closers.append(built_executor.close)
+        intake = build_intake(config, store, lambda: reloader.policies, clock, markets)
     loop = ServiceLoop(store=store, reloader=reloader, signals=signals, catalog=catalog,
                        metrics=ServiceMetrics(), leadership=leadership, prices=prices,
                        engine=config.engine, clock=clock, dry_run=dry_run,
                        interval_s=config.tick.interval.total_seconds(), executor=executor,
                        reconciler=reconciler, terraform_preview=config.terraform
                        if config.tick.preview == "terraform" else None)
-    return Service(config, loop, store, catalog, closers)
+    notices = None
+    if intake is not None and isinstance(executor, Executor):
+        notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,
+                             loop.count_step_errors)
+    return Service(config, loop, store, catalog, closers, notices)
