@@ -116,10 +116,13 @@ class Prices:
         backoff = pool.capacity.capacity_error_backoff
         # An error without a zone covers every zone; a pool without zones is hit by any.
         matching = by_zone.values() if zone is None else (by_zone.get(zone), by_zone.get(None))
-        recent = [e for e in matching if e is not None and self.now - e.at < backoff]
+        recent = [e for e in matching if e is not None and (
+            self.now < e.until if e.until is not None else self.now - e.at < backoff)]
         if not recent:
             return None
         err = max(recent, key=lambda e: e.at)
+        if err.until is not None:
+            return f"{err.code} since {err.at:%H:%M:%S} ({err.message})"
         return f"{err.code} at {err.at:%H:%M:%S}"
 
     def offers(

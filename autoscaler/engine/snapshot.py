@@ -95,6 +95,9 @@ class CapacityError(_Model):
     code: str
     at: datetime
     message: str = ""
+    until: datetime | None = Field(
+        None, description="Held until then instead of the pool's capacity_error_backoff "
+        "(the service's launch backoff after repeated failures of the same cause).")
 
 
 class Offering(_Model):

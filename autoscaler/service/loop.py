@@ -48,6 +48,7 @@ from autoscaler.fleet.node import FleetView, Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PoolHistoryRow
 from autoscaler.policy.models import TeamPolicy
+from autoscaler.service.backoff import launch_backoffs, with_backoffs
 from autoscaler.service.executor.operations import Operation
 from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.leader import Leadership
@@ -252,11 +253,15 @@ class ServiceLoop:
 
     def read_snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,
                       now: datetime) -> Snapshot:
-        """Signals and prices for ``now``: what a tick decides from."""
+        """Signals, prices and launch backoffs for ``now``: what a tick decides from."""
         snapshot = self.signals.read(policies, fleet.nodes, now)
         if self.prices is not None:
             snapshot = self.prices.observe(policies).into(snapshot)
-        return snapshot
+        backoffs = launch_backoffs(self.store, policies, now)
+        self.metrics.set_backoffs({(b.pool, b.instance_type, b.zone or "", b.market.value): b.count
+                                   for b in backoffs})
+        self._set_state(launch_backoffs=tuple(b.describe() for b in backoffs))
+        return with_backoffs(snapshot, backoffs)
 
     def _feed_capacity_errors(self, advance: AdvanceReport) -> None:
         if self.prices is None:

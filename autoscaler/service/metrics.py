@@ -64,6 +64,11 @@ class ServiceMetrics:
         self.step_errors = Counter(f"{PREFIX}_step_errors", "Errors caught inside actuation "
                                    "(apply, bootstrap, drain, ...) by component; the step is "
                                    "retried, the error is on /status.", ["component"], registry=r)
+        self.launch_backoff = Gauge(f"{PREFIX}_launch_backoff_failures", "Failed launches in "
+                                    "a row of one cause that hold launches into this pool, type, "
+                                    "zone and market (0: none); /status has the cause and next try.",
+                                    ["pool", "instance_type", "zone", "market"], registry=r)
+        self._backoff_labels: set[tuple[str, str, str, str]] = set()
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
         self._missing_pools: set[str] = set()
@@ -104,6 +109,13 @@ class ServiceMetrics:
             for pool, value in values.items():
                 gauge.labels(pool).set(value)
         self._missing_pools, self._util_pools = set(missing), set(util)
+
+    def set_backoffs(self, counts: Mapping[tuple[str, str, str, str], int]) -> None:
+        for gone in self._backoff_labels - set(counts):
+            self.launch_backoff.labels(*gone).set(0)
+        for labels, count in counts.items():
+            self.launch_backoff.labels(*labels).set(count)
+        self._backoff_labels |= set(counts)
 
     def set_policy_errors(self, errors: Iterable[PolicyError]) -> None:
         per_file = Tally(e.file for e in errors)

@@ -33,6 +33,7 @@ from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.tables import ActionRow
 from autoscaler.policy.models import Market, find_pool
+from autoscaler.service.backoff import fingerprint
 from autoscaler.service.executor.common import Step, SubmitError
 from autoscaler.service.executor.meta import (
     LongJob,
@@ -171,7 +172,8 @@ def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Nod
     pool = find_pool(step.policies, team, pool_name)
     if pool is None:
         raise SubmitError(f"pool {spec['pool']} has no policy: cannot tell its cloud and region")
-    meta = {"cluster": pool.cluster.kind, "action": spec.get("action"), "index": spec.get("index")}
+    meta = {"cluster": pool.cluster.kind, "action": spec.get("action"), "index": spec.get("index"),
+            "policy": fingerprint(pool)}  # a policy change resets the launch backoff
     if replaces:
         meta["replaces"] = replaces
     return step.store.create_node(
