@@ -35,10 +35,11 @@ class Step:
     def now(self) -> datetime:
         return self.clock()
 
-    def move(self, name: str, to: NodeState, reason: str, **fields: Any) -> Node | None:
+    def move(self, name: str, to: NodeState, reason: str, scale_down: bool | None = None,
+             **fields: Any) -> Node | None:
         """Write a transition (checked and committed); None when the node moved meanwhile."""
         try:
-            node = self.store.transition(name, to, self.now(), reason, **fields)
+            node = self.store.transition(name, to, self.now(), reason, scale_down, **fields)
         except (IllegalTransitionError, StoreError) as exc:
             self.error("store", f"{name}: not moved to {to}: {exc}")
             return None
