@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from autoscaler.engine.plan import (
     Action,
@@ -42,7 +42,6 @@ from autoscaler.engine.plan import (
     target_of,
 )
 from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.policy.models import Market
 
 S = NodeState
@@ -52,6 +51,19 @@ SCALE_DOWN_TRIGGERS = frozenset({"idle", "consolidate", "over-max", "over-quota"
 DRAINABLE = frozenset({S.READY})
 CANCELLABLE = frozenset({S.DRAINING, S.DRAINED})
 REPLACEABLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
+TERMINABLE = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.DRAINED, S.INTERRUPTED,
+                        S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
+GONE = frozenset({S.TERMINATING, S.TERMINATED, S.LOST})  # a Terminate of these is a no-op
+
+
+class Stateful(Protocol):
+    """A node as far as the interpreter looks: the store's Node or the simulator's."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> NodeState: ...
 
 
 def cooldown_of(action: Action) -> Cooldown:
@@ -151,7 +163,7 @@ class Refused:
 Intent = NewNode | StartDrain | StopDrain | Remove | FlagLongJob | Refused
 
 
-def interpret(plan: Plan, fleet: Mapping[str, Node] | None = None) -> list[Intent]:
+def interpret(plan: Plan, fleet: Mapping[str, Stateful] | None = None) -> list[Intent]:
     """The plan's intents in plan order; ``fleet`` (name -> node) checks node states."""
     out: list[Intent] = []
     for action, key in action_keys(plan.actions):
@@ -159,7 +171,7 @@ def interpret(plan: Plan, fleet: Mapping[str, Node] | None = None) -> list[Inten
     return out
 
 
-def intents_of(action: Action, key: str, fleet: Mapping[str, Node] | None = None) -> list[Intent]:
+def intents_of(action: Action, key: str, fleet: Mapping[str, Stateful] | None = None) -> list[Intent]:
     """One action's intents (what :func:`interpret` does per action)."""
     if isinstance(action, Launch):
         replaces = list(action.replaces)
@@ -187,13 +199,14 @@ def intents_of(action: Action, key: str, fleet: Mapping[str, Node] | None = None
     return []
 
 
-def _refused(action: Action, key: str, node: Node | None,
-             fleet: Mapping[str, Node] | None) -> Refused | None:
+def _refused(action: Action, key: str, node: Stateful | None,
+             fleet: Mapping[str, Stateful] | None) -> Refused | None:
     if fleet is None:
         return None
     if node is None:
         return Refused(key, action.pool, f"no node named {getattr(action, 'node', '?')}")
-    allowed = {Drain: DRAINABLE, CancelDrain: CANCELLABLE, Replace: REPLACEABLE}.get(type(action))
+    allowed = {Drain: DRAINABLE, CancelDrain: CANCELLABLE, Replace: REPLACEABLE,
+               Terminate: TERMINABLE | GONE}.get(type(action))
     if allowed is not None and node.state not in allowed:
         return Refused(key, action.pool, f"{node.name} is {node.state}, not "
                        f"{'/'.join(sorted(s.value for s in allowed))}")

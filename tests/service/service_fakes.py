@@ -12,8 +12,8 @@ from ruamel.yaml import YAML
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Plan
-from autoscaler.engine.plan import Drain, Launch, Terminate
 from autoscaler.engine.snapshot import CapacityError, NodeObservation, Offering, PoolObservation, Snapshot
+from autoscaler.fleet.intents import NewNode, Remove, StartDrain, interpret
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
@@ -100,19 +100,18 @@ class FakeExecutor:
     def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]:
         self.submitted.append((plan, plan_id))
         created = []
-        for action in plan.actions:
-            if isinstance(action, Launch):
-                team, pool = action.pool.split("/")
-                for _ in range(action.count):
-                    created.append(self.store.create_node(
-                        team=team, pool=pool, cloud="aws", region="us-east-1", zone=action.zone,
-                        instance_type=action.instance_type, market=action.market,
-                        now=self.clock(), reason=action.reason).name)
-            elif isinstance(action, Drain):
-                self.store.transition(action.node, NodeState.DRAINING, self.clock(), action.reason,
-                                      drain_trigger=action.trigger)
-            elif isinstance(action, Terminate):
-                self.store.transition(action.node, NodeState.TERMINATING, self.clock(), action.reason)
+        for intent in interpret(plan):  # the executor's own reading of a plan
+            if isinstance(intent, NewNode):
+                team, pool = intent.pool.split("/")
+                created.append(self.store.create_node(
+                    team=team, pool=pool, cloud="aws", region="us-east-1", zone=intent.zone,
+                    instance_type=intent.instance_type, market=intent.market,
+                    now=self.clock(), reason=intent.reason, scale_up=intent.cooldown == "up").name)
+            elif isinstance(intent, StartDrain):
+                self.store.transition(intent.node, NodeState.DRAINING, self.clock(), intent.reason,
+                                      intent.cooldown == "down", drain_trigger=intent.trigger)
+            elif isinstance(intent, Remove):
+                self.store.transition(intent.node, NodeState.TERMINATING, self.clock(), intent.reason)
         if self.on_submit is not None:
             self.on_submit()
         return created

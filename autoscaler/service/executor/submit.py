@@ -22,6 +22,8 @@ from pydantic import TypeAdapter
 
 from autoscaler.engine.plan import Action, Launch, Plan, Replace
 from autoscaler.fleet.intents import (
+    GONE,
+    TERMINABLE,
     FlagLongJob,
     Intent,
     NewNode,
@@ -47,8 +49,6 @@ from autoscaler.service.executor.meta import (
 
 S = NodeState
 ACTION: TypeAdapter[Action] = TypeAdapter(Action)
-TERMINABLE = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.DRAINED, S.INTERRUPTED,
-                        S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
 
 
 def rows_for(step: Step, plan: Plan, plan_id: int | None
@@ -264,7 +264,7 @@ def _cancel_drain(step: Step, action: StopDrain) -> None:
 
 def _terminate(step: Step, action: Remove) -> None:
     node = _node(step, action.node)
-    if node.state in (S.TERMINATING, S.TERMINATED, S.LOST):
+    if node.state in GONE:
         return
     if node.state not in TERMINABLE:
         raise SubmitError(f"{node.name} is {node.state}: drain it before terminating")
