@@ -5,68 +5,26 @@ rule allows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from autoscaler.actuators.ansible import BootstrapRun, HostStatus
-from autoscaler.catalog import default_catalog
-from autoscaler.engine import decide
-from autoscaler.engine.plan import Hold, Launch
-from autoscaler.engine.snapshot import Snapshot
 from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
-from autoscaler.policy.models import Market, TeamPolicy
-from autoscaler.service.backoff import cause_of, delay, fingerprint, launch_backoffs, with_backoffs
-from tests.fakes import FakeAnsible
-from tests.service.executor_rig import Rig, make_rig, slurm_policy
+from autoscaler.policy.models import Market
+from autoscaler.service.backoff import cause_of, delay, fingerprint, launch_backoffs
+from tests.service.executor_rig import Rig
+from tests.service.failing_pool import TASK, allowed_launches, drive, failing_rig, floor_policy
 
 S = NodeState
-TASK = "nvidia driver"
-
-
-class FailingAnsible(FakeAnsible):
-    """Every run fails on every host at the same task (a broken driver build)."""
-
-    def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
-                  secrets: Mapping[str, str] | None = None) -> BootstrapRun:
-        for node in nodes:
-            self.fail[node.name] = (HostStatus.FAILED, TASK, "dkms build failed")
-        return super().bootstrap(nodes, policies, secrets=secrets)
-
-
-def floor_policy(**kw: Any) -> TeamPolicy:
-    return slurm_policy(min_nodes=1, instance_types=["p3.2xlarge"], **kw)
 
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    r = make_rig(tmp_path, policies={"vision": floor_policy()}, ansible=FailingAnsible())
+    r = failing_rig(tmp_path)
     yield r
     r.store.close()
-
-
-def tick(rig: Rig) -> tuple[list[Launch], list[Hold]]:
-    """One service tick on the fakes: backoffs into the snapshot, decide, submit, advance."""
-    now = rig.clock()
-    snapshot = with_backoffs(Snapshot(taken_at=now), launch_backoffs(rig.store, rig.policies, now))
-    plan = decide(rig.policies, rig.store.fleet_view(), snapshot, now, catalog=default_catalog())
-    rig.executor().submit(plan, rig.store.record_plan(plan))
-    rig.advance()
-    return ([a for a in plan.actions if isinstance(a, Launch)],
-            [a for a in plan.actions if isinstance(a, Hold)])
-
-
-def allowed_launches(minutes: float) -> int:
-    """Launches the rule allows in ``minutes`` if every launch failed at once."""
-    at, count = 0.0, 0
-    while at < minutes:
-        count += 1
-        at += delay(count).total_seconds() / 60
-    return count
 
 
 def test_the_rule() -> None:
@@ -79,19 +37,11 @@ def test_the_rule() -> None:
 
 
 def test_always_failing_bootstrap_is_bounded_by_the_rule_and_the_hold_says_why(rig: Rig) -> None:
-    launches, holds = 0, []
-    started = rig.clock()
-    while rig.clock() - started < timedelta(minutes=30):
-        launched, held = tick(rig)
-        launches += sum(a.count for a in launched)
-        holds += held
-        rig.clock.tick(30)
+    launches, holds = drive(rig, 30)
     assert 2 <= launches <= allowed_launches(30), launches
-    reasons = [h.reason for h in holds if "launch-backoff" in h.reason]
-    assert reasons, [h.reason for h in holds]
-    last = reasons[-1]
-    assert f"bootstrap failed at task '{TASK}'" in last and "time(s) in a row" in last
-    assert "next try" in last
+    assert holds
+    assert f"bootstrap failed at task '{TASK}'" in holds[-1] and "time(s) in a row" in holds[-1]
+    assert "next try" in holds[-1]
     [backoff] = launch_backoffs(rig.store, rig.policies, rig.clock())
     assert backoff.pool == "vision/gpu" and backoff.count == launches
     assert backoff.next_try == backoff.last_at + delay(backoff.count)
