@@ -3,8 +3,9 @@
 ``build_service(config)`` wires the real components (tests and the demo inject fakes or
 sandbox pieces through its keyword arguments); ``Service.run(stop)`` schedules the tick
 job (``max_instances=1``, ``coalesce=True``: ticks never overlap, a late tick is run once,
-not many times) and the lease job, serves the HTTP API, and on ``stop`` lets the current
-step finish, releases the lease and closes everything.
+not many times), the spot-notice job (``executor.notice_interval``; its own thread, so a
+notice never waits for a tick) and the lease job, serves the HTTP API, and on ``stop``
+lets the current step finish, releases the lease and closes everything.
 """
 
 from __future__ import annotations
