@@ -171,3 +171,27 @@ def rig_plan(rig: Rig, count: int) -> Any:
     from autoscaler.engine.plan import Plan
 
     return Plan(decided_at=rig.clock(), actions=[launch(count, market=Market.SPOT)])
+
+
+def test_service_schedules_the_notice_loop_as_its_own_job(tmp_path: Path) -> None:
+    from autoscaler.service.app import Service
+    from autoscaler.service.config import ServiceConfig
+    from tests.service.service_fakes import make_loop
+
+    kit = make_loop(tmp_path)
+    config = ServiceConfig.model_validate({
+        "policies_dir": tmp_path / "policies", "store": {"url": f"sqlite:///{tmp_path / 'fleet.db'}"},
+        "executor": {"notice_interval": "3s"}})
+    intake = InterruptionIntake(kit.store, [], config.executor, kit.clock)
+    counted: list[tuple[Mapping[str, int], Sequence[str]]] = []
+    notices = NoticeLoop(intake, lambda names: None, lambda: False,  # type: ignore[arg-type,return-value]
+                         lambda c, t: counted.append((c, t)))
+    service = Service(config, kit.loop, kit.store, kit.loop.catalog, notices=notices)
+    job = service.scheduler().get_job("notices")
+    assert job is not None and job.trigger.interval.total_seconds() == 3
+    assert notices.run_once().interrupted == [] and counted == []  # a follower reads nothing
+    kit.loop.count_step_errors({"terraform": 2}, ["pool a: boom", "pool b: boom"])
+    assert kit.loop.state.step_errors == {"terraform": 2}
+    assert 'gpu_autoscaler_step_errors_total{component="terraform"} 2.0' in \
+        kit.loop.metrics.exposition().decode()
+    kit.store.close()
