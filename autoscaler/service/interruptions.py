@@ -38,7 +38,7 @@ from autoscaler.fleet.store import ConcurrentUpdateError, FleetStore
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.common import new_drain
 from autoscaler.service.executor.drain import interruption_progress
-from autoscaler.service.executor.meta import InterruptionMeta, drain_of, merged
+from autoscaler.service.executor.meta import META_LOCK, InterruptionMeta, drain_of, merged
 from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.executor.settings import ExecutorSettings
 
@@ -118,13 +118,15 @@ class InterruptionIntake:
     def _handle(self, notice: Interruption, by_instance: Mapping[str, Node],
                 report: InterruptionReport) -> None:
         try:
-            self._handle_once(notice, by_instance, report)
+            with META_LOCK:  # the meta merged here goes into the transition
+                self._handle_once(notice, by_instance, report)
         except ConcurrentUpdateError:
             # The tick moved the node between our read and our write (a drain it planned):
             # the notice still applies to the node as it is now, and must not be lost.
             fresh = {n.instance_id: n for n in self.store.nodes() if n.instance_id}
             try:
-                self._handle_once(notice, fresh, report)
+                with META_LOCK:
+                    self._handle_once(notice, fresh, report)
             except ConcurrentUpdateError as exc:
                 report.errors.append(f"{notice.instance_id}: {exc}")
 

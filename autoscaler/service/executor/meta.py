@@ -10,6 +10,7 @@ promised), ``bootstrap`` (:class:`BootstrapMeta`), ``interruption`` (the cloud's
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +48,10 @@ class LongJob(BaseModel):
     outcome: str | None = None  # what the signal attempt came to
 
 
+# The tick, the operation workers and the spot-notice loop all write meta: every
+# read-merge-write of one (and the transition that carries it) holds this lock, so no
+# writer loses another's key (a drain step's progress vs. a notice's interruption).
+META_LOCK = threading.RLock()
 LONG_JOBS_KEPT = 100  # per node; a node rarely runs that many jobs past the limit
 
 
@@ -84,6 +89,7 @@ def merged(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:
 
 
 def update_meta(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:
-    meta = merged(store, name, **updates)
-    store.update(name, meta=meta)
-    return meta
+    with META_LOCK:
+        meta = merged(store, name, **updates)
+        store.update(name, meta=meta)
+        return meta

@@ -40,6 +40,7 @@ from autoscaler.policy.models import Market, find_pool
 from autoscaler.service.backoff import fingerprint
 from autoscaler.service.executor.common import Step, SubmitError
 from autoscaler.service.executor.meta import (
+    META_LOCK,
     LongJob,
     dump_long_jobs,
     long_jobs_of,
@@ -163,11 +164,13 @@ def _replace(step: Step, intents: list[Intent], action_id: int | None, resumed: 
         return []
     spec = _spec(new, action_id)
     if old.state is S.READY:
-        meta = merged(step.store, old.name,
-                      drain=step.drain_progress(old, drain.reason, step.now(), drain.trigger),
-                      replacement=spec)
-        if step.move(old.name, S.DRAINING, drain.reason, drain_trigger=drain.trigger,
-                     replacement_requested=True, meta=meta, scale_down=False) is None:
+        with META_LOCK:
+            meta = merged(step.store, old.name,
+                          drain=step.drain_progress(old, drain.reason, step.now(), drain.trigger),
+                          replacement=spec)
+            moved = step.move(old.name, S.DRAINING, drain.reason, drain_trigger=drain.trigger,
+                              replacement_requested=True, meta=meta, scale_down=False)
+        if moved is None:
             raise SubmitError(f"{old.name} changed state; not replaced")
     elif old.state in (S.DRAINING, S.DRAINED, S.INTERRUPTED):
         _promise(step, old.name, spec)
@@ -196,8 +199,9 @@ def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Nod
 
 
 def _promise(step: Step, old: str, spec: dict[str, Any]) -> None:
-    meta = merged(step.store, old, replacement=spec)
-    step.store.update(old, replacement_requested=True, meta=meta)
+    with META_LOCK:
+        meta = merged(step.store, old, replacement=spec)
+        step.store.update(old, replacement_requested=True, meta=meta)
 
 
 def _clear_marker(step: Step, old: str) -> None:
@@ -245,10 +249,12 @@ def _drain(step: Step, action: StartDrain) -> None:
     node = _node(step, action.node)
     if node.state is not S.READY:
         raise SubmitError(f"{node.name} is {node.state}, not READY: not drained")
-    meta = merged(step.store, node.name, drain=step.drain_progress(node, action.reason, step.now(),
-                                                                   action.trigger))
-    if step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger, meta=meta,
-                 scale_down=action.cooldown == "down") is None:
+    with META_LOCK:
+        meta = merged(step.store, node.name, drain=step.drain_progress(
+            node, action.reason, step.now(), action.trigger))
+        moved = step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger,
+                          meta=meta, scale_down=action.cooldown == "down")
+    if moved is None:
         raise SubmitError(f"{node.name} changed state; not drained")
 
 
@@ -256,9 +262,11 @@ def _cancel_drain(step: Step, action: StopDrain) -> None:
     node = _node(step, action.node)
     if node.state not in (S.DRAINING, S.DRAINED):
         raise SubmitError(f"{node.name} is {node.state}: no drain to cancel")
-    meta = merged(step.store, node.name, drain=None)
     # READY first; the scheduler resume it owes is done by advance() (drain.UNDRAIN).
-    if step.move(node.name, S.READY, action.reason, drain_trigger="cancelled", meta=meta) is None:
+    with META_LOCK:
+        meta = merged(step.store, node.name, drain=None)
+        moved = step.move(node.name, S.READY, action.reason, drain_trigger="cancelled", meta=meta)
+    if moved is None:
         raise SubmitError(f"{node.name} changed state; drain not cancelled")
 
 
