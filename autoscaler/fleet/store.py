@@ -113,6 +113,12 @@ class FleetStore:
 
     def nodes(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
               include_terminated: bool = False) -> list[Node]:
+        return [n for n, _ in self.nodes_with_meta(states, pool, include_terminated)]
+
+    def nodes_with_meta(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
+                        include_terminated: bool = False) -> list[tuple[Node, dict[str, Any]]]:
+        """Nodes with their progress record (the ``meta`` column) in one query, not one
+        query per node."""
         with self.session() as s:
             q = select(NodeRow).order_by(NodeRow.name)
             if states is not None:
@@ -122,7 +128,7 @@ class FleetStore:
             if pool is not None:
                 team, _, name = pool.partition("/")
                 q = q.where(NodeRow.team == team, NodeRow.pool == name)
-            return [_to_node(r) for r in s.scalars(q)]
+            return [(_to_node(r), dict(r.meta or {})) for r in s.scalars(q)]
 
     def fleet_view(self) -> FleetView:
         with self.session() as s:

@@ -189,7 +189,11 @@ class AsyncScenario:
         [name] = [n.name for n in self.nodes("fast") if n.state is S.READY]
         cluster = self.stack.slurm
         self.job = cluster.submit(SIGNAL_JOB, gpus=1, nodelist=name, partition="fast", name="ckpt")
-        cluster.wait_job_state(self.job, {"RUNNING"}, 120)
+        try:
+            cluster.wait_job_state(self.job, {"RUNNING"}, 120)
+        except Exception as exc:
+            raise AssertionError(f"{exc}\n{cluster.scontrol('show', 'job', self.job).stdout}\n"
+                                 f"{cluster.scontrol('show', 'node', name).stdout}") from exc
         return name
 
     def slow_bootstrap_running(self) -> str:

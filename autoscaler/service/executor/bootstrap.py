@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from autoscaler.actuators.ansible import BootstrapRun, HostStatus
 from autoscaler.engine.snapshot import Snapshot
@@ -30,8 +31,9 @@ from autoscaler.service.executor.protocols import Bootstrapper
 S = NodeState
 
 
-def _due(step: Step, node: Node, address_of: Callable[[Node], str | None]) -> bool:
-    state = bootstrap_of(step.store.meta(node.name))
+def _due(step: Step, node: Node, meta: dict[str, Any],
+         address_of: Callable[[Node], str | None]) -> bool:
+    state = bootstrap_of(meta)
     if state.ok_at is not None or (state.next_at is not None and state.next_at > step.now()):
         return False
     if step.pool(node) is None:
@@ -50,8 +52,8 @@ def boot_key(node: str) -> str:
 
 def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node], str | None],
               runner: Runner) -> None:
-    due = [n for n in step.store.nodes(states=[S.BOOTSTRAPPING])
-           if not runner.busy(boot_key(n.name)) and _due(step, n, address_of)]
+    due = [n for n, meta in step.store.nodes_with_meta(states=[S.BOOTSTRAPPING])
+           if not runner.busy(boot_key(n.name)) and _due(step, n, meta, address_of)]
     size = step.settings.bootstrap_batch_size
     for start in range(0, len(due), size):
         batch = due[start:start + size]
@@ -117,10 +119,9 @@ def _failed(step: Step, node: Node, attempt: int, why: str) -> None:
 
 def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     """Bootstrapped nodes -> READY once their scheduler and metrics see them."""
-    for node in step.store.nodes(states=[S.BOOTSTRAPPING]):
+    for node, meta in step.store.nodes_with_meta(states=[S.BOOTSTRAPPING]):
         if runner.busy(boot_key(node.name)):
             continue
-        meta = step.store.meta(node.name)
         state = bootstrap_of(meta)
         if state.ok_at is None:
             continue

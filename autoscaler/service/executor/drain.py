@@ -32,10 +32,10 @@ CHAIN = 4  # "retry now" steps run back to back in one advance
 
 
 def resume_cancelled(step: Step, runner: Runner) -> None:
-    for node in step.store.nodes(states=[S.READY]):
+    for node, meta in step.store.nodes_with_meta(states=[S.READY]):
         if node.drain_trigger != UNDRAIN or runner.busy(drain_key(node.name)):
             continue  # a drain step still running would cordon it again: resume after it
-        drainer = step.drainer(step.cluster_kind(node, step.store.meta(node.name)))
+        drainer = step.drainer(step.cluster_kind(node, meta))
         if drainer is None:
             continue
         try:

@@ -18,8 +18,7 @@ S = NodeState
 
 
 def signal_long_jobs(step: Step) -> None:
-    for node in step.store.nodes(states=[S.READY, S.DRAINING]):
-        meta = step.store.meta(node.name)
+    for node, meta in step.store.nodes_with_meta(states=[S.READY, S.DRAINING]):
         jobs = long_jobs_of(meta)
         owed = sorted(j for j, entry in jobs.items() if entry.signal and entry.signalled_at is None)
         if owed:

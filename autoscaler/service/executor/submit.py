@@ -214,16 +214,15 @@ def _created_slots(step: Step, pool: str, action_id: int | None) -> dict[int, st
     if action_id is None:
         return {}
     out = {}
-    for node in step.store.nodes(pool=pool, include_terminated=True):
-        meta = step.store.meta(node.name)
+    for node, meta in step.store.nodes_with_meta(pool=pool, include_terminated=True):
         if meta.get("action") == action_id and isinstance(meta.get("index"), int):
             out[int(meta["index"])] = node.name
     return out
 
 
 def _replacement_of(step: Step, pool: str, old: str) -> str | None:
-    for node in step.store.nodes(pool=pool, include_terminated=True):
-        if step.store.meta(node.name).get("replaces") == old:
+    for node, meta in step.store.nodes_with_meta(pool=pool, include_terminated=True):
+        if meta.get("replaces") == old:
             return node.name
     return None
 
@@ -231,10 +230,10 @@ def _replacement_of(step: Step, pool: str, old: str) -> str | None:
 def repair_replacements(step: Step) -> list[str]:
     """Finish replacements promised before a crash: create the node if it is missing."""
     created = []
-    for node in step.store.nodes():
+    for node, meta in step.store.nodes_with_meta():
         if not node.replacement_requested:
             continue
-        spec = step.store.meta(node.name).get("replacement")
+        spec = meta.get("replacement")
         if not spec:
             continue
         if _replacement_of(step, str(spec["pool"]), node.name) is None:
