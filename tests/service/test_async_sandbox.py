@@ -6,6 +6,8 @@ one tick, ticks keep their cadence and /status stays current."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,12 +27,15 @@ PAUSE_S = 180
 
 
 @pytest.fixture
-def scenario(tmp_path: Path) -> Iterator[AsyncScenario]:
-    sc = AsyncScenario(tmp_path, PAUSE_S)
+def scenario() -> Iterator[AsyncScenario]:
+    # A short root: slurmstepd's socket path under the spool dir must stay < 108 chars.
+    root = Path(tempfile.mkdtemp(prefix="gas-async-"))
+    sc = AsyncScenario(root, PAUSE_S)
     try:
         yield sc.start()
     finally:
         sc.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_notice_and_scale_up_do_not_wait_for_a_long_bootstrap(
