@@ -304,8 +304,9 @@ class ServiceLoop:
         try:
             deltas = preview(plan, fleet, policies, self.catalog, snapshot, now,
                              self.terraform_preview, next_seq=self._next_seq())
-        except Exception:  # a preview is for people; it never stops the tick
+        except Exception as exc:  # a preview is for people; it never stops the tick
             log.exception("preview failed")
+            self.count_step_errors({"preview": 1}, [f"preview: {type(exc).__name__}: {exc}"])
             return
         lines = tuple(d.line() for d in deltas)
         for line in lines:
@@ -335,8 +336,9 @@ class ServiceLoop:
         self.metrics.last_tick.set(time.time())
         try:
             self._fleet_metrics()
-        except Exception:
+        except Exception as exc:
             log.exception("cannot refresh fleet metrics from the store")
+            self.count_step_errors({"metrics": 1}, [f"fleet metrics: {type(exc).__name__}: {exc}"])
         err = report.error
         running = self.executor.running() if self.executor is not None else []
         self._set_state(
