@@ -22,6 +22,7 @@ from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import ExecutorSettings
+from autoscaler.service.executor.meta import NodeProgress, progress_of
 from autoscaler.service.interruptions import PollingSource
 from tests.builders import NOW, make_policy
 from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeScheduler, FakeTerraform
@@ -125,6 +126,10 @@ def test_crash_free_life_converges(tmp_path: Path) -> None:
     life = Life(tmp_path, Faults())
     life.run()
     life.check()
+    # Every key the executor wrote is a typed field of the node's progress record.
+    for node, meta in life.scenario.raw_store.nodes_with_meta(include_terminated=True):
+        assert set(meta) <= set(NodeProgress.model_fields), (node.name, sorted(meta))
+        progress_of(meta)
     kinds = {node_of(p) for p in life.scenario.faults.seen}
     for expected in ("before store.transition(<node> -> PROVISIONING)",
                      "after terraform.apply(vision/gpu: <node>,<node>)",

@@ -22,7 +22,7 @@ from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.policy.models import Pool
 from autoscaler.service.executor.common import Step
-from autoscaler.service.executor.meta import InterruptionMeta, drain_of, update_meta
+from autoscaler.service.executor.meta import InterruptionMeta, progress_of, update_meta
 from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.settings import ExecutorSettings
 
@@ -95,10 +95,9 @@ def interruption_progress(settings: ExecutorSettings, pool: Pool | None, notice:
 
 
 def _drain_one(step: Step, node: Node) -> None:
-    meta = step.store.meta(node.name)
+    record = progress_of(step.store.meta(node.name))
     now = step.now()
-    progress = drain_of(meta)
-    notice = InterruptionMeta.model_validate(meta["interruption"]) if meta.get("interruption") else None
+    progress, notice = record.drain, record.interruption
     if progress is None:
         if notice is not None and node.state is S.INTERRUPTED:
             progress = interruption_progress(step.settings, step.pool(node), notice, now)
@@ -112,7 +111,7 @@ def _drain_one(step: Step, node: Node) -> None:
         return
     if progress.not_before is not None and progress.not_before > now:
         return
-    drainer = step.drainer(step.cluster_kind(node, meta))
+    drainer = step.drainer(record.cluster or step.cluster_kind(node))
     if drainer is None:
         return
     result = _run(step, drainer, node, progress, now)
