@@ -64,7 +64,7 @@ class Hold(_Action):
     """Nothing was done for ``what`` in this pool, and why (so nobody is surprised)."""
 
     kind: Literal["hold"] = "hold"
-    what: Literal["scale-up", "scale-down"]
+    what: Literal["scale-up", "scale-down", "all"]  # all: the pool's rules failed this tick
 
 
 class ReportJob(_Action):

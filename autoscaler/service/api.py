@@ -7,7 +7,10 @@
 * ``GET /plan``     JSON: the last plan only.
 
 ``/status`` and ``/plan`` need ``Authorization: Bearer <token>`` when a token is
-configured; without one the API refuses to listen anywhere but loopback.
+configured (an empty or missing value never matches); without one the API refuses to
+listen anywhere but loopback. Connections are served by
+:class:`~autoscaler.service.http_server.BoundedHTTPServer` (a fixed worker pool, silent
+connections hold no thread, socket timeouts, client disconnects are not errors).
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from autoscaler.service.http_server import CLIENT_GONE, BoundedHTTPServer
 from autoscaler.service.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
+
+
+MIN_TOKEN_LENGTH = 16  # shorter bearer tokens are refused (config load and here)
 
 
 class ApiError(RuntimeError):
@@ -82,8 +89,9 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
                 return True
             given = self.headers.get("Authorization", "")
             scheme, _, value = given.partition(" ")
-            if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
-                                                                  token.encode()):
+            value = value.strip()
+            if scheme.lower() == "bearer" and value and token and hmac.compare_digest(
+                    value.encode(), token.encode()):
                 return True
             self._json(401, {"error": "a bearer token is required"},
                        {"WWW-Authenticate": 'Bearer realm="gpu-autoscaler"'})
@@ -93,6 +101,8 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
             path = self.path.split("?", 1)[0].rstrip("/") or "/"
             try:
                 self._route(path)
+            except CLIENT_GONE as exc:  # the client left: nothing to answer, not an error
+                log.debug("http %s: client went away: %s", path, exc)
             except Exception:  # one bad request must not take the API down
                 log.exception("http %s failed", path)
                 self._json(500, {"error": "internal error (see the service log)"})
@@ -119,13 +129,15 @@ class ApiServer:
 
     def __init__(self, handlers: ApiHandlers, host: str = "127.0.0.1", port: int = 9464,
                  token: str | None = None):
+        if token is not None and len(token.strip()) < MIN_TOKEN_LENGTH:
+            raise ApiError(f"refusing a bearer token of {len(token.strip())} characters: it "
+                           f"must have at least {MIN_TOKEN_LENGTH} (an empty token file is a "
+                           "mistake, never 'no authentication')")
         if token is None and not is_loopback(host):
             raise ApiError(f"refusing to serve /status on {host} without a token: set "
                            "http.token_env or http.token_file, or listen on 127.0.0.1")
-        self._httpd = ThreadingHTTPServer((host, port), _handler(handlers, token))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.2,),
-                                        name="http-api", daemon=True)
+        self._httpd = BoundedHTTPServer((host, port), _handler(handlers, token))
+        self._thread = threading.Thread(target=self._httpd.serve, name="http-api", daemon=True)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -143,6 +155,5 @@ class ApiServer:
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._httpd.stop()
         self._thread.join(timeout=10)

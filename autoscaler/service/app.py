@@ -40,6 +40,7 @@ from autoscaler.service.status import build_status, plan_json
 log = logging.getLogger(__name__)
 HEALTH_FACTOR = 3  # healthy while the last tick is younger than 3 intervals
 STUCK_AFTER = timedelta(minutes=30)  # a tick running longer than this is unhealthy
+FAILED_TICKS = 3  # unhealthy after this many failed ticks in a row
 
 
 class ServiceError(RuntimeError):
@@ -63,6 +64,9 @@ class Service:
         now = time.monotonic()
         last = self.loop.state.last_tick_monotonic
         running = self._tick_started
+        failing = self._failing()
+        if failing is not None:
+            return Health(False, failing)
         if running is not None and now - running < STUCK_AFTER.total_seconds():
             # A long step (a Terraform apply) is progress, not a hang.
             return Health(True, f"tick in progress for {now - running:.0f}s")
@@ -76,6 +80,14 @@ class Service:
             return Health(True, f"last tick {age:.0f}s ago")
         return Health(False, f"last tick {age:.0f}s ago, more than {HEALTH_FACTOR} x the "
                       f"{interval:.0f}s interval")
+
+    def _failing(self) -> str | None:
+        """Ticks that run but fail are as dead as ticks that stopped."""
+        state = self.loop.state
+        if state.failed_in_a_row < FAILED_TICKS:
+            return None
+        return (f"the last {state.failed_in_a_row} ticks failed (limit {FAILED_TICKS}); last "
+                f"error in {state.last_error_stage}: {state.last_error}")
 
     def status(self) -> dict[str, Any]:
         leader = dataclasses.asdict(self.leadership.info())

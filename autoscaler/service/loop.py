@@ -231,7 +231,11 @@ class ServiceLoop:
         if reconciler is None:
             return None
         try:
-            return reconciler.run(snapshot)
+            result = reconciler.run(snapshot)
+            frozen = dict(getattr(result, "frozen", {}))  # the alert: metric and /status
+            self.metrics.set_lost_frozen(frozen)
+            self.state = replace(self.state, lost_frozen=frozen)
+            return result
         except Exception:
             self.metrics.tick_errors.labels("reconcile").inc()
             log.exception("reconciler failed; deciding on the store as it is")
@@ -313,6 +317,7 @@ class ServiceLoop:
             last_tick_monotonic=time.monotonic(), last_duration_s=round(seconds, 3),
             last_ok_at=self.state.last_ok_at if err else self.clock(),
             last_error=str(err) if err else None, last_error_stage=err.stage if err else None,
+            failed_in_a_row=self.state.failed_in_a_row + 1 if err else 0,
             is_leader=report.leader,
             last_plan_id=report.plan_id if report.plan_id is not None else self.state.last_plan_id)
 

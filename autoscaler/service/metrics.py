@@ -60,6 +60,11 @@ class ServiceMetrics:
         self.policy_errors = Gauge(f"{PREFIX}_policy_errors",
                                    "Policy problems per file (the team keeps its last good policy).",
                                    ["file"], registry=r)
+        self.lost_frozen = Gauge(f"{PREFIX}_lost_frozen",
+                                 "1 when a cloud answer lacked so many of a pool's instances "
+                                 "that no node of it is marked LOST (alert on it).", ["pool"],
+                                 registry=r)
+        self._frozen_pools: set[str] = set()
         self.leader = Gauge(f"{PREFIX}_leader", "1 when this instance holds the lease.", registry=r)
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
@@ -110,3 +115,10 @@ class ServiceMetrics:
             self.policy_errors.labels(file).set(count)
         self._error_files |= set(per_file)
 
+    def set_lost_frozen(self, pools: Iterable[str]) -> None:
+        now = set(pools)
+        for gone in self._frozen_pools - now:
+            self.lost_frozen.labels(gone).set(0)
+        for pool in now:
+            self.lost_frozen.labels(pool).set(1)
+        self._frozen_pools |= now
