@@ -80,8 +80,10 @@ class StoreSettings(_Model):
     def display_url(self) -> str:
         """The URL for people: no password, secret-looking query values masked."""
         url = make_url(self.url)
-        query = {k: "***" if _SECRET_QUERY.search(k) else v for k, v in url.query.items()}
-        return url.set(query=query).render_as_string(hide_password=True)
+        if any(_SECRET_QUERY.search(k) for k in url.query):
+            url = url.set(query={k: "redacted" if _SECRET_QUERY.search(k) else v
+                                 for k, v in url.query.items()})
+        return url.render_as_string(hide_password=True)
 
 
 class AwsCloudConfig(_Model):

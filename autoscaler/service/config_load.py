@@ -101,7 +101,8 @@ def inline_secrets(doc: Any) -> list[tuple[tuple[int | str, ...], str]]:
                 and _SECRET_KEY.search(lower)):
             found.append((path, f"'{key}' looks like an inline secret; {hint}"))
         elif isinstance(value, str) and (kind := secret_in_value(value)) is not None:
-            found.append((path, f"'{key}' holds {kind}; {_PATH_HINTS.get(path, hint)}"))
+            what = f"'{key}'" if isinstance(key, str) else f"item {key}"
+            found.append((path, f"{what} holds {kind}; {_PATH_HINTS.get(path, hint)}"))
     return found
 
 
