@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.fleet.store import FleetStore
@@ -170,6 +173,32 @@ class Service:
         self._closers = []
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as one line for a start-up error (the driver's own message first)."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
+
+
+def open_store(config: ServiceConfig) -> FleetStore:
+    """The store, or a :class:`ServiceError` saying in one line why it cannot be used: an
+    unreachable database, or a SQLite file the service could read but never write."""
+    where = config.store.display_url()
+    try:
+        store = FleetStore(config.store.resolved_url())
+    except (SQLAlchemyError, OSError) as exc:
+        raise ServiceError(f"cannot open the store {where}: {one_line(exc)}") from None
+    path = store.engine.url.database
+    if store.engine.url.get_backend_name() == "sqlite" and path and path != ":memory:":
+        # WAL writes a -wal and a -shm file beside the database: both need writing.
+        unwritable = [p for p in (Path(path), Path(path).resolve().parent)
+                      if not os.access(p, os.W_OK)]
+        if unwritable:
+            store.close()
+            raise ServiceError(f"cannot open the store {where}: {unwritable[0]} is not writable")
+    return store
+
+
 @dataclasses.dataclass
 class Overrides:
     """Components to use instead of the ones the config describes (tests, demo)."""
@@ -190,7 +219,7 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     o = overrides or Overrides()
     catalog = load_catalog(config.prices_file)
     markets = Markets(config, catalog)
-    store = o.store or FleetStore(config.store.resolved_url())
+    store = o.store or open_store(config)
     closers: list[Callable[[], None]] = [] if o.store else [store.close]
     reloader = PolicyReloader(config.policies_dir, catalog)
     signals = o.signals or build_signals(config, catalog, closers)
