@@ -317,6 +317,7 @@ class _Decision:
                 util_mean=ctx.util_mean(),
                 pending_gpus=growth[ctx.key].pending_gpus,
                 data_missing=ctx.data_missing,
+                error=ctx.error,
             )
         return out
 

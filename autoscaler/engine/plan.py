@@ -104,6 +104,7 @@ class PoolSummary(BaseModel):
     util_mean: float | None = None
     pending_gpus: float = 0
     data_missing: str | None = None
+    error: str | None = Field(None, description="A rule raised: nothing decided for the pool.")
 
 
 class Plan(BaseModel):

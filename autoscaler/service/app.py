@@ -62,6 +62,10 @@ class Service:
 
     # -- what the API serves ----------------------------------------------------------
     def health(self) -> Health:
+        health = self._liveness()
+        return Health(True, health.reason + self._troubles()) if health.ok else health
+
+    def _liveness(self) -> Health:
         interval = self.config.tick.interval.total_seconds()
         limit = HEALTH_FACTOR * interval
         now = time.monotonic()
@@ -91,6 +95,15 @@ class Service:
             return None
         return (f"the last {state.failed_in_a_row} ticks failed (limit {FAILED_TICKS}); last "
                 f"error in {state.last_error_stage}: {state.last_error}")
+
+    def _troubles(self) -> str:
+        """What is wrong but does not stop the service: said, not failed, by /healthz."""
+        state, errors = self.loop.state, self.loop.reloader.errors()
+        parts = [f"{len(errors)} policy problem(s), first: {errors[0]}" if errors else "",
+                 *(f"{pool}: {why}" for pool, why in sorted(state.pool_errors.items())),
+                 *(f"{pool}: LOST marking frozen" for pool in sorted(state.lost_frozen))]
+        said = "; ".join(p for p in parts if p)
+        return f"; {said}" if said else ""
 
     def status(self) -> dict[str, Any]:
         leader = dataclasses.asdict(self.leadership.info())

@@ -300,7 +300,8 @@ class ServiceLoop:
     def _observe(self, snapshot: Snapshot, plan: Plan) -> None:
         missing = {k: s.data_missing for k, s in plan.pools.items() if s.data_missing}
         self.state = replace(self.state, missing_sources=tuple(snapshot.missing),
-                             data_missing=missing)
+                             data_missing=missing, pool_errors={
+                                 k: s.error for k, s in plan.pools.items() if s.error})
         self.last_snapshot = snapshot
 
     def _finish(self, report: TickReport, seconds: float) -> None:

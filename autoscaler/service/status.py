@@ -48,6 +48,7 @@ class LoopState:
     missing_sources: tuple[str, ...] = ()
     data_missing: dict[str, str] = field(default_factory=dict)
     lost_frozen: dict[str, str] = field(default_factory=dict)  # pool -> why LOST is frozen
+    pool_errors: dict[str, str] = field(default_factory=dict)  # pool -> the rule that raised
     previews: tuple[str, ...] = ()  # the last plan's per-pool preview lines
     activity: tuple[str, ...] = ()  # recent previews, applies, bootstraps (newest last)
 
@@ -134,4 +135,5 @@ def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
         "data_missing": dict(sorted(state.data_missing.items())),
         "sources_missing": list(state.missing_sources),
         "lost_frozen": dict(sorted(state.lost_frozen.items())),
+        "pool_errors": dict(sorted(state.pool_errors.items())),
     }
