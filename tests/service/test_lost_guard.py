@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from autoscaler.actuators.node_map import NodeSpec, PoolRef
+from autoscaler.catalog import default_catalog
 from autoscaler.clouds.base import CloudInstance
 from autoscaler.engine.snapshot import (
     NodeObservation,
@@ -22,8 +23,11 @@ from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.reconciler import Reconciler
+from autoscaler.service.status import build_status
 from tests.builders import NOW
+from tests.fakes import FakeCloud, FakeTerraform
 from tests.service.executor_rig import Rig, make_rig
+from tests.service.service_fakes import make_loop
 
 S = NodeState
 
@@ -122,3 +126,32 @@ def test_unknown_instance_destroys_share_the_cap(rig: Rig) -> None:
     assert [f.instance_id for f in report.of("destroying")] == strays[:1]
     assert len(report.of("removal-capped")) == 1
     assert [i.instance_id for i in rig.cloud.live()] == strays[1:]
+
+
+
+def test_a_frozen_pool_is_alerted_in_metrics_and_status(tmp_path: Path) -> None:
+    kit = make_loop(tmp_path)
+    cloud = FakeCloud()
+    for _ in range(3):
+        node = kit.store.create_node(team="vision", pool="train", cloud="aws", region="us-east-1",
+                                     zone=None, instance_type="p3.2xlarge", market=Market.ON_DEMAND,
+                                     now=kit.clock(), reason="test")
+        inst = cloud.launch(PoolRef("vision", "train", "aws", "us-east-1"), node.name,
+                            NodeSpec(instance_type="p3.2xlarge", market=Market.ON_DEMAND))
+        for to in (S.PROVISIONING, S.BOOTSTRAPPING, S.READY):
+            kit.store.transition(node.name, to, kit.clock(), "test")
+        kit.store.update(node.name, instance_id=inst.instance_id)
+    answer = Answer([])
+    kit.loop.reconciler = Reconciler(kit.store, FakeTerraform(cloud), lambda c, r: answer,
+                                     ExecutorSettings(), kit.clock, policies=kit.loop.policies)
+    kit.loop.tick()
+    text = kit.loop.metrics.exposition().decode()
+    assert 'gpu_autoscaler_lost_frozen{pool="vision/train"} 1.0' in text
+    status = build_status(kit.store, kit.loop.state, {}, [], default_catalog(), None, kit.clock())
+    assert "lacks 3 of the 3 instances" in status["lost_frozen"]["vision/train"]
+    answer.instances = cloud.live()  # the answer recovers: the alert clears
+    kit.loop.tick()
+    text = kit.loop.metrics.exposition().decode()
+    assert 'gpu_autoscaler_lost_frozen{pool="vision/train"} 0.0' in text
+    assert kit.loop.state.lost_frozen == {}
+    kit.store.close()
