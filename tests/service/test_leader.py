@@ -4,16 +4,20 @@ without a shared store and Terraform backend is refused."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 
 import pytest
 
-from autoscaler.fleet.store import Fenced, FleetStore
+from autoscaler.actuators.ansible import HostStatus
+from autoscaler.actuators.node_map import PoolRef
+from autoscaler.fleet.store import Fenced, FleetStore, LeaseToken
 from autoscaler.service.config import LeaderSettings, ServiceConfig
 from autoscaler.service.leader import Leadership
 from tests.builders import NOW
 from tests.fleet.test_store import new
+from tests.service.executor_rig import drain, launch, make_rig
 
 
 class Mono:
@@ -133,3 +137,30 @@ def test_ha_with_postgres_and_s3_state_is_accepted():
     cfg = ServiceConfig.model_validate({"policies_dir": "p", "store": {"url": PG},
                                         "terraform": {"backend": S3}, "leader": {"enabled": True}})
     assert cfg.leader.enabled
+
+
+def test_a_deposed_executor_starts_no_apply_ansible_run_or_drain_step(tmp_path):
+    """The state calls for a drain step, an Ansible retry and an apply; a deposed
+    executor does none of them, the leader's does all three."""
+    rig = make_rig(tmp_path)
+    (ready,) = rig.ready_nodes(1)
+    rig.slurm.scheduler.run(ready, "j1")  # a job keeps the drain going
+    rig.submit(drain(ready))
+    (booting,) = rig.submit(launch(1))
+    rig.ansible.fail_once[booting] = (HostStatus.UNREACHABLE, "Gathering Facts", "no route")
+    rig.advance()  # drain started (its progress saved), the bootstrap failed once
+    rig.clock.tick(60)  # past the bootstrap backoff and the drain's retry-after
+    rig.tf.mark_stale(PoolRef("vision", "gpu", "aws", "us-east-1"))
+    assert rig.store.try_lease("gpu-autoscaler", "a", timedelta(seconds=30)) == 1
+    rig.store.release_lease("gpu-autoscaler", "a")
+    assert rig.store.try_lease("gpu-autoscaler", "b", timedelta(seconds=30)) == 2
+    deposed = FleetStore(rig.store.url, fence=lambda: LeaseToken("gpu-autoscaler", "a", 1))
+    seen = (len(rig.slurm.calls), len(rig.ansible.calls), len(rig.tf.calls))
+    with contextlib.suppress(Fenced):
+        rig.executor(deposed).advance()
+    assert (len(rig.slurm.calls), len(rig.ansible.calls), len(rig.tf.calls)) == seen
+    deposed.close()
+    rig.executor().advance()  # unfenced: the same state does run all three
+    assert len(rig.slurm.calls) > seen[0] and len(rig.ansible.calls) == seen[1] + 1
+    assert any(call[0] == "apply" for call in rig.tf.calls[seen[2]:])
+    rig.store.close()
