@@ -237,7 +237,9 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     reloader = PolicyReloader(config.policies_dir, catalog)
     signals = o.signals or build_signals(config, catalog, closers)
     prices = o.prices or build_prices(config, markets, clock)
-    leadership = Leadership(store, config.leader, clock)
+    leadership = Leadership(store, config.leader)
+    if leadership.enabled:  # every store write and side effect is fenced by the lease epoch
+        store.set_fence(leadership.token)
     executor, reconciler = o.executor, o.reconciler
     if executor is None and not dry_run:
         address_of = o.address_of or make_resolver(config.addresses)

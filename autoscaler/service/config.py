@@ -206,8 +206,18 @@ class ServiceConfig(_Model):
 
     @model_validator(mode="after")
     def _shared_store(self) -> ServiceConfig:
-        if self.leader.enabled and self.store.url.startswith("sqlite") and ":memory:" in self.store.url:
-            raise ValueError("leader.enabled needs a shared store, not sqlite :memory:")
+        # Two instances are safe only if both the lease (and its fence) and the Terraform
+        # state lock live where both see them; anything local gives each its own.
+        if not self.leader.enabled:
+            return self
+        if make_url(self.store.url).get_backend_name() != "postgresql":
+            raise ValueError("leader.enabled needs a PostgreSQL store shared by the instances "
+                             "(store.url: postgresql+psycopg://...): SQLite is one host's file, "
+                             "and its lease could not fence the other instance")
+        if self.terraform.backend.kind == "local":
+            raise ValueError("leader.enabled needs a shared Terraform backend (terraform.backend: "
+                             "{kind: s3, ...}): with local state each instance has its own state "
+                             "and lock, so a deposed leader's apply would not be stopped")
         return self
 
     def check_secrets(self) -> list[str]:

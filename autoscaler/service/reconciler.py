@@ -271,6 +271,7 @@ class Reconciler:
         # The map as it stands, minus nodes not yet handed to Terraform by the executor.
         keep = desired_maps(n for n in nodes if n.state is not S.REQUESTED).get(ref.key, {})
         try:
+            self.store.fence()  # a deposed leader never destroys
             result = self.provisioner.apply(ref, keep, destroy=ids)
         except Exception as exc:
             report.errors.append(f"pool {ref.key}: could not destroy {ids}: {exc}")

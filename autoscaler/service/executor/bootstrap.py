@@ -56,6 +56,7 @@ def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node]) -> Non
         attempts[node.name] = state.attempts + 1
         update_meta(step.store, node.name, bootstrap=state.model_copy(
             update={"attempts": attempts[node.name], "started_at": now, "next_at": None}))
+    step.store.fence()  # a deposed leader never runs Ansible
     try:
         run = bootstrapper.bootstrap(batch, dict(step.policies))
     except Exception as exc:  # the whole run failed: every node of the batch failed once
