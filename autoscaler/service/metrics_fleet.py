@@ -46,6 +46,15 @@ def state_limit(node: Node, pool: Pool | None) -> timedelta | None:
     return timeout.after
 
 
+def markets_of(pool: Pool) -> list[Market]:
+    """The markets the pool launches in (a spot error does not hold back an on-demand pool)."""
+    c = pool.capacity
+    out = [Market.SPOT] if c.spot_percent > 0 else []
+    if c.on_demand_base > 0 or c.spot_percent < 100 or c.spot_fallback == "on-demand":
+        out.append(Market.ON_DEMAND)
+    return out
+
+
 class FleetObserver:
     def __init__(self, store: FleetStore):
         self.store = store
@@ -110,8 +119,9 @@ class FleetObserver:
                 key = pool_key(team, pool.name)
                 obs = snapshot.pools.get(key)
                 jobs = obs.pending if obs is not None else []
+                metrics.interruptions.labels(key)  # at 0 from the start: increase() sees the first
                 pending[(team, key, policy.priority.value)] = sum(j.gpus * j.nodes for j in jobs)
-                backoff[(key,)] = sum(1 for t in pool.instance_types for m in Market
+                backoff[(key,)] = sum(1 for t in pool.instance_types for m in markets_of(pool)
                                       if prices.capacity_error(pool, t, None, m))
         self._set("pending", metrics.pending_gpus, pending)
         self._set("backoff", metrics.pool_backoff, backoff)

@@ -76,7 +76,8 @@ def test_a_follower_and_a_restarted_service_do_not_observe_old_steps(store):
 def test_gauges_per_node_team_and_pool_follow_the_fleet(store):
     metrics, observer = ServiceMetrics(), FleetObserver(store)
     policies = {"vision": make_policy(quota={"max_gpus": 1, "max_hourly_usd": 50},
-                                      bootstrap={"timeout": "10m"}, priority="high")}
+                                      bootstrap={"timeout": "10m"}, priority="high",
+                                      capacity={"spot_percent": 50})}
     a = new_node(store)
     walk(store, a, (0, S.PROVISIONING, {}), (0, S.BOOTSTRAPPING, {}))
     now = NOW + timedelta(minutes=15)
@@ -97,6 +98,9 @@ def test_gauges_per_node_team_and_pool_follow_the_fleet(store):
     assert value(metrics, "gpu_autoscaler_pending_gpus", team="vision", pool="vision/gpu",
                  priority="high") == 3
     assert value(metrics, "gpu_autoscaler_pool_backoff", pool="vision/gpu") == 1
+    on_demand = {"vision": make_policy(capacity={"spot_percent": 0})}  # a spot error: no matter
+    observer.gauges(metrics, store.nodes(), on_demand, prices, snap, now)
+    assert value(metrics, "gpu_autoscaler_pool_backoff", pool="vision/gpu") == 0
     walk(store, a, (900, S.TERMINATING, {}), (901, S.TERMINATED, {}))
     observer.gauges(metrics, store.nodes(), policies, prices, Snapshot(taken_at=now), now)
     assert value(metrics, "gpu_autoscaler_node_info", node=a, team="vision", pool="vision/gpu",
