@@ -140,6 +140,8 @@ class HttpSettings(_Model):
     token_env: str | None = Field(None, description="Environment variable with the bearer "
                                   "token that /status and /plan require.")
     token_file: Path | None = Field(None, description="File with the bearer token.")
+    grafana_url: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.:\[\]_-]+(/[A-Za-z0-9._~/-]*)?$",
+                                    description="Grafana base URL: /ui links to the dashboards there.")
 
     @model_validator(mode="after")
     def _check(self) -> HttpSettings:

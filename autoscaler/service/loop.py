@@ -45,6 +45,7 @@ from autoscaler.fleet.tables import PoolHistoryRow
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.leader import Leadership
 from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.metrics_fleet import FleetObserver
 from autoscaler.service.preview import preview
 from autoscaler.service.reload import PolicyReloader
 from autoscaler.service.status import LoopState, describe_action
@@ -143,6 +144,7 @@ class ServiceLoop:
         self._lock = threading.Lock()
         self._holds: set[str] = set()
         self.last_snapshot: Snapshot | None = None
+        self._observer = FleetObserver(store)
         self.state = LoopState(started_at=clock(), interval_s=interval_s, dry_run=dry_run)
 
     # -- control ------------------------------------------------------------------
@@ -309,7 +311,7 @@ class ServiceLoop:
         self.metrics.tick_duration.observe(seconds)
         self.metrics.last_tick.set(time.time())
         try:
-            self._fleet_metrics()
+            self._fleet_metrics(report.leader)
         except Exception:
             log.exception("cannot refresh fleet metrics from the store")
         err = report.error
@@ -322,7 +324,7 @@ class ServiceLoop:
             is_leader=report.leader,
             last_plan_id=report.plan_id if report.plan_id is not None else self.state.last_plan_id)
 
-    def _fleet_metrics(self) -> None:
+    def _fleet_metrics(self, leader: bool) -> None:
         nodes = self.store.nodes()
         snapshot = self.last_snapshot or Snapshot(taken_at=self.clock())
         prices = Prices(self.catalog, snapshot, self.clock())
@@ -331,3 +333,5 @@ class ServiceLoop:
             if node.state in BILLABLE:
                 per_pool[node.pool_key] = per_pool.get(node.pool_key, 0.0) + prices.node_hourly(node)
         self.metrics.set_fleet(nodes, {k: round(v, 4) for k, v in per_pool.items()})
+        self._observer.refresh(self.metrics, nodes, self.reloader.policies, prices, snapshot,
+                               self.clock(), leader)

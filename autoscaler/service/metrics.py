@@ -19,6 +19,8 @@ from autoscaler.policy.errors import PolicyError
 PREFIX = "gpu_autoscaler"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+# Lifecycle durations: seconds (a spot notice is acted on) to an hour (a slow boot or drain).
+LIFECYCLE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200)
 
 
 def action_trigger(action: Action) -> str:
@@ -66,11 +68,49 @@ class ServiceMetrics:
                                  registry=r)
         self._frozen_pools: set[str] = set()
         self.leader = Gauge(f"{PREFIX}_leader", "1 when this instance holds the lease.", registry=r)
+        self._lifecycle_metrics(r)
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
         self._missing_pools: set[str] = set()
         self._util_pools: set[str] = set()
         self._error_files: set[str] = set()
+
+    def _lifecycle_metrics(self, r: CollectorRegistry) -> None:
+        """Per-node, per-team and lifecycle-duration metrics (the dashboards and alerts use
+        them; ``service/metrics_fleet.py`` fills them at the end of every tick)."""
+        self.node_info = Gauge(f"{PREFIX}_node_info", "1 per live node: joins DCGM series "
+                               "(by node name) to team, pool and instance type.",
+                               ["node", "team", "pool", "instance_type", "market"], registry=r)
+        self.state_timeout_ratio = Gauge(
+            f"{PREFIX}_node_state_timeout_ratio", "Time in the current state over that state's "
+            "timeout (lifecycle table, pool overrides): above 1 the node is stuck.",
+            ["node", "pool", "state"], registry=r)
+        self.team_gpus = Gauge(f"{PREFIX}_team_gpus", "GPUs of the team's billable nodes.",
+                               ["team"], registry=r)
+        self.team_hourly = Gauge(f"{PREFIX}_team_hourly_usd", "$/h of the team's billable nodes.",
+                                 ["team"], registry=r)
+        self.team_quota_gpus = Gauge(f"{PREFIX}_team_quota_gpus", "The team's quota.max_gpus.",
+                                     ["team"], registry=r)
+        self.team_quota_hourly = Gauge(f"{PREFIX}_team_quota_hourly_usd",
+                                       "The team's quota.max_hourly_usd.", ["team"], registry=r)
+        self.pending_gpus = Gauge(f"{PREFIX}_pending_gpus", "GPUs asked for by pending jobs, "
+                                  "by pool and the team's priority tier.",
+                                  ["team", "pool", "priority"], registry=r)
+        self.pool_backoff = Gauge(f"{PREFIX}_pool_backoff", "Offerings (type x market) of the pool "
+                                  "in launch backoff after a capacity error.", ["pool"], registry=r)
+        self.step_errors = Counter(f"{PREFIX}_step_errors", "Actuation step errors, by component.",
+                                   ["component"], registry=r)
+        self.interruptions = Counter(f"{PREFIX}_interruptions", "Spot interruption notices that "
+                                     "made a node INTERRUPTED.", ["pool"], registry=r)
+        self.boot_to_ready = Histogram(f"{PREFIX}_boot_to_ready_seconds", "From the launch "
+                                       "request to READY.", ["instance_type"],
+                                       buckets=LIFECYCLE_BUCKETS, registry=r)
+        self.drain_duration = Histogram(f"{PREFIX}_drain_duration_seconds", "From DRAINING to "
+                                        "DRAINED.", ["pool", "trigger"], buckets=LIFECYCLE_BUCKETS,
+                                        registry=r)
+        self.notice_to_drain = Histogram(f"{PREFIX}_interruption_notice_to_drain_seconds",
+                                         "From the cloud's spot notice to the node's drain start.",
+                                         ["pool"], buckets=LIFECYCLE_BUCKETS, registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
