@@ -62,7 +62,8 @@ class _Decision:
         self.prices = Prices(catalog, snapshot, now)
         self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices,
                                                      survey=partial(survey, now=now))
-        self.ledger = Ledger(policies, settings)
+        self.unserved = snapshot.unserved
+        self.ledger = Ledger(policies, settings, snapshot.cluster_quotas)
         self.ledger.count_existing(self.contexts)
         for node in self.orphans:
             self.ledger.count_orphans(self.prices.node_gpus(node), self.prices.node_hourly(node))
@@ -89,7 +90,8 @@ class _Decision:
             self._terminate(ctx, growth[ctx.key])
             self._report_jobs(ctx)
         self._orphans()
-        return Plan(decided_at=self.now, actions=self.actions, pools=self._summaries(growth))
+        return Plan(decided_at=self.now, actions=self.actions, pools=self._summaries(growth),
+                    unserved=self.unserved)
 
     # -- scale-up ---------------------------------------------------------------
     def _scale_up(self, ctx: PoolContext) -> Growth:

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from autoscaler.signals.kube_watch import Informer
 from autoscaler.signals.readings import PoolRef, SchedulerReading
 
 __all__ = ["KubernetesReader", "gpu_model_of", "quantity"]
+log = logging.getLogger(__name__)
 NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 
 
@@ -70,6 +72,7 @@ class KubernetesReader:
         self.catalog = catalog or default_catalog()
         self._api = api
         self._informers: dict[str, Informer] = {}
+        self._reported: set[str] = set()  # unserved pods already logged
 
     def _connect(self) -> client.CoreV1Api:
         if self._api is not None:
@@ -128,11 +131,18 @@ class KubernetesReader:
         except SecretError as exc:
             return SchedulerReading(error=f"kubernetes: {exc}", source="kubernetes api")
         for informer in informers:
-            if not informer.wait_tried(timeout) or informer.error:
+            # A little past the request timeout, so a list that times out says so itself.
+            if not informer.wait_tried(timeout + 0.5) or informer.error:
                 return SchedulerReading(error=f"kubernetes: {self._why(informer, timeout)}",
                                         source="kubernetes api")
         snaps = {i.what: i.snapshot()[0] for i in informers}
-        return self.assemble(snaps, refs)
+        reading = self.assemble(snaps, refs)
+        now = {job.id for job in reading.unserved}
+        for job in reading.unserved:
+            if job.id not in self._reported:  # once per pod, not once per tick
+                log.warning("kubernetes: pending pod %s is not bought for: %s", job.id, job.reason)
+        self._reported = now
+        return reading
 
     @staticmethod
     def _why(informer: Informer, timeout: float) -> str:
