@@ -51,6 +51,7 @@ class FakeKube:
         self.refusals: dict[str, int] = {}
         self.evicted: list[str] = []
         self.execs: list[tuple[str, str, list[str]]] = []  # (pod, container, command)
+        self.exec_exit_codes: dict[str, int] = {}  # pod -> exit code of its exec commands
         self.requests: list[tuple[str, str]] = []
         self._advertise: dict[str, tuple[datetime, dict[str, str]]] = {}
         self.stopped = threading.Event()  # ends open watch streams

@@ -3,7 +3,8 @@
 The client upgrades ``GET .../pods/NAME/exec?command=...&container=...`` to a WebSocket
 with the ``v4.channel.k8s.io`` subprotocol; each binary frame's first byte is the
 channel (1 stdout, 2 stderr, 3 the final status). The fake records the command in
-``FakeKube.execs`` (it runs nothing), answers with the status, and closes.
+``FakeKube.execs`` (it runs nothing), answers with the status (``exec_exit_codes`` makes
+a pod's commands fail), and closes. A missing pod is a plain 404 before the upgrade.
 """
 
 from __future__ import annotations
@@ -51,13 +52,13 @@ def serve_exec(handler: BaseHTTPRequestHandler, kube: FakeKube, req: Request) ->
         handler.send_header("Sec-WebSocket-Protocol", protocol)
     handler.end_headers()
     with kube.store.lock:
-        pod = kube.pods.get(req.key)
-        if pod is not None:
-            kube.execs.append((req.key, container, command))
+        kube.execs.append((req.key, container, command))
+        code = kube.exec_exit_codes.get(req.key, 0)
     status: dict[str, Any] = {"metadata": {}, "status": "Success"}
-    if pod is None:
-        status = {"metadata": {}, "status": "Failure", "reason": "NotFound",
-                  "message": f'pods "{req.name}" not found'}
+    if code:
+        status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                  "message": f"command terminated with non-zero exit code: {code}",
+                  "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         handler.wfile.write(_frame(0x2, b"\x03" + json.dumps(status).encode()))
         handler.wfile.write(_frame(0x8, struct.pack(">H", 1000)))

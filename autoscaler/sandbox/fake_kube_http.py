@@ -195,7 +195,8 @@ def handler_for(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
         def _serve(self) -> None:
             url = urlparse(self.path)
             req = Request(self.command, url.path, parse_qs(url.query))
-            if req.sub == "exec" and self.headers.get("Upgrade", "").lower() == "websocket":
+            if req.sub == "exec" and self.headers.get("Upgrade", "").lower() == "websocket" \
+                    and req.key in kube.pods:
                 with kube.store.lock:
                     kube.requests.append((self.command, url.path))
                 serve_exec(self, kube, req)
