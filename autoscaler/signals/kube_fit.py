@@ -89,8 +89,12 @@ class PoolShape:
 
     def capacity(self, amounts: dict[str, float]) -> float:
         """GPUs that advertised (or running pods') resources stand for; others ignored."""
-        return sum(amount * share for name, amount in amounts.items()
-                   if (share := self._share(name)) is not None)
+        total = 0.0
+        for name, amount in amounts.items():
+            share = self._share(name)
+            if share is not None:
+                total += amount * share
+        return total
 
     def _share(self, name: str) -> float | None:
         """The share of one GPU that one unit of resource ``name`` is on this pool."""

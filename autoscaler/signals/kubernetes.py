@@ -32,7 +32,7 @@ from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.engine.snapshot import RunningJob, SchedulerNode
 from autoscaler.signals.config import KubernetesConfig, SecretError, read_secret
 from autoscaler.signals.kube_demand import Demand, PodRecord, pod_record, spread_zones
-from autoscaler.signals.kube_fit import gpu_model_of
+from autoscaler.signals.kube_fit import PoolShape, gpu_model_of
 from autoscaler.signals.kube_objects import GPU, ZONE, Obj, gpu_resources, node_ready, pv_zones, quantity
 from autoscaler.signals.kube_quota import quota_record, team_quotas
 from autoscaler.signals.kube_watch import Informer
@@ -73,6 +73,7 @@ class KubernetesReader:
         self._api = api
         self._informers: dict[str, Informer] = {}
         self._reported: set[str] = set()  # unserved pods already logged
+        self._nodes: dict[str, tuple[Any, ...]] = {}  # name -> (record, pool, pods, view)
 
     def _connect(self) -> client.CoreV1Api:
         if self._api is not None:
@@ -142,6 +143,8 @@ class KubernetesReader:
             if job.id not in self._reported:  # once per pod, not once per tick
                 log.warning("kubernetes: pending pod %s is not bought for: %s", job.id, job.reason)
         self._reported = now
+        for gone in self._nodes.keys() - reading.nodes.keys():
+            del self._nodes[gone]
         return reading
 
     @staticmethod
@@ -179,7 +182,7 @@ class KubernetesReader:
             placed = [p for pods in running.values() for p in pods]
         for pod in pending:
             demand.add(pod, spread_zones(pod, placed, node_zone, pool_zones) if pod.spreads else None)
-        nodes = {rec.name: self._node(rec, running.get(rec.name, []), demand)
+        nodes = {rec.name: self._node_cached(rec, running.get(rec.name, []), demand)
                  for rec in caches["nodes"].values()}
         quotas = team_quotas(caches["resourcequotas"], refs, self.config) \
             if "resourcequotas" in caches else {}
@@ -187,9 +190,21 @@ class KubernetesReader:
                                 unattributed=demand.unattributed, unserved=demand.unserved,
                                 quotas=quotas, source="kubernetes watch")
 
-    @staticmethod
-    def _node(rec: NodeRecord, pods: list[PodRecord], demand: Demand) -> SchedulerNode:
+    def _node_cached(self, rec: NodeRecord, pods: list[PodRecord], demand: Demand) -> SchedulerNode:
+        """The node's view, rebuilt only when its record, its pods or its pool changed
+        (records are immutable and replaced on every watch event)."""
         shape = demand.shape_of_node(rec.labels)
+        pool = shape.ref.pool if shape else None
+        hit = self._nodes.get(rec.name)
+        if hit is not None and hit[0] is rec and hit[1] is pool and len(hit[2]) == len(pods) \
+                and all(a is b for a, b in zip(hit[2], pods, strict=True)):
+            return hit[3]
+        view = self._node(rec, pods, shape)
+        self._nodes[rec.name] = (rec, pool, pods, view)
+        return view
+
+    @staticmethod
+    def _node(rec: NodeRecord, pods: list[PodRecord], shape: PoolShape | None) -> SchedulerNode:
         jobs = []
         for pod in pods:
             gpus = shape.capacity(pod.gpus) if shape else pod.gpus.get(GPU, 0.0)
