@@ -68,7 +68,8 @@ class _Decision:
         self.prices = Prices(catalog, snapshot, now)
         self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices,
                                                      survey=partial(survey, now=now))
-        self.ledger = Ledger(policies, settings)
+        self.unserved = snapshot.unserved
+        self.ledger = Ledger(policies, settings, snapshot.cluster_quotas)
         self.ledger.count_existing(self.contexts)
         for node in self.orphans:
             self.ledger.count_orphans(self.prices.node_gpus(node), self.prices.node_hourly(node))
@@ -96,7 +97,7 @@ class _Decision:
             self._isolated([ctx], "the job report", self._report_jobs, ctx)
         self._orphans()
         return Plan(decided_at=self.now, actions=self._without_failed(),
-                    pools=self._summaries(growth))
+                    pools=self._summaries(growth), unserved=self.unserved)
 
     # -- per-pool isolation --------------------------------------------------------
     def _isolated(self, ctxs: list[PoolContext], what: str, rule: Callable[..., T],

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaler.engine.snapshot import UnservedJob
 from autoscaler.policy.models import Market
 
 
@@ -113,6 +114,8 @@ class Plan(BaseModel):
     decided_at: datetime
     actions: list[Action] = Field(default_factory=list)
     pools: dict[str, PoolSummary] = Field(default_factory=dict)
+    unserved: list[UnservedJob] = Field(
+        default_factory=list, description="Pending jobs no pool's nodes could run: not bought for.")
 
     def changes(self) -> list[Action]:
         """Actions that change the fleet (everything but Hold and ReportJob)."""

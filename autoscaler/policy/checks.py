@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from autoscaler.catalog import Catalog
+from autoscaler.catalog.mig import layout_problems
 from autoscaler.policy.models import Pool, TeamPolicy
 
 Problem = tuple[list[int | str], str]
@@ -71,3 +72,18 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
         yield ["bootstrap", "mig_profiles"], "mig_profiles is only used with sharing: mig"
     if pool.bootstrap.sharing == "mig" and not pool.bootstrap.mig_profiles:
         yield ["bootstrap", "mig_profiles"], "sharing: mig needs at least one MIG profile, e.g. ['3g.20gb']"
+    elif pool.bootstrap.sharing == "mig":
+        yield from _check_mig(pool, catalog)
+    if pool.cluster.quota_from == "resourcequota" and pool.cluster.kind != "kubernetes":
+        yield ["cluster", "quota_from"], "quota_from: resourcequota needs cluster.kind: kubernetes"
+
+
+def _check_mig(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
+    """Every type of a MIG pool must have MIG and make the layout (one GPU's instances)."""
+    for j, name in enumerate(pool.instance_types):
+        if (pool.cloud.value, name) not in catalog:
+            continue  # reported above
+        itype = catalog.get(pool.cloud.value, name)
+        for why in layout_problems(itype.gpu_model, itype.gpu_memory_gib,
+                                   list(pool.bootstrap.mig_profiles)):
+            yield ["instance_types", j], f"sharing: mig on {name}: {why}"

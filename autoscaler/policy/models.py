@@ -150,10 +150,35 @@ class Bootstrap(_Strict):
     timeout: Duration = timedelta(minutes=30)
 
 
+# A Kubernetes taint "key=value:Effect" or "key:Effect": key is [prefix/]name (DNS
+# subdomain prefix, name of at most 63 alphanumerics, '-', '_', '.'), value likewise.
+_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_K8S_PREFIX = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/"
+TAINT_PATTERN = (rf"^({_K8S_PREFIX})?{_K8S_NAME}(={_K8S_NAME})?"
+                 r":(NoSchedule|PreferNoSchedule|NoExecute)$")
+Taint = Annotated[str, StringConstraints(pattern=TAINT_PATTERN, max_length=317)]
+
+
 class Cluster(_Strict):
     kind: Literal["slurm", "kubernetes", "none"] = "none"
     partition: str = "gpu"
     labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(
+        default_factory=list, description="Kubernetes: taints the pool's nodes register with, "
+        "'key=value:Effect' (NoSchedule, PreferNoSchedule, NoExecute); pending pods must "
+        "tolerate them to count as demand.")
+    quota_from: Literal["policy", "resourcequota"] = Field(
+        "policy", description="Kubernetes: 'resourcequota' also caps the team's max_gpus at the "
+        "nvidia.com/gpu hard limit of its namespaces' ResourceQuotas (the smaller one applies).")
+
+    def taint_triples(self) -> list[tuple[str, str, str]]:
+        """(key, value, effect) of each taint; value '' when the taint has none."""
+        out = []
+        for taint in self.taints:
+            head, _, effect = taint.rpartition(":")
+            key, _, value = head.partition("=")
+            out.append((key, value, effect))
+        return out
 
 
 class Pool(_Strict):

@@ -69,6 +69,11 @@ class ServiceMetrics:
         self._frozen_pools: set[str] = set()
         self.leader = Gauge(f"{PREFIX}_leader", "1 when this instance holds the lease.", registry=r)
         self._lifecycle_metrics(r)
+        self.unserved = Gauge(f"{PREFIX}_unserved_jobs",
+                              "Pending jobs no pool's nodes could run, by team and the kind of "
+                              "constraint that failed (taint, nodeSelector, zone, resource...).",
+                              ["team", "constraint"], registry=r)
+        self._unserved_labels: set[tuple[str, str]] = set()
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
         self._missing_pools: set[str] = set()
@@ -146,6 +151,12 @@ class ServiceMetrics:
             for pool, value in values.items():
                 gauge.labels(pool).set(value)
         self._missing_pools, self._util_pools = set(missing), set(util)
+        unserved = Tally((j.team or "", j.constraint.split(" ", 1)[0]) for j in plan.unserved)
+        for gone in self._unserved_labels - set(unserved):
+            self.unserved.remove(*gone)
+        for labels, count in unserved.items():
+            self.unserved.labels(*labels).set(count)
+        self._unserved_labels = set(unserved)
 
     def set_policy_errors(self, errors: Iterable[PolicyError]) -> None:
         per_file = Tally(e.file for e in errors)

@@ -83,6 +83,7 @@ def plan_json(store: FleetStore) -> dict[str, Any] | None:
                  "detail": a.detail} for a in store.actions(plan_id=plan_id)]
     return {"id": plan_id, "decided_at": _iso(plan.decided_at), "dry_run": dry_run,
             "changes": len(plan.changes()), "plan": plan.model_dump(mode="json"),
+            "unserved": [f"{j.id}: {j.reason}" for j in plan.unserved],
             "action_status": statuses}
 
 

@@ -195,8 +195,13 @@ def test_kubernetes_join_passes_the_token_securely_and_labels_the_node(
     mode = lab.hosts.run(K8S_HOST, ["stat", "-c", "%a", config]).stdout.strip()
     assert mode == "600"
     text = lab.hosts.read_file(K8S_HOST, config)
-    assert ("gpu-autoscaler/market=on-demand,gpu-autoscaler/pool=infer,gpu-autoscaler/team=vision,"
-            "nvidia.com/gpu.present=true,workload=inference") in text
+    line = next(x for x in text.splitlines() if "node-labels:" in x)
+    labels = dict(kv.split("=", 1) for kv in line.split('"')[1].split(","))
+    assert {k: v for k, v in labels.items() if not k.startswith(("node.", "topology."))} == {
+        "gpu-autoscaler/market": "on-demand", "gpu-autoscaler/pool": "infer",
+        "gpu-autoscaler/team": "vision", "nvidia.com/gpu.present": "true", "workload": "inference"}
+    assert "node.kubernetes.io/instance-type" in labels  # read back by the readiness check
+    assert "  taints: []" in text
     assert f'apiServerEndpoint: "{CONTROLLER}:6443"' in text
     assert "joined with" in lab.hosts.read_file(K8S_HOST, "/etc/kubernetes/kubelet.conf")
     assert "version: v1" in lab.hosts.read_file(K8S_HOST, "/etc/nvidia-device-plugin/config.yaml")

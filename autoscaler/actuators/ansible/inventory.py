@@ -59,6 +59,8 @@ def pool_vars(team: str, pool: Pool) -> dict[str, Any]:
         "cluster_join_kind": cluster.kind,
         "cluster_join_slurm_partition": cluster.partition,
         "cluster_join_labels": dict(cluster.labels),
+        "cluster_join_taints": [{"key": k, "value": v, "effect": e}
+                                for k, v, e in cluster.taint_triples()],
         "cluster_join_team": team,
         "cluster_join_pool": pool.name,
     }
@@ -67,7 +69,8 @@ def pool_vars(team: str, pool: Pool) -> dict[str, Any]:
 def node_vars(node: Node, catalog: Catalog | None) -> dict[str, Any]:
     """What the health check expects of this instance type, and the node's market."""
     out: dict[str, Any] = {"cluster_join_market": node.market.value,
-                           "gpu_node_instance_type": node.instance_type}
+                           "gpu_node_instance_type": node.instance_type,
+                           "cluster_join_region": node.region, "cluster_join_zone": node.zone or ""}
     if catalog is not None:
         try:
             itype = catalog.get(node.cloud, node.instance_type)
