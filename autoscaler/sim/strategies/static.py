@@ -12,6 +12,7 @@ import math
 
 from autoscaler.catalog import Catalog
 from autoscaler.policy.models import Pool
+from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.common import Buyer, active_nodes, mix_for, reap
@@ -49,6 +50,9 @@ class StaticFleet(Strategy):
     def for_workload(cls, workload: Workload, pool: Pool, catalog: Catalog) -> StaticFleet:
         name, gpus = largest_type(pool, catalog)
         return cls(name, max(1, math.ceil(peak_demand(workload) / gpus - 1e-9)))
+
+    def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
+        self.buyer.refused(replay, node, now)
 
     def parameters(self) -> dict[str, object]:
         return {"instance_type": self.type_name, "nodes": self.count}
