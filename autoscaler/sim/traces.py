@@ -28,7 +28,7 @@ import io
 import itertools
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 DAY = 86400.0
@@ -210,3 +210,18 @@ def load_duty_cycles(path: Path, min_samples: int = 10) -> DutyCycles:
         raise TraceError(f"{path}: no container has at least {min_samples} samples")
     gaps.sort()
     return DutyCycles(series=tuple(series), step=gaps[len(gaps) // 2] if gaps else 60.0)
+
+
+def compress_arrivals(workload: Workload, factor: float) -> Workload:
+    """The same jobs arriving ``factor`` times faster: a backlog from the same trace.
+
+    Arrival offsets from the window start are divided by ``factor`` and the window shrinks
+    with them; run times, shares and GPU models stay the trace's own. With the pool's quota
+    unchanged, demand outgrows it and jobs queue (the benchmark's backlog scenario).
+    """
+    if factor < 1:
+        raise TraceError(f"compression factor must be >= 1, got {factor:g}")
+    start = workload.start
+    jobs = [replace(j, arrival=start + (j.arrival - start) / factor) for j in workload.jobs]
+    return Workload(jobs=jobs, start=start, end=start + workload.seconds / factor,
+                    trace_end=workload.trace_end, stats=workload.stats)
