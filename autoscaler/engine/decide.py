@@ -111,7 +111,9 @@ class _Decision:
         try:
             return rule(*args)
         except Exception as exc:
-            del self.actions[mark:]  # what the failing rule added is not trusted
+            # What the failing rule added is not trusted. What it took from the quota
+            # ledger stays taken: the others are decided as if it had launched (safe side).
+            del self.actions[mark:]
             for ctx in live:
                 ctx.error = rule_error(what, exc)
             return None

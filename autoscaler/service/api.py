@@ -129,8 +129,9 @@ class ApiServer:
 
     def __init__(self, handlers: ApiHandlers, host: str = "127.0.0.1", port: int = 9464,
                  token: str | None = None):
-        if token is not None and len(token.strip()) < MIN_TOKEN_LENGTH:
-            raise ApiError(f"refusing a bearer token of {len(token.strip())} characters: it "
+        token = token.strip() if token is not None else None  # the header value is stripped too
+        if token is not None and len(token) < MIN_TOKEN_LENGTH:
+            raise ApiError(f"refusing a bearer token of {len(token)} characters: it "
                            f"must have at least {MIN_TOKEN_LENGTH} (an empty token file is a "
                            "mistake, never 'no authentication')")
         if token is None and not is_loopback(host):

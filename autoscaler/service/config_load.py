@@ -44,8 +44,9 @@ CLOUD_HINT = (
     "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or an instance role; "
     "ALIBABA_CLOUD_ACCESS_KEY_ID/ALIBABA_CLOUD_ACCESS_KEY_SECRET)"
 )
-_PATH_HINTS = {("store", "url"): "remove it and name an environment variable in "
-               "store.password_env (or use PGPASSWORD / ~/.pgpass)"}
+_PATH_HINTS: dict[tuple[int | str, ...], str] = {
+    ("store", "url"): "remove it and name an environment variable in store.password_env "
+                      "(or use PGPASSWORD / ~/.pgpass)"}
 SECRET_HINT = (
     "secrets never go in the config file: name an environment variable (<key>_env) or a "
     "file (<key>_file) that holds it"

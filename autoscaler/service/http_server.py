@@ -40,10 +40,12 @@ class BoundedHTTPServer(HTTPServer):
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="http-worker")
         self._stop = threading.Event()
         self._stopped = threading.Event()
+        self._serving = False
         self._pending: dict[socket.socket, tuple[Any, float]] = {}  # sock -> (addr, since)
 
     # -- the accept/select loop (one thread) -------------------------------------------
     def serve(self, poll_s: float = 0.2) -> None:
+        self._serving = True
         sel = selectors.DefaultSelector()
         sel.register(self.socket, selectors.EVENT_READ)
         try:
@@ -112,7 +114,8 @@ class BoundedHTTPServer(HTTPServer):
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        self._stopped.wait(timeout)
+        if self._serving:
+            self._stopped.wait(timeout)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.server_close()
 

@@ -15,6 +15,10 @@ capacity on absence of evidence"):
   instances freeze LOST marking for that pool until the answer recovers;
 * **a busy node is never LOST**: while the scheduler reports jobs (or allocated GPUs) on
   it, or cannot be read for its pool, the node is kept;
+* **the same rule the other way round**: with ``unknown_instances: destroy``, when a
+  pool's tagged instances the store does not know are more than 1 and more than 45% of
+  that pool's instances, none is destroyed (a store that was emptied, restored from an
+  old backup or pointed at the wrong database would otherwise destroy a live fleet);
 * **a fleet-wide cap** bounds the LOST marks and unknown-instance destroys of one run
   (``executor.max_removals_per_tick``): the rest wait for the next run.
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from autoscaler.clouds.base import CloudInstance
 from autoscaler.engine.snapshot import Snapshot
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
@@ -62,6 +67,26 @@ def frozen_pools(nodes: Iterable[Node], live: set[str],
     return out
 
 
+def strays_kept(nodes: Iterable[Node], strays: Iterable[CloudInstance],
+                settings: ExecutorSettings) -> dict[str, str]:
+    """Pool key -> why its unknown instances are not destroyed in this answer."""
+    known: dict[str, int] = defaultdict(int)
+    for node in counted(nodes):
+        known[node.pool_key] += 1
+    unknown: dict[str, int] = defaultdict(int)
+    for inst in strays:
+        if inst.team and inst.pool:
+            unknown[f"{inst.team}/{inst.pool}"] += 1
+    out = {}
+    for pool, count in unknown.items():
+        share = 100 * count / (count + known[pool])
+        if count > settings.lost_freeze_count and share > settings.lost_freeze_percent:
+            out[pool] = (f"{count} of the {count + known[pool]} instances of {pool} are unknown "
+                         f"to the store ({share:.0f}% > {settings.lost_freeze_percent}%): the "
+                         "store is more likely wrong than the cloud, nothing is destroyed")
+    return out
+
+
 def busy_reason(node: Node, snapshot: Snapshot | None) -> str | None:
     """Why the scheduler's view forbids calling ``node`` LOST, or None."""
     if snapshot is None:
@@ -80,4 +105,4 @@ def busy_reason(node: Node, snapshot: Snapshot | None) -> str | None:
     return None
 
 
-__all__ = ["EXPLAINED", "busy_reason", "counted", "frozen_pools"]
+__all__ = ["EXPLAINED", "busy_reason", "counted", "frozen_pools", "strays_kept"]

@@ -51,7 +51,7 @@ from autoscaler.service.executor.report import AdvanceReport, Change
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.executor.submit import repair_replacements
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionReport
-from autoscaler.service.lost_guard import busy_reason, frozen_pools
+from autoscaler.service.lost_guard import busy_reason, frozen_pools, strays_kept
 
 log = logging.getLogger(__name__)
 S = NodeState
@@ -178,7 +178,7 @@ class Reconciler:
         known = {n.instance_id for n in nodes if n.instance_id}
         awaiting = {n.name for n in nodes if n.state in AWAITING and not n.instance_id}
         unknown = [i for i in instances if i.instance_id not in known and i.node not in awaiting]
-        self._unknown(cloud, region, unknown, policies, report)
+        self._unknown(cloud, region, unknown, policies, report, nodes)
         frozen = frozen_pools(nodes, set(live), self.settings)
         for pool, why in frozen.items():
             report.frozen[pool] = why
@@ -222,8 +222,10 @@ class Reconciler:
         return True
 
     def _unknown(self, cloud: str, region: str, instances: list[CloudInstance],
-                 policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
+                 policies: Mapping[str, TeamPolicy], report: ReconcileReport,
+                 nodes: list[Node]) -> None:
         doomed: dict[PoolRef, list[str]] = {}
+        kept = strays_kept(nodes, instances, self.settings)
         for inst in instances:
             where = {"instance_id": inst.instance_id, "node": inst.node,
                      "pool": f"{inst.team}/{inst.pool}" if inst.team and inst.pool else None}
@@ -240,6 +242,9 @@ class Reconciler:
             ref = PoolRef(inst.team, inst.pool, cloud, region)
             if mode == "adopt":
                 self._adopt(inst, ref, policies, report)
+            elif ref.key in kept:
+                self._find(report, "destroy-frozen", f"{inst.instance_id} not destroyed: "
+                           f"{kept[ref.key]}", **where)
             elif self._spend(report, f"{inst.instance_id} not destroyed yet"):
                 doomed.setdefault(ref, []).append(inst.instance_id)
         for ref, ids in doomed.items():
