@@ -20,6 +20,9 @@ PREFIX = "gpu_autoscaler"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 # Lifecycle durations: seconds (a spot notice is acted on) to an hour (a slow boot or drain).
+# The loop's stages, exported at 0 from the start so that increase() counts a first failure.
+TICK_STAGES = ("leader", "reload", "fleet", "signals", "reconcile", "decide", "record", "submit",
+               "advance")
 LIFECYCLE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200)
 
 
@@ -63,6 +66,8 @@ class ServiceMetrics:
                                    "Policy problems per file (the team keeps its last good policy).",
                                    ["file"], registry=r)
         self.leader = Gauge(f"{PREFIX}_leader", "1 when this instance holds the lease.", registry=r)
+        for stage in TICK_STAGES:
+            self.tick_errors.labels(stage)
         self._lifecycle_metrics(r)
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()

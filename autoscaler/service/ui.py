@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 from autoscaler.engine.plan import Plan, target_of
 
 COOKIE = "gpu_autoscaler_ui"
+TRANSITIONS = 12  # newest transitions shown (the page is a glance, /status has more)
 MAX_FORM = 4096  # bytes of a login form read, at most
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -136,6 +137,12 @@ def _nodes(status: Mapping[str, Any]) -> str:
                   "No nodes.", numeric=(6,))
 
 
+def _transitions(status: Mapping[str, Any]) -> str:
+    rows = [[e(t.get("at")), e(t.get("node")), e(t.get("from")), e(t.get("to")), e(t.get("reason"))]
+            for t in reversed((status.get("transitions") or [])[-TRANSITIONS:])]
+    return _table(["at", "node", "from", "to", "reason"], rows, "None yet.")
+
+
 def _plan(last: Mapping[str, Any] | None, plan: Plan | None) -> tuple[str, str]:
     """The last plan's actions (holds apart) with what the executor did with each."""
     if last is None or plan is None:
@@ -189,7 +196,8 @@ def status_page(status: Mapping[str, Any], links: Sequence[tuple[str, str]] = ()
             + "<h2>Data missing (scale-down frozen)</h2>"
             + _table(["pool", "why"], missing, "No pool is missing data.")
             + (f'<p class="warn">Sources unreadable: {e(", ".join(sources))}</p>' if sources else "")
-            + "<h2>Nodes</h2>" + _nodes(status))
+            + "<h2>Nodes</h2>" + _nodes(status)
+            + "<h2>Recent transitions</h2>" + _transitions(status))
     return _page(200, "gpu-autoscaler: status", body)
 
 
