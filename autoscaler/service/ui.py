@@ -24,7 +24,7 @@ from urllib.parse import parse_qs
 from autoscaler.engine.plan import Plan, target_of
 
 COOKIE = "gpu_autoscaler_ui"
-TRANSITIONS = 12  # newest transitions shown (the page is a glance, /status has more)
+TRANSITIONS = 20  # newest transitions shown (the page is a glance, /status has more)
 MAX_FORM = 4096  # bytes of a login form read, at most
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "

@@ -25,14 +25,17 @@ class UiShots:
     texts: dict[str, str] = field(default_factory=dict)
     login_text: str = ""
 
+    def open(self, scenario: Scenario) -> None:
+        """Start the browser and sign in (before the run: ticks must not wait for it)."""
+        self.browser = Chromium(self.workdir)
+        self.browser.goto(f"{scenario.url}/ui")
+        self.login_text = self.browser.text()
+        self.browser.type_into("#token", TOKEN)
+
     def __call__(self, phase: str, scenario: Scenario) -> None:
         if self.browser is None:
-            self.browser = Chromium(self.workdir)
-            self.browser.goto(f"{scenario.url}/ui")
-            self.login_text = self.browser.text()
-            self.browser.type_into("#token", TOKEN)
-        else:
-            self.browser.goto(f"{scenario.url}/ui")
+            raise RuntimeError("UiShots.open() first")
+        self.browser.goto(f"{scenario.url}/ui")
         self.texts[phase] = self.browser.text()
         path = self.browser.screenshot(self.workdir / f"{len(self.shots) + 1}-{phase}.png")
         self.shots[phase] = path
@@ -56,6 +59,7 @@ def scenario(tmp_path_factory):
     s.shots = shots  # type: ignore[attr-defined]
     s.start()
     try:
+        shots.open(s)
         s.run()
         yield s
     finally:

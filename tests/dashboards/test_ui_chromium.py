@@ -29,8 +29,8 @@ def test_a_screenshot_per_phase_shows_the_demo_fleet(scenario):
     assert "bogus_key" in up  # a broken policy file, shown in every phase
     assert "GPU autoscaler: fleet & money" in up  # dashboard links
     trouble = shots.texts["trouble"]
-    assert "xid" in trouble.lower() and ("DRAINED" in trouble or "TERMINAT" in trouble)
-    assert "INTERRUPTED" in shots.texts["interruptions"] or "interruption" in shots.texts["interruptions"]
+    assert "XID error(s)" in trouble and "draining and replacing" in trouble
+    assert "interrupted node drained" in shots.texts["interruptions"]
     blind = shots.texts["blind"]
     assert "slurm could not be read" in blind and "scale-down frozen" in blind
     assert "Sources unreadable: slurm" in blind
