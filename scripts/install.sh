@@ -9,6 +9,7 @@ need_apt=()
 for pkg in prometheus slurmctld slurmd munge openssh-server iproute2 postgresql; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+dpkg -s chromium >/dev/null 2>&1 || need_apt+=(chromium)  # headless tests of /ui (issue 20)
 if ((${#need_apt[@]})); then
   echo "installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

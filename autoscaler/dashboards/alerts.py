@@ -95,9 +95,10 @@ def _service_rules(t: Thresholds) -> list[dict[str, Any]]:
                "0m", "warning", "{{ $value }} ticks failed in stage {{ $labels.stage }}",
                "The service log has the exception of each failed tick (stage and cause)."),
         _alert("AutoscalerNotTicking",
-               f"time() - max({P}_last_tick_timestamp_seconds) > {t.tick_stale_s}", "0m", "critical",
-               f"no tick finished for more than {t.tick_stale_s}s",
-               "The loop is stuck or the service is down: nothing scales up or down."),
+               f"time() - max({P}_last_tick_timestamp_seconds > 0) > {t.tick_stale_s}", "0m",
+               "critical", f"no tick finished for more than {t.tick_stale_s}s",
+               "The loop is stuck: nothing scales up or down (a service that never finished a "
+               "tick is caught by /healthz and by `up`)."),
         _alert("PoolDataMissing", f"max by (pool) ({P}_data_missing) == 1", t.data_missing_for,
                "warning", "{{ $labels.pool }}: signals missing, scale-down frozen",
                "The engine keeps every node of the pool while its metrics or scheduler data "

@@ -5,6 +5,7 @@
 * ``GET /metrics``  Prometheus exposition of :class:`ServiceMetrics` (no token).
 * ``GET /status``   JSON: fleet, last plan with reasons, policy errors, leader, data.
 * ``GET /plan``     JSON: the last plan only.
+* ``GET /ui``       the status page for people (``ui.py``); ``POST /ui/login|logout``.
 
 ``/status`` and ``/plan`` need ``Authorization: Bearer <token>`` when a token is
 configured (an empty or missing value never matches); without one the API refuses to
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from autoscaler.service import ui
 from autoscaler.service.http_server import CLIENT_GONE, BoundedHTTPServer
 from autoscaler.service.metrics import CONTENT_TYPE
 
@@ -50,6 +52,7 @@ class ApiHandlers:
     metrics: Callable[[], bytes]
     status: Callable[[], dict[str, Any]]
     plan: Callable[[], dict[str, Any] | None]
+    links: tuple[tuple[str, str], ...] = ()  # (title, url) of the dashboards /ui links to
 
 
 def is_loopback(host: str) -> bool:
@@ -98,9 +101,15 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
             return False
 
         def do_GET(self) -> None:
+            self._guarded(self._route)
+
+        def do_POST(self) -> None:
+            self._guarded(self._post)
+
+        def _guarded(self, route: Callable[[str], None]) -> None:
             path = self.path.split("?", 1)[0].rstrip("/") or "/"
             try:
-                self._route(path)
+                route(path)
             except CLIENT_GONE as exc:  # the client left: nothing to answer, not an error
                 log.debug("http %s: client went away: %s", path, exc)
             except Exception:  # one bad request must not take the API down
@@ -117,9 +126,24 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
             elif path in ("/status", "/plan"):
                 if self._authorized():
                     self._json(200, api.status() if path == "/status" else api.plan())
+            elif path == "/ui":
+                self._page(ui.get(self.headers, token, api.status, api.links))
             else:
                 self._json(404, {"error": "not found", "paths": ["/healthz", "/metrics",
                                                                  "/status", "/plan"]})
+
+        def _page(self, page: ui.Page) -> None:
+            self._send(page.code, page.body, page.ctype, page.headers)
+
+        def _post(self, path: str) -> None:
+            if path not in ("/ui/login", "/ui/logout"):
+                self._json(404, {"error": "not found"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if not 0 <= length <= ui.MAX_FORM:
+                self._json(413, {"error": "form too large"})
+                return
+            self._page(ui.post(path, self.rfile.read(length), token))
 
     return Handler
 

@@ -26,7 +26,7 @@ from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.fleet.store import FleetStore
 from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
-from autoscaler.service.config import ServiceConfig
+from autoscaler.service.config import HttpSettings, ServiceConfig
 from autoscaler.service.leader import Leadership
 from autoscaler.service.loop import (
     ExecutorLike,
@@ -44,6 +44,13 @@ log = logging.getLogger(__name__)
 HEALTH_FACTOR = 3  # healthy while the last tick is younger than 3 intervals
 STUCK_AFTER = timedelta(minutes=30)  # a tick running longer than this is unhealthy
 FAILED_TICKS = 3  # unhealthy after this many failed ticks in a row
+
+
+def dashboard_links(http: HttpSettings) -> tuple[tuple[str, str], ...]:
+    from autoscaler.dashboards.panels import DASHBOARDS
+    from autoscaler.service.ui import dashboard_links as links
+
+    return tuple(links(http.grafana_url, ((d.uid, d.title) for d in DASHBOARDS)))
 
 
 class ServiceError(RuntimeError):
@@ -139,7 +146,7 @@ class Service:
         if not http.enabled:
             return None
         handlers = ApiHandlers(health=self.health, metrics=self.metrics.exposition,
-                               status=self.status, plan=self.plan)
+                               status=self.status, plan=self.plan, links=dashboard_links(http))
         self.api = ApiServer(handlers, http.host, http.port, http.token()).start()
         return self.api
 

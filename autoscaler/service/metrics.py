@@ -20,6 +20,9 @@ PREFIX = "gpu_autoscaler"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 # Lifecycle durations: seconds (a spot notice is acted on) to an hour (a slow boot or drain).
+# The loop's stages, exported at 0 from the start so that increase() counts a first failure.
+TICK_STAGES = ("leader", "reload", "fleet", "signals", "reconcile", "decide", "record", "submit",
+               "advance")
 LIFECYCLE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200)
 
 
@@ -68,6 +71,8 @@ class ServiceMetrics:
                                  registry=r)
         self._frozen_pools: set[str] = set()
         self.leader = Gauge(f"{PREFIX}_leader", "1 when this instance holds the lease.", registry=r)
+        for stage in TICK_STAGES:
+            self.tick_errors.labels(stage)
         self._lifecycle_metrics(r)
         self.unserved = Gauge(f"{PREFIX}_unserved_jobs",
                               "Pending jobs no pool's nodes could run, by team and the kind of "

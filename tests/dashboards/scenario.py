@@ -271,9 +271,7 @@ class Scenario:
         self.tick(4)  # quota reached with a job still pending: long enough for the alert
         self.phase("scale-up")
         self._trouble()
-        self.phase("trouble")
         self._interruptions()
-        self.phase("interruptions")
         self.slurm.error = "squeue: error: slurm_load_jobs: Socket timed out"
         self.signals.fail = 3
         self.tick(8)
@@ -291,6 +289,7 @@ class Scenario:
         self.dcgm.set_throttle(THERMAL_THROTTLE, s1)
         self.dcgm.inject_ecc(s2, 0, single=2, double=1)
         self.tick(4)
+        self.phase("trouble")  # the unhealthy nodes are being drained and replaced
         self.slurm.pending = {"vision/train": jobs(1)}
         self.until("a vision node drained and replaced",
                    lambda: any(t.to_state == S.DRAINED.value for t in self.store.transitions()))
@@ -304,7 +303,9 @@ class Scenario:
         self.cloud.notices = [Interruption(n.instance_id or "", InterruptionKind.INTERRUPTION,
                                            now - timedelta(seconds=3), now + timedelta(minutes=2),
                                            "scenario") for n in spot[:3]]
-        self.tick(2)
+        self.tick()
+        self.phase("interruptions")  # drained at once; no spot capacity for the replacements
+        self.tick()
         # Replacements launch on-demand (no spot capacity) and never answer: stuck in
         # BOOTSTRAPPING until the reconciler's timeout.
         self.until("three interruptions", lambda: sum(

@@ -23,17 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 WIRED_ELSEWHERE = {"gpu_autoscaler_step_errors_total": "async actuation counts step errors"}
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
-    s = Scenario(tmp_path_factory.mktemp("scenario"))
-    s.start()
-    try:
-        s.run()
-        yield s
-    finally:
-        s.stop()
-
-
 def range_query(s: Scenario, expr: str) -> dict[str, Any]:
     params = urllib.parse.urlencode({"query": expr, "start": f"{s.started:.3f}",
                                      "end": f"{s.ended:.3f}", "step": "1"})
