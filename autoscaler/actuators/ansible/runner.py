@@ -129,7 +129,7 @@ class AnsibleActuator:
         known = s.known_hosts().resolve()
         known.parent.mkdir(parents=True, exist_ok=True)
         return {
-            "ANSIBLE_SSH_ARGS": f"{master} -o StrictHostKeyChecking=accept-new "
+            "ANSIBLE_SSH_ARGS": f"{master} -o StrictHostKeyChecking=accept-new -o HashKnownHosts=no "
                                 f"-o UserKnownHostsFile={known} -o ServerAliveInterval=15 "
                                 "-o LogLevel=ERROR",
             "ANSIBLE_HOST_KEY_CHECKING": "True",

@@ -9,22 +9,31 @@ tag, whatever its source, so no caller can forget it and no validation has to be
 
 The files are YAML flow style: JSON with a tag before each string. JSON's string escapes
 are YAML's double-quoted escapes; ``ensure_ascii`` keeps the text printable ASCII, which
-every YAML reader accepts.
+every YAML reader accepts, and characters beyond U+FFFF (which JSON writes as a surrogate
+pair) are written as YAML's 8-digit ``U`` escape.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 TAG = "!unsafe"
+# A \uD8xx\uDCxx pair not preceded by an escaped backslash.
+_PAIR = re.compile(r"(?<!\\)((?:\\\\)*)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})")
+
+
+def _astral(match: re.Match[str]) -> str:
+    high, low = int(match.group(2), 16), int(match.group(3), 16)
+    return f"{match.group(1)}\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08x}"
 
 
 def _string(text: str) -> str:
-    return f"{TAG} {json.dumps(text, ensure_ascii=True)}"
+    return f"{TAG} {_PAIR.sub(_astral, json.dumps(text, ensure_ascii=True))}"
 
 
 def dump_unsafe(value: Any) -> str:
