@@ -83,7 +83,7 @@ def load_dir(directory: Path, catalog: Catalog) -> tuple[dict[str, TeamPolicy], 
         if isinstance(team, str):
             sources[team] = path
         if policy is not None:
-            clash = _name_clash(policy, policies)
+            clash = name_clash(policy, policies)
             if clash:
                 errors.append(PolicyError(str(path), *locate(doc, clash[0]), format_path(clash[0]),
                                           f"{clash[1]} (defined in {sources[clash[2]]})"))
@@ -97,7 +97,7 @@ def node_prefix(team: str, pool: str) -> str:
     return f"{team}-{pool}"
 
 
-def _name_clash(policy: TeamPolicy,
+def name_clash(policy: TeamPolicy,
                 others: dict[str, TeamPolicy]) -> tuple[list[int | str], str, str] | None:
     """(where, why, other team) when a pool's node names read like another team's pool.
 
