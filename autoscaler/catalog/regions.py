@@ -42,7 +42,8 @@ def region_problem(cloud: str, region: str) -> str | None:
     known = REGIONS.get(cloud, {})
     if region in known:
         return None
-    return f"'{region}' is not a {cloud} region in the catalog (known: {', '.join(sorted(known))})"
+    return (f"'{region}' is not a region of {cloud} in the catalog "
+            f"(known: {', '.join(sorted(known))})")
 
 
 def zone_problem(cloud: str, region: str, zone: str) -> str | None:
