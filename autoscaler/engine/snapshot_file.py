@@ -46,11 +46,14 @@ def _skip_ws(text: str, pos: int) -> int:
 def locate_json(text: str, loc: Sequence[int | str]) -> tuple[int, int]:
     """(line, column) of the value at ``loc``, or of the deepest part of it that exists."""
     pos = _skip_ws(text, 0)
-    for part in loc:
-        found = _member(text, pos, part)
-        if found is None:
-            break
-        pos = found
+    try:
+        for part in loc:
+            found = _member(text, pos, part)
+            if found is None:
+                break
+            pos = found
+    except ValueError:  # only valid JSON is located; anything else points where we were
+        pass
     return _position(text, pos)
 
 
@@ -68,7 +71,10 @@ def _member(text: str, pos: int, part: int | str) -> int | None:
         if str(key) == str(part):
             return pos
         _, pos = _DECODER.raw_decode(text, pos)
-        pos = _skip_ws(text, _skip_ws(text, pos) + 1)  # past ','
+        pos = _skip_ws(text, pos)
+        if pos >= len(text) or text[pos] != ",":
+            return None  # the end of the object or array: ``part`` is not in it
+        pos = _skip_ws(text, pos + 1)
         index += 1
     return None
 

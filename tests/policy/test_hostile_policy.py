@@ -99,7 +99,7 @@ def pools(draw: st.DrawFn) -> str:
 @given(text=pools())
 def test_whatever_validation_accepts_the_engine_can_decide_with(tmp_path: Path, text: str) -> None:
     text = text.replace("NaN", ".nan").replace("Infinity", ".inf")
-    policy, errors = _load(tmp_path, text.encode())
+    policy, _ = _load(tmp_path, text.encode())
     if policy is None:
         return
     decide({policy.team: policy}, FleetView(), snapshot(), NOW, catalog=CATALOG)
