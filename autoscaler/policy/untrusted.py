@@ -12,8 +12,9 @@ import re
 from typing import Any
 
 # ruamel.yaml's round-trip loader reads ~50 KB/s of structured YAML here; real policy and
-# config files are 1-5 KB. 64 KiB keeps the worst accepted file to about a second.
-MAX_BYTES = 64 * 1024
+# config files are 1-5 KB (a team of 30 pools fits). 32 KiB keeps the worst accepted file
+# (dense flow YAML) well under a second on an idle core.
+MAX_BYTES = 32 * 1024
 MAX_DEPTH = 32
 MAX_NODES = 20_000  # mappings, sequences and scalars, counted with aliases expanded
 # C0 controls except tab, LF, CR; DEL; C1 controls; bidi overrides that hide text.
