@@ -27,6 +27,7 @@ from autoscaler.cli.render import actions_table, pools_table
 from autoscaler.cli.run import read_config
 from autoscaler.engine import DecisionInput, EngineSettings, Plan, decide
 from autoscaler.engine.pricing import Prices
+from autoscaler.engine.snapshot_file import MAX_BYTES as SNAPSHOT_MAX_BYTES
 from autoscaler.engine.snapshot_file import SnapshotFileError, parse_decision_input
 from autoscaler.policy import PolicyLoadError, load_policies
 from autoscaler.policy.models import TeamPolicy, pool_key
@@ -47,7 +48,9 @@ SETTINGS_HELP = (
 
 def load_input(path: Path) -> DecisionInput:
     try:
-        return parse_decision_input(str(path), path.read_bytes())
+        with open(path, "rb") as fh:  # one byte past the cap is enough to refuse it
+            data = fh.read(SNAPSHOT_MAX_BYTES + 1)
+        return parse_decision_input(str(path), data)
     except OSError as exc:
         fail(f"cannot read snapshot {path}: {exc.strerror}")
     except SnapshotFileError as exc:

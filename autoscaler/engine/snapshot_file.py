@@ -23,6 +23,8 @@ from autoscaler.engine.snapshot import DecisionInput
 from autoscaler.policy.locate import format_path
 
 MAX_DEPTH = 64
+# A recorded input of 10,000 nodes is ~10 MB; anything far larger is not one.
+MAX_BYTES = 64 * 1024 * 1024
 _DECODER = json.JSONDecoder()
 
 
@@ -144,6 +146,8 @@ def _problems(data: DecisionInput) -> Iterator[tuple[list[int | str], str]]:
 
 def parse_decision_input(name: str, data: bytes) -> DecisionInput:
     """The engine input in ``data``, or :class:`SnapshotFileError` listing every problem."""
+    if len(data) > MAX_BYTES:
+        raise SnapshotFileError([f"{name}:1: larger than {MAX_BYTES // 2**20} MiB; not a snapshot"])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
