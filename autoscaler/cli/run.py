@@ -11,6 +11,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from autoscaler.catalog import CatalogError, load_catalog
 from autoscaler.cli.common import console, fail
@@ -116,7 +117,7 @@ def validate(
         fail(str(exc))
     policies, errors = load_dir(cfg.policies_dir, catalog)
     for err in errors:
-        console.print(f"[red]{err}[/]", highlight=False, soft_wrap=True)
+        console.print(f"[red]{escape(str(err))}[/]", highlight=False, soft_wrap=True)
     pools = sum(len(p.pools) for p in policies.values())
     console.print(f"{path}: ok — {len(policies)} team(s), {pools} pool(s) in {cfg.policies_dir}; "
                   f"tick every {cfg.tick.interval.total_seconds():g}s; store "

@@ -180,6 +180,10 @@ class FleetStore:
                 hist = PoolHistoryRow(pool=key, next_seq=1)
                 s.add(hist)
             seq = hist.next_seq
+            # "<team>-<pool>-<n>" can read the same for two pools (a-b/c and a/b-c): skip
+            # any name already held, so a name is never handed out twice (rows are kept).
+            while s.get(NodeRow, f"{team}-{pool}-{seq}") is not None:
+                seq += 1
             hist.next_seq = seq + 1
             hist.last_scale_up_at = now
             row = NodeRow(

@@ -129,7 +129,8 @@ def _relative_to(config: ServiceConfig, base: Path) -> ServiceConfig:
         "policies_dir": fix(config.policies_dir),
         "prices_file": fix(config.prices_file),
         "terraform": tf.model_copy(update=given(tf, "workdir", "modules_dir")),
-        "ansible": ans.model_copy(update=given(ans, "playbook", "runs_dir", "private_key_file")),
+        "ansible": ans.model_copy(update=given(ans, "playbook", "runs_dir", "private_key_file",
+                                                   "known_hosts_file")),
         "http": config.http.model_copy(update=given(config.http, "token_file")),
         "addresses": config.addresses.model_copy(update=given(config.addresses, "file")),
     })

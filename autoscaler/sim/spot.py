@@ -107,13 +107,18 @@ def _load_file(path: Path) -> ZoneTrace:
         raise TraceError(f"cannot read {path}: {exc.strerror}") from exc
     except json.JSONDecodeError as exc:
         raise TraceError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise TraceError(f"{path}:{line}: not UTF-8") from exc
+    except RecursionError:
+        raise TraceError(f"{path}:1: not valid JSON: nested too deeply") from None
     try:
         gap = float(doc["metadata"]["gap_seconds"])
         data = doc["data"]
     except (KeyError, TypeError, ValueError):
         shape = '{"metadata": {"gap_seconds": N}, "data": [...]}'
         raise TraceError(f"{path}: expected {shape}") from None
-    if gap <= 0 or not isinstance(data, list) or not data:
+    if not 0 < gap < float("inf") or not isinstance(data, list) or not data:
         raise TraceError(f"{path}: gap_seconds must be > 0 and data a non-empty list")
     if not all(isinstance(v, int | float) for v in data):
         raise TraceError(f"{path}: data must hold numbers")

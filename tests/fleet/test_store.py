@@ -32,6 +32,19 @@ def test_names_are_sequential_per_pool_and_valid_hostnames(store):
     assert store.fleet_view().history["vision/train"].last_scale_up_at == NOW
 
 
+def test_pools_whose_names_read_alike_never_get_the_same_node_name(store):
+    def create(team, pool):
+        return store.create_node(team=team, pool=pool, cloud="aws", region="us-east-1", zone=None,
+                                 instance_type="p3.2xlarge", market=Market.SPOT, now=NOW, reason="r").name
+
+    # a-b/c and a/b-c both read "a-b-c-<n>": the second pool skips the name already held.
+    names = [create("a-b", "c"), create("a", "b-c"), create("a", "b-c"), create("a-b", "c")]
+    assert names == ["a-b-c-1", "a-b-c-2", "a-b-c-3", "a-b-c-4"]
+    assert {n.name: (n.team, n.pool) for n in store.fleet_view().nodes} == {
+        "a-b-c-1": ("a-b", "c"), "a-b-c-2": ("a", "b-c"), "a-b-c-3": ("a", "b-c"),
+        "a-b-c-4": ("a-b", "c")}
+
+
 def test_transitions_are_recorded_with_reasons_and_checked(store):
     node = new(store)
     store.transition(node.name, NodeState.PROVISIONING, NOW, "terraform apply", instance_id="i-1")
