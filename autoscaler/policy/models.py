@@ -22,6 +22,7 @@ from autoscaler.policy.syntax import (
     PartitionName,
     RegionName,
     Signal,
+    Taint,
     TimeZoneName,
     ZoneName,
 )
@@ -168,15 +169,6 @@ class Bootstrap(_Strict):
     container_runtime: Literal["containerd", "docker"] = "containerd"
     dcgm_diag_level: int = Field(1, ge=1, le=3, description="dcgmi diag -r level.")
     timeout: Duration = timedelta(minutes=30)
-
-
-# A Kubernetes taint "key=value:Effect" or "key:Effect": key is [prefix/]name (DNS
-# subdomain prefix, name of at most 63 alphanumerics, '-', '_', '.'), value likewise.
-_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-_K8S_PREFIX = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*/"
-TAINT_PATTERN = (rf"^({_K8S_PREFIX})?{_K8S_NAME}(={_K8S_NAME})?"
-                 r":(NoSchedule|PreferNoSchedule|NoExecute)$")
-Taint = Annotated[str, StringConstraints(pattern=TAINT_PATTERN, max_length=317)]
 
 
 class Cluster(_Strict):

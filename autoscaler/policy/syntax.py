@@ -42,6 +42,10 @@ RESERVED_KEYS = ("nvidia.com/gpu.present",)
 # Kubernetes' own prefixes: the kubelet refuses (or owns) node labels under them.
 KUBERNETES_PREFIXES = ("kubernetes.io", "k8s.io")
 MAX_LABELS = 64
+# A Kubernetes taint "key=value:Effect" or "key:Effect": key as a label key, value as a label value.
+TAINT_PATTERN = (rf"^({_DNS_LABEL}(\.{_DNS_LABEL})*/)?{_LABEL_NAME}(={_LABEL_NAME})?"
+                 r":(NoSchedule|PreferNoSchedule|NoExecute)$")
+Taint = Annotated[str, StringConstraints(pattern=TAINT_PATTERN, max_length=317)]
 
 
 def _label_problem(key: str, value: str) -> str | None:
