@@ -175,10 +175,12 @@ class HttpSettings(_Model):
 
 class LeaderSettings(_Model):
     enabled: bool = Field(False, description="Take a lease in the store before acting; turn on "
-                          "when two instances share one PostgreSQL store.")
+                          "when two instances share one PostgreSQL store (and an S3 Terraform "
+                          "backend: both are required).")
     name: str = Field("gpu-autoscaler", description="Lease name (one per fleet).")
     ttl: Duration = Field(timedelta(seconds=30), description="A dead leader is replaced after this.")
-    holder: str | None = Field(None, description="Identity of this instance; default host:pid.")
+    holder: str | None = Field(None, description="Identity of this instance, unique per "
+                               "instance; default host:pid.")
 
     @field_validator("ttl")
     @classmethod

@@ -4,6 +4,7 @@ two hosts would have), one clock skewed by more than the lease TTL.
 * The skewed one never leads while the other renews: the database's clock decides.
 * A leader deposed while it believed it still led (a paused VM's monotonic clock does
   not see the pause) has its store writes and its Terraform apply refused.
+* A takeover waits for a fenced write in flight; every write after it is refused.
 * The lease job keeps renewing while a tick is stuck in a long action, and once
   renewals fail the instance stops acting before its lease can run out.
 """
@@ -23,9 +24,10 @@ from autoscaler.actuators.node_map import PoolRef
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.plan import Plan
 from autoscaler.engine.snapshot import PoolObservation
+from autoscaler.fleet import lease
 from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.store import Fenced, FleetStore
-from autoscaler.fleet.tables import Base
+from autoscaler.fleet.store import Fenced, FleetStore, LeaseToken
+from autoscaler.fleet.tables import AuditRow, Base
 from autoscaler.service.app import Overrides, Service, build_service
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
@@ -200,3 +202,32 @@ def test_the_lease_is_renewed_through_a_long_action_and_acting_stops_when_renewa
     finally:
         release.set()
         sched.shutdown(wait=True)
+
+
+def test_a_takeover_waits_for_a_write_in_flight_and_every_later_write_fails(world, pg):
+    """The fence and the write share one transaction: the row lock it takes makes the
+    takeover wait until the write committed; from then on the old epoch is refused."""
+    old, new = FleetStore(pg.url), FleetStore(pg.url)
+    token = LeaseToken("gpu-autoscaler", "a", old.try_lease("gpu-autoscaler", "a",
+                                                            timedelta(seconds=0.5)))
+    old.set_fence(lambda: token)
+    taken: list[int | None] = []
+    taker = threading.Thread(target=lambda: taken.append(
+        new.try_lease("gpu-autoscaler", "b", timedelta(seconds=30))))
+    try:
+        with old.session() as s:  # what every fenced write does first
+            lease.check(s, token)
+            time.sleep(0.7)  # the lease runs out (database clock) while the write is open
+            taker.start()
+            time.sleep(1)
+            assert taken == [], "the takeover waits for the write in flight"
+            s.add(AuditRow(at=utc_now(), actor="a", event="in-flight", detail=""))
+        taker.join(10)
+        assert taken == [2]
+        with pytest.raises(Fenced, match="held by b"):
+            old.audit("late", "after the takeover", utc_now())
+        assert [r.event for r in new.audit_log()] == ["in-flight"]
+    finally:
+        taker.join(10)
+        old.close()
+        new.close()

@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,8 @@ def test_only_the_leader_acts_and_a_killed_leader_is_replaced_without_duplicates
         assert took_over <= TTL_S + TTL_S / 6 + 2, f"takeover took {took_over:.1f}s"
         lease = store.lease("gpu-autoscaler")
         assert lease.holder == "b" and lease.epoch == 2
+        wait_until(lambda: store.last_plan()[1].decided_at - datetime.now(UTC)
+                   > timedelta(seconds=SKEW_S - 5), 30, "a plan decided by b")  # b's clock is off
         wait_until(lambda: [n.state for n in store.nodes()] == [NodeState.READY], 240,
                    "the node READY under the new leader", proc=procs["b"])
         time.sleep(6)  # a few more ticks: still nothing doubled
