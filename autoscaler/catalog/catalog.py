@@ -15,6 +15,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from autoscaler.catalog.mig import MigProfile, mig_profiles
+
 
 class CatalogError(Exception):
     pass
@@ -41,6 +43,11 @@ class InstanceType:
     spot_discount: float  # 0.7 means spot is usually 70% below on-demand
 
     @property
+    def mig(self) -> dict[str, MigProfile]:
+        """MIG profiles of one of its GPUs; empty without MIG."""
+        return mig_profiles(self.gpu_model, self.gpu_memory_gib)
+
+    @property
     def spot_usd(self) -> float | None:
         if self.on_demand_usd is None:
             return None
@@ -60,6 +67,11 @@ _BUILTIN: tuple[InstanceType, ...] = (
     _t("aws", "g4dn.2xlarge", 1, "T4", 16, 8, 32, 0.752, 0.65),
     _t("aws", "g4dn.12xlarge", 4, "T4", 16, 48, 192, 3.912, 0.65),
     _t("aws", "g5.xlarge", 1, "A10G", 24, 4, 16, 1.006, 0.60),
+    # MIG-capable (see catalog/mig.py). Launch list prices; AWS lowered P4/P5 prices in
+    # 2025, so operators should supply current ones in a price file.
+    _t("aws", "p4d.24xlarge", 8, "A100", 40, 96, 1152, 32.7726, 0.60),
+    _t("aws", "p4de.24xlarge", 8, "A100", 80, 96, 1152, 40.9657, 0.60),
+    _t("aws", "p5.48xlarge", 8, "H100", 80, 192, 2048, 98.32, 0.60),
     _t("alicloud", "ecs.gn6i-c4g1.xlarge", 1, "T4", 16, 4, 15, None, 0.70),
     _t("alicloud", "ecs.gn6i-c8g1.2xlarge", 1, "T4", 16, 8, 31, None, 0.70),
     _t("alicloud", "ecs.gn6i-c16g1.4xlarge", 1, "T4", 16, 16, 62, None, 0.70),
@@ -68,6 +80,8 @@ _BUILTIN: tuple[InstanceType, ...] = (
     _t("alicloud", "ecs.gn6v-c8g1.2xlarge", 1, "V100", 16, 8, 32, None, 0.70),
     _t("alicloud", "ecs.gn6v-c8g1.8xlarge", 4, "V100", 16, 32, 128, None, 0.70),
     _t("alicloud", "ecs.gn6v-c8g1.16xlarge", 8, "V100", 16, 64, 256, None, 0.70),
+    _t("alicloud", "ecs.gn7e-c16g1.4xlarge", 1, "A100", 80, 16, 125, None, 0.70),
+    _t("alicloud", "ecs.gn7e-c16g1.32xlarge", 8, "A100", 80, 128, 1000, None, 0.70),
 )
 
 

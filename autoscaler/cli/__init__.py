@@ -33,6 +33,7 @@ COMMANDS = [
     "autoscaler.cli.status",
     "autoscaler.cli.sandbox",
     "autoscaler.cli.demo",
+    "autoscaler.cli.dashboards",
 ]
 
 for _name in COMMANDS:

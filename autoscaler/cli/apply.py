@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from autoscaler.actuators.terraform import (
     ApplyResult,
@@ -19,14 +20,21 @@ from autoscaler.actuators.terraform import (
     TerraformError,
     TerraformSettings,
 )
-from autoscaler.cli.common import console, err_console
+from autoscaler.cli.common import console, err_console, fail
 from autoscaler.cli.plan import SETTINGS_HELP, terraform_settings
 
 
 def pending_plans(settings: TerraformSettings, only: list[str]) -> list[PoolPlan]:
-    """Saved plans under the workdir (``<team>/<pool>/plan/pending.json``), maybe filtered."""
-    plans = [PoolPlan.model_validate_json(p.read_text())
-             for p in sorted(Path(settings.workdir).glob("*/*/plan/pending.json"))]
+    """Saved plans under the workdir (``<team>/<pool>/plan/pending.json``), maybe filtered.
+    A file that is not a saved plan stops everything (nothing is applied) with one line."""
+    plans = []
+    for path in sorted(Path(settings.workdir).glob("*/*/plan/pending.json")):
+        try:
+            plans.append(PoolPlan.model_validate_json(path.read_bytes()))
+        except (OSError, ValidationError) as exc:
+            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else exc.strerror
+            fail(f"{path}: not a saved plan ({first}); nothing applied: run `gpu-autoscaler "
+                 "plan --settings ...` again")
     return [p for p in plans if not only or p.pool in only]
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
 from autoscaler.actuators.node_map import PreviewError, preview_maps
 from autoscaler.actuators.terraform.preview import PoolPreview, preview_pools
@@ -28,6 +27,8 @@ from autoscaler.cli.render import actions_table, pools_table
 from autoscaler.cli.run import read_config
 from autoscaler.engine import DecisionInput, EngineSettings, Plan, decide
 from autoscaler.engine.pricing import Prices
+from autoscaler.engine.snapshot_file import MAX_BYTES as SNAPSHOT_MAX_BYTES
+from autoscaler.engine.snapshot_file import SnapshotFileError, parse_decision_input
 from autoscaler.policy import PolicyLoadError, load_policies
 from autoscaler.policy.models import TeamPolicy, pool_key
 
@@ -47,12 +48,13 @@ SETTINGS_HELP = (
 
 def load_input(path: Path) -> DecisionInput:
     try:
-        return DecisionInput.model_validate_json(path.read_text())
+        with open(path, "rb") as fh:  # one byte past the cap is enough to refuse it
+            data = fh.read(SNAPSHOT_MAX_BYTES + 1)
+        return parse_decision_input(str(path), data)
     except OSError as exc:
         fail(f"cannot read snapshot {path}: {exc.strerror}")
-    except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:20]]
-        fail(f"{path} is not a valid snapshot:\n" + "\n".join(lines))
+    except SnapshotFileError as exc:
+        fail(f"{path} is not a valid snapshot:\n{exc}")
 
 
 def _policies(policies_dir: Path, catalog: Catalog) -> dict[str, TeamPolicy]:

@@ -27,7 +27,7 @@ def validate(
     """
     policies, errors = load_dir(directory, catalog_from(prices))
     for error in errors:
-        err_console.print(str(error), highlight=False, soft_wrap=True)
+        err_console.print(str(error), highlight=False, soft_wrap=True, markup=False)
     files = policy_files(directory) if directory.is_dir() else []
     if errors:
         bad = len({e.file for e in errors})

@@ -8,15 +8,21 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from autoscaler.catalog import CatalogError, load_catalog
 from autoscaler.cli.common import console, fail
 from autoscaler.policy import load_dir
+from autoscaler.service.api import ApiError
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.config_load import ConfigError, load_config
+from autoscaler.signals.config import SecretError
+
+if TYPE_CHECKING:
+    from autoscaler.service.app import Service
 
 CONFIG_HELP = ("Service config (YAML): policies_dir, signals, clouds, store, terraform, "
                "ansible, engine caps, tick interval, http. See examples/config-production.yaml; "
@@ -57,11 +63,9 @@ def run(
     SIGTERM (or Ctrl-C) lets the current step finish, releases the leader lease and exits;
     a restart resumes from the store.
     """
-    from autoscaler.service.app import build_service
-
     cfg = read_config(config)
     configure_logging(cfg.log_level)
-    service = build_service(cfg, dry_run=dry_run)
+    service = start_service(cfg, dry_run)
     if once:
         try:
             report = service.tick()
@@ -80,9 +84,22 @@ def run(
     signal.signal(signal.SIGINT, on_signal)
     try:
         service.run(stop)
-    except OSError as exc:  # e.g. the HTTP port is taken
+    except (OSError, ApiError) as exc:  # e.g. the HTTP port is taken
         service.close()
         fail(f"cannot start the service: {exc}")
+
+
+def start_service(cfg: ServiceConfig, dry_run: bool) -> Service:
+    """The service built from ``cfg``, or exit 1 with one line saying why it cannot start
+    (store, catalog, a secret, the Terraform or Ansible set-up): never a traceback."""
+    from autoscaler.service.app import ServiceError, build_service, one_line
+
+    try:
+        return build_service(cfg, dry_run=dry_run)
+    except ServiceError as exc:
+        fail(str(exc))
+    except (CatalogError, SecretError, ApiError, OSError, ValueError) as exc:
+        fail(f"cannot start the service: {one_line(exc)}")
 
 
 config_app = typer.Typer(help="Check service config files.", no_args_is_help=True)
@@ -100,7 +117,7 @@ def validate(
         fail(str(exc))
     policies, errors = load_dir(cfg.policies_dir, catalog)
     for err in errors:
-        console.print(f"[red]{err}[/]", highlight=False, soft_wrap=True)
+        console.print(f"[red]{escape(str(err))}[/]", highlight=False, soft_wrap=True)
     pools = sum(len(p.pools) for p in policies.values())
     console.print(f"{path}: ok — {len(policies)} team(s), {pools} pool(s) in {cfg.policies_dir}; "
                   f"tick every {cfg.tick.interval.total_seconds():g}s; store "

@@ -28,12 +28,14 @@ def _seconds(value: str, option: str) -> float:
 
 def _run(trace: Path, policies: Path, prices: Path | None, pool: str | None, start_day: float,
          days: float | None, config: SimConfig, spot_trace: Path | None, duty_cycles: Path | None,
-         strategies: list[str], show_progress: bool, workers: int) -> SimReport:
+         strategies: list[str], show_progress: bool, workers: int, assume_available: bool,
+         interrupt_share: float) -> SimReport:
     catalog = catalog_from(prices)
     try:
         team, chosen, notes = select_pool(load_policies(policies, catalog), pool)
         workload = load_pod_list(trace, start_day, days)
-        spot: SpotMarket | None = load_spot_traces(spot_trace) if spot_trace else None
+        spot: SpotMarket | None = (load_spot_traces(spot_trace, interrupt_share)
+                                     if spot_trace else None)
         duty: DutyCycles | None = load_duty_cycles(duty_cycles) if duty_cycles else None
     except PolicyLoadError as exc:
         fail(f"policies in {policies} are invalid:\n{exc}")
@@ -50,7 +52,8 @@ def _run(trace: Path, policies: Path, prices: Path | None, pool: str | None, sta
 
         try:
             report = run_all(workload, team, chosen, catalog, config, spot=spot, duty=duty,
-                             strategies=strategies, workers=workers, progress=progress)
+                             strategies=strategies, workers=workers, assume_available=assume_available,
+                             progress=progress)
         except SimError as exc:
             fail(str(exc))
     report.notes += notes
@@ -78,6 +81,16 @@ def simulate(
     duty_cycles: Annotated[Path | None, typer.Option("--duty-cycles", help="GenAI GPU duty-cycle CSV "
                                                      "(.gz ok): measured util of running jobs.",
                                                      exists=True, dir_okay=False)] = None,
+    assume_available: Annotated[bool, typer.Option("--assume-available", help="Treat pool zones the "
+                                                   "spot trace lacks as always having spot capacity "
+                                                   "(default: refuse to run; the report shows the "
+                                                   "choice).")] = False,
+    interrupt_share: Annotated[float, typer.Option("--interrupt-share", min=0.0, max=1.0, help="Share "
+                                                   "of a zone's spot nodes an outage interrupts (0.5: "
+                                                   "the preemption trace's mean).")] = 0.5,
+    launch_attempt: Annotated[str, typer.Option("--launch-attempt", help="Time of one provisioning "
+                                                "attempt (plan + apply); a refusal is learned after "
+                                                "it.")] = "36s",
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies to replay.")] = ",".join(ALL),
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write report.json and PNG plots here.",
                                              file_okay=False)] = None,
@@ -92,12 +105,13 @@ def simulate(
     cost, GPU-hours paid vs used, waits and interruptions per strategy.
     """
     config = SimConfig(tick=_seconds(tick, "--tick"), boot_delay=_seconds(boot_delay, "--boot-delay"),
-                       checkpoint_interval=_seconds(checkpoint, "--checkpoint"), seed=seed)
+                       checkpoint_interval=_seconds(checkpoint, "--checkpoint"), seed=seed,
+                       launch_attempt=_seconds(launch_attempt, "--launch-attempt"))
     if config.tick <= 0:
         fail("--tick must be greater than 0s")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     report = _run(trace, policies, prices, pool, start_day, days, config, spot_trace, duty_cycles, names,
-                  progress, workers)
+                  progress, workers, assume_available, interrupt_share)
     if out is not None:
         from autoscaler.sim.plots import write_plots  # matplotlib only when plots are asked for
 

@@ -62,14 +62,16 @@ class Bin:
 
 
 def job_parts(jobs: list[PendingJob]) -> list[tuple[str, float, str | None]]:
-    """(job id, GPUs on one node, required model), largest first, one entry per node."""
-    parts = [
-        (j.id if j.nodes == 1 else f"{j.id}[{k}]", j.gpus, j.gpu_model)
+    """(job id, GPUs on one node, required model), one entry per node: higher priority
+    (Kubernetes PriorityClass) first, so caps and max_step leave out the lower ones; then
+    largest first."""
+    ranked = [
+        (-j.priority, -j.gpus, j.id if j.nodes == 1 else f"{j.id}[{k}]", j.gpu_model)
         for j in jobs
         for k in range(j.nodes)
     ]
-    parts.sort(key=lambda p: (-p[1], p[0]))
-    return parts
+    ranked.sort(key=lambda p: (p[0], p[1], p[2]))
+    return [(job, -neg, model) for _, neg, job, model in ranked]
 
 
 class LazyBins:

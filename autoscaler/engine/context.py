@@ -51,6 +51,7 @@ class PoolContext:
     # look up nodes of their pool, and copying 10,000 entries per tick bought nothing).
     node_obs: dict[str, NodeObservation] = field(default_factory=dict)
     data_missing: str | None = None
+    error: str | None = None  # a rule raised for this pool: nothing is decided for it
     floor: int = 0
     floor_why: str = ""
     # Sums and per-node findings, filled while filing the nodes (engine/survey.py):
@@ -115,6 +116,12 @@ class PoolContext:
         return self.util_sum / self.util_count if self.util_count else None
 
 
+def rule_error(what: str, exc: Exception) -> str:
+    """A rule's exception in one line, for the pool's Hold."""
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"{what} raised {type(exc).__name__}" + (f": {text}" if text else "")
+
+
 def build_contexts(
     policies: dict[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot, now: datetime,
     prices: Prices, survey: Callable[[PoolContext], None] | None = None,
@@ -128,12 +135,16 @@ def build_contexts(
     for policy in sorted(policies.values(), key=lambda p: (p.priority.rank, p.team)):
         for pool in policy.pools:
             key = pool_key(policy.team, pool.name)
-            lo, why = schedule.floor(pool, now)
+            error = None
+            try:
+                lo, why = schedule.floor(pool, now)
+            except Exception as exc:  # one pool's schedule must not stop every pool
+                lo, why, error = pool.min_nodes, "", rule_error("its schedule", exc)
             contexts[key] = PoolContext(
                 policy=policy, pool=pool, key=key,
                 obs=snapshot.pools.get(key, _EMPTY_POOL),
                 history=fleet.history.get(key, PoolHistory()),
-                node_obs=snapshot.nodes,
+                node_obs=snapshot.nodes, error=error,
                 floor=min(lo, pool.max_nodes), floor_why=why,
             )
     # One dict lookup per node groups the fleet; each pool's few dozen nodes are then
@@ -145,12 +156,15 @@ def build_contexts(
     interrupted = set(snapshot.interrupted)
     for ctx in contexts.values():
         nodes = groups.pop((ctx.team, ctx.pool.name), None)
-        if nodes:
-            nodes.sort(key=_NAME)
-            _file(ctx, nodes, interrupted, prices)
-            if survey is not None:
-                survey(ctx)
-        ctx.data_missing = _data_missing(ctx, snapshot)
+        try:
+            if nodes:
+                nodes.sort(key=_NAME)
+                _file(ctx, nodes, interrupted, prices)
+                if survey is not None:
+                    survey(ctx)
+            ctx.data_missing = _data_missing(ctx, snapshot)
+        except Exception as exc:  # its nodes stay filed here: never orphans of a removed pool
+            ctx.error = ctx.error or rule_error("surveying its nodes", exc)
     orphans = sorted((n for group in groups.values() for n in group
                       if n.state is not NodeState.TERMINATED), key=_NAME)
     return list(contexts.values()), orphans

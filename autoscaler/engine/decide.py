@@ -7,13 +7,16 @@ lifetime. Every action carries a reason naming the numbers that triggered it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from itertools import groupby
+from typing import Any, TypeVar
 
 from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.engine import preempt
-from autoscaler.engine.context import PoolContext, build_contexts
+from autoscaler.engine.context import PoolContext, build_contexts, rule_error
 from autoscaler.engine.plan import (
     Action,
     CancelDrain,
@@ -35,11 +38,13 @@ from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.snapshot import Snapshot
 from autoscaler.engine.survey import survey
 from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
-from autoscaler.fleet.node import FleetView
+from autoscaler.fleet.node import FleetView, Node
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import TeamPolicy
 
 _DEFAULT_CATALOG = default_catalog()
+_LEFT_SERVICE = frozenset({NodeState.DRAINED, NodeState.PROVISION_FAILED, NodeState.BOOTSTRAP_FAILED})
+T = TypeVar("T")
 
 
 def decide(
@@ -59,10 +64,12 @@ class _Decision:
     def __init__(self, policies: dict[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot,
                  now: datetime, catalog: Catalog, settings: EngineSettings):
         self.now, self.settings, self.policies = now, settings, policies
+        self.snapshot = snapshot
         self.prices = Prices(catalog, snapshot, now)
         self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices,
                                                      survey=partial(survey, now=now))
-        self.ledger = Ledger(policies, settings)
+        self.unserved = snapshot.unserved
+        self.ledger = Ledger(policies, settings, snapshot.cluster_quotas)
         self.ledger.count_existing(self.contexts)
         for node in self.orphans:
             self.ledger.count_orphans(self.prices.node_gpus(node), self.prices.node_hourly(node))
@@ -72,24 +79,62 @@ class _Decision:
         self.blocked: dict[str, int] = {}
 
     def run(self) -> Plan:
-        growth = {c.key: self._scale_up(c) for c in self.contexts}
+        growth = {c.key: self._isolated([c], "scale-up", self._scale_up, c) or Growth()
+                  for c in self.contexts}
         for ctx in self.contexts:
-            self._scale_down(ctx, growth[ctx.key])
+            self._isolated([ctx], "scale-down", self._scale_down, ctx, growth[ctx.key])
         by_team: dict[str, list[PoolContext]] = {}
         for ctx in self.contexts:
             by_team.setdefault(ctx.team, []).append(ctx)
         for team in sorted(self.policies):
             team_ctxs = by_team.get(team, [])
-            self.actions += over_quota.candidates(
-                team_ctxs, self.ledger.teams[team], self.prices, self.now, self.budgets)
+            self._isolated(team_ctxs, "the team quota", self._over_quota, team, team_ctxs)
         if self.blocked and self.settings.preempt_lower_priority:
-            self.actions += preempt.reclaim(self.blocked, self.contexts, self.prices, self.now,
-                                            self.budgets)
+            blocked = [c for c in self.contexts if c.key in self.blocked]
+            self._isolated(blocked, "preemption", self._preempt)
         for ctx in self.contexts:
-            self._terminate(ctx, growth[ctx.key])
-            self._report_jobs(ctx)
+            self._isolated([ctx], "clean-up", self._terminate, ctx, growth[ctx.key])
+            self._isolated([ctx], "the job report", self._report_jobs, ctx)
         self._orphans()
-        return Plan(decided_at=self.now, actions=self.actions, pools=self._summaries(growth))
+        return Plan(decided_at=self.now, actions=self._without_failed(),
+                    pools=self._summaries(growth), unserved=self.unserved)
+
+    # -- per-pool isolation --------------------------------------------------------
+    def _isolated(self, ctxs: list[PoolContext], what: str, rule: Callable[..., T],
+                  *args: Any) -> T | None:
+        """Run one rule for ``ctxs``; if it raises, those pools get a Hold with the error
+        and no action this tick, and every other pool is decided as usual."""
+        live = [c for c in ctxs if c.error is None]
+        if not live and ctxs:
+            return None
+        mark = len(self.actions)
+        try:
+            return rule(*args)
+        except Exception as exc:
+            # What the failing rule added is not trusted. What it took from the quota
+            # ledger stays taken: the others are decided as if it had launched (safe side).
+            del self.actions[mark:]
+            for ctx in live:
+                ctx.error = rule_error(what, exc)
+            return None
+
+    def _without_failed(self) -> list[Action]:
+        failed = {c.key: c.error for c in self.contexts if c.error is not None}
+        out = [a for a in self.actions if a.pool not in failed]
+        out += [Hold(pool=key, what="all", reason=f"{key}: nothing decided for this pool this "
+                     f"tick (its nodes are kept as they are): {error}")
+                for key, error in failed.items()]
+        return out
+
+    def _over_quota(self, team: str, team_ctxs: list[PoolContext]) -> None:
+        ok = [c for c in team_ctxs if c.error is None]
+        self.actions += over_quota.candidates(ok, self.ledger.teams[team], self.prices,
+                                              self.now, self.budgets)
+
+    def _preempt(self) -> None:
+        ok = [c for c in self.contexts if c.error is None]
+        blocked = {k: v for k, v in self.blocked.items() if k in {c.key for c in ok}}
+        self.actions += preempt.reclaim(blocked, ok, self.prices, self.now, self.budgets)
 
     # -- scale-up ---------------------------------------------------------------
     def _scale_up(self, ctx: PoolContext) -> Growth:
@@ -209,6 +254,10 @@ class _Decision:
                         f"{format_duration(limit)}")))
 
     def _orphans(self) -> None:
+        """Nodes of pools no policy defines: kept unless drain_removed_pools, and even then
+        never on absence of evidence and never faster than the removed-pool budgets."""
+        frozen = self._orphans_frozen()
+        fleet_left = self.settings.removed_pool_drains_per_tick
         for key, group in groupby(self.orphans, key=lambda n: n.pool_key):
             nodes = list(group)
             if not self.settings.drain_removed_pools:
@@ -217,14 +266,47 @@ class _Decision:
                     reason=(f"{key}: no policy defines this pool any more; its {len(nodes)} node(s) "
                             "are kept until drain_removed_pools is enabled")))
                 continue
-            for node in nodes:
-                why = f"{key}: the pool's policy was removed and drain_removed_pools is on"
-                if node.state is NodeState.READY:
-                    self.actions.append(Drain(pool=key, node=node.name, trigger="pool-removed", reason=why))
-                elif node.state in IN_FLIGHT or node.state in (NodeState.DRAINED,
-                                                               NodeState.PROVISION_FAILED,
-                                                               NodeState.BOOTSTRAP_FAILED):
-                    self.actions.append(Terminate(pool=key, node=node.name, reason=why))
+            if frozen is not None:
+                self.actions.append(Hold(pool=key, what="scale-down", reason=(
+                    f"{key}: the pool's policy was removed, but its {len(nodes)} node(s) are "
+                    f"kept: {frozen}")))
+                continue
+            fleet_left -= self._drain_orphans(key, nodes, fleet_left)
+
+    def _orphans_frozen(self) -> str | None:
+        """Why no removed pool may lose a node this tick, or None."""
+        if not self.policies:
+            return ("no policy is loaded at all (an empty or unreadable policy directory is "
+                    "taken as a mistake, not as the removal of every team)")
+        if self.snapshot.missing:
+            return f"signals are missing ({', '.join(sorted(self.snapshot.missing))})"
+        return None
+
+    def _drain_orphans(self, key: str, nodes: list[Node], fleet_left: int) -> int:
+        """Drain/terminate within the pool's share and the fleet-wide count; returns the
+        removals used."""
+        why = f"{key}: the pool's policy was removed and drain_removed_pools is on"
+        leaving = sum(n.state is NodeState.DRAINING for n in nodes)
+        share = max(1, math.floor(len(nodes) * self.settings.removed_pool_drain_percent / 100))
+        left = min(share - leaving, fleet_left)
+        used, kept = 0, 0
+        for node in nodes:
+            removes = node.state is NodeState.READY or node.state in IN_FLIGHT
+            if removes and used >= left:
+                kept += 1
+                continue
+            if node.state is NodeState.READY:
+                self.actions.append(Drain(pool=key, node=node.name, trigger="pool-removed", reason=why))
+            elif node.state in IN_FLIGHT or node.state in _LEFT_SERVICE:
+                self.actions.append(Terminate(pool=key, node=node.name, reason=why))
+            used += removes
+        if kept:
+            self.actions.append(Hold(pool=key, what="scale-down", reason=(
+                f"{key}: {kept} node(s) of the removed pool wait: at most "
+                f"{self.settings.removed_pool_drain_percent}% of it drains at once "
+                f"({leaving} draining) and {self.settings.removed_pool_drains_per_tick} "
+                "removed-pool node(s) leave per tick fleet-wide")))
+        return used
 
     def _summaries(self, growth: dict[str, Growth]) -> dict[str, PoolSummary]:
         out = {}
@@ -238,6 +320,7 @@ class _Decision:
                 util_mean=ctx.util_mean(),
                 pending_gpus=growth[ctx.key].pending_gpus,
                 data_missing=ctx.data_missing,
+                error=ctx.error,
             )
         return out
 

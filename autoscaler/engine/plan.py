@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaler.engine.snapshot import UnservedJob
 from autoscaler.policy.models import Market
 
 
@@ -64,7 +65,7 @@ class Hold(_Action):
     """Nothing was done for ``what`` in this pool, and why (so nobody is surprised)."""
 
     kind: Literal["hold"] = "hold"
-    what: Literal["scale-up", "scale-down"]
+    what: Literal["scale-up", "scale-down", "all"]  # all: the pool's rules failed this tick
 
 
 class ReportJob(_Action):
@@ -104,6 +105,7 @@ class PoolSummary(BaseModel):
     util_mean: float | None = None
     pending_gpus: float = 0
     data_missing: str | None = None
+    error: str | None = Field(None, description="A rule raised: nothing decided for the pool.")
 
 
 class Plan(BaseModel):
@@ -112,6 +114,8 @@ class Plan(BaseModel):
     decided_at: datetime
     actions: list[Action] = Field(default_factory=list)
     pools: dict[str, PoolSummary] = Field(default_factory=dict)
+    unserved: list[UnservedJob] = Field(
+        default_factory=list, description="Pending jobs no pool's nodes could run: not bought for.")
 
     def changes(self) -> list[Action]:
         """Actions that change the fleet (everything but Hold and ReportJob)."""

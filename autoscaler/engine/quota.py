@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.snapshot import ClusterQuota
 from autoscaler.policy.models import TeamPolicy
 
 
@@ -42,17 +44,31 @@ class Allowance:
         return max(0, gpus), max(0.0, usd)
 
 
+def team_gpu_cap(team: str, policy: TeamPolicy,
+                 cluster: Mapping[str, ClusterQuota]) -> tuple[str, int | None]:
+    """The smaller of the policy's max_gpus and the cluster's quota, and a label that
+    says which one applies."""
+    mine, theirs = policy.quota.max_gpus, cluster.get(team)
+    if theirs is None:
+        return f"team {team}", mine
+    if mine is not None and mine <= theirs.max_gpus:
+        return f"team {team} (policy max_gpus {mine} <= {theirs.source} {theirs.max_gpus})", mine
+    return f"team {team} ({theirs.source})", theirs.max_gpus
+
+
 class Ledger:
-    def __init__(self, policies: dict[str, TeamPolicy], settings: EngineSettings):
+    def __init__(self, policies: dict[str, TeamPolicy], settings: EngineSettings,
+                 cluster_quotas: Mapping[str, ClusterQuota] | None = None):
+        caps = {t: team_gpu_cap(t, p, cluster_quotas or {}) for t, p in policies.items()}
         self.teams = {
-            t: Allowance(f"team {t}", p.quota.max_gpus, p.quota.max_hourly_usd)
+            t: Allowance(caps[t][0], caps[t][1], p.quota.max_hourly_usd)
             for t, p in policies.items()
         }
         self.fleet = Allowance("global", settings.max_gpus, settings.max_hourly_usd)
         # What stays after this tick's drains: a lowered quota is measured against this,
         # so an un-drain must fit here too or the quota rule would drain it right back.
         self.staying = {
-            t: Allowance(f"team {t}", p.quota.max_gpus, p.quota.max_hourly_usd)
+            t: Allowance(caps[t][0], caps[t][1], p.quota.max_hourly_usd)
             for t, p in policies.items()
         }
 

@@ -15,6 +15,12 @@ class EngineSettings(BaseModel):
         description="Drain nodes of pools whose policy was removed. Off by default so that a "
         "deleted or renamed file never drains a team by accident.",
     )
+    removed_pool_drain_percent: int = Field(
+        20, ge=0, le=100, description="With drain_removed_pools: the share of a removed pool's "
+        "nodes that may drain at once (at least 1), like a pool's max_draining_percent.")
+    removed_pool_drains_per_tick: int = Field(
+        10, ge=1, description="With drain_removed_pools: removed-pool nodes that may start "
+        "leaving per tick, fleet-wide.")
     preempt_lower_priority: bool = Field(
         True,
         description="When the global cap blocks a higher-priority team's pending jobs, drain "

@@ -78,6 +78,23 @@ class PendingJob(_Model):
     reason: str = "Resources"
     submitted_at: datetime | None = None
     gpu_model: str | None = Field(None, description="Required GPU model, e.g. V100 or T4.")
+    priority: int = Field(0, description="Kubernetes PriorityClass value: higher is placed first.")
+
+
+class UnservedJob(_Model):
+    """A pending job no pool's nodes could run: reported, never bought for."""
+
+    id: str
+    team: str | None = None
+    reason: str = Field(description="Why no pool serves it, pool by pool.")
+    constraint: str = Field(description="The first constraint that failed, e.g. a taint.")
+
+
+class ClusterQuota(_Model):
+    """A team's GPU limit as the cluster states it (Kubernetes ResourceQuota)."""
+
+    max_gpus: int = Field(ge=0)
+    source: str = Field(description="Where it comes from, e.g. 'ResourceQuota vision/gpus'.")
 
 
 class PoolObservation(_Model):
@@ -122,6 +139,10 @@ class Snapshot(_Model):
     missing: list[str] = Field(
         default_factory=list, description="Whole sources that could not be read this tick."
     )
+    unserved: list[UnservedJob] = Field(default_factory=list)
+    cluster_quotas: dict[str, ClusterQuota] = Field(
+        default_factory=dict, description="Team -> GPU limit read from the cluster "
+        "(pools with cluster.quota_from: resourcequota).")
 
 
 class DecisionInput(_Model):

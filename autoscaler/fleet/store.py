@@ -3,11 +3,15 @@
 Every state change goes through :meth:`FleetStore.transition`, which checks the lifecycle
 table and commits before returning, so callers write the new state *before* the side
 effect that follows it (DESIGN.md "Node lifecycle").
+
+With a fence (:meth:`FleetStore.set_fence`, the leader's lease token) every write checks,
+in its own transaction, that this instance still holds the lease with its epoch, and
+:meth:`FleetStore.fence` does the same check before a side effect (see fleet/lease.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +22,9 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autoscaler.engine.plan import Hold, Plan
+from autoscaler.fleet import lease
 from autoscaler.fleet.intents import drain_cooldown
+from autoscaler.fleet.lease import Fenced, LeaseToken
 from autoscaler.fleet.lifecycle import INITIAL, TERMINAL, NodeState, check_transition
 from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.fleet.tables import (
@@ -79,8 +85,10 @@ def make_engine(url: str) -> Engine:
 
 
 class FleetStore:
-    def __init__(self, url: str = DEFAULT_URL):
+    def __init__(self, url: str = DEFAULT_URL,
+                 fence: Callable[[], LeaseToken | None] | None = None):
         self.url = url
+        self._fence = fence
         self.engine = make_engine(url)
         try:
             Base.metadata.create_all(self.engine)
@@ -94,6 +102,27 @@ class FleetStore:
     def session(self) -> Iterator[Session]:
         with self._session.begin() as s:
             yield s
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        """A session for a write: fenced by the lease epoch when a fence is set."""
+        with self.session() as s:
+            if self._fence is not None:
+                lease.check(s, self._fence())
+            yield s
+
+    def set_fence(self, token: Callable[[], LeaseToken | None] | None) -> None:
+        """From now on every write needs ``token()`` to be the live lease (None: no fence)."""
+        self._fence = token
+
+    def fence(self) -> None:
+        """Raise :class:`Fenced` unless this instance holds the lease with its epoch.
+
+        Call it immediately before every side effect (apply, Ansible, drain step...):
+        without a fence (a single instance) it does nothing."""
+        if self._fence is not None:
+            with self.session() as s:
+                lease.check(s, self._fence())
 
     def close(self) -> None:
         self.engine.dispose()
@@ -154,12 +183,16 @@ class FleetStore:
         ``fleet.intents.cooldown_of`` decided for its action) restarts the pool's
         scale-up cooldown."""
         key = pool_key(team, pool)
-        with self.session() as s:
+        with self._write() as s:
             hist = s.get(PoolHistoryRow, key, with_for_update=True)
             if hist is None:
                 hist = PoolHistoryRow(pool=key, next_seq=1)
                 s.add(hist)
             seq = hist.next_seq
+            # "<team>-<pool>-<n>" can read the same for two pools (a-b/c and a/b-c): skip
+            # any name already held, so a name is never handed out twice (rows are kept).
+            while s.get(NodeRow, f"{team}-{pool}-{seq}") is not None:
+                seq += 1
             hist.next_seq = seq + 1
             if scale_up:
                 hist.last_scale_up_at = now
@@ -183,7 +216,7 @@ class FleetStore:
         bad = set(fields) - _NODE_FIELDS
         if bad:
             raise StoreError(f"unknown node fields {sorted(bad)}")
-        with self.session() as s:
+        with self._write() as s:
             row = s.get(NodeRow, name)
             if row is None:
                 raise UnknownNodeError(f"no node named {name!r} in the store")
@@ -214,7 +247,7 @@ class FleetStore:
         bad = set(fields) - _NODE_FIELDS
         if bad:
             raise StoreError(f"unknown node fields {sorted(bad)}")
-        with self.session() as s:
+        with self._write() as s:
             row = s.get(NodeRow, name)
             if row is None:
                 raise UnknownNodeError(f"no node named {name!r} in the store")
@@ -225,7 +258,7 @@ class FleetStore:
 
     def adopt_node(self, node: Node, reason: str, meta: dict[str, Any] | None = None) -> Node:
         """Insert a node found in the cloud but not in the store (reconciler adoption)."""
-        with self.session() as s:
+        with self._write() as s:
             if s.get(NodeRow, node.name) is not None:
                 raise StoreError(f"node {node.name} already exists")
             s.add(NodeRow(
@@ -250,7 +283,7 @@ class FleetStore:
 
     # -- plans, actions, audit ----------------------------------------------------------
     def record_plan(self, plan: Plan, *, dry_run: bool = False) -> int:
-        with self.session() as s:
+        with self._write() as s:
             row = PlanRow(decided_at=plan.decided_at, dry_run=dry_run,
                           body=plan.model_dump(mode="json"))
             s.add(row)
@@ -283,13 +316,13 @@ class FleetStore:
             return list(s.scalars(q))
 
     def set_action_status(self, action_id: int, status: str, now: datetime, detail: str = "") -> None:
-        with self.session() as s:
+        with self._write() as s:
             s.execute(update(ActionRow).where(ActionRow.id == action_id)
                       .values(status=status, detail=detail, updated_at=now))
 
     def audit(self, event_name: str, detail: str, now: datetime, *, actor: str = "autoscaler",
               pool: str | None = None, node: str | None = None) -> None:
-        with self.session() as s:
+        with self._write() as s:
             s.add(AuditRow(at=now, actor=actor, event=event_name, pool=pool, node=node,
                            detail=detail))
 
@@ -298,38 +331,23 @@ class FleetStore:
             q = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
             return list(reversed(list(s.scalars(q))))
 
-    # -- leader lease -------------------------------------------------------------------
-    def try_lease(self, name: str, holder: str, ttl: timedelta, now: datetime) -> int | None:
+    # -- leader lease (times are the database's, see fleet/lease.py) -----------------
+    def try_lease(self, name: str, holder: str, ttl: timedelta) -> int | None:
         """Take or renew the lease; returns the fencing epoch, or None if another holds it."""
         try:
             with self.session() as s:
-                row = s.get(LeaseRow, name, with_for_update=True)
-                if row is None:
-                    # No row to lock yet: two first-time callers may both insert; the
-                    # primary key lets exactly one win (the other sees IntegrityError).
-                    s.add(LeaseRow(name=name, holder=holder, expires_at=now + ttl, epoch=1))
-                    s.flush()
-                    return 1
-                return self._renew(row, holder, ttl, now)
+                return lease.take(s, name, holder, ttl)
         except IntegrityError:
             return None
 
-    @staticmethod
-    def _renew(row: LeaseRow, holder: str, ttl: timedelta, now: datetime) -> int | None:
-        if row.holder != holder and row.expires_at > now:
-            return None
-        if row.holder != holder:
-            row.epoch += 1
-            row.holder = holder
-        row.expires_at = now + ttl
-        return row.epoch
-
-    def release_lease(self, name: str, holder: str, now: datetime) -> None:
+    def release_lease(self, name: str, holder: str) -> None:
         with self.session() as s:
-            row = s.get(LeaseRow, name, with_for_update=True)
-            if row is not None and row.holder == holder:
-                row.expires_at = now
+            lease.release(s, name, holder)
 
     def lease(self, name: str) -> LeaseRow | None:
         with self.session() as s:
             return s.get(LeaseRow, name)
+
+
+__all__ = ["ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken", "StoreError",
+           "UnknownNodeError"]

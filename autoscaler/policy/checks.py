@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
 from autoscaler.catalog import Catalog
-from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.catalog.mig import layout_problems
+from autoscaler.catalog.regions import region_problem, zone_problem
+from autoscaler.policy.models import Pool, ScheduleEntry, TeamPolicy
 
 Problem = tuple[list[int | str], str]
+# A schedule must fire in every year: tried from starts spread over a leap cycle, so a
+# February 29th (or 30th) schedule is refused rather than failing in decide().
+_CRON_STARTS = tuple(datetime(2001 + half // 2, 1 + 6 * (half % 2), 1) for half in range(10))
+_YEAR = timedelta(days=366)
 # Node names are "<team>-<pool>-<suffix>" and must stay valid hostnames (63 characters).
 MAX_TEAM_POOL_CHARS = 52
 
@@ -52,12 +59,21 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
                    f"'{name}' is not a {pool.cloud.value} instance type in the catalog (known: {known})")
     if len(set(pool.instance_types)) != len(pool.instance_types):
         yield ["instance_types"], "instance types are listed more than once"
+    region = region_problem(pool.cloud.value, pool.region)
+    if region:
+        yield ["region"], region
     for j, zone in enumerate(pool.zones):
-        if pool.cloud.value == "aws" and not zone.startswith(pool.region):
-            yield ["zones", j], f"zone '{zone}' is not in region '{pool.region}'"
+        problem = zone_problem(pool.cloud.value, pool.region, zone)
+        if problem:
+            yield ["zones", j], problem
+    for name, value in (("window", pool.scale_up.window), ("idle_for", pool.scale_down.idle_for)):
+        if value < timedelta(seconds=1):
+            section = "scale_up" if name == "window" else "scale_down"
+            yield [section, name], f"{name} must be at least 1s (a window of no time has no samples)"
     for j, entry in enumerate(pool.schedule):
-        if not croniter.is_valid(entry.cron):
-            yield ["schedule", j, "cron"], f"'{entry.cron}' is not a valid 5-field cron expression"
+        cron = cron_problem(entry)
+        if cron:
+            yield ["schedule", j, "cron"], cron
         if entry.min_nodes > pool.max_nodes:
             yield (["schedule", j, "min_nodes"],
                    f"scheduled min_nodes ({entry.min_nodes}) is above max_nodes ({pool.max_nodes})")
@@ -67,7 +83,40 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
             ZoneInfo(entry.timezone)
         except (ZoneInfoNotFoundError, ValueError):
             yield ["schedule", j, "timezone"], f"unknown time zone '{entry.timezone}'"
+    if len(pool.schedule) > 50:
+        yield ["schedule"], "at most 50 schedule entries"
     if pool.bootstrap.mig_profiles and pool.bootstrap.sharing != "mig":
         yield ["bootstrap", "mig_profiles"], "mig_profiles is only used with sharing: mig"
     if pool.bootstrap.sharing == "mig" and not pool.bootstrap.mig_profiles:
         yield ["bootstrap", "mig_profiles"], "sharing: mig needs at least one MIG profile, e.g. ['3g.20gb']"
+    elif pool.bootstrap.sharing == "mig":
+        yield from _check_mig(pool, catalog)
+    if pool.cluster.quota_from == "resourcequota" and pool.cluster.kind != "kubernetes":
+        yield ["cluster", "quota_from"], "quota_from: resourcequota needs cluster.kind: kubernetes"
+
+
+def _check_mig(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
+    """Every type of a MIG pool must have MIG and make the layout (one GPU's instances)."""
+    for j, name in enumerate(pool.instance_types):
+        if (pool.cloud.value, name) not in catalog:
+            continue  # reported above
+        itype = catalog.get(pool.cloud.value, name)
+        for why in layout_problems(itype.gpu_model, itype.gpu_memory_gib,
+                                   list(pool.bootstrap.mig_profiles)):
+            yield ["instance_types", j], f"sharing: mig on {name}: {why}"
+
+
+def cron_problem(entry: ScheduleEntry) -> str | None:
+    """Why the engine could not use this cron, or None."""
+    if len(entry.cron.split()) != 5 or not croniter.is_valid(entry.cron):
+        return (f"'{entry.cron}' is not a valid 5-field cron expression "
+                "(minute hour day-of-month month day-of-week)")
+    try:
+        for start in _CRON_STARTS:
+            fire: datetime = croniter(entry.cron, start).get_next(datetime)
+            if fire - start > _YEAR:
+                return (f"'{entry.cron}' does not fire in every year (next after {start:%Y-%m-%d} "
+                        f"is {fire:%Y-%m-%d}); a schedule must fire at least once a year")
+    except (ValueError, KeyError, OverflowError) as exc:  # croniter's CroniterError is a ValueError
+        return f"'{entry.cron}' never fires within a year ({type(exc).__name__})"
+    return None

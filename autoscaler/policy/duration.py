@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 from typing import Annotated, Any
@@ -11,6 +12,10 @@ from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 PATTERN = r"^(\d+(\.\d+)?(ms|s|m|h|d|w))+$"
+# Longest duration anywhere in a policy or config: a year (and a day). Longer values are
+# typos, and would overflow datetime arithmetic in the engine.
+MAX = timedelta(days=366)
+_MAX_TEXT = 64
 
 
 def parse_duration(value: Any) -> timedelta:
@@ -20,11 +25,13 @@ def parse_duration(value: Any) -> timedelta:
     if isinstance(value, bool):
         raise ValueError("a duration like '90s', '15m' or '48h' is expected, not a boolean")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return timedelta(seconds=value)
+        if not math.isfinite(value) or value < 0:
+            raise ValueError("a duration cannot be negative, infinite or NaN")
+        return _bounded(float(value), value)
     if not isinstance(value, str):
         raise ValueError("a duration like '90s', '15m' or '48h' is expected")
+    if len(value) > _MAX_TEXT:
+        raise ValueError(f"a duration is at most {_MAX_TEXT} characters")
     text = value.strip().lower()
     pos, total = 0, 0.0
     for match in _PART.finditer(text):
@@ -36,7 +43,14 @@ def parse_duration(value: Any) -> timedelta:
         raise ValueError(
             f"{value!r} is not a duration; write a number and a unit, e.g. '90s', '15m', '48h', '1h30m'"
         )
-    return timedelta(seconds=total)
+    return _bounded(total, value)
+
+
+def _bounded(seconds: float, given: Any) -> timedelta:
+    if not seconds <= MAX.total_seconds():  # also false for inf and NaN
+        raise ValueError(f"{given!r} is longer than the longest allowed duration "
+                         f"({MAX.days}d)")
+    return timedelta(seconds=seconds)
 
 
 def format_duration(value: timedelta) -> str:

@@ -14,16 +14,34 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from autoscaler.policy.duration import Duration
+from autoscaler.policy.syntax import (
+    CronText,
+    CudaVersion,
+    DriverBranch,
+    Labels,
+    PartitionName,
+    RegionName,
+    Signal,
+    Taint,
+    TimeZoneName,
+    ZoneName,
+)
 
 API_VERSION = "gpu-autoscaler/v1"
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,38}$"
 # Team and pool names become Terraform map keys, Slurm node names and hostnames.
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 Percent = Annotated[float, Field(ge=0, le=100)]
+InstanceTypeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")]
+# Pool sizes are bounded so that sums and products of them stay ordinary numbers.
+MAX_NODES = 10_000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    # strict: a policy says what it means (no "5" -> 5, no 1 -> true); finite numbers only.
+    # Enum fields stay lax so their YAML strings (``aws``, ``high``) are read as members.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False, strict=True,
+                              allow_inf_nan=False)
 
 
 class Priority(StrEnum):
@@ -48,12 +66,14 @@ class Market(StrEnum):
 
 
 class Quota(_Strict):
-    max_gpus: int | None = Field(None, ge=0, description="GPUs the team may hold at once.")
-    max_hourly_usd: float | None = Field(None, ge=0, description="$/h the team may spend.")
+    max_gpus: int | None = Field(None, ge=0, le=1_000_000,
+                                 description="GPUs the team may hold at once.")
+    max_hourly_usd: float | None = Field(None, ge=0, le=10_000_000,
+                                         description="$/h the team may spend.")
 
 
 class Capacity(_Strict):
-    on_demand_base: int = Field(0, ge=0, description="First N nodes of the pool are on-demand.")
+    on_demand_base: int = Field(0, ge=0, le=MAX_NODES, description="First N nodes of the pool are on-demand.")
     spot_percent: Percent = Field(70, description="Share of nodes above the base that are spot.")
     spot_fallback: Literal["on-demand", "none"] = Field(
         "on-demand", description="What to launch when no spot offering is available."
@@ -81,7 +101,7 @@ class ScaleUp(_Strict):
     cooldown: Duration = Field(
         timedelta(minutes=3), description="Minimum time between utilization-driven scale-ups."
     )
-    max_step: int = Field(4, ge=1, description="Most nodes launched in one tick for this pool.")
+    max_step: int = Field(4, ge=1, le=MAX_NODES, description="Most nodes launched in one tick for this pool.")
 
 
 class ScaleDown(_Strict):
@@ -92,7 +112,7 @@ class ScaleDown(_Strict):
     )
     drain_timeout: Duration = timedelta(minutes=30)
     max_draining_percent: Percent = 20
-    checkpoint_signal: str = Field(
+    checkpoint_signal: Signal = Field(
         "USR1", description="Signal sent to jobs still running at drain_timeout before requeue."
     )
     checkpoint_grace: Duration = timedelta(minutes=2)
@@ -127,44 +147,62 @@ class Health(_Strict):
 
 
 class ScheduleEntry(_Strict):
-    cron: str = Field(description="Standard 5-field cron, evaluated in UTC unless timezone is set.")
-    min_nodes: int = Field(ge=0)
+    cron: CronText = Field(
+        description="Standard 5-field cron, evaluated in UTC unless timezone is set.")
+    min_nodes: int = Field(ge=0, le=MAX_NODES)
     duration: Duration
-    timezone: str = "UTC"
+    timezone: TimeZoneName = "UTC"
 
 
 class MpsSettings(_Strict):
     active_thread_percentage: Percent = 100
-    pinned_device_mem_limit_mib: int | None = Field(None, ge=1)
+    pinned_device_mem_limit_mib: int | None = Field(None, ge=1, le=10_000_000)
 
 
 class Bootstrap(_Strict):
-    driver: str = Field("550", description="NVIDIA driver branch.")
-    cuda: str = "12.4"
+    driver: DriverBranch = Field("550", description="NVIDIA driver branch.")
+    cuda: CudaVersion = "12.4"
     sharing: Literal["none", "mig", "mps", "time-slicing"] = "none"
     mig_profiles: list[str] = Field(default_factory=list, description="e.g. ['3g.20gb', '3g.20gb']")
     mps: MpsSettings = MpsSettings()
-    time_slicing_replicas: int = Field(4, ge=2)
+    time_slicing_replicas: int = Field(4, ge=2, le=64)
     container_runtime: Literal["containerd", "docker"] = "containerd"
-    dcgm_diag_level: Literal[1, 2, 3] = 1
+    dcgm_diag_level: int = Field(1, ge=1, le=3, description="dcgmi diag -r level.")
     timeout: Duration = timedelta(minutes=30)
 
 
 class Cluster(_Strict):
     kind: Literal["slurm", "kubernetes", "none"] = "none"
-    partition: str = "gpu"
-    labels: dict[str, str] = Field(default_factory=dict)
+    partition: PartitionName = "gpu"
+    labels: Labels = Field(default_factory=dict)
+    taints: list[Taint] = Field(
+        default_factory=list, description="Kubernetes: taints the pool's nodes register with, "
+        "'key=value:Effect' (NoSchedule, PreferNoSchedule, NoExecute); pending pods must "
+        "tolerate them to count as demand.")
+    quota_from: Literal["policy", "resourcequota"] = Field(
+        "policy", description="Kubernetes: 'resourcequota' also caps the team's max_gpus at the "
+        "nvidia.com/gpu hard limit of its namespaces' ResourceQuotas (the smaller one applies).")
+
+    def taint_triples(self) -> list[tuple[str, str, str]]:
+        """(key, value, effect) of each taint; value '' when the taint has none."""
+        out = []
+        for taint in self.taints:
+            head, _, effect = taint.rpartition(":")
+            key, _, value = head.partition("=")
+            out.append((key, value, effect))
+        return out
 
 
 class Pool(_Strict):
     name: Name
-    cloud: Cloud
-    region: str = Field(min_length=1)
-    zones: list[str] = Field(default_factory=list, description="Empty: any zone of the region.")
-    instance_types: list[str] = Field(min_length=1)
+    cloud: Annotated[Cloud, Field(strict=False)]
+    region: RegionName
+    zones: list[ZoneName] = Field(default_factory=list,
+                                  description="Empty: any zone of the region.")
+    instance_types: list[InstanceTypeName] = Field(min_length=1)
     capacity: Capacity = Capacity()
-    min_nodes: int = Field(0, ge=0)
-    max_nodes: int = Field(ge=0)
+    min_nodes: int = Field(0, ge=0, le=MAX_NODES)
+    max_nodes: int = Field(ge=0, le=MAX_NODES)
     scale_up: ScaleUp = ScaleUp()
     scale_down: ScaleDown = ScaleDown()
     lifetime: Lifetime = Lifetime()
@@ -177,7 +215,7 @@ class Pool(_Strict):
 class TeamPolicy(_Strict):
     apiVersion: Literal["gpu-autoscaler/v1"] = "gpu-autoscaler/v1"
     team: Name
-    priority: Priority = Priority.MEDIUM
+    priority: Annotated[Priority, Field(strict=False)] = Priority.MEDIUM
     quota: Quota = Quota()
     pools: list[Pool] = Field(min_length=1)
 

@@ -16,12 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
-from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from autoscaler.policy.errors import PolicyError
 from autoscaler.policy.locate import format_path, locate
 from autoscaler.policy.models import NAME_PATTERN
+from autoscaler.policy.untrusted import MAX_BYTES, decode, shape_problem
 
+MAX_READ = MAX_BYTES + 1
 _NAME_HINT = (
     "must start with a lowercase letter and use only a-z, 0-9 and '-', at most 39 characters "
     "(it becomes a Terraform key and a hostname)"
@@ -31,16 +33,45 @@ _NAME_HINT = (
 def read_yaml(path: Path) -> tuple[Any, list[PolicyError]]:
     """The round-trip document (with positions), or the error that stops reading it."""
     name = str(path)
+    try:
+        with open(path, "rb") as fh:  # one byte past the cap is enough to refuse it
+            data = fh.read(MAX_READ)
+    except OSError as exc:
+        return None, [PolicyError(name, 1, 1, "", f"cannot read file: {exc.strerror}")]
+    text, refused = decode(data)
+    if refused is not None or text is None:
+        line, col, reason = refused or (1, 1, "unreadable")
+        return None, [PolicyError(name, line, col, "", reason)]
+    doc, errors = parse_yaml(name, text)
+    if errors:
+        return None, errors
+    shape = shape_problem(doc)
+    if shape is not None:
+        return None, [PolicyError(name, *locate(doc, shape[0]), format_path(shape[0]), shape[1])]
+    return doc, []
+
+
+def parse_yaml(name: str, text: str) -> tuple[Any, list[PolicyError]]:
+    """Parse already-checked text; every parser failure becomes a positioned error."""
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
     try:
-        return yaml.load(Path(path).read_text()), []
+        return yaml.load(text), []
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         return None, [PolicyError(name, line, col, "", f"not valid YAML: {exc.problem}")]
-    except OSError as exc:
-        return None, [PolicyError(name, 1, 1, "", f"cannot read file: {exc.strerror}")]
+    except RecursionError:
+        return None, [PolicyError(name, 1, 1, "", "not valid YAML: nested too deeply")]
+    except (YAMLError, ValueError, TypeError, OverflowError) as exc:
+        # ruamel raises a few unmarked errors (reader errors, bad timestamps or numbers);
+        # the text is untrusted, so none of them may escape as a traceback.
+        return None, [PolicyError(name, 1, 1, "", f"not valid YAML: {_first_line(exc)}")]
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
 
 
 def validation_errors(name: str, doc: Any, exc: ValidationError,
@@ -66,8 +97,16 @@ def message(err: Any, root: type[BaseModel]) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == NAME_PATTERN:
-        return f"{err['input']!r} {_NAME_HINT}"
+        return f"{_shown(err['input'])} {_NAME_HINT}"
+    if kind == "string_pattern_mismatch":
+        return f"{_shown(err['input'])} does not match {err['ctx']['pattern']}"
     return str(err["msg"]).removeprefix("Value error, ")
+
+
+def _shown(value: Any) -> str:
+    """A refused value as it may be printed: quoted, escaped, and short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _unwrap(annotation: Any) -> Any:

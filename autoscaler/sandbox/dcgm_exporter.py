@@ -53,6 +53,13 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
     ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "Total number of single-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
+     "Number of remapped rows for correctable errors"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
+     "Number of remapped rows for uncorrectable errors"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
     ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons."),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
@@ -75,6 +82,7 @@ class NodeSpec:
     gpu_util: dict[int, float] = field(default_factory=dict)
     temperature: float | None = None
     xid: dict[int, int] = field(default_factory=dict)
+    ecc: dict[int, tuple[int, int]] = field(default_factory=dict)  # gpu -> (single, double)
     throttle: int = 0
     dropout: bool = False
 
@@ -140,6 +148,14 @@ class SyntheticDcgm:
             for spec in self._select(node):
                 spec.xid[gpu] = xid
 
+    def inject_ecc(self, node: str, gpu: int = 0, single: int = 0, double: int = 1) -> None:
+        """Add ECC errors to a GPU's volatile counters; each double-bit error also remaps
+        a row (uncorrectable), as an A100/H100 does."""
+        with self._lock:
+            for spec in self._select(node):
+                sbe, dbe = spec.ecc.get(gpu, (0, 0))
+                spec.ecc[gpu] = (sbe + single, dbe + double)
+
     def set_throttle(self, reasons: int, node: str | None = None) -> None:
         with self._lock:
             for spec in self._select(node):
@@ -165,7 +181,8 @@ class SyntheticDcgm:
     def state(self) -> dict[str, Any]:
         with self._lock:
             return {n: {"gpus": s.gpus, "model": s.model, "util": s.util, "dropout": s.dropout,
-                        "temperature": s.temperature, "xid": s.xid, "throttle": s.throttle}
+                        "temperature": s.temperature, "xid": s.xid, "throttle": s.throttle,
+                        "ecc": s.ecc}
                     for n, s in self._nodes.items()}
 
     def render(self, node: str | None = None) -> str | None:
@@ -202,6 +219,7 @@ def _gpu_values(spec: NodeSpec, gpu: int, util: float) -> dict[str, float]:
     used = round(300 + (total - 800) * util / 100)
     temp = spec.temperature if spec.temperature is not None else round(34 + util * 0.4)
     power = round(40 + util * 2.1, 3)
+    sbe, dbe = spec.ecc.get(gpu, (0, 0))
     return {
         "DCGM_FI_DEV_SM_CLOCK": 1380 if util > 0 else 135,
         "DCGM_FI_DEV_MEM_CLOCK": 877,
@@ -215,6 +233,11 @@ def _gpu_values(spec: NodeSpec, gpu: int, util: float) -> dict[str, float]:
         "DCGM_FI_DEV_ENC_UTIL": 0,
         "DCGM_FI_DEV_DEC_UTIL": 0,
         "DCGM_FI_DEV_XID_ERRORS": spec.xid.get(gpu, 0),
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": sbe,
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": dbe,
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": dbe,
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
         "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": spec.throttle,
         "DCGM_FI_DEV_FB_FREE": total - used - 300,
         "DCGM_FI_DEV_FB_USED": used,
@@ -273,6 +296,8 @@ def _control(dcgm: SyntheticDcgm, verb: str, body: dict[str, Any]) -> dict[str, 
         "remove": lambda: _remove(dcgm, body),
         "temperature": lambda: dcgm.set_temperature(body.get("celsius"), node),
         "xid": lambda: dcgm.inject_xid(str(node), int(body.get("gpu", 0)), int(body.get("xid", 79))),
+        "ecc": lambda: dcgm.inject_ecc(str(node), int(body.get("gpu", 0)), int(body.get("single", 0)),
+                                       int(body.get("double", 1))),
         "throttle": lambda: dcgm.set_throttle(int(body.get("reasons", THERMAL_THROTTLE)), node),
         "dropout": lambda: dcgm.set_dropout(str(node), bool(body.get("on", True))),
     }
@@ -393,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m autoscaler.sandbox.dcgm_exporter",
         description="Synthetic dcgm-exporter: /metrics, /metrics/<node>, POST /control/<verb> "
-        "(util, add, remove, temperature, xid, throttle, dropout), GET /control/state.",
+        "(util, add, remove, temperature, xid, ecc, throttle, dropout), GET /control/state.",
     )
     parser.add_argument("--port", type=int, default=9400)
     parser.add_argument("--nodes", nargs="*", default=[], help="Node names served at start.")

@@ -16,22 +16,32 @@ def timestamp(at: datetime | None = None) -> str:
     return (at or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _meta(name: str, labels: dict[str, str], version: str, at: datetime | None = None,
+def _meta(name: str, labels: dict[str, str], at: datetime | None = None,
           namespace: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "uid": str(uuid.uuid4()), "labels": dict(labels),
-                            "resourceVersion": version, "creationTimestamp": timestamp(at)}
+                            "creationTimestamp": timestamp(at)}
     if namespace is not None:
         meta["namespace"] = namespace
     return meta
 
 
-def node_object(name: str, gpus: int, labels: dict[str, str], ready: bool,
-                unschedulable: bool, version: str) -> dict[str, Any]:
-    resources = {"cpu": "8", "memory": "32Gi", "pods": "110", GPU: str(gpus)}
+def _taint(text: str) -> dict[str, str]:
+    """``key=value:Effect`` or ``key:Effect`` as a Node spec taint."""
+    head, _, effect = text.rpartition(":")
+    key, _, value = head.partition("=")
+    return {"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect}
+
+
+def node_object(name: str, gpu_resources: dict[str, str], labels: dict[str, str], ready: bool,
+                unschedulable: bool, taints: list[str]) -> dict[str, Any]:
+    resources = {"cpu": "8", "memory": "32Gi", "pods": "110", **gpu_resources}
+    spec: dict[str, Any] = {"unschedulable": unschedulable}
+    if taints:
+        spec["taints"] = [_taint(t) for t in taints]
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": _meta(name, {"kubernetes.io/hostname": name, **labels}, version),
-        "spec": {"unschedulable": unschedulable},
+        "metadata": _meta(name, {"kubernetes.io/hostname": name, **labels}),
+        "spec": spec,
         "status": {
             "capacity": dict(resources), "allocatable": dict(resources),
             "conditions": [{"type": "Ready", "status": "True" if ready else "False",
@@ -44,10 +54,13 @@ def node_object(name: str, gpus: int, labels: dict[str, str], ready: bool,
 def pod_object(name: str, namespace: str, node: str | None, gpus: float, phase: str | None,
                unschedulable: bool, labels: dict[str, str], node_selector: dict[str, str],
                affinity: dict[str, Any] | None, created_at: datetime,
-               version: str) -> dict[str, Any]:
+               resources: dict[str, int] | None = None) -> dict[str, Any]:
     gpu = str(int(gpus)) if float(gpus).is_integer() else str(gpus)
-    requests = {"cpu": "1", GPU: gpu} if gpus else {"cpu": "1"}
-    limits = {GPU: gpu} if gpus else {}
+    if resources is not None:  # named GPU resources, e.g. {"nvidia.com/mig-1g.10gb": 2}
+        limits = {k: str(v) for k, v in resources.items()}
+    else:
+        limits = {GPU: gpu} if gpus else {}
+    requests = {"cpu": "1", **limits}
     spec: dict[str, Any] = {
         "containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
                         "resources": {"requests": requests, "limits": limits}}],
@@ -64,11 +77,11 @@ def pod_object(name: str, namespace: str, node: str | None, gpus: float, phase: 
     elif unschedulable:
         status["conditions"] = [{
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": f"0/1 nodes are available: 1 Insufficient {GPU}.",
+            "message": f"0/1 nodes are available: 1 Insufficient {next(iter(limits), GPU)}.",
             "lastTransitionTime": timestamp(created_at),
         }]
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": _meta(name, labels, version, created_at, namespace),
+            "metadata": _meta(name, labels, created_at, namespace),
             "spec": spec, "status": status}
 
 

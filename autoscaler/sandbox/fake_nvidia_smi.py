@@ -1,10 +1,20 @@
-"""A fake ``nvidia-smi`` for SSH test hosts, which have no GPUs.
+"""A fake NVIDIA stack for sandbox nodes, which have no GPUs: ``nvidia-smi``, device files
+and a driver that loads at boot once nouveau is blacklisted.
 
-The sandbox and the tests put it on a host (``/usr/bin/nvidia-smi`` in the host's private
-filesystem) so the roles' GPU detection and health check run for real against a chosen
-GPU inventory. The roles never ship it. It answers ``--query-gpu=a,b,...
---format=csv[,noheader][,nounits]`` and ``-L``; anything else exits 0 silently, like a
-no-op setting change.
+The sandbox places ``node_files()`` in a node's overlay before it boots, so the roles' GPU
+detection, driver check, reboot decision, health check and Slurm gres run for real against
+a chosen GPU inventory. The roles never ship any of it.
+
+* ``/usr/bin/nvidia-smi`` answers ``--query-gpu=a,b,... --format=csv[,noheader][,nounits]``
+  and ``-L``; anything else exits 0 silently, like a no-op setting change. Until the driver
+  is loaded it fails the way the real one does (exit 9, "couldn't communicate with the
+  NVIDIA driver").
+* The "driver" loads at boot (a oneshot unit touching ``LOADED_FLAG`` under /run) only when
+  ``/etc/modprobe.d/blacklist-nouveau.conf`` exists, as on a GPU instance where nouveau
+  holds the GPUs until the node reboots with the blacklist: the nvidia_driver role's reboot
+  path is needed on a fresh node and not afterwards.
+* ``/dev/nvidia0..N-1`` are links to /dev/null made at every boot (systemd-tmpfiles), the
+  device files Slurm's gres.conf names.
 """
 
 from __future__ import annotations
@@ -12,7 +22,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from autoscaler.sandbox.ssh_hosts import NodeFile
+
 INSTALL_PATH = "/usr/bin/nvidia-smi"
+LOADED_FLAG = "/run/gpu-autoscaler-fake-nvidia/loaded"
+DEVICE_PREFIX = "/dev/nvidia"
+DRIVER_UNIT = "gpu-autoscaler-fake-nvidia-driver.service"
 
 
 @dataclass(frozen=True)
@@ -25,8 +40,12 @@ class FakeGpu:
 
 _SCRIPT = '''#!/usr/bin/python3
 """Fake nvidia-smi placed by gpu-autoscaler's sandbox (no real GPU here)."""
-import json, sys
+import json, os, sys
 GPUS = json.loads(%(gpus)r)
+if not os.path.exists(%(flag)r):
+    print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+          "Make sure that the latest NVIDIA driver is installed and running.")
+    sys.exit(9)
 
 def field(i, gpu, key):
     return {
@@ -57,4 +76,31 @@ elif "-L" in args:
 def script(gpus: list[FakeGpu]) -> str:
     """The executable text of a fake nvidia-smi reporting ``gpus``."""
     data = json.dumps([g.__dict__ for g in gpus])
-    return _SCRIPT % {"gpus": data}
+    return _SCRIPT % {"gpus": data, "flag": LOADED_FLAG}
+
+
+_DRIVER_UNIT = f"""[Unit]
+Description=Fake NVIDIA driver of gpu-autoscaler's sandbox (loads when nouveau is blacklisted)
+ConditionPathExists=/etc/modprobe.d/blacklist-nouveau.conf
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'mkdir -p {LOADED_FLAG.rsplit("/", 1)[0]} && touch {LOADED_FLAG}'
+RemainAfterExit=yes
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def node_files(gpus: list[FakeGpu]) -> list[NodeFile]:
+    """What the sandbox places in a node's overlay for ``gpus`` (see the module text)."""
+    devices = "".join(f"L+ {DEVICE_PREFIX}{i} - - - - /dev/null\n" for i in range(len(gpus)))
+    unit = f"/etc/systemd/system/{DRIVER_UNIT}"
+    return [
+        NodeFile(INSTALL_PATH, script(gpus), 0o755),
+        NodeFile("/etc/tmpfiles.d/gpu-autoscaler-fake-nvidia.conf", devices),
+        NodeFile(unit, _DRIVER_UNIT),
+        NodeFile(f"/etc/systemd/system/multi-user.target.wants/{DRIVER_UNIT}", f"../{DRIVER_UNIT}",
+                 link=True),
+    ]

@@ -1,14 +1,16 @@
-"""Sandbox GPU nodes: SSH test hosts with fake GPUs that join a real Slurm cluster.
+"""Sandbox GPU nodes: booted test hosts with fake GPUs that join a real Slurm cluster.
 
-What the sandbox, the playbook tests and the bootstrap benchmark give the Ansible
-actuator instead of cloud instances. The hosts are ``SshHosts`` (network namespaces, own
-filesystem); each gets a fake ``nvidia-smi`` reporting its GPUs; the cluster is a
-``SlurmCluster`` whose ``slurm.conf`` declares every host as a remote node at its namespace
-address, with the controller on the shared address 169.254.77.254 (RECIPES.md).
+What the playbook tests and the bootstrap benchmark give the Ansible actuator instead of
+cloud instances. The hosts are ``SshHosts`` (the node image booted with systemd, one
+container per node in its network namespace); each gets the fake NVIDIA stack of
+``fake_nvidia_smi`` for its GPUs and its host name in its overlay, as a cloud instance
+gets its name at first boot; the cluster is a ``SlurmCluster`` whose ``slurm.conf``
+declares every host as a remote node at its namespace address, with the controller on the
+shared address 169.254.77.254 (RECIPES.md).
 
 ``ansible_settings()`` and ``secrets()`` are what the actuator needs to bootstrap them:
-the roles' ``direct`` service manager (no systemd in the hosts), tasks needing NVIDIA
-hardware or third-party repositories skipped, the cluster's slurm.conf and munge key.
+tasks needing NVIDIA hardware or third-party repositories skipped, the cluster's
+slurm.conf and munge key.
 """
 
 from __future__ import annotations
@@ -23,10 +25,9 @@ from typing import Any
 
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.fleet.node import Node
-from autoscaler.sandbox import fake_nvidia_smi
-from autoscaler.sandbox.fake_nvidia_smi import FakeGpu
+from autoscaler.sandbox.fake_nvidia_smi import FakeGpu, node_files
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
-from autoscaler.sandbox.ssh_hosts import SshHosts
+from autoscaler.sandbox.ssh_hosts import NodeFile, SshHosts
 
 CONTROLLER_ADDRESS = "169.254.77.254"
 SANDBOX_SKIP_TAGS = ("gpu-hardware", "external-repo")
@@ -75,16 +76,14 @@ class SandboxGpuNodes:
         self.slurm_nodes = list(self.gpus) if slurm_nodes is None else list(slurm_nodes)
         self.controller = controller
         self.slurm_dir = self.workdir / "slurm"
+        files = {name: [*node_files(g), NodeFile("/etc/hostname", f"{name}\n")]
+                 for name, g in self.gpus.items()}
         self.hosts = SshHosts(list(self.gpus), self.workdir / "hosts", routes=[controller],
-                              # Each host runs its own munged on the socket path slurm.conf
-                              # names: it must not see the controller's socket and lock.
-                              hidden=[self.slurm_dir / "munge-run"],
-                              binds=[self.slurm_dir / "log"])
+                              files=files)
         self.cluster: SlurmCluster | None = None
         self._stack = contextlib.ExitStack()
 
     def start(self) -> SandboxGpuNodes:
-        (self.slurm_dir / "log").mkdir(parents=True, exist_ok=True)
         try:
             self._stack.enter_context(self.hosts)
             specs = [SlurmNodeSpec(name, gpus=self.declared.get(name, len(g)),
@@ -93,8 +92,6 @@ class SandboxGpuNodes:
                      for name, g in self.gpus.items() if name in self.slurm_nodes]
             self.cluster = self._stack.enter_context(
                 SlurmCluster(self.slurm_dir, specs, controller_addr=self.controller))
-            for name in self.gpus:
-                self._prepare(name)
         except BaseException:
             self.stop()
             raise
@@ -110,14 +107,6 @@ class SandboxGpuNodes:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def _prepare(self, name: str) -> None:
-        self.hosts.write_file(name, fake_nvidia_smi.INSTALL_PATH,
-                              fake_nvidia_smi.script(self.gpus[name]), 0o755)
-        # munged insists every directory above its socket is executable by all; pytest's
-        # temporary root is 0700. Changed in the host's private view only.
-        ancestors = [str(p) for p in self.slurm_dir.parents if str(p) != "/"]
-        self.hosts.run(name, ["chmod", "a+x", *ancestors])
-
     def _cluster(self) -> SlurmCluster:
         if self.cluster is None:
             raise RuntimeError("SandboxGpuNodes is not started")
@@ -130,10 +119,7 @@ class SandboxGpuNodes:
     def ansible_settings(self, runs_dir: Path, **overrides: Any) -> AnsibleSettings:
         cluster = self._cluster()
         extra_vars: dict[str, object] = {
-            "gpu_node_service_manager": "direct",
             "cluster_join_slurm_conf_src": str(cluster.slurm_conf),
-            "cluster_join_gpu_device_prefix":
-                f"{cluster.dev_dir}/{{{{ inventory_hostname }}}}/nvidia",
             **overrides.pop("extra_vars", {}),
         }
         base: dict[str, Any] = {

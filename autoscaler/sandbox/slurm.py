@@ -266,10 +266,11 @@ class SlurmCluster:
     def submit(self, command: str = "sleep 300", gpus: int = 1, gpu_type: str | None = None,
                partition: str | None = None, nodelist: str | None = None,
                name: str = "sandbox-job", extra: Sequence[str] = ()) -> str:
-        """``sbatch --wrap`` a job; returns its id."""
+        """``sbatch --wrap`` a job; returns its id. It runs in /tmp of its node: booted
+        sandbox nodes have their own filesystem and no shared one."""
         gres = f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
-        argv = ["sbatch", "--parsable", f"--job-name={name}", f"--chdir={self.jobs_dir}",
-                f"--output={self.jobs_dir}/%j.out", "--ntasks=1", "--cpus-per-task=1",
+        argv = ["sbatch", "--parsable", f"--job-name={name}", "--chdir=/tmp",
+                "--output=/tmp/slurm-%j.out", "--ntasks=1", "--cpus-per-task=1",
                 "--mem=100"]
         if gpus:
             argv.append(f"--gres={gres}")

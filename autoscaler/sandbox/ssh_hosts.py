@@ -1,60 +1,67 @@
-"""SSH test hosts in network namespaces, for running the real playbook over real SSH.
+"""SSH test hosts: one booted minimal Debian 12 container per node, in its own network namespace.
 
-Each host (RECIPES.md, "SSH test hosts for Ansible") is:
+Each host (RECIPES.md, "Booted test hosts") is what a cloud instance is to the roles:
 
 * a network namespace with a veth pair in 169.254.77.0/24 (``netns.py``), the whole range
   blackholed on the machine first so nothing can leave if a veth is missing;
-* an *anchor* process living in that namespace plus private UTS and mount namespaces: it
-  sets the hostname to the node name, mounts an overlay of ``/`` whose upper layer is a
-  private tmpfs, binds /proc, /sys, /dev, a fresh /run and a clean /root into it, chroots
-  there and sleeps. The host's filesystem lives as long as the anchor, so roles writing
-  /etc/... never touch the real machine, and sshd can be stopped and started again
-  without losing what the play wrote;
-* sshd (port 2222, its own host key, key-only root login) started inside the anchor's
-  namespaces and root with ``nsenter``, never ``ip netns exec`` (that remounts /sys and
-  services started over SSH, e.g. slurmd, would find no /sys/fs/cgroup).
+* the sandbox's node image (``node_image.py``, the "baked AMI") booted by
+  ``systemd-nspawn --boot`` with systemd as PID 1, joined to that namespace, through a
+  private overlay whose upper layer is ``<workdir>/<name>/upper``: everything the play
+  writes lands there, the image stays clean, and nothing comes from this machine's own
+  root filesystem (host files nspawn would copy in, resolv.conf and the time zone, are off);
+* sshd as the image's ``ssh.service`` on ``port``, with the host's own key and the client's
+  authorized key: both, and any ``files`` the caller passes (a fake nvidia-smi, fake GPU
+  device links), are placed into the upper layer before the first boot.
 
-Teardown stops every process left in each namespace by PID, deletes namespaces and veths,
-and removes the blackhole route only if this object added it.
+``systemctl reboot`` inside a host makes nspawn exit with status 133; a watcher thread
+boots the same overlay again, as a VM reboots. Teardown stops each container by its nspawn
+PID (SIGTERM is an orderly poweroff, SIGKILL after a deadline), kills whatever is left in
+its namespace, deletes namespaces, veths and overlays, and removes the blackhole route only
+if this object added it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from autoscaler.sandbox import netns
+from autoscaler.sandbox import netns, node_image
 from autoscaler.sandbox.procs import ManagedProcess, ProcessError, port_open, wait_until
 
+log = logging.getLogger(__name__)
 SSH_PORT = 2222
 SSH_USER = "root"
-START_TIMEOUT_S = 20.0
+BOOT_TIMEOUT_S = 120.0  # systemd reaches ssh.service in ~5 s alone; many boots share 2 cores
+STOP_TIMEOUT_S = 20.0
+REBOOT_STATUS = 133  # systemd-nspawn's exit status when the container asked for a reboot
+NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root", "LANG": "C.UTF-8"}
 
-SSHD_CONFIG = """\
+SSHD_DROPIN = """\
+# Placed by gpu-autoscaler's sandbox: key-only root login on the sandbox's SSH port.
 Port {port}
-ListenAddress {address}
-HostKey {host_key}
-PidFile none
-UsePAM no
-StrictModes no
 PermitRootLogin prohibit-password
+# No PAM: a logind session per connection costs every Ansible task dearly.
+UsePAM no
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
-AuthorizedKeysFile {authorized_keys}
+HostKey /etc/ssh/ssh_host_ed25519_key
 UseDNS no
 PrintMotd no
 MaxStartups 200
 MaxSessions 100
-Subsystem sftp internal-sftp
 """
 
 
@@ -62,13 +69,26 @@ class SshHostError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class NodeFile:
+    """A file the sandbox places in a node's overlay before it boots (absolute node path);
+    with ``link`` a symbolic link whose target is ``content`` (e.g. enabling a unit)."""
+
+    path: str
+    content: str
+    mode: int = 0o644
+    link: bool = False
+
+
 @dataclass
 class SshHost:
     name: str
     slot: netns.Slot
     directory: Path
-    anchor: ManagedProcess | None = None
-    sshd: ManagedProcess | None = None
+    node: ManagedProcess | None = None  # the systemd-nspawn process
+    boots: int = 0
+    booted_at: float = 0.0  # monotonic time nspawn was last started
+    boot_seconds: float | None = None  # first boot: nspawn started -> sshd answering
     reachable: bool = True
 
     @property
@@ -76,17 +96,8 @@ class SshHost:
         return self.slot.ns_address
 
     @property
-    def home(self) -> Path:
-        return self.directory / "home"
-
-
-@dataclass
-class _Keys:
-    private_key: Path
-    public_key: Path = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.public_key = self.private_key.with_suffix(".pub")
+    def upper(self) -> Path:
+        return self.directory / "upper"
 
 
 def _keygen(path: Path) -> None:
@@ -95,77 +106,78 @@ def _keygen(path: Path) -> None:
 
 
 class SshHosts:
-    """N SSH test hosts; use as a context manager or call ``start()``/``stop()``.
+    """N booted SSH test hosts; use as a context manager or call ``start()``/``stop()``.
 
-    ``binds``: directories of the real machine bound read-write at the same path inside
-    every host (e.g. a Slurm cluster's log directory). ``hidden``: directories of the real
-    machine each host sees empty instead (e.g. the controller's munge socket directory, whose
-    socket and lock a host's own munged must not trip over). ``routes``: extra addresses
-    routed from each namespace to the machine (e.g. the shared controller address).
+    ``routes``: extra addresses routed from each namespace to the machine (e.g. the shared
+    controller address slurmd reaches slurmctld on). ``files``: per host name, files placed
+    in its overlay before it boots.
     """
 
     def __init__(self, names: Sequence[str], workdir: Path, *, port: int = SSH_PORT,
-                 binds: Iterable[Path] = (), hidden: Iterable[Path] = (),
-                 routes: Iterable[str] = (), overlay_size: str = "512m"):
+                 routes: Iterable[str] = (),
+                 files: Mapping[str, Sequence[NodeFile]] | None = None):
         if len(set(names)) != len(names) or not names:
             raise SshHostError(f"host names must be unique and non-empty: {list(names)}")
         self.names = list(names)
         self.workdir = Path(workdir).resolve()
         self.port = port
         self.user = SSH_USER
-        self.binds = [Path(b).resolve() for b in binds]
-        self.hidden = [Path(h).resolve() for h in hidden]
         self.routes = list(routes)
-        self.overlay_size = overlay_size
+        self.files = {n: list(f) for n, f in (files or {}).items()}
         self.hosts: dict[str, SshHost] = {}
-        self._keys = _Keys(self.workdir / "client_key")
+        self.image: Path | None = None
         self._added_route = False
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     # ---- public API -------------------------------------------------------------------
 
     @property
     def private_key(self) -> Path:
-        return self._keys.private_key
+        return self.workdir / "client_key"
 
     def address_of(self, name: str) -> str:
         """The resolver seam: node name -> the address Ansible connects to."""
         return self._host(name).address
 
-    def netns_path(self, name: str) -> Path:
-        return self._host(name).slot.netns_path
-
-    def host_side_address(self, name: str) -> str:
-        """The machine's end of this host's veth (what the host sees as its gateway)."""
-        return self._host(name).slot.host_address
-
-    def anchor_pid(self, name: str) -> int:
-        anchor = self._host(name).anchor
-        if anchor is None or not anchor.alive():
-            raise SshHostError(f"host {name} is not running")
-        return anchor.pid
+    def host_key(self, name: str) -> str:
+        """The host's public SSH key (``ssh-ed25519 AAAA...``), for a known_hosts line."""
+        return (self._host(name).directory / "ssh_host_ed25519_key.pub").read_text().strip()
 
     def start(self) -> SshHosts:
+        node_image.check_requirements()
+        self.image = node_image.ensure_image(self.workdir / "node-image-build.log")
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not self.private_key.exists():
             _keygen(self.private_key)
         try:
             self._create_namespaces()
             for host in self.hosts.values():
-                self._prepare_files(host)
-                self._start_anchor(host)
-                self.start_sshd(host.name)  # waits until sshd answers
+                self._prepare_overlay(host)
+                self._boot(host)
+            for host in self.hosts.values():  # booted in parallel, waited for in turn
+                self._wait_ssh(host)
+                host.boot_seconds = time.monotonic() - host.booted_at
         except BaseException:
             self.stop()
             raise
+        self._watcher = threading.Thread(target=self._watch, name="ssh-hosts-reboots", daemon=True)
+        self._watcher.start()
         return self
 
     def stop(self) -> None:
-        for host in self.hosts.values():
-            self._stop_host(host)
-        if self._added_route:
-            netns.remove_unreachable_route()
-            self._added_route = False
-        self.hosts.clear()
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+            self._watcher = None
+        with self._lock:
+            for host in self.hosts.values():
+                self._stop_host(host)
+            if self._added_route:
+                netns.remove_unreachable_route()
+                self._added_route = False
+            self.hosts.clear()
 
     def __enter__(self) -> SshHosts:
         return self.start()
@@ -174,23 +186,22 @@ class SshHosts:
                  tb: TracebackType | None) -> None:
         self.stop()
 
+    def node_pid(self, name: str) -> int:
+        """PID of the host's systemd-nspawn (what teardown and crash cleanup stop)."""
+        node = self._host(name).node
+        if node is None or not node.alive():
+            raise SshHostError(f"host {name} is not running")
+        return node.pid
+
+    def boots(self, name: str) -> int:
+        return self._host(name).boots
+
     def stop_sshd(self, name: str) -> None:
-        host = self._host(name)
-        if host.sshd is not None:
-            host.sshd.stop()
-            host.sshd = None
+        self.run(name, ["systemctl", "stop", "ssh.service"])
 
     def start_sshd(self, name: str) -> None:
-        host = self._host(name)
-        if host.sshd is not None and host.sshd.alive():
-            return
-        cfg = host.directory / "sshd_config"
-        host.sshd = ManagedProcess(
-            f"sshd-{name}", [*self._enter_argv(host), "/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)],
-            host.directory / "sshd.log")
-        if host.reachable:
-            wait_until(lambda: port_open(host.address, self.port), START_TIMEOUT_S,
-                       f"sshd of {name}", proc=host.sshd)
+        self.run(name, ["systemctl", "start", "ssh.service"])
+        self._wait_ssh(self._host(name))
 
     def set_reachable(self, name: str, reachable: bool) -> None:
         """Link down: connections fail at once with 'no route to host'; state is kept."""
@@ -203,19 +214,27 @@ class SshHosts:
                 netns.add_ns_route(host.slot, dest)
         host.reachable = reachable
 
+    def wait_booted(self, name: str, boots: int, timeout: float = BOOT_TIMEOUT_S) -> None:
+        """Until the host has booted ``boots`` times and answers SSH again (after a reboot)."""
+        host = self._host(name)
+        wait_until(lambda: host.boots >= boots and port_open(host.address, self.port), timeout,
+                   f"{name} booted {boots} times")
+
     def run(self, name: str, argv: Sequence[str], *, input_text: str | None = None,
             timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run a command inside the host's view (namespaces and overlay root)."""
-        host = self._host(name)
-        proc = subprocess.run([*self._enter_argv(host), *argv], input=input_text,
-                              capture_output=True, text=True, timeout=timeout)
+        """Run a command inside the booted host (its namespaces and root), as root."""
+        leader = self._leader(self._host(name))
+        enter = ["nsenter", f"--target={leader}", "--mount", "--uts", "--ipc", "--net", "--pid",
+                 "--root", "--wd"]
+        proc = subprocess.run([*enter, *argv], input=input_text, capture_output=True, text=True,
+                              timeout=timeout, env=NODE_ENV)
         if check and proc.returncode != 0:
             raise SshHostError(f"{name}: {shlex.join(argv)} exited {proc.returncode}: "
                                f"{proc.stderr.strip()}")
         return proc
 
     def write_file(self, name: str, path: str, content: str, mode: int = 0o644) -> None:
-        """Write a file in the host's private filesystem (e.g. a fake nvidia-smi)."""
+        """Write a file in a running host's filesystem (e.g. a fake kubeadm)."""
         script = f"mkdir -p {shlex.quote(os.path.dirname(path))} && cat > {shlex.quote(path)}" \
                  f" && chmod {mode:o} {shlex.quote(path)}"
         self.run(name, ["/bin/sh", "-c", script], input_text=content)
@@ -240,72 +259,122 @@ class SshHosts:
                 for dest in self.routes:
                     netns.add_ns_route(slot, dest)
 
-    def _prepare_files(self, host: SshHost) -> None:
-        (host.home / ".ssh").mkdir(parents=True, exist_ok=True, mode=0o700)
-        authorized = host.home / ".ssh" / "authorized_keys"
-        authorized.write_text(self._keys.public_key.read_text())
-        authorized.chmod(0o600)
-        host_key = host.directory / "ssh_host_ed25519_key"
-        if not host_key.exists():
-            _keygen(host_key)
-        (host.directory / "sshd_config").write_text(SSHD_CONFIG.format(
-            port=self.port, address=host.address, host_key=host_key,
-            authorized_keys=authorized))
-
-    def _anchor_script(self, host: SshHost) -> str:
-        q = shlex.quote
-        layer = q(str(host.directory / "layer"))
-        root = f"{layer}/root"
-        lines = [
-            "set -e",
-            f"hostname {q(host.name)}",
-            f"mkdir -p {layer}",
-            f"mount -t tmpfs -o mode=755,size={q(self.overlay_size)} tmpfs {layer}",
-            f"mkdir {layer}/upper {layer}/work {root}",
-            f"mount -t overlay overlay -o lowerdir=/,upperdir={layer}/upper,workdir={layer}/work"
-            f" {root}",
-            f"mount --rbind /proc {root}/proc",
-            f"mount --rbind /sys {root}/sys",
-            f"mount --rbind /dev {root}/dev",
-            f"mount -t tmpfs -o mode=755,size=64m tmpfs {root}/run",
-            f"mkdir -m 755 {root}/run/sshd",
-            f"mount --bind {q(str(host.home))} {root}/root",
+    def _prepare_overlay(self, host: SshHost) -> None:
+        """Host key, authorized key, sshd drop-in and the caller's files, in the upper layer."""
+        host.directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(host.upper, ignore_errors=True)  # a fresh machine every start
+        host.upper.mkdir(mode=0o755)
+        key = host.directory / "ssh_host_ed25519_key"
+        if not key.exists():
+            _keygen(key)
+        files = [
+            NodeFile("/etc/ssh/ssh_host_ed25519_key", key.read_text(), 0o600),
+            NodeFile("/etc/ssh/ssh_host_ed25519_key.pub", key.with_suffix(".pub").read_text()),
+            NodeFile("/etc/ssh/sshd_config.d/gpu-autoscaler-sandbox.conf",
+                     SSHD_DROPIN.format(port=self.port), 0o644),
+            NodeFile("/root/.ssh/authorized_keys",
+                     self.private_key.with_suffix(".pub").read_text(), 0o600),
+            *self.files.get(host.name, []),
         ]
-        for path in [host.directory, *self.binds]:
-            lines += [f"mkdir -p {q(root + str(path))}",
-                      f"mount --bind {q(str(path))} {q(root + str(path))}"]
-        for path in self.hidden:
-            lines += [f"mkdir -p {q(root + str(path))}",
-                      f"mount -t tmpfs -o mode=755,size=16m tmpfs {q(root + str(path))}"]
-        lines.append(f"exec chroot {root} /bin/sleep infinity")
-        return "\n".join(lines)
+        for item in files:
+            self._place(host, item)
 
-    def _start_anchor(self, host: SshHost) -> None:
-        host.anchor = ManagedProcess(
-            f"anchor-{host.name}",
-            ["nsenter", f"--net={host.slot.netns_path}", "unshare", "--uts", "--mount",
-             "--propagation", "private", "/bin/sh", "-c", self._anchor_script(host)],
-            host.directory / "anchor.log")
-        # The anchor execs `sleep` once its mounts are ready: its root then differs from ours.
-        wait_until(lambda: os.readlink(f"/proc/{host.anchor.pid}/root") != "/",  # type: ignore[union-attr]
-                   START_TIMEOUT_S, f"filesystem view of {host.name}", proc=host.anchor)
+    def _place(self, host: SshHost, item: NodeFile) -> None:
+        if not item.path.startswith("/") or ".." in item.path.split("/"):
+            raise SshHostError(f"node file path must be absolute and plain: {item.path!r}")
+        target = host.upper / item.path.lstrip("/")
+        self._make_parents(host, Path(item.path).parent)
+        if item.link:
+            target.symlink_to(item.content)
+            return
+        target.write_text(item.content)
+        target.chmod(item.mode)
 
-    def _enter_argv(self, host: SshHost) -> list[str]:
-        pid = self.anchor_pid(host.name)
-        return ["nsenter", f"--target={pid}", "--mount", "--uts", "--net", "--root", "--wd"]
+    def _make_parents(self, host: SshHost, path: Path) -> None:
+        """Directories in the upper layer mask the image's: give them the image's modes
+        (/root stays 0700, /etc 0755), or 0755 for directories the image lacks."""
+        if self.image is None:
+            raise SshHostError("the node image is not ready")
+        for part in [*reversed(path.parents[:-1]), path] if str(path) != "/" else []:
+            upper = host.upper / str(part).lstrip("/")
+            if upper.is_dir():
+                continue
+            lower = self.image / str(part).lstrip("/")
+            mode = lower.stat().st_mode & 0o7777 if lower.is_dir() else 0o755
+            upper.mkdir()
+            upper.chmod(mode)
+
+    def _boot(self, host: SshHost) -> None:
+        if self.image is None:
+            raise SshHostError("the node image is not ready")
+        argv = ["systemd-nspawn", "--quiet", f"--directory={self.image}",
+                f"--overlay={self.image}:{host.upper}:/", "--register=no", "--keep-unit",
+                "--boot", f"--network-namespace-path={host.slot.netns_path}",
+                f"--machine={host.name}", "--resolv-conf=off", "--timezone=off",
+                "--link-journal=no"]
+        host.booted_at = time.monotonic()
+        host.node = ManagedProcess(f"node-{host.name}", argv, host.directory / "console.log")
+        host.boots += 1
+
+    def _wait_ssh(self, host: SshHost) -> None:
+        if host.reachable:
+            wait_until(lambda: port_open(host.address, self.port), BOOT_TIMEOUT_S,
+                       f"sshd of {host.name}", proc=host.node)
+
+    def _leader(self, host: SshHost) -> int:
+        """The container's PID 1: nspawn's child in another PID namespace."""
+        node = host.node
+        if node is None or not node.alive():
+            raise SshHostError(f"host {host.name} is not running")
+        ours = os.readlink(f"/proc/{node.pid}/ns/pid")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for pid in _children(node.pid):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/ns/pid") != ours:
+                        return pid
+            time.sleep(0.1)
+        raise SshHostError(f"host {host.name}: no container init under nspawn {node.pid}")
+
+    def _watch(self) -> None:
+        """Boot a host again when its systemd asked for a reboot (nspawn exit 133)."""
+        while not self._stopping.wait(0.5):
+            with self._lock:
+                for host in self.hosts.values():
+                    if self._stopping.is_set() or host.node is None or host.node.alive():
+                        continue
+                    status = host.node.returncode()
+                    host.node.stop()
+                    host.node = None
+                    if status == REBOOT_STATUS:
+                        log.info("sandbox: %s rebooted; booting its overlay again", host.name)
+                        self._boot(host)
+                    else:
+                        log.warning("sandbox: %s powered off (nspawn exit %s)", host.name, status)
 
     def _stop_host(self, host: SshHost) -> None:
-        for proc in (host.sshd, host.anchor):
-            if proc is not None:
-                with contextlib.suppress(ProcessError, OSError, subprocess.SubprocessError):
-                    proc.stop(timeout=5)
-        host.sshd = host.anchor = None
+        if host.node is not None:
+            with contextlib.suppress(ProcessError, OSError, subprocess.SubprocessError):
+                host.node.stop(timeout=STOP_TIMEOUT_S)
+        host.node = None
         _kill_pids(netns.pids_in(host.slot))
         netns.delete(host.slot)
+        shutil.rmtree(host.upper, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if stat.rpartition(")")[2].split()[1] == str(pid):
+                    out.append(int(entry))
+    return out
 
 
 def _kill_pids(pids: list[int], timeout: float = 5.0) -> None:
-    """Stop what the play started inside a namespace (slurmd, munged): TERM, then KILL."""
+    """Stop what is left in a namespace (a container nspawn lost): TERM, then KILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):

@@ -27,7 +27,7 @@ from typing import Any
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox import netns
+from autoscaler.sandbox import netns, node_image
 from autoscaler.sandbox.dcgm_exporter import DcgmExporterServer, ExporterControl, SyntheticDcgm
 from autoscaler.sandbox.dcgm_scenarios import Constant
 from autoscaler.sandbox.moto_server import SANDBOX_ENV, MotoSandbox
@@ -54,9 +54,18 @@ class SandboxError(RuntimeError):
 
 
 def privileged() -> bool:
-    """Namespaces, routes and Slurm's daemons need root and the packages."""
-    tools = ("ip", "nsenter", "unshare", "/usr/sbin/sshd", "munged", "slurmctld", "slurmd")
-    return os.geteuid() == 0 and all(shutil.which(t) or os.path.exists(t) for t in tools)
+    """As root the sandbox runs Slurm and boots a test host per instance (unless told not to)."""
+    return os.geteuid() == 0
+
+
+def require_tools() -> None:
+    """Root without the packages is an error, never a quiet fallback to fewer components."""
+    tools = ("ip", "nsenter", "munged", "slurmctld", "slurmd", "scontrol")
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise SandboxError(f"missing {', '.join(missing)}: run ./scripts/install.sh "
+                           "(or `sandbox up --unprivileged` for no Slurm and no test hosts)")
+    node_image.check_requirements()
 
 
 @dataclass
@@ -101,6 +110,8 @@ class SandboxStack:
             self._start_exporter()
             self._start_prometheus()
             if self.privileged:
+                require_tools()
+                node_image.ensure_image(self.dir / "node-image-build.log")  # once, up front
                 self.state.added_route = netns.ensure_unreachable_route()
                 self._start_slurm()
             self._start_follower()
@@ -245,10 +256,6 @@ class SandboxStack:
             self.ec2(), self.exporter, self.address_file, self.catalog,
             hosts_dir=self.dir / "hosts" if self.privileged else None,
             routes=(CONTROLLER_ADDR,) if self.slurm is not None else (),
-            # Each host runs its own munged on the socket path slurm.conf names, so it must
-            # not see the controller's; its slurmd logs to the real log directory.
-            hidden=(self.slurm.munge_socket_dir,) if self.slurm is not None else (),
-            binds=(self.slurm.log_dir,) if self.slurm is not None else (),
             on_change=self._followed_changed,
             keep=self._keep_controller_address if self.slurm is not None else None).start()
 

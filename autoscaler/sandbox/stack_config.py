@@ -11,8 +11,8 @@ from ruamel.yaml import YAML
 
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.moto_server import MOTO_AMI
-from autoscaler.sandbox.targets import FAKE_DEV_PREFIX
 
 if TYPE_CHECKING:
     from autoscaler.sandbox.slurm import SlurmNodeSpec
@@ -59,8 +59,7 @@ def render_service_config(stack: SandboxStack) -> dict[str, Any]:
     opts, d, ep = stack.options, stack.dir, stack.state.endpoints
     regions = _regions(stack.policies)
     slurm_conf = ep.get("slurm_conf")
-    extra_vars: dict[str, Any] = {"gpu_node_service_manager": "direct",
-                                  "cluster_join_gpu_device_prefix": FAKE_DEV_PREFIX}
+    extra_vars: dict[str, Any] = {}
     signals: dict[str, Any] = {
         "prometheus": {"url": ep["prometheus"], "timeout": "3s"},
         "scheduler": ["slurm"] if slurm_conf else [],
@@ -85,7 +84,9 @@ def render_service_config(stack: SandboxStack) -> dict[str, Any]:
         "clouds": {"aws": {"regions": regions, "endpoint_url": ep["moto"]},
                    "market_prices": False},
         "terraform": {"workdir": str(d / "terraform"), "aws_endpoint": ep["moto"],
-                      "regions": {f"aws/{r}": {"ami": MOTO_AMI} for r in regions}},
+                      # Run by each node at its first boot (first_boot.py), as on EC2.
+                      "regions": {f"aws/{r}": {"ami": MOTO_AMI, "user_data": SANDBOX_USER_DATA}
+                                  for r in regions}},
         "ansible": ansible,
         "addresses": {"source": "file", "file": str(stack.address_file), "wait": "20s"},
         "http": {"listen": f"127.0.0.1:{opts.http_port}"},

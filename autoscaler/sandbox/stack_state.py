@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 from datetime import UTC, datetime
@@ -165,6 +166,10 @@ def cleanup(state_dir: Path, timeout: float = 10.0) -> list[str]:
         if (netns.NETNS_DIR / name).exists():
             remove_namespace(name)
             notes.append(f"removed namespace {name}")
+    # The test hosts' overlays (their containers are gone with their namespaces).
+    for upper in Path(state_dir).glob("hosts/*/upper"):
+        shutil.rmtree(upper, ignore_errors=True)
+        notes.append(f"removed overlay {upper}")
     if state.added_lo_address:
         remove_lo_address()
     if state.added_route:

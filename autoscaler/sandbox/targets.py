@@ -6,9 +6,10 @@ Terraform creates instances in moto; nothing real boots. This follower polls mot
 * adds a node named after the instance's ``node`` tag to the synthetic DCGM exporter, with
   the GPU count and model of its instance type (the exporter rewrites Prometheus' file_sd,
   so the node's metrics appear within a scrape or two);
-* when SSH hosts are enabled (root), creates an SSH test host in a network namespace for
-  it, with a fake ``nvidia-smi`` reporting the same GPUs and fake GPU device files for
-  Slurm's gres.conf;
+* when SSH hosts are enabled (root), boots a test host for it (``SshHosts``: the node
+  image with systemd, in its own network namespace), with the fake NVIDIA stack for the
+  same GPUs, its host name and its user_data (run once at first boot, as cloud-init does;
+  ``first_boot.py``) placed in its overlay before the first boot;
 * writes ``{node: address}`` to the address file the service's ``addresses: {source: file}``
   resolver reads. The address is the namespace host's, never moto's 172.31.x.x.
 
@@ -29,12 +30,12 @@ from typing import Any
 
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.clouds.base import MANAGED_TAG_KEY, MANAGED_TAG_VALUE
+from autoscaler.sandbox import first_boot
 from autoscaler.sandbox.dcgm_exporter import GPU_MODELS, ExporterControl
-from autoscaler.sandbox.fake_nvidia_smi import INSTALL_PATH, FakeGpu, script
+from autoscaler.sandbox.fake_nvidia_smi import FakeGpu, node_files
 from autoscaler.sandbox.moto_server import running_instances
 
 log = logging.getLogger(__name__)
-FAKE_DEV_PREFIX = "/opt/gpu-autoscaler-sandbox/dev/nvidia"
 
 
 @dataclass
@@ -61,13 +62,12 @@ class InstanceFollower:
 
     def __init__(self, ec2: Any, exporter: ExporterControl, address_file: Path, catalog: Catalog,
                  *, hosts_dir: Path | None = None, routes: tuple[str, ...] = (),
-                 binds: tuple[Path, ...] = (), hidden: tuple[Path, ...] = (),
                  on_change: Callable[[dict[str, Followed]], None] | None = None,
                  keep: Callable[[], None] | None = None, interval: float = 1.0):
         self.ec2, self.exporter, self.catalog = ec2, exporter, catalog
         self.address_file = Path(address_file)
         self.hosts_dir = hosts_dir
-        self.routes, self.binds, self.hidden = routes, binds, hidden
+        self.routes = routes
         self.on_change = on_change
         self.keep = keep  # run before every pass (e.g. re-add a shared address someone removed)
         self.interval = interval
@@ -129,26 +129,15 @@ class InstanceFollower:
                  item.instance_type, gpus, model, item.address or "no address")
 
     def _host(self, item: Followed) -> tuple[Any, str]:
-        from autoscaler.sandbox.ssh_hosts import SshHosts
+        from autoscaler.sandbox.ssh_hosts import NodeFile, SshHosts
 
         if self.hosts_dir is None:
             raise RuntimeError("SSH hosts are disabled")
-        hosts = SshHosts([item.node], self.hosts_dir, routes=self.routes, binds=self.binds,
-                         hidden=self.hidden).start()
-        try:
-            gpu = FakeGpu(name=GPU_MODELS[item.model][0], memory_mib=GPU_MODELS[item.model][1])
-            hosts.write_file(item.node, INSTALL_PATH, script([gpu] * item.gpus), mode=0o755)
-            links = " && ".join(f"ln -sf /dev/null {FAKE_DEV_PREFIX}{i}" for i in range(item.gpus))
-            hosts.run(item.node, ["/bin/sh", "-c", f"mkdir -p {os.path.dirname(FAKE_DEV_PREFIX)}"
-                                                   f" && {links}"])
-            # The host's munged (user munge) makes its socket in a hidden directory under the
-            # state dir: let it through the (maybe root-only) parents, in this host's view only.
-            parents = {str(p) for h in self.hidden for p in h.parents if str(p) != "/"}
-            if parents:
-                hosts.run(item.node, ["chmod", "a+x", *sorted(parents)])
-        except BaseException:
-            hosts.stop()
-            raise
+        gpu = FakeGpu(name=GPU_MODELS[item.model][0], memory_mib=GPU_MODELS[item.model][1])
+        files = [*node_files([gpu] * item.gpus), NodeFile("/etc/hostname", f"{item.node}\n"),
+                 *first_boot.node_files(first_boot.user_data_of(self.ec2, item.instance_id))]
+        hosts = SshHosts([item.node], self.hosts_dir, routes=self.routes,
+                         files={item.node: files}).start()
         return hosts, hosts.address_of(item.node)
 
     def _remove(self, item: Followed) -> None:

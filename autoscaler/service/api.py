@@ -5,9 +5,13 @@
 * ``GET /metrics``  Prometheus exposition of :class:`ServiceMetrics` (no token).
 * ``GET /status``   JSON: fleet, last plan with reasons, policy errors, leader, data.
 * ``GET /plan``     JSON: the last plan only.
+* ``GET /ui``       the status page for people (``ui.py``); ``POST /ui/login|logout``.
 
 ``/status`` and ``/plan`` need ``Authorization: Bearer <token>`` when a token is
-configured; without one the API refuses to listen anywhere but loopback.
+configured (an empty or missing value never matches); without one the API refuses to
+listen anywhere but loopback. Connections are served by
+:class:`~autoscaler.service.http_server.BoundedHTTPServer` (a fixed worker pool, silent
+connections hold no thread, socket timeouts, client disconnects are not errors).
 """
 
 from __future__ import annotations
@@ -19,12 +23,17 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from autoscaler.service import ui
+from autoscaler.service.http_server import CLIENT_GONE, BoundedHTTPServer
 from autoscaler.service.metrics import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
+
+
+MIN_TOKEN_LENGTH = 16  # shorter bearer tokens are refused (config load and here)
 
 
 class ApiError(RuntimeError):
@@ -43,6 +52,7 @@ class ApiHandlers:
     metrics: Callable[[], bytes]
     status: Callable[[], dict[str, Any]]
     plan: Callable[[], dict[str, Any] | None]
+    links: tuple[tuple[str, str], ...] = ()  # (title, url) of the dashboards /ui links to
 
 
 def is_loopback(host: str) -> bool:
@@ -82,17 +92,26 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
                 return True
             given = self.headers.get("Authorization", "")
             scheme, _, value = given.partition(" ")
-            if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
-                                                                  token.encode()):
+            value = value.strip()
+            if scheme.lower() == "bearer" and value and token and hmac.compare_digest(
+                    value.encode(), token.encode()):
                 return True
             self._json(401, {"error": "a bearer token is required"},
                        {"WWW-Authenticate": 'Bearer realm="gpu-autoscaler"'})
             return False
 
         def do_GET(self) -> None:
+            self._guarded(self._route)
+
+        def do_POST(self) -> None:
+            self._guarded(self._post)
+
+        def _guarded(self, route: Callable[[str], None]) -> None:
             path = self.path.split("?", 1)[0].rstrip("/") or "/"
             try:
-                self._route(path)
+                route(path)
+            except CLIENT_GONE as exc:  # the client left: nothing to answer, not an error
+                log.debug("http %s: client went away: %s", path, exc)
             except Exception:  # one bad request must not take the API down
                 log.exception("http %s failed", path)
                 self._json(500, {"error": "internal error (see the service log)"})
@@ -107,9 +126,24 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
             elif path in ("/status", "/plan"):
                 if self._authorized():
                     self._json(200, api.status() if path == "/status" else api.plan())
+            elif path == "/ui":
+                self._page(ui.get(self.headers, token, api.status, api.links))
             else:
                 self._json(404, {"error": "not found", "paths": ["/healthz", "/metrics",
                                                                  "/status", "/plan"]})
+
+        def _page(self, page: ui.Page) -> None:
+            self._send(page.code, page.body, page.ctype, page.headers)
+
+        def _post(self, path: str) -> None:
+            if path not in ("/ui/login", "/ui/logout"):
+                self._json(404, {"error": "not found"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if not 0 <= length <= ui.MAX_FORM:
+                self._json(413, {"error": "form too large"})
+                return
+            self._page(ui.post(path, self.rfile.read(length), token))
 
     return Handler
 
@@ -119,13 +153,16 @@ class ApiServer:
 
     def __init__(self, handlers: ApiHandlers, host: str = "127.0.0.1", port: int = 9464,
                  token: str | None = None):
+        token = token.strip() if token is not None else None  # the header value is stripped too
+        if token is not None and len(token) < MIN_TOKEN_LENGTH:
+            raise ApiError(f"refusing a bearer token of {len(token)} characters: it "
+                           f"must have at least {MIN_TOKEN_LENGTH} (an empty token file is a "
+                           "mistake, never 'no authentication')")
         if token is None and not is_loopback(host):
             raise ApiError(f"refusing to serve /status on {host} without a token: set "
                            "http.token_env or http.token_file, or listen on 127.0.0.1")
-        self._httpd = ThreadingHTTPServer((host, port), _handler(handlers, token))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.2,),
-                                        name="http-api", daemon=True)
+        self._httpd = BoundedHTTPServer((host, port), _handler(handlers, token))
+        self._thread = threading.Thread(target=self._httpd.serve, name="http-api", daemon=True)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -143,6 +180,5 @@ class ApiServer:
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._httpd.stop()
         self._thread.join(timeout=10)

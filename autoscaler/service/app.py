@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.fleet.store import FleetStore
 from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
-from autoscaler.service.config import ServiceConfig
+from autoscaler.service.config import HttpSettings, ServiceConfig
 from autoscaler.service.executor import Executor
 from autoscaler.service.interruptions import NoticeLoop
 from autoscaler.service.leader import Leadership
@@ -43,6 +46,14 @@ from autoscaler.service.status import build_status, plan_json
 log = logging.getLogger(__name__)
 HEALTH_FACTOR = 3  # healthy while the last tick is younger than 3 intervals
 STUCK_AFTER = timedelta(minutes=30)  # a tick running longer than this is unhealthy
+FAILED_TICKS = 3  # unhealthy after this many failed ticks in a row
+
+
+def dashboard_links(http: HttpSettings) -> tuple[tuple[str, str], ...]:
+    from autoscaler.dashboards.panels import DASHBOARDS
+    from autoscaler.service.ui import dashboard_links as links
+
+    return tuple(links(http.grafana_url, ((d.uid, d.title) for d in DASHBOARDS)))
 
 
 class ServiceError(RuntimeError):
@@ -63,11 +74,18 @@ class Service:
 
     # -- what the API serves ----------------------------------------------------------
     def health(self) -> Health:
+        health = self._liveness()
+        return Health(True, health.reason + self._troubles()) if health.ok else health
+
+    def _liveness(self) -> Health:
         interval = self.config.tick.interval.total_seconds()
         limit = HEALTH_FACTOR * interval
         now = time.monotonic()
         last = self.loop.state.last_tick_monotonic
         running = self._tick_started
+        failing = self._failing()
+        if failing is not None:
+            return Health(False, failing)
         if running is not None and now - running < STUCK_AFTER.total_seconds():
             # A long step (a Terraform apply) is progress, not a hang.
             return Health(True, f"tick in progress for {now - running:.0f}s")
@@ -81,6 +99,23 @@ class Service:
             return Health(True, f"last tick {age:.0f}s ago")
         return Health(False, f"last tick {age:.0f}s ago, more than {HEALTH_FACTOR} x the "
                       f"{interval:.0f}s interval")
+
+    def _failing(self) -> str | None:
+        """Ticks that run but fail are as dead as ticks that stopped."""
+        state = self.loop.state
+        if state.failed_in_a_row < FAILED_TICKS:
+            return None
+        return (f"the last {state.failed_in_a_row} ticks failed (limit {FAILED_TICKS}); last "
+                f"error in {state.last_error_stage}: {state.last_error}")
+
+    def _troubles(self) -> str:
+        """What is wrong but does not stop the service: said, not failed, by /healthz."""
+        state, errors = self.loop.state, self.loop.reloader.errors()
+        parts = [f"{len(errors)} policy problem(s), first: {errors[0]}" if errors else "",
+                 *(f"{pool}: {why}" for pool, why in sorted(state.pool_errors.items())),
+                 *(f"{pool}: LOST marking frozen" for pool in sorted(state.lost_frozen))]
+        said = "; ".join(p for p in parts if p)
+        return f"; {said}" if said else ""
 
     def status(self) -> dict[str, Any]:
         leader = dataclasses.asdict(self.leadership.info())
@@ -116,7 +151,7 @@ class Service:
         if not http.enabled:
             return None
         handlers = ApiHandlers(health=self.health, metrics=self.metrics.exposition,
-                               status=self.status, plan=self.plan)
+                               status=self.status, plan=self.plan, links=dashboard_links(http))
         self.api = ApiServer(handlers, http.host, http.port, http.token()).start()
         return self.api
 
@@ -169,6 +204,32 @@ class Service:
         self._closers = []
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as one line for a start-up error (the driver's own message first)."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
+
+
+def open_store(config: ServiceConfig) -> FleetStore:
+    """The store, or a :class:`ServiceError` saying in one line why it cannot be used: an
+    unreachable database, or a SQLite file the service could read but never write."""
+    where = config.store.display_url()
+    try:
+        store = FleetStore(config.store.resolved_url())
+    except (SQLAlchemyError, OSError) as exc:
+        raise ServiceError(f"cannot open the store {where}: {one_line(exc)}") from None
+    path = store.engine.url.database
+    if store.engine.url.get_backend_name() == "sqlite" and path and path != ":memory:":
+        # WAL writes a -wal and a -shm file beside the database: both need writing.
+        unwritable = [p for p in (Path(path), Path(path).resolve().parent)
+                      if not os.access(p, os.W_OK)]
+        if unwritable:
+            store.close()
+            raise ServiceError(f"cannot open the store {where}: {unwritable[0]} is not writable")
+    return store
+
+
 @dataclasses.dataclass
 class Overrides:
     """Components to use instead of the ones the config describes (tests, demo)."""
@@ -195,12 +256,14 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     o = overrides or Overrides()
     catalog = load_catalog(config.prices_file)
     markets = Markets(config, catalog)
-    store = o.store or FleetStore(config.store.resolved_url())
+    store = o.store or open_store(config)
     closers: list[Callable[[], None]] = [] if o.store else [store.close]
     reloader = PolicyReloader(config.policies_dir, catalog)
     signals = o.signals or build_signals(config, catalog, closers)
     prices = o.prices or build_prices(config, markets, clock)
-    leadership = Leadership(store, config.leader, clock)
+    leadership = Leadership(store, config.leader)
+    if leadership.enabled:  # every store write and side effect is fenced by the lease epoch
+        store.set_fence(leadership.token)
     executor, reconciler = o.executor, o.reconciler
     intake = None
     if executor is None and not dry_run:

@@ -9,6 +9,7 @@ file. The loader rejects anything that looks like an inline secret.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
@@ -22,8 +23,12 @@ from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.fleet.store import DEFAULT_URL
 from autoscaler.policy.duration import Duration
+from autoscaler.service.api import MIN_TOKEN_LENGTH, is_loopback
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.signals.config import SecretError, SignalsConfig, read_secret
+
+# libpq connection parameters that carry a secret (password, sslpassword); sslkey is a path
+_SECRET_QUERY = re.compile(r"(pass|secret|token)", re.IGNORECASE)
 
 
 class _Model(BaseModel):
@@ -58,7 +63,7 @@ class StoreSettings(_Model):
             url = make_url(value)
         except ArgumentError as exc:
             raise ValueError(f"not a database URL: {exc}") from None
-        if url.password:
+        if url.password or any(_SECRET_QUERY.search(k) for k in url.query):
             raise ValueError("the store URL holds a password: remove it and name an environment "
                              "variable in store.password_env (or use PGPASSWORD / ~/.pgpass)")
         if url.get_backend_name() not in ("sqlite", "postgresql"):
@@ -73,7 +78,12 @@ class StoreSettings(_Model):
         return make_url(self.url).set(password=password).render_as_string(hide_password=False)
 
     def display_url(self) -> str:
-        return make_url(self.url).render_as_string(hide_password=True)
+        """The URL for people: no password, secret-looking query values masked."""
+        url = make_url(self.url)
+        if any(_SECRET_QUERY.search(k) for k in url.query):
+            url = url.set(query={k: "redacted" if _SECRET_QUERY.search(k) else v
+                                 for k, v in url.query.items()})
+        return url.render_as_string(hide_password=True)
 
 
 class AwsCloudConfig(_Model):
@@ -130,6 +140,8 @@ class HttpSettings(_Model):
     token_env: str | None = Field(None, description="Environment variable with the bearer "
                                   "token that /status and /plan require.")
     token_file: Path | None = Field(None, description="File with the bearer token.")
+    grafana_url: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.:\[\]_-]+(/[A-Za-z0-9._~/-]*)?$",
+                                    description="Grafana base URL: /ui links to the dashboards there.")
 
     @model_validator(mode="after")
     def _check(self) -> HttpSettings:
@@ -149,16 +161,26 @@ class HttpSettings(_Model):
         return int(self.listen.rpartition(":")[2])
 
     def token(self) -> str | None:
-        """The bearer token, or None when /status is open (only allowed on loopback)."""
-        return read_secret(self.token_env, self.token_file, "http token")
+        """The bearer token, or None when /status is open (only allowed on loopback).
+
+        A token that is empty or short is refused: an empty token file must never mean
+        "anyone may read /status" (nor lift the loopback-only rule)."""
+        value = read_secret(self.token_env, self.token_file, "http token")
+        if value is not None and len(value.strip()) < MIN_TOKEN_LENGTH:
+            where = f"environment variable {self.token_env}" if self.token_env else str(self.token_file)
+            raise SecretError(f"{where} holds a token of {len(value.strip())} characters; at "
+                              f"least {MIN_TOKEN_LENGTH} are required")
+        return value
 
 
 class LeaderSettings(_Model):
     enabled: bool = Field(False, description="Take a lease in the store before acting; turn on "
-                          "when two instances share one PostgreSQL store.")
+                          "when two instances share one PostgreSQL store (and an S3 Terraform "
+                          "backend: both are required).")
     name: str = Field("gpu-autoscaler", description="Lease name (one per fleet).")
     ttl: Duration = Field(timedelta(seconds=30), description="A dead leader is replaced after this.")
-    holder: str | None = Field(None, description="Identity of this instance; default host:pid.")
+    holder: str | None = Field(None, description="Identity of this instance, unique per "
+                               "instance; default host:pid.")
 
     @field_validator("ttl")
     @classmethod
@@ -188,12 +210,23 @@ class ServiceConfig(_Model):
 
     @model_validator(mode="after")
     def _shared_store(self) -> ServiceConfig:
-        if self.leader.enabled and self.store.url.startswith("sqlite") and ":memory:" in self.store.url:
-            raise ValueError("leader.enabled needs a shared store, not sqlite :memory:")
+        # Two instances are safe only if both the lease (and its fence) and the Terraform
+        # state lock live where both see them; anything local gives each its own.
+        if not self.leader.enabled:
+            return self
+        if make_url(self.store.url).get_backend_name() != "postgresql":
+            raise ValueError("leader.enabled needs a PostgreSQL store shared by the instances "
+                             "(store.url: postgresql+psycopg://...): SQLite is one host's file, "
+                             "and its lease could not fence the other instance")
+        if self.terraform.backend.kind == "local":
+            raise ValueError("leader.enabled needs a shared Terraform backend (terraform.backend: "
+                             "{kind: s3, ...}): with local state each instance has its own state "
+                             "and lock, so a deposed leader's apply would not be stopped")
         return self
 
     def check_secrets(self) -> list[str]:
-        """Secrets named by the file that are not there (an error before the first tick)."""
+        """Secrets named by the file that are not there or unusable (an error before the
+        first tick), and an API that would serve /status beyond loopback without one."""
         problems = []
         for what, read in (("http token", self.http.token), ("store password",
                                                               self.store.resolved_url)):
@@ -201,6 +234,11 @@ class ServiceConfig(_Model):
                 read()
             except SecretError as exc:
                 problems.append(f"{what}: {exc}")
+        http = self.http
+        if (http.enabled and http.token_env is None and http.token_file is None
+                and not is_loopback(http.host)):
+            problems.append(f"http.listen is {http.listen}, not loopback, and no token is set: "
+                            "set http.token_env or http.token_file, or listen on 127.0.0.1")
         return problems
 
 

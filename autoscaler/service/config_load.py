@@ -23,11 +23,19 @@ from autoscaler.policy.locate import format_path, locate
 from autoscaler.policy.yaml_errors import read_yaml, validation_errors
 from autoscaler.service.config import ServiceConfig
 
-# Keys whose scalar value would be a secret. Names ending in _env/_file point at one instead.
+# Keys whose scalar value would be a secret (also header names such as X-Api-Key and
+# environment names such as SLURM_JWT or MUNGE_KEY). Names ending in _env/_file point at
+# one instead.
 _SECRET_KEY = re.compile(
-    r"(secret|password|passwd|access_?key|api_?key|token|credential|private_?key|authorization)",
-    re.IGNORECASE)
-_CLOUD_KEY = re.compile(r"(aws_|alibaba|aliyun|access_?key)", re.IGNORECASE)
+    r"(secret|password|passwd|pwd|access[-_]?key|api[-_]?key|token|credential|private[-_]?key"
+    r"|auth|cookie|session|munge|jwt|signature)", re.IGNORECASE)
+_CLOUD_KEY = re.compile(r"(aws_|alibaba|aliyun|access[-_]?key)", re.IGNORECASE)
+# Secrets recognised by their value wherever they are: a URL with user:password@, a URL
+# whose query string carries a secret-looking parameter, a JSON Web Token (Slurm's
+# auth/jwt, Kubernetes service account tokens).
+_URL_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@", re.IGNORECASE)
+_URL_QUERY = re.compile(r"^[a-z][a-z0-9+.-]*://[^?#\s]*\?(?P<query>[^#\s]*)", re.IGNORECASE)
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
 _POINTER_SUFFIXES = ("_env", "_file")
 # Mappings whose keys are variable names, not secrets (ansible.secret_env: {var: ENV_NAME}).
 _NAME_MAPS = {"secret_env"}
@@ -36,6 +44,9 @@ CLOUD_HINT = (
     "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or an instance role; "
     "ALIBABA_CLOUD_ACCESS_KEY_ID/ALIBABA_CLOUD_ACCESS_KEY_SECRET)"
 )
+_PATH_HINTS: dict[tuple[int | str, ...], str] = {
+    ("store", "url"): "remove it and name an environment variable in store.password_env "
+                      "(or use PGPASSWORD / ~/.pgpass)"}
 SECRET_HINT = (
     "secrets never go in the config file: name an environment variable (<key>_env) or a "
     "file (<key>_file) that holds it"
@@ -58,21 +69,41 @@ def _walk(node: Any, path: tuple[int | str, ...] = ()) -> Iterator[tuple[tuple[i
                 yield from _walk(value, (*path, str(key)))
     elif isinstance(node, list):
         for i, value in enumerate(node):
+            yield (*path, i), value
             yield from _walk(value, (*path, i))
 
 
+def secret_in_value(value: str) -> str | None:
+    """What kind of secret ``value`` visibly holds, or None (the value is never repeated)."""
+    if _URL_PASSWORD.search(value):
+        return "a URL with a password in it (user:password@)"
+    query = _URL_QUERY.search(value)
+    if query is not None:
+        for part in query["query"].split("&"):
+            name, eq, given = part.partition("=")
+            if eq and given and _SECRET_KEY.search(name):
+                return f"a URL whose query string holds a '{name}'"
+    if _JWT.search(value):
+        return "a JSON Web Token"
+    return None
+
+
 def inline_secrets(doc: Any) -> list[tuple[tuple[int | str, ...], str]]:
-    """(key path, message) for every scalar under a secret-looking key."""
+    """(key path, message) for every scalar under a secret-looking key, and every string
+    that holds a secret by its form (URL password or secret query parameter, JWT)."""
     found = []
     for path, value in _walk(doc):
         key = path[-1]
-        if not isinstance(key, str) or isinstance(value, dict | list) or value in (None, ""):
+        if isinstance(value, dict | list) or value in (None, ""):
             continue
-        lower = key.lower()
-        if lower.endswith(_POINTER_SUFFIXES) or not _SECRET_KEY.search(lower):
-            continue
+        lower = str(key).lower()
         hint = CLOUD_HINT if _CLOUD_KEY.search(lower) else SECRET_HINT
-        found.append((path, f"'{key}' looks like an inline secret; {hint}"))
+        if (isinstance(key, str) and not lower.endswith(_POINTER_SUFFIXES)
+                and _SECRET_KEY.search(lower)):
+            found.append((path, f"'{key}' looks like an inline secret; {hint}"))
+        elif isinstance(value, str) and (kind := secret_in_value(value)) is not None:
+            what = f"'{key}'" if isinstance(key, str) else f"item {key}"
+            found.append((path, f"{what} holds {kind}; {_PATH_HINTS.get(path, hint)}"))
     return found
 
 
@@ -98,7 +129,8 @@ def _relative_to(config: ServiceConfig, base: Path) -> ServiceConfig:
         "policies_dir": fix(config.policies_dir),
         "prices_file": fix(config.prices_file),
         "terraform": tf.model_copy(update=given(tf, "workdir", "modules_dir")),
-        "ansible": ans.model_copy(update=given(ans, "playbook", "runs_dir", "private_key_file")),
+        "ansible": ans.model_copy(update=given(ans, "playbook", "runs_dir", "private_key_file",
+                                                   "known_hosts_file")),
         "http": config.http.model_copy(update=given(config.http, "token_file")),
         "addresses": config.addresses.model_copy(update=given(config.addresses, "file")),
     })

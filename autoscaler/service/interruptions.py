@@ -101,6 +101,7 @@ class InterruptionIntake:
     def poll(self) -> InterruptionReport:
         report = InterruptionReport()
         for source in self.sources:
+            self.store.fence()  # a deposed leader would hide the notices from the new one
             try:
                 received = source.receive()
             except Exception as exc:  # one queue's trouble must not hide the others' notices

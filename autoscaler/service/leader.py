@@ -1,11 +1,16 @@
 """Leader lease: with two instances on one PostgreSQL store, only the holder acts.
 
 The lease lives in the store (:meth:`FleetStore.try_lease`, with a fencing epoch that
-grows on every change of holder). It is renewed by its own scheduler job every third of
-its TTL, so a long tick (a Terraform apply) does not lose it. This instance considers
-itself leader only until a safety margin before the lease would expire, measured on the
-monotonic clock from its last successful renewal: a paused or partitioned process stops
-acting before another one may take over.
+grows with every new term); its expiry is decided by the database's clock, so a skewed
+wall clock here changes nothing. It is renewed by its own scheduler job every sixth of
+its TTL, in its own thread, so a long tick (a Terraform apply) does not lose it. This
+instance considers itself leader only until a safety margin before the lease would
+expire, measured on the monotonic clock from the start of its last successful renewal:
+a paused or partitioned process stops acting before another one may take over.
+
+:meth:`Leadership.token` is the store's fence (``build_service`` sets it): every store
+write, and :meth:`FleetStore.fence` before every side effect, check in the database that
+the lease still has this instance's epoch, and raise ``Fenced`` otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.store import FleetStore, LeaseToken
 from autoscaler.service.config import LeaderSettings
 
 log = logging.getLogger(__name__)
@@ -44,10 +49,9 @@ class Leadership:
     """Who acts. With the lease disabled this instance always leads (single instance)."""
 
     def __init__(self, store: FleetStore, settings: LeaderSettings,
-                 clock: Callable[[], datetime], monotonic: Callable[[], float] = time.monotonic):
+                 monotonic: Callable[[], float] = time.monotonic):
         self.store = store
         self.settings = settings
-        self.clock = clock
         self.monotonic = monotonic
         self.holder = settings.holder or default_holder()
         self.epoch: int | None = None
@@ -70,7 +74,7 @@ class Leadership:
         started = self.monotonic()
         ttl = self.settings.ttl
         try:
-            epoch = self.store.try_lease(self.settings.name, self.holder, ttl, self.clock())
+            epoch = self.store.try_lease(self.settings.name, self.holder, ttl)
         except Exception:  # the store is unreachable: keep leading only until the margin ends
             log.exception("leader lease: renewal failed")
             return self.is_leader()
@@ -93,12 +97,19 @@ class Leadership:
         with self._lock:
             return self.epoch is not None and self.monotonic() < self._valid_until
 
+    def token(self) -> LeaseToken | None:
+        """The lease this instance holds, or None when it may not act (the store's fence)."""
+        with self._lock:
+            if self.epoch is None or self.monotonic() >= self._valid_until:
+                return None
+            return LeaseToken(self.settings.name, self.holder, self.epoch)
+
     def release(self) -> None:
         """Hand the lease over at once on a clean shutdown (no TTL wait for the other)."""
         if not self.enabled or self.epoch is None:
             return
         try:
-            self.store.release_lease(self.settings.name, self.holder, self.clock())
+            self.store.release_lease(self.settings.name, self.holder)
         except Exception:
             log.exception("leader lease: release failed; it expires after its TTL")
         with self._lock:

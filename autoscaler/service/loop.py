@@ -53,6 +53,7 @@ from autoscaler.service.executor.operations import Operation
 from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.leader import Leadership
 from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.metrics_fleet import FleetObserver
 from autoscaler.service.preview import preview
 from autoscaler.service.reconciler import ReconcileReport
 from autoscaler.service.reload import PolicyReloader
@@ -154,6 +155,7 @@ class ServiceLoop:
         self._state_lock = threading.RLock()  # self.state is also written by the notice loop
         self._holds: set[str] = set()
         self.last_snapshot: Snapshot | None = None
+        self._observer = FleetObserver(store)
         self.state = LoopState(started_at=clock(), interval_s=interval_s, dry_run=dry_run)
 
     # -- control ------------------------------------------------------------------
@@ -245,6 +247,9 @@ class ServiceLoop:
         try:
             found = reconciler.run(snapshot)
             self.count_step_errors({"reconcile": len(found.errors)}, found.errors)
+            frozen = dict(found.frozen)  # the alert: metric and /status
+            self.metrics.set_lost_frozen(frozen)
+            self._set_state(lost_frozen=frozen)
             return found
         except Exception:
             self.metrics.tick_errors.labels("reconcile").inc()
@@ -327,7 +332,8 @@ class ServiceLoop:
 
     def _observe(self, snapshot: Snapshot, plan: Plan) -> None:
         missing = {k: s.data_missing for k, s in plan.pools.items() if s.data_missing}
-        self._set_state(missing_sources=tuple(snapshot.missing), data_missing=missing)
+        self._set_state(missing_sources=tuple(snapshot.missing), data_missing=missing,
+                        pool_errors={k: s.error for k, s in plan.pools.items() if s.error})
         self.last_snapshot = snapshot
 
     def _finish(self, report: TickReport, seconds: float) -> None:
@@ -335,7 +341,7 @@ class ServiceLoop:
         self.metrics.tick_duration.observe(seconds)
         self.metrics.last_tick.set(time.time())
         try:
-            self._fleet_metrics()
+            self._fleet_metrics(report.leader)
         except Exception as exc:
             log.exception("cannot refresh fleet metrics from the store")
             self.count_step_errors({"metrics": 1}, [f"fleet metrics: {type(exc).__name__}: {exc}"])
@@ -347,6 +353,7 @@ class ServiceLoop:
             last_tick_monotonic=time.monotonic(), last_duration_s=round(seconds, 3),
             last_ok_at=self.state.last_ok_at if err else self.clock(),
             last_error=str(err) if err else None, last_error_stage=err.stage if err else None,
+            failed_in_a_row=self.state.failed_in_a_row + 1 if err else 0,
             is_leader=report.leader,
             last_plan_id=report.plan_id if report.plan_id is not None else self.state.last_plan_id)
 
@@ -354,7 +361,7 @@ class ServiceLoop:
         with self._state_lock:
             self.state = replace(self.state, **changes)  # type: ignore[arg-type]
 
-    def _fleet_metrics(self) -> None:
+    def _fleet_metrics(self, leader: bool) -> None:
         nodes = self.store.nodes()
         snapshot = self.last_snapshot or Snapshot(taken_at=self.clock())
         prices = Prices(self.catalog, snapshot, self.clock())
@@ -363,3 +370,5 @@ class ServiceLoop:
             if node.state in BILLABLE:
                 per_pool[node.pool_key] = per_pool.get(node.pool_key, 0.0) + prices.node_hourly(node)
         self.metrics.set_fleet(nodes, {k: round(v, 4) for k, v in per_pool.items()})
+        self._observer.refresh(self.metrics, nodes, self.reloader.policies, prices, snapshot,
+                               self.clock(), leader)

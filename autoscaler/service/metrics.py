@@ -19,6 +19,11 @@ from autoscaler.policy.errors import PolicyError
 PREFIX = "gpu_autoscaler"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
+# Lifecycle durations: seconds (a spot notice is acted on) to an hour (a slow boot or drain).
+# The loop's stages, exported at 0 from the start so that increase() counts a first failure.
+TICK_STAGES = ("leader", "reload", "fleet", "signals", "reconcile", "decide", "record", "submit",
+               "advance")
+LIFECYCLE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200)
 
 
 def action_trigger(action: Action) -> str:
@@ -60,10 +65,20 @@ class ServiceMetrics:
         self.policy_errors = Gauge(f"{PREFIX}_policy_errors",
                                    "Policy problems per file (the team keeps its last good policy).",
                                    ["file"], registry=r)
+        self.lost_frozen = Gauge(f"{PREFIX}_lost_frozen",
+                                 "1 when a cloud answer lacked so many of a pool's instances "
+                                 "that no node of it is marked LOST (alert on it).", ["pool"],
+                                 registry=r)
+        self._frozen_pools: set[str] = set()
         self.leader = Gauge(f"{PREFIX}_leader", "1 when this instance holds the lease.", registry=r)
-        self.step_errors = Counter(f"{PREFIX}_step_errors", "Errors caught inside actuation "
-                                   "(apply, bootstrap, drain, ...) by component; the step is "
-                                   "retried, the error is on /status.", ["component"], registry=r)
+        for stage in TICK_STAGES:
+            self.tick_errors.labels(stage)
+        self._lifecycle_metrics(r)
+        self.unserved = Gauge(f"{PREFIX}_unserved_jobs",
+                              "Pending jobs no pool's nodes could run, by team and the kind of "
+                              "constraint that failed (taint, nodeSelector, zone, resource...).",
+                              ["team", "constraint"], registry=r)
+        self._unserved_labels: set[tuple[str, str]] = set()
         self.launch_backoff = Gauge(f"{PREFIX}_launch_backoff_failures", "Failed launches in "
                                     "a row of one cause that hold launches into this pool, type, "
                                     "zone and market (0: none); /status has the cause and next try.",
@@ -74,6 +89,44 @@ class ServiceMetrics:
         self._missing_pools: set[str] = set()
         self._util_pools: set[str] = set()
         self._error_files: set[str] = set()
+
+    def _lifecycle_metrics(self, r: CollectorRegistry) -> None:
+        """Per-node, per-team and lifecycle-duration metrics (the dashboards and alerts use
+        them; ``service/metrics_fleet.py`` fills them at the end of every tick)."""
+        self.node_info = Gauge(f"{PREFIX}_node_info", "1 per live node: joins DCGM series "
+                               "(by node name) to team, pool and instance type.",
+                               ["node", "team", "pool", "instance_type", "market"], registry=r)
+        self.state_timeout_ratio = Gauge(
+            f"{PREFIX}_node_state_timeout_ratio", "Time in the current state over that state's "
+            "timeout (lifecycle table, pool overrides): above 1 the node is stuck.",
+            ["node", "pool", "state"], registry=r)
+        self.team_gpus = Gauge(f"{PREFIX}_team_gpus", "GPUs of the team's billable nodes.",
+                               ["team"], registry=r)
+        self.team_hourly = Gauge(f"{PREFIX}_team_hourly_usd", "$/h of the team's billable nodes.",
+                                 ["team"], registry=r)
+        self.team_quota_gpus = Gauge(f"{PREFIX}_team_quota_gpus", "The team's quota.max_gpus.",
+                                     ["team"], registry=r)
+        self.team_quota_hourly = Gauge(f"{PREFIX}_team_quota_hourly_usd",
+                                       "The team's quota.max_hourly_usd.", ["team"], registry=r)
+        self.pending_gpus = Gauge(f"{PREFIX}_pending_gpus", "GPUs asked for by pending jobs, "
+                                  "by pool and the team's priority tier.",
+                                  ["team", "pool", "priority"], registry=r)
+        self.pool_backoff = Gauge(f"{PREFIX}_pool_backoff", "Offerings (type x market) of the pool "
+                                  "in launch backoff after a capacity error.", ["pool"], registry=r)
+        self.step_errors = Counter(f"{PREFIX}_step_errors", "Errors caught inside actuation "
+                                   "(terraform, bootstrap, drain, ...) by component; the step is "
+                                   "retried, the error is on /status.", ["component"], registry=r)
+        self.interruptions = Counter(f"{PREFIX}_interruptions", "Spot interruption notices that "
+                                     "made a node INTERRUPTED.", ["pool"], registry=r)
+        self.boot_to_ready = Histogram(f"{PREFIX}_boot_to_ready_seconds", "From the launch "
+                                       "request to READY.", ["instance_type"],
+                                       buckets=LIFECYCLE_BUCKETS, registry=r)
+        self.drain_duration = Histogram(f"{PREFIX}_drain_duration_seconds", "From DRAINING to "
+                                        "DRAINED.", ["pool", "trigger"], buckets=LIFECYCLE_BUCKETS,
+                                        registry=r)
+        self.notice_to_drain = Histogram(f"{PREFIX}_interruption_notice_to_drain_seconds",
+                                         "From the cloud's spot notice to the node's drain start.",
+                                         ["pool"], buckets=LIFECYCLE_BUCKETS, registry=r)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -109,6 +162,12 @@ class ServiceMetrics:
             for pool, value in values.items():
                 gauge.labels(pool).set(value)
         self._missing_pools, self._util_pools = set(missing), set(util)
+        unserved = Tally((j.team or "", j.constraint.split(" ", 1)[0]) for j in plan.unserved)
+        for gone in self._unserved_labels - set(unserved):
+            self.unserved.remove(*gone)
+        for labels, count in unserved.items():
+            self.unserved.labels(*labels).set(count)
+        self._unserved_labels = set(unserved)
 
     def set_backoffs(self, counts: Mapping[tuple[str, str, str, str], int]) -> None:
         for gone in self._backoff_labels - set(counts):
@@ -125,3 +184,10 @@ class ServiceMetrics:
             self.policy_errors.labels(file).set(count)
         self._error_files |= set(per_file)
 
+    def set_lost_frozen(self, pools: Iterable[str]) -> None:
+        now = set(pools)
+        for gone in self._frozen_pools - now:
+            self.lost_frozen.labels(gone).set(0)
+        for pool in now:
+            self.lost_frozen.labels(pool).set(1)
+        self._frozen_pools |= now

@@ -15,7 +15,10 @@ state only every ``state_check_interval``, and never drains or waits for anythin
   ``drain_timeout`` + ``checkpoint_grace``), so this only catches what got stuck;
 * **cloud**: a node whose instance the cloud no longer lists (``lost_after_misses`` runs
   in a row) becomes LOST; its key leaves the pool's map, the next apply drops it from
-  the state and the executor moves it to TERMINATED. A tagged instance the store does
+  the state and the executor moves it to TERMINATED. Never on absence of evidence
+  (:mod:`autoscaler.service.lost_guard`): an answer that lacks a large share of a pool
+  freezes LOST marking for it (``frozen``, alerted), a node the scheduler reports busy is
+  kept, and LOST marks plus destroys are capped fleet-wide per run. A tagged instance the store does
   not know is reported and, per ``unknown_instances``, adopted (a BOOTSTRAPPING node of
   its pool under its ``node`` tag; the next apply imports it into the pool's state) or
   destroyed through Terraform (imported under a spare key and removed by the same
@@ -48,6 +51,7 @@ from autoscaler.service.executor.report import AdvanceReport, Change
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.executor.submit import repair_replacements
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionReport
+from autoscaler.service.lost_guard import busy_reason, frozen_pools, strays_kept
 
 log = logging.getLogger(__name__)
 S = NodeState
@@ -70,6 +74,7 @@ class ReconcileReport(BaseModel):
     changes: list[Change] = Field(default_factory=list)
     interruptions: dict[str, list[str]] = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list)
+    frozen: dict[str, str] = Field(default_factory=dict)  # pool -> why LOST marking is frozen
 
     def of(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
@@ -86,9 +91,12 @@ class Reconciler:
         self.interruptions = interruptions
         self._misses: dict[str, int] = {}
         self._state_checked: dict[str, datetime] = {}
+        self._removals = 0  # LOST marks and destroys in this run (max_removals_per_tick)
+        self._snapshot: Snapshot | None = None
 
     def run(self, snapshot: Snapshot | None = None) -> ReconcileReport:
         report = ReconcileReport(at=self.clock())
+        self._removals, self._snapshot = 0, snapshot
         policies = self.policies()
         if self.interruptions is not None:
             report.interruptions = _interruptions(self.interruptions.poll(), report)
@@ -170,28 +178,54 @@ class Reconciler:
         known = {n.instance_id for n in nodes if n.instance_id}
         awaiting = {n.name for n in nodes if n.state in AWAITING and not n.instance_id}
         unknown = [i for i in instances if i.instance_id not in known and i.node not in awaiting]
-        self._unknown(cloud, region, unknown, policies, report)
+        self._unknown(cloud, region, unknown, policies, report, nodes)
+        frozen = frozen_pools(nodes, set(live), self.settings)
+        for pool, why in frozen.items():
+            report.frozen[pool] = why
+            self._find(report, "lost-frozen", why, pool=pool)
+            log.warning("reconcile: LOST marking frozen for %s: %s", pool, why)
         for node in nodes:
             if not node.instance_id or node.state in LEAVING:
                 continue
             if node.instance_id in live:
                 self._misses.pop(node.name, None)
-                continue
-            misses = self._misses.get(node.name, 0) + 1
-            self._misses[node.name] = misses
-            detail = f"instance {node.instance_id} of {node.name} is not in {cloud}/{region}"
-            if misses < self.settings.lost_after_misses:
-                self._find(report, "missing", f"{detail} ({misses} time(s))", node=node.name,
-                           instance_id=node.instance_id, pool=node.pool_key)
-                continue
-            if self._move(node, S.LOST, f"{detail} (terminated or gone)", report):
-                self._misses.pop(node.name, None)
-                self._find(report, "lost", detail, node=node.name, instance_id=node.instance_id,
-                           pool=node.pool_key)
+            elif node.pool_key not in frozen:  # an answer not believed counts for nothing
+                self._missing(node, f"{cloud}/{region}", report)
+
+    def _missing(self, node: Node, where: str, report: ReconcileReport) -> None:
+        misses = self._misses.get(node.name, 0) + 1
+        self._misses[node.name] = misses
+        detail = f"instance {node.instance_id} of {node.name} is not in {where}"
+        ids = {"node": node.name, "instance_id": node.instance_id, "pool": node.pool_key}
+        if misses < self.settings.lost_after_misses:
+            self._find(report, "missing", f"{detail} ({misses} time(s))", **ids)
+            return
+        busy = busy_reason(node, self._snapshot)
+        if busy is not None:
+            self._find(report, "lost-refused", f"{detail}, but it is not marked LOST: {busy}",
+                       **ids)
+            return
+        if not self._spend(report, f"{node.name} not marked LOST yet"):
+            return
+        if self._move(node, S.LOST, f"{detail} (terminated or gone)", report):
+            self._misses.pop(node.name, None)
+            self._find(report, "lost", detail, **ids)
+
+    def _spend(self, report: ReconcileReport, what: str) -> bool:
+        """One removal from the fleet-wide per-run cap; False (reported) when it is used up."""
+        cap = self.settings.max_removals_per_tick
+        if self._removals >= cap:
+            self._find(report, "removal-capped", f"{what}: max_removals_per_tick ({cap}) "
+                       "reached this run; the rest waits for the next run")
+            return False
+        self._removals += 1
+        return True
 
     def _unknown(self, cloud: str, region: str, instances: list[CloudInstance],
-                 policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
+                 policies: Mapping[str, TeamPolicy], report: ReconcileReport,
+                 nodes: list[Node]) -> None:
         doomed: dict[PoolRef, list[str]] = {}
+        kept = strays_kept(nodes, instances, self.settings)
         for inst in instances:
             where = {"instance_id": inst.instance_id, "node": inst.node,
                      "pool": f"{inst.team}/{inst.pool}" if inst.team and inst.pool else None}
@@ -208,7 +242,10 @@ class Reconciler:
             ref = PoolRef(inst.team, inst.pool, cloud, region)
             if mode == "adopt":
                 self._adopt(inst, ref, policies, report)
-            else:
+            elif ref.key in kept:
+                self._find(report, "destroy-frozen", f"{inst.instance_id} not destroyed: "
+                           f"{kept[ref.key]}", **where)
+            elif self._spend(report, f"{inst.instance_id} not destroyed yet"):
                 doomed.setdefault(ref, []).append(inst.instance_id)
         for ref, ids in doomed.items():
             self._destroy(ref, ids, report)
@@ -239,6 +276,7 @@ class Reconciler:
         # The map as it stands, minus nodes not yet handed to Terraform by the executor.
         keep = desired_maps(n for n in nodes if n.state is not S.REQUESTED).get(ref.key, {})
         try:
+            self.store.fence()  # a deposed leader never destroys
             result = self.provisioner.apply(ref, keep, destroy=ids)
         except Exception as exc:
             report.errors.append(f"pool {ref.key}: could not destroy {ids}: {exc}")

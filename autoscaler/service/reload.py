@@ -16,8 +16,10 @@ from pathlib import Path
 
 from autoscaler.catalog import Catalog
 from autoscaler.policy.errors import PolicyError
-from autoscaler.policy.loader import load_file, policy_files
+from autoscaler.policy.loader import load_file, name_clash, policy_files
+from autoscaler.policy.locate import format_path
 from autoscaler.policy.models import TeamPolicy
+from autoscaler.policy.untrusted import MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,9 @@ class PolicyReloader:
             prior = self._files.get(path)
             if prior is not None and prior.stat == stat:
                 return
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            # An oversized file is refused by the loader without being read; so here.
+            digest = (f"oversized:{stat}" if st.st_size > MAX_BYTES
+                      else hashlib.sha256(path.read_bytes()).hexdigest())
         except OSError:
             return  # vanished between listing and reading: the next tick sees it gone
         if prior is not None and prior.digest == digest:
@@ -129,6 +133,11 @@ class PolicyReloader:
                 duplicates.append(PolicyError(
                     str(path), 1, 1, "team",
                     f"team '{policy.team}' is already defined in {owner[policy.team]}"))
+                continue
+            clash = name_clash(policy, out)
+            if clash:
+                duplicates.append(PolicyError(str(path), 1, 1, format_path(clash[0]),
+                                              f"{clash[1]} (defined in {owner[clash[2]]})"))
                 continue
             owner[policy.team] = path
             out[policy.team] = policy

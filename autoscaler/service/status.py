@@ -42,10 +42,13 @@ class LoopState:
     last_ok_at: datetime | None = None
     last_error: str | None = None
     last_error_stage: str | None = None
+    failed_in_a_row: int = 0  # ticks ending in an error since the last good one (/healthz)
     is_leader: bool = False
     last_plan_id: int | None = None
     missing_sources: tuple[str, ...] = ()
     data_missing: dict[str, str] = field(default_factory=dict)
+    lost_frozen: dict[str, str] = field(default_factory=dict)  # pool -> why LOST is frozen
+    pool_errors: dict[str, str] = field(default_factory=dict)  # pool -> the rule that raised
     previews: tuple[str, ...] = ()  # the last plan's per-pool preview lines
     activity: tuple[str, ...] = ()  # recent previews, applies, bootstraps (newest last)
     operations: tuple[str, ...] = ()  # side effects running in the executor's workers
@@ -84,6 +87,7 @@ def plan_json(store: FleetStore) -> dict[str, Any] | None:
                  "detail": a.detail} for a in store.actions(plan_id=plan_id)]
     return {"id": plan_id, "decided_at": _iso(plan.decided_at), "dry_run": dry_run,
             "changes": len(plan.changes()), "plan": plan.model_dump(mode="json"),
+            "unserved": [f"{j.id}: {j.reason}" for j in plan.unserved],
             "action_status": statuses}
 
 
@@ -117,7 +121,8 @@ def loop_json(state: LoopState) -> dict[str, Any]:
             "dry_run": state.dry_run, "ticks": state.ticks,
             "last_tick_at": _iso(state.last_tick_at), "last_duration_s": state.last_duration_s,
             "last_ok_at": _iso(state.last_ok_at), "last_error": state.last_error,
-            "last_error_stage": state.last_error_stage, "previews": list(state.previews),
+            "last_error_stage": state.last_error_stage,
+            "failed_in_a_row": state.failed_in_a_row, "previews": list(state.previews),
             "activity": list(state.activity), "operations": list(state.operations),
             "step_errors": dict(sorted(state.step_errors.items())),
             "recent_errors": list(state.recent_errors),
@@ -137,4 +142,6 @@ def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
         "policy_errors": [str(e) for e in policy_errors],
         "data_missing": dict(sorted(state.data_missing.items())),
         "sources_missing": list(state.missing_sources),
+        "lost_frozen": dict(sorted(state.lost_frozen.items())),
+        "pool_errors": dict(sorted(state.pool_errors.items())),
     }

@@ -1,100 +1,79 @@
-"""Kubernetes demand and node state through the official client (two list calls per tick).
+"""Kubernetes demand and node state from informer caches (list once, then watch).
 
-* Pending demand: pods requesting ``nvidia.com/gpu`` whose ``PodScheduled`` condition is
-  False with reason ``Unschedulable`` -> ``PendingJob(id="ns/name", reason="Unschedulable")``.
-* Pool: the pod's ``gpu-autoscaler/team`` + ``gpu-autoscaler/pool`` (node selector or
-  required node affinity ``In``), else the config's namespace rules, else namespace ==
-  team name; without a pool label the team's first kubernetes pool that fits the GPU model.
-* GPU model: ``gpu-autoscaler/gpu-model`` or ``nvidia.com/gpu.product`` (GPU feature
-  discovery, e.g. ``Tesla-T4``) in the selector.
-* Nodes: GPU pods per node, allocatable GPUs, ``Ready`` condition, ``spec.unschedulable``.
-  Kubernetes node names are fleet node names.
+* Caches (``kube_watch.Informer``): GPU pods, nodes, PVCs and PVs (zones of bound
+  volumes), and ResourceQuotas when a pool takes its quota from them. A tick reads them
+  and makes no API call.
+* Pending demand: pods requesting a GPU resource (``nvidia.com/gpu``,
+  ``nvidia.com/mig-<profile>``, ``nvidia.com/gpu.shared``) whose ``PodScheduled``
+  condition is False with reason ``Unschedulable``. A pod is demand for the first of its
+  team's pools (priority order) whose nodes could run it (``kube_fit``); a pod none of
+  them fits is ``unserved`` with the constraint that failed. Team: the pod's
+  ``gpu-autoscaler/team`` (+ ``/pool``) selector, else the config's namespace rules,
+  else namespace == team name. Within a pool, pods are ordered by priority (the value
+  Kubernetes' Priority admission copied from the PriorityClass), then age.
+* Nodes: GPU pods per node, allocatable GPU resources in GPUs of the node's pool (MIG
+  slices and shared replicas counted as the share of a GPU they are), ``Ready``,
+  ``spec.unschedulable``. Kubernetes node names are fleet node names.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError, NewConnectionError
+from urllib3.exceptions import NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
-from autoscaler.engine.snapshot import PendingJob, RunningJob, SchedulerNode
+from autoscaler.catalog import Catalog, default_catalog
+from autoscaler.engine.snapshot import RunningJob, SchedulerNode
 from autoscaler.signals.config import KubernetesConfig, SecretError, read_secret
-from autoscaler.signals.readings import PoolRef, SchedulerReading, first_fitting
+from autoscaler.signals.kube_demand import Demand, PodRecord, pod_record, spread_zones
+from autoscaler.signals.kube_fit import PoolShape, gpu_model_of
+from autoscaler.signals.kube_objects import GPU, ZONE, Obj, gpu_resources, node_ready, pv_zones, quantity
+from autoscaler.signals.kube_quota import quota_record, team_quotas
+from autoscaler.signals.kube_watch import Informer
+from autoscaler.signals.readings import PoolRef, SchedulerReading
 
-GPU = "nvidia.com/gpu"
-TEAM_LABEL = "gpu-autoscaler/team"
-POOL_LABEL = "gpu-autoscaler/pool"
-MODEL_LABEL = "gpu-autoscaler/gpu-model"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-KNOWN_MODELS = ("A10G", "A100", "H100", "V100", "P100", "K80", "T4", "L4", "A10")
-DONE_PHASES = "status.phase!=Succeeded,status.phase!=Failed"
-
-
-def quantity(value: Any) -> float:
-    """Kubernetes quantities as numbers: ``"2"``, ``"500m"``."""
-    text = str(value or "0").strip()
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
+__all__ = ["KubernetesReader", "gpu_model_of", "quantity"]
+log = logging.getLogger(__name__)
+NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 
 
-def pod_gpus(spec: client.V1PodSpec) -> float:
-    """Effective GPU request: max(sum over containers, largest init container)."""
-    def one(container: client.V1Container) -> float:
-        res = container.resources
-        if res is None:
-            return 0.0
-        amount = (res.requests or {}).get(GPU)
-        if amount is None:
-            amount = (res.limits or {}).get(GPU)
-        return quantity(amount)
-
-    main = sum((one(c) for c in spec.containers or []), 0.0)
-    init = max((one(c) for c in spec.init_containers or []), default=0.0)
-    return max(main, init)
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    ready: bool
+    cordoned: bool
+    labels: dict[str, str]
+    allocatable: dict[str, float]
 
 
-def selector_labels(spec: client.V1PodSpec) -> dict[str, str]:
-    """nodeSelector plus single-valued ``In`` terms of required node affinity."""
-    out = dict(spec.node_selector or {})
-    affinity = spec.affinity.node_affinity if spec.affinity else None
-    required = affinity.required_during_scheduling_ignored_during_execution if affinity else None
-    for term in (required.node_selector_terms or []) if required else []:
-        for expr in term.match_expressions or []:
-            if expr.operator == "In" and expr.values and len(expr.values) == 1:
-                out.setdefault(expr.key, expr.values[0])
-    return out
+def node_record(obj: Obj) -> NodeRecord | None:
+    meta = obj.get("metadata") or {}
+    if not meta.get("name"):
+        return None
+    return NodeRecord(meta["name"], node_ready(obj), bool((obj.get("spec") or {}).get("unschedulable")),
+                      dict(meta.get("labels") or {}),
+                      gpu_resources((obj.get("status") or {}).get("allocatable")))
 
 
-def gpu_model_of(labels: dict[str, str]) -> str | None:
-    if labels.get(MODEL_LABEL):
-        return labels[MODEL_LABEL]
-    product = labels.get(PRODUCT_LABEL, "").upper()
-    for model in KNOWN_MODELS:
-        if re.search(rf"(^|[^A-Z0-9]){model}([^A-Z0-9]|$)", product):
-            return model
-    return None
-
-
-def unschedulable(pod: client.V1Pod) -> bool:
-    if pod.status is None or pod.status.phase != "Pending" or pod.spec is None or pod.spec.node_name:
-        return False
-    return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
-               for c in pod.status.conditions or [])
+def _pvc_volume(obj: Obj) -> str | None:
+    return (obj.get("spec") or {}).get("volumeName") or None
 
 
 class KubernetesReader:
-    def __init__(self, cfg: KubernetesConfig, api: client.CoreV1Api | None = None):
+    def __init__(self, cfg: KubernetesConfig, api: client.CoreV1Api | None = None,
+                 catalog: Catalog | None = None):
         self.config = cfg
+        self.catalog = catalog or default_catalog()
         self._api = api
+        self._informers: dict[str, Informer] = {}
+        self._reported: set[str] = set()  # unserved pods already logged
+        self._nodes: dict[str, tuple[Any, ...]] = {}  # name -> (record, pool, pods, view)
 
     def _connect(self) -> client.CoreV1Api:
         if self._api is not None:
@@ -118,89 +97,127 @@ class KubernetesReader:
         self._api = client.CoreV1Api(api_client)
         return self._api
 
+    # -- caches -----------------------------------------------------------------------
+    def _informer(self, what: str, list_fn: Callable[..., Any],
+                  transform: Callable[[Obj], Any]) -> Informer:
+        if what not in self._informers:
+            self._informers[what] = Informer(what, list_fn, transform,
+                                             timeout_s=self.config.timeout.total_seconds()).start()
+        return self._informers[what]
+
+    def _caches(self, refs: list[PoolRef]) -> list[Informer]:
+        api = self._connect()
+        out = [
+            self._informer("nodes", api.list_node, node_record),
+            self._informer("pods", lambda **kw: api.list_pod_for_all_namespaces(
+                field_selector=NOT_DONE, **kw), pod_record),
+            self._informer("persistentvolumeclaims",
+                           api.list_persistent_volume_claim_for_all_namespaces, _pvc_volume),
+            self._informer("persistentvolumes", api.list_persistent_volume, pv_zones),
+        ]
+        if any(r.pool.cluster.quota_from == "resourcequota" for r in refs):
+            out.append(self._informer("resourcequotas",
+                                      api.list_resource_quota_for_all_namespaces, quota_record))
+        return out
+
+    def close(self) -> None:
+        for informer in self._informers.values():
+            informer.stop()
+        self._informers.clear()
+
     def read(self, refs: list[PoolRef]) -> SchedulerReading:
         timeout = self.config.timeout.total_seconds()
         try:
-            api = self._connect()
-            nodes = api.list_node(_request_timeout=timeout).items
-            pods = api.list_pod_for_all_namespaces(field_selector=DONE_PHASES,
-                                                   _request_timeout=timeout).items
-        except ApiException as exc:
-            return SchedulerReading(error=f"kubernetes: API answered {exc.status} {exc.reason}",
-                                    source="kubernetes api")
-        except (HTTPError, OSError) as exc:
-            # urllib3 2 makes "connection refused" (NewConnectionError) a TimeoutError too.
-            if isinstance(exc, Urllib3Timeout) and not isinstance(exc, NewConnectionError):
-                why = f"API timed out after {timeout:g}s"
-            else:
-                why = f"API unreachable ({type(exc).__name__})"
-            return SchedulerReading(error=f"kubernetes: {why}", source="kubernetes api")
+            informers = self._caches(refs)
         except SecretError as exc:
             return SchedulerReading(error=f"kubernetes: {exc}", source="kubernetes api")
-        return self.assemble(nodes, pods, refs)
-
-    def assemble(self, nodes: Iterable[client.V1Node], pods: Iterable[client.V1Pod],
-                 refs: list[PoolRef]) -> SchedulerReading:
-        pending: dict[str, list[PendingJob]] = {ref.key: [] for ref in refs}
-        unattributed: list[PendingJob] = []
-        running: dict[str, list[RunningJob]] = {}
-        for pod in pods:
-            spec, meta = pod.spec, pod.metadata
-            if spec is None or meta is None or not meta.name or not meta.namespace:
-                continue
-            gpus = pod_gpus(spec)
-            if gpus <= 0:
-                continue
-            key = f"{meta.namespace}/{meta.name}"
-            if spec.node_name:
-                started = pod.status.start_time if pod.status else None
-                running.setdefault(spec.node_name, []).append(
-                    RunningJob(id=key, gpus=gpus, started_at=started, name=meta.name))
-            elif unschedulable(pod):
-                labels = selector_labels(spec)
-                job = PendingJob(id=key, gpus=gpus, reason="Unschedulable",
-                                 submitted_at=meta.creation_timestamp,
-                                 gpu_model=gpu_model_of(labels))
-                ref = self.pool_for(meta.namespace, labels, job.gpu_model, refs)
-                (pending[ref.key] if ref else unattributed).append(job)
-        sched = {}
-        for node in nodes:
-            name = node.metadata.name if node.metadata else None
-            if name:
-                sched[name] = self._node(node, running.get(name, []))
-        return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed,
-                                source="kubernetes api")
-
-    def pool_for(self, namespace: str, labels: dict[str, str], model: str | None,
-                 refs: list[PoolRef]) -> PoolRef | None:
-        team, pool = labels.get(TEAM_LABEL), labels.get(POOL_LABEL)
-        if team is None:
-            for rule in self.config.namespace_teams:
-                if rule.matches(namespace):
-                    team, pool = rule.team, pool or rule.pool
-                    break
-            else:
-                team = namespace
-        candidates = [r for r in refs if r.team == team]
-        if pool is not None:
-            exact = [r for r in candidates if r.pool.name == pool]
-            return exact[0] if exact else None
-        return first_fitting(candidates, model)
+        for informer in informers:
+            # A little past the request timeout, so a list that times out says so itself.
+            if not informer.wait_tried(timeout + 0.5) or informer.error:
+                return SchedulerReading(error=f"kubernetes: {self._why(informer, timeout)}",
+                                        source="kubernetes api")
+        snaps = {i.what: i.snapshot()[0] for i in informers}
+        reading = self.assemble(snaps, refs)
+        now = {job.id for job in reading.unserved}
+        for job in reading.unserved:
+            if job.id not in self._reported:  # once per pod, not once per tick
+                log.warning("kubernetes: pending pod %s is not bought for: %s", job.id, job.reason)
+        self._reported = now
+        for gone in self._nodes.keys() - reading.nodes.keys():
+            del self._nodes[gone]
+        return reading
 
     @staticmethod
-    def _node(node: client.V1Node, jobs: list[RunningJob]) -> SchedulerNode:
-        total = quantity((node.status.allocatable or {}).get(GPU)) if node.status else 0.0
+    def _why(informer: Informer, timeout: float) -> str:
+        exc = informer.failure
+        if exc is None:
+            return f"API did not answer the {informer.what} list within {timeout:g}s"
+        if isinstance(exc, ApiException):
+            return f"API answered {exc.status} {exc.reason}"
+        # urllib3 2 makes "connection refused" (NewConnectionError) a TimeoutError too.
+        if isinstance(exc, Urllib3Timeout) and not isinstance(exc, NewConnectionError):
+            return f"API timed out after {timeout:g}s"
+        cause = exc
+        while getattr(cause, "reason", None) is not None and isinstance(cause.reason, Exception):
+            cause = cause.reason  # MaxRetryError -> NewConnectionError
+        if isinstance(cause, Urllib3Timeout) and not isinstance(cause, NewConnectionError):
+            return f"API timed out after {timeout:g}s"
+        return f"API unreachable ({type(cause).__name__})"
+
+    # -- one tick ---------------------------------------------------------------------
+    def assemble(self, caches: dict[str, dict[str, Any]], refs: list[PoolRef]) -> SchedulerReading:
+        demand = Demand(self.config, self.catalog, refs, caches.get("persistentvolumeclaims", {}),
+                        caches.get("persistentvolumes", {}))
+        running: dict[str, list[PodRecord]] = {}
+        pending: list[PodRecord] = []
+        for pod in caches["pods"].values():
+            if pod.node:
+                running.setdefault(pod.node, []).append(pod)
+            elif pod.pending:
+                pending.append(pod)
+        spreading = [p for p in pending if p.spreads]
+        if spreading:
+            node_zone = {r.name: r.labels[ZONE] for r in caches["nodes"].values() if ZONE in r.labels}
+            pool_zones = {z for r in refs for z in r.pool.zones}
+            placed = [p for pods in running.values() for p in pods]
+        for pod in pending:
+            demand.add(pod, spread_zones(pod, placed, node_zone, pool_zones) if pod.spreads else None)
+        nodes = {rec.name: self._node_cached(rec, running.get(rec.name, []), demand)
+                 for rec in caches["nodes"].values()}
+        quotas = team_quotas(caches["resourcequotas"], refs, self.config) \
+            if "resourcequotas" in caches else {}
+        return SchedulerReading(nodes=nodes, pending=demand.pending_by_pool(),
+                                unattributed=demand.unattributed, unserved=demand.unserved,
+                                quotas=quotas, source="kubernetes watch")
+
+    def _node_cached(self, rec: NodeRecord, pods: list[PodRecord], demand: Demand) -> SchedulerNode:
+        """The node's view, rebuilt only when its record, its pods or its pool changed
+        (records are immutable and replaced on every watch event)."""
+        shape = demand.shape_of_node(rec.labels)
+        pool = shape.ref.pool if shape else None
+        hit = self._nodes.get(rec.name)
+        if hit is not None and hit[0] is rec and hit[1] is pool and len(hit[2]) == len(pods) \
+                and all(a is b for a, b in zip(hit[2], pods, strict=True)):
+            return hit[3]
+        view = self._node(rec, pods, shape)
+        self._nodes[rec.name] = (rec, pool, pods, view)
+        return view
+
+    @staticmethod
+    def _node(rec: NodeRecord, pods: list[PodRecord], shape: PoolShape | None) -> SchedulerNode:
+        jobs = []
+        for pod in pods:
+            gpus = shape.capacity(pod.gpus) if shape else pod.gpus.get(GPU, 0.0)
+            jobs.append(RunningJob(id=pod.key, gpus=gpus, started_at=pod.started_at, name=pod.name))
+        total = shape.capacity(rec.allocatable) if shape else rec.allocatable.get(GPU, 0.0)
         allocated = sum(j.gpus for j in jobs)
-        cordoned = bool(node.spec.unschedulable) if node.spec else False
-        conditions = (node.status.conditions or []) if node.status else []
-        ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-        if not ready:
+        if not rec.ready:
             state = "down"
-        elif cordoned:
+        elif rec.cordoned:
             state = "draining" if jobs else "drained"
         elif allocated <= 0:
             state = "idle"
         else:
             state = "allocated" if allocated >= total else "mixed"
         return SchedulerNode(state=state, gpus_total=total, gpus_allocated=allocated, jobs=jobs,
-                             cordoned=cordoned, ready=ready)
+                             cordoned=rec.cordoned, ready=rec.ready)

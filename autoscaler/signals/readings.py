@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.catalog import Catalog, CatalogError
-from autoscaler.engine.snapshot import PendingJob, SchedulerNode
+from autoscaler.engine.snapshot import ClusterQuota, PendingJob, SchedulerNode, UnservedJob
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 
 
@@ -17,6 +17,8 @@ class SchedulerReading:
     nodes: dict[str, SchedulerNode] = field(default_factory=dict)
     pending: dict[str, list[PendingJob]] = field(default_factory=dict)  # pool key -> jobs
     unattributed: list[PendingJob] = field(default_factory=list)  # no pool matches them
+    unserved: list[UnservedJob] = field(default_factory=list)  # no pool's nodes could run them
+    quotas: dict[str, ClusterQuota] = field(default_factory=dict)  # team -> cluster GPU limit
     error: str | None = None  # the whole source failed this tick
     source: str = ""  # "squeue --json", "squeue -o", "kubernetes api"
 

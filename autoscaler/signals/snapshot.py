@@ -22,12 +22,14 @@ from typing import Protocol
 from autoscaler.catalog import Catalog
 from autoscaler.engine.snapshot import (
     CapacityError,
+    ClusterQuota,
     NodeObservation,
     Offering,
     PendingJob,
     PoolObservation,
     SchedulerNode,
     Snapshot,
+    UnservedJob,
 )
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
@@ -67,6 +69,8 @@ class _Scheduled:
     unattributed: dict[str, list[PendingJob]] = field(default_factory=dict)
     missing: set[str] = field(default_factory=set)
     sources: dict[str, str] = field(default_factory=dict)
+    unserved: list[UnservedJob] = field(default_factory=list)
+    quotas: dict[str, ClusterQuota] = field(default_factory=dict)
 
 
 class SignalReader:
@@ -86,6 +90,8 @@ class SignalReader:
     def close(self) -> None:
         if self.prometheus is not None:
             self.prometheus.close()
+        if isinstance(self.kubernetes, KubernetesReader):
+            self.kubernetes.close()  # its watch threads
 
     def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
              now: datetime, *, offerings: Iterable[Offering] = (),
@@ -124,7 +130,7 @@ class SignalReader:
         snapshot = Snapshot(
             taken_at=now, nodes=nodes, pools=pool_obs, capacity_errors=list(capacity_errors),
             offerings=list(offerings), interrupted=sorted(set(interrupted)),
-            missing=sorted(missing),
+            missing=sorted(missing), unserved=scheduled.unserved, cluster_quotas=scheduled.quotas,
         )
         return SignalsResult(snapshot, unattributed, sources, metrics.queries)
 
@@ -150,6 +156,8 @@ class SignalReader:
             for name, sn in reading.nodes.items():
                 out.nodes.setdefault(name, sn)
             out.unattributed[kind] = reading.unattributed
+            out.unserved += reading.unserved
+            out.quotas.update(reading.quotas)
             out.sources[kind] = f"ok: {len(reading.nodes)} nodes via {reading.source}"
         return out
 

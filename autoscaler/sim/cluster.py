@@ -4,11 +4,16 @@ Every state change goes through :func:`autoscaler.fleet.lifecycle.check_transiti
 simulator can only do what the service may do. Billing runs from the launch request until
 the node is terminated (a failed launch is not billed); jobs are placed FIFO with first-fit
 backfill (no reservations) by :mod:`autoscaler.sim.placement`.
+
+Pending jobs are also indexed by shape (GPUs asked), each shape's jobs oldest first: when a
+job does not fit, no younger job of its shape can fit in the same pass, so a pass costs the
+jobs it starts plus one failed try per shape, not a scan of the whole backlog.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -121,7 +126,8 @@ class Cluster:
         self._seq = 0
         self.version = 0  # bumps on any change of nodes, job placement or the queue
         self._capacity_grew = True
-        self._arrived: list[SimJob] = []
+        self._by_shape: dict[float, list[SimJob]] = {}  # pending jobs per GPUs asked, oldest first
+        self._arrived_shapes: set[float] = set()
 
     # -- nodes ---------------------------------------------------------------------
     def new_node(self, itype: InstanceType, market: Market, zone: str | None, hourly: float,
@@ -200,7 +206,8 @@ class Cluster:
     def arrive(self, job: SimJob, now: float) -> None:
         job.state, job.pending_since = "pending", now
         self.pending.append(job)  # arrivals come in time order: the end of the FIFO
-        self._arrived.append(job)
+        self._by_shape.setdefault(job.gpus, []).append(job)
+        self._arrived_shapes.add(job.gpus)
         self.version += 1
 
     def start(self, job: SimJob, node: SimNode, slots: list[tuple[int, float]], now: float) -> None:
@@ -254,40 +261,55 @@ class Cluster:
             self.totals.kills[cause] += 1
             job.state, job.pending_since = "pending", now
             bisect.insort(self.pending, job, key=lambda j: j.key)  # keeps its place by age
+            bisect.insort(self._by_shape.setdefault(job.gpus, []), job, key=lambda j: j.key)
 
     # -- scheduling ----------------------------------------------------------------
     def schedule(self, now: float) -> None:
-        """FIFO with first-fit backfill: every pending job that fits starts, oldest first."""
-        if not self.pending:
-            self._arrived.clear()
-            return
+        """FIFO with first-fit backfill: every pending job that fits starts, oldest first.
+
+        Shapes are tried oldest head first; a shape whose head does not fit is done for this
+        pass. Without new capacity only the shapes of new arrivals can have a job that fits.
+        """
         if self._capacity_grew:
-            candidates, self._capacity_grew = self.pending, False
+            shapes, self._capacity_grew = list(self._by_shape), False
         else:
-            candidates = [j for j in self._arrived if j.state == "pending"]
-        self._arrived = []
-        if not candidates:
+            shapes = [g for g in self._arrived_shapes if g in self._by_shape]
+        self._arrived_shapes = set()
+        if not shapes:
             return
         nodes = sorted(self.serving(), key=lambda n: (n.created_at, n.name))
-        whole = max((whole_free(n.free) for n in nodes), default=0)
-        share = max((max_share_free(n.free) for n in nodes), default=0.0)
-        started = set()
-        for job in candidates:
-            g = job.gpus
-            if (g >= 1 - EPS and round(g) > whole) or (g < 1 - EPS and g > share + EPS):
-                continue
-            found = best_node(nodes, g)
+        heads = [(self._by_shape[g][0].key, g) for g in shapes]
+        heapq.heapify(heads)
+        started: dict[float, int] = {}
+        whole, share = _room(nodes)
+        while heads:
+            _, g = heapq.heappop(heads)
+            queue, n = self._by_shape[g], started.get(g, 0)
+            job = queue[n]
+            fits = (round(g) <= whole) if g >= 1 - EPS else (g <= share + EPS)
+            found = best_node(nodes, g) if fits else None
             if found is None:
-                continue
+                continue  # no younger job of this shape fits either
             self.start(job, found[0], found[1], now)
-            started.add(job.job.id)
-            whole = max((whole_free(n.free) for n in nodes), default=0)
-            share = max((max_share_free(n.free) for n in nodes), default=0.0)
+            started[g] = n + 1
+            whole, share = _room(nodes)
+            if n + 1 < len(queue):
+                heapq.heappush(heads, (queue[n + 1].key, g))
         if started:
-            self.pending = [j for j in self.pending if j.job.id not in started]
+            for g, n in started.items():
+                del self._by_shape[g][:n]
+                if not self._by_shape[g]:
+                    del self._by_shape[g]
+            self.pending = [j for j in self.pending if j.state == "pending"]
 
     def pending_gpus(self) -> float:
         return sum(j.gpus for j in self.pending)
 
     def running_gpus(self) -> float:
         return sum(j.gpus for j in self.running.values())
+
+
+def _room(nodes: list[SimNode]) -> tuple[int, float]:
+    """The most whole GPUs and the largest GPU share free on any one node."""
+    return (max((whole_free(n.free) for n in nodes), default=0),
+            max((max_share_free(n.free) for n in nodes), default=0.0))

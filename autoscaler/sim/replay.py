@@ -40,7 +40,11 @@ class SimConfig:
     tick: float = 30.0  # the service's loop interval: how often decide() runs
     boot_delay: float = 240.0  # provisioning + bootstrap until a node takes jobs
     boot_jitter: float = 0.25  # each boot takes boot_delay x U(1 - j, 1 + j)
-    launch_fail_delay: float = 20.0  # how long a refused spot launch takes to fail
+    # One provisioning attempt (the executor's terraform plan + apply): a refused launch is
+    # learned only when it has passed, and is in flight (counted against the pool) until
+    # then. Default: bench_terraform on this machine, plan of one added node 17.6 s + apply
+    # 18.1 s (2026-12-01).
+    launch_attempt: float = 36.0
     spot_notice: float = 120.0  # spot interruption notice before the node is reclaimed
     checkpoint_interval: float = 1800.0  # a killed job keeps the work of its last checkpoint
     default_util: float = 100.0  # GPU util % of a job's share when no duty-cycle data is given
@@ -87,19 +91,18 @@ class Replay:
     def spot_available(self, zone: str | None, now: float) -> bool:
         return self.spot.available(zone, now - self.start)
 
-    def launch(self, type_name: str, market: Market, zone: str | None, now: float,
-               extra_delay: float = 0.0) -> SimNode:
-        """Request a node; ``extra_delay`` is time already lost before the request succeeded."""
+    def launch(self, type_name: str, market: Market, zone: str | None, now: float) -> SimNode:
+        """Request a node, for every strategy alike: a spot launch into a zone without
+        capacity is refused ``launch_attempt`` seconds later (never billed); until then it is
+        in flight like any launch. A launch that succeeds is ready after the boot delay."""
         itype = self.itype(type_name)
-        if market is Market.SPOT and zone is None and self.spot.zones:
-            zone = self.spot.first_available(sorted(self.spot.zones), now - self.start)
         node = self.cluster.new_node(itype, market, zone, self.hourly(itype, market), now)
         if market is Market.SPOT and not self.spot_available(zone, now):
             node.reason = "capacity-error"
-            self.clock.at(now + self.config.launch_fail_delay, Kind.NODE, lambda t: self._fail(node, t))
+            self.clock.at(now + self.config.launch_attempt, Kind.NODE, lambda t: self._fail(node, t))
             return node
         jitter = self.config.boot_jitter
-        delay = extra_delay + self.config.boot_delay * self.rng.uniform(1 - jitter, 1 + jitter)
+        delay = self.config.boot_delay * self.rng.uniform(1 - jitter, 1 + jitter)
         self.clock.at(now + 0.4 * delay, Kind.NODE, lambda t: self._step(node, S.PROVISIONING,
                                                                           S.BOOTSTRAPPING, t))
         self.clock.at(now + delay, Kind.NODE, lambda t: self._step(node, S.BOOTSTRAPPING, S.READY, t))
@@ -163,7 +166,7 @@ class Replay:
                 self.stats.interruptions += 1
                 self.cluster.move(node, S.INTERRUPTED, now, reason="spot interruption notice")
                 self.clock.at(now + self.config.spot_notice, Kind.NODE, partial(self._reclaim, node))
-            elif node.state in (S.REQUESTED, S.PROVISIONING):
+            elif node.state in (S.REQUESTED, S.PROVISIONING) and node.reason != "capacity-error":
                 node.reason = "capacity-error"
                 self.cluster.move(node, S.PROVISION_FAILED, now)
                 self.strategy.capacity_error(self, node, now)

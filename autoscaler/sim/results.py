@@ -13,6 +13,12 @@ Definitions (README "Simulator"):
 * wait_total: all the time a job spent pending, requeues after kills included (what a
   job that is interrupted again and again adds up to).
 * jobs interrupted: runs killed (spot reclaim, drain timeout, scale-in/eviction).
+* delivered: GPU-hours of job progress made inside the window (share x run time done,
+  work redone after kills not counted twice); the oracle delivers the whole demand.
+  Carried: demand the window held that was not delivered (pushed past its end by waits,
+  outages and kills). Cost per delivered GPU-hour is what the work done cost.
+* refused launches: launch attempts the cloud refused (one per node), for every strategy
+  the same way; never billed.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.sim.cluster import SimJob
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.series import Series
 
@@ -34,6 +41,9 @@ class StrategyResult:
     gpu_hours_paid: float = 0.0
     gpu_hours_used: float = 0.0
     gpu_hours_lost: float = 0.0
+    gpu_hours_delivered: float = 0.0
+    gpu_hours_carried: float = 0.0
+    pending_jobs_peak: int = 0
     gpu_hours_paid_by_market: dict[str, float] = field(default_factory=dict)
     wait_p50_s: float = 0.0
     wait_p95_s: float = 0.0
@@ -59,6 +69,15 @@ class StrategyResult:
     series: Series | None = None
 
     @property
+    def cost_per_delivered(self) -> float | None:
+        return self.cost_usd / self.gpu_hours_delivered if self.gpu_hours_delivered > 0 else None
+
+    @property
+    def delivered_share(self) -> float:
+        demand = self.gpu_hours_delivered + self.gpu_hours_carried
+        return self.gpu_hours_delivered / demand if demand > 0 else 1.0
+
+    @property
     def utilization(self) -> float:
         return self.gpu_hours_used / self.gpu_hours_paid if self.gpu_hours_paid > 0 else 0.0
 
@@ -68,6 +87,9 @@ class StrategyResult:
             if isinstance(value, float):
                 out[key] = round(value, 3)
         out["utilization"] = round(self.utilization, 4)
+        out["delivered_share"] = round(self.delivered_share, 4)
+        per = self.cost_per_delivered
+        out["cost_per_delivered_gpu_hour"] = None if per is None else round(per, 4)
         if with_series and self.series is not None:
             out["series"] = self.series.as_dict()
         return out
@@ -80,17 +102,26 @@ def percentiles(values: list[float]) -> tuple[float, float, float, float]:
     return float(p50), float(p95), float(p99), float(np.mean(values))
 
 
+def _progress(job: SimJob, end: float) -> float:
+    """Seconds of the job's run time done by ``end`` (its last checkpoint's work if killed)."""
+    if job.state == "done":
+        return job.job.duration
+    ran = end - job.run_start if job.state == "running" else 0.0
+    return job.job.duration - job.remaining + ran
+
+
 def summarize(replay: Replay) -> StrategyResult:
     end, cluster = replay.end, replay.cluster
     open_usd, open_gpu_s = cluster.open_bills(end)
     waits: list[float] = []
     pending_totals: list[float] = []
-    used = lost = 0.0
+    used = lost = progress = 0.0
     started = finished = never = 0
     for job in replay.jobs:
         held = job.gpu_seconds + (job.gpus * (end - job.run_start) if job.state == "running" else 0.0)
         used += held
         lost += job.lost_seconds
+        progress += job.gpus * _progress(job, end)
         started += job.first_start is not None
         finished += job.state == "done"
         never += job.state != "future" and job.first_start is None
@@ -109,7 +140,9 @@ def summarize(replay: Replay) -> StrategyResult:
         gpu_hours_paid_by_market={
             k: round((totals.gpu_seconds_by_market.get(k, 0.0) + open_gpu_s.get(k, 0.0)) / 3600, 3)
             for k in sorted(set(totals.gpu_seconds_by_market) | set(open_gpu_s))},
-        gpu_hours_used=used / 3600, gpu_hours_lost=lost / 3600,
+        gpu_hours_used=used / 3600, gpu_hours_lost=lost / 3600, gpu_hours_delivered=progress / 3600,
+        gpu_hours_carried=max(0.0, replay.workload.demand_gpu_hours() - progress / 3600),
+        pending_jobs_peak=max(replay.series.pending_jobs, default=0),
         wait_p50_s=p50, wait_p95_s=p95, wait_p99_s=p99, wait_mean_s=mean,
         wait_total_p50_s=t50, wait_total_p95_s=t95, wait_total_p99_s=t99,
         jobs=len(replay.jobs), jobs_started=started, jobs_finished=finished, jobs_never_started=never,

@@ -20,6 +20,7 @@ class Series:
     capacity_gpus: list[float] = field(default_factory=list)  # GPUs being paid for
     ready_gpus: list[float] = field(default_factory=list)  # GPUs that can take jobs
     cost_usd: list[float] = field(default_factory=list)  # cumulative
+    pending_jobs: list[int] = field(default_factory=list)  # jobs waiting for GPUs
 
     def record(self, replay: Replay, now: float) -> None:
         cluster = replay.cluster
@@ -37,7 +38,9 @@ class Series:
         self.capacity_gpus.append(capacity)
         self.ready_gpus.append(ready)
         self.cost_usd.append(cluster.totals.cost_usd + open_usd)
+        self.pending_jobs.append(len(cluster.pending))
 
     def as_dict(self) -> dict[str, list[float]]:
         return {k: [round(v, 4) for v in getattr(self, k)] for k in
-                ("t", "demand_gpus", "running_gpus", "capacity_gpus", "ready_gpus", "cost_usd")}
+                ("t", "demand_gpus", "running_gpus", "capacity_gpus", "ready_gpus", "cost_usd",
+                 "pending_jobs")}

@@ -26,9 +26,10 @@ import csv
 import gzip
 import io
 import itertools
+import math
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 DAY = 86400.0
@@ -97,15 +98,31 @@ def _open_text(path: Path) -> io.TextIOBase:
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     with _open_text(path) as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceError(f"{path}: missing column(s) {', '.join(missing)} "
-                             f"(expected at least: {', '.join(required)})")
         try:
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TraceError(f"{path}: missing column(s) {', '.join(missing)} "
+                                 f"(expected at least: {', '.join(required)})")
             for row in reader:
                 yield reader.line_num, row
+        # A decoding error is a ValueError: bytes that are not UTF-8 (or a file that is
+        # not gzip) end the load with the line reached, never a traceback.
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"{path}:{_first_undecodable_line(path)}: not UTF-8") from exc
         except (csv.Error, OSError, EOFError) as exc:
             raise TraceError(f"{path}:{reader.line_num}: {exc}") from exc
+
+
+def _first_undecodable_line(path: Path) -> int:
+    """Text is decoded in blocks, so the failing line is found again in bytes."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return 1
 
 
 def _number(path: Path, line: int, row: dict[str, str], col: str) -> float | None:
@@ -113,9 +130,12 @@ def _number(path: Path, line: int, row: dict[str, str], col: str) -> float | Non
     if text == "" or text.lower() == "nan":
         return None
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise TraceError(f"{path}:{line}: column {col}: {text!r} is not a number") from None
+        raise TraceError(f"{path}:{line}: column {col}: {text[:40]!r} is not a number") from None
+    if not math.isfinite(value):
+        raise TraceError(f"{path}:{line}: column {col}: {text[:40]!r} is not a finite number")
+    return value
 
 
 def _share(num_gpu: int, milli: float | None) -> float:
@@ -210,3 +230,18 @@ def load_duty_cycles(path: Path, min_samples: int = 10) -> DutyCycles:
         raise TraceError(f"{path}: no container has at least {min_samples} samples")
     gaps.sort()
     return DutyCycles(series=tuple(series), step=gaps[len(gaps) // 2] if gaps else 60.0)
+
+
+def compress_arrivals(workload: Workload, factor: float) -> Workload:
+    """The same jobs arriving ``factor`` times faster: a backlog from the same trace.
+
+    Arrival offsets from the window start are divided by ``factor`` and the window shrinks
+    with them; run times, shares and GPU models stay the trace's own. With the pool's quota
+    unchanged, demand outgrows it and jobs queue (the benchmark's backlog scenario).
+    """
+    if factor < 1:
+        raise TraceError(f"compression factor must be >= 1, got {factor:g}")
+    start = workload.start
+    jobs = [replace(j, arrival=start + (j.arrival - start) / factor) for j in workload.jobs]
+    return Workload(jobs=jobs, start=start, end=start + workload.seconds / factor,
+                    trace_end=workload.trace_end, stats=workload.stats)

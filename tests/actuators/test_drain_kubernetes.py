@@ -4,11 +4,12 @@ cordon, evictions with PDB 429 retries, do-not-disrupt pods, the timeout, uncord
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, PhasedDrainer
+from autoscaler.actuators.drain.base import DrainError
 from autoscaler.actuators.drain.kubernetes import DO_NOT_DISRUPT, KubernetesOps
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
@@ -85,8 +86,9 @@ def test_do_not_disrupt_pods_hold_the_drain_until_the_deadline(kube: FakeKube,
     at_deadline = NOW + timedelta(seconds=600)
     step = drainer.step(node(), step.progress, at_deadline)
     assert step.progress.phase is DrainPhase.SIGNALLING
-    step = drainer.step(node(), step.progress, at_deadline)  # evicted now (SIGTERM + grace)
+    step = drainer.step(node(), step.progress, at_deadline)  # signalled, then evicted
     assert step.progress.phase is DrainPhase.SIGNALLED and "vision/train-0" not in kube.pods
+    assert kube.execs == [("vision/train-0", "main", ["kill", "-USR1", "1"])]
     assert drainer.step(node(), step.progress, at_deadline).outcome is DrainOutcome.DONE
 
 
@@ -128,3 +130,56 @@ def test_unknown_node_and_unreachable_api(kube: FakeKube, drainer: PhasedDrainer
     down = PhasedDrainer(KubernetesOps(config=KubernetesConfig(host="http://127.0.0.1:9", timeout="2s")))
     step = down.step(node(), progress(), NOW)
     assert step.outcome is DrainOutcome.ERROR and "unreachable" in step.message
+
+
+def test_signal_jobs_execs_kill_into_each_container(kube: FakeKube) -> None:
+    ops = KubernetesOps(config=KubernetesConfig(host=kube.url))
+    assert ops.signal_jobs(NAME, ["vision/train-1", "vision/gone"], "SIGUSR2")
+    assert kube.execs == [("vision/train-1", "main", ["kill", "-USR2", "1"])]
+    kube.exec_exit_codes["vision/train-1"] = 1  # no such process / no kill in the image
+    with pytest.raises(DrainError, match="exited 1"):
+        ops.signal_jobs(NAME, ["vision/train-1"], "USR1")
+    with pytest.raises(DrainError, match="not a signal name"):
+        ops.signal_jobs(NAME, ["vision/train-1"], "USR1 1; true")
+
+
+def test_forget_deletes_the_node_object(kube: FakeKube, drainer: PhasedDrainer) -> None:
+    drainer.forget(node())
+    assert NAME not in kube.nodes
+    drainer.forget(node())  # already gone: fine
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.mark.parametrize(("labels", "resources", "ready_why"), [
+    ({"node.kubernetes.io/instance-type": "p3.8xlarge"}, {"nvidia.com/gpu": 4}, None),
+    ({"node.kubernetes.io/instance-type": "p3.8xlarge"}, {"nvidia.com/gpu": 3},
+     "node Ready but it advertises 3 nvidia.com/gpu; p3.8xlarge has 4 GPU(s)"),
+    ({"node.kubernetes.io/instance-type": "g4dn.12xlarge", "nvidia.com/gpu.replicas": "4"},
+     {"nvidia.com/gpu.shared": 16}, None),
+    ({"node.kubernetes.io/instance-type": "p4de.24xlarge"}, {"nvidia.com/mig-3g.40gb": 16}, None),
+    ({"node.kubernetes.io/instance-type": "p4de.24xlarge"}, {"nvidia.com/mig-3g.40gb": 15},
+     "node Ready but it advertises 15 nvidia.com/mig-3g.40gb: not the same MIG slices on each "
+     "of the 8 GPUs of p4de.24xlarge"),
+])
+def test_readiness_needs_the_types_gpus_advertised(labels: dict[str, str], resources: dict[str, int],
+                                                   ready_why: str | None) -> None:
+    clock = Clock()
+    with FakeKube(clock=clock) as kube:
+        kube.add_node("n", labels=labels, resources=resources, advertise_after=60)
+        drainer = PhasedDrainer(KubernetesOps(config=KubernetesConfig(host=kube.url)))
+        before = drainer.readiness(node("n"))
+        assert (before.ready, before.why) == (
+            False, "node Ready but its device plugin advertises no GPUs yet")
+        clock.now += timedelta(seconds=59)
+        assert not drainer.readiness(node("n")).ready
+        clock.now += timedelta(seconds=1)
+        after = drainer.readiness(node("n"))
+        assert (after.ready, after.why) == ((True, "node Ready, GPUs advertised") if ready_why is None
+                                            else (False, ready_why))

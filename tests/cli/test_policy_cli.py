@@ -22,7 +22,7 @@ def test_validate_example_policies_exits_zero():
 
 
 def test_validate_lists_every_error_and_exits_one(tmp_path):
-    (tmp_path / "a.yaml").write_text("team: a\npools:\n  - name: p\n    cloud: aws\n    region: r\n"
+    (tmp_path / "a.yaml").write_text("team: a\npools:\n  - name: p\n    cloud: aws\n    region: us-east-1\n"
                                      "    instance_types: [p3.2xlarge]\n    max_nodes: 1\n    scale_up: {windw: 5m}\n")
     (tmp_path / "b.yaml").write_text("team: B\npools: []\n")
     result = runner.invoke(app, ["policy", "validate", str(tmp_path)])

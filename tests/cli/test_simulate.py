@@ -73,9 +73,19 @@ def test_simulate_fixture_day_writes_report_and_plots(tmp_path: Path, policies: 
         "simulate", "--trace", str(FIXTURE), "--policies", str(policies), "--start-day", "148",
         "--days", "0.25", "--seed", "3", "--tick", "30s", "--boot-delay", "4m", "--spot-trace", str(spot),
         "--duty-cycles", str(DUTY), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 1 and "us-east-1c not in the spot trace" in result.output  # not assumed
+    result = runner.invoke(app, [
+        "simulate", "--trace", str(FIXTURE), "--policies", str(policies), "--start-day", "148",
+        "--days", "0.25", "--seed", "3", "--tick", "30s", "--boot-delay", "4m", "--spot-trace", str(spot),
+        "--duty-cycles", str(DUTY), "--out", str(out), "--no-progress", "--assume-available",
+        "--interrupt-share", "1", "--launch-attempt", "1m"])
     assert result.exit_code == 0, result.output
+    assert "us-east-1c have no spot trace" in result.output
     assert "cost_vs_oracle=" in result.output.splitlines()[-1]
     data = json.loads((out / "report.json").read_text())
     assert data["config"]["seed"] == 3 and data["workload"]["jobs"] > 100
+    assert data["config"]["launch_attempt"] == 60
+    assert data["spot"] == {"zones_traced": ["us-east-1a"], "assumed_available": ["us-east-1c"],
+                            "interrupt_share": 1.0}
     assert (out / "demand_vs_capacity.png").stat().st_size > 10_000
     assert (out / "cumulative_cost.png").stat().st_size > 10_000

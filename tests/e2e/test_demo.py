@@ -1,6 +1,7 @@
-"""The demo scenario end to end: sandbox (moto, Prometheus, DCGM exporter, Slurm, SSH
-namespace hosts), the real service loop with the real executor (Terraform, Ansible, Slurm
-drain), a scripted load; then the node states from the store's transitions, the empty
+"""The demo scenario end to end: sandbox (moto, Prometheus, DCGM exporter, Slurm, and a
+fresh minimal Debian 12 booted with systemd per instance), the real service loop with the
+real executor (Terraform, Ansible, Slurm drain), a scripted load; then the node states from
+the store's transitions, each node's first boot (user_data) and driver reboot, the empty
 fleet, zero moto instances and a teardown that leaves no process or namespace behind."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Watcher:
         self.slurm_states: dict[str, set[str]] = defaultdict(set)
         self.namespaces: set[str] = set()
         self.children: set[Proc] = set()
+        self.booted: dict[str, tuple[int, str]] = {}  # node -> (boots, user_data marker)
 
     def __call__(self, run: DemoRun) -> None:
         stack = run.stack
@@ -36,9 +38,16 @@ class Watcher:
         for node in run.service.store.nodes():
             if stack.slurm is not None and node.state.value in ("READY", "DRAINING"):
                 self.slurm_states[node.name].add(stack.slurm.node_state(node.name))
+            followed = stack.follower.followed.get(node.name) if stack.follower else None
+            if (node.state.value == "READY" and node.name not in self.booted
+                    and followed is not None and followed.host):
+                host = followed.host
+                marker = host.run(node.name, ["cat", "/etc/gpu-autoscaler/user-data-ran"],
+                                  check=False).stdout
+                self.booted[node.name] = (host.boots(node.name), marker)
 
 
-@pytest.mark.skipif(not privileged(), reason="needs root, network namespaces, Slurm and sshd")
+@pytest.mark.skipif(not privileged(), reason="needs root (Slurm, booted test hosts)")
 def test_demo_scales_up_on_load_and_back_to_an_empty_fleet(tmp_path):
     watcher = Watcher()
     run = DemoRun(tmp_path / "demo", phase_timeout_s=480)
@@ -66,6 +75,9 @@ def test_demo_scales_up_on_load_and_back_to_an_empty_fleet(tmp_path):
         for node in paths:
             assert watcher.slurm_states[node] & {"idle", "mixed", "allocated", "idle+drain",
                                                  "drained", "draining"}, watcher.slurm_states
+            # A fresh machine: its user_data ran at first boot, the driver role rebooted it.
+            boots, marker = watcher.booted[node]
+            assert boots == 2 and marker.startswith("first boot "), watcher.booted
         activity = "\n".join(run.status()["loop"]["activity"])
         assert "preview demo/v100: create" in activity and "(+0.918)" in activity
         assert "terraform apply demo/v100: created" in activity

@@ -137,7 +137,8 @@ def test_removed_pool_is_kept_unless_configured():
     plan = decide({}, fleet(node), snapshot({"x": idle()}), NOW)
     assert not plan.changes()
     assert any(isinstance(a, Hold) and "drain_removed_pools" in a.reason for a in plan.actions)
-    plan = decide({}, fleet(node), snapshot({"x": idle()}), NOW,
+    others = {"vision": make_policy()}  # with no policy at all, nothing drains (test_isolation)
+    plan = decide(others, fleet(node), snapshot({"x": idle()}), NOW,
                   settings=EngineSettings(drain_removed_pools=True))
     assert [a.node for a in plan.actions if isinstance(a, Drain)] == ["x"]
 

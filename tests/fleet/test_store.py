@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 
 from autoscaler.engine import decide
 from autoscaler.fleet.lifecycle import IllegalTransitionError, NodeState
-from autoscaler.fleet.store import ConcurrentUpdateError, FleetStore
+from autoscaler.fleet.store import ConcurrentUpdateError, Fenced, FleetStore, LeaseToken
 from autoscaler.policy.models import Market
 from tests.builders import NOW, make_policy, snapshot
 
@@ -29,6 +30,19 @@ def test_names_are_sequential_per_pool_and_valid_hostnames(store):
     names = [new(store).name, new(store).name, new(store, "infer").name]
     assert names == ["vision-train-1", "vision-train-2", "vision-infer-1"]
     assert store.fleet_view().history["vision/train"].last_scale_up_at == NOW
+
+
+def test_pools_whose_names_read_alike_never_get_the_same_node_name(store):
+    def create(team, pool):
+        return store.create_node(team=team, pool=pool, cloud="aws", region="us-east-1", zone=None,
+                                 instance_type="p3.2xlarge", market=Market.SPOT, now=NOW, reason="r").name
+
+    # a-b/c and a/b-c both read "a-b-c-<n>": the second pool skips the name already held.
+    names = [create("a-b", "c"), create("a", "b-c"), create("a", "b-c"), create("a-b", "c")]
+    assert names == ["a-b-c-1", "a-b-c-2", "a-b-c-3", "a-b-c-4"]
+    assert {n.name: (n.team, n.pool) for n in store.fleet_view().nodes} == {
+        "a-b-c-1": ("a-b", "c"), "a-b-c-2": ("a", "b-c"), "a-b-c-3": ("a", "b-c"),
+        "a-b-c-4": ("a-b", "c")}
 
 
 def test_transitions_are_recorded_with_reasons_and_checked(store):
@@ -89,14 +103,78 @@ def test_plans_and_actions_are_stored(store):
     assert store.actions(plan_id, status="done")
 
 
-def test_lease_is_exclusive_until_it_expires(store):
-    ttl = timedelta(seconds=15)
-    assert store.try_lease("leader", "a", ttl, NOW) == 1
-    assert store.try_lease("leader", "b", ttl, NOW + timedelta(seconds=5)) is None
-    assert store.try_lease("leader", "a", ttl, NOW + timedelta(seconds=10)) == 1
-    assert store.try_lease("leader", "b", ttl, NOW + timedelta(seconds=26)) == 2
-    store.release_lease("leader", "b", NOW + timedelta(seconds=27))
-    assert store.try_lease("leader", "a", ttl, NOW + timedelta(seconds=28)) == 3
+def test_lease_is_exclusive_until_it_expires_on_the_database_clock(store):
+    ttl = timedelta(seconds=0.4)
+    assert store.try_lease("leader", "a", ttl) == 1
+    assert store.try_lease("leader", "b", ttl) is None
+    assert store.try_lease("leader", "a", ttl) == 1, "a renewal keeps the epoch"
+    time.sleep(0.5)  # no caller's clock is involved: the database's says it ran out
+    assert store.try_lease("leader", "b", ttl) == 2
+    store.release_lease("leader", "b")
+    assert store.try_lease("leader", "a", ttl) == 3
+    time.sleep(0.5)
+    assert store.try_lease("leader", "a", ttl) == 4, "the same holder after expiry: a new term"
+
+
+def fenced_store(tmp_path, holder="a"):
+    """A second store on the same file, fenced by ``holder``'s current lease."""
+    token: dict[str, LeaseToken | None] = {"now": None}
+    other = FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}", fence=lambda: token["now"])
+    return other, token
+
+
+def contents(store):
+    return (store.nodes(include_terminated=True), store.last_plan(),
+            [(r.id, r.event) for r in store.audit_log()],
+            [(r.id, r.status) for r in store.actions()])
+
+
+WRITES = {
+    "create_node": lambda st, _: new(st),
+    "transition": lambda st, n: st.transition(n, NodeState.PROVISIONING, NOW, "apply"),
+    "update": lambda st, n: st.update(n, address="10.0.0.9"),
+    "adopt_node": lambda st, n: st.adopt_node(st.get(n).model_copy(update={"name": "x-y-1"}),
+                                              "adopted"),
+    "record_plan": lambda st, _: st.record_plan(decide({}, st.fleet_view(), snapshot(), NOW)),
+    "set_action_status": lambda st, _: st.set_action_status(1, "done", NOW),
+    "audit": lambda st, _: st.audit("x", "y", NOW),
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_every_write_of_a_deposed_leader_is_refused(store, tmp_path, write):
+    node = new(store).name
+    ttl = timedelta(seconds=30)
+    fenced, token = fenced_store(tmp_path)
+    with pytest.raises(Fenced, match="does not hold"):
+        WRITES[write](fenced, node)  # never led
+    token["now"] = LeaseToken("leader", "a", store.try_lease("leader", "a", ttl))
+    WRITES[write](fenced, node)  # the leader writes
+    store.release_lease("leader", "a")
+    assert store.try_lease("leader", "b", ttl) == 2
+    before = contents(store)
+    with pytest.raises(Fenced, match=r"held by b \(epoch 2\); a \(epoch 1\) was deposed"):
+        WRITES[write](fenced, node)
+    with pytest.raises(Fenced):
+        fenced.fence()  # and no side effect may start
+    assert contents(store) == before
+    fenced.close()
+
+
+def test_a_fenced_write_is_refused_once_the_lease_expired_even_if_nobody_took_it(store, tmp_path):
+    fenced, token = fenced_store(tmp_path)
+    token["now"] = LeaseToken("leader", "a", store.try_lease("leader", "a", timedelta(seconds=0.3)))
+    fenced.fence()
+    time.sleep(0.4)
+    with pytest.raises(Fenced, match="expired"):
+        new(fenced)
+    assert store.nodes() == []
+    fenced.close()
+
+
+def test_an_unfenced_store_writes_and_acts_freely(store):
+    store.fence()  # single instance: no lease, nothing to check
+    assert new(store).name == "vision-train-1"
 
 
 def test_audit_log(store):

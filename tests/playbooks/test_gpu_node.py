@@ -1,15 +1,17 @@
-"""playbooks/gpu-node.yml over real SSH on network-namespace hosts, joining a real Slurm.
+"""playbooks/gpu-node.yml over real SSH on booted fresh Debian 12 hosts, joining a real Slurm.
 
-Five test hosts: gpu-a/b/c (Slurm pool, 4 fake T4 GPUs each), gpu-d (Slurm pool, but its
+Five test hosts, each the sandbox's minimal node image booted with systemd in its own
+network namespace: gpu-a/b/c (Slurm pool, 4 fake T4 GPUs each), gpu-d (Slurm pool, but its
 fake nvidia-smi reports 2 of the instance type's 4 GPUs) and gpu-e (Kubernetes pool, with
-a fake kubeadm). The fixture, never the roles, places the fake nvidia-smi and kubeadm.
+a fake kubeadm). The fixture, never the roles, places the fake NVIDIA stack and kubeadm.
 Tasks tagged gpu-hardware (NVIDIA hardware or repositories) and external-repo (pkgs.k8s.io)
-are skipped; everything else runs. Services are started with the roles' `direct` service
-manager, since no systemd runs in the test hosts.
+are skipped; everything else runs, services through systemd, and the nvidia_driver role's
+reboot: the fake driver loads only after a boot with nouveau blacklisted.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 from collections.abc import Iterator
@@ -131,12 +133,13 @@ def test_first_run_bootstraps_all_hosts_and_they_join_slurm_idle_with_gres(
     # The joined node runs jobs on its (fake) GPUs.
     job = lab.cluster.submit("echo gpus=$CUDA_VISIBLE_DEVICES", gpus=2, nodelist="gpu-b")
     lab.cluster.wait_job_state(job, {"COMPLETED"}, timeout=60)
+    assert lab.hosts.read_file("gpu-b", f"/tmp/slurm-{job}.out").strip() == "gpus=0,1"
 
 
 def test_roles_wrote_the_node_configuration(lab: Lab, first_run: BootstrapRun) -> None:
     read = lab.hosts.read_file
     gres = read("gpu-a", "/etc/slurm/gres.conf")
-    assert f"NodeName=gpu-a Name=gpu Type=t4 File={lab.cluster.dev_dir}/gpu-a/nvidia[0-3]" in gres
+    assert "NodeName=gpu-a Name=gpu Type=t4 File=/dev/nvidia[0-3]" in gres
     assert read("gpu-a", "/etc/slurm/slurm.conf") == lab.cluster.slurm_conf.read_text()
     assert read("gpu-a", "/etc/hostname").strip() == "gpu-a"
     assert "CUDA_HOME=/usr/local/cuda-12.4" in read("gpu-a", "/etc/profile.d/cuda.sh")
@@ -155,9 +158,21 @@ def test_roles_wrote_the_node_configuration(lab: Lab, first_run: BootstrapRun) -
     # The secret arrived where it belongs: the cluster's munge key, readable by munge only.
     key = lab.hosts.run("gpu-a", ["stat", "-c", "%U %a", "/etc/munge/munge.key"]).stdout.split()
     assert key == ["munge", "400"]
-    same = lab.hosts.run("gpu-a", ["cmp", "/etc/munge/munge.key", str(lab.cluster.munge_key)],
-                         check=False)
-    assert same.returncode == 0, same.stdout
+    on_node = lab.hosts.run("gpu-a", ["base64", "-w0", "/etc/munge/munge.key"]).stdout
+    assert on_node == base64.b64encode(lab.cluster.munge_key.read_bytes()).decode()
+
+
+def test_services_run_under_systemd_and_the_driver_reboot_happened_once(
+        lab: Lab, first_run: BootstrapRun) -> None:
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        units = lab.hosts.run(name, ["systemctl", "is-enabled", "munge", "slurmd"]).stdout.split()
+        assert units == ["enabled", "enabled"]
+        assert lab.hosts.run(name, ["systemctl", "is-active", "munge", "slurmd"]).stdout.split() \
+            == ["active", "active"]
+        # The fresh node's fake driver needed a boot with nouveau blacklisted: one reboot.
+        assert lab.hosts.boots(name) == 2
+    stdout = (first_run.run_dir / "stdout").read_text()
+    assert "Reboot to load the NVIDIA driver" in stdout
 
 
 def test_second_run_changes_nothing(lab: Lab, first_run: BootstrapRun) -> None:
@@ -166,6 +181,16 @@ def test_second_run_changes_nothing(lab: Lab, first_run: BootstrapRun) -> None:
     changed = {n: r.changed for n, r in again.hosts.items()}
     assert changed == dict.fromkeys(["gpu-a", "gpu-b", "gpu-c"], 0)
     assert lab.cluster.node_state("gpu-a") == "idle"
+    assert lab.hosts.boots("gpu-a") == 2  # the driver answers now: no second reboot
+
+
+def test_a_rebooted_node_serves_again_by_itself(lab: Lab, first_run: BootstrapRun) -> None:
+    boots = lab.hosts.boots("gpu-c")
+    lab.hosts.run("gpu-c", ["systemctl", "reboot"], check=False)
+    lab.hosts.wait_booted("gpu-c", boots + 1)
+    # munged and slurmd are enabled units; their tmpfs directories come back with tmpfiles.
+    job = lab.cluster.submit("echo back", gpus=1, nodelist="gpu-c")
+    lab.cluster.wait_job_state(job, {"COMPLETED"}, timeout=90)
 
 
 def test_mixed_batch_fails_only_the_unreachable_and_the_unhealthy_host(
@@ -195,8 +220,13 @@ def test_kubernetes_join_passes_the_token_securely_and_labels_the_node(
     mode = lab.hosts.run(K8S_HOST, ["stat", "-c", "%a", config]).stdout.strip()
     assert mode == "600"
     text = lab.hosts.read_file(K8S_HOST, config)
-    assert ("gpu-autoscaler/market=on-demand,gpu-autoscaler/pool=infer,gpu-autoscaler/team=vision,"
-            "nvidia.com/gpu.present=true,workload=inference") in text
+    line = next(x for x in text.splitlines() if "node-labels:" in x)
+    labels = dict(kv.split("=", 1) for kv in line.split('"')[1].split(","))
+    assert {k: v for k, v in labels.items() if not k.startswith(("node.", "topology."))} == {
+        "gpu-autoscaler/market": "on-demand", "gpu-autoscaler/pool": "infer",
+        "gpu-autoscaler/team": "vision", "nvidia.com/gpu.present": "true", "workload": "inference"}
+    assert "node.kubernetes.io/instance-type" in labels  # read back by the readiness check
+    assert "  taints: []" in text
     assert f'apiServerEndpoint: "{CONTROLLER}:6443"' in text
     assert "joined with" in lab.hosts.read_file(K8S_HOST, "/etc/kubernetes/kubelet.conf")
     assert "version: v1" in lab.hosts.read_file(K8S_HOST, "/etc/nvidia-device-plugin/config.yaml")

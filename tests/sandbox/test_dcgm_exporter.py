@@ -183,3 +183,21 @@ def test_runs_as_a_process_with_help_and_control(tmp_path: Path) -> None:
     finally:
         proc.stop()
     assert not proc.alive()
+
+
+def test_ecc_errors_add_up_and_double_bit_errors_remap_rows() -> None:
+    dcgm = SyntheticDcgm(Constant(10))
+    dcgm.add_node("n1", gpus=2)
+    dcgm.inject_ecc("n1", gpu=1, single=3, double=1)
+    dcgm.inject_ecc("n1", gpu=1)
+    text = dcgm.render("n1") or ""
+
+    def per_gpu(metric: str) -> dict[str, float]:  # raw lines: these names end in _TOTAL
+        return {m[1]: float(m[2]) for m in re.finditer(
+            rf'^{metric}{{gpu="(\d)"[^}}]*}} (\S+)$', text, re.M)}
+
+    assert per_gpu("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL") == {"0": 0, "1": 2}
+    assert per_gpu("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")["1"] == 3
+    assert per_gpu("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")["1"] == 2
+    with pytest.raises(ControlError):
+        dcgm.inject_ecc("nope")

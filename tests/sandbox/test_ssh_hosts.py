@@ -1,4 +1,5 @@
-"""SSH test hosts in network namespaces: real sshd, private filesystem, clean teardown."""
+"""SSH test hosts: the node image booted with systemd per host, real sshd, a private overlay
+that nothing of this machine's root filesystem leaks into, reboots, clean teardown."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sandbox import netns
-from autoscaler.sandbox.ssh_hosts import SshHostError, SshHosts
+from autoscaler.sandbox import netns, node_image
+from autoscaler.sandbox.ssh_hosts import NodeFile, SshHostError, SshHosts
 
 
 def test_slots_use_their_own_slash_30_and_never_the_shared_controller_address() -> None:
@@ -28,12 +29,31 @@ def test_host_names_must_be_unique(tmp_path: Path) -> None:
         SshHosts(["a", "a"], tmp_path)
 
 
+def test_the_image_is_keyed_by_its_package_list(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = node_image.image_path()
+    assert first.parent == tmp_path / "gpu-autoscaler" / "node-images"
+    monkeypatch.setattr(node_image, "PACKAGES", (*node_image.PACKAGES, "cloud-init"))
+    assert node_image.image_path() != first
+
+
+def test_a_missing_requirement_is_named_and_nothing_falls_back(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no cached image there
+    monkeypatch.setattr(node_image.shutil, "which", lambda name: None)
+    with pytest.raises(node_image.NodeImageError) as err:
+        SshHosts(["solo"], tmp_path / "hosts").start()
+    assert "systemd-container" in str(err.value) and "mmdebstrap" in str(err.value)
+    assert not (tmp_path / "hosts" / "solo").exists()
+
+
 needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or (shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists()),
-    reason="needs root and openssh-server")
+    os.geteuid() != 0 or shutil.which("systemd-nspawn") is None,
+    reason="needs root and systemd-container")
 
 
-def ssh(hosts: SshHosts, name: str, command: str, timeout: float = 20
+def ssh(hosts: SshHosts, name: str, command: str, timeout: float = 30
         ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["ssh", "-i", str(hosts.private_key), "-p", str(hosts.port), "-o", "BatchMode=yes",
@@ -45,29 +65,49 @@ def ssh(hosts: SshHosts, name: str, command: str, timeout: float = 20
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHosts]:
-    with SshHosts(["alpha", "beta"], tmp_path_factory.mktemp("ssh-hosts")) as h:
+    files = {"alpha": [NodeFile("/etc/hostname", "alpha\n"),
+                       NodeFile("/usr/local/bin/hello", "#!/bin/sh\necho hi from alpha\n", 0o755)]}
+    with SshHosts(["alpha", "beta"], tmp_path_factory.mktemp("ssh-hosts"), files=files) as h:
         yield h
 
 
 @pytest.mark.slow
 @needs_root
-def test_each_host_answers_ssh_with_its_own_name_and_cgroups(hosts: SshHosts) -> None:
+def test_each_host_is_a_booted_debian_12_with_systemd_and_sshd(hosts: SshHosts) -> None:
     for name in ("alpha", "beta"):
         address = hosts.address_of(name)
         assert address.startswith("169.254.77.")
-        out = ssh(hosts, name, "hostname; test -d /sys/fs/cgroup && echo cgroup; echo $HOME")
+        out = ssh(hosts, name, "cat /proc/1/comm; systemctl is-active ssh.service; "
+                               ". /etc/os-release && echo $ID-$VERSION_ID; echo $HOME")
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == [name, "cgroup", "/root"]
+        assert out.stdout.split() == ["systemd", "active", "debian-12", "/root"]
+    assert ssh(hosts, "alpha", "hostname").stdout.strip() == "alpha"
+    assert ssh(hosts, "alpha", "hello").stdout.strip() == "hi from alpha"  # placed before boot
     assert hosts.address_of("alpha") != hosts.address_of("beta")
+    assert hosts.host_key("alpha") != hosts.host_key("beta")
 
 
 @pytest.mark.slow
 @needs_root
-def test_writes_stay_in_the_hosts_private_filesystem(hosts: SshHosts) -> None:
+def test_nothing_comes_from_this_machines_root_filesystem(hosts: SshHosts) -> None:
+    # Installed here (scripts/install.sh), absent from the node image.
+    assert Path("/usr/bin/prometheus").exists()
+    assert ssh(hosts, "beta", "test -e /usr/bin/prometheus").returncode == 1
+    assert ssh(hosts, "beta", f"test -e {hosts.workdir}").returncode == 1
+    mounts = hosts.read_file("beta", "/proc/self/mountinfo")
+    root = next(line for line in mounts.splitlines() if line.split()[4] == "/")
+    assert f"lowerdir={hosts.image}" in root and f"upperdir={hosts.workdir}/beta/upper" in root
+
+
+@pytest.mark.slow
+@needs_root
+def test_writes_stay_in_the_hosts_private_overlay(hosts: SshHosts) -> None:
     marker = "/etc/gpu-autoscaler-ssh-hosts-test"
     out = ssh(hosts, "alpha", f"echo alpha-only > {marker} && cat {marker}")
     assert out.stdout.strip() == "alpha-only", out.stderr
     assert not Path(marker).exists()  # the real machine is untouched
+    assert hosts.image is not None and not (hosts.image / marker.lstrip("/")).exists()
+    assert (hosts.workdir / "alpha" / "upper" / marker.lstrip("/")).exists()
     assert ssh(hosts, "beta", f"test -e {marker}").returncode == 1  # and so is the other host
     hosts.write_file("beta", "/usr/local/bin/hello", "#!/bin/sh\necho hi from beta\n", 0o755)
     assert ssh(hosts, "beta", "hello").stdout.strip() == "hi from beta"
@@ -86,7 +126,7 @@ def test_unreachable_host_fails_fast_and_comes_back_with_its_files(hosts: SshHos
     finally:
         hosts.set_reachable("beta", True)
     assert ssh(hosts, "beta", "cat /etc/kept").stdout.strip() == "kept"
-    # Restarting sshd keeps the host's filesystem too.
+    # Stopping sshd (a systemd unit in the host) keeps the host's filesystem too.
     hosts.stop_sshd("beta")
     assert ssh(hosts, "beta", "true", timeout=15).returncode == 255
     hosts.start_sshd("beta")
@@ -95,17 +135,35 @@ def test_unreachable_host_fails_fast_and_comes_back_with_its_files(hosts: SshHos
 
 @pytest.mark.slow
 @needs_root
-def test_teardown_removes_namespaces_veths_and_the_processes_started_inside(
+def test_a_reboot_boots_the_same_overlay_again(hosts: SshHosts) -> None:
+    before = ssh(hosts, "alpha", "cat /proc/sys/kernel/random/boot_id; "
+                                 "echo disk > /etc/survives; echo ram > /run/vanishes")
+    boots = hosts.boots("alpha")
+    ssh(hosts, "alpha", "systemctl reboot")
+    hosts.wait_booted("alpha", boots + 1)
+    after = ssh(hosts, "alpha", "cat /proc/sys/kernel/random/boot_id; cat /etc/survives; "
+                                "test -e /run/vanishes || echo gone")
+    assert after.returncode == 0, after.stderr
+    boot_id, survives, gone = after.stdout.split()
+    assert boot_id != before.stdout.split()[0]
+    assert (survives, gone) == ("disk", "gone")
+
+
+@pytest.mark.slow
+@needs_root
+def test_teardown_stops_the_container_and_removes_namespace_veth_and_overlay(
         tmp_path: Path) -> None:
     h = SshHosts(["gamma"], tmp_path).start()
     slot = h.hosts["gamma"].slot
+    nspawn = h.node_pid("gamma")
     # A daemon started over SSH (like slurmd) outlives its session.
     ssh(h, "gamma", "setsid sleep 300 >/dev/null 2>&1 < /dev/null &")
     pids = netns.pids_in(slot)
-    assert len(pids) >= 3  # anchor, sshd, sleep
+    assert len(pids) >= 4  # systemd, journald, sshd, sleep, ...
     h.stop()
     assert not slot.netns_path.exists()
     assert slot.veth_host not in netns.run_ip("-o", "link", "show").stdout
-    for pid in pids:
+    assert not (tmp_path / "gamma" / "upper").exists()
+    for pid in [nspawn, *pids]:
         assert not Path(f"/proc/{pid}").exists() or \
             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"

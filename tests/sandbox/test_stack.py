@@ -1,5 +1,6 @@
-"""The sandbox stack: moto instances become DCGM targets (and, as root, SSH hosts in network
-namespaces), ``sandbox up/down`` stop exactly what they started, even after a crash."""
+"""The sandbox stack: moto instances become DCGM targets (and, as root, booted test hosts in
+network namespaces that run their user_data at first boot), ``sandbox up/down`` stop exactly
+what they started, even after a crash."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.sandbox import netns
+from autoscaler.sandbox.fake_nvidia_smi import LOADED_FLAG
+from autoscaler.sandbox.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.moto_server import MOTO_AMI
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.stack import SandboxStack, StackOptions, privileged
@@ -38,6 +41,7 @@ def launch(stack: SandboxStack, node: str, itype: str = "p3.2xlarge") -> str:
     tags = [{"Key": "managed-by", "Value": "gpu-autoscaler"}, {"Key": "node", "Value": node},
             {"Key": "team", "Value": "demo"}, {"Key": "pool", "Value": "v100"}]
     out = stack.ec2().run_instances(ImageId=MOTO_AMI, InstanceType=itype, MinCount=1, MaxCount=1,
+                                    UserData=SANDBOX_USER_DATA,
                                     TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
     return str(out["Instances"][0]["InstanceId"])
 
@@ -55,9 +59,16 @@ def test_instances_become_targets_and_hosts_and_go_away_again(stack):
         address = read_address_file(stack.address_file)["demo-v100-1"]
         assert address.startswith("169.254.77."), "never moto's 172.31.x.x address"
         host = stack.follower.followed["demo-v100-1"].host
-        smi = host.run("demo-v100-1", ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
-        assert smi.stdout.strip() == "Tesla V100-SXM2-16GB"
+        query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+        # A fresh node: its (fake) driver loads only after a boot with nouveau blacklisted.
+        assert host.run("demo-v100-1", query, check=False).returncode == 9
+        host.run("demo-v100-1", ["sh", "-c", f"mkdir -p $(dirname {LOADED_FLAG}) && touch {LOADED_FLAG}"])
+        assert host.run("demo-v100-1", query).stdout.strip() == "Tesla V100-SXM2-16GB"
         assert host.run("demo-v100-1", ["hostname"]).stdout.strip() == "demo-v100-1"
+        assert host.run("demo-v100-1", ["cat", "/proc/1/comm"]).stdout.strip() == "systemd"
+        # The instance's user_data ran once at first boot, as cloud-init runs it.
+        ran = host.read_file("demo-v100-1", "/etc/gpu-autoscaler/user-data-ran")
+        assert ran.startswith("first boot ")
         namespace = host.hosts["demo-v100-1"].slot.netns
         assert namespace in read_state(stack.dir).namespaces
     stack.ec2().terminate_instances(InstanceIds=[iid])

@@ -13,7 +13,10 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from autoscaler.sandbox.procs import ManagedProcess, free_port, port_open, wait_until
 
@@ -76,3 +79,15 @@ class Postgres:
             self.proc.stop(timeout=20)
             self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def running() -> Iterator[Postgres]:
+    """A module fixture body: ``pg = pytest.fixture(scope="module")(postgres.running)``."""
+    why = available()
+    if why:
+        pytest.skip(why)
+    server = Postgres().start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -180,7 +180,7 @@ def make_loop(tmp_path: Path, *, dry_run: bool = False, leader: LeaderSettings |
     loop = ServiceLoop(
         store=store, reloader=PolicyReloader(policies_dir, catalog), signals=signals,
         catalog=catalog, metrics=ServiceMetrics(),
-        leadership=Leadership(store, leader or LeaderSettings(), clock),
+        leadership=Leadership(store, leader or LeaderSettings()),
         executor=executor, reconciler=reconciler, prices=prices,
         engine=EngineSettings(**engine), clock=clock, dry_run=dry_run, interval_s=5)
     return LoopKit(loop, store, signals, executor, reconciler, prices, clock, policies_dir)

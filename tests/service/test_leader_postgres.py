@@ -1,5 +1,7 @@
-"""Two service processes on one PostgreSQL: only the leader acts; SIGKILL it mid-apply and
-the other takes over within the lease TTL, with no duplicate launch (real Terraform+moto)."""
+"""Two service processes on one PostgreSQL, the follower's clock 31 s ahead (more than the
+TTL; that skew once gave two leaders): only the leader acts; SIGKILL it mid-apply and the
+other takes over within the lease TTL, with no duplicate launch (real Terraform+moto,
+state in moto's S3 as HA requires)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,9 @@ from tests.service.service_fakes import write_policy
 
 pytestmark = pytest.mark.slow
 TTL_S = 6
+SKEW_S = 31  # b's wall clock runs this far ahead; the lease must not care
 REPO = Path(__file__).resolve().parents[2]
+BUCKET = "fleet-state"
 # ``debug`` runs on the controller: every host gets a result and nothing connects anywhere.
 NOOP_PLAYBOOK = """\
 - name: Nothing to set up in this test
@@ -34,21 +39,13 @@ NOOP_PLAYBOOK = """\
 """
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[postgres.Postgres]:
-    why = postgres.available()
-    if why:
-        pytest.skip(why)
-    server = postgres.Postgres().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+pg = pytest.fixture(scope="module")(postgres.running)
 
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory) -> Iterator[MotoSandbox]:
     with MotoSandbox(tmp_path_factory.mktemp("moto")) as m:
+        m.client("s3").create_bucket(Bucket=BUCKET)
         yield m
 
 
@@ -59,7 +56,8 @@ def config(tmp: Path, pg: postgres.Postgres, moto: MotoSandbox, holder: str, por
         "store": {"url": pg.url},
         "clouds": {"aws": {"regions": ["us-east-1"], "endpoint_url": moto.endpoint},
                    "market_prices": False},
-        "terraform": {"workdir": "terraform", "aws_endpoint": moto.endpoint,
+        "terraform": {"workdir": f"terraform-{holder}", "aws_endpoint": moto.endpoint,
+                      "backend": {"kind": "s3", "bucket": BUCKET, "endpoint": moto.endpoint},
                       "regions": {"aws/us-east-1": {"ami": MOTO_AMI}}},
         "ansible": {"playbook": "noop.yml", "runs_dir": f"runs-{holder}", "control_persist": False},
         # Nothing connects (the playbook's one task runs locally); the resolver must answer.
@@ -93,8 +91,10 @@ def test_only_the_leader_acts_and_a_killed_leader_is_replaced_without_duplicates
     procs: dict[str, ManagedProcess] = {}
     try:
         for holder in ("a", "b"):
-            argv = [sys.executable, "-m", "autoscaler.cli", "run", "--config",
-                    str(config(tmp_path, pg, moto, holder, ports[holder]))]
+            path = str(config(tmp_path, pg, moto, holder, ports[holder]))
+            argv = ([sys.executable, "-m", "autoscaler.cli", "run", "--config", path]
+                    if holder == "a" else
+                    [sys.executable, "-m", "tests.service.skewed_service", str(SKEW_S), path])
             procs[holder] = ManagedProcess(f"service-{holder}", argv, tmp_path / f"{holder}.log",
                                            env=env, cwd=tmp_path)
             if holder == "a":  # a takes the lease first
@@ -106,8 +106,10 @@ def test_only_the_leader_acts_and_a_killed_leader_is_replaced_without_duplicates
         wait_until(lambda: any(n.state is NodeState.PROVISIONING for n in store.nodes()), 120,
                    "the floor node in PROVISIONING", proc=procs["a"])
         assert metric(ports["a"], "gpu_autoscaler_leader") == 1.0
+        # b's clock says a's lease ran out 31 s ago; the database's says it did not.
         assert metric(ports["b"], "gpu_autoscaler_leader") == 0.0
         assert (metric(ports["b"], 'gpu_autoscaler_decisions_total{mode="live"}') or 0) == 0
+        assert store.lease("gpu-autoscaler").holder == "a"
         time.sleep(3)  # let the apply get going
         procs["a"].kill()
         killed = time.monotonic()
@@ -117,6 +119,8 @@ def test_only_the_leader_acts_and_a_killed_leader_is_replaced_without_duplicates
         assert took_over <= TTL_S + TTL_S / 6 + 2, f"takeover took {took_over:.1f}s"
         lease = store.lease("gpu-autoscaler")
         assert lease.holder == "b" and lease.epoch == 2
+        wait_until(lambda: store.last_plan()[1].decided_at - datetime.now(UTC)
+                   > timedelta(seconds=SKEW_S - 5), 30, "a plan decided by b")  # b's clock is off
         wait_until(lambda: [n.state for n in store.nodes()] == [NodeState.READY], 240,
                    "the node READY under the new leader", proc=procs["b"])
         time.sleep(6)  # a few more ticks: still nothing doubled

@@ -26,7 +26,8 @@ def pool(name: str, types: list[str]) -> dict[str, Any]:
 POLICIES = {
     "search": make_policy("search", pools=[pool("t4", ["g4dn.xlarge"]),
                                            pool("a10", ["g5.xlarge"])]),
-    "vision": make_policy("vision", priority="high", pools=[pool("v100", ["p3.2xlarge"])]),
+    "vision": make_policy("vision", priority="high",
+                          pools=[pool("v100", ["p3.2xlarge", "p3.8xlarge"])]),
 }
 
 
@@ -41,22 +42,27 @@ def kube() -> Iterator[FakeKube]:
 
 
 def read(kube: FakeKube, **cfg: Any) -> SchedulerReading:
-    config = KubernetesConfig(host=kube.url, timeout="3s", **cfg)
-    return KubernetesReader(config).read(refs())
+    """One tick of a fresh reader (list + watch), closed after."""
+    reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="3s", **cfg))
+    try:
+        return reader.read(refs())
+    finally:
+        reader.close()
 
 
 def test_pending_unschedulable_gpu_pods_by_pool(kube: FakeKube) -> None:
     # Explicit team + pool selector.
-    kube.add_pod("a", "anything", gpus=2, created_at=CREATED,
+    kube.add_pod("a", "anything", gpus=1, created_at=CREATED,
                  node_selector={"gpu-autoscaler/team": "search", "gpu-autoscaler/pool": "a10"})
-    # Team through required node affinity; GPU model from GPU feature discovery's label.
+    # Team through required node affinity; GPU model from GPU feature discovery's label:
+    # only the a10 pool's nodes have it.
     kube.add_pod("b", "anything", gpus=1, affinity={"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
             "matchExpressions": [
                 {"key": "gpu-autoscaler/team", "operator": "In", "values": ["search"]},
                 {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A10G"]},
             ]}]}}})
-    kube.add_pod("c", "vision", gpus=4)  # namespace == team: the team's first pool
+    kube.add_pod("c", "vision", gpus=4)  # namespace == team: the team's pool
     kube.add_pod("d", "search", gpus=0.5)  # a shared GPU
     kube.add_pod("e", "nobody", gpus=1)  # no team, no rule: unattributed
     kube.add_pod("f", "search", gpus=1, unschedulable=False)  # pending, not yet judged
@@ -69,11 +75,12 @@ def test_pending_unschedulable_gpu_pods_by_pool(kube: FakeKube) -> None:
     assert got == {
         "vision/v100": [("vision/c", 4, None)],
         "search/t4": [("search/d", 0.5, None)],
-        "search/a10": [("anything/a", 2, None), ("anything/b", 1, "A10G")],
+        "search/a10": [("anything/a", 1, None), ("anything/b", 1, None)],
     }
     assert all(j.reason == "Unschedulable" for v in reading.pending.values() for j in v)
     assert reading.pending["search/a10"][0].submitted_at == CREATED
     assert sorted(j.id for j in reading.unattributed) == ["nobody/e", "search/h"]
+    assert reading.unserved == []
 
 
 def test_namespace_rules(kube: FakeKube) -> None:
@@ -113,12 +120,54 @@ def test_nodes_jobs_ready_and_cordon(kube: FakeKube) -> None:
     assert "search-t4-3" not in after
 
 
-def test_two_calls_per_tick(kube: FakeKube) -> None:
+def test_list_once_then_watch_no_calls_per_tick(kube: FakeKube) -> None:
     for i in range(20):
         kube.add_node(f"n{i}")
         kube.add_pod(f"p{i}", "search", node=f"n{i}")
-    read(kube)
-    assert kube.requests == [("GET", "/api/v1/nodes"), ("GET", "/api/v1/pods")]
+    reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="3s"))
+    try:
+        first = reader.read(refs())
+        assert len(first.nodes) == 20
+        lists = sorted(p for m, p in kube.requests if m == "GET")
+        assert lists == ["/api/v1/nodes", "/api/v1/persistentvolumeclaims",
+                         "/api/v1/persistentvolumes", "/api/v1/pods"]
+        wait_for(lambda: sum(m == "WATCH" for m, _ in kube.requests) == 4)
+        before = len(kube.requests)
+        for _ in range(5):
+            reader.read(refs())
+        assert len(kube.requests) == before  # ticks read the caches only
+        # Changes arrive through the watch.
+        kube.add_pod("late", "search", gpus=1)
+        kube.remove_node("n3")
+        wait_for(lambda: "n3" not in reader.read(refs()).nodes)
+        assert [j.id for j in reader.read(refs()).pending["search/t4"]] == ["search/late"]
+        assert len(kube.requests) == before
+    finally:
+        reader.close()
+
+
+def test_gone_relists(kube: FakeKube) -> None:
+    kube.add_node("n1")
+    reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="3s"))
+    try:
+        reader.read(refs())
+        wait_for(lambda: sum(m == "WATCH" for m, _ in kube.requests) == 4)
+        nodes = reader._informers["nodes"]
+        kube.compact()  # the open watches get 410 Gone and list again
+        kube.add_node("n2")
+        wait_for(lambda: nodes.lists == 2 and "n2" in reader.read(refs()).nodes)
+    finally:
+        reader.close()
+
+
+def wait_for(check: Any, timeout_s: float = 10) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
 
 
 def test_api_down_is_missing_fast() -> None:
@@ -152,15 +201,12 @@ def test_api_error_and_token(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) ->
         "kubernetes: kubernetes token: environment variable UNSET_TOKEN_VAR is not set")
 
 
-@pytest.mark.parametrize(("labels", "model"), [
-    ({"gpu-autoscaler/gpu-model": "V100"}, "V100"),
-    ({"nvidia.com/gpu.product": "Tesla-T4"}, "T4"),
-    ({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, "A100"),
-    ({"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"}, "V100"),
-    ({}, None),
+@pytest.mark.parametrize(("product", "model"), [
+    ("Tesla-T4", "T4"), ("NVIDIA-A100-SXM4-40GB", "A100"), ("Tesla-V100-SXM2-16GB", "V100"),
+    ("NVIDIA-H100-80GB-HBM3", "H100"), ("NVIDIA-A10G", "A10G"), ("something", None),
 ])
-def test_gpu_model_labels(labels: dict[str, str], model: str | None) -> None:
-    assert gpu_model_of(labels) == model
+def test_gpu_model_of_product(product: str, model: str | None) -> None:
+    assert gpu_model_of(product) == model
 
 
 def test_quantities() -> None:

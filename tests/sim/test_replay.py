@@ -121,7 +121,7 @@ def test_spot_outage_interrupts_and_requeues_and_the_job_still_finishes(tmp_path
     write_spot(tmp_path / "us-east-1b_v100_1.json", [0] * 1010, gap=120)
     pol = _spot_policy()
     report = run_all(workload([Job("long", 0, 7200, 1.0)]), pol, pol.pools[0], CATALOG, EXACT,
-                     spot=load_spot_traces(tmp_path), strategies=("ours", "ca_like"))
+                     spot=load_spot_traces(tmp_path, interrupt_share=1.0), strategies=("ours", "ca_like"))
     for r in report.results:
         assert r.kills_by_cause == {"spot": 1}, r.name
         assert r.spot_interruptions == 1

@@ -18,9 +18,21 @@ def test_one_means_unavailable_and_zone_comes_from_the_file_name(tmp_path: Path)
     a = market.zones["us-east-1a"]
     assert [a.available(t) for t in (0, 150, 200, 399, 400)] == [True, True, False, False, True]
     assert not market.available("us-east-1c", 0)
-    assert market.available("us-west-2a", 0)  # no trace for that zone: always available
-    assert market.available(None, 250) is False  # every traced zone is out at 250
-    assert market.first_available(["us-east-1c", "us-east-1a"], 0) == "us-east-1a"
+    assert market.interrupt_share == 0.5  # the 4-node preemption trace's mean onset share
+
+
+def test_a_pool_zone_missing_from_the_trace_is_an_error_unless_assumed(tmp_path: Path) -> None:
+    write_spot(tmp_path / "us-east-1a_v100_1.json", [1, 1])
+    market = load_spot_traces(tmp_path)
+    with pytest.raises(TraceError, match=r"us-east-1b not in the spot trace.*--assume-available"):
+        market.for_pool(["us-east-1a", "us-east-1b"], assume_available=False)
+    with pytest.raises(TraceError, match=r"\(no zone\)"):
+        market.for_pool([], assume_available=False)
+    assumed = market.for_pool(["us-east-1a", "us-east-1b"], assume_available=True)
+    assert assumed.assumed == ("us-east-1b",) and assumed.available("us-east-1b", 0)
+    assert not assumed.available("us-east-1a", 0)
+    assert assumed.describe()["assumed_available"] == ["us-east-1b"]
+    assert market.for_pool(["us-east-1a"], assume_available=False).assumed == ()
 
 
 def test_trace_wraps_around_and_outages_are_0_to_1_edges(tmp_path: Path) -> None:

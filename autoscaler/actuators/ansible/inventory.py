@@ -6,6 +6,8 @@ batch may mix pools. Variable names are the roles' own (see playbooks/roles/*/de
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,11 @@ from autoscaler.fleet.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 
 AddressResolver = Callable[[Node], str | None]
+# Node names are host names (the fleet store makes them); addresses come from Terraform
+# outputs or the cloud. Both end up on ssh's command line, so anything else (a space, a
+# leading '-') is refused rather than passed on.
+NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")
 
 
 class InventoryError(ValueError):
@@ -59,6 +66,8 @@ def pool_vars(team: str, pool: Pool) -> dict[str, Any]:
         "cluster_join_kind": cluster.kind,
         "cluster_join_slurm_partition": cluster.partition,
         "cluster_join_labels": dict(cluster.labels),
+        "cluster_join_taints": [{"key": k, "value": v, "effect": e}
+                                for k, v, e in cluster.taint_triples()],
         "cluster_join_team": team,
         "cluster_join_pool": pool.name,
     }
@@ -67,7 +76,8 @@ def pool_vars(team: str, pool: Pool) -> dict[str, Any]:
 def node_vars(node: Node, catalog: Catalog | None) -> dict[str, Any]:
     """What the health check expects of this instance type, and the node's market."""
     out: dict[str, Any] = {"cluster_join_market": node.market.value,
-                           "gpu_node_instance_type": node.instance_type}
+                           "gpu_node_instance_type": node.instance_type,
+                           "cluster_join_region": node.region, "cluster_join_zone": node.zone or ""}
     if catalog is not None:
         try:
             itype = catalog.get(node.cloud, node.instance_type)
@@ -78,12 +88,26 @@ def node_vars(node: Node, catalog: Catalog | None) -> dict[str, Any]:
     return out
 
 
-def connection_vars(address: str, settings: AnsibleSettings) -> dict[str, Any]:
+def connection_vars(node: str, address: str, settings: AnsibleSettings) -> dict[str, Any]:
+    # The host key is pinned under the node name: addresses are reused by clouds, names
+    # never by the fleet store.
     out: dict[str, Any] = {"ansible_host": address, "ansible_port": settings.ssh_port,
-                           "ansible_user": settings.ssh_user}
+                           "ansible_user": settings.ssh_user,
+                           "ansible_ssh_extra_args": f"-o HostKeyAlias={node}"}
     if settings.private_key_file is not None:
         out["ansible_ssh_private_key_file"] = str(settings.private_key_file)
     return out
+
+
+def _refused(name: str, address: str) -> str | None:
+    if not NODE_NAME.match(name):
+        return f"node name {name!r} is not a host name; not configured"
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        if not _HOST_NAME.match(address):
+            return f"address {address[:80]!r} is not an IP address or host name; not connected"
+    return None
 
 
 def build_inventory(nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
@@ -101,7 +125,11 @@ def build_inventory(nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
         if not address:
             skipped.append(Unresolved(node.name, "no address yet"))
             continue
-        hosts[node.name] = {**connection_vars(address, settings),
+        problem = _refused(node.name, address)
+        if problem:
+            skipped.append(Unresolved(node.name, problem))
+            continue
+        hosts[node.name] = {**connection_vars(node.name, address, settings),
                             **pool_vars(node.team, pool_of(node, policies)),
                             **node_vars(node, catalog)}
     become = settings.become if settings.become is not None else settings.ssh_user != "root"

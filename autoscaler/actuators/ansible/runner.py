@@ -6,6 +6,12 @@ on a command line, in the environment or in the kept logs. What operators need i
 to ``runs_dir/<run id>/``: the inventory, ansible's stdout, the job events, the status and
 ``results.json``, each passed through the redactor first as a second line of defence
 behind the roles' ``no_log``.
+
+Inventory and extra variables are written by :mod:`unsafe` with every string tagged
+``!unsafe``: nothing from a policy, the cloud or a secret is ever rendered as a template.
+Each node's SSH host key is pinned under its node name (``HostKeyAlias``) in the
+``known_hosts_file``: recorded at first contact, and a node that later shows another key
+is refused (unreachable, "host key verification failed"), never connected to.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from autoscaler.actuators.ansible.results import (
     host_results,
 )
 from autoscaler.actuators.ansible.settings import AnsibleSettings
+from autoscaler.actuators.ansible.unsafe import write_unsafe
 from autoscaler.catalog.catalog import Catalog
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import FleetView, Node
@@ -116,11 +123,16 @@ class AnsibleActuator:
         # that later gets the same address.
         master = ("-o ControlMaster=auto -o ControlPersist=120s" if s.control_persist
                   else "-o ControlMaster=no -o ControlPersist=no")
+        # accept-new: a node's first key is recorded, a changed one is refused. Each host
+        # is looked up by its node name (HostKeyAlias in the inventory), not its address,
+        # which clouds reuse.
+        known = s.known_hosts().resolve()
+        known.parent.mkdir(parents=True, exist_ok=True)
         return {
-            "ANSIBLE_SSH_ARGS": f"{master} -o StrictHostKeyChecking=no "
-                                "-o UserKnownHostsFile=/dev/null -o ServerAliveInterval=15 "
+            "ANSIBLE_SSH_ARGS": f"{master} -o StrictHostKeyChecking=accept-new -o HashKnownHosts=no "
+                                f"-o UserKnownHostsFile={known} -o ServerAliveInterval=15 "
                                 "-o LogLevel=ERROR",
-            "ANSIBLE_HOST_KEY_CHECKING": "False",
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_PIPELINING": "True",
             "ANSIBLE_TIMEOUT": str(s.connect_timeout_s),
             "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
@@ -138,9 +150,13 @@ class AnsibleActuator:
             raise AnsibleError(f"playbook {s.playbook} does not exist")
         with tempfile.TemporaryDirectory(prefix="gpu-autoscaler-ansible-") as tmp:
             private = Path(tmp)
+            # ansible-runner reads env/extravars itself (-e @file); both files tag every
+            # string !unsafe, so no value is ever rendered as a template.
+            write_unsafe(private / "env" / "extravars", {**s.extra_vars, **secrets})
+            hosts_file = write_unsafe(private / "inventory" / "hosts.yml", inventory)
             runner = ansible_runner.run(
                 private_data_dir=str(private), ident=run_id, playbook=str(s.playbook.resolve()),
-                inventory=inventory, extravars={**s.extra_vars, **secrets},
+                inventory=str(hosts_file),
                 envvars=self._envvars(private), forks=s.forks,
                 skip_tags=",".join(s.skip_tags) or None, timeout=int(max(1, timeout)),
                 quiet=True, rotate_artifacts=1,

@@ -20,6 +20,9 @@ class AnsibleSettings(BaseModel):
     runs_dir: Path = Field(Path(".gpu-autoscaler/ansible-runs"),
                            description="One directory per run: stdout, events, results.")
     keep_runs: int = Field(200, ge=1, description="Run directories kept; older ones are removed.")
+    known_hosts_file: Path | None = Field(
+        None, description="Pinned SSH host keys, one per node name (recorded at first "
+        "contact; a changed key is refused). Default: runs_dir/known_hosts.")
     ssh_user: str = Field("root", description="SSH user on new nodes (become is used unless root).")
     ssh_port: int = Field(22, ge=1, le=65535)
     private_key_file: Path | None = Field(None, description="SSH private key for the nodes.")
@@ -41,6 +44,9 @@ class AnsibleSettings(BaseModel):
         "{variable: ENV_NAME}, e.g. {cluster_join_k8s_token: GPU_AUTOSCALER_K8S_TOKEN}. "
         "They reach the play as extra variables in the run's private directory, which is "
         "deleted after the run, and are masked in results and kept logs.")
+
+    def known_hosts(self) -> Path:
+        return self.known_hosts_file or self.runs_dir / "known_hosts"
 
     def run_timeout(self, pool_timeouts: list[timedelta]) -> timedelta:
         if self.timeout is not None:

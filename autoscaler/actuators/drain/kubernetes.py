@@ -5,33 +5,47 @@
   PodDisruptionBudgets: a 429 refusal is retried on the next step. Pods annotated
   ``gpu-autoscaler/do-not-disrupt: "true"`` are *not* evicted before the deadline and keep
   the node from counting as drained, so a long training run can finish;
-* at the deadline every pod is evicted, the protected ones too (eviction sends SIGTERM
-  and honours the pod's termination grace period: Kubernetes' own checkpoint signal, so
-  the pool's ``checkpoint_signal`` does not apply here), still retrying PDB refusals;
+* at the deadline the pool's ``checkpoint_signal`` is sent to PID 1 of every container
+  of the pods still there (the ``exec`` subresource runs ``kill -<SIGNAL> 1``; the image
+  needs a ``kill``), the protected ones too, and the evictions go on;
 * after ``checkpoint_grace`` the pods still there are deleted. A drain is therefore
   bounded by ``drain_timeout + checkpoint_grace`` even when a PDB never allows an
   eviction, like the drain timeout of a Slurm node;
-* DaemonSet and static (mirror) pods are left alone: they die with the node.
+* DaemonSet and static (mirror) pods are left alone: they die with the node;
+* a node is ready once it is Ready, not cordoned, and its device plugin advertises the
+  GPUs its instance type has (``node.kubernetes.io/instance-type``, set at join):
+  ``nvidia.com/gpu``, shared replicas (``nvidia.com/gpu.replicas`` from GPU feature
+  discovery) or the same MIG slices on every GPU. Until then it stays in flight, so no
+  second node is bought for the same pods (the device plugin starts about a minute
+  after the kubelet);
+* when the instance is gone its Node object is deleted (there is no cloud controller
+  manager to do it in the sandbox, and the autoscaler knows first).
 
 Kubernetes node names are fleet node names.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
 from urllib3.exceptions import HTTPError
 
 from autoscaler.actuators.drain.base import DrainError, PhasedDrainer, Readiness, Work
+from autoscaler.catalog import Catalog, CatalogError, default_catalog
 from autoscaler.signals.config import KubernetesConfig
+from autoscaler.signals.kube_objects import GPU, MIG_PREFIX, SHARED, TYPE, quantity
 from autoscaler.signals.kubernetes import KubernetesReader
 
 DO_NOT_DISRUPT = "gpu-autoscaler/do-not-disrupt"
 MIRROR = "kubernetes.io/config.mirror"
 NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
+REPLICAS = "nvidia.com/gpu.replicas"
+SIGNAL = re.compile(r"^(SIG)?[A-Z][A-Z0-9]{1,7}$")  # USR1, SIGTERM: one argv word, never split
 
 
 def _key(namespace: str, name: str) -> str:
@@ -47,13 +61,15 @@ class KubernetesOps:
     kind = "kubernetes"
 
     def __init__(self, api: client.CoreV1Api | None = None, config: KubernetesConfig | None = None,
-                 timeout_s: float = 10.0):
+                 timeout_s: float = 10.0, catalog: Catalog | None = None):
         if api is None and config is None:
             raise ValueError("give the Kubernetes drainer an API client or a KubernetesConfig")
         self._api = api
         self.config = config
         self.timeout_s = config.timeout.total_seconds() if config is not None else timeout_s
         self.evictions: list[str] = []  # pods evicted or deleted, for status and tests
+        self.catalog = catalog or default_catalog()  # GPU counts only: prices do not matter
+        self.signalled: list[str] = []  # "pod/container SIGNAL", for status and tests
 
     def api(self) -> client.CoreV1Api:
         if self._api is None:
@@ -115,12 +131,46 @@ class KubernetesOps:
         return refused
 
     def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None:
+        try:
+            self.signal_jobs(node, [w.id for w in work], signal)
+        except DrainError as exc:  # no kill in the image: the evictions' SIGTERM still comes
+            self.signalled.append(f"not signalled: {exc}")
         self.nudge(node, work, force=True)
 
     def signal_jobs(self, node: str, job_ids: Sequence[str], signal: str) -> bool:
-        # The API can only evict or delete a pod; signalling its process would need exec
-        # rights into every namespace. Long pods are reported, never disturbed.
-        return False
+        """``kill -<signal> 1`` in every container of each pod (the exec subresource)."""
+        if not SIGNAL.match(signal):
+            raise DrainError(f"kubernetes: {signal!r} is not a signal name")
+        for key in job_ids:
+            namespace, name = _split(key)
+            try:
+                pod = self._call(f"read pod {key}", self.api().read_namespaced_pod, name, namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # it ended meanwhile
+                raise DrainError(f"kubernetes: cannot read {key}: {exc.status} {exc.reason}") from None
+            for container in pod.spec.containers or []:
+                self._exec(key, container.name, ["kill", f"-{signal.removeprefix('SIG')}", "1"])
+                self.signalled.append(f"{key}/{container.name} {signal}")
+        return True
+
+    def _exec(self, key: str, container: str, command: list[str]) -> None:
+        namespace, name = _split(key)
+        try:
+            ws = stream(self.api().connect_get_namespaced_pod_exec, name, namespace,
+                        command=command, container=container, stdin=False, stdout=True,
+                        stderr=True, tty=False, _preload_content=False,
+                        _request_timeout=self.timeout_s)
+            ws.run_forever(timeout=self.timeout_s)
+            code = ws.returncode
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise DrainError(f"kubernetes: exec in {key}: {exc.status} {exc.reason}") from None
+        except Exception as exc:  # websocket errors have no common base
+            raise DrainError(f"kubernetes: exec in {key} failed ({type(exc).__name__})") from None
+        if code:
+            raise DrainError(f"kubernetes: {' '.join(command)} in {key}/{container} exited {code}")
 
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         for pod in work:
@@ -162,11 +212,54 @@ class KubernetesOps:
             return Readiness(False, "node not Ready")
         if obj.spec is not None and obj.spec.unschedulable:
             return Readiness(False, "node is cordoned")
-        return Readiness(True, "node Ready")
+        labels = (obj.metadata.labels or {}) if obj.metadata else {}
+        allocatable = (obj.status.allocatable or {}) if obj.status else {}
+        problem = self._advertised(labels, allocatable)
+        if problem:
+            return Readiness(False, f"node Ready but {problem}")
+        return Readiness(True, "node Ready, GPUs advertised")
+
+    def _advertised(self, labels: dict[str, str], allocatable: dict[str, str]) -> str | None:
+        """Why the advertised GPU resources are not (yet) what the instance type has."""
+        res = {k: int(quantity(v)) for k, v in allocatable.items()
+               if (k in (GPU, SHARED) or k.startswith(MIG_PREFIX)) and quantity(v) > 0}
+        if not res:
+            return "its device plugin advertises no GPUs yet"
+        type_name = labels.get(TYPE)
+        gpus = self._gpus_of(type_name) if type_name else None
+        if gpus is None:
+            return None  # unknown type: any advertised GPU resource will do
+        replicas = int(labels.get(REPLICAS) or 1)
+        mig = {k: v for k, v in res.items() if k.startswith(MIG_PREFIX)}
+        if mig:
+            uneven = sorted(k for k, v in mig.items() if v % gpus)
+            if uneven:
+                return f"it advertises {', '.join(f'{mig[k]} {k}' for k in uneven)}: not the same " \
+                       f"MIG slices on each of the {gpus} GPUs of {type_name}"
+            return None
+        count = res.get(SHARED, res.get(GPU, 0))
+        if count != gpus * replicas:
+            what = SHARED if SHARED in res else GPU
+            return (f"it advertises {count} {what}; {type_name} has {gpus} GPU(s)"
+                    + (f" x {replicas} replicas" if replicas > 1 else ""))
+        return None
+
+    def _gpus_of(self, type_name: str) -> int | None:
+        for cloud in ("aws", "alicloud"):
+            try:
+                return self.catalog.get(cloud, type_name).gpus
+            except CatalogError:
+                continue
+        return None
 
     def forget(self, node: str) -> None:
-        """Nothing: the cloud controller manager deletes Node objects of gone instances."""
-        return None
+        """The instance is gone: delete its Node object (nothing else would in the sandbox)."""
+        try:
+            self._call(f"delete node {node}", self.api().delete_node, node)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise DrainError(f"kubernetes: cannot delete node {node}: "
+                                 f"{exc.status} {exc.reason}") from None
 
 
 def _node_bound(meta: client.V1ObjectMeta) -> bool:

@@ -11,6 +11,10 @@
 
 Slurm node names are fleet node names. Commands run through the same runner, prefix,
 environment and timeout as the Slurm signal reader (:class:`SlurmConfig`).
+
+Every command is an argv list, never a shell line, and every value in it is one argument
+that cannot be read as an option: node names and job ids (job ids come from squeue's
+output) are checked against Slurm's syntax first, options carry their value after '='.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ _BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND", "POWER",
                "MAINT", "REBOOT", "INVAL")
 _SERVING = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
 _REASON_MAX = 120
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")  # 123, an array task 123_4, het 123+1
+_SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "KILL"})
 
 
 def _matches(exc: Exception, needles: Sequence[str]) -> bool:
@@ -62,12 +69,15 @@ class SlurmOps:
         self.calls: list[list[str]] = []  # what was run, for status and tests
 
     def _cmd(self, name: str, *args: str) -> str:
+        for arg in args:
+            if "\n" in arg or "\0" in arg:
+                raise DrainError(f"slurm: refusing an argument with a line break or NUL: {arg!r}")
         argv = [*self.config.command(name), *args]
         self.calls.append(argv)
         return self._run(argv, self.config.timeout.total_seconds(), self.config.env)
 
     def _update(self, node: str, *fields: str) -> None:
-        self._cmd("scontrol", "update", f"nodename={node}", *fields)
+        self._cmd("scontrol", "update", f"nodename={_node(node)}", *fields)
 
     # -- SchedulerOps --------------------------------------------------------------------
     def cordon(self, node: str, reason: str) -> bool:
@@ -81,7 +91,8 @@ class SlurmOps:
 
     def workload(self, node: str) -> list[Work]:
         try:
-            out = self._cmd("squeue", "-h", "-w", node, "-t", RUNNING, "-o", "%i %T")
+            out = self._cmd("squeue", "-h", f"--nodelist={_node(node)}", f"--states={RUNNING}",
+                            "--format=%i %T")
         except SlurmCommandError as exc:
             if _matches(exc, _UNKNOWN_NODE):
                 return []
@@ -89,17 +100,22 @@ class SlurmOps:
         work = []
         for line in out.splitlines():
             job, _, state = line.strip().partition(" ")
-            if job:
-                work.append(Work(job, ending=state.strip().upper() == "COMPLETING"))
+            if not job:
+                continue
+            if not _JOB_ID.match(job):
+                raise DrainError(f"slurm: squeue listed {job[:40]!r} on {node}, not a job id")
+            work.append(Work(job, ending=state.strip().upper() == "COMPLETING"))
         return work
 
     def nudge(self, node: str, work: Sequence[Work], *, force: bool) -> list[str]:
         return []  # Slurm jobs are not asked to leave before the deadline
 
     def checkpoint(self, node: str, work: Sequence[Work], signal: str) -> None:
+        if signal not in _SIGNALS:
+            raise DrainError(f"slurm: {signal!r} is not a signal name scancel is given")
         for job in work:
             try:
-                self._cmd("scancel", f"--signal={signal}", f"--{self.scope}", job.id)
+                self._cmd("scancel", f"--signal={signal}", f"--{self.scope}", _job(job.id))
             except SlurmCommandError as exc:
                 if not _matches(exc, _JOB_GONE):
                     raise DrainError(f"slurm: cannot signal job {job.id} on {node}: {exc}") from None
@@ -111,7 +127,7 @@ class SlurmOps:
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         for job in work:
             try:
-                self._cmd("scontrol", "requeue", job.id)
+                self._cmd("scontrol", "requeue", _job(job.id))
             except SlurmCommandError as exc:
                 if _matches(exc, _JOB_GONE):
                     continue
@@ -119,7 +135,7 @@ class SlurmOps:
 
     def _cancel(self, node: str, job: Work, why: Exception) -> None:
         try:
-            self._cmd("scancel", job.id)
+            self._cmd("scancel", _job(job.id))
         except SlurmCommandError as exc:
             if not _matches(exc, _JOB_GONE):
                 raise DrainError(f"slurm: job {job.id} on {node} could not be requeued ({why}) "
@@ -134,7 +150,7 @@ class SlurmOps:
 
     def readiness(self, node: str) -> Readiness:
         try:
-            out = self._cmd("scontrol", "show", "node", node, "--oneliner")
+            out = self._cmd("scontrol", "--oneliner", "show", "node", _node(node))
         except SlurmCommandError as exc:
             if _matches(exc, _UNKNOWN_NODE):
                 return Readiness(False, f"slurm does not know {node}")
@@ -147,6 +163,18 @@ class SlurmOps:
         except SlurmCommandError as exc:
             if not _matches(exc, _UNKNOWN_NODE):
                 raise DrainError(f"slurm: cannot mark {node} down: {exc}") from None
+
+
+def _node(name: str) -> str:
+    if not _NODE_NAME.match(name):
+        raise DrainError(f"slurm: {name[:80]!r} is not a Slurm node name; not passed to Slurm")
+    return name
+
+
+def _job(job_id: str) -> str:
+    if not _JOB_ID.match(job_id):
+        raise DrainError(f"slurm: {job_id[:40]!r} is not a Slurm job id; not passed to Slurm")
+    return job_id
 
 
 def slurm_readiness(show_node: str) -> Readiness:

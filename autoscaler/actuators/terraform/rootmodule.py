@@ -1,9 +1,16 @@
 """The files of one pool's root module: main.tf.json, the CLI config and the tfvars.
 
 The root module is generated as JSON (Terraform's JSON syntax) so no value ever needs
-HCL escaping. It calls the pool module through a relative path, holds the provider and
+HCL quoting. It calls the pool module through a relative path, holds the provider and
 backend configuration, and takes the node map and user data as variables from
 terraform.tfvars.json (mode 0600: user data may carry join tokens).
+
+Terraform reads every string of a ``.tf.json`` file as a template: ``${...}`` and ``%{...}``
+in a region, an AMI id or a subnet would be evaluated (``${file("/etc/passwd")}``). Every
+value written into main.tf.json therefore goes through :func:`literal`, which doubles them
+(``$${``, ``%%{``: Terraform's escapes for a literal ``${`` and ``%{``); only the references
+built here (``${var.nodes}``) are templates. Values in terraform.tfvars.json are never
+evaluated, so the node map (names, types, zones) needs no escaping.
 """
 
 from __future__ import annotations
@@ -55,21 +62,24 @@ def main_tf(settings: TerraformSettings, workdir: Path, team: str, pool: str, cl
     if cloud not in MODULES:
         raise ValueError(f"no Terraform module for cloud {cloud!r} (known: {sorted(MODULES)})")
     source = os.path.relpath(settings.modules_dir / MODULES[cloud], workdir)
-    module: dict[str, Any] = {
-        "source": source if source.startswith(".") else f"./{source}",
+    values: dict[str, Any] = literal({
         "team": team, "pool": pool, "region": region,
-        "nodes": "${var.nodes}", "user_data": "${var.user_data}",
         "ami": inputs.ami, "subnet_ids": inputs.subnet_ids,
         "security_group_ids": inputs.security_group_ids, "key_name": inputs.key_name,
         "iam_instance_profile": inputs.iam_instance_profile,
         "root_volume_gb": inputs.root_volume_gb, "spot_max_price": inputs.spot_max_price,
+    })
+    module: dict[str, Any] = {
+        # A module source is a path, never a template: it is not escaped.
+        "source": source if source.startswith(".") else f"./{source}",
+        **values, "nodes": "${var.nodes}", "user_data": "${var.user_data}",
     }
     return {
         "terraform": {
             "required_providers": {cloud: PROVIDERS[cloud]},
-            "backend": _backend(settings, team, pool),
+            "backend": literal(_backend(settings, team, pool)),
         },
-        "provider": {cloud: _provider(settings, cloud, region)},
+        "provider": {cloud: literal(_provider(settings, cloud, region))},
         "variable": {
             "nodes": {"type": NODES_TYPE, "default": {}},
             "user_data": {"type": "string", "default": "", "sensitive": True},
@@ -77,6 +87,17 @@ def main_tf(settings: TerraformSettings, workdir: Path, team: str, pool: str, cl
         "module": {"pool": module},
         "output": {"nodes": {"value": "${module.pool.nodes}"}},
     }
+
+
+def literal(value: Any) -> Any:
+    """``value`` with every string escaped so Terraform reads it as plain text."""
+    if isinstance(value, str):
+        return value.replace("${", "$${").replace("%{", "%%{")
+    if isinstance(value, dict):
+        return {literal(k): literal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [literal(v) for v in value]
+    return value
 
 
 def tfvars(nodes: NodeMap, inputs: RegionInputs) -> dict[str, Any]:

@@ -13,11 +13,12 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from python_terraform import IsFlagged, Terraform
 
@@ -82,25 +83,30 @@ class Runner:
         return result
 
     def _execute(self, argv: list[str], cmd: str) -> tuple[str, str, int]:
-        """Run in its own process group so a timeout also ends the provider plugins."""
-        proc = subprocess.Popen(argv, cwd=self.workdir, env=self.env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
-            raise TerraformError(f"terraform {cmd} timed out after {self.timeout_s:.0f}s in "
-                                 f"{self.workdir}") from exc
-        except BaseException:
-            # Interrupted (Ctrl-C, test teardown): never leave terraform holding the lock.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-            raise
-        return stdout, stderr, proc.returncode
+        """Run in its own process group so a timeout also ends the provider plugins.
+
+        Output goes to unlinked files, not pipes: when the service dies mid-run (SIGKILL,
+        OOM), terraform finishes and releases its state lock. Writing to a pipe whose
+        reader died would kill it by SIGPIPE, leaving a remote backend's lock behind
+        until ``stale_lock_after``, so the next leader could not apply for that long."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(argv, cwd=self.workdir, env=self.env(), stdout=out,
+                                    stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                proc.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired as exc:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+                raise TerraformError(f"terraform {cmd} timed out after {self.timeout_s:.0f}s in "
+                                     f"{self.workdir}") from exc
+            except BaseException:
+                # Interrupted (Ctrl-C, test teardown): never leave terraform holding the lock.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+                raise
+            return _read(out), _read(err), proc.returncode
 
     def _log(self, cmd: str, result: Result) -> None:
         log_dir = self.workdir / "logs"
@@ -109,6 +115,11 @@ class Runner:
         text = (f"$ {' '.join(result.argv)}\n# exit {result.returncode} after "
                 f"{result.seconds:.1f}s\n{result.stdout}\n{result.stderr}")
         (log_dir / f"{name}.log").write_text(text)
+
+
+def _read(file: IO[bytes]) -> str:
+    file.seek(0)
+    return file.read().decode("utf-8", errors="replace")
 
 
 def _json_events(stdout: str) -> list[dict[str, Any]]:

@@ -80,6 +80,7 @@ def _count_attempts(step: Step, batch: list[Node]) -> dict[str, int]:
 
 def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node],
                attempts: dict[str, int]) -> None:
+    step.store.fence()  # a deposed leader never runs Ansible
     try:
         run = bootstrapper.bootstrap(batch, dict(step.policies))
     except Exception as exc:  # the whole run failed: every node of the batch failed once

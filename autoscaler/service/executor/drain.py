@@ -38,6 +38,7 @@ def resume_cancelled(step: Step, runner: Runner) -> None:
         drainer = step.drainer(step.cluster_kind(node, meta))
         if drainer is None:
             continue
+        step.store.fence()
         try:
             drainer.cancel(node)
         except Exception as exc:  # retried next advance
@@ -127,6 +128,7 @@ def _drain_one(step: Step, node: Node) -> None:
 
 def _run(step: Step, drainer: Drainer, node: Node, progress: DrainProgress, now: datetime) -> DrainStep:
     for _ in range(CHAIN):
+        step.store.fence()  # a deposed leader never drains
         result = drainer.step(node, progress, now)
         not_before = now + result.retry_after if result.outcome is not DrainOutcome.DONE else None
         saved = result.progress.model_copy(update={"not_before": not_before})

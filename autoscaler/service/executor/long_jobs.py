@@ -33,6 +33,7 @@ def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], k
         jobs[job] = jobs[job].model_copy(update={"signalled_at": now, "outcome": "sending"})
     update_meta(step.store, node.name, long_jobs=dump_long_jobs(jobs))
     drainer = step.drainer(kind)
+    step.store.fence()
     try:
         sent = drainer is not None and drainer.signal_jobs(node, owed, signal)
         outcome = f"SIG{signal} sent" if sent else f"{kind} cannot signal jobs: reported only"

@@ -112,6 +112,7 @@ def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: A
     want: NodeMap = desired_maps(nodes).get(ref.key, {})
     result: ApplyResult | None = None
     if provisioner.applied(ref) != want:
+        step.store.fence()  # a deposed leader never applies
         result = provisioner.apply(ref, want)
         step.report.applies.append(PoolApply(
             pool=ref.key, ok=result.ok, created=result.created, destroyed=result.destroyed,
@@ -165,6 +166,7 @@ def _forget(step: Step, node: Node) -> None:
     drainer = step.drainers.get(kind)
     if drainer is None:
         return
+    step.store.fence()
     try:
         drainer.forget(node)
     except Exception as exc:  # the instance is gone either way

@@ -74,6 +74,17 @@ class ExecutorSettings(BaseModel):
     lost_after_misses: int = Field(
         2, ge=1, description="Reconciler runs in a row that must miss a node's instance in "
         "the cloud before the node is LOST (one empty answer is not proof).")
+    lost_freeze_percent: int = Field(
+        45, ge=0, le=100, description="A cloud answer that lacks more than this share of a "
+        "pool's known instances (and more than lost_freeze_count of them) is not believed: "
+        "no node of the pool is marked LOST while it lasts (Cluster Autoscaler's "
+        "max-total-unready-percentage). 100 turns the freeze off.")
+    lost_freeze_count: int = Field(
+        1, ge=0, description="Missing instances a pool may have in one answer before "
+        "lost_freeze_percent applies (CA's ok-total-unready-count, 3 there).")
+    max_removals_per_tick: int = Field(
+        10, ge=1, description="Fleet-wide: nodes the reconciler may mark LOST plus unknown "
+        "instances it may destroy in one run; the rest wait for the next run.")
     state_check_interval: Duration = Field(
         timedelta(minutes=5), description="How often each pool's Terraform state is compared "
         "with the store (reads the state: ~1 s per pool).")

@@ -5,10 +5,12 @@ One node group per instance type of the pool. Every ``scan-interval`` (10 s):
 * **Scale-up** for pods that cannot be scheduled: pods that fit on nodes already coming up
   are not counted (CA accounts for upcoming nodes); for each node group the binpacking
   estimator packs the rest first-fit-decreasing onto new nodes of that group; the
-  ``least-waste`` expander picks the group that leaves the fewest GPUs idle (ties: more
-  pods helped, then cheaper $/GPU-h); that group grows by its estimate, within
-  ``max_nodes`` and the team's GPU quota. A scale-up the cloud refuses (no spot capacity
-  in any zone and no on-demand fallback) backs the group off for 5 min.
+  ``least-waste`` expander picks the group that leaves the fewest GPUs idle; ties go to
+  a random group (CA's fallback expander is ``random``), drawn from the replay's seed;
+  that group grows by its estimate, within ``max_nodes`` and the team's GPU quota. A
+  scale-up the cloud refuses in every zone (no on-demand fallback) backs the group off
+  for 5 min. The estimate packs pods of one shape at once (:mod:`.packing`): linear in
+  the number of pod shapes and node profiles, not in pods x nodes.
 * **Scale-down**: a ready node whose requested GPUs are below 50% of its GPUs
   (``scale-down-utilization-threshold``; CA looks only at GPUs on GPU nodes) and whose pods
   all fit elsewhere is "unneeded"; unneeded for 10 min (``scale-down-unneeded-time``)
@@ -20,14 +22,17 @@ One node group per instance type of the pool. Every ``scan-interval`` (10 s):
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import asdict, dataclass
 
 from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
-from autoscaler.sim.cluster import SimJob, SimNode
+from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.placement import EPS, slots_for
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.common import Buyer, Limits, active_nodes, mix_for, reap
+from autoscaler.sim.strategies.packing import Bins, fit, shapes
 
 S = NodeState
 
@@ -67,6 +72,13 @@ class ClusterAutoscalerLike(Strategy):
         self._seen_version = -1
         self._unneeded: list[SimNode] = []
         self._idle_check: tuple[int, float] | None = None
+        self.rng = random.Random("ca_like:expander")
+
+    def begin(self, replay: Replay, now: float) -> None:
+        self.rng = random.Random(f"{replay.config.seed}:ca_like:expander")
+
+    def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
+        self.buyer.refused(replay, node, now)
 
     def parameters(self) -> dict[str, object]:
         return {**asdict(self.settings), "expander": "least-waste"}
@@ -78,26 +90,25 @@ class ClusterAutoscalerLike(Strategy):
 
     # -- scale-up -------------------------------------------------------------------
     def _scale_up(self, replay: Replay, now: float) -> None:
-        pods = sorted(replay.cluster.pending, key=lambda j: -j.gpus)
-        if not pods or now < self.buyer.blocked_until:
+        pending = replay.cluster.pending
+        if not pending or now < self.buyer.blocked_until:
             return  # nothing to do, or the node groups are backed off
         check = (replay.cluster.version, self.buyer.blocked_until)
         if check == self._idle_check:
             return  # same pods, nodes and back-off as a check that launched nothing: same answer
-        upcoming = [[1.0] * n.gpus for n in replay.cluster.nodes.values() if n.state in IN_FLIGHT]
-        rest = [p for p in pods if not _pack(upcoming, p.gpus)]
-        if not rest:
+        upcoming = Bins()
+        for n in replay.cluster.nodes.values():
+            if n.state in IN_FLIGHT:
+                upcoming.add([1.0] * n.gpus)
+        rest = [(g, k - upcoming.place(g, k)) for g, k in shapes(j.gpus for j in pending)]
+        rest = [(g, k) for g, k in rest if k > 0]
+        options = [o for name in replay.pool.instance_types
+                   if rest and (o := self._estimate(replay, name, rest)) is not None]
+        if not options:
             self._idle_check = check
             return
-        best = None
-        for name in replay.pool.instance_types:
-            option = self._estimate(replay, name, rest)
-            if option is not None and (best is None or option[0] < best[0]):
-                best = option
-        if best is None:
-            self._idle_check = check
-            return
-        _, name, count = best
+        least = min(o[0] for o in options)
+        _, name, count = self.rng.choice([o for o in options if o[0] <= least + EPS])
         limits = Limits.of(replay, self.quota_gpus)
         count = min(count, limits.room(active_nodes(replay), replay.itype(name).gpus))
         if count <= 0:
@@ -108,25 +119,25 @@ class ClusterAutoscalerLike(Strategy):
             self.last_scale_up = now
 
     @staticmethod
-    def _estimate(replay: Replay, name: str, pods: list[SimJob]
-                  ) -> tuple[tuple[float, int, float, str], str, int] | None:
-        itype = replay.itype(name)
-        bins: list[list[float]] = []
-        helped, used = 0, 0.0
-        for pod in pods:
-            if pod.gpus > itype.gpus + EPS:
+    def _estimate(replay: Replay, name: str, rest: list[tuple[float, int]]
+                  ) -> tuple[float, str, int] | None:
+        """(wasted share of the new GPUs, group, new nodes) packing ``rest`` onto new nodes."""
+        gpus = replay.itype(name).gpus
+        empty = [1.0] * gpus
+        bins = Bins()
+        used = 0.0
+        for g, k in rest:
+            if g > gpus + EPS:
                 continue
-            if not _pack(bins, pod.gpus):
-                bins.append([1.0] * itype.gpus)
-                _pack(bins[-1:], pod.gpus)
-            helped += 1
-            used += pod.gpus
-        if not bins:
+            left = k - bins.place(g, k)
+            if left:
+                bins.add(empty, math.ceil(left / fit(tuple(empty), g)))
+                bins.place(g, left)
+            used += g * k
+        if not bins.nodes:
             return None
-        total = len(bins) * itype.gpus
-        per_gpu = (itype.spot_usd or itype.on_demand_usd or 0) / itype.gpus
-        waste = (total - used) / total
-        return (waste, -helped, per_gpu, name), name, len(bins)
+        total = bins.nodes * gpus
+        return (total - used) / total, name, bins.nodes
 
     # -- scale-down -----------------------------------------------------------------
     def _scale_down(self, replay: Replay, now: float) -> None:

@@ -2,13 +2,11 @@
 
 Baselines buy capacity the way a cloud auto-scaling group would for the same pool: the
 policy's on-demand base and spot share (the engine's own ``MarketMix``); for spot, the
-pool's zones in order, each zone without capacity costing one failed attempt
-(``launch_fail_delay``) before the group tries the next one; and the policy's spot
-fallback to on-demand at once when no zone has any. Without a fallback the refused
-scale-up backs the group off for 5 minutes (Cluster Autoscaler's
-``initial-node-group-backoff-duration``; it doubles up to 30 min in CA, not here). Baselines
-know which zone has capacity before they launch and never pay for a refused launch: both
-generous to them.
+pool's first zone, and when the cloud refuses (learned after one provisioning attempt,
+``launch_attempt``, as for ours) the next zone, then the policy's fallback to on-demand.
+With no zone left and no fallback the group backs off for 5 minutes (Cluster Autoscaler's
+``initial-node-group-backoff-duration``; it doubles up to 30 min in CA, not here). Refused
+attempts are not billed and are counted like ours, one per node refused.
 """
 
 from __future__ import annotations
@@ -53,41 +51,44 @@ def mix_for(replay: Replay) -> MarketMix:
 
 
 class Buyer:
-    """Launches for one baseline, remembering the back-off after a refused scale-up."""
+    """Launches for one baseline; walks the pool's zones on refusals, then backs off."""
 
     def __init__(self, backoff: float = 300.0):
         self.backoff = backoff
         self.blocked_until = float("-inf")
 
     def buy(self, replay: Replay, type_name: str, mix: MarketMix, now: float) -> SimNode | None:
+        """Launch one node following the mix; None while backed off or when spot is too
+        dear and there is no fallback."""
         if now < self.blocked_until:
             return None
-        node = buy(replay, type_name, mix, now)
-        if node is None:
-            self.blocked_until = now + self.backoff
-            replay.cluster.totals.failed_launches += 1
-        return node
-
-
-def buy(replay: Replay, type_name: str, mix: MarketMix, now: float) -> SimNode | None:
-    """Launch one node following the mix; None when spot is gone and fallback is off."""
-    pool: Pool = replay.pool
-    zones: list[str | None] = list(pool.zones) or [None]
-    market = mix.peek()
-    if market is Market.SPOT:
-        itype = replay.itype(type_name)
-        cheap_enough = (itype.spot_usd is not None and itype.on_demand_usd is not None
-                        and itype.spot_usd <= pool.capacity.max_spot_price_ratio * itype.on_demand_usd)
-        for tried, zone in enumerate(zones):
-            if cheap_enough and replay.spot_available(zone, now):
+        pool: Pool = replay.pool
+        zone = pool.zones[0] if pool.zones else None
+        if mix.peek() is Market.SPOT:
+            if _spot_cheap_enough(replay, type_name):
                 mix.take(Market.SPOT)
-                lost = tried * replay.config.launch_fail_delay
-                return replay.launch(type_name, Market.SPOT, zone, now, extra_delay=lost)
-        if pool.capacity.spot_fallback != "on-demand":
-            return None
-    mix.take(Market.ON_DEMAND)
-    lost = len(zones) * replay.config.launch_fail_delay if market is Market.SPOT else 0.0
-    return replay.launch(type_name, Market.ON_DEMAND, zones[0], now, extra_delay=lost)
+                return replay.launch(type_name, Market.SPOT, zone, now)
+            if pool.capacity.spot_fallback != "on-demand":
+                return None
+        mix.take(Market.ON_DEMAND)
+        return replay.launch(type_name, Market.ON_DEMAND, zone, now)
+
+    def refused(self, replay: Replay, node: SimNode, now: float) -> SimNode | None:
+        """``node``'s spot launch was refused: the next zone, then on-demand, then back off."""
+        zones: list[str | None] = list(replay.pool.zones) or [None]
+        nxt = zones.index(node.zone) + 1 if node.zone in zones else len(zones)
+        if nxt < len(zones):
+            return replay.launch(node.itype.name, Market.SPOT, zones[nxt], now)
+        if replay.pool.capacity.spot_fallback == "on-demand":
+            return replay.launch(node.itype.name, Market.ON_DEMAND, zones[0], now)
+        self.blocked_until = max(self.blocked_until, now + self.backoff)
+        return None
+
+
+def _spot_cheap_enough(replay: Replay, type_name: str) -> bool:
+    itype, pool = replay.itype(type_name), replay.pool
+    return (itype.spot_usd is not None and itype.on_demand_usd is not None
+            and itype.spot_usd <= pool.capacity.max_spot_price_ratio * itype.on_demand_usd)
 
 
 def reap(replay: Replay, now: float) -> None:

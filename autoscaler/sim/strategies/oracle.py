@@ -50,6 +50,7 @@ def demand_series(workload: Workload, usd_per_gpu_hour: float, every: float) -> 
             col.append(max(0.0, level))
         series.t.append(t)
         series.cost_usd.append(gpu_seconds / 3600 * usd_per_gpu_hour)
+        series.pending_jobs.append(0)
         if t >= workload.end:
             return series
         t = min(t + every, workload.end)
@@ -62,6 +63,7 @@ def oracle(workload: Workload, pool: Pool, catalog: Catalog, every: float = 300.
     return StrategyResult(
         name="oracle", description="demand GPU-hours at the cheapest $/GPU-h, no delays, no waste",
         cost_usd=demand * per_gpu, gpu_hours_paid=demand, gpu_hours_used=demand,
+        gpu_hours_delivered=demand,
         jobs=jobs, jobs_started=jobs,
         jobs_finished=sum(1 for j in workload.jobs if j.arrival + j.duration <= workload.end),
         parameters={"usd_per_gpu_hour": round(per_gpu, 4), "priced_as": what},

@@ -2,8 +2,10 @@
 
 Size: the peak concurrent GPU demand of the window (each job run from its arrival for its
 trace run time, shares summed), divided by the GPUs of the pool's largest instance type,
-rounded up; that type, so every job in the trace fits. Nodes lost to spot interruptions or
-refused launches are replaced at the next tick (an auto-scaling group with a fixed size).
+rounded up; that type, so every job in the trace fits; no more than the pool's
+``max_nodes`` and the team's GPU quota allow (as any fleet the team may run). Nodes lost
+to spot interruptions or refused launches are replaced at the next tick (an auto-scaling
+group with a fixed size).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import math
 
 from autoscaler.catalog import Catalog
 from autoscaler.policy.models import Pool
+from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
-from autoscaler.sim.strategies.common import Buyer, active_nodes, mix_for, reap
+from autoscaler.sim.strategies.common import Buyer, Limits, active_nodes, mix_for, reap
 from autoscaler.sim.traces import Workload
 
 
@@ -41,17 +44,24 @@ class StaticFleet(Strategy):
     description = "fixed fleet sized for the window's peak demand"
     interval = 60.0
 
-    def __init__(self, type_name: str, count: int):
+    def __init__(self, type_name: str, count: int, wanted: int | None = None):
         self.type_name, self.count = type_name, count
+        self.wanted = count if wanted is None else wanted  # the peak's size before the limits
         self.buyer = Buyer()
 
     @classmethod
-    def for_workload(cls, workload: Workload, pool: Pool, catalog: Catalog) -> StaticFleet:
+    def for_workload(cls, workload: Workload, pool: Pool, catalog: Catalog,
+                     quota_gpus: int | None = None) -> StaticFleet:
         name, gpus = largest_type(pool, catalog)
-        return cls(name, max(1, math.ceil(peak_demand(workload) / gpus - 1e-9)))
+        wanted = max(1, math.ceil(peak_demand(workload) / gpus - 1e-9))
+        allowed = Limits(max_nodes=pool.max_nodes, max_gpus=quota_gpus).room([], gpus)
+        return cls(name, min(wanted, allowed), wanted)
+
+    def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
+        self.buyer.refused(replay, node, now)
 
     def parameters(self) -> dict[str, object]:
-        return {"instance_type": self.type_name, "nodes": self.count}
+        return {"instance_type": self.type_name, "nodes": self.count, "peak_needs_nodes": self.wanted}
 
     def begin(self, replay: Replay, now: float) -> None:
         self.tick(replay, now)

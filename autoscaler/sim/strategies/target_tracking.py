@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from autoscaler.catalog import Catalog
 from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
 from autoscaler.policy.models import Pool
+from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.common import Buyer, Limits, active_nodes, mix_for, reap
@@ -64,6 +65,9 @@ class TargetTracking(Strategy):
                                                      self.settings.scale_out_points))
         self.desired = self.settings.min_capacity
         self.last_scale_in: float | None = None
+
+    def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
+        self.buyer.refused(replay, node, now)
 
     def parameters(self) -> dict[str, object]:
         return {**asdict(self.settings), "instance_type": self.type_name}

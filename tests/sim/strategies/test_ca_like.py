@@ -83,3 +83,25 @@ def test_scale_up_packs_pending_pods_onto_the_least_wasteful_group() -> None:
     assert ca.last_scale_up == 0
     ca.tick(replay, 10)
     assert len(replay.cluster.nodes) == 2  # the pods fit on the upcoming nodes
+
+
+def _tie_choice(seed: int) -> list[str]:
+    """Eight 1-GPU pods: 2 x p3.8xlarge and 1 x p3.16xlarge both waste nothing (a tie)."""
+    from dataclasses import replace
+
+    from tests.sim.conftest import EXACT
+    jobs = [Job(f"p{i}", 0, 3600, 1.0) for i in range(8)]
+    ca = ClusterAutoscalerLike()
+    pool = policy(instance_types=["p3.8xlarge", "p3.16xlarge"]).pools[0]
+    replay = replay_for(jobs, strategy=ca, pool=pool, config=replace(EXACT, seed=seed))
+    ca.begin(replay, 0)
+    for sim in replay.jobs:
+        replay.cluster.arrive(sim, 0)
+    ca.tick(replay, 0)
+    return sorted(n.itype.name for n in replay.cluster.nodes.values())
+
+
+def test_least_waste_ties_go_to_a_random_group_drawn_from_the_seed() -> None:
+    choices = {seed: _tie_choice(seed) for seed in range(8)}
+    assert set(map(tuple, choices.values())) == {("p3.8xlarge", "p3.8xlarge"), ("p3.16xlarge",)}
+    assert all(_tie_choice(seed) == choices[seed] for seed in (0, 1))  # same seed, same draw

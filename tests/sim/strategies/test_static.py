@@ -29,3 +29,11 @@ def test_lost_nodes_are_replaced() -> None:
     static.tick(replay, 160)
     assert len(replay.cluster.nodes) == 3
     assert replay.cluster.totals.launches == 4
+
+
+def test_fleet_stays_within_max_nodes_and_the_gpu_quota() -> None:
+    jobs = [Job(f"j{i}", 0, 100, 8.0) for i in range(30)]  # the peak needs 30 x 8 GPUs
+    static = StaticFleet.for_workload(workload(jobs), POOL, CATALOG, quota_gpus=160)
+    assert (static.count, static.wanted) == (20, 30)  # 160 GPUs / 8
+    capped = policy(instance_types=["p3.16xlarge"], max_nodes=5).pools[0]
+    assert StaticFleet.for_workload(workload(jobs), capped, CATALOG, quota_gpus=160).count == 5

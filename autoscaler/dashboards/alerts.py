@@ -1,0 +1,143 @@
+"""Prometheus alert rules, written once with templated thresholds.
+
+``rules(Thresholds())`` is what ``alerts/gpu-autoscaler.rules.yml`` holds (a test checks the
+committed file equals it, ``promtool check rules`` accepts it and ``promtool test rules``
+runs ``alerts/tests.yml``). Operators who want other thresholds render their own with
+``gpu-autoscaler dashboards alerts --set NAME=VALUE``; the scenario test renders them with
+short ``for`` durations so they fire within a minute.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from autoscaler.dashboards.panels import NODE_LABEL, THERMAL
+
+P = "gpu_autoscaler"
+XID_OFF_THE_BUS = 79
+DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    thermal_for: str = "5m"
+    xid_for: str = "0m"
+    ecc_window: str = "10m"
+    tick_errors: int = 3  # failed ticks of one stage ...
+    tick_window: str = "10m"  # ... within this window
+    tick_stale_s: int = 300  # no tick finished for this long
+    data_missing_for: str = "10m"
+    quota_fraction: float = 1.0  # "at quota": usage >= this share of the quota
+    quota_for: str = "15m"
+    interruptions: int = 3  # spot interruptions in one pool ...
+    interruption_window: str = "10m"  # ... within this window
+    stuck_ratio: float = 1.5  # time in state / the state's timeout
+    # A bootstrap may take bootstrap_retries + 1 runs (3 by default) plus the ready wait
+    # before the reconciler fails it, so its bound is looser.
+    stuck_ratio_bootstrapping: float = 4.0
+    stuck_for: str = "10m"
+    backoff_for: str = "15m"
+
+    def with_overrides(self, pairs: dict[str, str]) -> Thresholds:
+        known = {f.name: f.type for f in fields(self)}
+        values: dict[str, Any] = {}
+        for name, text in pairs.items():
+            if name not in known:
+                raise ValueError(f"unknown threshold {name!r} (known: {', '.join(sorted(known))})")
+            current = getattr(self, name)
+            values[name] = type(current)(text)
+        return replace(self, **values)
+
+
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str
+           ) -> dict[str, Any]:
+    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description}}
+
+
+def _gpu_rules(t: Thresholds) -> list[dict[str, Any]]:
+    node = f"{{{{ $labels.{NODE_LABEL} }}}}"
+    gpu = f"{node} GPU {{{{ $labels.gpu }}}}"
+    xid = "DCGM_FI_DEV_XID_ERRORS"
+    return [
+        _alert("GpuThermalThrottling",
+               THERMAL.format(v="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS").replace(" bool ", " "),
+               t.thermal_for, "warning", f"{gpu} is thermally throttled",
+               "NVML reports thermal slowdown (clock throttle reasons 0x20/0x40): the jobs on it "
+               "run slower. The engine drains and replaces nodes whose GPUs throttle."),
+        _alert("GpuXidError", f"{xid} > 0 and {xid} != {XID_OFF_THE_BUS}", t.xid_for, "warning",
+               f"{gpu} reported XID {{{{ $value }}}}",
+               "See NVIDIA's XID catalogue; the engine drains and replaces the node."),
+        _alert("GpuFellOffTheBus", f"{xid} == {XID_OFF_THE_BUS}", t.xid_for, "critical",
+               f"{gpu} fell off the bus (XID 79)",
+               "The GPU is no longer reachable on PCIe; the node needs replacing."),
+        _alert("GpuEccDoubleBitErrors", f"increase({DBE}[{t.ecc_window}]) > 0", "0m", "critical",
+               f"{gpu}: {{{{ $value }}}} double-bit ECC errors in {t.ecc_window}",
+               "Uncorrectable memory errors kill the jobs that touch them; the row is remapped "
+               "at the next GPU reset."),
+    ]
+
+
+def _service_rules(t: Thresholds) -> list[dict[str, Any]]:
+    quota = t.quota_fraction
+    at_quota = (f"(max by (team) ({P}_team_gpus) >= max by (team) ({P}_team_quota_gpus) * {quota}"
+                f" or max by (team) ({P}_team_hourly_usd) >= "
+                f"max by (team) ({P}_team_quota_hourly_usd) * {quota})")
+    demand = f"sum by (team) (max by (team, pool, priority) ({P}_pending_gpus)) > 0"
+    ratio = f"max by (node, pool, state) ({P}_node_state_timeout_ratio"
+    return [
+        _alert("AutoscalerTickFailures",
+               f"sum by (stage) (increase({P}_tick_errors_total[{t.tick_window}])) >= {t.tick_errors}",
+               "0m", "warning", "{{ $value }} ticks failed in stage {{ $labels.stage }}",
+               "The service log has the exception of each failed tick (stage and cause)."),
+        _alert("AutoscalerNotTicking",
+               f"time() - max({P}_last_tick_timestamp_seconds > 0) > {t.tick_stale_s}", "0m",
+               "critical", f"no tick finished for more than {t.tick_stale_s}s",
+               "The loop is stuck: nothing scales up or down (a service that never finished a "
+               "tick is caught by /healthz and by `up`)."),
+        _alert("PoolDataMissing", f"max by (pool) ({P}_data_missing) == 1", t.data_missing_for,
+               "warning", "{{ $labels.pool }}: signals missing, scale-down frozen",
+               "The engine keeps every node of the pool while its metrics or scheduler data "
+               "are missing; /status says which source is missing."),
+        _alert("TeamAtQuotaWithPendingDemand", f"{at_quota} and on (team) ({demand})", t.quota_for,
+               "warning", "team {{ $labels.team }} is at its quota with GPU jobs pending",
+               "Jobs wait because the team's quota (GPUs or $/h) is used up, not for capacity."),
+        _alert("SpotInterruptionBurst",
+               f"sum by (pool) (increase({P}_interruptions_total[{t.interruption_window}])) "
+               f">= {t.interruptions}", "0m", "warning",
+               "{{ $labels.pool }}: {{ $value }} spot interruptions in " + t.interruption_window,
+               "Consider on_interruption: on-demand or other instance types for the pool."),
+        _alert("NodeStuckInState",
+               f'{ratio}{{state="BOOTSTRAPPING"}}) > {t.stuck_ratio_bootstrapping} or '
+               f'{ratio}{{state!="BOOTSTRAPPING"}}) > {t.stuck_ratio}', t.stuck_for, "warning",
+               "{{ $labels.node }} stuck in {{ $labels.state }} "
+               "({{ $value | printf \"%.1f\" }} x its timeout)",
+               "The reconciler acts on a state timeout; a node still there long after it means "
+               "that action keeps failing (see the service log and /status)."),
+        _alert("PoolLaunchBackoff", f"max by (pool) ({P}_pool_backoff) > 0", t.backoff_for,
+               "warning", "{{ $labels.pool }}: launches backed off ({{ $value }} offerings)",
+               "Capacity errors keep the pool from launching its preferred types."),
+    ]
+
+
+def rules(t: Thresholds | None = None) -> dict[str, Any]:
+    t = t or Thresholds()
+    return {"groups": [{"name": "gpu-autoscaler-gpus", "rules": _gpu_rules(t)},
+                       {"name": "gpu-autoscaler-service", "rules": _service_rules(t)}]}
+
+
+def rules_yaml(t: Thresholds | None = None) -> str:
+    yaml = YAML()
+    yaml.width = 4096  # one expression per line
+    out = io.StringIO()
+    out.write("# Generated by `gpu-autoscaler dashboards alerts` (autoscaler/dashboards/alerts.py).\n")
+    yaml.dump(rules(t), out)
+    return out.getvalue()
+
+
+def alert_names() -> list[str]:
+    return [r["alert"] for g in rules()["groups"] for r in g["rules"]]

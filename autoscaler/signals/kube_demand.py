@@ -1,0 +1,166 @@
+"""Which pool each pending GPU pod is demand for, and which pods no pool can serve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from autoscaler.catalog import Catalog
+from autoscaler.engine.snapshot import PendingJob, UnservedJob
+from autoscaler.signals.config import KubernetesConfig
+from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL, Fit, PoolShape, fit
+from autoscaler.signals.kube_objects import (
+    ZONE,
+    Obj,
+    PodNeeds,
+    pod_gpu_requests,
+    pod_needs,
+    pvc_names,
+    unschedulable,
+)
+from autoscaler.signals.readings import PoolRef
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A hard topology spread over zones: ``maxSkew`` among pods matching ``match``."""
+
+    max_skew: int
+    match: dict[str, str]
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    key: str
+    name: str
+    namespace: str
+    node: str | None
+    pending: bool  # Pending and judged Unschedulable by the scheduler
+    gpus: dict[str, float]
+    labels: dict[str, str] = field(default_factory=dict)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    priority: int = 0
+    needs: PodNeeds | None = None  # pending pods only
+    pvcs: tuple[str, ...] = ()
+    spreads: tuple[Spread, ...] = ()
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+def pod_record(obj: Obj) -> PodRecord | None:
+    """The cache entry of a pod, None for pods without GPU requests."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    gpus = pod_gpu_requests(spec)
+    if not gpus or not meta.get("name") or not meta.get("namespace"):
+        return None
+    pending = unschedulable(obj)
+    spreads = tuple(Spread(int(c.get("maxSkew") or 1), dict((c.get("labelSelector") or {})
+                                                            .get("matchLabels") or {}))
+                    for c in spec.get("topologySpreadConstraints") or []
+                    if c.get("topologyKey") == ZONE and c.get("whenUnsatisfiable") == "DoNotSchedule")
+    return PodRecord(
+        key=f"{meta['namespace']}/{meta['name']}", name=meta["name"], namespace=meta["namespace"],
+        node=spec.get("nodeName") or None, pending=pending, gpus=gpus,
+        labels=dict(meta.get("labels") or {}), created_at=_time(meta.get("creationTimestamp")),
+        started_at=_time(status.get("startTime")), priority=int(spec.get("priority") or 0),
+        needs=pod_needs(spec, gpus, None) if pending else None,
+        pvcs=tuple(pvc_names(spec)) if pending else (), spreads=spreads if pending else ())
+
+
+class Demand:
+    """Collects pending pods of one tick: per pool, unattributed, unserved."""
+
+    def __init__(self, cfg: KubernetesConfig, catalog: Catalog, refs: list[PoolRef],
+                 pvcs: dict[str, str | None], pvs: dict[str, frozenset[str] | None]):
+        self.config = cfg
+        self.refs = refs
+        self.shapes = {ref.key: PoolShape.of(ref, catalog) for ref in refs}
+        self._pvcs, self._pvs = pvcs, pvs
+        self._pending: dict[str, list[PendingJob]] = {ref.key: [] for ref in refs}
+        self.unattributed: list[PendingJob] = []
+        self.unserved: list[UnservedJob] = []
+
+    def shape_of_node(self, labels: dict[str, str]) -> PoolShape | None:
+        team, pool = labels.get(TEAM_LABEL), labels.get(POOL_LABEL)
+        return self.shapes.get(f"{team}/{pool}") if team and pool else None
+
+    def team_of(self, namespace: str, labels: dict[str, str]) -> tuple[str, str | None]:
+        team, pool = labels.get(TEAM_LABEL), labels.get(POOL_LABEL)
+        if team is not None:
+            return team, pool
+        for rule in self.config.namespace_teams:
+            if rule.matches(namespace):
+                return rule.team, pool or rule.pool
+        return namespace, pool
+
+    def add(self, pod: PodRecord, spread_zones: frozenset[str] | None = None) -> None:
+        needs = pod.needs
+        if needs is None:
+            return
+        team, pool = self.team_of(pod.namespace, needs.labels)
+        candidates = [r for r in self.refs if r.team == team and (pool is None or r.pool.name == pool)]
+        if not candidates:
+            self.unattributed.append(PendingJob(
+                id=pod.key, gpus=sum(pod.gpus.values()), reason="Unschedulable",
+                submitted_at=pod.created_at, priority=pod.priority))
+            return
+        zones = self.volume_zones(pod)
+        if spread_zones is not None:
+            zones = spread_zones if zones is None else zones & spread_zones
+        if zones is not None:
+            needs = replace(needs, zones=zones)
+        failures: list[tuple[PoolRef, Fit]] = []
+        for ref in candidates:
+            got = fit(needs, self.shapes[ref.key])
+            if got.failed is None:
+                self._pending[ref.key].append(PendingJob(
+                    id=pod.key, gpus=got.gpus, reason="Unschedulable", submitted_at=pod.created_at,
+                    gpu_model=got.gpu_model, priority=pod.priority))
+                return
+            failures.append((ref, got))
+        self.unserved.append(UnservedJob(
+            id=pod.key, team=team, constraint=str(failures[0][1].failed),
+            reason="no pool's nodes could run it: "
+                   + "; ".join(f"{ref.key}: {f.failed}" for ref, f in failures)))
+
+    def volume_zones(self, pod: PodRecord) -> frozenset[str] | None:
+        """Zones every bound volume of the pod allows (None: unconstrained)."""
+        zones: frozenset[str] | None = None
+        for claim in pod.pvcs:
+            volume = self._pvcs.get(f"{pod.namespace}/{claim}")
+            allowed = self._pvs.get(f"/{volume}") if volume else None
+            if allowed is not None:
+                zones = allowed if zones is None else zones & allowed
+        return zones
+
+    def pending_by_pool(self) -> dict[str, list[PendingJob]]:
+        """Higher PriorityClass first, then oldest first, within each pool."""
+        far = datetime.max.replace(tzinfo=None)
+        return {key: sorted(jobs, key=lambda j: (-j.priority, (j.submitted_at or far).replace(
+            tzinfo=None), j.id)) for key, jobs in self._pending.items()}
+
+
+def spread_zones(pod: PodRecord, running: list[PodRecord], node_zone: dict[str, str],
+                 pool_zones: set[str]) -> frozenset[str] | None:
+    """Zones where one more matching pod keeps every hard zone spread within maxSkew."""
+    if not pod.spreads:
+        return None
+    zones = set(node_zone.values()) | pool_zones
+    allowed = set(zones)
+    for spread in pod.spreads:
+        counts = dict.fromkeys(zones, 0)
+        for other in running:
+            zone = node_zone.get(other.node or "")
+            if zone and other.namespace == pod.namespace and all(
+                    other.labels.get(k) == v for k, v in spread.match.items()):
+                counts[zone] = counts.get(zone, 0) + 1
+        low = min(counts.values(), default=0)
+        allowed &= {z for z, n in counts.items() if n + 1 - low <= spread.max_skew}
+    return frozenset(allowed)

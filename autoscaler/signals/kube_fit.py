@@ -1,0 +1,187 @@
+"""Could a node of this pool run this pending pod? (What Cluster Autoscaler and Karpenter
+simulate before they buy.)
+
+A pool's possible nodes are its (instance type, zone) pairs, each with the labels the
+node gets at join (``cluster_join``: team, pool, market, ``cluster.labels``, instance
+type, zone, region, GPU model) and the pool's ``cluster.taints``. A pod fits the pool when
+its GPU resources are what the pool's nodes advertise, it tolerates every NoSchedule /
+NoExecute taint, and some pair satisfies its nodeSelector, required node affinity and
+zone constraints. The engine then buys the pool's cheapest fitting type in any of its
+zones, so a constraint that admits only some pairs is served only when the GPU model
+alone tells the fitting types apart and every zone fits; otherwise the pod is reported
+unserved with the constraint that failed, never bought for.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from autoscaler.catalog import Catalog, CatalogError, InstanceType
+from autoscaler.signals.kube_objects import GPU, MIG_PREFIX, SHARED, TYPE, ZONE, PodNeeds, Requirement
+from autoscaler.signals.readings import PoolRef
+
+TEAM_LABEL = "gpu-autoscaler/team"
+POOL_LABEL = "gpu-autoscaler/pool"
+MARKET_LABEL = "gpu-autoscaler/market"
+MODEL_LABEL = "gpu-autoscaler/gpu-model"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+REGION = "topology.kubernetes.io/region"
+KNOWN_MODELS = ("A10G", "A100", "H100", "V100", "P100", "K80", "T4", "L4", "A10")
+MARKETS = ("on-demand", "spot")  # a node may be either: a selector on it picks neither
+
+
+def gpu_model_of(product: str) -> str | None:
+    """``NVIDIA-A100-SXM4-40GB`` (GPU feature discovery) -> ``A100``."""
+    text = product.upper()
+    for model in KNOWN_MODELS:
+        if re.search(rf"(^|[^A-Z0-9]){model}([^A-Z0-9]|$)", text):
+            return model
+    return None
+
+
+@dataclass(frozen=True)
+class Variant:
+    itype: InstanceType
+    zone: str | None
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    ref: PoolRef
+    variants: tuple[Variant, ...]
+    taints: tuple[tuple[str, str, str], ...]
+
+    @classmethod
+    def of(cls, ref: PoolRef, catalog: Catalog) -> PoolShape:
+        pool = ref.pool
+        base = {TEAM_LABEL: ref.team, POOL_LABEL: pool.name, REGION: pool.region,
+                "nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux",
+                **pool.cluster.labels}
+        variants = []
+        for name in pool.instance_types:
+            try:
+                itype = catalog.get(pool.cloud.value, name)
+            except CatalogError:
+                continue  # the policy loader reports unknown types
+            for zone in list(pool.zones) or [None]:
+                labels = {**base, TYPE: name, MODEL_LABEL: itype.gpu_model}
+                if zone:
+                    labels[ZONE] = zone
+                variants.append(Variant(itype, zone, labels))
+        return cls(ref, tuple(variants), tuple(pool.cluster.taint_triples()))
+
+    def gpu_equivalents(self, gpus: dict[str, float]) -> tuple[float, str | None]:
+        """The pod's GPU requests in GPUs of this pool's nodes, or why they are not offered.
+        Shared pools (time-slicing, MPS) advertise ``nvidia.com/gpu.shared``, replicas per
+        GPU (the device plugin's ``renameByDefault``); MIG pools one resource per profile."""
+        boot = self.ref.pool.bootstrap
+        total = 0.0
+        for name, amount in sorted(gpus.items()):
+            share = self._share(name)
+            if share is not None:
+                total += amount * share
+            elif amount > 0:
+                offered = offered_resources(boot.sharing, list(boot.mig_profiles))
+                return 0.0, f"resource {name}: the pool's nodes offer {', '.join(offered)}"
+        return total, None
+
+    def capacity(self, amounts: dict[str, float]) -> float:
+        """GPUs that advertised (or running pods') resources stand for; others ignored."""
+        total = 0.0
+        for name, amount in amounts.items():
+            share = self._share(name)
+            if share is not None:
+                total += amount * share
+        return total
+
+    def _share(self, name: str) -> float | None:
+        """The share of one GPU that one unit of resource ``name`` is on this pool."""
+        boot = self.ref.pool.bootstrap
+        if name == GPU and boot.sharing == "none":
+            return 1.0
+        if name == SHARED and boot.sharing in ("time-slicing", "mps"):
+            return 1.0 / boot.time_slicing_replicas
+        profile = name[len(MIG_PREFIX):]
+        if name.startswith(MIG_PREFIX) and boot.sharing == "mig" and profile in boot.mig_profiles:
+            return 1.0 / boot.mig_profiles.count(profile)
+        return None
+
+
+def offered_resources(sharing: str, mig_profiles: list[str]) -> list[str]:
+    if sharing == "mig":
+        return sorted({MIG_PREFIX + p for p in mig_profiles})
+    if sharing in ("time-slicing", "mps"):
+        return [SHARED]
+    return [GPU]
+
+
+@dataclass(frozen=True)
+class Fit:
+    gpus: float = 0.0  # GPU equivalents on this pool's nodes
+    gpu_model: str | None = None  # the model the pod's constraints choose, if any
+    failed: str | None = None  # the constraint that failed, when it does not fit
+
+
+def _matches(req: Requirement, labels: dict[str, str]) -> bool:
+    if req.key == PRODUCT_LABEL and req.operator in ("In", "NotIn"):
+        # GPU feature discovery names products (Tesla-V100-SXM2-16GB); compare models.
+        models = {gpu_model_of(v) for v in req.values}
+        hit = labels.get(MODEL_LABEL) in models
+        return hit if req.operator == "In" else not hit
+    if req.key == PRODUCT_LABEL:
+        return req.operator == "Exists"
+    if req.key == MARKET_LABEL and req.operator == "In":
+        return all(m in req.values for m in MARKETS)
+    return req.matches(labels)
+
+
+def _variant_fails(needs: PodNeeds, v: Variant) -> str | None:
+    for req in needs.node_selector:
+        if not _matches(req, v.labels):
+            return f"nodeSelector {req.key}={req.values[0]}"
+    if needs.terms and not any(all(_matches(r, v.labels) for r in term) for term in needs.terms):
+        failing = next(r for r in needs.terms[0] if not _matches(r, v.labels))
+        return f"node affinity {failing.describe()}"
+    if needs.zones is not None and v.zone not in needs.zones:
+        return f"zone {' or '.join(sorted(needs.zones))} (bound volume / topology spread)"
+    return None
+
+
+def fit(needs: PodNeeds, shape: PoolShape) -> Fit:
+    gpus, why = shape.gpu_equivalents(needs.gpus)
+    if why:
+        return Fit(failed=why)
+    for key, value, effect in shape.taints:
+        if effect == "PreferNoSchedule":
+            continue
+        if not any(t.tolerates(key, value, effect) for t in needs.tolerations):
+            return Fit(failed=f"taint {key}{'=' + value if value else ''}:{effect} not tolerated")
+    fails = [(v, _variant_fails(needs, v)) for v in shape.variants]
+    ok = [v for v, f in fails if f is None]
+    if not ok:
+        return Fit(failed=fails[0][1] if fails else "the pool has no known instance type")
+    if len(ok) < len(fails):
+        narrowed = _narrowed(ok, shape)
+        if narrowed is None:
+            bad = next(f for _, f in fails if f)
+            return Fit(failed=f"{bad}: only some of the pool's types or zones fit and the "
+                              "pool may launch the others")
+        model: str | None = narrowed
+    else:
+        model = None
+    biggest = max(v.itype.gpus for v in ok)
+    if gpus > biggest:
+        return Fit(failed=f"{gpus:g} GPUs on one node; the largest fitting type has {biggest}")
+    return Fit(gpus=gpus, gpu_model=model)
+
+
+def _narrowed(ok: list[Variant], shape: PoolShape) -> str | None:
+    """The GPU model that selects exactly the fitting pairs, if one does."""
+    models = {v.itype.gpu_model for v in ok}
+    if len(models) != 1:
+        return None
+    model = models.pop()
+    same = [v for v in shape.variants if v.itype.gpu_model == model]
+    return model if len(same) == len(ok) else None

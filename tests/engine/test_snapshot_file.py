@@ -1,0 +1,77 @@
+"""Recorded engine inputs as untrusted files: generated garbage never raises anything but
+SnapshotFileError, and each refusal names a line (hypothesis + regressions)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.engine.snapshot_file import SnapshotFileError, locate_json, parse_decision_input
+from tests.hostile_files import REPO, snapshot_cases
+
+EXAMPLE = (REPO / "examples" / "snapshot.json").read_bytes()
+WHERE = re.compile(r"^s\.json:\d+(:\d+)?: ")
+
+
+def _refused(data: bytes) -> list[str]:
+    try:
+        parse_decision_input("s.json", data)
+    except SnapshotFileError as exc:
+        assert exc.problems and all(WHERE.match(p) for p in exc.problems), exc.problems
+        return exc.problems
+    return []
+
+
+def test_the_example_is_accepted() -> None:
+    assert _refused(EXAMPLE) == []
+
+
+@pytest.mark.parametrize("case", snapshot_cases(), ids=lambda c: c.name)
+def test_each_hostile_snapshot_is_refused_at_its_line(case) -> None:  # type: ignore[no-untyped-def]
+    problems = _refused(case.data)
+    assert problems
+    if case.line is not None:
+        assert problems[0].startswith(f"s.json:{case.line}:"), problems
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.binary(max_size=3000))
+def test_random_bytes_never_raise_anything_else(data: bytes) -> None:
+    _refused(data)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cut=st.integers(0, len(EXAMPLE)), noise=st.binary(max_size=40))
+def test_a_damaged_example_never_raises_anything_else(cut: int, noise: bytes) -> None:
+    _refused(EXAMPLE[:cut] + noise + EXAMPLE[cut:])
+
+
+VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10**20, 10**20)
+                      | st.floats(allow_nan=False) | st.text(max_size=12),
+                      lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=20)
+
+
+@settings(max_examples=100, deadline=None)
+@given(path=st.sampled_from([("now",), ("snapshot", "taken_at"), ("fleet", "nodes"),
+                             ("snapshot", "nodes"), ("snapshot", "pools"), ("fleet", "history")]),
+       value=VALUES)
+def test_any_value_in_any_section_is_accepted_or_refused_cleanly(path: tuple[str, ...],
+                                                                 value: object) -> None:
+    doc = json.loads(EXAMPLE)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    _refused(json.dumps(doc).encode())
+
+
+def test_locate_json_finds_nested_values() -> None:
+    text = '{\n  "a": [1,\n    {"b": "x"}],\n  "c": 2\n}'
+    assert locate_json(text, ["a", 1, "b"]) == (3, 11)
+    assert locate_json(text, ["c"]) == (4, 8)
+    assert locate_json(text, ["a", 5]) == (2, 8)  # the deepest part that exists

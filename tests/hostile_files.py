@@ -1,0 +1,163 @@
+"""Malformed and hostile input files, one table shared by the CLI regression tests and
+benchmarks/bench_hostile.py.
+
+Each case is a file of one kind (a team policy, the service config, a recorded snapshot, a
+trace) that must be refused with ``file:line``, exit status 1 and no traceback. ``line``
+is the line the message must point at when the problem has a line of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.hostile import SPLIT, TF_FILE, jinja
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD_POLICY = """\
+team: vision
+pools:
+  - name: train
+    cloud: aws
+    region: us-east-1
+    instance_types: [p3.2xlarge]
+    max_nodes: 4
+"""
+POD_HEADER = "name,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: str  # policy | config | snapshot | trace
+    data: bytes
+    line: int | None = None  # the line the error must name, when it has one
+
+    @property
+    def filename(self) -> str:
+        return {"policy": "team.yaml", "config": "config.yaml", "snapshot": "snapshot.json",
+                "trace": "pods.csv"}[self.kind]
+
+
+def _pool(extra: str) -> bytes:
+    return (GOOD_POLICY + extra).encode()
+
+
+def policy_cases() -> list[Case]:
+    deep = "team: " + "[" * 600 + "]" * 600 + "\n"
+    block = "team: vision\n" + "".join(" " * i + "a:\n" for i in range(300))
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)) + GOOD_POLICY
+    return [
+        Case("non-utf8", "policy", b"team: vis\xffion\npools: []\n", 1),
+        Case("nul", "policy", b"team: vision\n\x00pools: []\n", 2),
+        Case("control-char", "policy", b"team: vision\npools: \x1b[31m\n", 2),
+        Case("deep-flow", "policy", deep.encode(), 1),
+        Case("deep-block", "policy", block.encode()),
+        Case("billion-laughs", "policy", laughs.encode()),
+        Case("oversized-1MB", "policy", (GOOD_POLICY + "#" + "x" * 1_048_576 + "\n").encode(), 1),
+        Case("duration-overflow", "policy", _pool("    scale_down: {idle_for: 3000000d}\n"), 8),
+        Case("duration-inf", "policy", _pool("    scale_up: {window: 1e999}\n"), 8),
+        Case("cron-never-fires", "policy",
+             _pool('    schedule: [{cron: "0 0 31 2 *", min_nodes: 1, duration: 1h}]\n'), 8),
+        Case("cron-leap-day-only", "policy",
+             _pool('    schedule: [{cron: "0 0 29 2 *", min_nodes: 1, duration: 1h}]\n'), 8),
+        Case("cron-6-fields", "policy",
+             _pool('    schedule: [{cron: "0 0 8 * * MON", min_nodes: 1, duration: 1h}]\n'), 8),
+        Case("zero-window", "policy", _pool("    scale_up: {window: 0s}\n"), 8),
+        Case("bool-as-int", "policy", GOOD_POLICY.replace("max_nodes: 4", "max_nodes: true").encode(), 7),
+        Case("str-as-int", "policy", GOOD_POLICY.replace("max_nodes: 4", 'max_nodes: "4"').encode(), 7),
+        Case("nodes-out-of-range", "policy", GOOD_POLICY.replace("max_nodes: 4", "max_nodes: 10000000").encode(), 7),
+        Case("nan-percent", "policy", _pool("    scale_up: {gpu_utilization_above: .nan}\n"), 8),
+        Case("jinja-driver", "policy", _pool(f"    bootstrap: {{driver: \"{jinja('cli')}\"}}\n"), 8),
+        Case("split-partition", "policy", _pool(f"    cluster: {{kind: slurm, partition: {SPLIT}}}\n"), 8),
+        Case("tf-region", "policy", GOOD_POLICY.replace("us-east-1", f"'us-east-1{TF_FILE}'").encode(), 5),
+        Case("unknown-region", "policy", GOOD_POLICY.replace("us-east-1", "us-nowhere-1").encode(), 5),
+        Case("reserved-label", "policy",
+             _pool("    cluster: {kind: kubernetes, labels: {gpu-autoscaler/team: other}}\n"), 8),
+        Case("bad-signal", "policy", _pool("    scale_down: {checkpoint_signal: 'USR1; reboot'}\n"), 8),
+        Case("not-a-mapping", "policy", b"- just\n- a list\n", 1),
+        Case("yaml-error", "policy", b"team: vision\npools: [\n", 3),
+    ]
+
+
+def config_cases() -> list[Case]:
+    return [
+        Case("non-utf8", "config", b"policies_dir: po\xfflicies\n", 1),
+        Case("nul", "config", b"policies_dir: policies\x00\n", 1),
+        Case("deep", "config", ("a: " + "{b: " * 600 + "1" + "}" * 600 + "\n").encode(), 1),
+        Case("oversized-1MB", "config", b"policies_dir: policies\n#" + b"x" * 1_048_576 + b"\n", 1),
+        Case("duration-overflow", "config", b"policies_dir: policies\ntick: {interval: 3000000d}\n", 2),
+        Case("wrong-type", "config", b"policies_dir: policies\nstore: {url: [1, 2]}\n", 2),
+    ]
+
+
+def snapshot_cases() -> list[Case]:
+    base = json.loads((REPO / "examples" / "snapshot.json").read_text())
+
+    def variant(change: object) -> bytes:
+        doc = json.loads(json.dumps(base))
+        change(doc)  # type: ignore[operator]
+        return json.dumps(doc, indent=2).encode()
+
+    first = next(iter(base["snapshot"]["nodes"]))
+
+    def neg(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["snapshot"]["nodes"][first]["scheduler"]["gpus_total"] = -8
+
+    def two_pools(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["fleet"]["nodes"].append({**doc["fleet"]["nodes"][0], "pool": "t4-infer",
+                                      "team": "search"})
+    text = json.dumps(base, indent=2)
+    return [
+        Case("non-utf8", "snapshot", text.encode().replace(b'"now"', b'"n\xffow"', 1), 2),
+        Case("naive-now", "snapshot", text.replace('"now": "2026-11-30T14:00:00Z"',
+                                                   '"now": "2026-11-30T14:00:00"').encode(), 2),
+        Case("now-is-a-number", "snapshot", text.replace('"now": "2026-11-30T14:00:00Z"',
+                                                         '"now": 5').encode(), 2),
+        Case("nan", "snapshot", text.replace('"util_mean": ', '"util_mean": NaN, "x": ', 1).encode()),
+        Case("negative-gpus", "snapshot", variant(neg)),
+        Case("duplicate-node", "snapshot",
+             variant(lambda d: d["fleet"]["nodes"].append(d["fleet"]["nodes"][0]))),
+        Case("node-in-two-pools", "snapshot", variant(two_pools)),
+        Case("deep", "snapshot", b"[" * 600 + b"]" * 600, 1),
+        Case("duplicate-key", "snapshot", text.replace('"now": ', '"now": "x", "now": ', 1).encode()),
+        Case("not-json", "snapshot", b"{now: 5}\n", 1),
+    ]
+
+
+def trace_cases() -> list[Case]:
+    row = "p1,1,1000,,LS,Running,0,100,10\n"
+    return [
+        Case("non-utf8", "trace", (POD_HEADER + row).encode() + b"p2,1,1000,,LS,Running,0,\xff,10\n", 3),
+        Case("nul", "trace", (POD_HEADER + "p1,1,1000,,LS,Running,0,\x00100,10\n").encode(), 2),
+        Case("infinite-time", "trace", (POD_HEADER + "p1,1,1000,,LS,Running,0,inf,10\n").encode(), 2),
+        Case("not-a-number", "trace", (POD_HEADER + "p1,1,1000,,LS,Running,0,soon,10\n").encode(), 2),
+        Case("utf16", "trace", (POD_HEADER + row).encode("utf-16"), 1),
+    ]
+
+
+def all_cases() -> list[Case]:
+    return policy_cases() + config_cases() + snapshot_cases() + trace_cases()
+
+
+def command(case: Case, path: Path, policies: Path) -> list[str]:
+    """The ``gpu-autoscaler`` arguments that read ``path`` as a file of its kind."""
+    if case.kind == "policy":
+        return ["policy", "validate", str(path.parent)]
+    if case.kind == "config":
+        return ["config", "validate", str(path)]
+    if case.kind == "snapshot":
+        return ["plan", "--snapshot", str(path), "--policies", str(policies)]
+    return ["simulate", "--trace", str(path), "--policies", str(policies), "--days", "1"]
+
+
+def place(case: Case, workdir: Path) -> Path:
+    """Write the case's file in a directory of its own and return its path."""
+    folder = workdir / f"{case.kind}-{case.name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / case.filename
+    path.write_bytes(case.data)
+    return path

@@ -1,0 +1,108 @@
+"""Per-node, per-team and lifecycle-duration metrics from the store's transitions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from autoscaler.catalog import default_catalog
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.snapshot import CapacityError, PoolObservation, Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.store import FleetStore
+from autoscaler.policy.models import Market
+from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.metrics_fleet import FleetObserver
+from tests.builders import NOW, make_policy, pending
+
+S = NodeState
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}")
+    yield s
+    s.close()
+
+
+def new_node(store, now=NOW, market=Market.SPOT):
+    return store.create_node(team="vision", pool="gpu", cloud="aws", region="us-east-1", zone=None,
+                             instance_type="p3.2xlarge", market=market, now=now, reason="test").name
+
+
+def walk(store, name, *steps):
+    for seconds, state, fields in steps:
+        store.transition(name, state, NOW + timedelta(seconds=seconds), "test", **fields)
+
+
+def value(metrics, name, **labels):
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_boot_drain_and_notice_durations_are_observed_once_from_the_transitions(store):
+    metrics, observer = ServiceMetrics(), FleetObserver(store)
+    a, b = new_node(store), new_node(store)
+    walk(store, a, (60, S.PROVISIONING, {}), (120, S.BOOTSTRAPPING, {}), (300, S.READY, {}),
+         (400, S.DRAINING, {"drain_trigger": "idle"}), (520, S.DRAINED, {}))
+    notice = {"interruption": {"kind": "interruption", "at": (NOW + timedelta(seconds=395)).isoformat()}}
+    walk(store, b, (60, S.PROVISIONING, {}), (90, S.BOOTSTRAPPING, {}), (200, S.READY, {}),
+         (400, S.INTERRUPTED, {"meta": notice}))
+    observer.durations(metrics)
+    observer.durations(metrics)  # nothing new: nothing observed twice
+    assert value(metrics, "gpu_autoscaler_boot_to_ready_seconds_count", instance_type="p3.2xlarge") == 2
+    assert value(metrics, "gpu_autoscaler_boot_to_ready_seconds_sum", instance_type="p3.2xlarge") == 500
+    assert value(metrics, "gpu_autoscaler_drain_duration_seconds_sum", pool="vision/gpu",
+                 trigger="idle") == 120
+    assert value(metrics, "gpu_autoscaler_interruption_notice_to_drain_seconds_sum",
+                 pool="vision/gpu") == 5
+    assert value(metrics, "gpu_autoscaler_interruptions_total", pool="vision/gpu") == 1
+
+
+def test_a_follower_and_a_restarted_service_do_not_observe_old_steps(store):
+    a = new_node(store)
+    walk(store, a, (60, S.PROVISIONING, {}), (120, S.BOOTSTRAPPING, {}), (300, S.READY, {}))
+    restarted = ServiceMetrics()
+    FleetObserver(store).durations(restarted)  # starts after the newest row
+    follower_metrics, follower = ServiceMetrics(), FleetObserver(store)
+    b = new_node(store)
+    walk(store, b, (60, S.PROVISIONING, {}), (120, S.BOOTSTRAPPING, {}), (300, S.READY, {}))
+    follower.durations(follower_metrics, observe=False)
+    follower.durations(follower_metrics)  # became leader: the old rows stay unobserved
+    for m in (restarted, follower_metrics):
+        assert value(m, "gpu_autoscaler_boot_to_ready_seconds_count", instance_type="p3.2xlarge") is None
+
+
+def test_gauges_per_node_team_and_pool_follow_the_fleet(store):
+    metrics, observer = ServiceMetrics(), FleetObserver(store)
+    policies = {"vision": make_policy(quota={"max_gpus": 1, "max_hourly_usd": 50},
+                                      bootstrap={"timeout": "10m"}, priority="high",
+                                      capacity={"spot_percent": 50})}
+    a = new_node(store)
+    walk(store, a, (0, S.PROVISIONING, {}), (0, S.BOOTSTRAPPING, {}))
+    now = NOW + timedelta(minutes=15)
+    err = CapacityError(cloud="aws", region="us-east-1", instance_type="p3.8xlarge", zone=None,
+                        market=Market.SPOT, code="InsufficientInstanceCapacity", at=now)
+    snap = Snapshot(taken_at=now, pools={"vision/gpu": PoolObservation(pending=pending(1, 2))},
+                    capacity_errors=[err])
+    prices = Prices(default_catalog(), snap, now)
+    observer.gauges(metrics, store.nodes(), policies, prices, snap, now)
+    assert value(metrics, "gpu_autoscaler_node_info", node=a, team="vision", pool="vision/gpu",
+                 instance_type="p3.2xlarge", market="spot") == 1
+    # bootstrap.timeout 10m overrides the table's 30m: 15 minutes in is 1.5 times over.
+    assert value(metrics, "gpu_autoscaler_node_state_timeout_ratio", node=a, pool="vision/gpu",
+                 state="BOOTSTRAPPING") == 1.5
+    assert value(metrics, "gpu_autoscaler_team_gpus", team="vision") == 1
+    assert value(metrics, "gpu_autoscaler_team_quota_gpus", team="vision") == 1
+    assert value(metrics, "gpu_autoscaler_team_quota_hourly_usd", team="vision") == 50
+    assert value(metrics, "gpu_autoscaler_pending_gpus", team="vision", pool="vision/gpu",
+                 priority="high") == 3
+    assert value(metrics, "gpu_autoscaler_pool_backoff", pool="vision/gpu") == 1
+    on_demand = {"vision": make_policy(capacity={"spot_percent": 0})}  # a spot error: no matter
+    observer.gauges(metrics, store.nodes(), on_demand, prices, snap, now)
+    assert value(metrics, "gpu_autoscaler_pool_backoff", pool="vision/gpu") == 0
+    walk(store, a, (900, S.TERMINATING, {}), (901, S.TERMINATED, {}))
+    observer.gauges(metrics, store.nodes(), policies, prices, Snapshot(taken_at=now), now)
+    assert value(metrics, "gpu_autoscaler_node_info", node=a, team="vision", pool="vision/gpu",
+                 instance_type="p3.2xlarge", market="spot") is None
+    assert value(metrics, "gpu_autoscaler_team_gpus", team="vision") == 0
