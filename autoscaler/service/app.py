@@ -46,6 +46,7 @@ from autoscaler.service.status import build_status, plan_json
 log = logging.getLogger(__name__)
 HEALTH_FACTOR = 3  # healthy while the last tick is younger than 3 intervals
 STUCK_AFTER = timedelta(minutes=30)  # a tick running longer than this is unhealthy
+SHUTDOWN_WAIT = timedelta(seconds=60)  # for running applies/bootstraps at stop
 FAILED_TICKS = 3  # unhealthy after this many failed ticks in a row
 
 
@@ -188,9 +189,19 @@ class Service:
             log.info("stopping: waiting for the current step to finish")
             self.loop.request_stop()
             sched.shutdown(wait=True)
+            self._finish_operations()
             self.leadership.release()
             self.close()
             log.info("stopped")
+
+    def _finish_operations(self) -> None:
+        """Give the operations in the executor's workers (an apply, an Ansible run) a
+        bounded time to finish before the lease goes; one cut short is resumed from the
+        store by the next leader (its pool's Terraform lock keeps a second apply out)."""
+        executor = self.loop.executor
+        if executor is not None and not executor.wait(SHUTDOWN_WAIT.total_seconds()):
+            log.warning("stopping with operations still running: %s", ", ".join(
+                f"{op.kind} {op.what}" for op in executor.running()))
 
     def close(self) -> None:
         if self.api is not None:

@@ -137,6 +137,9 @@ class FakeExecutor:
     def running(self) -> list[Operation]:
         return []
 
+    def wait(self, timeout: float) -> bool:
+        return True
+
 
 class FakeReconciler:
     def __init__(self) -> None:
