@@ -95,6 +95,21 @@ class LazyBins:
     def append(self, b: Bin) -> None:
         self._appended.append(b)
 
+    def from_index(self, start: int) -> Iterator[tuple[int, Bin]]:
+        """(position, bin) from position ``start`` on, in the order ``__iter__`` gives."""
+        i = start
+        while (b := self._at(i)) is not None:
+            yield i, b
+            i += 1
+
+    def _at(self, i: int) -> Bin | None:
+        while len(self._built) <= i and (b := next(self._source, None)) is not None:
+            self._built.append(b)
+        if i < len(self._built):
+            return self._built[i]
+        k = i - len(self._built)  # the source is exhausted: appended bins come next
+        return self._appended[k] if k < len(self._appended) else None
+
 
 def first_fit(bins: Iterable[Bin], gpus: float, model: str | None) -> Bin | None:
     for b in bins:

@@ -220,11 +220,15 @@ class _Grower:
                   if (t := prices.itype(pool.cloud.value, name)) is not None}
         unplaced: list[str] = []
         notes: list[str] = []
+        shape: tuple[float, str | None] | None = None
+        start = (0, 0)
         for job, gpus, model in parts:
             if model and model not in models:
                 unplaced.append(f"{job} needs {model}, not offered by this pool")
                 continue
-            b = first_fit(self.live, gpus, model) or first_fit(self.new_bins, gpus, model)
+            if (gpus, model) != shape:
+                shape, start = (gpus, model), (0, 0)
+            b, start = self._first_fit_from(start, gpus, model)
             if b is not None:
                 b.place(job, gpus)
                 continue
@@ -253,6 +257,24 @@ class _Grower:
                 n.why = why
         if unplaced:
             out.holds.append(f"{len(unplaced)} pending job(s) not placed: " + "; ".join(unplaced[:3]))
+
+    def _first_fit_from(self, start: tuple[int, int], gpus: float, model: str | None
+                        ) -> tuple[Bin | None, tuple[int, int]]:
+        """``first_fit`` over live then new bins, skipping the (live, new) bins before
+        ``start``: parts come largest first, and a bin that did not fit the previous part of
+        the same shape has not gained room since (placing only takes room). Returns the bin
+        and where the next part of this shape starts, so a backlog of one shape costs its
+        parts plus the bins, not parts x bins (same bins chosen as a full scan)."""
+        live_at, new_at = start
+        for i, b in self.live.from_index(live_at):
+            if (model is None or b.gpu_model == model) and b.fits(gpus):
+                return b, (i, new_at)
+            live_at = i + 1
+        for j in range(new_at, len(self.new_bins)):
+            b = self.new_bins[j]
+            if (model is None or b.gpu_model == model) and b.fits(gpus):
+                return b, (live_at, j)
+        return None, (live_at, len(self.new_bins))
 
     def utilization(self, now: datetime) -> None:
         ctx, pool = self.ctx, self.ctx.pool
