@@ -218,16 +218,19 @@ class _Grower:
         out.pending_gpus = sum(p[1] for p in parts)
         models = {t.gpu_model for name in pool.instance_types
                   if (t := prices.itype(pool.cloud.value, name)) is not None}
-        unplaced: list[str] = []
+        unplaced: list[str] = []  # the first three reasons, formatted; the rest only counted
+        n_unplaced = 0
         notes: list[str] = []
         shape: tuple[float, str | None] | None = None
-        start = (0, 0)
+        start, refused = (0, 0), None
         for job, gpus, model in parts:
             if model and model not in models:
-                unplaced.append(f"{job} needs {model}, not offered by this pool")
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} needs {model}, not offered by this pool")
                 continue
             if (gpus, model) != shape:
-                shape, start = (gpus, model), (0, 0)
+                shape, start, refused = (gpus, model), (0, 0), None
             b, start = self._first_fit_from(start, gpus, model)
             if b is not None:
                 b.place(job, gpus)
@@ -237,11 +240,17 @@ class _Grower:
                 b.place(job, gpus)
                 continue
             if self.room <= 0:
-                unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
                 continue
-            offer, note = self.picker.pick(gpus, model)
+            # A shape the picker refused stays refused: a refusal changes no state.
+            offer, note = (None, refused) if refused is not None else self.picker.pick(gpus, model)
             if offer is None:
-                unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
+                refused = note
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
                 continue
             if note:
                 notes.append(note)
@@ -255,8 +264,8 @@ class _Grower:
                 why += f"; {notes[0]}"
             for n in fresh:
                 n.why = why
-        if unplaced:
-            out.holds.append(f"{len(unplaced)} pending job(s) not placed: " + "; ".join(unplaced[:3]))
+        if n_unplaced:
+            out.holds.append(f"{n_unplaced} pending job(s) not placed: " + "; ".join(unplaced))
 
     def _first_fit_from(self, start: tuple[int, int], gpus: float, model: str | None
                         ) -> tuple[Bin | None, tuple[int, int]]:
