@@ -84,6 +84,7 @@ class LazyBins:
         self._built: list[Bin] = []
         self._source = iter(source)
         self._appended: list[Bin] = []
+        self._drained = False  # the source has no more bins
 
     def __iter__(self) -> Iterator[Bin]:
         yield from self._built
@@ -102,8 +103,15 @@ class LazyBins:
             yield i, b
             i += 1
 
+    def past_end(self, i: int) -> bool:
+        """Position ``i`` is after every bin built so far and the source is drained."""
+        return self._drained and i >= len(self._built) + len(self._appended)
+
     def _at(self, i: int) -> Bin | None:
-        while len(self._built) <= i and (b := next(self._source, None)) is not None:
+        while len(self._built) <= i:
+            if (b := next(self._source, None)) is None:
+                self._drained = True
+                break
             self._built.append(b)
         if i < len(self._built):
             return self._built[i]

@@ -275,6 +275,8 @@ class _Grower:
         and where the next part of this shape starts, so a backlog of one shape costs its
         parts plus the bins, not parts x bins (same bins chosen as a full scan)."""
         live_at, new_at = start
+        if new_at == len(self.new_bins) and self.live.past_end(live_at):
+            return None, start  # this shape already found no bin, and none was added since
         for i, b in self.live.from_index(live_at):
             if (model is None or b.gpu_model == model) and b.fits(gpus):
                 return b, (i, new_at)

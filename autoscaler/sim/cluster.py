@@ -48,9 +48,10 @@ class SimJob:
     gpu_seconds: float = 0.0  # share x seconds held on GPUs
     lost_seconds: float = 0.0  # share x seconds of work redone after kills
 
-    @property
-    def key(self) -> tuple[float, int]:
-        return (self.job.arrival, self.index)
+    key: tuple[float, int] = field(init=False)  # FIFO order: arrival, then trace order
+
+    def __post_init__(self) -> None:
+        self.key = (self.job.arrival, self.index)
 
     @property
     def gpus(self) -> float:
@@ -120,6 +121,7 @@ class Cluster:
         self.checkpoint = checkpoint_interval
         self.nodes: dict[str, SimNode] = {}
         self._pending: list[SimJob] | None = []  # FIFO view of _by_shape, rebuilt when asked
+        self._started = False  # jobs started since the FIFO view was last filtered
         self.running: dict[str, SimJob] = {}
         self.done = 0
         self.totals = Totals()
@@ -266,7 +268,7 @@ class Cluster:
             job.kills += 1
             self.totals.kills[cause] += 1
             job.state, job.pending_since = "pending", now
-            self._pending = None
+            self._pending = None  # rebuilt from the shapes (it may still hold this job's old entry)
             bisect.insort(self._by_shape.setdefault(job.gpus, []), job, key=lambda j: j.key)
 
     # -- scheduling ----------------------------------------------------------------
@@ -305,7 +307,7 @@ class Cluster:
                 del self._by_shape[g][:n]
                 if not self._by_shape[g]:
                     del self._by_shape[g]
-            self._pending = None
+            self._started = True
 
     def _serving_room(self) -> tuple[list[SimNode], int, float]:
         """Serving nodes oldest first and their most free room, until the fleet changes
@@ -322,6 +324,9 @@ class Cluster:
         """Pending jobs, oldest first (a killed job keeps its place by age)."""
         if self._pending is None:
             self._pending = sorted((j for q in self._by_shape.values() for j in q), key=_age)
+        elif self._started:
+            self._pending = [j for j in self._pending if j.state == "pending"]
+        self._started = False
         return self._pending
 
     def pending_shapes(self) -> list[tuple[float, int]]:
