@@ -86,6 +86,7 @@ class LazyBins:
         self._built: list[Bin] = []
         self._source = iter(source)
         self._appended: list[Bin] = []
+        self._drained = False  # the source has no more bins
 
     def __iter__(self) -> Iterator[Bin]:
         yield from self._built
@@ -96,6 +97,28 @@ class LazyBins:
 
     def append(self, b: Bin) -> None:
         self._appended.append(b)
+
+    def from_index(self, start: int) -> Iterator[tuple[int, Bin]]:
+        """(position, bin) from position ``start`` on, in the order ``__iter__`` gives."""
+        i = start
+        while (b := self._at(i)) is not None:
+            yield i, b
+            i += 1
+
+    def past_end(self, i: int) -> bool:
+        """Position ``i`` is after every bin built so far and the source is drained."""
+        return self._drained and i >= len(self._built) + len(self._appended)
+
+    def _at(self, i: int) -> Bin | None:
+        while len(self._built) <= i:
+            if (b := next(self._source, None)) is None:
+                self._drained = True
+                break
+            self._built.append(b)
+        if i < len(self._built):
+            return self._built[i]
+        k = i - len(self._built)  # the source is exhausted: appended bins come next
+        return self._appended[k] if k < len(self._appended) else None
 
 
 def first_fit(bins: Iterable[Bin], gpus: float, model: str | None) -> Bin | None:

@@ -218,13 +218,20 @@ class _Grower:
         out.pending_gpus = sum(p[1] for p in parts)
         models = {t.gpu_model for name in pool.instance_types
                   if (t := prices.itype(pool.cloud.value, name)) is not None}
-        unplaced: list[str] = []
+        unplaced: list[str] = []  # the first three reasons, formatted; the rest only counted
+        n_unplaced = 0
         notes: list[str] = []
+        shape: tuple[float, str | None] | None = None
+        start, refused = (0, 0), None
         for job, gpus, model in parts:
             if model and model not in models:
-                unplaced.append(f"{job} needs {model}, not offered by this pool")
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} needs {model}, not offered by this pool")
                 continue
-            b = first_fit(self.live, gpus, model) or first_fit(self.new_bins, gpus, model)
+            if (gpus, model) != shape:
+                shape, start, refused = (gpus, model), (0, 0), None
+            b, start = self._first_fit_from(start, gpus, model)
             if b is not None:
                 b.place(job, gpus)
                 continue
@@ -233,11 +240,17 @@ class _Grower:
                 b.place(job, gpus)
                 continue
             if self.room <= 0:
-                unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
                 continue
-            offer, note = self.picker.pick(gpus, model)
+            # A shape the picker refused stays refused: a refusal changes no state.
+            offer, note = (None, refused) if refused is not None else self.picker.pick(gpus, model)
             if offer is None:
-                unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
+                refused = note
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
                 continue
             if note:
                 notes.append(note)
@@ -251,8 +264,28 @@ class _Grower:
                 why += f"; {notes[0]}"
             for n in fresh:
                 n.why = why
-        if unplaced:
-            out.holds.append(f"{len(unplaced)} pending job(s) not placed: " + "; ".join(unplaced[:3]))
+        if n_unplaced:
+            out.holds.append(f"{n_unplaced} pending job(s) not placed: " + "; ".join(unplaced))
+
+    def _first_fit_from(self, start: tuple[int, int], gpus: float, model: str | None
+                        ) -> tuple[Bin | None, tuple[int, int]]:
+        """``first_fit`` over live then new bins, skipping the (live, new) bins before
+        ``start``: parts come largest first, and a bin that did not fit the previous part of
+        the same shape has not gained room since (placing only takes room). Returns the bin
+        and where the next part of this shape starts, so a backlog of one shape costs its
+        parts plus the bins, not parts x bins (same bins chosen as a full scan)."""
+        live_at, new_at = start
+        if new_at == len(self.new_bins) and self.live.past_end(live_at):
+            return None, start  # this shape already found no bin, and none was added since
+        for i, b in self.live.from_index(live_at):
+            if (model is None or b.gpu_model == model) and b.fits(gpus):
+                return b, (i, new_at)
+            live_at = i + 1
+        for j in range(new_at, len(self.new_bins)):
+            b = self.new_bins[j]
+            if (model is None or b.gpu_model == model) and b.fits(gpus):
+                return b, (live_at, j)
+        return None, (live_at, len(self.new_bins))
 
     def utilization(self, now: datetime) -> None:
         ctx, pool = self.ctx, self.ctx.pool
