@@ -189,6 +189,8 @@ def handler_for(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
     api = Api(kube)
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, and chunked watch streams (Go needs 1.1)
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
