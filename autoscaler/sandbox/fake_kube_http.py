@@ -166,9 +166,9 @@ class Api:
                         410, "Expired", f"too old resource version: {version} ({store.oldest})")})
                     return
                 batch = list(events)
+                seen = store.version  # every event up to here is in batch (before any wait)
                 if not batch:
                     store.changed.wait(timeout=min(0.2, kube.bookmark_s))
-                seen = store.version
             for event in batch:
                 kind = event.type
                 if not self._selected(req, event.obj):

@@ -1,0 +1,159 @@
+"""Kubernetes end to end through decide() and the executor, against the fake API server:
+the real reader (watch caches), the real drainer (cordon, evictions, Node deletion) and a
+join that posts the Node with its labels, taints and late GPUs. Terraform and Ansible are
+the project's fakes (the SSH/Terraform path is covered by their own tests); GPU metrics
+are set by the test, as Prometheus would report them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.actuators.ansible.results import BootstrapRun
+from autoscaler.actuators.drain import PhasedDrainer
+from autoscaler.actuators.drain.kubernetes import KubernetesOps
+from autoscaler.catalog import default_catalog
+from autoscaler.engine import Drain, Launch, Plan, decide
+from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.signals.config import KubernetesConfig
+from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL
+from autoscaler.signals.kubernetes import KubernetesReader
+from autoscaler.signals.readings import pools_in_priority_order
+from tests.builders import make_pool_dict
+from tests.fakes import FakeAnsible
+from tests.service.executor_rig import Rig, make_rig
+
+S = NodeState
+SCALE_DOWN = {"idle_for": "5m", "cooldown": "1m", "drain_timeout": "10m", "checkpoint_grace": "1m"}
+TOLERATE = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
+
+
+def policies() -> dict[str, TeamPolicy]:
+    def kpool(name: str, types: list[str], **kw: Any) -> dict[str, Any]:
+        cluster = {"kind": "kubernetes", **kw.pop("cluster", {})}
+        return make_pool_dict(name, instance_types=types, zones=["us-east-1a"], max_nodes=3,
+                              scale_down=SCALE_DOWN, cluster=cluster, **kw)
+
+    return {"vision": TeamPolicy.model_validate({"team": "vision", "pools": [
+        kpool("gpu", ["p3.8xlarge"], cluster={"taints": ["dedicated=ml:NoSchedule"]}),
+        kpool("mig", ["p4de.24xlarge"], bootstrap={"sharing": "mig",
+                                                   "mig_profiles": ["3g.40gb", "3g.40gb"]}),
+    ]})}
+
+
+class JoiningAnsible(FakeAnsible):
+    """The cluster_join Kubernetes path: the bootstrapped node registers with the pool's
+    labels and taints; its device plugin advertises the GPUs ``late`` seconds later."""
+
+    def __init__(self, kube: FakeKube, late: float):
+        super().__init__()
+        self.kube, self.late = kube, late
+
+    def bootstrap(self, nodes: Any, policies: Any, **kw: Any) -> BootstrapRun:
+        run = super().bootstrap(nodes, policies, **kw)
+        for node in nodes:
+            team, pool_name = node.pool_key.split("/")
+            pool = policies[team].pool(pool_name)
+            itype = default_catalog().get(node.cloud, node.instance_type)
+            if pool.bootstrap.sharing == "mig":
+                per_gpu = pool.bootstrap.mig_profiles
+                resources = {f"nvidia.com/mig-{p}": per_gpu.count(p) * itype.gpus for p in set(per_gpu)}
+            else:
+                resources = {"nvidia.com/gpu": itype.gpus}
+            labels = {TEAM_LABEL: team, POOL_LABEL: pool_name,
+                      "node.kubernetes.io/instance-type": node.instance_type,
+                      "topology.kubernetes.io/zone": node.zone or "us-east-1a"}
+            self.kube.add_node(node.name, labels=labels, taints=list(pool.cluster.taints),
+                               resources=resources, advertise_after=self.late)
+        return run
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[Rig, FakeKube, KubernetesReader]]:
+    rig = make_rig(tmp_path, policies=policies())
+    with FakeKube(clock=rig.clock) as kube:
+        cfg = KubernetesConfig(host=kube.url, timeout="5s")
+        rig.slurm = PhasedDrainer(KubernetesOps(config=cfg))  # type: ignore[assignment]
+        rig.ansible = JoiningAnsible(kube, late=60)
+        reader = KubernetesReader(cfg)
+        try:
+            yield rig, kube, reader
+        finally:
+            reader.close()
+            rig.store.close()
+
+
+def tick(rig: Rig, reader: KubernetesReader, util: dict[str, float]) -> Plan:
+    """One loop tick: read the cluster, decide, submit, advance."""
+    import time
+
+    time.sleep(0.3)  # let the watch deliver what the test just changed
+    refs = pools_in_priority_order(rig.policies, default_catalog(), "kubernetes")
+    reading = reader.read(refs)
+    assert reading.error is None
+    nodes = {name: NodeObservation(scheduler=sn, metrics=GpuMetrics(
+        util_mean=util.get(name, 0.0), util_max_idle_window=util.get(name, 0.0),
+        util_max=util.get(name, 0.0), gpus_reporting=int(sn.gpus_total), sample_age_s=5))
+        for name, sn in reading.nodes.items()}
+    snap = Snapshot(taken_at=rig.clock(), nodes=nodes, unserved=reading.unserved,
+                    pools={r.key: PoolObservation(pending=reading.pending[r.key]) for r in refs})
+    plan = decide(rig.policies, rig.store.fleet_view(), snap, rig.clock())
+    executor = rig.executor()
+    executor.submit(plan, rig.store.record_plan(plan))
+    executor.advance(snapshot=snap)
+    return plan
+
+
+def test_pending_pods_launch_join_bind_then_idle_nodes_drain_and_go(world: Any) -> None:
+    rig, kube, reader = world
+    kube.add_pod("train", "vision", gpus=2, tolerations=TOLERATE)  # the tainted pool
+    kube.add_pod("slice", "vision", resources={"nvidia.com/mig-3g.40gb": 1})  # the MIG pool
+    kube.add_pod("nowhere", "vision", gpus=2)  # tolerates nothing, asks whole GPUs: unserved
+    plan = tick(rig, reader, {})
+    launches = sorted((a.pool, a.instance_type, a.count) for a in plan.actions if isinstance(a, Launch))
+    assert launches == [("vision/gpu", "p3.8xlarge", 1), ("vision/mig", "p4de.24xlarge", 1)]
+    assert [u.id for u in plan.unserved] == ["vision/nowhere"]
+    names = {n.pool: n.name for n in rig.store.nodes()}
+    assert all(rig.state(n) is S.BOOTSTRAPPING for n in names.values())
+    assert set(kube.nodes) == set(names.values())  # joined: the Node objects exist
+    assert kube.nodes[names["gpu"]]["spec"]["taints"] == [
+        {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    # Ready, but no GPUs advertised for 60 s: in flight, nothing launched twice.
+    for _ in range(3):
+        rig.clock.tick(15)
+        plan = tick(rig, reader, {})
+        assert not [a for a in plan.actions if isinstance(a, Launch)]
+        assert all(rig.state(n) is S.BOOTSTRAPPING for n in names.values())
+    rig.clock.tick(20)
+    tick(rig, reader, {})
+    assert all(rig.state(n) is S.READY for n in names.values())
+    # The scheduler binds the pods (the fake's simple bind); they run, then end.
+    kube.bind_pod("vision/train", names["gpu"])
+    kube.bind_pod("vision/slice", names["mig"])
+    kube.add_pod("log-shipper", "vision", node=names["gpu"], gpus=0, tolerations=TOLERATE)
+    rig.clock.tick(60)
+    plan = tick(rig, reader, {n: 90.0 for n in names.values()})
+    assert not plan.changes()
+    seen = reader.read(pools_in_priority_order(rig.policies, default_catalog(), "kubernetes")).nodes
+    assert (seen[names["mig"]].gpus_total, seen[names["mig"]].gpus_allocated) == (8, 0.5)
+    kube.finish_pod("vision/train")
+    kube.finish_pod("vision/slice")
+    # Idle for idle_for: drained (cordon, nothing left to evict), then terminated.
+    drained: list[str] = []
+    for _ in range(12):
+        rig.clock.tick(60)
+        plan = tick(rig, reader, {})
+        drained += [a.node for a in plan.actions if isinstance(a, Drain)]
+        if all(rig.state(n) is S.TERMINATED for n in names.values()):
+            break
+    assert sorted(drained) == sorted(names.values())
+    assert all(rig.state(n) is S.TERMINATED for n in names.values())
+    assert kube.evicted == ["vision/log-shipper"]  # the drain evicted what was left
+    assert kube.nodes == {}  # the Node objects went with their instances
+    assert rig.cloud.live() == []
