@@ -54,6 +54,7 @@ class JoiningAnsible(FakeAnsible):
     def __init__(self, kube: FakeKube, late: float):
         super().__init__()
         self.kube, self.late = kube, late
+        self.missing_gpus = 0  # a device plugin that advertises this many GPUs too few
 
     def bootstrap(self, nodes: Any, policies: Any, **kw: Any) -> BootstrapRun:
         run = super().bootstrap(nodes, policies, **kw)
@@ -65,7 +66,7 @@ class JoiningAnsible(FakeAnsible):
                 per_gpu = pool.bootstrap.mig_profiles
                 resources = {f"nvidia.com/mig-{p}": per_gpu.count(p) * itype.gpus for p in set(per_gpu)}
             else:
-                resources = {"nvidia.com/gpu": itype.gpus}
+                resources = {"nvidia.com/gpu": itype.gpus - self.missing_gpus}
             labels = {TEAM_LABEL: team, POOL_LABEL: pool_name,
                       "node.kubernetes.io/instance-type": node.instance_type,
                       "topology.kubernetes.io/zone": node.zone or "us-east-1a"}
@@ -157,3 +158,19 @@ def test_pending_pods_launch_join_bind_then_idle_nodes_drain_and_go(world: Any) 
     assert kube.evicted == ["vision/log-shipper"]  # the drain evicted what was left
     assert kube.nodes == {}  # the Node objects went with their instances
     assert rig.cloud.live() == []
+
+
+def test_a_node_advertising_too_few_gpus_is_failed_after_the_ready_timeout(world: Any) -> None:
+    rig, kube, reader = world
+    rig.ansible.missing_gpus = 1
+    kube.add_pod("train", "vision", gpus=2, tolerations=TOLERATE)
+    tick(rig, reader, {})
+    (name,) = [n.name for n in rig.store.nodes()]
+    rig.clock.tick(120)
+    tick(rig, reader, {})
+    assert rig.state(name) is S.BOOTSTRAPPING  # Ready, but 3 of the type's 4 GPUs
+    rig.clock.tick(rig.settings.ready_wait_timeout.total_seconds())
+    tick(rig, reader, {})
+    node = rig.node(name)
+    assert node.state is S.BOOTSTRAP_FAILED
+    assert "advertises 3 nvidia.com/gpu; p3.8xlarge has 4 GPU(s)" in node.reason

@@ -211,3 +211,16 @@ def test_gpu_model_of_product(product: str, model: str | None) -> None:
 
 def test_quantities() -> None:
     assert (quantity("2"), quantity("500m"), quantity(None), quantity("x")) == (2, 0.5, 0, 0)
+
+
+def test_api_lost_after_sync_is_missing_not_stale() -> None:
+    kube = FakeKube().start()
+    kube.add_node("n1")
+    reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="2s"))
+    try:
+        assert reader.read(refs()).error is None
+        kube.stop()  # open watches end; re-watching is refused
+        wait_for(lambda: reader.read(refs()).error is not None)
+        assert reader.read(refs()).error == "kubernetes: API unreachable (NewConnectionError)"
+    finally:
+        reader.close()
