@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from autoscaler.engine.binpack import Bin, LazyBins, first_fit, job_parts
+from autoscaler.engine.binpack import Bin, LazyBins, first_fit, job_parts, part_zones
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
@@ -49,15 +49,16 @@ class _Picker:
         od = ctx.on_demand_count()
         self.mix = MarketMix(ctx.pool.capacity, od, ctx.size - od)
 
-    def pick(self, gpus: float, model: str | None, market: Market | None = None) -> tuple[Offer | None, str]:
+    def pick(self, gpus: float, model: str | None, market: Market | None = None,
+             zones: frozenset[str] | None = None) -> tuple[Offer | None, str]:
         pool = self.ctx.pool
         market = market or self.mix.peek()
-        offers, skipped = self.prices.offers(pool, market, gpus, model)
+        offers, skipped = self.prices.offers(pool, market, gpus, model, zones)
         if offers:
             self.mix.take(market)
             return offers[0], ""
         if market is Market.SPOT and pool.capacity.spot_fallback == "on-demand":
-            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model)
+            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones)
             if od:
                 self.mix.take(Market.ON_DEMAND)
                 why = "; ".join(skipped) or "no spot type fits"
@@ -211,7 +212,8 @@ class _Grower:
     def pending(self) -> None:
         """Pending jobs, packed first-fit-decreasing."""
         ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
-        parts = job_parts(ctx.demand_jobs())
+        demand = ctx.demand_jobs()
+        parts, zoned = job_parts(demand), part_zones(demand)
         out.has_demand = out.has_demand or bool(parts)
         if not parts:
             return
@@ -224,18 +226,19 @@ class _Grower:
             if model and model not in models:
                 unplaced.append(f"{job} needs {model}, not offered by this pool")
                 continue
-            b = first_fit(self.live, gpus, model) or first_fit(self.new_bins, gpus, model)
+            zones = zoned.get(job)
+            b = first_fit(self.live, gpus, model, zones) or first_fit(self.new_bins, gpus, model, zones)
             if b is not None:
                 b.place(job, gpus)
                 continue
-            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model)) is not None:
+            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model, zones)) is not None:
                 self.cancel(b, f"pending job {job} needs {gpus:g} GPUs and fits on it")
                 b.place(job, gpus)
                 continue
             if self.room <= 0:
                 unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
                 continue
-            offer, note = self.picker.pick(gpus, model)
+            offer, note = self.picker.pick(gpus, model, zones=zones)
             if offer is None:
                 unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
                 continue

@@ -221,6 +221,7 @@ def test_api_lost_after_sync_is_missing_not_stale() -> None:
         assert reader.read(refs()).error is None
         kube.stop()  # open watches end; re-watching is refused
         wait_for(lambda: reader.read(refs()).error is not None)
-        assert reader.read(refs()).error == "kubernetes: API unreachable (NewConnectionError)"
+        # The stream cut (ProtocolError) or the refused re-watch (NewConnectionError).
+        assert str(reader.read(refs()).error).startswith("kubernetes: API unreachable (")
     finally:
         reader.close()
