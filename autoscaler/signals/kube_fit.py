@@ -176,7 +176,7 @@ def fit(needs: PodNeeds, shape: PoolShape) -> Fit:
         model, zones = narrowed
     biggest = max(v.itype.gpus for v in ok)
     if gpus > biggest:
-        return Fit(failed=f"{gpus:g} GPUs on one node; the largest fitting type has {biggest}")
+        return Fit(failed=f"GPUs per node: {gpus:g} asked, the largest fitting type has {biggest}")
     return Fit(gpus=gpus, gpu_model=model, zones=zones)
 
 

@@ -174,3 +174,25 @@ def test_a_node_advertising_too_few_gpus_is_failed_after_the_ready_timeout(world
     node = rig.node(name)
     assert node.state is S.BOOTSTRAP_FAILED
     assert "advertises 3 nvidia.com/gpu; p3.8xlarge has 4 GPU(s)" in node.reason
+
+
+def test_unserved_pods_metric_by_team_and_constraint_kind() -> None:
+    from datetime import UTC, datetime
+
+    from autoscaler.engine.snapshot import UnservedJob
+    from autoscaler.service.metrics import ServiceMetrics
+
+    def job(name: str, constraint: str) -> UnservedJob:
+        return UnservedJob(id=f"ml/{name}", team="ml", reason="no pool", constraint=constraint)
+
+    metrics = ServiceMetrics()
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    metrics.set_pools(Plan(decided_at=now, unserved=[
+        job("a", "taint dedicated=ml:NoSchedule not tolerated"),
+        job("b", "taint x:NoExecute not tolerated"),
+        job("c", "node affinity node.kubernetes.io/instance-type In [p3.8xlarge]")]))
+    text = metrics.exposition().decode()
+    assert 'gpu_autoscaler_unserved_jobs{constraint="taint",team="ml"} 2.0' in text
+    assert 'gpu_autoscaler_unserved_jobs{constraint="node affinity",team="ml"} 1.0' in text
+    metrics.set_pools(Plan(decided_at=now))  # served since: the series go away
+    assert "gpu_autoscaler_unserved_jobs{" not in metrics.exposition().decode()

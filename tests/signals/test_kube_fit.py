@@ -88,7 +88,7 @@ def affinity(*exprs: dict[str, Any]) -> dict[str, Any]:
     ("ml/train", {"nvidia.com/gpu": 1}, {"tolerations": TOLERATE, "zones": frozenset({"us-east-1a"})},
      (1, None)),
     # GPUs per node.
-    ("vision/v100", {"nvidia.com/gpu": 8}, {}, "8 GPUs on one node; the largest fitting type has 4"),
+    ("vision/v100", {"nvidia.com/gpu": 8}, {}, "GPUs per node: 8 asked, the largest fitting type has 4"),
     # MIG: slices of the pool's layout (two 3g.40gb per A100 80GB) are half a GPU each.
     ("ml/mig", {"nvidia.com/mig-3g.40gb": 1}, {}, (0.5, None)),
     ("ml/mig", {"nvidia.com/mig-1g.10gb": 1}, {},
