@@ -1,4 +1,5 @@
-"""Kubernetes end to end through decide() and the executor, against the fake API server:
+"""Kubernetes end to end through decide() and the executor, and through ServiceLoop.tick(),
+against the fake API server:
 the real reader (watch caches), the real drainer (cordon, evictions, Node deletion) and a
 join that posts the Node with its labels, taints and late GPUs. Terraform and Ansible are
 the project's fakes (the SSH/Terraform path is covered by their own tests); GPU metrics
@@ -196,3 +197,78 @@ def test_unserved_pods_metric_by_team_and_constraint_kind() -> None:
     assert 'gpu_autoscaler_unserved_jobs{constraint="node affinity",team="ml"} 1.0' in text
     metrics.set_pools(Plan(decided_at=now))  # served since: the series go away
     assert "gpu_autoscaler_unserved_jobs{" not in metrics.exposition().decode()
+
+
+class SetMetrics:
+    """Prometheus' part, as the test sets it: node -> mean GPU util (0 when unset)."""
+
+    def __init__(self) -> None:
+        self.util: dict[str, float] = {}
+
+    def read(self, node_pools: Any, pools: Any, now: Any, pool_of: Any = None) -> Any:
+        from autoscaler.signals.prometheus import MetricsReading
+
+        return MetricsReading({name: NodeObservation(metrics=GpuMetrics(
+            util_mean=self.util.get(name, 0.0), util_max_idle_window=self.util.get(name, 0.0),
+            util_max=self.util.get(name, 0.0), gpus_reporting=1, sample_age_s=5))
+            for name in node_pools})
+
+    def close(self) -> None:
+        return None
+
+
+def test_the_service_loop_on_kubernetes(world: Any, tmp_path: Path) -> None:
+    """The same scenario through ServiceLoop.tick(): the real SignalReader (Kubernetes
+    reader, test metrics), decide, record, the real executor and reconciler."""
+    from ruamel.yaml import YAML
+
+    from autoscaler.service.config import LeaderSettings
+    from autoscaler.service.leader import Leadership
+    from autoscaler.service.loop import ServiceLoop
+    from autoscaler.service.metrics import ServiceMetrics
+    from autoscaler.service.reload import PolicyReloader
+    from autoscaler.signals.config import SignalsConfig
+    from autoscaler.signals.snapshot import SignalReader
+    from tests.service.service_fakes import FakePrices
+
+    rig, kube, reader = world
+    policies_dir = tmp_path / "policies"
+    policies_dir.mkdir()
+    YAML(typ="safe").dump(rig.policies["vision"].model_dump(mode="json"), policies_dir / "vision.yaml")
+    metrics = SetMetrics()
+    signals = SignalReader(SignalsConfig(scheduler=["kubernetes"], kubernetes=reader.config),
+                           default_catalog(), prometheus=metrics, kubernetes=reader)
+    loop = ServiceLoop(store=rig.store, reloader=PolicyReloader(policies_dir, default_catalog()),
+                       signals=signals, catalog=default_catalog(), metrics=ServiceMetrics(),
+                       leadership=Leadership(rig.store, LeaderSettings(), rig.clock),
+                       executor=rig.executor(), reconciler=rig.reconciler(), prices=FakePrices(),
+                       clock=rig.clock, interval_s=5)
+
+    def tick(seconds: float) -> Plan:
+        import time
+
+        time.sleep(0.3)  # the watch delivers what the test changed
+        rig.clock.tick(seconds)
+        report = loop.tick()
+        assert report.error is None, report.error
+        return report.plan
+
+    kube.add_pod("train", "vision", gpus=4, tolerations=TOLERATE)
+    plan = tick(0)
+    assert [(a.pool, a.count) for a in plan.actions if isinstance(a, Launch)] == [("vision/gpu", 1)]
+    (name,) = [n.name for n in rig.store.nodes()]
+    for _ in range(4):  # Ready at once, GPUs 60 s later: in flight, no second launch
+        plan = tick(15)
+        assert not [a for a in plan.actions if isinstance(a, Launch)]
+    tick(15)
+    assert rig.state(name) is S.READY
+    kube.bind_pod("vision/train", name)
+    metrics.util[name] = 95.0
+    tick(60)
+    kube.finish_pod("vision/train")
+    metrics.util[name] = 0.0
+    for _ in range(15):
+        tick(60)
+        if rig.state(name) is S.TERMINATED:
+            break
+    assert rig.state(name) is S.TERMINATED and name not in kube.nodes
