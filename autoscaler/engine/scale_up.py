@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from autoscaler.engine.binpack import Bin, LazyBins, first_fit, job_parts
+from autoscaler.engine.binpack import Bin, LazyBins, first_fit, fits_part, job_parts, part_zones
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
@@ -49,15 +49,16 @@ class _Picker:
         od = ctx.on_demand_count()
         self.mix = MarketMix(ctx.pool.capacity, od, ctx.size - od)
 
-    def pick(self, gpus: float, model: str | None, market: Market | None = None) -> tuple[Offer | None, str]:
+    def pick(self, gpus: float, model: str | None, market: Market | None = None,
+             zones: frozenset[str] | None = None) -> tuple[Offer | None, str]:
         pool = self.ctx.pool
         market = market or self.mix.peek()
-        offers, skipped = self.prices.offers(pool, market, gpus, model)
+        offers, skipped = self.prices.offers(pool, market, gpus, model, zones)
         if offers:
             self.mix.take(market)
             return offers[0], ""
         if market is Market.SPOT and pool.capacity.spot_fallback == "on-demand":
-            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model)
+            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones)
             if od:
                 self.mix.take(Market.ON_DEMAND)
                 why = "; ".join(skipped) or "no spot type fits"
@@ -211,7 +212,8 @@ class _Grower:
     def pending(self) -> None:
         """Pending jobs, packed first-fit-decreasing."""
         ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
-        parts = job_parts(ctx.demand_jobs())
+        demand = ctx.demand_jobs()
+        parts, zoned = job_parts(demand), part_zones(demand)
         out.has_demand = out.has_demand or bool(parts)
         if not parts:
             return
@@ -221,7 +223,7 @@ class _Grower:
         unplaced: list[str] = []  # the first three reasons, formatted; the rest only counted
         n_unplaced = 0
         notes: list[str] = []
-        shape: tuple[float, str | None] | None = None
+        shape: tuple[float, str | None, frozenset[str] | None] | None = None
         start, refused = (0, 0), None
         for job, gpus, model in parts:
             if model and model not in models:
@@ -229,13 +231,14 @@ class _Grower:
                 if n_unplaced <= 3:
                     unplaced.append(f"{job} needs {model}, not offered by this pool")
                 continue
-            if (gpus, model) != shape:
-                shape, start, refused = (gpus, model), (0, 0), None
-            b, start = self._first_fit_from(start, gpus, model)
+            zones = zoned.get(job)
+            if (gpus, model, zones) != shape:
+                shape, start, refused = (gpus, model, zones), (0, 0), None
+            b, start = self._first_fit_from(start, gpus, model, zones)
             if b is not None:
                 b.place(job, gpus)
                 continue
-            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model)) is not None:
+            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model, zones)) is not None:
                 self.cancel(b, f"pending job {job} needs {gpus:g} GPUs and fits on it")
                 b.place(job, gpus)
                 continue
@@ -245,7 +248,8 @@ class _Grower:
                     unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
                 continue
             # A shape the picker refused stays refused: a refusal changes no state.
-            offer, note = (None, refused) if refused is not None else self.picker.pick(gpus, model)
+            offer, note = ((None, refused) if refused is not None
+                           else self.picker.pick(gpus, model, zones=zones))
             if offer is None:
                 refused = note
                 n_unplaced += 1
@@ -267,8 +271,8 @@ class _Grower:
         if n_unplaced:
             out.holds.append(f"{n_unplaced} pending job(s) not placed: " + "; ".join(unplaced))
 
-    def _first_fit_from(self, start: tuple[int, int], gpus: float, model: str | None
-                        ) -> tuple[Bin | None, tuple[int, int]]:
+    def _first_fit_from(self, start: tuple[int, int], gpus: float, model: str | None,
+                        zones: frozenset[str] | None) -> tuple[Bin | None, tuple[int, int]]:
         """``first_fit`` over live then new bins, skipping the (live, new) bins before
         ``start``: parts come largest first, and a bin that did not fit the previous part of
         the same shape has not gained room since (placing only takes room). Returns the bin
@@ -278,12 +282,12 @@ class _Grower:
         if new_at == len(self.new_bins) and self.live.past_end(live_at):
             return None, start  # this shape already found no bin, and none was added since
         for i, b in self.live.from_index(live_at):
-            if (model is None or b.gpu_model == model) and b.fits(gpus):
+            if fits_part(b, gpus, model, zones):
                 return b, (i, new_at)
             live_at = i + 1
         for j in range(new_at, len(self.new_bins)):
             b = self.new_bins[j]
-            if (model is None or b.gpu_model == model) and b.fits(gpus):
+            if fits_part(b, gpus, model, zones):
                 return b, (live_at, j)
         return None, (live_at, len(self.new_bins))
 
@@ -319,5 +323,4 @@ def grow(ctx: PoolContext, prices: Prices, now: datetime) -> Growth:
     grower.utilization(now)
     grower.floor()
     return grower.out
-
 
