@@ -108,8 +108,6 @@ class ServiceMetrics:
                                   ["team", "pool", "priority"], registry=r)
         self.pool_backoff = Gauge(f"{PREFIX}_pool_backoff", "Offerings (type x market) of the pool "
                                   "in launch backoff after a capacity error.", ["pool"], registry=r)
-        self.step_errors = Counter(f"{PREFIX}_step_errors", "Actuation step errors, by component.",
-                                   ["component"], registry=r)
         self.interruptions = Counter(f"{PREFIX}_interruptions", "Spot interruption notices that "
                                      "made a node INTERRUPTED.", ["pool"], registry=r)
         self.boot_to_ready = Histogram(f"{PREFIX}_boot_to_ready_seconds", "From the launch "
