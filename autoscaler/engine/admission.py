@@ -18,7 +18,7 @@ from autoscaler.engine.quota import Allowance, team_gpu_cap
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.snapshot import ClusterQuota
 from autoscaler.fleet.node import Node
-from autoscaler.fleet.request_spec import NodeSet, RequestView
+from autoscaler.fleet.request_spec import Condition, NodeSet, RequestView
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 
 
@@ -85,10 +85,26 @@ def _holds(nodes: Iterable[Node], catalog: Catalog) -> tuple[dict[str, int], int
     return per_pool, gpus, usd
 
 
+def _sum(placements: Iterable[Placement]) -> tuple[int, float]:
+    gpus, usd = 0, 0.0
+    for p in placements:
+        gpus += p.nodes * p.gpus_per_node
+        usd += p.nodes * p.usd_per_node
+    return gpus, usd
+
+
+def _add(a: tuple[int, float], b: tuple[int, float]) -> tuple[int, float]:
+    return a[0] + b[0], a[1] + b[1]
+
+
 def admit(request: RequestView, policy: TeamPolicy | None, catalog: Catalog,
           fleet: list[Node], settings: EngineSettings,
-          cluster_quotas: Mapping[str, ClusterQuota] | None = None) -> Admission:
-    """Place every node set and check every limit; the reason names the request."""
+          cluster_quotas: Mapping[str, ClusterQuota] | None = None,
+          booked: Iterable[Placement] = ()) -> Admission:
+    """Place every node set and check every limit; the reason names the request.
+
+    ``booked``: placements of requests accepted but not provisioned yet (their nodes are
+    not in ``fleet``): they count against the limits, or two requests could share a quota."""
     label = request.label()
     if policy is None:
         return Admission(False, f"{label} refused: team {request.team} has no policy")
@@ -104,7 +120,8 @@ def admit(request: RequestView, policy: TeamPolicy | None, catalog: Catalog,
             return Admission(False, f"{label} refused: no pool of team {request.team} offers "
                                     f"{kind} at a known price")
         placements.append(placed)
-    refusal = _limits(request, policy, placements, fleet, catalog, settings, cluster_quotas)
+    refusal = _limits(request, policy, placements, fleet, catalog, settings, cluster_quotas,
+                      list(booked))
     if refusal:
         return Admission(False, f"{label} refused: {refusal}", tuple(placements))
     admission = Admission(True, "", tuple(placements))
@@ -115,20 +132,24 @@ def admit(request: RequestView, policy: TeamPolicy | None, catalog: Catalog,
 
 def _limits(request: RequestView, policy: TeamPolicy, placements: list[Placement],
             fleet: list[Node], catalog: Catalog, settings: EngineSettings,
-            cluster_quotas: Mapping[str, ClusterQuota] | None) -> str | None:
+            cluster_quotas: Mapping[str, ClusterQuota] | None,
+            booked: list[Placement]) -> str | None:
     per_pool, _, _ = _holds(fleet, catalog)
     for placed in placements:
         pool = policy.pool(placed.pool.partition("/")[2])
         have = per_pool.get(placed.pool, 0) + sum(
-            p.nodes for p in placements if p.pool == placed.pool and p is not placed)
+            p.nodes for p in [*booked, *placements] if p.pool == placed.pool and p is not placed)
         if have + placed.nodes > pool.max_nodes:
             return (f"pool {placed.pool} max_nodes {pool.max_nodes} (holds {have}, "
                     f"+{placed.nodes} would exceed)")
-    gpus = sum(p.nodes * p.gpus_per_node for p in placements)
-    usd = sum(p.nodes * p.usd_per_node for p in placements)
+    gpus, usd = _sum(placements)
+    team = request.team + "/"
     _, team_gpus, team_usd = _holds((n for n in fleet if n.team == request.team), catalog)
+    team_gpus, team_usd = _add((team_gpus, team_usd),
+                               _sum([p for p in booked if p.pool.startswith(team)]))
     cap_label, cap = team_gpu_cap(request.team, policy, cluster_quotas or {})
     _, all_gpus, all_usd = _holds(fleet, catalog)
+    all_gpus, all_usd = _add((all_gpus, all_usd), _sum(booked))
     for allowance in (
         Allowance(cap_label, cap, policy.quota.max_hourly_usd, team_gpus, team_usd),
         Allowance("global", settings.max_gpus, settings.max_hourly_usd, all_gpus, all_usd),
@@ -138,4 +159,17 @@ def _limits(request: RequestView, policy: TeamPolicy, placements: list[Placement
     return None
 
 
-__all__ = ["Admission", "Placement", "admit"]
+def booked(requests: Iterable[RequestView], policies: Mapping[str, TeamPolicy],
+           catalog: Catalog) -> list[Placement]:
+    """Where the Accepted requests (no nodes yet) will go, to count them against limits."""
+    out: list[Placement] = []
+    for r in requests:
+        policy = policies.get(r.team)
+        if r.condition is not Condition.ACCEPTED or policy is None:
+            continue
+        pools = [p for p in policy.pools if r.spec.pool in (None, p.name)]
+        out.extend(p for s in r.spec.node_sets if (p := _place(s, r.team, pools, catalog)))
+    return out
+
+
+__all__ = ["Admission", "Placement", "admit", "booked"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autoscaler.catalog import default_catalog
-from autoscaler.engine.admission import admit
+from autoscaler.engine.admission import admit, booked
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.snapshot import ClusterQuota
 from autoscaler.fleet.request_spec import Condition, RequestSpec, RequestView
@@ -69,3 +69,12 @@ def test_by_instance_type_and_in_the_named_pool():
     got = admit(request(node_sets=[{"instance_type": "p3.2xlarge", "gpus": 1, "nodes": 3}]),
                 policy, CATALOG, [], EngineSettings())
     assert got.ok and got.placements[0].pool == "vision/big" and got.usd_per_hour == 3 * 3.06
+
+
+def test_accepted_requests_not_yet_provisioned_count_against_the_quota():
+    policy = make_policy(quota={"max_gpus": 12})
+    first = request().model_copy(update={"id": "req-0", "condition": Condition.ACCEPTED})
+    held = booked([first, request()], {"vision": policy}, CATALOG)  # Pending ones do not count
+    assert [(p.pool, p.nodes) for p in held] == [("vision/gpu", 2)]
+    got = admit(request(), policy, CATALOG, [], EngineSettings(), booked=held)
+    assert not got.ok and got.reason.endswith("GPU cap 12 (holds 8, +8 would exceed)")
