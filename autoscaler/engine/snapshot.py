@@ -145,6 +145,9 @@ class Snapshot(_Model):
     cluster_quotas: dict[str, ClusterQuota] = Field(
         default_factory=dict, description="Team -> GPU limit read from the cluster "
         "(pools with cluster.quota_from: resourcequota).")
+    held: dict[str, str] = Field(
+        default_factory=dict, description="Node -> the capacity request holding it (its "
+        "label, e.g. 'request ci-4711 (team vision, atomic, 2 x 4 GPUs)'): not scaled down.")
 
 
 class DecisionInput(_Model):
