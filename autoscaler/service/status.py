@@ -116,6 +116,15 @@ def fleet_json(nodes: Iterable[Node], catalog: Catalog, snapshot: Snapshot | Non
             "hourly_usd": round(sum(p["hourly_usd"] for p in pools.values()), 4)}
 
 
+def open_requests(store: FleetStore) -> list[dict[str, Any]]:
+    """Capacity requests not yet final, for /ui (names, conditions and reasons only)."""
+    from autoscaler.fleet.requests import RequestBook
+
+    return [{"id": v.id, "team": v.team, "request": v.label(), "condition": v.condition.value,
+             "reason": v.reason, "nodes": sorted(v.nodes), "updated_at": _iso(v.updated_at)}
+            for v in RequestBook(store).list(include_final=False)]
+
+
 def loop_json(state: LoopState) -> dict[str, Any]:
     return {"started_at": _iso(state.started_at), "interval_s": state.interval_s,
             "dry_run": state.dry_run, "ticks": state.ticks,
@@ -144,4 +153,5 @@ def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
         "sources_missing": list(state.missing_sources),
         "lost_frozen": dict(sorted(state.lost_frozen.items())),
         "pool_errors": dict(sorted(state.pool_errors.items())),
+        "requests": open_requests(store),
     }

@@ -2,7 +2,8 @@
 
 No front-end build and no script: one HTML page with the fleet per pool (states, $/h),
 every node, the last plan with each action's reason and what became of it, holds,
-policy errors, pools whose data is missing, and links to the Grafana dashboards.
+policy errors, pools whose data is missing, open capacity requests, recent transitions,
+and links to the Grafana dashboards.
 
 Access is the API's token: a bearer header, or the login form, which sets an HttpOnly,
 SameSite=Strict cookie holding an HMAC of the token (never the token itself). Every value
@@ -137,6 +138,13 @@ def _nodes(status: Mapping[str, Any]) -> str:
                   "No nodes.", numeric=(6,))
 
 
+def _requests(status: Mapping[str, Any]) -> str:
+    rows = [[e(r.get("request")), e(r.get("condition")), e(r.get("reason")),
+             e(", ".join(r.get("nodes") or [])), e(r.get("updated_at"))]
+            for r in status.get("requests") or []]
+    return _table(["request", "condition", "reason", "nodes", "updated"], rows, "None open.")
+
+
 def _transitions(status: Mapping[str, Any]) -> str:
     rows = [[e(t.get("at")), e(t.get("node")), e(t.get("from")), e(t.get("to")), e(t.get("reason"))]
             for t in reversed((status.get("transitions") or [])[-TRANSITIONS:])]
@@ -196,6 +204,7 @@ def status_page(status: Mapping[str, Any], links: Sequence[tuple[str, str]] = ()
             + "<h2>Data missing (scale-down frozen)</h2>"
             + _table(["pool", "why"], missing, "No pool is missing data.")
             + (f'<p class="warn">Sources unreadable: {e(", ".join(sources))}</p>' if sources else "")
+            + "<h2>Open capacity requests</h2>" + _requests(status)
             + "<h2>Nodes</h2>" + _nodes(status)
             + "<h2>Recent transitions</h2>" + _transitions(status))
     return _page(200, "gpu-autoscaler: status", body)

@@ -42,6 +42,12 @@ def server(tmp_path):
     kit.signals.pools = {"vision/train": PoolObservation(metrics_missing=f"dcgm {EVIL} gone")}
     kit.loop.tick()
 
+    from autoscaler.fleet.request_spec import RequestSpec
+    from autoscaler.fleet.requests import RequestBook
+
+    spec = RequestSpec.model_validate({"name": "ci-4711", "node_sets": [{"gpus": 1, "nodes": 2, "gpu_model": "V100"}]})
+    RequestBook(kit.store).create("vision", spec, kit.clock())
+
     def status() -> dict[str, Any]:
         doc = build_status(kit.store, kit.loop.state, {"is_leader": True}, [], kit.loop.catalog,
                            kit.loop.last_snapshot, kit.clock())
@@ -75,6 +81,7 @@ def test_the_bearer_token_shows_fleet_plan_reasons_holds_and_missing_data(server
         assert action.reason.replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;") in body
     assert "Holds" in body and "scale-down frozen" in body
     assert 'href="http://grafana:3000/d/x"' in body
+    assert "request ci-4711 (team vision" in body and "Open capacity requests" in body
 
 
 def test_everything_shown_is_escaped_and_the_token_never_appears(server):
