@@ -31,6 +31,7 @@ COMMANDS = [
     "autoscaler.cli.simulate",
     "autoscaler.cli.run",
     "autoscaler.cli.status",
+    "autoscaler.cli.request",
     "autoscaler.cli.sandbox",
     "autoscaler.cli.demo",
     "autoscaler.cli.dashboards",

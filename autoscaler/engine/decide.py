@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.engine import preempt
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
+from autoscaler.engine.held import keep_held
 from autoscaler.engine.plan import (
     Action,
     CancelDrain,
@@ -96,7 +97,8 @@ class _Decision:
             self._isolated([ctx], "clean-up", self._terminate, ctx, growth[ctx.key])
             self._isolated([ctx], "the job report", self._report_jobs, ctx)
         self._orphans()
-        return Plan(decided_at=self.now, actions=self._without_failed(),
+        return Plan(decided_at=self.now,
+                    actions=keep_held(self._without_failed(), self.snapshot.held),
                     pools=self._summaries(growth), unserved=self.unserved)
 
     # -- per-pool isolation --------------------------------------------------------

@@ -79,6 +79,8 @@ class PendingJob(_Model):
     submitted_at: datetime | None = None
     gpu_model: str | None = Field(None, description="Required GPU model, e.g. V100 or T4.")
     priority: int = Field(0, description="Kubernetes PriorityClass value: higher is placed first.")
+    zones: list[str] | None = Field(
+        None, description="Zones the job can run in (a bound volume, topology spread); None: any.")
 
 
 class UnservedJob(_Model):
@@ -143,6 +145,9 @@ class Snapshot(_Model):
     cluster_quotas: dict[str, ClusterQuota] = Field(
         default_factory=dict, description="Team -> GPU limit read from the cluster "
         "(pools with cluster.quota_from: resourcequota).")
+    held: dict[str, str] = Field(
+        default_factory=dict, description="Node -> the capacity request holding it (its "
+        "label, e.g. 'request ci-4711 (team vision, atomic, 2 x 4 GPUs)'): not scaled down.")
 
 
 class DecisionInput(_Model):

@@ -5,7 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -120,3 +129,23 @@ class LeaseRow(Base):
     holder: Mapped[str] = mapped_column(String(128))
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     epoch: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class RequestRow(Base):
+    """A capacity request (fleet/requests.py); ``spec`` is the validated RequestSpec."""
+
+    __tablename__ = "requests"
+    __table_args__ = (UniqueConstraint("team", "idempotency_key", name="uq_request_idem"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    team: Mapped[str] = mapped_column(String(39), index=True)
+    name: Mapped[str] = mapped_column(String(63))
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    condition: Mapped[str] = mapped_column(String(24), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    provisioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    nodes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    preview: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

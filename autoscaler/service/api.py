@@ -6,6 +6,7 @@
 * ``GET /status``   JSON: fleet, last plan with reasons, policy errors, leader, data.
 * ``GET /plan``     JSON: the last plan only.
 * ``GET /ui``       the status page for people (``ui.py``); ``POST /ui/login|logout``.
+* ``/v1/requests``  capacity requests with per-team tokens (``requests_api.py``).
 
 ``/status`` and ``/plan`` need ``Authorization: Bearer <token>`` when a token is
 configured (an empty or missing value never matches); without one the API refuses to
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from autoscaler.service import ui
+from autoscaler.service import requests_api, ui
 from autoscaler.service.http_server import CLIENT_GONE, BoundedHTTPServer
 from autoscaler.service.metrics import CONTENT_TYPE
 
@@ -53,6 +54,8 @@ class ApiHandlers:
     status: Callable[[], dict[str, Any]]
     plan: Callable[[], dict[str, Any] | None]
     links: tuple[tuple[str, str], ...] = ()  # (title, url) of the dashboards /ui links to
+    # /v1/requests: (method, path, Authorization header, body) -> (code, JSON)
+    requests: Callable[[str, str, str, bytes], tuple[int, Any]] | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -106,6 +109,32 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
         def do_POST(self) -> None:
             self._guarded(self._post)
 
+        def do_DELETE(self) -> None:
+            self._guarded(lambda path: self._requests("DELETE", path))
+
+        def _requests(self, method: str, path: str) -> bool:
+            """Serve /v1/requests; False when the path is not one of its paths."""
+            if path != "/v1/requests" and not path.startswith("/v1/requests/"):
+                if method == "DELETE":
+                    self._json(404, {"error": "not found"})
+                return method == "DELETE"
+            if api.requests is None:
+                self._json(404, {"error": "capacity requests are not enabled (http.team_tokens)"})
+                return True
+            body = b""
+            if method == "POST":
+                text = self.headers.get("Content-Length") or ""
+                length = int(text) if text.isdigit() else -1
+                if not 0 <= length <= requests_api.MAX_BODY:
+                    self._json(413 if length > 0 else 411, {
+                        "error": f"a body of at most {requests_api.MAX_BODY} bytes with a "
+                                 "Content-Length is required"})
+                    return True
+                body = self.rfile.read(length)
+            code, data = api.requests(method, path, self.headers.get("Authorization", ""), body)
+            self._json(code, data)
+            return True
+
         def _guarded(self, route: Callable[[str], None]) -> None:
             path = self.path.split("?", 1)[0].rstrip("/") or "/"
             try:
@@ -117,6 +146,8 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
                 self._json(500, {"error": "internal error (see the service log)"})
 
         def _route(self, path: str) -> None:
+            if self._requests("GET", path):
+                return
             if path == "/healthz":
                 health = api.health()
                 self._json(200 if health.ok else 503,
@@ -136,6 +167,8 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
             self._send(page.code, page.body, page.ctype, page.headers)
 
         def _post(self, path: str) -> None:
+            if self._requests("POST", path):
+                return
             if path not in ("/ui/login", "/ui/logout"):
                 self._json(404, {"error": "not found"})
                 return

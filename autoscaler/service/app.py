@@ -152,9 +152,28 @@ class Service:
         if not http.enabled:
             return None
         handlers = ApiHandlers(health=self.health, metrics=self.metrics.exposition,
-                               status=self.status, plan=self.plan, links=dashboard_links(http))
+                               status=self.status, plan=self.plan, links=dashboard_links(http),
+                               requests=self._requests_api())
         self.api = ApiServer(handlers, http.host, http.port, http.token()).start()
         return self.api
+
+    def _requests_api(self) -> Callable[[str, str, str, bytes], tuple[int, Any]] | None:
+        """/v1/requests, when the config names at least one team token."""
+        from autoscaler.fleet.requests import RequestBook
+        from autoscaler.service.requests_api import RequestsApi, service_admitter
+
+        teams = self.config.http.teams()
+        if not teams:
+            return None
+        book = RequestBook(self.store)
+
+        def quotas() -> dict[str, Any]:  # the cluster's quotas as the last tick read them
+            return dict(self.loop.last_snapshot.cluster_quotas) if self.loop.last_snapshot else {}
+
+        admit = service_admitter(book, self.loop.policies, self.catalog, self.config.engine,
+                                 quotas)
+        return RequestsApi(book, teams, admit, self.loop.clock,
+                           self.config.http.token()).handle
 
     def scheduler(self) -> BackgroundScheduler:
         interval = self.config.tick.interval.total_seconds()

@@ -23,6 +23,7 @@ from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.fleet.store import DEFAULT_URL
 from autoscaler.policy.duration import Duration
+from autoscaler.policy.models import Name
 from autoscaler.service.api import MIN_TOKEN_LENGTH, is_loopback
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.signals.config import SecretError, SignalsConfig, read_secret
@@ -134,12 +135,35 @@ class AddressSettings(_Model):
         return self
 
 
+def _checked_token(value: str | None, where: str) -> str | None:
+    if value is not None and len(value.strip()) < MIN_TOKEN_LENGTH:
+        raise SecretError(f"{where} holds a token of {len(value.strip())} characters; at "
+                          f"least {MIN_TOKEN_LENGTH} are required")
+    return value.strip() if value is not None else None
+
+
+class TeamToken(_Model):
+    """Where one team's bearer token for /v1/requests is (exactly one of env or file)."""
+
+    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> TeamToken:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env or file")
+        return self
+
+
 class HttpSettings(_Model):
     enabled: bool = True
     listen: str = Field("127.0.0.1:9464", description="host:port; loopback by default.")
     token_env: str | None = Field(None, description="Environment variable with the bearer "
                                   "token that /status and /plan require.")
     token_file: Path | None = Field(None, description="File with the bearer token.")
+    team_tokens: dict[Name, TeamToken] = Field(
+        default_factory=dict, description="Per team, the bearer token of its capacity "
+        "requests (/v1/requests): a team sees and releases only its own.")
     grafana_url: str | None = Field(None, pattern=r"^https?://[A-Za-z0-9.:\[\]_-]+(/[A-Za-z0-9._~/-]*)?$",
                                     description="Grafana base URL: /ui links to the dashboards there.")
 
@@ -166,11 +190,23 @@ class HttpSettings(_Model):
         A token that is empty or short is refused: an empty token file must never mean
         "anyone may read /status" (nor lift the loopback-only rule)."""
         value = read_secret(self.token_env, self.token_file, "http token")
-        if value is not None and len(value.strip()) < MIN_TOKEN_LENGTH:
-            where = f"environment variable {self.token_env}" if self.token_env else str(self.token_file)
-            raise SecretError(f"{where} holds a token of {len(value.strip())} characters; at "
-                              f"least {MIN_TOKEN_LENGTH} are required")
-        return value
+        where = f"environment variable {self.token_env}" if self.token_env else str(self.token_file)
+        return _checked_token(value, where)
+
+    def teams(self) -> dict[str, str]:
+        """team -> its request token; each is long enough and no two are the same (nor
+        the operator's), or one team could act as another."""
+        tokens: dict[str, str] = {}
+        for team, where in self.team_tokens.items():
+            value = _checked_token(read_secret(where.env, where.file, f"team {team} token"),
+                                   f"team {team} token")
+            if value is None:
+                raise SecretError(f"team {team} token: not set")
+            tokens[team] = value
+        values = [*tokens.values(), *filter(None, [self.token()])]
+        if len(set(values)) != len(values):
+            raise SecretError("two teams (or a team and the operator) share a token")
+        return tokens
 
 
 class LeaderSettings(_Model):
@@ -228,8 +264,8 @@ class ServiceConfig(_Model):
         """Secrets named by the file that are not there or unusable (an error before the
         first tick), and an API that would serve /status beyond loopback without one."""
         problems = []
-        for what, read in (("http token", self.http.token), ("store password",
-                                                              self.store.resolved_url)):
+        for what, read in (("http token", self.http.token), ("team tokens", self.http.teams),
+                           ("store password", self.store.resolved_url)):
             try:
                 read()
             except SecretError as exc:
@@ -251,5 +287,6 @@ __all__ = [
     "LeaderSettings",
     "ServiceConfig",
     "StoreSettings",
+    "TeamToken",
     "TickSettings",
 ]

@@ -38,6 +38,12 @@ def action_trigger(action: Action) -> str:
         action.kind, "")
 
 
+def constraint_kind(constraint: str) -> str:
+    """A label of few values: "node affinity x In [y]" -> "node affinity"."""
+    words = constraint.split(" ", 2)
+    return " ".join(words[:2]) if words[:2] == ["node", "affinity"] else words[0].rstrip(":")
+
+
 class ServiceMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
@@ -76,7 +82,8 @@ class ServiceMetrics:
         self._lifecycle_metrics(r)
         self.unserved = Gauge(f"{PREFIX}_unserved_jobs",
                               "Pending jobs no pool's nodes could run, by team and the kind of "
-                              "constraint that failed (taint, nodeSelector, zone, resource...).",
+                              "constraint that failed (taint, nodeSelector, node affinity, zone, "
+                              "resource, GPUs).",
                               ["team", "constraint"], registry=r)
         self._unserved_labels: set[tuple[str, str]] = set()
         self.launch_backoff = Gauge(f"{PREFIX}_launch_backoff_failures", "Failed launches in "
@@ -162,7 +169,7 @@ class ServiceMetrics:
             for pool, value in values.items():
                 gauge.labels(pool).set(value)
         self._missing_pools, self._util_pools = set(missing), set(util)
-        unserved = Tally((j.team or "", j.constraint.split(" ", 1)[0]) for j in plan.unserved)
+        unserved = Tally((j.team or "", constraint_kind(j.constraint)) for j in plan.unserved)
         for gone in self._unserved_labels - set(unserved):
             self.unserved.remove(*gone)
         for labels, count in unserved.items():

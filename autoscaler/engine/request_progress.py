@@ -1,0 +1,107 @@
+"""The next step of one capacity request, from its condition and its nodes' states: pure.
+
+* Accepted, no nodes yet: launch its placements (all of them at once: atomic means all).
+* Accepted, every node READY: Provisioned, with the names and addresses.
+* Accepted, a node failed: atomic -> roll back every other node and end Failed with the
+  failed node's reason; best-effort -> Provisioned with what is READY once nothing is
+  still on its way (Failed if nothing is).
+* Accepted past ``valid_until``: Failed and rolled back (it may not wait longer).
+* Provisioned past ``ttl``: Released (the nodes take the usual drain, signal and grace).
+* Provisioned with a linked job that has ended: Released.
+* Released or Failed with nodes still up: those nodes leave (drain, or terminate a node
+  that never became READY).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from autoscaler.fleet.lifecycle import FAILED, IN_FLIGHT, LEAVING, TERMINAL, NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.fleet.request_spec import Condition, RequestClass, RequestView
+from autoscaler.policy.duration import format_duration
+
+S = NodeState
+GONE = FAILED | TERMINAL | {S.LOST, S.INTERRUPTED}
+
+
+@dataclass(frozen=True)
+class RequestStep:
+    kind: Literal["launch", "provisioned", "fail", "release", "remove", "wait"]
+    reason: str
+    nodes: tuple[str, ...] = ()  # remove: the nodes to take away; provisioned: the ones held
+    addresses: dict[str, str | None] = field(default_factory=dict)
+
+
+def _remove(view: RequestView, nodes: Mapping[str, Node]) -> tuple[str, ...]:
+    """The request's nodes that are still up and not already leaving."""
+    return tuple(sorted(n for n in view.nodes if n in nodes
+                        and nodes[n].state not in GONE | LEAVING))
+
+
+def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
+             ended_jobs: frozenset[str] = frozenset()) -> RequestStep:
+    """What to do for ``view`` now; ``nodes`` maps names to the store's nodes, and
+    ``ended_jobs`` lists linked Slurm job ids the scheduler reports finished."""
+    label = view.label()
+    if view.condition in (Condition.RELEASED, Condition.FAILED):
+        left = _remove(view, nodes)
+        return (RequestStep("remove", f"{label} ended ({view.condition.value}): its nodes leave",
+                            left) if left else RequestStep("wait", f"{label} has ended"))
+    if view.condition is Condition.PROVISIONED:
+        return _held(view, now, ended_jobs)
+    if view.condition is not Condition.ACCEPTED:
+        return RequestStep("wait", f"{label} is {view.condition.value}")
+    if not view.nodes:
+        return RequestStep("launch", f"{label}: launching its nodes")
+    mine = {n: nodes.get(n) for n in view.nodes}
+    failed = {n: node for n, node in mine.items() if node is None or node.state in GONE}
+    if view.spec.valid_until is not None and now > view.spec.valid_until:
+        return RequestStep("fail", f"{label} failed: not met by valid_until "
+                           f"{view.spec.valid_until:%Y-%m-%d %H:%M:%S}Z; rolled back",
+                           _remove(view, nodes))
+    if failed:
+        return _failed(view, mine, failed, nodes)
+    if all(node is not None and node.state is S.READY for node in mine.values()):
+        return RequestStep("provisioned", f"{label} provisioned: {', '.join(sorted(mine))} "
+                           "ready", tuple(sorted(mine)),
+                           {n: node.address for n, node in mine.items() if node is not None})
+    return RequestStep("wait", f"{label}: nodes on their way")
+
+
+def _failed(view: RequestView, mine: Mapping[str, Node | None], failed: Mapping[str, Node | None],
+            nodes: Mapping[str, Node]) -> RequestStep:
+    label = view.label()
+    name, node = sorted(failed.items())[0]
+    why = f"{name} {node.state.value}: {node.reason}" if node else f"{name} is gone"
+    if view.spec.request_class is RequestClass.ATOMIC:
+        removed = _remove(view, nodes)
+        return RequestStep("fail", f"{label} failed: {why}; rolled back "
+                           f"{len(removed)} other node(s) (all or none)", removed)
+    if any(n is not None and n.state in IN_FLIGHT for n in mine.values()):
+        return RequestStep("wait", f"{label}: {why}; waiting for the other nodes")
+    ready = {n: node for n, node in mine.items() if node is not None and node.state is S.READY}
+    if not ready:
+        return RequestStep("fail", f"{label} failed: {why}; no node became ready")
+    return RequestStep("provisioned", f"{label} provisioned best-effort: {len(ready)} of "
+                       f"{len(mine)} nodes ({why})", tuple(sorted(ready)),
+                       {n: node.address for n, node in ready.items()})
+
+
+def _held(view: RequestView, now: datetime, ended_jobs: frozenset[str]) -> RequestStep:
+    label = view.label()
+    link = view.spec.link
+    if link is not None and link.slurm_job is not None and link.slurm_job in ended_jobs:
+        return RequestStep("release", f"{label} released: its linked Slurm job "
+                           f"{link.slurm_job} has ended")
+    if view.provisioned_at is not None and now >= view.provisioned_at + view.spec.ttl:
+        return RequestStep("release", f"{label} released: ttl {format_duration(view.spec.ttl)} "
+                           f"reached (provisioned at {view.provisioned_at:%H:%M:%S}); running "
+                           "jobs get the pool's checkpoint signal and grace")
+    return RequestStep("wait", f"{label} holds its nodes")
+
+
+__all__ = ["RequestStep", "progress"]

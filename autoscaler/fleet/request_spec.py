@@ -1,0 +1,176 @@
+"""A capacity request: what a CI/CD pipeline or batch system asks for, and its conditions.
+
+The shape follows Kubernetes' ProvisioningRequest (node sets, a class, a booking, the
+conditions Accepted / Provisioned / Failed / BookingExpired / Released). Every field comes
+from an HTTP client we do not trust, so every string has a closed syntax and every number
+a bound: the spec is data the engine reads, never text any tool interprets.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from autoscaler.policy.duration import Duration
+from autoscaler.policy.models import InstanceTypeName, Name, Priority
+
+DEFAULT_TTL = timedelta(hours=24)
+MAX_TTL = timedelta(days=7)
+MAX_NODES_PER_REQUEST = 64
+MAX_NODE_SETS = 8
+
+# "ci-4711": what a pipeline calls its request; also the idempotency key's syntax.
+RequestName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
+IdempotencyKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{7,127}$")]
+GpuModelName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")]
+SlurmJobId = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,11}(_[0-9]{1,6})?$")]
+# namespace/name of a pod or job; a label selector of key=value pairs joined by ','.
+KubeObject = Annotated[str, StringConstraints(
+    pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")]
+KubeSelector = Annotated[str, StringConstraints(
+    pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,126}=[A-Za-z0-9_.-]{0,63}"
+            r"(,[A-Za-z0-9][A-Za-z0-9_./-]{0,126}=[A-Za-z0-9_.-]{0,63}){0,7}$")]
+
+
+class RequestClass(StrEnum):
+    CHECK = "check"  # answer whether it could be met now and at what cost; buy nothing
+    ATOMIC = "atomic"  # all nodes or none: a partial set is rolled back
+    BEST_EFFORT = "best-effort"
+
+
+class Condition(StrEnum):
+    PENDING = "Pending"  # stored, the engine has not looked yet
+    ACCEPTED = "Accepted"
+    PROVISIONED = "Provisioned"
+    FAILED = "Failed"
+    BOOKING_EXPIRED = "BookingExpired"
+    RELEASED = "Released"
+
+
+FINAL = frozenset({Condition.FAILED, Condition.RELEASED})
+# Which condition may follow which. A request that holds nodes (Provisioned, and
+# BookingExpired while its nodes drain) ends Released, never Failed: its nodes go
+# through the usual drain either way.
+NEXT: dict[Condition, frozenset[Condition]] = {
+    Condition.PENDING: frozenset({Condition.ACCEPTED, Condition.FAILED, Condition.RELEASED}),
+    Condition.ACCEPTED: frozenset({Condition.PROVISIONED, Condition.FAILED, Condition.RELEASED}),
+    Condition.PROVISIONED: frozenset({Condition.BOOKING_EXPIRED, Condition.RELEASED}),
+    Condition.BOOKING_EXPIRED: frozenset({Condition.RELEASED}),
+    Condition.FAILED: frozenset(),
+    Condition.RELEASED: frozenset(),
+}
+
+
+class IllegalConditionError(ValueError):
+    pass
+
+
+def check_next(request_id: str, current: Condition, to: Condition) -> None:
+    if to not in NEXT[current]:
+        raise IllegalConditionError(f"request {request_id}: {current.value} cannot become "
+                                    f"{to.value}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeSet(_Strict):
+    """``nodes`` nodes with ``gpus`` GPUs each, by GPU model or by instance type."""
+
+    gpu_model: GpuModelName | None = None
+    instance_type: InstanceTypeName | None = None
+    gpus: int = Field(ge=1, le=16, description="GPUs per node.")
+    nodes: int = Field(1, ge=1, le=MAX_NODES_PER_REQUEST)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> NodeSet:
+        if (self.gpu_model is None) == (self.instance_type is None):
+            raise ValueError("give exactly one of gpu_model or instance_type")
+        return self
+
+
+class Link(_Strict):
+    """Release the request when this job (or these pods) end."""
+
+    slurm_job: SlurmJobId | None = None
+    kubernetes_pod: KubeObject | None = None
+    kubernetes_job: KubeObject | None = None
+    kubernetes_selector: KubeSelector | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Link:
+        given = [v for v in (self.slurm_job, self.kubernetes_pod, self.kubernetes_job,
+                             self.kubernetes_selector) if v is not None]
+        if len(given) != 1:
+            raise ValueError("a link names exactly one of slurm_job, kubernetes_pod, "
+                             "kubernetes_job or kubernetes_selector")
+        return self
+
+
+class RequestSpec(_Strict):
+    """The body of ``POST /v1/requests`` (the team comes from the token, never the body)."""
+
+    name: RequestName
+    pool: Name | None = Field(None, description="The team's pool; default: the first pool "
+                              "whose instance types fit the node sets.")
+    tier: Priority | None = Field(None, description="Priority tier; default the team's.")
+    node_sets: list[NodeSet] = Field(min_length=1, max_length=MAX_NODE_SETS)
+    request_class: RequestClass = Field(RequestClass.ATOMIC, alias="class")
+    valid_until: datetime | None = Field(None, description="How long it may wait to be met.")
+    ttl: Duration = Field(DEFAULT_TTL, description="Released this long after Provisioned.")
+    link: Link | None = None
+    dry_run: bool = False
+    idempotency_key: IdempotencyKey | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> RequestSpec:
+        if not timedelta(minutes=1) <= self.ttl <= MAX_TTL:
+            raise ValueError(f"ttl must be between 1 minute and {MAX_TTL.days} days")
+        if self.valid_until is not None and self.valid_until.tzinfo is None:
+            raise ValueError("valid_until needs a time zone (e.g. 2026-12-01T10:00:00Z)")
+        if self.total_nodes > MAX_NODES_PER_REQUEST:
+            raise ValueError(f"at most {MAX_NODES_PER_REQUEST} nodes per request")
+        return self
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(s.nodes for s in self.node_sets)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(s.nodes * s.gpus for s in self.node_sets)
+
+    def shape(self) -> str:
+        """``2 x 4 GPUs`` (or ``2 x 4 GPUs + 1 x 8 GPUs``), for reasons."""
+        return " + ".join(f"{s.nodes} x {s.gpus} GPUs" for s in self.node_sets)
+
+
+class RequestView(_Strict):
+    """A stored request as the API and the engine see it."""
+
+    id: str
+    team: str
+    spec: RequestSpec
+    condition: Condition
+    reason: str
+    created_at: datetime
+    updated_at: datetime
+    provisioned_at: datetime | None = None
+    nodes: dict[str, str | None] = Field(default_factory=dict, description="name -> address")
+    preview: dict[str, object] | None = None
+
+    def label(self) -> str:
+        """``request ci-4711 (team vision, atomic, 2 x 4 GPUs)``: how reasons name it."""
+        return (f"request {self.spec.name} (team {self.team}, {self.spec.request_class.value}, "
+                f"{self.spec.shape()})")
+
+    @property
+    def holds_nodes(self) -> bool:
+        return self.condition in (Condition.PROVISIONED, Condition.BOOKING_EXPIRED)
+

@@ -1,0 +1,80 @@
+"""The engine's answer to a capacity request: placed in a pool, within every limit, or refused with the numbers."""
+
+from __future__ import annotations
+
+from autoscaler.catalog import default_catalog
+from autoscaler.engine.admission import admit, booked
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.snapshot import ClusterQuota
+from autoscaler.fleet.request_spec import Condition, RequestSpec, RequestView
+from tests.builders import NOW, make_node, make_policy
+
+CATALOG = default_catalog()
+
+
+def request(team="vision", **kw):
+    body = {"name": "ci-4711", "class": "atomic",
+            "node_sets": [{"gpu_model": "V100", "gpus": 4, "nodes": 2}], **kw}
+    return RequestView(id="req-1", team=team, spec=RequestSpec.model_validate(body),
+                       condition=Condition.PENDING, reason="", created_at=NOW, updated_at=NOW)
+
+
+def test_accepted_with_placement_and_price():
+    got = admit(request(), make_policy(), CATALOG, [], EngineSettings())
+    assert got.ok
+    assert got.reason == ("request ci-4711 (team vision, atomic, 2 x 4 GPUs) accepted: "
+                          "2 x p3.8xlarge in pool vision/gpu, +$24.48/h on-demand")
+    assert got.preview()["hourly_usd_delta"] == 24.48
+    assert got.preview()["add"] == [{"pool": "vision/gpu", "instance_type": "p3.8xlarge",
+                                     "nodes": 2, "usd_per_node": 12.24}]
+
+
+def test_beyond_the_team_quota_is_refused_with_the_numbers():
+    fleet = [make_node("vision-gpu-1", instance_type="p3.8xlarge")]
+    got = admit(request(), make_policy(quota={"max_gpus": 8}), CATALOG, fleet, EngineSettings())
+    assert not got.ok
+    assert got.reason == ("request ci-4711 (team vision, atomic, 2 x 4 GPUs) refused: team "
+                          "vision GPU cap 8 (holds 4, +8 would exceed)")
+
+
+def test_the_cluster_quota_and_global_caps_count_too():
+    cluster = {"vision": ClusterQuota(max_gpus=6, source="ResourceQuota vision/gpus")}
+    got = admit(request(), make_policy(), CATALOG, [], EngineSettings(), cluster)
+    assert not got.ok and "ResourceQuota vision/gpus" in got.reason and "+8 would exceed" in got.reason
+    other = [make_node("nlp-gpu-1", team="nlp", instance_type="p3.8xlarge")]
+    got = admit(request(), make_policy(), CATALOG, other, EngineSettings(max_gpus=10))
+    assert not got.ok and got.reason.endswith("global GPU cap 10 (holds 4, +8 would exceed)")
+    got = admit(request(), make_policy(quota={"max_hourly_usd": 20}), CATALOG, [], EngineSettings())
+    assert not got.ok and "$/h cap 20" in got.reason and "+$24.48/h" in got.reason
+
+
+def test_pool_max_nodes_and_unknown_shapes():
+    fleet = [make_node(f"vision-gpu-{i}") for i in range(3)]
+    got = admit(request(), make_policy(max_nodes=4), CATALOG, fleet, EngineSettings())
+    assert not got.ok and got.reason.endswith("pool vision/gpu max_nodes 4 (holds 3, +2 would exceed)")
+    got = admit(request(node_sets=[{"gpu_model": "H100", "gpus": 8}]), make_policy(), CATALOG, [],
+                EngineSettings())
+    assert not got.ok and "no pool of team vision offers H100 with 8 GPUs per node" in got.reason
+    got = admit(request(pool="infer"), make_policy(), CATALOG, [], EngineSettings())
+    assert not got.ok and got.reason.endswith("team vision has no pool infer")
+    assert not admit(request(team="nlp"), None, CATALOG, [], EngineSettings()).ok
+
+
+def test_by_instance_type_and_in_the_named_pool():
+    policy = make_policy(pools=[
+        {"name": "small", "cloud": "aws", "region": "us-east-1", "instance_types": ["g4dn.xlarge"],
+         "max_nodes": 4},
+        {"name": "big", "cloud": "aws", "region": "us-east-1", "instance_types": ["p3.2xlarge"],
+         "max_nodes": 4}])
+    got = admit(request(node_sets=[{"instance_type": "p3.2xlarge", "gpus": 1, "nodes": 3}]),
+                policy, CATALOG, [], EngineSettings())
+    assert got.ok and got.placements[0].pool == "vision/big" and got.usd_per_hour == 3 * 3.06
+
+
+def test_accepted_requests_not_yet_provisioned_count_against_the_quota():
+    policy = make_policy(quota={"max_gpus": 12})
+    first = request().model_copy(update={"id": "req-0", "condition": Condition.ACCEPTED})
+    held = booked([first, request()], {"vision": policy}, CATALOG)  # Pending ones do not count
+    assert [(p.pool, p.nodes) for p in held] == [("vision/gpu", 2)]
+    got = admit(request(), policy, CATALOG, [], EngineSettings(), booked=held)
+    assert not got.ok and got.reason.endswith("GPU cap 12 (holds 8, +8 would exceed)")

@@ -1,0 +1,86 @@
+"""The next step of a request from its nodes' states, and held nodes kept by decide()."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from autoscaler.engine import decide
+from autoscaler.engine.plan import Drain, Hold
+from autoscaler.engine.request_progress import progress
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.request_spec import Condition, RequestSpec, RequestView
+from tests.builders import NOW, fleet, idle, make_node, make_policy, snapshot
+
+S = NodeState
+LABEL = "request ci-4711 (team vision, atomic, 2 x 4 GPUs)"
+
+
+def view(condition=Condition.ACCEPTED, nodes=("vision-gpu-1", "vision-gpu-2"), **kw):
+    body = {"name": "ci-4711", "node_sets": [{"gpu_model": "V100", "gpus": 4, "nodes": 2}], **kw}
+    return RequestView(id="req-1", team="vision", spec=RequestSpec.model_validate(body),
+                       condition=condition, reason="", created_at=NOW, updated_at=NOW,
+                       provisioned_at=NOW if condition is Condition.PROVISIONED else None,
+                       nodes={n: None for n in nodes})
+
+
+def states(*pairs, **kw):
+    return {name: make_node(name, state=st, address=f"10.0.0.{i}", **kw)
+            for i, (name, st) in enumerate(pairs, 1)}
+
+
+def test_launch_then_wait_then_provisioned():
+    assert progress(view(nodes=()), {}, NOW).kind == "launch"
+    booting = states(("vision-gpu-1", S.READY), ("vision-gpu-2", S.BOOTSTRAPPING))
+    assert progress(view(), booting, NOW).kind == "wait"
+    ready = states(("vision-gpu-1", S.READY), ("vision-gpu-2", S.READY))
+    step = progress(view(), ready, NOW)
+    assert step.kind == "provisioned" and step.nodes == ("vision-gpu-1", "vision-gpu-2")
+    assert step.addresses == {"vision-gpu-1": "10.0.0.1", "vision-gpu-2": "10.0.0.2"}
+
+
+def test_atomic_failure_rolls_back_the_others_with_the_reason():
+    nodes = states(("vision-gpu-1", S.READY), ("vision-gpu-2", S.PROVISION_FAILED))
+    nodes["vision-gpu-2"] = nodes["vision-gpu-2"].model_copy(
+        update={"reason": "InsufficientInstanceCapacity in us-east-1a"})
+    step = progress(view(), nodes, NOW)
+    assert step.kind == "fail" and step.nodes == ("vision-gpu-1",)
+    assert step.reason == (f"{LABEL} failed: vision-gpu-2 PROVISION_FAILED: "
+                           "InsufficientInstanceCapacity in us-east-1a; rolled back 1 other "
+                           "node(s) (all or none)")
+    failed = view(condition=Condition.FAILED)
+    assert progress(failed, nodes, NOW).kind == "remove"
+    gone = states(("vision-gpu-1", S.DRAINING), ("vision-gpu-2", S.TERMINATED))
+    assert progress(failed, gone, NOW).kind == "wait"
+
+
+def test_best_effort_keeps_what_became_ready():
+    nodes = states(("vision-gpu-1", S.READY), ("vision-gpu-2", S.PROVISION_FAILED))
+    step = progress(view(**{"class": "best-effort"}), nodes, NOW)
+    assert step.kind == "provisioned" and step.nodes == ("vision-gpu-1",)
+    assert "1 of 2 nodes" in step.reason
+
+
+def test_ttl_valid_until_and_linked_job_release():
+    held = view(condition=Condition.PROVISIONED, ttl="2h", link={"slurm_job": "4711"})
+    assert progress(held, {}, NOW + timedelta(hours=1)).kind == "wait"
+    step = progress(held, {}, NOW + timedelta(hours=2))
+    assert step.kind == "release" and "ttl 2h reached" in step.reason
+    step = progress(held, {}, NOW, ended_jobs=frozenset({"4711"}))
+    assert step.kind == "release" and "linked Slurm job 4711 has ended" in step.reason
+    late = view(valid_until=(NOW - timedelta(minutes=1)).isoformat())
+    step = progress(late, states(("vision-gpu-1", S.BOOTSTRAPPING)), NOW)
+    assert step.kind == "fail" and "valid_until" in step.reason and step.nodes == ("vision-gpu-1",)
+
+
+def test_decide_keeps_held_idle_nodes_and_names_the_request():
+    nodes = [make_node("vision-gpu-1"), make_node("vision-gpu-2")]
+    policy = {"vision": make_policy(min_nodes=0)}
+    obs = {n.name: idle() for n in nodes}
+    free = decide(policy, fleet(*nodes), snapshot(obs), NOW + timedelta(hours=3))
+    assert [a.node for a in free.actions if isinstance(a, Drain)] == ["vision-gpu-1"]
+    plan = decide(policy, fleet(*nodes), snapshot(obs, held={"vision-gpu-1": LABEL}),
+                  NOW + timedelta(hours=3))
+    # The drain budget it would have used stays spent this tick (the safe side).
+    assert [a.node for a in plan.actions if isinstance(a, Drain)] == []
+    kept = [a.reason for a in plan.actions if isinstance(a, Hold)]
+    assert any(r.startswith(f"vision-gpu-1 kept: {LABEL} holds it") for r in kept)
