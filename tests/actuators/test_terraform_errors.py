@@ -66,7 +66,7 @@ def test_capacity_errors_become_structured_engine_input() -> None:
     }
     errs = capacity_errors(diags, targets, "aws", "us-east-1", AT)
     assert sorted(errs) == ["v-4", "v-5"]
-    assert errs["v-4"].model_dump(exclude={"message", "until"}) == {
+    assert errs["v-4"].model_dump(exclude={"message"}) == {
         "cloud": "aws", "region": "us-east-1", "instance_type": "p3.2xlarge",
         "zone": "us-east-1a", "market": Market.SPOT, "code": "InsufficientInstanceCapacity",
         "at": AT, "until": None}  # None: avoided for the pool's capacity_error_backoff
