@@ -1,0 +1,78 @@
+"""Requests through a built service's ticks: launched, Provisioned, released and drained,
+an atomic request rolled back after a capacity error, ttl expiry (fake executor)."""
+
+from __future__ import annotations
+
+from autoscaler.engine.plan import Drain, Terminate
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.request_spec import Condition
+from autoscaler.fleet.requests import RequestBook
+from tests.requests.conftest import BODY, VISION
+from tests.requests.test_requests_api import call
+
+S = NodeState
+
+
+def submitted(service, kind):
+    return [a for plan, _ in service.loop.executor.submitted for a in plan.actions
+            if isinstance(a, kind)]
+
+
+def test_atomic_request_provisioned_then_delete_drains_and_terminates(service):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    service.tick()  # the keeper launches 2 nodes; the executor makes them READY
+    book = RequestBook(service.store)
+    names = sorted(book.get(rid).nodes)
+    assert len(names) == 2
+    nodes = {n.name: n for n in service.store.nodes()}
+    assert all(service.store.meta(n)["request"] == rid for n in names)
+    first = service.store.transitions(names[0])[0]
+    assert first.to_state == "REQUESTED" and first.reason.endswith("GPUs): node 1 of 2")
+    assert nodes[names[0]].instance_type == "p3.8xlarge"
+    service.tick()
+    code, got = call(f"{url}/{rid}", token=VISION)
+    assert code == 200 and got["condition"] == "Provisioned" and sorted(got["nodes"]) == names
+    assert service.loop.last_snapshot.held == {n: book.get(rid).label() for n in names}
+    assert call(f"{url}/{rid}", "DELETE", VISION)[1]["condition"] == "Released"
+    for _ in range(3):
+        service.tick()
+    assert sorted(a.node for a in submitted(service, Drain)) == names
+    assert {a.trigger for a in submitted(service, Drain)} == {"released"}
+    assert {service.store.get(n).state for n in names} == {S.TERMINATED}
+    assert service.loop.last_snapshot.held == {}
+
+
+def test_atomic_request_rolled_back_when_one_node_hits_a_capacity_error(service):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    service.keeper.run()  # launch only: both nodes REQUESTED
+    first, second = sorted(RequestBook(service.store).get(rid).nodes)
+    service.store.transition(second, S.PROVISION_FAILED, service.loop.clock(),
+                             "InsufficientInstanceCapacity: no p3.8xlarge in us-east-1a")
+    service.tick()
+    view = RequestBook(service.store).get(rid)
+    assert view.condition is Condition.FAILED
+    assert view.reason == (f"{view.label()} failed: {second} PROVISION_FAILED: "
+                           "InsufficientInstanceCapacity: no p3.8xlarge in us-east-1a; rolled "
+                           "back 1 other node(s) (all or none)")
+    assert [a.node for a in submitted(service, Terminate)][:1] == [first]
+    service.tick()
+    assert service.store.get(first).state is S.TERMINATED
+    assert [a.event for a in service.store.audit_log()].count("request_failed") == 1
+
+
+def test_ttl_expiry_releases_and_drains(service):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, {**BODY, "ttl": "1h"})[1]["id"]
+    service.tick()
+    service.tick()
+    assert RequestBook(service.store).get(rid).condition is Condition.PROVISIONED
+    service.loop.clock.advance(minutes=59)
+    service.tick()
+    assert RequestBook(service.store).get(rid).condition is Condition.PROVISIONED
+    service.loop.clock.advance(minutes=2)
+    service.tick()
+    view = RequestBook(service.store).get(rid)
+    assert view.condition is Condition.RELEASED and "ttl 1h reached" in view.reason
+    assert len(submitted(service, Drain)) == 2
