@@ -129,9 +129,15 @@ class Service:
         from autoscaler.fleet.requests import RequestBook
         from autoscaler.service.request_keeper import RequestKeeper
 
-        if executor is not None:
-            self.keeper = RequestKeeper(RequestBook(self.store), self.loop.policies,
-                                        self.catalog, executor.submit, self.loop.clock)
+        if executor is None:
+            return
+        self.keeper = RequestKeeper(RequestBook(self.store), self.loop.policies,
+                                    self.catalog, executor.submit, self.loop.clock)
+        if "slurm" in self.config.signals.scheduler:
+            from autoscaler.signals.slurm_jobs import ended_jobs
+
+            slurm = self.config.signals.slurm
+            self.keeper.ended_jobs = lambda ids: ended_jobs(slurm, ids)
 
     def _requests_step(self) -> None:
         if self.keeper is None:

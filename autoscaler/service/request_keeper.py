@@ -38,6 +38,8 @@ class RequestKeeper:
     catalog: Catalog
     submit: Callable[[Plan, int | None], Any]  # the executor's submit
     clock: Callable[[], datetime]
+    # linked Slurm job ids -> those that have ended (positive evidence only)
+    ended_jobs: Callable[[list[str]], frozenset[str]] = lambda ids: frozenset()
 
     def run(self) -> list[str]:
         """One step for every request that is not done; returns the steps' reasons."""
@@ -47,8 +49,12 @@ class RequestKeeper:
         nodes = {n.name: n for n in store.nodes(include_terminated=True)}
         leaving: list[Action] = []
         lines = []
-        for view in self.book.list():
-            step = progress(view, nodes, now)
+        views = self.book.list()  # ended ones too: their nodes may still have to leave
+        linked = [v.spec.link.slurm_job for v in views if v.condition is Condition.PROVISIONED
+                  and v.spec.link is not None and v.spec.link.slurm_job is not None]
+        ended = self.ended_jobs(linked) if linked else frozenset()
+        for view in views:
+            step = progress(view, nodes, now, ended)
             if step.kind == "wait":
                 continue
             lines.append(step.reason)

@@ -76,3 +76,24 @@ def test_ttl_expiry_releases_and_drains(service):
     view = RequestBook(service.store).get(rid)
     assert view.condition is Condition.RELEASED and "ttl 1h reached" in view.reason
     assert len(submitted(service, Drain)) == 2
+
+
+def test_a_request_whose_linked_slurm_job_ended_is_released(service):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, {**BODY, "link": {"slurm_job": "4711"}})[1]["id"]
+    seen: list[list[str]] = []
+    answers = iter([frozenset(), frozenset({"4711"})])
+
+    def ended(ids):
+        seen.append(ids)
+        return next(answers)
+
+    service.keeper.ended_jobs = ended
+    service.tick()
+    service.tick()  # Provisioned: from now on its job is asked about
+    service.tick()  # still running
+    assert RequestBook(service.store).get(rid).condition is Condition.PROVISIONED
+    service.tick()
+    view = RequestBook(service.store).get(rid)
+    assert view.condition is Condition.RELEASED and "linked Slurm job 4711 has ended" in view.reason
+    assert seen == [["4711"], ["4711"]]
