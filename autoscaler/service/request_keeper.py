@@ -69,7 +69,9 @@ class RequestKeeper:
     def _apply(self, view: RequestView, step: RequestStep, nodes: Mapping[str, Node],
                now: datetime) -> list[Action]:
         if step.kind == "launch":
-            self._launch(view, now)
+            if not self._launch(view, now):
+                self.book.set_condition(view.id, Condition.FAILED, now, (
+                    f"{view.label()} failed: its team's policy no longer has a pool for it"))
         elif step.kind == "provisioned":
             self.book.set_condition(view.id, Condition.PROVISIONED, now, step.reason,
                                     nodes=step.addresses)
@@ -81,10 +83,16 @@ class RequestKeeper:
             return _leave(view, step.nodes, nodes, step.reason)
         return []
 
-    def _launch(self, view: RequestView, now: datetime) -> None:
+    def _launch(self, view: RequestView, now: datetime) -> bool:
+        """Create the request's nodes; False when its team's policy has no pool for them
+        any more (True while no policy is loaded yet: the first tick loads them)."""
         live = self.policies()
+        if view.team not in live:
+            return not live
         names: dict[str, str | None] = {}
         placements = booked([view], live, self.catalog)
+        if len(placements) != len(view.spec.node_sets):
+            return False  # all node sets or none
         total = sum(p.nodes for p in placements)
         for placed in placements:
             team, _, name = placed.pool.partition("/")
@@ -99,6 +107,7 @@ class RequestKeeper:
                     meta={"cluster": pool.cluster.kind, "request": view.id})
                 names[node.name] = None
                 self.book.set_nodes(view.id, names, now)  # after each: a crash loses none
+        return bool(names)
 
 
 def _leave(view: RequestView, names: tuple[str, ...], nodes: Mapping[str, Node],

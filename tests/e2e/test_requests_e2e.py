@@ -9,6 +9,7 @@ although they are idle, and ``DELETE`` drains and destroys them.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,3 +121,65 @@ def test_atomic_request_provisioned_job_runs_delete_drains_and_destroys(
             print(f"\nrequests e2e: Provisioned after {provisioned_s:.0f}s")
     finally:
         api.stop()
+
+
+TWO_TYPES = """\
+apiVersion: gpu-autoscaler/v1
+team: e2e
+priority: high
+pools:
+  - name: gpu
+    cloud: aws
+    region: us-east-1
+    instance_types: [g4dn.xlarge, g4dn.2xlarge]
+    capacity: {on_demand_base: 2, spot_percent: 0}
+    min_nodes: 0
+    max_nodes: 2
+    scale_up: {pending_jobs: false}
+    scale_down: {gpu_utilization_below: 10, idle_for: 1s, cooldown: 1s, max_draining_percent: 100}
+    bootstrap: {timeout: 6m}
+    cluster: {kind: slurm, partition: gpu}
+"""
+
+
+def test_atomic_request_rolled_back_when_the_second_node_hits_a_capacity_error(
+        stack: SandboxStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[Any]) -> None:
+    from autoscaler.catalog import default_catalog
+    from autoscaler.policy import load_dir
+
+    for key, value in stack.env().items():
+        monkeypatch.setenv(key, value)
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "e2e.yaml").write_text(TWO_TYPES)
+    policies, errors = load_dir(tmp_path / "policies", default_catalog())
+    assert not errors
+    loop = RequestLoop(stack, policies)
+    assert stack.moto is not None
+    stack.moto.fail_capacity("g4dn.2xlarge")
+    try:
+        requests = RequestsApi(loop.book, {"e2e": TOKEN}, service_admitter(
+            loop.book, lambda: loop.policies, loop.catalog, loop.config.engine, dict),
+            lambda: datetime.now(UTC))
+        code, made = requests.handle("POST", "/v1/requests", f"Bearer {TOKEN}", json.dumps({
+            "name": "ci-4712", "class": "atomic", "node_sets": [
+                {"instance_type": "g4dn.xlarge", "gpus": 1, "nodes": 1},
+                {"instance_type": "g4dn.2xlarge", "gpus": 1, "nodes": 1}]}).encode())
+        assert code == 201 and made["condition"] == "Accepted", made
+        rid = made["id"]
+        loop.until(lambda: loop.book.get(rid).condition.value == "Failed", 300,  # type: ignore[union-attr]
+                   "the request Failed")
+        failed_at = time.monotonic()
+        view = loop.book.get(rid)
+        assert view is not None
+        first, second = sorted(view.nodes)
+        assert f"{second} PROVISION_FAILED" in view.reason
+        assert "InsufficientInstanceCapacity" in view.reason and "rolled back" in view.reason
+        loop.until(lambda: loop.states()[first] is S.TERMINATED, 300, f"{first} rolled back")
+        rollback_s = time.monotonic() - failed_at
+        assert stack.running_instances() == 0
+        assert rollback_s <= 120, rollback_s
+        with capsys.disabled():
+            print(f"\nrequests e2e: atomic rollback {rollback_s:.0f}s after the failure")
+    finally:
+        stack.moto.clear_faults()

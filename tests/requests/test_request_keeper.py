@@ -97,3 +97,15 @@ def test_a_request_whose_linked_slurm_job_ended_is_released(service):
     view = RequestBook(service.store).get(rid)
     assert view.condition is Condition.RELEASED and "linked Slurm job 4711 has ended" in view.reason
     assert seen == [["4711"], ["4711"]]
+
+
+def test_an_accepted_request_whose_pool_was_removed_fails(service, tmp_path):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    (tmp_path / "policies" / "vision.yaml").unlink()
+    service.loop.reloader.refresh()
+    assert set(service.loop.policies()) == {"nlp"}
+    service.keeper.run()
+    view = RequestBook(service.store).get(rid)
+    assert view.condition is Condition.FAILED and "no longer has a pool" in view.reason
+    assert view.nodes == {}
