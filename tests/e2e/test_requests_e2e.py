@@ -107,6 +107,7 @@ def test_atomic_request_provisioned_job_runs_delete_drains_and_destroys(
         assert {loop.states()[n] for n in names} == {S.READY}
 
         assert call(f"{url}/{rid}", "DELETE", TOKEN)[1]["condition"] == "Released"
+        released = time.monotonic()
         loop.until(lambda: {loop.states()[n] for n in names} == {S.TERMINATED}, 300,
                    "the released nodes destroyed")
         assert stack.running_instances() == 0
@@ -117,8 +118,12 @@ def test_atomic_request_provisioned_job_runs_delete_drains_and_destroys(
         events = [a.event for a in loop.store.audit_log(500)]
         assert {"request_created", "request_accepted", "request_provisioned",
                 "request_released"} <= set(events)
+        gone_s = time.monotonic() - released
+        at = {(t.node, t.to_state): t.at for t in loop.store.transitions()}
+        boot_s = max((at[(n, "READY")] - at[(n, "REQUESTED")]).total_seconds() for n in names)
         with capsys.disabled():
-            print(f"\nrequests e2e: Provisioned after {provisioned_s:.0f}s")
+            print(f"\nrequests e2e: request_to_provisioned_s={provisioned_s:.0f} "
+                  f"boot_to_ready_s={boot_s:.0f} release_to_terminated_s={gone_s:.0f}")
     finally:
         api.stop()
 
