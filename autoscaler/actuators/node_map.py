@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict
 
 from autoscaler.catalog import Catalog, CatalogError
-from autoscaler.engine.plan import Launch, Plan, Replace, Terminate
+from autoscaler.engine.plan import Plan
+from autoscaler.fleet.intents import NewNode, Remove, interpret
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.policy.models import Market, Pool, pool_key
@@ -116,18 +117,20 @@ def preview_maps(fleet_nodes: Iterable[Node], plan: Plan, catalog: Catalog,
     maps = {k: PoolMaps(ref, dict(current.get(k, {})), dict(current.get(k, {})))
             for k, ref in refs.items()}
     counters: dict[str, int] = {}
-    for action in plan.actions:
-        if isinstance(action, Launch | Replace | Terminate):
-            pm = _pool_maps(maps, action.pool)
-            pm.reasons.append(action.reason)
-        if isinstance(action, Terminate):
-            pm.after.pop(action.node, None)
-        elif isinstance(action, Launch | Replace):
-            _check_type(catalog, pm.ref, action.instance_type)
-            spec = NodeSpec(instance_type=action.instance_type, market=action.market,
-                            zone=action.zone or "")
-            for _ in range(action.count if isinstance(action, Launch) else 1):
-                pm.after[_new_name(pm, counters)] = spec
+    explained: set[str] = set()
+    for intent in interpret(plan):  # the executor's reading of the plan (fleet/intents.py)
+        if not isinstance(intent, NewNode | Remove):
+            continue
+        pm = _pool_maps(maps, intent.pool)
+        if intent.key not in explained:
+            explained.add(intent.key)
+            pm.reasons.append(intent.reason)
+        if isinstance(intent, Remove):
+            pm.after.pop(intent.node, None)
+        else:
+            _check_type(catalog, pm.ref, intent.instance_type)
+            pm.after[_new_name(pm, counters)] = NodeSpec(
+                instance_type=intent.instance_type, market=intent.market, zone=intent.zone or "")
     return maps
 
 

@@ -159,6 +159,10 @@ def signals(
     for kind, jobs in sorted(result.unattributed.items()):
         if jobs:
             err_console.print(f"[yellow]{kind}: {len(jobs)} pending GPU job(s) match no pool[/]")
+    for job in result.snapshot.unserved:
+        # markup off: pod names and reasons come from the cluster
+        err_console.print(f"not bought for: {job.id}: {job.reason}", style="yellow",
+                          highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

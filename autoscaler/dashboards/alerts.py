@@ -118,9 +118,11 @@ def _service_rules(t: Thresholds) -> list[dict[str, Any]]:
                "({{ $value | printf \"%.1f\" }} x its timeout)",
                "The reconciler acts on a state timeout; a node still there long after it means "
                "that action keeps failing (see the service log and /status)."),
-        _alert("PoolLaunchBackoff", f"max by (pool) ({P}_pool_backoff) > 0", t.backoff_for,
-               "warning", "{{ $labels.pool }}: launches backed off ({{ $value }} offerings)",
-               "Capacity errors keep the pool from launching its preferred types."),
+        _alert("PoolLaunchBackoff", f"max by (pool) ({P}_pool_backoff) > 0 or "
+               f"max by (pool) ({P}_launch_backoff_failures) > 0", t.backoff_for, "warning",
+               "{{ $labels.pool }}: launches backed off ({{ $value }})",
+               "Capacity errors (the engine skips those offerings) or failed launches in a row "
+               "(the executor waits before the next try) keep the pool from growing."),
     ]
 
 

@@ -109,7 +109,12 @@ FLEET = Dashboard(
               (q(f"max by (pool) ({P}_data_missing)", "{{pool}}"),), kind="table"),
         Panel("Policy errors per file", (q(f"max by (file) ({P}_policy_errors)", "{{file}}"),),
               kind="table"),
-        Panel("Pools in launch backoff", (q(f"max by (pool) ({P}_pool_backoff)", "{{pool}}"),)),
+        Panel("Pools in launch backoff", (
+            q(f"max by (pool) ({P}_pool_backoff)", "capacity errors {{pool}}"),
+            q(f"max by (pool, instance_type, market) ({P}_launch_backoff_failures)",
+              "failed launches {{pool}} {{instance_type}} {{market}}")),
+            description="Offerings the engine skips after capacity errors, and the executor's "
+            "launch backoff after failed launches in a row."),
     ),
 )
 

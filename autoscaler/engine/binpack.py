@@ -64,7 +64,7 @@ class Bin:
 def job_parts(jobs: list[PendingJob]) -> list[tuple[str, float, str | None]]:
     """(job id, GPUs on one node, required model), one entry per node: higher priority
     (Kubernetes PriorityClass) first, so caps and max_step leave out the lower ones; then
-    largest first."""
+    largest first. A part's zones are in ``part_zones``."""
     ranked = [
         (-j.priority, -j.gpus, j.id if j.nodes == 1 else f"{j.id}[{k}]", j.gpu_model)
         for j in jobs
@@ -72,6 +72,18 @@ def job_parts(jobs: list[PendingJob]) -> list[tuple[str, float, str | None]]:
     ]
     ranked.sort(key=lambda p: (p[0], p[1], p[2]))
     return [(job, -neg, model) for _, neg, job, model in ranked]
+
+
+def part_zones(jobs: list[PendingJob]) -> dict[str, frozenset[str]]:
+    """Part id -> the zones it may run in, for the parts that are constrained."""
+    return {(j.id if j.nodes == 1 else f"{j.id}[{k}]"): frozenset(j.zones)
+            for j in jobs if j.zones is not None for k in range(j.nodes)}
+
+
+def bin_zone(b: Bin) -> str | None:
+    if b.node is not None:
+        return b.node.zone
+    return b.offer.zone if b.offer is not None else None
 
 
 class LazyBins:
@@ -86,6 +98,7 @@ class LazyBins:
         self._built: list[Bin] = []
         self._source = iter(source)
         self._appended: list[Bin] = []
+        self._drained = False  # the source has no more bins
 
     def __iter__(self) -> Iterator[Bin]:
         yield from self._built
@@ -97,9 +110,38 @@ class LazyBins:
     def append(self, b: Bin) -> None:
         self._appended.append(b)
 
+    def from_index(self, start: int) -> Iterator[tuple[int, Bin]]:
+        """(position, bin) from position ``start`` on, in the order ``__iter__`` gives."""
+        i = start
+        while (b := self._at(i)) is not None:
+            yield i, b
+            i += 1
 
-def first_fit(bins: Iterable[Bin], gpus: float, model: str | None) -> Bin | None:
+    def past_end(self, i: int) -> bool:
+        """Position ``i`` is after every bin built so far and the source is drained."""
+        return self._drained and i >= len(self._built) + len(self._appended)
+
+    def _at(self, i: int) -> Bin | None:
+        while len(self._built) <= i:
+            if (b := next(self._source, None)) is None:
+                self._drained = True
+                break
+            self._built.append(b)
+        if i < len(self._built):
+            return self._built[i]
+        k = i - len(self._built)  # the source is exhausted: appended bins come next
+        return self._appended[k] if k < len(self._appended) else None
+
+
+def fits_part(b: Bin, gpus: float, model: str | None, zones: frozenset[str] | None) -> bool:
+    """Whether a job part of this shape (GPUs, model, allowed zones) fits on ``b``."""
+    return ((model is None or b.gpu_model == model) and b.fits(gpus)
+            and (zones is None or bin_zone(b) in zones))
+
+
+def first_fit(bins: Iterable[Bin], gpus: float, model: str | None,
+              zones: frozenset[str] | None = None) -> Bin | None:
     for b in bins:
-        if (model is None or b.gpu_model == model) and b.fits(gpus):
+        if fits_part(b, gpus, model, zones):
             return b
     return None

@@ -116,14 +116,18 @@ class Prices:
         backoff = pool.capacity.capacity_error_backoff
         # An error without a zone covers every zone; a pool without zones is hit by any.
         matching = by_zone.values() if zone is None else (by_zone.get(zone), by_zone.get(None))
-        recent = [e for e in matching if e is not None and self.now - e.at < backoff]
+        recent = [e for e in matching if e is not None and (
+            self.now < e.until if e.until is not None else self.now - e.at < backoff)]
         if not recent:
             return None
         err = max(recent, key=lambda e: e.at)
+        if err.until is not None:
+            return f"{err.code} since {err.at:%H:%M:%S} ({err.message})"
         return f"{err.code} at {err.at:%H:%M:%S}"
 
     def offers(
-        self, pool: Pool, market: Market, min_gpus: float, gpu_model: str | None = None
+        self, pool: Pool, market: Market, min_gpus: float, gpu_model: str | None = None,
+        zones: frozenset[str] | None = None,
     ) -> tuple[list[Offer], list[str]]:
         """Offers that fit, cheapest $/GPU-h first, and why the others were skipped."""
         cloud, region = pool.cloud.value, pool.region
@@ -135,8 +139,10 @@ class Prices:
                 continue
             if gpu_model and itype.gpu_model != gpu_model:
                 continue
-            zones: list[str | None] = list(pool.zones) or [None]
-            for zone in zones:
+            where_ok: list[str | None] = list(pool.zones) or [None]
+            for zone in where_ok:
+                if zones is not None and zone not in zones:
+                    continue  # the job can only run elsewhere (its volume's zone)
                 where = f"{name} {market.value}" + (f" in {zone}" if zone else "")
                 err = self.capacity_error(pool, name, zone, market)
                 if err:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from autoscaler.engine.binpack import Bin, LazyBins, first_fit, job_parts
+from autoscaler.engine.binpack import Bin, LazyBins, first_fit, fits_part, job_parts, part_zones
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
@@ -49,15 +49,16 @@ class _Picker:
         od = ctx.on_demand_count()
         self.mix = MarketMix(ctx.pool.capacity, od, ctx.size - od)
 
-    def pick(self, gpus: float, model: str | None, market: Market | None = None) -> tuple[Offer | None, str]:
+    def pick(self, gpus: float, model: str | None, market: Market | None = None,
+             zones: frozenset[str] | None = None) -> tuple[Offer | None, str]:
         pool = self.ctx.pool
         market = market or self.mix.peek()
-        offers, skipped = self.prices.offers(pool, market, gpus, model)
+        offers, skipped = self.prices.offers(pool, market, gpus, model, zones)
         if offers:
             self.mix.take(market)
             return offers[0], ""
         if market is Market.SPOT and pool.capacity.spot_fallback == "on-demand":
-            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model)
+            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones)
             if od:
                 self.mix.take(Market.ON_DEMAND)
                 why = "; ".join(skipped) or "no spot type fits"
@@ -211,33 +212,49 @@ class _Grower:
     def pending(self) -> None:
         """Pending jobs, packed first-fit-decreasing."""
         ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
-        parts = job_parts(ctx.demand_jobs())
+        demand = ctx.demand_jobs()
+        parts, zoned = job_parts(demand), part_zones(demand)
         out.has_demand = out.has_demand or bool(parts)
         if not parts:
             return
         out.pending_gpus = sum(p[1] for p in parts)
         models = {t.gpu_model for name in pool.instance_types
                   if (t := prices.itype(pool.cloud.value, name)) is not None}
-        unplaced: list[str] = []
+        unplaced: list[str] = []  # the first three reasons, formatted; the rest only counted
+        n_unplaced = 0
         notes: list[str] = []
+        shape: tuple[float, str | None, frozenset[str] | None] | None = None
+        start, refused = (0, 0), None
         for job, gpus, model in parts:
             if model and model not in models:
-                unplaced.append(f"{job} needs {model}, not offered by this pool")
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} needs {model}, not offered by this pool")
                 continue
-            b = first_fit(self.live, gpus, model) or first_fit(self.new_bins, gpus, model)
+            zones = zoned.get(job)
+            if (gpus, model, zones) != shape:
+                shape, start, refused = (gpus, model, zones), (0, 0), None
+            b, start = self._first_fit_from(start, gpus, model, zones)
             if b is not None:
                 b.place(job, gpus)
                 continue
-            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model)) is not None:
+            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model, zones)) is not None:
                 self.cancel(b, f"pending job {job} needs {gpus:g} GPUs and fits on it")
                 b.place(job, gpus)
                 continue
             if self.room <= 0:
-                unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
                 continue
-            offer, note = self.picker.pick(gpus, model)
+            # A shape the picker refused stays refused: a refusal changes no state.
+            offer, note = ((None, refused) if refused is not None
+                           else self.picker.pick(gpus, model, zones=zones))
             if offer is None:
-                unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
+                refused = note
+                n_unplaced += 1
+                if n_unplaced <= 3:
+                    unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
                 continue
             if note:
                 notes.append(note)
@@ -251,8 +268,28 @@ class _Grower:
                 why += f"; {notes[0]}"
             for n in fresh:
                 n.why = why
-        if unplaced:
-            out.holds.append(f"{len(unplaced)} pending job(s) not placed: " + "; ".join(unplaced[:3]))
+        if n_unplaced:
+            out.holds.append(f"{n_unplaced} pending job(s) not placed: " + "; ".join(unplaced))
+
+    def _first_fit_from(self, start: tuple[int, int], gpus: float, model: str | None,
+                        zones: frozenset[str] | None) -> tuple[Bin | None, tuple[int, int]]:
+        """``first_fit`` over live then new bins, skipping the (live, new) bins before
+        ``start``: parts come largest first, and a bin that did not fit the previous part of
+        the same shape has not gained room since (placing only takes room). Returns the bin
+        and where the next part of this shape starts, so a backlog of one shape costs its
+        parts plus the bins, not parts x bins (same bins chosen as a full scan)."""
+        live_at, new_at = start
+        if new_at == len(self.new_bins) and self.live.past_end(live_at):
+            return None, start  # this shape already found no bin, and none was added since
+        for i, b in self.live.from_index(live_at):
+            if fits_part(b, gpus, model, zones):
+                return b, (i, new_at)
+            live_at = i + 1
+        for j in range(new_at, len(self.new_bins)):
+            b = self.new_bins[j]
+            if fits_part(b, gpus, model, zones):
+                return b, (live_at, j)
+        return None, (live_at, len(self.new_bins))
 
     def utilization(self, now: datetime) -> None:
         ctx, pool = self.ctx, self.ctx.pool
@@ -286,5 +323,4 @@ def grow(ctx: PoolContext, prices: Prices, now: datetime) -> Growth:
     grower.utilization(now)
     grower.floor()
     return grower.out
-
 

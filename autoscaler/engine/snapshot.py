@@ -79,6 +79,8 @@ class PendingJob(_Model):
     submitted_at: datetime | None = None
     gpu_model: str | None = Field(None, description="Required GPU model, e.g. V100 or T4.")
     priority: int = Field(0, description="Kubernetes PriorityClass value: higher is placed first.")
+    zones: list[str] | None = Field(
+        None, description="Zones the job can run in (a bound volume, topology spread); None: any.")
 
 
 class UnservedJob(_Model):
@@ -112,6 +114,9 @@ class CapacityError(_Model):
     code: str
     at: datetime
     message: str = ""
+    until: datetime | None = Field(
+        None, description="Held until then instead of the pool's capacity_error_backoff "
+        "(the service's launch backoff after repeated failures of the same cause).")
 
 
 class Offering(_Model):

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from autoscaler.engine.plan import Hold, Plan
 from autoscaler.fleet import lease
+from autoscaler.fleet.intents import drain_cooldown
 from autoscaler.fleet.lease import Fenced, LeaseToken
 from autoscaler.fleet.lifecycle import INITIAL, TERMINAL, NodeState, check_transition
 from autoscaler.fleet.node import FleetView, Node, PoolHistory
@@ -141,6 +142,12 @@ class FleetStore:
 
     def nodes(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
               include_terminated: bool = False) -> list[Node]:
+        return [n for n, _ in self.nodes_with_meta(states, pool, include_terminated)]
+
+    def nodes_with_meta(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
+                        include_terminated: bool = False) -> list[tuple[Node, dict[str, Any]]]:
+        """Nodes with their progress record (the ``meta`` column) in one query, not one
+        query per node."""
         with self.session() as s:
             q = select(NodeRow).order_by(NodeRow.name)
             if states is not None:
@@ -150,7 +157,7 @@ class FleetStore:
             if pool is not None:
                 team, _, name = pool.partition("/")
                 q = q.where(NodeRow.team == team, NodeRow.pool == name)
-            return [_to_node(r) for r in s.scalars(q)]
+            return [(_to_node(r), dict(r.meta or {})) for r in s.scalars(q)]
 
     def fleet_view(self) -> FleetView:
         with self.session() as s:
@@ -171,8 +178,10 @@ class FleetStore:
     # -- writing ------------------------------------------------------------------
     def create_node(self, *, team: str, pool: str, cloud: str, region: str, zone: str | None,
                     instance_type: str, market: Market, now: datetime, reason: str,
-                    meta: dict[str, Any] | None = None) -> Node:
-        """A new REQUESTED node with the pool's next name; counts as a scale-up."""
+                    meta: dict[str, Any] | None = None, scale_up: bool = True) -> Node:
+        """A new REQUESTED node with the pool's next name; ``scale_up`` (what
+        ``fleet.intents.cooldown_of`` decided for its action) restarts the pool's
+        scale-up cooldown."""
         key = pool_key(team, pool)
         with self._write() as s:
             hist = s.get(PoolHistoryRow, key, with_for_update=True)
@@ -185,7 +194,8 @@ class FleetStore:
             while s.get(NodeRow, f"{team}-{pool}-{seq}") is not None:
                 seq += 1
             hist.next_seq = seq + 1
-            hist.last_scale_up_at = now
+            if scale_up:
+                hist.last_scale_up_at = now
             row = NodeRow(
                 name=f"{team}-{pool}-{seq}", team=team, pool=pool, cloud=cloud, region=region,
                 zone=zone, instance_type=instance_type, market=market.value, state=INITIAL.value,
@@ -199,8 +209,10 @@ class FleetStore:
             return _to_node(row)
 
     def transition(self, name: str, to: NodeState, now: datetime, reason: str,
-                   **fields: Any) -> Node:
-        """Move ``name`` to ``to`` (checked against the lifecycle table) and commit."""
+                   scale_down: bool | None = None, **fields: Any) -> Node:
+        """Move ``name`` to ``to`` (checked against the lifecycle table) and commit. A move
+        to DRAINING restarts the pool's scale-down cooldown when ``scale_down`` says so
+        (None: as ``fleet.intents`` decides for a plain drain with its ``drain_trigger``)."""
         bad = set(fields) - _NODE_FIELDS
         if bad:
             raise StoreError(f"unknown node fields {sorted(bad)}")
@@ -222,7 +234,9 @@ class FleetStore:
                 raise ConcurrentUpdateError(f"node {name} changed state concurrently")
             s.add(TransitionRow(node=name, from_state=current.value, to_state=to.value, at=now,
                                 reason=reason))
-            if to is NodeState.DRAINING:
+            if scale_down is None:
+                scale_down = drain_cooldown(fields.get("drain_trigger")) == "down"
+            if to is NodeState.DRAINING and scale_down:
                 self._touch_history(s, pool_key(row.team, row.pool), down=now)
             s.flush()
             s.expire(row)

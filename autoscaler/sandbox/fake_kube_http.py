@@ -166,9 +166,9 @@ class Api:
                         410, "Expired", f"too old resource version: {version} ({store.oldest})")})
                     return
                 batch = list(events)
+                seen = store.version  # every event up to here is in batch (before any wait)
                 if not batch:
                     store.changed.wait(timeout=min(0.2, kube.bookmark_s))
-                seen = store.version
             for event in batch:
                 kind = event.type
                 if not self._selected(req, event.obj):
@@ -189,6 +189,8 @@ def handler_for(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
     api = Api(kube)
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, and chunked watch streams (Go needs 1.1)
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 

@@ -257,7 +257,16 @@ class SandboxStack:
             hosts_dir=self.dir / "hosts" if self.privileged else None,
             routes=(CONTROLLER_ADDR,) if self.slurm is not None else (),
             on_change=self._followed_changed,
-            keep=self._keep_controller_address if self.slurm is not None else None).start()
+            keep=self._each_pass).start()
+
+    def _each_pass(self) -> None:
+        """Before every follower pass: keep the controller address, and record processes
+        started since (a rebooted node's new nspawn) so a crash cleanup stops them by PID."""
+        if self.slurm is not None:
+            self._keep_controller_address()
+        known = {(p.pid, p.start) for p in self.state.children}
+        if any((p.pid, p.start) not in known for p in children_of(os.getpid())):
+            self._record()
 
     def _keep_controller_address(self) -> None:
         """Namespaced slurmd reach slurmctld on the shared address: keep it on lo (another

@@ -3,8 +3,9 @@
 ``build_service(config)`` wires the real components (tests and the demo inject fakes or
 sandbox pieces through its keyword arguments); ``Service.run(stop)`` schedules the tick
 job (``max_instances=1``, ``coalesce=True``: ticks never overlap, a late tick is run once,
-not many times) and the lease job, serves the HTTP API, and on ``stop`` lets the current
-step finish, releases the lease and closes everything.
+not many times), the spot-notice job (``executor.notice_interval``; its own thread, so a
+notice never waits for a tick) and the lease job, serves the HTTP API, and on ``stop``
+lets the current step finish, releases the lease and closes everything.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from autoscaler.fleet.store import Fenced, FleetStore
 from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.config import HttpSettings, ServiceConfig
+from autoscaler.service.executor import Executor
+from autoscaler.service.interruptions import NoticeLoop
 from autoscaler.service.leader import Leadership
 from autoscaler.service.loop import (
     ExecutorLike,
@@ -43,6 +46,7 @@ from autoscaler.service.status import build_status, plan_json
 log = logging.getLogger(__name__)
 HEALTH_FACTOR = 3  # healthy while the last tick is younger than 3 intervals
 STUCK_AFTER = timedelta(minutes=30)  # a tick running longer than this is unhealthy
+SHUTDOWN_WAIT = timedelta(seconds=60)  # for running applies/bootstraps at stop
 FAILED_TICKS = 3  # unhealthy after this many failed ticks in a row
 
 
@@ -59,8 +63,10 @@ class ServiceError(RuntimeError):
 
 class Service:
     def __init__(self, config: ServiceConfig, loop: ServiceLoop, store: FleetStore,
-                 catalog: Catalog, closers: list[Callable[[], None]] | None = None):
+                 catalog: Catalog, closers: list[Callable[[], None]] | None = None,
+                 notices: NoticeLoop | None = None):
         self.config, self.loop, self.store, self.catalog = config, loop, store, catalog
+        self.notices = notices
         self.leadership, self.metrics = loop.leadership, loop.metrics
         self.api: ApiServer | None = None
         self.keeper: Any = None  # a RequestKeeper when capacity requests are enabled
@@ -202,6 +208,12 @@ class Service:
         sched.add_job(self.tick, "interval", seconds=interval, id="tick", name="tick",
                       next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
                       misfire_grace_time=max(1, int(interval)))
+        if self.notices is not None:
+            # Spot notices do not wait for a tick (nor for the apply a tick started).
+            every = self.config.executor.notice_interval.total_seconds()
+            sched.add_job(self.notices.run_once, "interval", seconds=every, id="notices",
+                          name="notices", max_instances=1, coalesce=True,
+                          next_run_time=datetime.now(UTC))
         if self.leadership.enabled:
             # Often enough that a follower takes over soon after the TTL runs out.
             every = max(0.5, self.config.leader.ttl.total_seconds() / 6)
@@ -223,9 +235,19 @@ class Service:
             log.info("stopping: waiting for the current step to finish")
             self.loop.request_stop()
             sched.shutdown(wait=True)
+            self._finish_operations()
             self.leadership.release()
             self.close()
             log.info("stopped")
+
+    def _finish_operations(self) -> None:
+        """Give the operations in the executor's workers (an apply, an Ansible run) a
+        bounded time to finish before the lease goes; one cut short is resumed from the
+        store by the next leader (its pool's Terraform lock keeps a second apply out)."""
+        executor = self.loop.executor
+        if executor is not None and not executor.wait(SHUTDOWN_WAIT.total_seconds()):
+            log.warning("stopping with operations still running: %s", ", ".join(
+                f"{op.kind} {op.what}" for op in executor.running()))
 
     def close(self) -> None:
         if self.api is not None:
@@ -280,7 +302,13 @@ class Overrides:
 def build_service(config: ServiceConfig, *, dry_run: bool = False,
                   clock: Callable[[], datetime] = utc_now,
                   overrides: Overrides | None = None) -> Service:
-    from autoscaler.service.wiring import Markets, build_actuators, build_prices, build_signals
+    from autoscaler.service.wiring import (
+        Markets,
+        build_actuators,
+        build_intake,
+        build_prices,
+        build_signals,
+    )
 
     o = overrides or Overrides()
     catalog = load_catalog(config.prices_file)
@@ -299,18 +327,26 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     if leadership.enabled:  # every store write and side effect is fenced by the lease epoch
         store.set_fence(leadership.token)
     executor, reconciler = o.executor, o.reconciler
+    intake = None
     if executor is None and not dry_run:
         address_of = o.address_of or make_resolver(config.addresses)
-        executor, built = build_actuators(config, store, lambda: reloader.policies, address_of,
-                                          catalog, clock, markets)
-        reconciler = reconciler or built
+        built_executor, built = build_actuators(config, store, lambda: reloader.policies,
+                                                address_of, catalog, clock, markets,
+                                                notices_in_reconciler=False)
+        executor, reconciler = built_executor, reconciler or built
+        closers.append(built_executor.close)
+        intake = build_intake(config, store, lambda: reloader.policies, clock, markets)
     loop = ServiceLoop(store=store, reloader=reloader, signals=signals, catalog=catalog,
                        metrics=ServiceMetrics(), leadership=leadership, prices=prices,
                        engine=config.engine, clock=clock, dry_run=dry_run,
                        interval_s=config.tick.interval.total_seconds(), executor=executor,
                        reconciler=reconciler, terraform_preview=config.terraform
                        if config.tick.preview == "terraform" else None)
-    service = Service(config, loop, store, catalog, closers)
+    notices = None
+    if intake is not None and isinstance(executor, Executor):
+        notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,
+                             loop.count_step_errors)
+    service = Service(config, loop, store, catalog, closers, notices)
     if config.http.team_tokens:
         service.keep_requests(executor)
     return service

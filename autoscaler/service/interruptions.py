@@ -14,11 +14,17 @@ when the pool's ``capacity.on_interruption`` says so; the executor flags the nod
 ``replacement_requested`` when it submits that launch). A rebalance recommendation is
 handled per ``on_rebalance``: like an interruption (default), as a normal drain, or only
 recorded.
+
+The service reads the queues in :class:`NoticeLoop`, its own job every few seconds, and
+starts the drain there (checkpoint signal first), so a notice never waits for a tick
+or for a long apply or bootstrap; a notice that races a move the tick makes to the same
+node is applied again to the node as it is now, never dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,11 +34,12 @@ from autoscaler.clouds.aws_events import Received, dedupe
 from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
-from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.store import ConcurrentUpdateError, FleetStore
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.common import new_drain
 from autoscaler.service.executor.drain import interruption_progress
-from autoscaler.service.executor.meta import InterruptionMeta, drain_of, merged
+from autoscaler.service.executor.meta import META_LOCK, InterruptionMeta, drain_of, merged
+from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.executor.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
@@ -111,6 +118,21 @@ class InterruptionIntake:
 
     def _handle(self, notice: Interruption, by_instance: Mapping[str, Node],
                 report: InterruptionReport) -> None:
+        try:
+            with META_LOCK:  # the meta merged here goes into the transition
+                self._handle_once(notice, by_instance, report)
+        except ConcurrentUpdateError:
+            # The tick moved the node between our read and our write (a drain it planned):
+            # the notice still applies to the node as it is now, and must not be lost.
+            fresh = {n.instance_id: n for n in self.store.nodes() if n.instance_id}
+            try:
+                with META_LOCK:
+                    self._handle_once(notice, fresh, report)
+            except ConcurrentUpdateError as exc:
+                report.errors.append(f"{notice.instance_id}: {exc}")
+
+    def _handle_once(self, notice: Interruption, by_instance: Mapping[str, Node],
+                     report: InterruptionReport) -> None:
         node = by_instance.get(notice.instance_id)
         if node is None:
             report.unknown.append(notice.instance_id)
@@ -152,7 +174,9 @@ class InterruptionIntake:
               report: InterruptionReport, **fields: object) -> None:
         try:
             self.store.transition(node.name, to, self.clock(), reason, **fields)
-        except Exception as exc:  # the node moved meanwhile; the notice is still acked
+        except ConcurrentUpdateError:
+            raise  # handled again on the node as it is now
+        except Exception as exc:  # e.g. an illegal move; the notice is still acked
             report.errors.append(f"{node.name}: {exc}")
             return
         into.append(node.name)
@@ -160,3 +184,37 @@ class InterruptionIntake:
 
     def _pool(self, node: Node) -> Pool | None:
         return find_pool(self.policies(), node.team, node.pool)
+
+
+class NoticeLoop:
+    """The fast spot-notice path, a scheduler job of its own every ``notice_interval``
+    (DESIGN.md "Deciding never waits for doing"): notices -> INTERRUPTED (or DRAINING for
+    a rebalance handled as a drain) -> the first drain step at once on this thread (the
+    checkpoint signal goes first), whatever apply or bootstrap the workers are running.
+    The tick decides the replacement next time it runs. Only the leader acts."""
+
+    def __init__(self, intake: InterruptionIntake, drain_now: Callable[[list[str]], AdvanceReport],
+                 is_leader: Callable[[], bool],
+                 on_errors: Callable[[Mapping[str, int], Sequence[str]], None]):
+        self.intake, self.drain_now, self.is_leader = intake, drain_now, is_leader
+        self.on_errors = on_errors
+        self._lock = threading.Lock()
+
+    def run_once(self) -> InterruptionReport:
+        """One pass (what the job runs); never raises."""
+        with self._lock:
+            report = InterruptionReport()
+            try:
+                if not self.is_leader():
+                    return report
+                report = self.intake.poll()
+                started = report.interrupted + report.drained
+                if started:
+                    drained = self.drain_now(started)
+                    report.errors += drained.errors
+            except Exception as exc:  # the next pass reads the queues again
+                log.exception("spot-notice pass failed")
+                report.errors.append(f"{type(exc).__name__}: {exc}")
+            if report.errors:
+                self.on_errors({"interruptions": len(report.errors)}, report.errors)
+            return report

@@ -10,8 +10,13 @@ once: the job has ``max_instances=1``). In order:
    notices become INTERRUPTED nodes here, before the engine looks at the fleet);
 5. ``decide()`` with ``now`` from the injected clock; record the plan and its reasons in
    the store and log one line per action;
-6. hand the plan to the executor (``submit``), then let it do the side effects
-   (``advance``); capacity errors it meets go back into the price signals.
+6. hand the plan to the executor (``submit``, store writes only), then ``advance``: it
+   hands the side effects (Terraform applies, Ansible batches, drain steps) to bounded
+   workers and returns at once, so a tick keeps its cadence whatever they take (DESIGN.md
+   "Deciding never waits for doing"); what finished since the last tick comes back in its
+   report: capacity errors go into the price signals, errors caught inside actuation
+   into ``gpu_autoscaler_step_errors_total{component}`` and /status. Spot notices are
+   taken by their own fast loop (``interruptions.NoticeLoop``), not here.
 
 A stage that raises ends the tick: it is logged with the stage and the exception, counted
 in ``gpu_autoscaler_tick_errors{stage}``, and the next tick runs as usual. A reconciler
@@ -28,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from sqlalchemy import select
 
@@ -43,10 +48,14 @@ from autoscaler.fleet.node import FleetView, Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PoolHistoryRow
 from autoscaler.policy.models import TeamPolicy
+from autoscaler.service.backoff import launch_backoffs, with_backoffs
+from autoscaler.service.executor.operations import Operation
+from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.leader import Leadership
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.metrics_fleet import FleetObserver
 from autoscaler.service.preview import preview
+from autoscaler.service.reconciler import ReconcileReport
 from autoscaler.service.reload import PolicyReloader
 from autoscaler.service.status import LoopState, describe_action
 
@@ -55,19 +64,18 @@ T = TypeVar("T")
 ACTIVITY = 20  # activity lines kept for /status and the demo's view
 
 
-def advance_lines(advance: Any) -> list[str]:
+def advance_lines(advance: AdvanceReport) -> list[str]:
     """What an executor report did, in a few lines (applies, bootstraps, errors)."""
     lines = []
-    for a in getattr(advance, "applies", None) or []:
+    for a in advance.applies:
         done = [f"created {', '.join(a.created)}" if a.created else "",
                 f"destroyed {', '.join(a.destroyed)}" if a.destroyed else "",
                 f"failed {', '.join(a.failed)}" if a.failed else ""]
         what = "; ".join(d for d in done if d) or "no change"
         lines.append(f"terraform apply {a.pool}: {what} ({a.seconds:.0f}s)")
-    boot = getattr(advance, "bootstrapped", None) or []
-    if boot:
-        lines.append(f"ansible bootstrapped {', '.join(boot)}")
-    for node, why in (getattr(advance, "bootstrap_failed", None) or {}).items():
+    if advance.bootstrapped:
+        lines.append(f"ansible bootstrapped {', '.join(advance.bootstrapped)}")
+    for node, why in advance.bootstrap_failed.items():
         lines.append(f"ansible failed on {node}: {why.splitlines()[0][:160]}")
     return lines
 
@@ -75,11 +83,15 @@ def advance_lines(advance: Any) -> list[str]:
 class ExecutorLike(Protocol):
     def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]: ...
 
-    def advance(self, snapshot: Snapshot | None = None) -> Any: ...
+    def advance(self, snapshot: Snapshot | None = None) -> AdvanceReport: ...
+
+    def running(self) -> list[Operation]: ...
+
+    def wait(self, timeout: float) -> bool: ...
 
 
 class ReconcilerLike(Protocol):
-    def run(self, snapshot: Snapshot | None = None) -> Any: ...
+    def run(self, snapshot: Snapshot | None = None) -> ReconcileReport: ...
 
 
 class SignalsLike(Protocol):
@@ -113,8 +125,8 @@ class TickReport:
     plan_id: int | None = None
     plan: Plan | None = None
     created: list[str] = field(default_factory=list)
-    advance: Any = None
-    reconcile: Any = None
+    advance: AdvanceReport | None = None
+    reconcile: ReconcileReport | None = None
     stopped_early: bool = False
     error: TickError | None = None
 
@@ -142,6 +154,7 @@ class ServiceLoop:
         self.terraform_preview = terraform_preview
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._state_lock = threading.RLock()  # self.state is also written by the notice loop
         self._holds: set[str] = set()
         self.last_snapshot: Snapshot | None = None
         self._observer = FleetObserver(store)
@@ -210,6 +223,7 @@ class ServiceLoop:
         report.advance = self._stage("advance", lambda: executor.advance(snapshot))
         self._feed_capacity_errors(report.advance)
         self._note(advance_lines(report.advance))
+        self.count_step_errors(report.advance.step_errors, report.advance.errors)
 
     def _stage(self, stage: str, fn: Callable[[], T]) -> T:
         try:
@@ -228,16 +242,17 @@ class ServiceLoop:
             return True
         return False
 
-    def _reconcile(self, snapshot: Snapshot) -> Any:
+    def _reconcile(self, snapshot: Snapshot) -> ReconcileReport | None:
         reconciler = self.reconciler
         if reconciler is None:
             return None
         try:
-            result = reconciler.run(snapshot)
-            frozen = dict(getattr(result, "frozen", {}))  # the alert: metric and /status
+            found = reconciler.run(snapshot)
+            self.count_step_errors({"reconcile": len(found.errors)}, found.errors)
+            frozen = dict(found.frozen)  # the alert: metric and /status
             self.metrics.set_lost_frozen(frozen)
-            self.state = replace(self.state, lost_frozen=frozen)
-            return result
+            self._set_state(lost_frozen=frozen)
+            return found
         except Exception:
             self.metrics.tick_errors.labels("reconcile").inc()
             log.exception("reconciler failed; deciding on the store as it is")
@@ -245,19 +260,35 @@ class ServiceLoop:
 
     def read_snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,
                       now: datetime) -> Snapshot:
-        """Signals and prices for ``now``: what a tick decides from."""
+        """Signals, prices and launch backoffs for ``now``: what a tick decides from."""
         snapshot = self.signals.read(policies, fleet.nodes, now)
         if self.prices is not None:
             snapshot = self.prices.observe(policies).into(snapshot)
-        return snapshot
+        backoffs = launch_backoffs(self.store, policies, now)
+        self.metrics.set_backoffs({(b.pool, b.instance_type, b.zone or "", b.market.value): b.count
+                                   for b in backoffs})
+        self._set_state(launch_backoffs=tuple(b.describe() for b in backoffs))
+        return with_backoffs(snapshot, backoffs)
 
-    def _feed_capacity_errors(self, advance: Any) -> None:
-        errors = getattr(advance, "capacity_errors", None) or []
+    def _feed_capacity_errors(self, advance: AdvanceReport) -> None:
         if self.prices is None:
             return
-        for err in errors:
-            if isinstance(err, CapacityError):
-                self.prices.record_capacity_error(err)
+        for err in advance.capacity_errors:
+            self.prices.record_capacity_error(err)
+
+    def count_step_errors(self, by_component: Mapping[str, int], texts: Sequence[str]) -> None:
+        """Errors caught inside actuation: the step_errors metric and /status (the
+        spot-notice loop reports its own here too, from its thread)."""
+        counts = {k: v for k, v in by_component.items() if v}
+        if not counts:
+            return
+        with self._state_lock:
+            totals = dict(self.state.step_errors)
+            for component, count in counts.items():
+                self.metrics.step_errors.labels(component).inc(count)
+                totals[component] = totals.get(component, 0) + count
+            recent = (self.state.recent_errors + tuple(t[:300] for t in texts))[-ACTIVITY:]
+            self._set_state(step_errors=totals, recent_errors=recent)
 
     # -- reporting ------------------------------------------------------------------
     def _log_plan(self, plan_id: int, plan: Plan) -> None:
@@ -280,13 +311,14 @@ class ServiceLoop:
         try:
             deltas = preview(plan, fleet, policies, self.catalog, snapshot, now,
                              self.terraform_preview, next_seq=self._next_seq())
-        except Exception:  # a preview is for people; it never stops the tick
+        except Exception as exc:  # a preview is for people; it never stops the tick
             log.exception("preview failed")
+            self.count_step_errors({"preview": 1}, [f"preview: {type(exc).__name__}: {exc}"])
             return
         lines = tuple(d.line() for d in deltas)
         for line in lines:
             log.info("%s", line)
-        self.state = replace(self.state, previews=lines)
+        self._set_state(previews=lines)
         self._note(lines)
 
     def _next_seq(self) -> dict[str, int]:
@@ -297,13 +329,13 @@ class ServiceLoop:
         stamp = f"{self.clock():%H:%M:%S}"
         fresh = tuple(f"{stamp} {line}" for line in lines)
         if fresh:
-            self.state = replace(self.state, activity=(self.state.activity + fresh)[-ACTIVITY:])
+            with self._state_lock:
+                self._set_state(activity=(self.state.activity + fresh)[-ACTIVITY:])
 
     def _observe(self, snapshot: Snapshot, plan: Plan) -> None:
         missing = {k: s.data_missing for k, s in plan.pools.items() if s.data_missing}
-        self.state = replace(self.state, missing_sources=tuple(snapshot.missing),
-                             data_missing=missing, pool_errors={
-                                 k: s.error for k, s in plan.pools.items() if s.error})
+        self._set_state(missing_sources=tuple(snapshot.missing), data_missing=missing,
+                        pool_errors={k: s.error for k, s in plan.pools.items() if s.error})
         self.last_snapshot = snapshot
 
     def _finish(self, report: TickReport, seconds: float) -> None:
@@ -312,17 +344,24 @@ class ServiceLoop:
         self.metrics.last_tick.set(time.time())
         try:
             self._fleet_metrics(report.leader)
-        except Exception:
+        except Exception as exc:
             log.exception("cannot refresh fleet metrics from the store")
+            self.count_step_errors({"metrics": 1}, [f"fleet metrics: {type(exc).__name__}: {exc}"])
         err = report.error
-        self.state = replace(
-            self.state, ticks=self.state.ticks + 1, last_tick_at=self.clock(),
+        running = self.executor.running() if self.executor is not None else []
+        self._set_state(
+            operations=tuple(f"{op.kind} {op.what} since {op.started_at:%H:%M:%S}" for op in running),
+            ticks=self.state.ticks + 1, last_tick_at=self.clock(),
             last_tick_monotonic=time.monotonic(), last_duration_s=round(seconds, 3),
             last_ok_at=self.state.last_ok_at if err else self.clock(),
             last_error=str(err) if err else None, last_error_stage=err.stage if err else None,
             failed_in_a_row=self.state.failed_in_a_row + 1 if err else 0,
             is_leader=report.leader,
             last_plan_id=report.plan_id if report.plan_id is not None else self.state.last_plan_id)
+
+    def _set_state(self, **changes: object) -> None:
+        with self._state_lock:
+            self.state = replace(self.state, **changes)  # type: ignore[arg-type]
 
     def _fleet_metrics(self, leader: bool) -> None:
         nodes = self.store.nodes()

@@ -38,6 +38,12 @@ def action_trigger(action: Action) -> str:
         action.kind, "")
 
 
+def constraint_kind(constraint: str) -> str:
+    """A label of few values: "node affinity x In [y]" -> "node affinity"."""
+    words = constraint.split(" ", 2)
+    return " ".join(words[:2]) if words[:2] == ["node", "affinity"] else words[0].rstrip(":")
+
+
 class ServiceMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
@@ -76,9 +82,15 @@ class ServiceMetrics:
         self._lifecycle_metrics(r)
         self.unserved = Gauge(f"{PREFIX}_unserved_jobs",
                               "Pending jobs no pool's nodes could run, by team and the kind of "
-                              "constraint that failed (taint, nodeSelector, zone, resource...).",
+                              "constraint that failed (taint, nodeSelector, node affinity, zone, "
+                              "resource, GPUs).",
                               ["team", "constraint"], registry=r)
         self._unserved_labels: set[tuple[str, str]] = set()
+        self.launch_backoff = Gauge(f"{PREFIX}_launch_backoff_failures", "Failed launches in "
+                                    "a row of one cause that hold launches into this pool, type, "
+                                    "zone and market (0: none); /status has the cause and next try.",
+                                    ["pool", "instance_type", "zone", "market"], registry=r)
+        self._backoff_labels: set[tuple[str, str, str, str]] = set()
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
         self._missing_pools: set[str] = set()
@@ -108,8 +120,9 @@ class ServiceMetrics:
                                   ["team", "pool", "priority"], registry=r)
         self.pool_backoff = Gauge(f"{PREFIX}_pool_backoff", "Offerings (type x market) of the pool "
                                   "in launch backoff after a capacity error.", ["pool"], registry=r)
-        self.step_errors = Counter(f"{PREFIX}_step_errors", "Actuation step errors, by component.",
-                                   ["component"], registry=r)
+        self.step_errors = Counter(f"{PREFIX}_step_errors", "Errors caught inside actuation "
+                                   "(terraform, bootstrap, drain, ...) by component; the step is "
+                                   "retried, the error is on /status.", ["component"], registry=r)
         self.interruptions = Counter(f"{PREFIX}_interruptions", "Spot interruption notices that "
                                      "made a node INTERRUPTED.", ["pool"], registry=r)
         self.boot_to_ready = Histogram(f"{PREFIX}_boot_to_ready_seconds", "From the launch "
@@ -156,12 +169,19 @@ class ServiceMetrics:
             for pool, value in values.items():
                 gauge.labels(pool).set(value)
         self._missing_pools, self._util_pools = set(missing), set(util)
-        unserved = Tally((j.team or "", j.constraint.split(" ", 1)[0]) for j in plan.unserved)
+        unserved = Tally((j.team or "", constraint_kind(j.constraint)) for j in plan.unserved)
         for gone in self._unserved_labels - set(unserved):
             self.unserved.remove(*gone)
         for labels, count in unserved.items():
             self.unserved.labels(*labels).set(count)
         self._unserved_labels = set(unserved)
+
+    def set_backoffs(self, counts: Mapping[tuple[str, str, str, str], int]) -> None:
+        for gone in self._backoff_labels - set(counts):
+            self.launch_backoff.labels(*gone).set(0)
+        for labels, count in counts.items():
+            self.launch_backoff.labels(*labels).set(count)
+        self._backoff_labels |= set(counts)
 
     def set_policy_errors(self, errors: Iterable[PolicyError]) -> None:
         per_file = Tally(e.file for e in errors)

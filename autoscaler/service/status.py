@@ -51,6 +51,10 @@ class LoopState:
     pool_errors: dict[str, str] = field(default_factory=dict)  # pool -> the rule that raised
     previews: tuple[str, ...] = ()  # the last plan's per-pool preview lines
     activity: tuple[str, ...] = ()  # recent previews, applies, bootstraps (newest last)
+    operations: tuple[str, ...] = ()  # side effects running in the executor's workers
+    step_errors: dict[str, int] = field(default_factory=dict)  # caught in actuation, by component
+    recent_errors: tuple[str, ...] = ()  # the last few of them (newest last)
+    launch_backoffs: tuple[str, ...] = ()  # launches held after repeated failures (backoff.py)
 
 
 def describe_action(action: Action) -> str:
@@ -119,7 +123,10 @@ def loop_json(state: LoopState) -> dict[str, Any]:
             "last_ok_at": _iso(state.last_ok_at), "last_error": state.last_error,
             "last_error_stage": state.last_error_stage,
             "failed_in_a_row": state.failed_in_a_row, "previews": list(state.previews),
-            "activity": list(state.activity)}
+            "activity": list(state.activity), "operations": list(state.operations),
+            "step_errors": dict(sorted(state.step_errors.items())),
+            "recent_errors": list(state.recent_errors),
+            "launch_backoffs": list(state.launch_backoffs)}
 
 
 def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],

@@ -15,6 +15,7 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.addresses import AddressOf
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor
+from autoscaler.service.executor.operations import Inline, WorkerPools
 from autoscaler.service.executor.terraform import TerraformProvisioner
 from autoscaler.service.executor.wiring import drainers_for
 from autoscaler.service.interruptions import InterruptionIntake, sources_for
@@ -79,17 +80,29 @@ def build_prices(config: ServiceConfig, markets: Markets,
 
 def build_actuators(config: ServiceConfig, store: FleetStore,
                     policies: Callable[[], dict[str, TeamPolicy]], address_of: AddressOf,
-                    catalog: Catalog, clock: Callable[[], datetime],
-                    markets: Markets) -> tuple[Executor, Reconciler]:
-    """The executor and reconciler (issue 6) wired to Terraform, Ansible and the drainers."""
+                    catalog: Catalog, clock: Callable[[], datetime], markets: Markets, *,
+                    notices_in_reconciler: bool = True) -> tuple[Executor, Reconciler]:
+    """The executor and reconciler (issue 6) wired to Terraform, Ansible and the drainers.
+    Spot notices are read by the reconciler unless the service's notice loop takes them
+    (``notices_in_reconciler=False``): never by both."""
     settings = config.executor
     provisioner = TerraformProvisioner(config.terraform, cloud_for=markets, clock=clock)
     bootstrapper = AnsibleActuator(config.ansible, address_of, catalog=catalog, clock=clock)
     drainers = drainers_for(config.signals, checkpoint_scope=settings.checkpoint_scope)
+    runner = Inline(clock) if settings.operations == "inline" else WorkerPools(clock, {
+        "apply": settings.apply_parallelism, "bootstrap": settings.bootstrap_parallelism,
+        "drain": settings.drain_parallelism})
     executor = Executor(store, policies, provisioner, bootstrapper, drainers, address_of,
-                        settings, catalog, clock)
-    sources = sources_for(markets.interruption_clouds())
-    intake = InterruptionIntake(store, sources, settings, clock, policies) if sources else None
+                        settings, catalog, clock, runner=runner)
+    intake = build_intake(config, store, policies, clock, markets) if notices_in_reconciler else None
     reconciler = Reconciler(store, provisioner, markets, settings, clock, policies=policies,
                             interruptions=intake)
     return executor, reconciler
+
+
+def build_intake(config: ServiceConfig, store: FleetStore,
+                 policies: Callable[[], dict[str, TeamPolicy]], clock: Callable[[], datetime],
+                 markets: Markets) -> InterruptionIntake | None:
+    """Spot notices from every AWS queue and Alibaba region the config names (None: none)."""
+    sources = sources_for(markets.interruption_clouds())
+    return InterruptionIntake(store, sources, config.executor, clock, policies) if sources else None

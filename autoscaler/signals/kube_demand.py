@@ -122,7 +122,8 @@ class Demand:
             if got.failed is None:
                 self._pending[ref.key].append(PendingJob(
                     id=pod.key, gpus=got.gpus, reason="Unschedulable", submitted_at=pod.created_at,
-                    gpu_model=got.gpu_model, priority=pod.priority))
+                    gpu_model=got.gpu_model, priority=pod.priority,
+                    zones=sorted(got.zones) if got.zones is not None else None))
                 return
             failures.append((ref, got))
         self.unserved.append(UnservedJob(

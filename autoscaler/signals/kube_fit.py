@@ -6,10 +6,12 @@ node gets at join (``cluster_join``: team, pool, market, ``cluster.labels``, ins
 type, zone, region, GPU model) and the pool's ``cluster.taints``. A pod fits the pool when
 its GPU resources are what the pool's nodes advertise, it tolerates every NoSchedule /
 NoExecute taint, and some pair satisfies its nodeSelector, required node affinity and
-zone constraints. The engine then buys the pool's cheapest fitting type in any of its
-zones, so a constraint that admits only some pairs is served only when the GPU model
-alone tells the fitting types apart and every zone fits; otherwise the pod is reported
-unserved with the constraint that failed, never bought for.
+zone constraints. The engine is told the choice as a GPU model and a set of zones
+(``PendingJob.gpu_model``, ``zones``) and buys the cheapest type that fits there, so a
+constraint that admits only some pairs is served when the fitting pairs are every
+fitting type in every fitting zone and the GPU model alone tells the fitting types
+apart; otherwise the pod is reported unserved with the constraint that failed, never
+bought for. A pool without ``zones`` (any zone of the region) serves no zone constraint.
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ def offered_resources(sharing: str, mig_profiles: list[str]) -> list[str]:
 class Fit:
     gpus: float = 0.0  # GPU equivalents on this pool's nodes
     gpu_model: str | None = None  # the model the pod's constraints choose, if any
+    zones: frozenset[str] | None = None  # the zones they choose, if fewer than the pool's
     failed: str | None = None  # the constraint that failed, when it does not fit
 
 
@@ -162,26 +165,36 @@ def fit(needs: PodNeeds, shape: PoolShape) -> Fit:
     ok = [v for v, f in fails if f is None]
     if not ok:
         return Fit(failed=fails[0][1] if fails else "the pool has no known instance type")
+    model: str | None = None
+    zones: frozenset[str] | None = None
     if len(ok) < len(fails):
         narrowed = _narrowed(ok, shape)
         if narrowed is None:
             bad = next(f for _, f in fails if f)
             return Fit(failed=f"{bad}: only some of the pool's types or zones fit and the "
                               "pool may launch the others")
-        model: str | None = narrowed
-    else:
-        model = None
+        model, zones = narrowed
     biggest = max(v.itype.gpus for v in ok)
     if gpus > biggest:
-        return Fit(failed=f"{gpus:g} GPUs on one node; the largest fitting type has {biggest}")
-    return Fit(gpus=gpus, gpu_model=model)
+        return Fit(failed=f"GPUs per node: {gpus:g} asked, the largest fitting type has {biggest}")
+    return Fit(gpus=gpus, gpu_model=model, zones=zones)
 
 
-def _narrowed(ok: list[Variant], shape: PoolShape) -> str | None:
-    """The GPU model that selects exactly the fitting pairs, if one does."""
-    models = {v.itype.gpu_model for v in ok}
-    if len(models) != 1:
-        return None
-    model = models.pop()
-    same = [v for v in shape.variants if v.itype.gpu_model == model]
-    return model if len(same) == len(ok) else None
+def _narrowed(ok: list[Variant], shape: PoolShape) -> tuple[str | None, frozenset[str] | None] | None:
+    """(GPU model, zones) that select exactly the fitting (type, zone) pairs, if they do:
+    the engine can be told a model and a set of zones, not a list of types."""
+    types = {v.itype.name for v in ok}
+    zones = {v.zone for v in ok}
+    if len(ok) != len(types) * len(zones) or None in zones:
+        return None  # not every fitting type fits in every fitting zone
+    all_types = {v.itype.name for v in shape.variants}
+    all_zones = {v.zone for v in shape.variants}
+    model = None
+    if types != all_types:
+        models = {v.itype.gpu_model for v in ok}
+        if len(models) != 1:
+            return None
+        model = models.pop()
+        if {v.itype.name for v in shape.variants if v.itype.gpu_model == model} != types:
+            return None
+    return model, (frozenset(z for z in zones if z) if zones != all_zones else None)

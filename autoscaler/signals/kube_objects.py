@@ -140,13 +140,6 @@ def pod_needs(spec: Obj, gpus: dict[str, float], pvc_zones: frozenset[str] | Non
     return PodNeeds(gpus, selector, terms, tolerations, pvc_zones, labels)
 
 
-def spread_zones(spec: Obj) -> bool:
-    """Whether a hard topology spread over zones constrains the pod (its zone is then the
-    one the spread allows; the reader leaves it to pools with a single zone)."""
-    return any(c.get("topologyKey") == ZONE and c.get("whenUnsatisfiable") == "DoNotSchedule"
-               for c in spec.get("topologySpreadConstraints") or [])
-
-
 def pvc_names(spec: Obj) -> list[str]:
     return [v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes") or []
             if isinstance(v.get("persistentVolumeClaim"), dict)

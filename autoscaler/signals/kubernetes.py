@@ -175,10 +175,11 @@ class KubernetesReader:
                 running.setdefault(pod.node, []).append(pod)
             elif pod.pending:
                 pending.append(pod)
-        spreading = [p for p in pending if p.spreads]
-        if spreading:
+        node_zone: dict[str, str] = {}
+        placed: list[PodRecord] = []
+        pool_zones = {z for r in refs for z in r.pool.zones}
+        if any(p.spreads for p in pending):  # only then are running pods counted per zone
             node_zone = {r.name: r.labels[ZONE] for r in caches["nodes"].values() if ZONE in r.labels}
-            pool_zones = {z for r in refs for z in r.pool.zones}
             placed = [p for pods in running.values() for p in pods]
         for pod in pending:
             demand.add(pod, spread_zones(pod, placed, node_zone, pool_zones) if pod.spreads else None)

@@ -48,9 +48,10 @@ class SimJob:
     gpu_seconds: float = 0.0  # share x seconds held on GPUs
     lost_seconds: float = 0.0  # share x seconds of work redone after kills
 
-    @property
-    def key(self) -> tuple[float, int]:
-        return (self.job.arrival, self.index)
+    key: tuple[float, int] = field(init=False)  # FIFO order: arrival, then trace order
+
+    def __post_init__(self) -> None:
+        self.key = (self.job.arrival, self.index)
 
     @property
     def gpus(self) -> float:
@@ -119,7 +120,8 @@ class Cluster:
         self.clock = clock
         self.checkpoint = checkpoint_interval
         self.nodes: dict[str, SimNode] = {}
-        self.pending: list[SimJob] = []
+        self._pending: list[SimJob] | None = []  # FIFO view of _by_shape, rebuilt when asked
+        self._started = False  # jobs started since the FIFO view was last filtered
         self.running: dict[str, SimJob] = {}
         self.done = 0
         self.totals = Totals()
@@ -128,6 +130,8 @@ class Cluster:
         self._capacity_grew = True
         self._by_shape: dict[float, list[SimJob]] = {}  # pending jobs per GPUs asked, oldest first
         self._arrived_shapes: set[float] = set()
+        self._fleet_version = 0  # bumps when a node moves or a job starts or leaves one
+        self._room_cache: tuple[int, list[SimNode], int, float] | None = None
 
     # -- nodes ---------------------------------------------------------------------
     def new_node(self, itype: InstanceType, market: Market, zone: str | None, hourly: float,
@@ -144,6 +148,7 @@ class Cluster:
         check_transition(node.name, node.state, target)
         node.state, node.state_since, node.epoch = target, now, node.epoch + 1
         self.version += 1
+        self._fleet_version += 1
         if reason:
             node.reason = reason
         if target is S.READY:
@@ -205,7 +210,8 @@ class Cluster:
     # -- jobs ----------------------------------------------------------------------
     def arrive(self, job: SimJob, now: float) -> None:
         job.state, job.pending_since = "pending", now
-        self.pending.append(job)  # arrivals come in time order: the end of the FIFO
+        if self._pending is not None:
+            self._pending.append(job)  # arrivals come in time order: the end of the FIFO
         self._by_shape.setdefault(job.gpus, []).append(job)
         self._arrived_shapes.add(job.gpus)
         self.version += 1
@@ -214,6 +220,7 @@ class Cluster:
         for i, amount in slots:
             node.free[i] -= amount
         self.version += 1
+        self._fleet_version += 1
         node.jobs_version += 1
         job.state, job.node, job.slots = "running", node, slots
         job.wait += now - job.pending_since
@@ -238,6 +245,7 @@ class Cluster:
         job.node, job.slots = None, []
         self._capacity_grew = True
         self.version += 1
+        self._fleet_version += 1
         return node
 
     def finish(self, job: SimJob, run_id: int, now: float) -> None:
@@ -260,7 +268,7 @@ class Cluster:
             job.kills += 1
             self.totals.kills[cause] += 1
             job.state, job.pending_since = "pending", now
-            bisect.insort(self.pending, job, key=lambda j: j.key)  # keeps its place by age
+            self._pending = None  # rebuilt from the shapes (it may still hold this job's old entry)
             bisect.insort(self._by_shape.setdefault(job.gpus, []), job, key=lambda j: j.key)
 
     # -- scheduling ----------------------------------------------------------------
@@ -277,11 +285,10 @@ class Cluster:
         self._arrived_shapes = set()
         if not shapes:
             return
-        nodes = sorted(self.serving(), key=lambda n: (n.created_at, n.name))
+        nodes, whole, share = self._serving_room()
         heads = [(self._by_shape[g][0].key, g) for g in shapes]
         heapq.heapify(heads)
         started: dict[float, int] = {}
-        whole, share = _room(nodes)
         while heads:
             _, g = heapq.heappop(heads)
             queue, n = self._by_shape[g], started.get(g, 0)
@@ -300,13 +307,44 @@ class Cluster:
                 del self._by_shape[g][:n]
                 if not self._by_shape[g]:
                     del self._by_shape[g]
-            self.pending = [j for j in self.pending if j.state == "pending"]
+            self._started = True
+
+    def _serving_room(self) -> tuple[list[SimNode], int, float]:
+        """Serving nodes oldest first and their most free room, until the fleet changes
+        (a backlog's arrivals mostly find the same full fleet)."""
+        cached = self._room_cache
+        if cached is None or cached[0] != self._fleet_version:
+            nodes = sorted(self.serving(), key=lambda n: (n.created_at, n.name))
+            cached = (self._fleet_version, nodes, *_room(nodes))
+            self._room_cache = cached
+        return cached[1], cached[2], cached[3]
+
+    @property
+    def pending(self) -> list[SimJob]:
+        """Pending jobs, oldest first (a killed job keeps its place by age)."""
+        if self._pending is None:
+            self._pending = sorted((j for q in self._by_shape.values() for j in q), key=_age)
+        elif self._started:
+            self._pending = [j for j in self._pending if j.state == "pending"]
+        self._started = False
+        return self._pending
+
+    def pending_shapes(self) -> list[tuple[float, int]]:
+        """(GPUs asked, pending jobs asking that), largest first."""
+        return sorted(((g, len(q)) for g, q in self._by_shape.items()), key=lambda s: -s[0])
+
+    def pending_count(self) -> int:
+        return sum(len(q) for q in self._by_shape.values())
 
     def pending_gpus(self) -> float:
-        return sum(j.gpus for j in self.pending)
+        return sum(g * len(q) for g, q in self._by_shape.items())
 
     def running_gpus(self) -> float:
         return sum(j.gpus for j in self.running.values())
+
+
+def _age(job: SimJob) -> tuple[float, int]:
+    return job.key
 
 
 def _room(nodes: list[SimNode]) -> tuple[int, float]:

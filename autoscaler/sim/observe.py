@@ -6,7 +6,8 @@ and util_max over the pool's ``scale_up.window``, util_max_idle_window over
 ``scale_down.idle_for``. The scheduler view lists the node's jobs and allocated GPUs;
 every pending job is a PendingJob with reason "Resources". Models are built with
 ``model_construct`` (no re-validation) because the simulator fills them from typed data,
-and each node's Node model is cached until the node changes.
+and each node's Node model is cached until the node changes; job views are cached while
+the job waits or runs and evicted after (caches stay bounded by what is live).
 """
 
 from __future__ import annotations
@@ -77,14 +78,26 @@ class Observer:
         window = self.pool.scale_up.window.total_seconds()
         idle = self.pool.scale_down.idle_for.total_seconds()
         obs = {n.name: self._observe(n, now, window, idle) for n in nodes if n.state in _OBSERVED}
+        views = [self._pending_job(j) for j in pending]
+        self._evict(nodes, pending)
         return Snapshot.model_construct(
             taken_at=to_datetime(now), nodes=obs,
             pools={self.key: PoolObservation.model_construct(
-                pending=[self._pending_job(j) for j in pending], metrics_missing=None,
-                scheduler_missing=None)},
+                pending=views, metrics_missing=None, scheduler_missing=None)},
             capacity_errors=errors, offerings=[],
             interrupted=[n.name for n in nodes if n.state is S.INTERRUPTED], missing=[],
         )
+
+    def _evict(self, nodes: list[SimNode], pending: list[SimJob]) -> None:
+        """Keep the job views bounded by what is live: drop started, finished and killed
+        runs once the caches hold twice what is live (amortised: rarely a full pass)."""
+        if len(self._pending) > 2 * len(pending) + 64:
+            live = {(j.job.id, j.pending_since) for j in pending}
+            self._pending = {k: v for k, v in self._pending.items() if k in live}
+        running = sum(len(n.jobs) for n in nodes)
+        if len(self._running) > 2 * running + 64:
+            runs = {(j.job.id, j.run_id) for n in nodes for j in n.jobs.values()}
+            self._running = {k: v for k, v in self._running.items() if k in runs}
 
     def _pending_job(self, job: SimJob) -> PendingJob:
         key = (job.job.id, job.pending_since)

@@ -38,7 +38,7 @@ class Series:
         self.capacity_gpus.append(capacity)
         self.ready_gpus.append(ready)
         self.cost_usd.append(cluster.totals.cost_usd + open_usd)
-        self.pending_jobs.append(len(cluster.pending))
+        self.pending_jobs.append(cluster.pending_count())
 
     def as_dict(self) -> dict[str, list[float]]:
         return {k: [round(v, 4) for v in getattr(self, k)] for k in

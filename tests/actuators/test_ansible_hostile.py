@@ -1,6 +1,7 @@
-"""Policy values, secrets and extra variables reach the node as data through the real
-ansible-runner actuator over real SSH: nothing in them is templated (no command runs on the
-controller or the node) and none is split into extra arguments. Host keys are pinned per
+"""Policy values and secrets reach the node as data through the real ansible-runner actuator
+over real SSH: nothing in them is templated (no command runs on the controller or the node)
+and none is split into extra arguments; the operator's own extra_vars (service config) still
+are templates. Host keys are pinned per
 node: a node that shows another key than the one first seen is refused.
 
 The policy is built past validation (``model_copy`` does not validate), so what is shown is
@@ -56,7 +57,7 @@ TOUCH = """\
     - name: Leave a mark
       ansible.builtin.copy: {dest: /root/echo-driver, content: x, mode: "0644"}
 """
-TAGS = ("driver", "cuda", "partition", "label-key", "label-value", "secret", "extra", "block")
+TAGS = ("driver", "cuda", "partition", "label-key", "label-value", "secret", "block")
 
 
 def hostile_policy() -> TeamPolicy:
@@ -97,7 +98,8 @@ def test_hostile_values_arrive_as_literal_text_and_run_nothing(
         hosts: SshHosts, tmp_path: Path) -> None:
     _clear()
     policy = hostile_policy()
-    actuator = _actuator(hosts, tmp_path, PLAYBOOK, extra_vars={"test_extra": jinja("extra")})
+    actuator = _actuator(hosts, tmp_path, PLAYBOOK,
+                         extra_vars={"test_extra": "{{ inventory_hostname }}-operator"})
     node = make_node("vision-gpu-1", state=NodeState.BOOTSTRAPPING)
     run = actuator.bootstrap([node], {"vision": policy}, secrets={"test_secret": jinja("secret")})
     assert run.hosts["vision-gpu-1"].status is HostStatus.OK, run.hosts
@@ -109,7 +111,7 @@ def test_hostile_values_arrive_as_literal_text_and_run_nothing(
     # Each value arrived exactly as written.
     assert hosts.read_file("gpu-evil", "/root/echo-driver") == jinja("driver")
     assert hosts.read_file("gpu-evil", "/root/echo-cuda") == jinja_block("block")
-    assert hosts.read_file("gpu-evil", "/root/echo-extra") == jinja("extra")
+    assert hosts.read_file("gpu-evil", "/root/echo-extra") == "vision-gpu-1-operator"
     assert jinja("label-value") in hosts.read_file("gpu-evil", "/root/echo-labels")
     count, value = hosts.read_file("gpu-evil", "/root/partition-args").splitlines()
     assert (count, value) == ("1", SPLIT + " " + jinja("partition"))

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from autoscaler.actuators.ansible import AnsibleSettings, build_inventory
-from autoscaler.actuators.ansible.unsafe import dump_unsafe
+from autoscaler.actuators.ansible.unsafe import dump_unsafe, write_extravars
 from tests.builders import make_node, make_policy
 from tests.hostile import jinja
 
@@ -57,3 +57,15 @@ def test_a_node_name_or_address_that_is_not_a_host_name_is_left_out() -> None:
     reasons = {s.node: s.reason for s in skipped}
     assert "not a host name" in reasons["vision-gpu-2 -oProxyCommand=x"]
     assert "not an IP address or host name" in reasons["vision-gpu-3"]
+
+
+def test_extravars_keep_the_operators_templates_and_tag_the_secrets(tmp_path: Path) -> None:
+    path = write_extravars(tmp_path / "env" / "extravars",
+                           {"dev": "/dev/{{ inventory_hostname }}", "key": "operator"},
+                           {"key": jinja("secret"), "token": jinja("token")})
+    loaded = yaml.load(path.read_text(), Loader=_Loader)
+    assert loaded == {"dev": "/dev/{{ inventory_hostname }}", "key": jinja("secret"),
+                      "token": jinja("token")}
+    assert type(loaded["dev"]) is str  # a template the operator wrote on purpose
+    assert isinstance(loaded["key"], _Tagged) and isinstance(loaded["token"], _Tagged)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"

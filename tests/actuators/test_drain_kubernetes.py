@@ -76,9 +76,10 @@ def test_pdb_refusals_are_retried(kube: FakeKube, drainer: PhasedDrainer) -> Non
     assert len(evictions) == 3
 
 
-def test_do_not_disrupt_pods_hold_the_drain_until_the_deadline(kube: FakeKube,
-                                                               drainer: PhasedDrainer) -> None:
-    protect(kube, "vision/train-0")
+@pytest.mark.parametrize("annotation", [DO_NOT_DISRUPT, "karpenter.sh/do-not-disrupt"])
+def test_do_not_disrupt_pods_hold_the_drain_until_the_deadline(kube: FakeKube, drainer: PhasedDrainer,
+                                                               annotation: str) -> None:
+    kube.pods["vision/train-0"]["metadata"]["annotations"] = {annotation: "true"}
     step = drainer.step(node(), progress(deadline_in=600), NOW)
     assert kube.evicted == ["vision/train-1"] and "1 marked do-not-disrupt" in step.message
     step = drainer.step(node(), step.progress, NOW + timedelta(seconds=300))

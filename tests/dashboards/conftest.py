@@ -51,17 +51,18 @@ class UiShots:
 
 @pytest.fixture(scope="package")
 def scenario(tmp_path_factory):
-    if chromium_path() is None:
-        pytest.fail("chromium is not installed: scripts/install.sh installs it")
     workdir = tmp_path_factory.mktemp("scenario")
-    shots = UiShots(workdir)
+    # Without Chromium the PromQL checks still run; the Chromium test then fails saying so.
+    shots = UiShots(workdir) if chromium_path() is not None else None
     s = Scenario(workdir, on_phase=shots)
     s.shots = shots  # type: ignore[attr-defined]
     s.start()
     try:
-        shots.open(s)
+        if shots is not None:
+            shots.open(s)
         s.run()
         yield s
     finally:
-        shots.close()
+        if shots is not None:
+            shots.close()
         s.stop()

@@ -244,7 +244,7 @@ class Scenario:
                 self.drainer.scheduler.join(name)
         write_file_sd(self.workdir / "sd/dcgm.json", self.exporter.address, self.dcgm.nodes())
 
-    def until(self, what: str, predicate: Callable[[], bool], timeout: float = 60) -> None:
+    def until(self, what: str, predicate: Callable[[], bool], timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:

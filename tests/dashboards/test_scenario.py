@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 # Panels whose metric another change increments (the definition is here, the wiring is not):
 # their query must succeed; series are required once the service exposes any sample.
-WIRED_ELSEWHERE = {"gpu_autoscaler_step_errors_total": "async actuation counts step errors"}
+WIRED_ELSEWHERE = {"gpu_autoscaler_step_errors_total": "async actuation counts step errors",
+                   "gpu_autoscaler_launch_backoff_failures": "async actuation's launch backoff"}
 
 
 def range_query(s: Scenario, expr: str) -> dict[str, Any]:

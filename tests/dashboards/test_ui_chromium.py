@@ -9,16 +9,21 @@ pytestmark = pytest.mark.slow
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_browser_logs_in_with_the_form_and_never_sees_the_token(scenario):
+@pytest.fixture
+def shots(scenario):
+    if scenario.shots is None:
+        pytest.fail("chromium is not installed (Debian package chromium; scripts/install.sh)")
+    return scenario.shots
+
+
+def test_the_browser_logs_in_with_the_form_and_never_sees_the_token(shots):
     from tests.dashboards.scenario import TOKEN
 
-    shots = scenario.shots
     assert "needs the service's API token" in shots.login_text
     assert all(TOKEN not in text for text in shots.texts.values())
 
 
-def test_a_screenshot_per_phase_shows_the_demo_fleet(scenario):
-    shots = scenario.shots
+def test_a_screenshot_per_phase_shows_the_demo_fleet(shots):
     assert list(shots.shots) == ["scale-up", "trouble", "interruptions", "blind", "stopped"]
     for path in shots.shots.values():
         data = path.read_bytes()

@@ -15,7 +15,7 @@ from autoscaler.sandbox.fake_kube import FakeKube
 from autoscaler.signals.config import KubernetesConfig
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.readings import pools_in_priority_order
-from tests.builders import NOW, fleet, make_node, make_policy, pending, snapshot
+from tests.builders import NOW, fleet, idle, make_node, make_policy, pending, snapshot
 
 
 def launched(plan) -> int:
@@ -95,3 +95,14 @@ def test_no_second_launch_while_the_first_node_advertises_no_gpus() -> None:
             assert ops.readiness(make_node("vision-gpu-1", instance_type="p3.8xlarge")).ready
         finally:
             reader.close()
+
+
+def test_a_zone_bound_job_launches_in_its_zone_and_skips_free_gpus_elsewhere() -> None:
+    policy = make_policy(instance_types=["p3.2xlarge"], zones=["us-east-1a", "us-east-1b"])
+    free = make_node("vision-gpu-1", instance_type="p3.2xlarge", zone="us-east-1a")
+    jobs = [PendingJob(id="ckpt", gpus=1, zones=["us-east-1b"]), PendingJob(id="any", gpus=1)]
+    obs = {"vision-gpu-1": idle()}
+    plan = decide({"vision": policy}, fleet(free),
+                  snapshot(obs, {"vision/gpu": PoolObservation(pending=jobs)}), NOW)
+    # "any" takes the free GPU in us-east-1a; "ckpt" needs a new node in us-east-1b.
+    assert [(a.zone, a.count) for a in plan.actions if isinstance(a, Launch)] == [("us-east-1b", 1)]

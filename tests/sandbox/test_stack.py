@@ -108,7 +108,8 @@ def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
 
 
 def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
-    """As root the crashed sandbox also leaves an SSH host's namespace: down removes it."""
+    """As root the crashed sandbox also leaves a booted host (container, namespace, overlay):
+    down removes them."""
     d = tmp_path / "sbx"
     mode = [] if privileged() else ["--unprivileged"]
     up = cli("up", "--dir", str(d), "--policies", str(DEMO_POLICIES), *mode)
@@ -129,8 +130,9 @@ def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
         tags = [{"Key": "managed-by", "Value": "gpu-autoscaler"}, {"Key": "node", "Value": "demo-v100-1"}]
         ec2.run_instances(ImageId=MOTO_AMI, InstanceType="p3.2xlarge", MinCount=1, MaxCount=1,
                           TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
-        wait_until(lambda: read_state(d).namespaces, 60, "the SSH host's namespace")
+        wait_until(lambda: read_state(d).namespaces, 90, "the booted host's namespace")
         namespaces = read_state(d).namespaces
+        assert list(d.glob("hosts/*/upper")), "the host boots through its overlay"
         procs = [read_state(d).supervisor, *read_state(d).children]
     # A crash of the supervisor leaves its children running: down still stops them by PID.
     os.kill(state.supervisor.pid, signal.SIGKILL)
@@ -140,5 +142,6 @@ def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
     assert down.returncode == 0, down.stdout + down.stderr
     assert not any(alive(p) for p in procs)
     assert all(not (netns.NETNS_DIR / n).exists() for n in namespaces)
+    assert list(d.glob("hosts/*/upper")) == []  # the overlays went with their containers
     assert read_state(d).status == "stopped"
     assert cli("status", "--dir", str(d)).returncode == 3

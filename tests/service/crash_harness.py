@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
@@ -25,7 +25,8 @@ from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.executor import Executor, ExecutorSettings
+from autoscaler.service.executor import AdvanceReport, Executor, ExecutorSettings
+from autoscaler.service.executor.operations import Inline, Kind, Operation, Work
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionSource
 from autoscaler.service.reconciler import Reconciler
 
@@ -163,6 +164,34 @@ def coarse(point: str) -> str:
     return kind
 
 
+class Deferred(Inline):
+    """Operations run one tick late, at the start of the next advance, into its report:
+    the worker pools' interleaving (decide and submit while an apply, a bootstrap batch
+    or a drain step is in flight, its nodes' progress already written) made
+    deterministic, so a crash can hit a running operation at any point. What is queued
+    is lost with the process, as a worker's operation is by a SIGKILL."""
+
+    def __init__(self, clock: Callable[[], datetime]):
+        super().__init__(clock)
+        self.queued: list[tuple[Operation, Work]] = []
+
+    def start(self, kind: Kind, keys: Sequence[str], what: str, work: Work,
+              report: AdvanceReport) -> bool:
+        op = self._keys.take(kind, keys, what)
+        if op is None:
+            return False
+        self.queued.append((op, work))
+        return True
+
+    def collect(self, into: AdvanceReport) -> None:
+        queued, self.queued = self.queued, []
+        for op, work in queued:
+            try:
+                work(into)
+            finally:
+                self._keys.give_back(op)
+
+
 @dataclass
 class World:
     """What survives a restart: everything outside the executor's process."""
@@ -175,6 +204,7 @@ class World:
     address_of: Callable[[Node], str | None]
     clouds: Callable[[str, str], Any]
     sources: Sequence[InterruptionSource] = ()
+    operations: Literal["inline", "deferred"] = "inline"
     jobs: Callable[[str], list[str]] = lambda name: []
     settings: ExecutorSettings = field(default_factory=ExecutorSettings)
 
@@ -199,7 +229,9 @@ class Scenario:
         drainers = {k: CrashingDrainer(d, f, k) for k, d in w.drainers.items()}
         self.executor = Executor(self.store, lambda: w.policies, provisioner,  # type: ignore[arg-type]
                                  CrashingBootstrapper(w.bootstrapper, f, "ansible"), drainers,
-                                 w.address_of, w.settings, default_catalog(), self.clock)
+                                 w.address_of, w.settings, default_catalog(), self.clock,
+                                 runner=Deferred(self.clock) if w.operations == "deferred"
+                                 else None)
         intake = InterruptionIntake(self.store, w.sources, w.settings, self.clock,  # type: ignore[arg-type]
                                     lambda: w.policies) if w.sources else None
         self.reconciler = Reconciler(self.store, provisioner, w.clouds, w.settings,  # type: ignore[arg-type]

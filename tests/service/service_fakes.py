@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +12,19 @@ from ruamel.yaml import YAML
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Plan
-from autoscaler.engine.plan import Drain, Launch, Terminate
 from autoscaler.engine.snapshot import CapacityError, NodeObservation, Offering, PoolObservation, Snapshot
+from autoscaler.fleet.intents import NewNode, Remove, StartDrain, interpret
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.config import LeaderSettings
+from autoscaler.service.executor import AdvanceReport
+from autoscaler.service.executor.operations import Operation
 from autoscaler.service.leader import Leadership
 from autoscaler.service.loop import ServiceLoop
 from autoscaler.service.metrics import ServiceMetrics
+from autoscaler.service.reconciler import ReconcileReport
 from autoscaler.service.reload import PolicyReloader
 from autoscaler.signals.prices import PriceView
 from tests.builders import NOW, make_pool_dict
@@ -81,11 +84,6 @@ class FakePrices:
         self.recorded.append(error)
 
 
-@dataclass
-class AdvanceReport:
-    capacity_errors: list[CapacityError] = field(default_factory=list)
-
-
 class FakeExecutor:
     """Records plans; ``submit`` writes intents like the real one, ``advance`` makes
     requested nodes READY and drained nodes TERMINATED in one step."""
@@ -102,19 +100,18 @@ class FakeExecutor:
     def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]:
         self.submitted.append((plan, plan_id))
         created = []
-        for action in plan.actions:
-            if isinstance(action, Launch):
-                team, pool = action.pool.split("/")
-                for _ in range(action.count):
-                    created.append(self.store.create_node(
-                        team=team, pool=pool, cloud="aws", region="us-east-1", zone=action.zone,
-                        instance_type=action.instance_type, market=action.market,
-                        now=self.clock(), reason=action.reason).name)
-            elif isinstance(action, Drain):
-                self.store.transition(action.node, NodeState.DRAINING, self.clock(), action.reason,
-                                      drain_trigger=action.trigger)
-            elif isinstance(action, Terminate):
-                self.store.transition(action.node, NodeState.TERMINATING, self.clock(), action.reason)
+        for intent in interpret(plan):  # the executor's own reading of a plan
+            if isinstance(intent, NewNode):
+                team, pool = intent.pool.split("/")
+                created.append(self.store.create_node(
+                    team=team, pool=pool, cloud="aws", region="us-east-1", zone=intent.zone,
+                    instance_type=intent.instance_type, market=intent.market,
+                    now=self.clock(), reason=intent.reason, scale_up=intent.cooldown == "up").name)
+            elif isinstance(intent, StartDrain):
+                self.store.transition(intent.node, NodeState.DRAINING, self.clock(), intent.reason,
+                                      intent.cooldown == "down", drain_trigger=intent.trigger)
+            elif isinstance(intent, Remove):
+                self.store.transition(intent.node, NodeState.TERMINATING, self.clock(), intent.reason)
         if self.on_submit is not None:
             self.on_submit()
         return created
@@ -133,9 +130,15 @@ class FakeExecutor:
                      NodeState.TERMINATING: [NodeState.TERMINATED]}.get(node.state, [])
             for to in steps:
                 self.store.transition(node.name, to, now, f"fake advance to {to}")
-        report = AdvanceReport(list(self.capacity_errors))
+        report = AdvanceReport(started_at=now, capacity_errors=list(self.capacity_errors))
         self.capacity_errors = []
         return report
+
+    def running(self) -> list[Operation]:
+        return []
+
+    def wait(self, timeout: float) -> bool:
+        return True
 
 
 class FakeReconciler:
@@ -144,13 +147,13 @@ class FakeReconciler:
         self.next_error: Exception | None = None
         self.snapshots: list[Snapshot | None] = []
 
-    def run(self, snapshot: Snapshot | None = None) -> str:
+    def run(self, snapshot: Snapshot | None = None) -> ReconcileReport:
         self.runs += 1
         self.snapshots.append(snapshot)
         if self.next_error is not None:
             err, self.next_error = self.next_error, None
             raise err
-        return "reconciled"
+        return ReconcileReport(at=datetime.now(UTC))
 
 
 @dataclass

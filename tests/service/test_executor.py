@@ -329,6 +329,7 @@ def test_pools_are_applied_in_parallel_and_one_failure_spares_the_others(rig: Ri
 
 
 def test_interrupted_node_drains_fast_and_is_terminated(rig: Rig) -> None:
+    rig.settings = ExecutorSettings(interruption_drain_deadline="60s")  # type: ignore[arg-type]
     [name] = rig.ready_nodes()
     rig.slurm.scheduler.run(name, "55")
     deadline = rig.clock() + timedelta(minutes=2)

@@ -76,16 +76,15 @@ def test_spot_warning_to_replacement_to_destroyed(rig: Rig, queue: tuple[Any, Sq
     again = decide(rig.policies, rig.store.fleet_view(), snap, rig.clock())
     assert not [a for a in again.actions if isinstance(a, Launch)]  # one replacement only
 
-    rig.advance()  # drained at once; the replacement is provisioned in the same advance
+    rig.advance()  # drained at once, checkpoint signal first; the replacement is provisioned
     assert name in rig.slurm.scheduler.cordoned and rig.state(new) is S.BOOTSTRAPPING
-    rig.clock.tick(60)  # the short drain deadline: checkpoint signal
-    rig.advance()
     assert any(c[:2] == ("checkpoint", name) for c in rig.slurm.calls)
-    rig.clock.tick(31)  # grace over: requeue
-    rig.advance()
+    assert rig.state(name) is S.INTERRUPTED
+    rig.clock.tick(31)  # grace over: requeue, drained, destroyed
+    moved = rig.advance().moved(S.TERMINATED)
     rig.clock.tick(10)
-    report2 = rig.advance()
-    assert report2.moved(S.TERMINATED) == [name]
+    moved += rig.advance().moved(S.TERMINATED)
+    assert moved == [name]
     assert rig.cloud.instances[instance].state == "terminated"
     rig.slurm.scheduler.join(new)
     rig.advance()

@@ -88,7 +88,7 @@ def affinity(*exprs: dict[str, Any]) -> dict[str, Any]:
     ("ml/train", {"nvidia.com/gpu": 1}, {"tolerations": TOLERATE, "zones": frozenset({"us-east-1a"})},
      (1, None)),
     # GPUs per node.
-    ("vision/v100", {"nvidia.com/gpu": 8}, {}, "8 GPUs on one node; the largest fitting type has 4"),
+    ("vision/v100", {"nvidia.com/gpu": 8}, {}, "GPUs per node: 8 asked, the largest fitting type has 4"),
     # MIG: slices of the pool's layout (two 3g.40gb per A100 80GB) are half a GPU each.
     ("ml/mig", {"nvidia.com/mig-3g.40gb": 1}, {}, (0.5, None)),
     ("ml/mig", {"nvidia.com/mig-1g.10gb": 1}, {},
@@ -108,10 +108,16 @@ def test_fit(pool: str, gpus: dict[str, float], spec: dict[str, Any], want: Any)
         assert got.failed is None and (got.gpus, got.gpu_model) == want
 
 
-def test_zone_narrowing_a_multi_zone_pool_is_not_served() -> None:
-    # The engine may launch in either zone: a volume in one of them is not bought for.
+def test_zone_narrowing_tells_the_engine_the_zone() -> None:
+    # A volume in one of the pool's two zones: served, in that zone only.
     got = fit(needs({"nvidia.com/gpu": 1}, zones=frozenset({"us-east-1a"})), shape("vision/v100"))
-    assert got.failed is not None and got.failed.startswith("zone us-east-1a")
+    assert (got.failed, got.zones) == (None, frozenset({"us-east-1a"}))
+    # A pool without zones (any zone of the region) cannot promise one.
+    anywhere = PoolShape.of(pools_in_priority_order({"x": make_policy("x", pools=[
+        kpool("any", ["p3.2xlarge"], zones=[])])}, default_catalog(), "kubernetes")[0],
+        default_catalog())
+    got = fit(needs({"nvidia.com/gpu": 1}, zones=frozenset({"us-east-1a"})), anywhere)
+    assert got.failed == "zone us-east-1a (bound volume / topology spread)"
 
 
 @pytest.fixture
@@ -164,8 +170,9 @@ def test_topology_spread_picks_the_emptier_zone(kube: FakeKube) -> None:
                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "infer"}}}]
     kube.add_pod("next", "vision", gpus=1, labels={"app": "infer"}, spread=spread)
     reading = read(kube)
-    # us-east-1a already has 2, us-east-1b none: only 1b keeps the skew; the t4 pool is there.
-    assert [j.id for j in reading.pending["vision/t4"]] == ["vision/next"]
+    # us-east-1a already has 2, us-east-1b none: only 1b keeps the skew. The v100 pool
+    # (first in order) has both zones: served there, told to launch in us-east-1b.
+    assert [(j.id, j.zones) for j in reading.pending["vision/v100"]] == [("vision/next", ["us-east-1b"])]
 
 
 def test_mig_and_shared_node_capacity(kube: FakeKube) -> None:

@@ -173,7 +173,11 @@ def wait_for(check: Any, timeout_s: float = 10) -> None:
 def test_api_down_is_missing_fast() -> None:
     with FakeKube() as kube:
         url = kube.url
-    reading = KubernetesReader(KubernetesConfig(host=url, timeout="2s")).read(refs())
+    reader = KubernetesReader(KubernetesConfig(host=url, timeout="2s"))
+    try:
+        reading = reader.read(refs())
+    finally:
+        reader.close()
     assert reading.error == "kubernetes: API unreachable (NewConnectionError)"
 
 
@@ -186,15 +190,23 @@ def test_api_that_never_answers_times_out() -> None:
         server.listen(8)
         host = f"http://127.0.0.1:{server.getsockname()[1]}"
         started = time.monotonic()
-        reading = KubernetesReader(KubernetesConfig(host=host, timeout="1s")).read(refs())
-    assert time.monotonic() - started < 3
+        reader = KubernetesReader(KubernetesConfig(host=host, timeout="1s"))
+        try:
+            reading = reader.read(refs())
+            elapsed = time.monotonic() - started
+        finally:
+            reader.close()
+    assert elapsed < 3
     assert reading.error == "kubernetes: API timed out after 1s"
 
 
 def test_api_error_and_token(kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBE_TOKEN", "tok")
-    reading = KubernetesReader(KubernetesConfig(host=kube.url + "/nope",
-                                                token_env="KUBE_TOKEN")).read(refs())
+    reader = KubernetesReader(KubernetesConfig(host=kube.url + "/nope", token_env="KUBE_TOKEN"))
+    try:
+        reading = reader.read(refs())
+    finally:
+        reader.close()
     assert reading.error == "kubernetes: API answered 404 Not Found"
     missing = KubernetesReader(KubernetesConfig(host=kube.url, token_env="UNSET_TOKEN_VAR"))
     assert missing.read(refs()).error == (
@@ -211,3 +223,17 @@ def test_gpu_model_of_product(product: str, model: str | None) -> None:
 
 def test_quantities() -> None:
     assert (quantity("2"), quantity("500m"), quantity(None), quantity("x")) == (2, 0.5, 0, 0)
+
+
+def test_api_lost_after_sync_is_missing_not_stale() -> None:
+    kube = FakeKube().start()
+    kube.add_node("n1")
+    reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="2s"))
+    try:
+        assert reader.read(refs()).error is None
+        kube.stop()  # open watches end; re-watching is refused
+        wait_for(lambda: reader.read(refs()).error is not None)
+        # The stream cut (ProtocolError) or the refused re-watch (NewConnectionError).
+        assert str(reader.read(refs()).error).startswith("kubernetes: API unreachable (")
+    finally:
+        reader.close()

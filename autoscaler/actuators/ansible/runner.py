@@ -7,8 +7,9 @@ to ``runs_dir/<run id>/``: the inventory, ansible's stdout, the job events, the 
 ``results.json``, each passed through the redactor first as a second line of defence
 behind the roles' ``no_log``.
 
-Inventory and extra variables are written by :mod:`unsafe` with every string tagged
-``!unsafe``: nothing from a policy, the cloud or a secret is ever rendered as a template.
+Inventory and secrets are written by :mod:`unsafe` with every string tagged ``!unsafe``:
+nothing from a policy, the cloud or a secret is ever rendered as a template (only the
+operator's own ``extra_vars`` are passed as written).
 Each node's SSH host key is pinned under its node name (``HostKeyAlias``) in the
 ``known_hosts_file``: recorded at first contact, and a node that later shows another key
 is refused (unreachable, "host key verification failed"), never connected to.
@@ -44,7 +45,7 @@ from autoscaler.actuators.ansible.results import (
     host_results,
 )
 from autoscaler.actuators.ansible.settings import AnsibleSettings
-from autoscaler.actuators.ansible.unsafe import write_unsafe
+from autoscaler.actuators.ansible.unsafe import write_extravars, write_unsafe
 from autoscaler.catalog.catalog import Catalog
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import FleetView, Node
@@ -150,9 +151,10 @@ class AnsibleActuator:
             raise AnsibleError(f"playbook {s.playbook} does not exist")
         with tempfile.TemporaryDirectory(prefix="gpu-autoscaler-ansible-") as tmp:
             private = Path(tmp)
-            # ansible-runner reads env/extravars itself (-e @file); both files tag every
-            # string !unsafe, so no value is ever rendered as a template.
-            write_unsafe(private / "env" / "extravars", {**s.extra_vars, **secrets})
+            # ansible-runner reads env/extravars itself (-e @file). Inventory and secrets
+            # have every string tagged !unsafe: never rendered as a template. The operator's
+            # own extra_vars (service config) are passed as written.
+            write_extravars(private / "env" / "extravars", s.extra_vars, secrets)
             hosts_file = write_unsafe(private / "inventory" / "hosts.yml", inventory)
             runner = ansible_runner.run(
                 private_data_dir=str(private), ident=run_id, playbook=str(s.playbook.resolve()),

@@ -6,6 +6,9 @@ controller (``{{ lookup('pipe', ...) }}``). Ansible's own answer is the ``!unsaf
 tag: a value carrying it is used as a literal string wherever it goes, including inside
 other templates. Every string (mapping keys included) of the files written here carries the
 tag, whatever its source, so no caller can forget it and no validation has to be perfect.
+The one exception is the operator's own ``ansible.extra_vars`` from the service config: they
+may be templates on purpose (the sandbox sets a path with ``{{ inventory_hostname }}``), so
+:func:`write_extravars` writes them as plain JSON before the tagged secrets.
 
 The files are YAML flow style: JSON with a tag before each string. JSON's string escapes
 are YAML's double-quoted escapes; ``ensure_ascii`` keeps the text printable ASCII, which
@@ -54,8 +57,21 @@ def dump_unsafe(value: Any) -> str:
 
 def write_unsafe(path: Path, value: Any) -> Path:
     """Write ``value`` to ``path`` (owner-only: extra variables may hold secrets)."""
+    return _write(path, dump_unsafe(value))
+
+
+def write_extravars(path: Path, operator: Mapping[str, Any], untrusted: Mapping[str, Any]) -> Path:
+    """The operator's variables as written (templates allowed), then ``untrusted`` ones
+    (secrets) tagged ``!unsafe``; a name in both takes the untrusted value, as before."""
+    entries = [f"{json.dumps(str(k))}: {json.dumps(v, default=str)}"
+               for k, v in operator.items() if k not in untrusted]
+    entries += [f"{_string(str(k))}: {dump_unsafe(v)}" for k, v in untrusted.items()]
+    return _write(path, "{" + ", ".join(entries) + "}")
+
+
+def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(dump_unsafe(value) + "\n")
+        fh.write(text + "\n")
     return path

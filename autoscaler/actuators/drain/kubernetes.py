@@ -3,8 +3,9 @@
 * cordon: ``spec.unschedulable = true``;
 * before the drain deadline, pods are evicted through the Eviction API, which honours
   PodDisruptionBudgets: a 429 refusal is retried on the next step. Pods annotated
-  ``gpu-autoscaler/do-not-disrupt: "true"`` are *not* evicted before the deadline and keep
-  the node from counting as drained, so a long training run can finish;
+  ``gpu-autoscaler/do-not-disrupt: "true"`` (or Karpenter's ``karpenter.sh/do-not-disrupt``)
+  are *not* evicted before the deadline and keep the node from counting as drained, so a
+  long training run can finish;
 * at the deadline the pool's ``checkpoint_signal`` is sent to PID 1 of every container
   of the pods still there (the ``exec`` subresource runs ``kill -<SIGNAL> 1``; the image
   needs a ``kill``), the protected ones too, and the evictions go on;
@@ -42,6 +43,8 @@ from autoscaler.signals.kube_objects import GPU, MIG_PREFIX, SHARED, TYPE, quant
 from autoscaler.signals.kubernetes import KubernetesReader
 
 DO_NOT_DISRUPT = "gpu-autoscaler/do-not-disrupt"
+# Karpenter's spelling, so pods already marked for it are protected here too.
+PROTECTING = (DO_NOT_DISRUPT, "karpenter.sh/do-not-disrupt")
 MIRROR = "kubernetes.io/config.mirror"
 NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 REPLICAS = "nvidia.com/gpu.replicas"
@@ -116,7 +119,8 @@ class KubernetesOps:
                 continue
             annotations = meta.annotations or {}
             out.append(Work(_key(meta.namespace or "default", meta.name),
-                            protected=annotations.get(DO_NOT_DISRUPT, "").lower() == "true",
+                            protected=any(annotations.get(a, "").lower() == "true"
+                                          for a in PROTECTING),
                             ending=meta.deletion_timestamp is not None))
         return out
 

@@ -9,7 +9,8 @@ Contract (the service loop of issue 7 codes against it)::
                      drainers: Mapping[str, Drainer],  # "slurm" | "kubernetes" | "none"
                      address_of: Callable[[Node], str | None],  # DESIGN.md resolver seam
                      settings: ExecutorSettings, catalog: Catalog,
-                     clock: Callable[[], datetime]): ...
+                     clock: Callable[[], datetime],
+                     runner: Runner | None = None): ...  # Inline (default) or WorkerPools
 
         def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]:
             '''Record the plan's intents in the store (REQUESTED nodes for Launch/Replace,
@@ -29,7 +30,18 @@ Contract (the service loop of issue 7 codes against it)::
             whose pool asks for it, DRAINED -> TERMINATING -> apply
             -> TERMINATED; failures -> PROVISION_FAILED / BOOTSTRAP_FAILED with the reason.
             Bounded in time (``advance_budget``); safe to call again after a crash at any
-            point. ``AdvanceReport.capacity_errors`` go back to the price signals.'''
+            point. ``AdvanceReport.capacity_errors`` go back to the price signals.
+            With ``WorkerPools`` (the service) the applies, Ansible batches and drain steps
+            run on bounded workers (``executor/operations.py``) and advance() returns at
+            once: the report holds what finished since the last call and ``started``.'''
+
+        def drain_now(self, names: list[str]) -> AdvanceReport:
+            '''A drain step for each named node on the caller's thread (the spot-notice
+            loop), unless a worker runs one for it.'''
+
+        def running(self) -> list[Operation]: ...       # for /status
+        def wait(self, timeout: float) -> bool: ...     # tests, shutdown
+        def close(self) -> None: ...
 
     class Reconciler:                       # autoscaler.service.reconciler
         def run(self, snapshot: Snapshot | None = None) -> ReconcileReport: ...

@@ -16,6 +16,8 @@ bootstrap went through is failed with what the scheduler said.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from autoscaler.actuators.ansible import BootstrapRun, HostStatus
 from autoscaler.engine.snapshot import Snapshot
@@ -23,13 +25,15 @@ from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.meta import BootstrapMeta, bootstrap_of, update_meta
+from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.protocols import Bootstrapper
 
 S = NodeState
 
 
-def _due(step: Step, node: Node, address_of: Callable[[Node], str | None]) -> bool:
-    state = bootstrap_of(step.store.meta(node.name))
+def _due(step: Step, node: Node, meta: dict[str, Any],
+         address_of: Callable[[Node], str | None]) -> bool:
+    state = bootstrap_of(meta)
     if state.ok_at is not None or (state.next_at is not None and state.next_at > step.now()):
         return False
     if step.pool(node) is None:
@@ -37,18 +41,33 @@ def _due(step: Step, node: Node, address_of: Callable[[Node], str | None]) -> bo
     try:
         return bool(address_of(node))
     except Exception as exc:  # the resolver is a seam: its failure delays only this node
-        step.error(f"{node.name}: address resolver failed: {exc}")
+        step.error("resolver", f"{node.name}: address resolver failed: {exc}")
         return False
 
 
-def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node], str | None]) -> None:
-    due = [n for n in step.store.nodes(states=[S.BOOTSTRAPPING]) if _due(step, n, address_of)]
+def boot_key(node: str) -> str:
+    """The operation key of a node's bootstrap: never two Ansible runs on one node."""
+    return f"boot:{node}"
+
+
+def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node], str | None],
+              runner: Runner) -> None:
+    due = [n for n, meta in step.store.nodes_with_meta(states=[S.BOOTSTRAPPING])
+           if not runner.busy(boot_key(n.name)) and _due(step, n, meta, address_of)]
     size = step.settings.bootstrap_batch_size
     for start in range(0, len(due), size):
-        _run_batch(step, bootstrapper, due[start:start + size])
+        batch = due[start:start + size]
+        keys = [boot_key(n.name) for n in batch]
+        # The attempt is counted before the batch is handed over: a crash while Ansible
+        # runs in a worker still counts it (a crash loop cannot retry forever).
+        attempts = _count_attempts(step, batch)
+        if runner.start("bootstrap", keys, f"ansible {', '.join(n.name for n in batch)}",
+                        lambda report, b=batch, a=attempts: _run_batch(
+                            replace(step, report=report), bootstrapper, b, a), step.report):
+            step.report.started += keys
 
 
-def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node]) -> None:
+def _count_attempts(step: Step, batch: list[Node]) -> dict[str, int]:
     now = step.now()
     attempts = {}
     for node in batch:
@@ -56,6 +75,11 @@ def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node]) -> Non
         attempts[node.name] = state.attempts + 1
         update_meta(step.store, node.name, bootstrap=state.model_copy(
             update={"attempts": attempts[node.name], "started_at": now, "next_at": None}))
+    return attempts
+
+
+def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node],
+               attempts: dict[str, int]) -> None:
     step.store.fence()  # a deposed leader never runs Ansible
     try:
         run = bootstrapper.bootstrap(batch, dict(step.policies))
@@ -94,10 +118,11 @@ def _failed(step: Step, node: Node, attempt: int, why: str) -> None:
         "last_error": why, "next_at": step.now() + step.settings.bootstrap_retry_backoff}))
 
 
-def promote(step: Step, snapshot: Snapshot | None) -> None:
+def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     """Bootstrapped nodes -> READY once their scheduler and metrics see them."""
-    for node in step.store.nodes(states=[S.BOOTSTRAPPING]):
-        meta = step.store.meta(node.name)
+    for node, meta in step.store.nodes_with_meta(states=[S.BOOTSTRAPPING]):
+        if runner.busy(boot_key(node.name)):
+            continue
         state = bootstrap_of(meta)
         if state.ok_at is None:
             continue

@@ -35,19 +35,22 @@ class Step:
     def now(self) -> datetime:
         return self.clock()
 
-    def move(self, name: str, to: NodeState, reason: str, **fields: Any) -> Node | None:
+    def move(self, name: str, to: NodeState, reason: str, scale_down: bool | None = None,
+             **fields: Any) -> Node | None:
         """Write a transition (checked and committed); None when the node moved meanwhile."""
         try:
-            node = self.store.transition(name, to, self.now(), reason, **fields)
+            node = self.store.transition(name, to, self.now(), reason, scale_down, **fields)
         except (IllegalTransitionError, StoreError) as exc:
-            self.error(f"{name}: not moved to {to}: {exc}")
+            self.error("store", f"{name}: not moved to {to}: {exc}")
             return None
         self.report.changes.append(Change(node=name, to=to, reason=reason))
         log.info("%s -> %s: %s", name, to, reason)
         return node
 
-    def error(self, text: str) -> None:
-        self.report.errors.append(text)
+    def error(self, component: str, text: str) -> None:
+        """An error caught inside actuation: in the report (and so /status and the
+        ``step_errors_total{component}`` metric) and the log."""
+        self.report.error(component, text)
         log.warning("%s", text)
 
     def pool(self, node: Node) -> Pool | None:
@@ -63,7 +66,7 @@ class Step:
     def drainer(self, kind: str) -> Drainer | None:
         found = self.drainers.get(kind)
         if found is None:
-            self.error(f"no drainer configured for cluster kind {kind!r}")
+            self.error("drain", f"no drainer configured for cluster kind {kind!r}")
         return found
 
     def drain_progress(self, node: Node, reason: str, now: datetime,

@@ -15,6 +15,7 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import bootstrap, drain, long_jobs, provision, submit
 from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.operations import Inline, Operation, Runner
 from autoscaler.service.executor.protocols import Bootstrapper, Provisioner
 from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.executor.settings import ExecutorSettings
@@ -24,7 +25,8 @@ class Executor:
     def __init__(self, store: FleetStore, policies: Callable[[], dict[str, TeamPolicy]],
                  provisioner: Provisioner, bootstrapper: Bootstrapper,
                  drainers: Mapping[str, Drainer], address_of: Callable[[Node], str | None],
-                 settings: ExecutorSettings, catalog: Catalog, clock: Callable[[], datetime]):
+                 settings: ExecutorSettings, catalog: Catalog, clock: Callable[[], datetime],
+                 runner: Runner | None = None):
         self.store = store
         self.policies = policies
         self.provisioner = provisioner
@@ -34,6 +36,7 @@ class Executor:
         self.settings = settings
         self.catalog = catalog
         self.clock = clock
+        self.runner = runner if runner is not None else Inline(clock)
 
     def _step(self, report: AdvanceReport) -> Step:
         return Step(self.store, self.settings, self.clock, self.policies(), self.drainers, report)
@@ -44,16 +47,39 @@ class Executor:
         return submit.submit(step, plan, plan_id)
 
     def advance(self, snapshot: Snapshot | None = None) -> AdvanceReport:
-        """Do the side effects the stored states call for (see the package docstring)."""
+        """Do the side effects the stored states call for (see the package docstring).
+
+        With the service's :class:`WorkerPools` the applies, Ansible batches and drain
+        steps are handed to workers and this returns at once; the report then holds what
+        the operations finished since the last advance did, and which ones it started."""
         started = time.monotonic()
         report = AdvanceReport(started_at=self.clock())
+        self.runner.collect(report)
         step = self._step(report)
         submit.repair_replacements(step)
-        drain.resume_cancelled(step)
-        drain.drain_nodes(step)
+        drain.resume_cancelled(step, self.runner)
+        drain.drain_nodes(step, self.runner)
         long_jobs.signal_long_jobs(step)
-        provision.provision(step, self.provisioner, self.address_of)
-        bootstrap.bootstrap(step, self.bootstrapper, self.address_of)
-        bootstrap.promote(step, snapshot)
+        provision.provision(step, self.provisioner, self.address_of, self.runner)
+        bootstrap.bootstrap(step, self.bootstrapper, self.address_of, self.runner)
+        bootstrap.promote(step, snapshot, self.runner)
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+    def drain_now(self, names: list[str]) -> AdvanceReport:
+        """A drain step for each named node now, on the caller's thread (the spot-notice
+        loop: an interrupted node's drain starts within seconds of its notice)."""
+        report = AdvanceReport(started_at=self.clock())
+        drain.drain_now(self._step(report), names, self.runner)
+        return report
+
+    def running(self) -> list[Operation]:
+        """Operations in flight (for /status)."""
+        return self.runner.running()
+
+    def wait(self, timeout: float) -> bool:
+        """Until no operation runs; False on timeout (tests, shutdown)."""
+        return self.runner.wait(timeout)
+
+    def close(self) -> None:
+        self.runner.close()

@@ -14,6 +14,7 @@ A CancelDrain writes READY first and owes the scheduler a resume: the node carri
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from autoscaler.actuators.drain import Drainer, DrainOutcome, DrainProgress, DrainStep
@@ -21,7 +22,8 @@ from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.policy.models import Pool
 from autoscaler.service.executor.common import Step
-from autoscaler.service.executor.meta import InterruptionMeta, drain_of, update_meta
+from autoscaler.service.executor.meta import InterruptionMeta, progress_of, update_meta
+from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.settings import ExecutorSettings
 
 S = NodeState
@@ -29,28 +31,55 @@ UNDRAIN = "cancelled"  # drain_trigger of a READY node whose scheduler resume is
 CHAIN = 4  # "retry now" steps run back to back in one advance
 
 
-def resume_cancelled(step: Step) -> None:
-    for node in step.store.nodes(states=[S.READY]):
-        if node.drain_trigger != UNDRAIN:
-            continue
-        drainer = step.drainer(step.cluster_kind(node, step.store.meta(node.name)))
+def resume_cancelled(step: Step, runner: Runner) -> None:
+    for node, meta in step.store.nodes_with_meta(states=[S.READY]):
+        if node.drain_trigger != UNDRAIN or runner.busy(drain_key(node.name)):
+            continue  # a drain step still running would cordon it again: resume after it
+        drainer = step.drainer(step.cluster_kind(node, meta))
         if drainer is None:
             continue
         step.store.fence()
         try:
             drainer.cancel(node)
         except Exception as exc:  # retried next advance
-            step.error(f"{node.name}: resume in the scheduler failed: {exc}")
+            step.error("drain", f"{node.name}: resume in the scheduler failed: {exc}")
             continue
         step.store.update(node.name, drain_trigger=None)
 
 
-def drain_nodes(step: Step) -> None:
+def drain_key(node: str) -> str:
+    """The operation key of a node's drain step: one step of a node at a time."""
+    return f"drain:{node}"
+
+
+def drain_nodes(step: Step, runner: Runner) -> None:
     for node in step.store.nodes(states=[S.DRAINING, S.INTERRUPTED]):
-        try:
-            _drain_one(step, node)
-        except Exception as exc:  # one node's scheduler trouble must not stop the others
-            step.error(f"{node.name}: drain step failed: {type(exc).__name__}: {exc}")
+        if runner.start("drain", [drain_key(node.name)], f"drain step {node.name}",
+                        lambda report, n=node: drain_step(replace(step, report=report), n),
+                        step.report):
+            step.report.started.append(drain_key(node.name))
+
+
+def drain_now(step: Step, names: list[str], runner: Runner) -> None:
+    """The spot-notice path: a drain step for each named node on the caller's thread,
+    unless a worker is running one for that node already."""
+    for name in names:
+        node = step.store.get(name)
+        if node is None or node.state not in (S.DRAINING, S.INTERRUPTED):
+            continue
+        with runner.claim([drain_key(name)]) as mine:
+            if mine:
+                drain_step(step, node)
+
+
+def drain_step(step: Step, node: Node) -> None:
+    fresh = step.store.get(node.name)  # a worker may start later than it was asked to
+    if fresh is None or fresh.state not in (S.DRAINING, S.INTERRUPTED):
+        return
+    try:
+        _drain_one(step, fresh)
+    except Exception as exc:  # one node's scheduler trouble must not stop the others
+        step.error("drain", f"{node.name}: drain step failed: {type(exc).__name__}: {exc}")
 
 
 def interruption_progress(settings: ExecutorSettings, pool: Pool | None, notice: InterruptionMeta,
@@ -67,10 +96,9 @@ def interruption_progress(settings: ExecutorSettings, pool: Pool | None, notice:
 
 
 def _drain_one(step: Step, node: Node) -> None:
-    meta = step.store.meta(node.name)
+    record = progress_of(step.store.meta(node.name))
     now = step.now()
-    progress = drain_of(meta)
-    notice = InterruptionMeta.model_validate(meta["interruption"]) if meta.get("interruption") else None
+    progress, notice = record.drain, record.interruption
     if progress is None:
         if notice is not None and node.state is S.INTERRUPTED:
             progress = interruption_progress(step.settings, step.pool(node), notice, now)
@@ -84,13 +112,13 @@ def _drain_one(step: Step, node: Node) -> None:
         return
     if progress.not_before is not None and progress.not_before > now:
         return
-    drainer = step.drainer(step.cluster_kind(node, meta))
+    drainer = step.drainer(record.cluster or step.cluster_kind(node))
     if drainer is None:
         return
     result = _run(step, drainer, node, progress, now)
     step.report.drain_steps[node.name] = f"{result.outcome.value}: {result.message}"
     if result.outcome is DrainOutcome.ERROR:
-        step.error(f"{node.name}: drain: {result.message}")
+        step.error("drain", f"{node.name}: drain: {result.message}")
     elif result.outcome is DrainOutcome.DONE:
         if node.state is S.DRAINING:
             step.move(node.name, S.DRAINED, f"drained: {result.message}")

@@ -18,8 +18,7 @@ S = NodeState
 
 
 def signal_long_jobs(step: Step) -> None:
-    for node in step.store.nodes(states=[S.READY, S.DRAINING]):
-        meta = step.store.meta(node.name)
+    for node, meta in step.store.nodes_with_meta(states=[S.READY, S.DRAINING]):
         jobs = long_jobs_of(meta)
         owed = sorted(j for j, entry in jobs.items() if entry.signal and entry.signalled_at is None)
         if owed:
@@ -40,7 +39,7 @@ def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], k
         outcome = f"SIG{signal} sent" if sent else f"{kind} cannot signal jobs: reported only"
     except Exception as exc:  # not retried: a job that got half a signal must not get two
         outcome = f"SIG{signal} failed: {exc}"
-        step.error(f"{node.name}: signalling long jobs {', '.join(owed)}: {exc}")
+        step.error("long-jobs", f"{node.name}: signalling long jobs {', '.join(owed)}: {exc}")
     for job in owed:
         jobs[job] = jobs[job].model_copy(update={"outcome": outcome})
     update_meta(step.store, node.name, long_jobs=dump_long_jobs(jobs))

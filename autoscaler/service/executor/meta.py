@@ -1,4 +1,5 @@
-"""The executor's bookkeeping in each node's ``meta`` (JSON): typed, small, merged on write.
+"""The executor's bookkeeping in each node's ``meta`` (JSON): typed (:class:`NodeProgress`),
+small, merged on write under one lock.
 
 Keys: ``cluster`` (scheduler kind when the node was launched), ``action``/``index`` (the
 plan action and launch slot that created it, so a resubmitted plan creates nothing
@@ -10,6 +11,7 @@ promised), ``bootstrap`` (:class:`BootstrapMeta`), ``interruption`` (the cloud's
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +49,35 @@ class LongJob(BaseModel):
     outcome: str | None = None  # what the signal attempt came to
 
 
+class NodeProgress(BaseModel):
+    """Everything the executor keeps about one node, typed: the node's ``meta`` column,
+    loaded with it (``FleetStore.nodes_with_meta``) and written in the same transaction as
+    its transitions. Unknown keys (an older version's) are ignored on read."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    cluster: str | None = None  # scheduler kind when the node was launched
+    action: int | None = None  # the plan action and launch slot that created it
+    index: int | None = None
+    policy: str | None = None  # its pool's policy fingerprint then (service/backoff.py)
+    replaces: str | None = None  # the node it stands in for
+    replacement: dict[str, Any] | None = None  # a replacement promised for it (launch spec)
+    drain: DrainProgress | None = None
+    bootstrap: BootstrapMeta = BootstrapMeta()
+    interruption: InterruptionMeta | None = None
+    provision_failures: int = 0  # applies that failed without naming the node
+    long_jobs: dict[str, LongJob] = {}
+    adopted: str | None = None  # the instance id the reconciler adopted it from
+
+
+def progress_of(meta: dict[str, Any]) -> NodeProgress:
+    return NodeProgress.model_validate(meta)
+
+
+# The tick, the operation workers and the spot-notice loop all write meta: every
+# read-merge-write of one (and the transition that carries it) holds this lock, so no
+# writer loses another's key (a drain step's progress vs. a notice's interruption).
+META_LOCK = threading.RLock()
 LONG_JOBS_KEPT = 100  # per node; a node rarely runs that many jobs past the limit
 
 
@@ -84,6 +115,7 @@ def merged(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:
 
 
 def update_meta(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:
-    meta = merged(store, name, **updates)
-    store.update(name, meta=meta)
-    return meta
+    with META_LOCK:
+        meta = merged(store, name, **updates)
+        store.update(name, meta=meta)
+        return meta

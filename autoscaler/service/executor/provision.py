@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from autoscaler.actuators.node_map import INSTANCE_STATES, NodeMap, PoolRef, desired_maps
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedError
@@ -28,8 +29,9 @@ from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.meta import update_meta
+from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.protocols import Provisioner
-from autoscaler.service.executor.report import PoolApply
+from autoscaler.service.executor.report import AdvanceReport, PoolApply
 
 S = NodeState
 WAITING = frozenset({S.REQUESTED, S.PROVISIONING, S.TERMINATING, S.LOST})
@@ -37,7 +39,16 @@ GONE = frozenset({S.TERMINATING, S.LOST})
 AddressOf = Callable[[Node], str | None]
 
 
-def pools_to_apply(step: Step, provisioner: Provisioner, nodes: Sequence[Node]) -> list[PoolRef]:
+def apply_key(pool: str) -> str:
+    """The operation key of a pool's apply: one at a time per pool."""
+    return f"apply:{pool}"
+
+
+def pools_to_apply(step: Step, provisioner: Provisioner, nodes: Sequence[Node],
+                   busy: Callable[[str], bool] = lambda key: False) -> list[PoolRef]:
+    """Pools whose map changed or that have nodes waiting on Terraform; a pool whose apply
+    is still running is left alone (its nodes are counted in flight by the engine, and the
+    next apply after it picks up whatever changed meanwhile)."""
     desired = desired_maps(nodes)
     refs: dict[str, PoolRef] = {}
     waiting: set[str] = set()
@@ -47,34 +58,43 @@ def pools_to_apply(step: Step, provisioner: Provisioner, nodes: Sequence[Node]) 
             waiting.add(node.pool_key)
     out = []
     for key, ref in sorted(refs.items()):
+        if busy(apply_key(key)):
+            continue
         try:
             if key in waiting or provisioner.applied(ref) != desired.get(key, {}):
                 out.append(ref)
         except Exception as exc:  # one pool's broken workspace must not stop the others
-            step.error(f"pool {key}: cannot read its applied map: {exc}")
+            step.error("terraform", f"pool {key}: cannot read its applied map: {exc}")
     return out
 
 
-def provision(step: Step, provisioner: Provisioner, address_of: AddressOf) -> None:
-    refs = pools_to_apply(step, provisioner, step.store.nodes())
+def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runner: Runner) -> None:
+    refs = pools_to_apply(step, provisioner, step.store.nodes(), runner.busy)
     if not refs:
         return
     started = time.monotonic()
     budget = step.settings.advance_budget.total_seconds()
 
+    def work(ref: PoolRef, report: AdvanceReport) -> None:
+        own = replace(step, report=report)
+        try:
+            apply_pool(own, provisioner, ref, address_of)
+        except StateLockedError as exc:
+            # Another run (e.g. a dead leader's terraform that outlives it) holds the pool:
+            # not this node's failure. The PROVISIONING timeout still bounds the wait.
+            own.error("terraform", f"pool {ref.key}: state locked by another run, retrying "
+                      f"next tick: {exc}")
+        except Exception as exc:  # a failed apply is retried next advance
+            own.error("terraform", f"pool {ref.key}: {type(exc).__name__}: {exc}")
+            _count_failure(own, ref, str(exc))
+
     def run(ref: PoolRef) -> None:
         if time.monotonic() - started > budget:
             step.report.deferred_pools.append(ref.key)
             return
-        try:
-            apply_pool(step, provisioner, ref, address_of)
-        except StateLockedError as exc:
-            # Another run (e.g. a dead leader's terraform that outlives it) holds the pool:
-            # not this node's failure. The PROVISIONING timeout still bounds the wait.
-            step.error(f"pool {ref.key}: state locked by another run, retrying next tick: {exc}")
-        except Exception as exc:  # a failed apply is retried next advance
-            step.error(f"pool {ref.key}: {type(exc).__name__}: {exc}")
-            _count_failure(step, ref, str(exc))
+        if runner.start("apply", [apply_key(ref.key)], f"terraform apply {ref.key}",
+                        lambda report: work(ref, report), step.report):
+            step.report.started.append(apply_key(ref.key))
 
     workers = min(step.settings.apply_parallelism, len(refs))
     if workers == 1:
@@ -136,7 +156,7 @@ def _address(step: Step, node: Node, out: NodeOutput, address_of: AddressOf) -> 
     try:
         found = address_of(node.model_copy(update={"instance_id": out.id, "address": out.private_ip}))
     except Exception as exc:  # the resolver is a seam: its failure must not lose the instance id
-        step.error(f"{node.name}: address resolver failed: {exc}")
+        step.error("resolver", f"{node.name}: address resolver failed: {exc}")
         found = None
     return found or out.private_ip
 
@@ -150,7 +170,7 @@ def _forget(step: Step, node: Node) -> None:
     try:
         drainer.forget(node)
     except Exception as exc:  # the instance is gone either way
-        step.error(f"{node.name}: {kind} could not forget it: {exc}")
+        step.error("drain", f"{node.name}: {kind} could not forget it: {exc}")
 
 
 def _count_failure(step: Step, ref: PoolRef, why: str, nodes: Sequence[Node] | None = None) -> None:

@@ -41,6 +41,24 @@ class AdvanceReport(BaseModel):
     drain_steps: dict[str, str] = Field(default_factory=dict, description="node -> last message")
     capacity_errors: list[CapacityError] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+    step_errors: dict[str, int] = Field(default_factory=dict, description="Errors caught "
+                                        "inside actuation, by component (the step_errors metric).")
+    started: list[str] = Field(default_factory=list, description="Operations handed to the "
+                               "workers by this advance.")
+
+    def error(self, component: str, text: str) -> None:
+        self.errors.append(text)
+        self.step_errors[component] = self.step_errors.get(component, 0) + 1
+
+    def absorb(self, other: AdvanceReport) -> None:
+        """Add what a finished operation did (its own report) to this one."""
+        for name in ("changes", "applies", "deferred_pools", "bootstrapped", "capacity_errors",
+                     "errors", "started"):
+            getattr(self, name).extend(getattr(other, name))
+        self.bootstrap_failed.update(other.bootstrap_failed)
+        self.drain_steps.update(other.drain_steps)
+        for component, count in other.step_errors.items():
+            self.step_errors[component] = self.step_errors.get(component, 0) + count
 
     def moved(self, to: NodeState) -> list[str]:
         return [c.node for c in self.changes if c.to is to]

@@ -13,6 +13,16 @@ from autoscaler.policy.duration import Duration
 class ExecutorSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # -- operations ---------------------------------------------------------------------
+    operations: Literal["workers", "inline"] = Field(
+        "workers", description="Run applies, Ansible batches and drain steps on bounded "
+        "workers so a tick never waits for them (the service), or inside advance() (tests, "
+        "step-by-step debugging).")
+    bootstrap_parallelism: int = Field(4, ge=1, description="Ansible batches run at once.")
+    drain_parallelism: int = Field(8, ge=1, description="Drain steps run at once.")
+    notice_interval: Duration = Field(
+        timedelta(seconds=2), description="How often the spot-notice loop reads the queues "
+        "(a notice's drain starts within about this long, whatever else runs).")
     # -- provisioning -------------------------------------------------------------------
     apply_parallelism: int = Field(
         4, ge=1, description="Pools applied at once (each pool has its own state and lock).")
@@ -49,8 +59,9 @@ class ExecutorSettings(BaseModel):
         "plus grace is forced to DRAINED by the reconciler.")
     # -- interruptions ------------------------------------------------------------------
     interruption_drain_deadline: Duration = Field(
-        timedelta(seconds=60), description="An interrupted node's jobs get this long (never "
-        "past the cloud's notice) before they are signalled to checkpoint.")
+        timedelta(0), description="An interrupted node's jobs get this long (never past the "
+        "cloud's notice) before they are signalled to checkpoint. 0: the checkpoint signal "
+        "goes first (a 2-minute notice is too short to wait for jobs to end).")
     interruption_checkpoint_grace: Duration = Field(
         timedelta(seconds=30), description="Then this long before they are requeued.")
     on_rebalance: Literal["interrupt", "drain", "ignore"] = Field(

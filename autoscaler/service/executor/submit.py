@@ -18,23 +18,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from autoscaler.engine.plan import (
-    Action,
-    CancelDrain,
-    Drain,
-    Hold,
-    Launch,
-    Plan,
-    Replace,
-    ReportJob,
-    Terminate,
+from pydantic import TypeAdapter
+
+from autoscaler.engine.plan import Action, Launch, Plan, Replace
+from autoscaler.fleet.intents import (
+    GONE,
+    TERMINABLE,
+    FlagLongJob,
+    Intent,
+    NewNode,
+    Remove,
+    StartDrain,
+    StopDrain,
+    action_keys,
+    intents_of,
 )
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.tables import ActionRow
 from autoscaler.policy.models import Market, find_pool
+from autoscaler.service.backoff import fingerprint
 from autoscaler.service.executor.common import Step, SubmitError
 from autoscaler.service.executor.meta import (
+    META_LOCK,
     LongJob,
     dump_long_jobs,
     long_jobs_of,
@@ -43,58 +49,66 @@ from autoscaler.service.executor.meta import (
 )
 
 S = NodeState
-TERMINABLE = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.DRAINED, S.INTERRUPTED,
-                        S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
+ACTION: TypeAdapter[Action] = TypeAdapter(Action)
 
 
-def rows_for(step: Step, plan: Plan, plan_id: int | None) -> Iterator[tuple[Action, ActionRow | None]]:
-    """Each action with its row (record_plan writes one per action but Hold, in order)."""
-    actions = [a for a in plan.actions if not isinstance(a, Hold)]
+def rows_for(step: Step, plan: Plan, plan_id: int | None
+             ) -> Iterator[tuple[Action, str, ActionRow | None]]:
+    """Each action with its stable key and its row, matched by key (record_plan writes one
+    row per action but Hold; the same keys come out of the rows' bodies)."""
+    keyed = action_keys(plan.actions)
     if plan_id is None:
-        yield from ((a, None) for a in actions)
+        yield from ((a, k, None) for a, k in keyed)
         return
     rows = step.store.actions(plan_id=plan_id)
-    if len(rows) != len(actions):
-        raise SubmitError(f"plan {plan_id} has {len(rows)} recorded actions, the plan {len(actions)}")
-    yield from zip(actions, rows, strict=True)
+    by_key = {k: row for (_, k), row in zip(action_keys(
+        [ACTION.validate_python(r.body) for r in rows]), rows, strict=True)}
+    missing = [k for _, k in keyed if k not in by_key]
+    if missing or len(rows) != len(keyed):
+        raise SubmitError(f"plan {plan_id} has {len(rows)} recorded actions, the plan {len(keyed)}"
+                          + (f"; not recorded: {', '.join(missing)}" if missing else ""))
+    yield from ((a, k, by_key[k]) for a, k in keyed)
 
 
 def submit(step: Step, plan: Plan, plan_id: int | None) -> list[str]:
     created: list[str] = []
-    for action, row in rows_for(step, plan, plan_id):
+    for action, key, row in rows_for(step, plan, plan_id):
         if row is not None and row.status not in ("planned", "submitting"):
             continue
         resumed = row is not None and row.status == "submitting"
         if row is not None and not resumed:
             step.store.set_action_status(row.id, "submitting", step.now())
         try:
-            created += _apply(step, action, row.id if row else None, resumed)
+            created += _apply(step, action, intents_of(action, key), row.id if row else None,
+                              resumed)
             status, detail = "submitted", ""
         except SubmitError as exc:
             status, detail = "failed", str(exc)
-            step.error(f"{action.kind} {getattr(action, 'node', action.pool)}: {exc}")
+            step.error("submit", f"{action.kind} {getattr(action, 'node', action.pool)}: {exc}")
         if row is not None:
             step.store.set_action_status(row.id, status, step.now(), detail)
     return created
 
 
-def _apply(step: Step, action: Action, action_id: int | None, resumed: bool) -> list[str]:
+def _apply(step: Step, action: Action, intents: list[Intent], action_id: int | None,
+           resumed: bool) -> list[str]:
     if isinstance(action, Launch):
-        return _launch(step, action, action_id, resumed)
+        return _launch(step, [i for i in intents if isinstance(i, NewNode)], action_id, resumed)
     if isinstance(action, Replace):
-        return _replace(step, action, action_id, resumed)
-    if isinstance(action, Drain):
-        _drain(step, action)
-    elif isinstance(action, CancelDrain):
-        _cancel_drain(step, action)
-    elif isinstance(action, Terminate):
-        _terminate(step, action)
-    elif isinstance(action, ReportJob):
-        _report_job(step, action)
+        return _replace(step, intents, action_id, resumed)
+    for intent in intents:
+        if isinstance(intent, StartDrain):
+            _drain(step, intent)
+        elif isinstance(intent, StopDrain):
+            _cancel_drain(step, intent)
+        elif isinstance(intent, Remove):
+            _terminate(step, intent)
+        elif isinstance(intent, FlagLongJob):
+            _report_job(step, intent)
     return []
 
 
-def _report_job(step: Step, action: ReportJob) -> None:
+def _report_job(step: Step, action: FlagLongJob) -> None:
     """The engine repeats a long job's report every tick while it runs: the first one is
     audited and, when the policy asks, owes the job one checkpoint signal (advance())."""
     if step.store.get(action.node) is None:
@@ -117,23 +131,22 @@ def _node(step: Step, name: str) -> Node:
 
 # -- launches -------------------------------------------------------------------------------
 
-def _spec(action: Launch | Replace, action_id: int | None, index: int) -> dict[str, Any]:
-    return {"pool": action.pool, "instance_type": action.instance_type,
-            "market": action.market.value, "zone": action.zone, "reason": action.reason,
-            "action": action_id, "index": index}
+def _spec(intent: NewNode, action_id: int | None) -> dict[str, Any]:
+    return {"pool": intent.pool, "instance_type": intent.instance_type,
+            "market": intent.market.value, "zone": intent.zone, "reason": intent.reason,
+            "action": action_id, "index": intent.slot, "scale_up": intent.cooldown == "up"}
 
 
-def _launch(step: Step, action: Launch, action_id: int | None, resumed: bool) -> list[str]:
-    existing = _created_slots(step, action.pool, action_id) if resumed else {}
-    replaces = list(action.replaces)
+def _launch(step: Step, slots: list[NewNode], action_id: int | None, resumed: bool) -> list[str]:
+    existing = _created_slots(step, slots[0].pool, action_id) if resumed and slots else {}
     out = []
-    for index in range(action.count):
-        old = replaces[index] if index < len(replaces) else None
-        if index in existing:
+    for slot in slots:
+        old = slot.replaces
+        if slot.slot in existing:
             if old:
                 _clear_marker(step, old)
             continue
-        spec = _spec(action, action_id, index)
+        spec = _spec(slot, action_id)
         if old:
             _promise(step, old, spec)
         out.append(create(step, spec, replaces=old).name)
@@ -142,27 +155,30 @@ def _launch(step: Step, action: Launch, action_id: int | None, resumed: bool) ->
     return out
 
 
-def _replace(step: Step, action: Replace, action_id: int | None, resumed: bool) -> list[str]:
-    old = _node(step, action.node)
-    if resumed and _created_slots(step, action.pool, action_id):
+def _replace(step: Step, intents: list[Intent], action_id: int | None, resumed: bool) -> list[str]:
+    [drain] = [i for i in intents if isinstance(i, StartDrain)]
+    [new] = [i for i in intents if isinstance(i, NewNode)]
+    old = _node(step, drain.node)
+    if resumed and _created_slots(step, new.pool, action_id):
         _clear_marker(step, old.name)
         return []
-    spec = _spec(action, action_id, 0)
+    spec = _spec(new, action_id)
     if old.state is S.READY:
-        why = f"replaced ({action.trigger}): {action.reason}"
-        meta = merged(step.store, old.name,
-                      drain=step.drain_progress(old, why, step.now(), action.trigger),
-                      replacement=spec)
-        if step.move(old.name, S.DRAINING, why, drain_trigger=action.trigger,
-                     replacement_requested=True, meta=meta) is None:
+        with META_LOCK:
+            meta = merged(step.store, old.name,
+                          drain=step.drain_progress(old, drain.reason, step.now(), drain.trigger),
+                          replacement=spec)
+            moved = step.move(old.name, S.DRAINING, drain.reason, drain_trigger=drain.trigger,
+                              replacement_requested=True, meta=meta, scale_down=False)
+        if moved is None:
             raise SubmitError(f"{old.name} changed state; not replaced")
     elif old.state in (S.DRAINING, S.DRAINED, S.INTERRUPTED):
         _promise(step, old.name, spec)
     else:
         raise SubmitError(f"{old.name} is {old.state}, not READY: not replaced")
-    new = create(step, spec, replaces=old.name)
+    created = create(step, spec, replaces=old.name)
     _clear_marker(step, old.name)
-    return [new.name]
+    return [created.name]
 
 
 def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Node:
@@ -171,18 +187,21 @@ def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Nod
     pool = find_pool(step.policies, team, pool_name)
     if pool is None:
         raise SubmitError(f"pool {spec['pool']} has no policy: cannot tell its cloud and region")
-    meta = {"cluster": pool.cluster.kind, "action": spec.get("action"), "index": spec.get("index")}
+    meta = {"cluster": pool.cluster.kind, "action": spec.get("action"), "index": spec.get("index"),
+            "policy": fingerprint(pool)}  # a policy change resets the launch backoff
     if replaces:
         meta["replaces"] = replaces
     return step.store.create_node(
         team=team, pool=pool_name, cloud=pool.cloud.value, region=pool.region,
         zone=spec.get("zone"), instance_type=str(spec["instance_type"]),
-        market=Market(spec["market"]), now=step.now(), reason=str(spec["reason"]), meta=meta)
+        market=Market(spec["market"]), now=step.now(), reason=str(spec["reason"]), meta=meta,
+        scale_up=bool(spec.get("scale_up", False)))
 
 
 def _promise(step: Step, old: str, spec: dict[str, Any]) -> None:
-    meta = merged(step.store, old, replacement=spec)
-    step.store.update(old, replacement_requested=True, meta=meta)
+    with META_LOCK:
+        meta = merged(step.store, old, replacement=spec)
+        step.store.update(old, replacement_requested=True, meta=meta)
 
 
 def _clear_marker(step: Step, old: str) -> None:
@@ -195,16 +214,15 @@ def _created_slots(step: Step, pool: str, action_id: int | None) -> dict[int, st
     if action_id is None:
         return {}
     out = {}
-    for node in step.store.nodes(pool=pool, include_terminated=True):
-        meta = step.store.meta(node.name)
+    for node, meta in step.store.nodes_with_meta(pool=pool, include_terminated=True):
         if meta.get("action") == action_id and isinstance(meta.get("index"), int):
             out[int(meta["index"])] = node.name
     return out
 
 
 def _replacement_of(step: Step, pool: str, old: str) -> str | None:
-    for node in step.store.nodes(pool=pool, include_terminated=True):
-        if step.store.meta(node.name).get("replaces") == old:
+    for node, meta in step.store.nodes_with_meta(pool=pool, include_terminated=True):
+        if meta.get("replaces") == old:
             return node.name
     return None
 
@@ -212,10 +230,10 @@ def _replacement_of(step: Step, pool: str, old: str) -> str | None:
 def repair_replacements(step: Step) -> list[str]:
     """Finish replacements promised before a crash: create the node if it is missing."""
     created = []
-    for node in step.store.nodes():
+    for node, meta in step.store.nodes_with_meta():
         if not node.replacement_requested:
             continue
-        spec = step.store.meta(node.name).get("replacement")
+        spec = meta.get("replacement")
         if not spec:
             continue
         if _replacement_of(step, str(spec["pool"]), node.name) is None:
@@ -226,29 +244,34 @@ def repair_replacements(step: Step) -> list[str]:
 
 # -- drains and terminations ------------------------------------------------------------------
 
-def _drain(step: Step, action: Drain) -> None:
+def _drain(step: Step, action: StartDrain) -> None:
     node = _node(step, action.node)
     if node.state is not S.READY:
         raise SubmitError(f"{node.name} is {node.state}, not READY: not drained")
-    meta = merged(step.store, node.name, drain=step.drain_progress(node, action.reason, step.now(),
-                                                                   action.trigger))
-    if step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger, meta=meta) is None:
+    with META_LOCK:
+        meta = merged(step.store, node.name, drain=step.drain_progress(
+            node, action.reason, step.now(), action.trigger))
+        moved = step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger,
+                          meta=meta, scale_down=action.cooldown == "down")
+    if moved is None:
         raise SubmitError(f"{node.name} changed state; not drained")
 
 
-def _cancel_drain(step: Step, action: CancelDrain) -> None:
+def _cancel_drain(step: Step, action: StopDrain) -> None:
     node = _node(step, action.node)
     if node.state not in (S.DRAINING, S.DRAINED):
         raise SubmitError(f"{node.name} is {node.state}: no drain to cancel")
-    meta = merged(step.store, node.name, drain=None)
     # READY first; the scheduler resume it owes is done by advance() (drain.UNDRAIN).
-    if step.move(node.name, S.READY, action.reason, drain_trigger="cancelled", meta=meta) is None:
+    with META_LOCK:
+        meta = merged(step.store, node.name, drain=None)
+        moved = step.move(node.name, S.READY, action.reason, drain_trigger="cancelled", meta=meta)
+    if moved is None:
         raise SubmitError(f"{node.name} changed state; drain not cancelled")
 
 
-def _terminate(step: Step, action: Terminate) -> None:
+def _terminate(step: Step, action: Remove) -> None:
     node = _node(step, action.node)
-    if node.state in (S.TERMINATING, S.TERMINATED, S.LOST):
+    if node.state in GONE:
         return
     if node.state not in TERMINABLE:
         raise SubmitError(f"{node.name} is {node.state}: drain it before terminating")

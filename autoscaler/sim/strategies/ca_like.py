@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
@@ -32,7 +33,7 @@ from autoscaler.sim.placement import EPS, slots_for
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.common import Buyer, Limits, active_nodes, mix_for, reap
-from autoscaler.sim.strategies.packing import Bins, fit, shapes
+from autoscaler.sim.strategies.packing import Bins, fit
 
 S = NodeState
 
@@ -90,17 +91,16 @@ class ClusterAutoscalerLike(Strategy):
 
     # -- scale-up -------------------------------------------------------------------
     def _scale_up(self, replay: Replay, now: float) -> None:
-        pending = replay.cluster.pending
+        pending = replay.cluster.pending_shapes()
         if not pending or now < self.buyer.blocked_until:
             return  # nothing to do, or the node groups are backed off
         check = (replay.cluster.version, self.buyer.blocked_until)
         if check == self._idle_check:
             return  # same pods, nodes and back-off as a check that launched nothing: same answer
         upcoming = Bins()
-        for n in replay.cluster.nodes.values():
-            if n.state in IN_FLIGHT:
-                upcoming.add([1.0] * n.gpus)
-        rest = [(g, k - upcoming.place(g, k)) for g, k in shapes(j.gpus for j in pending)]
+        for gpus, n in Counter(n.gpus for n in replay.cluster.nodes.values() if n.state in IN_FLIGHT).items():
+            upcoming.add([1.0] * gpus, n)
+        rest = [(g, k - upcoming.place(g, k)) for g, k in pending]
         rest = [(g, k) for g, k in rest if k > 0]
         options = [o for name in replay.pool.instance_types
                    if rest and (o := self._estimate(replay, name, rest)) is not None]

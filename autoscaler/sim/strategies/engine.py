@@ -1,10 +1,9 @@
 """"ours": the service's own ``decide()`` run every tick on the simulated cluster.
 
 Nothing here re-implements a rule: the strategy observes (FleetView + Snapshot), calls
-``autoscaler.engine.decide`` and applies the Plan the way the executor would. The pool
-history that cooldowns read is kept like the store keeps it: a Launch triggered by pending
-jobs, utilization or a floor is a scale-up; a Drain for idle, over-max, over-quota or
-preemption is a scale-down (interruption stand-ins and replacements are neither).
+``autoscaler.engine.decide`` and applies the Plan through the executor's own interpreter
+(``fleet.intents``). The pool history that cooldowns read comes from the same intents, so
+it is the store's: which actions count as a scale-up or a scale-down is decided there.
 """
 
 from __future__ import annotations
@@ -14,9 +13,10 @@ from collections import Counter
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine import decide
-from autoscaler.engine.plan import CancelDrain, Drain, Launch, Plan, Replace, Terminate
+from autoscaler.engine.plan import Plan
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.snapshot import CapacityError
+from autoscaler.fleet.intents import NewNode, Remove, StartDrain, StopDrain, interpret
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import PoolHistory
 from autoscaler.policy.models import Pool, TeamPolicy
@@ -26,8 +26,6 @@ from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
 
 S = NodeState
-SCALE_UP_TRIGGERS = frozenset({"pending", "utilization", "floor"})
-SCALE_DOWN_TRIGGERS = frozenset({"idle", "consolidate", "over-max", "over-quota", "preempted"})
 
 
 class EngineStrategy(Strategy):
@@ -74,31 +72,31 @@ class EngineStrategy(Strategy):
             at=to_datetime(now), message="no spot capacity in the zone (spot trace)"))
 
     def apply(self, replay: Replay, plan: Plan, now: float) -> None:
+        """The plan's intents (``fleet.intents``, as the executor reads them) on the
+        simulated cluster; the cooldown history from the same intents."""
         nodes = replay.cluster.nodes
-        scaled_up = scaled_down = False
         for action in plan.actions:
             self.actions[action.kind] += 1
-            if isinstance(action, Launch):
-                for _ in range(action.count):
-                    replay.launch(action.instance_type, action.market, action.zone, now)
-                for name in action.replaces:
-                    _mark_replaced(nodes.get(name))
-                scaled_up |= action.trigger in SCALE_UP_TRIGGERS
-            elif isinstance(action, Drain):
-                node = nodes.get(action.node)
+        scaled_up = scaled_down = False
+        for intent in interpret(plan, nodes):
+            if isinstance(intent, NewNode):
+                replay.launch(intent.instance_type, intent.market, intent.zone, now)
+                if intent.replaces:
+                    _mark_replaced(nodes.get(intent.replaces))
+                scaled_up |= intent.cooldown == "up"
+            elif isinstance(intent, StartDrain):
+                node = nodes.get(intent.node)
                 if node is not None and node.state is S.READY:
-                    replay.drain(node, now, action.trigger, self._kill_after(action.trigger))
-                    scaled_down |= action.trigger in SCALE_DOWN_TRIGGERS
-            elif isinstance(action, CancelDrain):
-                node = nodes.get(action.node)
+                    replay.drain(node, now, intent.trigger, self._kill_after(intent.trigger))
+                    scaled_down |= intent.cooldown == "down"
+            elif isinstance(intent, StopDrain):
+                node = nodes.get(intent.node)
                 if node is not None and node.state in (S.DRAINING, S.DRAINED):
                     replay.cancel_drain(node, now)
-            elif isinstance(action, Terminate):
-                node = nodes.get(action.node)
+            elif isinstance(intent, Remove):
+                node = nodes.get(intent.node)
                 if node is not None:
                     replay.terminate(node, now, "engine-terminate")
-            elif isinstance(action, Replace):
-                self._replace(replay, action, now, self._kill_after(action.trigger))
         if scaled_up or scaled_down:
             at = to_datetime(now)
             self.history = PoolHistory(
@@ -110,14 +108,6 @@ class EngineStrategy(Strategy):
         signal them after the policy's drain_wait and requeue them checkpoint_grace later."""
         sd = self.pool.scale_down
         return (sd.drain_wait(trigger) + sd.checkpoint_grace).total_seconds()
-
-    def _replace(self, replay: Replay, action: Replace, now: float, timeout: float) -> None:
-        node = replay.cluster.nodes.get(action.node)
-        if node is None or node.state is not S.READY:
-            return
-        replay.drain(node, now, action.trigger, timeout)
-        _mark_replaced(node)
-        replay.launch(action.instance_type, action.market, action.zone, now)
 
 
 def _mark_replaced(node: SimNode | None) -> None:

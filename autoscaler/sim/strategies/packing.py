@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
+from functools import lru_cache
 
 from autoscaler.sim.placement import EPS
 
@@ -24,6 +25,8 @@ def _profile(free: Iterable[float]) -> Profile:
     return tuple(sorted(round(f, 9) for f in free))
 
 
+# Profiles and shapes are few (node sizes x GPU shares in use), so fits are memoised.
+@lru_cache(maxsize=8192)
 def fit(profile: Profile, gpus: float) -> int:
     """How many pods asking ``gpus`` fit on one node with this free profile."""
     if gpus >= 1 - EPS:
@@ -31,6 +34,7 @@ def fit(profile: Profile, gpus: float) -> int:
     return sum(math.floor((f + EPS) / gpus) for f in profile)
 
 
+@lru_cache(maxsize=8192)
 def _after(profile: Profile, gpus: float, count: int) -> Profile:
     """The profile once ``count`` (<= fit) pods are placed: whole GPUs, or tightest GPU first."""
     free = list(profile)

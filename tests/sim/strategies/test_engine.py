@@ -83,3 +83,16 @@ def test_consolidation_moves_a_stranded_job_and_saves_the_node() -> None:
     assert moved.jobs_finished == plain.jobs_finished == 4
     # About 9 hours of a 4-GPU node saved, less the work redone since the last checkpoint.
     assert moved.cost_usd < plain.cost_usd - 8 * 4 * OD
+
+
+def test_observer_caches_stay_bounded_by_live_jobs() -> None:
+    from autoscaler.sim.observe import Observer
+
+    jobs = [Job(f"j{i}", 60 * i, 30, 1.0) for i in range(400)]  # short jobs, one after another
+    pol = policy()
+    replay = replay_for(jobs, strategy=EngineStrategy(pol, pol.pools[0], CATALOG), end=400 * 60 + 600)
+    replay.run()
+    observer = replay.strategy.observer  # type: ignore[attr-defined]
+    assert isinstance(observer, Observer)
+    assert replay.cluster.done == 400
+    assert len(observer._pending) <= 64 + 2 and len(observer._running) <= 64 + 2

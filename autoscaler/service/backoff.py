@@ -1,0 +1,134 @@
+"""Launch backoff: a pool (type, zone, market) whose launches keep failing for the same
+cause is held, as Cluster Autoscaler backs off a node group.
+
+The rule (documented in README "Launch backoff"): the n-th failure in a row of the same
+cause holds launches into that (pool, type, zone, market) for ``5 min x 2^(n-1)``, at most
+30 min, counted from the failure. Failures are nodes that went to PROVISION_FAILED or
+BOOTSTRAP_FAILED; the cause is the Ansible task that failed, the cloud's error code, or
+the kind of failure. A node of the same key reaching READY resets the count, and so does
+a change of the pool's policy (only nodes launched under the current policy count: each
+node records its pool's policy fingerprint when it is created). A different cause starts
+a new count at 1.
+
+Nothing here is kept in memory: the state is read from the store's transitions every
+tick, so a restart keeps the backoff. It reaches the engine (which stays pure) as a
+:class:`CapacityError` with ``until`` in the snapshot: the engine then falls back to
+another type or zone of the pool, like after a capacity error, or holds the launch with
+a reason naming the cause, the count and the next try.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+
+from autoscaler.engine.snapshot import CapacityError, Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.tables import NodeRow, TransitionRow
+from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool
+
+FIRST = timedelta(minutes=5)
+CAP = timedelta(minutes=30)
+FAILED = {NodeState.PROVISION_FAILED.value: "provision", NodeState.BOOTSTRAP_FAILED.value: "bootstrap"}
+LOOKBACK = timedelta(hours=6)  # older failures no longer hold anything (CAP << LOOKBACK)
+CODE = "launch-backoff"
+_TASK = re.compile(r"at task '([^']{1,120})'")
+_ERROR_CODE = re.compile(r"\b([A-Z][A-Za-z]{3,60}(?:Capacity|Exceeded|Limit|Error|Unavailable|"
+                         r"NotFound|Unsupported))\b")
+
+
+def delay(count: int) -> timedelta:
+    """How long the ``count``-th failure in a row holds launches."""
+    return min(FIRST * 2 ** max(count - 1, 0), CAP)
+
+
+def fingerprint(pool: Pool) -> str:
+    """The pool's policy, in a few characters: a node launched under another policy does
+    not count towards the current backoff."""
+    return hashlib.sha256(pool.model_dump_json().encode()).hexdigest()[:16]
+
+
+def cause_of(kind: str, reason: str) -> str:
+    """The failure's cause, from the reason the executor or the reconciler wrote."""
+    if kind == "bootstrap" and (task := _TASK.search(reason)):
+        return f"bootstrap failed at task '{task.group(1)}'"
+    if "not ready after" in reason:
+        return "bootstrap ok but the node never became ready"
+    if (code := _ERROR_CODE.search(reason)) is not None:
+        return f"{kind} failed: {code.group(1)}"
+    if "timed out" in reason or "timeout" in reason:
+        return f"{kind} timed out"
+    return f"{kind} failed"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    pool: str
+    cloud: str
+    region: str
+    instance_type: str
+    zone: str | None
+    market: Market
+    cause: str
+    count: int
+    last_at: datetime
+    next_try: datetime
+
+    def describe(self) -> str:
+        where = f"{self.instance_type} {self.market.value}" + (f" in {self.zone}" if self.zone else "")
+        return (f"{self.pool} {where}: {self.cause}, {self.count} time(s) in a row; "
+                f"next try {self.next_try:%H:%M:%S}")
+
+    def as_capacity_error(self) -> CapacityError:
+        return CapacityError(
+            cloud=self.cloud, region=self.region, instance_type=self.instance_type,
+            zone=self.zone, market=self.market, code=CODE, at=self.last_at, until=self.next_try,
+            message=f"{self.cause}, {self.count} time(s) in a row; next try {self.next_try:%H:%M:%S}")
+
+
+def launch_backoffs(store: FleetStore, policies: Mapping[str, TeamPolicy], now: datetime) -> list[Backoff]:
+    """The backoffs in force at ``now`` (none once their next try has come)."""
+    states = [NodeState.READY.value, *FAILED]
+    with store.session() as s:
+        rows = s.execute(
+            select(TransitionRow.to_state, TransitionRow.at, TransitionRow.reason, NodeRow)
+            .join(NodeRow, NodeRow.name == TransitionRow.node)
+            .where(TransitionRow.to_state.in_(states), TransitionRow.at >= now - LOOKBACK)
+            .order_by(TransitionRow.at, TransitionRow.id)).all()
+        events = [(to, at, reason, _key(node), (node.meta or {}).get("policy"), node.team,
+                   node.pool) for to, at, reason, node in rows]
+    running: dict[tuple[str, str, str, str, str | None, str], Backoff] = {}
+    for to, at, reason, key, launched_under, team, pool_name in events:
+        pool = find_pool(policies, team, pool_name)
+        if pool is None or launched_under != fingerprint(pool):
+            continue  # no policy, or launched under another one: the policy was changed
+        if to == NodeState.READY.value:
+            running.pop(key, None)
+            continue
+        cause = cause_of(FAILED[to], reason or "")
+        seen = running.get(key)
+        count = seen.count + 1 if seen is not None and seen.cause == cause else 1
+        running[key] = Backoff(pool=key[0], cloud=key[1], region=key[2], instance_type=key[3],
+                               zone=key[4], market=Market(key[5]), cause=cause, count=count,
+                               last_at=at, next_try=at + delay(count))
+    return sorted((b for b in running.values() if b.next_try > now),
+                  key=lambda b: (b.pool, b.instance_type, b.zone or "", b.market.value))
+
+
+def _key(node: NodeRow) -> tuple[str, str, str, str, str | None, str]:
+    return (f"{node.team}/{node.pool}", node.cloud, node.region, node.instance_type, node.zone,
+            node.market)
+
+
+def with_backoffs(snapshot: Snapshot, backoffs: list[Backoff]) -> Snapshot:
+    """The snapshot the engine decides from, with the backoffs as capacity errors."""
+    if not backoffs:
+        return snapshot
+    errors = [*snapshot.capacity_errors, *(b.as_capacity_error() for b in backoffs)]
+    return snapshot.model_copy(update={"capacity_errors": errors})

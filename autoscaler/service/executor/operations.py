@@ -1,0 +1,184 @@
+"""Side effects as tracked operations: the tick hands them over and returns.
+
+An operation is one pool's Terraform apply (key ``apply:<pool>``), one Ansible batch
+(``boot:<node>`` for each node of the batch) or one node's drain step (``drain:<node>``).
+A key is held while its operation runs, so nothing starts a second apply of a pool, a
+second bootstrap of a node or two drain steps of one node at once; what the next advance
+finds busy is simply left for later (the store already says what it waits for: nodes of
+an applying pool are PROVISIONING, written before the apply started).
+
+Two runners share one interface:
+
+* :class:`Inline` runs the operation at once on the caller's thread (the executor's unit
+  tests, the crash harness, the simulator: one advance does everything, as before);
+* :class:`WorkerPools` runs it on a bounded thread pool per kind (the service), and the
+  operation's report is collected by the next ``advance()``.
+
+Nothing is kept here that a restart needs: every operation writes its progress to the
+store before its side effect (PROVISIONING before an apply, the bootstrap attempt before
+Ansible, the drain phase before its scheduler command), so after a crash the next
+advance starts the same operation again from the store and the side effect is safe to
+repeat (applies import what the state lost, roles are idempotent, drain steps re-run).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from autoscaler.service.executor.report import AdvanceReport
+
+log = logging.getLogger("autoscaler.service.executor")
+Kind = Literal["apply", "bootstrap", "drain"]
+Work = Callable[[AdvanceReport], None]  # fills its own report
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One running side effect, as /status shows it."""
+
+    kind: Kind
+    keys: tuple[str, ...]
+    started_at: datetime
+    what: str
+
+
+class _Keys:
+    """The busy keys and the running operations, behind one lock."""
+
+    def __init__(self, clock: Callable[[], datetime]):
+        self.clock = clock
+        self._lock = threading.Condition()
+        self._held: dict[str, Operation] = {}
+
+    def take(self, kind: Kind, keys: Sequence[str], what: str) -> Operation | None:
+        with self._lock:
+            if any(k in self._held for k in keys):
+                return None
+            op = Operation(kind, tuple(keys), self.clock(), what)
+            self._held.update(dict.fromkeys(keys, op))
+            return op
+
+    def give_back(self, op: Operation) -> None:
+        with self._lock:
+            for key in op.keys:
+                self._held.pop(key, None)
+            self._lock.notify_all()
+
+    def busy(self, key: str) -> bool:
+        with self._lock:
+            return key in self._held
+
+    def running(self) -> list[Operation]:
+        with self._lock:
+            return sorted(set(self._held.values()), key=lambda o: (o.started_at, o.keys))
+
+    def wait(self, timeout: float) -> bool:
+        with self._lock:
+            return self._lock.wait_for(lambda: not self._held, timeout)
+
+
+class Inline:
+    """Operations run at once on the caller's thread, into the caller's report."""
+
+    def __init__(self, clock: Callable[[], datetime]):
+        self._keys = _Keys(clock)
+
+    def start(self, kind: Kind, keys: Sequence[str], what: str, work: Work,
+              report: AdvanceReport) -> bool:
+        """Run ``work`` unless one of ``keys`` is busy (then False, nothing started)."""
+        op = self._keys.take(kind, keys, what)
+        if op is None:
+            return False
+        try:
+            work(report)
+        finally:
+            self._keys.give_back(op)
+        return True
+
+    def busy(self, key: str) -> bool:
+        return self._keys.busy(key)
+
+    @contextmanager
+    def claim(self, keys: Sequence[str]) -> Iterator[bool]:
+        """Hold ``keys`` on the caller's thread (the spot-notice path); yields False when
+        one is busy (the caller then skips)."""
+        op = self._keys.take("drain", keys, "claimed")
+        try:
+            yield op is not None
+        finally:
+            if op is not None:
+                self._keys.give_back(op)
+
+    def collect(self, into: AdvanceReport) -> None:
+        """Merge the reports of operations finished since the last call."""
+        return None
+
+    def running(self) -> list[Operation]:
+        return self._keys.running()
+
+    def wait(self, timeout: float) -> bool:
+        """Until nothing runs (tests, shutdown); False on timeout."""
+        return True
+
+    def close(self) -> None:
+        return None
+
+
+Runner = Inline  # the interface; WorkerPools is the service's
+
+
+class WorkerPools(Inline):
+    """A bounded thread pool per kind; each operation fills a report of its own, which
+    the next ``collect()`` merges into that advance's report."""
+
+    def __init__(self, clock: Callable[[], datetime], sizes: dict[Kind, int]):
+        super().__init__(clock)
+        self.clock = clock
+        self._pools = {kind: ThreadPoolExecutor(max_workers=n, thread_name_prefix=kind)
+                       for kind, n in sizes.items()}
+        self._done: list[AdvanceReport] = []
+        self._done_lock = threading.Lock()
+
+    def start(self, kind: Kind, keys: Sequence[str], what: str, work: Work,
+              report: AdvanceReport) -> bool:
+        op = self._keys.take(kind, keys, what)
+        if op is None:
+            return False
+        try:
+            self._pools[kind].submit(self._run, op, work)
+        except RuntimeError:  # shut down: nothing started, the store still says what is owed
+            self._keys.give_back(op)
+            return False
+        return True
+
+    def _run(self, op: Operation, work: Work) -> None:
+        report = AdvanceReport(started_at=self.clock())
+        try:
+            work(report)
+        except Exception as exc:  # the store says what is owed; the next advance retries
+            log.exception("%s %s failed", op.kind, op.what)
+            report.error(op.kind, f"{op.what}: {type(exc).__name__}: {exc}")
+        finally:
+            self._keys.give_back(op)
+            with self._done_lock:
+                self._done.append(report)
+
+    def collect(self, into: AdvanceReport) -> None:
+        with self._done_lock:
+            done, self._done = self._done, []
+        for report in done:
+            into.absorb(report)
+
+    def wait(self, timeout: float) -> bool:
+        return self._keys.wait(timeout)
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
