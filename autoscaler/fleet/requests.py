@@ -46,6 +46,7 @@ def _view(row: RequestRow) -> RequestView:
         condition=Condition(row.condition), reason=row.reason or "",
         created_at=row.created_at, updated_at=row.updated_at,
         provisioned_at=row.provisioned_at, nodes=dict(row.nodes or {}), preview=row.preview,
+        claimed_at=row.claimed_at,
     )
 
 
@@ -152,6 +153,13 @@ class RequestBook:
         with self.store._write() as s:
             s.execute(update(RequestRow).where(RequestRow.id == request_id)
                       .values(nodes=nodes, updated_at=now))
+
+    def set_claimed(self, request_id: str, now: datetime) -> None:
+        """A job was seen on the request's nodes: its booking is used."""
+        with self.store._write() as s:
+            s.execute(update(RequestRow).where(RequestRow.id == request_id,
+                                               RequestRow.claimed_at.is_(None))
+                      .values(claimed_at=now))
 
     def set_preview(self, request_id: str, preview: dict[str, Any]) -> None:
         with self.store._write() as s:

@@ -139,6 +139,7 @@ class Service:
             return
         self.keeper = RequestKeeper(RequestBook(self.store), self.loop.policies,
                                     self.catalog, executor.submit, self.loop.clock)
+        self.keeper.observed = lambda: self.loop.last_snapshot
         if "slurm" in self.config.signals.scheduler:
             from autoscaler.signals.slurm_jobs import ended_jobs
 

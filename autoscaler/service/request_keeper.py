@@ -40,6 +40,8 @@ class RequestKeeper:
     clock: Callable[[], datetime]
     # linked Slurm job ids -> those that have ended (positive evidence only)
     ended_jobs: Callable[[list[str]], frozenset[str]] = lambda ids: frozenset()
+    # the last tick's snapshot: which request nodes run jobs (None: no evidence)
+    observed: Callable[[], Snapshot | None] = lambda: None
 
     def run(self) -> list[str]:
         """One step for every request that is not done; returns the steps' reasons."""
@@ -53,8 +55,10 @@ class RequestKeeper:
         linked = [v.spec.link.slurm_job for v in views if v.condition is Condition.PROVISIONED
                   and v.spec.link is not None and v.spec.link.slurm_job is not None]
         ended = self.ended_jobs(linked) if linked else frozenset()
+        snapshot = self.observed()
         for view in views:
-            step = progress(view, nodes, now, ended)
+            unused = self._unused(view, snapshot, now)
+            step = progress(view, nodes, now, ended, unused)
             if step.kind == "wait":
                 continue
             lines.append(step.reason)
@@ -66,6 +70,18 @@ class RequestKeeper:
             log.info("%s", line)
         return lines
 
+    def _unused(self, view: RequestView, snapshot: Snapshot | None, now: datetime) -> bool:
+        """Record a first job on the nodes as the claim; True only when the scheduler read
+        every node of a Provisioned request and none runs or holds anything."""
+        if view.condition is not Condition.PROVISIONED or snapshot is None:
+            return False
+        seen = [snapshot.nodes[n].scheduler if n in snapshot.nodes else None for n in view.nodes]
+        if any(s is not None and (s.jobs or s.gpus_allocated > 0) for s in seen):
+            if view.claimed_at is None:
+                self.book.set_claimed(view.id, now)
+            return False
+        return bool(seen) and all(s is not None for s in seen)
+
     def _apply(self, view: RequestView, step: RequestStep, nodes: Mapping[str, Node],
                now: datetime) -> list[Action]:
         if step.kind == "launch":
@@ -75,6 +91,10 @@ class RequestKeeper:
         elif step.kind == "provisioned":
             self.book.set_condition(view.id, Condition.PROVISIONED, now, step.reason,
                                     nodes=step.addresses)
+        elif step.kind == "expire":
+            view = self.book.set_condition(view.id, Condition.BOOKING_EXPIRED, now, step.reason)
+            view = self.book.set_condition(view.id, Condition.RELEASED, now, step.reason)
+            return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason)
         elif step.kind in ("fail", "release"):
             to = Condition.FAILED if step.kind == "fail" else Condition.RELEASED
             view = self.book.set_condition(view.id, to, now, step.reason)

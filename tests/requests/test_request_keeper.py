@@ -109,3 +109,33 @@ def test_an_accepted_request_whose_pool_was_removed_fails(service, tmp_path):
     view = RequestBook(service.store).get(rid)
     assert view.condition is Condition.FAILED and "no longer has a pool" in view.reason
     assert view.nodes == {}
+
+
+def test_booking_expires_only_on_evidence_that_no_job_used_the_nodes(service):
+    from autoscaler.engine.snapshot import NodeObservation, RunningJob, SchedulerNode, Snapshot
+
+    url = service.api.url + "/v1/requests"
+    unused = call(url, "POST", VISION, {**BODY, "booking": "10m"})[1]["id"]
+    used = call(url, "POST", VISION, {**BODY, "name": "ci-4712", "node_sets": [
+        {"gpu_model": "V100", "gpus": 4, "nodes": 1}]})[1]["id"]
+    service.tick()
+    service.tick()
+    book = RequestBook(service.store)
+    assert {book.get(r).condition for r in (unused, used)} == {Condition.PROVISIONED}
+    idle = SchedulerNode(state="idle", gpus_total=4)
+    busy = SchedulerNode(state="allocated", gpus_total=4, gpus_allocated=4,
+                         jobs=[RunningJob(id="77", gpus=4)])
+    observed: dict = {"snap": None}
+    service.keeper.observed = lambda: observed["snap"]
+    service.loop.clock.advance(minutes=11)
+    service.keeper.run()  # no scheduler data: no evidence, nothing expires
+    assert book.get(unused).condition is Condition.PROVISIONED
+    nodes = {n: NodeObservation(scheduler=idle) for n in book.get(unused).nodes}
+    nodes |= {n: NodeObservation(scheduler=busy) for n in book.get(used).nodes}
+    observed["snap"] = Snapshot(taken_at=service.loop.clock(), nodes=nodes)
+    service.keeper.run()
+    gone, kept = book.get(unused), book.get(used)
+    assert gone.condition is Condition.RELEASED and "booking expired" in gone.reason
+    assert kept.condition is Condition.PROVISIONED and kept.claimed_at is not None
+    events = [a.event for a in service.store.audit_log()]
+    assert "request_bookingexpired" in events
