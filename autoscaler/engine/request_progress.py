@@ -8,6 +8,8 @@
 * Accepted past ``valid_until``: Failed and rolled back (it may not wait longer).
 * Provisioned past ``ttl``: Released (the nodes take the usual drain, signal and grace).
 * Provisioned with a linked job that has ended: Released.
+* Provisioned, no job ever seen on its nodes, ``booking`` passed, and the scheduler read
+  every node this tick (positive evidence of disuse): BookingExpired, then Released.
 * Released or Failed with nodes still up: those nodes leave (drain, or terminate a node
   that never became READY).
 """
@@ -30,7 +32,7 @@ GONE = FAILED | TERMINAL | {S.LOST, S.INTERRUPTED}
 
 @dataclass(frozen=True)
 class RequestStep:
-    kind: Literal["launch", "provisioned", "fail", "release", "remove", "wait"]
+    kind: Literal["launch", "provisioned", "fail", "release", "expire", "remove", "wait"]
     reason: str
     nodes: tuple[str, ...] = ()  # remove: the nodes to take away; provisioned: the ones held
     addresses: dict[str, str | None] = field(default_factory=dict)
@@ -43,16 +45,19 @@ def _remove(view: RequestView, nodes: Mapping[str, Node]) -> tuple[str, ...]:
 
 
 def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
-             ended_jobs: frozenset[str] = frozenset()) -> RequestStep:
-    """What to do for ``view`` now; ``nodes`` maps names to the store's nodes, and
-    ``ended_jobs`` lists linked Slurm job ids the scheduler reports finished."""
+             ended_jobs: frozenset[str] = frozenset(),
+             unused: bool = False) -> RequestStep:
+    """What to do for ``view`` now; ``nodes`` maps names to the store's nodes,
+    ``ended_jobs`` lists linked Slurm job ids the scheduler reports finished, and
+    ``unused`` is positive evidence (the scheduler read every node of it this tick) that
+    no job runs on its nodes."""
     label = view.label()
     if view.condition in (Condition.RELEASED, Condition.FAILED):
         left = _remove(view, nodes)
         return (RequestStep("remove", f"{label} ended ({view.condition.value}): its nodes leave",
                             left) if left else RequestStep("wait", f"{label} has ended"))
     if view.condition is Condition.PROVISIONED:
-        return _held(view, now, ended_jobs)
+        return _held(view, now, ended_jobs, unused)
     if view.condition is not Condition.ACCEPTED:
         return RequestStep("wait", f"{label} is {view.condition.value}")
     if not view.nodes:
@@ -91,8 +96,13 @@ def _failed(view: RequestView, mine: Mapping[str, Node | None], failed: Mapping[
                        {n: node.address for n, node in ready.items()})
 
 
-def _held(view: RequestView, now: datetime, ended_jobs: frozenset[str]) -> RequestStep:
+def _held(view: RequestView, now: datetime, ended_jobs: frozenset[str],
+          unused: bool) -> RequestStep:
     label = view.label()
+    if (unused and view.claimed_at is None and view.provisioned_at is not None
+            and now >= view.provisioned_at + view.spec.booking):
+        return RequestStep("expire", f"{label} released: booking expired, no job used its "
+                           f"nodes within {format_duration(view.spec.booking)} of Provisioned")
     link = view.spec.link
     if link is not None and link.slurm_job is not None and link.slurm_job in ended_jobs:
         return RequestStep("release", f"{label} released: its linked Slurm job "

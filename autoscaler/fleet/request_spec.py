@@ -18,6 +18,7 @@ from autoscaler.policy.duration import Duration
 from autoscaler.policy.models import InstanceTypeName, Name, Priority
 
 DEFAULT_TTL = timedelta(hours=24)
+DEFAULT_BOOKING = timedelta(minutes=10)  # as ProvisioningRequest's booking
 MAX_TTL = timedelta(days=7)
 MAX_NODES_PER_REQUEST = 64
 MAX_NODE_SETS = 8
@@ -122,6 +123,8 @@ class RequestSpec(_Strict):
     request_class: RequestClass = Field(RequestClass.ATOMIC, alias="class")
     valid_until: datetime | None = Field(None, description="How long it may wait to be met.")
     ttl: Duration = Field(DEFAULT_TTL, description="Released this long after Provisioned.")
+    booking: Duration = Field(DEFAULT_BOOKING, description="Released (BookingExpired) when no "
+                              "job has used its nodes this long after Provisioned.")
     link: Link | None = None
     dry_run: bool = False
     idempotency_key: IdempotencyKey | None = None
@@ -132,6 +135,8 @@ class RequestSpec(_Strict):
     def _bounds(self) -> RequestSpec:
         if not timedelta(minutes=1) <= self.ttl <= MAX_TTL:
             raise ValueError(f"ttl must be between 1 minute and {MAX_TTL.days} days")
+        if not timedelta(minutes=1) <= self.booking <= self.ttl:
+            raise ValueError("booking must be between 1 minute and the ttl")
         if self.valid_until is not None and self.valid_until.tzinfo is None:
             raise ValueError("valid_until needs a time zone (e.g. 2026-12-01T10:00:00Z)")
         if self.total_nodes > MAX_NODES_PER_REQUEST:
@@ -163,6 +168,7 @@ class RequestView(_Strict):
     updated_at: datetime
     provisioned_at: datetime | None = None
     nodes: dict[str, str | None] = Field(default_factory=dict, description="name -> address")
+    claimed_at: datetime | None = Field(None, description="When a job was first seen on its nodes.")
     preview: dict[str, object] | None = None
 
     def label(self) -> str:

@@ -46,6 +46,7 @@ def _view(row: RequestRow) -> RequestView:
         condition=Condition(row.condition), reason=row.reason or "",
         created_at=row.created_at, updated_at=row.updated_at,
         provisioned_at=row.provisioned_at, nodes=dict(row.nodes or {}), preview=row.preview,
+        claimed_at=row.claimed_at,
     )
 
 
@@ -147,6 +148,19 @@ class RequestBook:
         assert view is not None
         return view
 
+    def set_nodes(self, request_id: str, nodes: dict[str, str | None], now: datetime) -> None:
+        """Record the nodes launched for the request (name -> address, None until known)."""
+        with self.store._write() as s:
+            s.execute(update(RequestRow).where(RequestRow.id == request_id)
+                      .values(nodes=nodes, updated_at=now))
+
+    def set_claimed(self, request_id: str, now: datetime) -> None:
+        """A job was seen on the request's nodes: its booking is used."""
+        with self.store._write() as s:
+            s.execute(update(RequestRow).where(RequestRow.id == request_id,
+                                               RequestRow.claimed_at.is_(None))
+                      .values(claimed_at=now))
+
     def set_preview(self, request_id: str, preview: dict[str, Any]) -> None:
         with self.store._write() as s:
             s.execute(update(RequestRow).where(RequestRow.id == request_id)
@@ -154,8 +168,10 @@ class RequestBook:
 
 
 def held_nodes(requests: list[RequestView]) -> dict[str, str]:
-    """node name -> request id, for every node a live request holds."""
-    return {node: r.id for r in requests if r.holds_nodes for node in r.nodes}
+    """node name -> request id, for every node a live request holds or waits for (an
+    atomic request's first READY node waits, idle, for the others)."""
+    return {node: r.id for r in requests
+            if r.holds_nodes or r.condition is Condition.ACCEPTED for node in r.nodes}
 
 
 __all__ = ["Created", "IdempotencyConflict", "RequestBook", "UnknownRequestError", "held_nodes"]

@@ -147,5 +147,6 @@ class RequestRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     provisioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     nodes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     preview: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

@@ -24,7 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler.catalog import Catalog, load_catalog
-from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.store import Fenced, FleetStore
 from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.config import HttpSettings, ServiceConfig
@@ -69,6 +69,7 @@ class Service:
         self.notices = notices
         self.leadership, self.metrics = loop.leadership, loop.metrics
         self.api: ApiServer | None = None
+        self.keeper: Any = None  # a RequestKeeper when capacity requests are enabled
         self._closers = closers or []
         self._tick_started: float | None = None
         self._started = time.monotonic()
@@ -129,10 +130,37 @@ class Service:
         return plan_json(self.store)
 
     # -- running ------------------------------------------------------------------------
+    def keep_requests(self, executor: ExecutorLike | None) -> None:
+        """Move capacity requests one step before each tick (service/request_keeper.py)."""
+        from autoscaler.fleet.requests import RequestBook
+        from autoscaler.service.request_keeper import RequestKeeper
+
+        if executor is None:
+            return
+        self.keeper = RequestKeeper(RequestBook(self.store), self.loop.policies,
+                                    self.catalog, executor.submit, self.loop.clock)
+        self.keeper.observed = lambda: self.loop.last_snapshot
+        if "slurm" in self.config.signals.scheduler:
+            from autoscaler.signals.slurm_jobs import ended_jobs
+
+            slurm = self.config.signals.slurm
+            self.keeper.ended_jobs = lambda ids: ended_jobs(slurm, ids)
+
+    def _requests_step(self) -> None:
+        if self.keeper is None:
+            return
+        try:
+            self.keeper.run()
+        except Fenced:
+            log.debug("capacity requests: not the leader, nothing moved")
+        except Exception:  # a request's trouble must not stop the fleet's tick
+            log.exception("capacity requests: the step failed; retried next tick")
+
     def tick(self) -> Any:
         """One tick, tracked for /healthz (what the scheduler job runs)."""
         started = self._tick_started = time.monotonic()
         try:
+            self._requests_step()
             return self.loop.tick()
         finally:
             self._tick_started = None
@@ -290,6 +318,11 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     closers: list[Callable[[], None]] = [] if o.store else [store.close]
     reloader = PolicyReloader(config.policies_dir, catalog)
     signals = o.signals or build_signals(config, catalog, closers)
+    if config.http.team_tokens:  # nodes held by capacity requests are not scaled down
+        from autoscaler.fleet.requests import RequestBook
+        from autoscaler.service.request_keeper import HeldSignals
+
+        signals = HeldSignals(signals, RequestBook(store))
     prices = o.prices or build_prices(config, markets, clock)
     leadership = Leadership(store, config.leader)
     if leadership.enabled:  # every store write and side effect is fenced by the lease epoch
@@ -314,4 +347,7 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     if intake is not None and isinstance(executor, Executor):
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,
                              loop.count_step_errors)
-    return Service(config, loop, store, catalog, closers, notices)
+    service = Service(config, loop, store, catalog, closers, notices)
+    if config.http.team_tokens:
+        service.keep_requests(executor)
+    return service

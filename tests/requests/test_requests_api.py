@@ -75,6 +75,9 @@ def test_delete_releases_once_and_is_audited(service):
     audit = [(a.event, a.actor) for a in service.store.audit_log()]
     assert audit[-1] == ("request_released", "team vision")
     assert call(f"{url}/req-nothere", token=VISION)[0] == 404
+    other = call(url, "POST", VISION, {**BODY, "name": "ci-4712"})[1]["id"]
+    code, by_operator = call(f"{url}/{other}", "DELETE", OPERATOR)
+    assert code == 200 and by_operator["reason"].endswith("released by DELETE from operator")
 
 
 def test_quota_refusal_dry_run_and_check(service):

@@ -80,13 +80,6 @@ def slow_playbook(directory: Path, pause_s: int) -> Path:
   hosts: all
   gather_facts: false
   tasks:
-    # The namespace test hosts share this machine's file system, which (a container) has
-    # no /etc/modprobe.d for the nvidia_driver role's blacklist file; a real image has one.
-    - name: Directory the nvidia_driver role writes to
-      ansible.builtin.file:
-        path: /etc/modprobe.d
-        state: directory
-        mode: "0755"
     - name: Pause
       ansible.builtin.command: sleep {int(pause_s)}
       changed_when: false

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +46,7 @@ def test_notice_and_scale_up_do_not_wait_for_a_long_bootstrap(
     window = datetime.now(UTC)
     scenario.pending_job_for_third()
     scenario.spot_notice(fast)
+    time.sleep(6 * TICK_S)  # ticks keep coming while the bootstrap runs
     scenario.look_while_slow(slow)
     m = scenario.measured
     intervals = scenario.tick_intervals(window)
@@ -56,5 +58,5 @@ def test_notice_and_scale_up_do_not_wait_for_a_long_bootstrap(
     assert m.notice_to_draining_s is not None and m.notice_to_draining_s <= 5
     assert m.checkpointed
     assert m.pending_to_requested_ticks == 1
-    assert intervals and max(intervals) <= 2 * TICK_S + 1  # one decided plan per tick, on time
+    assert len(intervals) >= 5 and max(intervals) <= 2 * TICK_S  # a plan every tick, on time
     assert m.status_age_s is not None and m.status_age_s <= 3 * TICK_S

@@ -1,0 +1,163 @@
+"""Each tick, before the loop's own: move every live capacity request one step.
+
+The decisions are the engine's (:func:`~autoscaler.engine.request_progress.progress`);
+this module carries them out through the usual paths: new nodes are REQUESTED nodes in
+the store (carrying ``meta.request``) that the executor provisions and bootstraps like
+any other, and nodes that leave go as Drain / Terminate actions of a recorded plan that
+the executor submits (drain, checkpoint signal and grace, then terminate). Conditions are
+written before the side effect that follows them, and every write is fenced.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from autoscaler.catalog import Catalog
+from autoscaler.engine.admission import booked
+from autoscaler.engine.plan import Action, Drain, Plan, Terminate
+from autoscaler.engine.request_progress import RequestStep, progress
+from autoscaler.engine.snapshot import Snapshot
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.fleet.request_spec import Condition, RequestView
+from autoscaler.fleet.requests import RequestBook, held_nodes
+from autoscaler.policy.models import Market, TeamPolicy, find_pool, pool_key
+
+log = logging.getLogger(__name__)
+S = NodeState
+
+
+@dataclass
+class RequestKeeper:
+    book: RequestBook
+    policies: Callable[[], Mapping[str, TeamPolicy]]
+    catalog: Catalog
+    submit: Callable[[Plan, int | None], Any]  # the executor's submit
+    clock: Callable[[], datetime]
+    # linked Slurm job ids -> those that have ended (positive evidence only)
+    ended_jobs: Callable[[list[str]], frozenset[str]] = lambda ids: frozenset()
+    # the last tick's snapshot: which request nodes run jobs (None: no evidence)
+    observed: Callable[[], Snapshot | None] = lambda: None
+
+    def run(self) -> list[str]:
+        """One step for every request that is not done; returns the steps' reasons."""
+        store = self.book.store
+        store.fence()  # a follower moves nothing
+        now = self.clock()
+        nodes = {n.name: n for n in store.nodes(include_terminated=True)}
+        leaving: list[Action] = []
+        lines = []
+        views = self.book.list()  # ended ones too: their nodes may still have to leave
+        linked = [v.spec.link.slurm_job for v in views if v.condition is Condition.PROVISIONED
+                  and v.spec.link is not None and v.spec.link.slurm_job is not None]
+        ended = self.ended_jobs(linked) if linked else frozenset()
+        snapshot = self.observed()
+        for view in views:
+            unused = self._unused(view, snapshot, now)
+            step = progress(view, nodes, now, ended, unused)
+            if step.kind == "wait":
+                continue
+            lines.append(step.reason)
+            leaving += self._apply(view, step, nodes, now)
+        if leaving:
+            plan = Plan(decided_at=now, actions=leaving)
+            self.submit(plan, store.record_plan(plan))
+        for line in lines:
+            log.info("%s", line)
+        return lines
+
+    def _unused(self, view: RequestView, snapshot: Snapshot | None, now: datetime) -> bool:
+        """Record a first job on the nodes as the claim; True only when the scheduler read
+        every node of a Provisioned request and none runs or holds anything."""
+        if view.condition is not Condition.PROVISIONED or snapshot is None:
+            return False
+        seen = [snapshot.nodes[n].scheduler if n in snapshot.nodes else None for n in view.nodes]
+        if any(s is not None and (s.jobs or s.gpus_allocated > 0) for s in seen):
+            if view.claimed_at is None:
+                self.book.set_claimed(view.id, now)
+            return False
+        return bool(seen) and all(s is not None for s in seen)
+
+    def _apply(self, view: RequestView, step: RequestStep, nodes: Mapping[str, Node],
+               now: datetime) -> list[Action]:
+        if step.kind == "launch":
+            if not self._launch(view, now):
+                self.book.set_condition(view.id, Condition.FAILED, now, (
+                    f"{view.label()} failed: its team's policy no longer has a pool for it"))
+        elif step.kind == "provisioned":
+            self.book.set_condition(view.id, Condition.PROVISIONED, now, step.reason,
+                                    nodes=step.addresses)
+        elif step.kind == "expire":
+            view = self.book.set_condition(view.id, Condition.BOOKING_EXPIRED, now, step.reason)
+            view = self.book.set_condition(view.id, Condition.RELEASED, now, step.reason)
+            return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason)
+        elif step.kind in ("fail", "release"):
+            to = Condition.FAILED if step.kind == "fail" else Condition.RELEASED
+            view = self.book.set_condition(view.id, to, now, step.reason)
+            return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason)
+        elif step.kind == "remove":
+            return _leave(view, step.nodes, nodes, step.reason)
+        return []
+
+    def _launch(self, view: RequestView, now: datetime) -> bool:
+        """Create the request's nodes; False when its team's policy has no pool for them
+        any more (True while no policy is loaded yet: the first tick loads them)."""
+        live = self.policies()
+        if view.team not in live:
+            return not live
+        names: dict[str, str | None] = {}
+        placements = booked([view], live, self.catalog)
+        if len(placements) != len(view.spec.node_sets):
+            return False  # all node sets or none
+        total = sum(p.nodes for p in placements)
+        for placed in placements:
+            team, _, name = placed.pool.partition("/")
+            pool = find_pool(live, team, name)
+            if pool is None:
+                continue
+            for _ in range(placed.nodes):
+                node = self.book.store.create_node(
+                    team=team, pool=name, cloud=pool.cloud.value, region=pool.region,
+                    zone=None, instance_type=placed.instance_type, market=Market.ON_DEMAND,
+                    now=now, reason=f"{view.label()}: node {len(names) + 1} of {total}",
+                    meta={"cluster": pool.cluster.kind, "request": view.id})
+                names[node.name] = None
+                self.book.set_nodes(view.id, names, now)  # after each: a crash loses none
+        return bool(names)
+
+
+def _leave(view: RequestView, names: tuple[str, ...], nodes: Mapping[str, Node],
+           reason: str) -> list[Action]:
+    """Drain the READY nodes (signal and grace as in any drain), terminate the rest."""
+    out: list[Action] = []
+    for name in names:
+        node = nodes[name]
+        key = pool_key(node.team, node.pool)
+        if node.state is S.READY:
+            out.append(Drain(pool=key, node=name, trigger="released", reason=reason))
+        else:
+            out.append(Terminate(pool=key, node=name, reason=reason))
+    return out
+
+
+class HeldSignals:
+    """The loop's signals with ``Snapshot.held`` filled from the live requests."""
+
+    def __init__(self, inner: Any, book: RequestBook):
+        self.inner, self.book = inner, book
+
+    def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Any, now: datetime) -> Snapshot:
+        snapshot: Snapshot = self.inner.read(policies, fleet_nodes, now)
+        views = {v.id: v for v in self.book.list(include_final=False)}
+        held = {node: views[rid].label() for node, rid in held_nodes(list(views.values())).items()}
+        return snapshot.model_copy(update={"held": held}) if held else snapshot
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the wrapped signals'
+        return getattr(self.inner, name)
+
+
+__all__ = ["HeldSignals", "RequestKeeper"]

@@ -1,0 +1,141 @@
+"""Requests through a built service's ticks: launched, Provisioned, released and drained,
+an atomic request rolled back after a capacity error, ttl expiry (fake executor)."""
+
+from __future__ import annotations
+
+from autoscaler.engine.plan import Drain, Terminate
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.request_spec import Condition
+from autoscaler.fleet.requests import RequestBook
+from tests.requests.conftest import BODY, VISION
+from tests.requests.test_requests_api import call
+
+S = NodeState
+
+
+def submitted(service, kind):
+    return [a for plan, _ in service.loop.executor.submitted for a in plan.actions
+            if isinstance(a, kind)]
+
+
+def test_atomic_request_provisioned_then_delete_drains_and_terminates(service):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    service.tick()  # the keeper launches 2 nodes; the executor makes them READY
+    book = RequestBook(service.store)
+    names = sorted(book.get(rid).nodes)
+    assert len(names) == 2
+    nodes = {n.name: n for n in service.store.nodes()}
+    assert all(service.store.meta(n)["request"] == rid for n in names)
+    first = service.store.transitions(names[0])[0]
+    assert first.to_state == "REQUESTED" and first.reason.endswith("GPUs): node 1 of 2")
+    assert nodes[names[0]].instance_type == "p3.8xlarge"
+    service.tick()
+    code, got = call(f"{url}/{rid}", token=VISION)
+    assert code == 200 and got["condition"] == "Provisioned" and sorted(got["nodes"]) == names
+    assert service.loop.last_snapshot.held == {n: book.get(rid).label() for n in names}
+    assert call(f"{url}/{rid}", "DELETE", VISION)[1]["condition"] == "Released"
+    for _ in range(3):
+        service.tick()
+    assert sorted(a.node for a in submitted(service, Drain)) == names
+    assert {a.trigger for a in submitted(service, Drain)} == {"released"}
+    assert {service.store.get(n).state for n in names} == {S.TERMINATED}
+    assert service.loop.last_snapshot.held == {}
+
+
+def test_atomic_request_rolled_back_when_one_node_hits_a_capacity_error(service):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    service.keeper.run()  # launch only: both nodes REQUESTED
+    first, second = sorted(RequestBook(service.store).get(rid).nodes)
+    service.store.transition(second, S.PROVISION_FAILED, service.loop.clock(),
+                             "InsufficientInstanceCapacity: no p3.8xlarge in us-east-1a")
+    service.tick()
+    view = RequestBook(service.store).get(rid)
+    assert view.condition is Condition.FAILED
+    assert view.reason == (f"{view.label()} failed: {second} PROVISION_FAILED: "
+                           "InsufficientInstanceCapacity: no p3.8xlarge in us-east-1a; rolled "
+                           "back 1 other node(s) (all or none)")
+    assert [a.node for a in submitted(service, Terminate)][:1] == [first]
+    service.tick()
+    assert service.store.get(first).state is S.TERMINATED
+    assert [a.event for a in service.store.audit_log()].count("request_failed") == 1
+
+
+def test_ttl_expiry_releases_and_drains(service):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, {**BODY, "ttl": "1h"})[1]["id"]
+    service.tick()
+    service.tick()
+    assert RequestBook(service.store).get(rid).condition is Condition.PROVISIONED
+    service.loop.clock.advance(minutes=59)
+    service.tick()
+    assert RequestBook(service.store).get(rid).condition is Condition.PROVISIONED
+    service.loop.clock.advance(minutes=2)
+    service.tick()
+    view = RequestBook(service.store).get(rid)
+    assert view.condition is Condition.RELEASED and "ttl 1h reached" in view.reason
+    assert len(submitted(service, Drain)) == 2
+
+
+def test_a_request_whose_linked_slurm_job_ended_is_released(service):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, {**BODY, "link": {"slurm_job": "4711"}})[1]["id"]
+    seen: list[list[str]] = []
+    answers = iter([frozenset(), frozenset({"4711"})])
+
+    def ended(ids):
+        seen.append(ids)
+        return next(answers)
+
+    service.keeper.ended_jobs = ended
+    service.tick()
+    service.tick()  # Provisioned: from now on its job is asked about
+    service.tick()  # still running
+    assert RequestBook(service.store).get(rid).condition is Condition.PROVISIONED
+    service.tick()
+    view = RequestBook(service.store).get(rid)
+    assert view.condition is Condition.RELEASED and "linked Slurm job 4711 has ended" in view.reason
+    assert seen == [["4711"], ["4711"]]
+
+
+def test_an_accepted_request_whose_pool_was_removed_fails(service, tmp_path):
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    (tmp_path / "policies" / "vision.yaml").unlink()
+    service.loop.reloader.refresh()
+    assert set(service.loop.policies()) == {"nlp"}
+    service.keeper.run()
+    view = RequestBook(service.store).get(rid)
+    assert view.condition is Condition.FAILED and "no longer has a pool" in view.reason
+    assert view.nodes == {}
+
+
+def test_booking_expires_only_on_evidence_that_no_job_used_the_nodes(service):
+    from autoscaler.engine.snapshot import NodeObservation, RunningJob, SchedulerNode, Snapshot
+
+    url = service.api.url + "/v1/requests"
+    unused = call(url, "POST", VISION, {**BODY, "booking": "10m"})[1]["id"]
+    used = call(url, "POST", VISION, {**BODY, "name": "ci-4712", "node_sets": [
+        {"gpu_model": "V100", "gpus": 4, "nodes": 1}]})[1]["id"]
+    service.tick()
+    service.tick()
+    book = RequestBook(service.store)
+    assert {book.get(r).condition for r in (unused, used)} == {Condition.PROVISIONED}
+    idle = SchedulerNode(state="idle", gpus_total=4)
+    busy = SchedulerNode(state="allocated", gpus_total=4, gpus_allocated=4,
+                         jobs=[RunningJob(id="77", gpus=4)])
+    observed: dict = {"snap": None}
+    service.keeper.observed = lambda: observed["snap"]
+    service.loop.clock.advance(minutes=11)
+    service.keeper.run()  # no scheduler data: no evidence, nothing expires
+    assert book.get(unused).condition is Condition.PROVISIONED
+    nodes = {n: NodeObservation(scheduler=idle) for n in book.get(unused).nodes}
+    nodes |= {n: NodeObservation(scheduler=busy) for n in book.get(used).nodes}
+    observed["snap"] = Snapshot(taken_at=service.loop.clock(), nodes=nodes)
+    service.keeper.run()
+    gone, kept = book.get(unused), book.get(used)
+    assert gone.condition is Condition.RELEASED and "booking expired" in gone.reason
+    assert kept.condition is Condition.PROVISIONED and kept.claimed_at is not None
+    events = [a.event for a in service.store.audit_log()]
+    assert "request_bookingexpired" in events
