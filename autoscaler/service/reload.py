@@ -110,7 +110,12 @@ class PolicyReloader:
         if prior is not None and prior.digest == digest:
             prior.stat = stat
             return
-        policy, errors = load_file(path, self.catalog)
+        try:
+            policy, errors = load_file(path, self.catalog)
+        except Exception as exc:  # a loader bug must cost one team its update, not every tick
+            log.exception("cannot load %s; the team keeps its last good policy", path)
+            policy, errors = None, [PolicyError(str(path), 1, 1, "", "this file could not be "
+                                                f"read ({type(exc).__name__}); see the service log")]
         if errors:
             for err in errors:
                 log.error("policy error (team keeps its last good policy): %s", err)

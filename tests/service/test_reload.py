@@ -72,6 +72,29 @@ def test_a_broken_file_keeps_the_last_good_policy_until_fixed(pdir, caplog):
     assert result.errors == [] and r.policies["vision"].pools[0].max_nodes == 5
 
 
+def test_a_loader_that_raises_costs_only_that_team_its_update(pdir, monkeypatch, caplog):
+    r = PolicyReloader(pdir, default_catalog())
+    r.refresh()
+    real = reload_mod.load_file
+
+    def crashing(path, catalog):
+        if path.name == "vision.yaml":
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(path, catalog)
+
+    monkeypatch.setattr(reload_mod, "load_file", crashing)
+    for name in ("vision.yaml", "search.yaml"):
+        path = pdir / name
+        path.write_text(path.read_text().replace("max_nodes: ", "max_nodes: 1"))
+        touch_later(path)
+    result = r.refresh()
+    assert result.updated == ["search"] and r.policies["search"].pools[0].max_nodes == 12
+    assert r.policies["vision"].pools[0].max_nodes == 4  # its last good policy
+    (err,) = result.errors
+    assert err.file == str(pdir / "vision.yaml") and "RecursionError" in err.message
+    assert "keeps its last good policy" in caplog.text
+
+
 def test_removed_files_remove_their_team_and_new_broken_files_add_nothing(pdir):
     r = PolicyReloader(pdir, default_catalog())
     r.refresh()
