@@ -126,6 +126,15 @@ class Offering(_Model):
     in_stock: bool | None = None
 
 
+class ForecastFloor(_Model):
+    """A pool's forecast demand ahead of now, held as a floor (predictive mode ``scale``).
+
+    Computed outside decide() (autoscaler/forecast) and handed in as data."""
+
+    gpus: float = Field(ge=0, le=10_000_000)
+    reason: str = Field(description="Which forecast, model and accuracy set it.")
+
+
 class Snapshot(_Model):
     taken_at: datetime
     nodes: dict[str, NodeObservation] = Field(default_factory=dict)
@@ -140,6 +149,8 @@ class Snapshot(_Model):
     cluster_quotas: dict[str, ClusterQuota] = Field(
         default_factory=dict, description="Team -> GPU limit read from the cluster "
         "(pools with cluster.quota_from: resourcequota).")
+    forecasts: dict[str, ForecastFloor] = Field(
+        default_factory=dict, description="Pool -> forecast floor (predictive: mode scale).")
 
 
 class DecisionInput(_Model):
