@@ -64,9 +64,11 @@ class Forecaster:
         """GPUs to hold now for the demand up to ``now + lead`` (``at``: now as a date)."""
         step = self.series.step
         first, last = self.series.bin_of(now), self.series.bin_of(now + self.lead_s)
+        if not 1 <= first <= len(self.series):
+            return None  # no complete bin yet, or a time the history does not reach
         origin = first - first % REFRESH_BINS
         fc = self.forecast(origin)
-        if fc is None or first < 1 or last - origin >= HORIZON:
+        if fc is None or last - origin >= HORIZON:
             return None
         window = fc[first - origin:last - origin + 1]
         gpus = float(np.ceil(window.max() - 1e-9))
