@@ -29,6 +29,7 @@ COMMANDS = [
     "autoscaler.cli.prices",
     "autoscaler.cli.signals",
     "autoscaler.cli.simulate",
+    "autoscaler.cli.forecast",
     "autoscaler.cli.run",
     "autoscaler.cli.status",
     "autoscaler.cli.request",

@@ -34,6 +34,8 @@ def _run(trace: Path, policies: Path, prices: Path | None, pool: str | None, sta
     try:
         team, chosen, notes = select_pool(load_policies(policies, catalog), pool)
         workload = load_pod_list(trace, start_day, days)
+        if "predictive" in strategies and start_day > 0:  # its history: the days before
+            workload.before = load_pod_list(trace, 0, start_day).jobs
         spot: SpotMarket | None = (load_spot_traces(spot_trace, interrupt_share)
                                      if spot_trace else None)
         duty: DutyCycles | None = load_duty_cycles(duty_cycles) if duty_cycles else None
@@ -91,7 +93,9 @@ def simulate(
     launch_attempt: Annotated[str, typer.Option("--launch-attempt", help="Time of one provisioning "
                                                 "attempt (plan + apply); a refusal is learned after "
                                                 "it.")] = "36s",
-    strategies: Annotated[str, typer.Option(help="Comma-separated strategies to replay.")] = ",".join(ALL),
+    strategies: Annotated[str, typer.Option(help="Comma-separated strategies to replay (also: "
+                                            "predictive, trained on the days before --start-day)."
+                                            )] = ",".join(ALL),
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write report.json and PNG plots here.",
                                              file_okay=False)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.engine import preempt
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
+from autoscaler.engine.forecast_floor import raise_floor
 from autoscaler.engine.held import keep_held
 from autoscaler.engine.plan import (
     Action,
@@ -70,6 +71,11 @@ class _Decision:
         self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices,
                                                      survey=partial(survey, now=now))
         self.unserved = snapshot.unserved
+        for ctx in self.contexts:
+            try:  # the higher of the schedule floor and the forecast floor wins
+                raise_floor(ctx, snapshot.forecasts.get(ctx.key), self.prices)
+            except Exception as exc:
+                ctx.error = ctx.error or rule_error("its forecast floor", exc)
         self.ledger = Ledger(policies, settings, snapshot.cluster_quotas)
         self.ledger.count_existing(self.contexts)
         for node in self.orphans:

@@ -131,6 +131,15 @@ class Offering(_Model):
     in_stock: bool | None = None
 
 
+class ForecastFloor(_Model):
+    """A pool's forecast demand ahead of now, held as a floor (predictive mode ``scale``).
+
+    Computed outside decide() (autoscaler/forecast) and handed in as data."""
+
+    gpus: float = Field(ge=0, le=10_000_000)
+    reason: str = Field(description="Which forecast, model and accuracy set it.")
+
+
 class Snapshot(_Model):
     taken_at: datetime
     nodes: dict[str, NodeObservation] = Field(default_factory=dict)
@@ -148,6 +157,8 @@ class Snapshot(_Model):
     held: dict[str, str] = Field(
         default_factory=dict, description="Node -> the capacity request holding it (its "
         "label, e.g. 'request ci-4711 (team vision, atomic, 2 x 4 GPUs)'): not scaled down.")
+    forecasts: dict[str, ForecastFloor] = Field(
+        default_factory=dict, description="Pool -> forecast floor (predictive: mode scale).")
 
 
 class DecisionInput(_Model):

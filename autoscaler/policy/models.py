@@ -154,6 +154,21 @@ class ScheduleEntry(_Strict):
     timezone: TimeZoneName = "UTC"
 
 
+class Predictive(_Strict):
+    """Capacity ahead of the forecast peak (README "Predictive capacity")."""
+
+    mode: Literal["off", "forecast-only", "scale"] = Field(
+        "off", description="forecast-only: report the forecast; scale: also hold it as a floor.")
+    quantile: float = Field(0.8, ge=0.5, le=0.99, description="Forecast quantile held as a floor.")
+    lead: Duration | None = Field(
+        None, description="How far ahead capacity is bought (default: the pool's measured "
+        "boot-to-ready time).")
+    min_history: Duration = Field(timedelta(days=7), description="History needed before the "
+                                  "learned model is used (the hour-of-week baseline needs a day).")
+    max_extra_gpus: int = Field(64, ge=0, le=1_000_000, description="Most GPUs the forecast "
+                                "holds above the GPUs jobs request now.")
+
+
 class MpsSettings(_Strict):
     active_thread_percentage: Percent = 100
     pinned_device_mem_limit_mib: int | None = Field(None, ge=1, le=10_000_000)
@@ -210,6 +225,7 @@ class Pool(_Strict):
     schedule: list[ScheduleEntry] = Field(default_factory=list)
     bootstrap: Bootstrap = Bootstrap()
     cluster: Cluster = Cluster()
+    predictive: Predictive = Predictive()
 
 
 class TeamPolicy(_Strict):

@@ -20,6 +20,7 @@ from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike
 from autoscaler.sim.strategies.engine import EngineStrategy
 from autoscaler.sim.strategies.oracle import oracle
+from autoscaler.sim.strategies.predictive import PredictiveStrategy
 from autoscaler.sim.strategies.static import StaticFleet
 from autoscaler.sim.strategies.target_tracking import TargetTracking, fitting_type
 from autoscaler.sim.traces import DAY, DutyCycles, TraceError, Workload
@@ -94,6 +95,7 @@ def build_strategies(names: Sequence[str], policy: TeamPolicy, pool: Pool, catal
         "static": lambda: StaticFleet.for_workload(workload, pool, catalog, quota),
         "ca_like": lambda: ClusterAutoscalerLike(quota_gpus=quota),
         "target_tracking": lambda: TargetTracking(fitting_type(workload, pool, catalog), quota_gpus=quota),
+        "predictive": lambda: PredictiveStrategy.for_workload(policy, pool, catalog, workload, config),
     }
     unknown = [n for n in names if n not in make]
     if unknown:

@@ -76,6 +76,9 @@ class Workload:
     end: float
     trace_end: float
     stats: LoadStats = field(default_factory=LoadStats)
+    # Jobs before the window: the demand history the predictive strategy trains on (only
+    # filled when it is replayed; see sim/strategies/predictive.py).
+    before: list[Job] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:

@@ -15,10 +15,10 @@ from autoscaler.catalog import Catalog
 from autoscaler.engine import decide
 from autoscaler.engine.plan import Plan
 from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import CapacityError
+from autoscaler.engine.snapshot import CapacityError, Snapshot
 from autoscaler.fleet.intents import NewNode, Remove, StartDrain, StopDrain, interpret
 from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import PoolHistory
+from autoscaler.fleet.node import FleetView, PoolHistory
 from autoscaler.policy.models import Pool, TeamPolicy
 from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.observe import Observer, to_datetime
@@ -47,13 +47,16 @@ class EngineStrategy(Strategy):
     def parameters(self) -> dict[str, object]:
         return {"tick_s": self.interval, "policy": self.pool.model_dump(mode="json")}
 
-    def tick(self, replay: Replay, now: float) -> None:
-        replay.sample_util(now)
+    def observe(self, replay: Replay, now: float) -> tuple[FleetView, Snapshot]:
         nodes = list(replay.cluster.nodes.values())
         backoff = self.pool.capacity.capacity_error_backoff
         self.errors = [e for e in self.errors if to_datetime(now) - e.at < backoff]
         fleet = self.observer.fleet(nodes, self.history)
-        snapshot = self.observer.snapshot(nodes, replay.cluster.pending, self.errors, now)
+        return fleet, self.observer.snapshot(nodes, replay.cluster.pending, self.errors, now)
+
+    def tick(self, replay: Replay, now: float) -> None:
+        replay.sample_util(now)
+        fleet, snapshot = self.observe(replay, now)
         began = time.perf_counter()
         plan = decide(self.policies, fleet, snapshot, to_datetime(now), catalog=self.catalog,
                       settings=self.settings)

@@ -1,0 +1,87 @@
+"""A pool's predictive floor: train (choose the model by backtest), then forecast ahead.
+
+``Forecaster.train`` backtests every model on the history it is given (the last 14 days
+of it at most, as AWS predictive scaling does) and keeps the winner, or the hour-of-week
+baseline when the learned model does not beat it or the history is shorter than the
+policy's ``min_history``. ``floor`` re-forecasts once an hour from the bins known so far
+and returns the GPUs to hold for ``[now, now + lead]``, with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from autoscaler.engine.snapshot import ForecastFloor
+from autoscaler.forecast.backtest import HORIZON, Score, backtest
+from autoscaler.forecast.models import BASELINE, MODELS
+from autoscaler.forecast.series import DAY_BINS, DemandSeries
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import Predictive
+
+BACKTEST_DAYS = 14
+REFRESH_BINS = 12  # re-forecast every hour
+
+
+@dataclass
+class Forecaster:
+    series: DemandSeries
+    policy: Predictive
+    lead_s: float
+    choice: Score
+    backtest_days: float
+    _cache: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def train(cls, series: DemandSeries, until: float, policy: Predictive,
+              lead_s: float) -> Forecaster:
+        """Choose the model on the bins before ``until`` only."""
+        known = series.before(until)
+        test = min(BACKTEST_DAYS * DAY_BINS, len(known) // 2)
+        enough = len(known) * series.step >= policy.min_history.total_seconds()
+        models = tuple(MODELS) if enough else (BASELINE,)
+        result = backtest(known, len(known) - test, models=models)
+        return cls(series, policy, lead_s, result.chosen(), test / DAY_BINS)
+
+    @property
+    def lead(self) -> timedelta:
+        return timedelta(seconds=self.lead_s)
+
+    def forecast(self, origin: int) -> np.ndarray | None:
+        """The policy quantile for HORIZON bins from ``origin`` (None: too little history)."""
+        if origin not in self._cache:
+            try:
+                fc = MODELS[self.choice.model](self.series.values[:origin], HORIZON,
+                                               (self.policy.quantile,))[0]
+            except ValueError:
+                return None
+            self._cache = {origin: fc}
+        return self._cache[origin]
+
+    def floor(self, now: float, at: datetime) -> ForecastFloor | None:
+        """GPUs to hold now for the demand up to ``now + lead`` (``at``: now as a date)."""
+        step = self.series.step
+        first, last = self.series.bin_of(now), self.series.bin_of(now + self.lead_s)
+        if not 1 <= first <= len(self.series):
+            return None  # no complete bin yet, or a time the history does not reach
+        origin = first - first % REFRESH_BINS
+        fc = self.forecast(origin)
+        if fc is None or last - origin >= HORIZON:
+            return None
+        window = fc[first - origin:last - origin + 1]
+        gpus = float(np.ceil(window.max() - 1e-9))
+        current = float(self.series.values[first - 1])  # the last complete bin
+        cap = current + self.policy.max_extra_gpus
+        start = at - timedelta(seconds=now - first * step)
+        end = start + timedelta(seconds=(last - first + 1) * step)
+        mape = f"MAPE {self.choice.mape:.0f}%" if self.choice.mape is not None else "MAPE n/a"
+        why = (f"forecast p{self.policy.quantile * 100:.0f} for {start:%a %H:%M}-{end:%H:%M} is "
+               f"{gpus:g} GPUs ({self.choice.model} model, {mape} over "
+               f"{self.backtest_days:.0f} d; {format_duration(self.lead)} ahead)")
+        if gpus > cap:
+            why += (f", capped at {cap:g} (max_extra_gpus {self.policy.max_extra_gpus} above the "
+                    f"{current:g} requested)")
+            gpus = cap
+        return ForecastFloor(gpus=gpus, reason=why)
