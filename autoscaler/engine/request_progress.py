@@ -39,9 +39,11 @@ class RequestStep:
 
 
 def _remove(view: RequestView, nodes: Mapping[str, Node]) -> tuple[str, ...]:
-    """The request's nodes that are still up and not already leaving."""
+    """The request's nodes that are still up and not already leaving. A PROVISIONING node
+    waits: its apply is in flight, and it is removed (with the instance id the apply
+    settled) on a later step, never racing the apply that creates it."""
     return tuple(sorted(n for n in view.nodes if n in nodes
-                        and nodes[n].state not in GONE | LEAVING))
+                        and nodes[n].state not in GONE | LEAVING | {S.PROVISIONING}))
 
 
 def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
@@ -83,9 +85,10 @@ def _failed(view: RequestView, mine: Mapping[str, Node | None], failed: Mapping[
     name, node = sorted(failed.items())[0]
     why = f"{name} {node.state.value}: {node.reason}" if node else f"{name} is gone"
     if view.spec.request_class is RequestClass.ATOMIC:
-        removed = _remove(view, nodes)
-        return RequestStep("fail", f"{label} failed: {why}; rolled back "
-                           f"{len(removed)} other node(s) (all or none)", removed)
+        others = [n for n, nd in mine.items() if n not in failed and nd is not None
+                  and nd.state not in LEAVING]
+        return RequestStep("fail", f"{label} failed: {why}; rolling back "
+                           f"{len(others)} other node(s) (all or none)", _remove(view, nodes))
     if any(n is not None and n.state in IN_FLIGHT for n in mine.values()):
         return RequestStep("wait", f"{label}: {why}; waiting for the other nodes")
     ready = {n: node for n, node in mine.items() if node is not None and node.state is S.READY}

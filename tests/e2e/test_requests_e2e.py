@@ -179,7 +179,7 @@ def test_atomic_request_rolled_back_when_the_second_node_hits_a_capacity_error(
         assert view is not None
         first, second = sorted(view.nodes)
         assert f"{second} PROVISION_FAILED" in view.reason
-        assert "InsufficientInstanceCapacity" in view.reason and "rolled back" in view.reason
+        assert "InsufficientInstanceCapacity" in view.reason and "rolling back" in view.reason
         loop.until(lambda: loop.states()[first] is S.TERMINATED, 300, f"{first} rolled back")
         rollback_s = time.monotonic() - failed_at
         # The failed node is cleaned up like any PROVISION_FAILED node (decide terminates it).

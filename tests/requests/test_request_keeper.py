@@ -54,7 +54,7 @@ def test_atomic_request_rolled_back_when_one_node_hits_a_capacity_error(service)
     view = RequestBook(service.store).get(rid)
     assert view.condition is Condition.FAILED
     assert view.reason == (f"{view.label()} failed: {second} PROVISION_FAILED: "
-                           "InsufficientInstanceCapacity: no p3.8xlarge in us-east-1a; rolled "
+                           "InsufficientInstanceCapacity: no p3.8xlarge in us-east-1a; rolling "
                            "back 1 other node(s) (all or none)")
     assert [a.node for a in submitted(service, Terminate)][:1] == [first]
     service.tick()

@@ -45,10 +45,14 @@ def test_atomic_failure_rolls_back_the_others_with_the_reason():
     step = progress(view(), nodes, NOW)
     assert step.kind == "fail" and step.nodes == ("vision-gpu-1",)
     assert step.reason == (f"{LABEL} failed: vision-gpu-2 PROVISION_FAILED: "
-                           "InsufficientInstanceCapacity in us-east-1a; rolled back 1 other "
+                           "InsufficientInstanceCapacity in us-east-1a; rolling back 1 other "
                            "node(s) (all or none)")
     failed = view(condition=Condition.FAILED)
     assert progress(failed, nodes, NOW).kind == "remove"
+    in_flight = states(("vision-gpu-1", S.PROVISIONING), ("vision-gpu-2", S.PROVISION_FAILED))
+    step = progress(view(), in_flight, NOW)
+    assert step.kind == "fail" and step.nodes == ()  # its apply settles first
+    assert progress(failed, in_flight, NOW).kind == "wait"
     gone = states(("vision-gpu-1", S.DRAINING), ("vision-gpu-2", S.TERMINATED))
     assert progress(failed, gone, NOW).kind == "wait"
 
