@@ -7,7 +7,6 @@ then un-draining a node, and only then a new node.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -52,20 +51,6 @@ class _Picker:
         self.mix = MarketMix(ctx.pool.capacity, od, ctx.size - od)
         self.max_wait = ctx.pool.capacity.wait_limit(ctx.policy.priority)
         self._refusals: list[str] | None = None
-        self._spot_zones: Counter[str | None] | None = None  # spot nodes per zone, on first use
-
-    def _spread(self, offers: list[Offer]) -> Offer:
-        """Among the cheapest type's equally priced zones, the one with the fewest spot
-        nodes of the pool: spot outages and interruptions come per zone and in bursts, so
-        spreading bounds what one zone takes down."""
-        counts = self._spot_zones
-        if counts is None:
-            counts = self._spot_zones = Counter(n.zone for n in self.ctx.active if n.market is Market.SPOT)
-        best = offers[0]
-        ties = [o for o in offers if o.instance_type == best.instance_type and o.per_gpu == best.per_gpu]
-        pick = min(ties, key=lambda o: counts[o.zone]) if len(ties) > 1 else best
-        counts[pick.zone] += 1
-        return pick
 
     def refusals(self) -> list[str]:
         if self._refusals is None:
@@ -97,7 +82,7 @@ class _Picker:
         offers, skipped = self.prices.offers(pool, market, gpus, model, zones)
         if offers:
             self.mix.take(market)
-            return (self._spread(offers) if market is Market.SPOT else offers[0]), "", False
+            return offers[0], "", False
         if market is Market.SPOT and pool.capacity.spot_fallback == "on-demand":
             od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones)
             if od:

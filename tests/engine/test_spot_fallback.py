@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from autoscaler.engine import Launch, decide
 from autoscaler.engine.snapshot import CapacityError, PendingJob, PoolObservation
 from autoscaler.policy.models import Capacity, Market, Priority
-from tests.builders import NOW, fleet, make_node, make_policy, snapshot
+from tests.builders import NOW, fleet, make_policy, snapshot
 
 KEY = "vision/gpu"
 ZONES = ["us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f"]
@@ -69,15 +69,3 @@ def test_explicit_max_wait_overrides_the_tier_and_is_bounded():
     assert Capacity().wait_limit(Priority.MEDIUM) == timedelta(minutes=10)
     with pytest.raises(ValidationError, match="at most 1d"):
         Capacity(max_wait="2d")
-
-
-def test_spot_nodes_spread_over_equally_priced_zones():
-    policy = make_policy(instance_types=["p3.2xlarge"], zones=ZONES[:2],
-                         capacity={"spot_percent": 100, "spot_fallback": "on-demand"})
-    jobs = [PendingJob(id=f"j{i}", gpus=1, submitted_at=NOW) for i in range(3)]
-    existing = [make_node("n1", zone=ZONES[0], market=Market.SPOT)]
-    plan = decide({policy.team: policy}, fleet(*existing),
-                  snapshot(pools={KEY: PoolObservation(pending=jobs)}), NOW)
-    zones = sorted(a.zone for a in plan.actions if isinstance(a, Launch) for _ in range(a.count))
-    # One spot node already in 1a: of three more, two go to 1c and one to 1a (2 and 2).
-    assert zones == [ZONES[0], ZONES[1], ZONES[1]]
