@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from autoscaler.engine.pricing import Offer
 from autoscaler.engine.snapshot import PendingJob
@@ -78,6 +79,12 @@ def part_zones(jobs: list[PendingJob]) -> dict[str, frozenset[str]]:
     """Part id -> the zones it may run in, for the parts that are constrained."""
     return {(j.id if j.nodes == 1 else f"{j.id}[{k}]"): frozenset(j.zones)
             for j in jobs if j.zones is not None for k in range(j.nodes)}
+
+
+def part_waits(jobs: list[PendingJob], now: datetime) -> dict[str, timedelta]:
+    """Part id -> how long its job has been pending, for jobs that report a submit time."""
+    return {(j.id if j.nodes == 1 else f"{j.id}[{k}]"): max(timedelta(0), now - j.submitted_at)
+            for j in jobs if j.submitted_at is not None for k in range(j.nodes)}
 
 
 def bin_zone(b: Bin) -> str | None:

@@ -335,12 +335,13 @@ class _Decision:
 
 def _launches(key: str, new: list[NewNode]) -> list[Launch]:
     out = []
-    for (offer, trigger, why), group in groupby(new, key=lambda n: (n.offer, n.trigger, n.why)):
+    for (offer, trigger, why, fallback), group in groupby(
+            new, key=lambda n: (n.offer, n.trigger, n.why, n.fallback_from_spot)):
         items = list(group)
         out.append(Launch(
             pool=key, instance_type=offer.instance_type, market=offer.market, zone=offer.zone,
             count=len(items), gpus_per_node=offer.gpus, hourly_usd=offer.hourly_usd, trigger=trigger,
-            replaces=sorted({r for n in items for r in n.replaces}),
+            replaces=sorted({r for n in items for r in n.replaces}), fallback_from_spot=fallback,
             reason=f"{key}: {why}; launching {len(items)} x {offer.describe()}",
         ))
     return out

@@ -30,6 +30,9 @@ class Launch(_Action):
     replaces: list[str] = Field(
         default_factory=list, description="Interrupted nodes this launch stands in for."
     )
+    fallback_from_spot: bool = Field(
+        False, description="On-demand because spot was refused or the jobs waited max_wait: "
+        "a candidate to move back to spot.")
 
 
 class Drain(_Action):

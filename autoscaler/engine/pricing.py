@@ -125,6 +125,17 @@ class Prices:
             return f"{err.code} since {err.at:%H:%M:%S} ({err.message})"
         return f"{err.code} at {err.at:%H:%M:%S}"
 
+    def spot_refusals(self, pool: Pool) -> list[str]:
+        """The pool's spot (type, zone) offerings refused within the back-off: an outage
+        under way, which jobs past their max_wait do not wait out zone by zone."""
+        out = []
+        for name in pool.instance_types:
+            for zone in list[str | None](pool.zones) or [None]:
+                err = self.capacity_error(pool, name, zone, Market.SPOT)
+                if err:
+                    out.append(f"{name} spot" + (f" in {zone}" if zone else "") + f": {err}")
+        return out
+
     def offers(
         self, pool: Pool, market: Market, min_gpus: float, gpu_model: str | None = None,
         zones: frozenset[str] | None = None,

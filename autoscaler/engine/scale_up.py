@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from autoscaler.engine.binpack import Bin, LazyBins, first_fit, fits_part, job_parts, part_zones
+from autoscaler.engine.binpack import Bin, LazyBins, first_fit, fits_part, job_parts, part_waits, part_zones
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
@@ -30,6 +30,7 @@ class NewNode:
     trigger: str
     why: str
     replaces: list[str] = field(default_factory=list)
+    fallback_from_spot: bool = False
 
 
 @dataclass(slots=True)
@@ -48,23 +49,48 @@ class _Picker:
         self.ctx, self.prices = ctx, prices
         od = ctx.on_demand_count()
         self.mix = MarketMix(ctx.pool.capacity, od, ctx.size - od)
+        self.max_wait = ctx.pool.capacity.wait_limit(ctx.policy.priority)
+        self._refusals: list[str] | None = None
+
+    def refusals(self) -> list[str]:
+        if self._refusals is None:
+            self._refusals = self.prices.spot_refusals(self.ctx.pool)
+        return self._refusals
+
+    def late(self, waited: timedelta | None) -> bool:
+        """A job that waited max_wait while spot is refused somewhere in the pool goes
+        on-demand now: outages hit every zone at once often enough (the V100 trace: all
+        four 13% of the time) that walking the zones one refusal at a time costs minutes."""
+        return (waited is not None and waited >= self.max_wait
+                and self.ctx.pool.capacity.spot_fallback == "on-demand" and bool(self.refusals()))
 
     def pick(self, gpus: float, model: str | None, market: Market | None = None,
-             zones: frozenset[str] | None = None) -> tuple[Offer | None, str]:
+             zones: frozenset[str] | None = None, waited: timedelta | None = None,
+             ) -> tuple[Offer | None, str, bool]:
+        """The offer, the note for the reason, and whether it is an on-demand fallback."""
         pool = self.ctx.pool
         market = market or self.mix.peek()
+        if market is Market.SPOT and self.late(waited):
+            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones)
+            if od:
+                self.mix.take(Market.ON_DEMAND)
+                refused = self.refusals()
+                more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+                return od[0], (f"spot refused ({'; '.join(refused[:3])}{more}) and the job waited "
+                               f"{format_duration(waited or timedelta(0))} >= max_wait "
+                               f"{format_duration(self.max_wait)}, falling back to on-demand"), True
         offers, skipped = self.prices.offers(pool, market, gpus, model, zones)
         if offers:
             self.mix.take(market)
-            return offers[0], ""
+            return offers[0], "", False
         if market is Market.SPOT and pool.capacity.spot_fallback == "on-demand":
             od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones)
             if od:
                 self.mix.take(Market.ON_DEMAND)
                 why = "; ".join(skipped) or "no spot type fits"
-                return od[0], f"no usable spot offer ({why}), falling back to on-demand"
+                return od[0], f"no usable spot offer ({why}), falling back to on-demand", True
             skipped += od_skipped
-        return None, "; ".join(skipped) or f"no instance type in the pool has {math.ceil(gpus)} GPUs"
+        return None, "; ".join(skipped) or f"no instance type in the pool has {math.ceil(gpus)} GPUs", False
 
 
 def _live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
@@ -120,9 +146,10 @@ class _Grower:
     def have(self) -> int:
         return self.ctx.size + len(self.out.new) + len(self.out.cancels)
 
-    def add(self, offer: Offer, trigger: str, why: str, replaces: list[str] | None = None) -> Bin:
+    def add(self, offer: Offer, trigger: str, why: str, replaces: list[str] | None = None,
+            fallback: bool = False) -> Bin:
         self.room -= 1
-        self.out.new.append(NewNode(offer, trigger, why, list(replaces or [])))
+        self.out.new.append(NewNode(offer, trigger, why, list(replaces or []), fallback))
         itype = self.prices.itype(self.ctx.pool.cloud.value, offer.instance_type)
         b = Bin.empty(offer.gpus, offer=offer, gpu_model=itype.gpu_model if itype else "")
         self.new_bins.append(b)
@@ -145,11 +172,11 @@ class _Grower:
             if self.cancellable:
                 self.cancel(self.cancellable[0], why)
                 continue
-            offer, note = self.picker.pick(1, None)
+            offer, note, fallback = self.picker.pick(1, None)
             if offer is None:
                 self.out.holds.append(f"{trigger}: {why}; no offer: {note}")
                 return
-            self.add(offer, trigger, why + (f"; {note}" if note else ""))
+            self.add(offer, trigger, why + (f"; {note}" if note else ""), fallback=fallback)
 
     def interruptions(self) -> None:
         """Stand-ins for the work of interrupted spot nodes.
@@ -201,19 +228,20 @@ class _Grower:
             return None
         pool = self.ctx.pool
         market = node.market if pool.capacity.on_interruption == "same" else Market.ON_DEMAND
-        offer, note = self.picker.pick(gpus, model, market)
+        offer, note, fallback = self.picker.pick(gpus, model, market)
         if offer is None:
             self.out.holds.append(f"no stand-in for interrupted {node.name}: {note}")
             return None
         return self.add(offer, "interruption",
                         f"spot interruption notice for {node.name} ({what})" + (f"; {note}" if note else ""),
-                        replaces=[node.name])
+                        replaces=[node.name], fallback=fallback)
 
     def pending(self) -> None:
         """Pending jobs, packed first-fit-decreasing."""
         ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
         demand = ctx.demand_jobs()
         parts, zoned = job_parts(demand), part_zones(demand)
+        waits = part_waits(demand, prices.now)
         out.has_demand = out.has_demand or bool(parts)
         if not parts:
             return
@@ -248,8 +276,8 @@ class _Grower:
                     unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
                 continue
             # A shape the picker refused stays refused: a refusal changes no state.
-            offer, note = ((None, refused) if refused is not None
-                           else self.picker.pick(gpus, model, zones=zones))
+            offer, note, fallback = ((None, refused, False) if refused is not None
+                                     else self.picker.pick(gpus, model, zones=zones, waited=waits.get(job)))
             if offer is None:
                 refused = note
                 n_unplaced += 1
@@ -258,7 +286,7 @@ class _Grower:
                 continue
             if note:
                 notes.append(note)
-            self.add(offer, "pending", "").place(job, gpus)
+            self.add(offer, "pending", "", fallback=fallback).place(job, gpus)
         fresh = [n for n in out.new if n.trigger == "pending"]
         if fresh:
             jobs_new = sum(len(b.jobs) for b in self.new_bins)

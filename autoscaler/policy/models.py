@@ -11,7 +11,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from autoscaler.policy.duration import Duration
 from autoscaler.policy.syntax import (
@@ -65,6 +65,10 @@ class Market(StrEnum):
     SPOT = "spot"
 
 
+MAX_WAIT_BY_PRIORITY = {Priority.HIGH: timedelta(0), Priority.MEDIUM: timedelta(minutes=10),
+                        Priority.LOW: timedelta(minutes=30)}
+
+
 class Quota(_Strict):
     max_gpus: int | None = Field(None, ge=0, le=1_000_000,
                                  description="GPUs the team may hold at once.")
@@ -88,6 +92,25 @@ class Capacity(_Strict):
     on_interruption: Literal["same", "on-demand"] = Field(
         "same", description="Market of the replacement for an interrupted spot node."
     )
+    max_wait: Duration | None = Field(
+        None, description="While spot is refused somewhere in the pool (a recent spot "
+        "capacity error), a pending job that has waited this long is served on-demand "
+        "(with spot_fallback: on-demand) instead of trying the next spot zone. Default by the "
+        "team's priority: high 0s, medium 10m, low 30m. At most 1d.")
+
+    @field_validator("max_wait")
+    @classmethod
+    def _max_wait_bounded(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value > timedelta(days=1):
+            raise ValueError("max_wait is at most 1d: a longer wait is no fallback")
+        return value
+
+    def wait_limit(self, priority: Priority) -> timedelta:
+        """max_wait, or the priority's default. The V100 spot trace's outages last 20 min at
+        the median: low priority waits out most of one, high priority none."""
+        if self.max_wait is not None:
+            return self.max_wait
+        return MAX_WAIT_BY_PRIORITY[priority]
 
 
 class ScaleUp(_Strict):

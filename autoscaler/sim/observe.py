@@ -103,9 +103,11 @@ class Observer:
         key = (job.job.id, job.pending_since)
         found = self._pending.get(key)
         if found is None:
+            # Pending since its arrival or its last requeue (a replacement pod's creation
+            # time): the wait that capacity.max_wait compares with.
             found = PendingJob.model_construct(
                 id=job.job.id, gpus=job.gpus, nodes=1, reason="Resources",
-                submitted_at=to_datetime(job.job.arrival), gpu_model=None)
+                submitted_at=to_datetime(job.pending_since), gpu_model=None)
             self._pending[key] = found
         return found
 

@@ -1,0 +1,117 @@
+"""Benchmark: the spot strategy on bench_sim's window, pool and spot trace.
+
+    python benchmarks/bench_spot.py [--data DIR] [--seed 0] [--trace PATH --start-day N --days M]
+                                    [--spot-trace PATH] [--workers 2]
+
+Four replays of the same workload and spot market (bench_sim's setup, reused):
+
+* ours: decide() with the bench policy but ``spot_fallback: on-demand`` (the team is high
+  priority, so ``capacity.max_wait`` is 0: during a spot outage pending jobs go on-demand at
+  once, instead of walking the zones one refusal at a time);
+* spot_only: the same with ``spot_fallback: none`` (bench_sim's policy);
+* ca_like_fallback: the Cluster-Autoscaler-like baseline with the same fallback;
+* karpenter_like: CA-like scaling, spot spread over zones, ICE cache, fallback, no return.
+
+The last line is::
+
+    cost_ours=<a> cost_spot_only=<b> cost_karpenter_like=<c> p95_wait_ours_s=<d>
+    p95_wait_ca_like_fallback_s=<e> p95_wait_spot_only_s=<f> od_share_ours=<g> moves_to_spot=<h>
+
+(one line); waits are bench_sim's p95 job wait; g is the on-demand share of ours' paid
+GPU-hours; h counts moves of fallback nodes back to spot (0: not implemented yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_sim
+
+from autoscaler.catalog import default_catalog
+from autoscaler.policy import load_policies
+from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.sim.replay import Replay, SimConfig
+from autoscaler.sim.results import StrategyResult, summarize
+from autoscaler.sim.run import select_pool
+from autoscaler.sim.spot import SpotMarket, load_spot_traces
+from autoscaler.sim.strategies.base import Strategy
+from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike
+from autoscaler.sim.strategies.engine import EngineStrategy
+from autoscaler.sim.strategies.karpenter_like import KarpenterLike
+from autoscaler.sim.traces import DutyCycles, Workload, load_duty_cycles, load_pod_list
+
+VARIANTS = ("ours", "spot_only", "ca_like_fallback", "karpenter_like")
+
+
+def with_fallback(pool: Pool, fallback: str) -> Pool:
+    return pool.model_copy(update={"capacity": pool.capacity.model_copy(update={"spot_fallback": fallback})})
+
+
+def strategy(name: str, team: TeamPolicy, pool: Pool, tick: float) -> Strategy:
+    quota = team.quota.max_gpus
+    if name in ("ours", "spot_only"):
+        return EngineStrategy(team, pool, default_catalog(), interval=tick)
+    if name == "ca_like_fallback":
+        return ClusterAutoscalerLike(quota_gpus=quota)
+    return KarpenterLike(quota_gpus=quota)
+
+
+def replay(name: str, workload: Workload, team: TeamPolicy, base: Pool, config: SimConfig,
+           spot: SpotMarket, duty: DutyCycles) -> StrategyResult:
+    pool = with_fallback(base, "none" if name == "spot_only" else "on-demand")
+    run = Replay(workload, pool, default_catalog(), config, strategy(name, team, pool, config.tick),
+                 spot=spot, duty=duty)
+    run.run()
+    return summarize(run)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    data = os.environ.get("GPU_AUTOSCALER_DATA", bench_sim.ROOT.parent / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=Path(data))
+    parser.add_argument("--policies", type=Path, default=bench_sim.ROOT / "benchmarks" / "policies")
+    parser.add_argument("--trace", type=Path, help="pod list CSV (default: bench_sim's)")
+    parser.add_argument("--start-day", type=float, default=bench_sim.START_DAY)
+    parser.add_argument("--days", type=float, default=bench_sim.DAYS)
+    parser.add_argument("--spot-trace", type=Path, help="spot availability directory (default: bench_sim's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    console = Console(stderr=True, width=160)
+
+    team, pool, _ = select_pool(load_policies(args.policies, default_catalog()), None)
+    workload = load_pod_list(args.trace or args.data / bench_sim.POD_LIST, args.start_day, args.days)
+    spot = load_spot_traces(args.spot_trace or args.data / bench_sim.SPOT).for_pool(list(pool.zones), False)
+    duty = load_duty_cycles(args.data / bench_sim.DUTY)
+    config = SimConfig(seed=args.seed)
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as pool_exec:
+        futures = {n: pool_exec.submit(replay, n, workload, team, pool, config, spot, duty) for n in VARIANTS}
+        res = {n: f.result() for n, f in futures.items()}
+    for n, r in res.items():
+        console.print(f"{n}: cost ${r.cost_usd:,.0f}, paid GPU-h by market {r.gpu_hours_paid_by_market}, "
+                      f"wait p50/p95 {r.wait_p50_s:.0f}/{r.wait_p95_s:.0f} s, delivered "
+                      f"{r.delivered_share:.1%}, kills {r.kills_by_cause}")
+    ours = res["ours"]
+    paid = sum(ours.gpu_hours_paid_by_market.values())
+    od_share = ours.gpu_hours_paid_by_market.get("on-demand", 0.0) / paid if paid else 0.0
+    a, b, c = (res[n].cost_usd for n in ("ours", "spot_only", "karpenter_like"))
+    d, e, f = (res[n].wait_p95_s for n in ("ours", "ca_like_fallback", "spot_only"))
+    console.print(f"targets: a <= 1.25 b {a <= 1.25 * b} ({a / b:.2f}); a <= 0.6 c {a <= 0.6 * c} "
+                  f"({a / c:.2f}); d <= e {d <= e}; d <= 0.2 f {d <= 0.2 * f} ({d / f:.2f})")
+    print(f"cost_ours={a:.0f} cost_spot_only={b:.0f} cost_karpenter_like={c:.0f} p95_wait_ours_s={d:.1f} "
+          f"p95_wait_ca_like_fallback_s={e:.1f} p95_wait_spot_only_s={f:.1f} od_share_ours={od_share:.3f} "
+          f"moves_to_spot=0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
