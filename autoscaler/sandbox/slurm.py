@@ -265,12 +265,14 @@ class SlurmCluster:
 
     def submit(self, command: str = "sleep 300", gpus: int = 1, gpu_type: str | None = None,
                partition: str | None = None, nodelist: str | None = None,
-               name: str = "sandbox-job", extra: Sequence[str] = ()) -> str:
+               name: str = "sandbox-job", extra: Sequence[str] = (),
+               output: str = "/tmp/slurm-%j.out") -> str:
         """``sbatch --wrap`` a job; returns its id. It runs in /tmp of its node: booted
-        sandbox nodes have their own filesystem and no shared one."""
+        sandbox nodes have their own filesystem and no shared one (slurmd on this host can
+        write ``output`` under the cluster's ``jobs_dir`` instead)."""
         gres = f"gpu:{gpu_type}:{gpus}" if gpu_type else f"gpu:{gpus}"
         argv = ["sbatch", "--parsable", f"--job-name={name}", "--chdir=/tmp",
-                "--output=/tmp/slurm-%j.out", "--ntasks=1", "--cpus-per-task=1",
+                f"--output={output}", "--ntasks=1", "--cpus-per-task=1",
                 "--mem=100"]
         if gpus:
             argv.append(f"--gres={gres}")

@@ -45,7 +45,8 @@ def test_two_nodes_idle_and_a_gpu_job_runs(cluster: SlurmCluster) -> None:
     assert cluster.node_state("gpu2") == "idle"
     # The undeclared-yet node is known but not responding.
     assert cluster.node_state("gpu3").startswith(("unknown", "down", "idle*"))
-    job = cluster.submit("echo gpus=$CUDA_VISIBLE_DEVICES", gpus=2, nodelist="gpu2")
+    job = cluster.submit("echo gpus=$CUDA_VISIBLE_DEVICES", gpus=2, nodelist="gpu2",
+                         output=str(cluster.jobs_dir / "%j.out"))  # slurmd runs on this host
     cluster.wait_job_state(job, {"COMPLETED"}, timeout=60)
     assert (cluster.jobs_dir / f"{job}.out").read_text().strip() == "gpus=0,1"
 
