@@ -72,6 +72,7 @@ class DemoRun:
         self._thread: threading.Thread | None = None
         self.phase: Phase | None = None
         self.current_load = 0.0
+        self._empty_since_tick: int | None = None
         self.started = time.monotonic()
         self._saved_env: dict[str, str | None] = {}
 
@@ -182,6 +183,14 @@ class DemoRun:
         return len(self.service.store.nodes(states=[state]))
 
     def empty(self) -> bool:
+        """The fleet is empty, moto runs no instance, and the service has ticked since: the
+        destroy ran in an actuation worker, and the next tick reports what it did."""
         if self.service is None or self.stack is None:
             return False
-        return not self.service.store.nodes() and self.stack.running_instances() == 0
+        ticks = self.service.loop.state.ticks
+        if self.service.store.nodes() or self.stack.running_instances() != 0:
+            self._empty_since_tick = None
+            return False
+        if self._empty_since_tick is None:
+            self._empty_since_tick = ticks
+        return ticks > self._empty_since_tick
