@@ -144,6 +144,10 @@ class Prices:
         cloud, region = pool.cloud.value, pool.region
         out: list[Offer] = []
         skipped: list[str] = []
+        if zones is not None and not pool.zones:
+            # The pool launches in any zone of its region: a launch cannot keep the promise.
+            return [], [f"the job may run only in {' or '.join(sorted(zones))} and the pool "
+                        "lists no zones, so no launch can promise one (add zones to the pool)"]
         for name in pool.instance_types:
             itype = self.itype(cloud, name)
             if itype is None or itype.gpus < math.ceil(min_gpus):

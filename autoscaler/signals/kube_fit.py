@@ -11,7 +11,9 @@ zone constraints. The engine is told the choice as a GPU model and a set of zone
 constraint that admits only some pairs is served when the fitting pairs are every
 fitting type in every fitting zone and the GPU model alone tells the fitting types
 apart; otherwise the pod is reported unserved with the constraint that failed, never
-bought for. A pool without ``zones`` (any zone of the region) serves no zone constraint.
+bought for. A pool without ``zones`` launches in any zone of the region, so the zone of
+its next node is unknown: it serves no zone constraint (bound volume, topology spread, a
+zone in the nodeSelector or affinity other than ``Exists``), and the failure says so.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 REGION = "topology.kubernetes.io/region"
 KNOWN_MODELS = ("A10G", "A100", "H100", "V100", "P100", "K80", "T4", "L4", "A10")
 MARKETS = ("on-demand", "spot")  # a node may be either: a selector on it picks neither
+NO_ZONES = "the pool lists no zones, so it cannot promise the zone of a new node"
 
 
 def gpu_model_of(product: str) -> str | None:
@@ -128,6 +131,8 @@ class Fit:
 
 
 def _matches(req: Requirement, labels: dict[str, str]) -> bool:
+    if req.key == ZONE and ZONE not in labels:  # a zone-less pool: the zone is unknown
+        return req.operator == "Exists"  # every node gets one at join
     if req.key == PRODUCT_LABEL and req.operator in ("In", "NotIn"):
         # GPU feature discovery names products (Tesla-V100-SXM2-16GB); compare models.
         models = {gpu_model_of(v) for v in req.values}
@@ -141,14 +146,17 @@ def _matches(req: Requirement, labels: dict[str, str]) -> bool:
 
 
 def _variant_fails(needs: PodNeeds, v: Variant) -> str | None:
+    def why(text: str, key: str) -> str:
+        return f"{text}: {NO_ZONES}" if key == ZONE and v.zone is None else text
+
     for req in needs.node_selector:
         if not _matches(req, v.labels):
-            return f"nodeSelector {req.key}={req.values[0]}"
+            return why(f"nodeSelector {req.key}={req.values[0]}", req.key)
     if needs.terms and not any(all(_matches(r, v.labels) for r in term) for term in needs.terms):
         failing = next(r for r in needs.terms[0] if not _matches(r, v.labels))
-        return f"node affinity {failing.describe()}"
+        return why(f"node affinity {failing.describe()}", failing.key)
     if needs.zones is not None and v.zone not in needs.zones:
-        return f"zone {' or '.join(sorted(needs.zones))} (bound volume / topology spread)"
+        return why(f"zone {' or '.join(sorted(needs.zones))} (bound volume / topology spread)", ZONE)
     return None
 
 

@@ -106,3 +106,14 @@ def test_a_zone_bound_job_launches_in_its_zone_and_skips_free_gpus_elsewhere() -
                   snapshot(obs, {"vision/gpu": PoolObservation(pending=jobs)}), NOW)
     # "any" takes the free GPU in us-east-1a; "ckpt" needs a new node in us-east-1b.
     assert [(a.zone, a.count) for a in plan.actions if isinstance(a, Launch)] == [("us-east-1b", 1)]
+
+
+def test_a_zone_bound_job_on_a_pool_without_zones_is_held_and_says_why() -> None:
+    # The pool launches in any zone of the region: nothing it buys is sure to be in us-east-1b.
+    policy = make_policy(instance_types=["p3.2xlarge"], zones=[])
+    jobs = [PendingJob(id="ckpt", gpus=1, zones=["us-east-1b"])]
+    plan = decide({"vision": policy}, fleet(),
+                  snapshot({}, {"vision/gpu": PoolObservation(pending=jobs)}), NOW)
+    assert not [a for a in plan.actions if isinstance(a, Launch)]
+    held = " ".join(a.reason for a in plan.actions if isinstance(a, Hold))
+    assert "ckpt (1 GPUs): the job may run only in us-east-1b and the pool lists no zones" in held

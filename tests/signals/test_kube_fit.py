@@ -116,8 +116,22 @@ def test_zone_narrowing_tells_the_engine_the_zone() -> None:
     anywhere = PoolShape.of(pools_in_priority_order({"x": make_policy("x", pools=[
         kpool("any", ["p3.2xlarge"], zones=[])])}, default_catalog(), "kubernetes")[0],
         default_catalog())
+    no_zones = "the pool lists no zones, so it cannot promise the zone of a new node"
     got = fit(needs({"nvidia.com/gpu": 1}, zones=frozenset({"us-east-1a"})), anywhere)
-    assert got.failed == "zone us-east-1a (bound volume / topology spread)"
+    assert got.failed == f"zone us-east-1a (bound volume / topology spread): {no_zones}"
+    # Zone affinity or selectors cannot be promised either, not even NotIn (the new node
+    # may land in the excluded zone); Exists holds, since every node gets a zone at join.
+    zone = "topology.kubernetes.io/zone"
+    got = fit(needs({"nvidia.com/gpu": 1}, nodeSelector={zone: "us-east-1a"}), anywhere)
+    assert got.failed == f"nodeSelector {zone}=us-east-1a: {no_zones}"
+    for op, values in (("In", ["us-east-1a"]), ("NotIn", ["us-east-1a"]), ("DoesNotExist", [])):
+        got = fit(needs({"nvidia.com/gpu": 1}, affinity=affinity(
+            {"key": zone, "operator": op, "values": values})), anywhere)
+        assert got.failed is not None and got.failed.startswith(f"node affinity {zone} {op}")
+        assert got.failed.endswith(no_zones)
+    got = fit(needs({"nvidia.com/gpu": 1}, affinity=affinity({"key": zone, "operator": "Exists"})),
+              anywhere)
+    assert (got.failed, got.zones) == (None, None)
 
 
 @pytest.fixture
