@@ -38,9 +38,10 @@ Clock = Callable[[], datetime]
 
 
 class FakeKube:
-    """State plus HTTP server (127.0.0.1, free port, own thread); a context manager."""
+    """State plus HTTP server (127.0.0.1 by default, free port, own thread); a context manager."""
 
-    def __init__(self, port: int = 0, clock: Clock | None = None, bookmark_s: float = 1.0):
+    def __init__(self, port: int = 0, clock: Clock | None = None, bookmark_s: float = 1.0,
+                 host: str = "127.0.0.1"):
         self.store = Store()
         self._lock = self.store.lock
         self.clock: Clock = clock or (lambda: datetime.now(UTC))
@@ -55,7 +56,8 @@ class FakeKube:
         self.requests: list[tuple[str, str]] = []
         self._advertise: dict[str, tuple[datetime, dict[str, str]]] = {}
         self.stopped = threading.Event()  # ends open watch streams
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), handler_for(self))
+        # host: loopback, or the sandbox's shared address its namespaced nodes reach
+        self._httpd = ThreadingHTTPServer((host, port), handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
 
@@ -148,6 +150,15 @@ class FakeKube:
             pod["status"] = {"phase": "Running", "startTime": timestamp(self.clock()),
                              "conditions": [{"type": "PodScheduled", "status": "True"}]}
         self.store.touch("pods", key, bind)
+
+    def schedule(self) -> list[tuple[str, str]]:
+        """One pass of the fake scheduler's simple bind (``fake_kube_scheduler``): the
+        (pod, node) pairs it bound."""
+        from autoscaler.sandbox.fake_kube_scheduler import bind_pending
+
+        with self._lock:
+            self.advance()
+            return bind_pending(self)
 
     def finish_pod(self, key: str, phase: str = "Succeeded") -> None:
         self.store.touch("pods", key, lambda pod: pod["status"].update(phase=phase))

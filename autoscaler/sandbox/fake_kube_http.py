@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
 from autoscaler.sandbox.fake_kube_exec import serve_exec
-from autoscaler.sandbox.fake_kube_objects import apply_patch, matches_fields, matches_labels, status_object
+from autoscaler.sandbox.fake_kube_objects import (
+    apply_patch,
+    matches_fields,
+    matches_labels,
+    status_object,
+    timestamp,
+)
 from autoscaler.sandbox.fake_kube_store import KINDS, NAMESPACED
 
 if TYPE_CHECKING:
@@ -23,7 +29,7 @@ CORE = ["nodes", "pods", "persistentvolumeclaims", "persistentvolumes", "resourc
 
 
 def _resource_list(group_version: str, names: list[str]) -> dict[str, Any]:
-    verbs = ["get", "list", "watch", "patch", "delete"]
+    verbs = ["get", "list", "watch", "patch", "delete"] + (["create"] if group_version == "v1" else [])
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
             "resources": [{"name": n, "singularName": KINDS[n].lower(), "kind": KINDS[n],
                            "namespaced": n in NAMESPACED, "verbs": verbs} for n in names]
@@ -97,6 +103,8 @@ class Api:
                 return 404, status_object(404, "NotFound", f"{req.path} is not served by FakeKube")
             if req.name is None and req.method == "GET":
                 return 200, self.list(req)
+            if req.name is None and req.method == "POST" and req.resource in ("nodes", "pods"):
+                return self.create(req, body)
             objects = self.store.objects[req.resource]
             if req.key not in objects:
                 return 404, status_object(404, "NotFound", f'{req.resource} "{req.name}" not found')
@@ -112,6 +120,24 @@ class Api:
             if req.method == "DELETE":
                 return 200, self.store.delete(req.resource, req.key) or {}
             return 405, status_object(405, "MethodNotAllowed", f"{req.method} on {req.resource}")
+
+    def create(self, req: Request, body: Any) -> Reply:
+        """POST a node (what kubelet does when ``kubeadm join`` starts it) or a pod; the
+        server fills uid and creationTimestamp, keeps the status the client sent."""
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            return 400, status_object(400, "BadRequest", "metadata.name is required")
+        key = f"{req.namespace}/{name}" if req.resource in NAMESPACED else name
+        if key in self.store.objects[req.resource]:
+            return 409, status_object(409, "AlreadyExists", f'{req.resource} "{name}" already exists')
+        obj = copy.deepcopy(body)
+        obj["metadata"].update(uid=f"uid-{key}", creationTimestamp=timestamp(self.kube.clock()))
+        if req.resource in NAMESPACED:
+            obj["metadata"]["namespace"] = req.namespace
+        obj.setdefault("spec", {})
+        obj.setdefault("status", {})
+        return 201, copy.deepcopy(self.store.put(req.resource, key, obj))
 
     def _selected(self, req: Request, obj: dict[str, Any]) -> bool:
         return ((req.namespace is None or obj["metadata"].get("namespace") == req.namespace)

@@ -103,3 +103,34 @@ def test_bind_pod_and_records_requests(kube: FakeKube) -> None:
     pod = api.read_namespaced_pod("wait-0", "search")
     assert (pod.spec.node_name, pod.status.phase) == ("gpu-1", "Running")
     assert ("GET", "/api/v1/namespaces/search/pods/wait-0") in kube.requests
+
+
+def test_a_joining_node_is_created_by_post_and_a_second_post_conflicts(kube: FakeKube) -> None:
+    api = kube.core_v1()
+    body = client.V1Node(
+        metadata=client.V1ObjectMeta(name="gpu-3", labels={"gpu-autoscaler/pool": "a"}),
+        spec=client.V1NodeSpec(taints=[client.V1Taint(key="dedicated", value="ml",
+                                                      effect="NoSchedule")]),
+        status=client.V1NodeStatus(allocatable={"nvidia.com/gpu": "2"},
+                                   conditions=[client.V1NodeCondition(type="Ready", status="True")]))
+    made = api.create_node(body)
+    assert made.metadata.uid and made.metadata.creation_timestamp is not None
+    node = api.read_node("gpu-3")
+    assert node.status.allocatable == {"nvidia.com/gpu": "2"} and node.spec.taints[0].key == "dedicated"
+    with pytest.raises(ApiException) as err:
+        api.create_node(body)
+    assert err.value.status == 409
+
+
+def test_simple_bind_places_pods_where_they_fit(kube: FakeKube) -> None:
+    kube.add_node("gpu-t", gpus=4, taints=["dedicated=ml:NoSchedule"])
+    kube.add_node("gpu-z", gpus=2)
+    kube.add_pod("big", "search", gpus=2)  # gpu-1 has 1 free, gpu-2 is not Ready
+    kube.add_pod("tolerant", "search", gpus=3, tolerations=[
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}])
+    kube.add_pod("picky", "search", gpus=1, node_selector={"pool": "b"})
+    # wait-0 (4 GPUs, no toleration): nowhere. big: the first node with 2 free, untainted.
+    assert sorted(kube.schedule()) == [("search/big", "gpu-z"), ("search/tolerant", "gpu-t")]
+    assert kube.pods["search/picky"]["status"]["phase"] == "Pending"
+    assert kube.pods["search/wait-0"]["status"]["phase"] == "Pending"
+    assert kube.schedule() == []  # gpu-z is full now
