@@ -9,7 +9,8 @@ Terraform creates instances in moto; nothing real boots. This follower polls mot
 * when SSH hosts are enabled (root), boots a test host for it (``SshHosts``: the node
   image with systemd, in its own network namespace), with the fake NVIDIA stack for the
   same GPUs, its host name and its user_data (run once at first boot, as cloud-init does;
-  ``first_boot.py``) placed in its overlay before the first boot;
+  ``first_boot.py``) and a fake ``kubeadm`` (``fake_kubeadm.py``) placed in its overlay
+  before the first boot;
 * writes ``{node: address}`` to the address file the service's ``addresses: {source: file}``
   resolver reads. The address is the namespace host's, never moto's 172.31.x.x.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.clouds.base import MANAGED_TAG_KEY, MANAGED_TAG_VALUE
-from autoscaler.sandbox import first_boot
+from autoscaler.sandbox import fake_kubeadm, first_boot
 from autoscaler.sandbox.dcgm_exporter import GPU_MODELS, ExporterControl
 from autoscaler.sandbox.fake_nvidia_smi import FakeGpu, node_files
 from autoscaler.sandbox.moto_server import running_instances
@@ -135,6 +136,7 @@ class InstanceFollower:
             raise RuntimeError("SSH hosts are disabled")
         gpu = FakeGpu(name=GPU_MODELS[item.model][0], memory_mib=GPU_MODELS[item.model][1])
         files = [*node_files([gpu] * item.gpus), NodeFile("/etc/hostname", f"{item.node}\n"),
+                 *fake_kubeadm.node_files(),  # what the image would hold for a Kubernetes join
                  *first_boot.node_files(first_boot.user_data_of(self.ec2, item.instance_id))]
         hosts = SshHosts([item.node], self.hosts_dir, routes=self.routes,
                          files={item.node: files}).start()

@@ -1,0 +1,72 @@
+"""The sandbox's fake kubeadm: the role's real join configuration in, a Node in the fake
+API server out (labels, taints, the GPUs nvidia-smi lists), idempotent on a rerun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+
+from autoscaler.actuators.ansible.settings import DEFAULT_PLAYBOOK
+from autoscaler.sandbox import fake_kubeadm
+from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fake_nvidia_smi import LOADED_FLAG, FakeGpu, script
+
+TEMPLATE = DEFAULT_PLAYBOOK.parent / "roles" / "cluster_join" / "templates" / "kubeadm-join.yaml.j2"
+
+
+def render(endpoint: str) -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["to_json"] = json.dumps
+    return env.from_string(TEMPLATE.read_text()).render(
+        cluster_join_k8s_api_endpoint=endpoint, cluster_join_k8s_token="abcdef.0123456789abcdef",
+        cluster_join_k8s_ca_cert_hash="sha256:" + "0" * 64, cluster_join_node_name="vision-gpu-1",
+        cluster_join_k8s_node_labels={"gpu-autoscaler/team": "vision", "tier": "train",
+                                      "node.kubernetes.io/instance-type": "p3.8xlarge"},
+        cluster_join_taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}])
+
+
+def test_join_posts_the_node_with_labels_taints_and_gpus(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    kubeadm = bin_dir / "kubeadm"
+    kubeadm.write_text(fake_kubeadm.node_files()[0].content)
+    # nvidia-smi with its driver "loaded" (the flag path is the node's; rewritten here)
+    smi = script([FakeGpu()] * 4).replace(LOADED_FLAG, str(tmp_path / "loaded"))
+    (tmp_path / "loaded").touch()
+    (bin_dir / "nvidia-smi").write_text(smi)
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "FAKE_KUBEADM_KUBELET_CONF": str(tmp_path / "kubelet.conf")}
+    with FakeKube() as kube:
+        config = tmp_path / "join.yaml"
+        config.write_text(render(kube.url.removeprefix("http://")))
+        for _ in range(2):  # the second run finds the Node there (409) and still succeeds
+            done = subprocess.run([sys.executable, str(kubeadm), "join", "--config", str(config)],
+                                  env=env, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+        node = kube.core_v1().read_node("vision-gpu-1")
+    assert node.metadata.labels["tier"] == "train"
+    assert node.metadata.labels["node.kubernetes.io/instance-type"] == "p3.8xlarge"
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("dedicated", "ml", "NoSchedule")]
+    assert node.status.allocatable["nvidia.com/gpu"] == "4"
+    assert "4 GPUs" in done.stdout and (tmp_path / "kubelet.conf").is_file()
+
+
+def test_join_fails_loudly_when_the_api_server_is_away(tmp_path: Path) -> None:
+    kubeadm = tmp_path / "kubeadm"
+    kubeadm.write_text(fake_kubeadm.node_files()[0].content)
+    config = tmp_path / "join.yaml"
+    with FakeKube() as kube:
+        address = kube.url.removeprefix("http://")
+    config.write_text(render(address))  # the server is stopped: nothing listens there
+    done = subprocess.run([sys.executable, str(kubeadm), "join", "--config", str(config)],
+                          env={**os.environ, "FAKE_KUBEADM_KUBELET_CONF": str(tmp_path / "k.conf")},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "cannot reach the API server" in done.stderr
+    assert not (tmp_path / "k.conf").exists()
