@@ -81,6 +81,12 @@ def part_zones(jobs: list[PendingJob]) -> dict[str, frozenset[str]]:
             for j in jobs if j.zones is not None for k in range(j.nodes)}
 
 
+def part_types(jobs: list[PendingJob]) -> dict[str, frozenset[str]]:
+    """Part id -> the instance types it may run on, for the parts that are constrained."""
+    return {(j.id if j.nodes == 1 else f"{j.id}[{k}]"): frozenset(j.instance_types)
+            for j in jobs if j.instance_types is not None for k in range(j.nodes)}
+
+
 def part_waits(jobs: list[PendingJob], now: datetime) -> dict[str, timedelta]:
     """Part id -> how long its job has been pending, for jobs that report a submit time."""
     return {(j.id if j.nodes == 1 else f"{j.id}[{k}]"): max(timedelta(0), now - j.submitted_at)
@@ -140,15 +146,23 @@ class LazyBins:
         return self._appended[k] if k < len(self._appended) else None
 
 
-def fits_part(b: Bin, gpus: float, model: str | None, zones: frozenset[str] | None) -> bool:
-    """Whether a job part of this shape (GPUs, model, allowed zones) fits on ``b``."""
+def bin_type(b: Bin) -> str | None:
+    if b.node is not None:
+        return b.node.instance_type
+    return b.offer.instance_type if b.offer is not None else None
+
+
+def fits_part(b: Bin, gpus: float, model: str | None, zones: frozenset[str] | None,
+              types: frozenset[str] | None = None) -> bool:
+    """Whether a job part of this shape (GPUs, model, allowed zones and types) fits on ``b``."""
     return ((model is None or b.gpu_model == model) and b.fits(gpus)
-            and (zones is None or bin_zone(b) in zones))
+            and (zones is None or bin_zone(b) in zones)
+            and (types is None or bin_type(b) in types))
 
 
 def first_fit(bins: Iterable[Bin], gpus: float, model: str | None,
-              zones: frozenset[str] | None = None) -> Bin | None:
+              zones: frozenset[str] | None = None, types: frozenset[str] | None = None) -> Bin | None:
     for b in bins:
-        if fits_part(b, gpus, model, zones):
+        if fits_part(b, gpus, model, zones, types):
             return b
     return None

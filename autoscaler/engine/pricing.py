@@ -138,9 +138,10 @@ class Prices:
 
     def offers(
         self, pool: Pool, market: Market, min_gpus: float, gpu_model: str | None = None,
-        zones: frozenset[str] | None = None,
+        zones: frozenset[str] | None = None, types: frozenset[str] | None = None,
     ) -> tuple[list[Offer], list[str]]:
-        """Offers that fit, cheapest $/GPU-h first, and why the others were skipped."""
+        """Offers that fit, cheapest $/GPU-h first, and why the others were skipped
+        (``types``: the instance types the job may run on, None: any)."""
         cloud, region = pool.cloud.value, pool.region
         out: list[Offer] = []
         skipped: list[str] = []
@@ -148,11 +149,13 @@ class Prices:
             # The pool launches in any zone of its region: a launch cannot keep the promise.
             return [], [f"the job may run only in {' or '.join(sorted(zones))} and the pool "
                         "lists no zones, so no launch can promise one (add zones to the pool)"]
+        if types is not None and not types & set(pool.instance_types):
+            return [], [f"the job runs only on {', '.join(sorted(types))}, which the pool does not offer"]
         for name in pool.instance_types:
             itype = self.itype(cloud, name)
             if itype is None or itype.gpus < math.ceil(min_gpus):
                 continue
-            if gpu_model and itype.gpu_model != gpu_model:
+            if (gpu_model and itype.gpu_model != gpu_model) or (types is not None and name not in types):
                 continue
             where_ok: list[str | None] = list(pool.zones) or [None]
             for zone in where_ok:

@@ -11,7 +11,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from autoscaler.engine.binpack import Bin, LazyBins, first_fit, fits_part, job_parts, part_waits, part_zones
+from autoscaler.engine.binpack import (
+    Bin,
+    LazyBins,
+    first_fit,
+    fits_part,
+    job_parts,
+    part_types,
+    part_waits,
+    part_zones,
+)
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
@@ -66,12 +75,12 @@ class _Picker:
 
     def pick(self, gpus: float, model: str | None, market: Market | None = None,
              zones: frozenset[str] | None = None, waited: timedelta | None = None,
-             ) -> tuple[Offer | None, str, bool]:
+             types: frozenset[str] | None = None) -> tuple[Offer | None, str, bool]:
         """The offer, the note for the reason, and whether it is an on-demand fallback."""
         pool = self.ctx.pool
         market = market or self.mix.peek()
         if market is Market.SPOT and self.late(waited):
-            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones)
+            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones, types)
             if od:
                 self.mix.take(Market.ON_DEMAND)
                 refused = self.refusals()
@@ -79,12 +88,12 @@ class _Picker:
                 return od[0], (f"spot refused ({'; '.join(refused[:3])}{more}) and the job waited "
                                f"{format_duration(waited or timedelta(0))} >= max_wait "
                                f"{format_duration(self.max_wait)}, falling back to on-demand"), True
-        offers, skipped = self.prices.offers(pool, market, gpus, model, zones)
+        offers, skipped = self.prices.offers(pool, market, gpus, model, zones, types)
         if offers:
             self.mix.take(market)
             return offers[0], "", False
         if market is Market.SPOT and pool.capacity.spot_fallback == "on-demand":
-            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones)
+            od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones, types)
             if od:
                 self.mix.take(Market.ON_DEMAND)
                 why = "; ".join(skipped) or "no spot type fits"
@@ -240,7 +249,7 @@ class _Grower:
         """Pending jobs, packed first-fit-decreasing."""
         ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
         demand = ctx.demand_jobs()
-        parts, zoned = job_parts(demand), part_zones(demand)
+        parts, zoned, typed = job_parts(demand), part_zones(demand), part_types(demand)
         waits = part_waits(demand, prices.now)
         out.has_demand = out.has_demand or bool(parts)
         if not parts:
@@ -251,7 +260,7 @@ class _Grower:
         unplaced: list[str] = []  # the first three reasons, formatted; the rest only counted
         n_unplaced = 0
         notes: list[str] = []
-        shape: tuple[float, str | None, frozenset[str] | None] | None = None
+        shape: tuple[float, str | None, frozenset[str] | None, frozenset[str] | None] | None = None
         start, refused = (0, 0), None
         for job, gpus, model in parts:
             if model and model not in models:
@@ -259,14 +268,14 @@ class _Grower:
                 if n_unplaced <= 3:
                     unplaced.append(f"{job} needs {model}, not offered by this pool")
                 continue
-            zones = zoned.get(job)
-            if (gpus, model, zones) != shape:
-                shape, start, refused = (gpus, model, zones), (0, 0), None
-            b, start = self._first_fit_from(start, gpus, model, zones)
+            zones, types = zoned.get(job), typed.get(job)
+            if (gpus, model, zones, types) != shape:
+                shape, start, refused = (gpus, model, zones, types), (0, 0), None
+            b, start = self._first_fit_from(start, gpus, model, zones, types)
             if b is not None:
                 b.place(job, gpus)
                 continue
-            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model, zones)) is not None:
+            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model, zones, types)) is not None:
                 self.cancel(b, f"pending job {job} needs {gpus:g} GPUs and fits on it")
                 b.place(job, gpus)
                 continue
@@ -277,7 +286,8 @@ class _Grower:
                 continue
             # A shape the picker refused stays refused: a refusal changes no state.
             offer, note, fallback = ((None, refused, False) if refused is not None
-                                     else self.picker.pick(gpus, model, zones=zones, waited=waits.get(job)))
+                                     else self.picker.pick(gpus, model, zones=zones, waited=waits.get(job),
+                                                           types=types))
             if offer is None:
                 refused = note
                 n_unplaced += 1
@@ -300,7 +310,8 @@ class _Grower:
             out.holds.append(f"{n_unplaced} pending job(s) not placed: " + "; ".join(unplaced))
 
     def _first_fit_from(self, start: tuple[int, int], gpus: float, model: str | None,
-                        zones: frozenset[str] | None) -> tuple[Bin | None, tuple[int, int]]:
+                        zones: frozenset[str] | None, types: frozenset[str] | None = None,
+                        ) -> tuple[Bin | None, tuple[int, int]]:
         """``first_fit`` over live then new bins, skipping the (live, new) bins before
         ``start``: parts come largest first, and a bin that did not fit the previous part of
         the same shape has not gained room since (placing only takes room). Returns the bin
@@ -310,12 +321,12 @@ class _Grower:
         if new_at == len(self.new_bins) and self.live.past_end(live_at):
             return None, start  # this shape already found no bin, and none was added since
         for i, b in self.live.from_index(live_at):
-            if fits_part(b, gpus, model, zones):
+            if fits_part(b, gpus, model, zones, types):
                 return b, (i, new_at)
             live_at = i + 1
         for j in range(new_at, len(self.new_bins)):
             b = self.new_bins[j]
-            if fits_part(b, gpus, model, zones):
+            if fits_part(b, gpus, model, zones, types):
                 return b, (live_at, j)
         return None, (live_at, len(self.new_bins))
 

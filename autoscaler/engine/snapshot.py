@@ -81,6 +81,9 @@ class PendingJob(_Model):
     priority: int = Field(0, description="Kubernetes PriorityClass value: higher is placed first.")
     zones: list[str] | None = Field(
         None, description="Zones the job can run in (a bound volume, topology spread); None: any.")
+    instance_types: list[str] | None = Field(
+        None, description="Instance types the job can run on (an instance-type selector or "
+        "affinity the GPU model cannot express); None: any of the pool's.")
 
 
 class UnservedJob(_Model):

@@ -123,7 +123,8 @@ class Demand:
                 self._pending[ref.key].append(PendingJob(
                     id=pod.key, gpus=got.gpus, reason="Unschedulable", submitted_at=pod.created_at,
                     gpu_model=got.gpu_model, priority=pod.priority,
-                    zones=sorted(got.zones) if got.zones is not None else None))
+                    zones=sorted(got.zones) if got.zones is not None else None,
+                    instance_types=sorted(got.instance_types) if got.instance_types else None))
                 return
             failures.append((ref, got))
         self.unserved.append(UnservedJob(

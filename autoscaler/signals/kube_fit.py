@@ -6,13 +6,14 @@ node gets at join (``cluster_join``: team, pool, market, ``cluster.labels``, ins
 type, zone, region, GPU model) and the pool's ``cluster.taints``. A pod fits the pool when
 its GPU resources are what the pool's nodes advertise, it tolerates every NoSchedule /
 NoExecute taint, and some pair satisfies its nodeSelector, required node affinity and
-zone constraints. The engine is told the choice as a GPU model and a set of zones
-(``PendingJob.gpu_model``, ``zones``) and buys the cheapest type that fits there, so a
-constraint that admits only some pairs is served when the fitting pairs are every
-fitting type in every fitting zone and the GPU model alone tells the fitting types
-apart; otherwise the pod is reported unserved with the constraint that failed, never
-bought for. A pool without ``zones`` launches in any zone of the region, so the zone of
-its next node is unknown: it serves no zone constraint (bound volume, topology spread, a
+zone constraints. The engine is told the choice as a GPU model (when it alone picks the
+fitting types), else a list of instance types (``node.kubernetes.io/instance-type`` in a
+selector or affinity), and a set of zones (``PendingJob.gpu_model``, ``instance_types``,
+``zones``), and buys the cheapest type that fits there, so a constraint that admits only
+some pairs is served when the fitting pairs are every fitting type in every fitting zone;
+otherwise the pod is reported unserved with the constraint that failed, never bought for.
+A pool without ``zones`` launches in any zone of the region, so the zone of its next node
+is unknown: it serves no zone constraint (bound volume, topology spread, a
 zone in the nodeSelector or affinity other than ``Exists``), and the failure says so.
 """
 
@@ -126,6 +127,7 @@ def offered_resources(sharing: str, mig_profiles: list[str]) -> list[str]:
 class Fit:
     gpus: float = 0.0  # GPU equivalents on this pool's nodes
     gpu_model: str | None = None  # the model the pod's constraints choose, if any
+    instance_types: frozenset[str] | None = None  # the types they choose, if no model does
     zones: frozenset[str] | None = None  # the zones they choose, if fewer than the pool's
     failed: str | None = None  # the constraint that failed, when it does not fit
 
@@ -174,6 +176,7 @@ def fit(needs: PodNeeds, shape: PoolShape) -> Fit:
     if not ok:
         return Fit(failed=fails[0][1] if fails else "the pool has no known instance type")
     model: str | None = None
+    types: frozenset[str] | None = None
     zones: frozenset[str] | None = None
     if len(ok) < len(fails):
         narrowed = _narrowed(ok, shape)
@@ -181,28 +184,31 @@ def fit(needs: PodNeeds, shape: PoolShape) -> Fit:
             bad = next(f for _, f in fails if f)
             return Fit(failed=f"{bad}: only some of the pool's types or zones fit and the "
                               "pool may launch the others")
-        model, zones = narrowed
+        model, types, zones = narrowed
     biggest = max(v.itype.gpus for v in ok)
     if gpus > biggest:
         return Fit(failed=f"GPUs per node: {gpus:g} asked, the largest fitting type has {biggest}")
-    return Fit(gpus=gpus, gpu_model=model, zones=zones)
+    return Fit(gpus=gpus, gpu_model=model, instance_types=types, zones=zones)
 
 
-def _narrowed(ok: list[Variant], shape: PoolShape) -> tuple[str | None, frozenset[str] | None] | None:
-    """(GPU model, zones) that select exactly the fitting (type, zone) pairs, if they do:
-    the engine can be told a model and a set of zones, not a list of types."""
+Narrowed = tuple[str | None, frozenset[str] | None, frozenset[str] | None]
+
+
+def _narrowed(ok: list[Variant], shape: PoolShape) -> Narrowed | None:
+    """(GPU model, instance types, zones) that select exactly the fitting (type, zone)
+    pairs, if they do: a model when it picks exactly the fitting types, else the types."""
     types = {v.itype.name for v in ok}
     zones = {v.zone for v in ok}
     if len(ok) != len(types) * len(zones) or None in zones:
         return None  # not every fitting type fits in every fitting zone
     all_types = {v.itype.name for v in shape.variants}
     all_zones = {v.zone for v in shape.variants}
-    model = None
+    model, chosen = None, None
     if types != all_types:
         models = {v.itype.gpu_model for v in ok}
-        if len(models) != 1:
-            return None
-        model = models.pop()
-        if {v.itype.name for v in shape.variants if v.itype.gpu_model == model} != types:
-            return None
-    return model, (frozenset(z for z in zones if z) if zones != all_zones else None)
+        of_model = {v.itype.name for v in shape.variants if v.itype.gpu_model in models}
+        if len(models) == 1 and of_model == types:
+            model = models.pop()
+        else:
+            chosen = frozenset(types)
+    return model, chosen, (frozenset(z for z in zones if z) if zones != all_zones else None)

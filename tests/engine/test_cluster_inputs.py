@@ -117,3 +117,24 @@ def test_a_zone_bound_job_on_a_pool_without_zones_is_held_and_says_why() -> None
     assert not [a for a in plan.actions if isinstance(a, Launch)]
     held = " ".join(a.reason for a in plan.actions if isinstance(a, Hold))
     assert "ckpt (1 GPUs): the job may run only in us-east-1b and the pool lists no zones" in held
+
+
+def test_an_instance_type_bound_job_launches_that_type_and_skips_free_gpus_of_others() -> None:
+    # p3.2xlarge and p3.8xlarge cost the same per GPU; the smaller wins a tie, but the job
+    # selected the larger (node.kubernetes.io/instance-type), and the free GPU is on a p3.2xlarge.
+    policy = make_policy(instance_types=["p3.2xlarge", "p3.8xlarge"])
+    free = make_node("vision-gpu-1", instance_type="p3.2xlarge")
+    jobs = [PendingJob(id="big", gpus=1, instance_types=["p3.8xlarge"]), PendingJob(id="any", gpus=1)]
+    plan = decide({"vision": policy}, fleet(free),
+                  snapshot({"vision-gpu-1": idle()}, {"vision/gpu": PoolObservation(pending=jobs)}), NOW)
+    assert [(a.instance_type, a.count) for a in plan.actions if isinstance(a, Launch)] == [("p3.8xlarge", 1)]
+
+
+def test_an_instance_type_the_pool_does_not_offer_is_held_with_the_reason() -> None:
+    policy = make_policy(instance_types=["p3.2xlarge"])
+    jobs = [PendingJob(id="big", gpus=1, instance_types=["p3.8xlarge"])]
+    plan = decide({"vision": policy}, fleet(),
+                  snapshot({}, {"vision/gpu": PoolObservation(pending=jobs)}), NOW)
+    assert not [a for a in plan.actions if isinstance(a, Launch)]
+    held = " ".join(a.reason for a in plan.actions if isinstance(a, Hold))
+    assert "big (1 GPUs): the job runs only on p3.8xlarge, which the pool does not offer" in held

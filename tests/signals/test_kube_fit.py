@@ -41,6 +41,7 @@ POLICIES = {
     ]),
 }
 TOLERATE = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
+TYPE, ZONE = "node.kubernetes.io/instance-type", "topology.kubernetes.io/zone"
 
 
 def refs() -> list[PoolRef]:
@@ -70,9 +71,15 @@ def affinity(*exprs: dict[str, Any]) -> dict[str, Any]:
      (1, None)),
     ("ml/train", {"nvidia.com/gpu": 1}, {"tolerations": TOLERATE, "nodeSelector": {"tier": "serve"}},
      "nodeSelector tier=serve"),
-    # Instance type in the affinity: only some of the pool's types fit -> not bought for.
-    ("vision/v100", {"nvidia.com/gpu": 1}, {"affinity": affinity(
-        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p3.8xlarge"]})},
+    # Instance type in the affinity, each type only in its own zone: the engine can be told
+    # types and zones, not pairs of them -> not bought for.
+    ("vision/v100", {"nvidia.com/gpu": 1}, {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": TYPE, "operator": "In", "values": ["p3.8xlarge"]},
+                                  {"key": ZONE, "operator": "In", "values": ["us-east-1a"]}]},
+            {"matchExpressions": [{"key": TYPE, "operator": "In", "values": ["p3.2xlarge"]},
+                                  {"key": ZONE, "operator": "In", "values": ["us-east-1b"]}]},
+        ]}}}},
      "node affinity node.kubernetes.io/instance-type In [p3.8xlarge]: only some of the pool's "
      "types or zones fit and the pool may launch the others"),
     # ... the GPU model in the affinity chooses all types of that model: served.
@@ -106,6 +113,33 @@ def test_fit(pool: str, gpus: dict[str, float], spec: dict[str, Any], want: Any)
         assert got.failed == want
     else:
         assert got.failed is None and (got.gpus, got.gpu_model) == want
+
+
+@pytest.mark.parametrize(("spec", "types", "zones"), [
+    # One type of two V100 types: the GPU model cannot say it, so the types are passed on.
+    ({"affinity": affinity({"key": TYPE, "operator": "In", "values": ["p3.8xlarge"]})},
+     {"p3.8xlarge"}, None),
+    ({"nodeSelector": {TYPE: "p3.8xlarge"}}, {"p3.8xlarge"}, None),
+    ({"affinity": affinity({"key": TYPE, "operator": "NotIn", "values": ["p3.2xlarge"]})},
+     {"p3.8xlarge"}, None),
+    # ... with a zone too: both are passed on.
+    ({"affinity": affinity({"key": TYPE, "operator": "In", "values": ["p3.8xlarge", "p4d.24xlarge"]},
+                           {"key": ZONE, "operator": "In", "values": ["us-east-1b"]})},
+     {"p3.8xlarge"}, {"us-east-1b"}),
+    # Every type of the pool: no constraint to pass on.
+    ({"affinity": affinity({"key": TYPE, "operator": "Exists"})}, None, None),
+])
+def test_instance_type_narrowing_tells_the_engine_the_types(
+        spec: dict[str, Any], types: set[str] | None, zones: set[str] | None) -> None:
+    got = fit(needs({"nvidia.com/gpu": 1}, **spec), shape("vision/v100"))
+    assert got.failed is None and got.gpu_model is None
+    assert got.instance_types == (frozenset(types) if types else None)
+    assert got.zones == (frozenset(zones) if zones else None)
+
+
+def test_an_instance_type_the_pool_lacks_is_unserved() -> None:
+    got = fit(needs({"nvidia.com/gpu": 1}, nodeSelector={TYPE: "p4d.24xlarge"}), shape("vision/v100"))
+    assert got.failed == f"nodeSelector {TYPE}=p4d.24xlarge"
 
 
 def test_zone_narrowing_tells_the_engine_the_zone() -> None:
@@ -210,3 +244,11 @@ def test_quota_from_resourcequota(kube: FakeKube) -> None:
     quotas = read(kube).quotas
     assert list(quotas) == ["vision"]
     assert (quotas["vision"].max_gpus, quotas["vision"].source) == (4, "ResourceQuota vision/tight")
+
+
+def test_reader_passes_an_instance_type_selector_on_to_the_engine(kube: FakeKube) -> None:
+    kube.add_pod("big-node", "vision", gpus=1, node_selector={TYPE: "p3.8xlarge"})
+    kube.add_pod("any-v100", "vision", gpus=1)
+    reading = read(kube)
+    got = [(j.id, j.instance_types) for j in reading.pending["vision/v100"]]
+    assert sorted(got) == [("vision/any-v100", None), ("vision/big-node", ["p3.8xlarge"])]
