@@ -38,6 +38,15 @@ def test_the_image_is_keyed_by_its_package_list(monkeypatch: pytest.MonkeyPatch,
     assert node_image.image_path() != first
 
 
+def test_the_image_has_kill_for_the_kubernetes_checkpoint_exec() -> None:
+    # The drainer's checkpoint path runs `kill -<SIGNAL> 1` through pods/exec: procps.
+    assert "procps" in node_image.PACKAGES
+    image = node_image.image_path()
+    if not (image / "etc" / "gpu-autoscaler-image").is_file():
+        pytest.skip("the node image is not built here")
+    assert (image / "usr" / "bin" / "kill").is_file()
+
+
 def test_a_missing_requirement_is_named_and_nothing_falls_back(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no cached image there
