@@ -7,10 +7,12 @@ each node's overlay before its first boot (next to the fake nvidia-smi), and the
 from ``kubeadm-join.yaml.j2`` and runs ``kubeadm join --config FILE``. The script reads
 that file (the role's template, so its layout is known: ``apiServerEndpoint``, ``token``,
 ``name``, ``node-labels`` as ``k=v,...`` and ``taints`` as JSON), counts the GPUs
-``nvidia-smi -L`` lists, and POSTs a Ready Node with those labels and taints and
-``nvidia.com/gpu`` allocatable (the device plugin's part, folded in) over HTTP with the
-bootstrap token as bearer. On success (or when the Node exists: a rerun) it writes
-``/etc/kubernetes/kubelet.conf``, which the role's ``creates:`` keys on. Everything it
+``nvidia-smi -L`` lists, and POSTs a Ready Node with those labels and taints and, as the
+device plugin would advertise them (folded in here), ``nvidia.com/gpu`` or, when
+``gpu_sharing`` recorded a MIG layout (``/etc/nvidia-mig/config.yaml``), one
+``nvidia.com/mig-<profile>`` per profile, over HTTP with the bootstrap token as bearer.
+On success (or when the Node exists: a rerun) it writes ``/etc/kubernetes/kubelet.conf``,
+which the role's ``creates:`` keys on. Everything it
 reads is data: nothing is run through a shell.
 """
 
@@ -48,8 +50,18 @@ try:
     gpus = sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
 except OSError:
     gpus = 0
+# The device plugin's part: MIG slices per the layout gpu_sharing recorded (the "mixed"
+# strategy: one resource per profile), else whole GPUs.
+try:
+    layout = open(os.environ.get("FAKE_KUBEADM_MIG_CONFIG", "/etc/nvidia-mig/config.yaml")).read()
+except OSError:
+    layout = ""
+slices = {m.group(1): int(m.group(2))
+          for m in re.finditer(r'(?m)^\s*"([0-9a-z.+]+)":\s*([0-9]+)\s*$', layout)}
 resources = {"cpu": str(os.cpu_count() or 1), "memory": "32Gi", "pods": "110"}
-if gpus:
+if gpus and slices:
+    resources.update({"nvidia.com/mig-" + p: str(n * gpus) for p, n in slices.items()})
+elif gpus:
     resources["nvidia.com/gpu"] = str(gpus)
 node = {
     "apiVersion": "v1", "kind": "Node",

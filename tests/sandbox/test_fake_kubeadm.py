@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -30,32 +31,50 @@ def render(endpoint: str) -> str:
         cluster_join_taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}])
 
 
-def test_join_posts_the_node_with_labels_taints_and_gpus(tmp_path: Path) -> None:
+MIG_TEMPLATE = DEFAULT_PLAYBOOK.parent / "roles" / "gpu_sharing" / "templates" / "mig-config.yaml.j2"
+
+
+def join(tmp_path: Path, gpus: int, mig_profiles: list[str] | None = None) -> Any:
+    """Run the fake kubeadm twice (the second finds the Node: 409, still fine); the Node."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     kubeadm = bin_dir / "kubeadm"
     kubeadm.write_text(fake_kubeadm.node_files()[0].content)
     # nvidia-smi with its driver "loaded" (the flag path is the node's; rewritten here)
-    smi = script([FakeGpu()] * 4).replace(LOADED_FLAG, str(tmp_path / "loaded"))
+    smi = script([FakeGpu()] * gpus).replace(LOADED_FLAG, str(tmp_path / "loaded"))
     (tmp_path / "loaded").touch()
     (bin_dir / "nvidia-smi").write_text(smi)
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "FAKE_KUBEADM_KUBELET_CONF": str(tmp_path / "kubelet.conf")}
+           "FAKE_KUBEADM_KUBELET_CONF": str(tmp_path / "kubelet.conf"),
+           "FAKE_KUBEADM_MIG_CONFIG": str(tmp_path / "mig.yaml")}
+    if mig_profiles:
+        (tmp_path / "mig.yaml").write_text(jinja2.Template(MIG_TEMPLATE.read_text()).render(
+            gpu_sharing_mig_profiles=mig_profiles))
     with FakeKube() as kube:
         config = tmp_path / "join.yaml"
         config.write_text(render(kube.url.removeprefix("http://")))
-        for _ in range(2):  # the second run finds the Node there (409) and still succeeds
+        for _ in range(2):
             done = subprocess.run([sys.executable, str(kubeadm), "join", "--config", str(config)],
                                   env=env, capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
-        node = kube.core_v1().read_node("vision-gpu-1")
+        assert f"{gpus} GPUs" in done.stdout and (tmp_path / "kubelet.conf").is_file()
+        return kube.core_v1().read_node("vision-gpu-1")
+
+
+def test_join_posts_the_node_with_labels_taints_and_gpus(tmp_path: Path) -> None:
+    node = join(tmp_path, 4)
     assert node.metadata.labels["tier"] == "train"
     assert node.metadata.labels["node.kubernetes.io/instance-type"] == "p3.8xlarge"
     assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("dedicated", "ml", "NoSchedule")]
     assert node.status.allocatable["nvidia.com/gpu"] == "4"
-    assert "4 GPUs" in done.stdout and (tmp_path / "kubelet.conf").is_file()
+
+
+def test_a_mig_layout_is_advertised_as_slices_per_profile(tmp_path: Path) -> None:
+    node = join(tmp_path, 8, ["3g.40gb", "3g.40gb", "1g.10gb"])
+    gpu = {k: v for k, v in node.status.allocatable.items() if k.startswith("nvidia.com/")}
+    assert gpu == {"nvidia.com/mig-3g.40gb": "16", "nvidia.com/mig-1g.10gb": "8"}
 
 
 def test_join_fails_loudly_when_the_api_server_is_away(tmp_path: Path) -> None:
