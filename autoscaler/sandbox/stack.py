@@ -4,7 +4,9 @@
 * the synthetic DCGM exporter (in this process) with one target per sandbox instance,
   written to Prometheus' file_sd as instances come and go (``targets.InstanceFollower``);
 * Prometheus scraping it every second;
-* when run as root with the packages installed: a real Slurm cluster (munged, slurmctld)
+* when run as root with the packages installed: for Kubernetes pools the fake API server
+  and its simple-bind scheduler (``kube_cluster``) on the shared controller address, which
+  nodes join with the fake ``kubeadm``; for Slurm pools a real Slurm cluster (munged, slurmctld)
   whose nodes are declared up front (Slurm 22.05 schedules only nodes in slurm.conf) and
   join when Ansible starts their slurmd, and one SSH test host in a network namespace per
   instance, which is what the service's address resolver points Ansible at.
@@ -96,6 +98,7 @@ class SandboxStack:
         self.dcgm: DcgmExporterServer | None = None
         self.prometheus: PrometheusServer | None = None
         self.slurm: Any = None  # SlurmCluster when privileged and a pool uses Slurm
+        self.kube: Any = None  # SandboxKube when privileged and a pool uses Kubernetes
         self.follower: InstanceFollower | None = None
         self.file_sd = self.dir / "prometheus" / "file_sd" / "dcgm.json"
         self.address_file = self.dir / "addresses.json"
@@ -114,6 +117,7 @@ class SandboxStack:
                 node_image.ensure_image(self.dir / "node-image-build.log")  # once, up front
                 self.state.added_route = netns.ensure_unreachable_route()
                 self._start_slurm()
+                self._start_kube()
             self._start_follower()
             self._write_service_files()
         except BaseException as exc:
@@ -129,7 +133,7 @@ class SandboxStack:
     def stop(self) -> None:
         self.state.status = "stopping"
         self._record()
-        for step in (self._stop_follower, self._stop_slurm, self._stop_prometheus,
+        for step in (self._stop_follower, self._stop_kube, self._stop_slurm, self._stop_prometheus,
                      self._stop_exporter, self._stop_moto):
             try:
                 step()
@@ -168,6 +172,10 @@ class SandboxStack:
         env = dict(SANDBOX_ENV)
         if self.slurm is not None:
             env[MUNGE_KEY_ENV] = base64.b64encode(self.slurm.munge_key.read_bytes()).decode()
+        if self.kube is not None:
+            from autoscaler.sandbox.kube_cluster import TOKEN_ENV
+
+            env[TOKEN_ENV] = self.kube.token
         return env
 
     def set_load(self, util: float) -> None:
@@ -249,20 +257,36 @@ class SandboxStack:
             self.slurm.stop()
             self.slurm = None
 
+    def _start_kube(self) -> None:
+        if not any(p.cluster.kind == "kubernetes" for t in self.policies.values() for p in t.pools):
+            return
+        from autoscaler.sandbox.kube_cluster import SandboxKube
+
+        if add_lo_address():
+            self.state.added_lo_address = True
+        self.kube = SandboxKube(CONTROLLER_ADDR).start()
+        self.state.endpoints["kubernetes"] = self.kube.url
+        self._record()
+
+    def _stop_kube(self) -> None:
+        if self.kube is not None:
+            self.kube.stop()
+            self.kube = None
+
     def _start_follower(self) -> None:
         if self.moto is None or self.dcgm is None:
             raise SandboxError("moto and the exporter must run before the follower")
         self.follower = InstanceFollower(
             self.ec2(), self.exporter, self.address_file, self.catalog,
             hosts_dir=self.dir / "hosts" if self.privileged else None,
-            routes=(CONTROLLER_ADDR,) if self.slurm is not None else (),
+            routes=(CONTROLLER_ADDR,) if self.slurm is not None or self.kube is not None else (),
             on_change=self._followed_changed,
             keep=self._each_pass).start()
 
     def _each_pass(self) -> None:
         """Before every follower pass: keep the controller address, and record processes
         started since (a rebooted node's new nspawn) so a crash cleanup stops them by PID."""
-        if self.slurm is not None:
+        if self.slurm is not None or self.kube is not None:
             self._keep_controller_address()
         known = {(p.pid, p.start) for p in self.state.children}
         if any((p.pid, p.start) not in known for p in children_of(os.getpid())):

@@ -75,6 +75,8 @@ def render_service_config(stack: SandboxStack) -> dict[str, Any]:
         signals["slurm"] = {"env": {"SLURM_CONF": slurm_conf}}
         extra_vars["cluster_join_slurm_conf_src"] = slurm_conf
         ansible["secret_env"] = {"cluster_join_munge_key_b64": MUNGE_KEY_ENV}
+    if stack.kube is not None:
+        _kubernetes(stack.kube, signals, ansible)
     config: dict[str, Any] = {
         "policies_dir": str(opts.policies_dir) if opts.policies_dir else str(d / "policies"),
         "tick": {"interval": opts.tick_interval},
@@ -95,6 +97,18 @@ def render_service_config(stack: SandboxStack) -> dict[str, Any]:
     if opts.prices_file is not None:
         config["prices_file"] = str(opts.prices_file)
     return config
+
+
+def _kubernetes(kube: Any, signals: dict[str, Any], ansible: dict[str, Any]) -> None:
+    """The fake API server for the reader and drainer; for the join, its endpoint and the
+    bootstrap token (a secret, from the environment)."""
+    from autoscaler.sandbox.kube_cluster import CA_CERT_HASH, TOKEN_ENV
+
+    signals["scheduler"] = [*signals["scheduler"], "kubernetes"]
+    signals["kubernetes"] = {"host": kube.url, "timeout": "5s"}
+    ansible["extra_vars"].update(cluster_join_k8s_api_endpoint=kube.endpoint,
+                                 cluster_join_k8s_ca_cert_hash=CA_CERT_HASH)
+    ansible.setdefault("secret_env", {})["cluster_join_k8s_token"] = TOKEN_ENV
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> None:
