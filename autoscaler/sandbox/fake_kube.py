@@ -54,6 +54,7 @@ class FakeKube:
         self.execs: list[tuple[str, str, list[str]]] = []  # (pod, container, command)
         self.exec_exit_codes: dict[str, int] = {}  # pod -> exit code of its exec commands
         self.requests: list[tuple[str, str]] = []
+        self.join_token: str | None = None  # set: creating a Node needs it as bearer (kubeadm's)
         self._advertise: dict[str, tuple[datetime, dict[str, str]]] = {}
         self.stopped = threading.Event()  # ends open watch streams
         # host: loopback, or the sandbox's shared address its namespaced nodes reach

@@ -236,6 +236,10 @@ def handler_for(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self._reply(400, status_object(400, "BadRequest", "body is not JSON"))
                 return
+            if (kube.join_token and req.method == "POST" and req.resource == "nodes"
+                    and self.headers.get("Authorization") != f"Bearer {kube.join_token}"):
+                self._reply(401, status_object(401, "Unauthorized", "joining needs the bootstrap token"))
+                return
             if req.watching and req.method == "GET" and req.resource in KINDS:
                 self._stream(req)
                 return

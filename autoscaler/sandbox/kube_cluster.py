@@ -28,6 +28,7 @@ class SandboxKube:
         self.interval = interval
         # kubeadm's bootstrap token syntax: [a-z0-9]{6}.[a-z0-9]{16}
         self.token = f"{secrets.token_hex(3)}.{secrets.token_hex(8)}"
+        self.kube.join_token = self.token
         self.bound: list[tuple[str, str]] = []  # (pod, node), in the order bound
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

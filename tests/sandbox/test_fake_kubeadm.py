@@ -53,6 +53,7 @@ def join(tmp_path: Path, gpus: int, mig_profiles: list[str] | None = None) -> An
         (tmp_path / "mig.yaml").write_text(jinja2.Template(MIG_TEMPLATE.read_text()).render(
             gpu_sharing_mig_profiles=mig_profiles))
     with FakeKube() as kube:
+        kube.join_token = "abcdef.0123456789abcdef"  # the token render() puts in the config
         config = tmp_path / "join.yaml"
         config.write_text(render(kube.url.removeprefix("http://")))
         for _ in range(2):
@@ -89,3 +90,17 @@ def test_join_fails_loudly_when_the_api_server_is_away(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "cannot reach the API server" in done.stderr
     assert not (tmp_path / "k.conf").exists()
+
+
+def test_join_with_the_wrong_token_is_refused(tmp_path: Path) -> None:
+    kubeadm = tmp_path / "kubeadm"
+    kubeadm.write_text(fake_kubeadm.node_files()[0].content)
+    config = tmp_path / "join.yaml"
+    with FakeKube() as kube:
+        kube.join_token = "zzzzzz.0123456789abcdef"
+        config.write_text(render(kube.url.removeprefix("http://")))
+        done = subprocess.run([sys.executable, str(kubeadm), "join", "--config", str(config)],
+                              env={**os.environ, "FAKE_KUBEADM_KUBELET_CONF": str(tmp_path / "k.conf")},
+                              capture_output=True, text=True, timeout=60)
+        assert "vision-gpu-1" not in kube.nodes
+    assert done.returncode == 1 and "answered 401" in done.stderr
