@@ -11,11 +11,14 @@ sandbox's fake kubeadm registers the Node over the shared controller address.
 
 1. a pending pod asking ``nvidia.com/gpu: 2`` that tolerates the pool's taint and selects
    its label leads to a launch; the node joins with the pool's labels, taint and 4 GPUs,
-   becomes READY and the pod is bound to it;
+   becomes READY and the pod is bound to it; a pod asking one ``nvidia.com/mig-3g.20gb``
+   slice gets a node of the MIG pool, which joins advertising 2 slices per GPU (the layout
+   ``gpu_sharing`` recorded), and is bound there;
 2. a pod that does not tolerate the taint is reported unserved in ``/status`` and never
-   bought for (one node only);
-3. when the GPU pod ends, the idle node is cordoned and drained (its remaining CPU pod is
-   evicted, after one PDB refusal), destroyed in moto, and its Node object deleted.
+   bought for (one node per pod only);
+3. when the pods end, the idle nodes are cordoned and drained (the CPU pod left on the
+   first is evicted, after one PDB refusal), destroyed in moto, and their Node objects
+   deleted.
 """
 
 from __future__ import annotations
@@ -63,9 +66,21 @@ pools:
       kind: kubernetes
       labels: {tier: train}
       taints: ["dedicated=ml:NoSchedule"]
+  - name: mig
+    cloud: aws
+    region: us-east-1
+    instance_types: [p4d.24xlarge]
+    capacity: {on_demand_base: 1, spot_percent: 0}
+    min_nodes: 0
+    max_nodes: 1
+    scale_up: {pending_jobs: true, cooldown: 1s}
+    scale_down: {gpu_utilization_below: 10, idle_for: 5s, cooldown: 1s, drain_timeout: 5m,
+                 max_draining_percent: 100}
+    bootstrap: {timeout: 8m, sharing: mig, mig_profiles: [3g.20gb, 3g.20gb]}
+    cluster: {kind: kubernetes}
 """
 TOLERATE = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
-NODE = "vision-train-1"
+NODE, MIG_NODE = "vision-train-1", "vision-mig-1"
 
 
 @pytest.fixture
@@ -113,11 +128,12 @@ def test_pending_pod_launches_a_node_that_joins_runs_it_then_drains_and_goes(
     kube = stack.kube.kube
     started = time.monotonic()
     kube.add_pod("train-0", "vision", gpus=2, tolerations=TOLERATE, node_selector={"tier": "train"})
+    kube.add_pod("slice-0", "vision", resources={"nvidia.com/mig-3g.20gb": 1})
     kube.add_pod("loose", "vision", gpus=1)  # no toleration: no pool can run it
 
     # 1. Launch, bootstrap over SSH, kubeadm join, READY, bound.
-    def bound() -> str | None:
-        return kube.pods["vision/train-0"]["spec"].get("nodeName")
+    def bound(pod: str = "vision/train-0") -> str | None:
+        return kube.pods[pod]["spec"].get("nodeName")
 
     def until(done: Any, timeout: float, what: str) -> None:
         try:
@@ -139,12 +155,18 @@ def test_pending_pod_launches_a_node_that_joins_runs_it_then_drains_and_goes(
     assert node.status.allocatable["nvidia.com/gpu"] == "4"
     stored = service.store.get(NODE)
     assert stored is not None and stored.address and stored.address.startswith("169.254.77.")
+    until(lambda: bound("vision/slice-0") is not None, 300, "the MIG pod bound")
+    assert bound("vision/slice-0") == MIG_NODE
+    mig = kube.core_v1().read_node(MIG_NODE).status.allocatable
+    assert {k: v for k, v in mig.items() if k.startswith("nvidia.com/")} == {
+        "nvidia.com/mig-3g.20gb": "16"}
+    until(lambda: states(service)[MIG_NODE] is S.READY, 120, f"{MIG_NODE} READY")
 
     # 2. The pod that tolerates nothing is reported, not bought for.
     wait_until(lambda: "vision/loose" in json.dumps(status(service)), 30, "loose reported unserved")
     assert "dedicated=ml:NoSchedule not tolerated" in json.dumps(status(service))
     assert kube.pods["vision/loose"]["status"]["phase"] == "Pending"
-    assert stack.running_instances() == 1 and list(states(service)) == [NODE]
+    assert stack.running_instances() == 2 and sorted(states(service)) == [MIG_NODE, NODE]
 
     # 3. A CPU pod beside it, its first eviction refused; the GPU pod ends: drained, gone.
     kube.add_pod("logs", "vision", node=NODE, gpus=0)
@@ -153,14 +175,17 @@ def test_pending_pod_launches_a_node_that_joins_runs_it_then_drains_and_goes(
     wait_until(lambda: service.loop.state.ticks >= ticks + 3, 60, "ticks while the pod runs")
     assert states(service)[NODE] is S.READY, "drained while its GPU pod ran"
     kube.finish_pod("vision/train-0")
+    kube.finish_pod("vision/slice-0")
     until(lambda: states(service)[NODE] is S.TERMINATED, 420, f"{NODE} destroyed")
+    until(lambda: states(service)[MIG_NODE] is S.TERMINATED, 120, f"{MIG_NODE} destroyed")
     assert "vision/logs" in kube.evicted and kube.refusals.get("vision/logs") == 0
     assert ("PATCH", f"/api/v1/nodes/{NODE}") in kube.requests  # the cordon
     assert stack.running_instances() == 0
-    wait_until(lambda: NODE not in kube.nodes, 60, "the Node object deleted")
-    steps = [t.to_state for t in service.store.transitions() if t.node == NODE]
-    assert steps == ["REQUESTED", "PROVISIONING", "BOOTSTRAPPING", "READY", "DRAINING",
-                     "DRAINED", "TERMINATING", "TERMINATED"], steps
+    wait_until(lambda: not {NODE, MIG_NODE} & set(kube.nodes), 60, "the Node objects deleted")
+    for name in (NODE, MIG_NODE):
+        steps = [t.to_state for t in service.store.transitions() if t.node == name]
+        assert steps == ["REQUESTED", "PROVISIONING", "BOOTSTRAPPING", "READY", "DRAINING",
+                         "DRAINED", "TERMINATING", "TERMINATED"], (name, steps)
     with capsys.disabled():
         print(f"\nkubernetes e2e: pod bound after {up_s:.0f}s, whole life "
               f"{time.monotonic() - started:.0f}s")
