@@ -73,6 +73,9 @@ class SimNode:
     jobs: dict[str, SimJob] = field(default_factory=dict)
     drain_trigger: str | None = None
     replacement_requested: bool = False
+    replaces: str | None = None  # what the executor keeps in the node's meta (Node fields)
+    launched_for: str | None = None
+    fallback_from_spot: bool = False
     reason: str = ""
     epoch: int = 0  # bumps on every change that voids pending node events or cached views
     jobs_version: int = 0  # bumps when a job starts or leaves the node

@@ -83,7 +83,9 @@ class EngineStrategy(Strategy):
         scaled_up = scaled_down = False
         for intent in interpret(plan, nodes):
             if isinstance(intent, NewNode):
-                replay.launch(intent.instance_type, intent.market, intent.zone, now)
+                new = replay.launch(intent.instance_type, intent.market, intent.zone, now)
+                new.replaces, new.launched_for = intent.replaces, intent.trigger
+                new.fallback_from_spot = intent.fallback_from_spot
                 if intent.replaces:
                     _mark_replaced(nodes.get(intent.replaces))
                 scaled_up |= intent.cooldown == "up"
