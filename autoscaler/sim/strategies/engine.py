@@ -93,6 +93,7 @@ class EngineStrategy(Strategy):
                 node = nodes.get(intent.node)
                 if node is not None and node.state is S.READY:
                     replay.drain(node, now, intent.trigger, self._kill_after(intent.trigger))
+                    replay.cluster.totals.moves_to_spot += intent.trigger == "spot-returned"
                     scaled_down |= intent.cooldown == "down"
             elif isinstance(intent, StopDrain):
                 node = nodes.get(intent.node)
