@@ -18,7 +18,9 @@ The last line is::
     p95_wait_ca_like_fallback_s=<e> p95_wait_spot_only_s=<f> od_share_ours=<g> moves_to_spot=<h>
 
 (one line); waits are bench_sim's p95 job wait; g is the on-demand share of ours' paid
-GPU-hours; h counts moves of fallback nodes back to spot (0: not implemented yet).
+GPU-hours; h counts ours' fallback on-demand nodes drained once their spot replacement was
+READY (``capacity.return_to_spot``, on in the bench policy). Each variant's on-demand share,
+moves and the work the moves redid (GPU-hours) are printed on stderr.
 """
 
 from __future__ import annotations
@@ -99,17 +101,17 @@ def main() -> int:
     for n, r in res.items():
         console.print(f"{n}: cost ${r.cost_usd:,.0f}, paid GPU-h by market {r.gpu_hours_paid_by_market}, "
                       f"wait p50/p95 {r.wait_p50_s:.0f}/{r.wait_p95_s:.0f} s, delivered "
-                      f"{r.delivered_share:.1%}, kills {r.kills_by_cause}")
+                      f"{r.delivered_share:.1%}, kills {r.kills_by_cause}; on-demand share "
+                      f"{r.on_demand_share:.1%}, moves to spot {r.moves_to_spot} redoing "
+                      f"{r.gpu_hours_lost_by_cause.get('return-to-spot', 0.0):,.1f} GPU-h")
     ours = res["ours"]
-    paid = sum(ours.gpu_hours_paid_by_market.values())
-    od_share = ours.gpu_hours_paid_by_market.get("on-demand", 0.0) / paid if paid else 0.0
     a, b, c = (res[n].cost_usd for n in ("ours", "spot_only", "karpenter_like"))
     d, e, f = (res[n].wait_p95_s for n in ("ours", "ca_like_fallback", "spot_only"))
     console.print(f"targets: a <= 1.25 b {a <= 1.25 * b} ({a / b:.2f}); a <= 0.6 c {a <= 0.6 * c} "
                   f"({a / c:.2f}); d <= e {d <= e}; d <= 0.2 f {d <= 0.2 * f} ({d / f:.2f})")
     print(f"cost_ours={a:.0f} cost_spot_only={b:.0f} cost_karpenter_like={c:.0f} p95_wait_ours_s={d:.1f} "
-          f"p95_wait_ca_like_fallback_s={e:.1f} p95_wait_spot_only_s={f:.1f} od_share_ours={od_share:.3f} "
-          f"moves_to_spot=0")
+          f"p95_wait_ca_like_fallback_s={e:.1f} p95_wait_spot_only_s={f:.1f} "
+          f"od_share_ours={ours.on_demand_share:.3f} moves_to_spot={ours.moves_to_spot}")
     return 0
 
 

@@ -94,7 +94,8 @@ def simulate(
                                                 "attempt (plan + apply); a refusal is learned after "
                                                 "it.")] = "36s",
     strategies: Annotated[str, typer.Option(help="Comma-separated strategies to replay (also: "
-                                            "predictive, trained on the days before --start-day)."
+                                            "predictive, trained on the days before --start-day; "
+                                            "karpenter_like: CA-like with spot spread, no return)."
                                             )] = ",".join(ALL),
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write report.json and PNG plots here.",
                                              file_okay=False)] = None,

@@ -15,7 +15,7 @@ from itertools import groupby
 from typing import Any, TypeVar
 
 from autoscaler.catalog import Catalog, default_catalog
-from autoscaler.engine import preempt
+from autoscaler.engine import preempt, return_to_spot
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
 from autoscaler.engine.forecast_floor import raise_floor
 from autoscaler.engine.held import keep_held
@@ -84,6 +84,7 @@ class _Decision:
         self.actions: list[Action] = []
         self.launched: dict[str, list[NewNode]] = {}
         self.blocked: dict[str, int] = {}
+        self.evidence: return_to_spot.SpotEvidence | None = None  # built when a pool asks
 
     def run(self) -> Plan:
         growth = {c.key: self._isolated([c], "scale-up", self._scale_up, c) or Growth()
@@ -99,6 +100,8 @@ class _Decision:
         if self.blocked and self.settings.preempt_lower_priority:
             blocked = [c for c in self.contexts if c.key in self.blocked]
             self._isolated(blocked, "preemption", self._preempt)
+        for ctx in self.contexts:
+            self._isolated([ctx], "the return to spot", self._return_to_spot, ctx)
         for ctx in self.contexts:
             self._isolated([ctx], "clean-up", self._terminate, ctx, growth[ctx.key])
             self._isolated([ctx], "the job report", self._report_jobs, ctx)
@@ -143,6 +146,24 @@ class _Decision:
         ok = [c for c in self.contexts if c.error is None]
         blocked = {k: v for k, v in self.blocked.items() if k in {c.key for c in ok}}
         self.actions += preempt.reclaim(blocked, ok, self.prices, self.now, self.budgets)
+
+    def _return_to_spot(self, ctx: PoolContext) -> None:
+        budget = self.budgets[ctx.key]
+        self.actions += return_to_spot.finish(ctx, budget)
+        if ctx.pool.capacity.return_to_spot is None:
+            return
+        if self.evidence is None:
+            self.evidence = return_to_spot.SpotEvidence(self.contexts, self.snapshot)
+        room = ctx.pool.max_nodes - ctx.size - len(self.launched.get(ctx.key, []))
+        for move in return_to_spot.start(ctx, self.prices, self.evidence, self.now, budget,
+                                         self.snapshot.held, room):
+            refused = self.ledger.admit(ctx.team, move.offer.gpus, move.offer.hourly_usd)
+            if refused is None:
+                self.actions.append(return_to_spot.launch_of(ctx, move, self.now))
+            else:
+                self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
+                    f"{ctx.key}: {move.node.name} stays on-demand although spot is back "
+                    f"({move.evidence}): its replacement is refused by {refused}")))
 
     # -- scale-up ---------------------------------------------------------------
     def _scale_up(self, ctx: PoolContext) -> Growth:

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 from autoscaler.engine.plan import Action, Drain, Hold, Replace
 
-KEPT_FOR = frozenset({"idle", "consolidate", "over-max", "over-quota", "preempted", "expired"})
+KEPT_FOR = frozenset({"idle", "consolidate", "over-max", "over-quota", "preempted", "expired",
+                      "spot-returned"})
 
 
 def keep_held(actions: list[Action], held: Mapping[str, str]) -> list[Action]:

@@ -26,7 +26,9 @@ class Launch(_Action):
     count: int = Field(ge=1)
     gpus_per_node: int
     hourly_usd: float = Field(description="Price of one node, $/h.")
-    trigger: Literal["pending", "utilization", "floor", "interruption"]
+    # return-to-spot: a spot node for a fallback on-demand node (``replaces``), drained once
+    # this one is READY (engine/return_to_spot.py)
+    trigger: Literal["pending", "utilization", "floor", "interruption", "return-to-spot"]
     replaces: list[str] = Field(
         default_factory=list, description="Interrupted nodes this launch stands in for."
     )
@@ -39,7 +41,8 @@ class Drain(_Action):
     kind: Literal["drain"] = "drain"
     node: str
     trigger: Literal["idle", "consolidate", "over-quota", "preempted", "over-max", "unhealthy",
-                     "pool-removed", "released"]  # released: its capacity request ended
+                     "pool-removed", "released", "spot-returned"]
+    # released: its capacity request ended; spot-returned: its spot replacement is READY
 
 
 class CancelDrain(_Action):

@@ -110,7 +110,8 @@ def _live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
             yield Bin.with_allocated(sched.gpus_total, sched.gpus_allocated, node=node,
                                      gpu_model=prices.gpu_model(node))
     for node in ctx.in_flight:
-        yield Bin.empty(prices.node_gpus(node), node=node, gpu_model=prices.gpu_model(node))
+        if node.launched_for != "return-to-spot":  # promised to the jobs it moves
+            yield Bin.empty(prices.node_gpus(node), node=node, gpu_model=prices.gpu_model(node))
 
 
 def _cancellable_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:

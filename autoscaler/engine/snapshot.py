@@ -43,6 +43,8 @@ class RunningJob(_Model):
     gpus: float = 0
     started_at: datetime | None = None
     name: str = ""
+    ends_at: datetime | None = Field(
+        None, description="When the scheduler expects it to end (its time limit), if known.")
 
 
 _NO_NEW_JOBS = frozenset({"down", "drained", "draining"})

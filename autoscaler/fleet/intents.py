@@ -114,6 +114,8 @@ class NewNode:
     reason: str
     cooldown: Cooldown
     replaces: str | None = None
+    trigger: str | None = None  # the action's trigger, kept with the node (Node.launched_for)
+    fallback_from_spot: bool = False  # kept with the node: a candidate for return to spot
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,8 @@ def intents_of(action: Action, key: str, fleet: Mapping[str, Stateful] | None = 
         replaces = list(action.replaces)
         return [NewNode(key, i, action.pool, action.instance_type, action.market, action.zone,
                         action.reason, cooldown_of(action) if i == 0 else None,
-                        replaces[i] if i < len(replaces) else None) for i in range(action.count)]
+                        replaces[i] if i < len(replaces) else None, action.trigger,
+                        action.fallback_from_spot) for i in range(action.count)]
     node_name = getattr(action, "node", "")
     refused = _refused(action, key, fleet.get(node_name) if fleet is not None else None, fleet)
     if refused is not None:
@@ -189,7 +192,7 @@ def intents_of(action: Action, key: str, fleet: Mapping[str, Stateful] | None = 
         return [StartDrain(key, action.pool, action.node, action.trigger,
                            f"replaced ({action.trigger}): {action.reason}", None, replaced=True),
                 NewNode(key, 0, action.pool, action.instance_type, action.market, action.zone,
-                        action.reason, None, replaces=action.node)]
+                        action.reason, None, replaces=action.node, trigger=action.trigger)]
     if isinstance(action, CancelDrain):
         return [StopDrain(key, action.pool, action.node, action.reason)]
     if isinstance(action, Terminate):

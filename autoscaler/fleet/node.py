@@ -34,6 +34,13 @@ class Node(BaseModel):
     replacement_requested: bool = Field(
         False, description="A replacement was launched for this node (interruption, Replace)."
     )
+    replaces: str | None = Field(None, description="The node this one stands in for.")
+    launched_for: str | None = Field(
+        None, description="The trigger of the launch that made it (pending, interruption, "
+        "return-to-spot, ...).")
+    fallback_from_spot: bool = Field(
+        False, description="Launched on-demand because spot was refused or its jobs waited "
+        "max_wait: a candidate to move back to spot (capacity.return_to_spot).")
 
     @property
     def pool_key(self) -> str:

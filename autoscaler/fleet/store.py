@@ -59,6 +59,10 @@ class ConcurrentUpdateError(StoreError):
 
 
 def _to_node(row: NodeRow) -> Node:
+    # Three keys of the executor's progress record (service/executor/meta.py) are part of
+    # the engine's view: what the node stands in for and why it was launched. They live in
+    # ``meta``, not in columns, so an existing database needs no schema migration.
+    meta = row.meta or {}
     return Node(
         name=row.name, team=row.team, pool=row.pool, cloud=row.cloud, region=row.region,
         zone=row.zone, instance_type=row.instance_type, market=Market(row.market),
@@ -66,6 +70,8 @@ def _to_node(row: NodeRow) -> Node:
         ready_at=row.ready_at, instance_id=row.instance_id, address=row.address,
         reason=row.reason or "", drain_trigger=row.drain_trigger,
         replacement_requested=bool(row.replacement_requested),
+        replaces=meta.get("replaces"), launched_for=meta.get("trigger"),
+        fallback_from_spot=bool(meta.get("fallback_from_spot", False)),
     )
 
 

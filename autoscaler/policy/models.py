@@ -76,6 +76,42 @@ class Quota(_Strict):
                                          description="$/h the team may spend.")
 
 
+class ReturnToSpot(_Strict):
+    """Moving fallback on-demand nodes back to spot, make-before-break (README "Spot
+    strategy"): the spot node boots first, then the on-demand node is drained with the
+    checkpoint signal at once and its jobs restart from their checkpoint on spot."""
+
+    after: Duration = Field(
+        timedelta(hours=1), description="Minimum on-demand age of a fallback node before it "
+        "moves: spot that just came back often goes again (interruptions come in bursts).")
+    min_saving: float = Field(
+        0.5, ge=0, le=1_000_000, description="Minimum $/h saved, after the one-off cost of "
+        "the move (work redone since the last checkpoint, the replacement's boot) is spread "
+        "over the node's on-demand age so far.")
+    max_moves_per_hour: int = Field(4, ge=1, le=MAX_NODES,
+                                    description="Moves the pool starts in any hour.")
+    checkpoint_every: Duration | None = Field(
+        None, description="How often the pool's jobs checkpoint. Unknown (default): the worst "
+        "case, a job redoes all its work since it started.")
+    evidence_window: Duration = Field(
+        timedelta(minutes=10), description="How recent a granted spot launch of the (type, "
+        "zone) must be to count as \"spot is back\" (with no refusal or interruption since).")
+
+    @field_validator("after", "evidence_window")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be longer than 0s")
+        return value
+
+    @field_validator("checkpoint_every")
+    @classmethod
+    def _positive_or_unknown(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value <= timedelta(0):
+            raise ValueError("must be longer than 0s (leave it out when unknown)")
+        return value
+
+
 class Capacity(_Strict):
     on_demand_base: int = Field(0, ge=0, le=MAX_NODES, description="First N nodes of the pool are on-demand.")
     spot_percent: Percent = Field(70, description="Share of nodes above the base that are spot.")
@@ -97,6 +133,10 @@ class Capacity(_Strict):
         "capacity error), a pending job that has waited this long is served on-demand "
         "(with spot_fallback: on-demand) instead of trying the next spot zone. Default by the "
         "team's priority: high 0s, medium 10m, low 30m. At most 1d.")
+
+    return_to_spot: ReturnToSpot | None = Field(
+        None, description="Move fallback on-demand nodes back to spot when it returns. Off "
+        "by default: a move restarts the node's jobs from their last checkpoint.")
 
     @field_validator("max_wait")
     @classmethod
@@ -151,7 +191,12 @@ class ScaleDown(_Strict):
         """How long a drain lets jobs run before signalling them. A consolidation drains a
         node on purpose to move its jobs while there is room for them elsewhere: waiting
         drain_timeout for jobs that run for days would only let that room fill up."""
-        return timedelta(0) if trigger == "consolidate" else self.drain_timeout
+        return timedelta(0) if trigger in _MOVES else self.drain_timeout
+
+
+# Drains that move jobs on purpose (to free GPUs elsewhere, to a spot node already READY):
+# the checkpoint signal goes at once.
+_MOVES = frozenset({"consolidate", "spot-returned"})
 
 
 class Lifetime(_Strict):

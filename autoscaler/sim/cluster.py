@@ -73,6 +73,9 @@ class SimNode:
     jobs: dict[str, SimJob] = field(default_factory=dict)
     drain_trigger: str | None = None
     replacement_requested: bool = False
+    replaces: str | None = None  # what the executor keeps in the node's meta (Node fields)
+    launched_for: str | None = None
+    fallback_from_spot: bool = False
     reason: str = ""
     epoch: int = 0  # bumps on every change that voids pending node events or cached views
     jobs_version: int = 0  # bumps when a job starts or leaves the node
@@ -110,6 +113,8 @@ class Totals:
     failed_launches: int = 0
     terminations: int = 0
     kills: Counter[str] = field(default_factory=Counter)
+    lost_gpu_seconds: Counter[str] = field(default_factory=Counter)  # work redone, by kill cause
+    moves_to_spot: int = 0  # fallback on-demand nodes drained for a READY spot replacement
     gpu_seconds_by_market: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
@@ -265,6 +270,7 @@ class Cluster:
             self._release(job, now)
             job.remaining -= kept
             job.lost_seconds += job.gpus * (ran - kept)
+            self.totals.lost_gpu_seconds[cause] += job.gpus * (ran - kept)
             job.kills += 1
             self.totals.kills[cause] += 1
             job.state, job.pending_since = "pending", now

@@ -60,7 +60,8 @@ class Observer:
             created_at=to_datetime(sim.created_at),
             ready_at=None if sim.ready_at is None else to_datetime(sim.ready_at),
             instance_id=None, address=None, reason=sim.reason, drain_trigger=sim.drain_trigger,
-            replacement_requested=sim.replacement_requested,
+            replacement_requested=sim.replacement_requested, replaces=sim.replaces,
+            launched_for=sim.launched_for, fallback_from_spot=sim.fallback_from_spot,
         )
         self._nodes[sim.name] = (sim.epoch, node)
         return node

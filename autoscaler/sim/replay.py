@@ -52,6 +52,9 @@ class SimConfig:
     seed: int = 0
 
 
+_DRAIN_CAUSES = {"consolidate": "consolidation", "spot-returned": "return-to-spot"}
+
+
 @dataclass
 class RunStats:
     wall_seconds: float = 0.0
@@ -152,7 +155,7 @@ class Replay:
 
     def _drain_timeout(self, node: SimNode, since: float, now: float) -> None:
         if node.name in self.cluster.nodes and node.state is S.DRAINING and node.state_since == since:
-            cause = "consolidation" if node.drain_trigger == "consolidate" else "drain-timeout"
+            cause = _DRAIN_CAUSES.get(node.drain_trigger or "", "drain-timeout")
             self.cluster.kill_jobs(node, now, cause)
             self.cluster.move(node, S.DRAINED, now)
 

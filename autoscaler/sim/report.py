@@ -71,6 +71,9 @@ def _row(r: StrategyResult, oracle: StrategyResult, unranked: str | None) -> lis
     per, price = r.cost_per_delivered, oracle.cost_per_delivered
     per_vs = f"{per / price:.2f}x" if per is not None and price else "-"
     markets = ", ".join(f"{k} {v:,.0f}" for k, v in r.gpu_hours_paid_by_market.items()) or "-"
+    if r.gpu_hours_paid_by_market:
+        markets += f" (on-demand {r.on_demand_share:.0%})"
+    moves = f"{r.moves_to_spot} ({r.gpu_hours_lost_by_cause.get('return-to-spot', 0.0):,.1f})"
     kills = ", ".join(f"{k} {v}" for k, v in r.kills_by_cause.items()) or "0"
     return [
         r.name + (" *" if unranked else ""), f"${r.cost_usd:,.0f}", vs,
@@ -78,7 +81,7 @@ def _row(r: StrategyResult, oracle: StrategyResult, unranked: str | None) -> lis
         f"{r.gpu_hours_paid:,.0f}", markets,
         f"{r.gpu_hours_used:,.0f}", f"{r.utilization:.0%}",
         f"{_wait(r.wait_p50_s)} / {_wait(r.wait_p95_s)} / {_wait(r.wait_p99_s)}",
-        str(r.jobs_never_started), f"{r.jobs_interrupted} ({kills})",
+        str(r.jobs_never_started), f"{r.jobs_interrupted} ({kills})", moves,
         f"{r.launches} ({r.failed_launches} refused) / {r.terminations}",
     ]
 
@@ -91,7 +94,8 @@ def table(report: SimReport) -> Table:
     left = ("strategy", "paid by market", "jobs interrupted")
     for col in ("strategy", "cost", "vs oracle", "GPU-h delivered", "carried past window",
                 "$/delivered GPU-h vs oracle", "GPU-h paid", "paid by market", "GPU-h used", "fleet util",
-                "wait p50 / p95 / p99", "never started", "jobs interrupted", "launches / terminations"):
+                "wait p50 / p95 / p99", "never started", "jobs interrupted",
+                "moves to spot (GPU-h redone)", "launches / terminations"):
         t.add_column(col, justify="left" if col in left else "right", overflow="fold")
     notes = []
     for r in report.results:

@@ -58,6 +58,8 @@ class StrategyResult:
     jobs_never_started: int = 0
     jobs_interrupted: int = 0
     kills_by_cause: dict[str, int] = field(default_factory=dict)
+    gpu_hours_lost_by_cause: dict[str, float] = field(default_factory=dict)
+    moves_to_spot: int = 0  # fallback on-demand nodes moved to a READY spot replacement
     spot_interruptions: int = 0
     launches: int = 0
     failed_launches: int = 0
@@ -78,6 +80,12 @@ class StrategyResult:
         return self.gpu_hours_delivered / demand if demand > 0 else 1.0
 
     @property
+    def on_demand_share(self) -> float:
+        """On-demand share of the paid GPU-hours."""
+        paid = sum(self.gpu_hours_paid_by_market.values())
+        return self.gpu_hours_paid_by_market.get("on-demand", 0.0) / paid if paid > 0 else 0.0
+
+    @property
     def utilization(self) -> float:
         return self.gpu_hours_used / self.gpu_hours_paid if self.gpu_hours_paid > 0 else 0.0
 
@@ -87,6 +95,7 @@ class StrategyResult:
             if isinstance(value, float):
                 out[key] = round(value, 3)
         out["utilization"] = round(self.utilization, 4)
+        out["on_demand_share"] = round(self.on_demand_share, 4)
         out["delivered_share"] = round(self.delivered_share, 4)
         per = self.cost_per_delivered
         out["cost_per_delivered_gpu_hour"] = None if per is None else round(per, 4)
@@ -147,6 +156,8 @@ def summarize(replay: Replay) -> StrategyResult:
         wait_total_p50_s=t50, wait_total_p95_s=t95, wait_total_p99_s=t99,
         jobs=len(replay.jobs), jobs_started=started, jobs_finished=finished, jobs_never_started=never,
         jobs_interrupted=sum(totals.kills.values()), kills_by_cause=dict(sorted(totals.kills.items())),
+        gpu_hours_lost_by_cause={k: round(v / 3600, 3) for k, v in sorted(totals.lost_gpu_seconds.items())},
+        moves_to_spot=totals.moves_to_spot,
         spot_interruptions=replay.stats.interruptions, launches=totals.launches,
         failed_launches=totals.failed_launches, terminations=totals.terminations,
         wall_seconds=replay.stats.wall_seconds, cpu_seconds=replay.stats.cpu_seconds,

@@ -19,6 +19,7 @@ from autoscaler.sim.spot import SpotMarket
 from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike
 from autoscaler.sim.strategies.engine import EngineStrategy
+from autoscaler.sim.strategies.karpenter_like import KarpenterLike
 from autoscaler.sim.strategies.oracle import oracle
 from autoscaler.sim.strategies.predictive import PredictiveStrategy
 from autoscaler.sim.strategies.static import StaticFleet
@@ -94,6 +95,7 @@ def build_strategies(names: Sequence[str], policy: TeamPolicy, pool: Pool, catal
                                        settings=EngineSettings()),
         "static": lambda: StaticFleet.for_workload(workload, pool, catalog, quota),
         "ca_like": lambda: ClusterAutoscalerLike(quota_gpus=quota),
+        "karpenter_like": lambda: KarpenterLike(quota_gpus=quota),
         "target_tracking": lambda: TargetTracking(fitting_type(workload, pool, catalog), quota_gpus=quota),
         "predictive": lambda: PredictiveStrategy.for_workload(policy, pool, catalog, workload, config),
     }

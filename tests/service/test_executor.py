@@ -257,6 +257,14 @@ def test_consolidating_replace_launches_the_cheaper_type_and_signals_at_once(rig
     assert drain_meta["deadline"] == drain_meta["started_at"]  # no drain_timeout wait
 
 
+def test_a_node_whose_spot_replacement_is_ready_is_signalled_at_once(rig: Rig) -> None:
+    [old] = rig.ready_nodes()
+    rig.submit(drain(old, trigger="spot-returned"))
+    drain_meta = rig.store.meta(old)["drain"]
+    assert rig.node(old).drain_trigger == "spot-returned"
+    assert drain_meta["deadline"] == drain_meta["started_at"]  # no drain_timeout wait
+
+
 def test_launch_that_replaces_interrupted_nodes_flags_them(rig: Rig) -> None:
     [old] = rig.ready_nodes()
     rig.store.transition(old, S.INTERRUPTED, rig.clock(), "spot notice")

@@ -106,3 +106,32 @@ def test_service_and_simulator_keep_the_same_cooldown_history(rig: Rig) -> None:
         simulated.append(offsets(ours.history, to_datetime(0)))
     assert service == simulated
     assert service[-1] == (300.0, 180.0)  # utilization launch, idle drain; nothing else counted
+
+
+def test_the_fallback_marker_reaches_the_node_in_the_store_and_in_the_simulator(rig: Rig) -> None:
+    """Launch.fallback_from_spot -> intent -> the node the engine sees next tick, on both
+    sides; a replacement's ``replaces`` and its launch trigger too."""
+    fallback = launch(1).model_copy(update={"fallback_from_spot": True})
+    [intent] = interpret(Plan(decided_at=rig.clock(), actions=[fallback]))
+    assert isinstance(intent, NewNode) and intent.fallback_from_spot and intent.trigger == "pending"
+    [name] = rig.submit(fallback)
+    seen = rig.store.fleet_view().nodes[0]
+    assert (seen.name, seen.fallback_from_spot, seen.launched_for) == (name, True, "pending")
+    [back] = rig.submit(launch(1, market=Market.SPOT, replaces=[name], trigger="return-to-spot"))
+    node = rig.store.get(back)
+    assert node is not None and (node.replaces, node.launched_for, node.fallback_from_spot) == (
+        name, "return-to-spot", False)
+
+    policy = rig.policies["vision"]
+    ours = EngineStrategy(policy, policy.pools[0], default_catalog())
+    replay = replay_for([], strategy=ours, pool=policy.pools[0])
+    ours.apply(replay, Plan(decided_at=to_datetime(0), actions=[fallback]), 0.0)
+    [sim_name] = replay.cluster.nodes
+    ours.apply(replay, Plan(decided_at=to_datetime(0), actions=[
+        launch(1, market=Market.SPOT, replaces=[sim_name], trigger="return-to-spot")]), 0.0)
+    fleet, _ = ours.observe(replay, 0.0)
+    views = {n.name: n for n in fleet.nodes}
+    assert views[sim_name].fallback_from_spot and views[sim_name].launched_for == "pending"
+    [spot] = [n for n in views.values() if n.name != sim_name]
+    assert (spot.replaces, spot.launched_for, spot.fallback_from_spot) == (
+        sim_name, "return-to-spot", False)

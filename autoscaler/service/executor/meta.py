@@ -3,7 +3,8 @@ small, merged on write under one lock.
 
 Keys: ``cluster`` (scheduler kind when the node was launched), ``action``/``index`` (the
 plan action and launch slot that created it, so a resubmitted plan creates nothing
-twice), ``drain`` (:class:`DrainProgress`), ``replaces``/``replacement`` (a replacement made or
+twice), ``trigger``/``fallback_from_spot`` (why it was launched: the engine reads them on
+its Node), ``drain`` (:class:`DrainProgress`), ``replaces``/``replacement`` (a replacement made or
 promised), ``bootstrap`` (:class:`BootstrapMeta`), ``interruption`` (the cloud's notice),
 ``provision_failures`` (applies that failed without naming the node), ``long_jobs``
 (:class:`LongJob` per job past ``max_job_runtime``: reported once, signalled once).
@@ -61,6 +62,8 @@ class NodeProgress(BaseModel):
     index: int | None = None
     policy: str | None = None  # its pool's policy fingerprint then (service/backoff.py)
     replaces: str | None = None  # the node it stands in for
+    trigger: str | None = None  # its launch's trigger (the engine sees it as Node.launched_for)
+    fallback_from_spot: bool = False  # on-demand as a spot fallback (Node.fallback_from_spot)
     replacement: dict[str, Any] | None = None  # a replacement promised for it (launch spec)
     drain: DrainProgress | None = None
     bootstrap: BootstrapMeta = BootstrapMeta()

@@ -134,7 +134,8 @@ def _node(step: Step, name: str) -> Node:
 def _spec(intent: NewNode, action_id: int | None) -> dict[str, Any]:
     return {"pool": intent.pool, "instance_type": intent.instance_type,
             "market": intent.market.value, "zone": intent.zone, "reason": intent.reason,
-            "action": action_id, "index": intent.slot, "scale_up": intent.cooldown == "up"}
+            "action": action_id, "index": intent.slot, "scale_up": intent.cooldown == "up",
+            "trigger": intent.trigger, "fallback_from_spot": intent.fallback_from_spot}
 
 
 def _launch(step: Step, slots: list[NewNode], action_id: int | None, resumed: bool) -> list[str]:
@@ -191,6 +192,10 @@ def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Nod
             "policy": fingerprint(pool)}  # a policy change resets the launch backoff
     if replaces:
         meta["replaces"] = replaces
+    if spec.get("trigger"):
+        meta["trigger"] = str(spec["trigger"])
+    if spec.get("fallback_from_spot"):
+        meta["fallback_from_spot"] = True
     return step.store.create_node(
         team=team, pool=pool_name, cloud=pool.cloud.value, region=pool.region,
         zone=spec.get("zone"), instance_type=str(spec["instance_type"]),

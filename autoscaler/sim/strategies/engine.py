@@ -83,7 +83,9 @@ class EngineStrategy(Strategy):
         scaled_up = scaled_down = False
         for intent in interpret(plan, nodes):
             if isinstance(intent, NewNode):
-                replay.launch(intent.instance_type, intent.market, intent.zone, now)
+                new = replay.launch(intent.instance_type, intent.market, intent.zone, now)
+                new.replaces, new.launched_for = intent.replaces, intent.trigger
+                new.fallback_from_spot = intent.fallback_from_spot
                 if intent.replaces:
                     _mark_replaced(nodes.get(intent.replaces))
                 scaled_up |= intent.cooldown == "up"
@@ -91,6 +93,7 @@ class EngineStrategy(Strategy):
                 node = nodes.get(intent.node)
                 if node is not None and node.state is S.READY:
                     replay.drain(node, now, intent.trigger, self._kill_after(intent.trigger))
+                    replay.cluster.totals.moves_to_spot += intent.trigger == "spot-returned"
                     scaled_down |= intent.cooldown == "down"
             elif isinstance(intent, StopDrain):
                 node = nodes.get(intent.node)

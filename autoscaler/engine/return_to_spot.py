@@ -1,0 +1,217 @@
+"""Return to spot: fallback on-demand nodes move back to spot when it is back, make-before-break.
+
+A node launched on-demand because spot was refused (``Node.fallback_from_spot``) moves in
+two ticks:
+
+1. it is older than ``capacity.return_to_spot.after`` and spot is back for its instance
+   type in one of the pool's zones: a spot ``Launch`` (trigger ``return-to-spot``) with
+   ``replaces=[node]``; the on-demand node keeps serving meanwhile;
+2. once that replacement is READY: ``Drain`` of the on-demand node (trigger
+   ``spot-returned``: the checkpoint signal at once, then ``checkpoint_grace``, then its
+   jobs are requeued and restart from their checkpoint, on the spot node). A replacement
+   that failed leaves the old node as it was; it may move again later.
+
+**Spot is back** for a (type, zone) when the snapshot says it is in stock, or when a spot
+node of that type and zone (any pool) was granted (past PROVISIONING) within
+``evidence_window``, and in both cases no spot capacity error and no interruption notice
+for that (type, zone) came since, and none within the pool's ``capacity_error_backoff``.
+No probes: without positive evidence the node stays where it is.
+
+**Worth it**: saving = on-demand $/h - spot $/h. The one-off cost is the work redone (per
+job, its GPUs x the time since its last checkpoint, at most ``checkpoint_every``; unknown:
+all of its run so far) plus the spot node billed while it boots and the jobs checkpoint
+(``BOOT_ESTIMATE`` + ``checkpoint_grace``), all at the spot price. Spread over the node's
+on-demand age so far (a node that has run that long is taken to run as long again), the
+saving left must be at least ``min_saving`` $/h. A job the scheduler expects to end
+before the move pays back (at least ``ENDS_SOON``) keeps the node where it is.
+
+Guard rails: ``max_moves_per_hour`` per pool (replacements launched in the last hour), the
+pool's disruption budget (``max_draining_percent``, with moves whose replacement is still
+booting counted as drains to come), ``max_nodes`` and the team quota (the replacement runs
+next to the old node for a while), held nodes and nodes the scheduler does not report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from autoscaler.engine.context import PoolContext
+from autoscaler.engine.plan import Action, Drain, Hold, Launch
+from autoscaler.engine.pricing import Offer, Prices
+from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.snapshot import Snapshot
+from autoscaler.fleet.lifecycle import FAILED, NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import Market, ReturnToSpot
+
+S = NodeState
+TRIGGER = "return-to-spot"
+BOOT_ESTIMATE = timedelta(minutes=10)  # request to READY, bootstrap included (sim: 4 min)
+ENDS_SOON = timedelta(minutes=10)
+_GRANTED = frozenset({S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAP_FAILED})
+Key = tuple[str, str, str, str | None]  # cloud, region, type, zone
+
+
+class SpotEvidence:
+    """Per tick: the newest granted spot launch and the newest refusal per (type, zone)."""
+
+    def __init__(self, contexts: Iterable[PoolContext], snapshot: Snapshot):
+        self.granted: dict[Key, datetime] = {}
+        self.refused: dict[Key, datetime] = {}
+        self.stock = {(o.cloud, o.region, o.instance_type, o.zone): o.in_stock
+                      for o in snapshot.offerings if o.in_stock is not None}
+        interrupted = set(snapshot.interrupted)
+        for ctx in contexts:
+            for node in (*ctx.serving, *ctx.in_flight, *ctx.draining, *ctx.drained,
+                         *ctx.interrupted, *ctx.failed):
+                if node.market is not Market.SPOT:
+                    continue
+                key = (node.cloud, node.region, node.instance_type, node.zone)
+                if node.state is S.INTERRUPTED or node.name in interrupted:
+                    _newest(self.refused, key, node.state_since)
+                elif node.state in _GRANTED:
+                    _newest(self.granted, key, node.created_at)
+        for err in snapshot.capacity_errors:
+            if err.market is Market.SPOT:
+                _newest(self.refused, (err.cloud, err.region, err.instance_type, err.zone), err.at)
+
+    def back(self, ctx: PoolContext, rule: ReturnToSpot, prices: Prices, itype: str,
+             zone: str | None, now: datetime) -> str | None:
+        """Why spot is back for (itype, zone), or None."""
+        pool = ctx.pool
+        key = (pool.cloud.value, pool.region, itype, zone)
+        refused = self.refused.get(key)
+        if self.stock.get(key) is False or prices.capacity_error(pool, itype, zone, Market.SPOT):
+            return None
+        granted = self.granted.get(key)
+        if granted is not None and now - granted <= rule.evidence_window and (
+                refused is None or refused < granted):
+            return f"a spot {itype} was granted in {zone or 'the region'} at {granted:%H:%M:%S}"
+        if self.stock.get(key) and (refused is None or now - refused >= pool.capacity.capacity_error_backoff):
+            return f"{itype} spot is in stock in {zone or 'the region'}"
+        return None
+
+
+def _newest(into: dict[Key, datetime], key: Key, at: datetime) -> None:
+    if key not in into or at > into[key]:
+        into[key] = at
+
+
+@dataclass(frozen=True)
+class Move:
+    node: Node
+    offer: Offer
+    saving: float  # $/h
+    one_off: float  # $ redone work + the replacement's boot
+    net: float  # $/h after the one-off spread over the node's age
+    evidence: str
+
+
+def finish(ctx: PoolContext, budget: Budget) -> list[Action]:
+    """Phase 2: drain each on-demand node whose spot replacement is READY (also after the
+    policy turned the rule off: paying for both would be the worst outcome)."""
+    out: list[Action] = []
+    serving = {n.name: n for n in ctx.serving}
+    for new in ctx.serving:
+        old = serving.get(new.replaces or "")
+        if new.launched_for != TRIGGER or old is None or old.name in budget.taken:
+            continue
+        why = (f"{ctx.key}: {new.name} ({new.instance_type} spot in {new.zone}) is READY in place "
+               f"of fallback on-demand {old.name}")
+        if ctx.data_missing:
+            out.append(Hold(pool=ctx.key, what="scale-down", reason=(
+                f"{why}; its drain waits: {ctx.data_missing}")))
+            continue
+        if not budget.can_swap(old):
+            out.append(Hold(pool=ctx.key, what="scale-down", reason=(
+                f"{why}; its drain waits: max_draining_percent "
+                f"{ctx.pool.scale_down.max_draining_percent:g} reached")))
+            continue
+        budget.swap(old)
+        out.append(Drain(pool=ctx.key, node=old.name, trigger="spot-returned", reason=(
+            f"{why}; draining {old.name} (checkpoint signal now, its jobs restart on spot)")))
+    return out
+
+
+def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetime,
+          budget: Budget, held: Iterable[str], room: int) -> list[Move]:
+    """Phase 1: the moves to start this tick, best net saving first, within the guard rails
+    (``room``: nodes the pool may still add under max_nodes)."""
+    rule = ctx.pool.capacity.return_to_spot
+    if rule is None or ctx.data_missing:
+        return []
+    live = [n for n in (*ctx.serving, *ctx.in_flight, *ctx.failed) if n.launched_for == TRIGGER]
+    booting = {n.replaces for n in live if n.state not in FAILED and n.state is not S.READY}
+    moving = {n.replaces for n in live if n.state not in FAILED}
+    started = sum(now - n.created_at < timedelta(hours=1) for n in live)
+    left = min(rule.max_moves_per_hour - started, budget.concurrent - len(booting), room)
+    if left <= 0:
+        return []
+    held = set(held)
+    found = []
+    for node in ctx.serving:
+        if (node.fallback_from_spot and node.market is Market.ON_DEMAND and node.name not in moving
+                and node.name not in held and node.name not in budget.taken
+                and now - node.created_at >= rule.after):
+            move = _move(ctx, prices, evidence, rule, node, now)
+            if move is not None:
+                found.append(move)
+    found.sort(key=lambda m: (-m.net, m.node.name))
+    chosen = []
+    for move in found[:left]:
+        if budget.can_swap(move.node):  # its drain to come uses the budget now
+            budget.swap(move.node)
+            chosen.append(move)
+    return chosen
+
+
+def _move(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: ReturnToSpot,
+          node: Node, now: datetime) -> Move | None:
+    sched = ctx.observation(node).scheduler
+    if sched is None:
+        return None  # its jobs are unknown: the redo cost cannot be bounded
+    offers, _ = prices.offers(ctx.pool, Market.SPOT, prices.node_gpus(node))
+    for offer in offers:
+        if offer.instance_type != node.instance_type:
+            continue
+        why = evidence.back(ctx, rule, prices, offer.instance_type, offer.zone, now)
+        if why is None:
+            continue
+        saving = prices.node_hourly(node) - offer.hourly_usd
+        redo_gpu_h = sum(_redo_hours(job.started_at or node.created_at, now, rule)
+                         * (job.gpus or offer.gpus / max(1, len(sched.jobs))) for job in sched.jobs)
+        overlap_h = (BOOT_ESTIMATE + ctx.pool.scale_down.checkpoint_grace) / timedelta(hours=1)
+        one_off = redo_gpu_h * offer.per_gpu + overlap_h * offer.hourly_usd
+        age_h = (now - node.created_at) / timedelta(hours=1)
+        net = saving - one_off / age_h
+        if net < rule.min_saving or saving <= 0:
+            return None
+        payback = max(timedelta(hours=one_off / saving), ENDS_SOON)
+        if any(j.ends_at is not None and j.ends_at - now < payback for j in sched.jobs):
+            return None
+        return Move(node, offer, saving, one_off, net, why)
+    return None
+
+
+def _redo_hours(since: datetime, now: datetime, rule: ReturnToSpot) -> float:
+    ran = max(timedelta(0), now - since)
+    if rule.checkpoint_every is not None:
+        ran = min(ran, rule.checkpoint_every)
+    return ran / timedelta(hours=1)
+
+
+def launch_of(ctx: PoolContext, move: Move, now: datetime) -> Launch:
+    node, offer = move.node, move.offer
+    return Launch(
+        pool=ctx.key, instance_type=offer.instance_type, market=Market.SPOT, zone=offer.zone,
+        count=1, gpus_per_node=offer.gpus, hourly_usd=offer.hourly_usd, trigger="return-to-spot",
+        replaces=[node.name],
+        reason=(f"{ctx.key}: fallback on-demand {node.name} ({node.instance_type}, on-demand for "
+                f"{format_duration(now - node.created_at)}) back to spot: {move.evidence}; saves "
+                f"${move.saving:.2f}/h, one-off ${move.one_off:.2f} (redone work since the last "
+                f"checkpoint and the replacement's boot), ${move.net:.2f}/h net; launching "
+                f"{offer.describe()}, {node.name} drains once it is READY"))
+

@@ -1,0 +1,161 @@
+"""Return to spot (engine/return_to_spot.py): a fallback on-demand node moves back to spot
+make-before-break, only on evidence that spot is back and when the move pays."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from autoscaler.engine import Drain, Hold, Launch, decide
+from autoscaler.engine.plan import Plan
+from autoscaler.engine.snapshot import (
+    CapacityError,
+    NodeObservation,
+    Offering,
+    RunningJob,
+    SchedulerNode,
+)
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.policy.models import Capacity, Market
+from tests.builders import NOW, busy, fleet, make_node, make_policy, snapshot
+
+S = NodeState
+KEY = "vision/gpu"
+ZONES = ["us-east-1a", "us-east-1c"]
+RULE = {"after": "1h", "checkpoint_every": "30m"}
+
+
+def od(name: str = "vision-gpu-1", age: timedelta = timedelta(hours=2), **kw: Any) -> Node:
+    return make_node(name, age=age, zone="us-east-1a", fallback_from_spot=True, **kw)
+
+
+def granted(name: str = "vision-gpu-9", age: timedelta = timedelta(minutes=5), zone: str = "us-east-1c",
+            **kw: Any) -> Node:
+    return make_node(name, market=Market.SPOT, zone=zone, age=age, **kw)
+
+
+def plan_for(*nodes: Node, rule: dict[str, Any] | None = None, obs: dict[str, NodeObservation] | None = None,
+             quota: dict[str, Any] | None = None, scale_down: dict[str, Any] | None = None,
+             **snap: Any) -> Plan:
+    capacity: dict[str, Any] = {"spot_percent": 100, "spot_fallback": "on-demand"}
+    if rule is not None:
+        capacity["return_to_spot"] = rule
+    policy = make_policy(instance_types=["p3.2xlarge"], zones=ZONES, capacity=capacity,
+                         quota=quota, scale_down=scale_down or {})
+    seen = {n.name: busy(util=50) for n in nodes}
+    seen.update(obs or {})
+    return decide({policy.team: policy}, fleet(*nodes), snapshot(nodes=seen, **snap), NOW)
+
+
+def moves(plan: Plan) -> list[Launch]:
+    return [a for a in plan.actions if isinstance(a, Launch) and a.trigger == "return-to-spot"]
+
+
+def test_a_fallback_node_moves_to_a_zone_where_spot_was_just_granted():
+    (launch,) = moves(plan_for(od(), granted(), rule=RULE))
+    assert (launch.market, launch.zone, launch.replaces) == (Market.SPOT, "us-east-1c", ["vision-gpu-1"])
+    # saving 3.06 - 0.918; one-off: 30m of 1 GPU redone + 12m of boot and grace, at spot prices
+    assert "saves $2.14/h, one-off $0.64" in launch.reason and "$1.82/h net" in launch.reason
+    assert "a spot p3.2xlarge was granted in us-east-1c" in launch.reason
+
+
+@pytest.mark.parametrize("case, nodes, snap", [
+    ("rule off", None, {}),
+    ("no evidence", [od()], {}),
+    ("evidence too old", [od(), granted(age=timedelta(minutes=20))], {}),
+    ("too young", [od(age=timedelta(minutes=40)), granted()], {}),
+    ("not a fallback", [make_node("vision-gpu-1", zone="us-east-1a"), granted()], {}),
+    ("refused since", [od(), granted()], {"capacity_errors": [CapacityError(
+        cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone="us-east-1c",
+        market=Market.SPOT, code="InsufficientInstanceCapacity", at=NOW - timedelta(minutes=2))]}),
+    ("interrupted since", [od(), granted(), granted("vision-gpu-8", state=S.INTERRUPTED,
+                                                   state_since=NOW - timedelta(minutes=1))], {}),
+    ("out of stock", [od(), granted()], {"offerings": [Offering(
+        cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone="us-east-1c", in_stock=False)]}),
+])
+def test_no_move_without_fresh_evidence_or_outside_the_rule(case, nodes, snap):
+    rule = None if case == "rule off" else RULE
+    assert moves(plan_for(*(nodes or [od(), granted()]), rule=rule, **snap)) == [], case
+
+
+def test_a_stock_signal_is_evidence_too():
+    stock = Offering(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone="us-east-1c",
+                     in_stock=True)
+    (launch,) = moves(plan_for(od(), rule=RULE, offerings=[stock]))
+    assert launch.zone == "us-east-1c" and "in stock in us-east-1c" in launch.reason
+
+
+def test_unknown_checkpoints_assume_all_work_since_the_start_is_redone():
+    strict = {**RULE, "min_saving": 1.7}
+    assert moves(plan_for(od(), granted(), rule=strict))  # net $1.82/h with 30m checkpoints
+    unknown = {"after": "1h", "min_saving": 1.7}  # 1h redone: net $1.59/h
+    assert moves(plan_for(od(), granted(), rule=unknown)) == []
+
+
+def test_never_when_the_scheduler_says_a_job_ends_soon():
+    ending = NodeObservation(metrics=busy(util=50).metrics, scheduler=SchedulerNode(
+        state="allocated", gpus_total=1, gpus_allocated=1, jobs=[RunningJob(
+            id="j0", gpus=1, started_at=NOW - timedelta(hours=1), ends_at=NOW + timedelta(minutes=5))]))
+    assert moves(plan_for(od(), granted(), rule=RULE, obs={"vision-gpu-1": ending})) == []
+    later = ending.model_copy(update={"scheduler": ending.scheduler.model_copy(update={"jobs": [
+        ending.scheduler.jobs[0].model_copy(update={"ends_at": NOW + timedelta(hours=3)})]})})
+    assert moves(plan_for(od(), granted(), rule=RULE, obs={"vision-gpu-1": later}))
+
+
+def test_no_move_when_the_scheduler_does_not_report_the_node():
+    blind = NodeObservation(metrics=busy(util=50).metrics)
+    assert moves(plan_for(od(), granted(), rule=RULE, obs={"vision-gpu-1": blind})) == []
+
+
+def test_moves_per_hour_and_the_disruption_budget_bound_the_moves():
+    nodes = [od(f"vision-gpu-{i}") for i in range(1, 5)] + [granted()]
+    assert len(moves(plan_for(*nodes, rule={**RULE, "max_moves_per_hour": 2},
+                              scale_down={"max_draining_percent": 100}))) == 2
+    earlier = make_node("vision-gpu-7", market=Market.SPOT, zone="us-east-1c", age=timedelta(minutes=30),
+                        replaces="gone-1", launched_for="return-to-spot")
+    assert len(moves(plan_for(*nodes, earlier, rule={**RULE, "max_moves_per_hour": 2},
+                              scale_down={"max_draining_percent": 100}))) == 1
+    # 20% of 5 nodes: one drain at a time, so one move
+    assert len(moves(plan_for(*nodes, rule={**RULE, "max_moves_per_hour": 4}))) == 1
+
+
+def test_the_team_quota_refuses_the_replacement_with_a_reason():
+    plan = plan_for(od(), granted(), rule=RULE, quota={"max_gpus": 2})
+    assert moves(plan) == []
+    assert any(isinstance(a, Hold) and "stays on-demand although spot is back" in a.reason
+               for a in plan.actions)
+
+
+def test_make_before_break_drains_the_old_node_only_once_its_replacement_is_ready():
+    booting = make_node("vision-gpu-5", market=Market.SPOT, zone="us-east-1c", state=S.BOOTSTRAPPING,
+                        age=timedelta(minutes=3), replaces="vision-gpu-1", launched_for="return-to-spot")
+    plan = plan_for(od(), granted(), booting, rule=RULE)
+    assert moves(plan) == [] and not [a for a in plan.actions if isinstance(a, Drain)]
+    ready = booting.model_copy(update={"state": S.READY})
+    plan = plan_for(od(), granted(), ready, rule=RULE, obs={"vision-gpu-5": busy(util=0)})
+    (drain,) = [a for a in plan.actions if isinstance(a, Drain)]
+    assert (drain.node, drain.trigger) == ("vision-gpu-1", "spot-returned")
+    assert "vision-gpu-5 (p3.2xlarge spot in us-east-1c) is READY" in drain.reason
+    # the rule turned off meanwhile: the move is still finished
+    plan = plan_for(od(), granted(), ready, rule=None, obs={"vision-gpu-5": busy(util=0)})
+    assert [a.node for a in plan.actions if isinstance(a, Drain)] == ["vision-gpu-1"]
+
+
+def test_a_failed_replacement_leaves_the_node_and_it_may_move_again():
+    failed = make_node("vision-gpu-5", market=Market.SPOT, zone="us-east-1c", state=S.PROVISION_FAILED,
+                       age=timedelta(minutes=3), replaces="vision-gpu-1", launched_for="return-to-spot")
+    plan = plan_for(od(), granted(), failed, rule=RULE)
+    assert not [a for a in plan.actions if isinstance(a, Drain)]
+    assert [m.replaces for m in moves(plan)] == [["vision-gpu-1"]]
+
+
+def test_the_rule_is_validated():
+    assert Capacity().return_to_spot is None  # off by default
+    with pytest.raises(ValidationError, match="longer than 0s"):
+        Capacity(return_to_spot={"after": "0s"})
+    with pytest.raises(ValidationError):
+        Capacity(return_to_spot={"max_moves_per_hour": 0})
