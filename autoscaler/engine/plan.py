@@ -39,7 +39,7 @@ class Drain(_Action):
     kind: Literal["drain"] = "drain"
     node: str
     trigger: Literal["idle", "consolidate", "over-quota", "preempted", "over-max", "unhealthy",
-                     "pool-removed", "released"]  # released: its capacity request ended
+                     "pool-removed", "released", "ttl"]  # released/ttl: its capacity request ended
 
 
 class CancelDrain(_Action):

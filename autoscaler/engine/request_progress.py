@@ -6,7 +6,8 @@
   failed node's reason; best-effort -> Provisioned with what is READY once nothing is
   still on its way (Failed if nothing is).
 * Accepted past ``valid_until``: Failed and rolled back (it may not wait longer).
-* Provisioned past ``ttl``: Released (the nodes take the usual drain, signal and grace).
+* Provisioned past ``ttl``: Released through its own path: the ttl is the deadline, so
+  the drain signals running jobs to checkpoint at once and gives them the pool's grace.
 * Provisioned with a linked job that has ended: Released.
 * Provisioned, no job ever seen on its nodes, ``booking`` passed, and the scheduler read
   every node this tick (positive evidence of disuse): BookingExpired, then Released.
@@ -32,7 +33,7 @@ GONE = FAILED | TERMINAL | {S.LOST, S.INTERRUPTED}
 
 @dataclass(frozen=True)
 class RequestStep:
-    kind: Literal["launch", "provisioned", "fail", "release", "expire", "remove", "wait"]
+    kind: Literal["launch", "provisioned", "fail", "release", "ttl", "expire", "remove", "wait"]
     reason: str
     nodes: tuple[str, ...] = ()  # remove: the nodes to take away; provisioned: the ones held
     addresses: dict[str, str | None] = field(default_factory=dict)
@@ -111,9 +112,9 @@ def _held(view: RequestView, now: datetime, ended_jobs: frozenset[str],
         return RequestStep("release", f"{label} released: its linked Slurm job "
                            f"{link.slurm_job} has ended")
     if view.provisioned_at is not None and now >= view.provisioned_at + view.spec.ttl:
-        return RequestStep("release", f"{label} released: ttl {format_duration(view.spec.ttl)} "
+        return RequestStep("ttl", f"{label} released: ttl {format_duration(view.spec.ttl)} "
                            f"reached (provisioned at {view.provisioned_at:%H:%M:%S}); running "
-                           "jobs get the pool's checkpoint signal and grace")
+                           "jobs get the pool's checkpoint signal now, then its grace")
     return RequestStep("wait", f"{label} holds its nodes")
 
 

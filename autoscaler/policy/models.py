@@ -150,8 +150,9 @@ class ScaleDown(_Strict):
     def drain_wait(self, trigger: str | None) -> timedelta:
         """How long a drain lets jobs run before signalling them. A consolidation drains a
         node on purpose to move its jobs while there is room for them elsewhere: waiting
-        drain_timeout for jobs that run for days would only let that room fill up."""
-        return timedelta(0) if trigger == "consolidate" else self.drain_timeout
+        drain_timeout for jobs that run for days would only let that room fill up. A
+        capacity request's ttl is the deadline itself: its jobs are signalled at once."""
+        return timedelta(0) if trigger in ("consolidate", "ttl") else self.drain_timeout
 
 
 class Lifetime(_Strict):

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.admission import booked
@@ -95,10 +95,11 @@ class RequestKeeper:
             view = self.book.set_condition(view.id, Condition.BOOKING_EXPIRED, now, step.reason)
             view = self.book.set_condition(view.id, Condition.RELEASED, now, step.reason)
             return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason)
-        elif step.kind in ("fail", "release"):
+        elif step.kind in ("fail", "release", "ttl"):
             to = Condition.FAILED if step.kind == "fail" else Condition.RELEASED
             view = self.book.set_condition(view.id, to, now, step.reason)
-            return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason)
+            return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason,
+                          "ttl" if step.kind == "ttl" else "released")
         elif step.kind == "remove":
             return _leave(view, step.nodes, nodes, step.reason)
         return []
@@ -131,14 +132,15 @@ class RequestKeeper:
 
 
 def _leave(view: RequestView, names: tuple[str, ...], nodes: Mapping[str, Node],
-           reason: str) -> list[Action]:
-    """Drain the READY nodes (signal and grace as in any drain), terminate the rest."""
+           reason: str, trigger: Literal["released", "ttl"] = "released") -> list[Action]:
+    """Drain the READY nodes (signal and grace as in any drain; at ttl the signal comes at
+    once), terminate the rest."""
     out: list[Action] = []
     for name in names:
         node = nodes[name]
         key = pool_key(node.team, node.pool)
         if node.state is S.READY:
-            out.append(Drain(pool=key, node=name, trigger="released", reason=reason))
+            out.append(Drain(pool=key, node=name, trigger=trigger, reason=reason))
         else:
             out.append(Terminate(pool=key, node=name, reason=reason))
     return out

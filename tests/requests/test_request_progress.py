@@ -68,7 +68,7 @@ def test_ttl_valid_until_and_linked_job_release():
     held = view(condition=Condition.PROVISIONED, ttl="2h", link={"slurm_job": "4711"})
     assert progress(held, {}, NOW + timedelta(hours=1)).kind == "wait"
     step = progress(held, {}, NOW + timedelta(hours=2))
-    assert step.kind == "release" and "ttl 2h reached" in step.reason
+    assert step.kind == "ttl" and "ttl 2h reached" in step.reason
     step = progress(held, {}, NOW, ended_jobs=frozenset({"4711"}))
     assert step.kind == "release" and "linked Slurm job 4711 has ended" in step.reason
     late = view(valid_until=(NOW - timedelta(minutes=1)).isoformat())
