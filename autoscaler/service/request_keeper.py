@@ -23,7 +23,7 @@ from autoscaler.engine.request_progress import RequestStep, progress
 from autoscaler.engine.snapshot import Snapshot
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
-from autoscaler.fleet.request_spec import Condition, RequestView
+from autoscaler.fleet.request_spec import Condition, Link, RequestView
 from autoscaler.fleet.requests import RequestBook, held_nodes
 from autoscaler.policy.models import Market, TeamPolicy, find_pool, pool_key
 
@@ -38,8 +38,9 @@ class RequestKeeper:
     catalog: Catalog
     submit: Callable[[Plan, int | None], Any]  # the executor's submit
     clock: Callable[[], datetime]
-    # linked Slurm job ids -> those that have ended (positive evidence only)
-    ended_jobs: Callable[[list[str]], frozenset[str]] = lambda ids: frozenset()
+    # linked objects -> the keys (Link.key()) of those that have ended (positive evidence
+    # only): signals/request_links.py
+    ended_links: Callable[[list[Link]], frozenset[str]] = lambda links: frozenset()
     # the last tick's snapshot: which request nodes run jobs (None: no evidence)
     observed: Callable[[], Snapshot | None] = lambda: None
 
@@ -52,9 +53,9 @@ class RequestKeeper:
         leaving: list[Action] = []
         lines = []
         views = self.book.list()  # ended ones too: their nodes may still have to leave
-        linked = [v.spec.link.slurm_job for v in views if v.condition is Condition.PROVISIONED
-                  and v.spec.link is not None and v.spec.link.slurm_job is not None]
-        ended = self.ended_jobs(linked) if linked else frozenset()
+        linked = [v.spec.link for v in views
+                  if v.condition is Condition.PROVISIONED and v.spec.link is not None]
+        ended = self.ended_links(linked) if linked else frozenset()
         snapshot = self.observed()
         for view in views:
             unused = self._unused(view, snapshot, now)

@@ -97,13 +97,13 @@ def test_a_request_whose_linked_slurm_job_ended_is_released(service):
     url = service.api.url + "/v1/requests"
     rid = call(url, "POST", VISION, {**BODY, "link": {"slurm_job": "4711"}})[1]["id"]
     seen: list[list[str]] = []
-    answers = iter([frozenset(), frozenset({"4711"})])
+    answers = iter([frozenset(), frozenset({"slurm_job=4711"})])
 
-    def ended(ids):
-        seen.append(ids)
+    def ended(links):
+        seen.append([link.slurm_job for link in links])
         return next(answers)
 
-    service.keeper.ended_jobs = ended
+    service.keeper.ended_links = ended
     service.tick()
     service.tick()  # Provisioned: from now on its job is asked about
     service.tick()  # still running
