@@ -19,7 +19,7 @@ from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.snapshot import ClusterQuota
 from autoscaler.fleet.node import Node
 from autoscaler.fleet.request_spec import Condition, NodeSet, RequestView
-from autoscaler.policy.models import Pool, TeamPolicy, pool_key
+from autoscaler.policy.models import Pool, Priority, TeamPolicy, pool_key
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Admission:
     ok: bool
     reason: str
     placements: tuple[Placement, ...] = ()
+    tier: Priority | None = None  # the request's, defaulting to its team's priority
 
     @property
     def usd_per_hour(self) -> float:
@@ -47,6 +48,7 @@ class Admission:
     def preview(self) -> dict[str, object]:
         """The cost preview GET and dry_run show before anything is bought."""
         return {"ok": self.ok, "reason": self.reason,
+                "tier": self.tier.value if self.tier else None,
                 "hourly_usd_delta": round(self.usd_per_hour, 4),
                 "add": [{"pool": p.pool, "instance_type": p.instance_type, "nodes": p.nodes,
                          "usd_per_node": p.usd_per_node} for p in self.placements]}
@@ -108,6 +110,11 @@ def admit(request: RequestView, policy: TeamPolicy | None, catalog: Catalog,
     label = request.label()
     if policy is None:
         return Admission(False, f"{label} refused: team {request.team} has no policy")
+    tier = request.spec.tier or policy.priority
+    if tier.rank < policy.priority.rank:
+        # A pipeline cannot buy itself a place ahead of its team under contention.
+        return Admission(False, f"{label} refused: tier {tier.value} is above team "
+                                f"{request.team}'s priority {policy.priority.value}", tier=tier)
     pools = [p for p in policy.pools if request.spec.pool in (None, p.name)]
     if not pools:
         return Admission(False, f"{label} refused: team {request.team} has no pool "
@@ -123,11 +130,11 @@ def admit(request: RequestView, policy: TeamPolicy | None, catalog: Catalog,
     refusal = _limits(request, policy, placements, fleet, catalog, settings, cluster_quotas,
                       list(booked))
     if refusal:
-        return Admission(False, f"{label} refused: {refusal}", tuple(placements))
+        return Admission(False, f"{label} refused: {refusal}", tuple(placements), tier)
     admission = Admission(True, "", tuple(placements))
     where = ", ".join(p.describe() for p in placements)
     return Admission(True, f"{label} accepted: {where}, +${admission.usd_per_hour:.2f}/h "
-                           "on-demand", tuple(placements))
+                           "on-demand", tuple(placements), tier)
 
 
 def _limits(request: RequestView, policy: TeamPolicy, placements: list[Placement],

@@ -41,8 +41,8 @@ class Drain(_Action):
     kind: Literal["drain"] = "drain"
     node: str
     trigger: Literal["idle", "consolidate", "over-quota", "preempted", "over-max", "unhealthy",
-                     "pool-removed", "released", "spot-returned"]
-    # released: its capacity request ended; spot-returned: its spot replacement is READY
+                     "pool-removed", "released", "ttl", "spot-returned"]
+    # released/ttl: its capacity request ended; spot-returned: its spot replacement is READY
 
 
 class CancelDrain(_Action):

@@ -6,8 +6,10 @@
   failed node's reason; best-effort -> Provisioned with what is READY once nothing is
   still on its way (Failed if nothing is).
 * Accepted past ``valid_until``: Failed and rolled back (it may not wait longer).
-* Provisioned past ``ttl``: Released (the nodes take the usual drain, signal and grace).
-* Provisioned with a linked job that has ended: Released.
+* Provisioned past ``ttl``: Released through its own path: the ttl is the deadline, so
+  the drain signals running jobs to checkpoint at once and gives them the pool's grace.
+* Provisioned with a linked job (Slurm job, Kubernetes pod, job or label selector) that
+  has ended: Released.
 * Provisioned, no job ever seen on its nodes, ``booking`` passed, and the scheduler read
   every node this tick (positive evidence of disuse): BookingExpired, then Released.
 * Released or Failed with nodes still up: those nodes leave (drain, or terminate a node
@@ -32,7 +34,7 @@ GONE = FAILED | TERMINAL | {S.LOST, S.INTERRUPTED}
 
 @dataclass(frozen=True)
 class RequestStep:
-    kind: Literal["launch", "provisioned", "fail", "release", "expire", "remove", "wait"]
+    kind: Literal["launch", "provisioned", "fail", "release", "ttl", "expire", "remove", "wait"]
     reason: str
     nodes: tuple[str, ...] = ()  # remove: the nodes to take away; provisioned: the ones held
     addresses: dict[str, str | None] = field(default_factory=dict)
@@ -47,10 +49,11 @@ def _remove(view: RequestView, nodes: Mapping[str, Node]) -> tuple[str, ...]:
 
 
 def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
-             ended_jobs: frozenset[str] = frozenset(),
+             ended: frozenset[str] = frozenset(),
              unused: bool = False) -> RequestStep:
     """What to do for ``view`` now; ``nodes`` maps names to the store's nodes,
-    ``ended_jobs`` lists linked Slurm job ids the scheduler reports finished, and
+    ``ended`` holds the keys (``Link.key()``) of linked objects the scheduler reports
+    finished, and
     ``unused`` is positive evidence (the scheduler read every node of it this tick) that
     no job runs on its nodes."""
     label = view.label()
@@ -59,7 +62,7 @@ def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
         return (RequestStep("remove", f"{label} ended ({view.condition.value}): its nodes leave",
                             left) if left else RequestStep("wait", f"{label} has ended"))
     if view.condition is Condition.PROVISIONED:
-        return _held(view, now, ended_jobs, unused)
+        return _held(view, now, ended, unused)
     if view.condition is not Condition.ACCEPTED:
         return RequestStep("wait", f"{label} is {view.condition.value}")
     if not view.nodes:
@@ -99,7 +102,7 @@ def _failed(view: RequestView, mine: Mapping[str, Node | None], failed: Mapping[
                        {n: node.address for n, node in ready.items()})
 
 
-def _held(view: RequestView, now: datetime, ended_jobs: frozenset[str],
+def _held(view: RequestView, now: datetime, ended: frozenset[str],
           unused: bool) -> RequestStep:
     label = view.label()
     if (unused and view.claimed_at is None and view.provisioned_at is not None
@@ -107,13 +110,13 @@ def _held(view: RequestView, now: datetime, ended_jobs: frozenset[str],
         return RequestStep("expire", f"{label} released: booking expired, no job used its "
                            f"nodes within {format_duration(view.spec.booking)} of Provisioned")
     link = view.spec.link
-    if link is not None and link.slurm_job is not None and link.slurm_job in ended_jobs:
-        return RequestStep("release", f"{label} released: its linked Slurm job "
-                           f"{link.slurm_job} has ended")
+    if link is not None and link.key() in ended:
+        return RequestStep("release", f"{label} released: its linked {link.describe()} "
+                           "has ended")
     if view.provisioned_at is not None and now >= view.provisioned_at + view.spec.ttl:
-        return RequestStep("release", f"{label} released: ttl {format_duration(view.spec.ttl)} "
+        return RequestStep("ttl", f"{label} released: ttl {format_duration(view.spec.ttl)} "
                            f"reached (provisioned at {view.provisioned_at:%H:%M:%S}); running "
-                           "jobs get the pool's checkpoint signal and grace")
+                           "jobs get the pool's checkpoint signal now, then its grace")
     return RequestStep("wait", f"{label} holds its nodes")
 
 

@@ -111,6 +111,28 @@ class Link(_Strict):
                              "kubernetes_job or kubernetes_selector")
         return self
 
+    def _given(self) -> tuple[str, str]:
+        for kind in LINK_KINDS:
+            value = getattr(self, kind)
+            if value is not None:
+                return kind, value
+        raise ValueError("empty link")  # the validator forbids it
+
+    def key(self) -> str:
+        """``slurm_job=4711``: the linked object as one string (what "ended" sets hold)."""
+        kind, value = self._given()
+        return f"{kind}={value}"
+
+    def describe(self) -> str:
+        """``Slurm job 4711``, ``Kubernetes pods with labels app=ci``: for reasons."""
+        kind, value = self._given()
+        return LINK_KINDS[kind].format(value)
+
+
+LINK_KINDS = {"slurm_job": "Slurm job {}", "kubernetes_pod": "Kubernetes pod {}",
+              "kubernetes_job": "Kubernetes job {}",
+              "kubernetes_selector": "Kubernetes pods with labels {}"}
+
 
 class RequestSpec(_Strict):
     """The body of ``POST /v1/requests`` (the team comes from the token, never the body)."""

@@ -190,13 +190,14 @@ class ScaleDown(_Strict):
     def drain_wait(self, trigger: str | None) -> timedelta:
         """How long a drain lets jobs run before signalling them. A consolidation drains a
         node on purpose to move its jobs while there is room for them elsewhere: waiting
-        drain_timeout for jobs that run for days would only let that room fill up."""
+        drain_timeout for jobs that run for days would only let that room fill up. A
+        capacity request's ttl is the deadline itself: its jobs are signalled at once."""
         return timedelta(0) if trigger in _MOVES else self.drain_timeout
 
 
-# Drains that move jobs on purpose (to free GPUs elsewhere, to a spot node already READY):
-# the checkpoint signal goes at once.
-_MOVES = frozenset({"consolidate", "spot-returned"})
+# Drains that move jobs on purpose (to free GPUs elsewhere, to a spot node already READY) or
+# meet a deadline (a capacity request's ttl): the checkpoint signal goes at once.
+_MOVES = frozenset({"consolidate", "spot-returned", "ttl"})
 
 
 class Lifetime(_Strict):

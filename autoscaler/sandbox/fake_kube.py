@@ -223,6 +223,22 @@ class FakeKube:
             "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": self._meta(name), "value": value, "preemptionPolicy": "PreemptLowerPriority"})
 
+    def add_job(self, name: str, namespace: str = "default") -> None:
+        """A batch/v1 Job, running (no condition yet)."""
+        template = {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "nvcr.io/nvidia/pytorch:24.05-py3"}]}}
+        self.store.put("jobs", f"{namespace}/{name}", {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": self._meta(name, namespace),
+            "spec": {"template": template}, "status": {"active": 1}})
+
+    def finish_job(self, key: str, condition: str = "Complete") -> None:
+        """The job ended: ``Complete`` or ``Failed`` becomes a True condition."""
+        def end(job: dict[str, Any]) -> None:
+            job["status"] = {"active": 0, "conditions": [
+                {"type": condition, "status": "True",
+                 "lastTransitionTime": timestamp(self.clock())}]}
+        self.store.touch("jobs", key, end)
+
     def compact(self) -> None:
         """Drop the watch event log: watches from older versions get 410 Gone."""
         self.store.compact()

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from autoscaler.sandbox.fake_kube import FakeKube
 
 Reply = tuple[int, dict[str, Any]]
-GROUPS = {"scheduling.k8s.io/v1": ["priorityclasses"]}
+GROUPS = {"scheduling.k8s.io/v1": ["priorityclasses"], "batch/v1": ["jobs"]}
 CORE = ["nodes", "pods", "persistentvolumeclaims", "persistentvolumes", "resourcequotas"]
 
 

@@ -18,8 +18,8 @@ from typing import Any
 Obj = dict[str, Any]
 KINDS = {"nodes": "Node", "pods": "Pod", "persistentvolumeclaims": "PersistentVolumeClaim",
          "persistentvolumes": "PersistentVolume", "resourcequotas": "ResourceQuota",
-         "priorityclasses": "PriorityClass"}
-NAMESPACED = {"pods", "persistentvolumeclaims", "resourcequotas"}
+         "priorityclasses": "PriorityClass", "jobs": "Job"}
+NAMESPACED = {"pods", "persistentvolumeclaims", "resourcequotas", "jobs"}
 
 
 @dataclass(frozen=True)

@@ -140,11 +140,13 @@ class Service:
         self.keeper = RequestKeeper(RequestBook(self.store), self.loop.policies,
                                     self.catalog, executor.submit, self.loop.clock)
         self.keeper.observed = lambda: self.loop.last_snapshot
-        if "slurm" in self.config.signals.scheduler:
-            from autoscaler.signals.slurm_jobs import ended_jobs
+        from autoscaler.signals.request_links import KubeLinks, LinkWatcher
 
-            slurm = self.config.signals.slurm
-            self.keeper.ended_jobs = lambda ids: ended_jobs(slurm, ids)
+        signals = self.config.signals
+        kube = signals.kubernetes if "kubernetes" in signals.scheduler else None
+        self.keeper.ended_links = LinkWatcher(
+            signals.slurm if "slurm" in signals.scheduler else None,
+            KubeLinks.connect(kube) if kube is not None else None)
 
     def _requests_step(self) -> None:
         if self.keeper is None:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.admission import booked
@@ -23,7 +23,7 @@ from autoscaler.engine.request_progress import RequestStep, progress
 from autoscaler.engine.snapshot import Snapshot
 from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.node import Node
-from autoscaler.fleet.request_spec import Condition, RequestView
+from autoscaler.fleet.request_spec import Condition, Link, RequestView
 from autoscaler.fleet.requests import RequestBook, held_nodes
 from autoscaler.policy.models import Market, TeamPolicy, find_pool, pool_key
 
@@ -38,8 +38,9 @@ class RequestKeeper:
     catalog: Catalog
     submit: Callable[[Plan, int | None], Any]  # the executor's submit
     clock: Callable[[], datetime]
-    # linked Slurm job ids -> those that have ended (positive evidence only)
-    ended_jobs: Callable[[list[str]], frozenset[str]] = lambda ids: frozenset()
+    # linked objects -> the keys (Link.key()) of those that have ended (positive evidence
+    # only): signals/request_links.py
+    ended_links: Callable[[list[Link]], frozenset[str]] = lambda links: frozenset()
     # the last tick's snapshot: which request nodes run jobs (None: no evidence)
     observed: Callable[[], Snapshot | None] = lambda: None
 
@@ -52,9 +53,9 @@ class RequestKeeper:
         leaving: list[Action] = []
         lines = []
         views = self.book.list()  # ended ones too: their nodes may still have to leave
-        linked = [v.spec.link.slurm_job for v in views if v.condition is Condition.PROVISIONED
-                  and v.spec.link is not None and v.spec.link.slurm_job is not None]
-        ended = self.ended_jobs(linked) if linked else frozenset()
+        linked = [v.spec.link for v in views
+                  if v.condition is Condition.PROVISIONED and v.spec.link is not None]
+        ended = self.ended_links(linked) if linked else frozenset()
         snapshot = self.observed()
         for view in views:
             unused = self._unused(view, snapshot, now)
@@ -95,10 +96,11 @@ class RequestKeeper:
             view = self.book.set_condition(view.id, Condition.BOOKING_EXPIRED, now, step.reason)
             view = self.book.set_condition(view.id, Condition.RELEASED, now, step.reason)
             return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason)
-        elif step.kind in ("fail", "release"):
+        elif step.kind in ("fail", "release", "ttl"):
             to = Condition.FAILED if step.kind == "fail" else Condition.RELEASED
             view = self.book.set_condition(view.id, to, now, step.reason)
-            return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason)
+            return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason,
+                          "ttl" if step.kind == "ttl" else "released")
         elif step.kind == "remove":
             return _leave(view, step.nodes, nodes, step.reason)
         return []
@@ -131,14 +133,15 @@ class RequestKeeper:
 
 
 def _leave(view: RequestView, names: tuple[str, ...], nodes: Mapping[str, Node],
-           reason: str) -> list[Action]:
-    """Drain the READY nodes (signal and grace as in any drain), terminate the rest."""
+           reason: str, trigger: Literal["released", "ttl"] = "released") -> list[Action]:
+    """Drain the READY nodes (signal and grace as in any drain; at ttl the signal comes at
+    once), terminate the rest."""
     out: list[Action] = []
     for name in names:
         node = nodes[name]
         key = pool_key(node.team, node.pool)
         if node.state is S.READY:
-            out.append(Drain(pool=key, node=name, trigger="released", reason=reason))
+            out.append(Drain(pool=key, node=name, trigger=trigger, reason=reason))
         else:
             out.append(Terminate(pool=key, node=name, reason=reason))
     return out

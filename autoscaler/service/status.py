@@ -117,11 +117,14 @@ def fleet_json(nodes: Iterable[Node], catalog: Catalog, snapshot: Snapshot | Non
 
 
 def open_requests(store: FleetStore) -> list[dict[str, Any]]:
-    """Capacity requests not yet final, for /ui (names, conditions and reasons only)."""
+    """Capacity requests not yet final, for /status and /ui: names, conditions, reasons and
+    deadlines only (never a token, an idempotency key or a link's target)."""
     from autoscaler.fleet.requests import RequestBook
 
     return [{"id": v.id, "team": v.team, "request": v.label(), "condition": v.condition.value,
-             "reason": v.reason, "nodes": sorted(v.nodes), "updated_at": _iso(v.updated_at)}
+             "reason": v.reason, "nodes": sorted(v.nodes), "updated_at": _iso(v.updated_at),
+             "tier": (v.preview or {}).get("tier") or (v.spec.tier.value if v.spec.tier else None),
+             "release_at": _iso(v.provisioned_at + v.spec.ttl) if v.provisioned_at else None}
             for v in RequestBook(store).list(include_final=False)]
 
 

@@ -38,7 +38,7 @@ from autoscaler.signals.kube_quota import quota_record, team_quotas
 from autoscaler.signals.kube_watch import Informer
 from autoscaler.signals.readings import PoolRef, SchedulerReading
 
-__all__ = ["KubernetesReader", "gpu_model_of", "quantity"]
+__all__ = ["KubernetesReader", "api_client", "gpu_model_of", "quantity"]
 log = logging.getLogger(__name__)
 NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -65,6 +65,24 @@ def _pvc_volume(obj: Obj) -> str | None:
     return (obj.get("spec") or {}).get("volumeName") or None
 
 
+def api_client(cfg: KubernetesConfig) -> client.ApiClient:
+    """A client for the configured API server (kubeconfig, or host + token + CA)."""
+    if cfg.host is None:
+        return config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(cfg.kubeconfig))
+    conf = client.Configuration()
+    conf.host = cfg.host
+    conf.verify_ssl = cfg.verify
+    conf.retries = False  # fail fast: no retries inside a tick
+    if cfg.ca_file is not None:
+        conf.ssl_ca_cert = str(cfg.ca_file)
+    token = read_secret(cfg.token_env, cfg.token_file, "kubernetes token")
+    if token:
+        conf.api_key = {"authorization": token}
+        conf.api_key_prefix = {"authorization": "Bearer"}
+    return client.ApiClient(conf)
+
+
 class KubernetesReader:
     def __init__(self, cfg: KubernetesConfig, api: client.CoreV1Api | None = None,
                  catalog: Catalog | None = None):
@@ -76,25 +94,8 @@ class KubernetesReader:
         self._nodes: dict[str, tuple[Any, ...]] = {}  # name -> (record, pool, pods, view)
 
     def _connect(self) -> client.CoreV1Api:
-        if self._api is not None:
-            return self._api
-        cfg = self.config
-        if cfg.host is None:
-            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=str(cfg.kubeconfig))
-        else:
-            conf = client.Configuration()
-            conf.host = cfg.host
-            conf.verify_ssl = cfg.verify
-            conf.retries = False  # fail fast: no retries inside a tick
-            if cfg.ca_file is not None:
-                conf.ssl_ca_cert = str(cfg.ca_file)
-            token = read_secret(cfg.token_env, cfg.token_file, "kubernetes token")
-            if token:
-                conf.api_key = {"authorization": token}
-                conf.api_key_prefix = {"authorization": "Bearer"}
-            api_client = client.ApiClient(conf)
-        self._api = client.CoreV1Api(api_client)
+        if self._api is None:
+            self._api = client.CoreV1Api(api_client(self.config))
         return self._api
 
     # -- caches -----------------------------------------------------------------------

@@ -78,3 +78,13 @@ def test_accepted_requests_not_yet_provisioned_count_against_the_quota():
     assert [(p.pool, p.nodes) for p in held] == [("vision/gpu", 2)]
     got = admit(request(), policy, CATALOG, [], EngineSettings(), booked=held)
     assert not got.ok and got.reason.endswith("GPU cap 12 (holds 8, +8 would exceed)")
+
+
+def test_the_tier_defaults_to_the_teams_and_may_not_rise_above_it():
+    medium = make_policy(priority="medium")
+    assert admit(request(), medium, CATALOG, [], EngineSettings()).preview()["tier"] == "medium"
+    low = admit(request(tier="low"), medium, CATALOG, [], EngineSettings())
+    assert low.ok and low.preview()["tier"] == "low"
+    high = admit(request(tier="high"), medium, CATALOG, [], EngineSettings())
+    assert not high.ok and high.reason.endswith(
+        "refused: tier high is above team vision's priority medium")

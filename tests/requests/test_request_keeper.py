@@ -75,20 +75,35 @@ def test_ttl_expiry_releases_and_drains(service):
     service.tick()
     view = RequestBook(service.store).get(rid)
     assert view.condition is Condition.RELEASED and "ttl 1h reached" in view.reason
-    assert len(submitted(service, Drain)) == 2
+    drains = submitted(service, Drain)
+    assert len(drains) == 2 and {a.trigger for a in drains} == {"ttl"}
+
+
+def test_a_ttl_drain_signals_at_once_a_delete_waits_drain_timeout():
+    from datetime import timedelta
+
+    from autoscaler.service.executor.common import new_drain
+    from autoscaler.service.executor.settings import ExecutorSettings
+    from tests.builders import NOW, make_policy
+
+    pool = make_policy().pools[0]
+    ttl = new_drain(ExecutorSettings(), pool, "ttl reached", NOW, "ttl")
+    assert ttl.deadline == NOW and ttl.grace == pool.scale_down.checkpoint_grace
+    released = new_drain(ExecutorSettings(), pool, "DELETE", NOW, "released")
+    assert released.deadline == NOW + pool.scale_down.drain_timeout > NOW + timedelta(0)
 
 
 def test_a_request_whose_linked_slurm_job_ended_is_released(service):
     url = service.api.url + "/v1/requests"
     rid = call(url, "POST", VISION, {**BODY, "link": {"slurm_job": "4711"}})[1]["id"]
     seen: list[list[str]] = []
-    answers = iter([frozenset(), frozenset({"4711"})])
+    answers = iter([frozenset(), frozenset({"slurm_job=4711"})])
 
-    def ended(ids):
-        seen.append(ids)
+    def ended(links):
+        seen.append([link.slurm_job for link in links])
         return next(answers)
 
-    service.keeper.ended_jobs = ended
+    service.keeper.ended_links = ended
     service.tick()
     service.tick()  # Provisioned: from now on its job is asked about
     service.tick()  # still running

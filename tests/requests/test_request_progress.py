@@ -68,9 +68,13 @@ def test_ttl_valid_until_and_linked_job_release():
     held = view(condition=Condition.PROVISIONED, ttl="2h", link={"slurm_job": "4711"})
     assert progress(held, {}, NOW + timedelta(hours=1)).kind == "wait"
     step = progress(held, {}, NOW + timedelta(hours=2))
-    assert step.kind == "release" and "ttl 2h reached" in step.reason
-    step = progress(held, {}, NOW, ended_jobs=frozenset({"4711"}))
+    assert step.kind == "ttl" and "ttl 2h reached" in step.reason
+    step = progress(held, {}, NOW, ended=frozenset({"slurm_job=4711"}))
     assert step.kind == "release" and "linked Slurm job 4711 has ended" in step.reason
+    pods = view(condition=Condition.PROVISIONED, link={"kubernetes_selector": "app=ci,run=7"})
+    assert progress(pods, {}, NOW, ended=frozenset({"slurm_job=4711"})).kind == "wait"
+    step = progress(pods, {}, NOW, ended=frozenset({"kubernetes_selector=app=ci,run=7"}))
+    assert step.reason.endswith("its linked Kubernetes pods with labels app=ci,run=7 has ended")
     late = view(valid_until=(NOW - timedelta(minutes=1)).isoformat())
     step = progress(late, states(("vision-gpu-1", S.BOOTSTRAPPING)), NOW)
     assert step.kind == "fail" and "valid_until" in step.reason and step.nodes == ("vision-gpu-1",)

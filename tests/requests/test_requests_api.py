@@ -114,3 +114,24 @@ def test_bodies_are_bounded_and_strict(service):
                      + VISION.encode() + b"\r\nContent-Length: 99999999\r\n\r\n")
         assert b" 413 " in sock.recv(200)
     assert RequestBook(service.store).list() == []
+
+
+def test_status_lists_open_requests_without_secrets(service):
+    url = service.api.url + "/v1/requests"
+    body = {**BODY, "idempotency_key": "gha-run-990-attempt", "link": {"slurm_job": "4711"}}
+    rid = call(url, "POST", VISION, body)[1]["id"]
+    gone = call(url, "POST", VISION, {**BODY, "name": "ci-gone"})[1]["id"]
+    call(f"{url}/{gone}", "DELETE", VISION)
+    service.tick()
+    service.tick()  # Provisioned
+    assert call(service.api.url + "/status", token=VISION)[0] == 401  # operator's page only
+    code, status = call(service.api.url + "/status", token=OPERATOR)
+    assert code == 200
+    (shown,) = status["requests"]  # the released one is not open
+    view = RequestBook(service.store).get(rid)
+    assert shown["id"] == rid and shown["condition"] == "Provisioned" and shown["tier"] == "high"
+    assert shown["request"] == view.label() and shown["nodes"] == sorted(view.nodes)
+    assert shown["release_at"] == (view.provisioned_at + view.spec.ttl).isoformat()
+    text = json.dumps(status)
+    for secret in (OPERATOR, VISION, NLP, "gha-run-990-attempt"):
+        assert secret not in text
