@@ -102,7 +102,7 @@ def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Cata
         policies = service.loop.reloader.policies
         fleet = service.store.fleet_view()
         now = service.loop.clock()
-        snapshot = service.loop.read_snapshot(policies, fleet, now)
+        snapshot = service.loop.read_snapshot(policies, fleet, now, record=False)
     finally:
         service.close()
     tf = cfg.terraform if cfg.terraform.regions else None
