@@ -85,3 +85,19 @@ def test_mape_is_exported_once_forecasts_have_been_scored(kit):
         kit.clock.advance(minutes=5)
     metrics = kit.loop.metrics.exposition().decode()
     assert f'gpu_autoscaler_forecast_mape{{pool="{KEY}"}}' in metrics
+
+
+def test_the_service_wiring_loads_history_from_prometheus_when_it_is_configured(tmp_path):
+    from autoscaler.fleet.store import FleetStore
+    from autoscaler.service.config import ServiceConfig
+    from autoscaler.service.wiring import build_forecasts
+
+    store = FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}")
+    try:
+        plain = ServiceConfig.model_validate({"policies_dir": str(tmp_path)})
+        assert build_forecasts(plain, store).warm is None
+        with_prom = ServiceConfig.model_validate({
+            "policies_dir": str(tmp_path), "signals": {"prometheus": {"url": "http://127.0.0.1:1"}}})
+        assert build_forecasts(with_prom, store).warm is not None
+    finally:
+        store.close()
