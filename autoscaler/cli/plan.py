@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -87,9 +87,10 @@ def terraform_preview(policies: dict[str, TeamPolicy], data: DecisionInput, resu
 
 
 def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Catalog,
-                                      EngineSettings, TerraformSettings | None]:
+                                      EngineSettings, TerraformSettings | None,
+                                      dict[str, dict[str, Any]]]:
     """One tick's reading of the live sources, without the lease, the executor or the store
-    being written."""
+    being written; with each predictive pool's forecast from the store's demand history."""
     from autoscaler.service.app import build_service
 
     cfg = read_config(config)
@@ -102,12 +103,13 @@ def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Cata
         policies = service.loop.reloader.policies
         fleet = service.store.fleet_view()
         now = service.loop.clock()
-        snapshot = service.loop.read_snapshot(policies, fleet, now)
+        snapshot = service.loop.read_snapshot(policies, fleet, now, record=False)
+        forecasts = dict(service.loop.state.forecasts)
     finally:
         service.close()
     tf = cfg.terraform if cfg.terraform.regions else None
     return (DecisionInput(now=now, fleet=fleet, snapshot=snapshot), policies, service.catalog,
-            cfg.engine, tf)
+            cfg.engine, tf, forecasts)
 
 
 def plan(
@@ -147,12 +149,13 @@ def plan(
         fail("--save-input needs --config")
     tf_settings = terraform_settings(settings_file, terraform_dir)
     if config is not None:
-        data, team_policies, catalog, engine, live_tf = live_input(config)
+        data, team_policies, catalog, engine, live_tf, forecasts = live_input(config)
         tf_settings = tf_settings or live_tf
         if save_input is not None:
             save_input.write_text(data.model_dump_json(indent=1))
     else:
         assert snapshot is not None
+        forecasts = {}
         catalog = catalog_from(prices)
         data = load_input(snapshot)
         team_policies = _policies(policies, catalog)
@@ -167,10 +170,13 @@ def plan(
     if json_out:
         payload = {"plan": result.model_dump(mode="json"),
                    "pools": None if previews is None else
-                   [p.model_dump(mode="json") | {"delta": round(p.delta, 4)} for p in previews]}
+                   [p.model_dump(mode="json") | {"delta": round(p.delta, 4)} for p in previews],
+                   "forecasts": forecasts}
         typer.echo(json.dumps(payload, indent=2))
     elif markdown:
         typer.echo(preview_markdown(result, previews))
+        for pool in sorted(forecasts):
+            typer.echo(f"- {forecasts[pool]['line']}")
     else:
         console.print(actions_table(result.actions,
                                     title=f"Plan at {result.decided_at:%Y-%m-%d %H:%M:%S %Z}"))
@@ -178,6 +184,8 @@ def plan(
         if previews is not None:
             for renderable in preview_tables(previews):
                 console.print(renderable)
+        for pool in sorted(forecasts):  # predictive pools (--config only: the store's history)
+            console.print(forecasts[pool]["line"], markup=False, highlight=False)
         if not result.changes():
             console.print("[dim]No changes: the fleet already matches the policies.[/]")
     if previews and any(p.status == "error" for p in previews):

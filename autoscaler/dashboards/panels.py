@@ -105,6 +105,15 @@ FLEET = Dashboard(
         Panel("Pending GPU demand by priority tier", (q(
             f'sum by (priority) (max by (team, pool, priority) ({P}_pending_gpus{{team=~"$team"}}))',
             "{{priority}}"),), stacked=True),
+        Panel("Demand against its forecast per pool", (
+            q(f"max by (pool) ({P}_demand_gpus)", "actual {{pool}}"),
+            q(f"max by (pool, quantile) ({P}_forecast_gpus)", "forecast q{{quantile}} {{pool}}")),
+            description="GPUs requested by pending and running jobs, and the forecast made for "
+            "the same 5-minute bin (pools with predictive.mode forecast-only or scale)."),
+        Panel("Forecast MAPE over 7 days per pool", (
+            q(f"max by (pool) ({P}_forecast_mape)", "{{pool}}"),), unit="percent",
+            description="Mean absolute percentage error of the p50 forecast against demand "
+            "(bins with at least one GPU): judge it before switching a pool to scale."),
         Panel("Pools with data missing (scale-down frozen)",
               (q(f"max by (pool) ({P}_data_missing)", "{{pool}}"),), kind="table"),
         Panel("Policy errors per file", (q(f"max by (file) ({P}_policy_errors)", "{{file}}"),),

@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Float,
     Integer,
     String,
     Text,
@@ -120,6 +121,21 @@ class PoolHistoryRow(Base):
     last_scale_up_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     last_scale_down_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     next_seq: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class DemandBinRow(Base):
+    """One pool's demand in one 5-minute bin (fleet/demand_history.py): the largest value
+    any tick of the bin saw, and the p50 forecast made for the bin before it started."""
+
+    __tablename__ = "demand_history"
+
+    pool: Mapped[str] = mapped_column(String(80), primary_key=True)
+    bin_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    requested_gpus: Mapped[float] = mapped_column(Float)
+    in_use_gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
+    nodes_serving: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    forecast_gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
+    source: Mapped[str] = mapped_column(String(16), default="service")
 
 
 class LeaseRow(Base):

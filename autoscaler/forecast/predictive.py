@@ -49,16 +49,38 @@ class Forecaster:
     def lead(self) -> timedelta:
         return timedelta(seconds=self.lead_s)
 
-    def forecast(self, origin: int) -> np.ndarray | None:
-        """The policy quantile for HORIZON bins from ``origin`` (None: too little history)."""
+    @property
+    def quantiles(self) -> tuple[float, float]:
+        """p50 (what MAPE scores) and the policy quantile (what the floor holds)."""
+        return (0.5, self.policy.quantile)
+
+    def band(self, origin: int) -> np.ndarray | None:
+        """``quantiles`` for HORIZON bins from ``origin``, shape (2, HORIZON); None: too
+        little history."""
         if origin not in self._cache:
             try:
                 fc = MODELS[self.choice.model](self.series.values[:origin], HORIZON,
-                                               (self.policy.quantile,))[0]
+                                               self.quantiles)
             except ValueError:
                 return None
             self._cache = {origin: fc}
         return self._cache[origin]
+
+    def forecast(self, origin: int) -> np.ndarray | None:
+        """The policy quantile for HORIZON bins from ``origin`` (None: too little history)."""
+        band = self.band(origin)
+        return None if band is None else band[1]
+
+    def at(self, now: float) -> tuple[float, float] | None:
+        """The (p50, policy quantile) forecast for the bin holding ``now``."""
+        first = self.series.bin_of(now)
+        if not 1 <= first <= len(self.series):
+            return None
+        origin = first - first % REFRESH_BINS
+        band = self.band(origin)
+        if band is None:
+            return None
+        return float(band[0, first - origin]), float(band[1, first - origin])
 
     def floor(self, now: float, at: datetime) -> ForecastFloor | None:
         """GPUs to hold now for the demand up to ``now + lead`` (``at``: now as a date)."""

@@ -308,6 +308,7 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     from autoscaler.service.wiring import (
         Markets,
         build_actuators,
+        build_forecasts,
         build_intake,
         build_prices,
         build_signals,
@@ -344,7 +345,8 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                        engine=config.engine, clock=clock, dry_run=dry_run,
                        interval_s=config.tick.interval.total_seconds(), executor=executor,
                        reconciler=reconciler, terraform_preview=config.terraform
-                       if config.tick.preview == "terraform" else None)
+                       if config.tick.preview == "terraform" else None,
+                       forecasts=build_forecasts(config, store))
     notices = None
     if intake is not None and isinstance(executor, Executor):
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,

@@ -51,6 +51,7 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.backoff import launch_backoffs, with_backoffs
 from autoscaler.service.executor.operations import Operation
 from autoscaler.service.executor.report import AdvanceReport
+from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.leader import Leadership
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.metrics_fleet import FleetObserver
@@ -143,7 +144,8 @@ class ServiceLoop:
                  executor: ExecutorLike | None = None, reconciler: ReconcilerLike | None = None,
                  prices: PricesLike | None = None, engine: EngineSettings | None = None,
                  clock: Callable[[], datetime] = utc_now, dry_run: bool = False,
-                 interval_s: float = 30.0, terraform_preview: TerraformSettings | None = None):
+                 interval_s: float = 30.0, terraform_preview: TerraformSettings | None = None,
+                 forecasts: PoolForecasts | None = None):
         if executor is None and not dry_run:
             raise ValueError("a live loop needs an executor (or run with dry_run=True)")
         self.store, self.reloader, self.signals = store, reloader, signals
@@ -152,6 +154,7 @@ class ServiceLoop:
         self.engine = engine or EngineSettings()
         self.clock, self.dry_run = clock, dry_run
         self.terraform_preview = terraform_preview
+        self.forecasts = forecasts  # demand history + forecasts (service/forecasts.py)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._state_lock = threading.RLock()  # self.state is also written by the notice loop
@@ -259,8 +262,9 @@ class ServiceLoop:
             return None
 
     def read_snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,
-                      now: datetime) -> Snapshot:
-        """Signals, prices and launch backoffs for ``now``: what a tick decides from."""
+                      now: datetime, record: bool = True) -> Snapshot:
+        """Signals, prices, launch backoffs and forecast floors for ``now``: what a tick
+        decides from (``record=False``: the demand history is read, not written)."""
         snapshot = self.signals.read(policies, fleet.nodes, now)
         if self.prices is not None:
             snapshot = self.prices.observe(policies).into(snapshot)
@@ -268,7 +272,23 @@ class ServiceLoop:
         self.metrics.set_backoffs({(b.pool, b.instance_type, b.zone or "", b.market.value): b.count
                                    for b in backoffs})
         self._set_state(launch_backoffs=tuple(b.describe() for b in backoffs))
-        return with_backoffs(snapshot, backoffs)
+        return self._forecast(policies, fleet, with_backoffs(snapshot, backoffs), now, record)
+
+    def _forecast(self, policies: dict[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot,
+                  now: datetime, record: bool) -> Snapshot:
+        """The forecast floors (mode scale) into the snapshot; a failure costs the tick its
+        floors only, never the tick (it is counted as a step error and shown)."""
+        if self.forecasts is None:
+            return snapshot
+        try:
+            snapshot = self.forecasts.update(policies, fleet, snapshot, now, record=record)
+        except Exception as exc:
+            log.exception("forecasts failed")
+            self.count_step_errors({"forecast": 1}, [f"forecast: {type(exc).__name__}: {exc}"])
+            return snapshot
+        self.metrics.set_forecasts(self.forecasts.views, self.forecasts.actual)
+        self._set_state(forecasts={k: v.json() for k, v in sorted(self.forecasts.views.items())})
+        return snapshot
 
     def _feed_capacity_errors(self, advance: AdvanceReport) -> None:
         if self.prices is None:
@@ -318,7 +338,9 @@ class ServiceLoop:
         lines = tuple(d.line() for d in deltas)
         for line in lines:
             log.info("%s", line)
-        self._set_state(previews=lines)
+        views = self.forecasts.views if self.forecasts is not None else {}
+        # Forecast lines repeat every tick: in the preview, not in the activity log.
+        self._set_state(previews=lines + tuple(views[k].line() for k in sorted(views)))
         self._note(lines)
 
     def _next_seq(self) -> dict[str, int]:

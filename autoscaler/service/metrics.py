@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -91,6 +92,7 @@ class ServiceMetrics:
                                     "zone and market (0: none); /status has the cause and next try.",
                                     ["pool", "instance_type", "zone", "market"], registry=r)
         self._backoff_labels: set[tuple[str, str, str, str]] = set()
+        self._forecast_metrics(r)
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
         self._missing_pools: set[str] = set()
@@ -134,6 +136,37 @@ class ServiceMetrics:
         self.notice_to_drain = Histogram(f"{PREFIX}_interruption_notice_to_drain_seconds",
                                          "From the cloud's spot notice to the node's drain start.",
                                          ["pool"], buckets=LIFECYCLE_BUCKETS, registry=r)
+
+    def _forecast_metrics(self, r: CollectorRegistry) -> None:
+        """Demand and its forecast per pool (service/forecasts.py), to compare before
+        switching ``predictive.mode`` to scale."""
+        self.demand_gpus = Gauge(f"{PREFIX}_demand_gpus", "GPUs requested by the pool's pending "
+                                 "and running jobs (the demand history's value; read back "
+                                 "from Prometheus by a new controller).", ["pool"], registry=r)
+        self.forecast_gpus = Gauge(f"{PREFIX}_forecast_gpus", "Forecast demand for the current "
+                                   "5-minute bin, at p50 and the policy quantile.",
+                                   ["pool", "quantile"], registry=r)
+        self.forecast_mape = Gauge(f"{PREFIX}_forecast_mape", "MAPE (%) of the p50 forecast "
+                                   "against demand over the last 7 days.", ["pool"], registry=r)
+        self._forecast_labels: dict[str, set[tuple[str, ...]]] = {}
+
+    def set_forecasts(self, views: Mapping[str, Any], actual: Mapping[str, float]) -> None:
+        """``views``: pool -> PoolForecast; ``actual``: pool -> requested GPUs this tick."""
+        values: dict[str, dict[tuple[str, ...], float]] = {"demand": {
+            (p,): v for p, v in actual.items()}, "forecast": {}, "mape": {}}
+        for pool, v in views.items():
+            if v.p50_gpus is not None:
+                values["forecast"][(pool, "0.5")] = v.p50_gpus
+                values["forecast"][(pool, f"{v.quantile:g}")] = v.quantile_gpus
+            if v.rolling_mape is not None:
+                values["mape"][(pool,)] = v.rolling_mape
+        for name, gauge in (("demand", self.demand_gpus), ("forecast", self.forecast_gpus),
+                            ("mape", self.forecast_mape)):
+            for gone in self._forecast_labels.get(name, set()) - set(values[name]):
+                gauge.remove(*gone)
+            for labels, value in values[name].items():
+                gauge.labels(*labels).set(value)
+            self._forecast_labels[name] = set(values[name])
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

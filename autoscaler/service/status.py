@@ -55,6 +55,7 @@ class LoopState:
     step_errors: dict[str, int] = field(default_factory=dict)  # caught in actuation, by component
     recent_errors: tuple[str, ...] = ()  # the last few of them (newest last)
     launch_backoffs: tuple[str, ...] = ()  # launches held after repeated failures (backoff.py)
+    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)  # pool -> forecast view
 
 
 def describe_action(action: Action) -> str:
@@ -157,4 +158,5 @@ def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
         "lost_frozen": dict(sorted(state.lost_frozen.items())),
         "pool_errors": dict(sorted(state.pool_errors.items())),
         "requests": open_requests(store),
+        "forecasts": dict(state.forecasts),  # predictive pools (service/forecasts.py)
     }

@@ -18,9 +18,12 @@ from autoscaler.service.executor import Executor
 from autoscaler.service.executor.operations import Inline, WorkerPools
 from autoscaler.service.executor.terraform import TerraformProvisioner
 from autoscaler.service.executor.wiring import drainers_for
+from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.interruptions import InterruptionIntake, sources_for
 from autoscaler.service.reconciler import Reconciler
+from autoscaler.signals.demand import Bins, load_demand
 from autoscaler.signals.prices import PriceSignals, PriceView
+from autoscaler.signals.prometheus import PrometheusReader
 from autoscaler.signals.snapshot import SignalReader
 
 
@@ -55,6 +58,23 @@ class Markets:
         clouds = self.config.clouds
         return ([self("aws", r) for r in sorted(clouds.aws.sqs_queue_urls)]
                 + [self("alicloud", r) for r in clouds.alicloud.regions])
+
+
+def build_forecasts(config: ServiceConfig, store: FleetStore) -> PoolForecasts:
+    """Demand history and forecasts; with Prometheus configured, a pool's first tick tops
+    its history up from ``gpu_autoscaler_demand_gpus`` (signals/demand.py)."""
+    prom = config.signals.prometheus
+    if prom is None:
+        return PoolForecasts(store)
+
+    def warm(pools: list[str], now: datetime) -> Bins:
+        reader = PrometheusReader(prom)
+        try:
+            return load_demand(reader, pools, now)
+        finally:
+            reader.close()
+
+    return PoolForecasts(store, warm=warm)
 
 
 def build_signals(config: ServiceConfig, catalog: Catalog,

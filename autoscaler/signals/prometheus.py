@@ -151,10 +151,21 @@ class PrometheusReader:
 
     def _query(self, query: str, now: datetime) -> list[dict[str, Any]]:
         timeout = self.config.timeout.total_seconds()
+        return self._guarded(lambda client: client.custom_query(
+            query, params={"time": f"{now.timestamp():.3f}", "timeout": f"{timeout:g}s"}))
+
+    def query_range(self, query: str, start: datetime, end: datetime,
+                    step: timedelta) -> list[dict[str, Any]]:
+        """A range query (``/api/v1/query_range``), with the same timeout and errors."""
+        timeout = self.config.timeout.total_seconds()
+        return self._guarded(lambda client: client.custom_query_range(
+            query, start_time=start, end_time=end, step=f"{step.total_seconds():g}s",
+            params={"timeout": f"{timeout:g}s"}))
+
+    def _guarded(self, call: Callable[[PrometheusConnect], Any]) -> list[dict[str, Any]]:
+        timeout = self.config.timeout.total_seconds()
         try:
-            client = self._connect()
-            result: list[dict[str, Any]] = client.custom_query(
-                query, params={"time": f"{now.timestamp():.3f}", "timeout": f"{timeout:g}s"})
+            result: list[dict[str, Any]] = call(self._connect())
         except (requests.Timeout, requests.ConnectionError) as exc:
             if _timed_out(exc):
                 raise PrometheusReadError(f"prometheus timed out after {timeout:g}s") from None

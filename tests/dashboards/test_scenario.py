@@ -21,7 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # Panels whose metric another change increments (the definition is here, the wiring is not):
 # their query must succeed; series are required once the service exposes any sample.
 WIRED_ELSEWHERE = {"gpu_autoscaler_step_errors_total": "async actuation counts step errors",
-                   "gpu_autoscaler_launch_backoff_failures": "async actuation's launch backoff"}
+                   "gpu_autoscaler_launch_backoff_failures": "async actuation's launch backoff",
+                   # A forecast needs a day of a predictive pool's history (tests/service/
+                   # test_forecasts_loop.py exports both); the scenario runs for minutes.
+                   "gpu_autoscaler_forecast_gpus": "a predictive pool's forecast",
+                   "gpu_autoscaler_forecast_mape": "a predictive pool's scored forecasts"}
 
 
 def range_query(s: Scenario, expr: str) -> dict[str, Any]:

@@ -69,3 +69,37 @@ def test_predictive_strategy_is_ready_before_the_daily_wave(tmp_path: Path) -> N
     assert ours["wait_p50_s"] >= 180  # reactive: every job waits for a node to boot
     assert pred["wait_p50_s"] < ours["wait_p50_s"] / 2
     assert pred["parameters"]["lead_s"] == 240
+
+
+def test_plan_from_a_service_config_shows_the_forecast_and_records_nothing(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from ruamel.yaml import YAML
+
+    from autoscaler.fleet.demand_history import STEP, DemandHistory, bin_start
+    from autoscaler.fleet.store import FleetStore
+    from tests.service.service_fakes import write_policy
+
+    write_policy(tmp_path / "policies", "vision", name="gpu", max_nodes=4,
+                 predictive={"mode": "forecast-only", "lead": "10m"})
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    store = FleetStore(url)
+    start = bin_start(datetime.now(UTC)) - timedelta(days=8)
+    history = DemandHistory(store)
+    history.fill("vision/gpu", [(start + i * STEP, 5.0) for i in range(8 * 288)])
+    before = len(history.bins("vision/gpu", start))
+    with (tmp_path / "config.yaml").open("w") as fh:
+        YAML().dump({"policies_dir": str(tmp_path / "policies"), "store": {"url": url},
+                     "clouds": {"market_prices": False}}, fh)
+    try:
+        result = runner.invoke(app, ["plan", "--config", str(tmp_path / "config.yaml"), "--json"])
+        assert result.exit_code == 0, result.output
+        shown = json.loads(result.output)["forecasts"]["vision/gpu"]
+        assert shown["mode"] == "forecast-only" and shown["applied"] is False
+        assert shown["p50_gpus"] == 5.0 and shown["model"] is not None
+        assert len(history.bins("vision/gpu", start)) == before  # plan records nothing
+        text = runner.invoke(app, ["plan", "--config", str(tmp_path / "config.yaml")])
+        assert text.exit_code == 0, text.output
+        assert "forecast vision/gpu (forecast-only): p50 5.0" in " ".join(text.output.split())
+    finally:
+        store.close()

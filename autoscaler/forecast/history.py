@@ -1,0 +1,97 @@
+"""From what the service observes to the forecaster's input, and back.
+
+* ``sample_of``: one tick's demand for a pool from its Snapshot (pending + running GPUs);
+  None when the pool's scheduler data is missing (a zero would be a lie the forecast
+  learns from).
+* ``to_series``: stored bins -> a ``DemandSeries`` whose bin 0 is the Monday 00:00 UTC at or
+  before the first bin (the models read hour-of-week from the bin index). Bins without a
+  row (the service was down) take the stored value a day earlier, else the last value
+  before them; the bins of the first week before the first row take the first
+  value. Only complete bins (before ``until``'s bin) are in the series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from autoscaler.engine.snapshot import Snapshot
+from autoscaler.fleet.demand_history import STEP, DemandBin, DemandSample, bin_start
+from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.fleet.node import Node
+from autoscaler.forecast.backtest import mape
+from autoscaler.forecast.series import DAY_BINS, DemandSeries
+
+
+def sample_of(key: str, nodes: Sequence[Node], snapshot: Snapshot) -> DemandSample | None:
+    pool = snapshot.pools.get(key)
+    if pool is not None and pool.scheduler_missing:
+        return None
+    pending = sum(j.gpus * j.nodes for j in pool.pending) if pool is not None else 0.0
+    running, busy, seen_busy, ready = 0.0, 0.0, False, 0
+    for node in nodes:
+        obs = snapshot.nodes.get(node.name)
+        ready += node.state is NodeState.READY
+        if obs is None:
+            continue
+        if obs.scheduler is not None:
+            running += obs.scheduler.gpus_allocated
+        m = obs.metrics
+        if m is not None and m.util_mean is not None and not obs.metrics_missing:
+            busy, seen_busy = busy + m.util_mean / 100 * m.gpus_reporting, True
+    return DemandSample(requested_gpus=round(pending + running, 3),
+                        in_use_gpus=round(busy, 3) if seen_busy else None, nodes_serving=ready)
+
+
+def week_start(at: datetime) -> datetime:
+    """Monday 00:00 UTC of ``at``'s week."""
+    day = at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day - timedelta(days=day.weekday())
+
+
+@dataclass(frozen=True)
+class History:
+    """A pool's stored history as the forecaster reads it."""
+
+    origin: datetime  # the start of bin 0 (a Monday 00:00 UTC)
+    series: DemandSeries
+    forecasts: np.ndarray  # p50 forecast made for each bin before it started (NaN: none)
+    stored: int  # bins that had a row (the rest were filled)
+
+    def seconds(self, at: datetime) -> float:
+        """``at`` on the series' time axis."""
+        return (at - self.origin).total_seconds()
+
+    def rolling_mape(self, bins: int = 7 * DAY_BINS) -> float | None:
+        """MAPE (%) of the recorded p50 forecasts over the last ``bins`` complete bins."""
+        actual, fc = self.series.values[-bins:], self.forecasts[-bins:]
+        known = ~np.isnan(fc)
+        return mape(actual[known], fc[known]) if known.any() else None
+
+
+def to_series(bins: Sequence[DemandBin], until: datetime) -> History | None:
+    step = STEP.total_seconds()
+    if not bins:
+        return None
+    origin = week_start(bins[0].start)
+    n = int((bin_start(until) - origin).total_seconds() // step)
+    if n <= 0:
+        return None
+    values, forecasts = np.full(n, np.nan), np.full(n, np.nan)
+    for b in bins:
+        i = int((b.start - origin).total_seconds() // step)
+        if 0 <= i < n:
+            values[i] = b.requested_gpus
+            forecasts[i] = np.nan if b.forecast_gpus is None else b.forecast_gpus
+    known = ~np.isnan(values)
+    if not known.any():
+        return None
+    first = int(np.argmax(known))
+    values[:first] = values[first]
+    for i in np.flatnonzero(~known[first:]) + first:
+        day_before = i - DAY_BINS
+        values[i] = values[day_before] if day_before >= 0 and known[day_before] else values[i - 1]
+    return History(origin, DemandSeries(values, step), forecasts, int(known.sum()))

@@ -1,0 +1,244 @@
+"""Predictive capacity in the running service (README "Predictive capacity").
+
+Every tick, for every pool: its demand sample goes into the store's history
+(``fleet/demand_history.py``). For pools with ``predictive.mode`` ``forecast-only`` or
+``scale``:
+
+* the model is chosen and fitted (``Forecaster.train``: a backtest over the last 14 days)
+  at most every ``REFIT`` (6 h, as AWS predictive scaling re-forecasts), when the policy's
+  predictive settings change, and at the first tick of a process; between refits the
+  chosen model re-forecasts hourly from the bins stored so far (the bins since the last
+  read are read from the store when a bin completes). One pool is fitted per tick
+  (``MAX_FITS_PER_TICK``); a pool waiting for its first fit has no forecast meanwhile;
+* the forecast for the current bin (p50 and the policy quantile) is exported and shown in
+  /status and the preview, and the p50 is stored with the bin (the rolling MAPE over the
+  last 7 days compares it with what the bin held);
+* in mode ``scale`` only, the floor (``Forecaster.floor``) goes into ``Snapshot.forecasts``,
+  where ``decide()`` holds it; ``forecast-only`` never changes a plan.
+
+Lead time: the policy's ``lead``, else the median boot-to-ready (launch request to READY)
+of the pool's last 20 nodes that became READY, else ``DEFAULT_LEAD`` (10 minutes, a GPU
+node that installs its driver) until one has.
+
+At the first tick a pool is seen, its history is topped up from Prometheus
+(``signals/demand.py``) when a loader is given: bins the store lacks, never replacing one.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from autoscaler.engine.snapshot import ForecastFloor, Snapshot
+from autoscaler.fleet.demand_history import RETENTION, DemandBin, DemandHistory, bin_start
+from autoscaler.fleet.node import FleetView
+from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.tables import NodeRow
+from autoscaler.forecast.history import History, sample_of, to_series
+from autoscaler.forecast.predictive import Forecaster
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import Pool, Predictive, TeamPolicy, pool_key
+
+log = logging.getLogger(__name__)
+REFIT = timedelta(hours=6)
+DEFAULT_LEAD = timedelta(minutes=10)
+BOOT_SAMPLES = 20
+# A fit backtests 14 days (~0.1-3 s per pool on 1-5 weeks of bins, one core): one per tick,
+# so refits of many pools spread over ticks instead of stretching one.
+MAX_FITS_PER_TICK = 1
+
+WarmLoader = Callable[[list[str], datetime], Mapping[str, list[tuple[datetime, float]]]]
+
+
+@dataclass(frozen=True)
+class PoolForecast:
+    """What /status, the preview and the metrics show of one pool's forecast."""
+
+    pool: str
+    mode: str
+    quantile: float
+    lead_s: float
+    lead_source: str
+    history_bins: int
+    actual_gpus: float | None = None  # requested in the current bin so far
+    p50_gpus: float | None = None  # forecast for the current bin
+    quantile_gpus: float | None = None
+    model: str | None = None
+    backtest_mape: float | None = None
+    rolling_mape: float | None = None
+    floor: ForecastFloor | None = None
+    note: str = ""  # why there is no forecast
+
+    def line(self) -> str:
+        head = f"forecast {self.pool} ({self.mode})"
+        if self.p50_gpus is None or self.quantile_gpus is None:
+            return f"{head}: no forecast yet: {self.note}"
+        mape = f"{self.rolling_mape:.0f}%" if self.rolling_mape is not None else "n/a"
+        text = (f"{head}: p50 {self.p50_gpus:.1f} / p{self.quantile * 100:.0f} "
+                f"{self.quantile_gpus:.1f} GPUs this bin, actual "
+                f"{self.actual_gpus if self.actual_gpus is not None else 'n/a'} "
+                f"({self.model} model, rolling MAPE {mape}; lead "
+                f"{format_duration(timedelta(seconds=self.lead_s))}, {self.lead_source})")
+        if self.floor is not None:
+            held = "holds" if self.mode == "scale" else "would hold"
+            text += f"; {held} {self.floor.gpus:g} GPUs: {self.floor.reason}"
+        return text
+
+    def json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "quantile": self.quantile, "model": self.model,
+                "p50_gpus": self.p50_gpus, "quantile_gpus": self.quantile_gpus,
+                "actual_gpus": self.actual_gpus, "backtest_mape": self.backtest_mape,
+                "rolling_mape": self.rolling_mape, "lead_s": self.lead_s,
+                "lead_source": self.lead_source, "history_bins": self.history_bins,
+                "floor_gpus": self.floor.gpus if self.floor else None,
+                "floor_reason": self.floor.reason if self.floor else None,
+                "applied": self.mode == "scale" and self.floor is not None,
+                "note": self.note, "line": self.line()}
+
+
+@dataclass
+class _Fit:
+    settings: Predictive
+    lead_s: float
+    lead_source: str
+    trained_at: datetime
+    forecaster: Forecaster | None
+    history: History | None
+    bin_at: datetime  # the bin the history was read up to (exclusive)
+    rows: list[DemandBin]  # the stored bins read so far
+
+
+class PoolForecasts:
+    def __init__(self, store: FleetStore, warm: WarmLoader | None = None,
+                 retention: timedelta = RETENTION, refit: timedelta = REFIT):
+        self.store, self.warm, self.refit = store, warm, refit
+        self.history = DemandHistory(store, retention)
+        self._fits: dict[str, _Fit] = {}
+        self._warmed: set[str] = set()
+        self._budget = MAX_FITS_PER_TICK
+        self.views: dict[str, PoolForecast] = {}
+        self.actual: dict[str, float] = {}  # pool -> requested GPUs this tick
+
+    def update(self, policies: Mapping[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot,
+               now: datetime, record: bool = True) -> Snapshot:
+        """Record every pool's demand, forecast the predictive ones; returns the snapshot
+        with the floors of the pools in mode ``scale``. ``record=False`` reads only."""
+        pools = {pool_key(t, p.name): p for t, pol in policies.items() for p in pol.pools}
+        self._budget = MAX_FITS_PER_TICK
+        if record:
+            self._warm_start([k for k in pools if k not in self._warmed], now)
+        floors, views, actual = {}, {}, {}
+        for key, pool in pools.items():
+            nodes = [n for n in fleet.nodes if n.pool_key == key]
+            sample = sample_of(key, nodes, snapshot)
+            if sample is not None:
+                actual[key] = sample.requested_gpus
+            view = self._forecast(key, pool, now, actual.get(key)) \
+                if pool.predictive.mode != "off" else None
+            if record and sample is not None:
+                self.history.record(key, now, sample,
+                                    view.p50_gpus if view is not None else None)
+            if view is None:
+                continue
+            views[key] = view
+            if view.mode == "scale" and view.floor is not None:
+                floors[key] = view.floor
+        self.views, self.actual = views, actual
+        if not floors:
+            return snapshot
+        return snapshot.model_copy(update={"forecasts": {**snapshot.forecasts, **floors}})
+
+    def _warm_start(self, keys: list[str], now: datetime) -> None:
+        if not keys:
+            return
+        self._warmed.update(keys)
+        if self.warm is None:
+            return
+        try:
+            loaded = self.warm(keys, now)
+        except Exception as exc:  # a warm start is a convenience: start from the store
+            log.warning("demand history from Prometheus not loaded: %s", exc)
+            return
+        for key, bins in loaded.items():
+            added = self.history.fill(key, bins)
+            log.info("demand history of %s: %d bins loaded from Prometheus", key, added)
+
+    def _forecast(self, key: str, pool: Pool, now: datetime,
+                  actual: float | None) -> PoolForecast:
+        fit = self._fit(key, pool, now)
+        view = PoolForecast(key, pool.predictive.mode, pool.predictive.quantile, fit.lead_s,
+                            fit.lead_source, fit.history.stored if fit.history else 0,
+                            actual_gpus=actual)
+        fc, hist = fit.forecaster, fit.history
+        if fit.lead_source == "":
+            return _with(view, note="the model is fitted at a later tick (one fit per tick)")
+        if fc is None or hist is None:
+            return _with(view, note="no demand history stored yet")
+        band = fc.at(hist.seconds(now))
+        if band is None:
+            return _with(view, model=fc.choice.model, note=f"{hist.stored} bins of history; "
+                         "the model needs a day (288 bins)")
+        return _with(view, p50_gpus=round(band[0], 3), quantile_gpus=round(band[1], 3),
+                     model=fc.choice.model, backtest_mape=fc.choice.mape,
+                     rolling_mape=hist.rolling_mape(), floor=fc.floor(hist.seconds(now), now))
+
+    def _fit(self, key: str, pool: Pool, now: datetime) -> _Fit:
+        """The pool's fitted model, refit when due; its history re-read once per bin."""
+        fit, current = self._fits.get(key), bin_start(now)
+        due = (fit is None or fit.settings != pool.predictive or now - fit.trained_at >= self.refit
+               or now < fit.trained_at)
+        if due and self._budget > 0:
+            self._budget -= 1
+            return self._train(key, pool.predictive, now)
+        if fit is None or fit.settings != pool.predictive:
+            return _Fit(pool.predictive, 0.0, "", now, None, None, current, [])  # its turn comes
+        if current > fit.bin_at:
+            # Only the bins since the last read (the last one read may have been partial).
+            since = fit.rows[-1].start if fit.rows else now - self.history.retention
+            fit.rows = [b for b in fit.rows if b.start < since] + self.history.bins(key, since)
+            fit.history, fit.bin_at = to_series(fit.rows, now), current
+            if fit.forecaster is not None and fit.history is not None:
+                fit.forecaster.series = fit.history.series
+        return fit
+
+    def _train(self, key: str, settings: Predictive, now: datetime) -> _Fit:
+        self.history.prune(key, now)
+        lead_s, source = self._lead(key, settings)
+        rows = self.history.bins(key, now - self.history.retention)
+        hist = to_series(rows, now)
+        fc = None
+        if hist is not None:
+            fc = Forecaster.train(hist.series, hist.seconds(now), settings, lead_s)
+            log.info("forecast model of %s: %s (backtest MAPE %s) on %d stored bins", key,
+                     fc.choice.model, fc.choice.mape, hist.stored)
+        fit = self._fits[key] = _Fit(settings, lead_s, source, now, fc, hist, bin_start(now), rows)
+        return fit
+
+    def _lead(self, key: str, settings: Predictive) -> tuple[float, str]:
+        if settings.lead is not None:
+            return settings.lead.total_seconds(), "policy lead"
+        boots = measured_boots(self.store, key)
+        if boots:
+            return statistics.median(boots), f"median boot-to-ready of {len(boots)} node(s)"
+        return DEFAULT_LEAD.total_seconds(), "default: no node of the pool has been READY yet"
+
+
+def measured_boots(store: FleetStore, key: str, limit: int = BOOT_SAMPLES) -> list[float]:
+    """Seconds from launch request to READY of the pool's newest nodes that got there."""
+    team, _, name = key.partition("/")
+    with store.session() as s:
+        rows = s.execute(select(NodeRow.created_at, NodeRow.ready_at).where(
+            NodeRow.team == team, NodeRow.pool == name, NodeRow.ready_at.is_not(None))
+            .order_by(NodeRow.created_at.desc()).limit(limit)).all()
+    return [max(0.0, (ready - created).total_seconds()) for created, ready in rows
+            if ready is not None and created is not None]
+
+
+def _with(view: PoolForecast, **changes: Any) -> PoolForecast:
+    return replace(view, **changes)
