@@ -136,6 +136,17 @@ class FakeTerraform(_Raises):
         self.calls.append(("instances", ref.key, None))
         return dict(self.state.get(ref.key, {}))
 
+    def leftovers(self, ref: PoolRef, names: Iterable[str]) -> dict[str, list[str]]:
+        wanted = set(names)
+        self.calls.append(("leftovers", ref.key, sorted(wanted)))
+        held = {out.id for out in self.state.get(ref.key, {}).values()}
+        tags = {**MANAGED_TAGS, "team": ref.team, "pool": ref.pool}
+        out: dict[str, list[str]] = {}
+        for inst in self.cloud.managed_instances(tags=tags):
+            if inst.node in wanted and inst.instance_id not in held:
+                out.setdefault(inst.node, []).append(inst.instance_id)
+        return out
+
     def apply(self, ref: PoolRef, nodes: NodeMap, *, destroy: Collection[str] = ()) -> ApplyResult:
         self.calls.append(("apply", ref.key, {"nodes": dict(nodes), "destroy": sorted(destroy)}))
         if self.on_apply is not None:

@@ -8,6 +8,11 @@ submit -> advance, the clock moving 30 s per tick) through a goal, and after a c
 "restarts": it closes the store, opens the same SQLite file again and builds a new
 executor and reconciler (no in-memory state survives). The world (cloud, Terraform
 state, scheduler) is shared across restarts, as it would be.
+
+Operations run inline (each advance does everything), deferred (one tick late: a crash
+hits an operation in flight, deterministically) or on the service's real
+:class:`WorkerPools` (``operations="workers"``: what ``terraform_world`` runs in a child
+process that a test SIGKILLs while an apply or a bootstrap runs in a worker).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import AdvanceReport, Executor, ExecutorSettings
-from autoscaler.service.executor.operations import Inline, Kind, Operation, Work
+from autoscaler.service.executor.operations import Inline, Kind, Operation, Runner, Work, WorkerPools
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionSource
 from autoscaler.service.reconciler import Reconciler
 
@@ -204,7 +209,7 @@ class World:
     address_of: Callable[[Node], str | None]
     clouds: Callable[[str, str], Any]
     sources: Sequence[InterruptionSource] = ()
-    operations: Literal["inline", "deferred"] = "inline"
+    operations: Literal["inline", "deferred", "workers"] = "inline"
     jobs: Callable[[str], list[str]] = lambda name: []
     settings: ExecutorSettings = field(default_factory=ExecutorSettings)
 
@@ -230,17 +235,24 @@ class Scenario:
         self.executor = Executor(self.store, lambda: w.policies, provisioner,  # type: ignore[arg-type]
                                  CrashingBootstrapper(w.bootstrapper, f, "ansible"), drainers,
                                  w.address_of, w.settings, default_catalog(), self.clock,
-                                 runner=Deferred(self.clock) if w.operations == "deferred"
-                                 else None)
+                                 runner=self._runner())
         intake = InterruptionIntake(self.store, w.sources, w.settings, self.clock,  # type: ignore[arg-type]
                                     lambda: w.policies) if w.sources else None
         self.reconciler = Reconciler(self.store, provisioner, w.clouds, w.settings,  # type: ignore[arg-type]
                                      self.clock, policies=lambda: w.policies, interruptions=intake)
 
+    def _runner(self) -> Runner | None:
+        if self.world.operations == "deferred":
+            return Deferred(self.clock)
+        if self.world.operations == "workers":
+            return WorkerPools(self.clock, {"apply": 2, "bootstrap": 2, "drain": 2})
+        return None
+
     def clock(self) -> datetime:
         return self.now
 
     def restart(self) -> None:
+        self.executor.close()
         self.raw_store.close()
         self._open()
 

@@ -16,11 +16,7 @@ instances for one node name (it lists terminated instances too).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,58 +27,12 @@ from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
 from autoscaler.sandbox.procs import ManagedProcess, wait_until
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.service.crash_harness import CrashOncePerPoint, Scenario, coarse
+from tests.service.sigkill import child_pids, every_instance, kill_tree  # noqa: F401
 from tests.service.terraform_world import POOL, child_config, later, make_world, policy
 
 pytestmark = [pytest.mark.slow, needs_terraform]
 S = NodeState
 REPO = Path(__file__).resolve().parents[2]
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and everything it started (terraform runs in its own session)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        out.append(current)
-        todo += children.get(current, [])
-    return out
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return True
-
-
-def every_instance(moto: MotoSandbox) -> dict[str, list[str]]:  # noqa: F811
-    """Node tag -> instance ids, terminated ones included."""
-    out: dict[str, list[str]] = {}
-    pages = moto.client().get_paginator("describe_instances").paginate(
-        Filters=[{"Name": "tag:pool", "Values": [POOL]}])
-    for page in pages:
-        for reservation in page["Reservations"]:
-            for inst in reservation["Instances"]:
-                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-                out.setdefault(tags.get("node", "?"), []).append(inst["InstanceId"])
-    return out
-
-
-@pytest.fixture
-def child_pids() -> Iterator[list[int]]:
-    """Processes the test SIGKILLs; anything still alive at the end is killed by PID."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.timeout(1500)  # ~4 min on an idle 2-core machine; terraform is slow under load
@@ -99,15 +49,10 @@ def test_sigkill_mid_apply_then_a_crash_at_every_kind_of_point(
     try:
         wait_until(lambda: running_instances(moto.client(), pool=POOL), 420,
                    "the child's terraform apply to launch an instance", interval=0.1, proc=child)
-        victims = descendants(child.pid)
-        child_pids += victims
-        for pid in reversed(victims):  # provider and terraform first, then the loop
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: all(_gone(p) for p in victims), 30, "the killed processes to exit")
+        kill_tree(child.pid, child_pids)  # provider and terraform first, then the loop
     finally:
         child.kill()
-    killed_with = sorted(every_instance(moto))
+    killed_with = sorted(every_instance(moto, POOL))
 
     world = make_world(url, terraform, moto.endpoint)
     faults = CrashOncePerPoint(key=coarse)
@@ -123,7 +68,7 @@ def test_sigkill_mid_apply_then_a_crash_at_every_kind_of_point(
     states = scenario.states()
     assert sorted(states) == ["vision-v100-1", "vision-v100-2"], states
     assert running_instances(moto.client(), pool=POOL) == [], "orphaned instances"
-    seen = every_instance(moto)
+    seen = every_instance(moto, POOL)
     assert sorted(seen) == sorted(states) and all(len(ids) == 1 for ids in seen.values()), seen
     imported = world.provisioner.imported
     with capsys.disabled():

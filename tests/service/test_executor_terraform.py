@@ -53,6 +53,15 @@ class FakeWorkspace:
     def outputs(self) -> dict[str, NodeOutput]:
         return dict(self.held)
 
+    def pull_state(self) -> dict[str, Any]:
+        """The state's shape, as ``terraform state pull`` prints it."""
+        return {"resources": [{"module": "module.pool", "mode": "managed", "type": "aws_instance",
+                               "name": "node", "instances": [
+                                   {"index_key": key, "attributes": {
+                                       "id": out.id, "private_ip": out.private_ip,
+                                       "instance_lifecycle": "spot" if out.lifecycle == "spot"
+                                       else ""}} for key, out in self.held.items()]}]}
+
     def applied_nodes(self) -> NodeMap:
         return {}
 

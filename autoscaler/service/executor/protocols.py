@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Protocol
 
 from autoscaler.actuators.ansible import Bootstrapper
@@ -27,7 +27,13 @@ class Provisioner(Protocol):
         ...
 
     def instances(self, ref: PoolRef) -> dict[str, NodeOutput]:
-        """What the pool's state holds now, per node."""
+        """What the pool's state holds now, per node (read from the state, not from the
+        outputs, which a failed apply leaves stale)."""
+        ...
+
+    def leftovers(self, ref: PoolRef, names: Iterable[str]) -> dict[str, list[str]]:
+        """Per named node, live cloud instances tagged with it that the state does not
+        hold: the evidence that must be absent before a node counts as TERMINATED."""
         ...
 
     def mark_stale(self, ref: PoolRef) -> None: ...

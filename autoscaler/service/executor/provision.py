@@ -10,7 +10,11 @@ TERMINATING, LOST):
 3. the outcome is settled per node: an instance in the state -> BOOTSTRAPPING with its id
    and address; a node the apply named as failed -> PROVISION_FAILED with the error (and
    the capacity error goes back to the engine); TERMINATING/LOST nodes no longer in the
-   state -> TERMINATED (the scheduler forgets them first).
+   state -> TERMINATED (the scheduler forgets them first) once the cloud lists no instance
+   tagged with them either. Settling reads the nodes again after the apply (a node may
+   have moved while it ran); a leaving node keeps the id of any instance seen for it, and
+   instances the cloud still runs for it are destroyed through Terraform first (imported
+   under a spare key): the store never forgets an instance that may still be billed.
 
 When the map already matches, the state is only read, which settles what a crash
 between an apply and its bookkeeping left behind.
@@ -121,13 +125,17 @@ def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: A
         outputs = result.nodes
     else:
         outputs = provisioner.instances(ref)
-    settle(step, provisioner, ref, nodes, outputs, result, address_of)
+    # Settled against the store as it is now: a node may have moved while the apply ran
+    # (TERMINATING on a cancel), and a move that assumes its old state would fail and
+    # drop the instance id on the floor.
+    settle(step, provisioner, ref, step.store.nodes(pool=ref.key), outputs, result, address_of)
 
 
 def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
            outputs: dict[str, NodeOutput], result: ApplyResult | None,
            address_of: AddressOf) -> None:
     failed = result.failed if result is not None else {}
+    gone: list[Node] = []
     for node in nodes:
         out = outputs.get(node.name)
         if node.state is S.PROVISIONING:
@@ -143,13 +151,51 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
                 provisioner.mark_stale(ref)  # state and applied map disagree: apply again
         elif node.state in GONE:
             if out is None:
-                _forget(step, node)
-                step.move(node.name, S.TERMINATED, f"instance {node.instance_id or '(none)'} "
-                          "destroyed by terraform")
+                gone.append(node)
+            else:
+                if node.instance_id != out.id:  # never lose track of an instance
+                    step.store.update(node.name, instance_id=out.id)
+                if result is None:  # the state holds what the map left out: apply again
+                    provisioner.mark_stale(ref)
         elif node.state in INSTANCE_STATES and out is not None and node.instance_id \
                 and out.id != node.instance_id:
             step.move(node.name, S.LOST, f"instance {node.instance_id} is gone: Terraform "
                       f"recreated the node as {out.id}, which is not bootstrapped")
+    if gone:
+        _terminated(step, provisioner, ref, nodes, gone)
+
+
+def _terminated(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
+                gone: Sequence[Node]) -> None:
+    """Leaving nodes the state holds nothing for -> TERMINATED, unless the cloud still runs
+    an instance tagged with them (the state lost it): that one is destroyed through
+    Terraform first and the node waits for the next settle."""
+    try:
+        left = provisioner.leftovers(ref, [n.name for n in gone])
+    except Exception as exc:  # no answer is no evidence that the instance is gone
+        step.error("terraform", f"pool {ref.key}: cannot check the cloud for "
+                   f"{', '.join(n.name for n in gone)}; not marked TERMINATED: {exc}")
+        return
+    doomed: list[str] = []
+    for node in gone:
+        ids = left.get(node.name)
+        if not ids:
+            _forget(step, node)
+            step.move(node.name, S.TERMINATED, f"instance {node.instance_id or '(none)'} "
+                      "destroyed by terraform")
+            continue
+        if node.instance_id not in ids:
+            step.store.update(node.name, instance_id=ids[0])
+        step.error("terraform", f"{node.name}: the state of {ref.key} holds no instance but "
+                   f"the cloud runs {', '.join(ids)}: destroying it through terraform")
+        doomed += ids
+    if doomed:
+        keep = desired_maps(n for n in nodes if n.state is not S.REQUESTED).get(ref.key, {})
+        step.store.fence()  # a deposed leader never destroys
+        result = provisioner.apply(ref, keep, destroy=doomed)
+        step.report.applies.append(PoolApply(
+            pool=ref.key, ok=result.ok, created=result.created, destroyed=result.destroyed,
+            failed=result.failed, seconds=result.seconds))
 
 
 def _address(step: Step, node: Node, out: NodeOutput, address_of: AddressOf) -> str | None:

@@ -10,6 +10,13 @@ asks to destroy are imported under a spare key (``<node>-stray-<id>``) that the 
 leaves out, so the same apply destroys them: nothing but Terraform ever terminates an
 instance.
 
+What a pool holds (``instances``, and ``ApplyResult.nodes`` after a failed apply) is read
+from the state itself, not from ``terraform output``: after an apply that failed on one
+node the outputs still show the last successful apply, while the state (and the cloud)
+already hold the instances it did create (verified with terraform 1.11 against moto).
+Reading the outputs lost such an instance: its node was marked TERMINATED while it ran.
+``leftovers`` is the cloud's word on nodes the state holds nothing for.
+
 ``mark_stale(ref)`` leaves a marker in the workspace: the next advance applies the pool
 even though its node map did not change (the state and the store disagree).
 
@@ -24,8 +31,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolRef
 from autoscaler.actuators.terraform import (
@@ -71,6 +79,25 @@ def lock_of(error: StateLockedError) -> tuple[str, datetime] | None:
     return found_id.group(1), created
 
 
+def state_outputs(state: Mapping[str, Any]) -> dict[str, NodeOutput]:
+    """Node key -> the instance a pool's state (``terraform state pull``) holds for it,
+    tainted ones included (an instance that exists is billed and must be destroyed)."""
+    out: dict[str, NodeOutput] = {}
+    for res in state.get("resources", []):
+        if res.get("module") != "module.pool" or res.get("mode") != "managed" \
+                or res.get("name") != "node":
+            continue
+        for inst in res.get("instances", []):
+            attrs, key = inst.get("attributes") or {}, inst.get("index_key")
+            if not isinstance(key, str) or not attrs.get("id"):
+                continue
+            spot = attrs.get("instance_lifecycle") == "spot" or attrs.get("spot_strategy") in (
+                "SpotAsPriceGo", "SpotWithPriceLimit")
+            out[key] = NodeOutput(id=attrs["id"], private_ip=attrs.get("private_ip") or None,
+                                  lifecycle="spot" if spot else "on-demand")
+    return out
+
+
 def pool_instances(cloud: CloudMarket, ref: PoolRef) -> list[CloudInstance]:
     tags = {**MANAGED_TAGS, "team": ref.team, "pool": ref.pool}
     return cloud.managed_instances(tags=tags)
@@ -113,16 +140,36 @@ class TerraformProvisioner:
     def instances(self, ref: PoolRef) -> dict[str, NodeOutput]:
         ws = self.workspace(ref)
         ws.init()
-        return ws.outputs()
+        return state_outputs(ws.pull_state())
+
+    def leftovers(self, ref: PoolRef, names: Iterable[str]) -> dict[str, list[str]]:
+        """Node name -> ids of live cloud instances tagged with it that the pool's state
+        does not hold (an apply killed between RunInstances and saving the state); {}
+        without a cloud adapter to ask."""
+        wanted = set(names)
+        if self.cloud_for is None or not wanted:
+            return {}
+        held = {out.id for out in self.instances(ref).values()}
+        out: dict[str, list[str]] = {}
+        for inst in pool_instances(self.cloud_for(ref.cloud, ref.region), ref):
+            if inst.node in wanted and inst.instance_id not in held:
+                out.setdefault(inst.node, []).append(inst.instance_id)
+        return out
 
     def apply(self, ref: PoolRef, nodes: NodeMap, *, destroy: Collection[str] = ()) -> ApplyResult:
         ws = self.workspace(ref)
         try:
-            return self._apply(ref, ws, nodes, set(destroy))
+            result = self._apply(ref, ws, nodes, set(destroy))
         except StateLockedError as exc:
             if not self._break_stale_lock(ref, ws, exc):
                 raise
-        return self._apply(ref, ws, nodes, set(destroy))
+            result = self._apply(ref, ws, nodes, set(destroy))
+        if not result.ok:
+            # The outputs (and the applied map recorded from them) are the last good
+            # apply's; the state is the truth, and the pool is applied again next time.
+            self.mark_stale(ref)
+            result = result.model_copy(update={"nodes": self.instances(ref)})
+        return result
 
     def _apply(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap, destroy: set[str]) -> ApplyResult:
         ws.init()
@@ -158,7 +205,7 @@ class TerraformProvisioner:
         if not any(i.instance_id in destroy or (i.node in nodes and i.node not in recorded)
                    for i in found):
             return {}
-        held = ws.outputs()
+        held = state_outputs(ws.pull_state())
         known = {out.id for out in held.values()}
         out: dict[str, tuple[str, NodeSpec]] = {}
         for inst in found:
