@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
-from autoscaler.engine.snapshot import CapacityError, Offering, Snapshot
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import CapacityError, Offering, Snapshot
 from autoscaler.policy.models import Market, Pool
 
 

@@ -19,10 +19,10 @@ from autoscaler.actuators.node_map import PoolMaps, PreviewError, preview_maps
 from autoscaler.actuators.terraform.preview import map_cost, preview_pools
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
-from autoscaler.engine.plan import Plan
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.node import FleetView
+from autoscaler.model.node import FleetView
+from autoscaler.model.plan import Plan
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import TeamPolicy, pool_key
 
 log = logging.getLogger(__name__)

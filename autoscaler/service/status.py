@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy import select
 
 from autoscaler.catalog import Catalog
-from autoscaler.engine.plan import Action, Plan, target_of
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import BILLABLE
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PlanRow, TransitionRow
+from autoscaler.model.lifecycle import BILLABLE
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Plan, target_of
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.errors import PolicyError
 
 RECENT_TRANSITIONS = 30

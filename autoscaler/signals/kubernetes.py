@@ -29,14 +29,14 @@ from urllib3.exceptions import NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from autoscaler.catalog import Catalog, default_catalog
-from autoscaler.engine.snapshot import RunningJob, SchedulerNode
+from autoscaler.model.snapshot import RunningJob, SchedulerNode
 from autoscaler.signals.config import KubernetesConfig, SecretError, read_secret
 from autoscaler.signals.kube_demand import Demand, PodRecord, pod_record, spread_zones
 from autoscaler.signals.kube_fit import PoolShape, gpu_model_of
 from autoscaler.signals.kube_objects import GPU, ZONE, Obj, gpu_resources, node_ready, pv_zones, quantity
 from autoscaler.signals.kube_quota import quota_record, team_quotas
 from autoscaler.signals.kube_watch import Informer
-from autoscaler.signals.readings import PoolRef, SchedulerReading
+from autoscaler.signals.readings import ClusterPool, SchedulerReading
 
 __all__ = ["KubernetesReader", "gpu_model_of", "quantity"]
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class KubernetesReader:
                                              timeout_s=self.config.timeout.total_seconds()).start()
         return self._informers[what]
 
-    def _caches(self, refs: list[PoolRef]) -> list[Informer]:
+    def _caches(self, refs: list[ClusterPool]) -> list[Informer]:
         api = self._connect()
         out = [
             self._informer("nodes", api.list_node, node_record),
@@ -125,7 +125,7 @@ class KubernetesReader:
             informer.stop()
         self._informers.clear()
 
-    def read(self, refs: list[PoolRef]) -> SchedulerReading:
+    def read(self, refs: list[ClusterPool]) -> SchedulerReading:
         timeout = self.config.timeout.total_seconds()
         try:
             informers = self._caches(refs)
@@ -165,7 +165,7 @@ class KubernetesReader:
         return f"API unreachable ({type(cause).__name__})"
 
     # -- one tick ---------------------------------------------------------------------
-    def assemble(self, caches: dict[str, dict[str, Any]], refs: list[PoolRef]) -> SchedulerReading:
+    def assemble(self, caches: dict[str, dict[str, Any]], refs: list[ClusterPool]) -> SchedulerReading:
         demand = Demand(self.config, self.catalog, refs, caches.get("persistentvolumeclaims", {}),
                         caches.get("persistentvolumes", {}))
         running: dict[str, list[PodRecord]] = {}

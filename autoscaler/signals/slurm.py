@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from autoscaler.engine.snapshot import PendingJob, RunningJob, SchedulerNode
+from autoscaler.model.snapshot import PendingJob, RunningJob, SchedulerNode
 from autoscaler.signals.config import SlurmConfig
-from autoscaler.signals.readings import PoolRef, SchedulerReading, first_fitting
+from autoscaler.signals.readings import ClusterPool, SchedulerReading, first_fitting
 from autoscaler.signals.slurm_parse import (
     array_tasks,
     epoch,
@@ -172,8 +172,8 @@ def nodes_from_text(text: str) -> list[SlurmNode]:
     return list(out.values())
 
 
-def _demand(job: SlurmJob, by_partition: dict[str, list[PoolRef]],
-            order: list[PoolRef]) -> tuple[PoolRef | None, list[PendingJob]]:
+def _demand(job: SlurmJob, by_partition: dict[str, list[ClusterPool]],
+            order: list[ClusterPool]) -> tuple[ClusterPool | None, list[PendingJob]]:
     candidates = [r for p in job.partition.split(",") for r in by_partition.get(p, [])]
     model = gpu_model(job.gpu_type)
     ref = first_fitting(sorted(candidates, key=order.index), model)
@@ -192,9 +192,9 @@ def _scheduler_node(node: SlurmNode, jobs: list[RunningJob]) -> SchedulerNode:
                          jobs=jobs, cordoned=cordoned, ready=ready)
 
 
-def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[PoolRef],
+def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPool],
              source: str) -> SchedulerReading:
-    by_partition: dict[str, list[PoolRef]] = {}
+    by_partition: dict[str, list[ClusterPool]] = {}
     for ref in refs:
         by_partition.setdefault(ref.pool.cluster.partition, []).append(ref)
     pending: dict[str, list[PendingJob]] = {ref.key: [] for ref in refs}
@@ -222,7 +222,7 @@ class SlurmReader:
         return self._run([*self.config.command(name), *args],
                          self.config.timeout.total_seconds(), self.config.env)
 
-    def read(self, refs: list[PoolRef]) -> SchedulerReading:
+    def read(self, refs: list[ClusterPool]) -> SchedulerReading:
         json_error = None
         if self.config.use_json:
             try:

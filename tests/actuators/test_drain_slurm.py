@@ -12,8 +12,8 @@ import pytest
 
 from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, PhasedDrainer
 from autoscaler.actuators.drain.slurm import SlurmOps
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.signals.config import SlurmConfig

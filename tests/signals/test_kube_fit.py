@@ -15,7 +15,7 @@ from autoscaler.signals.config import KubernetesConfig
 from autoscaler.signals.kube_fit import PoolShape, fit
 from autoscaler.signals.kube_objects import pod_needs
 from autoscaler.signals.kubernetes import KubernetesReader
-from autoscaler.signals.readings import PoolRef, SchedulerReading, pools_in_priority_order
+from autoscaler.signals.readings import ClusterPool, SchedulerReading, pools_in_priority_order
 from tests.builders import make_policy
 
 
@@ -43,7 +43,7 @@ POLICIES = {
 TOLERATE = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
 
 
-def refs() -> list[PoolRef]:
+def refs() -> list[ClusterPool]:
     return pools_in_priority_order(POLICIES, default_catalog(), "kubernetes")
 
 

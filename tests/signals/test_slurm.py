@@ -16,7 +16,7 @@ from autoscaler.catalog import default_catalog
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.signals.config import SlurmConfig
-from autoscaler.signals.readings import PoolRef, pools_in_priority_order
+from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
 from autoscaler.signals.slurm import SlurmCommandError, SlurmReader
 from tests.builders import make_policy
 
@@ -37,7 +37,7 @@ POLICIES = {
 }
 
 
-def refs() -> list[PoolRef]:
+def refs() -> list[ClusterPool]:
     return pools_in_priority_order(POLICIES, default_catalog(), "slurm")
 
 

@@ -12,12 +12,13 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaler.actuators.node_map import NodeMap, PoolMaps, PoolRef
+from autoscaler.actuators.node_map import NodeMap, PoolMaps
 from autoscaler.actuators.terraform.errors import TerraformError
 from autoscaler.actuators.terraform.planfile import NodeChange, PoolPlan
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.actuators.terraform.workspace import PoolWorkspace
 from autoscaler.engine.pricing import Prices
+from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
 
 Status = Literal["planned", "unchanged", "not-configured", "error"]
