@@ -135,7 +135,7 @@ class Service:
                                     self.catalog, executor.submit, self.loop.clock)
         self.keeper.observed = lambda: self.loop.last_snapshot
         if "slurm" in self.config.signals.scheduler:
-            from autoscaler.signals.slurm_jobs import ended_jobs
+            from autoscaler.schedulers.slurm.jobs import ended_jobs
 
             slurm = self.config.signals.slurm
             self.keeper.ended_jobs = lambda ids: ended_jobs(slurm, ids)

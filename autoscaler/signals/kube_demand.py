@@ -8,9 +8,8 @@ from typing import Any
 
 from autoscaler.catalog import Catalog
 from autoscaler.model.snapshot import PendingJob, UnservedJob
-from autoscaler.signals.config import KubernetesConfig
-from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL, Fit, PoolShape, fit
-from autoscaler.signals.kube_objects import (
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.kubernetes.objects import (
     ZONE,
     Obj,
     PodNeeds,
@@ -19,6 +18,7 @@ from autoscaler.signals.kube_objects import (
     pvc_names,
     unschedulable,
 )
+from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL, Fit, PoolShape, fit
 from autoscaler.signals.readings import ClusterPool
 
 

@@ -20,7 +20,15 @@ import re
 from dataclasses import dataclass
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
-from autoscaler.signals.kube_objects import GPU, MIG_PREFIX, SHARED, TYPE, ZONE, PodNeeds, Requirement
+from autoscaler.schedulers.kubernetes.objects import (
+    GPU,
+    MIG_PREFIX,
+    SHARED,
+    TYPE,
+    ZONE,
+    PodNeeds,
+    Requirement,
+)
 from autoscaler.signals.readings import ClusterPool
 
 TEAM_LABEL = "gpu-autoscaler/team"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.model.snapshot import ClusterQuota
-from autoscaler.signals.config import KubernetesConfig
-from autoscaler.signals.kube_objects import GPU, Obj, quantity
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.kubernetes.objects import GPU, Obj, quantity
 from autoscaler.signals.readings import ClusterPool
 
 KEYS = (f"requests.{GPU}", GPU, f"limits.{GPU}")

@@ -23,19 +23,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.model.snapshot import RunningJob, SchedulerNode
-from autoscaler.signals.config import KubernetesConfig, SecretError, read_secret
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig, connect
+from autoscaler.schedulers.kubernetes.objects import (
+    GPU,
+    ZONE,
+    Obj,
+    gpu_resources,
+    node_ready,
+    pv_zones,
+    quantity,
+)
+from autoscaler.schedulers.kubernetes.watch import Informer
+from autoscaler.secrets import SecretError
 from autoscaler.signals.kube_demand import Demand, PodRecord, pod_record, spread_zones
 from autoscaler.signals.kube_fit import PoolShape, gpu_model_of
-from autoscaler.signals.kube_objects import GPU, ZONE, Obj, gpu_resources, node_ready, pv_zones, quantity
 from autoscaler.signals.kube_quota import quota_record, team_quotas
-from autoscaler.signals.kube_watch import Informer
 from autoscaler.signals.readings import ClusterPool, SchedulerReading
 
 __all__ = ["KubernetesReader", "gpu_model_of", "quantity"]
@@ -78,23 +87,7 @@ class KubernetesReader:
     def _connect(self) -> client.CoreV1Api:
         if self._api is not None:
             return self._api
-        cfg = self.config
-        if cfg.host is None:
-            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=str(cfg.kubeconfig))
-        else:
-            conf = client.Configuration()
-            conf.host = cfg.host
-            conf.verify_ssl = cfg.verify
-            conf.retries = False  # fail fast: no retries inside a tick
-            if cfg.ca_file is not None:
-                conf.ssl_ca_cert = str(cfg.ca_file)
-            token = read_secret(cfg.token_env, cfg.token_file, "kubernetes token")
-            if token:
-                conf.api_key = {"authorization": token}
-                conf.api_key_prefix = {"authorization": "Bearer"}
-            api_client = client.ApiClient(conf)
-        self._api = client.CoreV1Api(api_client)
+        self._api = connect(self.config)
         return self._api
 
     # -- caches -----------------------------------------------------------------------

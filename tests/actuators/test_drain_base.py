@@ -15,7 +15,7 @@ from autoscaler.actuators.drain import (
 )
 from autoscaler.actuators.drain.slurm import SlurmOps, slurm_readiness
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.signals.slurm import SlurmCommandError
+from autoscaler.schedulers.slurm.client import SlurmCommandError
 from tests.builders import NOW, make_node
 from tests.fakes import FakeDrainer
 

@@ -16,7 +16,7 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
-from autoscaler.signals.config import SlurmConfig
+from autoscaler.schedulers.slurm.client import SlurmConfig
 from tests.builders import make_node
 
 pytestmark = [

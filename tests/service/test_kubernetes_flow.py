@@ -22,7 +22,7 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.readings import pools_in_priority_order

@@ -11,9 +11,9 @@ import pytest
 
 from autoscaler.catalog import default_catalog
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.kubernetes.objects import pod_needs
 from autoscaler.signals.kube_fit import PoolShape, fit
-from autoscaler.signals.kube_objects import pod_needs
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.readings import ClusterPool, SchedulerReading, pools_in_priority_order
 from tests.builders import make_policy

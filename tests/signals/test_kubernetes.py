@@ -10,7 +10,7 @@ import pytest
 
 from autoscaler.catalog import default_catalog
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kubernetes import KubernetesReader, gpu_model_of, quantity
 from autoscaler.signals.readings import ClusterPool, SchedulerReading, pools_in_priority_order
 from tests.builders import make_policy
