@@ -29,8 +29,8 @@ from pathlib import Path
 
 from autoscaler.actuators.ansible import AnsibleActuator
 from autoscaler.catalog.catalog import default_catalog
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox import netns
 from autoscaler.sandbox.fake_nvidia_smi import FakeGpu

@@ -20,7 +20,9 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from autoscaler.engine import decide
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import FleetView, Node, PoolHistory
+from autoscaler.model.snapshot import (
     GpuMetrics,
     NodeObservation,
     PendingJob,
@@ -29,8 +31,6 @@ from autoscaler.engine.snapshot import (
     SchedulerNode,
     Snapshot,
 )
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.policy.models import Market, TeamPolicy
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

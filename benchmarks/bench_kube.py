@@ -40,7 +40,7 @@ from kubernetes import client
 from autoscaler.catalog import default_catalog
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kubernetes import NOT_DONE, KubernetesReader
 from autoscaler.signals.readings import pools_in_priority_order
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.catalog import load_catalog
-from autoscaler.engine.snapshot import NodeObservation
+from autoscaler.model.snapshot import NodeObservation
 from autoscaler.policy import load_policies
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 from autoscaler.sandbox import rule_eval

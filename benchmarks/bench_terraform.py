@@ -25,12 +25,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolMaps, PoolRef
+from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolMaps
 from autoscaler.actuators.terraform import PoolWorkspace, RegionInputs, TerraformSettings
 from autoscaler.actuators.terraform.preview import preview_pools
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import Snapshot
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.sandbox.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox
 

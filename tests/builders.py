@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import FleetView, Node, PoolHistory
+from autoscaler.model.snapshot import (
     GpuMetrics,
     NodeObservation,
     PendingJob,
@@ -14,8 +16,6 @@ from autoscaler.engine.snapshot import (
     SchedulerNode,
     Snapshot,
 )
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.policy.models import Market, TeamPolicy
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

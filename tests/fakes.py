@@ -22,7 +22,7 @@ from typing import Any
 
 from autoscaler.actuators.ansible import BootstrapRun, HostResult, HostStatus
 from autoscaler.actuators.drain import DrainError, PhasedDrainer, Readiness, Work
-from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolRef
+from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput
 from autoscaler.clouds.base import (
     LIVE_STATES,
@@ -33,8 +33,9 @@ from autoscaler.clouds.base import (
     SpotPrice,
     ZoneOffering,
 )
-from autoscaler.engine.snapshot import CapacityError
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.service.executor.terraform import stray_key
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict
 
 from autoscaler.catalog import Catalog, CatalogError
-from autoscaler.engine.plan import Plan
 from autoscaler.fleet.intents import NewNode, Remove, interpret
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
-from autoscaler.policy.models import Market, Pool, pool_key
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Plan
+from autoscaler.model.pool import PoolRef
+from autoscaler.policy.models import Market, Pool
 
 S = NodeState
 # States whose instance should exist. PROVISION_FAILED is left out on purpose: dropping
@@ -44,18 +45,6 @@ class NodeSpec(BaseModel):
 
 
 NodeMap = dict[str, NodeSpec]
-
-
-@dataclass(frozen=True)
-class PoolRef:
-    team: str
-    pool: str
-    cloud: str
-    region: str
-
-    @property
-    def key(self) -> str:
-        return pool_key(self.team, self.pool)
 
 
 @dataclass

@@ -1,13 +1,83 @@
 """``gpu-autoscaler``: one command line for policies, plans, the service and the sandbox.
 
-Each command group lives in its own module and registers itself on ``app``.
+Each command group lives in its own module and registers itself on a Typer app. The root
+group imports a module only when one of its commands is run (or ``--help`` lists them), so
+the production ``gpu-autoscaler run`` never loads the sandbox or the simulator.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, MutableMapping
+from typing import Any
 
 import typer
+from typer import _click as click  # this typer ships its own click; its commands are these
+from typer.core import TyperGroup
+
+# Command name -> the module that defines it with register(app), in the order `--help` lists
+# them (commands first, then groups, as typer lists them).
+COMMANDS = {
+    "plan": "autoscaler.cli.plan",
+    "apply": "autoscaler.cli.apply",
+    "prices": "autoscaler.cli.prices",
+    "signals": "autoscaler.cli.signals",
+    "simulate": "autoscaler.cli.simulate",
+    "run": "autoscaler.cli.run",
+    "status": "autoscaler.cli.status",
+    "demo": "autoscaler.cli.demo",
+    "policy": "autoscaler.cli.policy",
+    "forecast": "autoscaler.cli.forecast",
+    "config": "autoscaler.cli.run",
+    "request": "autoscaler.cli.request",
+    "sandbox": "autoscaler.cli.sandbox",
+    "dashboards": "autoscaler.cli.dashboards",
+}
+
+
+def load(name: str) -> click.Command:
+    sub = typer.Typer(rich_markup_mode="rich", pretty_exceptions_show_locals=False)
+    importlib.import_module(COMMANDS[name]).register(sub)
+    return typer.main.get_group(sub).commands[name]
+
+
+class CommandMap(MutableMapping[str, click.Command]):
+    """The root group's commands by name: a command's module is imported when the command is
+    first looked up, and a membership test imports nothing."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, click.Command] = {}
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._loaded[name] = load(name)
+        return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or name in self._loaded
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*COMMANDS, *self._loaded]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys([*COMMANDS, *self._loaded]))
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+
+class LazyCommands(TyperGroup):
+    """The root group, whose commands are a CommandMap."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands = CommandMap()
+
 
 app = typer.Typer(
     name="gpu-autoscaler",
@@ -16,30 +86,17 @@ app = typer.Typer(
         "policy files; gpu-autoscaler reads GPU utilization and job demand, decides, previews "
         "every change as a Terraform plan with its cost delta, and acts."
     ),
+    cls=LazyCommands,
     no_args_is_help=True,
     rich_markup_mode="rich",
     pretty_exceptions_show_locals=False,
 )
 
-# Command modules, in the order `--help` lists them. Each defines register(app).
-COMMANDS = [
-    "autoscaler.cli.policy",
-    "autoscaler.cli.plan",
-    "autoscaler.cli.apply",
-    "autoscaler.cli.prices",
-    "autoscaler.cli.signals",
-    "autoscaler.cli.simulate",
-    "autoscaler.cli.forecast",
-    "autoscaler.cli.run",
-    "autoscaler.cli.status",
-    "autoscaler.cli.request",
-    "autoscaler.cli.sandbox",
-    "autoscaler.cli.demo",
-    "autoscaler.cli.dashboards",
-]
 
-for _name in COMMANDS:
-    importlib.import_module(_name).register(app)
+@app.callback()
+def root() -> None:
+    # A callback makes typer build a group even though no command is registered here.
+    pass
 
 
 def main() -> None:

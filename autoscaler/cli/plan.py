@@ -26,9 +26,9 @@ from autoscaler.cli.plan_render import preview_markdown, preview_tables
 from autoscaler.cli.render import actions_table, pools_table
 from autoscaler.cli.run import read_config
 from autoscaler.engine import DecisionInput, EngineSettings, Plan, decide
-from autoscaler.engine.pricing import Prices
 from autoscaler.engine.snapshot_file import MAX_BYTES as SNAPSHOT_MAX_BYTES
 from autoscaler.engine.snapshot_file import SnapshotFileError, parse_decision_input
+from autoscaler.model.prices import PriceBook
 from autoscaler.policy import PolicyLoadError, load_policies
 from autoscaler.policy.models import TeamPolicy, pool_key
 
@@ -83,7 +83,7 @@ def terraform_preview(policies: dict[str, TeamPolicy], data: DecisionInput, resu
         maps = preview_maps(data.fleet.nodes, result, catalog, pools)
     except PreviewError as exc:
         fail(str(exc))
-    return preview_pools(maps, settings, Prices(catalog, data.snapshot, data.now))
+    return preview_pools(maps, settings, PriceBook(catalog, data.snapshot))
 
 
 def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Catalog,

@@ -12,7 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 
 from autoscaler.actuators.terraform.preview import PoolPreview
-from autoscaler.engine.plan import Plan, target_of
+from autoscaler.model.plan import Plan, target_of
 
 _STATUS = {
     "planned": "terraform plan saved",

@@ -12,7 +12,7 @@ from rich.table import Table
 from autoscaler.catalog import Catalog
 from autoscaler.cli.common import PricesOption, catalog_from, console, fail
 from autoscaler.clouds import CloudAuthError, CloudError, CloudUnreachableError, connect
-from autoscaler.engine.snapshot import Offering
+from autoscaler.model.snapshot import Offering
 from autoscaler.policy.models import Cloud
 from autoscaler.signals.prices import RegionWant, region_offerings
 

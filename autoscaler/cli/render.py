@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from autoscaler.engine.plan import Action, Plan, target_of
+from autoscaler.model.plan import Action, Plan, target_of
 
 _STYLE = {
     "launch": "green", "cancel_drain": "green", "drain": "yellow", "replace": "yellow",

@@ -16,10 +16,10 @@ from rich.markup import escape
 from autoscaler.catalog import CatalogError, load_catalog
 from autoscaler.cli.common import console, fail
 from autoscaler.policy import load_dir
+from autoscaler.secrets import SecretError
 from autoscaler.service.api import ApiError
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.config_load import ConfigError, load_config
-from autoscaler.signals.config import SecretError
 
 if TYPE_CHECKING:
     from autoscaler.service.app import Service

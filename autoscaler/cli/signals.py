@@ -14,8 +14,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from autoscaler.cli.common import catalog_from, console, err_console, fail
-from autoscaler.engine.snapshot import DecisionInput, Snapshot
-from autoscaler.fleet.node import FleetView
+from autoscaler.model.node import FleetView
+from autoscaler.model.snapshot import DecisionInput, Snapshot
 from autoscaler.policy import PolicyLoadError, TeamPolicy, load_policies, pool_key
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from autoscaler.cli.common import console, fail
 from autoscaler.cli.render import actions_table
-from autoscaler.engine.plan import Plan
+from autoscaler.model.plan import Plan
 
 STATE_STYLE = {"READY": "green", "DRAINING": "yellow", "DRAINED": "yellow",
                "TERMINATING": "red", "TERMINATED": "dim", "PROVISION_FAILED": "red",

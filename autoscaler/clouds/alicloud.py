@@ -32,7 +32,6 @@ from autoscaler.clouds.alicloud_api import Credentials, EcsApi, Endpoint, creden
 from autoscaler.clouds.base import (
     LIVE_STATES,
     MANAGED_TAGS,
-    Clock,
     CloudApiError,
     CloudDataError,
     CloudInstance,
@@ -42,8 +41,8 @@ from autoscaler.clouds.base import (
     SpotPrice,
     TtlCache,
     ZoneOffering,
-    utc_now,
 )
+from autoscaler.model.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 

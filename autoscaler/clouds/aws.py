@@ -25,7 +25,6 @@ from autoscaler.clouds.aws_events import SqsInterruptionQueue
 from autoscaler.clouds.base import (
     LIVE_STATES,
     MANAGED_TAGS,
-    Clock,
     CloudApiError,
     CloudAuthError,
     CloudError,
@@ -36,8 +35,8 @@ from autoscaler.clouds.base import (
     SpotPrice,
     TtlCache,
     ZoneOffering,
-    utc_now,
 )
+from autoscaler.model.clock import Clock, utc_now
 from autoscaler.policy.models import Market
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,13 @@ read-only: Terraform is the only thing that creates or destroys instances.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
+from autoscaler.model.clock import Clock, utc_now
 from autoscaler.policy.models import Market
 
 # Every instance Terraform creates for us carries this tag; the reconciler lists by it.
@@ -138,11 +139,6 @@ def latest_spot(prices: Iterable[SpotPrice]) -> dict[tuple[str, str], SpotPrice]
     return out
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-Clock = Callable[[], datetime]
 K = TypeVar("K")
 V = TypeVar("V")
 

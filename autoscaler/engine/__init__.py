@@ -1,7 +1,8 @@
 """The pure decision engine: ``decide(policies, fleet, snapshot, now) -> Plan``."""
 
 from autoscaler.engine.decide import decide
-from autoscaler.engine.plan import (
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.model.plan import (
     Action,
     CancelDrain,
     Drain,
@@ -12,8 +13,7 @@ from autoscaler.engine.plan import (
     ReportJob,
     Terminate,
 )
-from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import DecisionInput, Snapshot
+from autoscaler.model.snapshot import DecisionInput, Snapshot
 
 __all__ = [
     "Action",

@@ -16,9 +16,9 @@ from autoscaler.catalog import Catalog
 from autoscaler.catalog.catalog import InstanceType
 from autoscaler.engine.quota import Allowance, team_gpu_cap
 from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import ClusterQuota
-from autoscaler.fleet.node import Node
-from autoscaler.fleet.request_spec import Condition, NodeSet, RequestView
+from autoscaler.model.node import Node
+from autoscaler.model.request_spec import Condition, NodeSet, RequestView
+from autoscaler.model.snapshot import ClusterQuota
 from autoscaler.policy.models import Pool, Priority, TeamPolicy, pool_key
 
 

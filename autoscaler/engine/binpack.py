@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from autoscaler.engine.pricing import Offer
-from autoscaler.engine.snapshot import PendingJob
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import PendingJob
 
 EPS = 1e-9
 

@@ -11,15 +11,15 @@ from operator import attrgetter
 
 from autoscaler.engine import schedule
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import FAILED, IN_FLIGHT, NodeState
+from autoscaler.model.node import FleetView, Node, PoolHistory
+from autoscaler.model.snapshot import (
     NodeObservation,
     PendingJob,
     PoolObservation,
     RunningJob,
     Snapshot,
 )
-from autoscaler.fleet.lifecycle import FAILED, IN_FLIGHT, NodeState
-from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.policy.models import Market, Pool, TeamPolicy, pool_key
 
 # Slurm reasons Resources/Priority and Kubernetes' Unschedulable mean "more GPUs would

@@ -19,7 +19,16 @@ from autoscaler.engine import preempt, return_to_spot
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
 from autoscaler.engine.forecast_floor import raise_floor
 from autoscaler.engine.held import keep_held
-from autoscaler.engine.plan import (
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.quota import Ledger
+from autoscaler.engine.scale_down import consolidate, expired, idle, over_max, over_quota, unhealthy
+from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.survey import survey
+from autoscaler.model.lifecycle import IN_FLIGHT, NodeState
+from autoscaler.model.node import FleetView, Node
+from autoscaler.model.plan import (
     Action,
     CancelDrain,
     Drain,
@@ -31,16 +40,7 @@ from autoscaler.engine.plan import (
     ReportJob,
     Terminate,
 )
-from autoscaler.engine.pricing import Prices
-from autoscaler.engine.quota import Ledger
-from autoscaler.engine.scale_down import consolidate, expired, idle, over_max, over_quota, unhealthy
-from autoscaler.engine.scale_down.budget import Budget
-from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
-from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.engine.survey import survey
-from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
-from autoscaler.fleet.node import FleetView, Node
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import TeamPolicy
 

@@ -12,7 +12,7 @@ import math
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import ForecastFloor
+from autoscaler.model.snapshot import ForecastFloor
 
 
 def raise_floor(ctx: PoolContext, forecast: ForecastFloor | None, prices: Prices) -> None:

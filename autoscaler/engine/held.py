@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from autoscaler.engine.plan import Action, Drain, Hold, Replace
+from autoscaler.model.plan import Action, Drain, Hold, Replace
 
 KEPT_FOR = frozenset({"idle", "consolidate", "over-max", "over-quota", "preempted", "expired",
                       "spot-returned"})

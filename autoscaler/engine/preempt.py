@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Drain
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.idle import idle_nodes
+from autoscaler.model.plan import Action, Drain
 from autoscaler.policy.models import Market
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import ClusterQuota
+from autoscaler.model.snapshot import ClusterQuota
 from autoscaler.policy.models import TeamPolicy
 
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from autoscaler.fleet.lifecycle import FAILED, IN_FLIGHT, LEAVING, TERMINAL, NodeState
-from autoscaler.fleet.node import Node
-from autoscaler.fleet.request_spec import Condition, RequestClass, RequestView
+from autoscaler.model.lifecycle import FAILED, IN_FLIGHT, LEAVING, TERMINAL, NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.request_spec import Condition, RequestClass, RequestView
 from autoscaler.policy.duration import format_duration
 
 S = NodeState

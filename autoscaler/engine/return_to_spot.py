@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Drain, Hold, Launch
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import FAILED, NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import FAILED, NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Drain, Hold, Launch
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market, ReturnToSpot
 

@@ -25,7 +25,7 @@ from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down import unhealthy
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from autoscaler.engine.snapshot import DecisionInput
+from autoscaler.model.snapshot import DecisionInput
 from autoscaler.policy.locate import format_path
 
 MAX_DEPTH = 64

@@ -16,8 +16,8 @@ from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.scale_down import idle, unhealthy
-from autoscaler.engine.snapshot import NodeObservation
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import NodeObservation
 
 
 def survey(ctx: PoolContext, now: datetime) -> None:

@@ -29,7 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from autoscaler.engine.plan import (
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import (
     Action,
     CancelDrain,
     Drain,
@@ -39,9 +40,9 @@ from autoscaler.engine.plan import (
     Replace,
     ReportJob,
     Terminate,
+    subject_of,
     target_of,
 )
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.policy.models import Market
 
 S = NodeState
@@ -181,7 +182,7 @@ def intents_of(action: Action, key: str, fleet: Mapping[str, Stateful] | None = 
                         action.reason, cooldown_of(action) if i == 0 else None,
                         replaces[i] if i < len(replaces) else None, action.trigger,
                         action.fallback_from_spot) for i in range(action.count)]
-    node_name = getattr(action, "node", "")
+    node_name = subject_of(action).node or ""
     refused = _refused(action, key, fleet.get(node_name) if fleet is not None else None, fleet)
     if refused is not None:
         return [refused]

@@ -2,7 +2,7 @@
 
 Every write goes through ``FleetStore._write()``, so a deposed leader's write is refused
 by the lease epoch like any node write; every condition change is checked against
-:data:`~autoscaler.fleet.request_spec.NEXT` and lands in the audit log with its reason.
+:data:`~autoscaler.model.request_spec.NEXT` and lands in the audit log with its reason.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from autoscaler.fleet.request_spec import (
+from autoscaler.fleet.store import FleetStore, StoreError
+from autoscaler.fleet.tables import AuditRow, RequestRow
+from autoscaler.model.request_spec import (
     FINAL,
     Condition,
     RequestSpec,
     RequestView,
     check_next,
 )
-from autoscaler.fleet.store import FleetStore, StoreError
-from autoscaler.fleet.tables import AuditRow, RequestRow
 
 
 class UnknownRequestError(StoreError):

@@ -21,12 +21,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autoscaler.engine.plan import Hold, Plan
 from autoscaler.fleet import lease
 from autoscaler.fleet.intents import drain_cooldown
 from autoscaler.fleet.lease import Fenced, LeaseToken
-from autoscaler.fleet.lifecycle import INITIAL, TERMINAL, NodeState, check_transition
-from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.fleet.tables import (
     ActionRow,
     AuditRow,
@@ -37,6 +34,9 @@ from autoscaler.fleet.tables import (
     PoolHistoryRow,
     TransitionRow,
 )
+from autoscaler.model.lifecycle import INITIAL, TERMINAL, NodeState, check_transition
+from autoscaler.model.node import FleetView, Node, PoolHistory
+from autoscaler.model.plan import Hold, Plan, subject_of
 from autoscaler.policy.models import Market, pool_key
 
 DEFAULT_URL = "sqlite:///gpu-autoscaler.db"
@@ -299,7 +299,7 @@ class FleetStore:
                     continue
                 s.add(ActionRow(
                     plan_id=row.id, kind=action.kind, pool=action.pool,
-                    node=getattr(action, "node", None), reason=action.reason,
+                    node=subject_of(action).node, reason=action.reason,
                     body=action.model_dump(mode="json"),
                     status="skipped" if dry_run else "planned", updated_at=plan.decided_at,
                 ))

@@ -18,12 +18,12 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from autoscaler.engine.snapshot import Snapshot
 from autoscaler.fleet.demand_history import STEP, DemandBin, DemandSample, bin_start
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.forecast.backtest import mape
 from autoscaler.forecast.series import DAY_BINS, DemandSeries
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import Snapshot
 
 
 def sample_of(key: str, nodes: Sequence[Node], snapshot: Snapshot) -> DemandSample | None:

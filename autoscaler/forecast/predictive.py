@@ -14,10 +14,10 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from autoscaler.engine.snapshot import ForecastFloor
 from autoscaler.forecast.backtest import HORIZON, Score, backtest
 from autoscaler.forecast.models import BASELINE, MODELS
 from autoscaler.forecast.series import DAY_BINS, DemandSeries
+from autoscaler.model.snapshot import ForecastFloor
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Predictive
 

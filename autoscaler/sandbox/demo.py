@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.stack import SandboxStack, StackOptions
 from autoscaler.service.app import Service, build_service
 from autoscaler.service.config_load import load_config

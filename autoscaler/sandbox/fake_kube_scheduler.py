@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from autoscaler.signals.kube_objects import (
+from autoscaler.schedulers.kubernetes.objects import (
     gpu_resources,
     node_ready,
     node_taints,

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from autoscaler.actuators.ansible.settings import AnsibleSettings
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 from autoscaler.sandbox.fake_nvidia_smi import FakeGpu, node_files
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.sandbox.ssh_hosts import NodeFile, SshHosts

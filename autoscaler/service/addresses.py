@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 from autoscaler.service.config import AddressSettings
 
 log = logging.getLogger(__name__)

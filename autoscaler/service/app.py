@@ -25,20 +25,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.fleet.store import Fenced, FleetStore
+from autoscaler.model.clock import utc_now
 from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.config import HttpSettings, ServiceConfig
 from autoscaler.service.executor import Executor
 from autoscaler.service.interruptions import NoticeLoop
 from autoscaler.service.leader import Leadership
-from autoscaler.service.loop import (
-    ExecutorLike,
-    PricesLike,
-    ReconcilerLike,
-    ServiceLoop,
-    SignalsLike,
-    utc_now,
-)
+from autoscaler.service.loop import ExecutorLike, PricesLike, ReconcilerLike, ServiceLoop, SignalsLike
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.reload import PolicyReloader
 from autoscaler.service.status import build_status, plan_json

@@ -27,10 +27,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
-from autoscaler.engine.snapshot import CapacityError, Snapshot
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import NodeRow, TransitionRow
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import CapacityError, Snapshot
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool
 
 FIRST = timedelta(minutes=5)

@@ -24,9 +24,10 @@ from autoscaler.engine.settings import EngineSettings
 from autoscaler.fleet.store import DEFAULT_URL
 from autoscaler.policy.duration import Duration
 from autoscaler.policy.models import Name
+from autoscaler.secrets import SecretError, read_secret
 from autoscaler.service.api import MIN_TOKEN_LENGTH, is_loopback
 from autoscaler.service.executor.settings import ExecutorSettings
-from autoscaler.signals.config import SecretError, SignalsConfig, read_secret
+from autoscaler.signals.config import SignalsConfig
 
 # libpq connection parameters that carry a secret (password, sslpassword); sslkey is a path
 _SECRET_QUERY = re.compile(r"(pass|secret|token)", re.IGNORECASE)

@@ -35,13 +35,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from autoscaler.engine.snapshot import ForecastFloor, Snapshot
 from autoscaler.fleet.demand_history import RETENTION, DemandBin, DemandHistory, bin_start
-from autoscaler.fleet.node import FleetView
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import NodeRow
 from autoscaler.forecast.history import History, sample_of, to_series
 from autoscaler.forecast.predictive import Forecaster
+from autoscaler.model.node import FleetView
+from autoscaler.model.snapshot import ForecastFloor, Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool, Predictive, TeamPolicy, pool_key
 

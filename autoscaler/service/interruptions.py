@@ -32,9 +32,9 @@ from typing import Protocol
 
 from autoscaler.clouds.aws_events import Received, dedupe
 from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import ConcurrentUpdateError, FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.common import new_drain
 from autoscaler.service.executor.drain import interruption_progress

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol, TypeVar
 
 from sqlalchemy import select
@@ -40,13 +40,14 @@ from sqlalchemy import select
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
 from autoscaler.engine import EngineSettings, Plan, decide
-from autoscaler.engine.plan import Hold
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import CapacityError, Offering, Snapshot
-from autoscaler.fleet.lifecycle import BILLABLE
-from autoscaler.fleet.node import FleetView, Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PoolHistoryRow
+from autoscaler.model.clock import utc_now
+from autoscaler.model.lifecycle import BILLABLE
+from autoscaler.model.node import FleetView, Node
+from autoscaler.model.plan import Hold
+from autoscaler.model.snapshot import CapacityError, Offering, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.backoff import launch_backoffs, with_backoffs
 from autoscaler.service.executor.operations import Operation
@@ -130,10 +131,6 @@ class TickReport:
     reconcile: ReconcileReport | None = None
     stopped_early: bool = False
     error: TickError | None = None
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class ServiceLoop:

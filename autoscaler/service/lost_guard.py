@@ -31,9 +31,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from autoscaler.clouds.base import CloudInstance
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.service.executor.settings import ExecutorSettings
 
 S = NodeState

@@ -13,8 +13,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from autoscaler.engine.plan import Action, Plan
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Plan, subject_of
 from autoscaler.policy.errors import PolicyError
 
 PREFIX = "gpu_autoscaler"
@@ -29,7 +29,7 @@ LIFECYCLE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 360
 
 def action_trigger(action: Action) -> str:
     """The reason-trigger label: why this kind of action happened."""
-    trigger = getattr(action, "trigger", None)
+    trigger = subject_of(action).trigger
     if trigger:
         return str(trigger)
     what = getattr(action, "what", None)

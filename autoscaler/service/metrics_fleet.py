@@ -20,11 +20,11 @@ from prometheus_client import Gauge
 from sqlalchemy import func, select
 
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import BILLABLE, TIMEOUTS, NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import NodeRow, TransitionRow
+from autoscaler.model.lifecycle import BILLABLE, TIMEOUTS, NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool, pool_key
 from autoscaler.service.metrics import ServiceMetrics
 

@@ -19,10 +19,10 @@ from autoscaler.actuators.node_map import PoolMaps, PreviewError, preview_maps
 from autoscaler.actuators.terraform.preview import map_cost, preview_pools
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
-from autoscaler.engine.plan import Plan
-from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.node import FleetView
+from autoscaler.model.node import FleetView
+from autoscaler.model.plan import Plan
+from autoscaler.model.prices import PriceBook
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import TeamPolicy, pool_key
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def preview(plan: Plan, fleet: FleetView, policies: Mapping[str, TeamPolicy], ca
         return []
     for key, pm in changed.items():
         _named(pm, (next_seq or {}).get(key, 1))
-    prices = Prices(catalog, snapshot, now)
+    prices = PriceBook(catalog, snapshot)
     outcome: dict[str, str] = {}
     if terraform is not None:
         for pv in preview_pools(changed, terraform, prices):

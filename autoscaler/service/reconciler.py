@@ -37,12 +37,13 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from autoscaler.actuators.node_map import INSTANCE_STATES, PoolRef, desired_maps
+from autoscaler.actuators.node_map import INSTANCE_STATES, desired_maps
 from autoscaler.clouds.base import CloudInstance, CloudMarket
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import TIMEOUTS, NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import TIMEOUTS, NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.common import Step

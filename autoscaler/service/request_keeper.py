@@ -18,13 +18,13 @@ from typing import Any, Literal
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.admission import booked
-from autoscaler.engine.plan import Action, Drain, Plan, Terminate
 from autoscaler.engine.request_progress import RequestStep, progress
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
-from autoscaler.fleet.request_spec import Condition, Link, RequestView
 from autoscaler.fleet.requests import RequestBook, held_nodes
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Drain, Plan, Terminate
+from autoscaler.model.request_spec import Condition, Link, RequestView
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market, TeamPolicy, find_pool, pool_key
 
 log = logging.getLogger(__name__)

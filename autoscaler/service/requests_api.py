@@ -8,7 +8,7 @@
 
 A team's token names the team: the body never does. Another team's request answers 403
 for every verb, an unknown or missing token 401. Bodies are bounded (``MAX_BODY``) and
-validated by :class:`~autoscaler.fleet.request_spec.RequestSpec` (closed syntax, no extra
+validated by :class:`~autoscaler.model.request_spec.RequestSpec` (closed syntax, no extra
 keys); validation errors name the field, never echo the input.
 """
 
@@ -27,10 +27,10 @@ from pydantic import ValidationError
 from autoscaler.catalog import Catalog
 from autoscaler.engine.admission import Admission, admit, booked
 from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import ClusterQuota
 from autoscaler.fleet.lease import Fenced
-from autoscaler.fleet.request_spec import FINAL, Condition, RequestClass, RequestSpec, RequestView
 from autoscaler.fleet.requests import IdempotencyConflict, RequestBook
+from autoscaler.model.request_spec import FINAL, Condition, RequestClass, RequestSpec, RequestView
+from autoscaler.model.snapshot import ClusterQuota
 from autoscaler.policy.models import TeamPolicy
 
 MAX_BODY = 16 * 1024

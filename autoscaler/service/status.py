@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy import select
 
 from autoscaler.catalog import Catalog
-from autoscaler.engine.plan import Action, Plan, target_of
-from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import BILLABLE
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PlanRow, TransitionRow
+from autoscaler.model.lifecycle import BILLABLE
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Plan, target_of
+from autoscaler.model.prices import PriceBook
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.errors import PolicyError
 
 RECENT_TRANSITIONS = 30
@@ -101,7 +101,7 @@ def recent_transitions(store: FleetStore, limit: int = RECENT_TRANSITIONS) -> li
 
 def fleet_json(nodes: Iterable[Node], catalog: Catalog, snapshot: Snapshot | None,
                now: datetime) -> dict[str, Any]:
-    prices = Prices(catalog, snapshot or Snapshot(taken_at=now), now)
+    prices = PriceBook(catalog, snapshot or Snapshot(taken_at=now))
     rows: list[dict[str, Any]] = []
     pools: dict[str, dict[str, Any]] = {}
     for node in nodes:

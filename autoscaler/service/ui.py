@@ -22,7 +22,7 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs
 
-from autoscaler.engine.plan import Plan, target_of
+from autoscaler.model.plan import Plan, subject_of, target_of
 
 COOKIE = "gpu_autoscaler_ui"
 TRANSITIONS = 20  # newest transitions shown (the page is a glance, /status has more)
@@ -162,7 +162,7 @@ def _plan(last: Mapping[str, Any] | None, plan: Plan | None) -> tuple[str, str]:
         if a.kind == "hold":
             holds.append([e(a.pool), e(target_of(a)), e(a.reason)])
             continue
-        status = done.get((a.kind, a.pool, getattr(a, "node", None)), "")
+        status = done.get((a.kind, a.pool, subject_of(a).node), "")
         acts.append([e(a.kind), e(a.pool), e(target_of(a)), e(a.reason), e(status)])
     mode = " (dry run)" if last.get("dry_run") else ""
     head = (f'<p>Plan {e(last.get("id"))}{e(mode)}, decided {e(last.get("decided_at"))}: '

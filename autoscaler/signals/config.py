@@ -7,8 +7,6 @@ environment variable or a file that holds them.
 
 from __future__ import annotations
 
-import fnmatch
-import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -16,33 +14,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autoscaler.policy.duration import Duration
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.slurm.client import SlurmConfig
+from autoscaler.secrets import read_secret
 
 # Prometheus label names: https://prometheus.io/docs/concepts/data_model/
 LABEL_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
 SchedulerKind = Literal["slurm", "kubernetes"]
 
 
-class SecretError(RuntimeError):
-    """A configured secret (env var or file) is not there."""
-
-
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def read_secret(env: str | None, file: Path | None, what: str) -> str | None:
-    """The secret from ``env`` (a variable NAME) or ``file``; None when neither is set."""
-    if env is not None:
-        value = os.environ.get(env)
-        if not value:
-            raise SecretError(f"{what}: environment variable {env} is not set")
-        return value
-    if file is not None:
-        try:
-            return file.read_text().strip()
-        except OSError as exc:
-            raise SecretError(f"{what}: cannot read {file}: {exc.strerror}") from exc
-    return None
 
 
 class BasicAuth(_Model):
@@ -112,54 +94,6 @@ class PrometheusConfig(_Model):
             raise ValueError("rules_interval must be between 1s and 2m")
         if self.recording_rules and self.rules_interval > self.stale_after / 2:
             raise ValueError("rules_interval must be at most half of stale_after")
-        return self
-
-
-class SlurmConfig(_Model):
-    bin_dir: Path | None = Field(
-        None, description="Directory of squeue/sinfo; default: found on PATH."
-    )
-    command_prefix: list[str] = Field(
-        default_factory=list, description="Prepended to every command, e.g. [ssh, slurm-login]."
-    )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra env, e.g. SLURM_CONF.")
-    timeout: Duration = Field(timedelta(seconds=10), description="Per command.")
-    use_json: bool = Field(True, description="Try --json first (falls back to formatted output).")
-
-    def command(self, name: str) -> list[str]:
-        exe = str(self.bin_dir / name) if self.bin_dir is not None else name
-        return [*self.command_prefix, exe]
-
-
-class NamespaceRule(_Model):
-    namespace: str = Field(description="Namespace name or glob (fnmatch), e.g. 'vision-*'.")
-    team: str
-    pool: str | None = Field(None, description="Default: the team's first kubernetes pool.")
-
-    def matches(self, namespace: str) -> bool:
-        return fnmatch.fnmatchcase(namespace, self.namespace)
-
-
-class KubernetesConfig(_Model):
-    host: str | None = Field(None, description="API server URL; default: from kubeconfig.")
-    kubeconfig: Path | None = Field(None, description="Used when host is not set.")
-    token_env: str | None = None
-    token_file: Path | None = None
-    ca_file: Path | None = None
-    verify: bool = True
-    timeout: Duration = timedelta(seconds=10)
-    namespace_teams: list[NamespaceRule] = Field(
-        default_factory=list,
-        description="Pods without gpu-autoscaler/team+pool selectors: first matching rule, "
-        "else namespace == team name (the team's first kubernetes pool).",
-    )
-
-    @model_validator(mode="after")
-    def _one_token(self) -> KubernetesConfig:
-        if self.token_env is not None and self.token_file is not None:
-            raise ValueError("set at most one of token_env or token_file")
-        if self.host is None and self.kubeconfig is None:
-            raise ValueError("set host (API server URL) or kubeconfig")
         return self
 
 

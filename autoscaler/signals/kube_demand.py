@@ -7,10 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from autoscaler.catalog import Catalog
-from autoscaler.engine.snapshot import PendingJob, UnservedJob
-from autoscaler.signals.config import KubernetesConfig
-from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL, Fit, PoolShape, fit
-from autoscaler.signals.kube_objects import (
+from autoscaler.model.snapshot import PendingJob, UnservedJob
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.kubernetes.objects import (
     ZONE,
     Obj,
     PodNeeds,
@@ -19,7 +18,8 @@ from autoscaler.signals.kube_objects import (
     pvc_names,
     unschedulable,
 )
-from autoscaler.signals.readings import PoolRef
+from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL, Fit, PoolShape, fit
+from autoscaler.signals.readings import ClusterPool
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def pod_record(obj: Obj) -> PodRecord | None:
 class Demand:
     """Collects pending pods of one tick: per pool, unattributed, unserved."""
 
-    def __init__(self, cfg: KubernetesConfig, catalog: Catalog, refs: list[PoolRef],
+    def __init__(self, cfg: KubernetesConfig, catalog: Catalog, refs: list[ClusterPool],
                  pvcs: dict[str, str | None], pvs: dict[str, frozenset[str] | None]):
         self.config = cfg
         self.refs = refs
@@ -116,7 +116,7 @@ class Demand:
             zones = spread_zones if zones is None else zones & spread_zones
         if zones is not None:
             needs = replace(needs, zones=zones)
-        failures: list[tuple[PoolRef, Fit]] = []
+        failures: list[tuple[ClusterPool, Fit]] = []
         for ref in candidates:
             got = fit(needs, self.shapes[ref.key])
             if got.failed is None:

@@ -23,8 +23,16 @@ import re
 from dataclasses import dataclass
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
-from autoscaler.signals.kube_objects import GPU, MIG_PREFIX, SHARED, TYPE, ZONE, PodNeeds, Requirement
-from autoscaler.signals.readings import PoolRef
+from autoscaler.schedulers.kubernetes.objects import (
+    GPU,
+    MIG_PREFIX,
+    SHARED,
+    TYPE,
+    ZONE,
+    PodNeeds,
+    Requirement,
+)
+from autoscaler.signals.readings import ClusterPool
 
 TEAM_LABEL = "gpu-autoscaler/team"
 POOL_LABEL = "gpu-autoscaler/pool"
@@ -55,12 +63,12 @@ class Variant:
 
 @dataclass(frozen=True)
 class PoolShape:
-    ref: PoolRef
+    ref: ClusterPool
     variants: tuple[Variant, ...]
     taints: tuple[tuple[str, str, str], ...]
 
     @classmethod
-    def of(cls, ref: PoolRef, catalog: Catalog) -> PoolShape:
+    def of(cls, ref: ClusterPool, catalog: Catalog) -> PoolShape:
         pool = ref.pool
         base = {TEAM_LABEL: ref.team, POOL_LABEL: pool.name, REGION: pool.region,
                 "nvidia.com/gpu.present": "true", "kubernetes.io/os": "linux",

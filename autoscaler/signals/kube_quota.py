@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.engine.snapshot import ClusterQuota
-from autoscaler.signals.config import KubernetesConfig
-from autoscaler.signals.kube_objects import GPU, Obj, quantity
-from autoscaler.signals.readings import PoolRef
+from autoscaler.model.snapshot import ClusterQuota
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.kubernetes.objects import GPU, Obj, quantity
+from autoscaler.signals.readings import ClusterPool
 
 KEYS = (f"requests.{GPU}", GPU, f"limits.{GPU}")
 
@@ -44,7 +44,7 @@ def _team(namespace: str, cfg: KubernetesConfig) -> str:
     return namespace
 
 
-def team_quotas(cache: dict[str, Any], refs: list[PoolRef],
+def team_quotas(cache: dict[str, Any], refs: list[ClusterPool],
                 cfg: KubernetesConfig) -> dict[str, ClusterQuota]:
     teams = {r.team for r in refs if r.pool.cluster.quota_from == "resourcequota"}
     tightest: dict[str, QuotaRecord] = {}  # namespace -> its smallest quota

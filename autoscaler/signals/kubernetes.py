@@ -23,22 +23,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from autoscaler.catalog import Catalog, default_catalog
-from autoscaler.engine.snapshot import RunningJob, SchedulerNode
-from autoscaler.signals.config import KubernetesConfig, SecretError, read_secret
+from autoscaler.model.snapshot import RunningJob, SchedulerNode
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig, connect
+from autoscaler.schedulers.kubernetes.objects import (
+    GPU,
+    ZONE,
+    Obj,
+    gpu_resources,
+    node_ready,
+    pv_zones,
+    quantity,
+)
+from autoscaler.schedulers.kubernetes.watch import Informer
+from autoscaler.secrets import SecretError
 from autoscaler.signals.kube_demand import Demand, PodRecord, pod_record, spread_zones
 from autoscaler.signals.kube_fit import PoolShape, gpu_model_of
-from autoscaler.signals.kube_objects import GPU, ZONE, Obj, gpu_resources, node_ready, pv_zones, quantity
 from autoscaler.signals.kube_quota import quota_record, team_quotas
-from autoscaler.signals.kube_watch import Informer
-from autoscaler.signals.readings import PoolRef, SchedulerReading
+from autoscaler.signals.readings import ClusterPool, SchedulerReading
 
-__all__ = ["KubernetesReader", "api_client", "gpu_model_of", "quantity"]
+__all__ = ["KubernetesReader", "gpu_model_of", "quantity"]
 log = logging.getLogger(__name__)
 NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -65,24 +74,6 @@ def _pvc_volume(obj: Obj) -> str | None:
     return (obj.get("spec") or {}).get("volumeName") or None
 
 
-def api_client(cfg: KubernetesConfig) -> client.ApiClient:
-    """A client for the configured API server (kubeconfig, or host + token + CA)."""
-    if cfg.host is None:
-        return config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(cfg.kubeconfig))
-    conf = client.Configuration()
-    conf.host = cfg.host
-    conf.verify_ssl = cfg.verify
-    conf.retries = False  # fail fast: no retries inside a tick
-    if cfg.ca_file is not None:
-        conf.ssl_ca_cert = str(cfg.ca_file)
-    token = read_secret(cfg.token_env, cfg.token_file, "kubernetes token")
-    if token:
-        conf.api_key = {"authorization": token}
-        conf.api_key_prefix = {"authorization": "Bearer"}
-    return client.ApiClient(conf)
-
-
 class KubernetesReader:
     def __init__(self, cfg: KubernetesConfig, api: client.CoreV1Api | None = None,
                  catalog: Catalog | None = None):
@@ -94,8 +85,9 @@ class KubernetesReader:
         self._nodes: dict[str, tuple[Any, ...]] = {}  # name -> (record, pool, pods, view)
 
     def _connect(self) -> client.CoreV1Api:
-        if self._api is None:
-            self._api = client.CoreV1Api(api_client(self.config))
+        if self._api is not None:
+            return self._api
+        self._api = connect(self.config)
         return self._api
 
     # -- caches -----------------------------------------------------------------------
@@ -106,7 +98,7 @@ class KubernetesReader:
                                              timeout_s=self.config.timeout.total_seconds()).start()
         return self._informers[what]
 
-    def _caches(self, refs: list[PoolRef]) -> list[Informer]:
+    def _caches(self, refs: list[ClusterPool]) -> list[Informer]:
         api = self._connect()
         out = [
             self._informer("nodes", api.list_node, node_record),
@@ -126,7 +118,7 @@ class KubernetesReader:
             informer.stop()
         self._informers.clear()
 
-    def read(self, refs: list[PoolRef]) -> SchedulerReading:
+    def read(self, refs: list[ClusterPool]) -> SchedulerReading:
         timeout = self.config.timeout.total_seconds()
         try:
             informers = self._caches(refs)
@@ -166,7 +158,7 @@ class KubernetesReader:
         return f"API unreachable ({type(cause).__name__})"
 
     # -- one tick ---------------------------------------------------------------------
-    def assemble(self, caches: dict[str, dict[str, Any]], refs: list[PoolRef]) -> SchedulerReading:
+    def assemble(self, caches: dict[str, dict[str, Any]], refs: list[ClusterPool]) -> SchedulerReading:
         demand = Demand(self.config, self.catalog, refs, caches.get("persistentvolumeclaims", {}),
                         caches.get("persistentvolumes", {}))
         running: dict[str, list[PodRecord]] = {}

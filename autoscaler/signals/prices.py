@@ -17,16 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from autoscaler.clouds.base import (
-    Clock,
-    CloudError,
-    CloudMarket,
-    SpotPrice,
-    ZoneOffering,
-    latest_spot,
-    utc_now,
-)
-from autoscaler.engine.snapshot import CapacityError, Offering, Snapshot
+from autoscaler.clouds.base import CloudError, CloudMarket, SpotPrice, ZoneOffering, latest_spot
+from autoscaler.model.clock import Clock, utc_now
+from autoscaler.model.snapshot import CapacityError, Offering, Snapshot
 from autoscaler.policy.models import TeamPolicy
 
 log = logging.getLogger(__name__)

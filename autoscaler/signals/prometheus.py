@@ -22,10 +22,11 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
-from autoscaler.signals.config import PrometheusConfig, SecretError
+from autoscaler.secrets import SecretError
+from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.promql import (
     FIELD_LABEL,
     MAX_FOLLOWUP_NODES,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.catalog import Catalog, CatalogError
-from autoscaler.engine.snapshot import ClusterQuota, PendingJob, SchedulerNode, UnservedJob
+from autoscaler.model.snapshot import ClusterQuota, PendingJob, SchedulerNode, UnservedJob
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 
 
@@ -24,7 +24,7 @@ class SchedulerReading:
 
 
 @dataclass(frozen=True)
-class PoolRef:
+class ClusterPool:
     key: str
     team: str
     pool: Pool
@@ -32,9 +32,9 @@ class PoolRef:
 
 
 def pools_in_priority_order(policies: Mapping[str, TeamPolicy], catalog: Catalog,
-                            kind: str) -> list[PoolRef]:
+                            kind: str) -> list[ClusterPool]:
     """Pools of ``cluster.kind == kind``: high priority first, then team name, file order."""
-    out: list[PoolRef] = []
+    out: list[ClusterPool] = []
     for policy in sorted(policies.values(), key=lambda p: (p.priority.rank, p.team)):
         for pool in policy.pools:
             if pool.cluster.kind != kind:
@@ -45,12 +45,12 @@ def pools_in_priority_order(policies: Mapping[str, TeamPolicy], catalog: Catalog
                     models.add(catalog.get(pool.cloud.value, name).gpu_model)
                 except CatalogError:
                     continue  # the policy loader reports unknown types
-            out.append(PoolRef(pool_key(policy.team, pool.name), policy.team, pool,
+            out.append(ClusterPool(pool_key(policy.team, pool.name), policy.team, pool,
                                frozenset(models)))
     return out
 
 
-def first_fitting(candidates: list[PoolRef], gpu_model: str | None) -> PoolRef | None:
+def first_fitting(candidates: list[ClusterPool], gpu_model: str | None) -> ClusterPool | None:
     """The first pool whose GPU model fits the job; the first pool if none does (so the
     engine can report the job it cannot place), None if there are no candidates."""
     if not candidates:

@@ -24,10 +24,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from autoscaler.fleet.request_spec import Link
-from autoscaler.signals.config import KubernetesConfig, SlurmConfig
-from autoscaler.signals.kubernetes import api_client
-from autoscaler.signals.slurm_jobs import ended_jobs
+from autoscaler.model.request_spec import Link
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig, api_client
+from autoscaler.schedulers.slurm.client import SlurmConfig
+from autoscaler.schedulers.slurm.jobs import ended_jobs
 
 log = logging.getLogger(__name__)
 POD_ENDED = frozenset({"Succeeded", "Failed"})

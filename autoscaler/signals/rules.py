@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
 from autoscaler.signals.promql import (

@@ -10,17 +10,14 @@ Each command has a timeout; any failure makes the whole source missing for this 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from autoscaler.engine.snapshot import PendingJob, RunningJob, SchedulerNode
-from autoscaler.signals.config import SlurmConfig
-from autoscaler.signals.readings import PoolRef, SchedulerReading, first_fitting
-from autoscaler.signals.slurm_parse import (
+from autoscaler.model.snapshot import PendingJob, RunningJob, SchedulerNode
+from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
+from autoscaler.schedulers.slurm.parse import (
     array_tasks,
     epoch,
     expand_hostlist,
@@ -29,32 +26,13 @@ from autoscaler.signals.slurm_parse import (
     gpu_type,
     node_state,
 )
+from autoscaler.signals.readings import ClusterPool, SchedulerReading, first_fitting
 
-Runner = Callable[[Sequence[str], float, Mapping[str, str]], str]
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"}
 # Fallback formats (names last: they may contain the separator).
 SQUEUE_FORMAT = "%i|%P|%T|%r|%b|%D|%V|%S|%N|%j"
 SQUEUE_STATES = "PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
 SINFO_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Partition:"
-
-
-class SlurmCommandError(RuntimeError):
-    pass
-
-
-def run_command(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> str:
-    try:
-        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                                env={**os.environ, **env}, check=False)
-    except FileNotFoundError:
-        raise SlurmCommandError(f"{argv[0]} not found") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmCommandError(f"{' '.join(argv[-2:])} timed out after {timeout:g}s") from None
-    if result.returncode != 0:
-        err = (result.stderr or result.stdout).strip().splitlines()
-        raise SlurmCommandError(f"{' '.join(argv)} failed ({result.returncode}): "
-                                f"{err[-1] if err else 'no output'}")
-    return result.stdout
 
 
 @dataclass
@@ -172,8 +150,8 @@ def nodes_from_text(text: str) -> list[SlurmNode]:
     return list(out.values())
 
 
-def _demand(job: SlurmJob, by_partition: dict[str, list[PoolRef]],
-            order: list[PoolRef]) -> tuple[PoolRef | None, list[PendingJob]]:
+def _demand(job: SlurmJob, by_partition: dict[str, list[ClusterPool]],
+            order: list[ClusterPool]) -> tuple[ClusterPool | None, list[PendingJob]]:
     candidates = [r for p in job.partition.split(",") for r in by_partition.get(p, [])]
     model = gpu_model(job.gpu_type)
     ref = first_fitting(sorted(candidates, key=order.index), model)
@@ -192,9 +170,9 @@ def _scheduler_node(node: SlurmNode, jobs: list[RunningJob]) -> SchedulerNode:
                          jobs=jobs, cordoned=cordoned, ready=ready)
 
 
-def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[PoolRef],
+def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPool],
              source: str) -> SchedulerReading:
-    by_partition: dict[str, list[PoolRef]] = {}
+    by_partition: dict[str, list[ClusterPool]] = {}
     for ref in refs:
         by_partition.setdefault(ref.pool.cluster.partition, []).append(ref)
     pending: dict[str, list[PendingJob]] = {ref.key: [] for ref in refs}
@@ -222,7 +200,7 @@ class SlurmReader:
         return self._run([*self.config.command(name), *args],
                          self.config.timeout.total_seconds(), self.config.env)
 
-    def read(self, refs: list[PoolRef]) -> SchedulerReading:
+    def read(self, refs: list[ClusterPool]) -> SchedulerReading:
         json_error = None
         if self.config.use_json:
             try:

@@ -20,7 +20,9 @@ from datetime import datetime
 from typing import Protocol
 
 from autoscaler.catalog import Catalog
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import (
     CapacityError,
     ClusterQuota,
     NodeObservation,
@@ -31,13 +33,11 @@ from autoscaler.engine.snapshot import (
     Snapshot,
     UnservedJob,
 )
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.prometheus import MetricsReading, PrometheusReader
-from autoscaler.signals.readings import PoolRef, SchedulerReading, pools_in_priority_order
+from autoscaler.signals.readings import ClusterPool, SchedulerReading, pools_in_priority_order
 from autoscaler.signals.slurm import SlurmReader
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class MetricsSource(Protocol):
 
 
 class SchedulerSource(Protocol):
-    def read(self, refs: list[PoolRef]) -> SchedulerReading: ...
+    def read(self, refs: list[ClusterPool]) -> SchedulerReading: ...
 SCHEDULERS = ("slurm", "kubernetes")
 
 
@@ -172,7 +172,7 @@ class SignalReader:
             log.exception("prometheus reader failed")
             return MetricsReading({}, error=f"prometheus reader failed: {type(exc).__name__}")
 
-    def _scheduler(self, kind: str, refs: list[PoolRef]) -> SchedulerReading:
+    def _scheduler(self, kind: str, refs: list[ClusterPool]) -> SchedulerReading:
         if kind not in self.config.scheduler:
             return SchedulerReading(error=f"{kind} is not configured (signals.scheduler)")
         try:

@@ -1,6 +1,6 @@
 """The simulated cluster: nodes moving through the real lifecycle table, jobs on their GPUs.
 
-Every state change goes through :func:`autoscaler.fleet.lifecycle.check_transition`, so the
+Every state change goes through :func:`autoscaler.model.lifecycle.check_transition`, so the
 simulator can only do what the service may do. Billing runs from the launch request until
 the node is terminated (a failed launch is not billed); jobs are placed FIFO with first-fit
 backfill (no reservations) by :mod:`autoscaler.sim.placement`.
@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from autoscaler.catalog import InstanceType
-from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState, check_transition
+from autoscaler.model.lifecycle import IN_FLIGHT, NodeState, check_transition
 from autoscaler.policy.models import Market
 from autoscaler.sim.clock import Clock, Kind
 from autoscaler.sim.placement import EPS, best_node, max_share_free, whole_free

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import FleetView, Node, PoolHistory
+from autoscaler.model.snapshot import (
     CapacityError,
     GpuMetrics,
     NodeObservation,
@@ -24,8 +26,6 @@ from autoscaler.engine.snapshot import (
     SchedulerNode,
     Snapshot,
 )
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.policy.models import Pool
 from autoscaler.sim.cluster import SimJob, SimNode
 

@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.policy.models import Market, Pool
 from autoscaler.sim.clock import Clock, Kind
 from autoscaler.sim.cluster import Cluster, SimJob, SimNode

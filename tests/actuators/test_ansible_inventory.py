@@ -10,8 +10,8 @@ import pytest
 from autoscaler.actuators.ansible import AnsibleActuator, AnsibleSettings, HostStatus
 from autoscaler.actuators.ansible.inventory import InventoryError, build_inventory, pool_vars
 from autoscaler.catalog.catalog import default_catalog
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.policy.models import Market
 from tests.builders import make_node, make_policy
 

@@ -8,7 +8,7 @@ import pytest
 
 from autoscaler.actuators.ansible import FakeAnsible, HostResult, HostStatus
 from autoscaler.actuators.ansible.results import Redactor, host_results
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from tests.builders import make_node, make_policy
 
 NO_SECRETS = Redactor([])

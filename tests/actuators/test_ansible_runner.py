@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.actuators.ansible import AnsibleActuator, AnsibleSettings, HostStatus
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.ssh_hosts import SshHosts
 from tests.builders import make_node, make_policy
 

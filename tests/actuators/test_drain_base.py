@@ -14,8 +14,8 @@ from autoscaler.actuators.drain import (
     no_drainer,
 )
 from autoscaler.actuators.drain.slurm import SlurmOps, slurm_readiness
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.signals.slurm import SlurmCommandError
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.schedulers.slurm.client import SlurmCommandError
 from tests.builders import NOW, make_node
 from tests.fakes import FakeDrainer
 

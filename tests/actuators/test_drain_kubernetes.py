@@ -11,10 +11,10 @@ import pytest
 from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, PhasedDrainer
 from autoscaler.actuators.drain.base import DrainError
 from autoscaler.actuators.drain.kubernetes import DO_NOT_DISRUPT, KubernetesOps
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from tests.builders import NOW, make_node
 
 NAME = "vision-gpu-1"

@@ -12,11 +12,11 @@ import pytest
 
 from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, PhasedDrainer
 from autoscaler.actuators.drain.slurm import SlurmOps
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
-from autoscaler.signals.config import SlurmConfig
+from autoscaler.schedulers.slurm.client import SlurmConfig
 from tests.builders import make_node
 
 pytestmark = [

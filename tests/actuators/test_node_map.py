@@ -13,8 +13,8 @@ from autoscaler.actuators.node_map import (
     preview_maps,
 )
 from autoscaler.catalog import default_catalog
-from autoscaler.engine.plan import CancelDrain, Drain, Launch, Plan, Replace, Terminate
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import CancelDrain, Drain, Launch, Plan, Replace, Terminate
 from autoscaler.policy.models import Market
 from tests.builders import NOW, make_node, make_policy
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolMaps, PoolRef
+from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolMaps
 from autoscaler.actuators.terraform import PoolPlan, RegionInputs, S3Backend, TerraformSettings
 from autoscaler.actuators.terraform.errors import TerraformError
 from autoscaler.actuators.terraform.planfile import NodeChange, node_changes, state_nodes
@@ -15,7 +15,8 @@ from autoscaler.actuators.terraform.preview import map_cost, preview_pool
 from autoscaler.actuators.terraform.rootmodule import cli_config, main_tf, tfvars
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import Offering, Snapshot
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import Offering, Snapshot
 from autoscaler.policy.models import Market
 
 AT = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -27,10 +27,10 @@ from autoscaler.actuators.drain import no_drainer
 from autoscaler.catalog import default_catalog
 from autoscaler.clouds.base import Interruption, InterruptionKind
 from autoscaler.dashboards.alerts import Thresholds, rules
-from autoscaler.engine.snapshot import PendingJob, SchedulerNode
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import PendingJob, SchedulerNode
 from autoscaler.policy.models import Market
 from autoscaler.sandbox.dcgm_exporter import THERMAL_THROTTLE, DcgmExporterServer, SyntheticDcgm
 from autoscaler.sandbox.dcgm_scenarios import Constant
@@ -41,7 +41,7 @@ from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
 from autoscaler.service.interruptions import InterruptionIntake, PollingSource
 from autoscaler.service.reconciler import Reconciler
-from autoscaler.signals.readings import PoolRef, SchedulerReading
+from autoscaler.signals.readings import ClusterPool, SchedulerReading
 from autoscaler.signals.snapshot import SignalReader
 from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeTerraform
 from tests.service.service_fakes import FakePrices
@@ -101,7 +101,7 @@ class FakeSlurm:
     pending: dict[str, list[PendingJob]] = field(default_factory=dict)
     error: str | None = None
 
-    def read(self, refs: list[PoolRef]) -> SchedulerReading:
+    def read(self, refs: list[ClusterPool]) -> SchedulerReading:
         if self.error is not None:
             return SchedulerReading(error=self.error)
         nodes = {n: SchedulerNode(state="allocated", gpus_total=1, gpus_allocated=1)

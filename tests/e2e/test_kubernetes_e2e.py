@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.stack import SandboxStack, StackOptions, privileged
 from autoscaler.service.app import Service, build_service

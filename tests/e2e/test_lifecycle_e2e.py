@@ -29,9 +29,9 @@ import pytest
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.procs import wait_until

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PlanRow
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.policy.models import Market
 from autoscaler.sandbox.dcgm_exporter import DcgmExporterServer, SyntheticDcgm
 from autoscaler.sandbox.dcgm_scenarios import Constant

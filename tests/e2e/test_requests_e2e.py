@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.requests import RequestBook
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.stack import SandboxStack, StackOptions
 from autoscaler.service.api import ApiHandlers, ApiServer, Health

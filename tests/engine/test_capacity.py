@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from autoscaler.engine import Hold, Launch, decide
-from autoscaler.engine.snapshot import CapacityError, Offering, PoolObservation
+from autoscaler.model.snapshot import CapacityError, Offering, PoolObservation
 from autoscaler.policy.models import Market
 from tests.builders import NOW, fleet, make_node, make_policy, pending, snapshot
 

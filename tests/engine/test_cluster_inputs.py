@@ -9,10 +9,10 @@ from autoscaler.actuators.drain import PhasedDrainer
 from autoscaler.actuators.drain.kubernetes import KubernetesOps
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Hold, Launch, decide
-from autoscaler.engine.snapshot import ClusterQuota, PendingJob, PoolObservation, UnservedJob
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import ClusterQuota, PendingJob, PoolObservation, UnservedJob
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.readings import pools_in_priority_order
 from tests.builders import NOW, fleet, idle, make_node, make_policy, pending, snapshot

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from autoscaler.engine import Drain, Replace, decide
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, PoolObservation, RunningJob, SchedulerNode
-from autoscaler.fleet.node import PoolHistory
+from autoscaler.model.node import PoolHistory
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, RunningJob, SchedulerNode
 from tests.builders import NOW, fleet, make_node, make_policy, pending, snapshot
 
 KEY = "vision/gpu"

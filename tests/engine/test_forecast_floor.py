@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from autoscaler.engine import Drain, Launch, decide
-from autoscaler.engine.snapshot import ForecastFloor
+from autoscaler.model.snapshot import ForecastFloor
 from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, snapshot
 
 KEY = "vision/gpu"

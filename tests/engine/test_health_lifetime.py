@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from autoscaler.engine import Drain, Replace, ReportJob, decide
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode
 from tests.builders import NOW, busy, fleet, make_node, make_policy, snapshot
 
 
@@ -44,7 +44,7 @@ def test_throttling_only_when_configured():
 
 
 def test_unhealthy_is_acted_on_even_with_pool_data_missing():
-    from autoscaler.engine.snapshot import PoolObservation
+    from autoscaler.model.snapshot import PoolObservation
     obs = {"n1": busy().model_copy(update={"health_check_failed": "ECC errors"})}
     plan = run(make_policy(), [make_node("n1")], obs,
                pools={"vision/gpu": PoolObservation(metrics_missing="timeout")})

@@ -10,8 +10,8 @@ import pytest
 
 from autoscaler.engine import Drain, EngineSettings, Hold, Launch, decide
 from autoscaler.engine.scale_up import grow
-from autoscaler.engine.snapshot import PoolObservation
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import PoolObservation
 from autoscaler.policy.models import TeamPolicy
 from tests.builders import NOW, fleet, idle, make_node, make_policy, pending, snapshot
 

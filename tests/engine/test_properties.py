@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from autoscaler.engine import CancelDrain, Drain, EngineSettings, Launch, Plan, Replace, Terminate, decide
 from autoscaler.engine.context import PoolContext, build_contexts
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import BILLABLE, IN_FLIGHT, TRANSITIONS, NodeState
+from autoscaler.model.node import FleetView, Node, PoolHistory
+from autoscaler.model.snapshot import (
     GpuMetrics,
     NodeObservation,
     PendingJob,
@@ -21,8 +23,6 @@ from autoscaler.engine.snapshot import (
     SchedulerNode,
     Snapshot,
 )
-from autoscaler.fleet.lifecycle import BILLABLE, IN_FLIGHT, TRANSITIONS, NodeState
-from autoscaler.fleet.node import FleetView, Node, PoolHistory
 from autoscaler.policy.models import Market, TeamPolicy
 from tests.builders import NOW
 

@@ -10,16 +10,16 @@ import pytest
 from pydantic import ValidationError
 
 from autoscaler.engine import Drain, Hold, Launch, decide
-from autoscaler.engine.plan import Plan
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Plan
+from autoscaler.model.snapshot import (
     CapacityError,
     NodeObservation,
     Offering,
     RunningJob,
     SchedulerNode,
 )
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.policy.models import Capacity, Market
 from tests.builders import NOW, busy, fleet, make_node, make_policy, snapshot
 

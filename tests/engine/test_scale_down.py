@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from autoscaler.engine import Drain, Hold, Launch, Terminate, decide
-from autoscaler.engine.snapshot import NodeObservation, PoolObservation
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import PoolHistory
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import PoolHistory
+from autoscaler.model.snapshot import NodeObservation, PoolObservation
 from autoscaler.policy.models import Market
 from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, snapshot
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 
 from autoscaler.engine import CancelDrain, Hold, Launch, decide
-from autoscaler.engine.snapshot import PoolObservation
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import PoolHistory
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import PoolHistory
+from autoscaler.model.snapshot import PoolObservation
 from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, pending, snapshot
 
 KEY = "vision/gpu"

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from autoscaler.engine import Launch, decide
-from autoscaler.engine.snapshot import CapacityError, PendingJob, PoolObservation
+from autoscaler.model.snapshot import CapacityError, PendingJob, PoolObservation
 from autoscaler.policy.models import Capacity, Market, Priority
 from tests.builders import NOW, fleet, make_policy, snapshot
 

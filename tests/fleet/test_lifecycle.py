@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.fleet.lifecycle import (
+from autoscaler.model.lifecycle import (
     INITIAL,
     TERMINAL,
     TIMEOUTS,

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from autoscaler.engine import decide
-from autoscaler.fleet.lifecycle import IllegalTransitionError, NodeState
 from autoscaler.fleet.store import ConcurrentUpdateError, Fenced, FleetStore, LeaseToken
+from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
 from autoscaler.policy.models import Market
 from tests.builders import NOW, make_policy, snapshot
 

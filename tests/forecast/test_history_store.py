@@ -8,13 +8,13 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from autoscaler.engine.snapshot import PoolObservation, Snapshot
 from autoscaler.fleet.demand_history import STEP, DemandHistory, DemandSample, bin_start
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import FleetView
 from autoscaler.fleet.store import FleetStore
 from autoscaler.forecast.history import sample_of, to_series
 from autoscaler.forecast.series import DAY_BINS
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import FleetView
+from autoscaler.model.snapshot import PoolObservation, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service import forecasts as forecasts_mod
 from autoscaler.service.forecasts import DEFAULT_LEAD, PoolForecasts

@@ -22,8 +22,8 @@ import pytest
 
 from autoscaler.actuators.ansible import AnsibleActuator, BootstrapRun, HostStatus
 from autoscaler.catalog.catalog import default_catalog
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fake_nvidia_smi import FakeGpu
 from autoscaler.sandbox.gpu_nodes import CONTROLLER_ADDRESS, SandboxGpuNodes, controller_address

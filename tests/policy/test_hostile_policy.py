@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
-from autoscaler.fleet.node import FleetView
+from autoscaler.model.node import FleetView
 from autoscaler.policy import load_dir, load_file
 from tests.builders import snapshot
 from tests.hostile_files import GOOD_POLICY

@@ -5,8 +5,8 @@ from __future__ import annotations
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.admission import admit, booked
 from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import ClusterQuota
-from autoscaler.fleet.request_spec import Condition, RequestSpec, RequestView
+from autoscaler.model.request_spec import Condition, RequestSpec, RequestView
+from autoscaler.model.snapshot import ClusterQuota
 from tests.builders import NOW, make_node, make_policy
 
 CATALOG = default_catalog()

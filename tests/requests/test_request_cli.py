@@ -7,8 +7,8 @@ import json
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.fleet.request_spec import Condition
 from autoscaler.fleet.requests import RequestBook
+from autoscaler.model.request_spec import Condition
 from tests.builders import NOW
 from tests.requests.conftest import VISION
 

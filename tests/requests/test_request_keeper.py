@@ -3,10 +3,10 @@ an atomic request rolled back after a capacity error, ttl expiry (fake executor)
 
 from __future__ import annotations
 
-from autoscaler.engine.plan import Drain, Terminate
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.request_spec import Condition
 from autoscaler.fleet.requests import RequestBook
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Drain, Terminate
+from autoscaler.model.request_spec import Condition
 from tests.requests.conftest import BODY, VISION
 from tests.requests.test_requests_api import call
 
@@ -127,7 +127,7 @@ def test_an_accepted_request_whose_pool_was_removed_fails(service, tmp_path):
 
 
 def test_booking_expires_only_on_evidence_that_no_job_used_the_nodes(service):
-    from autoscaler.engine.snapshot import NodeObservation, RunningJob, SchedulerNode, Snapshot
+    from autoscaler.model.snapshot import NodeObservation, RunningJob, SchedulerNode, Snapshot
 
     url = service.api.url + "/v1/requests"
     unused = call(url, "POST", VISION, {**BODY, "booking": "10m"})[1]["id"]

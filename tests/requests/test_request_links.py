@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.fleet.request_spec import Link
+from autoscaler.model.request_spec import Link
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.request_links import KubeLinks, LinkWatcher
 
 
@@ -52,7 +52,7 @@ def test_an_unreachable_api_server_is_no_evidence(kube):
 
 
 def test_slurm_links_go_to_scontrol(tmp_path):
-    from autoscaler.signals.config import SlurmConfig
+    from autoscaler.schedulers.slurm.client import SlurmConfig
 
     fake = tmp_path / "scontrol"
     fake.write_text("#!/bin/sh\n[ \"$4\" = 41 ] && echo 'JobId=41 JobState=COMPLETED' "

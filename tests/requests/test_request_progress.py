@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from autoscaler.engine import decide
-from autoscaler.engine.plan import Drain, Hold
 from autoscaler.engine.request_progress import progress
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.request_spec import Condition, RequestSpec, RequestView
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Drain, Hold
+from autoscaler.model.request_spec import Condition, RequestSpec, RequestView
 from tests.builders import NOW, fleet, idle, make_node, make_policy, snapshot
 
 S = NodeState

@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from autoscaler.fleet.lease import LeaseToken
-from autoscaler.fleet.request_spec import Condition, IllegalConditionError, RequestSpec
 from autoscaler.fleet.requests import IdempotencyConflict, RequestBook, held_nodes
 from autoscaler.fleet.store import Fenced, FleetStore
+from autoscaler.model.request_spec import Condition, IllegalConditionError, RequestSpec
 from tests.builders import NOW
 
 BODY = {"name": "ci-4711", "class": "atomic", "node_sets": [{"gpu_model": "V100", "gpus": 4,

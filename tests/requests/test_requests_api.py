@@ -8,8 +8,8 @@ import socket
 import urllib.error
 import urllib.request
 
-from autoscaler.fleet.request_spec import Condition
 from autoscaler.fleet.requests import RequestBook
+from autoscaler.model.request_spec import Condition
 from autoscaler.service.requests_api import MAX_BODY
 from tests.requests.conftest import BODY, NLP, OPERATOR, VISION
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from autoscaler.signals.config import SlurmConfig
-from autoscaler.signals.slurm import SlurmCommandError
-from autoscaler.signals.slurm_jobs import ended_jobs
+from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig
+from autoscaler.schedulers.slurm.jobs import ended_jobs
 
 OUT = {
     "11": "JobId=11 JobName=a JobState=COMPLETED Reason=None\n",

@@ -33,8 +33,8 @@ from ruamel.yaml import YAML
 from sqlalchemy import select
 
 from autoscaler.actuators.ansible.settings import DEFAULT_PLAYBOOK
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.tables import PlanRow
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.stack import SandboxStack, StackOptions
 from autoscaler.service.app import Service, build_service

@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode, Snapshot
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import AdvanceReport, Executor, ExecutorSettings
 from autoscaler.service.executor.operations import Inline, Kind, Operation, Runner, Work, WorkerPools

@@ -9,10 +9,10 @@ from typing import Any
 
 from autoscaler.actuators.drain import no_drainer
 from autoscaler.catalog import default_catalog
-from autoscaler.engine.plan import Action, Drain, Launch, Plan, Terminate
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Drain, Launch, Plan, Terminate
 from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.service.executor import AdvanceReport, Executor, ExecutorSettings
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionSource

@@ -12,9 +12,9 @@ from typing import Any
 from autoscaler.actuators.ansible import BootstrapRun, HostStatus
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
-from autoscaler.engine.plan import Hold, Launch
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Hold, Launch
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.backoff import delay, launch_backoffs, with_backoffs
 from tests.fakes import FakeAnsible

@@ -12,11 +12,11 @@ from ruamel.yaml import YAML
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Plan
-from autoscaler.engine.snapshot import CapacityError, NodeObservation, Offering, PoolObservation, Snapshot
 from autoscaler.fleet.intents import NewNode, Remove, StartDrain, interpret
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import CapacityError, NodeObservation, Offering, PoolObservation, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.config import LeaderSettings
 from autoscaler.service.executor import AdvanceReport

@@ -15,8 +15,8 @@ from pathlib import Path
 from types import FrameType
 
 from autoscaler.cli.run import configure_logging, read_config
+from autoscaler.model.clock import utc_now
 from autoscaler.service.app import build_service
-from autoscaler.service.loop import utc_now
 
 
 def main(skew_s: str, config: str) -> None:

@@ -23,7 +23,7 @@ from autoscaler.actuators.ansible import BootstrapRun
 from autoscaler.actuators.drain import no_drainer
 from autoscaler.actuators.terraform import TerraformSettings
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.terraform import TerraformProvisioner

@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from autoscaler.engine.snapshot import PoolObservation
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.snapshot import PoolObservation
 from autoscaler.service.api import ApiError, ApiHandlers, ApiServer, Health
 from autoscaler.service.app import Overrides, Service, build_service
 from autoscaler.service.config import ServiceConfig

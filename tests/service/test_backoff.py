@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.policy.models import Market
 from autoscaler.service.backoff import cause_of, delay, fingerprint, launch_backoffs
 from tests.service.executor_rig import Rig

@@ -18,8 +18,8 @@ import pytest
 
 from autoscaler.actuators.ansible import BootstrapRun
 from autoscaler.clouds.base import Interruption, InterruptionKind
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.meta import NodeProgress, progress_of

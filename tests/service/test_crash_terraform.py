@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
 from autoscaler.sandbox.procs import ManagedProcess, wait_until
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401

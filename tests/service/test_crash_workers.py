@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
 from autoscaler.sandbox.procs import ManagedProcess, wait_until
 from autoscaler.service.executor.meta import progress_of

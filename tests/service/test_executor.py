@@ -10,9 +10,9 @@ import pytest
 
 from autoscaler.actuators.ansible import HostStatus
 from autoscaler.actuators.terraform import StateLockedError, TerraformError
-from autoscaler.engine.plan import CancelDrain, Plan, Replace, ReportJob
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, Snapshot
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import CancelDrain, Plan, Replace, ReportJob
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.drain import interruption_progress

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolRef
+from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.actuators.terraform import (
     ApplyResult,
     NodeOutput,
     StateLockedError,
     TerraformSettings,
 )
+from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
 from autoscaler.service.executor.terraform import TerraformProvisioner, lock_of, stray_key
 from tests.builders import NOW

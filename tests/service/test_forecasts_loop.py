@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from autoscaler.engine.plan import Launch
-from autoscaler.engine.snapshot import PoolObservation
 from autoscaler.fleet.demand_history import STEP, DemandHistory, bin_start
 from autoscaler.forecast.series import DAY_BINS
+from autoscaler.model.plan import Launch
+from autoscaler.model.snapshot import PoolObservation
 from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.status import build_status
 from tests.builders import NOW, pending

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from autoscaler.catalog import default_catalog
-from autoscaler.engine.plan import Action, CancelDrain, Hold, Plan, Replace
 from autoscaler.fleet.intents import NewNode, Refused, StartDrain, action_keys, interpret
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import PoolHistory
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import PoolHistory
+from autoscaler.model.plan import Action, CancelDrain, Hold, Plan, Replace
 from autoscaler.policy.models import Market
 from autoscaler.sim.observe import to_datetime
 from autoscaler.sim.strategies.engine import EngineStrategy

@@ -15,9 +15,9 @@ from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.clouds.aws_events import SqsInterruptionQueue
 from autoscaler.clouds.base import Interruption, InterruptionKind
 from autoscaler.engine import decide
-from autoscaler.engine.plan import Launch
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Launch
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.interruptions import PollingSource, sources_for

@@ -18,11 +18,11 @@ from autoscaler.actuators.drain import PhasedDrainer
 from autoscaler.actuators.drain.kubernetes import KubernetesOps
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Drain, Launch, Plan, decide
-from autoscaler.engine.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.readings import pools_in_priority_order
@@ -180,7 +180,7 @@ def test_a_node_advertising_too_few_gpus_is_failed_after_the_ready_timeout(world
 def test_unserved_pods_metric_by_team_and_constraint_kind() -> None:
     from datetime import UTC, datetime
 
-    from autoscaler.engine.snapshot import UnservedJob
+    from autoscaler.model.snapshot import UnservedJob
     from autoscaler.service.metrics import ServiceMetrics
 
     def job(name: str, constraint: str) -> UnservedJob:

@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 
 from autoscaler.actuators.ansible import HostStatus
-from autoscaler.actuators.node_map import PoolRef
 from autoscaler.fleet.store import Fenced, FleetStore, LeaseToken
+from autoscaler.model.pool import PoolRef
 from autoscaler.service.config import LeaderSettings, ServiceConfig
 from autoscaler.service.leader import Leadership
 from tests.builders import NOW

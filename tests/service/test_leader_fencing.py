@@ -20,18 +20,18 @@ from pathlib import Path
 import pytest
 
 from autoscaler.actuators.drain import no_drainer
-from autoscaler.actuators.node_map import PoolRef
 from autoscaler.catalog import default_catalog
-from autoscaler.engine.plan import Plan
-from autoscaler.engine.snapshot import PoolObservation
 from autoscaler.fleet import lease
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.store import Fenced, FleetStore, LeaseToken
 from autoscaler.fleet.tables import AuditRow, Base
+from autoscaler.model.clock import utc_now
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Plan
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import PoolObservation
 from autoscaler.service.app import Overrides, Service, build_service
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
-from autoscaler.service.loop import utc_now
 from tests.fakes import FakeAnsible, FakeCloud, FakeTerraform
 from tests.service import postgres
 from tests.service.service_fakes import FakeExecutor, FakePrices, FakeSignals, write_policy

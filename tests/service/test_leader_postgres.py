@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox, running_instances
 from autoscaler.sandbox.procs import ManagedProcess, free_port, wait_until
 from tests.service import postgres

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from autoscaler.engine.plan import Drain, Hold, Launch
-from autoscaler.engine.snapshot import CapacityError, PoolObservation
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Drain, Hold, Launch
+from autoscaler.model.snapshot import CapacityError, PoolObservation
 from autoscaler.policy.models import Market
 from tests.builders import idle, pending
 from tests.service.service_fakes import make_loop, write_policy

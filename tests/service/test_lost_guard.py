@@ -9,17 +9,18 @@ from typing import Any
 
 import pytest
 
-from autoscaler.actuators.node_map import NodeSpec, PoolRef
+from autoscaler.actuators.node_map import NodeSpec
 from autoscaler.catalog import default_catalog
 from autoscaler.clouds.base import CloudInstance
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import (
     NodeObservation,
     PoolObservation,
     RunningJob,
     SchedulerNode,
     Snapshot,
 )
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.reconciler import Reconciler

@@ -22,8 +22,8 @@ import pytest
 from autoscaler.catalog import default_catalog
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.engine import decide
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.reconciler import Reconciler, ReconcileReport

@@ -8,9 +8,9 @@ import pytest
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.snapshot import CapacityError, PoolObservation, Snapshot
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import CapacityError, PoolObservation, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.metrics_fleet import FleetObserver

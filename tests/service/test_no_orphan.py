@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolRef
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.actuators.node_map import NodeMap, NodeSpec
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
 from tests.service.executor_rig import Rig, launch, make_rig
 

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from autoscaler.actuators.ansible import BootstrapRun
-from autoscaler.actuators.node_map import NodeMap, PoolRef
+from autoscaler.actuators.node_map import NodeMap
 from autoscaler.actuators.terraform import ApplyResult
 from autoscaler.clouds.base import Interruption, InterruptionKind
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.service.executor import Executor
 from autoscaler.service.executor.operations import WorkerPools
@@ -168,7 +169,7 @@ def test_worker_killed_after_apply_restart_converges_without_double(rig: Rig) ->
 
 
 def rig_plan(rig: Rig, count: int) -> Any:
-    from autoscaler.engine.plan import Plan
+    from autoscaler.model.plan import Plan
 
     return Plan(decided_at=rig.clock(), actions=[launch(count, market=Market.SPOT)])
 

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from autoscaler.actuators.drain import no_drainer
-from autoscaler.actuators.node_map import NodeMap, PoolRef
+from autoscaler.actuators.node_map import NodeMap
 from autoscaler.actuators.terraform import ApplyResult
 from autoscaler.catalog import default_catalog
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
 from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
 from autoscaler.service.executor import Executor, ExecutorSettings

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.actuators.node_map import NodeSpec, PoolRef
-from autoscaler.engine.snapshot import NodeObservation, SchedulerNode, Snapshot
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.actuators.node_map import NodeSpec
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import NodeObservation, SchedulerNode, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from tests.service.executor_rig import Rig, drain, launch, make_rig

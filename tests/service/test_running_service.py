@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.engine.snapshot import PoolObservation, Snapshot
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.snapshot import PoolObservation, Snapshot
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.service.app import Overrides, Service, build_service
 from autoscaler.service.config import ServiceConfig
@@ -65,7 +65,7 @@ def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[S
 
 
 def utc() -> Any:
-    from autoscaler.service.loop import utc_now
+    from autoscaler.model.clock import utc_now
     return utc_now()
 
 

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from autoscaler.cli import app
 from autoscaler.cli.status import status_view
-from autoscaler.engine.snapshot import PoolObservation
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.snapshot import PoolObservation
 from autoscaler.sandbox.procs import ManagedProcess, free_port, wait_until
 from autoscaler.service.app import Overrides, build_service
 from autoscaler.service.config import ServiceConfig

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.engine.snapshot import PoolObservation
+from autoscaler.model.snapshot import PoolObservation
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.status import build_status
 from autoscaler.service.ui import COOKIE, session_value
@@ -42,8 +42,8 @@ def server(tmp_path):
     kit.signals.pools = {"vision/train": PoolObservation(metrics_missing=f"dcgm {EVIL} gone")}
     kit.loop.tick()
 
-    from autoscaler.fleet.request_spec import RequestSpec
     from autoscaler.fleet.requests import RequestBook
+    from autoscaler.model.request_spec import RequestSpec
 
     spec = RequestSpec.model_validate({"name": "ci-4711", "node_sets": [{"gpus": 1, "nodes": 2, "gpu_model": "V100"}]})
     RequestBook(kit.store).create("vision", spec, kit.clock())

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.engine.snapshot import DecisionInput
+from autoscaler.model.snapshot import DecisionInput
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.prometheus import PrometheusServer
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec

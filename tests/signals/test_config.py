@@ -8,13 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from autoscaler.signals.config import (
-    KubernetesConfig,
-    PrometheusConfig,
-    SecretError,
-    SignalsConfig,
-    SlurmConfig,
-)
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.slurm.client import SlurmConfig
+from autoscaler.secrets import SecretError
+from autoscaler.signals.config import PrometheusConfig, SignalsConfig
 
 
 def test_prometheus_defaults() -> None:

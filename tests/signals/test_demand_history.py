@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.fleet.demand_history import STEP, DemandHistory, bin_start
-from autoscaler.fleet.node import FleetView
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.node import FleetView
 from autoscaler.sandbox.procs import free_port
 from autoscaler.sandbox.prometheus import PrometheusServer, backfill, openmetrics_lines
 from autoscaler.service.forecasts import PoolForecasts
@@ -132,6 +132,6 @@ def test_an_unreachable_prometheus_is_a_read_error(tmp_path) -> None:
 
 
 def _no_demand(now):
-    from autoscaler.engine.snapshot import Snapshot
+    from autoscaler.model.snapshot import Snapshot
 
     return Snapshot(taken_at=now)

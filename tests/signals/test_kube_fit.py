@@ -11,11 +11,11 @@ import pytest
 
 from autoscaler.catalog import default_catalog
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.kubernetes.objects import pod_needs
 from autoscaler.signals.kube_fit import PoolShape, fit
-from autoscaler.signals.kube_objects import pod_needs
 from autoscaler.signals.kubernetes import KubernetesReader
-from autoscaler.signals.readings import PoolRef, SchedulerReading, pools_in_priority_order
+from autoscaler.signals.readings import ClusterPool, SchedulerReading, pools_in_priority_order
 from tests.builders import make_policy
 
 
@@ -44,7 +44,7 @@ TOLERATE = [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "
 TYPE, ZONE = "node.kubernetes.io/instance-type", "topology.kubernetes.io/zone"
 
 
-def refs() -> list[PoolRef]:
+def refs() -> list[ClusterPool]:
     return pools_in_priority_order(POLICIES, default_catalog(), "kubernetes")
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from autoscaler.catalog import default_catalog
 from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.signals.config import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kubernetes import KubernetesReader, gpu_model_of, quantity
-from autoscaler.signals.readings import PoolRef, SchedulerReading, pools_in_priority_order
+from autoscaler.signals.readings import ClusterPool, SchedulerReading, pools_in_priority_order
 from tests.builders import make_policy
 
 CREATED = datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
@@ -31,7 +31,7 @@ POLICIES = {
 }
 
 
-def refs() -> list[PoolRef]:
+def refs() -> list[ClusterPool]:
     return pools_in_priority_order(POLICIES, default_catalog(), "kubernetes")
 
 

@@ -22,8 +22,8 @@ from autoscaler.clouds.base import (
     ZoneOffering,
 )
 from autoscaler.engine import Hold, Launch, Plan, decide
-from autoscaler.engine.snapshot import CapacityError, PendingJob, PoolObservation, Snapshot
-from autoscaler.fleet.node import FleetView
+from autoscaler.model.node import FleetView
+from autoscaler.model.snapshot import CapacityError, PendingJob, PoolObservation, Snapshot
 from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.sandbox.fake_ecs import FakeEcsServer
 from autoscaler.signals.prices import (

@@ -15,9 +15,9 @@ import pytest
 from autoscaler.catalog import default_catalog
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
-from autoscaler.signals.config import SlurmConfig
-from autoscaler.signals.readings import PoolRef, pools_in_priority_order
-from autoscaler.signals.slurm import SlurmCommandError, SlurmReader
+from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig
+from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
+from autoscaler.signals.slurm import SlurmReader
 from tests.builders import make_policy
 
 T0 = 1_795_000_000
@@ -37,7 +37,7 @@ POLICIES = {
 }
 
 
-def refs() -> list[PoolRef]:
+def refs() -> list[ClusterPool]:
     return pools_in_priority_order(POLICIES, default_catalog(), "slurm")
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autoscaler.signals.slurm_parse import (
+from autoscaler.schedulers.slurm.parse import (
     Gres,
     array_tasks,
     epoch,

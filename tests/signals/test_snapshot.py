@@ -8,7 +8,8 @@ from typing import Any
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Drain, Hold, decide
-from autoscaler.engine.snapshot import (
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import (
     CapacityError,
     GpuMetrics,
     NodeObservation,
@@ -16,11 +17,10 @@ from autoscaler.engine.snapshot import (
     PendingJob,
     SchedulerNode,
 )
-from autoscaler.fleet.lifecycle import NodeState
 from autoscaler.policy.models import Market, Pool
 from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.prometheus import MetricsReading
-from autoscaler.signals.readings import PoolRef, SchedulerReading
+from autoscaler.signals.readings import ClusterPool, SchedulerReading
 from autoscaler.signals.snapshot import SignalReader, by_name_prefix, key_by_name_prefix
 from tests.builders import NOW, fleet, make_node, make_policy
 
@@ -62,7 +62,7 @@ class FakeScheduler:
         self.reading = reading
         self.refs: list[list[str]] = []
 
-    def read(self, refs: list[PoolRef]) -> SchedulerReading:
+    def read(self, refs: list[ClusterPool]) -> SchedulerReading:
         self.refs.append([r.key for r in refs])
         if isinstance(self.reading, Exception):
             raise self.reading

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from autoscaler.catalog import default_catalog
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.policy.models import Market, Pool, TeamPolicy
 from autoscaler.sim.cluster import SimJob, SimNode
 from autoscaler.sim.replay import Replay, SimConfig

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from autoscaler.actuators.ansible.results import BootstrapRun, HostResult, HostStatus
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.catalog.catalog import Catalog, CatalogError
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 
 AddressResolver = Callable[[Node], str | None]

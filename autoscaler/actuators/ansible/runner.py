@@ -47,8 +47,8 @@ from autoscaler.actuators.ansible.results import (
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.actuators.ansible.unsafe import write_extravars, write_unsafe
 from autoscaler.catalog.catalog import Catalog
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import FleetView, Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import FleetView, Node
 from autoscaler.policy.models import TeamPolicy
 
 # Artifacts worth keeping for operators; "command" is not among them: it holds the whole

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 
 POLL = timedelta(seconds=10)
 NOW = timedelta(0)

@@ -38,9 +38,8 @@ from urllib3.exceptions import HTTPError
 
 from autoscaler.actuators.drain.base import DrainError, PhasedDrainer, Readiness, Work
 from autoscaler.catalog import Catalog, CatalogError, default_catalog
-from autoscaler.signals.config import KubernetesConfig
-from autoscaler.signals.kube_objects import GPU, MIG_PREFIX, SHARED, TYPE, quantity
-from autoscaler.signals.kubernetes import KubernetesReader
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig, connect
+from autoscaler.schedulers.kubernetes.objects import GPU, MIG_PREFIX, SHARED, TYPE, quantity
 
 DO_NOT_DISRUPT = "gpu-autoscaler/do-not-disrupt"
 # Karpenter's spelling, so pods already marked for it are protected here too.
@@ -77,7 +76,7 @@ class KubernetesOps:
     def api(self) -> client.CoreV1Api:
         if self._api is None:
             # Same connection rules as the signal reader (host or kubeconfig, token, CA).
-            self._api = KubernetesReader(self.config)._connect()  # type: ignore[arg-type]
+            self._api = connect(self.config)  # type: ignore[arg-type]
         return self._api
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

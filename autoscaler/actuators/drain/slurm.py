@@ -29,8 +29,7 @@ from autoscaler.actuators.drain.base import (
     Readiness,
     Work,
 )
-from autoscaler.signals.config import SlurmConfig
-from autoscaler.signals.slurm import Runner, SlurmCommandError, run_command
+from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
 
 RUNNING = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED"
 _UNKNOWN_NODE = ("Invalid node name", "not found", "Invalid nodelist")

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from autoscaler.engine.snapshot import CapacityError
+from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import Market
 
 

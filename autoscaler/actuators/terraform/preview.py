@@ -12,12 +12,13 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaler.actuators.node_map import NodeMap, PoolMaps, PoolRef
+from autoscaler.actuators.node_map import NodeMap, PoolMaps
 from autoscaler.actuators.terraform.errors import TerraformError
 from autoscaler.actuators.terraform.planfile import NodeChange, PoolPlan
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.actuators.terraform.workspace import PoolWorkspace
-from autoscaler.engine.pricing import Prices
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.prices import PriceBook
 from autoscaler.policy.models import Market
 
 Status = Literal["planned", "unchanged", "not-configured", "error"]
@@ -58,7 +59,7 @@ def default_workspace(settings: TerraformSettings, ref: PoolRef) -> Workspace:
     return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region)
 
 
-def map_cost(ref: PoolRef, nodes: NodeMap, prices: Prices) -> tuple[float, list[str]]:
+def map_cost(ref: PoolRef, nodes: NodeMap, prices: PriceBook) -> tuple[float, list[str]]:
     """$/h of a node map (observed offerings first, then the catalog) and unpriced nodes."""
     total, unpriced = 0.0, []
     for name, spec in sorted(nodes.items()):
@@ -71,12 +72,12 @@ def map_cost(ref: PoolRef, nodes: NodeMap, prices: Prices) -> tuple[float, list[
     return round(total, 4), unpriced
 
 
-def preview_pools(maps: Mapping[str, PoolMaps], settings: TerraformSettings, prices: Prices,
+def preview_pools(maps: Mapping[str, PoolMaps], settings: TerraformSettings, prices: PriceBook,
                   workspace: WorkspaceFactory = default_workspace) -> list[PoolPreview]:
     return [preview_pool(maps[key], settings, prices, workspace) for key in sorted(maps)]
 
 
-def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: Prices,
+def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: PriceBook,
                  workspace: WorkspaceFactory = default_workspace) -> PoolPreview:
     ref = pm.ref
     before, unpriced_before = map_cost(ref, pm.before, prices)

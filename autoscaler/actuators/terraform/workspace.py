@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,8 @@ from autoscaler.actuators.terraform.errors import (
 from autoscaler.actuators.terraform.planfile import PoolPlan, node_changes, state_nodes
 from autoscaler.actuators.terraform.runner import FLAG, Runner
 from autoscaler.actuators.terraform.settings import RegionInputs, TerraformSettings
-from autoscaler.engine.snapshot import CapacityError
+from autoscaler.model.clock import Clock, utc_now
+from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import pool_key
 
 
@@ -65,16 +64,9 @@ class ApplyResult(BaseModel):
     seconds: float = 0.0
 
 
-Clock = Callable[[], datetime]
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class PoolWorkspace:
     def __init__(self, settings: TerraformSettings, team: str, pool: str, cloud: str,
-                 region: str, *, inputs: RegionInputs | None = None, clock: Clock = _utcnow):
+                 region: str, *, inputs: RegionInputs | None = None, clock: Clock = utc_now):
         self.settings = settings
         self.team, self.pool, self.cloud, self.region = team, pool, cloud, region
         found = inputs or settings.inputs_for(cloud, region)

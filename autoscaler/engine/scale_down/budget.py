@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 
 
 @dataclass(slots=True)

@@ -23,12 +23,12 @@ from datetime import datetime
 
 from autoscaler.engine.binpack import EPS, Bin, first_fit
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Drain, Replace
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
-from autoscaler.engine.snapshot import RunningJob
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Drain, Replace
+from autoscaler.model.snapshot import RunningJob
 from autoscaler.policy.duration import format_duration
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Replace
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.model.plan import Replace
 from autoscaler.policy.duration import format_duration
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Drain, Hold
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
-from autoscaler.engine.snapshot import NodeObservation
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Drain, Hold
+from autoscaler.model.snapshot import NodeObservation
 from autoscaler.policy.duration import format_duration
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
-from autoscaler.fleet.node import Node
+from autoscaler.model.node import Node
 from autoscaler.policy.models import Market
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Drain, Terminate
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.idle import idle_nodes
 from autoscaler.engine.scale_down.order import removal_order
+from autoscaler.model.plan import Action, Drain, Terminate
 
 
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:

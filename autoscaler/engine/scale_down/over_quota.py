@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Action, Drain
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.quota import Allowance
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.idle import idle_nodes
 from autoscaler.engine.scale_down.order import per_gpu
+from autoscaler.model.plan import Action, Drain
 
 
 def candidates(

@@ -9,10 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.plan import Replace
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
-from autoscaler.engine.snapshot import NodeObservation
+from autoscaler.model.plan import Replace
+from autoscaler.model.snapshot import NodeObservation
 
 
 def problem(ctx: PoolContext, obs: NodeObservation) -> str | None:

@@ -20,9 +20,9 @@ from dataclasses import replace
 from typing import Any
 
 from autoscaler.actuators.ansible import BootstrapRun, HostStatus
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.meta import BootstrapMeta, bootstrap_of, update_meta
 from autoscaler.service.executor.operations import Runner

@@ -9,9 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from autoscaler.actuators.drain import Drainer, DrainProgress
-from autoscaler.fleet.lifecycle import IllegalTransitionError, NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore, StoreError
+from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
+from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.report import AdvanceReport, Change
 from autoscaler.service.executor.settings import ExecutorSettings

@@ -8,10 +8,10 @@ from datetime import datetime
 
 from autoscaler.actuators.drain import Drainer
 from autoscaler.catalog import Catalog
-from autoscaler.engine.plan import Plan
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Plan
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import bootstrap, drain, long_jobs, provision, submit
 from autoscaler.service.executor.common import Step

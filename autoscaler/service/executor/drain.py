@@ -18,8 +18,8 @@ from dataclasses import replace
 from datetime import datetime
 
 from autoscaler.actuators.drain import Drainer, DrainOutcome, DrainProgress, DrainStep
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool
 from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.meta import InterruptionMeta, progress_of, update_meta

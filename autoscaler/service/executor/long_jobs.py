@@ -9,8 +9,8 @@ such jobs stay reported only, and the meta says so.
 
 from __future__ import annotations
 
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.meta import LongJob, dump_long_jobs, long_jobs_of, update_meta
 

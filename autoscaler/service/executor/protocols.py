@@ -7,8 +7,9 @@ from typing import Protocol
 
 from autoscaler.actuators.ansible import Bootstrapper
 from autoscaler.actuators.drain import Drainer
-from autoscaler.actuators.node_map import NodeMap, PoolRef
+from autoscaler.actuators.node_map import NodeMap
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput
+from autoscaler.model.pool import PoolRef
 
 
 class Provisioner(Protocol):

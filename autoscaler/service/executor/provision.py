@@ -27,10 +27,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from autoscaler.actuators.node_map import INSTANCE_STATES, NodeMap, PoolRef, desired_maps
+from autoscaler.actuators.node_map import INSTANCE_STATES, NodeMap, desired_maps
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedError
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.pool import PoolRef
 from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.meta import update_meta
 from autoscaler.service.executor.operations import Runner

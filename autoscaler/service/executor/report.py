@@ -6,8 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaler.engine.snapshot import CapacityError
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import CapacityError
 
 
 class Change(BaseModel):

@@ -20,7 +20,6 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from autoscaler.engine.plan import Action, Launch, Plan, Replace
 from autoscaler.fleet.intents import (
     GONE,
     TERMINABLE,
@@ -33,9 +32,10 @@ from autoscaler.fleet.intents import (
     action_keys,
     intents_of,
 )
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import Node
 from autoscaler.fleet.tables import ActionRow
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Launch, Plan, Replace
 from autoscaler.policy.models import Market, find_pool
 from autoscaler.service.backoff import fingerprint
 from autoscaler.service.executor.common import Step, SubmitError

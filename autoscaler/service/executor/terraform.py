@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolRef
+from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.actuators.terraform import (
     ApplyResult,
     NodeOutput,
@@ -46,6 +46,8 @@ from autoscaler.actuators.terraform import (
 )
 from autoscaler.actuators.terraform.runner import FLAG
 from autoscaler.clouds.base import MANAGED_TAGS, CloudInstance, CloudMarket
+from autoscaler.model.clock import utc_now
+from autoscaler.model.pool import PoolRef
 
 STALE_MARKER = "gpu-autoscaler-stale"
 RESOURCES = {"aws": "aws_instance", "alicloud": "alicloud_instance"}
@@ -53,10 +55,6 @@ CloudFor = Callable[[str, str], CloudMarket]
 WorkspaceFactory = Callable[[TerraformSettings, PoolRef, Callable[[], datetime]], PoolWorkspace]
 _LOCK_ID = re.compile(r"^\s*ID:\s*(\S+)", re.MULTILINE)
 _LOCK_CREATED = re.compile(r"^\s*Created:\s*(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)", re.MULTILINE)
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def stray_key(node: str | None, instance_id: str) -> str:
@@ -105,7 +103,7 @@ def pool_instances(cloud: CloudMarket, ref: PoolRef) -> list[CloudInstance]:
 
 class TerraformProvisioner:
     def __init__(self, settings: TerraformSettings, *, cloud_for: CloudFor | None = None,
-                 clock: Callable[[], datetime] = _utcnow,
+                 clock: Callable[[], datetime] = utc_now,
                  stale_lock_after: timedelta | None = None,
                  workspace: WorkspaceFactory = default_workspace):
         self.settings = settings

@@ -27,7 +27,7 @@ import random
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
+from autoscaler.model.lifecycle import IN_FLIGHT, NodeState
 from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.placement import EPS, slots_for
 from autoscaler.sim.replay import Replay

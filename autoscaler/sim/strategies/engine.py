@@ -13,12 +13,12 @@ from collections import Counter
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine import decide
-from autoscaler.engine.plan import Plan
 from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import CapacityError, Snapshot
 from autoscaler.fleet.intents import NewNode, Remove, StartDrain, StopDrain, interpret
-from autoscaler.fleet.lifecycle import NodeState
-from autoscaler.fleet.node import FleetView, PoolHistory
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import FleetView, PoolHistory
+from autoscaler.model.plan import Plan
+from autoscaler.model.snapshot import CapacityError, Snapshot
 from autoscaler.policy.models import Pool, TeamPolicy
 from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.observe import Observer, to_datetime

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.settings import EngineSettings
-from autoscaler.engine.snapshot import Snapshot
-from autoscaler.fleet.node import FleetView
 from autoscaler.forecast.predictive import Forecaster
 from autoscaler.forecast.series import DemandSeries, from_intervals
+from autoscaler.model.node import FleetView
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Pool, Predictive, TeamPolicy
 from autoscaler.sim.observe import to_datetime
 from autoscaler.sim.replay import Replay, SimConfig

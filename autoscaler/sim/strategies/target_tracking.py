@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 
 from autoscaler.catalog import Catalog
-from autoscaler.fleet.lifecycle import IN_FLIGHT, NodeState
+from autoscaler.model.lifecycle import IN_FLIGHT, NodeState
 from autoscaler.policy.models import Pool
 from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.replay import Replay

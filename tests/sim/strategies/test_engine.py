@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.fleet.lifecycle import NodeState
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.sim.run import run_all
 from autoscaler.sim.strategies.engine import EngineStrategy
 from autoscaler.sim.traces import Job

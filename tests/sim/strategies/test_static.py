@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from autoscaler.fleet.lifecycle import IN_FLIGHT
+from autoscaler.model.lifecycle import IN_FLIGHT
 from autoscaler.sim.strategies.static import StaticFleet, peak_demand
 from autoscaler.sim.traces import Job
 from tests.sim.conftest import CATALOG, policy, replay_for, workload

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from autoscaler.fleet.lifecycle import IN_FLIGHT
+from autoscaler.model.lifecycle import IN_FLIGHT
 from autoscaler.sim.strategies.target_tracking import TargetTracking, fitting_type
 from autoscaler.sim.traces import Job
 from tests.sim.conftest import CATALOG, policy, ready_node, replay_for, run_job, workload

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaler.fleet.node import FleetView
+from autoscaler.model.node import FleetView
 from autoscaler.policy.models import Market
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaler.engine.snapshot import UnservedJob
+from autoscaler.model.snapshot import UnservedJob
 from autoscaler.policy.models import Market
 
 
@@ -87,6 +87,18 @@ Action = Annotated[
 ]
 
 
+class Subject(NamedTuple):
+    """What an action is about: its pool, and its node and trigger where its kind has them."""
+
+    pool: str
+    node: str | None
+    trigger: str | None
+
+
+def subject_of(action: Action) -> Subject:
+    return Subject(action.pool, getattr(action, "node", None), getattr(action, "trigger", None))
+
+
 def target_of(action: Action) -> str:
     """What an action is about, in a few words (its reason says why)."""
     if isinstance(action, Launch):
@@ -98,7 +110,7 @@ def target_of(action: Action) -> str:
         return f"job {action.job} on {action.node}"
     if isinstance(action, Hold):
         return action.what
-    return getattr(action, "node", "")
+    return subject_of(action).node or ""
 
 
 class PoolSummary(BaseModel):

@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from autoscaler.signals.config import SlurmConfig
-from autoscaler.signals.slurm import Runner, SlurmCommandError, run_command
+from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
 
 ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})

@@ -1,0 +1,77 @@
+"""What nodes cost: the catalog's prices, overridden by the offerings a snapshot observed.
+
+Previews, the status API and the engine all price a node the same way, here.
+"""
+
+from __future__ import annotations
+
+from autoscaler.catalog import Catalog, CatalogError, InstanceType
+from autoscaler.model.node import Node
+from autoscaler.model.snapshot import Offering, Snapshot
+from autoscaler.policy.models import Market
+
+
+class PriceBook:
+    """What instance types and nodes cost: observed offerings (spot price history,
+    DescribePrice) first, the catalog's prices as the fallback."""
+
+    def __init__(self, catalog: Catalog, snapshot: Snapshot):
+        self.catalog = catalog
+        self._offerings: dict[tuple[str, str, str, str | None], Offering] = {}
+        for off in snapshot.offerings:
+            self._offerings[(off.cloud, off.region, off.instance_type, off.zone)] = off
+        # Memos: a 10,000-node fleet asks the same few (type, zone, market) questions.
+        self._types: dict[tuple[str, str], InstanceType | None] = {}
+        self._costs: dict[tuple[str, str, str, str | None, Market], tuple[int, float]] = {}
+
+    def itype(self, cloud: str, name: str) -> InstanceType | None:
+        key = (cloud, name)
+        if key not in self._types:
+            try:
+                self._types[key] = self.catalog.get(cloud, name)
+            except CatalogError:
+                self._types[key] = None
+        return self._types[key]
+
+    def _offering(self, cloud: str, region: str, name: str, zone: str | None) -> Offering | None:
+        return self._offerings.get((cloud, region, name, zone)) or self._offerings.get(
+            (cloud, region, name, None)
+        )
+
+    def on_demand(self, cloud: str, region: str, name: str, zone: str | None) -> float | None:
+        off = self._offering(cloud, region, name, zone)
+        if off is not None and off.on_demand_usd is not None:
+            return off.on_demand_usd
+        itype = self.itype(cloud, name)
+        return itype.on_demand_usd if itype else None
+
+    def spot(self, cloud: str, region: str, name: str, zone: str | None) -> float | None:
+        off = self._offering(cloud, region, name, zone)
+        if off is not None and off.spot_usd is not None:
+            return off.spot_usd
+        itype = self.itype(cloud, name)
+        return itype.spot_usd if itype else None
+
+    def node_cost(self, node: Node) -> tuple[int, float]:
+        """GPUs and $/h of a node; unknown prices count as 0 so a missing price file never
+        blocks scale-down (launches are refused separately)."""
+        key = (node.cloud, node.region, node.instance_type, node.zone, node.market)
+        cost = self._costs.get(key)
+        if cost is None:
+            itype = self.itype(node.cloud, node.instance_type)
+            fn = self.spot if node.market is Market.SPOT else self.on_demand
+            price = fn(node.cloud, node.region, node.instance_type, node.zone) or 0.0
+            cost = self._costs[key] = (itype.gpus if itype else 0, price)
+        return cost
+
+    def node_hourly(self, node: Node) -> float:
+        """What a node costs now (0 when unknown, see node_cost)."""
+        return self.node_cost(node)[1]
+
+    def node_gpus(self, node: Node) -> int:
+        return self.node_cost(node)[0]
+
+    def gpu_model(self, node: Node) -> str:
+        """The node's GPU model, "" for a type the catalog does not know."""
+        itype = self.itype(node.cloud, node.instance_type)
+        return itype.gpu_model if itype else ""

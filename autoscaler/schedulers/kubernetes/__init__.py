@@ -1,0 +1,1 @@
+"""Kubernetes: the API client, object helpers and watch-based caches."""

@@ -1,0 +1,1 @@
+"""Slurm: running its commands (squeue, sinfo, scontrol, sacct) and parsing their output."""

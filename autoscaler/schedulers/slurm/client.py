@@ -1,0 +1,53 @@
+"""How Slurm commands are run: where they are, a prefix (e.g. ssh to a login node), their
+environment and timeout; one error type for every way a command fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaler.policy.duration import Duration
+
+Runner = Callable[[Sequence[str], float, Mapping[str, str]], str]
+
+
+class SlurmConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bin_dir: Path | None = Field(
+        None, description="Directory of squeue/sinfo; default: found on PATH."
+    )
+    command_prefix: list[str] = Field(
+        default_factory=list, description="Prepended to every command, e.g. [ssh, slurm-login]."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra env, e.g. SLURM_CONF.")
+    timeout: Duration = Field(timedelta(seconds=10), description="Per command.")
+    use_json: bool = Field(True, description="Try --json first (falls back to formatted output).")
+
+    def command(self, name: str) -> list[str]:
+        exe = str(self.bin_dir / name) if self.bin_dir is not None else name
+        return [*self.command_prefix, exe]
+
+
+class SlurmCommandError(RuntimeError):
+    pass
+
+
+def run_command(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> str:
+    try:
+        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                                env={**os.environ, **env}, check=False)
+    except FileNotFoundError:
+        raise SlurmCommandError(f"{argv[0]} not found") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmCommandError(f"{' '.join(argv[-2:])} timed out after {timeout:g}s") from None
+    if result.returncode != 0:
+        err = (result.stderr or result.stdout).strip().splitlines()
+        raise SlurmCommandError(f"{' '.join(argv)} failed ({result.returncode}): "
+                                f"{err[-1] if err else 'no output'}")
+    return result.stdout

@@ -1,0 +1,39 @@
+"""The root command imports a command's module only when that command is run, so the
+production `gpu-autoscaler run` (and the service it builds) loads no sandbox or simulator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+# Resolve `run` the way click does for `gpu-autoscaler run ...`, build the service module it
+# starts, and print every sandbox/sim module that got loaded.
+CODE = """
+import sys
+import typer
+import autoscaler.cli
+group = typer.main.get_command(autoscaler.cli.app)
+assert group.get_command(typer.Context(group), "run").name == "run"
+import autoscaler.cli.run
+import autoscaler.service.app
+print(sorted(m for m in sys.modules if m.startswith(("autoscaler.sandbox", "autoscaler.sim"))))
+"""
+
+
+def test_run_loads_neither_the_sandbox_nor_the_simulator():
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_listed_command_resolves():
+    import typer
+
+    from autoscaler.cli import COMMANDS, app
+
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group)
+    assert group.list_commands(ctx) == list(COMMANDS)
+    assert all(group.get_command(ctx, name).name == name for name in COMMANDS)
+    assert group.get_command(ctx, "bogus") is None
+    assert "bogus" not in group.commands  # type: ignore[attr-defined]
