@@ -10,7 +10,9 @@ that file (the role's template, so its layout is known: ``apiServerEndpoint``, `
 ``nvidia-smi -L`` lists, and POSTs a Ready Node with those labels and taints and, as the
 device plugin would advertise them (folded in here), ``nvidia.com/gpu`` or, when
 ``gpu_sharing`` recorded a MIG layout (``/etc/nvidia-mig/config.yaml``), one
-``nvidia.com/mig-<profile>`` per profile, over HTTP with the bootstrap token as bearer.
+``nvidia.com/mig-<profile>`` per profile, or with a time-slicing configuration of the
+device plugin, ``nvidia.com/gpu.shared`` (replicas x GPUs, labelled
+``nvidia.com/gpu.replicas`` as GPU feature discovery does), over HTTP with the bootstrap token as bearer.
 On success (or when the Node exists: a rerun) it writes ``/etc/kubernetes/kubelet.conf``,
 which the role's ``creates:`` keys on. Everything it
 reads is data: nothing is run through a shell.
@@ -58,9 +60,21 @@ except OSError:
     layout = ""
 slices = {m.group(1): int(m.group(2))
           for m in re.finditer(r'(?m)^\s*"([0-9a-z.+]+)":\s*([0-9]+)\s*$', layout)}
+# Time-slicing: the device plugin's configuration gives the replicas per GPU, advertised
+# as nvidia.com/gpu.shared with renameByDefault; GPU feature discovery labels the count.
+try:
+    plugin = open(os.environ.get("FAKE_KUBEADM_DEVICE_PLUGIN_CONFIG",
+                                 "/etc/nvidia-device-plugin/config.yaml")).read()
+except OSError:
+    plugin = ""
+replicas = re.search(r"(?m)^\s*replicas:\s*'?([0-9]+)'?\s*$", plugin)
 resources = {"cpu": str(os.cpu_count() or 1), "memory": "32Gi", "pods": "110"}
 if gpus and slices:
     resources.update({"nvidia.com/mig-" + p: str(n * gpus) for p, n in slices.items()})
+elif gpus and replicas:
+    shared = re.search(r"(?m)^\s*renameByDefault:\s*true\s*$", plugin)
+    resources["nvidia.com/gpu.shared" if shared else "nvidia.com/gpu"] = str(gpus * int(replicas.group(1)))
+    labels["nvidia.com/gpu.replicas"] = replicas.group(1)
 elif gpus:
     resources["nvidia.com/gpu"] = str(gpus)
 node = {

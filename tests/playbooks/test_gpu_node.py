@@ -230,7 +230,8 @@ def test_kubernetes_join_passes_the_token_securely_and_labels_the_node(
     assert "  taints: []" in text
     assert f'apiServerEndpoint: "{CONTROLLER}:6443"' in text
     assert "joined with" in lab.hosts.read_file(K8S_HOST, "/etc/kubernetes/kubelet.conf")
-    assert "version: v1" in lab.hosts.read_file(K8S_HOST, "/etc/nvidia-device-plugin/config.yaml")
+    plugin = lab.hosts.read_file(K8S_HOST, "/etc/nvidia-device-plugin/config.yaml")
+    assert "version: v1" in plugin and "renameByDefault: true" in plugin  # nvidia.com/gpu.shared
 
 
 def test_no_secret_in_any_kept_log_or_result(lab: Lab, first_run: BootstrapRun) -> None:

@@ -34,7 +34,8 @@ def render(endpoint: str) -> str:
 MIG_TEMPLATE = DEFAULT_PLAYBOOK.parent / "roles" / "gpu_sharing" / "templates" / "mig-config.yaml.j2"
 
 
-def join(tmp_path: Path, gpus: int, mig_profiles: list[str] | None = None) -> Any:
+def join(tmp_path: Path, gpus: int, mig_profiles: list[str] | None = None,
+         device_plugin: str | None = None) -> Any:
     """Run the fake kubeadm twice (the second finds the Node: 409, still fine); the Node."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -48,7 +49,10 @@ def join(tmp_path: Path, gpus: int, mig_profiles: list[str] | None = None) -> An
         f.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
            "FAKE_KUBEADM_KUBELET_CONF": str(tmp_path / "kubelet.conf"),
-           "FAKE_KUBEADM_MIG_CONFIG": str(tmp_path / "mig.yaml")}
+           "FAKE_KUBEADM_MIG_CONFIG": str(tmp_path / "mig.yaml"),
+           "FAKE_KUBEADM_DEVICE_PLUGIN_CONFIG": str(tmp_path / "plugin.yaml")}
+    if device_plugin:
+        (tmp_path / "plugin.yaml").write_text(device_plugin)
     if mig_profiles:
         (tmp_path / "mig.yaml").write_text(jinja2.Template(MIG_TEMPLATE.read_text()).render(
             gpu_sharing_mig_profiles=mig_profiles))
@@ -104,3 +108,13 @@ def test_join_with_the_wrong_token_is_refused(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=60)
         assert "vision-gpu-1" not in kube.nodes
     assert done.returncode == 1 and "answered 401" in done.stderr
+
+
+def test_time_slicing_is_advertised_as_shared_replicas(tmp_path: Path) -> None:
+    # What the gpu_sharing role's time_slicing.yml writes (to_nice_yaml of its dict).
+    plugin = ("sharing:\n    timeSlicing:\n        renameByDefault: true\n        resources:\n"
+              "        -   name: nvidia.com/gpu\n            replicas: '4'\nversion: v1\n")
+    node = join(tmp_path, 4, device_plugin=plugin)
+    gpu = {k: v for k, v in node.status.allocatable.items() if k.startswith("nvidia.com/")}
+    assert gpu == {"nvidia.com/gpu.shared": "16"}
+    assert node.metadata.labels["nvidia.com/gpu.replicas"] == "4"
