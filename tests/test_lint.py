@@ -22,12 +22,3 @@ def test_mypy_is_clean_on_engine_and_policy():
     result = run("mypy", "autoscaler/engine", "autoscaler/policy")
     assert result.returncode == 0, result.stdout + result.stderr
 
-
-def test_engine_imports_only_what_design_allows():
-    """engine -> policy, catalog, model only (DESIGN.md)."""
-    allowed = ("autoscaler.engine", "autoscaler.policy", "autoscaler.catalog", "autoscaler.model")
-    for path in (REPO / "autoscaler/engine").rglob("*.py"):
-        for line in path.read_text().splitlines():
-            words = line.split()
-            if len(words) >= 2 and words[0] in ("import", "from") and words[1].startswith("autoscaler"):
-                assert words[1].startswith(allowed), f"{path}: {line}"
