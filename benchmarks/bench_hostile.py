@@ -41,7 +41,7 @@ from autoscaler.policy import load_dir  # noqa: E402
 from autoscaler.policy.untrusted import MAX_BYTES  # noqa: E402
 from autoscaler.service.config_load import ConfigError, load_config  # noqa: E402
 from autoscaler.service.reload import PolicyReloader  # noqa: E402
-from autoscaler.sim.traces import TraceError, load_pod_list  # noqa: E402
+from autoscaler.traces import TraceError, load_pod_list  # noqa: E402
 from tests.hostile_files import GOOD_POLICY, Case, all_cases, command, place  # noqa: E402
 
 CATALOG = default_catalog()

@@ -39,7 +39,7 @@ from autoscaler.sim.replay import SimConfig
 from autoscaler.sim.run import run_all, select_pool
 from autoscaler.sim.spot import load_spot_traces
 from autoscaler.sim.strategies.predictive import demand_series
-from autoscaler.sim.traces import DAY, Job, Workload, load_duty_cycles, load_pod_list
+from autoscaler.traces import DAY, Job, Workload, load_duty_cycles, load_pod_list
 
 ROOT = Path(__file__).resolve().parent.parent
 START_DAY, DAYS = 110, 40

@@ -37,7 +37,7 @@ from autoscaler.sim.replay import SimConfig
 from autoscaler.sim.report import ratios, summary_line, table, to_json
 from autoscaler.sim.run import run_all, select_pool
 from autoscaler.sim.spot import load_spot_traces
-from autoscaler.sim.traces import DAY, Workload, compress_arrivals, load_duty_cycles, load_pod_list
+from autoscaler.traces import DAY, Workload, compress_arrivals, load_duty_cycles, load_pod_list
 
 ROOT = Path(__file__).resolve().parent.parent
 START_DAY, DAYS = 110, 40  # days 110-149; the trace ends during day 149

@@ -48,7 +48,7 @@ from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike
 from autoscaler.sim.strategies.engine import EngineStrategy
 from autoscaler.sim.strategies.karpenter_like import KarpenterLike
-from autoscaler.sim.traces import DutyCycles, Workload, load_duty_cycles, load_pod_list
+from autoscaler.traces import DutyCycles, Workload, load_duty_cycles, load_pod_list
 
 VARIANTS = ("ours", "spot_only", "ca_like_fallback", "karpenter_like")
 

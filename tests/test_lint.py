@@ -18,16 +18,10 @@ def test_ruff_is_clean():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_is_clean_on_engine_and_policy():
-    result = run("mypy", "autoscaler/engine", "autoscaler/policy")
+def test_mypy_is_clean_where_types_matter():
+    """The engine and policy, the shared model, and the adapters checked against their
+    Protocols (clouds, actuators, scheduler clients)."""
+    result = run("mypy", "autoscaler/engine", "autoscaler/policy", "autoscaler/model", "autoscaler/schedulers",
+                 "autoscaler/clouds", "autoscaler/actuators")
     assert result.returncode == 0, result.stdout + result.stderr
 
-
-def test_engine_imports_only_what_design_allows():
-    """engine -> policy, catalog, model only (DESIGN.md)."""
-    allowed = ("autoscaler.engine", "autoscaler.policy", "autoscaler.catalog", "autoscaler.model")
-    for path in (REPO / "autoscaler/engine").rglob("*.py"):
-        for line in path.read_text().splitlines():
-            words = line.split()
-            if len(words) >= 2 and words[0] in ("import", "from") and words[1].startswith("autoscaler"):
-                assert words[1].startswith(allowed), f"{path}: {line}"

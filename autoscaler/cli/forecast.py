@@ -12,7 +12,7 @@ from autoscaler.cli.common import console, fail
 from autoscaler.forecast.backtest import HORIZON, QUANTILES, backtest
 from autoscaler.forecast.series import DAY_BINS
 from autoscaler.forecast.traces import load_series
-from autoscaler.sim.traces import TraceError
+from autoscaler.traces import TraceError
 
 app = typer.Typer(help="Demand forecasts (README \"Predictive capacity\").", no_args_is_help=True)
 

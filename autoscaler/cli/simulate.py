@@ -16,7 +16,7 @@ from autoscaler.sim.replay import SimConfig, SimError
 from autoscaler.sim.report import summary_line, table, to_json
 from autoscaler.sim.run import ALL, SimReport, run_all, select_pool
 from autoscaler.sim.spot import SpotMarket, load_spot_traces
-from autoscaler.sim.traces import DAY, DutyCycles, TraceError, load_duty_cycles, load_pod_list
+from autoscaler.traces import DAY, DutyCycles, TraceError, load_duty_cycles, load_pod_list
 
 
 def _seconds(value: str, option: str) -> float:

@@ -94,7 +94,7 @@ def action_key(action: Action) -> str:
 def action_keys(actions: Iterable[Action]) -> list[tuple[Action, str]]:
     """Each non-Hold action with its stable key (``#n`` tells equal ones apart)."""
     seen: Counter[str] = Counter()
-    out = []
+    out: list[tuple[Action, str]] = []
     for action in actions:
         if isinstance(action, Hold):
             continue

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from autoscaler.forecast.series import STEP, DemandSeries, from_intervals
-from autoscaler.sim.traces import DUTY_COLUMNS, POD_COLUMNS, TraceError, _open_text, _rows, load_pod_list
+from autoscaler.traces import DUTY_COLUMNS, POD_COLUMNS, TraceError, _open_text, _rows, load_pod_list
 
 
 def trace_kind(path: Path) -> str:

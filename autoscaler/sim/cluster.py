@@ -23,7 +23,7 @@ from autoscaler.model.lifecycle import IN_FLIGHT, NodeState, check_transition
 from autoscaler.policy.models import Market
 from autoscaler.sim.clock import Clock, Kind
 from autoscaler.sim.placement import EPS, best_node, max_share_free, whole_free
-from autoscaler.sim.traces import Job
+from autoscaler.traces import Job
 
 S = NodeState
 BILLABLE_STATES = frozenset(S) - {S.TERMINATED, S.PROVISION_FAILED, S.LOST}

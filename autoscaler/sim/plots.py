@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from autoscaler.sim.run import SimReport
-from autoscaler.sim.traces import DAY
+from autoscaler.traces import DAY
 
 
 def _days(ts: list[float]) -> list[float]:

@@ -23,7 +23,7 @@ from autoscaler.sim.clock import Clock, Kind
 from autoscaler.sim.cluster import Cluster, SimJob, SimNode
 from autoscaler.sim.series import Series
 from autoscaler.sim.spot import ALWAYS_AVAILABLE, SpotMarket
-from autoscaler.sim.traces import DutyCycles, Workload
+from autoscaler.traces import DutyCycles, Workload
 
 if TYPE_CHECKING:
     from autoscaler.sim.strategies.base import Strategy

@@ -24,7 +24,7 @@ from autoscaler.sim.strategies.oracle import oracle
 from autoscaler.sim.strategies.predictive import PredictiveStrategy
 from autoscaler.sim.strategies.static import StaticFleet
 from autoscaler.sim.strategies.target_tracking import TargetTracking, fitting_type
-from autoscaler.sim.traces import DAY, DutyCycles, TraceError, Workload
+from autoscaler.traces import DAY, DutyCycles, TraceError, Workload
 
 BASELINES = ("static", "ca_like", "target_tracking")
 ALL = ("ours", *BASELINES)

@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autoscaler.sim.traces import TraceError
+from autoscaler.traces import TraceError
 
 
 @dataclass(frozen=True)

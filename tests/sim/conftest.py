@@ -17,7 +17,7 @@ from autoscaler.sim.cluster import SimJob, SimNode
 from autoscaler.sim.replay import Replay, SimConfig
 from autoscaler.sim.spot import SpotMarket
 from autoscaler.sim.strategies.base import Strategy
-from autoscaler.sim.traces import Job, Workload
+from autoscaler.traces import Job, Workload
 
 CATALOG = default_catalog()
 POD_HEADER = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",

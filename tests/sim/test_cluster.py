@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
-from autoscaler.sim.traces import Job
+from autoscaler.traces import Job
 from tests.sim.conftest import ready_node, replay_for, run_job
 
 S = NodeState

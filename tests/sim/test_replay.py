@@ -11,7 +11,7 @@ from autoscaler.sim.replay import SimConfig
 from autoscaler.sim.report import to_json
 from autoscaler.sim.run import run_all
 from autoscaler.sim.spot import load_spot_traces
-from autoscaler.sim.traces import Job, load_duty_cycles
+from autoscaler.traces import Job, load_duty_cycles
 from tests.sim.conftest import CATALOG, EXACT, policy, workload, write_spot
 
 OD = 3.06  # p3.2xlarge on-demand $/h

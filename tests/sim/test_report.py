@@ -10,7 +10,7 @@ from rich.console import Console
 from autoscaler.sim.plots import write_plots
 from autoscaler.sim.report import ratios, summary_line, table, to_json
 from autoscaler.sim.run import SimReport, run_all
-from autoscaler.sim.traces import Job
+from autoscaler.traces import Job
 from tests.sim.conftest import CATALOG, EXACT, policy, workload
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.sim.spot import load_spot_traces
-from autoscaler.sim.traces import TraceError
+from autoscaler.traces import TraceError
 from tests.shared_data import SHARED_DATA
 from tests.sim.conftest import write_spot
 

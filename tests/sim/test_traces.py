@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sim.traces import DAY, TraceError, load_duty_cycles, load_pod_list
+from autoscaler.traces import DAY, TraceError, load_duty_cycles, load_pod_list
 from tests.shared_data import SHARED_DATA
 from tests.sim.conftest import pod, write_pods
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.sim.spot import load_spot_traces
-from autoscaler.sim.traces import TraceError, load_duty_cycles, load_pod_list
+from autoscaler.traces import TraceError, load_duty_cycles, load_pod_list
 from tests.hostile_files import POD_HEADER
 
 FAST = settings(max_examples=80, deadline=None,

@@ -12,7 +12,7 @@ from autoscaler.catalog import Catalog
 from autoscaler.policy.models import Pool
 from autoscaler.sim.results import StrategyResult
 from autoscaler.sim.series import Series
-from autoscaler.sim.traces import Workload
+from autoscaler.traces import Workload
 
 
 def cheapest_per_gpu_hour(pool: Pool, catalog: Catalog) -> tuple[float, str]:

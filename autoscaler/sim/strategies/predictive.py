@@ -18,7 +18,7 @@ from autoscaler.policy.models import Pool, Predictive, TeamPolicy
 from autoscaler.sim.observe import to_datetime
 from autoscaler.sim.replay import Replay, SimConfig
 from autoscaler.sim.strategies.engine import EngineStrategy
-from autoscaler.sim.traces import Job, Workload
+from autoscaler.traces import Job, Workload
 
 
 def demand_series(before: list[Job], workload: Workload) -> DemandSeries:

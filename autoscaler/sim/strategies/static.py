@@ -18,7 +18,7 @@ from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.common import Buyer, Limits, active_nodes, mix_for, reap
-from autoscaler.sim.traces import Workload
+from autoscaler.traces import Workload
 
 
 def peak_demand(workload: Workload) -> float:

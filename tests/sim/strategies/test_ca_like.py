@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from autoscaler.model.lifecycle import IN_FLIGHT
 from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike
-from autoscaler.sim.traces import Job
+from autoscaler.traces import Job
 from tests.sim.conftest import policy, ready_node, replay_for, run_job
 
 POOL = policy(instance_types=["p3.2xlarge", "p3.8xlarge"]).pools[0]

@@ -7,7 +7,7 @@ import pytest
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sim.run import run_all
 from autoscaler.sim.strategies.engine import EngineStrategy
-from autoscaler.sim.traces import Job
+from autoscaler.traces import Job
 from tests.sim.conftest import CATALOG, EXACT, policy, ready_node, replay_for, run_job, workload
 
 OD = 3.06

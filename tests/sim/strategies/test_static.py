@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from autoscaler.model.lifecycle import IN_FLIGHT
 from autoscaler.sim.strategies.static import StaticFleet, peak_demand
-from autoscaler.sim.traces import Job
+from autoscaler.traces import Job
 from tests.sim.conftest import CATALOG, policy, replay_for, workload
 
 POOL = policy(instance_types=["p3.2xlarge", "p3.16xlarge"]).pools[0]

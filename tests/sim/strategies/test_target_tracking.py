@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from autoscaler.model.lifecycle import IN_FLIGHT
 from autoscaler.sim.strategies.target_tracking import TargetTracking, fitting_type
-from autoscaler.sim.traces import Job
+from autoscaler.traces import Job
 from tests.sim.conftest import CATALOG, policy, ready_node, replay_for, run_job, workload
 
 POOL = policy(instance_types=["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]).pools[0]
