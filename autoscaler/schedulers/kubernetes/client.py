@@ -54,7 +54,7 @@ def api_client(cfg: KubernetesConfig) -> client.ApiClient:
     """A client for the configured API server (kubeconfig, or host + token + CA); the token
     is read now, from its env var or file."""
     if cfg.host is None:
-        return config.new_client_from_config(  # type: ignore[no-untyped-call]
+        return config.new_client_from_config(  # type: ignore[no-untyped-call,no-any-return]
             config_file=str(cfg.kubeconfig))
     conf = client.Configuration()
     conf.host = cfg.host

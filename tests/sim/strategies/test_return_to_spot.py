@@ -11,7 +11,7 @@ import pytest
 
 from autoscaler.sim.run import run_all
 from autoscaler.sim.spot import load_spot_traces
-from autoscaler.sim.traces import Job
+from autoscaler.traces import Job
 from tests.sim.conftest import CATALOG, EXACT, policy, workload, write_spot
 
 HOUR = 3600.0
