@@ -133,7 +133,7 @@ class PoolForecasts:
         self._budget = MAX_FITS_PER_TICK
         if record:
             self._warm_start([k for k in pools if k not in self._warmed], now)
-        floors, views, actual = {}, {}, {}
+        floors, views, actual, samples = {}, {}, {}, {}
         for key, pool in pools.items():
             nodes = [n for n in fleet.nodes if n.pool_key == key]
             sample = sample_of(key, nodes, snapshot)
@@ -141,14 +141,15 @@ class PoolForecasts:
                 actual[key] = sample.requested_gpus
             view = self._forecast(key, pool, now, actual.get(key)) \
                 if pool.predictive.mode != "off" else None
-            if record and sample is not None:
-                self.history.record(key, now, sample,
-                                    view.p50_gpus if view is not None else None)
+            if sample is not None:
+                samples[key] = (sample, view.p50_gpus if view is not None else None)
             if view is None:
                 continue
             views[key] = view
             if view.mode == "scale" and view.floor is not None:
                 floors[key] = view.floor
+        if record:
+            self.history.record_all(now, samples)
         self.views, self.actual = views, actual
         if not floors:
             return snapshot
