@@ -21,7 +21,8 @@ of the pool's last 20 nodes that became READY, else ``DEFAULT_LEAD`` (10 minutes
 node that installs its driver) until one has.
 
 At the first tick a pool is seen, its history is topped up from Prometheus
-(``signals/demand.py``) when a loader is given: bins the store lacks, never replacing one.
+(``signals/demand.py``) when a loader is given: bins the store lacks, never replacing one
+(a failed attempt is retried every ``WARM_RETRY``, 10 minutes, until one succeeds).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ BOOT_SAMPLES = 20
 # A fit backtests 14 days (~0.1-3 s per pool on 1-5 weeks of bins, one core): one per tick,
 # so refits of many pools spread over ticks instead of stretching one.
 MAX_FITS_PER_TICK = 1
+WARM_RETRY = timedelta(minutes=10)
 
 WarmLoader = Callable[[list[str], datetime], Mapping[str, list[tuple[datetime, float]]]]
 
@@ -121,6 +123,7 @@ class PoolForecasts:
         self.history = DemandHistory(store, retention)
         self._fits: dict[str, _Fit] = {}
         self._warmed: set[str] = set()
+        self._warm_retry_at: datetime | None = None
         self._budget = MAX_FITS_PER_TICK
         self.views: dict[str, PoolForecast] = {}
         self.actual: dict[str, float] = {}  # pool -> requested GPUs this tick
@@ -156,19 +159,28 @@ class PoolForecasts:
         return snapshot.model_copy(update={"forecasts": {**snapshot.forecasts, **floors}})
 
     def _warm_start(self, keys: list[str], now: datetime) -> None:
+        """Top the pools' history up from Prometheus once per process; a failed attempt is
+        retried after WARM_RETRY (meanwhile the pools forecast from the store alone)."""
         if not keys:
             return
-        self._warmed.update(keys)
         if self.warm is None:
+            self._warmed.update(keys)
+            return
+        if self._warm_retry_at is not None and now < self._warm_retry_at:
             return
         try:
             loaded = self.warm(keys, now)
         except Exception as exc:  # a warm start is a convenience: start from the store
-            log.warning("demand history from Prometheus not loaded: %s", exc)
+            self._warm_retry_at = now + WARM_RETRY
+            log.warning("demand history from Prometheus not loaded (next try at %s): %s",
+                        f"{self._warm_retry_at:%H:%M}", exc)
             return
+        self._warmed.update(keys)
         for key, bins in loaded.items():
             added = self.history.fill(key, bins)
             log.info("demand history of %s: %d bins loaded from Prometheus", key, added)
+            if added:
+                self._fits.pop(key, None)  # refit on the longer history
 
     def _forecast(self, key: str, pool: Pool, now: datetime,
                   actual: float | None) -> PoolForecast:
