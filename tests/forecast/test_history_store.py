@@ -95,6 +95,13 @@ def test_the_history_table_works_on_postgresql(pg):
     store = FleetStore(pg.url)
     try:
         exercise_store(store)
+        at = NOW + timedelta(hours=19, minutes=52)
+        DemandHistory(store, retention=timedelta(0)).prune(KEY, at)  # start afresh
+        seed(DemandHistory(store), at, days=8)
+        fc = PoolForecasts(store)
+        out = fc.update(policies("scale", lead="10m"), FleetView(), demand(1), at)
+        assert out.forecasts[KEY].gpus == pytest.approx(8, abs=0.5)
+        assert DemandHistory(store).bins(KEY, bin_start(at))[0].forecast_gpus is not None
     finally:
         store.close()
 
