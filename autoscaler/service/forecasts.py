@@ -114,6 +114,7 @@ class _Fit:
     history: History | None
     bin_at: datetime  # the bin the history was read up to (exclusive)
     rows: list[DemandBin]  # the stored bins read so far
+    waiting: bool = False  # not fitted yet: other pools took this tick's fit
 
 
 class PoolForecasts:
@@ -189,7 +190,7 @@ class PoolForecasts:
                             fit.lead_source, fit.history.stored if fit.history else 0,
                             actual_gpus=actual)
         fc, hist = fit.forecaster, fit.history
-        if fit.lead_source == "":
+        if fit.waiting:
             return _with(view, note="the model is fitted at a later tick (one fit per tick)")
         if fc is None or hist is None:
             return _with(view, note="no demand history stored yet")
@@ -210,7 +211,8 @@ class PoolForecasts:
             self._budget -= 1
             return self._train(key, pool.predictive, now)
         if fit is None or fit.settings != pool.predictive:
-            return _Fit(pool.predictive, 0.0, "", now, None, None, current, [])  # its turn comes
+            return _Fit(pool.predictive, 0.0, "not fitted yet", now, None, None, current, [],
+                        waiting=True)
         if current > fit.bin_at:
             # Only the bins since the last read (the last one read may have been partial).
             since = fit.rows[-1].start if fit.rows else now - self.history.retention
