@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 REFIT = timedelta(hours=6)
 DEFAULT_LEAD = timedelta(minutes=10)
 BOOT_SAMPLES = 20
-# A fit backtests 14 days (~0.1-3 s per pool on 1-5 weeks of bins, one core): one per tick,
+# A fit backtests 14 days (0.06-0.8 s per pool on 1-5 weeks of bins, one BLAS thread, a
+# loaded 2-core host): one per tick,
 # so refits of many pools spread over ticks instead of stretching one.
 MAX_FITS_PER_TICK = 1
 WARM_RETRY = timedelta(minutes=10)
