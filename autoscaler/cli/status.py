@@ -81,6 +81,25 @@ def nodes_table(status: dict[str, Any]) -> Table:
     return table
 
 
+def forecasts_table(status: dict[str, Any]) -> Table:
+    """Predictive pools: the forecast for the current 5-minute bin next to the demand."""
+    table = Table(title="Forecasts (predictive capacity)", expand=True)
+    for col in ("pool", "mode", "p50", "quantile", "actual", "MAPE 7 d", "floor"):
+        table.add_column(col, justify="left" if col in ("pool", "mode", "floor") else "right",
+                         ratio=3 if col == "floor" else None, overflow="fold")
+    for key, f in sorted(status.get("forecasts", {}).items()):
+        def num(v: Any) -> str:
+            return "-" if v is None else f"{v:g}"
+
+        mape = f.get("rolling_mape")
+        floor = (f"{'held' if f.get('applied') else 'not held'}: {f['floor_reason']}"
+                 if f.get("floor_reason") else f.get("note") or "")
+        table.add_row(escape(key), f.get("mode", ""), num(f.get("p50_gpus")),
+                      num(f.get("quantile_gpus")), num(f.get("actual_gpus")),
+                      "-" if mape is None else f"{mape:.0f}%", escape(floor))
+    return table
+
+
 def header(status: dict[str, Any]) -> Text:
     loop, leader = status.get("loop", {}), status.get("leader", {})
     role = "leader" if leader.get("is_leader") else f"follower (leader: {leader.get('lease_holder')})"
@@ -110,8 +129,10 @@ def last_actions(status: dict[str, Any], holds: bool = False) -> RenderableType:
 
 
 def status_view(status: dict[str, Any], holds: bool = False) -> Group:
-    return Group(header(status), pools_table(status), nodes_table(status),
-                 last_actions(status, holds))
+    parts: list[RenderableType] = [header(status), pools_table(status), nodes_table(status)]
+    if status.get("forecasts"):
+        parts.append(forecasts_table(status))
+    return Group(*parts, last_actions(status, holds))
 
 
 def status(

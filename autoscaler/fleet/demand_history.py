@@ -13,7 +13,7 @@ Every write is fenced by the leader lease, like every other store write.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -67,22 +67,31 @@ class DemandHistory:
     def record(self, pool: str, at: datetime, sample: DemandSample,
                forecast_gpus: float | None = None) -> None:
         """Fold one tick's sample into its bin (the bin keeps the largest values)."""
+        self.record_all(at, {pool: (sample, forecast_gpus)})
+
+    def record_all(self, at: datetime,
+                   samples: Mapping[str, tuple[DemandSample, float | None]]) -> None:
+        """``record`` for every pool of a tick in one transaction (one commit per tick)."""
+        if not samples:
+            return
         start = bin_start(at)
         with self.store._write() as s:
-            row = s.get(DemandBinRow, (pool, start), with_for_update=True)
-            if row is None:
-                s.add(DemandBinRow(pool=pool, bin_start=start, requested_gpus=sample.requested_gpus,
-                                   in_use_gpus=sample.in_use_gpus,
-                                   nodes_serving=sample.nodes_serving,
-                                   forecast_gpus=forecast_gpus, source="service"))
-                return
-            row.requested_gpus = max(row.requested_gpus, sample.requested_gpus)
-            row.in_use_gpus = _bigger(row.in_use_gpus, sample.in_use_gpus)
-            nodes = _bigger(row.nodes_serving, sample.nodes_serving)
-            row.nodes_serving = int(nodes) if nodes is not None else None
-            if row.forecast_gpus is None:
-                row.forecast_gpus = forecast_gpus
-            row.source = "service"
+            for pool, (sample, forecast_gpus) in samples.items():
+                row = s.get(DemandBinRow, (pool, start), with_for_update=True)
+                if row is None:
+                    s.add(DemandBinRow(pool=pool, bin_start=start,
+                                       requested_gpus=sample.requested_gpus,
+                                       in_use_gpus=sample.in_use_gpus,
+                                       nodes_serving=sample.nodes_serving,
+                                       forecast_gpus=forecast_gpus, source="service"))
+                    continue
+                row.requested_gpus = max(row.requested_gpus, sample.requested_gpus)
+                row.in_use_gpus = _bigger(row.in_use_gpus, sample.in_use_gpus)
+                nodes = _bigger(row.nodes_serving, sample.nodes_serving)
+                row.nodes_serving = int(nodes) if nodes is not None else None
+                if row.forecast_gpus is None:
+                    row.forecast_gpus = forecast_gpus
+                row.source = "service"
 
     def fill(self, pool: str, bins: Iterable[tuple[datetime, float]],
              source: str = "prometheus") -> int:

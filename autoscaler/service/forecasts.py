@@ -21,7 +21,8 @@ of the pool's last 20 nodes that became READY, else ``DEFAULT_LEAD`` (10 minutes
 node that installs its driver) until one has.
 
 At the first tick a pool is seen, its history is topped up from Prometheus
-(``signals/demand.py``) when a loader is given: bins the store lacks, never replacing one.
+(``signals/demand.py``) when a loader is given: bins the store lacks, never replacing one
+(a failed attempt is retried every ``WARM_RETRY``, 10 minutes, until one succeeds).
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ log = logging.getLogger(__name__)
 REFIT = timedelta(hours=6)
 DEFAULT_LEAD = timedelta(minutes=10)
 BOOT_SAMPLES = 20
-# A fit backtests 14 days (~0.1-3 s per pool on 1-5 weeks of bins, one core): one per tick,
+# A fit backtests 14 days (0.06-0.8 s per pool on 1-5 weeks of bins, one BLAS thread, a
+# loaded 2-core host): one per tick,
 # so refits of many pools spread over ticks instead of stretching one.
 MAX_FITS_PER_TICK = 1
+WARM_RETRY = timedelta(minutes=10)
 
 WarmLoader = Callable[[list[str], datetime], Mapping[str, list[tuple[datetime, float]]]]
 
@@ -112,6 +115,7 @@ class _Fit:
     history: History | None
     bin_at: datetime  # the bin the history was read up to (exclusive)
     rows: list[DemandBin]  # the stored bins read so far
+    waiting: bool = False  # not fitted yet: other pools took this tick's fit
 
 
 class PoolForecasts:
@@ -121,6 +125,7 @@ class PoolForecasts:
         self.history = DemandHistory(store, retention)
         self._fits: dict[str, _Fit] = {}
         self._warmed: set[str] = set()
+        self._warm_retry_at: datetime | None = None
         self._budget = MAX_FITS_PER_TICK
         self.views: dict[str, PoolForecast] = {}
         self.actual: dict[str, float] = {}  # pool -> requested GPUs this tick
@@ -133,7 +138,7 @@ class PoolForecasts:
         self._budget = MAX_FITS_PER_TICK
         if record:
             self._warm_start([k for k in pools if k not in self._warmed], now)
-        floors, views, actual = {}, {}, {}
+        floors, views, actual, samples = {}, {}, {}, {}
         for key, pool in pools.items():
             nodes = [n for n in fleet.nodes if n.pool_key == key]
             sample = sample_of(key, nodes, snapshot)
@@ -141,33 +146,43 @@ class PoolForecasts:
                 actual[key] = sample.requested_gpus
             view = self._forecast(key, pool, now, actual.get(key)) \
                 if pool.predictive.mode != "off" else None
-            if record and sample is not None:
-                self.history.record(key, now, sample,
-                                    view.p50_gpus if view is not None else None)
+            if sample is not None:
+                samples[key] = (sample, view.p50_gpus if view is not None else None)
             if view is None:
                 continue
             views[key] = view
             if view.mode == "scale" and view.floor is not None:
                 floors[key] = view.floor
+        if record:
+            self.history.record_all(now, samples)
         self.views, self.actual = views, actual
         if not floors:
             return snapshot
         return snapshot.model_copy(update={"forecasts": {**snapshot.forecasts, **floors}})
 
     def _warm_start(self, keys: list[str], now: datetime) -> None:
+        """Top the pools' history up from Prometheus once per process; a failed attempt is
+        retried after WARM_RETRY (meanwhile the pools forecast from the store alone)."""
         if not keys:
             return
-        self._warmed.update(keys)
         if self.warm is None:
+            self._warmed.update(keys)
+            return
+        if self._warm_retry_at is not None and now < self._warm_retry_at:
             return
         try:
             loaded = self.warm(keys, now)
         except Exception as exc:  # a warm start is a convenience: start from the store
-            log.warning("demand history from Prometheus not loaded: %s", exc)
+            self._warm_retry_at = now + WARM_RETRY
+            log.warning("demand history from Prometheus not loaded (next try at %s): %s",
+                        f"{self._warm_retry_at:%H:%M}", exc)
             return
+        self._warmed.update(keys)
         for key, bins in loaded.items():
             added = self.history.fill(key, bins)
             log.info("demand history of %s: %d bins loaded from Prometheus", key, added)
+            if added:
+                self._fits.pop(key, None)  # refit on the longer history
 
     def _forecast(self, key: str, pool: Pool, now: datetime,
                   actual: float | None) -> PoolForecast:
@@ -176,7 +191,7 @@ class PoolForecasts:
                             fit.lead_source, fit.history.stored if fit.history else 0,
                             actual_gpus=actual)
         fc, hist = fit.forecaster, fit.history
-        if fit.lead_source == "":
+        if fit.waiting:
             return _with(view, note="the model is fitted at a later tick (one fit per tick)")
         if fc is None or hist is None:
             return _with(view, note="no demand history stored yet")
@@ -197,7 +212,8 @@ class PoolForecasts:
             self._budget -= 1
             return self._train(key, pool.predictive, now)
         if fit is None or fit.settings != pool.predictive:
-            return _Fit(pool.predictive, 0.0, "", now, None, None, current, [])  # its turn comes
+            return _Fit(pool.predictive, 0.0, "not fitted yet", now, None, None, current, [],
+                        waiting=True)
         if current > fit.bin_at:
             # Only the bins since the last read (the last one read may have been partial).
             since = fit.rows[-1].start if fit.rows else now - self.history.retention

@@ -145,6 +145,24 @@ def _requests(status: Mapping[str, Any]) -> str:
     return _table(["request", "condition", "reason", "nodes", "updated"], rows, "None open.")
 
 
+def _forecasts(status: Mapping[str, Any]) -> str:
+    """Predictive pools (service/forecasts.py): the forecast next to the actual demand."""
+    def gpus(v: Any) -> str:
+        return "–" if v is None else f"{v:g}"
+
+    rows = []
+    for key, f in sorted((status.get("forecasts") or {}).items()):
+        mape = f.get("rolling_mape")
+        rows.append([e(key), e(f.get("mode")), e(gpus(f.get("p50_gpus"))),
+                     e(gpus(f.get("quantile_gpus"))), e(gpus(f.get("actual_gpus"))),
+                     e(f.get("model") or "–"), e("–" if mape is None else f"{mape:.0f}%"),
+                     e("held" if f.get("applied") else "not held"),
+                     e(f.get("floor_reason") or f.get("note") or "")])
+    return _table(["pool", "mode", "p50", "policy quantile", "actual", "model", "MAPE 7 d",
+                   "floor", "reason"], rows, "No pool has predictive capacity on.",
+                  numeric=(2, 3, 4, 6))
+
+
 def _transitions(status: Mapping[str, Any]) -> str:
     rows = [[e(t.get("at")), e(t.get("node")), e(t.get("from")), e(t.get("to")), e(t.get("reason"))]
             for t in reversed((status.get("transitions") or [])[-TRANSITIONS:])]
@@ -204,6 +222,7 @@ def status_page(status: Mapping[str, Any], links: Sequence[tuple[str, str]] = ()
             + "<h2>Data missing (scale-down frozen)</h2>"
             + _table(["pool", "why"], missing, "No pool is missing data.")
             + (f'<p class="warn">Sources unreadable: {e(", ".join(sources))}</p>' if sources else "")
+            + "<h2>Forecasts (predictive capacity)</h2>" + _forecasts(status)
             + "<h2>Open capacity requests</h2>" + _requests(status)
             + "<h2>Nodes</h2>" + _nodes(status)
             + "<h2>Recent transitions</h2>" + _transitions(status))

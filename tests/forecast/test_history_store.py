@@ -95,6 +95,13 @@ def test_the_history_table_works_on_postgresql(pg):
     store = FleetStore(pg.url)
     try:
         exercise_store(store)
+        at = NOW + timedelta(hours=19, minutes=52)
+        DemandHistory(store, retention=timedelta(0)).prune(KEY, at)  # start afresh
+        seed(DemandHistory(store), at, days=8)
+        fc = PoolForecasts(store)
+        out = fc.update(policies("scale", lead="10m"), FleetView(), demand(1), at)
+        assert out.forecasts[KEY].gpus == pytest.approx(8, abs=0.5)
+        assert DemandHistory(store).bins(KEY, bin_start(at))[0].forecast_gpus is not None
     finally:
         store.close()
 
@@ -210,3 +217,18 @@ def test_the_forecast_p50_for_a_flat_week_is_flat(store):
     fc = PoolForecasts(store)
     fc.update(policies(), FleetView(), demand(4), NOW)
     assert np.isclose(fc.views[KEY].p50_gpus, 4.0)
+
+
+def test_one_pool_is_fitted_per_tick_the_others_wait_their_turn(store):
+    two = {"vision": make_policy("vision", pools=[
+        {"name": n, "cloud": "aws", "region": "us-east-1", "instance_types": ["p3.2xlarge"],
+         "max_nodes": 4, "predictive": {"mode": "forecast-only"}} for n in ("gpu", "big")])}
+    h = DemandHistory(store)
+    seed(h, NOW, days=2)
+    h.fill("vision/big", [(b.start, b.requested_gpus) for b in h.bins(KEY, NOW - timedelta(days=3))])
+    fc = PoolForecasts(store)
+    fc.update(two, FleetView(), Snapshot(taken_at=NOW), NOW)
+    assert fc.views[KEY].p50_gpus is not None
+    assert fc.views["vision/big"].note == "the model is fitted at a later tick (one fit per tick)"
+    fc.update(two, FleetView(), Snapshot(taken_at=NOW), NOW + timedelta(seconds=30))
+    assert fc.views["vision/big"].p50_gpus is not None

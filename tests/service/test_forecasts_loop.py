@@ -101,3 +101,23 @@ def test_the_service_wiring_loads_history_from_prometheus_when_it_is_configured(
         assert build_forecasts(with_prom, store).warm is not None
     finally:
         store.close()
+
+
+def test_the_status_page_and_the_status_command_show_the_forecast(kit):
+    from rich.console import Console
+
+    from autoscaler.cli.status import status_view
+    from autoscaler.service.ui import status_page
+
+    kit.loop.tick()
+    doc = build_status(kit.store, kit.loop.state, {}, [], kit.loop.catalog, None, kit.clock())
+    mode = doc["forecasts"][KEY]["mode"]
+    page = status_page(doc).body.decode()
+    assert "<h2>Forecasts (predictive capacity)</h2>" in page
+    assert f"<td>{KEY}</td><td>{mode}</td>" in page
+    held = "held" if mode == "scale" else "not held"
+    assert f"<td>{held}</td><td>forecast p80 for Mon 12:00-12:15 is 8 GPUs" in page
+    out = Console(width=200, record=True)
+    out.print(status_view(doc))
+    text = out.export_text()
+    assert "Forecasts (predictive capacity)" in text and f"{held}: forecast p80" in text

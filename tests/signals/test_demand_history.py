@@ -114,19 +114,39 @@ def test_a_new_controller_starts_with_the_history_prometheus_holds(prom, tmp_pat
         store.close()
 
 
-def test_an_unreachable_prometheus_is_a_read_error(tmp_path) -> None:
-    r = reader(f"http://127.0.0.1:{free_port()}")
+def test_an_unreachable_prometheus_is_a_read_error_and_retried_later(prom, tmp_path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    r = reader(dead)
     try:
         with pytest.raises(PrometheusReadError, match="unreachable"):
             load_demand(r, ["vision/gpu"], END)
     finally:
         r.close()
     store = FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}")
-    try:  # the service starts from its store alone
-        fc = PoolForecasts(store, warm=lambda pools, now: load_demand(r, pools, now))
+    urls, tries = [dead], []
+
+    def warm(pools, now):
+        tries.append(now)
+        r = reader(urls[-1])
+        try:
+            return load_demand(r, pools, now)
+        finally:
+            r.close()
+
+    try:  # the service starts from its store alone, and tries again 10 minutes later
+        fc = PoolForecasts(store, warm=warm)
         policies = {"vision": make_policy("vision", predictive={"mode": "forecast-only"})}
         fc.update(policies, FleetView(), _no_demand(END), END)
         assert "no demand history" in fc.views["vision/gpu"].note
+        urls.append(prom.url)  # Prometheus is back
+        fc.update(policies, FleetView(), _no_demand(END), END + timedelta(minutes=5))
+        assert len(tries) == 1
+        later = END + timedelta(minutes=10)
+        fc.update(policies, FleetView(), _no_demand(later), later)
+        assert tries == [END, later]
+        assert fc.views["vision/gpu"].p50_gpus is not None  # refit on the loaded history
+        fc.update(policies, FleetView(), _no_demand(later), later + timedelta(minutes=30))
+        assert len(tries) == 2  # loaded once: never again in this process
     finally:
         store.close()
 
