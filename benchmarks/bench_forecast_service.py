@@ -22,10 +22,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from autoscaler.engine.snapshot import PendingJob, PoolObservation, Snapshot
 from autoscaler.fleet.demand_history import STEP, DemandHistory, bin_start
-from autoscaler.fleet.node import FleetView
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.node import FleetView
+from autoscaler.model.snapshot import PendingJob, PoolObservation, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.forecasts import PoolForecasts
 
