@@ -124,8 +124,9 @@ class CrashingStore(_Proxy):
     def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         if name == "transition":
             return f"({args[0]} -> {args[1]})"
-        if name == "update":
-            return f"({args[0]}: {','.join(sorted(kwargs))})"
+        if name == "update":  # meta_updates reads as "meta", the column it writes
+            fields = {"meta" if k == "meta_updates" else k for k in kwargs}
+            return f"({args[0]}: {','.join(sorted(fields))})"
         if name == "set_action_status":
             return f"({args[1]})"
         if name == "create_node":
