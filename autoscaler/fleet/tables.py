@@ -122,6 +122,22 @@ class PoolHistoryRow(Base):
     next_seq: Mapped[int] = mapped_column(Integer, default=1)
 
 
+class OperationRow(Base):
+    """One side effect handed to actuation (fleet/operations.py): written when it starts,
+    closed when it ends; a row still ``running`` at startup was cut short by a crash."""
+
+    __tablename__ = "operations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16), index=True)
+    keys: Mapped[list[str]] = mapped_column(JSON)
+    what: Mapped[str] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    outcome: Mapped[str] = mapped_column(String(16), index=True, default="running")
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+
 class LeaseRow(Base):
     __tablename__ = "leases"
 

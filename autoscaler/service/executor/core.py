@@ -11,6 +11,7 @@ from autoscaler.catalog import Catalog
 from autoscaler.engine.plan import Plan
 from autoscaler.engine.snapshot import Snapshot
 from autoscaler.fleet.node import Node
+from autoscaler.fleet.operations import OperationLog
 from autoscaler.fleet.store import FleetStore
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import bootstrap, drain, long_jobs, provision, submit
@@ -37,6 +38,9 @@ class Executor:
         self.catalog = catalog
         self.clock = clock
         self.runner = runner if runner is not None else Inline(clock)
+        self.journal = OperationLog(store)
+        self.runner.journal = self.journal
+        self._recovered = False
 
     def _step(self, report: AdvanceReport) -> Step:
         return Step(self.store, self.settings, self.clock, self.policies(), self.drainers, report)
@@ -54,6 +58,8 @@ class Executor:
         the operations finished since the last advance did, and which ones it started."""
         started = time.monotonic()
         report = AdvanceReport(started_at=self.clock())
+        if not self._recovered:
+            self._recover()
         self.runner.collect(report)
         step = self._step(report)
         submit.repair_replacements(step)
@@ -65,6 +71,17 @@ class Executor:
         bootstrap.promote(step, snapshot, self.runner)
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+    def _recover(self) -> None:
+        """At the first advance (only the leader advances): operations a previous process
+        left running were cut short; their rows are closed and audited. What they owed is
+        in the store, and this advance starts it again."""
+        now = self.clock()
+        for row in self.journal.interrupt_running(now):
+            self.store.audit("operation-interrupted", f"{row.kind} {row.what} (started "
+                             f"{row.started_at:%Y-%m-%d %H:%M:%S}) was cut short by a restart; "
+                             "resumed from the store", now)
+        self._recovered = True
 
     def drain_now(self, names: list[str]) -> AdvanceReport:
         """A drain step for each named node now, on the caller's thread (the spot-notice
