@@ -59,7 +59,7 @@ class Executor:
         started = time.monotonic()
         report = AdvanceReport(started_at=self.clock())
         if not self._recovered:
-            self._recover()
+            self._recover(report)
         self.runner.collect(report)
         step = self._step(report)
         submit.repair_replacements(step)
@@ -72,15 +72,19 @@ class Executor:
         report.seconds = round(time.monotonic() - started, 3)
         return report
 
-    def _recover(self) -> None:
+    def _recover(self, report: AdvanceReport) -> None:
         """At the first advance (only the leader advances): operations a previous process
         left running were cut short; their rows are closed and audited. What they owed is
         in the store, and this advance starts it again."""
         now = self.clock()
-        for row in self.journal.interrupt_running(now):
-            self.store.audit("operation-interrupted", f"{row.kind} {row.what} (started "
-                             f"{row.started_at:%Y-%m-%d %H:%M:%S}) was cut short by a restart; "
-                             "resumed from the store", now)
+        try:
+            for row in self.journal.interrupt_running(now):
+                self.store.audit("operation-interrupted", f"{row.kind} {row.what} (started "
+                                 f"{row.started_at:%Y-%m-%d %H:%M:%S}) was cut short by a "
+                                 "restart; resumed from the store", now)
+        except Exception as exc:  # e.g. fenced: tried again at the next advance
+            report.error("store", f"operations journal: {type(exc).__name__}: {exc}")
+            return
         self._recovered = True
 
     def drain_now(self, names: list[str]) -> AdvanceReport:

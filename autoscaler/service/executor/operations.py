@@ -55,6 +55,20 @@ class Operation:
     row: int | None = None  # its journal row, when one is attached
 
 
+def _started(journal: OperationLog | None, kind: Kind, keys: Sequence[str], what: str,
+             at: datetime) -> int | None:
+    """The operation's journal row; None without a journal or when it cannot be written
+    (a deposed leader's write is refused: the operation's own fence refuses its side
+    effect and reports it, as without a journal)."""
+    if journal is None:
+        return None
+    try:
+        return journal.started(kind, keys, what, at)
+    except Exception as exc:
+        log.warning("%s %s: no journal row: %s", kind, what, exc)
+        return None
+
+
 class _Keys:
     """The busy keys and the running operations, behind one lock."""
 
@@ -69,7 +83,7 @@ class _Keys:
             if any(k in self._held for k in keys):
                 return None
             now = self.clock()
-            row = journal.started(kind, keys, what, now) if journal is not None else None
+            row = _started(journal, kind, keys, what, now)
             op = Operation(kind, tuple(keys), now, what, row)
             self._held.update(dict.fromkeys(keys, op))
             return op
