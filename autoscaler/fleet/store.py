@@ -11,7 +11,7 @@ in its own transaction, that this instance still holds the lease with its epoch,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -56,6 +56,25 @@ class UnknownNodeError(StoreError):
 
 class ConcurrentUpdateError(StoreError):
     """Another writer changed the node's state between our read and our write."""
+
+
+# key -> new JSON value (None removes the key), or a function of the meta as read in the
+# write's own transaction that returns them (a read-modify-write no other writer splits).
+MetaUpdates = Mapping[str, Any] | Callable[[dict[str, Any]], Mapping[str, Any]]
+
+
+def merge(meta: Mapping[str, Any] | None, updates: MetaUpdates) -> dict[str, Any]:
+    """``meta`` with ``updates`` applied: top-level keys replaced, None removes one. The
+    keys are the executor's (``service/executor/meta.py`` types them)."""
+    out = dict(meta or {})
+    if callable(updates):
+        updates = updates(dict(out))
+    for key, value in updates.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def _to_node(row: NodeRow) -> Node:
@@ -110,9 +129,18 @@ class FleetStore:
             yield s
 
     @contextmanager
-    def _write(self) -> Iterator[Session]:
-        """A session for a write: fenced by the lease epoch when a fence is set."""
+    def _write(self, *, read_first: bool = False) -> Iterator[Session]:
+        """A session for a write: fenced by the lease epoch when a fence is set.
+
+        ``read_first``: the write depends on what the session reads (a merge into a node's
+        ``meta``), so the row is locked from the read on (``FOR UPDATE``; SQLite, which
+        has no row locks and whose driver begins a transaction only at the first write,
+        takes its write lock up front with ``BEGIN IMMEDIATE``). Two writers of one node
+        (the tick, an operation worker, the spot-notice loop) then never lose each
+        other's keys, in this process or another."""
         with self.session() as s:
+            if read_first and self.engine.dialect.name == "sqlite":
+                s.connection().exec_driver_sql("BEGIN IMMEDIATE")
             if self._fence is not None:
                 lease.check(s, self._fence())
             yield s
@@ -145,6 +173,12 @@ class FleetStore:
             if row is None:
                 raise UnknownNodeError(name)
             return dict(row.meta or {})
+
+    def get_with_meta(self, name: str) -> tuple[Node, dict[str, Any]] | None:
+        """A node with its progress record (``meta``), in one read."""
+        with self.session() as s:
+            row = s.get(NodeRow, name)
+            return (_to_node(row), dict(row.meta or {})) if row else None
 
     def nodes(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
               include_terminated: bool = False) -> list[Node]:
@@ -215,21 +249,26 @@ class FleetStore:
             return _to_node(row)
 
     def transition(self, name: str, to: NodeState, now: datetime, reason: str,
-                   scale_down: bool | None = None, **fields: Any) -> Node:
+                   scale_down: bool | None = None, meta_updates: MetaUpdates | None = None,
+                   **fields: Any) -> Node:
         """Move ``name`` to ``to`` (checked against the lifecycle table) and commit. A move
         to DRAINING restarts the pool's scale-down cooldown when ``scale_down`` says so
-        (None: as ``fleet.intents`` decides for a plain drain with its ``drain_trigger``)."""
+        (None: as ``fleet.intents`` decides for a plain drain with its ``drain_trigger``).
+        ``meta_updates`` are merged into the node's ``meta`` in the same transaction
+        (:func:`merge`)."""
         bad = set(fields) - _NODE_FIELDS
         if bad:
             raise StoreError(f"unknown node fields {sorted(bad)}")
-        with self._write() as s:
-            row = s.get(NodeRow, name)
+        with self._write(read_first=meta_updates is not None) as s:
+            row = s.get(NodeRow, name, with_for_update=meta_updates is not None)
             if row is None:
                 raise UnknownNodeError(f"no node named {name!r} in the store")
             current = NodeState(row.state)
             check_transition(name, current, to)
             values: dict[str, Any] = {"state": to.value, "state_since": now, "reason": reason,
                                       **fields}
+            if meta_updates is not None:
+                values["meta"] = merge(row.meta, meta_updates)
             if to is NodeState.READY and "ready_at" not in fields and row.ready_at is None:
                 values["ready_at"] = now
             result = s.execute(
@@ -248,19 +287,27 @@ class FleetStore:
             s.expire(row)
             return _to_node(s.get(NodeRow, name))  # type: ignore[arg-type]
 
-    def update(self, name: str, **fields: Any) -> Node:
-        """Change non-state fields (address, instance id, meta...)."""
+    def update(self, name: str, meta_updates: MetaUpdates | None = None, **fields: Any) -> Node:
+        """Change non-state fields (address, instance id...); ``meta_updates`` are merged
+        into the node's ``meta`` in the same transaction (:func:`merge`)."""
         bad = set(fields) - _NODE_FIELDS
         if bad:
             raise StoreError(f"unknown node fields {sorted(bad)}")
-        with self._write() as s:
-            row = s.get(NodeRow, name)
+        with self._write(read_first=meta_updates is not None) as s:
+            row = s.get(NodeRow, name, with_for_update=meta_updates is not None)
             if row is None:
                 raise UnknownNodeError(f"no node named {name!r} in the store")
             for key, value in fields.items():
                 setattr(row, key, value)
+            if meta_updates is not None:
+                row.meta = merge(row.meta, meta_updates)
             s.flush()
             return _to_node(row)
+
+    def merge_meta(self, name: str, updates: MetaUpdates) -> dict[str, Any]:
+        """Merge ``updates`` into the node's ``meta`` atomically; returns the new meta."""
+        self.update(name, meta_updates=updates)
+        return self.meta(name)
 
     def adopt_node(self, node: Node, reason: str, meta: dict[str, Any] | None = None) -> Node:
         """Insert a node found in the cloud but not in the store (reconciler adoption)."""

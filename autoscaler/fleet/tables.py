@@ -123,6 +123,7 @@ class PoolHistoryRow(Base):
     next_seq: Mapped[int] = mapped_column(Integer, default=1)
 
 
+<<<<<<< HEAD
 class DemandBinRow(Base):
     """One pool's demand in one 5-minute bin (fleet/demand_history.py): the largest value
     any tick of the bin saw, and the p50 forecast made for the bin before it started."""
@@ -136,6 +137,22 @@ class DemandBinRow(Base):
     nodes_serving: Mapped[int | None] = mapped_column(Integer, nullable=True)
     forecast_gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
     source: Mapped[str] = mapped_column(String(16), default="service")
+=======
+class OperationRow(Base):
+    """One side effect handed to actuation (fleet/operations.py): written when it starts,
+    closed when it ends; a row still ``running`` at startup was cut short by a crash."""
+
+    __tablename__ = "operations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16), index=True)
+    keys: Mapped[list[str]] = mapped_column(JSON)
+    what: Mapped[str] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    outcome: Mapped[str] = mapped_column(String(16), index=True, default="running")
+    detail: Mapped[str] = mapped_column(Text, default="")
+>>>>>>> h22
 
 
 class LeaseRow(Base):

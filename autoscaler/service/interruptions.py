@@ -38,7 +38,7 @@ from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.common import new_drain
 from autoscaler.service.executor.drain import interruption_progress
-from autoscaler.service.executor.meta import META_LOCK, InterruptionMeta, drain_of, merged
+from autoscaler.service.executor.meta import InterruptionMeta, changes, progress_of
 from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.executor.settings import ExecutorSettings
 
@@ -119,15 +119,13 @@ class InterruptionIntake:
     def _handle(self, notice: Interruption, by_instance: Mapping[str, Node],
                 report: InterruptionReport) -> None:
         try:
-            with META_LOCK:  # the meta merged here goes into the transition
-                self._handle_once(notice, by_instance, report)
+            self._handle_once(notice, by_instance, report)
         except ConcurrentUpdateError:
             # The tick moved the node between our read and our write (a drain it planned):
             # the notice still applies to the node as it is now, and must not be lost.
             fresh = {n.instance_id: n for n in self.store.nodes() if n.instance_id}
             try:
-                with META_LOCK:
-                    self._handle_once(notice, fresh, report)
+                self._handle_once(notice, fresh, report)
             except ConcurrentUpdateError as exc:
                 report.errors.append(f"{notice.instance_id}: {exc}")
 
@@ -153,22 +151,25 @@ class InterruptionIntake:
         meta = InterruptionMeta(kind=notice.kind.value, at=notice.at, deadline=notice.deadline,
                                 source=notice.source)
         progress = interruption_progress(self.settings, self._pool(node), meta, now)
-        previous = drain_of(self.store.meta(node.name))
-        if previous is not None:  # keep what a running drain already did
-            progress = progress.model_copy(update={
+
+        def updates(current: dict[str, object]) -> dict[str, object]:
+            # Read in the transition's own transaction: what a running drain already did
+            # (its phase, its signal) is kept, not overwritten by a copy read earlier.
+            previous = progress_of(current).drain
+            merged = progress if previous is None else progress.model_copy(update={
                 "phase": previous.phase, "signalled_at": previous.signalled_at,
                 "deadline": min(progress.deadline, previous.deadline)})
-        fields = merged(self.store, node.name, interruption=meta, drain=progress)
-        self._move(node, S.INTERRUPTED, detail, report.interrupted, report, meta=fields)
+            return changes(interruption=meta, drain=merged)
+
+        self._move(node, S.INTERRUPTED, detail, report.interrupted, report, meta_updates=updates)
 
     def _drain(self, node: Node, detail: str, report: InterruptionReport) -> None:
         if node.state is not S.READY:
             report.ignored.append(node.name)
             return
         progress = new_drain(self.settings, self._pool(node), detail, self.clock())
-        fields = merged(self.store, node.name, drain=progress)
         self._move(node, S.DRAINING, detail, report.drained, report, drain_trigger="rebalance",
-                   meta=fields)
+                   meta_updates=changes(drain=progress))
 
     def _move(self, node: Node, to: NodeState, reason: str, into: list[str],
               report: InterruptionReport, **fields: object) -> None:

@@ -18,6 +18,7 @@ process that a test SIGKILLs while an apply or a bootstrap runs in a worker).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -47,18 +48,28 @@ class Crash(BaseException):
 
 
 class Faults:
-    """Base plan: never crash; count the points seen."""
+    """Base plan: never crash; count the points seen.
+
+    A crash kills the whole "process": until the restart every thread of it (the tick and
+    the operation workers) raises at its next store write or side effect, as a SIGKILL
+    stops them all at once."""
 
     def __init__(self) -> None:
         self.seen: list[str] = []
         self.armed = True
+        self.dead: str | None = None  # the point the process died at, until the restart
+        self._lock = threading.Lock()  # the tick and the workers hit points concurrently
 
     def hit(self, point: str) -> None:
         if not self.armed:
             return
-        self.seen.append(point)
-        if self.should_crash(point):
-            raise Crash(point)
+        with self._lock:
+            if self.dead is not None:
+                raise Crash(self.dead)
+            self.seen.append(point)
+            if self.should_crash(point):
+                self.dead = point
+                raise Crash(point)
 
     def should_crash(self, point: str) -> bool:
         return False
@@ -124,8 +135,9 @@ class CrashingStore(_Proxy):
     def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         if name == "transition":
             return f"({args[0]} -> {args[1]})"
-        if name == "update":
-            return f"({args[0]}: {','.join(sorted(kwargs))})"
+        if name == "update":  # meta_updates reads as "meta", the column it writes
+            fields = {"meta" if k == "meta_updates" else k for k in kwargs}
+            return f"({args[0]}: {','.join(sorted(fields))})"
         if name == "set_action_status":
             return f"({args[1]})"
         if name == "create_node":
@@ -252,8 +264,11 @@ class Scenario:
         return self.now
 
     def restart(self) -> None:
+        # Workers still running reach their next point and die there (Faults.dead).
+        assert self.executor.wait(30), "a worker outlived the crash"
         self.executor.close()
         self.raw_store.close()
+        self.faults.dead = None
         self._open()
 
     def snapshot(self) -> Snapshot:
@@ -284,8 +299,13 @@ class Scenario:
                 return
             try:
                 self.tick()
+                if self.world.operations == "workers":  # what the tick handed over runs
+                    self.executor.wait(30)
             except Crash as crash:
-                self.crashes.append(crash.point)
+                self.crashes.append(self.faults.dead or crash.point)
+                self.restart()
+            if self.faults.dead is not None:  # a worker died: so did the process
+                self.crashes.append(self.faults.dead)
                 self.restart()
             if between is not None:
                 between()

@@ -182,6 +182,20 @@ def test_crash_once_at_every_point_with_operations_in_flight(tmp_path: Path) -> 
     assert not missed, f"never crashed at: {missed}"
 
 
+def test_crash_once_at_every_point_on_worker_pools(tmp_path: Path) -> None:
+    """The same life on the service's real WorkerPools: applies, bootstrap batches and
+    drain steps run on worker threads while the tick goes on, and a crash in any thread
+    (the tick's or a worker's) kills them all until the restart."""
+    faults = CrashOncePerPoint()
+    life = Life(tmp_path, faults, operations="workers")
+    life.run()
+    life.check()
+    kinds = {coarse(p) for p in life.scenario.crashes}
+    required = [k for k in REQUIRED if "slurm.step" not in k or "signalling" in k]
+    missed = [k for k in required if k not in kinds]
+    assert not missed, f"never crashed at: {missed}"
+
+
 # Side effects whose half-done state matters most: applies, bootstrap runs, the drain's
 # signal and requeue intents, the scheduler forgetting a node.
 SIDE_EFFECTS = ("terraform.apply", "ansible.bootstrap", "slurm.forget", "slurm.step(<node> signalling)",

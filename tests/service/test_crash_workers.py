@@ -14,7 +14,8 @@ with ``operations="workers"``), one simulated second per real second:
    READY nodes and then scales to zero.
 
 Checks: every node TERMINATED, no instance left in moto (no orphan), moto never saw two
-instances for one node (no double), and the killed bootstrap was retried (attempt 2).
+instances for one node (no double), the killed bootstrap was retried (attempt 2), and the
+operations journal closed the killed apply and bootstrap as interrupted.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from typing import Any
 
 import pytest
 
+<<<<<<< HEAD
+=======
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.fleet.operations import OperationLog
+>>>>>>> h22
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
@@ -117,6 +123,13 @@ def test_sigkill_while_an_apply_then_a_bootstrap_runs_in_a_worker(
     seen = every_instance(moto, POOL)
     assert sorted(seen) == sorted(states) and all(len(ids) == 1 for ids in seen.values()), seen
     assert all(retried[n] == (S.READY, 2) for n in hung), retried
+    store = FleetStore(url)
+    try:  # the journal knows what each SIGKILL cut short
+        cut = [(r.kind, r.what) for r in OperationLog(store).recent(500) if r.outcome == "interrupted"]
+    finally:
+        store.close()
+    assert ("apply", f"terraform apply vision/{POOL}") in cut, cut
+    assert all(any(kind == "bootstrap" and n in what for kind, what in cut) for n in hung), cut
     with capsys.disabled():
         print(f"\nSIGKILL with an apply on a worker ({ticks_while_applying} ticks while it ran), "
               f"then with {hung} bootstrapping on a worker ({len(killed_with)} instance(s) "

@@ -16,7 +16,7 @@ from autoscaler.model.snapshot import GpuMetrics, NodeObservation, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.drain import interruption_progress
-from autoscaler.service.executor.meta import InterruptionMeta, merged
+from autoscaler.service.executor.meta import InterruptionMeta, changes
 from tests.fakes import FakeDrainer
 from tests.service.executor_rig import Rig, drain, launch, make_rig, slurm_policy, terminate
 
@@ -345,7 +345,7 @@ def test_interrupted_node_drains_fast_and_is_terminated(rig: Rig) -> None:
     progress = interruption_progress(rig.settings, None, notice, rig.clock())
     assert progress.deadline == rig.clock() + timedelta(seconds=60)
     rig.store.transition(name, S.INTERRUPTED, rig.clock(), "spot notice",
-                         meta=merged(rig.store, name, interruption=notice, drain=progress))
+                         meta_updates=changes(interruption=notice, drain=progress))
     rig.advance()
     assert name in rig.slurm.scheduler.cordoned and rig.state(name) is S.INTERRUPTED
     rig.clock.tick(60)

@@ -17,23 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from autoscaler.actuators.ansible import BootstrapRun, HostStatus
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.service.executor.common import Step
-from autoscaler.service.executor.meta import BootstrapMeta, bootstrap_of, update_meta
+from autoscaler.service.executor.meta import BootstrapMeta, NodeProgress, save, tracked
 from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.protocols import Bootstrapper
 
 S = NodeState
 
 
-def _due(step: Step, node: Node, meta: dict[str, Any],
+def _due(step: Step, node: Node, progress: NodeProgress,
          address_of: Callable[[Node], str | None]) -> bool:
-    state = bootstrap_of(meta)
+    state = progress.bootstrap
     if state.ok_at is not None or (state.next_at is not None and state.next_at > step.now()):
         return False
     if step.pool(node) is None:
@@ -52,50 +51,54 @@ def boot_key(node: str) -> str:
 
 def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node], str | None],
               runner: Runner) -> None:
-    due = [n for n, meta in step.store.nodes_with_meta(states=[S.BOOTSTRAPPING])
-           if not runner.busy(boot_key(n.name)) and _due(step, n, meta, address_of)]
+    due = [(n, p) for n, p in tracked(step.store, states=[S.BOOTSTRAPPING])
+           if not runner.busy(boot_key(n.name)) and _due(step, n, p, address_of)]
     size = step.settings.bootstrap_batch_size
     for start in range(0, len(due), size):
         batch = due[start:start + size]
-        keys = [boot_key(n.name) for n in batch]
+        nodes = [n for n, _ in batch]
+        keys = [boot_key(n.name) for n in nodes]
         # The attempt is counted before the batch is handed over: a crash while Ansible
         # runs in a worker still counts it (a crash loop cannot retry forever).
-        attempts = _count_attempts(step, batch)
-        if runner.start("bootstrap", keys, f"ansible {', '.join(n.name for n in batch)}",
-                        lambda report, b=batch, a=attempts: _run_batch(
+        started = _count_attempts(step, batch)
+        if runner.start("bootstrap", keys, f"ansible {', '.join(n.name for n in nodes)}",
+                        lambda report, b=nodes, a=started: _run_batch(
                             replace(step, report=report), bootstrapper, b, a), step.report):
             step.report.started += keys
 
 
-def _count_attempts(step: Step, batch: list[Node]) -> dict[str, int]:
+Started = dict[str, BootstrapMeta]  # node -> its bootstrap record as this attempt began
+
+
+def _count_attempts(step: Step, batch: list[tuple[Node, NodeProgress]]) -> Started:
+    """Only the node's bootstrap operation writes its ``bootstrap`` record, so the one
+    loaded with the node is current; each attempt's record is carried to its end."""
     now = step.now()
-    attempts = {}
-    for node in batch:
-        state = bootstrap_of(step.store.meta(node.name))
-        attempts[node.name] = state.attempts + 1
-        update_meta(step.store, node.name, bootstrap=state.model_copy(
-            update={"attempts": attempts[node.name], "started_at": now, "next_at": None}))
-    return attempts
+    started = {}
+    for node, progress in batch:
+        state = progress.bootstrap.model_copy(
+            update={"attempts": progress.bootstrap.attempts + 1, "started_at": now, "next_at": None})
+        save(step.store, node.name, bootstrap=state)
+        started[node.name] = state
+    return started
 
 
-def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node],
-               attempts: dict[str, int]) -> None:
+def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node], started: Started) -> None:
     step.store.fence()  # a deposed leader never runs Ansible
     try:
         run = bootstrapper.bootstrap(batch, dict(step.policies))
     except Exception as exc:  # the whole run failed: every node of the batch failed once
         for node in batch:
-            _failed(step, node, attempts[node.name], f"ansible run failed: {exc}")
+            _failed(step, node, started[node.name], f"ansible run failed: {exc}")
         return
-    _settle(step, batch, run, attempts)
+    _settle(step, batch, run, started)
 
 
-def _settle(step: Step, batch: list[Node], run: BootstrapRun, attempts: dict[str, int]) -> None:
+def _settle(step: Step, batch: list[Node], run: BootstrapRun, started: Started) -> None:
     for node in batch:
         result = run.hosts.get(node.name)
         if result is not None and result.status is HostStatus.OK:
-            state = bootstrap_of(step.store.meta(node.name))
-            update_meta(step.store, node.name, bootstrap=state.model_copy(
+            save(step.store, node.name, bootstrap=started[node.name].model_copy(
                 update={"ok_at": step.now(), "last_error": None}))
             step.report.bootstrapped.append(node.name)
             continue
@@ -104,29 +107,29 @@ def _settle(step: Step, batch: list[Node], run: BootstrapRun, attempts: dict[str
         else:
             task = f" at task '{result.failed_task}'" if result.failed_task else ""
             why = f"{result.status.value}{task}: {result.message}"
-        _failed(step, node, attempts[node.name], why)
+        _failed(step, node, started[node.name], why)
 
 
-def _failed(step: Step, node: Node, attempt: int, why: str) -> None:
+def _failed(step: Step, node: Node, state: BootstrapMeta, why: str) -> None:
     step.report.bootstrap_failed[node.name] = why
     limit = step.settings.bootstrap_retries + 1
-    if attempt >= limit:
-        step.move(node.name, S.BOOTSTRAP_FAILED, f"bootstrap failed {attempt} time(s); last: {why}")
+    if state.attempts >= limit:
+        step.move(node.name, S.BOOTSTRAP_FAILED,
+                  f"bootstrap failed {state.attempts} time(s); last: {why}")
         return
-    state = bootstrap_of(step.store.meta(node.name))
-    update_meta(step.store, node.name, bootstrap=state.model_copy(update={
+    save(step.store, node.name, bootstrap=state.model_copy(update={
         "last_error": why, "next_at": step.now() + step.settings.bootstrap_retry_backoff}))
 
 
 def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     """Bootstrapped nodes -> READY once their scheduler and metrics see them."""
-    for node, meta in step.store.nodes_with_meta(states=[S.BOOTSTRAPPING]):
+    for node, progress in tracked(step.store, states=[S.BOOTSTRAPPING]):
         if runner.busy(boot_key(node.name)):
             continue
-        state = bootstrap_of(meta)
+        state = progress.bootstrap
         if state.ok_at is None:
             continue
-        kind = step.cluster_kind(node, meta)
+        kind = step.cluster_kind(node, progress)
         seen, why = _seen(step, node, kind, snapshot)
         if seen:
             step.move(node.name, S.READY, f"bootstrapped; {why}")

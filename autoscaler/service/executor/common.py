@@ -13,6 +13,7 @@ from autoscaler.fleet.store import FleetStore, StoreError
 from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
 from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
+from autoscaler.service.executor.meta import NodeProgress
 from autoscaler.service.executor.report import AdvanceReport, Change
 from autoscaler.service.executor.settings import ExecutorSettings
 
@@ -56,10 +57,10 @@ class Step:
     def pool(self, node: Node) -> Pool | None:
         return find_pool(self.policies, node.team, node.pool)
 
-    def cluster_kind(self, node: Node, meta: Mapping[str, Any] | None = None) -> str:
+    def cluster_kind(self, node: Node, progress: NodeProgress | None = None) -> str:
         """The scheduler the node joined: as launched, else its pool's current policy."""
-        if meta is not None and meta.get("cluster"):
-            return str(meta["cluster"])
+        if progress is not None and progress.cluster:
+            return progress.cluster
         pool = self.pool(node)
         return pool.cluster.kind if pool is not None else "none"
 

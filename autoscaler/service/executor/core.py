@@ -8,6 +8,13 @@ from datetime import datetime
 
 from autoscaler.actuators.drain import Drainer
 from autoscaler.catalog import Catalog
+<<<<<<< HEAD
+=======
+from autoscaler.model.plan import Plan
+from autoscaler.model.snapshot import Snapshot
+from autoscaler.model.node import Node
+from autoscaler.fleet.operations import OperationLog
+>>>>>>> h22
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Plan
@@ -37,6 +44,9 @@ class Executor:
         self.catalog = catalog
         self.clock = clock
         self.runner = runner if runner is not None else Inline(clock)
+        self.journal = OperationLog(store)
+        self.runner.journal = self.journal
+        self._recovered = False
 
     def _step(self, report: AdvanceReport) -> Step:
         return Step(self.store, self.settings, self.clock, self.policies(), self.drainers, report)
@@ -54,6 +64,8 @@ class Executor:
         the operations finished since the last advance did, and which ones it started."""
         started = time.monotonic()
         report = AdvanceReport(started_at=self.clock())
+        if not self._recovered:
+            self._recover(report)
         self.runner.collect(report)
         step = self._step(report)
         submit.repair_replacements(step)
@@ -65,6 +77,21 @@ class Executor:
         bootstrap.promote(step, snapshot, self.runner)
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+    def _recover(self, report: AdvanceReport) -> None:
+        """At the first advance (only the leader advances): operations a previous process
+        left running were cut short; their rows are closed and audited. What they owed is
+        in the store, and this advance starts it again."""
+        now = self.clock()
+        try:
+            for row in self.journal.interrupt_running(now):
+                self.store.audit("operation-interrupted", f"{row.kind} {row.what} (started "
+                                 f"{row.started_at:%Y-%m-%d %H:%M:%S}) was cut short by a "
+                                 "restart; resumed from the store", now)
+        except Exception as exc:  # e.g. fenced: tried again at the next advance
+            report.error("store", f"operations journal: {type(exc).__name__}: {exc}")
+            return
+        self._recovered = True
 
     def drain_now(self, names: list[str]) -> AdvanceReport:
         """A drain step for each named node now, on the caller's thread (the spot-notice

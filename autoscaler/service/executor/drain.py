@@ -22,7 +22,13 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool
 from autoscaler.service.executor.common import Step
-from autoscaler.service.executor.meta import InterruptionMeta, progress_of, update_meta
+from autoscaler.service.executor.meta import (
+    InterruptionMeta,
+    NodeProgress,
+    save,
+    tracked,
+    tracked_one,
+)
 from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.settings import ExecutorSettings
 
@@ -32,10 +38,10 @@ CHAIN = 4  # "retry now" steps run back to back in one advance
 
 
 def resume_cancelled(step: Step, runner: Runner) -> None:
-    for node, meta in step.store.nodes_with_meta(states=[S.READY]):
+    for node, progress in tracked(step.store, states=[S.READY]):
         if node.drain_trigger != UNDRAIN or runner.busy(drain_key(node.name)):
             continue  # a drain step still running would cordon it again: resume after it
-        drainer = step.drainer(step.cluster_kind(node, meta))
+        drainer = step.drainer(step.cluster_kind(node, progress))
         if drainer is None:
             continue
         step.store.fence()
@@ -73,11 +79,13 @@ def drain_now(step: Step, names: list[str], runner: Runner) -> None:
 
 
 def drain_step(step: Step, node: Node) -> None:
-    fresh = step.store.get(node.name)  # a worker may start later than it was asked to
-    if fresh is None or fresh.state not in (S.DRAINING, S.INTERRUPTED):
+    # Read when the step starts, with its progress: a worker may start later than it was
+    # asked to, and the spot-notice loop may have written the node meanwhile.
+    fresh = tracked_one(step.store, node.name)
+    if fresh is None or fresh[0].state not in (S.DRAINING, S.INTERRUPTED):
         return
     try:
-        _drain_one(step, fresh)
+        _drain_one(step, *fresh)
     except Exception as exc:  # one node's scheduler trouble must not stop the others
         step.error("drain", f"{node.name}: drain step failed: {type(exc).__name__}: {exc}")
 
@@ -95,8 +103,7 @@ def interruption_progress(settings: ExecutorSettings, pool: Pool | None, notice:
                          signal=pool.scale_down.checkpoint_signal if pool else settings.checkpoint_signal)
 
 
-def _drain_one(step: Step, node: Node) -> None:
-    record = progress_of(step.store.meta(node.name))
+def _drain_one(step: Step, node: Node, record: NodeProgress) -> None:
     now = step.now()
     progress, notice = record.drain, record.interruption
     if progress is None:
@@ -104,7 +111,7 @@ def _drain_one(step: Step, node: Node) -> None:
             progress = interruption_progress(step.settings, step.pool(node), notice, now)
         else:
             progress = step.drain_progress(node, node.reason, node.state_since, node.drain_trigger)
-        update_meta(step.store, node.name, drain=progress)
+        save(step.store, node.name, drain=progress)
     if node.state is S.INTERRUPTED and notice is not None and notice.deadline is not None \
             and now >= notice.deadline:
         step.move(node.name, S.TERMINATING, f"spot interruption deadline {notice.deadline:%H:%M:%S} "
@@ -112,7 +119,7 @@ def _drain_one(step: Step, node: Node) -> None:
         return
     if progress.not_before is not None and progress.not_before > now:
         return
-    drainer = step.drainer(record.cluster or step.cluster_kind(node))
+    drainer = step.drainer(step.cluster_kind(node, record))
     if drainer is None:
         return
     result = _run(step, drainer, node, progress, now)
@@ -133,7 +140,7 @@ def _run(step: Step, drainer: Drainer, node: Node, progress: DrainProgress, now:
         not_before = now + result.retry_after if result.outcome is not DrainOutcome.DONE else None
         saved = result.progress.model_copy(update={"not_before": not_before})
         if saved != progress:
-            update_meta(step.store, node.name, drain=saved)
+            save(step.store, node.name, drain=saved)
         progress = saved
         if result.outcome is not DrainOutcome.RETRY or result.retry_after.total_seconds() > 0:
             return result

@@ -12,17 +12,17 @@ from __future__ import annotations
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.service.executor.common import Step
-from autoscaler.service.executor.meta import LongJob, dump_long_jobs, long_jobs_of, update_meta
+from autoscaler.service.executor.meta import LongJob, save, tracked
 
 S = NodeState
 
 
 def signal_long_jobs(step: Step) -> None:
-    for node, meta in step.store.nodes_with_meta(states=[S.READY, S.DRAINING]):
-        jobs = long_jobs_of(meta)
+    for node, progress in tracked(step.store, states=[S.READY, S.DRAINING]):
+        jobs = dict(progress.long_jobs)
         owed = sorted(j for j, entry in jobs.items() if entry.signal and entry.signalled_at is None)
         if owed:
-            _signal(step, node, jobs, owed, step.cluster_kind(node, meta))
+            _signal(step, node, jobs, owed, step.cluster_kind(node, progress))
 
 
 def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], kind: str) -> None:
@@ -31,7 +31,7 @@ def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], k
     signal = pool.scale_down.checkpoint_signal if pool else step.settings.checkpoint_signal
     for job in owed:
         jobs[job] = jobs[job].model_copy(update={"signalled_at": now, "outcome": "sending"})
-    update_meta(step.store, node.name, long_jobs=dump_long_jobs(jobs))
+    save(step.store, node.name, long_jobs=jobs)
     drainer = step.drainer(kind)
     step.store.fence()
     try:
@@ -42,6 +42,6 @@ def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], k
         step.error("long-jobs", f"{node.name}: signalling long jobs {', '.join(owed)}: {exc}")
     for job in owed:
         jobs[job] = jobs[job].model_copy(update={"outcome": outcome})
-    update_meta(step.store, node.name, long_jobs=dump_long_jobs(jobs))
+    save(step.store, node.name, long_jobs=jobs)
     step.store.audit("long-job-signal", f"{', '.join(owed)} on {node.name}: {outcome}", now,
                      pool=f"{node.team}/{node.pool}", node=node.name)

@@ -1,5 +1,4 @@
-"""The executor's bookkeeping in each node's ``meta`` (JSON): typed (:class:`NodeProgress`),
-small, merged on write under one lock.
+"""The executor's bookkeeping in each node's ``meta`` (JSON), typed: :class:`NodeProgress`.
 
 Keys: ``cluster`` (scheduler kind when the node was launched), ``action``/``index`` (the
 plan action and launch slot that created it, so a resubmitted plan creates nothing
@@ -8,11 +7,18 @@ its Node), ``drain`` (:class:`DrainProgress`), ``replaces``/``replacement`` (a r
 promised), ``bootstrap`` (:class:`BootstrapMeta`), ``interruption`` (the cloud's notice),
 ``provision_failures`` (applies that failed without naming the node), ``long_jobs``
 (:class:`LongJob` per job past ``max_job_runtime``: reported once, signalled once).
+
+Reads load the record with its node (:func:`tracked`, :func:`tracked_one`: one query, not
+one per node). Writes name typed fields (:func:`changes` refuses any other key) and are
+merged by the store in one transaction with the row locked, alone (:func:`save`) or with
+the node's transition (``Step.move(..., meta_updates=...)``): the tick, the operation
+workers and the spot-notice loop write different keys of one node without a lock of
+their own and without losing each other's.
 """
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +26,8 @@ from pydantic import BaseModel, ConfigDict
 
 from autoscaler.actuators.drain import DrainProgress
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 
 
 class BootstrapMeta(BaseModel):
@@ -52,8 +60,8 @@ class LongJob(BaseModel):
 
 class NodeProgress(BaseModel):
     """Everything the executor keeps about one node, typed: the node's ``meta`` column,
-    loaded with it (``FleetStore.nodes_with_meta``) and written in the same transaction as
-    its transitions. Unknown keys (an older version's) are ignored on read."""
+    loaded with it (:func:`tracked`) and written in the same transaction as its
+    transitions. Unknown keys (an older version's) are ignored on read."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -71,54 +79,45 @@ class NodeProgress(BaseModel):
     provision_failures: int = 0  # applies that failed without naming the node
     long_jobs: dict[str, LongJob] = {}
     adopted: str | None = None  # the instance id the reconciler adopted it from
+    request: str | None = None  # the capacity request it was launched for (request_keeper)
 
 
 def progress_of(meta: dict[str, Any]) -> NodeProgress:
     return NodeProgress.model_validate(meta)
 
 
-# The tick, the operation workers and the spot-notice loop all write meta: every
-# read-merge-write of one (and the transition that carries it) holds this lock, so no
-# writer loses another's key (a drain step's progress vs. a notice's interruption).
-META_LOCK = threading.RLock()
 LONG_JOBS_KEPT = 100  # per node; a node rarely runs that many jobs past the limit
 
 
-def dump(model: BaseModel) -> dict[str, Any]:
-    return model.model_dump(mode="json")
-
-
-def drain_of(meta: dict[str, Any]) -> DrainProgress | None:
-    raw = meta.get("drain")
-    return DrainProgress.model_validate(raw) if raw else None
-
-
-def bootstrap_of(meta: dict[str, Any]) -> BootstrapMeta:
-    return BootstrapMeta.model_validate(meta.get("bootstrap") or {})
-
-
-def long_jobs_of(meta: dict[str, Any]) -> dict[str, LongJob]:
-    return {job: LongJob.model_validate(raw) for job, raw in (meta.get("long_jobs") or {}).items()}
-
-
-def dump_long_jobs(jobs: dict[str, LongJob]) -> dict[str, Any]:
-    newest = sorted(jobs.items(), key=lambda kv: kv[1].reported_at)[-LONG_JOBS_KEPT:]
-    return {job: dump(entry) for job, entry in newest}
-
-
-def merged(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:
-    """The node's meta with ``updates`` applied (None removes a key)."""
-    meta = store.meta(name)
-    for key, value in updates.items():
+def changes(**fields: Any) -> dict[str, Any]:
+    """Typed updates for the store's merge: each key a :class:`NodeProgress` field, each
+    value validated as that field and dumped to JSON; None removes the key."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key not in NodeProgress.model_fields:
+            raise KeyError(f"{key!r} is not a field of the node progress record")
         if value is None:
-            meta.pop(key, None)
-        else:
-            meta[key] = dump(value) if isinstance(value, BaseModel) else value
-    return meta
+            out[key] = None
+            continue
+        if key == "long_jobs":
+            value = dict(sorted(value.items(), key=lambda kv: kv[1].reported_at)[-LONG_JOBS_KEPT:])
+        out[key] = NodeProgress.model_validate({key: value}).model_dump(
+            mode="json", include={key})[key]
+    return out
 
 
-def update_meta(store: FleetStore, name: str, **updates: Any) -> dict[str, Any]:
-    with META_LOCK:
-        meta = merged(store, name, **updates)
-        store.update(name, meta=meta)
-        return meta
+def save(store: FleetStore, name: str, **fields: Any) -> None:
+    """Merge typed ``fields`` into the node's record (one transaction, row locked)."""
+    store.update(name, meta_updates=changes(**fields))
+
+
+def tracked(store: FleetStore, states: Iterable[NodeState] | None = None,
+            pool: str | None = None, include_terminated: bool = False
+            ) -> list[tuple[Node, NodeProgress]]:
+    """Nodes with their progress record, in one query."""
+    return [(n, progress_of(m)) for n, m in store.nodes_with_meta(states, pool, include_terminated)]
+
+
+def tracked_one(store: FleetStore, name: str) -> tuple[Node, NodeProgress] | None:
+    found = store.get_with_meta(name)
+    return (found[0], progress_of(found[1])) if found is not None else None

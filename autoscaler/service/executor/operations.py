@@ -14,6 +14,10 @@ Two runners share one interface:
 * :class:`WorkerPools` runs it on a bounded thread pool per kind (the service), and the
   operation's report is collected by the next ``advance()``.
 
+With a journal attached (:class:`autoscaler.fleet.operations.OperationLog`, which the
+Executor does) every operation is also a row of its own, written before it is handed
+over and closed when it ends, so a restart knows which ones a crash cut short.
+
 Nothing is kept here that a restart needs: every operation writes its progress to the
 store before its side effect (PROVISIONING before an apply, the bootstrap attempt before
 Ansible, the drain phase before its scheduler command), so after a crash the next
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from autoscaler.fleet.operations import DONE, FAILED, OperationLog
 from autoscaler.service.executor.report import AdvanceReport
 
 log = logging.getLogger("autoscaler.service.executor")
@@ -47,6 +52,21 @@ class Operation:
     keys: tuple[str, ...]
     started_at: datetime
     what: str
+    row: int | None = None  # its journal row, when one is attached
+
+
+def _started(journal: OperationLog | None, kind: Kind, keys: Sequence[str], what: str,
+             at: datetime) -> int | None:
+    """The operation's journal row; None without a journal or when it cannot be written
+    (a deposed leader's write is refused: the operation's own fence refuses its side
+    effect and reports it, as without a journal)."""
+    if journal is None:
+        return None
+    try:
+        return journal.started(kind, keys, what, at)
+    except Exception as exc:
+        log.warning("%s %s: no journal row: %s", kind, what, exc)
+        return None
 
 
 class _Keys:
@@ -57,13 +77,26 @@ class _Keys:
         self._lock = threading.Condition()
         self._held: dict[str, Operation] = {}
 
-    def take(self, kind: Kind, keys: Sequence[str], what: str) -> Operation | None:
+    def take(self, kind: Kind, keys: Sequence[str], what: str,
+             journal: OperationLog | None = None) -> Operation | None:
         with self._lock:
             if any(k in self._held for k in keys):
                 return None
-            op = Operation(kind, tuple(keys), self.clock(), what)
+            now = self.clock()
+            row = _started(journal, kind, keys, what, now)
+            op = Operation(kind, tuple(keys), now, what, row)
             self._held.update(dict.fromkeys(keys, op))
             return op
+
+    def close(self, op: Operation, journal: OperationLog | None, error: str | None) -> None:
+        """The operation's row closed (done, or failed with ``error``), its keys freed."""
+        try:
+            if journal is not None and op.row is not None:
+                journal.finished(op.row, self.clock(), FAILED if error else DONE, error or "")
+        except Exception:  # the journal is bookkeeping: never keep the keys for it
+            log.exception("closing the journal row of %s %s", op.kind, op.what)
+        finally:
+            self.give_back(op)
 
     def give_back(self, op: Operation) -> None:
         with self._lock:
@@ -89,17 +122,21 @@ class Inline:
 
     def __init__(self, clock: Callable[[], datetime]):
         self._keys = _Keys(clock)
+        self.journal: OperationLog | None = None
 
     def start(self, kind: Kind, keys: Sequence[str], what: str, work: Work,
               report: AdvanceReport) -> bool:
         """Run ``work`` unless one of ``keys`` is busy (then False, nothing started)."""
-        op = self._keys.take(kind, keys, what)
+        op = self._keys.take(kind, keys, what, self.journal)
         if op is None:
             return False
         try:
             work(report)
-        finally:
-            self._keys.give_back(op)
+        except Exception as exc:
+            self._keys.close(op, self.journal, f"{type(exc).__name__}: {exc}")
+            raise
+        # A BaseException (the process dying) leaves the row open, as a SIGKILL does.
+        self._keys.close(op, self.journal, None)
         return True
 
     def busy(self, key: str) -> bool:
@@ -148,27 +185,31 @@ class WorkerPools(Inline):
 
     def start(self, kind: Kind, keys: Sequence[str], what: str, work: Work,
               report: AdvanceReport) -> bool:
-        op = self._keys.take(kind, keys, what)
+        op = self._keys.take(kind, keys, what, self.journal)
         if op is None:
             return False
         try:
             self._pools[kind].submit(self._run, op, work)
         except RuntimeError:  # shut down: nothing started, the store still says what is owed
-            self._keys.give_back(op)
+            self._keys.close(op, self.journal, "not started: the worker pools are shut down")
             return False
         return True
 
     def _run(self, op: Operation, work: Work) -> None:
         report = AdvanceReport(started_at=self.clock())
+        error: str | None = None
         try:
             work(report)
         except Exception as exc:  # the store says what is owed; the next advance retries
             log.exception("%s %s failed", op.kind, op.what)
-            report.error(op.kind, f"{op.what}: {type(exc).__name__}: {exc}")
-        finally:
+            error = f"{type(exc).__name__}: {exc}"
+            report.error(op.kind, f"{op.what}: {error}")
+        except BaseException:  # the process is dying: the row stays open, as on a SIGKILL
             self._keys.give_back(op)
-            with self._done_lock:
-                self._done.append(report)
+            raise
+        self._keys.close(op, self.journal, error)
+        with self._done_lock:
+            self._done.append(report)
 
     def collect(self, into: AdvanceReport) -> None:
         with self._done_lock:

@@ -33,7 +33,7 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
 from autoscaler.service.executor.common import Step
-from autoscaler.service.executor.meta import update_meta
+from autoscaler.service.executor.meta import NodeProgress, save, tracked
 from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.protocols import Provisioner
 from autoscaler.service.executor.report import AdvanceReport, PoolApply
@@ -129,13 +129,15 @@ def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: A
     # Settled against the store as it is now: a node may have moved while the apply ran
     # (TERMINATING on a cancel), and a move that assumes its old state would fail and
     # drop the instance id on the floor.
-    settle(step, provisioner, ref, step.store.nodes(pool=ref.key), outputs, result, address_of)
+    settle(step, provisioner, ref, tracked(step.store, pool=ref.key), outputs, result, address_of)
 
 
-def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
-           outputs: dict[str, NodeOutput], result: ApplyResult | None,
-           address_of: AddressOf) -> None:
+def settle(step: Step, provisioner: Provisioner, ref: PoolRef,
+           now_held: Sequence[tuple[Node, NodeProgress]], outputs: dict[str, NodeOutput],
+           result: ApplyResult | None, address_of: AddressOf) -> None:
     failed = result.failed if result is not None else {}
+    nodes = [n for n, _ in now_held]
+    progress = {n.name: p for n, p in now_held}
     gone: list[Node] = []
     for node in nodes:
         out = outputs.get(node.name)
@@ -147,7 +149,8 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
             elif node.name in failed:
                 step.move(node.name, S.PROVISION_FAILED, f"terraform apply failed: {failed[node.name]}")
             elif result is not None and not result.ok:
-                _count_failure(step, ref, "; ".join(result.errors) or "apply failed", [node])
+                _count_failure(step, ref, "; ".join(result.errors) or "apply failed",
+                               [(node, progress[node.name])])
             else:
                 provisioner.mark_stale(ref)  # state and applied map disagree: apply again
         elif node.state in GONE:
@@ -163,25 +166,25 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
             step.move(node.name, S.LOST, f"instance {node.instance_id} is gone: Terraform "
                       f"recreated the node as {out.id}, which is not bootstrapped")
     if gone:
-        _terminated(step, provisioner, ref, nodes, gone)
+        _terminated(step, provisioner, ref, nodes, [(n, progress[n.name]) for n in gone])
 
 
 def _terminated(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
-                gone: Sequence[Node]) -> None:
+                gone: Sequence[tuple[Node, NodeProgress]]) -> None:
     """Leaving nodes the state holds nothing for -> TERMINATED, unless the cloud still runs
     an instance tagged with them (the state lost it): that one is destroyed through
     Terraform first and the node waits for the next settle."""
     try:
-        left = provisioner.leftovers(ref, [n.name for n in gone])
+        left = provisioner.leftovers(ref, [n.name for n, _ in gone])
     except Exception as exc:  # no answer is no evidence that the instance is gone
         step.error("terraform", f"pool {ref.key}: cannot check the cloud for "
-                   f"{', '.join(n.name for n in gone)}; not marked TERMINATED: {exc}")
+                   f"{', '.join(n.name for n, _ in gone)}; not marked TERMINATED: {exc}")
         return
     doomed: list[str] = []
-    for node in gone:
+    for node, progress in gone:
         ids = left.get(node.name)
         if not ids:
-            _forget(step, node)
+            _forget(step, node, progress)
             step.move(node.name, S.TERMINATED, f"instance {node.instance_id or '(none)'} "
                       "destroyed by terraform")
             continue
@@ -208,8 +211,8 @@ def _address(step: Step, node: Node, out: NodeOutput, address_of: AddressOf) -> 
     return found or out.private_ip
 
 
-def _forget(step: Step, node: Node) -> None:
-    kind = step.cluster_kind(node, step.store.meta(node.name))
+def _forget(step: Step, node: Node, progress: NodeProgress) -> None:
+    kind = step.cluster_kind(node, progress)
     drainer = step.drainers.get(kind)
     if drainer is None:
         return
@@ -220,15 +223,16 @@ def _forget(step: Step, node: Node) -> None:
         step.error("drain", f"{node.name}: {kind} could not forget it: {exc}")
 
 
-def _count_failure(step: Step, ref: PoolRef, why: str, nodes: Sequence[Node] | None = None) -> None:
-    """Applies that fail without naming a node: PROVISION_FAILED after a few."""
+def _count_failure(step: Step, ref: PoolRef, why: str,
+                   nodes: Sequence[tuple[Node, NodeProgress]] | None = None) -> None:
+    """Applies that fail without naming a node: PROVISION_FAILED after a few. (Only the
+    pool's apply, which holds its key, writes ``provision_failures``.)"""
     if nodes is None:
-        nodes = step.store.nodes(states=[S.PROVISIONING], pool=ref.key)
-    for node in nodes:
-        meta = step.store.meta(node.name)
-        count = int(meta.get("provision_failures", 0)) + 1
+        nodes = tracked(step.store, states=[S.PROVISIONING], pool=ref.key)
+    for node, progress in nodes:
+        count = progress.provision_failures + 1
         if count >= step.settings.provision_attempts:
             step.move(node.name, S.PROVISION_FAILED,
                       f"{count} applies of {ref.key} failed; last: {why[:300]}")
         else:
-            update_meta(step.store, node.name, provision_failures=count)
+            save(step.store, node.name, provision_failures=count)

@@ -39,14 +39,7 @@ from autoscaler.model.plan import Action, Launch, Plan, Replace
 from autoscaler.policy.models import Market, find_pool
 from autoscaler.service.backoff import fingerprint
 from autoscaler.service.executor.common import Step, SubmitError
-from autoscaler.service.executor.meta import (
-    META_LOCK,
-    LongJob,
-    dump_long_jobs,
-    long_jobs_of,
-    merged,
-    update_meta,
-)
+from autoscaler.service.executor.meta import LongJob, changes, save, tracked, tracked_one
 
 S = NodeState
 ACTION: TypeAdapter[Action] = TypeAdapter(Action)
@@ -111,15 +104,13 @@ def _apply(step: Step, action: Action, intents: list[Intent], action_id: int | N
 def _report_job(step: Step, action: FlagLongJob) -> None:
     """The engine repeats a long job's report every tick while it runs: the first one is
     audited and, when the policy asks, owes the job one checkpoint signal (advance())."""
-    if step.store.get(action.node) is None:
-        return
-    jobs = long_jobs_of(step.store.meta(action.node))
-    if action.job in jobs:
+    found = tracked_one(step.store, action.node)
+    if found is None or action.job in found[1].long_jobs:
         return
     now = step.now()
     step.store.audit("long-job", action.reason, now, pool=action.pool, node=action.node)
-    jobs[action.job] = LongJob(reported_at=now, signal=action.signal)
-    update_meta(step.store, action.node, long_jobs=dump_long_jobs(jobs))
+    jobs = {**found[1].long_jobs, action.job: LongJob(reported_at=now, signal=action.signal)}
+    save(step.store, action.node, long_jobs=jobs)
 
 
 def _node(step: Step, name: str) -> Node:
@@ -165,12 +156,10 @@ def _replace(step: Step, intents: list[Intent], action_id: int | None, resumed: 
         return []
     spec = _spec(new, action_id)
     if old.state is S.READY:
-        with META_LOCK:
-            meta = merged(step.store, old.name,
-                          drain=step.drain_progress(old, drain.reason, step.now(), drain.trigger),
-                          replacement=spec)
-            moved = step.move(old.name, S.DRAINING, drain.reason, drain_trigger=drain.trigger,
-                              replacement_requested=True, meta=meta, scale_down=False)
+        meta = changes(drain=step.drain_progress(old, drain.reason, step.now(), drain.trigger),
+                       replacement=spec)
+        moved = step.move(old.name, S.DRAINING, drain.reason, drain_trigger=drain.trigger,
+                          replacement_requested=True, meta_updates=meta, scale_down=False)
         if moved is None:
             raise SubmitError(f"{old.name} changed state; not replaced")
     elif old.state in (S.DRAINING, S.DRAINED, S.INTERRUPTED):
@@ -188,6 +177,7 @@ def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Nod
     pool = find_pool(step.policies, team, pool_name)
     if pool is None:
         raise SubmitError(f"pool {spec['pool']} has no policy: cannot tell its cloud and region")
+<<<<<<< HEAD
     meta = {"cluster": pool.cluster.kind, "action": spec.get("action"), "index": spec.get("index"),
             "policy": fingerprint(pool)}  # a policy change resets the launch backoff
     if replaces:
@@ -196,22 +186,25 @@ def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Nod
         meta["trigger"] = str(spec["trigger"])
     if spec.get("fallback_from_spot"):
         meta["fallback_from_spot"] = True
+=======
+    # The policy fingerprint: a policy change resets the launch backoff.
+    meta = changes(cluster=pool.cluster.kind, action=spec.get("action"), index=spec.get("index"),
+                   policy=fingerprint(pool), replaces=replaces)
+>>>>>>> h22
     return step.store.create_node(
         team=team, pool=pool_name, cloud=pool.cloud.value, region=pool.region,
         zone=spec.get("zone"), instance_type=str(spec["instance_type"]),
-        market=Market(spec["market"]), now=step.now(), reason=str(spec["reason"]), meta=meta,
+        market=Market(spec["market"]), now=step.now(), reason=str(spec["reason"]),
+        meta={k: v for k, v in meta.items() if v is not None},
         scale_up=bool(spec.get("scale_up", False)))
 
 
 def _promise(step: Step, old: str, spec: dict[str, Any]) -> None:
-    with META_LOCK:
-        meta = merged(step.store, old, replacement=spec)
-        step.store.update(old, replacement_requested=True, meta=meta)
+    step.store.update(old, replacement_requested=True, meta_updates=changes(replacement=spec))
 
 
 def _clear_marker(step: Step, old: str) -> None:
-    if "replacement" in step.store.meta(old):
-        update_meta(step.store, old, replacement=None)
+    save(step.store, old, replacement=None)
 
 
 def _created_slots(step: Step, pool: str, action_id: int | None) -> dict[int, str]:
@@ -219,15 +212,15 @@ def _created_slots(step: Step, pool: str, action_id: int | None) -> dict[int, st
     if action_id is None:
         return {}
     out = {}
-    for node, meta in step.store.nodes_with_meta(pool=pool, include_terminated=True):
-        if meta.get("action") == action_id and isinstance(meta.get("index"), int):
-            out[int(meta["index"])] = node.name
+    for node, progress in tracked(step.store, pool=pool, include_terminated=True):
+        if progress.action == action_id and progress.index is not None:
+            out[progress.index] = node.name
     return out
 
 
 def _replacement_of(step: Step, pool: str, old: str) -> str | None:
-    for node, meta in step.store.nodes_with_meta(pool=pool, include_terminated=True):
-        if meta.get("replaces") == old:
+    for node, progress in tracked(step.store, pool=pool, include_terminated=True):
+        if progress.replaces == old:
             return node.name
     return None
 
@@ -235,11 +228,9 @@ def _replacement_of(step: Step, pool: str, old: str) -> str | None:
 def repair_replacements(step: Step) -> list[str]:
     """Finish replacements promised before a crash: create the node if it is missing."""
     created = []
-    for node, meta in step.store.nodes_with_meta():
-        if not node.replacement_requested:
-            continue
-        spec = meta.get("replacement")
-        if not spec:
+    for node, progress in tracked(step.store):
+        spec = progress.replacement
+        if not node.replacement_requested or not spec:
             continue
         if _replacement_of(step, str(spec["pool"]), node.name) is None:
             created.append(create(step, spec, replaces=node.name).name)
@@ -253,11 +244,9 @@ def _drain(step: Step, action: StartDrain) -> None:
     node = _node(step, action.node)
     if node.state is not S.READY:
         raise SubmitError(f"{node.name} is {node.state}, not READY: not drained")
-    with META_LOCK:
-        meta = merged(step.store, node.name, drain=step.drain_progress(
-            node, action.reason, step.now(), action.trigger))
-        moved = step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger,
-                          meta=meta, scale_down=action.cooldown == "down")
+    meta = changes(drain=step.drain_progress(node, action.reason, step.now(), action.trigger))
+    moved = step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger,
+                      meta_updates=meta, scale_down=action.cooldown == "down")
     if moved is None:
         raise SubmitError(f"{node.name} changed state; not drained")
 
@@ -267,9 +256,8 @@ def _cancel_drain(step: Step, action: StopDrain) -> None:
     if node.state not in (S.DRAINING, S.DRAINED):
         raise SubmitError(f"{node.name} is {node.state}: no drain to cancel")
     # READY first; the scheduler resume it owes is done by advance() (drain.UNDRAIN).
-    with META_LOCK:
-        meta = merged(step.store, node.name, drain=None)
-        moved = step.move(node.name, S.READY, action.reason, drain_trigger="cancelled", meta=meta)
+    moved = step.move(node.name, S.READY, action.reason, drain_trigger="cancelled",
+                      meta_updates=changes(drain=None))
     if moved is None:
         raise SubmitError(f"{node.name} changed state; drain not cancelled")
 
