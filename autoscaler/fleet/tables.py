@@ -123,7 +123,6 @@ class PoolHistoryRow(Base):
     next_seq: Mapped[int] = mapped_column(Integer, default=1)
 
 
-<<<<<<< HEAD
 class DemandBinRow(Base):
     """One pool's demand in one 5-minute bin (fleet/demand_history.py): the largest value
     any tick of the bin saw, and the p50 forecast made for the bin before it started."""
@@ -137,7 +136,8 @@ class DemandBinRow(Base):
     nodes_serving: Mapped[int | None] = mapped_column(Integer, nullable=True)
     forecast_gpus: Mapped[float | None] = mapped_column(Float, nullable=True)
     source: Mapped[str] = mapped_column(String(16), default="service")
-=======
+
+
 class OperationRow(Base):
     """One side effect handed to actuation (fleet/operations.py): written when it starts,
     closed when it ends; a row still ``running`` at startup was cut short by a crash."""
@@ -152,7 +152,6 @@ class OperationRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     outcome: Mapped[str] = mapped_column(String(16), index=True, default="running")
     detail: Mapped[str] = mapped_column(Text, default="")
->>>>>>> h22
 
 
 class LeaseRow(Base):

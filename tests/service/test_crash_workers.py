@@ -26,11 +26,7 @@ from typing import Any
 
 import pytest
 
-<<<<<<< HEAD
-=======
-from autoscaler.model.lifecycle import NodeState
 from autoscaler.fleet.operations import OperationLog
->>>>>>> h22
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.moto_server import MotoSandbox, running_instances

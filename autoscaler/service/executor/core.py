@@ -8,13 +8,7 @@ from datetime import datetime
 
 from autoscaler.actuators.drain import Drainer
 from autoscaler.catalog import Catalog
-<<<<<<< HEAD
-=======
-from autoscaler.model.plan import Plan
-from autoscaler.model.snapshot import Snapshot
-from autoscaler.model.node import Node
 from autoscaler.fleet.operations import OperationLog
->>>>>>> h22
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Plan

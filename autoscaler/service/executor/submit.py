@@ -177,20 +177,11 @@ def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Nod
     pool = find_pool(step.policies, team, pool_name)
     if pool is None:
         raise SubmitError(f"pool {spec['pool']} has no policy: cannot tell its cloud and region")
-<<<<<<< HEAD
-    meta = {"cluster": pool.cluster.kind, "action": spec.get("action"), "index": spec.get("index"),
-            "policy": fingerprint(pool)}  # a policy change resets the launch backoff
-    if replaces:
-        meta["replaces"] = replaces
-    if spec.get("trigger"):
-        meta["trigger"] = str(spec["trigger"])
-    if spec.get("fallback_from_spot"):
-        meta["fallback_from_spot"] = True
-=======
     # The policy fingerprint: a policy change resets the launch backoff.
     meta = changes(cluster=pool.cluster.kind, action=spec.get("action"), index=spec.get("index"),
-                   policy=fingerprint(pool), replaces=replaces)
->>>>>>> h22
+                   policy=fingerprint(pool), replaces=replaces,
+                   trigger=str(spec["trigger"]) if spec.get("trigger") else None,
+                   fallback_from_spot=True if spec.get("fallback_from_spot") else None)
     return step.store.create_node(
         team=team, pool=pool_name, cloud=pool.cloud.value, region=pool.region,
         zone=spec.get("zone"), instance_type=str(spec["instance_type"]),
