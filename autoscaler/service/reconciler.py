@@ -47,6 +47,7 @@ from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.meta import changes
 from autoscaler.service.executor.protocols import Provisioner
 from autoscaler.service.executor.report import AdvanceReport, Change
 from autoscaler.service.executor.settings import ExecutorSettings
@@ -267,7 +268,7 @@ class Reconciler:
                     state=S.BOOTSTRAPPING, state_since=now, created_at=inst.launched_at or now,
                     instance_id=inst.instance_id, address=inst.private_ip)
         self.store.adopt_node(node, f"adopted {inst.instance_id} found in the cloud",
-                              meta={"cluster": pool.cluster.kind, "adopted": inst.instance_id})
+                              meta=changes(cluster=pool.cluster.kind, adopted=inst.instance_id))
         self.provisioner.mark_stale(ref)  # the next apply imports it into the pool's state
         self._find(report, "adopted", f"{inst.instance_id} adopted as {name} (BOOTSTRAPPING)",
                    node=name, instance_id=inst.instance_id, pool=ref.key)
