@@ -21,7 +21,7 @@ from autoscaler.service.executor.wiring import drainers_for
 from autoscaler.service.interruptions import InterruptionIntake, sources_for
 from autoscaler.service.reconciler import Reconciler
 from autoscaler.signals.prices import PriceSignals, PriceView
-from autoscaler.signals.snapshot import SignalReader
+from autoscaler.signals.reader import SignalReader
 
 
 class Markets:
