@@ -20,8 +20,8 @@ def test_ruff_is_clean():
 
 def test_mypy_is_clean_where_types_matter():
     """The engine and policy, the shared model, and the adapters checked against their
-    Protocols (clouds, actuators, scheduler clients)."""
+    Protocols (clouds, actuators, scheduler clients, the service and its executor)."""
     result = run("mypy", "autoscaler/engine", "autoscaler/policy", "autoscaler/model", "autoscaler/schedulers",
-                 "autoscaler/clouds", "autoscaler/actuators")
+                 "autoscaler/clouds", "autoscaler/actuators", "autoscaler/service")
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -135,7 +135,7 @@ def _handler(api: ApiHandlers, token: str | None) -> type[BaseHTTPRequestHandler
             self._json(code, data)
             return True
 
-        def _guarded(self, route: Callable[[str], None]) -> None:
+        def _guarded(self, route: Callable[[str], object]) -> None:
             path = self.path.split("?", 1)[0].rstrip("/") or "/"
             try:
                 route(path)

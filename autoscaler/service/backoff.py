@@ -45,7 +45,7 @@ _ERROR_CODE = re.compile(r"\b([A-Z][A-Za-z]{3,60}(?:Capacity|Exceeded|Limit|Erro
 
 def delay(count: int) -> timedelta:
     """How long the ``count``-th failure in a row holds launches."""
-    return min(FIRST * 2 ** max(count - 1, 0), CAP)
+    return min(FIRST * (1 << max(count - 1, 0)), CAP)
 
 
 def fingerprint(pool: Pool) -> str:

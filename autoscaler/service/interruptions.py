@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from autoscaler.clouds.aws_events import Received, dedupe
 from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
@@ -172,7 +172,7 @@ class InterruptionIntake:
                    meta_updates=changes(drain=progress))
 
     def _move(self, node: Node, to: NodeState, reason: str, into: list[str],
-              report: InterruptionReport, **fields: object) -> None:
+              report: InterruptionReport, **fields: Any) -> None:
         try:
             self.store.transition(node.name, to, self.clock(), reason, **fields)
         except ConcurrentUpdateError:

@@ -47,7 +47,7 @@ from autoscaler.model.clock import utc_now
 from autoscaler.model.lifecycle import BILLABLE
 from autoscaler.model.node import FleetView, Node
 from autoscaler.model.plan import Hold
-from autoscaler.model.snapshot import CapacityError, Offering, Snapshot
+from autoscaler.model.snapshot import CapacityError, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.backoff import launch_backoffs, with_backoffs
 from autoscaler.service.executor.operations import Operation
@@ -97,10 +97,9 @@ class ReconcilerLike(Protocol):
 
 
 class SignalsLike(Protocol):
+    # What the loop calls (HeldSignals wraps a SignalReader with this much).
     def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
-             now: datetime, *, offerings: Iterable[Offering] = (),
-             capacity_errors: Iterable[CapacityError] = (),
-             interrupted: Iterable[str] = ()) -> Snapshot: ...
+             now: datetime) -> Snapshot: ...
 
 
 class PriceViewLike(Protocol):

@@ -203,10 +203,10 @@ class ServiceMetrics:
                 gauge.labels(pool).set(value)
         self._missing_pools, self._util_pools = set(missing), set(util)
         unserved = Tally((j.team or "", constraint_kind(j.constraint)) for j in plan.unserved)
-        for gone in self._unserved_labels - set(unserved):
-            self.unserved.remove(*gone)
-        for labels, count in unserved.items():
-            self.unserved.labels(*labels).set(count)
+        for left in self._unserved_labels - set(unserved):
+            self.unserved.remove(*left)
+        for team_kind, count in unserved.items():
+            self.unserved.labels(*team_kind).set(count)
         self._unserved_labels = set(unserved)
 
     def set_backoffs(self, counts: Mapping[tuple[str, str, str, str], int]) -> None:

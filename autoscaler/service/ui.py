@@ -17,6 +17,7 @@ import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from email.message import Message
 from html import escape
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
@@ -58,7 +59,7 @@ def session_value(token: str) -> str:
     return hmac.new(token.encode(), b"gpu-autoscaler ui session v1", hashlib.sha256).hexdigest()
 
 
-def authorized(headers: Mapping[str, str], token: str | None) -> bool:
+def authorized(headers: Mapping[str, str] | Message[str, str], token: str | None) -> bool:
     if token is None:
         return True
     scheme, _, value = headers.get("Authorization", "").partition(" ")
@@ -237,8 +238,8 @@ def dashboard_links(grafana_url: str | None, dashboards: Iterable[tuple[str, str
     return [(title, f"{base}/d/{uid}") for uid, title in dashboards]
 
 
-def get(headers: Mapping[str, str], token: str | None, status: Callable[[], Mapping[str, Any]],
-        links: Sequence[tuple[str, str]]) -> Page:
+def get(headers: Mapping[str, str] | Message[str, str], token: str | None,
+        status: Callable[[], Mapping[str, Any]], links: Sequence[tuple[str, str]]) -> Page:
     if not authorized(headers, token):
         return login_page(code=401)
     return status_page(status(), links)

@@ -24,7 +24,7 @@ from autoscaler.service.reconciler import Reconciler
 from autoscaler.signals.demand import Bins, load_demand
 from autoscaler.signals.prices import PriceSignals, PriceView
 from autoscaler.signals.prometheus import PrometheusReader
-from autoscaler.signals.snapshot import SignalReader
+from autoscaler.signals.reader import SignalReader
 
 
 class Markets:

@@ -79,7 +79,7 @@ class PoolShape:
                 itype = catalog.get(pool.cloud.value, name)
             except CatalogError:
                 continue  # the policy loader reports unknown types
-            for zone in list(pool.zones) or [None]:
+            for zone in list[str | None](pool.zones) or [None]:
                 labels = {**base, TYPE: name, MODEL_LABEL: itype.gpu_model}
                 if zone:
                     labels[ZONE] = zone

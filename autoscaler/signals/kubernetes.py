@@ -151,8 +151,8 @@ class KubernetesReader:
         if isinstance(exc, Urllib3Timeout) and not isinstance(exc, NewConnectionError):
             return f"API timed out after {timeout:g}s"
         cause = exc
-        while getattr(cause, "reason", None) is not None and isinstance(cause.reason, Exception):
-            cause = cause.reason  # MaxRetryError -> NewConnectionError
+        while isinstance(reason := getattr(cause, "reason", None), Exception):
+            cause = reason  # MaxRetryError -> NewConnectionError
         if isinstance(cause, Urllib3Timeout) and not isinstance(cause, NewConnectionError):
             return f"API timed out after {timeout:g}s"
         return f"API unreachable ({type(cause).__name__})"
@@ -192,7 +192,8 @@ class KubernetesReader:
         hit = self._nodes.get(rec.name)
         if hit is not None and hit[0] is rec and hit[1] is pool and len(hit[2]) == len(pods) \
                 and all(a is b for a, b in zip(hit[2], pods, strict=True)):
-            return hit[3]
+            cached: SchedulerNode = hit[3]
+            return cached
         view = self._node(rec, pods, shape)
         self._nodes[rec.name] = (rec, pool, pods, view)
         return view

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from autoscaler.actuators.ansible import FakeAnsible, HostResult, HostStatus
+from autoscaler.actuators.ansible import HostResult, HostStatus
 from autoscaler.actuators.ansible.results import Redactor, host_results
 from autoscaler.model.lifecycle import NodeState
+from tests.actuators.fake_ansible import FakeAnsible
 from tests.builders import make_node, make_policy
 
 NO_SECRETS = Redactor([])

@@ -6,8 +6,8 @@ import pytest
 
 from autoscaler.actuators.node_map import NodeSpec
 from autoscaler.actuators.terraform import StalePlanError, StateLockedError
-from autoscaler.actuators.terraform.fake import FakePoolWorkspace
 from autoscaler.policy.models import Market
+from tests.actuators.fake_workspace import FakePoolWorkspace
 
 SPOT, OD = Market.SPOT, Market.ON_DEMAND
 A = NodeSpec(instance_type="p3.2xlarge", market=SPOT, zone="us-east-1a")

@@ -41,8 +41,8 @@ from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
 from autoscaler.service.interruptions import InterruptionIntake, PollingSource
 from autoscaler.service.reconciler import Reconciler
+from autoscaler.signals.reader import SignalReader
 from autoscaler.signals.readings import ClusterPool, SchedulerReading
-from autoscaler.signals.snapshot import SignalReader
 from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeTerraform
 from tests.service.service_fakes import FakePrices
 

@@ -228,7 +228,7 @@ def test_the_service_loop_on_kubernetes(world: Any, tmp_path: Path) -> None:
     from autoscaler.service.metrics import ServiceMetrics
     from autoscaler.service.reload import PolicyReloader
     from autoscaler.signals.config import SignalsConfig
-    from autoscaler.signals.snapshot import SignalReader
+    from autoscaler.signals.reader import SignalReader
     from tests.service.service_fakes import FakePrices
 
     rig, kube, reader = world

@@ -1,6 +1,5 @@
 """The Ansible actuator: bootstrap new nodes with playbooks/gpu-node.yml over SSH."""
 
-from autoscaler.actuators.ansible.fake import FakeAnsible
 from autoscaler.actuators.ansible.inventory import AddressResolver, build_inventory, pool_vars
 from autoscaler.actuators.ansible.results import BootstrapRun, HostResult, HostStatus
 from autoscaler.actuators.ansible.runner import (
@@ -18,7 +17,6 @@ __all__ = [
     "AnsibleSettings",
     "BootstrapRun",
     "Bootstrapper",
-    "FakeAnsible",
     "HostResult",
     "HostStatus",
     "build_inventory",

@@ -26,6 +26,7 @@ from autoscaler.service.executor.common import Step
 from autoscaler.service.executor.meta import BootstrapMeta, NodeProgress, save, tracked
 from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.protocols import Bootstrapper
+from autoscaler.service.executor.report import AdvanceReport
 
 S = NodeState
 
@@ -61,9 +62,12 @@ def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node
         # The attempt is counted before the batch is handed over: a crash while Ansible
         # runs in a worker still counts it (a crash loop cannot retry forever).
         started = _count_attempts(step, batch)
-        if runner.start("bootstrap", keys, f"ansible {', '.join(n.name for n in nodes)}",
-                        lambda report, b=nodes, a=started: _run_batch(
-                            replace(step, report=report), bootstrapper, b, a), step.report):
+
+        def work(report: AdvanceReport, b: list[Node] = nodes, a: Started = started) -> None:
+            _run_batch(replace(step, report=report), bootstrapper, b, a)
+
+        if runner.start("bootstrap", keys, f"ansible {', '.join(n.name for n in nodes)}", work,
+                        step.report):
             step.report.started += keys
 
 

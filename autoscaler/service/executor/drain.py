@@ -30,6 +30,7 @@ from autoscaler.service.executor.meta import (
     tracked_one,
 )
 from autoscaler.service.executor.operations import Runner
+from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.executor.settings import ExecutorSettings
 
 S = NodeState
@@ -60,9 +61,11 @@ def drain_key(node: str) -> str:
 
 def drain_nodes(step: Step, runner: Runner) -> None:
     for node in step.store.nodes(states=[S.DRAINING, S.INTERRUPTED]):
-        if runner.start("drain", [drain_key(node.name)], f"drain step {node.name}",
-                        lambda report, n=node: drain_step(replace(step, report=report), n),
-                        step.report):
+
+        def work(report: AdvanceReport, n: Node = node) -> None:
+            drain_step(replace(step, report=report), n)
+
+        if runner.start("drain", [drain_key(node.name)], f"drain step {node.name}", work, step.report):
             step.report.started.append(drain_key(node.name))
 
 
