@@ -91,7 +91,7 @@ def to_series(bins: Sequence[DemandBin], until: datetime) -> History | None:
         return None
     first = int(np.argmax(known))
     values[:first] = values[first]
-    for i in np.flatnonzero(~known[first:]) + first:
+    for i in (np.flatnonzero(~known[first:]) + first).tolist():
         day_before = i - DAY_BINS
         values[i] = values[day_before] if day_before >= 0 and known[day_before] else values[i - 1]
     return History(origin, DemandSeries(values, step), forecasts, int(known.sum()))

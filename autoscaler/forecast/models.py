@@ -31,7 +31,8 @@ def _season(n: int) -> int:
 
 def _with_residuals(point: np.ndarray, residuals: np.ndarray, qs: Sequence[float]) -> np.ndarray:
     shift = np.quantile(residuals, qs) if len(residuals) else np.zeros(len(qs))
-    return np.maximum(0.0, point[None, :] + np.asarray(shift)[:, None])
+    out: np.ndarray = np.maximum(0.0, point[None, :] + np.asarray(shift)[:, None])
+    return out
 
 
 def seasonal_naive(h: np.ndarray, horizon: int, qs: Sequence[float]) -> np.ndarray:
@@ -54,7 +55,7 @@ def hour_of_week(h: np.ndarray, horizon: int, qs: Sequence[float]) -> np.ndarray
     targets = ((n + np.arange(horizon)) % period) // HOUR_BINS
     out = np.empty((len(qs), horizon))
     cache: dict[int, np.ndarray] = {}
-    for j, slot in enumerate(targets):
+    for j, slot in enumerate(targets.tolist()):
         if slot not in cache:
             cache[slot] = np.quantile(h[first:][slots == slot], qs)
         out[:, j] = cache[slot]
