@@ -69,6 +69,7 @@ class KarpenterLike(ClusterAutoscalerLike):
     def __init__(self, quota_gpus: int | None = None, settings: CaSettings | None = None):
         super().__init__(quota_gpus, settings)
         self.buyer = SpreadBuyer(self.settings.node_group_backoff)
+        self.backoff = None  # no node groups: the ICE cache and the buyer's pause instead
 
     def parameters(self) -> dict[str, object]:
         return {**super().parameters(), "ice_cache_s": ICE_TTL, "spot_spread": "fewest spot nodes"}
