@@ -153,3 +153,12 @@ def test_jobs_of_one_size_with_different_models_are_not_counted_as_one_shape():
     plan = run(make_policy(), pools={KEY: PoolObservation(pending=jobs)})
     assert [(a.instance_type, a.count) for a in launches(plan)] == [("p3.2xlarge", 2)]
     assert _hold(plan) == f"{KEY}: 1 pending job(s) not placed: p1 needs T4, not offered by this pool"
+
+
+def test_a_job_bound_to_a_zone_the_pool_lacks_does_not_hold_back_its_size_class():
+    """Same size, different zones: one shape each, so p0's refusal says nothing of p1."""
+    policy = make_policy(instance_types=["p3.2xlarge"], zones=["us-east-1a"])
+    jobs = [PendingJob(id="p0", gpus=1, zones=["us-east-1f"]), PendingJob(id="p1", gpus=1)]
+    plan = run(policy, pools={KEY: PoolObservation(pending=jobs)})
+    assert [(a.zone, a.count) for a in launches(plan)] == [("us-east-1a", 1)]
+    assert _hold(plan).startswith(f"{KEY}: 1 pending job(s) not placed: p0 (1 GPUs): ")
