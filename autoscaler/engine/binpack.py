@@ -7,10 +7,12 @@ so shares pack densely the way GPU-sharing schedulers place them).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import attrgetter
 
 from autoscaler.engine.pricing import Offer
 from autoscaler.model.node import Node
@@ -62,35 +64,93 @@ class Bin:
         self.jobs.append(job)
 
 
-def job_parts(jobs: list[PendingJob]) -> list[tuple[str, float, str | None]]:
-    """(job id, GPUs on one node, required model), one entry per node: higher priority
-    (Kubernetes PriorityClass) first, so caps and max_step leave out the lower ones; then
-    largest first. A part's zones are in ``part_zones``."""
-    ranked = [
-        (-j.priority, -j.gpus, j.id if j.nodes == 1 else f"{j.id}[{k}]", j.gpu_model)
-        for j in jobs
-        for k in range(j.nodes)
-    ]
-    ranked.sort(key=lambda p: (p[0], p[1], p[2]))
-    return [(job, -neg, model) for _, neg, job, model in ranked]
+# One node's share of a pending job: (part id, GPUs on one node, required model, allowed
+# zones or None, allowed instance types or None, the job).
+Part = tuple[str, float, str | None, frozenset[str] | None, frozenset[str] | None, PendingJob]
+_HEAD = 16  # parts of a group put in order before sorting all of it (most groups stop early)
 
 
-def part_zones(jobs: list[PendingJob]) -> dict[str, frozenset[str]]:
-    """Part id -> the zones it may run in, for the parts that are constrained."""
-    return {(j.id if j.nodes == 1 else f"{j.id}[{k}]"): frozenset(j.zones)
-            for j in jobs if j.zones is not None for k in range(j.nodes)}
+@dataclass(slots=True)
+class PartGroup:
+    """The pending jobs of one (priority, GPUs per node) class: higher priority first
+    (Kubernetes PriorityClass), so caps and max_step leave out the lower ones; then largest
+    first; parts in id order within.
+
+    ``uniform``: every part has the group's model, zones and instance types, so a part that finds no room
+    tells the packer the rest of the group finds none either, and only the parts read are
+    put in order (the smallest ids first, the whole group only past ``_HEAD``)."""
+
+    priority: int
+    gpus: float
+    model: str | None
+    zones: list[str] | None
+    jobs: list[PendingJob] = field(default_factory=list)
+    count: int = 0  # parts: one per node each job asks for
+    uniform: bool = True
+    multi_node: bool = False
+
+    def parts(self) -> Iterator[Part]:
+        if self.multi_node:
+            items = [(j.id if j.nodes == 1 else f"{j.id}[{k}]", j) for j in self.jobs for k in range(j.nodes)]
+            for pid, j in sorted(items, key=_first):
+                yield _part(pid, j)
+            return
+        # The same order as sorting all (min, nsmallest and sorted agree on ties), put
+        # together only as far as it is read: most groups stop at their first part.
+        jobs = self.jobs
+        first = min(jobs, key=_ID)
+        yield _part(first.id, first)
+        if len(jobs) > 1:
+            yield from (_part(j.id, j) for j in heapq.nsmallest(_HEAD, jobs, key=_ID)[1:])
+        if len(jobs) > _HEAD:
+            yield from (_part(j.id, j) for j in sorted(jobs, key=_ID)[_HEAD:])
 
 
-def part_types(jobs: list[PendingJob]) -> dict[str, frozenset[str]]:
-    """Part id -> the instance types it may run on, for the parts that are constrained."""
-    return {(j.id if j.nodes == 1 else f"{j.id}[{k}]"): frozenset(j.instance_types)
-            for j in jobs if j.instance_types is not None for k in range(j.nodes)}
+_ID = attrgetter("id")
+_SHAPE = attrgetter("priority", "gpus", "gpu_model", "nodes")
+_ZONES = attrgetter("zones")
 
 
-def part_waits(jobs: list[PendingJob], now: datetime) -> dict[str, timedelta]:
-    """Part id -> how long its job has been pending, for jobs that report a submit time."""
-    return {(j.id if j.nodes == 1 else f"{j.id}[{k}]"): max(timedelta(0), now - j.submitted_at)
-            for j in jobs if j.submitted_at is not None for k in range(j.nodes)}
+def _first(item: tuple[str, PendingJob]) -> str:
+    return item[0]
+
+
+def _part(pid: str, j: PendingJob) -> Part:
+    return (pid, j.gpus, j.gpu_model, None if j.zones is None else frozenset(j.zones),
+            None if j.instance_types is None else frozenset(j.instance_types), j)
+
+
+def part_groups(jobs: list[PendingJob]) -> list[PartGroup]:
+    """``jobs`` grouped by (priority, GPUs per node), in packing order. One pass in Python
+    (a backlog has thousands of jobs in a handful of shapes); the rest runs per shape."""
+    by_shape: dict[tuple[int, float, str | None, int], list[PendingJob]] = {}
+    for j in jobs:
+        try:
+            by_shape[_SHAPE(j)].append(j)
+        except KeyError:
+            by_shape[_SHAPE(j)] = [j]
+    groups: dict[tuple[int, float], PartGroup] = {}
+    for (priority, gpus, model, nodes), members in by_shape.items():
+        g = groups.get((priority, gpus))
+        if g is None:
+            g = groups[(priority, gpus)] = PartGroup(priority, gpus, model, members[0].zones, members)
+        else:  # several models: the jobs in their input order (it breaks ties of equal ids)
+            g.uniform = g.uniform and model == g.model
+            g.jobs = [j for j in jobs if (j.priority, j.gpus) == (priority, gpus)]
+        g.count += len(members) * nodes
+        g.multi_node = g.multi_node or nodes != 1
+    if list(map(_ZONES, jobs)).count(None) != len(jobs):  # some jobs name zones
+        for g in groups.values():
+            g.uniform = g.uniform and all(j.zones == g.zones for j in g.jobs)
+    if any(j.instance_types is not None for j in jobs):  # some jobs name instance types
+        for g in groups.values():
+            g.uniform = g.uniform and all(j.instance_types == g.jobs[0].instance_types for j in g.jobs)
+    return sorted(groups.values(), key=lambda g: (-g.priority, -g.gpus))
+
+
+def part_wait(job: PendingJob, now: datetime) -> timedelta | None:
+    """How long the part's job has been pending, if it reports a submit time."""
+    return None if job.submitted_at is None else max(timedelta(0), now - job.submitted_at)
 
 
 def bin_zone(b: Bin) -> str | None:

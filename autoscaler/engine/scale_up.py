@@ -10,17 +10,9 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain, islice, repeat
 
-from autoscaler.engine.binpack import (
-    Bin,
-    LazyBins,
-    first_fit,
-    fits_part,
-    job_parts,
-    part_types,
-    part_waits,
-    part_zones,
-)
+from autoscaler.engine.binpack import Bin, LazyBins, Part, first_fit, fits_part, part_groups, part_wait
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
@@ -127,6 +119,24 @@ def _cancellable_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:
         cancellable.append(Bin.with_allocated(prices.node_gpus(node), allocated, node=node,
                                               gpu_model=prices.gpu_model(node)))
     return cancellable
+
+
+@dataclass(slots=True)
+class _Run:
+    """The packer's state across parts: the current shape's search start and refusal, the
+    first three reasons a part was not placed, the count of all, the picker's notes."""
+
+    shape: tuple[float, str | None, frozenset[str] | None, frozenset[str] | None] | None = None
+    start: tuple[int, int] = (0, 0)
+    refused: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    n_unplaced: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def unplaced(self, why: str) -> None:
+        self.n_unplaced += 1
+        if self.n_unplaced <= 3:
+            self.reasons.append(why)
 
 
 class _Grower:
@@ -247,68 +257,73 @@ class _Grower:
                         replaces=[node.name], fallback=fallback)
 
     def pending(self) -> None:
-        """Pending jobs, packed first-fit-decreasing."""
-        ctx, pool, prices, out = self.ctx, self.ctx.pool, self.prices, self.out
-        demand = ctx.demand_jobs()
-        parts, zoned, typed = job_parts(demand), part_zones(demand), part_types(demand)
-        waits = part_waits(demand, prices.now)
-        out.has_demand = out.has_demand or bool(parts)
-        if not parts:
+        """Pending jobs, packed first-fit-decreasing, a (priority, GPUs) group at a time."""
+        pool, prices, out = self.ctx.pool, self.prices, self.out
+        groups = part_groups(self.ctx.demand_jobs())
+        out.has_demand = out.has_demand or bool(groups)
+        if not groups:
             return
-        out.pending_gpus = sum(p[1] for p in parts)
+        out.pending_gpus = sum(chain.from_iterable(repeat(g.gpus, g.count) for g in groups))
         models = {t.gpu_model for name in pool.instance_types
                   if (t := prices.itype(pool.cloud.value, name)) is not None}
-        unplaced: list[str] = []  # the first three reasons, formatted; the rest only counted
-        n_unplaced = 0
-        notes: list[str] = []
-        shape: tuple[float, str | None, frozenset[str] | None, frozenset[str] | None] | None = None
-        start, refused = (0, 0), None
-        for job, gpus, model in parts:
-            if model and model not in models:
-                n_unplaced += 1
-                if n_unplaced <= 3:
-                    unplaced.append(f"{job} needs {model}, not offered by this pool")
-                continue
-            zones, types = zoned.get(job), typed.get(job)
-            if (gpus, model, zones, types) != shape:
-                shape, start, refused = (gpus, model, zones, types), (0, 0), None
-            b, start = self._first_fit_from(start, gpus, model, zones, types)
-            if b is not None:
-                b.place(job, gpus)
-                continue
-            if self.room > 0 and (b := first_fit(self.cancellable, gpus, model, zones, types)) is not None:
-                self.cancel(b, f"pending job {job} needs {gpus:g} GPUs and fits on it")
-                b.place(job, gpus)
-                continue
-            if self.room <= 0:
-                n_unplaced += 1
-                if n_unplaced <= 3:
-                    unplaced.append(f"{job} ({gpus:g} GPUs): {self.room_why()}")
-                continue
-            # A shape the picker refused stays refused: a refusal changes no state.
-            offer, note, fallback = ((None, refused, False) if refused is not None
-                                     else self.picker.pick(gpus, model, zones=zones, waited=waits.get(job),
-                                                           types=types))
-            if offer is None:
-                refused = note
-                n_unplaced += 1
-                if n_unplaced <= 3:
-                    unplaced.append(f"{job} ({gpus:g} GPUs): {note}")
-                continue
-            if note:
-                notes.append(note)
-            self.add(offer, "pending", "", fallback=fallback).place(job, gpus)
+        run = _Run()
+        for group in groups:
+            parts = group.parts()
+            for i, part in enumerate(parts):
+                why = self._place_part(part, models, run)
+                if why is None:
+                    continue
+                run.unplaced(part[0] + why)
+                if group.uniform:
+                    # Nothing changed and the rest of the group has this part's shape, so
+                    # each would fail the same way: count them, format only the first few.
+                    rest = group.count - i - 1
+                    for later in islice(parts, max(0, 3 - run.n_unplaced)):
+                        run.unplaced(later[0] + why)
+                        rest -= 1
+                    run.n_unplaced += rest
+                    break
         fresh = [n for n in out.new if n.trigger == "pending"]
         if fresh:
             jobs_new = sum(len(b.jobs) for b in self.new_bins)
-            why = (f"{len(parts)} pending job part(s) ask for {out.pending_gpus:g} GPUs; "
+            why = (f"{sum(g.count for g in groups)} pending job part(s) ask for {out.pending_gpus:g} GPUs; "
                    f"{jobs_new} do not fit on free, in-flight or draining capacity")
-            if notes:
-                why += f"; {notes[0]}"
+            if run.notes:
+                why += f"; {run.notes[0]}"
             for n in fresh:
                 n.why = why
-        if n_unplaced:
-            out.holds.append(f"{n_unplaced} pending job(s) not placed: " + "; ".join(unplaced))
+        if run.n_unplaced:
+            out.holds.append(f"{run.n_unplaced} pending job(s) not placed: " + "; ".join(run.reasons))
+
+    def _place_part(self, part: Part, models: set[str], run: _Run) -> str | None:
+        """Place one part; None when placed, else why not (to follow the part's id)."""
+        job, gpus, model, zones, types, pending_job = part
+        if model and model not in models:
+            return f" needs {model}, not offered by this pool"
+        if (gpus, model, zones, types) != run.shape:
+            run.shape, run.start, run.refused = (gpus, model, zones, types), (0, 0), None
+        b, run.start = self._first_fit_from(run.start, gpus, model, zones, types)
+        if b is not None:
+            b.place(job, gpus)
+            return None
+        if self.room > 0 and (b := first_fit(self.cancellable, gpus, model, zones, types)) is not None:
+            self.cancel(b, f"pending job {job} needs {gpus:g} GPUs and fits on it")
+            b.place(job, gpus)
+            return None
+        if self.room <= 0:
+            return f" ({gpus:g} GPUs): {self.room_why()}"
+        # A shape the picker refused stays refused: a refusal changes no state.
+        offer, note, fallback = ((None, run.refused, False) if run.refused is not None
+                                 else self.picker.pick(gpus, model, zones=zones,
+                                                       waited=part_wait(pending_job, self.prices.now),
+                                                       types=types))
+        if offer is None:
+            run.refused = note
+            return f" ({gpus:g} GPUs): {note}"
+        if note:
+            run.notes.append(note)
+        self.add(offer, "pending", "", fallback=fallback).place(job, gpus)
+        return None
 
     def _first_fit_from(self, start: tuple[int, int], gpus: float, model: str | None,
                         zones: frozenset[str] | None, types: frozenset[str] | None = None,

@@ -47,6 +47,9 @@ class SimJob:
     kills: int = 0
     gpu_seconds: float = 0.0  # share x seconds held on GPUs
     lost_seconds: float = 0.0  # share x seconds of work redone after kills
+    # What the observer showed of this wait (its PendingJob); cleared whenever the job
+    # starts or becomes pending anew, so only pending jobs hold one.
+    view: object | None = None
 
     key: tuple[float, int] = field(init=False)  # FIFO order: arrival, then trace order
 
@@ -214,7 +217,7 @@ class Cluster:
 
     # -- jobs ----------------------------------------------------------------------
     def arrive(self, job: SimJob, now: float) -> None:
-        job.state, job.pending_since = "pending", now
+        job.state, job.pending_since, job.view = "pending", now, None
         if self._pending is not None:
             self._pending.append(job)  # arrivals come in time order: the end of the FIFO
         self._by_shape.setdefault(job.gpus, []).append(job)
@@ -227,7 +230,7 @@ class Cluster:
         self.version += 1
         self._fleet_version += 1
         node.jobs_version += 1
-        job.state, job.node, job.slots = "running", node, slots
+        job.state, job.node, job.slots, job.view = "running", node, slots, None
         job.wait += now - job.pending_since
         job.run_start, job.run_id = now, job.run_id + 1
         if job.first_start is None:
@@ -273,7 +276,7 @@ class Cluster:
             self.totals.lost_gpu_seconds[cause] += job.gpus * (ran - kept)
             job.kills += 1
             self.totals.kills[cause] += 1
-            job.state, job.pending_since = "pending", now
+            job.state, job.pending_since, job.view = "pending", now, None
             self._pending = None  # rebuilt from the shapes (it may still hold this job's old entry)
             bisect.insort(self._by_shape.setdefault(job.gpus, []), job, key=lambda j: j.key)
 
@@ -327,7 +330,9 @@ class Cluster:
 
     @property
     def pending(self) -> list[SimJob]:
-        """Pending jobs, oldest first (a killed job keeps its place by age)."""
+        """Pending jobs, oldest first (a killed job keeps its place by age). The list is
+        replaced on every change except arrivals, which are appended to it (the observer
+        relies on that to build views only for the new tail)."""
         if self._pending is None:
             self._pending = sorted((j for q in self._by_shape.values() for j in q), key=_age)
         elif self._started:

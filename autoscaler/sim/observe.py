@@ -45,9 +45,9 @@ class Observer:
         self.team, self.pool, self.cloud, self.region = team, pool, cloud, region
         self.key = f"{team}/{pool.name}"
         self._nodes: dict[str, tuple[int, Node]] = {}
-        self._pending: dict[tuple[str, float], PendingJob] = {}
         self._running: dict[tuple[str, int], RunningJob] = {}
         self._sched: dict[str, tuple[tuple[int, NodeState], SchedulerNode]] = {}
+        self._views: tuple[list[SimJob], int, list[PendingJob]] | None = None
 
     def node(self, sim: SimNode) -> Node:
         cached = self._nodes.get(sim.name)
@@ -79,38 +79,38 @@ class Observer:
         window = self.pool.scale_up.window.total_seconds()
         idle = self.pool.scale_down.idle_for.total_seconds()
         obs = {n.name: self._observe(n, now, window, idle) for n in nodes if n.state in _OBSERVED}
-        views = [self._pending_job(j) for j in pending]
-        self._evict(nodes, pending)
+        views = self._pending_views(pending)
+        self._evict(nodes)
         return Snapshot.model_construct(
             taken_at=to_datetime(now), nodes=obs,
             pools={self.key: PoolObservation.model_construct(
                 pending=views, metrics_missing=None, scheduler_missing=None)},
             capacity_errors=errors, offerings=[],
             interrupted=[n.name for n in nodes if n.state is S.INTERRUPTED], missing=[],
+            # Given, not defaulted: pydantic inspects a default factory's signature each time.
+            unserved=[], cluster_quotas={}, held={}, forecasts={},
         )
 
-    def _evict(self, nodes: list[SimNode], pending: list[SimJob]) -> None:
-        """Keep the job views bounded by what is live: drop started, finished and killed
-        runs once the caches hold twice what is live (amortised: rarely a full pass)."""
-        if len(self._pending) > 2 * len(pending) + 64:
-            live = {(j.job.id, j.pending_since) for j in pending}
-            self._pending = {k: v for k, v in self._pending.items() if k in live}
+    def _evict(self, nodes: list[SimNode]) -> None:
+        """Keep the running-job views bounded by what is live: drop finished and killed
+        runs once the cache holds twice what is live (amortised: rarely a full pass).
+        Pending views live on the pending jobs themselves (``SimJob.view``)."""
         running = sum(len(n.jobs) for n in nodes)
         if len(self._running) > 2 * running + 64:
             runs = {(j.job.id, j.run_id) for n in nodes for j in n.jobs.values()}
             self._running = {k: v for k, v in self._running.items() if k in runs}
 
-    def _pending_job(self, job: SimJob) -> PendingJob:
-        key = (job.job.id, job.pending_since)
-        found = self._pending.get(key)
-        if found is None:
-            # Pending since its arrival or its last requeue (a replacement pod's creation
-            # time): the wait that capacity.max_wait compares with.
-            found = PendingJob.model_construct(
-                id=job.job.id, gpus=job.gpus, nodes=1, reason="Resources",
-                submitted_at=to_datetime(job.pending_since), gpu_model=None)
-            self._pending[key] = found
-        return found
+    def _pending_views(self, pending: list[SimJob]) -> list[PendingJob]:
+        """The views of ``pending``, in order. The cluster replaces its pending list on any
+        change but arrivals, which it appends (``Cluster.pending``): the same list, longer,
+        only needs views for its new tail."""
+        cached = self._views
+        if cached is not None and cached[0] is pending and len(pending) >= cached[1]:
+            views = cached[2] + [_pending_job(j) for j in pending[cached[1]:]]
+        else:
+            views = [j.view or _pending_job(j) for j in pending]  # type: ignore[misc]
+        self._views = (pending, len(pending), views)
+        return views
 
     def _running_job(self, job: SimJob) -> RunningJob:
         key = (job.job.id, job.run_id)
@@ -144,3 +144,15 @@ class Observer:
             jobs=[self._running_job(j) for j in node.jobs.values()], cordoned=node.state is not S.READY)
         self._sched[node.name] = (key, sched)
         return sched
+
+
+def _pending_job(job: SimJob) -> PendingJob:
+    """The job's view for its current wait, kept on the job until it starts or requeues."""
+    view = job.view
+    if not isinstance(view, PendingJob):
+        # Pending since its arrival or its last requeue (a replacement pod's creation
+        # time): the wait that capacity.max_wait compares with.
+        view = job.view = PendingJob.model_construct(
+            id=job.job.id, gpus=job.gpus, nodes=1, reason="Resources",
+            submitted_at=to_datetime(job.pending_since), gpu_model=None)
+    return view

@@ -9,7 +9,7 @@ import pytest
 from autoscaler.engine import CancelDrain, Hold, Launch, decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import PoolHistory
-from autoscaler.model.snapshot import PoolObservation
+from autoscaler.model.snapshot import PendingJob, PoolObservation
 from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, pending, snapshot
 
 KEY = "vision/gpu"
@@ -125,3 +125,40 @@ def test_max_step_and_max_nodes_bound_launches():
 def test_scheduler_missing_means_no_pending_demand():
     plan = run(make_policy(), pools={KEY: PoolObservation(pending=pending(1), scheduler_missing="down")})
     assert launches(plan) == []
+
+
+def _hold(plan) -> str:
+    return next(a.reason for a in plan.actions if isinstance(a, Hold) and "not placed" in a.reason)
+
+
+def test_a_backlog_is_packed_in_id_order_and_counted_whole():
+    """Parts go largest first, then by id; once a shape finds no room the rest of it is
+    counted without being looked at one by one, and the reason names the first three."""
+    import random
+
+    ids = [f"j{i:05d}" for i in range(4000)]
+    random.Random(7).shuffle(ids)
+    jobs = [PendingJob(id=i, gpus=4 if n < 1000 else 1) for n, i in enumerate(ids)]
+    plan = run(make_policy(max_nodes=3, scale_up={"max_step": 2}), pools={KEY: PoolObservation(pending=jobs)})
+    assert [(a.instance_type, a.count) for a in launches(plan)] == [("p3.8xlarge", 2)]
+    big = sorted(j.id for j in jobs if j.gpus == 4)
+    assert _hold(plan) == (f"{KEY}: 3998 pending job(s) not placed: " + "; ".join(
+        f"{i} (4 GPUs): max_step (2) nodes per tick reached" for i in big[2:5]))
+
+
+def test_jobs_of_one_size_with_different_models_are_not_counted_as_one_shape():
+    """p1 needs a model the pool lacks; p0 and p2 (same size, any model) still get nodes."""
+    jobs = [PendingJob(id="p0", gpus=1), PendingJob(id="p1", gpus=1, gpu_model="T4"),
+            PendingJob(id="p2", gpus=1)]
+    plan = run(make_policy(), pools={KEY: PoolObservation(pending=jobs)})
+    assert [(a.instance_type, a.count) for a in launches(plan)] == [("p3.2xlarge", 2)]
+    assert _hold(plan) == f"{KEY}: 1 pending job(s) not placed: p1 needs T4, not offered by this pool"
+
+
+def test_a_job_bound_to_a_zone_the_pool_lacks_does_not_hold_back_its_size_class():
+    """Same size, different zones: one shape each, so p0's refusal says nothing of p1."""
+    policy = make_policy(instance_types=["p3.2xlarge"], zones=["us-east-1a"])
+    jobs = [PendingJob(id="p0", gpus=1, zones=["us-east-1f"]), PendingJob(id="p1", gpus=1)]
+    plan = run(policy, pools={KEY: PoolObservation(pending=jobs)})
+    assert [(a.zone, a.count) for a in launches(plan)] == [("us-east-1a", 1)]
+    assert _hold(plan).startswith(f"{KEY}: 1 pending job(s) not placed: p0 (1 GPUs): ")

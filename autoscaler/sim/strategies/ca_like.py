@@ -8,9 +8,13 @@ One node group per instance type of the pool. Every ``scan-interval`` (10 s):
   ``least-waste`` expander picks the group that leaves the fewest GPUs idle; ties go to
   a random group (CA's fallback expander is ``random``), drawn from the replay's seed;
   that group grows by its estimate, within ``max_nodes`` and the team's GPU quota. A
-  scale-up the cloud refuses in every zone (no on-demand fallback) backs the group off
-  for 5 min. The estimate packs pods of one shape at once (:mod:`.packing`): linear in
-  the number of pod shapes and node profiles, not in pods x nodes.
+  scale-up the cloud refuses in every zone (no on-demand fallback) backs that group off
+  as CA's exponential node-group backoff does (:class:`GroupBackoff`): 5 min, doubled by
+  each failure after the last back-off ran out, at most 30 min; a scale-up of the group
+  whose nodes all came up resets it, and 3 h without failure forgets it. A backed-off
+  group is no expansion option. The estimate packs pods of one shape at once
+  (:mod:`.packing`): linear in the number of pod shapes and node profiles, not in pods x
+  nodes.
 * **Scale-down**: a ready node whose requested GPUs are below 50% of its GPUs
   (``scale-down-utilization-threshold``; CA looks only at GPUs on GPU nodes) and whose pods
   all fit elsewhere is "unneeded"; unneeded for 10 min (``scale-down-unneeded-time``)
@@ -46,7 +50,43 @@ class CaSettings:
     delay_after_add: float = 600.0
     max_empty_bulk_delete: int = 10
     max_nonempty_deletes: int = 1
-    node_group_backoff: float = 300.0
+    node_group_backoff: float = 300.0  # initial-node-group-backoff-duration
+    max_node_group_backoff: float = 1800.0  # max-node-group-backoff-duration
+    node_group_backoff_reset: float = 10800.0  # node-group-backoff-reset-timeout
+
+
+class GroupBackoff:
+    """The Cluster Autoscaler's exponential node-group backoff (utils/backoff).
+
+    A failure backs the group off for the initial duration, or for twice the last one
+    (at most ``maximum``) when the last back-off had run out; one still running restarts
+    at the initial duration (CA's rule for concurrent failures). A group's refused
+    nodes of one scan are one failure (CA registers a group's creation errors once per
+    loop). ``succeeded`` (a scale-up whose nodes all came up) and ``reset_after`` without
+    a failure clear the group."""
+
+    def __init__(self, initial: float, maximum: float, reset_after: float):
+        self.initial, self.maximum, self.reset_after = initial, maximum, reset_after
+        self._info: dict[str, tuple[float, float, float]] = {}  # group -> duration, until, failed at
+
+    def failed(self, group: str, now: float) -> None:
+        info = self._info.get(group)
+        if info is not None and info[2] == now:
+            return
+        duration = self.initial
+        if info is not None and info[1] < now:
+            duration = min(2 * info[0], self.maximum)
+        self._info[group] = (duration, now + duration, now)
+
+    def blocked(self, group: str, now: float) -> bool:
+        info = self._info.get(group)
+        if info is not None and info[2] + self.reset_after < now:
+            del self._info[group]  # stale: forgotten
+            return False
+        return info is not None and info[1] > now
+
+    def succeeded(self, group: str) -> None:
+        self._info.pop(group, None)
 
 
 def _pack(bins: list[list[float]], gpus: float) -> bool:
@@ -67,7 +107,11 @@ class ClusterAutoscalerLike(Strategy):
         self.settings = settings or CaSettings()
         self.interval = self.settings.scan_interval
         self.quota_gpus = quota_gpus
-        self.buyer = Buyer(self.settings.node_group_backoff)
+        self.buyer = Buyer(0.0)  # back-off per node group, below
+        st = self.settings
+        self.backoff: GroupBackoff | None = GroupBackoff(st.node_group_backoff, st.max_node_group_backoff,
+                                                         st.node_group_backoff_reset)
+        self._scaling: set[str] = set()  # groups with a scale-up whose nodes are not all up
         self.last_scale_up: float | None = None
         self.unneeded_since: dict[str, float] = {}
         self._seen_version = -1
@@ -79,22 +123,37 @@ class ClusterAutoscalerLike(Strategy):
         self.rng = random.Random(f"{replay.config.seed}:ca_like:expander")
 
     def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
-        self.buyer.refused(replay, node, now)
+        if self.buyer.refused(replay, node, now) is None and self.backoff is not None:
+            self.backoff.failed(node.itype.name, now)
+            self._scaling.discard(node.itype.name)  # that scale-up failed: no reset from it
 
     def parameters(self) -> dict[str, object]:
-        return {**asdict(self.settings), "expander": "least-waste"}
+        return {**asdict(self.settings), "expander": "least-waste",
+                "node_group_backoff_rule": "exponential" if self.backoff else "none"}
 
     def tick(self, replay: Replay, now: float) -> None:
         reap(replay, now)
+        self._finish_scale_ups(replay)
         self._scale_up(replay, now)
         self._scale_down(replay, now)
 
     # -- scale-up -------------------------------------------------------------------
+    def _finish_scale_ups(self, replay: Replay) -> None:
+        """A group whose scale-up has no node on its way any more succeeded: reset it."""
+        if not self._scaling or self.backoff is None:
+            return
+        coming = {n.itype.name for n in replay.cluster.nodes.values() if n.state in IN_FLIGHT}
+        for group in self._scaling - coming:
+            self.backoff.succeeded(group)
+            self._scaling.discard(group)
+
     def _scale_up(self, replay: Replay, now: float) -> None:
         pending = replay.cluster.pending_shapes()
-        if not pending or now < self.buyer.blocked_until:
+        backoff = self.backoff
+        groups = [g for g in replay.pool.instance_types if backoff is None or not backoff.blocked(g, now)]
+        if not pending or not groups or now < self.buyer.blocked_until:
             return  # nothing to do, or the node groups are backed off
-        check = (replay.cluster.version, self.buyer.blocked_until)
+        check = (replay.cluster.version, self.buyer.blocked_until, tuple(groups))
         if check == self._idle_check:
             return  # same pods, nodes and back-off as a check that launched nothing: same answer
         upcoming = Bins()
@@ -102,8 +161,7 @@ class ClusterAutoscalerLike(Strategy):
             upcoming.add([1.0] * gpus, n)
         rest = [(g, k - upcoming.place(g, k)) for g, k in pending]
         rest = [(g, k) for g, k in rest if k > 0]
-        options = [o for name in replay.pool.instance_types
-                   if rest and (o := self._estimate(replay, name, rest)) is not None]
+        options = [o for name in groups if rest and (o := self._estimate(replay, name, rest)) is not None]
         if not options:
             self._idle_check = check
             return
@@ -117,6 +175,7 @@ class ClusterAutoscalerLike(Strategy):
         mix = mix_for(replay)
         if sum(1 for _ in range(count) if self.buyer.buy(replay, name, mix, now) is not None):
             self.last_scale_up = now
+            self._scaling.add(name)
 
     @staticmethod
     def _estimate(replay: Replay, name: str, rest: list[tuple[float, int]]

@@ -4,9 +4,10 @@ Baselines buy capacity the way a cloud auto-scaling group would for the same poo
 policy's on-demand base and spot share (the engine's own ``MarketMix``); for spot, the
 pool's first zone, and when the cloud refuses (learned after one provisioning attempt,
 ``launch_attempt``, as for ours) the next zone, then the policy's fallback to on-demand.
-With no zone left and no fallback the group backs off for 5 minutes (Cluster Autoscaler's
-``initial-node-group-backoff-duration``; it doubles up to 30 min in CA, not here). Refused
-attempts are not billed and are counted like ours, one per node refused.
+With no zone left and no fallback the buyer pauses for ``backoff`` (default 5 minutes,
+Cluster Autoscaler's ``initial-node-group-backoff-duration``; ca_like passes 0 and keeps
+CA's exponential back-off per node group itself). Refused attempts are not billed and are
+counted like ours, one per node refused.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from itertools import pairwise
+
 from autoscaler.model.lifecycle import IN_FLIGHT
-from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike
+from autoscaler.sim.spot import load_spot_traces
+from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike, GroupBackoff
 from autoscaler.traces import Job
-from tests.sim.conftest import policy, ready_node, replay_for, run_job
+from tests.sim.conftest import EXACT, policy, ready_node, replay_for, run_job, write_spot
 
 POOL = policy(instance_types=["p3.2xlarge", "p3.8xlarge"]).pools[0]
 
@@ -105,3 +108,53 @@ def test_least_waste_ties_go_to_a_random_group_drawn_from_the_seed() -> None:
     choices = {seed: _tie_choice(seed) for seed in range(8)}
     assert set(map(tuple, choices.values())) == {("p3.8xlarge", "p3.8xlarge"), ("p3.16xlarge",)}
     assert all(_tie_choice(seed) == choices[seed] for seed in (0, 1))  # same seed, same draw
+
+
+def test_group_backoff_follows_the_cluster_autoscaler_rule() -> None:
+    """5 min, doubled by each failure after the back-off ran out, capped at 30 min; a
+    failure during a back-off restarts at 5 min; success or 3 h without failure clear it."""
+    b = GroupBackoff(300, 1800, 10800)
+    t, durations = 0.0, []
+    for _ in range(6):
+        b.failed("g", t)
+        b.failed("g", t)  # the group's other refused nodes of the same scan: one failure
+        until = t + next(d for d in range(0, 3601, 10) if not b.blocked("g", t + d))
+        durations.append(until - t)
+        t = until + 10
+    assert durations == [300, 600, 1200, 1800, 1800, 1800]
+    b.failed("g", t)  # 30 min
+    b.failed("g", t + 60)  # still backed off: CA restarts the back-off at the initial duration
+    assert b.blocked("g", t + 60 + 299) and not b.blocked("g", t + 60 + 300)
+    b.succeeded("g")
+    assert not b.blocked("g", t + 61)
+    b.failed("g", 0)
+    b.failed("g", 400)  # doubles to 600
+    assert not b.blocked("g", 400 + 10800 + 1)  # 3 h after the last failure: forgotten
+    b.failed("g", 400 + 10800 + 2)
+    assert not b.blocked("g", 400 + 10800 + 2 + 300)  # back to 5 min
+
+
+def test_a_dry_market_backs_the_group_off_longer_each_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Spot only, no fallback, every zone dry for 3 h: CA's retries of the group come
+    5, 10, 20, 30, 30 min after each failure (plus the two refused attempts each)."""
+    write_spot(tmp_path / "us-east-1a_v100_1.json", [1] * 40, gap=600)
+    write_spot(tmp_path / "us-east-1b_v100_1.json", [1] * 40, gap=600)
+    pool = policy(zones=["us-east-1a", "us-east-1b"],
+                  capacity={"on_demand_base": 0, "spot_percent": 100, "spot_fallback": "none"}).pools[0]
+    failures: list[float] = []
+
+    class Recording(ClusterAutoscalerLike):
+        def capacity_error(self, replay, node, now):  # type: ignore[no-untyped-def]
+            super().capacity_error(replay, node, now)
+            fresh = not failures or failures[-1] != now
+            if fresh and self.backoff is not None and self.backoff.blocked(node.itype.name, now):
+                failures.append(now)
+
+    replay = replay_for([Job("j", 0, 3600, 1.0)], strategy=Recording(), pool=pool,
+                        spot=load_spot_traces(tmp_path), end=3 * 3600)
+    replay.run()
+    a = EXACT.launch_attempt
+    gaps = [later - earlier - 2 * a for earlier, later in pairwise(failures)]
+    want = [300, 600, 1200, 1800, 1800, 1800, 1800]
+    assert len(gaps) >= 5
+    assert all(d <= g <= d + 10 for g, d in zip(gaps, want[: len(gaps)], strict=True)), gaps  # the next 10 s scan retries
