@@ -95,13 +95,16 @@ class Backoff:
 def launch_backoffs(store: FleetStore, policies: Mapping[str, TeamPolicy], now: datetime) -> list[Backoff]:
     """The backoffs in force at ``now`` (none once their next try has come)."""
     states = [NodeState.READY.value, *FAILED]
+    # Imported here: the executor's submit imports this module (fingerprint).
+    from autoscaler.service.executor.meta import progress_of
+
     with store.session() as s:
         rows = s.execute(
             select(TransitionRow.to_state, TransitionRow.at, TransitionRow.reason, NodeRow)
             .join(NodeRow, NodeRow.name == TransitionRow.node)
             .where(TransitionRow.to_state.in_(states), TransitionRow.at >= now - LOOKBACK)
             .order_by(TransitionRow.at, TransitionRow.id)).all()
-        events = [(to, at, reason, _key(node), (node.meta or {}).get("policy"), node.team,
+        events = [(to, at, reason, _key(node), progress_of(node.meta or {}).policy, node.team,
                    node.pool) for to, at, reason, node in rows]
     running: dict[tuple[str, str, str, str, str | None, str], Backoff] = {}
     for to, at, reason, key, launched_under, team, pool_name in events:

@@ -26,6 +26,7 @@ from autoscaler.model.lifecycle import BILLABLE, TIMEOUTS, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool, pool_key
+from autoscaler.service.executor.meta import progress_of
 from autoscaler.service.metrics import ServiceMetrics
 
 S = NodeState
@@ -154,9 +155,7 @@ class FleetObserver:
                     max(0.0, (row.at - began).total_seconds()))
         elif row.to_state == S.INTERRUPTED.value:
             metrics.interruptions.labels(pool).inc()
-            notice = (node.meta or {}).get("interruption") or {}
-            at = notice.get("at")
-            if at is not None:
-                noticed = datetime.fromisoformat(at) if isinstance(at, str) else at
+            notice = progress_of(node.meta or {}).interruption
+            if notice is not None:
                 metrics.notice_to_drain.labels(pool).observe(
-                    max(0.0, (row.at - noticed).total_seconds()))
+                    max(0.0, (row.at - notice.at).total_seconds()))

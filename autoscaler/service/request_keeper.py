@@ -26,6 +26,7 @@ from autoscaler.model.plan import Action, Drain, Plan, Terminate
 from autoscaler.model.request_spec import Condition, Link, RequestView
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market, TeamPolicy, find_pool, pool_key
+from autoscaler.service.executor.meta import changes
 
 log = logging.getLogger(__name__)
 S = NodeState
@@ -126,7 +127,7 @@ class RequestKeeper:
                     team=team, pool=name, cloud=pool.cloud.value, region=pool.region,
                     zone=None, instance_type=placed.instance_type, market=Market.ON_DEMAND,
                     now=now, reason=f"{view.label()}: node {len(names) + 1} of {total}",
-                    meta={"cluster": pool.cluster.kind, "request": view.id})
+                    meta=changes(cluster=pool.cluster.kind, request=view.id))
                 names[node.name] = None
                 self.book.set_nodes(view.id, names, now)  # after each: a crash loses none
         return bool(names)
