@@ -125,7 +125,7 @@ class Service:
 
     # -- running ------------------------------------------------------------------------
     def keep_requests(self, executor: ExecutorLike | None) -> None:
-        """Move capacity requests one step before each tick (service/request_keeper.py)."""
+        """Move capacity requests one step before and after each tick (service/request_keeper.py)."""
         from autoscaler.fleet.requests import RequestBook
         from autoscaler.service.request_keeper import RequestKeeper
 
@@ -157,7 +157,11 @@ class Service:
         started = self._tick_started = time.monotonic()
         try:
             self._requests_step()
-            return self.loop.tick()
+            result = self.loop.tick()
+            # Again after the tick: a node its advance made READY completes the request now,
+            # not one tick later.
+            self._requests_step()
+            return result
         finally:
             self._tick_started = None
             took, interval = time.monotonic() - started, self.config.tick.interval.total_seconds()

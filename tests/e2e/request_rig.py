@@ -102,6 +102,7 @@ class RequestLoop(Loop):
     def tick(self) -> None:
         self.log += self.keeper.run()
         super().tick()
+        self.log += self.keeper.run()  # as the service does: READY nodes complete requests now
 
     @contextmanager
     def api(self) -> Iterator[str]:
