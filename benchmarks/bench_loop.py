@@ -27,10 +27,14 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+# The benchmark drives the e2e rig in tests/: run from anywhere, import it from the repo.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoscaler.sandbox.stack import privileged
 from tests.service.async_scenario import TICK_S, AsyncScenario

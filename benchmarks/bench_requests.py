@@ -26,10 +26,14 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+# The benchmark drives the e2e rig in tests/: run from anywhere, import it from the repo.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.stack import SandboxStack, privileged
