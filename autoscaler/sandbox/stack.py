@@ -34,7 +34,13 @@ from autoscaler.sandbox.dcgm_exporter import DcgmExporterServer, ExporterControl
 from autoscaler.sandbox.dcgm_scenarios import Constant
 from autoscaler.sandbox.moto_server import SANDBOX_ENV, MotoSandbox
 from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
-from autoscaler.sandbox.stack_config import render_env, render_service_config, write_yaml
+from autoscaler.sandbox.stack_config import (
+    MUNGE_KEY_ENV,
+    render_env,
+    render_service_config,
+    slurm_node_specs,
+    write_yaml,
+)
 from autoscaler.sandbox.stack_state import (
     CONTROLLER_ADDR,
     StackState,
@@ -48,7 +54,6 @@ from autoscaler.sandbox.targets import Followed, InstanceFollower
 
 log = logging.getLogger(__name__)
 PLACEHOLDER_ADDR = "169.254.77.253"  # NodeAddr of a declared node until it registers
-MUNGE_KEY_ENV = "GAS_SANDBOX_MUNGE_KEY_B64"
 
 
 class SandboxError(RuntimeError):
@@ -238,7 +243,6 @@ class SandboxStack:
             self._record()
 
     def _start_slurm(self) -> None:
-        from autoscaler.sandbox.stack_config import slurm_node_specs
 
         specs = slurm_node_specs(self.policies, self.catalog, self.options.slurm_names_per_pool,
                                  PLACEHOLDER_ADDR)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ruamel.yaml import YAML
 
@@ -16,9 +16,21 @@ from autoscaler.sandbox.moto_server import MOTO_AMI
 
 if TYPE_CHECKING:
     from autoscaler.sandbox.slurm import SlurmNodeSpec
-    from autoscaler.sandbox.stack import SandboxStack
 
 SSH_PORT = 2222
+MUNGE_KEY_ENV = "GAS_SANDBOX_MUNGE_KEY_B64"  # the munge key, base64, for the join (a secret)
+
+
+class WiredStack(Protocol):
+    """What the service config is rendered from: a ``SandboxStack``, named by its parts so
+    that this module does not import the stack that imports it."""
+
+    dir: Path
+    options: Any
+    state: Any
+    policies: dict[str, TeamPolicy]
+    kube: Any
+    address_file: Path
 
 
 def slurm_node_specs(policies: Mapping[str, TeamPolicy], catalog: Catalog, per_pool: int,
@@ -52,10 +64,8 @@ def _regions(policies: Mapping[str, TeamPolicy]) -> list[str]:
                   or {"us-east-1"})
 
 
-def render_service_config(stack: SandboxStack) -> dict[str, Any]:
+def render_service_config(stack: WiredStack) -> dict[str, Any]:
     """A service config wired to this sandbox's endpoints (written as service.yaml)."""
-    from autoscaler.sandbox.stack import MUNGE_KEY_ENV
-
     opts, d, ep = stack.options, stack.dir, stack.state.endpoints
     regions = _regions(stack.policies)
     slurm_conf = ep.get("slurm_conf")
