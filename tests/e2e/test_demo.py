@@ -25,7 +25,8 @@ class Watcher:
 
     def __init__(self) -> None:
         self.slurm_states: dict[str, set[str]] = defaultdict(set)
-        self.namespaces: set[str] = set()
+        # name -> the namespace's inode: slot names are reused by other runs on this machine
+        self.namespaces: dict[str, int] = {}
         self.children: set[Proc] = set()
         self.booted: dict[str, tuple[int, str]] = {}  # node -> (boots, user_data marker)
 
@@ -33,7 +34,9 @@ class Watcher:
         stack = run.stack
         if stack is None or run.service is None:
             return
-        self.namespaces |= set(stack.state.namespaces)
+        for name in stack.state.namespaces:
+            if name not in self.namespaces and (netns.NETNS_DIR / name).exists():
+                self.namespaces[name] = (netns.NETNS_DIR / name).stat().st_ino
         self.children |= set(stack.state.children)
         for node in run.service.store.nodes():
             if stack.slurm is not None and node.state.value in ("READY", "DRAINING"):
@@ -86,7 +89,9 @@ def test_demo_scales_up_on_load_and_back_to_an_empty_fleet(tmp_path):
     finally:
         run.stop()
     assert watcher.namespaces, "the SSH hosts lived in network namespaces"
-    for name in watcher.namespaces:
-        assert not (netns.NETNS_DIR / name).exists(), f"namespace {name} left behind"
+    for name, inode in watcher.namespaces.items():
+        path = netns.NETNS_DIR / name
+        # Another run may have taken the freed slot name since: only the same namespace counts.
+        assert not (path.exists() and path.stat().st_ino == inode), f"namespace {name} left behind"
     left = [p for p in watcher.children if alive(p)]
     assert left == [], f"processes left behind: {left}"
