@@ -166,31 +166,20 @@ def test_crash_once_at_every_point_in_one_life(tmp_path: Path, capsys: pytest.Ca
     assert not missed, f"never crashed at: {missed}"
 
 
-def test_crash_once_at_every_point_with_operations_in_flight(tmp_path: Path) -> None:
-    """The same life with every apply, bootstrap batch and drain step running one tick
-    after it was handed over (as on the service's workers): the tick decides and submits
-    while they are in flight, and a crash lands inside a running operation."""
+@pytest.mark.parametrize("operations", ["deferred", "workers"])
+def test_crash_once_at_every_point_with_operations_in_flight(tmp_path: Path, operations: str) -> None:
+    """The same life with every apply, bootstrap batch and drain step running after it was
+    handed over: one tick later ("deferred"), or on the service's real WorkerPools
+    ("workers"), where a crash in any thread (the tick's or a worker's) kills them all until
+    the restart. The tick decides and submits while they are in flight, and a crash lands
+    inside a running operation."""
     faults = CrashOncePerPoint()
-    life = Life(tmp_path, faults, operations="deferred")
+    life = Life(tmp_path, faults, operations=operations)
     life.run()
     life.check()
     kinds = {coarse(p) for p in life.scenario.crashes}
-    # Drain steps a tick late chain differently (the cordon is followed at once by the
+    # Drain steps that run later chain differently (the cordon is followed at once by the
     # signal), so only the phases every drain passes are required here.
-    required = [k for k in REQUIRED if "slurm.step" not in k or "signalling" in k]
-    missed = [k for k in required if k not in kinds]
-    assert not missed, f"never crashed at: {missed}"
-
-
-def test_crash_once_at_every_point_on_worker_pools(tmp_path: Path) -> None:
-    """The same life on the service's real WorkerPools: applies, bootstrap batches and
-    drain steps run on worker threads while the tick goes on, and a crash in any thread
-    (the tick's or a worker's) kills them all until the restart."""
-    faults = CrashOncePerPoint()
-    life = Life(tmp_path, faults, operations="workers")
-    life.run()
-    life.check()
-    kinds = {coarse(p) for p in life.scenario.crashes}
     required = [k for k in REQUIRED if "slurm.step" not in k or "signalling" in k]
     missed = [k for k in required if k not in kinds]
     assert not missed, f"never crashed at: {missed}"

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
-
-import pytest
 
 from autoscaler.actuators.ansible import HostStatus
 from autoscaler.actuators.terraform import StateLockedError, TerraformError
@@ -18,16 +14,9 @@ from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.drain import interruption_progress
 from autoscaler.service.executor.meta import InterruptionMeta, changes
 from tests.fakes import FakeDrainer
-from tests.service.executor_rig import Rig, drain, launch, make_rig, slurm_policy, terminate
+from tests.service.executor_rig import Rig, drain, launch, slurm_policy, terminate
 
 S = NodeState
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    r = make_rig(tmp_path)
-    yield r
-    r.store.close()
 
 
 def test_launch_goes_requested_provisioning_bootstrapping_ready(rig: Rig) -> None:

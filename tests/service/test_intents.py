@@ -5,11 +5,8 @@ same cooldown history."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from pathlib import Path
-
-import pytest
 
 from autoscaler.catalog import default_catalog
 from autoscaler.fleet.intents import NewNode, Refused, StartDrain, action_keys, interpret
@@ -19,18 +16,11 @@ from autoscaler.model.plan import Action, CancelDrain, Hold, Plan, Replace
 from autoscaler.policy.models import Market
 from autoscaler.sim.observe import to_datetime
 from autoscaler.sim.strategies.engine import EngineStrategy
-from tests.service.executor_rig import Rig, drain, launch, make_rig
+from tests.service.executor_rig import Rig, drain, launch
 from tests.sim.conftest import replay_for
 
 S = NodeState
 POOL = "vision/gpu"
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    r = make_rig(tmp_path)
-    yield r
-    r.store.close()
 
 
 def test_keys_are_stable_and_tell_equal_actions_apart() -> None:

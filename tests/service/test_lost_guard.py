@@ -3,11 +3,8 @@ Terraform + moto run is in test_lost_terraform.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from autoscaler.actuators.node_map import NodeSpec
 from autoscaler.catalog import default_catalog
@@ -27,7 +24,7 @@ from autoscaler.service.reconciler import Reconciler
 from autoscaler.service.status import build_status
 from tests.builders import NOW
 from tests.fakes import FakeCloud, FakeTerraform
-from tests.service.executor_rig import Rig, make_rig
+from tests.service.executor_rig import Rig
 from tests.service.service_fakes import make_loop
 
 S = NodeState
@@ -41,13 +38,6 @@ class Answer:
 
     def managed_instances(self, *_: Any, **__: Any) -> list[CloudInstance]:
         return list(self.instances)
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    r = make_rig(tmp_path)
-    yield r
-    r.store.close()
 
 
 def reconciler(rig: Rig, answer: Answer) -> Reconciler:

@@ -5,27 +5,15 @@ test_orphan_terraform.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
-from tests.service.executor_rig import Rig, launch, make_rig
+from tests.service.executor_rig import Rig, launch
 
 S = NodeState
 REF = PoolRef("vision", "gpu", "aws", "us-east-1")
 SPEC = NodeSpec(instance_type="p3.2xlarge", market=Market.ON_DEMAND)
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    r = make_rig(tmp_path)
-    yield r
-    r.store.close()
 
 
 def test_an_instance_the_state_lost_is_destroyed_before_its_node_is_terminated(rig: Rig) -> None:

@@ -4,25 +4,15 @@ interrupted (and audited) by the next leader's first advance."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from autoscaler.fleet.operations import OperationLog
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.executor.report import AdvanceReport
 from tests.service.crash_harness import Crash
-from tests.service.executor_rig import Rig, launch, make_rig
+from tests.service.executor_rig import Rig, launch
 
 WAIT = 20.0  # seconds: a bound on waits for worker threads
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    r = make_rig(tmp_path)
-    yield r
-    r.store.close()
 
 
 def test_each_operation_is_a_row_closed_when_it_ends(rig: Rig) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -14,18 +12,11 @@ from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import NodeObservation, SchedulerNode, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
-from tests.service.executor_rig import Rig, drain, launch, make_rig
+from tests.service.executor_rig import Rig, drain, launch
 
 S = NodeState
 POOL = PoolRef("vision", "gpu", "aws", "us-east-1")
 SPEC = NodeSpec(instance_type="p3.2xlarge", market=Market.ON_DEMAND)
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    r = make_rig(tmp_path)
-    yield r
-    r.store.close()
 
 
 def stray(rig: Rig, node: str = "vision-gpu-7") -> str:
