@@ -16,8 +16,6 @@ is shared: wall time counts the other processes too; both are printed).
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 from dataclasses import replace
@@ -31,7 +29,7 @@ from autoscaler.sim.spot import load_spot_traces
 from autoscaler.traces import Workload, load_duty_cycles, load_pod_list
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sim import DAYS, DUTY, POD_LIST, ROOT, SPOT, START_DAY, backlog
+from bench_sim import DAYS, DUTY, POD_LIST, SPOT, START_DAY, backlog, trace_parser
 
 
 def copies(workload: Workload, k: int) -> Workload:
@@ -44,14 +42,9 @@ def copies(workload: Workload, k: int) -> Workload:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path,
-                        default=Path(os.environ.get("GPU_AUTOSCALER_DATA", ROOT.parent / "shared" / "data")))
-    parser.add_argument("--policies", type=Path, default=ROOT / "benchmarks" / "policies")
+    parser = trace_parser(__doc__)
     parser.add_argument("--copies", default="1,2,4", help="comma-separated K values")
     parser.add_argument("--strategies", default="ours,ca_like,static,target_tracking")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
     catalog = default_catalog()

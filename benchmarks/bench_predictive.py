@@ -22,7 +22,6 @@ The last line (of the pod-list run when both are run) is::
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 from dataclasses import replace
@@ -41,11 +40,9 @@ from autoscaler.sim.spot import load_spot_traces
 from autoscaler.sim.strategies.predictive import demand_series
 from autoscaler.traces import DAY, Job, Workload, load_duty_cycles, load_pod_list
 
-ROOT = Path(__file__).resolve().parent.parent
-START_DAY, DAYS = 110, 40
-POD_LIST = "alibaba-gpu-v2023/openb_pod_list_default.csv"
-SPOT = "spot-traces-skypilot/availability/1-node/aws-02-15-2023"
-DUTY = "alibaba-genai-2026/pod_gpu_duty_cycle_anon.csv.gz"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sim import DAYS, DUTY, POD_LIST, SPOT, START_DAY, trace_parser  # the same window and data
+
 WEEKS, TRAIN_WEEKS = 5, 3
 WEEKEND_SHARE = 0.25  # share of a weekday's jobs kept on Saturdays and Sundays
 MAX_RUN = 8 * 3600.0  # synthetic jobs end within their working day
@@ -119,12 +116,7 @@ def compare(name: str, workload: Workload, train_bins: int, args: argparse.Names
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path,
-                        default=Path(os.environ.get("GPU_AUTOSCALER_DATA", ROOT.parent / "shared" / "data")))
-    parser.add_argument("--policies", type=Path, default=ROOT / "benchmarks" / "policies")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = trace_parser(__doc__)
     parser.add_argument("--quantile", type=float, default=0.8, help="predictive.quantile (default 0.8)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--trace", choices=("pod-list", "synthetic-week", "both"), default="both")

@@ -54,13 +54,18 @@ def backlog(workload: Workload) -> Workload:
                     stats=squeezed.stats)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def trace_parser(doc: str | None) -> argparse.ArgumentParser:
+    """What every trace benchmark takes: the shared data, the benchmark policies, the seed."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path,
                         default=Path(os.environ.get("GPU_AUTOSCALER_DATA", ROOT.parent / "shared" / "data")))
     parser.add_argument("--policies", type=Path, default=ROOT / "benchmarks" / "policies")
     parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main() -> int:
+    parser = trace_parser(__doc__)
     parser.add_argument("--out", type=Path, help="also write report.json and plots here")
     parser.add_argument("--workers", type=int, default=2, help="processes replaying strategies at once")
     args = parser.parse_args()

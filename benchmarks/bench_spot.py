@@ -25,8 +25,6 @@ moves and the work the moves redid (GPU-hours) are printed on stderr.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -76,16 +74,11 @@ def replay(name: str, workload: Workload, team: TeamPolicy, base: Pool, config: 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    data = os.environ.get("GPU_AUTOSCALER_DATA", bench_sim.ROOT.parent / "shared" / "data")
-    parser.add_argument("--data", type=Path, default=Path(data))
-    parser.add_argument("--policies", type=Path, default=bench_sim.ROOT / "benchmarks" / "policies")
+    parser = bench_sim.trace_parser(__doc__)
     parser.add_argument("--trace", type=Path, help="pod list CSV (default: bench_sim's)")
     parser.add_argument("--start-day", type=float, default=bench_sim.START_DAY)
     parser.add_argument("--days", type=float, default=bench_sim.DAYS)
     parser.add_argument("--spot-trace", type=Path, help="spot availability directory (default: bench_sim's)")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
