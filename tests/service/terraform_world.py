@@ -25,6 +25,7 @@ from autoscaler.actuators.terraform import TerraformSettings
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox.procs import ManagedProcess
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.terraform import TerraformProvisioner
 from tests.builders import NOW, make_policy
@@ -32,6 +33,7 @@ from tests.fakes import FakeAnsible
 from tests.service.crash_harness import Faults, Scenario, World
 
 POOL = "v100"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def policy(nodes: int) -> TeamPolicy:
@@ -69,11 +71,16 @@ def make_world(url: str, terraform: TerraformSettings, endpoint: str, nodes: int
                  settings=ExecutorSettings(lost_after_misses=2))
 
 
-def child_config(path: Path, url: str, terraform: TerraformSettings, endpoint: str,
-                 env: Mapping[str, str], **options: Any) -> None:
-    """``options``: operations ("workers"), start_minutes, slow_bootstrap (a directory)."""
-    path.write_text(json.dumps({"url": url, "terraform": terraform.model_dump(mode="json"),
-                                "endpoint": endpoint, "env": dict(env), **options}))
+def spawn_child(tmp_path: Path, name: str, url: str, terraform: TerraformSettings, endpoint: str,
+                env: Mapping[str, str], **options: Any) -> ManagedProcess:
+    """This module as a separate process on the store at ``url`` (its config in
+    ``<name>.json``, its output in ``<name>.log``). ``options``: operations ("workers"),
+    start_minutes, slow_bootstrap (a directory)."""
+    config = tmp_path / f"{name}.json"
+    config.write_text(json.dumps({"url": url, "terraform": terraform.model_dump(mode="json"),
+                                  "endpoint": endpoint, "env": dict(env), **options}))
+    return ManagedProcess(name, [sys.executable, "-m", "tests.service.terraform_world", str(config)],
+                          tmp_path / f"{name}.log", env=dict(env), cwd=REPO)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -16,7 +16,6 @@ instances for one node name (it lists terminated instances too).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,14 @@ import pytest
 
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
-from autoscaler.sandbox.procs import ManagedProcess, wait_until
+from autoscaler.sandbox.procs import wait_until
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.service.crash_harness import CrashOncePerPoint, Scenario, coarse
 from tests.service.sigkill import child_pids, every_instance, kill_tree  # noqa: F401
-from tests.service.terraform_world import POOL, child_config, later, make_world, policy
+from tests.service.terraform_world import POOL, later, make_world, policy, spawn_child
 
 pytestmark = [pytest.mark.slow, needs_terraform]
 S = NodeState
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(1500)  # ~4 min on an idle 2-core machine; terraform is slow under load
@@ -41,11 +39,7 @@ def test_sigkill_mid_apply_then_a_crash_at_every_kind_of_point(
         capsys: pytest.CaptureFixture[Any]) -> None:
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     terraform = sandbox_settings(moto, tmp_path / "tf")
-    config = tmp_path / "child.json"
-    child_config(config, url, terraform, moto.endpoint, moto.env())
-    child = ManagedProcess("executor-child", [sys.executable, "-m", "tests.service.terraform_world",
-                                              str(config)], tmp_path / "child.log", env=moto.env(),
-                           cwd=REPO)
+    child = spawn_child(tmp_path, "executor-child", url, terraform, moto.endpoint, moto.env())
     try:
         wait_until(lambda: running_instances(moto.client(), pool=POOL), 420,
                    "the child's terraform apply to launch an instance", interval=0.1, proc=child)

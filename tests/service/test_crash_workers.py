@@ -20,7 +20,6 @@ operations journal closed the killed apply and bootstrap as interrupted.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +34,16 @@ from autoscaler.service.executor.meta import progress_of
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.service.crash_harness import Faults, Scenario
 from tests.service.sigkill import child_pids, every_instance, kill_tree  # noqa: F401
-from tests.service.terraform_world import POOL, child_config, later, make_world, policy
+from tests.service.terraform_world import POOL, later, make_world, policy, spawn_child
 
 pytestmark = [pytest.mark.slow, needs_terraform]
 S = NodeState
-REPO = Path(__file__).resolve().parents[2]
 
 
 def child(tmp_path: Path, name: str, moto: MotoSandbox, url: str,  # noqa: F811
           terraform: Any, **options: Any) -> ManagedProcess:
-    config = tmp_path / f"{name}.json"
-    child_config(config, url, terraform, moto.endpoint, moto.env(), operations="workers",
-                 **options)
-    return ManagedProcess(name, [sys.executable, "-m", "tests.service.terraform_world",
-                                 str(config)], tmp_path / f"{name}.log", env=moto.env(), cwd=REPO)
+    return spawn_child(tmp_path, name, url, terraform, moto.endpoint, moto.env(),
+                       operations="workers", **options)
 
 
 def bootstraps(url: str) -> dict[str, tuple[NodeState, int]]:
