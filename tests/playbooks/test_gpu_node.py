@@ -169,6 +169,8 @@ def test_services_run_under_systemd_and_the_driver_reboot_happened_once(
         assert units == ["enabled", "enabled"]
         assert lab.hosts.run(name, ["systemctl", "is-active", "munge", "slurmd"]).stdout.split() \
             == ["active", "active"]
+        restart = lab.hosts.run(name, ["systemctl", "show", "--property=Restart", "slurmd"])
+        assert restart.stdout.strip() == "Restart=on-failure"
         # The fresh node's fake driver needed a boot with nouveau blacklisted: one reboot.
         assert lab.hosts.boots(name) == 2
     stdout = (first_run.run_dir / "stdout").read_text()
