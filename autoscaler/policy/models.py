@@ -241,6 +241,9 @@ class Predictive(_Strict):
 class MpsSettings(_Strict):
     active_thread_percentage: Percent = 100
     pinned_device_mem_limit_mib: int | None = Field(None, ge=1, le=10_000_000)
+    # Volta and later serve at most 48 MPS clients per GPU.
+    replicas: int = Field(4, ge=2, le=48, description="Kubernetes: clients per GPU the device "
+                          "plugin advertises as nvidia.com/gpu.shared.")
 
 
 class Bootstrap(_Strict):
