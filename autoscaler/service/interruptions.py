@@ -36,10 +36,9 @@ from autoscaler.fleet.store import ConcurrentUpdateError, FleetStore
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
-from autoscaler.service.executor.common import new_drain
+from autoscaler.service.executor.advance import AdvanceReport, new_drain
 from autoscaler.service.executor.drain import interruption_progress
 from autoscaler.service.executor.meta import InterruptionMeta, changes, progress_of
-from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.executor.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)

@@ -50,8 +50,8 @@ from autoscaler.model.plan import Hold
 from autoscaler.model.snapshot import CapacityError, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.backoff import launch_backoffs, with_backoffs
+from autoscaler.service.executor.advance import AdvanceReport
 from autoscaler.service.executor.operations import Operation
-from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.leader import Leadership
 from autoscaler.service.metrics import ServiceMetrics

@@ -46,10 +46,9 @@ from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
-from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.advance import AdvanceReport, Change, Step
+from autoscaler.service.executor.collaborators import Provisioner
 from autoscaler.service.executor.meta import changes
-from autoscaler.service.executor.protocols import Provisioner
-from autoscaler.service.executor.report import AdvanceReport, Change
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.executor.submit import repair_replacements
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionReport

@@ -15,9 +15,9 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.addresses import AddressOf
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor
+from autoscaler.service.executor.collaborators import drainers_for
 from autoscaler.service.executor.operations import Inline, WorkerPools
 from autoscaler.service.executor.terraform import TerraformProvisioner
-from autoscaler.service.executor.wiring import drainers_for
 from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.interruptions import InterruptionIntake, sources_for
 from autoscaler.service.reconciler import Reconciler

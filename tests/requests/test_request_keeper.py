@@ -82,7 +82,7 @@ def test_ttl_expiry_releases_and_drains(service):
 def test_a_ttl_drain_signals_at_once_a_delete_waits_drain_timeout():
     from datetime import timedelta
 
-    from autoscaler.service.executor.common import new_drain
+    from autoscaler.service.executor.advance import new_drain
     from autoscaler.service.executor.settings import ExecutorSettings
     from tests.builders import NOW, make_policy
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.fleet.operations import OperationLog
+from autoscaler.service.executor.advance import AdvanceReport
 from autoscaler.service.executor.operations import WorkerPools
-from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.status import recent_operations
 from tests.service.crash_harness import Crash
 from tests.service.executor_rig import Rig, launch

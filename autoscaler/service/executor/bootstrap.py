@@ -22,11 +22,10 @@ from autoscaler.actuators.ansible import BootstrapRun, HostStatus
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import Snapshot
-from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.advance import AdvanceReport, Step
+from autoscaler.service.executor.collaborators import Bootstrapper
 from autoscaler.service.executor.meta import BootstrapMeta, NodeProgress, save, tracked
 from autoscaler.service.executor.operations import Runner
-from autoscaler.service.executor.protocols import Bootstrapper
-from autoscaler.service.executor.report import AdvanceReport
 
 S = NodeState
 

@@ -21,7 +21,7 @@ from autoscaler.actuators.drain import Drainer, DrainOutcome, DrainProgress, Dra
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool
-from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.advance import AdvanceReport, Step
 from autoscaler.service.executor.meta import (
     InterruptionMeta,
     NodeProgress,
@@ -30,7 +30,6 @@ from autoscaler.service.executor.meta import (
     tracked_one,
 )
 from autoscaler.service.executor.operations import Runner
-from autoscaler.service.executor.report import AdvanceReport
 from autoscaler.service.executor.settings import ExecutorSettings
 
 S = NodeState

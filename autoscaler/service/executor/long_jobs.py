@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
-from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.advance import Step
 from autoscaler.service.executor.meta import LongJob, save, tracked
 
 S = NodeState

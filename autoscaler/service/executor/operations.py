@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Literal
 
 from autoscaler.fleet.operations import DONE, FAILED, OperationLog
-from autoscaler.service.executor.report import AdvanceReport
+from autoscaler.service.executor.advance import AdvanceReport
 
 log = logging.getLogger("autoscaler.service.executor")
 Kind = Literal["apply", "bootstrap", "drain"]

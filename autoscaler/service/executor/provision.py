@@ -32,11 +32,10 @@ from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedE
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
-from autoscaler.service.executor.common import Step
+from autoscaler.service.executor.advance import AdvanceReport, PoolApply, Step
+from autoscaler.service.executor.collaborators import Provisioner
 from autoscaler.service.executor.meta import NodeProgress, save, tracked
 from autoscaler.service.executor.operations import Runner
-from autoscaler.service.executor.protocols import Provisioner
-from autoscaler.service.executor.report import AdvanceReport, PoolApply
 
 S = NodeState
 WAITING = frozenset({S.REQUESTED, S.PROVISIONING, S.TERMINATING, S.LOST})

@@ -38,7 +38,7 @@ from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Launch, Plan, Replace
 from autoscaler.policy.models import Market, find_pool
 from autoscaler.service.backoff import fingerprint
-from autoscaler.service.executor.common import Step, SubmitError
+from autoscaler.service.executor.advance import Step, SubmitError
 from autoscaler.service.executor.meta import LongJob, changes, save, tracked, tracked_one
 
 S = NodeState

@@ -1,15 +1,19 @@
-"""What the executor needs of Terraform, Ansible and the schedulers (fakes in tests/fakes.py)."""
+"""What the executor needs of Terraform, Ansible and the schedulers (the Protocols; fakes
+in tests/fakes.py), and the real drainers from the signals configuration."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from autoscaler.actuators.ansible import Bootstrapper
-from autoscaler.actuators.drain import Drainer
+from autoscaler.actuators.drain import Drainer, no_drainer
 from autoscaler.actuators.node_map import NodeMap
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput
 from autoscaler.model.pool import PoolRef
+
+if TYPE_CHECKING:
+    from autoscaler.signals.config import SignalsConfig
 
 
 class Provisioner(Protocol):
@@ -40,4 +44,19 @@ class Provisioner(Protocol):
     def mark_stale(self, ref: PoolRef) -> None: ...
 
 
-__all__ = ["Bootstrapper", "Drainer", "Provisioner"]
+def drainers_for(signals: SignalsConfig, *,
+                 checkpoint_scope: Literal["batch", "full"] = "batch") -> dict[str, Drainer]:
+    """One drainer per cluster kind the configuration can reach ("none" always)."""
+    # Imported here: the scheduler clients (the kubernetes package) load only in the
+    # process that builds real drainers, not wherever the executor is imported.
+    from autoscaler.actuators.drain.kubernetes import kubernetes_drainer
+    from autoscaler.actuators.drain.slurm import slurm_drainer
+
+    out: dict[str, Drainer] = {"none": no_drainer(),
+                               "slurm": slurm_drainer(signals.slurm, scope=checkpoint_scope)}
+    if signals.kubernetes is not None:
+        out["kubernetes"] = kubernetes_drainer(config=signals.kubernetes)
+    return out
+
+
+__all__ = ["Bootstrapper", "Drainer", "Provisioner", "drainers_for"]
