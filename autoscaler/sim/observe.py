@@ -106,7 +106,8 @@ class Observer:
     def _pending_shapes(self, cluster: Cluster) -> list[PendingShape]:
         """The queue by shape, ids in order (ties: oldest first, as a stable sort of the
         FIFO would put them). Only the jobs the cluster moved since the last tick are
-        looked at (``Cluster.queue_moves``); the shapes' lists are copied, not rebuilt."""
+        looked at (``Cluster.queue_moves``); a shape's record is rebuilt (its lists copied)
+        only when one of its jobs moved."""
         if self._cluster is not cluster or cluster.queue_moves is None:
             self._cluster, self._queues = cluster, {}
             cluster.queue_moves = cluster.pending  # start following: index what waits now
@@ -115,10 +116,7 @@ class Observer:
         cluster.queue_moves = []
         for g in [g for g, q in self._queues.items() if not q.ids]:
             del self._queues[g]
-        return [PendingShape.model_construct(
-            gpus=g, nodes=1, reason="Resources", gpu_model=None, priority=0, zones=None,
-            instance_types=None, ids=q.ids.copy(), submitted_at=q.submitted.copy())
-            for g, q in self._queues.items()]
+        return [q.shown(g) for g, q in self._queues.items()]
 
     def _running_job(self, job: SimJob) -> RunningJob:
         key = (job.job.id, job.run_id)
@@ -157,17 +155,26 @@ class Observer:
 class _Queue:
     """One shape's pending jobs in (id, FIFO) order, as the lists a PendingShape copies."""
 
-    __slots__ = ("ids", "keys", "submitted")
+    __slots__ = ("ids", "keys", "record", "submitted")
 
     def __init__(self) -> None:
         self.keys: list[tuple[str, tuple[float, int]]] = []
         self.ids: list[str] = []
         self.submitted: list[datetime | None] = []
+        self.record: PendingShape | None = None  # what the last snapshot showed, until a move
+
+    def shown(self, gpus: float) -> PendingShape:
+        if self.record is None:
+            self.record = PendingShape.model_construct(
+                gpus=gpus, nodes=1, reason="Resources", gpu_model=None, priority=0, zones=None,
+                instance_types=None, ids=self.ids.copy(), submitted_at=self.submitted.copy())
+        return self.record
 
     def move(self, job: SimJob) -> None:
         """Drop the job's entry for its last wait, if any; enter it again if it waits now
         (a requeued job waits since its requeue, the wait that capacity.max_wait reads)."""
         key = (job.job.id, job.key)
+        self.record = None
         i = bisect_left(self.keys, key)
         if i < len(self.keys) and self.keys[i] == key:
             del self.keys[i], self.ids[i], self.submitted[i]
