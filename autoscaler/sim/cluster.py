@@ -81,6 +81,7 @@ class SimNode:
     jobs_version: int = 0  # bumps when a job starts or leaves the node
     sample_t: list[float] = field(default_factory=list)  # util samples (time, %), oldest first
     sample_u: list[float] = field(default_factory=list)
+    _allocated: tuple[int, float] = (-1, 0.0)  # (jobs_version, GPUs held): read every tick
 
     @property
     def gpus(self) -> int:
@@ -88,7 +89,9 @@ class SimNode:
 
     @property
     def allocated(self) -> float:
-        return sum(self.gpus_of(j) for j in self.jobs.values())
+        if self._allocated[0] != self.jobs_version:
+            self._allocated = (self.jobs_version, sum(self.gpus_of(j) for j in self.jobs.values()))
+        return self._allocated[1]
 
     @staticmethod
     def gpus_of(job: SimJob) -> float:
