@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from autoscaler.actuators.ansible import AnsibleActuator
+from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.catalog import Catalog
 from autoscaler.clouds import connect
 from autoscaler.clouds.base import CloudMarket
@@ -17,7 +18,6 @@ from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor
 from autoscaler.service.executor.collaborators import drainers_for
 from autoscaler.service.executor.operations import Inline, WorkerPools
-from autoscaler.service.executor.terraform import TerraformProvisioner
 from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.interruptions import InterruptionIntake, sources_for
 from autoscaler.service.reconciler import Reconciler
