@@ -91,7 +91,7 @@ def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Cata
                                       dict[str, dict[str, Any]]]:
     """One tick's reading of the live sources, without the lease, the executor or the store
     being written; with each predictive pool's forecast from the store's demand history."""
-    from autoscaler.service.app import build_service
+    from autoscaler.service.wiring import build_service
 
     cfg = read_config(config)
     service = build_service(cfg, dry_run=True)

@@ -92,7 +92,8 @@ def run(
 def start_service(cfg: ServiceConfig, dry_run: bool) -> Service:
     """The service built from ``cfg``, or exit 1 with one line saying why it cannot start
     (store, catalog, a secret, the Terraform or Ansible set-up): never a traceback."""
-    from autoscaler.service.app import ServiceError, build_service, one_line
+    from autoscaler.service.app import ServiceError, one_line
+    from autoscaler.service.wiring import build_service
 
     try:
         return build_service(cfg, dry_run=dry_run)

@@ -12,11 +12,12 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import repeat
 from operator import attrgetter
 
 from autoscaler.engine.pricing import Offer
 from autoscaler.model.node import Node
-from autoscaler.model.snapshot import PendingJob
+from autoscaler.model.snapshot import PendingJob, PendingShape
 
 EPS = 1e-9
 
@@ -65,92 +66,95 @@ class Bin:
 
 
 # One node's share of a pending job: (part id, GPUs on one node, required model, allowed
-# zones or None, allowed instance types or None, the job).
-Part = tuple[str, float, str | None, frozenset[str] | None, frozenset[str] | None, PendingJob]
-_HEAD = 16  # parts of a group put in order before sorting all of it (most groups stop early)
+# zones or None, allowed instance types or None, when its job was submitted).
+Part = tuple[str, float, str | None, frozenset[str] | None, frozenset[str] | None, datetime | None]
 
 
 @dataclass(slots=True)
 class PartGroup:
     """The pending jobs of one (priority, GPUs per node) class: higher priority first
     (Kubernetes PriorityClass), so caps and max_step leave out the lower ones; then largest
-    first; parts in id order within.
+    first; parts in id order within, read only as far as the packer reads them.
 
-    ``uniform``: every part has the group's model, zones and instance types, so a part that finds no room
-    tells the packer the rest of the group finds none either, and only the parts read are
-    put in order (the smallest ids first, the whole group only past ``_HEAD``)."""
+    ``uniform``: every shape of the group has the first one's model, zones and instance
+    types, so a part that finds no room tells the packer the rest of the group finds none
+    either."""
 
     priority: int
     gpus: float
-    model: str | None
-    zones: list[str] | None
-    jobs: list[PendingJob] = field(default_factory=list)
+    shapes: list[PendingShape]
     count: int = 0  # parts: one per node each job asks for
     uniform: bool = True
-    multi_node: bool = False
 
     def parts(self) -> Iterator[Part]:
-        if self.multi_node:
-            items = [(j.id if j.nodes == 1 else f"{j.id}[{k}]", j) for j in self.jobs for k in range(j.nodes)]
-            for pid, j in sorted(items, key=_first):
-                yield _part(pid, j)
+        heads = [_head(s) for s in self.shapes]
+        if any(s.nodes != 1 for s in self.shapes):
+            items = [(i if s.nodes == 1 else f"{i}[{k}]", t, h)
+                     for s, h in zip(self.shapes, heads, strict=True)
+                     for i, t in zip(s.ids, s.submitted_at, strict=True) for k in range(s.nodes)]
+            for pid, t, h in sorted(items, key=_first):
+                yield (pid, *h, t)
             return
-        # The same order as sorting all (min, nsmallest and sorted agree on ties), put
-        # together only as far as it is read: most groups stop at their first part.
-        jobs = self.jobs
-        first = min(jobs, key=_ID)
-        yield _part(first.id, first)
-        if len(jobs) > 1:
-            yield from (_part(j.id, j) for j in heapq.nsmallest(_HEAD, jobs, key=_ID)[1:])
-        if len(jobs) > _HEAD:
-            yield from (_part(j.id, j) for j in sorted(jobs, key=_ID)[_HEAD:])
+        # Each shape's ids are in order already: one shape is read as it is, several are
+        # merged (ties of equal ids: the earlier shape first).
+        per_shape = [zip(s.ids, s.submitted_at, repeat(h)) for s, h in zip(self.shapes, heads, strict=True)]
+        for pid, t, h in per_shape[0] if len(per_shape) == 1 else heapq.merge(*per_shape, key=_first):
+            yield (pid, *h, t)
 
 
-_ID = attrgetter("id")
-_SHAPE = attrgetter("priority", "gpus", "gpu_model", "nodes")
-_ZONES = attrgetter("zones")
+def _head(s: PendingShape) -> tuple[float, str | None, frozenset[str] | None, frozenset[str] | None]:
+    """What every part of the shape has: GPUs, model, allowed zones and types."""
+    return (s.gpus, s.gpu_model, None if s.zones is None else frozenset(s.zones),
+            None if s.instance_types is None else frozenset(s.instance_types))
 
 
-def _first(item: tuple[str, PendingJob]) -> str:
+def _first(item: tuple[str, object, object]) -> str:
     return item[0]
 
 
-def _part(pid: str, j: PendingJob) -> Part:
-    return (pid, j.gpus, j.gpu_model, None if j.zones is None else frozenset(j.zones),
-            None if j.instance_types is None else frozenset(j.instance_types), j)
+_ID = attrgetter("id")
 
 
-def part_groups(jobs: list[PendingJob]) -> list[PartGroup]:
-    """``jobs`` grouped by (priority, GPUs per node), in packing order. One pass in Python
-    (a backlog has thousands of jobs in a handful of shapes); the rest runs per shape."""
-    by_shape: dict[tuple[int, float, str | None, int], list[PendingJob]] = {}
+def shapes_of(jobs: Iterable[PendingJob]) -> list[PendingShape]:
+    """``jobs`` counted by shape (shapes in the order first seen; ids in order within, equal
+    ids in input order): one pass, for sources that list every job."""
+    by_shape: dict[tuple[object, ...], list[PendingJob]] = {}
     for j in jobs:
-        try:
-            by_shape[_SHAPE(j)].append(j)
-        except KeyError:
-            by_shape[_SHAPE(j)] = [j]
+        key = (j.priority, j.gpus, j.gpu_model, j.nodes, j.reason,
+               None if j.zones is None else tuple(j.zones),
+               None if j.instance_types is None else tuple(j.instance_types))
+        by_shape.setdefault(key, []).append(j)
+    out = []
+    for members in by_shape.values():
+        members.sort(key=_ID)
+        f = members[0]
+        out.append(PendingShape.model_construct(
+            gpus=f.gpus, nodes=f.nodes, reason=f.reason, gpu_model=f.gpu_model, priority=f.priority,
+            zones=f.zones, instance_types=f.instance_types, ids=[j.id for j in members],
+            submitted_at=[j.submitted_at for j in members]))
+    return out
+
+
+def part_groups(shapes: Iterable[PendingShape]) -> list[PartGroup]:
+    """``shapes`` grouped by (priority, GPUs per node), in packing order: per shape, not per
+    job (a backlog has thousands of jobs in a handful of shapes)."""
     groups: dict[tuple[int, float], PartGroup] = {}
-    for (priority, gpus, model, nodes), members in by_shape.items():
-        g = groups.get((priority, gpus))
+    for s in shapes:
+        g = groups.get((s.priority, s.gpus))
         if g is None:
-            g = groups[(priority, gpus)] = PartGroup(priority, gpus, model, members[0].zones, members)
-        else:  # several models: the jobs in their input order (it breaks ties of equal ids)
-            g.uniform = g.uniform and model == g.model
-            g.jobs = [j for j in jobs if (j.priority, j.gpus) == (priority, gpus)]
-        g.count += len(members) * nodes
-        g.multi_node = g.multi_node or nodes != 1
-    if list(map(_ZONES, jobs)).count(None) != len(jobs):  # some jobs name zones
-        for g in groups.values():
-            g.uniform = g.uniform and all(j.zones == g.zones for j in g.jobs)
-    if any(j.instance_types is not None for j in jobs):  # some jobs name instance types
-        for g in groups.values():
-            g.uniform = g.uniform and all(j.instance_types == g.jobs[0].instance_types for j in g.jobs)
+            g = groups[(s.priority, s.gpus)] = PartGroup(s.priority, s.gpus, [s])
+        else:
+            first = g.shapes[0]
+            g.uniform = g.uniform and ((s.gpu_model, s.zones, s.instance_types)
+                                       == (first.gpu_model, first.zones, first.instance_types))
+            g.shapes.append(s)
+        g.count += s.count * s.nodes
     return sorted(groups.values(), key=lambda g: (-g.priority, -g.gpus))
 
 
-def part_wait(job: PendingJob, now: datetime) -> timedelta | None:
+def part_wait(submitted: datetime | None, now: datetime) -> timedelta | None:
     """How long the part's job has been pending, if it reports a submit time."""
-    return None if job.submitted_at is None else max(timedelta(0), now - job.submitted_at)
+    return None if submitted is None else max(timedelta(0), now - submitted)
 
 
 def bin_zone(b: Bin) -> str | None:

@@ -10,12 +10,13 @@ from datetime import datetime
 from operator import attrgetter
 
 from autoscaler.engine import schedule
+from autoscaler.engine.binpack import shapes_of
 from autoscaler.engine.pricing import Prices
 from autoscaler.model.lifecycle import FAILED, IN_FLIGHT, NodeState
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.snapshot import (
     NodeObservation,
-    PendingJob,
+    PendingShape,
     PoolObservation,
     RunningJob,
     Snapshot,
@@ -98,10 +99,12 @@ class PoolContext:
         obs = self.observation(node)
         return obs.metrics is not None and obs.metrics_missing is None
 
-    def demand_jobs(self) -> list[PendingJob]:
+    def demand_shapes(self) -> list[PendingShape]:
+        """Pending demand by shape: the listed jobs counted, plus the shapes given counted."""
         if not self.pool.scale_up.pending_jobs or self.obs.scheduler_missing:
             return []
-        return [j for j in self.obs.pending if j.reason in DEMAND_REASONS]
+        listed = shapes_of(j for j in self.obs.pending if j.reason in DEMAND_REASONS)
+        return listed + [s for s in self.obs.pending_shapes if s.reason in DEMAND_REASONS]
 
     def on_demand_count(self) -> int:
         return self.active_on_demand

@@ -15,7 +15,11 @@ two ticks:
 node of that type and zone (any pool) was granted (past PROVISIONING) within
 ``evidence_window``, and in both cases no spot capacity error and no interruption notice
 for that (type, zone) came since, and none within the pool's ``capacity_error_backoff``.
-No probes: without positive evidence the node stays where it is.
+Without such evidence the node stays where it is, unless the rule says ``probe``: then a
+(type, zone) with no spot refusal and no interruption within the back-off gets the
+replacement's launch as the probe. A refused probe is not billed, the on-demand node keeps
+serving, and its capacity error backs that offering off, so each (type, zone) is probed at
+most once per ``capacity_error_backoff``; only granted replacements count as moves.
 
 **Worth it**: saving = on-demand $/h - spot $/h. The one-off cost is the work redone (per
 job, its GPUs x the time since its last checkpoint, at most ``checkpoint_every``; unknown:
@@ -90,8 +94,13 @@ class SpotEvidence:
         if granted is not None and now - granted <= rule.evidence_window and (
                 refused is None or refused < granted):
             return f"a spot {itype} was granted in {zone or 'the region'} at {granted:%H:%M:%S}"
-        if self.stock.get(key) and (refused is None or now - refused >= pool.capacity.capacity_error_backoff):
+        quiet = refused is None or now - refused >= pool.capacity.capacity_error_backoff
+        if self.stock.get(key) and quiet:
             return f"{itype} spot is in stock in {zone or 'the region'}"
+        if rule.probe and quiet:
+            backoff = format_duration(pool.capacity.capacity_error_backoff)
+            return (f"no {itype} spot refusal or interruption in {zone or 'the region'} within "
+                    f"{backoff} (probe: the replacement's launch; refused, it is not billed)")
         return None
 
 
@@ -146,7 +155,8 @@ def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetim
     live = [n for n in (*ctx.serving, *ctx.in_flight, *ctx.failed) if n.launched_for == TRIGGER]
     booting = {n.replaces for n in live if n.state not in FAILED and n.state is not S.READY}
     moving = {n.replaces for n in live if n.state not in FAILED}
-    started = sum(now - n.created_at < timedelta(hours=1) for n in live)
+    # A refused replacement disrupted nothing: only granted ones count as moves.
+    started = sum(now - n.created_at < timedelta(hours=1) for n in live if n.state not in FAILED)
     left = min(rule.max_moves_per_hour - started, budget.concurrent - len(booting), room)
     if left <= 0:
         return []

@@ -259,7 +259,7 @@ class _Grower:
     def pending(self) -> None:
         """Pending jobs, packed first-fit-decreasing, a (priority, GPUs) group at a time."""
         pool, prices, out = self.ctx.pool, self.prices, self.out
-        groups = part_groups(self.ctx.demand_jobs())
+        groups = part_groups(self.ctx.demand_shapes())
         out.has_demand = out.has_demand or bool(groups)
         if not groups:
             return
@@ -297,7 +297,7 @@ class _Grower:
 
     def _place_part(self, part: Part, models: set[str], run: _Run) -> str | None:
         """Place one part; None when placed, else why not (to follow the part's id)."""
-        job, gpus, model, zones, types, pending_job = part
+        job, gpus, model, zones, types, submitted = part
         if model and model not in models:
             return f" needs {model}, not offered by this pool"
         if (gpus, model, zones, types) != run.shape:
@@ -315,7 +315,7 @@ class _Grower:
         # A shape the picker refused stays refused: a refusal changes no state.
         offer, note, fallback = ((None, run.refused, False) if run.refused is not None
                                  else self.picker.pick(gpus, model, zones=zones,
-                                                       waited=part_wait(pending_job, self.prices.now),
+                                                       waited=part_wait(submitted, self.prices.now),
                                                        types=types))
         if offer is None:
             run.refused = note

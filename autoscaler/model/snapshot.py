@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autoscaler.model.node import FleetView
 from autoscaler.policy.models import Market
@@ -88,6 +88,36 @@ class PendingJob(_Model):
         "affinity the GPU model cannot express); None: any of the pool's.")
 
 
+class PendingShape(_Model):
+    """Pending jobs that ask for the same thing, counted: what a source that keeps its queue
+    by shape (the simulator) reports instead of one PendingJob per job, so a backlog of
+    thousands of jobs in a handful of shapes costs the engine its shapes. The fields mean
+    what PendingJob's do; ``ids`` are the jobs' ids in sorted order (the order their parts
+    are placed) and ``submitted_at`` the submit time of each."""
+
+    gpus: float = Field(gt=0, description="GPUs per node; below 1 means a share of one GPU.")
+    nodes: int = Field(1, ge=1)
+    reason: str = "Resources"
+    gpu_model: str | None = None
+    priority: int = 0
+    zones: list[str] | None = None
+    instance_types: list[str] | None = None
+    ids: list[str] = Field(min_length=1)
+    submitted_at: list[datetime | None] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> PendingShape:
+        if len(self.submitted_at) != len(self.ids):
+            raise ValueError("submitted_at needs one entry per id")
+        if any(a > b for a, b in zip(self.ids, self.ids[1:], strict=False)):
+            raise ValueError("ids must be in sorted order")
+        return self
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
 class UnservedJob(_Model):
     """A pending job no pool's nodes could run: reported, never bought for."""
 
@@ -106,6 +136,9 @@ class ClusterQuota(_Model):
 
 class PoolObservation(_Model):
     pending: list[PendingJob] = Field(default_factory=list)
+    pending_shapes: list[PendingShape] = Field(
+        default_factory=list, description="More pending jobs, counted by shape (the engine "
+        "reads both; the simulator fills this one).")
     metrics_missing: str | None = None
     scheduler_missing: str | None = None
 

@@ -96,6 +96,12 @@ class ReturnToSpot(_Strict):
     evidence_window: Duration = Field(
         timedelta(minutes=10), description="How recent a granted spot launch of the (type, "
         "zone) must be to count as \"spot is back\" (with no refusal or interruption since).")
+    probe: bool = Field(
+        False, description="Without such evidence, launch the spot replacement anyway when "
+        "its (type, zone) had no spot capacity error or interruption within "
+        "capacity_error_backoff: the make-before-break launch is the probe. A refused launch "
+        "is not billed, the on-demand node keeps serving, and the refusal backs the offering "
+        "off, so probes are bounded by one per (type, zone) per back-off.")
 
     @field_validator("after", "evidence_window")
     @classmethod
@@ -241,6 +247,9 @@ class Predictive(_Strict):
 class MpsSettings(_Strict):
     active_thread_percentage: Percent = 100
     pinned_device_mem_limit_mib: int | None = Field(None, ge=1, le=10_000_000)
+    # Volta and later serve at most 48 MPS clients per GPU.
+    replicas: int = Field(4, ge=2, le=48, description="Kubernetes: clients per GPU the device "
+                          "plugin advertises as nvidia.com/gpu.shared.")
 
 
 class Bootstrap(_Strict):

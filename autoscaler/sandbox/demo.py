@@ -27,8 +27,9 @@ from typing import Any
 
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.stack import SandboxStack, StackOptions
-from autoscaler.service.app import Service, build_service
+from autoscaler.service.app import Service
 from autoscaler.service.config_load import load_config
+from autoscaler.service.wiring import build_service
 
 log = logging.getLogger(__name__)
 DEMO_POLICIES = Path(__file__).resolve().parents[2] / "examples" / "demo" / "policies"

@@ -111,8 +111,10 @@ class FakeKube(ThreadedHttpServer):
                 resources: dict[str, int] | None = None, tolerations: list[dict[str, Any]] | None = None,
                 priority_class: str | None = None, claims: list[str] | None = None,
                 spread: list[dict[str, Any]] | None = None,
-                annotations: dict[str, str] | None = None) -> dict[str, Any]:
-        """A pod; bound to ``node`` (Running) or Pending, Unschedulable unless told not."""
+                annotations: dict[str, str] | None = None,
+                deadline_s: int | None = None) -> dict[str, Any]:
+        """A pod; bound to ``node`` (Running) or Pending, Unschedulable unless told not;
+        ``deadline_s`` is its ``activeDeadlineSeconds``."""
         if unschedulable is None:
             unschedulable = node is None
         with self._lock:
@@ -130,6 +132,8 @@ class FakeKube(ThreadedHttpServer):
                                    for c in claims]
             if spread:
                 spec["topologySpreadConstraints"] = spread
+            if deadline_s is not None:
+                spec["activeDeadlineSeconds"] = deadline_s
             if annotations:
                 pod["metadata"]["annotations"] = dict(annotations)
             return copy.deepcopy(self.store.put("pods", f"{namespace}/{name}", pod))

@@ -1,7 +1,6 @@
-"""The service assembled from its config: loop, API, scheduler, signals, clean shutdown.
+"""The running service: loop, API, scheduler, health, clean shutdown.
 
-``build_service(config)`` wires the real components (tests and the demo inject fakes or
-sandbox pieces through its keyword arguments); ``Service.run(stop)`` schedules the tick
+``service/wiring.py``'s ``build_service(config)`` assembles it; ``Service.run(stop)`` schedules the tick
 job (``max_instances=1``, ``coalesce=True``: ticks never overlap, a late tick is run once,
 not many times), the spot-notice job (``executor.notice_interval``; its own thread, so a
 notice never waits for a tick) and the lease job, serves the HTTP API, and on ``stop``
@@ -12,29 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy.exc import SQLAlchemyError
 
-from autoscaler.catalog import Catalog, load_catalog
+from autoscaler.catalog import Catalog
 from autoscaler.fleet.store import Fenced, FleetStore
-from autoscaler.model.clock import utc_now
-from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.config import HttpSettings, ServiceConfig
-from autoscaler.service.executor import Executor
 from autoscaler.service.interruptions import NoticeLoop
-from autoscaler.service.leader import Leadership
-from autoscaler.service.loop import ExecutorLike, PricesLike, ReconcilerLike, ServiceLoop, SignalsLike
-from autoscaler.service.metrics import ServiceMetrics
-from autoscaler.service.reload import PolicyReloader
+from autoscaler.service.loop import ExecutorLike, ServiceLoop
 from autoscaler.service.status import build_status, plan_json
 
 log = logging.getLogger(__name__)
@@ -267,89 +257,3 @@ def one_line(exc: BaseException) -> str:
     cause = getattr(exc, "orig", None) or exc
     text = str(cause).strip().splitlines()
     return f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
-
-
-def open_store(config: ServiceConfig) -> FleetStore:
-    """The store, or a :class:`ServiceError` saying in one line why it cannot be used: an
-    unreachable database, or a SQLite file the service could read but never write."""
-    where = config.store.display_url()
-    try:
-        store = FleetStore(config.store.resolved_url())
-    except (SQLAlchemyError, OSError) as exc:
-        raise ServiceError(f"cannot open the store {where}: {one_line(exc)}") from None
-    path = store.engine.url.database
-    if store.engine.url.get_backend_name() == "sqlite" and path and path != ":memory:":
-        # WAL writes a -wal and a -shm file beside the database: both need writing.
-        unwritable = [p for p in (Path(path), Path(path).resolve().parent)
-                      if not os.access(p, os.W_OK)]
-        if unwritable:
-            store.close()
-            raise ServiceError(f"cannot open the store {where}: {unwritable[0]} is not writable")
-    return store
-
-
-@dataclasses.dataclass
-class Overrides:
-    """Components to use instead of the ones the config describes (tests, demo)."""
-
-    executor: ExecutorLike | None = None
-    reconciler: ReconcilerLike | None = None
-    signals: SignalsLike | None = None
-    prices: PricesLike | None = None
-    address_of: AddressOf | None = None
-    store: FleetStore | None = None
-
-
-def build_service(config: ServiceConfig, *, dry_run: bool = False,
-                  clock: Callable[[], datetime] = utc_now,
-                  overrides: Overrides | None = None) -> Service:
-    from autoscaler.service.wiring import (
-        Markets,
-        build_actuators,
-        build_forecasts,
-        build_intake,
-        build_prices,
-        build_signals,
-    )
-
-    o = overrides or Overrides()
-    catalog = load_catalog(config.prices_file)
-    markets = Markets(config, catalog)
-    store = o.store or open_store(config)
-    closers: list[Callable[[], None]] = [] if o.store else [store.close]
-    reloader = PolicyReloader(config.policies_dir, catalog)
-    signals = o.signals or build_signals(config, catalog, closers)
-    if config.http.team_tokens:  # nodes held by capacity requests are not scaled down
-        from autoscaler.fleet.requests import RequestBook
-        from autoscaler.service.request_keeper import HeldSignals
-
-        signals = HeldSignals(signals, RequestBook(store))
-    prices = o.prices or build_prices(config, markets, clock)
-    leadership = Leadership(store, config.leader)
-    if leadership.enabled:  # every store write and side effect is fenced by the lease epoch
-        store.set_fence(leadership.token)
-    executor, reconciler = o.executor, o.reconciler
-    intake = None
-    if executor is None and not dry_run:
-        address_of = o.address_of or make_resolver(config.addresses)
-        built_executor, built = build_actuators(config, store, lambda: reloader.policies,
-                                                address_of, catalog, clock, markets,
-                                                notices_in_reconciler=False)
-        executor, reconciler = built_executor, reconciler or built
-        closers.append(built_executor.close)
-        intake = build_intake(config, store, lambda: reloader.policies, clock, markets)
-    loop = ServiceLoop(store=store, reloader=reloader, signals=signals, catalog=catalog,
-                       metrics=ServiceMetrics(), leadership=leadership, prices=prices,
-                       engine=config.engine, clock=clock, dry_run=dry_run,
-                       interval_s=config.tick.interval.total_seconds(), executor=executor,
-                       reconciler=reconciler, terraform_preview=config.terraform
-                       if config.tick.preview == "terraform" else None,
-                       forecasts=build_forecasts(config, store))
-    notices = None
-    if intake is not None and isinstance(executor, Executor):
-        notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,
-                             loop.count_step_errors)
-    service = Service(config, loop, store, catalog, closers, notices)
-    if config.http.team_tokens:
-        service.keep_requests(executor)
-    return service

@@ -26,6 +26,7 @@ from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.errors import PolicyError
 
 RECENT_TRANSITIONS = 30
+RECENT_OPERATIONS = 30
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,20 @@ def recent_transitions(store: FleetStore, limit: int = RECENT_TRANSITIONS) -> li
              "reason": r.reason} for r in reversed(rows)]
 
 
+def recent_operations(store: FleetStore, limit: int = RECENT_OPERATIONS) -> list[dict[str, Any]]:
+    """The operations journal's newest rows (fleet/operations.py): what ran, how it ended
+    and how long it took; ``interrupted`` rows were cut short by a restart."""
+    from autoscaler.fleet.operations import OperationLog
+
+    def seconds(start: datetime, end: datetime | None) -> float | None:
+        return round((end - start).total_seconds(), 1) if end else None
+
+    return [{"id": r.id, "kind": r.kind, "what": r.what, "outcome": r.outcome,
+             "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at),
+             "duration_s": seconds(r.started_at, r.finished_at), "detail": r.detail}
+            for r in OperationLog(store).recent(limit)]
+
+
 def fleet_json(nodes: Iterable[Node], catalog: Catalog, snapshot: Snapshot | None,
                now: datetime) -> dict[str, Any]:
     prices = PriceBook(catalog, snapshot or Snapshot(taken_at=now))
@@ -152,6 +167,7 @@ def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
         "fleet": fleet_json(store.nodes(), catalog, snapshot, now),
         "last_plan": plan_json(store),
         "transitions": recent_transitions(store),
+        "operations": recent_operations(store),
         "policy_errors": [str(e) for e in policy_errors],
         "data_missing": dict(sorted(state.data_missing.items())),
         "sources_missing": list(state.missing_sources),

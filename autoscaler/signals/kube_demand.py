@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from autoscaler.catalog import Catalog
@@ -41,6 +41,7 @@ class PodRecord:
     labels: dict[str, str] = field(default_factory=dict)
     created_at: datetime | None = None
     started_at: datetime | None = None
+    ends_at: datetime | None = None  # startTime + activeDeadlineSeconds, if it has one
     priority: int = 0
     needs: PodNeeds | None = None  # pending pods only
     pvcs: tuple[str, ...] = ()
@@ -52,6 +53,14 @@ def _time(value: Any) -> datetime | None:
         return datetime.fromisoformat(str(value)) if value else None
     except ValueError:
         return None
+
+
+def _deadline(spec: Obj, status: Obj) -> datetime | None:
+    """When the kubelet kills the pod (``activeDeadlineSeconds`` after it started)."""
+    started, seconds = _time(status.get("startTime")), spec.get("activeDeadlineSeconds")
+    if started is None or not isinstance(seconds, int) or isinstance(seconds, bool) or seconds <= 0:
+        return None
+    return started + timedelta(seconds=seconds)
 
 
 def pod_record(obj: Obj) -> PodRecord | None:
@@ -69,7 +78,8 @@ def pod_record(obj: Obj) -> PodRecord | None:
         key=f"{meta['namespace']}/{meta['name']}", name=meta["name"], namespace=meta["namespace"],
         node=spec.get("nodeName") or None, pending=pending, gpus=gpus,
         labels=dict(meta.get("labels") or {}), created_at=_time(meta.get("creationTimestamp")),
-        started_at=_time(status.get("startTime")), priority=int(spec.get("priority") or 0),
+        started_at=_time(status.get("startTime")), ends_at=_deadline(spec, status),
+        priority=int(spec.get("priority") or 0),
         needs=pod_needs(spec, gpus, None) if pending else None,
         pvcs=tuple(pvc_names(spec)) if pending else (), spreads=spreads if pending else ())
 

@@ -115,8 +115,10 @@ class PoolShape:
         boot = self.ref.pool.bootstrap
         if name == GPU and boot.sharing == "none":
             return 1.0
-        if name == SHARED and boot.sharing in ("time-slicing", "mps"):
+        if name == SHARED and boot.sharing == "time-slicing":
             return 1.0 / boot.time_slicing_replicas
+        if name == SHARED and boot.sharing == "mps":
+            return 1.0 / boot.mps.replicas
         profile = name[len(MIG_PREFIX):]
         if name.startswith(MIG_PREFIX) and boot.sharing == "mig" and profile in boot.mig_profiles:
             return 1.0 / boot.mig_profiles.count(profile)

@@ -203,7 +203,8 @@ class KubernetesReader:
         jobs = []
         for pod in pods:
             gpus = shape.capacity(pod.gpus) if shape else pod.gpus.get(GPU, 0.0)
-            jobs.append(RunningJob(id=pod.key, gpus=gpus, started_at=pod.started_at, name=pod.name))
+            jobs.append(RunningJob(id=pod.key, gpus=gpus, started_at=pod.started_at, name=pod.name,
+                                   ends_at=pod.ends_at))
         total = shape.capacity(rec.allocatable) if shape else rec.allocatable.get(GPU, 0.0)
         allocated = sum(j.gpus for j in jobs)
         if not rec.ready:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from autoscaler.model.snapshot import PendingJob, RunningJob, SchedulerNode
@@ -25,12 +25,13 @@ from autoscaler.schedulers.slurm.parse import (
     gpu_model,
     gpu_type,
     node_state,
+    time_limit,
 )
 from autoscaler.signals.readings import ClusterPool, SchedulerReading, first_fitting
 
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"}
 # Fallback formats (names last: they may contain the separator).
-SQUEUE_FORMAT = "%i|%P|%T|%r|%b|%D|%V|%S|%N|%j"
+SQUEUE_FORMAT = "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%j"
 SQUEUE_STATES = "PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
 SINFO_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Partition:"
 
@@ -47,9 +48,15 @@ class SlurmJob:
     node_count: int = 1
     submitted_at: datetime | None = None
     started_at: datetime | None = None
+    limit: timedelta | None = None  # the job's time limit, None when unlimited
     nodes: list[str] = field(default_factory=list)
     node_gpus: list[float] = field(default_factory=list)  # per entry of nodes, when known
     array: list[str] = field(default_factory=list)  # pending array task ids
+
+    @property
+    def ends_at(self) -> datetime | None:
+        """When Slurm ends the job at the latest (start + time limit), if it has a limit."""
+        return self.started_at + self.limit if self.started_at and self.limit else None
 
 
 @dataclass
@@ -107,6 +114,7 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
             reason=str(job.get("state_reason") or ""), name=str(job.get("name") or ""),
             gpus_per_node=gpus, gpu_type=gtype, node_count=max(1, _int(job.get("node_count"), 1)),
             submitted_at=epoch(job.get("submit_time")), started_at=epoch(job.get("start_time")),
+            limit=time_limit(job.get("time_limit")),
             nodes=nodes, node_gpus=[gpu_count(d) for d in detail] if len(detail) == len(nodes) else [],
             array=array_tasks(job.get("array_task_string")) if state.upper() == "PENDING" else [],
         ))
@@ -123,10 +131,10 @@ def nodes_from_json(doc: Mapping[str, Any]) -> list[SlurmNode]:
 def jobs_from_text(text: str) -> list[SlurmJob]:
     out = []
     for line in text.splitlines():
-        parts = line.split("|", 9)
-        if len(parts) < 10:
+        parts = line.split("|", 10)
+        if len(parts) < 11:
             continue
-        jid, part, state, reason, tres, count, submit, start, nodelist, name = parts
+        jid, part, state, reason, tres, count, submit, start, nodelist, limit, name = parts
         array: list[str] = []
         if "_[" in jid:  # a pending array: 123_[1-10%2]
             jid, _, spec = jid.partition("_[")
@@ -135,7 +143,8 @@ def jobs_from_text(text: str) -> list[SlurmJob]:
             id=jid, state=state.upper(), partition=part, reason=reason, name=name,
             gpus_per_node=gpu_count(tres), gpu_type=gpu_type(tres),
             node_count=max(1, _int(count, 1)), submitted_at=epoch(submit),
-            started_at=epoch(start), nodes=expand_hostlist(nodelist), array=array,
+            started_at=epoch(start), limit=time_limit(limit), nodes=expand_hostlist(nodelist),
+            array=array,
         ))
     return out
 
@@ -186,7 +195,8 @@ def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPoo
             for i, host in enumerate(job.nodes):
                 gpus = job.node_gpus[i] if job.node_gpus else job.gpus_per_node
                 running.setdefault(host, []).append(
-                    RunningJob(id=job.id, gpus=gpus, started_at=job.started_at, name=job.name))
+                    RunningJob(id=job.id, gpus=gpus, started_at=job.started_at, name=job.name,
+                               ends_at=job.ends_at))
     sched = {n.name: _scheduler_node(n, running.get(n.name, [])) for n in nodes}
     return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed, source=source)
 

@@ -47,9 +47,6 @@ class SimJob:
     kills: int = 0
     gpu_seconds: float = 0.0  # share x seconds held on GPUs
     lost_seconds: float = 0.0  # share x seconds of work redone after kills
-    # What the observer showed of this wait (its PendingJob); cleared whenever the job
-    # starts or becomes pending anew, so only pending jobs hold one.
-    view: object | None = None
 
     key: tuple[float, int] = field(init=False)  # FIFO order: arrival, then trace order
 
@@ -84,6 +81,7 @@ class SimNode:
     jobs_version: int = 0  # bumps when a job starts or leaves the node
     sample_t: list[float] = field(default_factory=list)  # util samples (time, %), oldest first
     sample_u: list[float] = field(default_factory=list)
+    _allocated: tuple[int, float] = (-1, 0.0)  # (jobs_version, GPUs held): read every tick
 
     @property
     def gpus(self) -> int:
@@ -91,7 +89,9 @@ class SimNode:
 
     @property
     def allocated(self) -> float:
-        return sum(self.gpus_of(j) for j in self.jobs.values())
+        if self._allocated[0] != self.jobs_version:
+            self._allocated = (self.jobs_version, sum(self.gpus_of(j) for j in self.jobs.values()))
+        return self._allocated[1]
 
     @staticmethod
     def gpus_of(job: SimJob) -> float:
@@ -128,8 +128,6 @@ class Cluster:
         self.clock = clock
         self.checkpoint = checkpoint_interval
         self.nodes: dict[str, SimNode] = {}
-        self._pending: list[SimJob] | None = []  # FIFO view of _by_shape, rebuilt when asked
-        self._started = False  # jobs started since the FIFO view was last filtered
         self.running: dict[str, SimJob] = {}
         self.done = 0
         self.totals = Totals()
@@ -139,6 +137,9 @@ class Cluster:
         self._by_shape: dict[float, list[SimJob]] = {}  # pending jobs per GPUs asked, oldest first
         self._arrived_shapes: set[float] = set()
         self._fleet_version = 0  # bumps when a node moves or a job starts or leaves one
+        # Jobs that entered or left the queue since the follower (the engine's observer,
+        # which keeps its own index of the queue) last read them; None: nobody follows.
+        self.queue_moves: list[SimJob] | None = None
         self._room_cache: tuple[int, list[SimNode], int, float] | None = None
 
     # -- nodes ---------------------------------------------------------------------
@@ -217,12 +218,12 @@ class Cluster:
 
     # -- jobs ----------------------------------------------------------------------
     def arrive(self, job: SimJob, now: float) -> None:
-        job.state, job.pending_since, job.view = "pending", now, None
-        if self._pending is not None:
-            self._pending.append(job)  # arrivals come in time order: the end of the FIFO
+        job.state, job.pending_since = "pending", now
         self._by_shape.setdefault(job.gpus, []).append(job)
         self._arrived_shapes.add(job.gpus)
         self.version += 1
+        if self.queue_moves is not None:
+            self.queue_moves.append(job)
 
     def start(self, job: SimJob, node: SimNode, slots: list[tuple[int, float]], now: float) -> None:
         for i, amount in slots:
@@ -230,11 +231,13 @@ class Cluster:
         self.version += 1
         self._fleet_version += 1
         node.jobs_version += 1
-        job.state, job.node, job.slots, job.view = "running", node, slots, None
+        job.state, job.node, job.slots = "running", node, slots
         job.wait += now - job.pending_since
         job.run_start, job.run_id = now, job.run_id + 1
         if job.first_start is None:
             job.first_start = now
+        if self.queue_moves is not None:
+            self.queue_moves.append(job)
         node.jobs[job.job.id] = job
         self.running[job.job.id] = job
         run_id = job.run_id
@@ -276,9 +279,10 @@ class Cluster:
             self.totals.lost_gpu_seconds[cause] += job.gpus * (ran - kept)
             job.kills += 1
             self.totals.kills[cause] += 1
-            job.state, job.pending_since, job.view = "pending", now, None
-            self._pending = None  # rebuilt from the shapes (it may still hold this job's old entry)
+            job.state, job.pending_since = "pending", now
             bisect.insort(self._by_shape.setdefault(job.gpus, []), job, key=lambda j: j.key)
+            if self.queue_moves is not None:
+                self.queue_moves.append(job)
 
     # -- scheduling ----------------------------------------------------------------
     def schedule(self, now: float) -> None:
@@ -316,7 +320,6 @@ class Cluster:
                 del self._by_shape[g][:n]
                 if not self._by_shape[g]:
                     del self._by_shape[g]
-            self._started = True
 
     def _serving_room(self) -> tuple[list[SimNode], int, float]:
         """Serving nodes oldest first and their most free room, until the fleet changes
@@ -330,15 +333,8 @@ class Cluster:
 
     @property
     def pending(self) -> list[SimJob]:
-        """Pending jobs, oldest first (a killed job keeps its place by age). The list is
-        replaced on every change except arrivals, which are appended to it (the observer
-        relies on that to build views only for the new tail)."""
-        if self._pending is None:
-            self._pending = sorted((j for q in self._by_shape.values() for j in q), key=_age)
-        elif self._started:
-            self._pending = [j for j in self._pending if j.state == "pending"]
-        self._started = False
-        return self._pending
+        """Pending jobs, oldest first (a killed job keeps its place by age)."""
+        return sorted((j for q in self._by_shape.values() for j in q), key=_age)
 
     def pending_shapes(self) -> list[tuple[float, int]]:
         """(GPUs asked, pending jobs asking that), largest first."""

@@ -4,14 +4,17 @@ Per node, the GPU metrics are aggregates of the util samples taken at each tick 
 Prometheus ``avg_over_time``/``max_over_time`` over the scrapes would return): util_mean
 and util_max over the pool's ``scale_up.window``, util_max_idle_window over
 ``scale_down.idle_for``. The scheduler view lists the node's jobs and allocated GPUs;
-every pending job is a PendingJob with reason "Resources". Models are built with
-``model_construct`` (no re-validation) because the simulator fills them from typed data,
-and each node's Node model is cached until the node changes; job views are cached while
-the job waits or runs and evicted after (caches stay bounded by what is live).
+pending jobs are reported by shape (``PendingShape``, reason "Resources"), from an index
+of the queue kept up to date with the jobs the cluster moved in or out of it, so a tick
+costs the shapes and the moves, not the backlog. Models are built with ``model_construct``
+(no re-validation) because the simulator fills them from typed data, and each node's Node
+model is cached until the node changes; running-job views are evicted once their run ends
+(caches stay bounded by what is live).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from datetime import UTC, datetime, timedelta
 
 from autoscaler.model.lifecycle import NodeState
@@ -20,14 +23,14 @@ from autoscaler.model.snapshot import (
     CapacityError,
     GpuMetrics,
     NodeObservation,
-    PendingJob,
+    PendingShape,
     PoolObservation,
     RunningJob,
     SchedulerNode,
     Snapshot,
 )
 from autoscaler.policy.models import Pool
-from autoscaler.sim.cluster import SimJob, SimNode
+from autoscaler.sim.cluster import Cluster, SimJob, SimNode
 
 # Trace second 0 is mapped to a Monday 00:00 UTC so weekday schedules line up with
 # "day N of the trace" (the traces' own dates are anonymised).
@@ -47,7 +50,8 @@ class Observer:
         self._nodes: dict[str, tuple[int, Node]] = {}
         self._running: dict[tuple[str, int], RunningJob] = {}
         self._sched: dict[str, tuple[tuple[int, NodeState], SchedulerNode]] = {}
-        self._views: tuple[list[SimJob], int, list[PendingJob]] | None = None
+        self._cluster: Cluster | None = None
+        self._queues: dict[float, _Queue] = {}  # GPUs asked -> its pending jobs
 
     def node(self, sim: SimNode) -> Node:
         cached = self._nodes.get(sim.name)
@@ -74,17 +78,17 @@ class Observer:
         return FleetView.model_construct(nodes=[self.node(n) for n in nodes],
                                          history={self.key: history})
 
-    def snapshot(self, nodes: list[SimNode], pending: list[SimJob], errors: list[CapacityError],
+    def snapshot(self, nodes: list[SimNode], cluster: Cluster, errors: list[CapacityError],
                  now: float) -> Snapshot:
         window = self.pool.scale_up.window.total_seconds()
         idle = self.pool.scale_down.idle_for.total_seconds()
         obs = {n.name: self._observe(n, now, window, idle) for n in nodes if n.state in _OBSERVED}
-        views = self._pending_views(pending)
+        shapes = self._pending_shapes(cluster)
         self._evict(nodes)
         return Snapshot.model_construct(
             taken_at=to_datetime(now), nodes=obs,
             pools={self.key: PoolObservation.model_construct(
-                pending=views, metrics_missing=None, scheduler_missing=None)},
+                pending=[], pending_shapes=shapes, metrics_missing=None, scheduler_missing=None)},
             capacity_errors=errors, offerings=[],
             interrupted=[n.name for n in nodes if n.state is S.INTERRUPTED], missing=[],
             # Given, not defaulted: pydantic inspects a default factory's signature each time.
@@ -93,24 +97,26 @@ class Observer:
 
     def _evict(self, nodes: list[SimNode]) -> None:
         """Keep the running-job views bounded by what is live: drop finished and killed
-        runs once the cache holds twice what is live (amortised: rarely a full pass).
-        Pending views live on the pending jobs themselves (``SimJob.view``)."""
+        runs once the cache holds twice what is live (amortised: rarely a full pass)."""
         running = sum(len(n.jobs) for n in nodes)
         if len(self._running) > 2 * running + 64:
             runs = {(j.job.id, j.run_id) for n in nodes for j in n.jobs.values()}
             self._running = {k: v for k, v in self._running.items() if k in runs}
 
-    def _pending_views(self, pending: list[SimJob]) -> list[PendingJob]:
-        """The views of ``pending``, in order. The cluster replaces its pending list on any
-        change but arrivals, which it appends (``Cluster.pending``): the same list, longer,
-        only needs views for its new tail."""
-        cached = self._views
-        if cached is not None and cached[0] is pending and len(pending) >= cached[1]:
-            views = cached[2] + [_pending_job(j) for j in pending[cached[1]:]]
-        else:
-            views = [j.view or _pending_job(j) for j in pending]  # type: ignore[misc]
-        self._views = (pending, len(pending), views)
-        return views
+    def _pending_shapes(self, cluster: Cluster) -> list[PendingShape]:
+        """The queue by shape, ids in order (ties: oldest first, as a stable sort of the
+        FIFO would put them). Only the jobs the cluster moved since the last tick are
+        looked at (``Cluster.queue_moves``); a shape's record is rebuilt (its lists copied)
+        only when one of its jobs moved."""
+        if self._cluster is not cluster or cluster.queue_moves is None:
+            self._cluster, self._queues = cluster, {}
+            cluster.queue_moves = cluster.pending  # start following: index what waits now
+        for job in dict.fromkeys(cluster.queue_moves):  # each job once, as it is now
+            self._queues.setdefault(job.gpus, _Queue()).move(job)
+        cluster.queue_moves = []
+        for g in [g for g, q in self._queues.items() if not q.ids]:
+            del self._queues[g]
+        return [q.shown(g) for g, q in self._queues.items()]
 
     def _running_job(self, job: SimJob) -> RunningJob:
         key = (job.job.id, job.run_id)
@@ -146,13 +152,33 @@ class Observer:
         return sched
 
 
-def _pending_job(job: SimJob) -> PendingJob:
-    """The job's view for its current wait, kept on the job until it starts or requeues."""
-    view = job.view
-    if not isinstance(view, PendingJob):
-        # Pending since its arrival or its last requeue (a replacement pod's creation
-        # time): the wait that capacity.max_wait compares with.
-        view = job.view = PendingJob.model_construct(
-            id=job.job.id, gpus=job.gpus, nodes=1, reason="Resources",
-            submitted_at=to_datetime(job.pending_since), gpu_model=None)
-    return view
+class _Queue:
+    """One shape's pending jobs in (id, FIFO) order, as the lists a PendingShape copies."""
+
+    __slots__ = ("ids", "keys", "record", "submitted")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[str, tuple[float, int]]] = []
+        self.ids: list[str] = []
+        self.submitted: list[datetime | None] = []
+        self.record: PendingShape | None = None  # what the last snapshot showed, until a move
+
+    def shown(self, gpus: float) -> PendingShape:
+        if self.record is None:
+            self.record = PendingShape.model_construct(
+                gpus=gpus, nodes=1, reason="Resources", gpu_model=None, priority=0, zones=None,
+                instance_types=None, ids=self.ids.copy(), submitted_at=self.submitted.copy())
+        return self.record
+
+    def move(self, job: SimJob) -> None:
+        """Drop the job's entry for its last wait, if any; enter it again if it waits now
+        (a requeued job waits since its requeue, the wait that capacity.max_wait reads)."""
+        key = (job.job.id, job.key)
+        self.record = None
+        i = bisect_left(self.keys, key)
+        if i < len(self.keys) and self.keys[i] == key:
+            del self.keys[i], self.ids[i], self.submitted[i]
+        if job.state == "pending":
+            self.keys.insert(i, key)
+            self.ids.insert(i, job.job.id)
+            self.submitted.insert(i, to_datetime(job.pending_since))

@@ -50,6 +50,7 @@ def test_pool_settings_become_the_roles_variables() -> None:
     assert train["gpu_sharing_mps_active_thread_percentage"] == 50
     assert isinstance(train["gpu_sharing_mps_active_thread_percentage"], int)
     assert train["gpu_sharing_mps_pinned_device_mem_limit_mib"] == 2048
+    assert train["gpu_sharing_mps_replicas"] == 4
     assert train["gpu_health_check_max_temperature"] == 80
     assert train["cluster_join_kind"] == "slurm"
     assert train["cluster_join_slurm_partition"] == "research"

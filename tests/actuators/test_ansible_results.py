@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from autoscaler.actuators.ansible import HostResult, HostStatus
 from autoscaler.actuators.ansible.results import Redactor, host_results
-from autoscaler.model.lifecycle import NodeState
-from tests.actuators.fake_ansible import FakeAnsible
-from tests.builders import make_node, make_policy
 
 NO_SECRETS = Redactor([])
 
@@ -81,16 +76,3 @@ def test_secrets_are_redacted_from_messages() -> None:
     assert token not in result.message
     assert result.message == "bad token <redacted> rejected"
 
-
-def test_fake_ansible_records_batches_and_returns_chosen_outcomes() -> None:
-    fake = FakeAnsible()
-    nodes = [make_node(n, state=NodeState.BOOTSTRAPPING) for n in ("n1", "n2")]
-    fake.outcomes["n2"] = HostResult("n2", HostStatus.FAILED, "Check the GPU count", "2 of 4")
-    run = fake.bootstrap(nodes, {"vision": make_policy()}, secrets={"cluster_join_k8s_token": "t"})
-    assert run.ok == ["n1"] and run.failed == ["n2"]
-    assert fake.calls == [["n1", "n2"]]
-    assert fake.secret_names == [["cluster_join_k8s_token"]]  # names only, never values
-    fake.next_error = RuntimeError("ansible-playbook not found")
-    with pytest.raises(RuntimeError, match="not found"):
-        fake.bootstrap(nodes, {"vision": make_policy()})
-    assert fake.bootstrap(nodes, {"vision": make_policy()}).ok == ["n1"]

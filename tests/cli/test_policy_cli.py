@@ -36,7 +36,7 @@ def test_validate_lists_every_error_and_exits_one(tmp_path):
 def test_schema_is_json():
     result = runner.invoke(app, ["policy", "schema"])
     assert result.exit_code == 0
-    assert json.loads(result.output)["title"] == "gpu-autoscaler team policy"
+    assert json.loads(result.stdout)["title"] == "gpu-autoscaler team policy"
 
 
 def test_plan_from_the_example_snapshot_as_json():
@@ -44,7 +44,7 @@ def test_plan_from_the_example_snapshot_as_json():
                                  "--policies", str(REPO / "policies"),
                                  "--prices", str(REPO / "examples/prices-alicloud.yaml"), "--json"])
     assert result.exit_code == 0, result.output
-    plan = json.loads(result.output)["plan"]
+    plan = json.loads(result.stdout)["plan"]
     kinds = {a["kind"] for a in plan["actions"]}
     assert {"launch", "replace", "report_job"} <= kinds
     assert all(a["reason"] for a in plan["actions"])

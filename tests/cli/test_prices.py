@@ -43,7 +43,7 @@ def test_alicloud_rows_as_json(ecs: FakeEcsServer) -> None:
     stock_ecs(ecs)
     result = runner.invoke(app, ali(ecs, "--json"), env=ALI_ENV)
     assert result.exit_code == 0, result.output
-    rows = {(r["instance_type"], r["zone"]): r for r in json.loads(result.output)}
+    rows = {(r["instance_type"], r["zone"]): r for r in json.loads(result.stdout)}
     v100 = rows[(V100X4, "cn-hangzhou-h")]
     assert v100["gpus"] == 4 and v100["on_demand_usd"] == 10.40 and v100["spot_usd"] == 3.12
     assert v100["spot_usd_per_gpu"] == pytest.approx(0.78) and v100["discount"] == pytest.approx(0.7)
@@ -83,7 +83,7 @@ def test_aws_rows_use_catalog_on_demand_and_observed_spot(moto: str, spot_book: 
                                  "g4dn.12xlarge", "--zones", "us-east-1a,us-east-1e",
                                  "--endpoint", moto, "--json"])
     assert result.exit_code == 0, result.output
-    rows = {r["zone"]: r for r in json.loads(result.output)}
+    rows = {r["zone"]: r for r in json.loads(result.stdout)}
     assert set(rows) == {"us-east-1a", "us-east-1e"}
     assert rows["us-east-1a"]["on_demand_usd"] == 3.912 and rows["us-east-1a"]["discount"] == 0.65
     assert rows["us-east-1a"]["spot_usd_per_gpu"] == pytest.approx(0.3423)

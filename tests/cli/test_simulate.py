@@ -40,7 +40,7 @@ def test_simulate_json_on_a_synthetic_trace(tmp_path: Path, policies: Path) -> N
     result = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", str(policies),
                                  "--start-day", "1", "--days", "1", "--json", "--no-progress"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["pool"] == "sim/v100"
     assert data["workload"]["jobs"] == 20
     assert {s["name"] for s in data["strategies"]} == {"ours", "static", "ca_like", "target_tracking"}

@@ -36,11 +36,12 @@ from autoscaler.sandbox.dcgm_exporter import THERMAL_THROTTLE, DcgmExporterServe
 from autoscaler.sandbox.dcgm_scenarios import Constant
 from autoscaler.sandbox.procs import free_port, wait_until
 from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
-from autoscaler.service.app import Overrides, Service, build_service
+from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
 from autoscaler.service.interruptions import InterruptionIntake, PollingSource
 from autoscaler.service.reconciler import Reconciler
+from autoscaler.service.wiring import Overrides, build_service
 from autoscaler.signals.reader import SignalReader
 from autoscaler.signals.readings import ClusterPool, SchedulerReading
 from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeTerraform

@@ -38,8 +38,9 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.kube_cluster import TOKEN_ENV
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.stack import SandboxStack, StackOptions, privileged
-from autoscaler.service.app import Service, build_service
+from autoscaler.service.app import Service
 from autoscaler.service.config_load import load_config
+from autoscaler.service.wiring import build_service
 from tests.actuators.terraform_fixtures import needs_terraform
 
 pytestmark = [

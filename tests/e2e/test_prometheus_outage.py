@@ -27,8 +27,9 @@ from autoscaler.sandbox.dcgm_exporter import DcgmExporterServer, SyntheticDcgm
 from autoscaler.sandbox.dcgm_scenarios import Constant
 from autoscaler.sandbox.procs import ProcessError, wait_until
 from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
-from autoscaler.service.app import Overrides, Service, build_service
+from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
+from autoscaler.service.wiring import Overrides, build_service
 from tests.service.service_fakes import FakeExecutor, FakePrices, write_policy
 
 pytestmark = pytest.mark.slow

@@ -9,16 +9,18 @@ playbook, real Slurm, the executor as the service wires it, the HTTP API with te
 * an atomic request whose second node hits a capacity error is rolled back and Failed;
 * a request linked to a Slurm job is released when that job ends;
 * at ``ttl`` the running job gets the checkpoint signal at once, then the nodes go;
-* ``examples/ci/github-actions.yml``'s steps, run as the file says (create, wait, sbatch
-  pinned to the nodes, release), with the sandbox's GPU shape.
+* ``examples/ci/github-actions.yml``'s steps and ``examples/ci/gitlab-ci.yml``'s job, each
+  run as its CI runner would (``tests/e2e/workflow_runner.py``: create, wait, sbatch pinned
+  to the nodes, release), with the sandbox's GPU shape.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +39,11 @@ from tests.e2e.request_rig import (
     write_policy,
 )
 from tests.e2e.test_lifecycle_e2e import pytestmark  # noqa: F401
-from tests.e2e.workflow_runner import WorkflowRun
+from tests.e2e.workflow_runner import GitLabJobRun, WorkflowRun
 from tests.requests.test_requests_api import call
 
 S = NodeState
+Run = WorkflowRun | GitLabJobRun
 BODY = {"name": "ci-4711", "class": "atomic", "idempotency_key": "e2e-run-1-attempt",
         "node_sets": [{"instance_type": "g4dn.xlarge", "gpus": 1, "nodes": 2}]}
 ONE = [{"instance_type": "g4dn.xlarge", "gpus": 1, "nodes": 1}]
@@ -207,34 +210,85 @@ def test_ttl_expiry_signals_the_running_job_to_checkpoint_then_releases(
     assert stack.running_instances() == 0
 
 
-def test_the_github_actions_example_runs_on_the_sandbox(
-        stack: SandboxStack, loop: RequestLoop, tmp_path: Path) -> None:
-    cluster = stack.slurm
-    assert cluster is not None
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    (checkout / "train.sbatch").write_text(TRAIN)
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """The repository checkout a CI job runs in: its train.sbatch."""
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / "train.sbatch").write_text(TRAIN)
+    return tmp_path / "checkout"
+
+
+def run_example(loop: RequestLoop, make: Callable[[str], Run]) -> tuple[Run, str]:
+    """The example's steps (``make`` gets the service's URL) in a thread while the loop
+    ticks; the run and a report of each step."""
     with loop.api() as url:
-        run = WorkflowRun(EXAMPLES / "github-actions.yml", "train", {
-            "GPU_AUTOSCALER_TOKEN": TOKEN, "GPU_AUTOSCALER_URL": url.removesuffix("/v1/requests")},
-            checkout, {**os.environ, **cluster.env()}, overrides={"GPU_MODEL": "T4", "GPUS": "1", "NODES": "2"})
+        run = make(url.removesuffix("/v1/requests"))
         steps = threading.Thread(target=run.run, args=(900,), daemon=True)
         steps.start()
-        loop.until(lambda: not steps.is_alive(), 900, "the workflow's steps")
-    report = "\n".join(f"{r.name}: rc {r.rc}\n{r.stdout[-400:]}\n{r.stderr[-800:]}"
+        loop.until(lambda: not steps.is_alive(), 900, "the example's steps")
+    report = "\n".join(f"{r.name}: rc {r.rc}\n{r.stdout[-600:]}\n{r.stderr[-800:]}"
                        for r in run.results)
-    if [r.rc for r in run.results] != [0, 0, 0, 0]:
-        pytest.fail(f"a workflow step failed:\n{report}")
-    rid = run.outputs["request"]["id"]
+    if not run.results or any(r.rc != 0 for r in run.results):
+        pytest.fail(f"a step of the example failed:\n{report}")
+    return run, report
+
+
+def assert_example_ran(stack: SandboxStack, loop: RequestLoop, run: Run, rid: str, key: str,
+                       report: str) -> tuple[list[str], str]:
+    """What a CI example must leave behind: its request Provisioned, then Released by its
+    DELETE; its Slurm job COMPLETED on exactly the request's 2 nodes; those nodes drained
+    and destroyed. Returns the nodes and the job's scontrol record."""
+    cluster = stack.slurm
+    assert cluster is not None
     view = loop.book.get(rid)
     assert view is not None and view.condition.value == "Released", report
     assert view.reason.endswith("released by DELETE from team e2e; its nodes drain")
-    assert view.spec.idempotency_key == "gha-4711-1" and view.spec.name == "ci-4711"
-    nodes = run.outputs["nodes"]["list"].split(",")
-    assert sorted(nodes) == sorted(view.nodes) and len(nodes) == 2
-    job = run.results[2].stdout.split()[-1]  # "Submitted batch job N"
+    assert view.spec.idempotency_key == key and view.spec.name == "ci-4711"
+    assert [a.event for a in loop.store.audit_log(1000) if a.detail.startswith(f"{rid}:")] == [
+        "request_created", "request_accepted", "request_provisioned", "request_released"]
+    nodes = sorted(view.nodes)
+    assert len(nodes) == 2, view.nodes
+    (job,) = re.findall(r"Submitted batch job (\d+)", "".join(r.stdout for r in run.results))
     shown = cluster.scontrol("show", "job", job).stdout
-    assert "JobState=COMPLETED" in shown and any(f"BatchHost={n}" in shown for n in nodes), shown
+    assert "JobState=COMPLETED" in shown and "ExitCode=0:0" in shown, shown
+    ran_on = re.search(r" NodeList=(\S+)", shown)
+    assert ran_on is not None, shown
+    assert cluster.scontrol("show", "hostnames", ran_on.group(1)).stdout.split() == nodes
     loop.until(lambda: {loop.states()[n] for n in nodes} == {S.TERMINATED}, 300,
                "the example's nodes destroyed")
+    for name in nodes:
+        steps = [t.to_state for t in loop.store.transitions(name)]
+        assert steps[-4:] == ["DRAINING", "DRAINED", "TERMINATING", "TERMINATED"], steps
+        assert loop.store.get(name).drain_trigger == "released"  # type: ignore[union-attr]
     assert stack.running_instances() == 0
+    return nodes, shown
+
+
+def test_the_github_actions_example_runs_on_the_sandbox(
+        stack: SandboxStack, loop: RequestLoop, checkout: Path) -> None:
+    cluster = stack.slurm
+    assert cluster is not None
+    run, report = run_example(loop, lambda url: WorkflowRun(
+        EXAMPLES / "github-actions.yml", "train",
+        {"GPU_AUTOSCALER_TOKEN": TOKEN, "GPU_AUTOSCALER_URL": url}, checkout,
+        {**os.environ, **cluster.env()}, overrides={"GPU_MODEL": "T4", "GPUS": "1", "NODES": "2"}))
+    assert isinstance(run, WorkflowRun) and [r.rc for r in run.results] == [0, 0, 0, 0], report
+    rid = run.outputs["request"]["id"]
+    nodes, _ = assert_example_ran(stack, loop, run, rid, "gha-4711-1", report)
+    assert sorted(run.outputs["nodes"]["list"].split(",")) == nodes
+
+
+def test_the_gitlab_ci_example_runs_on_the_sandbox(
+        stack: SandboxStack, loop: RequestLoop, checkout: Path) -> None:
+    cluster = stack.slurm
+    assert cluster is not None
+    # The sandbox's GPU shape as pipeline variables, which win over the job's, as in GitLab.
+    run, report = run_example(loop, lambda url: GitLabJobRun(
+        EXAMPLES / "gitlab-ci.yml", "train",
+        {"GPU_AUTOSCALER_TOKEN": TOKEN, "GPU_AUTOSCALER_URL": url,
+         "GPU_MODEL": "T4", "GPUS": "1", "NODES": "2"},
+        checkout, {**os.environ, **cluster.env()}))
+    assert [(r.name, r.rc) for r in run.results] == [("script", 0), ("after_script", 0)], report
+    rid = (checkout / "request.id").read_text().strip()
+    _, shown = assert_example_ran(stack, loop, run, rid, "gitlab-4711-90210", report)
+    assert "JobName=train-01234567" in shown  # the commit's short SHA names the Slurm job

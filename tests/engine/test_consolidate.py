@@ -111,3 +111,17 @@ def test_no_replacement_when_no_type_is_cheaper():
     obs = {"a": on(4, 1, 1, 1, 1), "b": on(4, 1)}  # the pool offers only p3.8xlarge
     plan = run(policy(), obs)
     assert not [a for a in plan.actions if isinstance(a, Replace)] and consolidations(plan) == []
+
+
+def test_a_fallback_node_that_may_return_to_spot_is_not_replaced_by_on_demand():
+    def plan_with(return_to_spot):
+        pol = make_policy(instance_types=["p3.2xlarge", P38], scale_up={"gpu_utilization_above": 90},
+                          scale_down={"consolidate_below": 50, "max_draining_percent": 50},
+                          capacity={"spot_fallback": "on-demand", "return_to_spot": return_to_spot})
+        obs = {"a": on(4, 1, 1, 1, 1), "b": on(4, 1)}
+        nodes = [make_node("a", instance_type=P38), make_node("b", instance_type=P38, fallback_from_spot=True)]
+        return decide({pol.team: pol}, fleet(*nodes), snapshot(obs), NOW)
+
+    # its on-demand replacement would carry no fallback mark and stay on-demand for good
+    assert not [a for a in plan_with({"after": "1h"}).actions if isinstance(a, Replace)]
+    assert [a.node for a in plan_with(None).actions if isinstance(a, Replace)] == ["b"]

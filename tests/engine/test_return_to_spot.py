@@ -159,3 +159,33 @@ def test_the_rule_is_validated():
         Capacity(return_to_spot={"after": "0s"})
     with pytest.raises(ValidationError):
         Capacity(return_to_spot={"max_moves_per_hour": 0})
+
+
+def test_a_probe_moves_without_evidence_unless_the_offering_was_refused_within_the_backoff():
+    probe = {**RULE, "probe": True}
+    (launch,) = moves(plan_for(od(), rule=probe))
+    assert launch.market is Market.SPOT and launch.replaces == ["vision-gpu-1"]
+    assert "probe: the replacement's launch" in launch.reason and "saves $2.14/h" in launch.reason
+    refused = CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone=launch.zone,
+                            market=Market.SPOT, code="InsufficientInstanceCapacity",
+                            at=NOW - timedelta(minutes=2))
+    (other,) = moves(plan_for(od(), rule=probe, capacity_errors=[refused]))
+    assert other.zone != launch.zone  # the refused zone backs off, the other one is probed
+    both = [refused.model_copy(update={"zone": z}) for z in ZONES]
+    assert moves(plan_for(od(), rule=probe, capacity_errors=both)) == []
+    assert moves(plan_for(od(), rule=RULE)) == []  # off by default: evidence only
+
+
+def test_a_refused_replacement_does_not_count_as_a_move():
+    failed = [make_node(f"vision-gpu-{i}", market=Market.SPOT, zone="us-east-1c", state=S.PROVISION_FAILED,
+                        age=timedelta(minutes=3), replaces=f"gone-{i}", launched_for="return-to-spot")
+              for i in (7, 8)]
+    plan = plan_for(od(), granted(), *failed, rule={**RULE, "max_moves_per_hour": 2})
+    assert [m.replaces for m in moves(plan)] == [["vision-gpu-1"]]
+
+
+def test_probe_is_off_by_default_and_a_boolean():
+    assert Capacity(return_to_spot={}).return_to_spot.probe is False
+    assert Capacity(return_to_spot={"probe": True}).return_to_spot.probe is True
+    with pytest.raises(ValidationError):
+        Capacity(return_to_spot={"probe": "sometimes"})

@@ -64,7 +64,7 @@ def test_predictive_strategy_is_ready_before_the_daily_wave(tmp_path: Path) -> N
                                  "--start-day", "8", "--days", "1", "--strategies", "ours,predictive",
                                  "--json", "--no-progress"])
     assert result.exit_code == 0, result.output
-    by_name = {s["name"]: s for s in json.loads(result.output)["strategies"]}
+    by_name = {s["name"]: s for s in json.loads(result.stdout)["strategies"]}
     ours, pred = by_name["ours"], by_name["predictive"]
     assert ours["wait_p50_s"] >= 180  # reactive: every job waits for a node to boot
     assert pred["wait_p50_s"] < ours["wait_p50_s"] / 2
@@ -94,7 +94,7 @@ def test_plan_from_a_service_config_shows_the_forecast_and_records_nothing(tmp_p
     try:
         result = runner.invoke(app, ["plan", "--config", str(tmp_path / "config.yaml"), "--json"])
         assert result.exit_code == 0, result.output
-        shown = json.loads(result.output)["forecasts"]["vision/gpu"]
+        shown = json.loads(result.stdout)["forecasts"]["vision/gpu"]
         assert shown["mode"] == "forecast-only" and shown["applied"] is False
         assert shown["p50_gpus"] == 5.0 and shown["model"] is not None
         assert len(history.bins("vision/gpu", start)) == before  # plan records nothing

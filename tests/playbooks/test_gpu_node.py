@@ -153,6 +153,8 @@ def test_roles_wrote_the_node_configuration(lab: Lab, first_run: BootstrapRun) -
     mps = read("gpu-a", "/etc/systemd/system/nvidia-mps.service")
     assert 'Environment="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"' in mps
     assert "ExecStart=/usr/bin/nvidia-cuda-mps-control -f" in mps
+    plugin = read("gpu-a", "/etc/nvidia-device-plugin/config.yaml")  # MPS shares on Kubernetes
+    assert "mps:" in plugin and "renameByDefault: true" in plugin and "replicas: 4" in plugin
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in read(
         "gpu-a", "/etc/containerd/conf.d/99-nvidia.toml")
     # The secret arrived where it belongs: the cluster's munge key, readable by munge only.

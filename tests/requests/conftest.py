@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.fleet.store import FleetStore
-from autoscaler.service.app import Overrides, build_service
 from autoscaler.service.config import ServiceConfig
+from autoscaler.service.wiring import Overrides, build_service
 from tests.service.service_fakes import Clock, FakeExecutor, FakePrices, FakeSignals, write_policy
 
 OPERATOR = "operator-token-0123456789"

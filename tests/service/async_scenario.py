@@ -37,8 +37,9 @@ from autoscaler.fleet.tables import PlanRow
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.procs import wait_until
 from autoscaler.sandbox.stack import SandboxStack, StackOptions
-from autoscaler.service.app import Service, build_service
+from autoscaler.service.app import Service
 from autoscaler.service.config_load import load_config
+from autoscaler.service.wiring import build_service
 
 S = NodeState
 TICK_S = 5.0

@@ -16,7 +16,7 @@ from types import FrameType
 
 from autoscaler.cli.run import configure_logging, read_config
 from autoscaler.model.clock import utc_now
-from autoscaler.service.app import build_service
+from autoscaler.service.wiring import build_service
 
 
 def main(skew_s: str, config: str) -> None:

@@ -13,8 +13,9 @@ import pytest
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.snapshot import PoolObservation
 from autoscaler.service.api import ApiError, ApiHandlers, ApiServer, Health
-from autoscaler.service.app import Overrides, Service, build_service
+from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
+from autoscaler.service.wiring import Overrides, build_service
 from tests.builders import pending
 from tests.service.service_fakes import Clock, FakeExecutor, FakePrices, FakeSignals, write_policy
 

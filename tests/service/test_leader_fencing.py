@@ -29,9 +29,10 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Plan
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import PoolObservation
-from autoscaler.service.app import Overrides, Service, build_service
+from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
+from autoscaler.service.wiring import Overrides, build_service
 from tests.fakes import FakeAnsible, FakeCloud, FakeTerraform
 from tests.service import postgres
 from tests.service.service_fakes import FakeExecutor, FakePrices, FakeSignals, write_policy

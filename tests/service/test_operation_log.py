@@ -9,6 +9,7 @@ import pytest
 from autoscaler.fleet.operations import OperationLog
 from autoscaler.service.executor.advance import AdvanceReport
 from autoscaler.service.executor.operations import WorkerPools
+from autoscaler.service.status import recent_operations
 from tests.service.crash_harness import Crash
 from tests.service.executor_rig import Rig, launch
 
@@ -59,3 +60,17 @@ def test_rows_a_killed_process_left_running_are_closed_and_audited(rig: Rig) -> 
     assert {r.outcome for r in rows[2:]} == {"done"}  # the bootstrap that followed
     assert any(a.event == "operation-interrupted" and "terraform apply vision/gpu" in a.detail
                for a in rig.store.audit_log())
+
+
+def test_status_shows_the_journal_with_outcomes_and_durations(rig: Rig) -> None:
+    journal = OperationLog(rig.store)
+    op = journal.started("apply", ["apply:vision/gpu"], "terraform apply vision/gpu", rig.clock())
+    rig.clock.tick(42)
+    journal.finished(op, rig.clock(), "failed", "InsufficientInstanceCapacity in us-east-1a")
+    journal.started("drain", ["drain:vision-gpu-2"], "drain vision-gpu-2", rig.clock())
+    done, running = recent_operations(rig.store)
+    assert (done["what"], done["outcome"], done["duration_s"]) == (
+        "terraform apply vision/gpu", "failed", 42.0)
+    assert "InsufficientInstanceCapacity" in done["detail"]
+    assert (running["outcome"], running["finished_at"], running["duration_s"]) == (
+        "running", None, None)

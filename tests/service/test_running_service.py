@@ -16,8 +16,9 @@ import pytest
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.snapshot import PoolObservation, Snapshot
 from autoscaler.sandbox.procs import wait_until
-from autoscaler.service.app import Overrides, Service, build_service
+from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
+from autoscaler.service.wiring import Overrides, build_service
 from tests.builders import pending
 from tests.service.service_fakes import FakeExecutor, FakePrices, FakeSignals, write_policy
 from tests.service.test_api import get

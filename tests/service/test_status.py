@@ -20,8 +20,8 @@ from autoscaler.cli.status import status_view
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.snapshot import PoolObservation
 from autoscaler.sandbox.procs import ManagedProcess, free_port, wait_until
-from autoscaler.service.app import Overrides, build_service
 from autoscaler.service.config import ServiceConfig
+from autoscaler.service.wiring import Overrides, build_service
 from tests.builders import pending
 from tests.service.service_fakes import Clock, FakeExecutor, FakePrices, FakeSignals, write_policy
 
@@ -64,7 +64,7 @@ def test_status_command_uses_the_token_from_the_environment(running):
     assert result.exit_code == 0, result.output
     assert "vision-train-1" in result.output and TOKEN not in result.output
     result = runner.invoke(app, ["status", "--url", url, "--token-env", "GAS_STATUS_TOKEN", "--json"])
-    assert json.loads(result.output)["fleet"]["pools"]["vision/train"]["nodes"] == 2
+    assert json.loads(result.stdout)["fleet"]["pools"]["vision/train"]["nodes"] == 2
     result = runner.invoke(app, ["status", "--url", url])
     assert result.exit_code == 1 and "bearer token" in result.output
 

@@ -33,6 +33,8 @@ POLICIES = {
               bootstrap={"sharing": "mig", "mig_profiles": ["3g.40gb", "3g.40gb"]}),
         kpool("shared", ["g4dn.12xlarge"], bootstrap={"sharing": "time-slicing",
                                                       "time_slicing_replicas": 4}),
+        kpool("mps", ["g4dn.12xlarge"], bootstrap={"sharing": "mps", "time_slicing_replicas": 4,
+                                                   "mps": {"replicas": 8}}),
     ]),
     "vision": make_policy("vision", pools=[
         kpool("v100", ["p3.2xlarge", "p3.8xlarge"], zones=["us-east-1a", "us-east-1b"],
@@ -104,6 +106,8 @@ def affinity(*exprs: dict[str, Any]) -> dict[str, Any]:
      "resource nvidia.com/mig-3g.40gb: the pool's nodes offer nvidia.com/gpu"),
     # Time-slicing: 4 replicas per GPU.
     ("ml/shared", {"nvidia.com/gpu.shared": 2}, {}, (0.5, None)),
+    # MPS shares count by mps.replicas, not the time-slicing setting.
+    ("ml/mps", {"nvidia.com/gpu.shared": 2}, {}, (0.25, None)),
     ("ml/shared", {"nvidia.com/gpu": 1}, {},
      "resource nvidia.com/gpu: the pool's nodes offer nvidia.com/gpu.shared"),
 ])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -100,7 +100,8 @@ def test_nodes_jobs_ready_and_cordon(kube: FakeKube) -> None:
     kube.add_node("search-t4-3", gpus=1, ready=False)
     kube.add_node("search-t4-4", gpus=1)
     kube.add_pod("serve-0", "search", node="search-t4-1", gpus=1, created_at=CREATED)
-    kube.add_pod("serve-1", "search", node="search-t4-2", gpus=2)
+    kube.add_pod("serve-1", "search", node="search-t4-2", gpus=2, created_at=CREATED,
+                 deadline_s=3600)
     kube.add_pod("cpu", "search", node="search-t4-4", gpus=0)
     kube.add_pod("done", "search", node="search-t4-4", gpus=1, phase="Succeeded")
     nodes = read(kube).nodes
@@ -109,6 +110,9 @@ def test_nodes_jobs_ready_and_cordon(kube: FakeKube) -> None:
         "mixed", 4, 1, True, False)
     assert [(j.id, j.gpus, j.started_at) for j in one.jobs] == [("search/serve-0", 1, CREATED)]
     assert (nodes["search-t4-2"].state, nodes["search-t4-2"].cordoned) == ("draining", True)
+    # activeDeadlineSeconds: the kubelet ends it an hour after it started.
+    assert [j.ends_at for j in nodes["search-t4-2"].jobs] == [CREATED + timedelta(hours=1)]
+    assert one.jobs[0].ends_at is None
     assert (nodes["search-t4-3"].state, nodes["search-t4-3"].ready) == ("down", False)
     assert (nodes["search-t4-4"].state, nodes["search-t4-4"].jobs) == ("idle", [])
     kube.add_pod("serve-2", "search", node="search-t4-4", gpus=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,8 @@ def job_2205(jid: int, state: str, tres: str, partition: str = "gpu", nodes: str
 
 
 SQUEUE_2205 = {"jobs": [
-    job_2205(1, "RUNNING", "gres:gpu:1", nodes="gpu1", detail=["gpu:v100:1(IDX:0)"]),
+    job_2205(1, "RUNNING", "gres:gpu:1", nodes="gpu1", detail=["gpu:v100:1(IDX:0)"],
+             time_limit=90),
     job_2205(2, "PENDING", "gres:gpu:v100:2", reason="Resources"),
     job_2205(3, "PENDING", "gres:gpu:t4:1", reason="Priority"),
     job_2205(4, "PENDING", "gres:gpu:2", reason="JobHeldUser"),
@@ -111,6 +112,7 @@ def test_json_2205_demand_running_jobs_and_node_states() -> None:
     assert (gpu1.gpus_total, gpu1.gpus_allocated) == (2, 2)
     assert [(j.id, j.gpus, j.started_at) for j in gpu1.jobs] == [
         ("1", 1, datetime.fromtimestamp(T0 + 60, UTC)), ("8", 1, datetime.fromtimestamp(T0 + 60, UTC))]
+    assert [j.ends_at for j in gpu1.jobs] == [datetime.fromtimestamp(T0 + 60 + 90 * 60, UTC), None]
     assert [j.id for j in reading.nodes["gpu2"].jobs] == ["8"]
     assert (reading.nodes["gpu3"].state, reading.nodes["gpu3"].ready) == ("down", False)
 
@@ -137,9 +139,9 @@ def test_json_2302_shapes() -> None:
 
 
 SQUEUE_TEXT = """\
-2|gpu|PENDING|Resources|gres:gpu:v100:2|1|2026-11-30T12:00:00|N/A||train|x
-5_[1-3]|batch|PENDING|Resources|gres:gpu:4|1|2026-11-30T12:00:00|N/A||sweep
-1|gpu|RUNNING|None|gres:gpu:1|1|2026-11-30T12:00:00|2026-11-30T12:01:00|gpu1|run
+2|gpu|PENDING|Resources|gres:gpu:v100:2|1|2026-11-30T12:00:00|N/A||1-00:00:00|train|x
+5_[1-3]|batch|PENDING|Resources|gres:gpu:4|1|2026-11-30T12:00:00|N/A||UNLIMITED|sweep
+1|gpu|RUNNING|None|gres:gpu:1|1|2026-11-30T12:00:00|2026-11-30T12:01:00|gpu1|2:00:00|run
 """
 SINFO_TEXT = """\
 gpu1|draining|gpu:v100:2|gpu:v100:1(IDX:0)|gpu*
@@ -162,7 +164,9 @@ def test_falls_back_to_formatted_output_when_json_fails() -> None:
     assert (gpu1.state, gpu1.gpus_allocated, [j.name for j in gpu1.jobs]) == ("draining", 1, ["run"])
     assert reading.nodes["gpu2"].state == "idle"
     # The job name may contain the separator.
-    assert runner.calls[1][-1] == "%i|%P|%T|%r|%b|%D|%V|%S|%N|%j"
+    assert runner.calls[1][-1] == "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%j"
+    # Slurm ends it at start + time limit: the return-to-spot guard reads this.
+    assert gpu1.jobs[0].ends_at == datetime(2026, 11, 30, 14, 1).astimezone(UTC)
 
 
 def test_unreadable_json_also_falls_back() -> None:
@@ -216,7 +220,8 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 @pytest.mark.slow
 @pytest.mark.parametrize("use_json", [True, False])
 def test_real_slurm_one_running_one_pending(slurm: SlurmCluster, use_json: bool) -> None:
-    running = slurm.submit("sleep 600", gpus=2, gpu_type="v100", nodelist="gpu1", name="train")
+    running = slurm.submit("sleep 600", gpus=2, gpu_type="v100", nodelist="gpu1", name="train",
+                           extra=["--time=1:30:00"])
     blocker = slurm.submit("sleep 600", gpus=2, nodelist="gpu2", name="other")
     pending = slurm.submit("sleep 600", gpus=2, gpu_type="v100", name="waiting")
     try:
@@ -233,7 +238,8 @@ def test_real_slurm_one_running_one_pending(slurm: SlurmCluster, use_json: bool)
         assert demand[0].reason in ("Resources", "Priority")
         gpu1 = reading.nodes["gpu1"]
         assert [(j.id, j.gpus, j.name) for j in gpu1.jobs] == [(running, 2, "train")]
-        assert gpu1.jobs[0].started_at is not None
+        started = gpu1.jobs[0].started_at
+        assert started is not None and gpu1.jobs[0].ends_at == started + timedelta(minutes=90)
         # Slurm's state counts CPUs (1 of 2 used): "mixed", while every GPU is allocated.
         assert (gpu1.state, gpu1.gpus_total, gpu1.gpus_allocated) == ("mixed", 2, 2)
     finally:

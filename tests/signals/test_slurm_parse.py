@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -16,6 +16,7 @@ from autoscaler.schedulers.slurm.parse import (
     gpu_type,
     node_state,
     parse_gres,
+    time_limit,
 )
 
 
@@ -105,3 +106,17 @@ def test_array_tasks() -> None:
     assert array_tasks("0-10:5") == ["0", "5", "10"]
     assert len(array_tasks("1-100000")) == 1000
     assert array_tasks("") == []
+
+
+@pytest.mark.parametrize(("value", "want"), [
+    (90, timedelta(minutes=90)),  # 22.05 JSON: minutes
+    (0xFFFFFFFF, None), (0xFFFFFFFE, None), (0, None),  # INFINITE, NO_VAL, none
+    ({"set": True, "infinite": False, "number": 30}, timedelta(minutes=30)),  # 23.02+
+    ({"set": True, "infinite": True, "number": 0}, None), ({"set": False, "number": 5}, None),
+    ("1-02:03:04", timedelta(days=1, hours=2, minutes=3, seconds=4)),  # squeue %l
+    ("2:00:00", timedelta(hours=2)), ("30:00", timedelta(minutes=30)), ("45", timedelta(minutes=45)),
+    ("UNLIMITED", None), ("NOT_SET", None), ("INVALID", None), ("", None), (None, None),
+    ("1:2:3:4", None), (True, None),
+])
+def test_time_limit(value: object, want: timedelta | None) -> None:
+    assert time_limit(value) == want

@@ -61,6 +61,7 @@ def pool_vars(team: str, pool: Pool) -> dict[str, Any]:
         "gpu_sharing_mps_active_thread_percentage": _number(boot.mps.active_thread_percentage),
         "gpu_sharing_mps_pinned_device_mem_limit_mib": boot.mps.pinned_device_mem_limit_mib,
         "gpu_sharing_time_slicing_replicas": boot.time_slicing_replicas,
+        "gpu_sharing_mps_replicas": boot.mps.replicas,
         "gpu_health_check_dcgm_diag_level": boot.dcgm_diag_level,
         "gpu_health_check_max_temperature": _number(pool.health.max_gpu_temperature),
         "cluster_join_kind": cluster.kind,

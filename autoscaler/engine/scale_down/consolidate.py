@@ -94,7 +94,11 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
 
 def _cheaper_home(ctx: PoolContext, prices: Prices, node: Node, jobs: list[RunningJob]) -> Offer | None:
     """The cheapest offer (same market, same GPU model) that holds all ``jobs`` and costs
-    less per hour than ``node``: Karpenter's replace consolidation."""
+    less per hour than ``node``: Karpenter's replace consolidation. None for a fallback
+    on-demand node the return to spot may move: its on-demand replacement would not be
+    marked as a fallback and would stay on-demand for good (the move saves more)."""
+    if node.fallback_from_spot and ctx.pool.capacity.return_to_spot is not None:
+        return None
     offers, _ = prices.offers(ctx.pool, node.market, max(j.gpus for j in jobs),
                               prices.gpu_model(node) or None)
     now_usd = prices.node_hourly(node)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 # Slurm GPU type names -> the catalog's GPU model names.
@@ -159,6 +159,34 @@ def epoch(value: Any) -> datetime | None:
         # Slurm prints the controller's local time without a zone.
         return parsed.astimezone(UTC) if parsed.tzinfo is None else parsed
     return None
+
+
+# Slurm's INFINITE and NO_VAL time limits (uint32) in 22.05's JSON.
+_NO_LIMIT = 0xFFFFFFFE
+
+
+def time_limit(value: Any) -> timedelta | None:
+    """A job's time limit: JSON minutes (22.05 int, 23.02+ ``{"set", "infinite", "number"}``)
+    or squeue's ``%l`` text (``[days-]hours:minutes:seconds``, ``minutes:seconds``); None
+    when unlimited or unknown."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return timedelta(minutes=value) if 0 < value < _NO_LIMIT else None
+    if not isinstance(value, str):
+        return None
+    m = _LIMIT_TEXT.match(value.strip())
+    if m is None:
+        return None  # UNLIMITED, NOT_SET, INVALID
+    days, rest = int(m["days"] or 0), [int(x) for x in m["clock"].split(":")]
+    h, mi, sec = ([0] * (3 - len(rest)) + rest) if len(rest) > 1 else (0, rest[0], 0)
+    limit = timedelta(days=days, hours=h, minutes=mi, seconds=sec)
+    return limit if limit > timedelta(0) else None
+
+
+_LIMIT_TEXT = re.compile(r"^(?:(?P<days>[0-9]{1,5})-)?(?P<clock>[0-9]{1,6}(?::[0-9]{1,2}){0,2})$")
 
 
 def array_tasks(spec: str | None, limit: int = 1000) -> list[str]:

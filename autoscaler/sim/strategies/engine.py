@@ -52,7 +52,7 @@ class EngineStrategy(Strategy):
         backoff = self.pool.capacity.capacity_error_backoff
         self.errors = [e for e in self.errors if to_datetime(now) - e.at < backoff]
         fleet = self.observer.fleet(nodes, self.history)
-        return fleet, self.observer.snapshot(nodes, replay.cluster.pending, self.errors, now)
+        return fleet, self.observer.snapshot(nodes, replay.cluster, self.errors, now)
 
     def tick(self, replay: Replay, now: float) -> None:
         replay.sample_util(now)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
+from autoscaler.engine.binpack import shapes_of
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import FleetView
+from autoscaler.model.snapshot import PendingJob, PendingShape, Snapshot
+from autoscaler.sim.observe import to_datetime
+from autoscaler.sim.replay import Replay
 from autoscaler.sim.run import run_all
 from autoscaler.sim.strategies.engine import EngineStrategy
 from autoscaler.traces import Job
@@ -96,5 +103,37 @@ def test_observer_caches_stay_bounded_by_live_jobs() -> None:
     assert isinstance(observer, Observer)
     assert replay.cluster.done == 400
     assert len(observer._running) <= 64 + 2
-    # Pending views live on the pending jobs: a job that started holds none.
-    assert all(j.view is None for j in replay.jobs if j.state != "pending")
+    assert observer._queues == {}  # the pending index holds only what waits: nothing here
+
+
+class CheckedQueue(EngineStrategy):
+    """Ours, checking at every tick that the pending shapes it reports are the cluster's
+    queue: by GPUs asked, ids in order, each with the start of its current wait."""
+
+    checked = 0
+
+    def observe(self, replay: Replay, now: float) -> tuple[FleetView, Snapshot]:
+        fleet, snapshot = super().observe(replay, now)
+        listed = [PendingJob(id=j.job.id, gpus=j.gpus, submitted_at=to_datetime(j.pending_since))
+                  for j in replay.cluster.pending]
+        got = snapshot.pools[self.observer.key].pending_shapes
+        assert sorted(map(_fields, got)) == sorted(map(_fields, shapes_of(listed)))
+        self.checked += bool(got)
+        return fleet, snapshot
+
+
+def _fields(s: PendingShape) -> tuple[float, list[str], list[datetime | None]]:
+    return s.gpus, s.ids, s.submitted_at
+
+
+def test_pending_shapes_follow_arrivals_starts_and_requeues() -> None:
+    """A backlog of three shapes behind a 3-node cap; nodes expire after 1 h, so their jobs
+    are killed at the drain timeout and wait again (since the requeue)."""
+    pol = policy(max_nodes=3, lifetime={"max_node_age": "1h"},
+                 scale_down={"idle_for": "10m", "cooldown": "0s", "drain_timeout": "5m"})
+    jobs = [Job(f"j{(i * 37) % 90:02d}", 20 * i, 1800 + 600 * (i % 5), (1.0, 0.5, 4.0)[i % 3]) for i in range(90)]
+    ours = CheckedQueue(pol, pol.pools[0], CATALOG)
+    replay = replay_for(jobs, strategy=ours, end=6 * 3600)
+    replay.run()
+    assert ours.checked > 100
+    assert replay.cluster.totals.kills["drain-timeout"] > 0

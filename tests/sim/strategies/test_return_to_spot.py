@@ -48,3 +48,11 @@ def test_a_fallback_node_moves_to_spot_after_its_replacement_is_ready(tmp_path: 
     assert stayed.gpu_hours_paid_by_market["on-demand"] > 6
     assert moved.cost_usd < stayed.cost_usd
     assert moved.on_demand_share < 0.5 < stayed.on_demand_share
+
+
+def test_with_probe_the_node_moves_once_spot_is_back_without_another_spot_launch(tmp_path: Path) -> None:
+    # spot returns at 30 min; without "later" no spot launch would be evidence before 2h
+    probed = _run(tmp_path, {"after": "1h", "checkpoint_every": "30m", "probe": True})
+    assert probed.moves_to_spot == 1 and probed.jobs_finished == 2
+    # moved at ~1h (the after guard), not at ~2h when "later" is launched
+    assert probed.gpu_hours_paid_by_market["on-demand"] == pytest.approx(1.1, abs=0.15)
