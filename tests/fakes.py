@@ -24,6 +24,7 @@ from autoscaler.actuators.ansible import BootstrapRun, HostResult, HostStatus
 from autoscaler.actuators.drain import DrainError, PhasedDrainer, Readiness, Work
 from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput
+from autoscaler.actuators.terraform.provisioner import stray_key
 from autoscaler.clouds.base import (
     LIVE_STATES,
     MANAGED_TAGS,
@@ -37,7 +38,6 @@ from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import Market, TeamPolicy
-from autoscaler.service.executor.terraform import stray_key
 
 FAKE_NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.request import Request, urlopen
 
 from autoscaler.sandbox.dcgm_scenarios import Constant, Ramp, Scenario, Trace
+from autoscaler.sandbox.threaded_http import ThreadedHttpServer
 
 DRIVER_VERSION = "550.54.15"
 # modelName as nvidia-smi reports it, and the framebuffer size in MiB.
@@ -348,46 +349,12 @@ def make_handler(dcgm: SyntheticDcgm) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class DcgmExporterServer:
+class DcgmExporterServer(ThreadedHttpServer):
     """Serves a ``SyntheticDcgm`` on 127.0.0.1 from a thread; a context manager."""
 
     def __init__(self, dcgm: SyntheticDcgm, port: int = 0, host: str = "127.0.0.1"):
         self.dcgm = dcgm
-        self._httpd = ThreadingHTTPServer((host, port), make_handler(dcgm))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def address(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"{host!s}:{port}"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}"
-
-    def start(self) -> DcgmExporterServer:
-        """Serve from a background thread (tests, in-process sandbox)."""
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve from the calling thread (the command-line entry point)."""
-        try:
-            self._httpd.serve_forever()
-        finally:
-            self._httpd.server_close()
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
-
-    def __enter__(self) -> DcgmExporterServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(ThreadingHTTPServer((host, port), make_handler(dcgm)), "dcgm-exporter")
 
 
 class ExporterControl:

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from autoscaler.sandbox.fake_ecs_state import ApiError, EcsState
+from autoscaler.sandbox.threaded_http import ThreadedHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -146,56 +147,28 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
     def __init__(self, address: tuple[str, int], state: EcsState):
         super().__init__(address, _Handler)
         self.state = state
         self.verifier = _Verifier(state)
 
 
-class FakeEcsServer:
+class FakeEcsServer(ThreadedHttpServer):
     """Serves ``state`` on 127.0.0.1 from a thread; use as a context manager."""
 
     def __init__(self, state: EcsState, host: str = "127.0.0.1", port: int = 0):
         if not host.startswith("127."):
             raise ValueError("the fake ECS endpoint only listens on loopback")
         self.state = state
-        self._server = _Server((host, port), state)
-        self._thread: threading.Thread | None = None
+        super().__init__(_Server((host, port), state), "fake-ecs", poll_interval=0.1)
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return int(self._httpd.server_address[1])
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> FakeEcsServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-ecs",
-                                        kwargs={"poll_interval": 0.1}, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeEcsServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def serve_forever(self) -> None:
-        """Serve in the calling thread (the command line), until interrupted."""
-        try:
-            self._server.serve_forever(poll_interval=0.2)
-        finally:
-            self._server.server_close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,11 +33,12 @@ from typing import Any
 from autoscaler.sandbox.fake_kube_http import handler_for
 from autoscaler.sandbox.fake_kube_objects import GPU, Pdb, node_object, pod_object, timestamp
 from autoscaler.sandbox.fake_kube_store import Store
+from autoscaler.sandbox.threaded_http import ThreadedHttpServer
 
 Clock = Callable[[], datetime]
 
 
-class FakeKube:
+class FakeKube(ThreadedHttpServer):
     """State plus HTTP server (127.0.0.1 by default, free port, own thread); a context manager."""
 
     def __init__(self, port: int = 0, clock: Clock | None = None, bookmark_s: float = 1.0,
@@ -58,14 +59,7 @@ class FakeKube:
         self._advertise: dict[str, tuple[datetime, dict[str, str]]] = {}
         self.stopped = threading.Event()  # ends open watch streams
         # host: loopback, or the sandbox's shared address its namespaced nodes reach
-        self._httpd = ThreadingHTTPServer((host, port), handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__(ThreadingHTTPServer((host, port), handler_for(self)), "fake-kube")
 
     # -- nodes ----------------------------------------------------------------------
     def add_node(self, name: str, gpus: int = 4, labels: dict[str, str] | None = None,
@@ -255,20 +249,8 @@ class FakeKube:
         cfg.host = self.url
         return client.CoreV1Api(client.ApiClient(cfg))
 
-    def start(self) -> FakeKube:
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         self.stopped.set()
         with self.store.changed:
             self.store.changed.notify_all()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
-
-    def __enter__(self) -> FakeKube:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().stop()

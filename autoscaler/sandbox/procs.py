@@ -39,6 +39,60 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str,
         time.sleep(interval)
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` as fields: [comm, state, ppid, ...] (field 21 of stat(5) is
+    index 20, the start time); None when there is no such process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after it.
+    head, _, tail = text.rpartition(")")
+    return [head.split(" (", 1)[-1], *tail.split()]
+
+
+def pid_alive(pid: int) -> bool:
+    """Running: a zombie (which still answers kill(pid, 0)) counts as gone."""
+    fields = proc_stat(pid)
+    return fields is not None and fields[1] != "Z"
+
+
+def child_pids(pid: int) -> list[int]:
+    """Live direct children of ``pid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = proc_stat(int(entry))
+            if fields is not None and fields[2] == str(pid) and fields[1] != "Z":
+                out.append(int(entry))
+    return out
+
+
+def stop_pids(pids: Sequence[int], timeout: float = 10.0, *,
+              alive: Callable[[int], bool] = pid_alive, groups: bool = False) -> list[int]:
+    """The one way the sandbox stops processes, by PID: SIGTERM each live one, wait up to
+    ``timeout`` for all to go, SIGKILL what is left and wait again. Returns the PIDs still
+    alive. With ``groups`` a PID that leads its own process group (every ManagedProcess)
+    is signalled with its group, so it takes its helpers with it. ``alive`` decides what is
+    still the process meant (a recorded start time, a Popen that reaps its child)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            if not alive(pid):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if groups and os.getpgid(pid) == pid:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.05)
+        pids = [p for p in pids if alive(p)]
+        if not pids:
+            break
+    return list(pids)
+
+
 def port_open(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
@@ -80,15 +134,9 @@ class ManagedProcess:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the process group we created, then SIGKILL after ``timeout``."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=timeout)
+        left = stop_pids([self.pid], timeout, alive=lambda _pid: self.alive(), groups=True)
+        if left:
+            raise subprocess.TimeoutExpired(self.argv, timeout)
         self._log.close()
 
     def kill(self) -> None:

@@ -27,7 +27,6 @@ import logging
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -37,7 +36,14 @@ from pathlib import Path
 from types import TracebackType
 
 from autoscaler.sandbox import netns, node_image
-from autoscaler.sandbox.procs import ManagedProcess, ProcessError, port_open, wait_until
+from autoscaler.sandbox.procs import (
+    ManagedProcess,
+    ProcessError,
+    child_pids,
+    port_open,
+    stop_pids,
+    wait_until,
+)
 
 log = logging.getLogger(__name__)
 SSH_PORT = 2222
@@ -329,7 +335,7 @@ class SshHosts:
         ours = os.readlink(f"/proc/{node.pid}/ns/pid")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            for pid in _children(node.pid):
+            for pid in child_pids(node.pid):
                 with contextlib.suppress(OSError):
                     if os.readlink(f"/proc/{pid}/ns/pid") != ours:
                         return pid
@@ -357,42 +363,6 @@ class SshHosts:
             with contextlib.suppress(ProcessError, OSError, subprocess.SubprocessError):
                 host.node.stop(timeout=STOP_TIMEOUT_S)
         host.node = None
-        _kill_pids(netns.pids_in(host.slot))
+        stop_pids(netns.pids_in(host.slot), timeout=5.0)  # what nspawn left behind
         netns.delete(host.slot)
         shutil.rmtree(host.upper, ignore_errors=True)
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                if stat.rpartition(")")[2].split()[1] == str(pid):
-                    out.append(int(entry))
-    return out
-
-
-def _kill_pids(pids: list[int], timeout: float = 5.0) -> None:
-    """Stop what is left in a namespace (a container nspawn lost): TERM, then KILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.1)
-        pids = [p for p in pids if _alive(p)]
-        if not pids:
-            return
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie we are not the parent of still answers kill(0); treat it as gone.
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    return False

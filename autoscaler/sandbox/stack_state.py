@@ -9,17 +9,15 @@ that wrote it died.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.sandbox import netns
+from autoscaler.sandbox.procs import child_pids, proc_stat, stop_pids
 
 STATE_FILE = "sandbox.json"
 CONTROLLER_ADDR = "169.254.77.254"  # shared address namespaced slurmd reach slurmctld on
@@ -68,18 +66,8 @@ def write_state(state_dir: Path, state: StackState) -> None:
     tmp.replace(path)
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name is in parentheses and may hold spaces: split after it.
-    head, _, tail = text.rpartition(")")
-    return [head.split(" (", 1)[-1], *tail.split()]
-
-
 def proc_of(pid: int) -> Proc | None:
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     if fields is None:
         return None
     return Proc(pid=pid, start=int(fields[20]), name=fields[0])
@@ -87,40 +75,20 @@ def proc_of(pid: int) -> Proc | None:
 
 def children_of(pid: int) -> list[Proc]:
     """Live direct children of ``pid`` (each ManagedProcess leads its own process group)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat(int(entry))
-        if fields is not None and fields[2] == str(pid) and fields[1] != "Z":
-            out.append(Proc(pid=int(entry), start=int(fields[20]), name=fields[0]))
-    return out
+    return [p for p in map(proc_of, child_pids(pid)) if p is not None]
 
 
 def alive(proc: Proc) -> bool:
     """The same process is still running (same PID and same start time, not a zombie)."""
-    fields = _stat(proc.pid)
+    fields = proc_stat(proc.pid)
     return fields is not None and int(fields[20]) == proc.start and fields[1] != "Z"
 
 
 def stop_procs(procs: list[Proc], timeout: float = 10.0) -> list[Proc]:
     """SIGTERM each recorded process group, then SIGKILL what is left; returns survivors."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for p in procs:
-            if not alive(p):
-                continue
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.getpgid(p.pid) == p.pid:  # a group leader: take its helpers with it
-                    os.killpg(p.pid, sig)
-                else:
-                    os.kill(p.pid, sig)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(alive(p) for p in procs):
-            time.sleep(0.1)
-        procs = [p for p in procs if alive(p)]
-        if not procs:
-            break
-    return procs
+    by_pid = {p.pid: p for p in procs}
+    left = stop_pids(list(by_pid), timeout, alive=lambda pid: alive(by_pid[pid]), groups=True)
+    return [by_pid[pid] for pid in left]
 
 
 def remove_namespace(name: str) -> None:
@@ -128,15 +96,7 @@ def remove_namespace(name: str) -> None:
     if not name.startswith(netns.NAME_PREFIX) or not name[len(netns.NAME_PREFIX):].isdigit():
         return  # only ever touch our own naming scheme
     slot = netns.Slot(int(name[len(netns.NAME_PREFIX):]))
-    pids = netns.pids_in(slot)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        time.sleep(0.5)
-        pids = netns.pids_in(slot)
-        if not pids:
-            break
+    stop_pids(netns.pids_in(slot), timeout=0.5)
     netns.delete(slot)
 
 

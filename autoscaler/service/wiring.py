@@ -13,6 +13,7 @@ from pathlib import Path
 from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler.actuators.ansible import AnsibleActuator
+from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.clouds import connect
 from autoscaler.clouds.base import CloudMarket
@@ -25,7 +26,6 @@ from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor
 from autoscaler.service.executor.collaborators import drainers_for
 from autoscaler.service.executor.operations import Inline, WorkerPools
-from autoscaler.service.executor.terraform import TerraformProvisioner
 from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.interruptions import InterruptionIntake, NoticeLoop, sources_for
 from autoscaler.service.leader import Leadership

@@ -22,12 +22,12 @@ from typing import Any
 from autoscaler.actuators.ansible import BootstrapRun
 from autoscaler.actuators.drain import no_drainer
 from autoscaler.actuators.terraform import TerraformSettings
+from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.procs import ManagedProcess
 from autoscaler.service.executor import ExecutorSettings
-from autoscaler.service.executor.terraform import TerraformProvisioner
 from tests.builders import NOW, make_policy
 from tests.fakes import FakeAnsible
 from tests.service.crash_harness import Faults, Scenario, World

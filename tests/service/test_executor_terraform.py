@@ -16,9 +16,9 @@ from autoscaler.actuators.terraform import (
     StateLockedError,
     TerraformSettings,
 )
+from autoscaler.actuators.terraform.provisioner import TerraformProvisioner, lock_of, stray_key
 from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
-from autoscaler.service.executor.terraform import TerraformProvisioner, lock_of, stray_key
 from tests.builders import NOW
 from tests.fakes import FakeCloud
 

@@ -19,6 +19,7 @@ import pytest
 from autoscaler.actuators.drain import no_drainer
 from autoscaler.actuators.node_map import NodeMap
 from autoscaler.actuators.terraform import ApplyResult
+from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.catalog import default_catalog
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.fleet.store import FleetStore
@@ -27,7 +28,6 @@ from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
 from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
 from autoscaler.service.executor import Executor, ExecutorSettings
-from autoscaler.service.executor.terraform import TerraformProvisioner
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.builders import NOW, make_policy
 from tests.fakes import FakeAnsible

@@ -46,7 +46,7 @@ Contract (the service loop of issue 7 codes against it)::
     class Reconciler:                       # autoscaler.service.reconciler
         def run(self, snapshot: Snapshot | None = None) -> ReconcileReport: ...
 
-Real collaborators: :class:`TerraformProvisioner` (``executor/terraform.py``, one
+Real collaborators: :class:`TerraformProvisioner` (``actuators/terraform/provisioner.py``, one
 PoolWorkspace per pool), ``AnsibleActuator`` (``actuators/ansible``), drainers from
 ``actuators/drain`` (:func:`autoscaler.service.executor.collaborators.drainers_for`).
 Tests use the fakes in ``tests/fakes.py``, which implement the same Protocols.

@@ -1,4 +1,5 @@
-"""The Provisioner over the Terraform actuator: one PoolWorkspace per pool, plus strays.
+"""The executor's Provisioner (``service/executor/collaborators.py``) over Terraform: one
+PoolWorkspace per pool, plus strays.
 
 ``apply(ref, nodes)`` plans and applies the pool's node map. Before that it lists the
 pool's instances in the cloud (by the ``managed-by``, ``team`` and ``pool`` tags every
