@@ -32,10 +32,10 @@ from autoscaler.catalog.catalog import default_catalog
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox import netns
-from autoscaler.sandbox.fake_nvidia_smi import FakeGpu
-from autoscaler.sandbox.gpu_nodes import SandboxGpuNodes, controller_address
-from autoscaler.sandbox.ssh_hosts import SshHosts
+from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
+from autoscaler.sandbox.hosts import netns
+from autoscaler.sandbox.hosts.gpu_nodes import SandboxGpuNodes, controller_address
+from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 
 NOW_FIELDS = {"state_since": "2026-11-30T12:00:00Z", "created_at": "2026-11-30T12:00:00Z"}
 

@@ -1,6 +1,6 @@
 """Kubernetes demand read cost per tick: informer caches vs listing every tick.
 
-The project's fake API server (``autoscaler/sandbox/fake_kube.py``) holds 2,000 GPU
+The project's fake API server (``autoscaler/sandbox/fakes/kube.py``) holds 2,000 GPU
 nodes and 20,000 GPU pods, 500 of them pending and Unschedulable. Four teams' pools:
 plain ``nvidia.com/gpu`` V100 nodes, a tainted A100 training pool, a MIG pool
 (``nvidia.com/mig-3g.40gb``, two per A100 80GB) and a time-sliced T4 pool
@@ -39,7 +39,7 @@ from kubernetes import client
 
 from autoscaler.catalog import default_catalog
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kubernetes import NOT_DONE, KubernetesReader
 from autoscaler.signals.readings import pools_in_priority_order

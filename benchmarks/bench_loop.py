@@ -36,7 +36,7 @@ from pathlib import Path
 # The benchmark drives the e2e rig in tests/: run from anywhere, import it from the repo.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoscaler.sandbox.stack import privileged
+from autoscaler.sandbox.stack.local import privileged
 from tests.service.async_scenario import TICK_S, AsyncScenario
 from tests.service.failing_pool import allowed_launches, drive, failing_rig
 

@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.stack import SandboxStack, privileged
+from autoscaler.sandbox.stack.local import SandboxStack, privileged
 from tests.e2e.request_rig import TOKEN, RequestLoop, request_stack, write_policy
 from tests.requests.test_requests_api import call
 

@@ -5,7 +5,7 @@ For each fleet size a real Prometheus (the Debian package) starts on a TSDB back
 throttle reasons) for the nodes of the three example policies: about 10% of the nodes idle,
 a few with an XID error, a hot GPU or thermal throttling, the rest busy. The gpu-autoscaler
 recording rules derived from those policies (``signals --print-rules``) are then evaluated
-at the read time (``autoscaler/sandbox/rule_eval.py``; the newest-sample rule that another
+at the read time (``autoscaler/sandbox/services/rule_eval.py``; the newest-sample rule that another
 rule reads, every 30 s over its 20 m span).
 
 Both Prometheus servers stay up, and the signals reader runs several ticks in each mode,
@@ -46,8 +46,8 @@ from autoscaler.catalog import load_catalog
 from autoscaler.model.snapshot import NodeObservation
 from autoscaler.policy import load_policies
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
-from autoscaler.sandbox import rule_eval
-from autoscaler.sandbox.prometheus import PrometheusServer, backfill
+from autoscaler.sandbox.services import rule_eval
+from autoscaler.sandbox.services.prometheus import PrometheusServer, backfill
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import PrometheusReader
 from autoscaler.signals.rules import MARKER, RecordedQuery, RuleSet, recording_rules

@@ -33,7 +33,7 @@ from autoscaler.engine.pricing import Prices
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox
 
 
 def node_map(pool: str, n: int, start: int = 1) -> NodeMap:

@@ -33,7 +33,7 @@ python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 if command -v pyenv >/dev/null; then pyenv rehash; fi
 # Built once, reused while its package list is unchanged (as root: nodes need root anyway).
 if [ "$(id -u)" -eq 0 ]; then
-  image=$(python3 -m autoscaler.sandbox.node_image)
+  image=$(python3 -m autoscaler.sandbox.hosts.node_image)
   echo "node image: $image"
 else
   echo "note: the sandbox's node image is built on the first run as root"

@@ -128,10 +128,10 @@ def test_no_cycles_between_packages():
 
 def test_the_checker_sees_function_level_and_type_checking_imports():
     source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autoscaler.sim import run\n"
-              "def f():\n    import autoscaler.sandbox.procs\n    from . import sibling\n")
+              "def f():\n    import autoscaler.sandbox.hosts.procs\n    from . import sibling\n")
     path = PACKAGE / "engine" / "example.py"
     found = sorted(imported_modules(ast.parse(source), path))
-    assert found == [(1, "typing"), (3, "autoscaler.sim"), (5, "autoscaler.sandbox.procs"),
+    assert found == [(1, "typing"), (3, "autoscaler.sim"), (5, "autoscaler.sandbox.hosts.procs"),
                      (6, "autoscaler.engine")]
     edge = Edge("autoscaler/engine/example.py", 3, "engine", "autoscaler.sim", "sim")
     reason = why_not(edge)

@@ -27,7 +27,7 @@ from rich.text import Text
 from autoscaler.cli.common import console, fail
 from autoscaler.cli.status import status_view
 from autoscaler.fleet.store import FleetStore
-from autoscaler.sandbox.demo import DemoError, DemoResult, DemoRun
+from autoscaler.sandbox.stack.demo import DemoError, DemoResult, DemoRun
 
 DEFAULT_DIR = Path(".gpu-autoscaler/demo")
 

@@ -13,8 +13,8 @@ import typer
 from rich.table import Table
 
 from autoscaler.cli.common import console, fail
-from autoscaler.sandbox.procs import ManagedProcess, ProcessError, wait_until
-from autoscaler.sandbox.stack_state import StackState, alive, cleanup, read_state
+from autoscaler.sandbox.hosts.procs import ManagedProcess, ProcessError, wait_until
+from autoscaler.sandbox.stack.state import StackState, alive, cleanup, read_state
 
 DEFAULT_DIR = Path(".gpu-autoscaler/sandbox")
 DEMO_POLICIES = Path(__file__).resolve().parents[2] / "examples" / "demo" / "policies"
@@ -48,7 +48,7 @@ def up(
     if running(read_state(directory)):
         fail(f"a sandbox is already running in {directory} (gpu-autoscaler sandbox down --dir "
              f"{directory})")
-    argv = [sys.executable, "-m", "autoscaler.sandbox.supervisor", "--dir", str(directory),
+    argv = [sys.executable, "-m", "autoscaler.sandbox.stack.supervisor", "--dir", str(directory),
             "--policies", str(policies.resolve()), "--util", str(util), "--tick", tick]
     if prices is not None:
         argv += ["--prices", str(prices.resolve())]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.actuators.terraform import RegionInputs, TerraformSettings
-from autoscaler.sandbox.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox
 
 # A fake secret that must never appear in any output (user data carries join tokens).
 FAKE_SECRET = "s3cr3t-join-token-4f9a1c"

@@ -19,7 +19,7 @@ import pytest
 from autoscaler.actuators.ansible import AnsibleActuator, AnsibleSettings, HostStatus
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox.ssh_hosts import SshHosts
+from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 from tests.builders import make_node, make_policy
 from tests.hostile import SPLIT, jinja, jinja_block, pwned
 

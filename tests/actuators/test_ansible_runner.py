@@ -15,7 +15,7 @@ import pytest
 
 from autoscaler.actuators.ansible import AnsibleActuator, AnsibleSettings, HostStatus
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.ssh_hosts import SshHosts
+from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 from tests.builders import make_node, make_policy
 
 SECRET = "s3cr3t-VALUE-that-must-never-be-logged"

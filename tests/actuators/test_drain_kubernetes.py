@@ -13,7 +13,7 @@ from autoscaler.actuators.drain.base import DrainError
 from autoscaler.actuators.drain.kubernetes import DO_NOT_DISRUPT, KubernetesOps
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from tests.builders import NOW, make_node
 

@@ -14,8 +14,8 @@ from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, 
 from autoscaler.actuators.drain.slurm import SlurmOps
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.schedulers.slurm.client import SlurmConfig
 from tests.builders import make_node
 

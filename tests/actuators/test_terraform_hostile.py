@@ -12,7 +12,7 @@ import pytest
 from autoscaler.actuators.node_map import NodeSpec
 from autoscaler.actuators.terraform import PoolWorkspace, RegionInputs, TerraformError
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.moto_server import MOTO_AMI, MotoSandbox
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox
 from tests.actuators.terraform_fixtures import (  # noqa: F401 (fixture)
     moto,
     needs_terraform,

@@ -26,8 +26,8 @@ from autoscaler.actuators.terraform import (
     StateLockedError,
 )
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
-from autoscaler.sandbox.procs import wait_until
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from tests.actuators.terraform_fixtures import (  # noqa: F401 (fixture)
     FAKE_SECRET,
     moto,

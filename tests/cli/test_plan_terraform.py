@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
+from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from tests.actuators.terraform_fixtures import (  # noqa: F401 (fixture)
     FAKE_SECRET,
     moto,

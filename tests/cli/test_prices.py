@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.sandbox.fake_ecs import FakeEcsServer
-from autoscaler.sandbox.procs import free_port
+from autoscaler.sandbox.fakes.ecs import FakeEcsServer
+from autoscaler.sandbox.hosts.procs import free_port
 from tests.clouds import helpers
 from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, SpotBook
 

@@ -16,8 +16,8 @@ from moto.core.responses import ActionResult
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.server import ThreadedMotoServer
 
-from autoscaler.sandbox.fake_ecs import FakeEcsServer
-from autoscaler.sandbox.fake_ecs_state import EcsState
+from autoscaler.sandbox.fakes.ecs import FakeEcsServer
+from autoscaler.sandbox.fakes.ecs_state import EcsState
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 AWS_TEST_ENV = {

@@ -19,8 +19,8 @@ from autoscaler.clouds.base import (
     latest_spot,
 )
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.fake_ecs import FakeEcsServer
-from autoscaler.sandbox.procs import free_port
+from autoscaler.sandbox.fakes.ecs import FakeEcsServer
+from autoscaler.sandbox.hosts.procs import free_port
 from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, NOW, FakeClock
 
 T4 = "ecs.gn6i-c4g1.xlarge"

@@ -22,7 +22,7 @@ from autoscaler.clouds.base import (
     latest_spot,
 )
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.procs import free_port
+from autoscaler.sandbox.hosts.procs import free_port
 from tests.clouds.helpers import NOW, FakeClock, SpotBook
 
 AMI = "ami-1e749f67"

@@ -19,7 +19,7 @@ from typing import Any
 
 import websocket
 
-from autoscaler.sandbox.procs import free_port, wait_until
+from autoscaler.sandbox.hosts.procs import free_port, wait_until
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -32,10 +32,10 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import PendingJob, SchedulerNode
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.dcgm_exporter import THERMAL_THROTTLE, DcgmExporterServer, SyntheticDcgm
-from autoscaler.sandbox.dcgm_scenarios import Constant
-from autoscaler.sandbox.procs import free_port, wait_until
-from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
+from autoscaler.sandbox.fakes.dcgm_exporter import THERMAL_THROTTLE, DcgmExporterServer, SyntheticDcgm
+from autoscaler.sandbox.fakes.dcgm_scenarios import Constant
+from autoscaler.sandbox.hosts.procs import free_port, wait_until
+from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
 from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings

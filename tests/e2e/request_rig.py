@@ -21,7 +21,7 @@ from autoscaler.catalog import default_catalog
 from autoscaler.fleet.requests import RequestBook
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox.stack import SandboxStack, StackOptions
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.request_keeper import HeldSignals, RequestKeeper
 from autoscaler.service.requests_api import RequestsApi, service_admitter

@@ -10,10 +10,10 @@ from collections import defaultdict
 
 import pytest
 
-from autoscaler.sandbox import netns
-from autoscaler.sandbox.demo import DemoRun
-from autoscaler.sandbox.stack import privileged
-from autoscaler.sandbox.stack_state import Proc, alive
+from autoscaler.sandbox.hosts import netns
+from autoscaler.sandbox.stack.demo import DemoRun
+from autoscaler.sandbox.stack.local import privileged
+from autoscaler.sandbox.stack.state import Proc, alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 FULL_LIFE = ["REQUESTED", "PROVISIONING", "BOOTSTRAPPING", "READY", "DRAINING", "DRAINED",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sandbox import netns
-from autoscaler.sandbox.procs import ManagedProcess, wait_until
-from autoscaler.sandbox.stack import privileged
-from autoscaler.sandbox.stack_state import alive, read_state
+from autoscaler.sandbox.hosts import netns
+from autoscaler.sandbox.hosts.procs import ManagedProcess, wait_until
+from autoscaler.sandbox.stack.local import privileged
+from autoscaler.sandbox.stack.state import alive, read_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]

@@ -35,9 +35,9 @@ from typing import Any
 import pytest
 
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.kube_cluster import TOKEN_ENV
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.stack import SandboxStack, StackOptions, privileged
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.stack.kube_cluster import TOKEN_ENV
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.service.app import Service
 from autoscaler.service.config_load import load_config
 from autoscaler.service.wiring import build_service

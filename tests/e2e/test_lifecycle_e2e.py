@@ -34,8 +34,8 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.stack import SandboxStack, StackOptions, privileged
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.service.addresses import make_resolver
 from autoscaler.service.config_load import load_config
 from autoscaler.service.wiring import Markets, build_actuators

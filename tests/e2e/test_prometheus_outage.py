@@ -23,10 +23,10 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PlanRow
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.dcgm_exporter import DcgmExporterServer, SyntheticDcgm
-from autoscaler.sandbox.dcgm_scenarios import Constant
-from autoscaler.sandbox.procs import ProcessError, wait_until
-from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
+from autoscaler.sandbox.fakes.dcgm_exporter import DcgmExporterServer, SyntheticDcgm
+from autoscaler.sandbox.fakes.dcgm_scenarios import Constant
+from autoscaler.sandbox.hosts.procs import ProcessError, wait_until
+from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
 from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.wiring import Overrides, build_service

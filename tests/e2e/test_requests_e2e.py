@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.stack import SandboxStack
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.stack.local import SandboxStack
 from tests.e2e.request_rig import (
     CHECKPOINTING_JOB,
     GATED_JOB,

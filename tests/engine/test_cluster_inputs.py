@@ -11,7 +11,7 @@ from autoscaler.catalog import default_catalog
 from autoscaler.engine import Hold, Launch, decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import ClusterQuota, PendingJob, PoolObservation, UnservedJob
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.readings import pools_in_priority_order

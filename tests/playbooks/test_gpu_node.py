@@ -25,10 +25,10 @@ from autoscaler.catalog.catalog import default_catalog
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox.fake_nvidia_smi import FakeGpu
-from autoscaler.sandbox.gpu_nodes import CONTROLLER_ADDRESS, SandboxGpuNodes, controller_address
-from autoscaler.sandbox.slurm import SlurmCluster
-from autoscaler.sandbox.ssh_hosts import SshHosts
+from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
+from autoscaler.sandbox.hosts.gpu_nodes import CONTROLLER_ADDRESS, SandboxGpuNodes, controller_address
+from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
+from autoscaler.sandbox.services.slurm import SlurmCluster
 from tests.builders import make_node, make_policy
 
 pytestmark = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.model.request_spec import Link
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.request_links import KubeLinks, LinkWatcher
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.sandbox.dcgm_exporter import (
+from autoscaler.sandbox.fakes.dcgm_exporter import (
     COUNTERS,
     THERMAL_THROTTLE,
     ControlError,
@@ -21,9 +21,9 @@ from autoscaler.sandbox.dcgm_exporter import (
     ExporterControl,
     SyntheticDcgm,
 )
-from autoscaler.sandbox.dcgm_scenarios import Constant, Ramp, Trace
-from autoscaler.sandbox.procs import ManagedProcess, free_port, wait_until
-from autoscaler.sandbox.prometheus import write_file_sd
+from autoscaler.sandbox.fakes.dcgm_scenarios import Constant, Ramp, Trace
+from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, wait_until
+from autoscaler.sandbox.services.prometheus import write_file_sd
 from tests.shared_data import SHARED_DATA
 
 GENAI = SHARED_DATA / "alibaba-genai-2026/pod_gpu_duty_cycle_anon.csv.gz"
@@ -164,13 +164,13 @@ def test_http_server_control_endpoint_and_file_sd(tmp_path: Path) -> None:
 
 
 def test_runs_as_a_process_with_help_and_control(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "autoscaler.sandbox.dcgm_exporter", "--help"],
+    out = subprocess.run([sys.executable, "-m", "autoscaler.sandbox.fakes.dcgm_exporter", "--help"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert "--trace" in out and "--file-sd" in out
     port = free_port()
     sd = tmp_path / "sd.json"
     proc = ManagedProcess("dcgm-exporter", [
-        sys.executable, "-m", "autoscaler.sandbox.dcgm_exporter", "--port", str(port),
+        sys.executable, "-m", "autoscaler.sandbox.fakes.dcgm_exporter", "--port", str(port),
         "--nodes", "p1", "--gpus", "2", "--ramp", "0", "100", "3600", "--file-sd", str(sd),
     ], tmp_path / "exporter.log")
     try:

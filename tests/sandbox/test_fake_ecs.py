@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from autoscaler.sandbox.fake_ecs import FakeEcsServer, sign, string_to_sign
-from autoscaler.sandbox.fake_ecs_state import EcsState
-from autoscaler.sandbox.procs import ManagedProcess, free_port, port_open, wait_until
+from autoscaler.sandbox.fakes.ecs import FakeEcsServer, sign, string_to_sign
+from autoscaler.sandbox.fakes.ecs_state import EcsState
+from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, port_open, wait_until
 
 KEY_ID, SECRET = "LTAItestid", "testsecret"
 
@@ -137,7 +137,7 @@ def test_the_command_line_serves_a_state_file(tmp_path: Path) -> None:
         "on_demand": {"ecs.gn6i-c4g1.xlarge": 1.1},
         "stock": [{"type": "ecs.gn6i-c4g1.xlarge", "zone": "cn-hangzhou-h"}]}))
     port = free_port()
-    proc = ManagedProcess("fake-ecs", ["python3", "-m", "autoscaler.sandbox.fake_ecs", "--port",
+    proc = ManagedProcess("fake-ecs", ["python3", "-m", "autoscaler.sandbox.fakes.ecs", "--port",
                                        str(port), "--state", str(state)], tmp_path / "ecs.log")
     try:
         wait_until(lambda: port_open("127.0.0.1", port), 20, "fake ECS port", proc=proc)

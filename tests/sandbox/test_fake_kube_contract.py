@@ -13,7 +13,7 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 
 KUBECTL = shutil.which("kubectl")
 

@@ -13,9 +13,9 @@ from typing import Any
 import jinja2
 
 from autoscaler.actuators.ansible.settings import DEFAULT_PLAYBOOK
-from autoscaler.sandbox import fake_kubeadm
-from autoscaler.sandbox.fake_kube import FakeKube
-from autoscaler.sandbox.fake_nvidia_smi import LOADED_FLAG, FakeGpu, script
+from autoscaler.sandbox.fakes import kubeadm as fake_kubeadm
+from autoscaler.sandbox.fakes.kube import FakeKube
+from autoscaler.sandbox.fakes.nvidia_smi import LOADED_FLAG, FakeGpu, script
 
 TEMPLATE = DEFAULT_PLAYBOOK.parent / "roles" / "cluster_join" / "templates" / "kubeadm-join.yaml.j2"
 

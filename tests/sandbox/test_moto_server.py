@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from autoscaler.sandbox.moto_server import MOTO_AMI, MotoSandbox, running_instances
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from autoscaler.sandbox.procs import ManagedProcess, child_pids, pid_alive, stop_pids, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, child_pids, pid_alive, stop_pids, wait_until
 
 IGNORES_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                 "print('ready', flush=True); time.sleep(60)")

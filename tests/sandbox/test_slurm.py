@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 
 pytestmark = [
     pytest.mark.slow,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sandbox import netns, node_image
-from autoscaler.sandbox.ssh_hosts import NodeFile, SshHostError, SshHosts
+from autoscaler.sandbox.hosts import netns, node_image
+from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHostError, SshHosts
 
 
 def test_slots_use_their_own_slash_30_and_never_the_shared_controller_address() -> None:

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sandbox import netns
-from autoscaler.sandbox.fake_nvidia_smi import LOADED_FLAG
-from autoscaler.sandbox.first_boot import SANDBOX_USER_DATA
-from autoscaler.sandbox.moto_server import MOTO_AMI
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.stack import SandboxStack, StackOptions, privileged
-from autoscaler.sandbox.stack_state import alive, read_state
+from autoscaler.sandbox.fakes.nvidia_smi import LOADED_FLAG
+from autoscaler.sandbox.hosts import netns
+from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services.moto_server import MOTO_AMI
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
+from autoscaler.sandbox.stack.state import alive, read_state
 from autoscaler.service.addresses import read_address_file
 from autoscaler.service.config_load import load_config
 

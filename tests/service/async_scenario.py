@@ -35,8 +35,8 @@ from sqlalchemy import select
 from autoscaler.actuators.ansible.settings import DEFAULT_PLAYBOOK
 from autoscaler.fleet.tables import PlanRow
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.stack import SandboxStack, StackOptions
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions
 from autoscaler.service.app import Service
 from autoscaler.service.config_load import load_config
 from autoscaler.service.wiring import build_service

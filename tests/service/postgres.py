@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sandbox.procs import ManagedProcess, free_port, port_open, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, port_open, wait_until
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PG_USER = "postgres"

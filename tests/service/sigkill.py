@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sandbox.moto_server import MotoSandbox
-from autoscaler.sandbox.procs import wait_until
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services.moto_server import MotoSandbox
 
 
 def descendants(pid: int) -> list[int]:

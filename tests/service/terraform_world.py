@@ -26,7 +26,7 @@ from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox.procs import ManagedProcess
+from autoscaler.sandbox.hosts.procs import ManagedProcess
 from autoscaler.service.executor import ExecutorSettings
 from tests.builders import NOW, make_policy
 from tests.fakes import FakeAnsible

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from autoscaler.sandbox.procs import wait_until
+from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.service.api import ApiError, ApiHandlers, ApiServer, Health
 from autoscaler.service.http_server import pending_count
 from tests.service.test_api import get

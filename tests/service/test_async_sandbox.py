@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.sandbox.stack import privileged
+from autoscaler.sandbox.stack.local import privileged
 from tests.actuators.terraform_fixtures import needs_terraform
 from tests.service.async_scenario import TICK_S, AsyncScenario
 

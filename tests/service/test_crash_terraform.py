@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
-from autoscaler.sandbox.procs import wait_until
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.service.crash_harness import CrashOncePerPoint, Scenario, coarse
 from tests.service.sigkill import child_pids, every_instance, kill_tree  # noqa: F401

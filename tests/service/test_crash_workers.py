@@ -28,8 +28,8 @@ import pytest
 from autoscaler.fleet.operations import OperationLog
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
-from autoscaler.sandbox.procs import ManagedProcess, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, wait_until
+from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from autoscaler.service.executor.meta import progress_of
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.service.crash_harness import Faults, Scenario

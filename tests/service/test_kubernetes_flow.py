@@ -21,7 +21,7 @@ from autoscaler.engine import Drain, Launch, Plan, decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL
 from autoscaler.signals.kubernetes import KubernetesReader

@@ -18,8 +18,8 @@ import pytest
 
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox, running_instances
-from autoscaler.sandbox.procs import ManagedProcess, free_port, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, wait_until
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, SANDBOX_ENV, MotoSandbox, running_instances
 from tests.service import postgres
 from tests.service.service_fakes import write_policy
 

@@ -24,7 +24,7 @@ from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.engine import decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import Snapshot
-from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
+from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.reconciler import Reconciler, ReconcileReport
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401

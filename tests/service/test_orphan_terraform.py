@@ -26,7 +26,7 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.moto_server import MotoSandbox, running_instances
+from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from autoscaler.service.executor import Executor, ExecutorSettings
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.builders import NOW, make_policy

@@ -15,7 +15,7 @@ import pytest
 
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.snapshot import PoolObservation, Snapshot
-from autoscaler.sandbox.procs import wait_until
+from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.wiring import Overrides, build_service

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
-from autoscaler.sandbox.procs import free_port
+from autoscaler.sandbox.hosts.procs import free_port
 from tests.service.test_config import write
 
 

@@ -19,7 +19,7 @@ from autoscaler.cli import app
 from autoscaler.cli.status import status_view
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.snapshot import PoolObservation
-from autoscaler.sandbox.procs import ManagedProcess, free_port, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, wait_until
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.wiring import Overrides, build_service
 from tests.builders import pending

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from autoscaler.sandbox.prometheus import Series, backfill, openmetrics_lines
+from autoscaler.sandbox.services.prometheus import Series, backfill, openmetrics_lines
 
 STEP = 30
 SAMPLES = 40  # 20 minutes

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from autoscaler.cli import app
 from autoscaler.model.snapshot import DecisionInput
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.prometheus import PrometheusServer
-from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services.prometheus import PrometheusServer
+from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from tests.signals.history import History, tick_end
 
 pytestmark = [

@@ -13,8 +13,8 @@ import pytest
 from autoscaler.fleet.demand_history import STEP, DemandHistory, bin_start
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.node import FleetView
-from autoscaler.sandbox.procs import free_port
-from autoscaler.sandbox.prometheus import PrometheusServer, backfill, openmetrics_lines
+from autoscaler.sandbox.hosts.procs import free_port
+from autoscaler.sandbox.services.prometheus import PrometheusServer, backfill, openmetrics_lines
 from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.demand import DEMAND_METRIC, demand_query, load_demand

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from autoscaler.catalog import default_catalog
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.schedulers.kubernetes.objects import pod_needs
 from autoscaler.signals.kube_fit import PoolShape, fit

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from autoscaler.catalog import default_catalog
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.kubernetes import KubernetesReader, gpu_model_of, quantity
 from autoscaler.signals.readings import ClusterPool, SchedulerReading, pools_in_priority_order

@@ -25,7 +25,7 @@ from autoscaler.engine import Hold, Launch, Plan, decide
 from autoscaler.model.node import FleetView
 from autoscaler.model.snapshot import CapacityError, PendingJob, PoolObservation, Snapshot
 from autoscaler.policy.models import Market, TeamPolicy
-from autoscaler.sandbox.fake_ecs import FakeEcsServer
+from autoscaler.sandbox.fakes.ecs import FakeEcsServer
 from autoscaler.signals.prices import (
     PriceSignals,
     RegionWant,

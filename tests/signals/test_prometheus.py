@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.sandbox import rule_eval
-from autoscaler.sandbox.dcgm_exporter import (
+from autoscaler.sandbox.fakes.dcgm_exporter import (
     THERMAL_THROTTLE,
     Constant,
     DcgmExporterServer,
     SyntheticDcgm,
 )
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services import rule_eval
+from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import MetricsReading, PrometheusReader
 from autoscaler.signals.rules import RuleSet, recording_rules

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from autoscaler.catalog import default_catalog
-from autoscaler.sandbox.procs import wait_until
-from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig
 from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
 from autoscaler.signals.slurm import SlurmReader

@@ -23,7 +23,7 @@ from autoscaler.schedulers.kubernetes.objects import (
 )
 
 if TYPE_CHECKING:
-    from autoscaler.sandbox.fake_kube import FakeKube
+    from autoscaler.sandbox.fakes.kube import FakeKube
 
 Obj = dict[str, Any]
 DONE = ("Succeeded", "Failed")

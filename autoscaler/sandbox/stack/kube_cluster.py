@@ -15,7 +15,7 @@ import logging
 import secrets
 import threading
 
-from autoscaler.sandbox.fake_kube import FakeKube
+from autoscaler.sandbox.fakes.kube import FakeKube
 
 log = logging.getLogger(__name__)
 CA_CERT_HASH = "sha256:" + "0" * 64  # no TLS in the sandbox: the join checks nothing

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.sandbox.stack import SandboxStack, StackOptions
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions
 from autoscaler.service.app import Service
 from autoscaler.service.config_load import load_config
 from autoscaler.service.wiring import build_service
 
 log = logging.getLogger(__name__)
-DEMO_POLICIES = Path(__file__).resolve().parents[2] / "examples" / "demo" / "policies"
+DEMO_POLICIES = Path(__file__).resolve().parents[3] / "examples" / "demo" / "policies"
 # Executor timings for a sandbox whose "instances" boot in seconds.
 DEMO_EXECUTOR = {"bootstrap_retry_backoff": "5s", "ready_wait_timeout": "3m",
                  "state_check_interval": "30s", "advance_budget": "3m"}

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autoscaler.sandbox.procs import ManagedProcess, ProcessError, free_port, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, ProcessError, free_port, wait_until
 
 PROMETHEUS_BIN = "prometheus"
 PROMTOOL_BIN = "promtool"

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
 if TYPE_CHECKING:
-    from autoscaler.sandbox.fake_kube import FakeKube
-    from autoscaler.sandbox.fake_kube_http import Request
+    from autoscaler.sandbox.fakes.kube import FakeKube
+    from autoscaler.sandbox.fakes.kube_http import Request
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 

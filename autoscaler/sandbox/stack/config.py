@@ -11,11 +11,11 @@ from ruamel.yaml import YAML
 
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox.first_boot import SANDBOX_USER_DATA
-from autoscaler.sandbox.moto_server import MOTO_AMI
+from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
+from autoscaler.sandbox.services.moto_server import MOTO_AMI
 
 if TYPE_CHECKING:
-    from autoscaler.sandbox.slurm import SlurmNodeSpec
+    from autoscaler.sandbox.services.slurm import SlurmNodeSpec
 
 SSH_PORT = 2222
 MUNGE_KEY_ENV = "GAS_SANDBOX_MUNGE_KEY_B64"  # the munge key, base64, for the join (a secret)
@@ -37,7 +37,7 @@ def slurm_node_specs(policies: Mapping[str, TeamPolicy], catalog: Catalog, per_p
                      placeholder: str) -> list[SlurmNodeSpec]:
     """Names the engine will give the Slurm pools' nodes (``<team>-<pool>-<n>``), declared
     up front with their pool's partition and GPUs; their slurmd registers later."""
-    from autoscaler.sandbox.slurm import SlurmNodeSpec
+    from autoscaler.sandbox.services.slurm import SlurmNodeSpec
 
     specs = []
     for policy in policies.values():
@@ -112,7 +112,7 @@ def render_service_config(stack: WiredStack) -> dict[str, Any]:
 def _kubernetes(kube: Any, signals: dict[str, Any], ansible: dict[str, Any]) -> None:
     """The fake API server for the reader and drainer; for the join, its endpoint and the
     bootstrap token (a secret, from the environment)."""
-    from autoscaler.sandbox.kube_cluster import CA_CERT_HASH, TOKEN_ENV
+    from autoscaler.sandbox.stack.kube_cluster import CA_CERT_HASH, TOKEN_ENV
 
     signals["scheduler"] = [*signals["scheduler"], "kubernetes"]
     signals["kubernetes"] = {"host": kube.url, "timeout": "5s"}

@@ -1,7 +1,7 @@
 """A patched moto server on 127.0.0.1: the AWS endpoint of tests, benchmarks and the demo.
 
-``python -m autoscaler.sandbox.moto_server --port P [--fault-file F]`` applies the patches in
-:mod:`autoscaler.sandbox.moto_patches` and serves. :class:`MotoSandbox` starts and stops
+``python -m autoscaler.sandbox.services.moto_server --port P [--fault-file F]`` applies the patches in
+:mod:`autoscaler.sandbox.services.moto_patches` and serves. :class:`MotoSandbox` starts and stops
 that process (by PID), gives the endpoint and the environment that points boto3 and
 Terraform at it, and switches capacity faults on and off.
 """
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from autoscaler.sandbox.procs import ManagedProcess, free_port, port_open, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, port_open, wait_until
 
 # Fake credentials: moto accepts any; these keep boto3/Terraform from looking elsewhere.
 SANDBOX_ENV = {
@@ -61,7 +61,7 @@ class MotoSandbox:
 
     def start(self, timeout: float = 30.0) -> MotoSandbox:
         self.clear_faults()
-        argv = ["python3", "-m", "autoscaler.sandbox.moto_server", "--port", str(self.port),
+        argv = ["python3", "-m", "autoscaler.sandbox.services.moto_server", "--port", str(self.port),
                 "--fault-file", str(self.fault_file)]
         self._proc = ManagedProcess("moto", argv, self.log_path, env=SANDBOX_ENV)
         wait_until(lambda: port_open("127.0.0.1", self.port), timeout, "moto server port",
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from moto import server
 
-    from autoscaler.sandbox.moto_patches import apply_all
+    from autoscaler.sandbox.services.moto_patches import apply_all
 
     apply_all(args.fault_file)
     server.main(["-H", args.host, "-p", str(args.port)])

@@ -7,7 +7,7 @@ algorithm, and refuses a wrong key or signature with the error ECS itself sends
 (``InvalidAccessKeyId.NotFound`` 404, ``SignatureDoesNotMatch`` 400). Answers come from
 an :class:`EcsState` (see ``fake_ecs_state``).
 
-Run alone for the sandbox: ``python -m autoscaler.sandbox.fake_ecs --port P --state FILE``.
+Run alone for the sandbox: ``python -m autoscaler.sandbox.fakes.ecs --port P --state FILE``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
-from autoscaler.sandbox.fake_ecs_state import ApiError, EcsState
-from autoscaler.sandbox.threaded_http import ThreadedHttpServer
+from autoscaler.sandbox.fakes.ecs_state import ApiError, EcsState
+from autoscaler.sandbox.fakes.threaded_http import ThreadedHttpServer
 
 log = logging.getLogger(__name__)
 

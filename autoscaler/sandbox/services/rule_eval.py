@@ -18,7 +18,7 @@ from typing import Any
 
 import requests
 
-from autoscaler.sandbox.prometheus import PrometheusServer, Series, backfill, openmetrics_lines
+from autoscaler.sandbox.services.prometheus import PrometheusServer, Series, backfill, openmetrics_lines
 
 History = dict[Series, list[tuple[float, float]]]
 

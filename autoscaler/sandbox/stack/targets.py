@@ -31,10 +31,11 @@ from typing import Any
 
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.clouds.base import MANAGED_TAG_KEY, MANAGED_TAG_VALUE
-from autoscaler.sandbox import fake_kubeadm, first_boot
-from autoscaler.sandbox.dcgm_exporter import GPU_MODELS, ExporterControl
-from autoscaler.sandbox.fake_nvidia_smi import FakeGpu, node_files
-from autoscaler.sandbox.moto_server import running_instances
+from autoscaler.sandbox.fakes import kubeadm as fake_kubeadm
+from autoscaler.sandbox.fakes.dcgm_exporter import GPU_MODELS, ExporterControl
+from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu, node_files
+from autoscaler.sandbox.hosts import first_boot
+from autoscaler.sandbox.services.moto_server import running_instances
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class InstanceFollower:
                  item.instance_type, gpus, model, item.address or "no address")
 
     def _host(self, item: Followed) -> tuple[Any, str]:
-        from autoscaler.sandbox.ssh_hosts import NodeFile, SshHosts
+        from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
 
         if self.hosts_dir is None:
             raise RuntimeError("SSH hosts are disabled")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.request import Request, urlopen
 
-from autoscaler.sandbox.dcgm_scenarios import Constant, Ramp, Scenario, Trace
-from autoscaler.sandbox.threaded_http import ThreadedHttpServer
+from autoscaler.sandbox.fakes.dcgm_scenarios import Constant, Ramp, Scenario, Trace
+from autoscaler.sandbox.fakes.threaded_http import ThreadedHttpServer
 
 DRIVER_VERSION = "550.54.15"
 # modelName as nvidia-smi reports it, and the framebuffer size in MiB.
@@ -383,7 +383,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m autoscaler.sandbox.dcgm_exporter",
+        prog="python -m autoscaler.sandbox.fakes.dcgm_exporter",
         description="Synthetic dcgm-exporter: /metrics, /metrics/<node>, POST /control/<verb> "
         "(util, add, remove, temperature, xid, ecc, throttle, dropout), GET /control/state.",
     )
@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--file-sd", type=Path, help="Rewrite this Prometheus file_sd JSON "
                         "whenever nodes come and go.")
     args = parser.parse_args(argv)
-    from autoscaler.sandbox.prometheus import write_file_sd
+    from autoscaler.sandbox.services.prometheus import write_file_sd
 
     server: DcgmExporterServer | None = None
 

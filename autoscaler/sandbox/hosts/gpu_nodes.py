@@ -25,9 +25,9 @@ from typing import Any
 
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.model.node import Node
-from autoscaler.sandbox.fake_nvidia_smi import FakeGpu, node_files
-from autoscaler.sandbox.slurm import SlurmCluster, SlurmNodeSpec
-from autoscaler.sandbox.ssh_hosts import NodeFile, SshHosts
+from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu, node_files
+from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
+from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 
 CONTROLLER_ADDRESS = "169.254.77.254"
 SANDBOX_SKIP_TAGS = ("gpu-hardware", "external-repo")

@@ -30,10 +30,10 @@ from datetime import UTC, datetime, timedelta
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from autoscaler.sandbox.fake_kube_http import handler_for
-from autoscaler.sandbox.fake_kube_objects import GPU, Pdb, node_object, pod_object, timestamp
-from autoscaler.sandbox.fake_kube_store import Store
-from autoscaler.sandbox.threaded_http import ThreadedHttpServer
+from autoscaler.sandbox.fakes.kube_http import handler_for
+from autoscaler.sandbox.fakes.kube_objects import GPU, Pdb, node_object, pod_object, timestamp
+from autoscaler.sandbox.fakes.kube_store import Store
+from autoscaler.sandbox.fakes.threaded_http import ThreadedHttpServer
 
 Clock = Callable[[], datetime]
 
@@ -153,7 +153,7 @@ class FakeKube(ThreadedHttpServer):
     def schedule(self) -> list[tuple[str, str]]:
         """One pass of the fake scheduler's simple bind (``fake_kube_scheduler``): the
         (pod, node) pairs it bound."""
-        from autoscaler.sandbox.fake_kube_scheduler import bind_pending
+        from autoscaler.sandbox.fakes.kube_scheduler import bind_pending
 
         with self._lock:
             self.advance()

@@ -10,18 +10,18 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
-from autoscaler.sandbox.fake_kube_exec import serve_exec
-from autoscaler.sandbox.fake_kube_objects import (
+from autoscaler.sandbox.fakes.kube_exec import serve_exec
+from autoscaler.sandbox.fakes.kube_objects import (
     apply_patch,
     matches_fields,
     matches_labels,
     status_object,
     timestamp,
 )
-from autoscaler.sandbox.fake_kube_store import KINDS, NAMESPACED
+from autoscaler.sandbox.fakes.kube_store import KINDS, NAMESPACED
 
 if TYPE_CHECKING:
-    from autoscaler.sandbox.fake_kube import FakeKube
+    from autoscaler.sandbox.fakes.kube import FakeKube
 
 Reply = tuple[int, dict[str, Any]]
 GROUPS = {"scheduling.k8s.io/v1": ["priorityclasses"], "batch/v1": ["jobs"]}

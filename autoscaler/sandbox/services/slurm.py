@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoscaler.sandbox.procs import ManagedProcess, ProcessError, free_port, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, ProcessError, free_port, wait_until
 
 
 class SlurmError(RuntimeError):

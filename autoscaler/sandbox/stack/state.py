@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaler.sandbox import netns
-from autoscaler.sandbox.procs import child_pids, proc_stat, stop_pids
+from autoscaler.sandbox.hosts import netns
+from autoscaler.sandbox.hosts.procs import child_pids, proc_stat, stop_pids
 
 STATE_FILE = "sandbox.json"
 CONTROLLER_ADDR = "169.254.77.254"  # shared address namespaced slurmd reach slurmctld on

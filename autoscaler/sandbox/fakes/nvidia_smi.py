@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from autoscaler.sandbox.ssh_hosts import NodeFile
+from autoscaler.sandbox.hosts.ssh_hosts import NodeFile
 
 INSTALL_PATH = "/usr/bin/nvidia-smi"
 LOADED_FLAG = "/run/gpu-autoscaler-fake-nvidia/loaded"

@@ -1,4 +1,4 @@
-"""``python -m autoscaler.sandbox.supervisor --dir D``: keeps a SandboxStack running.
+"""``python -m autoscaler.sandbox.stack.supervisor --dir D``: keeps a SandboxStack running.
 
 ``gpu-autoscaler sandbox up`` starts this process detached (its own session) and returns
 once the state file says ``ready``; ``sandbox down`` sends it SIGTERM, and it stops every
@@ -15,11 +15,11 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from autoscaler.sandbox.stack import SandboxStack, StackOptions
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m autoscaler.sandbox.supervisor")
+    p = argparse.ArgumentParser(prog="python -m autoscaler.sandbox.stack.supervisor")
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--policies", type=Path, default=None)
     p.add_argument("--prices", type=Path, default=None)

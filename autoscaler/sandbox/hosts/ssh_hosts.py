@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from autoscaler.sandbox import netns, node_image
-from autoscaler.sandbox.procs import (
+from autoscaler.sandbox.hosts import netns, node_image
+from autoscaler.sandbox.hosts.procs import (
     ManagedProcess,
     ProcessError,
     child_pids,

@@ -29,19 +29,19 @@ from typing import Any
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.sandbox import netns, node_image
-from autoscaler.sandbox.dcgm_exporter import DcgmExporterServer, ExporterControl, SyntheticDcgm
-from autoscaler.sandbox.dcgm_scenarios import Constant
-from autoscaler.sandbox.moto_server import SANDBOX_ENV, MotoSandbox
-from autoscaler.sandbox.prometheus import PrometheusServer, write_file_sd
-from autoscaler.sandbox.stack_config import (
+from autoscaler.sandbox.fakes.dcgm_exporter import DcgmExporterServer, ExporterControl, SyntheticDcgm
+from autoscaler.sandbox.fakes.dcgm_scenarios import Constant
+from autoscaler.sandbox.hosts import netns, node_image
+from autoscaler.sandbox.services.moto_server import SANDBOX_ENV, MotoSandbox
+from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
+from autoscaler.sandbox.stack.config import (
     MUNGE_KEY_ENV,
     render_env,
     render_service_config,
     slurm_node_specs,
     write_yaml,
 )
-from autoscaler.sandbox.stack_state import (
+from autoscaler.sandbox.stack.state import (
     CONTROLLER_ADDR,
     StackState,
     add_lo_address,
@@ -50,7 +50,7 @@ from autoscaler.sandbox.stack_state import (
     remove_lo_address,
     write_state,
 )
-from autoscaler.sandbox.targets import Followed, InstanceFollower
+from autoscaler.sandbox.stack.targets import Followed, InstanceFollower
 
 log = logging.getLogger(__name__)
 PLACEHOLDER_ADDR = "169.254.77.253"  # NodeAddr of a declared node until it registers
@@ -178,7 +178,7 @@ class SandboxStack:
         if self.slurm is not None:
             env[MUNGE_KEY_ENV] = base64.b64encode(self.slurm.munge_key.read_bytes()).decode()
         if self.kube is not None:
-            from autoscaler.sandbox.kube_cluster import TOKEN_ENV
+            from autoscaler.sandbox.stack.kube_cluster import TOKEN_ENV
 
             env[TOKEN_ENV] = self.kube.token
         return env
@@ -192,7 +192,7 @@ class SandboxStack:
 
     def running_instances(self) -> int:
         """Instances moto still runs for the autoscaler (the demo's end check)."""
-        from autoscaler.sandbox.moto_server import running_instances
+        from autoscaler.sandbox.services.moto_server import running_instances
 
         return len(running_instances(self.ec2(), **{"managed-by": "gpu-autoscaler"}))
 
@@ -248,7 +248,7 @@ class SandboxStack:
                                  PLACEHOLDER_ADDR)
         if not specs:
             return
-        from autoscaler.sandbox.slurm import SlurmCluster
+        from autoscaler.sandbox.services.slurm import SlurmCluster
 
         self.state.added_lo_address = add_lo_address()
         self.slurm = SlurmCluster(self.dir / "slurm", specs, controller_addr=CONTROLLER_ADDR)
@@ -264,7 +264,7 @@ class SandboxStack:
     def _start_kube(self) -> None:
         if not any(p.cluster.kind == "kubernetes" for t in self.policies.values() for p in t.pools):
             return
-        from autoscaler.sandbox.kube_cluster import SandboxKube
+        from autoscaler.sandbox.stack.kube_cluster import SandboxKube
 
         if add_lo_address():
             self.state.added_lo_address = True

@@ -1,7 +1,7 @@
 """Patches that make moto 5.2 behave like EC2 for the sandbox's GPU pools.
 
 Loaded in the moto server process before it serves (``python -m
-autoscaler.sandbox.moto_server``), never in the product:
+autoscaler.sandbox.services.moto_server``), never in the product:
 
 1. p3 types are missing from moto's instance catalog, and the AWS provider calls
    DescribeInstanceTypes on every read, so an apply fails and taints the resource.

@@ -10,7 +10,7 @@ python3 (for Ansible), munge, slurmd and slurm-client (the node runs ``scontrol`
 joins), kmod (``/etc/modprobe.d``) and the few tools the roles call. Nothing can be
 installed in a node later: its network reaches 169.254.77.0/24 only.
 
-``python -m autoscaler.sandbox.node_image`` builds it (``scripts/install.sh`` does) and
+``python -m autoscaler.sandbox.hosts.node_image`` builds it (``scripts/install.sh`` does) and
 prints its path.
 """
 

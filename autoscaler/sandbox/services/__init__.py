@@ -1,0 +1,1 @@
+"""Real services run locally: patched moto, Prometheus (with promtool rule backfill), Slurm."""
