@@ -191,10 +191,15 @@ def _move(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: Return
         if why is None:
             continue
         saving = prices.node_hourly(node) - offer.hourly_usd
-        redo_gpu_h = sum(_redo_hours(job.started_at or node.created_at, now, rule)
-                         * (job.gpus or offer.gpus / max(1, len(sched.jobs))) for job in sched.jobs)
-        overlap_h = (BOOT_ESTIMATE + ctx.pool.scale_down.checkpoint_grace) / timedelta(hours=1)
-        one_off = redo_gpu_h * offer.per_gpu + overlap_h * offer.hourly_usd
+        lead = _boot(ctx) + ctx.pool.scale_down.checkpoint_grace  # launch to drain
+        redo_gpu_h = 0.0
+        for job in sched.jobs:
+            gpus = job.gpus or offer.gpus / max(1, len(sched.jobs))
+            redo, to_next = _redo_at(job.started_at or node.created_at, now + lead, rule)
+            if to_next is not None and to_next * saving < redo * gpus * offer.per_gpu:
+                return None  # staying until its next checkpoint costs less than redoing
+            redo_gpu_h += redo * gpus
+        one_off = redo_gpu_h * offer.per_gpu + lead / timedelta(hours=1) * offer.hourly_usd
         age_h = (now - node.created_at) / timedelta(hours=1)
         net = saving - one_off / age_h
         if net < rule.min_saving or saving <= 0:
@@ -206,11 +211,22 @@ def _move(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: Return
     return None
 
 
-def _redo_hours(since: datetime, now: datetime, rule: ReturnToSpot) -> float:
-    ran = max(timedelta(0), now - since)
-    if rule.checkpoint_every is not None:
-        ran = min(ran, rule.checkpoint_every)
-    return ran / timedelta(hours=1)
+def _boot(ctx: PoolContext) -> timedelta:
+    """Request to READY as the pool's serving nodes took it (median), BOOT_ESTIMATE if none."""
+    boots = sorted(n.ready_at - n.created_at for n in ctx.serving
+                   if n.ready_at is not None and n.ready_at >= n.created_at)
+    return boots[len(boots) // 2] if boots else BOOT_ESTIMATE
+
+
+def _redo_at(since: datetime, drain: datetime, rule: ReturnToSpot) -> tuple[float, float | None]:
+    """Hours of a job's work redone if it is drained at ``drain``, and hours from then to
+    its next checkpoint (None: checkpoints unknown, all of the run is redone). Jobs
+    checkpoint every ``checkpoint_every`` of their run, counted from its start."""
+    ran = max(timedelta(0), drain - since)
+    if rule.checkpoint_every is None:
+        return ran / timedelta(hours=1), None
+    redo = ran % rule.checkpoint_every
+    return redo / timedelta(hours=1), (rule.checkpoint_every - redo) / timedelta(hours=1)
 
 
 def launch_of(ctx: PoolContext, move: Move, now: datetime) -> Launch:

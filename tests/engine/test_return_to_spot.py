@@ -30,12 +30,14 @@ RULE = {"after": "1h", "checkpoint_every": "30m"}
 
 
 def od(name: str = "vision-gpu-1", age: timedelta = timedelta(hours=2), **kw: Any) -> Node:
-    return make_node(name, age=age, zone="us-east-1a", fallback_from_spot=True, **kw)
+    # READY 10 minutes after its request: the pool's boot time, launch to READY
+    return make_node(name, age=age, ready_for=age - timedelta(minutes=10), zone="us-east-1a",
+                     fallback_from_spot=True, **kw)
 
 
 def granted(name: str = "vision-gpu-9", age: timedelta = timedelta(minutes=5), zone: str = "us-east-1c",
             **kw: Any) -> Node:
-    return make_node(name, market=Market.SPOT, zone=zone, age=age, **kw)
+    return make_node(name, market=Market.SPOT, zone=zone, age=age, ready_for=None, **kw)
 
 
 def plan_for(*nodes: Node, rule: dict[str, Any] | None = None, obs: dict[str, NodeObservation] | None = None,
@@ -58,8 +60,9 @@ def moves(plan: Plan) -> list[Launch]:
 def test_a_fallback_node_moves_to_a_zone_where_spot_was_just_granted():
     (launch,) = moves(plan_for(od(), granted(), rule=RULE))
     assert (launch.market, launch.zone, launch.replaces) == (Market.SPOT, "us-east-1c", ["vision-gpu-1"])
-    # saving 3.06 - 0.918; one-off: 30m of 1 GPU redone + 12m of boot and grace, at spot prices
-    assert "saves $2.14/h, one-off $0.64" in launch.reason and "$1.82/h net" in launch.reason
+    # saving 3.06 - 0.918; one-off at spot prices: the job started 1h ago is drained 12m from
+    # now (10m boot + 2m grace), 12m after its checkpoint at 1h: 12m of 1 GPU redone + 12m
+    assert "saves $2.14/h, one-off $0.37" in launch.reason and "$1.96/h net" in launch.reason
     assert "a spot p3.2xlarge was granted in us-east-1c" in launch.reason
 
 
@@ -91,8 +94,8 @@ def test_a_stock_signal_is_evidence_too():
 
 def test_unknown_checkpoints_assume_all_work_since_the_start_is_redone():
     strict = {**RULE, "min_saving": 1.7}
-    assert moves(plan_for(od(), granted(), rule=strict))  # net $1.82/h with 30m checkpoints
-    unknown = {"after": "1h", "min_saving": 1.7}  # 1h redone: net $1.59/h
+    assert moves(plan_for(od(), granted(), rule=strict))  # net $1.96/h with 30m checkpoints
+    unknown = {"after": "1h", "min_saving": 1.7}  # 1h12m redone: net $1.50/h
     assert moves(plan_for(od(), granted(), rule=unknown)) == []
 
 
@@ -189,3 +192,15 @@ def test_probe_is_off_by_default_and_a_boolean():
     assert Capacity(return_to_spot={"probe": True}).return_to_spot.probe is True
     with pytest.raises(ValidationError):
         Capacity(return_to_spot={"probe": "sometimes"})
+
+
+def test_a_move_waits_for_a_checkpoint_due_soon_when_staying_until_then_costs_less():
+    def job_started(ago: timedelta) -> dict[str, NodeObservation]:
+        seen = busy(util=50)
+        sched = seen.scheduler.model_copy(update={"jobs": [RunningJob(id="j0", gpus=1, started_at=NOW - ago)]})
+        return {"vision-gpu-1": seen.model_copy(update={"scheduler": sched})}
+
+    # drained in 12m at 57m of run: 27m redone, vs 3m more on-demand until its checkpoint
+    assert moves(plan_for(od(), granted(), rule=RULE, obs=job_started(timedelta(minutes=45)))) == []
+    # drained at 37m of run: 7m redone, less than 23m more on-demand
+    assert moves(plan_for(od(), granted(), rule=RULE, obs=job_started(timedelta(minutes=25))))
