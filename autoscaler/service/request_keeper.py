@@ -23,7 +23,7 @@ from autoscaler.fleet.requests import RequestBook, held_nodes
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Plan, Terminate
-from autoscaler.model.request_spec import Condition, Link, RequestView
+from autoscaler.model.request_spec import FINAL, Condition, Link, RequestView
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market, TeamPolicy, find_pool, pool_key
 from autoscaler.service.executor.meta import changes
@@ -156,8 +156,18 @@ class HeldSignals:
 
     def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Any, now: datetime) -> Snapshot:
         snapshot: Snapshot = self.inner.read(policies, fleet_nodes, now)
-        views = {v.id: v for v in self.book.list(include_final=False)}
-        held = {node: views[rid].label() for node, rid in held_nodes(list(views.values())).items()}
+        views = self.book.list()
+        by_id = {v.id: v for v in views}
+        held = {node: by_id[rid].label() for node, rid in held_nodes(
+            [v for v in views if v.condition not in FINAL]).items()}
+        # A DELETE may land between the keeper's run and this read: an ended request's
+        # nodes stay held until the keeper drains them (drain_trigger released, with the
+        # pool's checkpoint signal and grace), not this tick's idle scale-down.
+        nodes = {n.name: n for n in fleet_nodes}
+        for view in views:
+            if view.condition in FINAL:
+                for name in progress(view, nodes, now).nodes:
+                    held.setdefault(name, f"{view.label()} ended: the keeper drains it")
         return snapshot.model_copy(update={"held": held}) if held else snapshot
 
     def __getattr__(self, name: str) -> Any:  # everything else is the wrapped signals'

@@ -97,7 +97,7 @@ class RequestLoop(Loop):
 
     def snapshot(self, now: datetime) -> Any:
         snap = super().snapshot(now)
-        return HeldSignals(_Fixed(snap), self.book).read(self.policies, [], now)
+        return HeldSignals(_Fixed(snap), self.book).read(self.policies, self.store.nodes(), now)
 
     def tick(self) -> None:
         self.log += self.keeper.run()

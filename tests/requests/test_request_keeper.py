@@ -157,3 +157,22 @@ def test_booking_expires_only_on_evidence_that_no_job_used_the_nodes(service):
     assert kept.condition is Condition.PROVISIONED and kept.claimed_at is not None
     events = [a.event for a in service.store.audit_log()]
     assert "request_bookingexpired" in events
+
+
+def test_an_ended_requests_nodes_stay_held_until_the_keeper_drains_them(service):
+    # A DELETE between the keeper's run and the tick's read must not hand the idle nodes to
+    # this tick's scale-down: the keeper drains them, with the release's drain trigger.
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    service.tick()
+    service.tick()
+    names = sorted(RequestBook(service.store).get(rid).nodes)
+    assert call(f"{url}/{rid}", "DELETE", VISION)[1]["condition"] == "Released"
+    signals = service.loop.signals
+    snap = signals.read(service.loop.reloader.policies, service.store.nodes(), service.loop.clock())
+    assert sorted(snap.held) == names
+    assert all(why.endswith("ended: the keeper drains it") for why in snap.held.values())
+    service.tick()
+    assert {a.trigger for a in submitted(service, Drain)} == {"released"}
+    snap = signals.read(service.loop.reloader.policies, service.store.nodes(), service.loop.clock())
+    assert snap.held == {}  # leaving now: nothing to hold
