@@ -253,7 +253,8 @@ def assert_example_ran(stack: SandboxStack, loop: RequestLoop, run: Run, rid: st
     assert "JobState=COMPLETED" in shown and "ExitCode=0:0" in shown, shown
     ran_on = re.search(r" NodeList=(\S+)", shown)
     assert ran_on is not None, shown
-    assert cluster.scontrol("show", "hostnames", ran_on.group(1)).stdout.split() == nodes
+    # sorted: scontrol lists e2e-gpu-9 before e2e-gpu-10
+    assert sorted(cluster.scontrol("show", "hostnames", ran_on.group(1)).stdout.split()) == nodes
     loop.until(lambda: {loop.states()[n] for n in nodes} == {S.TERMINATED}, 300,
                "the example's nodes destroyed")
     for name in nodes:
