@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import select
 
 from autoscaler.catalog import Catalog
+from autoscaler.fleet.operations import OperationLog
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PlanRow, TransitionRow
 from autoscaler.model.lifecycle import BILLABLE
@@ -103,8 +104,6 @@ def recent_transitions(store: FleetStore, limit: int = RECENT_TRANSITIONS) -> li
 def recent_operations(store: FleetStore, limit: int = RECENT_OPERATIONS) -> list[dict[str, Any]]:
     """The operations journal's newest rows (fleet/operations.py): what ran, how it ended
     and how long it took; ``interrupted`` rows were cut short by a restart."""
-    from autoscaler.fleet.operations import OperationLog
-
     def seconds(start: datetime, end: datetime | None) -> float | None:
         return round((end - start).total_seconds(), 1) if end else None
 

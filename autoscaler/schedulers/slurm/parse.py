@@ -142,12 +142,17 @@ def node_state(state: str | list[str] | None, flags: list[str] | None = None) ->
     return base, True, False
 
 
+def _number(value: Any) -> Any:
+    """A 23.02+ ``{"set", "infinite", "number"}`` as its number (None when unset or
+    infinite); any other value as it is."""
+    if isinstance(value, dict):
+        return value.get("number") if value.get("set", True) and not value.get("infinite") else None
+    return value
+
+
 def epoch(value: Any) -> datetime | None:
     """22.05 ints, 23.02+ ``{"set": true, "number": N}``, or sinfo/squeue local ISO text."""
-    if isinstance(value, dict):
-        if not value.get("set", True) or value.get("infinite"):
-            return None
-        value = value.get("number")
+    value = _number(value)
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC) if value > 0 else None
     if isinstance(value, str) and value.strip() and value.strip().upper() not in ("N/A", "NONE",
@@ -163,16 +168,14 @@ def epoch(value: Any) -> datetime | None:
 
 # Slurm's INFINITE and NO_VAL time limits (uint32) in 22.05's JSON.
 _NO_LIMIT = 0xFFFFFFFE
+_LIMIT_TEXT = re.compile(r"^(?:(?P<days>[0-9]{1,5})-)?(?P<clock>[0-9]{1,6}(?::[0-9]{1,2}){0,2})$")
 
 
 def time_limit(value: Any) -> timedelta | None:
     """A job's time limit: JSON minutes (22.05 int, 23.02+ ``{"set", "infinite", "number"}``)
     or squeue's ``%l`` text (``[days-]hours:minutes:seconds``, ``minutes:seconds``); None
     when unlimited or unknown."""
-    if isinstance(value, dict):
-        if not value.get("set", True) or value.get("infinite"):
-            return None
-        value = value.get("number")
+    value = _number(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return timedelta(minutes=value) if 0 < value < _NO_LIMIT else None
     if not isinstance(value, str):
@@ -184,9 +187,6 @@ def time_limit(value: Any) -> timedelta | None:
     h, mi, sec = ([0] * (3 - len(rest)) + rest) if len(rest) > 1 else (0, rest[0], 0)
     limit = timedelta(days=days, hours=h, minutes=mi, seconds=sec)
     return limit if limit > timedelta(0) else None
-
-
-_LIMIT_TEXT = re.compile(r"^(?:(?P<days>[0-9]{1,5})-)?(?P<clock>[0-9]{1,6}(?::[0-9]{1,2}){0,2})$")
 
 
 def array_tasks(spec: str | None, limit: int = 1000) -> list[str]:
