@@ -12,7 +12,8 @@ a chosen GPU inventory. The roles never ship any of it.
 * The "driver" loads at boot (a oneshot unit touching ``LOADED_FLAG`` under /run) only when
   ``/etc/modprobe.d/blacklist-nouveau.conf`` exists, as on a GPU instance where nouveau
   holds the GPUs until the node reboots with the blacklist: the nvidia_driver role's reboot
-  path is needed on a fresh node and not afterwards.
+  path is needed on a fresh node and not afterwards. It runs before sshd, so Ansible never
+  reconnects to a node whose driver is still loading.
 * ``/dev/nvidia0..N-1`` are links to /dev/null made at every boot (systemd-tmpfiles), the
   device files Slurm's gres.conf names.
 """
@@ -82,6 +83,9 @@ def script(gpus: list[FakeGpu]) -> str:
 _DRIVER_UNIT = f"""[Unit]
 Description=Fake NVIDIA driver of gpu-autoscaler's sandbox (loads when nouveau is blacklisted)
 ConditionPathExists=/etc/modprobe.d/blacklist-nouveau.conf
+# A real module loads from udev long before sshd; without this order Ansible's reboot could
+# reconnect first and find no driver (failed once in CI under load).
+Before=ssh.service
 
 [Service]
 Type=oneshot
