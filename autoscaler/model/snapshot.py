@@ -56,6 +56,11 @@ class SchedulerNode(_Model):
     )
     gpus_total: float = 0
     gpus_allocated: float = 0
+    gpus_free: list[float] | None = Field(
+        None, description="The free share (0..1) of each GPU, when the scheduler places shares "
+        "of a GPU and reports them per device (the simulator does). None: only the total is "
+        "known, and the engine assumes whole GPUs are taken first, so three GPUs each 0.9 used "
+        "read as one with 0.3 free.")
     jobs: list[RunningJob] = Field(default_factory=list)
     cordoned: bool = False
     ready: bool = True

@@ -49,6 +49,21 @@ def test_jobs_that_fit_free_or_in_flight_capacity_launch_nothing():
     assert launches(plan) == []
 
 
+@pytest.mark.parametrize(("gpus_free", "launched"), [
+    (None, 0),  # only the total is known: 0.3 of one GPU looks free, the share fits
+    ([0.1, 0.1, 0.1, 0.0], 1),  # per GPU: no GPU has 0.3 left
+    ([0.0, 0.0, 0.0, 0.3], 0),
+])
+def test_shares_fit_a_serving_node_by_its_per_gpu_free_shares_when_the_scheduler_reports_them(
+        gpus_free, launched):
+    node = make_node("n1", instance_type="p3.8xlarge")
+    obs = busy(util=40.0, gpus=4, jobs=3)  # below the utilization target: only demand buys
+    obs = obs.model_copy(update={"scheduler": obs.scheduler.model_copy(
+        update={"state": "mixed", "gpus_allocated": 3.7, "gpus_free": gpus_free})})
+    plan = run(make_policy(), [node], {"n1": obs}, {KEY: PoolObservation(pending=pending(0.3))})
+    assert sum(a.count for a in launches(plan)) == launched
+
+
 def test_only_resource_and_priority_reasons_count_as_demand():
     jobs = pending(1, reason="Dependency") + pending(1, reason="QOSMaxGRESPerUser")
     plan = run(make_policy(), pools={KEY: PoolObservation(pending=jobs)})

@@ -73,6 +73,25 @@ def test_engine_sees_running_jobs_and_never_drains_a_busy_node() -> None:
     assert ours.actions["drain"] == 0
 
 
+def test_a_share_no_gpu_has_room_for_launches_although_the_node_has_that_much_free() -> None:
+    """Four 0.8-GPU shares leave 0.2 of each GPU of a p3.8xlarge: 0.8 free in all, but a
+    0.5 share fits none of them. The engine sees the node's GPUs one by one (what the
+    scheduler reports) and buys for it."""
+    pol = policy(instance_types=["p3.8xlarge"])
+    ours = EngineStrategy(pol, pol.pools[0], CATALOG)
+    shares = [Job(f"s{i}", 0, 10**5, 0.8) for i in range(4)]
+    late = Job("late", 0, 3600, 0.5)
+    replay = replay_for([*shares, late], strategy=ours)
+    node = ready_node(replay, "p3.8xlarge")
+    for job in shares:
+        run_job(replay, job, node, 0)
+    replay.cluster.arrive(next(j for j in replay.jobs if j.job.id == "late"), 0)
+    replay.cluster.schedule(0)
+    ours.tick(replay, 0)
+    assert ours.actions["launch"] == 1
+    assert len(replay.cluster.nodes) == 2
+
+
 def test_consolidation_moves_a_stranded_job_and_saves_the_node() -> None:
     """Two 4-GPU nodes each keep one 10-hour 1-GPU job after their 3-GPU jobs end at ~1h:
     with consolidate_below 50 one of them is drained, its job requeued after the 2m grace
