@@ -9,6 +9,7 @@ evidence.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -56,9 +57,9 @@ class SchedulerNode(_Model):
     )
     gpus_total: float = 0
     gpus_allocated: float = 0
-    gpus_free: list[float] | None = Field(
-        None, description="The free share (0..1) of each GPU, when the scheduler places shares "
-        "of a GPU and reports them per device (the simulator does). None: only the total is "
+    gpus_free: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(
+        None, max_length=64, description="The free share (0..1) of each GPU, when the scheduler "
+        "places shares of a GPU and reports them per device (the simulator does). None: only the total is "
         "known, and the engine assumes whole GPUs are taken first, so three GPUs each 0.9 used "
         "read as one with 0.3 free.")
     jobs: list[RunningJob] = Field(default_factory=list)
