@@ -49,7 +49,7 @@ class Bin:
     def observed(cls, gpus: float, allocated: float, free: list[float] | None, **kw: object) -> Bin:
         """A serving node as its scheduler reports it: per GPU when it says, else by total."""
         if free is not None and len(free) == math.floor(gpus + EPS):
-            return cls(free=[min(1.0, max(0.0, f)) for f in free], **kw)  # type: ignore[arg-type]
+            return cls(free=list(free), **kw)  # type: ignore[arg-type]
         return cls.with_allocated(gpus, allocated, **kw)
 
     def fits(self, gpus: float) -> bool:

@@ -40,10 +40,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import chain
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.spread import ZoneSpread
 from autoscaler.model.lifecycle import FAILED, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Hold, Launch
@@ -161,29 +163,34 @@ def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetim
     if left <= 0:
         return []
     held = set(held)
+    spread = ZoneSpread(ctx.pool, chain(ctx.serving, ctx.in_flight), ctx.interrupted)
     found = []
     for node in ctx.serving:
         if (node.fallback_from_spot and node.market is Market.ON_DEMAND and node.name not in moving
                 and node.name not in held and node.name not in budget.taken
                 and now - node.created_at >= rule.after):
-            move = _move(ctx, prices, evidence, rule, node, now)
+            move = _move(ctx, prices, evidence, rule, node, now, spread)
             if move is not None:
                 found.append(move)
     found.sort(key=lambda m: (-m.net, m.node.name))
     chosen = []
-    for move in found[:left]:
-        if budget.can_swap(move.node):  # its drain to come uses the budget now
+    for move in found:
+        if len(chosen) >= left:
+            break
+        # its drain to come uses the budget now; moves chosen before may have filled the zone
+        if budget.can_swap(move.node) and spread.full(move.offer.zone) is None:
             budget.swap(move.node)
+            spread.add(move.offer)
             chosen.append(move)
     return chosen
 
 
 def _move(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: ReturnToSpot,
-          node: Node, now: datetime) -> Move | None:
+          node: Node, now: datetime, spread: ZoneSpread) -> Move | None:
     sched = ctx.observation(node).scheduler
     if sched is None:
         return None  # its jobs are unknown: the redo cost cannot be bounded
-    offers, _ = prices.offers(ctx.pool, Market.SPOT, prices.node_gpus(node))
+    offers, _ = spread.keep(prices.offers(ctx.pool, Market.SPOT, prices.node_gpus(node))[0])
     for offer in offers:
         if offer.instance_type != node.instance_type:
             continue

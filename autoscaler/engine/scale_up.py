@@ -17,6 +17,7 @@ from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down import unhealthy
+from autoscaler.engine.spread import ZoneSpread
 from autoscaler.model.node import Node
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market
@@ -52,6 +53,7 @@ class _Picker:
         self.mix = MarketMix(ctx.pool.capacity, od, ctx.size - od)
         self.max_wait = ctx.pool.capacity.wait_limit(ctx.policy.priority)
         self._refusals: list[str] | None = None
+        self.spread = ZoneSpread(ctx.pool, chain(ctx.serving, ctx.in_flight), ctx.interrupted)
 
     def refusals(self) -> list[str]:
         if self._refusals is None:
@@ -81,8 +83,11 @@ class _Picker:
                                f"{format_duration(waited or timedelta(0))} >= max_wait "
                                f"{format_duration(self.max_wait)}, falling back to on-demand"), True
         offers, skipped = self.prices.offers(pool, market, gpus, model, zones, types)
+        offers, full = self.spread.keep(offers)
+        skipped += full
         if offers:
             self.mix.take(market)
+            self.spread.add(offers[0])
             return offers[0], "", False
         if market is Market.SPOT and pool.capacity.spot_fallback == "on-demand":
             od, od_skipped = self.prices.offers(pool, Market.ON_DEMAND, gpus, model, zones, types)

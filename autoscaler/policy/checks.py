@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -48,6 +49,11 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
     if pool.capacity.on_demand_base > pool.max_nodes:
         yield (["capacity", "on_demand_base"],
                f"on_demand_base ({pool.capacity.on_demand_base}) is above max_nodes ({pool.max_nodes})")
+    share = pool.capacity.max_spot_share_per_zone
+    if share is not None and len(pool.zones) * share < 1:
+        yield (["capacity", "max_spot_share_per_zone"],
+               f"max_spot_share_per_zone {share:g} needs at least {math.ceil(1 / share - 1e-9)} zones "
+               f"listed in the pool (it lists {len(pool.zones)}): otherwise spot could never fill it")
     if pool.scale_down.gpu_utilization_below >= pool.scale_up.gpu_utilization_above:
         yield (["scale_down", "gpu_utilization_below"],
                f"idle threshold ({pool.scale_down.gpu_utilization_below:g}%) must be below the "

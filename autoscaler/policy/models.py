@@ -140,6 +140,11 @@ class Capacity(_Strict):
         "(with spot_fallback: on-demand) instead of trying the next spot zone. Default by the "
         "team's priority: high 0s, medium 10m, low 30m. At most 1d.")
 
+    max_spot_share_per_zone: float | None = Field(
+        None, gt=0, le=1, description="Most of the pool's spot nodes (serving and on their way) "
+        "one zone may hold, so one zone's outage takes at most this share of them; a zone may "
+        "always hold one. A full zone's spot offers are skipped, as a refused one's are. Needs "
+        "the pool's zones listed, at least 1/share of them. Off by default.")
     return_to_spot: ReturnToSpot | None = Field(
         None, description="Move fallback on-demand nodes back to spot when it returns. Off "
         "by default: a move restarts the node's jobs from their last checkpoint.")

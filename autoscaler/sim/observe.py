@@ -147,8 +147,8 @@ class Observer:
             node.state, "idle" if allocated <= 0 else "allocated" if allocated >= node.gpus else "mixed")
         sched = SchedulerNode(
             state=state, gpus_total=float(node.gpus), gpus_allocated=allocated,
-            gpus_free=list(node.free), jobs=[self._running_job(j) for j in node.jobs.values()],
-            cordoned=node.state is not S.READY)
+            gpus_free=[min(1.0, max(0.0, f)) for f in node.free],  # float sums: -5e-17
+            jobs=[self._running_job(j) for j in node.jobs.values()], cordoned=node.state is not S.READY)
         self._sched[node.name] = (key, sched)
         return sched
 

@@ -42,8 +42,8 @@ def granted(name: str = "vision-gpu-9", age: timedelta = timedelta(minutes=5), z
 
 def plan_for(*nodes: Node, rule: dict[str, Any] | None = None, obs: dict[str, NodeObservation] | None = None,
              quota: dict[str, Any] | None = None, scale_down: dict[str, Any] | None = None,
-             **snap: Any) -> Plan:
-    capacity: dict[str, Any] = {"spot_percent": 100, "spot_fallback": "on-demand"}
+             capacity_extra: dict[str, Any] | None = None, **snap: Any) -> Plan:
+    capacity: dict[str, Any] = {"spot_percent": 100, "spot_fallback": "on-demand", **(capacity_extra or {})}
     if rule is not None:
         capacity["return_to_spot"] = rule
     policy = make_policy(instance_types=["p3.2xlarge"], zones=ZONES, capacity=capacity,
@@ -204,3 +204,16 @@ def test_a_move_waits_for_a_checkpoint_due_soon_when_staying_until_then_costs_le
     assert moves(plan_for(od(), granted(), rule=RULE, obs=job_started(timedelta(minutes=45)))) == []
     # drained at 37m of run: 7m redone, less than 23m more on-demand
     assert moves(plan_for(od(), granted(), rule=RULE, obs=job_started(timedelta(minutes=25))))
+
+
+def test_a_move_respects_max_spot_share_per_zone():
+    """Spot was just granted in 1c. With one spot node in each zone, 1c may take the move
+    (2 of 3 <= ceil(0.5 x 3)); with both in 1c it would hold 3 of 3, and the node stays."""
+    share = {"max_spot_share_per_zone": 0.5}
+    older = timedelta(minutes=30)  # no evidence of its own
+    (launch,) = moves(plan_for(od(), granted(), granted("vision-gpu-8", zone="us-east-1a", age=older),
+                               rule=RULE, capacity_extra=share))
+    assert launch.zone == "us-east-1c"
+    assert moves(plan_for(od(), granted(), granted("vision-gpu-8", age=older), rule=RULE,
+                          capacity_extra=share)) == []
+    assert len(moves(plan_for(od(), granted(), granted("vision-gpu-8", age=older), rule=RULE))) == 1
