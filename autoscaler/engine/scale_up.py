@@ -56,8 +56,12 @@ class _Picker:
         self.spread = ZoneSpread(ctx.pool, chain(ctx.serving, ctx.in_flight), ctx.interrupted)
 
     def refusals(self) -> list[str]:
+        """Signs of a spot outage under way: recent refusals, and interruption notices (they
+        come in bursts by type and zone, and the zone's next launch is likely refused)."""
         if self._refusals is None:
-            self._refusals = self.prices.spot_refusals(self.ctx.pool)
+            notices = sorted(f"{t} spot in {z}: interruption notice under way"
+                             for t, z in self.spread.reclaimed if z is not None)
+            self._refusals = self.prices.spot_refusals(self.ctx.pool) + notices
         return self._refusals
 
     def late(self, waited: timedelta | None) -> bool:

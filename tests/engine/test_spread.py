@@ -91,3 +91,16 @@ def test_a_zone_under_an_interruption_notice_ranks_last_even_without_a_cap():
     launched = per_zone(plan)
     assert launched and (Market.SPOT, "us-east-1a") not in launched, launched
     assert set(launched) <= {(Market.SPOT, z) for z in ZONES[1:]}
+
+
+def test_an_interruption_notice_is_an_outage_sign_so_high_priority_jobs_fall_back_at_once():
+    from autoscaler.model.lifecycle import NodeState
+    hit = make_node("n0", market=Market.SPOT, zone="us-east-1a", state=NodeState.INTERRUPTED)
+    policy = make_policy(priority="high", instance_types=["p3.2xlarge"], zones=ZONES, max_nodes=20,
+                         capacity={"spot_percent": 100, "spot_fallback": "on-demand"})
+    job = PendingJob(id="j1", gpus=1, submitted_at=NOW - timedelta(seconds=30))
+    plan = decide({policy.team: policy}, fleet(hit),
+                  snapshot(pools={KEY: PoolObservation(pending=[job])}), NOW)
+    od = [a for a in plan.actions if isinstance(a, Launch) and a.market is Market.ON_DEMAND]
+    assert od and od[0].fallback_from_spot
+    assert "p3.2xlarge spot in us-east-1a: interruption notice under way" in od[0].reason
