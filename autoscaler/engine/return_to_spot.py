@@ -173,7 +173,7 @@ def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetim
             if move is not None:
                 found.append(move)
     found.sort(key=lambda m: (-m.net, m.node.name))
-    chosen = []
+    chosen: list[Move] = []
     for move in found:
         if len(chosen) >= left:
             break
