@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -91,6 +92,23 @@ def test_secret_reaches_the_host_but_no_log_or_result_and_ssh_masters_are_closed
     # SSH masters that ControlPersist would otherwise keep for a while.
     assert _private_dirs() <= before
     assert set(_ssh_masters()) - masters_before == set()
+
+
+@pytest.mark.slow
+def test_a_run_in_the_main_thread_leaves_the_callers_signal_handlers_alone(
+        actuator_for) -> None:  # type: ignore[no-untyped-def]
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("not expected to be called")
+
+    previous = signal.signal(signal.SIGTERM, mine), signal.signal(signal.SIGINT, mine)
+    try:
+        run = actuator_for().bootstrap([NODE], POLICIES)
+        assert run.hosts["run-a"].status is HostStatus.OK, run.hosts
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
 
 
 @pytest.mark.slow

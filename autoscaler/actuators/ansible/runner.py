@@ -162,6 +162,10 @@ class AnsibleActuator:
                 envvars=self._envvars(private), forks=s.forks,
                 skip_tags=",".join(s.skip_tags) or None, timeout=int(max(1, timeout)),
                 quiet=True, rotate_artifacts=1,
+                # Without a callback ansible-runner sets its own SIGTERM/SIGINT handlers in
+                # the main thread and never restores them: the service (or any caller) would
+                # no longer stop on SIGTERM. The run is bounded by its timeout instead.
+                cancel_callback=lambda: False,
             )
             _close_masters(private / "cp")
             events = list(runner.events)
