@@ -91,6 +91,10 @@ Before=ssh.service
 Type=oneshot
 ExecStart=/bin/sh -c 'mkdir -p {LOADED_FLAG.rsplit("/", 1)[0]} && touch {LOADED_FLAG}'
 RemainAfterExit=yes
+# In CI under load the unit once failed to start after a reboot ("Failed to start", the
+# container's journal gone with it); a real module load is retried by udev too.
+Restart=on-failure
+RestartSec=1
 
 [Install]
 WantedBy=multi-user.target
