@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.engine import preempt, return_to_spot
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
-from autoscaler.engine.forecast_floor import raise_floor
+from autoscaler.engine.forecast_floor import raise_floor, raise_headroom
 from autoscaler.engine.held import keep_held
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.quota import Ledger
@@ -72,10 +72,11 @@ class _Decision:
                                                      survey=partial(survey, now=now))
         self.unserved = snapshot.unserved
         for ctx in self.contexts:
-            try:  # the higher of the schedule floor and the forecast floor wins
+            try:  # the highest of the schedule, forecast and headroom floors wins
                 raise_floor(ctx, snapshot.forecasts.get(ctx.key), self.prices)
+                raise_headroom(ctx, self.prices)
             except Exception as exc:
-                ctx.error = ctx.error or rule_error("its forecast floor", exc)
+                ctx.error = ctx.error or rule_error("its forecast or headroom floor", exc)
         self.ledger = Ledger(policies, settings, snapshot.cluster_quotas)
         self.ledger.count_existing(self.contexts)
         for node in self.orphans:

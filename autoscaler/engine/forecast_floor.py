@@ -1,9 +1,13 @@
-"""A forecast floor (GPUs, from the Snapshot) as a floor in nodes; the higher floor wins.
+"""GPU floors as floors in nodes; the higher floor wins.
+
+* the forecast floor (GPUs, from the Snapshot): the pool holds that many GPUs;
+* the headroom floor (``scale_up.headroom_gpus``): the pool keeps that many whole GPUs
+  free for the next jobs, beyond what its pending jobs take.
 
 Nodes with work count first (idle scale-down does not take them), then idle nodes,
-smallest first (so idle scale-down may not drop the pool below the forecast whichever
-idle nodes it picks); the GPUs still missing are bought as the pool's smallest type
-(what a floor launches).
+smallest first (so idle scale-down may not drop the pool below the floor whichever idle
+nodes it picks); the GPUs still missing are bought as the pool's smallest type (what a
+floor launches).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import math
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.model.snapshot import ForecastFloor
 
 
@@ -20,16 +26,46 @@ def raise_floor(ctx: PoolContext, forecast: ForecastFloor | None, prices: Prices
         return
     idle = {n.name for n in ctx.idle}
     busy = [n for n in ctx.active if n.name not in idle]
-    held, nodes = sum(prices.node_gpus(n) for n in busy), len(busy)
-    for gpus in sorted(prices.node_gpus(n) for n in ctx.active if n.name in idle):
-        if held >= forecast.gpus:
+    _raise(ctx, prices, forecast.gpus, sum(prices.node_gpus(n) for n in busy), len(busy), forecast.reason)
+
+
+def raise_headroom(ctx: PoolContext, prices: Prices) -> None:
+    """Free GPUs: whole free GPUs of busy serving nodes (as the scheduler reports them;
+    none without a report) and in-flight nodes' GPUs (not a return-to-spot replacement's,
+    promised to the jobs it moves), less what the pending jobs ask for."""
+    want = ctx.pool.scale_up.headroom_gpus
+    if want <= 0:
+        return
+    idle = {n.name for n in ctx.idle}
+    busy = [n for n in ctx.active if n.name not in idle]
+    pending = math.ceil(sum(s.gpus * s.count for s in ctx.demand_shapes()) - 1e-9)
+    free = sum(_whole_free(ctx, n, prices) for n in busy) - pending
+    _raise(ctx, prices, want, free, len(busy),
+           f"scale_up.headroom_gpus {want}: {max(free, 0)} free GPU(s) ready or coming after "
+           f"{pending} pending")
+
+
+def _whole_free(ctx: PoolContext, node: Node, prices: Prices) -> int:
+    if node.state is not NodeState.READY:
+        return 0 if node.launched_for == "return-to-spot" else prices.node_gpus(node)
+    sched = ctx.observation(node).scheduler
+    if sched is None or not sched.places_jobs:
+        return 0
+    if sched.gpus_free is not None:
+        return sum(1 for f in sched.gpus_free if f >= 1 - 1e-9)
+    return max(0, math.floor(sched.gpus_total - sched.gpus_allocated + 1e-9))
+
+
+def _raise(ctx: PoolContext, prices: Prices, want: float, held: float, nodes: int, why: str) -> None:
+    for gpus in sorted(prices.node_gpus(n) for n in ctx.idle):
+        if held >= want:
             break
         held, nodes = held + gpus, nodes + 1
-    if held < forecast.gpus:
+    if held < want:
         cloud = ctx.pool.cloud.value
         sizes = [t.gpus for t in (prices.itype(cloud, name) for name in ctx.pool.instance_types)
                  if t is not None and t.gpus > 0]
-        nodes += math.ceil((forecast.gpus - held) / min(sizes, default=1) - 1e-9)
+        nodes += math.ceil((want - held) / min(sizes, default=1) - 1e-9)
     nodes = min(nodes, ctx.pool.max_nodes)
     if nodes > ctx.floor:
-        ctx.floor, ctx.floor_why = nodes, f"{forecast.reason}: {nodes} node(s)"
+        ctx.floor, ctx.floor_why = nodes, f"{why}: {nodes} node(s)"

@@ -213,14 +213,15 @@ class _Grower:
         Their running jobs are packed like pending jobs (free capacity first, then new
         nodes), so three interrupted half-empty nodes do not cost three new ones; a node
         that looks busy but whose jobs the scheduler does not list gets a like-for-like
-        stand-in.
+        stand-in. Until the reclaim requeues them, the jobs of a node whose stand-in is on
+        its way are packed again each tick, without launching: the room kept for them (the
+        stand-in, free GPUs) is not free for pending jobs, which would otherwise wait for it
+        and lose it to the requeued jobs, which are older.
         """
         ctx, pool, prices = self.ctx, self.ctx.pool, self.prices
         parts: list[tuple[str, float, str | None, Node]] = []
         whole: list[tuple[Node, str]] = []
         for node in ctx.interrupted:
-            if node.replacement_requested:
-                continue
             obs = ctx.observation(node)
             jobs = obs.scheduler.jobs if obs.scheduler else []
             util = obs.metrics.util_mean if obs.metrics else None
@@ -229,6 +230,8 @@ class _Grower:
                 share = prices.node_gpus(node) / len(jobs)
                 parts += [(f"{node.name}:{j.id}", j.gpus if j.gpus > 0 else share, model, node)
                           for j in jobs]
+            elif node.replacement_requested:
+                continue
             elif util is not None and util >= pool.scale_down.gpu_utilization_below:
                 whole.append((node, f"GPU util {util:.0f}%"))
             elif self.have() + len(whole) < ctx.floor:
@@ -237,7 +240,7 @@ class _Grower:
             return
         for job, gpus, model, node in sorted(parts, key=lambda p: (-p[1], p[0])):
             b = first_fit(self.live, gpus, model) or first_fit(self.new_bins, gpus, model)
-            if b is None:
+            if b is None and not node.replacement_requested:
                 b = self._stand_in(node, gpus, model, "its jobs")
             if b is None:
                 continue

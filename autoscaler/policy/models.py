@@ -176,6 +176,10 @@ class ScaleUp(_Strict):
         timedelta(minutes=3), description="Minimum time between utilization-driven scale-ups."
     )
     max_step: int = Field(4, ge=1, le=MAX_NODES, description="Most nodes launched in one tick for this pool.")
+    headroom_gpus: int = Field(
+        0, ge=0, le=100_000, description="Whole GPUs kept free for the next jobs, beyond what "
+        "pending jobs take: a floor that launches the pool's smallest type when they are used "
+        "and keeps idle nodes from scale-down (Cluster Autoscaler users run pause pods for this).")
 
 
 class ScaleDown(_Strict):

@@ -157,3 +157,19 @@ def test_interrupted_nodes_jobs_are_packed_not_replaced_node_for_node():
     # One job goes to the free GPU of a serving node, the other to one 1-GPU stand-in.
     assert [(a.instance_type, a.count) for a in stand_ins] == [("p3.2xlarge", 1)]
     assert stand_ins[0].trigger == "interruption" and len(stand_ins[0].replaces) == 1
+
+
+def test_room_kept_for_an_interrupted_nodes_jobs_is_not_free_for_pending_jobs():
+    """Until the reclaim requeues them, an interrupted node's jobs still count on their
+    stand-in: a pending job that took its room would lose it to them (they are older)."""
+    policy = make_policy(capacity={"spot_percent": 100})
+    hit = make_node("s1", market=Market.SPOT, state=NodeState.INTERRUPTED, replacement_requested=True)
+    stand_in = make_node("s2", market=Market.SPOT, state=NodeState.BOOTSTRAPPING, ready_for=None,
+                         replaces="s1", launched_for="interruption")
+    pools = {"vision/gpu": PoolObservation(pending=pending(1.0))}
+    plan = decide({"vision": policy}, fleet(hit, stand_in), snapshot({"s1": busy()}, pools), NOW)
+    (launch,) = [a for a in plan.actions if isinstance(a, Launch)]
+    assert launch.trigger == "pending" and launch.count == 1
+    # Once the reclaim took s1 and its job is pending, s2 serves it: nothing more is launched.
+    plan = decide({"vision": policy}, fleet(stand_in), snapshot({}, pools), NOW)
+    assert launched(plan) == 0

@@ -1,0 +1,71 @@
+"""The headroom floor (scale_up.headroom_gpus): free GPUs kept for the next jobs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from autoscaler.engine import Drain, Launch, decide
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import NodeObservation, PoolObservation, SchedulerNode
+from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, pending, snapshot
+
+KEY = "vision/gpu"
+OLD = timedelta(hours=3)
+
+
+def run(headroom, nodes=(), obs=None, jobs=(), **policy):
+    policy = make_policy(scale_up={"headroom_gpus": headroom, "max_step": 10}, **policy)
+    snap = snapshot(obs or {}, pools={KEY: PoolObservation(pending=pending(*jobs))} if jobs else None)
+    return decide({policy.team: policy}, fleet(*nodes), snap, NOW)
+
+
+def launches(plan) -> list[Launch]:
+    return [a for a in plan.actions if isinstance(a, Launch)]
+
+
+def drains(plan) -> list[Drain]:
+    return [a for a in plan.actions if isinstance(a, Drain)]
+
+
+def test_a_full_pool_launches_the_headroom_with_its_reason():
+    plan = run(1, [make_node("n1")], {"n1": busy(50)})
+    (launch,) = launches(plan)
+    assert (launch.instance_type, launch.count, launch.trigger) == ("p3.2xlarge", 1, "floor")
+    assert "scale_up.headroom_gpus 1: 0 free GPU(s) ready or coming after 0 pending: 2 node(s)" in launch.reason
+    assert plan.pools[KEY].floor == 2
+
+
+def test_free_whole_gpus_on_busy_nodes_are_the_headroom():
+    half = NodeObservation(metrics=busy(50, gpus=4).metrics, scheduler=SchedulerNode(
+        state="mixed", gpus_total=4, gpus_allocated=2.5, gpus_free=[0, 0.5, 1, 1]))
+    assert launches(run(2, [make_node("n1", instance_type="p3.8xlarge")], {"n1": half})) == []
+    # Only whole GPUs count: the 0.5 free GPU does not make a third.
+    assert sum(a.count for a in launches(run(3, [make_node("n1", instance_type="p3.8xlarge")],
+                                                 {"n1": half}))) == 1
+
+
+def test_pending_jobs_take_room_before_the_headroom():
+    coming = make_node("n1", state=NodeState.BOOTSTRAPPING, ready_for=None)
+    plan = run(1, [coming], jobs=[1.0])
+    # The node coming up serves the pending job; one more is the headroom.
+    assert sum(a.count for a in launches(plan)) == 1
+    assert "1 pending" in launches(plan)[0].reason
+
+
+def test_idle_nodes_the_headroom_needs_are_kept_and_the_rest_drained():
+    nodes = [make_node(f"n{i}", ready_for=OLD, state_since=NOW - OLD) for i in range(3)]
+    every = {"max_draining_percent": 100}
+    plan = run(1, nodes, {f"n{i}": idle() for i in range(3)}, scale_down=every)
+    assert len(drains(plan)) == 2
+    assert launches(plan) == []
+    assert len(drains(run(0, nodes, {f"n{i}": idle() for i in range(3)}, scale_down=every))) == 3
+
+
+def test_a_node_without_a_scheduler_report_counts_no_free_gpu():
+    plan = run(1, [make_node("n1")], {"n1": NodeObservation(metrics=busy(50).metrics)})
+    assert sum(a.count for a in launches(plan)) == 1
+
+
+def test_max_nodes_still_applies():
+    assert launches(run(4, [make_node("n1")], {"n1": busy(50)}, max_nodes=1)) == []
+    assert sum(a.count for a in launches(run(4, [make_node("n1")], {"n1": busy(50)}, max_nodes=3))) == 2
