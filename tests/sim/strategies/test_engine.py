@@ -156,3 +156,16 @@ def test_pending_shapes_follow_arrivals_starts_and_requeues() -> None:
     replay.run()
     assert ours.checked > 100
     assert replay.cluster.totals.kills["drain-timeout"] > 0
+
+
+@pytest.mark.parametrize(("headroom", "waits", "launches"), [(0, [240.0, 260.0], 2), (1, [240.0, 0.0], 3)])
+def test_headroom_serves_the_next_arrival_at_once(headroom: int, waits: list[float], launches: int) -> None:
+    """Job a at 0 s, job b at 1000 s. Without headroom b waits for the tick at 1020 and a
+    boot; with one GPU of headroom the spare launched with a's node (and kept from idle
+    scale-down) takes b at once, and the next tick launches the next spare."""
+    pol = policy(scale_up={"gpu_utilization_above": 100, "max_step": 10, "headroom_gpus": headroom})
+    ours = EngineStrategy(pol, pol.pools[0], CATALOG)
+    replay = replay_for([Job("a", 0, 3600, 1.0), Job("b", 1000, 3600, 1.0)], strategy=ours, end=1500)
+    replay.run()
+    assert [j.first_start - j.job.arrival for j in replay.jobs if j.first_start is not None] == waits
+    assert replay.cluster.totals.launches == launches
