@@ -20,8 +20,9 @@ def test_ruff_is_clean():
 
 def test_mypy_is_clean_where_types_matter():
     """The engine and policy, the shared model, and the adapters checked against their
-    Protocols (clouds, actuators, scheduler clients, the service and its executor)."""
+    Protocols (clouds, actuators, scheduler clients, the service and its executor), and the
+    simulator the benchmarks measure with."""
     result = run("mypy", "autoscaler/engine", "autoscaler/policy", "autoscaler/model", "autoscaler/schedulers",
-                 "autoscaler/clouds", "autoscaler/actuators", "autoscaler/service")
+                 "autoscaler/clouds", "autoscaler/actuators", "autoscaler/service", "autoscaler/sim")
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -116,7 +116,8 @@ class Totals:
     failed_launches: int = 0
     terminations: int = 0
     kills: Counter[str] = field(default_factory=Counter)
-    lost_gpu_seconds: Counter[str] = field(default_factory=Counter)  # work redone, by kill cause
+    # work redone, by kill cause
+    lost_gpu_seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     moves_to_spot: int = 0  # fallback on-demand nodes drained for a READY spot replacement
     gpu_seconds_by_market: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 

@@ -116,7 +116,7 @@ class ClusterAutoscalerLike(Strategy):
         self.unneeded_since: dict[str, float] = {}
         self._seen_version = -1
         self._unneeded: list[SimNode] = []
-        self._idle_check: tuple[int, float] | None = None
+        self._idle_check: tuple[int, float, tuple[str, ...]] | None = None
         self.rng = random.Random("ca_like:expander")
 
     def begin(self, replay: Replay, now: float) -> None:
