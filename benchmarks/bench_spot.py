@@ -58,7 +58,9 @@ VARIANTS = ("ours", "spot_only", "ca_like_fallback", "karpenter_like")
 HEADROOM_GPUS = 1
 
 
-def with_fallback(pool: Pool, fallback: str) -> Pool:
+def variant_pool(pool: Pool, fallback: str) -> Pool:
+    """The bench pool with a variant's ``spot_fallback`` and the headroom (which the
+    baselines' own rules do not read)."""
     return pool.model_copy(update={
         "capacity": pool.capacity.model_copy(update={"spot_fallback": fallback}),
         "scale_up": pool.scale_up.model_copy(update={"headroom_gpus": HEADROOM_GPUS})})
@@ -75,7 +77,7 @@ def strategy(name: str, team: TeamPolicy, pool: Pool, tick: float) -> Strategy:
 
 def replay(name: str, workload: Workload, team: TeamPolicy, base: Pool, config: SimConfig,
            spot: SpotMarket, duty: DutyCycles) -> StrategyResult:
-    pool = with_fallback(base, "none" if name == "spot_only" else "on-demand")
+    pool = variant_pool(base, "none" if name == "spot_only" else "on-demand")
     run = Replay(workload, pool, default_catalog(), config, strategy(name, team, pool, config.tick),
                  spot=spot, duty=duty)
     run.run()

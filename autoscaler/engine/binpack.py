@@ -52,11 +52,14 @@ class Bin:
             return cls(free=list(free), **kw)  # type: ignore[arg-type]
         return cls.with_allocated(gpus, allocated, **kw)
 
+    def whole_free(self) -> int:
+        return sum(1 for f in self.free if f >= 1 - EPS)
+
     def fits(self, gpus: float) -> bool:
         if gpus >= 1 - EPS:
             need = math.ceil(gpus - EPS)
             # Most nodes are smaller than a multi-GPU job: no need to count their free GPUs.
-            return len(self.free) >= need and sum(1 for f in self.free if f >= 1 - EPS) >= need
+            return len(self.free) >= need and self.whole_free() >= need
         return any(f >= gpus - EPS for f in self.free)
 
     def place(self, job: str, gpus: float) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from autoscaler.engine.binpack import Bin
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
 from autoscaler.model.lifecycle import NodeState
@@ -24,8 +25,7 @@ from autoscaler.model.snapshot import ForecastFloor
 def raise_floor(ctx: PoolContext, forecast: ForecastFloor | None, prices: Prices) -> None:
     if forecast is None or forecast.gpus <= 0:
         return
-    idle = {n.name for n in ctx.idle}
-    busy = [n for n in ctx.active if n.name not in idle]
+    busy = _busy(ctx)
     _raise(ctx, prices, forecast.gpus, sum(prices.node_gpus(n) for n in busy), len(busy), forecast.reason)
 
 
@@ -36,13 +36,18 @@ def raise_headroom(ctx: PoolContext, prices: Prices) -> None:
     want = ctx.pool.scale_up.headroom_gpus
     if want <= 0:
         return
-    idle = {n.name for n in ctx.idle}
-    busy = [n for n in ctx.active if n.name not in idle]
+    busy = _busy(ctx)
     pending = math.ceil(sum(s.gpus * s.count for s in ctx.demand_shapes()) - 1e-9)
     free = sum(_whole_free(ctx, n, prices) for n in busy) - pending
     _raise(ctx, prices, want, free, len(busy),
            f"scale_up.headroom_gpus {want}: {max(free, 0)} free GPU(s) ready or coming after "
            f"{pending} pending")
+
+
+def _busy(ctx: PoolContext) -> list[Node]:
+    """Serving and in-flight nodes that idle scale-down does not take."""
+    idle = {n.name for n in ctx.idle}
+    return [n for n in ctx.active if n.name not in idle]
 
 
 def _whole_free(ctx: PoolContext, node: Node, prices: Prices) -> int:
@@ -51,9 +56,7 @@ def _whole_free(ctx: PoolContext, node: Node, prices: Prices) -> int:
     sched = ctx.observation(node).scheduler
     if sched is None or not sched.places_jobs:
         return 0
-    if sched.gpus_free is not None:
-        return sum(1 for f in sched.gpus_free if f >= 1 - 1e-9)
-    return max(0, math.floor(sched.gpus_total - sched.gpus_allocated + 1e-9))
+    return Bin.observed(sched.gpus_total, sched.gpus_allocated, sched.gpus_free).whole_free()
 
 
 def _raise(ctx: PoolContext, prices: Prices, want: float, held: float, nodes: int, why: str) -> None:
