@@ -1,1 +1,35 @@
-"""Shared test configuration. Fixtures that start real services live next to their tests."""
+"""Shared test configuration. Fixtures that start real services live next to their tests.
+
+The suite runs in parallel (pytest-xdist, ``--dist loadscope``: a module stays on one
+worker, so a module-scoped sandbox is started once). Modules are handed out in the order
+collected here: the slow ones first, end-to-end scenarios before the rest, so that the
+longest module never starts last and leaves one worker running alone (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# xdist workers start with COLUMNS=80 and LINES=24 in their environment, a serial run has
+# neither; rich fixes a console's width from COLUMNS when the console is built (the CLI's,
+# on first import), so tables the CLI tests read would be cut at 80 columns.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
+
+def _module_rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow") is None:
+        return 2
+    return 0 if item.nodeid.startswith("tests/e2e/") else 1
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Stable: tests keep their order inside a module, modules their order inside a rank.
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        rank[module] = min(rank.get(module, 2), _module_rank(item))
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])

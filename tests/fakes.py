@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from autoscaler.actuators.ansible import BootstrapRun, HostResult, HostStatus
+from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostResult, HostStatus
 from autoscaler.actuators.drain import DrainError, PhasedDrainer, Readiness, Work
 from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput
@@ -206,11 +206,17 @@ class FakeAnsible(_Raises):
     fail_once: dict[str, tuple[HostStatus, str, str]] = field(default_factory=dict)
     calls: list[list[str]] = field(default_factory=list)
     next_error: BaseException | None = None
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
         names = [n.name for n in nodes]
         self.calls.append(names)
+        if self.cancelled:
+            raise BootstrapCancelled("the fake Ansible is stopping")
         self._maybe_raise()
         hosts = {}
         for name in names:

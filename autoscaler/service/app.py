@@ -236,6 +236,8 @@ class Service:
         bounded time to finish before the lease goes; one cut short is resumed from the
         store by the next leader (its pool's Terraform lock keeps a second apply out)."""
         executor = self.loop.executor
+        if executor is not None:
+            executor.stop_bootstraps()
         if executor is not None and not executor.wait(SHUTDOWN_WAIT.total_seconds()):
             log.warning("stopping with operations still running: %s", ", ".join(
                 f"{op.kind} {op.what}" for op in executor.running()))

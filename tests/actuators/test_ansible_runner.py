@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from autoscaler.actuators.ansible import AnsibleActuator, AnsibleSettings, HostStatus
+from autoscaler.actuators.ansible import (
+    AnsibleActuator,
+    AnsibleSettings,
+    BootstrapCancelled,
+    BootstrapRun,
+    HostStatus,
+)
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 from tests.builders import make_node, make_policy
 
@@ -45,8 +54,18 @@ def _private_dirs() -> set[str]:
 
 def _ssh_masters() -> list[str]:
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines()
-            if line.startswith("ssh:") and "gpu-autoscaler-ansible-" in line]
+    mine = os.path.join(tempfile.gettempdir(), "gpu-autoscaler-ansible-")
+    return [line for line in out.splitlines() if line.startswith("ssh:") and mine in line]
+
+
+@pytest.fixture
+def own_tempdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This test's runs make their private directories here, not where other tests
+    running at the same time make theirs (short: SSH control sockets live inside)."""
+    path = Path(tempfile.mkdtemp(prefix="gas-t-"))
+    monkeypatch.setattr(tempfile, "tempdir", str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +93,10 @@ NODE = make_node("run-a", state=NodeState.BOOTSTRAPPING)
 
 @pytest.mark.slow
 def test_secret_reaches_the_host_but_no_log_or_result_and_ssh_masters_are_closed(
-        hosts: SshHosts, actuator_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        hosts: SshHosts, actuator_for, tmp_path: Path,  # type: ignore[no-untyped-def]
+        own_tempdir: Path) -> None:
     before = _private_dirs()
-    masters_before = set(_ssh_masters())  # other sandboxes on this machine may hold some
+    masters_before = set(_ssh_masters())
     # The production default: shared SSH connections (ControlMaster=auto).
     actuator = actuator_for(control_persist=True)
     run = actuator.bootstrap([NODE], POLICIES, secrets={"test_secret": SECRET})
@@ -123,6 +143,34 @@ def test_a_run_over_its_time_limit_is_stopped_and_fails_its_hosts(
     assert result.status is HostStatus.FAILED
     assert result.message == "run timed out after 10s"
     assert result.failed_task == "Wait"
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_running_playbook_at_once(
+        actuator_for, own_tempdir: Path) -> None:  # type: ignore[no-untyped-def]
+    actuator = actuator_for(timeout="10m", extra_vars={"test_sleep": 300})
+    outcome: list[BaseException | BootstrapRun] = []
+
+    def run() -> None:
+        try:
+            outcome.append(actuator.bootstrap([NODE], POLICIES))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    # Until the playbook is running the sleep on the host (its stdout names the task).
+    wait_until(lambda: any("TASK [Wait]" in p.read_text(errors="replace")
+                           for p in own_tempdir.glob(
+                               "gpu-autoscaler-ansible-*/artifacts/*/stdout")), 60, "the Wait task")
+    cancelled_at = time.monotonic()
+    actuator.cancel()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "cancel() did not stop the run"
+    assert time.monotonic() - cancelled_at < 30
+    assert len(outcome) == 1 and isinstance(outcome[0], BootstrapCancelled), outcome
+    with pytest.raises(BootstrapCancelled):  # and no new run starts
+        actuator.bootstrap([NODE], POLICIES)
 
 
 def test_old_run_directories_are_rotated(tmp_path: Path) -> None:

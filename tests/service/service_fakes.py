@@ -140,6 +140,9 @@ class FakeExecutor:
     def wait(self, timeout: float) -> bool:
         return True
 
+    def stop_bootstraps(self) -> None:
+        return None
+
 
 class FakeReconciler:
     def __init__(self) -> None:

@@ -10,7 +10,7 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import CancelDrain, Plan, Replace, ReportJob
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, Snapshot
 from autoscaler.policy.models import Market
-from autoscaler.service.executor import ExecutorSettings
+from autoscaler.service.executor import ExecutorSettings, meta
 from autoscaler.service.executor.drain import interruption_progress
 from autoscaler.service.executor.meta import InterruptionMeta, changes
 from tests.fakes import FakeDrainer
@@ -135,6 +135,20 @@ def test_unreachable_then_ok_on_retry(rig: Rig) -> None:
     rig.settings = ExecutorSettings(bootstrap_retry_backoff="0s")
     [name] = rig.submit(launch())
     rig.ansible.fail_once[name] = (HostStatus.UNREACHABLE, "Gathering Facts", "no route to host")
+    rig.advance()
+    rig.slurm.scheduler.join(name)
+    rig.advance()
+    assert rig.state(name) is S.READY and len(rig.ansible.calls) == 2
+
+
+def test_a_bootstrap_cancelled_at_shutdown_is_not_an_attempt_and_runs_again(rig: Rig) -> None:
+    rig.settings = ExecutorSettings(bootstrap_retries=0)
+    [name] = rig.submit(launch())
+    rig.ansible.cancel()  # the service is stopping while the node waits for Ansible
+    report = rig.advance()
+    assert rig.state(name) is S.BOOTSTRAPPING and name not in report.bootstrap_failed
+    assert meta.tracked_one(rig.store, name)[1].bootstrap.attempts == 0  # type: ignore[index]
+    rig.ansible.cancelled = False  # the next leader
     rig.advance()
     rig.slurm.scheduler.join(name)
     rig.advance()

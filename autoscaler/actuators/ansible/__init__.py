@@ -5,6 +5,7 @@ from autoscaler.actuators.ansible.results import BootstrapRun, HostResult, HostS
 from autoscaler.actuators.ansible.runner import (
     AnsibleActuator,
     AnsibleError,
+    BootstrapCancelled,
     Bootstrapper,
     ready_to_bootstrap,
 )
@@ -15,6 +16,7 @@ __all__ = [
     "AnsibleActuator",
     "AnsibleError",
     "AnsibleSettings",
+    "BootstrapCancelled",
     "BootstrapRun",
     "Bootstrapper",
     "HostResult",

@@ -24,6 +24,7 @@ import secrets as pysecrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -60,11 +61,20 @@ class AnsibleError(RuntimeError):
     pass
 
 
+class BootstrapCancelled(AnsibleError):
+    """The run was stopped by :meth:`AnsibleActuator.cancel` (the service is stopping):
+    nothing is known about its hosts; roles are idempotent, so it is simply run again."""
+
+
 class Bootstrapper(Protocol):
     """What the executor needs; ``FakeAnsible`` implements it for unit tests."""
 
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun: ...
+
+    def cancel(self) -> None:
+        """Stop the runs in progress and refuse new ones (they raise BootstrapCancelled)."""
+        ...
 
 
 def ready_to_bootstrap(fleet: FleetView) -> list[Node]:
@@ -80,12 +90,18 @@ class AnsibleActuator:
         self.address_of = address_of
         self.catalog = catalog
         self.clock = clock
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
         """Run the playbook once for ``nodes``; one result per node, never raises per host."""
         if len({n.name for n in nodes}) != len(nodes):
             raise AnsibleError("a batch lists the same node twice")
+        if self._cancelled.is_set():
+            raise BootstrapCancelled("the Ansible actuator is stopping")
         all_secrets = {**self._env_secrets(), **(secrets or {})}
         redact = Redactor(all_secrets.values())
         inventory, unresolved = build_inventory(nodes, policies, self.settings,
@@ -102,6 +118,8 @@ class AnsibleActuator:
         names = list(inventory["all"]["hosts"])
         if names:
             status, events = self._run(run_id, inventory, all_secrets, timeout, run_dir, redact)
+            if status == "canceled":
+                raise BootstrapCancelled(f"run {run_id} stopped: the service is stopping")
             hosts = host_results(names, events, status, timeout, redact)
         for miss in unresolved:
             hosts[miss.node] = HostResult(miss.node, HostStatus.UNREACHABLE, None, miss.reason)
@@ -164,8 +182,9 @@ class AnsibleActuator:
                 quiet=True, rotate_artifacts=1,
                 # Without a callback ansible-runner sets its own SIGTERM/SIGINT handlers in
                 # the main thread and never restores them: the service (or any caller) would
-                # no longer stop on SIGTERM. The run is bounded by its timeout instead.
-                cancel_callback=lambda: False,
+                # no longer stop on SIGTERM. The run is bounded by its timeout, and stopped
+                # by cancel() when the service stops.
+                cancel_callback=self._cancelled.is_set,
             )
             _close_masters(private / "cp")
             events = list(runner.events)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -26,28 +25,19 @@ from typing import Any
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.model.node import Node
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu, node_files
+from autoscaler.sandbox.hosts import netns
 from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
 from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 
-CONTROLLER_ADDRESS = "169.254.77.254"
+CONTROLLER_ADDRESS = netns.CONTROLLER_ADDRESS
 SANDBOX_SKIP_TAGS = ("gpu-hardware", "external-repo")
 
 
 @contextlib.contextmanager
-def controller_address(address: str = CONTROLLER_ADDRESS) -> Iterator[str]:
+def controller_address() -> Iterator[str]:
     """The shared address on ``lo`` that namespaced slurmd reach slurmctld on."""
-    on_lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True,
-                           text=True, check=True, timeout=30).stdout
-    added = f" {address}/" not in on_lo
-    if added:
-        subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", "lo"], check=True,
-                       timeout=30)
-    try:
-        yield address
-    finally:
-        if added:
-            subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", "lo"], check=False,
-                           timeout=30)
+    with netns.CONTROLLER_ON_LO.used():
+        yield CONTROLLER_ADDRESS
 
 
 def gpu_type_of(gpu: FakeGpu) -> str:

@@ -13,15 +13,17 @@ import fcntl
 import ipaddress
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 SANDBOX_NET = ipaddress.ip_network("169.254.77.0/24")
 MAX_SLOT = 63
 LOCK_FILE = Path("/run/lock/gpu-autoscaler-netns.lock")
 NETNS_DIR = Path("/run/netns")
 NAME_PREFIX = "gas"
+CONTROLLER_ADDRESS = "169.254.77.254"  # on lo; every namespace routes it to the host
 
 
 class NetnsError(RuntimeError):
@@ -99,26 +101,95 @@ def allocate_slots(count: int) -> list[Slot]:
     return [Slot(i) for i in free[:count]]
 
 
-def ensure_unreachable_route() -> bool:
-    """Blackhole the sandbox range so a missing veth never sends packets outside.
+class SharedSetting:
+    """A machine-wide network setting that several sandboxes use at once (tests run in
+    parallel): the blackhole route, the controller address on ``lo``.
 
-    Returns True when this call added the route (so the caller removes it later).
-    """
-    routes = run_ip("route", "show", "type", "unreachable").stdout
-    if str(SANDBOX_NET) in routes.split():
-        return False
-    run_ip("route", "add", "unreachable", str(SANDBOX_NET))
-    return True
+    Each user holds a shared ``flock`` on the setting's lock file for as long as it uses
+    it (the kernel drops it if the user dies); the last user to leave, the one that gets
+    the lock exclusively, removes the setting. Adding happens under the shared lock, so it
+    never races a removal."""
+
+    def __init__(self, name: str, present: Callable[[], bool], add: Callable[[], None],
+                 remove: Callable[[], None], lock_dir: Path = LOCK_FILE.parent):
+        self.lock_file = lock_dir / f"gpu-autoscaler-{name}.users"
+        self._present, self._add, self._remove = present, add, remove
+
+    @contextlib.contextmanager
+    def used(self) -> Iterator[None]:
+        fh = self.acquire()
+        try:
+            yield
+        finally:
+            self.release(fh)
+
+    def acquire(self) -> IO[str]:
+        """Use the setting (added if missing); hand the result to :meth:`release`."""
+        self.lock_file.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.lock_file, "a")  # noqa: SIM115 - held until release()
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        if not self._present():
+            self._add()  # idempotent: two users may both find it missing
+        return fh
+
+    def release(self, fh: IO[str]) -> None:
+        """Stop using it; the last user removes it."""
+        try:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            self.remove_if_unused(fh)
+        finally:
+            fh.close()
+
+    def remove_if_unused(self, fh: IO[str] | None = None) -> bool:
+        """Remove the setting unless another user holds it (a crashed sandbox's cleanup
+        calls this without having acquired it)."""
+        if fh is None:
+            self.lock_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.lock_file, "a") as own:
+                return self.remove_if_unused(own)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            if self._present():
+                self._remove()
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        return True
 
 
-def remove_unreachable_route() -> None:
-    """Remove the blackhole unless other sandbox veths still rely on it."""
-    addrs = run_ip("-o", "-4", "addr", "show").stdout
-    for line in addrs.splitlines():
-        fields = line.split()
-        if len(fields) > 3 and fields[1] != "lo" and fields[3].startswith("169.254.77."):
-            return
+def _route_present() -> bool:
+    return str(SANDBOX_NET) in run_ip("route", "show", "type", "unreachable").stdout.split()
+
+
+def _add_route() -> None:
+    run_ip("route", "replace", "unreachable", str(SANDBOX_NET))
+
+
+def _remove_route() -> None:
     run_ip("route", "del", "unreachable", str(SANDBOX_NET), check=False)
+
+
+# Blackholes the sandbox range so a missing veth never sends packets outside.
+UNREACHABLE_ROUTE = SharedSetting("unreachable-route", _route_present, _add_route, _remove_route)
+
+
+def _controller_present() -> bool:
+    return f" {CONTROLLER_ADDRESS}/" in run_ip("-o", "-4", "addr", "show", "dev", "lo").stdout
+
+
+def _add_controller() -> None:
+    run_ip("addr", "replace", f"{CONTROLLER_ADDRESS}/32", "dev", "lo")
+
+
+def _remove_controller() -> None:
+    run_ip("addr", "del", f"{CONTROLLER_ADDRESS}/32", "dev", "lo", check=False)
+
+
+# The shared address on lo that namespaced slurmd (and kubelets) reach the controller on.
+CONTROLLER_ON_LO = SharedSetting("controller-address", _controller_present, _add_controller,
+                                 _remove_controller)
 
 
 def create(slot: Slot) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from autoscaler.sandbox.hosts import netns, node_image
 from autoscaler.sandbox.hosts.procs import (
@@ -132,7 +133,7 @@ class SshHosts:
         self.files = {n: list(f) for n, f in (files or {}).items()}
         self.hosts: dict[str, SshHost] = {}
         self.image: Path | None = None
-        self._added_route = False
+        self._route: IO[str] | None = None  # our use of the blackhole route
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -180,9 +181,9 @@ class SshHosts:
         with self._lock:
             for host in self.hosts.values():
                 self._stop_host(host)
-            if self._added_route:
-                netns.remove_unreachable_route()
-                self._added_route = False
+            if self._route is not None:
+                netns.UNREACHABLE_ROUTE.release(self._route)
+                self._route = None
             self.hosts.clear()
 
     def __enter__(self) -> SshHosts:
@@ -257,8 +258,9 @@ class SshHosts:
             raise SshHostError(f"no SSH test host named {name!r}") from None
 
     def _create_namespaces(self) -> None:
+        if self._route is None:
+            self._route = netns.UNREACHABLE_ROUTE.acquire()
         with netns.allocation_lock():
-            self._added_route = netns.ensure_unreachable_route()
             for name, slot in zip(self.names, netns.allocate_slots(len(self.names)), strict=True):
                 netns.create(slot)
                 self.hosts[name] = SshHost(name, slot, self.workdir / name)

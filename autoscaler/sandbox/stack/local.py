@@ -24,7 +24,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.policy import load_dir
@@ -44,10 +44,8 @@ from autoscaler.sandbox.stack.config import (
 from autoscaler.sandbox.stack.state import (
     CONTROLLER_ADDR,
     StackState,
-    add_lo_address,
     children_of,
     proc_of,
-    remove_lo_address,
     write_state,
 )
 from autoscaler.sandbox.stack.targets import Followed, InstanceFollower
@@ -105,6 +103,7 @@ class SandboxStack:
         self.slurm: Any = None  # SlurmCluster when privileged and a pool uses Slurm
         self.kube: Any = None  # SandboxKube when privileged and a pool uses Kubernetes
         self.follower: InstanceFollower | None = None
+        self._shared: list[tuple[netns.SharedSetting, IO[str]]] = []  # settings we use
         self.file_sd = self.dir / "prometheus" / "file_sd" / "dcgm.json"
         self.address_file = self.dir / "addresses.json"
         self.config_file = self.dir / "service.yaml"
@@ -120,7 +119,8 @@ class SandboxStack:
             if self.privileged:
                 require_tools()
                 node_image.ensure_image(self.dir / "node-image-build.log")  # once, up front
-                self.state.added_route = netns.ensure_unreachable_route()
+                self._use(netns.UNREACHABLE_ROUTE)
+                self.state.uses_route = True
                 self._start_slurm()
                 self._start_kube()
             self._start_follower()
@@ -144,12 +144,10 @@ class SandboxStack:
                 step()
             except Exception:
                 log.exception("sandbox: error while stopping")
-        if self.state.added_lo_address:
-            remove_lo_address()
-            self.state.added_lo_address = False
-        if self.state.added_route:
-            netns.remove_unreachable_route()
-            self.state.added_route = False
+        while self._shared:
+            setting, handle = self._shared.pop()
+            setting.release(handle)
+        self.state.uses_route = self.state.uses_controller_address = False
         self.state.status = "stopped"
         self.state.children, self.state.namespaces, self.state.nodes = [], [], {}
         write_state(self.dir, self.state)
@@ -250,7 +248,7 @@ class SandboxStack:
             return
         from autoscaler.sandbox.services.slurm import SlurmCluster
 
-        self.state.added_lo_address = add_lo_address()
+        self._use_controller_address()
         self.slurm = SlurmCluster(self.dir / "slurm", specs, controller_addr=CONTROLLER_ADDR)
         self.slurm.start()
         self.state.endpoints["slurm_conf"] = str(self.slurm.slurm_conf)
@@ -266,8 +264,7 @@ class SandboxStack:
             return
         from autoscaler.sandbox.stack.kube_cluster import SandboxKube
 
-        if add_lo_address():
-            self.state.added_lo_address = True
+        self._use_controller_address()
         self.kube = SandboxKube(CONTROLLER_ADDR).start()
         self.state.endpoints["kubernetes"] = self.kube.url
         self._record()
@@ -288,20 +285,22 @@ class SandboxStack:
             keep=self._each_pass).start()
 
     def _each_pass(self) -> None:
-        """Before every follower pass: keep the controller address, and record processes
-        started since (a rebooted node's new nspawn) so a crash cleanup stops them by PID."""
-        if self.slurm is not None or self.kube is not None:
-            self._keep_controller_address()
+        """Before every follower pass: record processes started since (a rebooted node's
+        new nspawn) so a crash cleanup stops them by PID."""
         known = {(p.pid, p.start) for p in self.state.children}
         if any((p.pid, p.start) not in known for p in children_of(os.getpid())):
             self._record()
 
-    def _keep_controller_address(self) -> None:
-        """Namespaced slurmd reach slurmctld on the shared address: keep it on lo (another
-        sandbox on this machine may have removed it when it stopped)."""
-        if add_lo_address():
-            self.state.added_lo_address = True
-            log.info("sandbox: %s was missing on lo; added it again", CONTROLLER_ADDR)
+    def _use(self, setting: netns.SharedSetting) -> None:
+        """Use a machine-wide setting until stop(); other sandboxes may use it too."""
+        self._shared.append((setting, setting.acquire()))
+        self._record()
+
+    def _use_controller_address(self) -> None:
+        """Namespaced slurmd and kubelets reach the controller on the shared address."""
+        if not self.state.uses_controller_address:
+            self.state.uses_controller_address = True
+            self._use(netns.CONTROLLER_ON_LO)
 
     def _stop_follower(self) -> None:
         if self.follower is not None:

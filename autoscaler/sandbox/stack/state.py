@@ -20,7 +20,7 @@ from autoscaler.sandbox.hosts import netns
 from autoscaler.sandbox.hosts.procs import child_pids, proc_stat, stop_pids
 
 STATE_FILE = "sandbox.json"
-CONTROLLER_ADDR = "169.254.77.254"  # shared address namespaced slurmd reach slurmctld on
+CONTROLLER_ADDR = netns.CONTROLLER_ADDRESS
 
 
 class Proc(BaseModel):
@@ -39,8 +39,8 @@ class StackState(BaseModel):
     supervisor: Proc | None = None
     children: list[Proc] = Field(default_factory=list)
     namespaces: list[str] = Field(default_factory=list)
-    added_route: bool = False
-    added_lo_address: bool = False
+    uses_route: bool = False  # the blackhole route (netns.UNREACHABLE_ROUTE)
+    uses_controller_address: bool = False  # netns.CONTROLLER_ON_LO
     endpoints: dict[str, str] = Field(default_factory=dict)
     nodes: dict[str, dict[str, str]] = Field(default_factory=dict)
     error: str | None = None
@@ -100,19 +100,6 @@ def remove_namespace(name: str) -> None:
     netns.delete(slot)
 
 
-def add_lo_address() -> bool:
-    """Put the shared controller address on lo; True when this call added it."""
-    out = netns.run_ip("-o", "-4", "addr", "show", "dev", "lo").stdout
-    if f" {CONTROLLER_ADDR}/" in out:
-        return False
-    netns.run_ip("addr", "add", f"{CONTROLLER_ADDR}/32", "dev", "lo")
-    return True
-
-
-def remove_lo_address() -> None:
-    netns.run_ip("addr", "del", f"{CONTROLLER_ADDR}/32", "dev", "lo", check=False)
-
-
 def cleanup(state_dir: Path, timeout: float = 10.0) -> list[str]:
     """Stop every recorded process and remove every recorded namespace; returns notes."""
     state = read_state(state_dir)
@@ -130,10 +117,11 @@ def cleanup(state_dir: Path, timeout: float = 10.0) -> list[str]:
     for upper in Path(state_dir).glob("hosts/*/upper"):
         shutil.rmtree(upper, ignore_errors=True)
         notes.append(f"removed overlay {upper}")
-    if state.added_lo_address:
-        remove_lo_address()
-    if state.added_route:
-        netns.remove_unreachable_route()
+    # The crashed process no longer holds its share: remove unless another sandbox does.
+    if state.uses_controller_address:
+        netns.CONTROLLER_ON_LO.remove_if_unused()
+    if state.uses_route:
+        netns.UNREACHABLE_ROUTE.remove_if_unused()
     write_state(state_dir, state.model_copy(update={"status": "stopped", "children": [],
                                                     "namespaces": []}))
     return notes

@@ -41,6 +41,7 @@ Contract (the service loop of issue 7 codes against it)::
 
         def running(self) -> list[Operation]: ...       # for /status
         def wait(self, timeout: float) -> bool: ...     # tests, shutdown
+        def stop_bootstraps(self) -> None: ...          # shutdown: Ansible runs stop now
         def close(self) -> None: ...
 
     class Reconciler:                       # autoscaler.service.reconciler
@@ -175,6 +176,11 @@ class Executor:
     def wait(self, timeout: float) -> bool:
         """Until no operation runs; False on timeout (tests, shutdown)."""
         return self.runner.wait(timeout)
+
+    def stop_bootstraps(self) -> None:
+        """At shutdown: Ansible runs stop now and are run again by the next leader (the
+        roles are idempotent); an apply is never cut short (its state lock and instances)."""
+        self.bootstrapper.cancel()
 
     def close(self) -> None:
         self.runner.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from autoscaler.actuators.ansible import BootstrapRun, HostStatus
+from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import Snapshot
@@ -90,6 +90,13 @@ def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node], starte
     step.store.fence()  # a deposed leader never runs Ansible
     try:
         run = bootstrapper.bootstrap(batch, dict(step.policies))
+    except BootstrapCancelled:
+        # A clean stop, not a failure: the attempt is given back (a crash keeps it
+        # counted) and the next leader runs the idempotent roles again.
+        for node in batch:
+            save(step.store, node.name, bootstrap=started[node.name].model_copy(
+                update={"attempts": started[node.name].attempts - 1}))
+        return
     except Exception as exc:  # the whole run failed: every node of the batch failed once
         for node in batch:
             _failed(step, node, started[node.name], f"ansible run failed: {exc}")
