@@ -1,6 +1,6 @@
 """Shared test configuration. Fixtures that start real services live next to their tests.
 
-The suite runs in parallel (pytest-xdist, ``--dist loadscope``: a module stays on one
+The suite runs in parallel (pytest-xdist, ``--dist loadfile``: a module stays on one
 worker, so a module-scoped sandbox is started once). Modules are handed out in the order
 collected here: the slow ones first, end-to-end scenarios before the rest, so that the
 longest module never starts last and leaves one worker running alone (docs/testing.md).

@@ -46,7 +46,7 @@ class FakeWorkspace:
         self.held = held
         self.runner = Runner()
         self.configs: list[NodeMap] = []
-        self.plan_errors: list[Exception] = []
+        self.apply_errors: list[Exception] = []
 
     def init(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -69,12 +69,9 @@ class FakeWorkspace:
     def write_config(self, nodes: NodeMap | None = None) -> None:
         self.configs.append(dict(nodes or {}))
 
-    def plan(self, nodes: NodeMap) -> NodeMap:
-        if self.plan_errors:
-            raise self.plan_errors.pop(0)
-        return nodes
-
-    def apply(self, plan: NodeMap) -> ApplyResult:
+    def converge(self, nodes: NodeMap) -> ApplyResult:
+        if self.apply_errors:
+            raise self.apply_errors.pop(0)
         return ApplyResult(pool=REF.key, ok=True, nodes=dict(self.held))
 
 
@@ -131,7 +128,7 @@ def test_a_stale_lock_is_released_and_the_apply_retried_once(tmp_path: Path) -> 
     assert lock_of(LOCKED) == ("5c2e7b8e-aaaa-bbbb-cccc-0123456789ab",
                                datetime.fromisoformat("2026-11-30T10:00:00+00:00"))
     ws = FakeWorkspace(tmp_path / "ws", {})
-    ws.plan_errors = [LOCKED]
+    ws.apply_errors = [LOCKED]
     prov = provisioner(tmp_path, None, ws, clock=lambda: NOW)  # 2 h after the lock
     assert prov.apply(REF, {}).ok
     assert ws.runner.calls == [("force-unlock", "5c2e7b8e-aaaa-bbbb-cccc-0123456789ab")]
@@ -140,7 +137,7 @@ def test_a_stale_lock_is_released_and_the_apply_retried_once(tmp_path: Path) -> 
 
 def test_a_recent_lock_is_left_alone(tmp_path: Path) -> None:
     ws = FakeWorkspace(tmp_path / "ws", {})
-    ws.plan_errors = [LOCKED]
+    ws.apply_errors = [LOCKED]
     soon = datetime.fromisoformat("2026-11-30T10:20:00+00:00")  # inside a 30 min run
     prov = provisioner(tmp_path, None, ws, clock=lambda: soon)
     with pytest.raises(StateLockedError):

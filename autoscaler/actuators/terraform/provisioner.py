@@ -1,7 +1,9 @@
 """The executor's Provisioner (``service/executor/collaborators.py``) over Terraform: one
 PoolWorkspace per pool, plus strays.
 
-``apply(ref, nodes)`` plans and applies the pool's node map. Before that it lists the
+``apply(ref, nodes)`` applies the pool's node map in one ``terraform apply`` (planned and
+applied under one state lock; the operator's preview is ``gpu-autoscaler plan``). Before
+that it lists the
 pool's instances in the cloud (by the ``managed-by``, ``team`` and ``pool`` tags every
 instance gets from the module) and compares them with the state: an instance whose
 ``node`` tag is wanted but that the state does not hold was created by an apply that
@@ -175,7 +177,7 @@ class TerraformProvisioner:
         imports = self._strays(ref, ws, nodes, destroy)
         if imports:
             self._import(ref, ws, nodes, imports)
-        result = ws.apply(ws.plan(nodes))
+        result = ws.converge(nodes)
         if result.ok:
             (ws.dir / STALE_MARKER).unlink(missing_ok=True)
         return result

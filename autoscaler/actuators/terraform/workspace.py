@@ -32,7 +32,7 @@ from autoscaler.actuators.terraform.errors import (
     classify,
 )
 from autoscaler.actuators.terraform.planfile import PoolPlan, node_changes, state_nodes
-from autoscaler.actuators.terraform.runner import FLAG, Runner
+from autoscaler.actuators.terraform.runner import FLAG, Result, Runner
 from autoscaler.actuators.terraform.settings import RegionInputs, TerraformSettings
 from autoscaler.model.clock import Clock, utc_now
 from autoscaler.model.snapshot import CapacityError
@@ -167,22 +167,39 @@ class PoolWorkspace:
                                  ok_codes=(0, 1), input=False,
                                  parallelism=self.settings.parallelism,
                                  lock_timeout=self.settings.lock_timeout)
+        self.discard_plan()
+        return self._applied(result, pool_plan.nodes, previous)
+
+    def converge(self, nodes: NodeMap) -> ApplyResult:
+        """Make the pool hold exactly ``nodes`` in one ``terraform apply``: the executor's
+        way. It plans and applies under one state lock, so no saved plan can go stale in
+        between, and the provider is started once instead of twice (~5 s of CPU each).
+        What an operator previews and then applies goes through plan() and apply()."""
+        self.init()
+        previous = self.applied_nodes()
+        self.write_config(nodes)
+        result = self.runner.run("apply", json_lines=True, ok_codes=(0, 1), input=False,
+                                 auto_approve=FLAG, refresh=self.settings.refresh,
+                                 parallelism=self.settings.parallelism,
+                                 lock_timeout=self.settings.lock_timeout)
+        return self._applied(result, nodes, previous)
+
+    def _applied(self, result: Result, nodes: NodeMap, previous: NodeMap) -> ApplyResult:
+        """What an apply of ``nodes`` did, from its JSON events; the applied map recorded."""
         if result.returncode != 0:
             self._raise_unless_node_errors(result.diagnostics)
         outputs = self.outputs()
         done = _completed(result.events)
         failed = {d.node: d.text for d in result.diagnostics if d.severity == "error" and d.node}
-        targets = {n: NodeTarget(s.instance_type, s.market, s.zone)
-                   for n, s in pool_plan.nodes.items()}
+        targets = {n: NodeTarget(s.instance_type, s.market, s.zone) for n, s in nodes.items()}
         caps = capacity_errors(result.diagnostics, targets, self.cloud, self.region, self.clock())
         ok = result.returncode == 0
         if ok:
-            self._record_applied(pool_plan.nodes)
+            self._record_applied(nodes)
         else:
             # Record only what exists, so the next tick plans the pool again.
-            self._record_applied({n: pool_plan.nodes.get(n) or previous[n] for n in outputs
-                                  if n in pool_plan.nodes or n in previous})
-        self.discard_plan()
+            self._record_applied({n: nodes.get(n) or previous[n] for n in outputs
+                                  if n in nodes or n in previous})
         return ApplyResult(
             pool=self.key, ok=ok, nodes=outputs,
             created=sorted({*done.get("create", []), *done.get("replace", [])}),
