@@ -83,7 +83,7 @@ def _actuator(hosts: SshHosts, tmp_path: Path, playbook: str, **extra: object) -
     book = tmp_path / "echo.yml"
     book.write_text(playbook)
     settings = AnsibleSettings(playbook=book, runs_dir=tmp_path / "runs", ssh_port=hosts.port,
-                               private_key_file=hosts.private_key, control_persist=False,
+                               private_key_file=hosts.private_key,
                                **extra)  # type: ignore[arg-type]
     return AnsibleActuator(settings, lambda node: hosts.address_of("gpu-evil"))
 

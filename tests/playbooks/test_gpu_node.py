@@ -101,7 +101,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             controller=controller) as nodes_lab:
         nodes_lab.hosts.write_file(K8S_HOST, "/usr/bin/kubeadm", FAKE_KUBEADM, 0o755)
         settings = nodes_lab.ansible_settings(
-            work / "runs", control_persist=False,
+            work / "runs",
             extra_vars={"cluster_join_k8s_api_endpoint": f"{controller}:6443",
                         "cluster_join_k8s_ca_cert_hash": "sha256:" + "0" * 64})
         actuator = AnsibleActuator(settings, nodes_lab.address_of, catalog=default_catalog())
