@@ -7,12 +7,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolMaps
 from autoscaler.actuators.terraform import PoolPlan, RegionInputs, S3Backend, TerraformSettings
 from autoscaler.actuators.terraform.errors import TerraformError
 from autoscaler.actuators.terraform.planfile import NodeChange, node_changes, state_nodes
 from autoscaler.actuators.terraform.preview import map_cost, preview_pool
 from autoscaler.actuators.terraform.rootmodule import cli_config, main_tf, tfvars
+from autoscaler.actuators.terraform.runner import Runner
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.pricing import Prices
 from autoscaler.model.pool import PoolRef
@@ -54,6 +57,18 @@ def test_s3_backend_has_one_key_per_pool_and_a_lockfile(tmp_path: Path) -> None:
                    INPUTS)["terraform"]["backend"]["s3"]
     assert conf["key"] == "fleet/vision/v100/terraform.tfstate"
     assert conf["use_lockfile"] is True and conf["endpoints"] == {"s3": "http://127.0.0.1:9"}
+
+
+def test_terraform_runs_with_a_lazier_go_collector_unless_the_operator_set_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = Runner(tmp_path, tmp_path / "terraformrc")
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.setenv("TF_LOG", "trace")
+    env = runner.env()
+    assert env["GOGC"] == "400" and "TF_LOG" not in env
+    assert env["TF_CLI_CONFIG_FILE"] == str(tmp_path / "terraformrc")
+    monkeypatch.setenv("GOGC", "100")
+    assert runner.env()["GOGC"] == "100"
 
 
 def test_cli_config_uses_only_the_mirror() -> None:

@@ -56,7 +56,11 @@ class Runner:
         self._tf = Terraform(working_dir=str(workdir), terraform_bin_path=terraform_bin)
 
     def env(self) -> dict[str, str]:
-        env = {**os.environ, **AUTOMATION_ENV, **self.extra_env,
+        # GOGC: terraform starts the AWS provider four times per apply (schemas, validate,
+        # plan, apply), and each start builds its whole schema; a lazier Go collector cuts
+        # an apply's CPU by ~30% (12 -> 8.4 s against moto) for ~60 MB more per provider
+        # process. An operator's own GOGC wins.
+        env = {"GOGC": "400", **os.environ, **AUTOMATION_ENV, **self.extra_env,
                "TF_CLI_CONFIG_FILE": str(self.cli_config)}
         env.pop("TF_LOG", None)  # debug logs would print request bodies
         return env
