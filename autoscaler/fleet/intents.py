@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import (
@@ -43,10 +43,10 @@ from autoscaler.model.plan import (
     subject_of,
     target_of,
 )
+from autoscaler.model.progress import Cooldown, LaunchSpec
 from autoscaler.policy.models import Market
 
 S = NodeState
-Cooldown = Literal["up", "down"] | None
 SCALE_UP_TRIGGERS = frozenset({"pending", "utilization", "floor"})
 SCALE_DOWN_TRIGGERS = frozenset({"idle", "consolidate", "over-max", "over-quota", "preempted"})
 DRAINABLE = frozenset({S.READY})
@@ -117,6 +117,14 @@ class NewNode:
     replaces: str | None = None
     trigger: str | None = None  # the action's trigger, kept with the node (Node.launched_for)
     fallback_from_spot: bool = False  # kept with the node: a candidate for return to spot
+
+    def launch(self, action: int | None = None) -> LaunchSpec:
+        """This slot as the store writes it (``action``: the recorded plan action's id, so
+        a resubmitted plan finds the slot's node instead of creating it twice)."""
+        return LaunchSpec(pool=self.pool, instance_type=self.instance_type, market=self.market,
+                          zone=self.zone, reason=self.reason, action=action, index=self.slot,
+                          cooldown=self.cooldown, trigger=self.trigger,
+                          fallback_from_spot=self.fallback_from_spot)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The fleet store: nodes, their transitions, plans, actions, audit log, leases.
 
-Every state change goes through :meth:`FleetStore.transition`, which checks the lifecycle
-table and commits before returning, so callers write the new state *before* the side
-effect that follows it (DESIGN.md "Node lifecycle").
+A node is written one way: :meth:`FleetStore.apply` with typed changes
+(``model/changes.py``: Create, Adopt, Move, Patch), in one transaction that checks every
+move against the lifecycle table and commits before returning, so callers write the new
+state *before* the side effect that follows it (DESIGN.md "Node lifecycle").
 
 With a fence (:meth:`FleetStore.set_fence`, the leader's lease token) every write checks,
 in its own transaction, that this instance still holds the lease with its epoch, and
@@ -11,7 +12,7 @@ in its own transaction, that this instance still holds the lease with its epoch,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +23,6 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autoscaler.fleet import lease
-from autoscaler.fleet.intents import drain_cooldown
 from autoscaler.fleet.lease import Fenced, LeaseToken
 from autoscaler.fleet.tables import (
     ActionRow,
@@ -34,18 +34,14 @@ from autoscaler.fleet.tables import (
     PoolHistoryRow,
     TransitionRow,
 )
+from autoscaler.model.changes import Adopt, Create, Move, NodeChange, Patch, ProgressChange
 from autoscaler.model.lifecycle import INITIAL, TERMINAL, NodeState, check_transition
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.plan import Hold, Plan, subject_of
+from autoscaler.model.progress import NodeProgress
 from autoscaler.policy.models import Market, pool_key
 
 DEFAULT_URL = "sqlite:///gpu-autoscaler.db"
-_NODE_FIELDS = frozenset({
-    "zone", "instance_id", "address", "reason", "drain_trigger", "replacement_requested",
-    "ready_at", "attempts", "meta", "instance_type", "market",
-})
-
-
 class StoreError(Exception):
     pass
 
@@ -58,29 +54,27 @@ class ConcurrentUpdateError(StoreError):
     """Another writer changed the node's state between our read and our write."""
 
 
-# key -> new JSON value (None removes the key), or a function of the meta as read in the
-# write's own transaction that returns them (a read-modify-write no other writer splits).
-MetaUpdates = Mapping[str, Any] | Callable[[dict[str, Any]], Mapping[str, Any]]
+# Keys of the JSON column that are the Node's own facts, not its progress (replaces,
+# launched_for and fallback_from_spot: written once, when the node is created).
+NODE_FACTS = ("replaces", "trigger", "fallback_from_spot")
 
 
-def merge(meta: Mapping[str, Any] | None, updates: MetaUpdates) -> dict[str, Any]:
-    """``meta`` with ``updates`` applied: top-level keys replaced, None removes one. The
-    keys are the executor's (``service/executor/meta.py`` types them)."""
-    out = dict(meta or {})
-    if callable(updates):
-        updates = updates(dict(out))
-    for key, value in updates.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
+_EMPTY = NodeProgress().model_dump(mode="json")
+
+
+def _progress_of(meta: dict[str, Any] | None) -> NodeProgress:
+    return NodeProgress.model_validate(meta or {})
+
+
+def _meta(previous: dict[str, Any] | None, progress: NodeProgress) -> dict[str, Any]:
+    """The JSON column for ``progress``: the node's facts and keys this version does not
+    know (a newer one's) are kept; fields still at their default are left out."""
+    out = {k: v for k, v in (previous or {}).items() if k not in NodeProgress.model_fields}
+    out.update({k: v for k, v in progress.model_dump(mode="json").items() if v != _EMPTY[k]})
     return out
 
 
 def _to_node(row: NodeRow) -> Node:
-    # Three keys of the executor's progress record (service/executor/meta.py) are part of
-    # the engine's view: what the node stands in for and why it was launched. They live in
-    # ``meta``, not in columns, so an existing database needs no schema migration.
     meta = row.meta or {}
     return Node(
         name=row.name, team=row.team, pool=row.pool, cloud=row.cloud, region=row.region,
@@ -91,6 +85,7 @@ def _to_node(row: NodeRow) -> Node:
         replacement_requested=bool(row.replacement_requested),
         replaces=meta.get("replaces"), launched_for=meta.get("trigger"),
         fallback_from_spot=bool(meta.get("fallback_from_spot", False)),
+        progress=_progress_of(meta),
     )
 
 
@@ -168,26 +163,17 @@ class FleetStore:
             return _to_node(row) if row else None
 
     def meta(self, name: str) -> dict[str, Any]:
+        """The node's JSON column as stored (diagnostics and tests; code reads
+        ``Node.progress``)."""
         with self.session() as s:
             row = s.get(NodeRow, name)
             if row is None:
                 raise UnknownNodeError(name)
             return dict(row.meta or {})
 
-    def get_with_meta(self, name: str) -> tuple[Node, dict[str, Any]] | None:
-        """A node with its progress record (``meta``), in one read."""
-        with self.session() as s:
-            row = s.get(NodeRow, name)
-            return (_to_node(row), dict(row.meta or {})) if row else None
-
     def nodes(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
               include_terminated: bool = False) -> list[Node]:
-        return [n for n, _ in self.nodes_with_meta(states, pool, include_terminated)]
-
-    def nodes_with_meta(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
-                        include_terminated: bool = False) -> list[tuple[Node, dict[str, Any]]]:
-        """Nodes with their progress record (the ``meta`` column) in one query, not one
-        query per node."""
+        """Nodes with their progress, in one query."""
         with self.session() as s:
             q = select(NodeRow).order_by(NodeRow.name)
             if states is not None:
@@ -197,7 +183,7 @@ class FleetStore:
             if pool is not None:
                 team, _, name = pool.partition("/")
                 q = q.where(NodeRow.team == team, NodeRow.pool == name)
-            return [(_to_node(r), dict(r.meta or {})) for r in s.scalars(q)]
+            return [_to_node(r) for r in s.scalars(q)]
 
     def fleet_view(self) -> FleetView:
         with self.session() as s:
@@ -216,123 +202,104 @@ class FleetStore:
             return list(s.scalars(q))
 
     # -- writing ------------------------------------------------------------------
-    def create_node(self, *, team: str, pool: str, cloud: str, region: str, zone: str | None,
-                    instance_type: str, market: Market, now: datetime, reason: str,
-                    meta: dict[str, Any] | None = None, scale_up: bool = True) -> Node:
-        """A new REQUESTED node with the pool's next name; ``scale_up`` (what
-        ``fleet.intents.cooldown_of`` decided for its action) restarts the pool's
-        scale-up cooldown."""
-        key = pool_key(team, pool)
-        with self._write() as s:
-            hist = s.get(PoolHistoryRow, key, with_for_update=True)
-            if hist is None:
-                hist = PoolHistoryRow(pool=key, next_seq=1)
-                s.add(hist)
-            seq = hist.next_seq
-            # "<team>-<pool>-<n>" can read the same for two pools (a-b/c and a/b-c): skip
-            # any name already held, so a name is never handed out twice (rows are kept).
-            while s.get(NodeRow, f"{team}-{pool}-{seq}") is not None:
-                seq += 1
-            hist.next_seq = seq + 1
-            if scale_up:
-                hist.last_scale_up_at = now
-            row = NodeRow(
-                name=f"{team}-{pool}-{seq}", team=team, pool=pool, cloud=cloud, region=region,
-                zone=zone, instance_type=instance_type, market=market.value, state=INITIAL.value,
-                state_since=now, created_at=now, reason=reason, meta=meta or {},
-                replacement_requested=False, attempts=0,
-            )
-            s.add(row)
-            s.add(TransitionRow(node=row.name, from_state=None, to_state=INITIAL.value, at=now,
-                                reason=reason))
+    def apply(self, changes: Sequence[NodeChange], now: datetime) -> list[Node]:
+        """Apply ``changes`` in order, in one transaction (fenced when a fence is set):
+        all or none. Returns each changed node as written. Raises UnknownNodeError,
+        IllegalTransitionError (a move the lifecycle table forbids) or
+        ConcurrentUpdateError (the node left the state the move starts from meanwhile)."""
+        # Progress is read-modify-written: the row is locked from the read on (FOR UPDATE;
+        # SQLite, without row locks, takes its write lock up front with BEGIN IMMEDIATE), so
+        # the tick, the operation workers and the notice loop never lose each other's fields.
+        with self._write(read_first=any(isinstance(c, Move | Patch) for c in changes)) as s:
+            out = [self._apply_one(s, change, now) for change in changes]
             s.flush()
-            return _to_node(row)
+            return out
 
-    def transition(self, name: str, to: NodeState, now: datetime, reason: str,
-                   scale_down: bool | None = None, meta_updates: MetaUpdates | None = None,
-                   **fields: Any) -> Node:
-        """Move ``name`` to ``to`` (checked against the lifecycle table) and commit. A move
-        to DRAINING restarts the pool's scale-down cooldown when ``scale_down`` says so
-        (None: as ``fleet.intents`` decides for a plain drain with its ``drain_trigger``).
-        ``meta_updates`` are merged into the node's ``meta`` in the same transaction
-        (:func:`merge`)."""
-        bad = set(fields) - _NODE_FIELDS
-        if bad:
-            raise StoreError(f"unknown node fields {sorted(bad)}")
-        with self._write(read_first=meta_updates is not None) as s:
-            row = s.get(NodeRow, name, with_for_update=meta_updates is not None)
-            if row is None:
-                raise UnknownNodeError(f"no node named {name!r} in the store")
-            current = NodeState(row.state)
-            check_transition(name, current, to)
-            values: dict[str, Any] = {"state": to.value, "state_since": now, "reason": reason,
-                                      **fields}
-            if meta_updates is not None:
-                values["meta"] = merge(row.meta, meta_updates)
-            if to is NodeState.READY and "ready_at" not in fields and row.ready_at is None:
-                values["ready_at"] = now
-            result = s.execute(
-                update(NodeRow).where(NodeRow.name == name, NodeRow.state == current.value)
-                .values(**values)
-            )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
-                raise ConcurrentUpdateError(f"node {name} changed state concurrently")
-            s.add(TransitionRow(node=name, from_state=current.value, to_state=to.value, at=now,
-                                reason=reason))
-            if scale_down is None:
-                scale_down = drain_cooldown(fields.get("drain_trigger")) == "down"
-            if to is NodeState.DRAINING and scale_down:
-                self._touch_history(s, pool_key(row.team, row.pool), down=now)
-            s.flush()
-            s.expire(row)
-            return _to_node(s.get(NodeRow, name))  # type: ignore[arg-type]
-
-    def update(self, name: str, meta_updates: MetaUpdates | None = None, **fields: Any) -> Node:
-        """Change non-state fields (address, instance id...); ``meta_updates`` are merged
-        into the node's ``meta`` in the same transaction (:func:`merge`)."""
-        bad = set(fields) - _NODE_FIELDS
-        if bad:
-            raise StoreError(f"unknown node fields {sorted(bad)}")
-        with self._write(read_first=meta_updates is not None) as s:
-            row = s.get(NodeRow, name, with_for_update=meta_updates is not None)
-            if row is None:
-                raise UnknownNodeError(f"no node named {name!r} in the store")
-            for key, value in fields.items():
+    def _apply_one(self, s: Session, change: NodeChange, now: datetime) -> Node:
+        if isinstance(change, Create):
+            return self._create(s, change, now)
+        if isinstance(change, Adopt):
+            return self._adopt(s, change)
+        row = s.get(NodeRow, change.node, with_for_update=True)
+        if row is None:
+            raise UnknownNodeError(f"no node named {change.node!r} in the store")
+        values: dict[str, Any] = change.fields.given()
+        if change.progress is not None:
+            values["meta"] = _meta(row.meta, _updated(_progress_of(row.meta), change.progress))
+        if isinstance(change, Patch):
+            for key, value in values.items():
                 setattr(row, key, value)
-            if meta_updates is not None:
-                row.meta = merge(row.meta, meta_updates)
-            s.flush()
             return _to_node(row)
+        current = NodeState(row.state)
+        check_transition(change.node, current, change.to)
+        values.update(state=change.to.value, state_since=now, reason=change.reason)
+        if change.to is NodeState.READY and "ready_at" not in values and row.ready_at is None:
+            values["ready_at"] = now
+        result = s.execute(update(NodeRow).where(NodeRow.name == change.node,
+                                                 NodeRow.state == current.value).values(**values))
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise ConcurrentUpdateError(f"node {change.node} changed state concurrently")
+        s.add(TransitionRow(node=change.node, from_state=current.value, to_state=change.to.value,
+                            at=now, reason=change.reason))
+        if change.to is NodeState.DRAINING and change.cooldown == "down":
+            self._history(s, pool_key(row.team, row.pool)).last_scale_down_at = now
+        s.flush()
+        s.expire(row)
+        return _to_node(s.get(NodeRow, change.node))  # type: ignore[arg-type]
 
-    def merge_meta(self, name: str, updates: MetaUpdates) -> dict[str, Any]:
-        """Merge ``updates`` into the node's ``meta`` atomically; returns the new meta."""
-        self.update(name, meta_updates=updates)
-        return self.meta(name)
+    def _create(self, s: Session, change: Create, now: datetime) -> Node:
+        """A REQUESTED node with the pool's next name."""
+        hist = self._history(s, pool_key(change.team, change.pool), lock=True)
+        seq = hist.next_seq
+        # "<team>-<pool>-<n>" can read the same for two pools (a-b/c and a/b-c): skip any
+        # name already held, so a name is never handed out twice (rows are kept).
+        while s.get(NodeRow, f"{change.team}-{change.pool}-{seq}") is not None:
+            seq += 1
+        hist.next_seq = seq + 1
+        if change.cooldown == "up":
+            hist.last_scale_up_at = now
+        launch = change.launch
+        facts = {"replaces": change.replaces, "trigger": launch.trigger,
+                 "fallback_from_spot": launch.fallback_from_spot or None}
+        row = NodeRow(
+            name=f"{change.team}-{change.pool}-{seq}", team=change.team, pool=change.pool,
+            cloud=change.cloud, region=change.region, zone=launch.zone,
+            instance_type=launch.instance_type, market=launch.market.value,
+            state=INITIAL.value, state_since=now, created_at=now, reason=launch.reason,
+            meta=_meta({k: v for k, v in facts.items() if v is not None}, change.progress),
+            replacement_requested=False, attempts=0,
+        )
+        s.add(row)
+        s.add(TransitionRow(node=row.name, from_state=None, to_state=INITIAL.value, at=now,
+                            reason=launch.reason))
+        s.flush()
+        return _to_node(row)
 
-    def adopt_node(self, node: Node, reason: str, meta: dict[str, Any] | None = None) -> Node:
-        """Insert a node found in the cloud but not in the store (reconciler adoption)."""
-        with self._write() as s:
-            if s.get(NodeRow, node.name) is not None:
-                raise StoreError(f"node {node.name} already exists")
-            s.add(NodeRow(
-                name=node.name, team=node.team, pool=node.pool, cloud=node.cloud,
-                region=node.region, zone=node.zone, instance_type=node.instance_type,
-                market=node.market.value, state=node.state.value, state_since=node.state_since,
-                created_at=node.created_at, ready_at=node.ready_at, instance_id=node.instance_id,
-                address=node.address, reason=reason, meta=meta or {}, attempts=0,
-                replacement_requested=False,
-            ))
-            s.add(TransitionRow(node=node.name, from_state=None, to_state=node.state.value,
-                                at=node.state_since, reason=reason))
-        return node
+    def _adopt(self, s: Session, change: Adopt) -> Node:
+        node = change.node
+        if s.get(NodeRow, node.name) is not None:
+            raise StoreError(f"node {node.name} already exists")
+        row = NodeRow(
+            name=node.name, team=node.team, pool=node.pool, cloud=node.cloud,
+            region=node.region, zone=node.zone, instance_type=node.instance_type,
+            market=node.market.value, state=node.state.value, state_since=node.state_since,
+            created_at=node.created_at, ready_at=node.ready_at, instance_id=node.instance_id,
+            address=node.address, reason=change.reason, meta=_meta({}, node.progress),
+            attempts=0, replacement_requested=False,
+        )
+        s.add(row)
+        s.add(TransitionRow(node=node.name, from_state=None, to_state=node.state.value,
+                            at=node.state_since, reason=change.reason))
+        s.flush()
+        return _to_node(row)
 
     @staticmethod
-    def _touch_history(s: Session, key: str, *, down: datetime) -> None:
-        hist = s.get(PoolHistoryRow, key)
+    def _history(s: Session, key: str, *, lock: bool = False) -> PoolHistoryRow:
+        hist = s.get(PoolHistoryRow, key, with_for_update=lock)
         if hist is None:
-            s.add(PoolHistoryRow(pool=key, next_seq=1, last_scale_down_at=down))
-        else:
-            hist.last_scale_down_at = down
+            hist = PoolHistoryRow(pool=key, next_seq=1)
+            s.add(hist)
+        return hist
 
     # -- plans, actions, audit ----------------------------------------------------------
     def record_plan(self, plan: Plan, *, dry_run: bool = False) -> int:
@@ -400,6 +367,11 @@ class FleetStore:
     def lease(self, name: str) -> LeaseRow | None:
         with self.session() as s:
             return s.get(LeaseRow, name)
+
+
+def _updated(progress: NodeProgress, change: ProgressChange) -> NodeProgress:
+    update = change if not callable(change) else change(progress)
+    return update.applied_to(progress)
 
 
 __all__ = ["ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken", "StoreError",

@@ -1,4 +1,4 @@
-"""The engine's read-only view of the fleet (built from the store each tick)."""
+"""A node as the store holds it, with its typed progress; the fleet view the engine reads."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.progress import NodeProgress
 from autoscaler.policy.models import Market, pool_key
 
 
@@ -41,10 +42,17 @@ class Node(BaseModel):
     fallback_from_spot: bool = Field(
         False, description="Launched on-demand because spot was refused or its jobs waited "
         "max_wait: a candidate to move back to spot (capacity.return_to_spot).")
+    progress: NodeProgress = Field(
+        default_factory=NodeProgress, description="What the executor keeps about it: "
+        "bootstrap attempts, drain, interruption, long jobs, a promised replacement.")
 
     @property
     def pool_key(self) -> str:
         return pool_key(self.team, self.pool)
+
+    def __hash__(self) -> int:
+        # Its progress holds dicts (long jobs): hash what names this version of the node.
+        return hash((self.name, self.state, self.state_since))
 
 
 class PoolHistory(BaseModel):

@@ -30,6 +30,7 @@ from sqlalchemy import select
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import NodeRow, TransitionRow
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import CapacityError, Snapshot
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool
 
@@ -95,17 +96,14 @@ class Backoff:
 def launch_backoffs(store: FleetStore, policies: Mapping[str, TeamPolicy], now: datetime) -> list[Backoff]:
     """The backoffs in force at ``now`` (none once their next try has come)."""
     states = [NodeState.READY.value, *FAILED]
-    # Imported here: the executor's submit imports this module (fingerprint).
-    from autoscaler.service.executor.meta import progress_of
-
     with store.session() as s:
         rows = s.execute(
             select(TransitionRow.to_state, TransitionRow.at, TransitionRow.reason, NodeRow)
             .join(NodeRow, NodeRow.name == TransitionRow.node)
             .where(TransitionRow.to_state.in_(states), TransitionRow.at >= now - LOOKBACK)
             .order_by(TransitionRow.at, TransitionRow.id)).all()
-        events = [(to, at, reason, _key(node), progress_of(node.meta or {}).policy, node.team,
-                   node.pool) for to, at, reason, node in rows]
+        events = [(to, at, reason, _key(node), NodeProgress.model_validate(node.meta or {}).policy,
+                   node.team, node.pool) for to, at, reason, node in rows]
     running: dict[tuple[str, str, str, str, str | None, str], Backoff] = {}
     for to, at, reason, key, launched_under, team, pool_name in events:
         pool = find_pool(policies, team, pool_name)

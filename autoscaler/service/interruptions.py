@@ -28,17 +28,18 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from autoscaler.clouds.aws_events import Received, dedupe
 from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
 from autoscaler.fleet.store import ConcurrentUpdateError, FleetStore
+from autoscaler.model.changes import Move, NodeFields
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
+from autoscaler.model.progress import InterruptionRecord, NodeProgress, ProgressUpdate
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.advance import AdvanceReport, new_drain
 from autoscaler.service.executor.drain import interruption_progress
-from autoscaler.service.executor.meta import InterruptionMeta, changes, progress_of
 from autoscaler.service.executor.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
@@ -147,40 +148,39 @@ class InterruptionIntake:
         if action == "drain":
             self._drain(node, detail, report)
             return
-        meta = InterruptionMeta(kind=notice.kind.value, at=notice.at, deadline=notice.deadline,
-                                source=notice.source)
-        progress = interruption_progress(self.settings, self._pool(node), meta, now)
+        record = InterruptionRecord(kind=notice.kind.value, at=notice.at,
+                                    deadline=notice.deadline, source=notice.source)
+        drain = interruption_progress(self.settings, self._pool(node), record, now)
 
-        def updates(current: dict[str, object]) -> dict[str, object]:
+        def joined(current: NodeProgress) -> ProgressUpdate:
             # Read in the transition's own transaction: what a running drain already did
             # (its phase, its signal) is kept, not overwritten by a copy read earlier.
-            previous = progress_of(current).drain
-            merged = progress if previous is None else progress.model_copy(update={
-                "phase": previous.phase, "signalled_at": previous.signalled_at,
-                "deadline": min(progress.deadline, previous.deadline)})
-            return changes(interruption=meta, drain=merged)
+            running = current.drain
+            return ProgressUpdate(interruption=record,
+                                  drain=drain if running is None else running.joined_by(drain))
 
-        self._move(node, S.INTERRUPTED, detail, report.interrupted, report, meta_updates=updates)
+        self._move(Move(node.name, S.INTERRUPTED, detail, progress=joined), report.interrupted,
+                   report)
 
     def _drain(self, node: Node, detail: str, report: InterruptionReport) -> None:
         if node.state is not S.READY:
             report.ignored.append(node.name)
             return
         progress = new_drain(self.settings, self._pool(node), detail, self.clock())
-        self._move(node, S.DRAINING, detail, report.drained, report, drain_trigger="rebalance",
-                   meta_updates=changes(drain=progress))
+        # Not a scale-down: the pool's cooldown is left alone (no cooldown on the move).
+        self._move(Move(node.name, S.DRAINING, detail, NodeFields(drain_trigger="rebalance"),
+                        ProgressUpdate(drain=progress)), report.drained, report)
 
-    def _move(self, node: Node, to: NodeState, reason: str, into: list[str],
-              report: InterruptionReport, **fields: Any) -> None:
+    def _move(self, move: Move, into: list[str], report: InterruptionReport) -> None:
         try:
-            self.store.transition(node.name, to, self.clock(), reason, **fields)
+            self.store.apply([move], self.clock())
         except ConcurrentUpdateError:
             raise  # handled again on the node as it is now
         except Exception as exc:  # e.g. an illegal move; the notice is still acked
-            report.errors.append(f"{node.name}: {exc}")
+            report.errors.append(f"{move.node}: {exc}")
             return
-        into.append(node.name)
-        log.warning("%s -> %s: %s", node.name, to, reason)
+        into.append(move.node)
+        log.warning("%s -> %s: %s", move.node, move.to, move.reason)
 
     def _pool(self, node: Node) -> Pool | None:
         return find_pool(self.policies(), node.team, node.pool)

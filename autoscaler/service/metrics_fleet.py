@@ -24,9 +24,9 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import NodeRow, TransitionRow
 from autoscaler.model.lifecycle import BILLABLE, TIMEOUTS, NodeState
 from autoscaler.model.node import Node
+from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool, pool_key
-from autoscaler.service.executor.meta import progress_of
 from autoscaler.service.metrics import ServiceMetrics
 
 S = NodeState
@@ -155,7 +155,7 @@ class FleetObserver:
                     max(0.0, (row.at - began).total_seconds()))
         elif row.to_state == S.INTERRUPTED.value:
             metrics.interruptions.labels(pool).inc()
-            notice = progress_of(node.meta or {}).interruption
+            notice = NodeProgress.model_validate(node.meta or {}).interruption
             if notice is not None:
                 metrics.notice_to_drain.labels(pool).observe(
                     max(0.0, (row.at - notice.at).total_seconds()))

@@ -40,15 +40,16 @@ from pydantic import BaseModel, Field
 from autoscaler.actuators.node_map import INSTANCE_STATES, desired_maps
 from autoscaler.clouds.base import CloudInstance, CloudMarket
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.changes import Adopt, Move
 from autoscaler.model.lifecycle import TIMEOUTS, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
+from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.advance import AdvanceReport, Change, Step
 from autoscaler.service.executor.collaborators import Provisioner
-from autoscaler.service.executor.meta import changes
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.executor.submit import repair_replacements
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionReport
@@ -120,7 +121,7 @@ class Reconciler:
     # -- helpers ----------------------------------------------------------------------------
     def _move(self, node: Node, to: NodeState, reason: str, report: ReconcileReport) -> bool:
         try:
-            self.store.transition(node.name, to, self.clock(), reason)
+            self.store.apply([Move(node.name, to, reason)], self.clock())
         except Exception as exc:  # moved by someone else meanwhile: next run looks again
             report.errors.append(f"{node.name}: not moved to {to}: {exc}")
             return False
@@ -265,9 +266,9 @@ class Reconciler:
         node = Node(name=name, team=ref.team, pool=ref.pool, cloud=ref.cloud, region=ref.region,
                     zone=inst.zone, instance_type=inst.instance_type, market=inst.market,
                     state=S.BOOTSTRAPPING, state_since=now, created_at=inst.launched_at or now,
-                    instance_id=inst.instance_id, address=inst.private_ip)
-        self.store.adopt_node(node, f"adopted {inst.instance_id} found in the cloud",
-                              meta=changes(cluster=pool.cluster.kind, adopted=inst.instance_id))
+                    instance_id=inst.instance_id, address=inst.private_ip,
+                    progress=NodeProgress(cluster=pool.cluster.kind, adopted=inst.instance_id))
+        self.store.apply([Adopt(node, f"adopted {inst.instance_id} found in the cloud")], now)
         self.provisioner.mark_stale(ref)  # the next apply imports it into the pool's state
         self._find(report, "adopted", f"{inst.instance_id} adopted as {name} (BOOTSTRAPPING)",
                    node=name, instance_id=inst.instance_id, pool=ref.key)

@@ -20,13 +20,14 @@ from autoscaler.catalog import Catalog
 from autoscaler.engine.admission import booked
 from autoscaler.engine.request_progress import RequestStep, progress
 from autoscaler.fleet.requests import RequestBook, held_nodes
+from autoscaler.model.changes import Create
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Plan, Terminate
+from autoscaler.model.progress import LaunchSpec, NodeProgress
 from autoscaler.model.request_spec import FINAL, Condition, Link, RequestView
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market, TeamPolicy, find_pool, pool_key
-from autoscaler.service.executor.meta import changes
 
 log = logging.getLogger(__name__)
 S = NodeState
@@ -123,11 +124,14 @@ class RequestKeeper:
             if pool is None:
                 continue
             for _ in range(placed.nodes):
-                node = self.book.store.create_node(
-                    team=team, pool=name, cloud=pool.cloud.value, region=pool.region,
-                    zone=None, instance_type=placed.instance_type, market=Market.ON_DEMAND,
-                    now=now, reason=f"{view.label()}: node {len(names) + 1} of {total}",
-                    meta=changes(cluster=pool.cluster.kind, request=view.id))
+                # cooldown=None: a capacity request's launch is not the pool scaling up, so
+                # it must not hold back the pool's own scale-up (fleet/intents.py).
+                launch = LaunchSpec(pool=placed.pool, instance_type=placed.instance_type,
+                                    market=Market.ON_DEMAND, cooldown=None,
+                                    reason=f"{view.label()}: node {len(names) + 1} of {total}")
+                [node] = self.book.store.apply([Create(
+                    team, name, pool.cloud.value, pool.region, launch,
+                    NodeProgress(cluster=pool.cluster.kind, request=view.id))], now)
                 names[node.name] = None
                 self.book.set_nodes(view.id, names, now)  # after each: a crash loses none
         return bool(names)

@@ -30,6 +30,7 @@ from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_
 from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
 from autoscaler.service.wiring import Overrides, build_service
+from tests.fleet.writes import create_node, transition
 from tests.service.service_fakes import FakeExecutor, FakePrices, write_policy
 
 pytestmark = pytest.mark.slow
@@ -61,11 +62,10 @@ def world(tmp_path) -> Iterator[tuple[Service, PrometheusServer, SyntheticDcgm]]
     store = FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}")
     long_ago = datetime.now(UTC) - timedelta(hours=1)
     for _ in NODES:
-        node = store.create_node(team="ops", pool="gpu", cloud="aws", region="us-east-1",
-                                 zone=None, instance_type="p3.2xlarge", market=Market.SPOT,
-                                 now=long_ago, reason="test fleet")
+        node = create_node(store, cooldown="up", team="ops", market=Market.SPOT, now=long_ago,
+                           reason="test fleet")
         for to in (NodeState.PROVISIONING, NodeState.BOOTSTRAPPING, NodeState.READY):
-            store.transition(node.name, to, long_ago, "test fleet")
+            transition(store, node.name, to, long_ago, "test fleet")
     config = ServiceConfig.model_validate({
         "policies_dir": tmp_path / "policies", "tick": {"interval": "1s"},
         "store": {"url": f"sqlite:///{tmp_path / 'fleet.db'}"},

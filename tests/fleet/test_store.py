@@ -9,9 +9,11 @@ import pytest
 
 from autoscaler.engine import decide
 from autoscaler.fleet.store import ConcurrentUpdateError, Fenced, FleetStore, LeaseToken
+from autoscaler.model.changes import Adopt
 from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
 from autoscaler.policy.models import Market
 from tests.builders import NOW, make_policy, snapshot
+from tests.fleet.writes import create_node, patch, transition
 
 
 @pytest.fixture
@@ -22,8 +24,8 @@ def store(tmp_path):
 
 
 def new(store, pool="train"):
-    return store.create_node(team="vision", pool=pool, cloud="aws", region="us-east-1", zone="us-east-1a",
-                             instance_type="p3.2xlarge", market=Market.SPOT, now=NOW, reason="3 jobs pending")
+    return create_node(store, team="vision", pool=pool, zone="us-east-1a", market=Market.SPOT,
+                       now=NOW, reason="3 jobs pending", cooldown="up")
 
 
 def test_names_are_sequential_per_pool_and_valid_hostnames(store):
@@ -34,8 +36,7 @@ def test_names_are_sequential_per_pool_and_valid_hostnames(store):
 
 def test_pools_whose_names_read_alike_never_get_the_same_node_name(store):
     def create(team, pool):
-        return store.create_node(team=team, pool=pool, cloud="aws", region="us-east-1", zone=None,
-                                 instance_type="p3.2xlarge", market=Market.SPOT, now=NOW, reason="r").name
+        return create_node(store, team=team, pool=pool, market=Market.SPOT, now=NOW, reason="r").name
 
     # a-b/c and a/b-c both read "a-b-c-<n>": the second pool skips the name already held.
     names = [create("a-b", "c"), create("a", "b-c"), create("a", "b-c"), create("a-b", "c")]
@@ -47,19 +48,20 @@ def test_pools_whose_names_read_alike_never_get_the_same_node_name(store):
 
 def test_transitions_are_recorded_with_reasons_and_checked(store):
     node = new(store)
-    store.transition(node.name, NodeState.PROVISIONING, NOW, "terraform apply", instance_id="i-1")
+    transition(store, node.name, NodeState.PROVISIONING, NOW, "terraform apply", instance_id="i-1")
     later = NOW + timedelta(minutes=5)
-    ready = store.transition(node.name, NodeState.BOOTSTRAPPING, later, "ansible")
-    ready = store.transition(node.name, NodeState.READY, later, "joined slurm")
+    ready = transition(store, node.name, NodeState.BOOTSTRAPPING, later, "ansible")
+    ready = transition(store, node.name, NodeState.READY, later, "joined slurm")
     assert ready.ready_at == later and ready.instance_id == "i-1"
     with pytest.raises(IllegalTransitionError):
-        store.transition(node.name, NodeState.TERMINATED, later, "no")
+        transition(store, node.name, NodeState.TERMINATED, later, "no")
     rows = store.transitions(node.name)
     assert [(r.from_state, r.to_state) for r in rows] == [
         (None, "REQUESTED"), ("REQUESTED", "PROVISIONING"), ("PROVISIONING", "BOOTSTRAPPING"),
         ("BOOTSTRAPPING", "READY")]
     assert rows[1].reason == "terraform apply"
-    store.transition(node.name, NodeState.DRAINING, later, "idle", drain_trigger="idle")
+    transition(store, node.name, NodeState.DRAINING, later, "idle", drain_trigger="idle",
+               cooldown="down")
     assert store.fleet_view().history["vision/train"].last_scale_down_at == later
 
 
@@ -68,7 +70,7 @@ def test_two_stores_on_one_database_see_each_other(tmp_path):
     a, b = FleetStore(url), FleetStore(url)
     node = new(a)
     assert b.get(node.name).state is NodeState.REQUESTED
-    b.transition(node.name, NodeState.PROVISIONING, NOW, "b applies")
+    transition(b, node.name, NodeState.PROVISIONING, NOW, "b applies")
     assert a.get(node.name).state is NodeState.PROVISIONING
     a.close()
     b.close()
@@ -82,13 +84,13 @@ def test_concurrent_update_is_detected(store, monkeypatch):
     def racing_session():
         store.session = real
         other = FleetStore(store.url)
-        other.transition(node.name, NodeState.PROVISIONING, NOW, "other writer")
+        transition(other, node.name, NodeState.PROVISIONING, NOW, "other writer")
         other.close()
         return real()
 
     monkeypatch.setattr(store, "session", racing_session)
     with pytest.raises((ConcurrentUpdateError, IllegalTransitionError)):
-        store.transition(node.name, NodeState.PROVISIONING, NOW, "us")
+        transition(store, node.name, NodeState.PROVISIONING, NOW, "us")
 
 
 def test_plans_and_actions_are_stored(store):
@@ -130,11 +132,11 @@ def contents(store):
 
 
 WRITES = {
-    "create_node": lambda st, _: new(st),
-    "transition": lambda st, n: st.transition(n, NodeState.PROVISIONING, NOW, "apply"),
-    "update": lambda st, n: st.update(n, address="10.0.0.9"),
-    "adopt_node": lambda st, n: st.adopt_node(st.get(n).model_copy(update={"name": "x-y-1"}),
-                                              "adopted"),
+    "apply(Create)": lambda st, _: new(st),
+    "apply(Move)": lambda st, n: transition(st, n, NodeState.PROVISIONING, NOW, "apply"),
+    "apply(Patch)": lambda st, n: patch(st, n, NOW, address="10.0.0.9"),
+    "apply(Adopt)": lambda st, n: st.apply([Adopt(st.get(n).model_copy(update={"name": "x-y-1"}),
+                                                  "adopted")], NOW),
     "record_plan": lambda st, _: st.record_plan(decide({}, st.fleet_view(), snapshot(), NOW)),
     "set_action_status": lambda st, _: st.set_action_status(1, "done", NOW),
     "audit": lambda st, _: st.audit("x", "y", NOW),

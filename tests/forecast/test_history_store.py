@@ -15,10 +15,10 @@ from autoscaler.forecast.series import DAY_BINS
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView
 from autoscaler.model.snapshot import PoolObservation, Snapshot
-from autoscaler.policy.models import Market
 from autoscaler.service import forecasts as forecasts_mod
 from autoscaler.service.forecasts import DEFAULT_LEAD, PoolForecasts
 from tests.builders import NOW, busy, make_node, make_policy, pending
+from tests.fleet.writes import create_node, transition
 from tests.service import postgres
 
 KEY = "vision/gpu"
@@ -200,12 +200,10 @@ def test_lead_defaults_to_the_measured_boot_to_ready(store):
     assert fc.views[KEY].lead_s == DEFAULT_LEAD.total_seconds()
     for i, boot in enumerate((300, 420, 900)):
         t0 = NOW - timedelta(hours=3 - i)
-        node = store.create_node(team="vision", pool="gpu", cloud="aws", region="us-east-1",
-                                 zone=None, instance_type="p3.2xlarge", market=Market.ON_DEMAND,
-                                 now=t0, reason="test")
-        store.transition(node.name, NodeState.PROVISIONING, t0, "test")
-        store.transition(node.name, NodeState.BOOTSTRAPPING, t0 + timedelta(seconds=60), "test")
-        store.transition(node.name, NodeState.READY, t0 + timedelta(seconds=boot), "test")
+        node = create_node(store, cooldown="up", now=t0)
+        transition(store, node.name, NodeState.PROVISIONING, t0, "test")
+        transition(store, node.name, NodeState.BOOTSTRAPPING, t0 + timedelta(seconds=60), "test")
+        transition(store, node.name, NodeState.READY, t0 + timedelta(seconds=boot), "test")
     fresh = PoolForecasts(store)
     fresh.update(policies(), FleetView(), demand(1), NOW)
     assert fresh.views[KEY].lead_s == 420

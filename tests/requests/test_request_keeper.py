@@ -7,6 +7,7 @@ from autoscaler.fleet.requests import RequestBook
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Drain, Terminate
 from autoscaler.model.request_spec import Condition
+from tests.fleet.writes import transition
 from tests.requests.conftest import BODY, VISION
 from tests.requests.test_requests_api import call
 
@@ -43,12 +44,25 @@ def test_atomic_request_provisioned_then_delete_drains_and_terminates(service):
     assert service.loop.last_snapshot.held == {}
 
 
+def test_a_request_launch_leaves_the_pools_scale_up_cooldown_alone(service):
+    """A capacity request's node is not the pool scaling up (fleet/intents.py): it must not
+    hold back the pool's own scale-up for pending jobs for a cooldown."""
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    service.keeper.run()  # launch only: both nodes REQUESTED
+    names = sorted(RequestBook(service.store).get(rid).nodes)
+    assert len(names) == 2
+    pool = service.store.get(names[0]).pool_key
+    history = service.store.fleet_view().history.get(pool)
+    assert history is None or history.last_scale_up_at is None, history
+
+
 def test_atomic_request_rolled_back_when_one_node_hits_a_capacity_error(service):
     url = service.api.url + "/v1/requests"
     rid = call(url, "POST", VISION, BODY)[1]["id"]
     service.keeper.run()  # launch only: both nodes REQUESTED
     first, second = sorted(RequestBook(service.store).get(rid).nodes)
-    service.store.transition(second, S.PROVISION_FAILED, service.loop.clock(),
+    transition(service.store, second, S.PROVISION_FAILED, service.loop.clock(),
                              "InsufficientInstanceCapacity: no p3.8xlarge in us-east-1a")
     service.tick()
     view = RequestBook(service.store).get(rid)

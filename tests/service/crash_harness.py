@@ -27,6 +27,7 @@ from typing import Any, Literal
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.changes import Adopt, Create, Move, NodeChange
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode, Snapshot
@@ -37,8 +38,7 @@ from autoscaler.service.interruptions import InterruptionIntake, InterruptionSou
 from autoscaler.service.reconciler import Reconciler
 
 S = NodeState
-STORE_WRITES = ("create_node", "transition", "update", "adopt_node", "set_action_status",
-                "record_plan", "audit")
+STORE_WRITES = ("apply", "set_action_status", "record_plan", "audit")
 
 
 class Crash(BaseException):
@@ -114,13 +114,16 @@ class _Proxy:
     def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return ""
 
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return f"{name}{self._detail(name, args, kwargs)}"
+
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
         if name not in self.wrapped or not callable(attr):
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            point = f"{self._label}.{name}{self._detail(name, args, kwargs)}"
+            point = f"{self._label}.{self._call(name, args, kwargs)}"
             self._faults.hit(f"before {point}")
             out = attr(*args, **kwargs)
             self._faults.hit(f"after {point}")
@@ -132,17 +135,26 @@ class _Proxy:
 class CrashingStore(_Proxy):
     wrapped = STORE_WRITES
 
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """A write of the one node door is named by its changes: ``move(n -> READY)``,
+        ``create(team/pool)``, ``patch(n: progress,replacement_requested)``."""
+        if name != "apply":
+            return super()._call(name, args, kwargs)
+        return "+".join(_change(c) for c in args[0])
+
     def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        if name == "transition":
-            return f"({args[0]} -> {args[1]})"
-        if name == "update":  # meta_updates reads as "meta", the column it writes
-            fields = {"meta" if k == "meta_updates" else k for k in kwargs}
-            return f"({args[0]}: {','.join(sorted(fields))})"
-        if name == "set_action_status":
-            return f"({args[1]})"
-        if name == "create_node":
-            return f"({kwargs.get('team')}/{kwargs.get('pool')})"
-        return ""
+        return f"({args[1]})" if name == "set_action_status" else ""
+
+
+def _change(change: NodeChange) -> str:
+    if isinstance(change, Move):
+        return f"move({change.node} -> {change.to})"
+    if isinstance(change, Create):
+        return f"create({change.team}/{change.pool})"
+    if isinstance(change, Adopt):
+        return f"adopt({change.node.name})"
+    written = [*change.fields.given(), *(["progress"] if change.progress is not None else [])]
+    return f"patch({change.node}: {','.join(sorted(written))})"
 
 
 class CrashingProvisioner(_Proxy):

@@ -14,6 +14,7 @@ from autoscaler.catalog import default_catalog
 from autoscaler.engine import Plan
 from autoscaler.fleet.intents import NewNode, Remove, StartDrain, interpret
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.changes import Create, Move, NodeFields
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import CapacityError, NodeObservation, Offering, PoolObservation, Snapshot
@@ -103,15 +104,16 @@ class FakeExecutor:
         for intent in interpret(plan):  # the executor's own reading of a plan
             if isinstance(intent, NewNode):
                 team, pool = intent.pool.split("/")
-                created.append(self.store.create_node(
-                    team=team, pool=pool, cloud="aws", region="us-east-1", zone=intent.zone,
-                    instance_type=intent.instance_type, market=intent.market,
-                    now=self.clock(), reason=intent.reason, scale_up=intent.cooldown == "up").name)
+                [node] = self.store.apply([Create(team, pool, "aws", "us-east-1",
+                                                  intent.launch())], self.clock())
+                created.append(node.name)
             elif isinstance(intent, StartDrain):
-                self.store.transition(intent.node, NodeState.DRAINING, self.clock(), intent.reason,
-                                      intent.cooldown == "down", drain_trigger=intent.trigger)
+                self.store.apply([Move(intent.node, NodeState.DRAINING, intent.reason,
+                                       NodeFields(drain_trigger=intent.trigger),
+                                       cooldown=intent.cooldown)], self.clock())
             elif isinstance(intent, Remove):
-                self.store.transition(intent.node, NodeState.TERMINATING, self.clock(), intent.reason)
+                self.store.apply([Move(intent.node, NodeState.TERMINATING, intent.reason)],
+                                 self.clock())
         if self.on_submit is not None:
             self.on_submit()
         return created
@@ -129,7 +131,7 @@ class FakeExecutor:
                      NodeState.DRAINING: [NodeState.DRAINED],
                      NodeState.TERMINATING: [NodeState.TERMINATED]}.get(node.state, [])
             for to in steps:
-                self.store.transition(node.name, to, now, f"fake advance to {to}")
+                self.store.apply([Move(node.name, to, f"fake advance to {to}")], now)
         report = AdvanceReport(started_at=now, capacity_errors=list(self.capacity_errors))
         self.capacity_errors = []
         return report

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.policy.models import Market
+from autoscaler.model.progress import NodeProgress
 from autoscaler.service.backoff import cause_of, delay, fingerprint, launch_backoffs
+from tests.fleet.writes import create_node, transition
 from tests.service.executor_rig import Rig
 from tests.service.failing_pool import TASK, allowed_launches, drive, failing_rig, floor_policy
 
@@ -50,14 +51,13 @@ def test_always_failing_bootstrap_is_bounded_by_the_rule_and_the_hold_says_why(r
 def outcome(rig: Rig, to: NodeState, reason: str = "") -> None:
     """A node of the pool launched under the current policy that ends in ``to``."""
     pool = rig.policies["vision"].pools[0]
-    node = rig.store.create_node(team="vision", pool="gpu", cloud="aws", region="us-east-1",
-                                 zone=None, instance_type="p3.2xlarge", market=Market.ON_DEMAND,
-                                 now=rig.clock(), reason="test", meta={"policy": fingerprint(pool)})
+    node = create_node(rig.store, cooldown="up", now=rig.clock(),
+                       progress=NodeProgress(policy=fingerprint(pool)))
     path = {S.READY: [S.PROVISIONING, S.BOOTSTRAPPING, S.READY],
             S.BOOTSTRAP_FAILED: [S.PROVISIONING, S.BOOTSTRAPPING, S.BOOTSTRAP_FAILED],
             S.PROVISION_FAILED: [S.PROVISIONING, S.PROVISION_FAILED]}[to]
     for state in path:
-        rig.store.transition(node.name, state, rig.clock(), reason if state is to else "step")
+        transition(rig.store, node.name, state, rig.clock(), reason if state is to else "step")
     rig.clock.tick(60)
 
 

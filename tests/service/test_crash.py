@@ -18,11 +18,12 @@ import pytest
 
 from autoscaler.actuators.ansible import BootstrapRun
 from autoscaler.clouds.base import Interruption, InterruptionKind
+from autoscaler.fleet.store import NODE_FACTS
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
+from autoscaler.model.progress import NodeProgress
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.executor import ExecutorSettings
-from autoscaler.service.executor.meta import NodeProgress, progress_of
 from autoscaler.service.interruptions import PollingSource
 from tests.builders import NOW, make_policy
 from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeScheduler, FakeTerraform
@@ -127,24 +128,26 @@ def test_crash_free_life_converges(tmp_path: Path) -> None:
     life.run()
     life.check()
     # Every key the executor wrote is a typed field of the node's progress record.
-    for node, meta in life.scenario.raw_store.nodes_with_meta(include_terminated=True):
-        assert set(meta) <= set(NodeProgress.model_fields), (node.name, sorted(meta))
-        progress_of(meta)
+    store = life.scenario.raw_store
+    for node in store.nodes(include_terminated=True):
+        meta = store.meta(node.name)
+        assert set(meta) <= set(NodeProgress.model_fields) | set(NODE_FACTS), (node.name, sorted(meta))
+        NodeProgress.model_validate(meta)
     kinds = {node_of(p) for p in life.scenario.faults.seen}
-    for expected in ("before store.transition(<node> -> PROVISIONING)",
+    for expected in ("before store.move(<node> -> PROVISIONING)",
                      "after terraform.apply(vision/gpu: <node>,<node>)",
-                     "before store.transition(<node> -> INTERRUPTED)", "before slurm.step(<node> signalling)",
-                     "before slurm.step(<node> requeueing)", "after store.transition(<node> -> TERMINATED)",
-                     "before ansible.bootstrap(<node>,<node>)", "after store.create_node(vision/gpu)",
-                     "after store.update(<node>: meta,replacement_requested)", "before slurm.forget(<node>)"):
+                     "before store.move(<node> -> INTERRUPTED)", "before slurm.step(<node> signalling)",
+                     "before slurm.step(<node> requeueing)", "after store.move(<node> -> TERMINATED)",
+                     "before ansible.bootstrap(<node>,<node>)", "after store.create(vision/gpu)",
+                     "after store.patch(<node>: progress,replacement_requested)", "before slurm.forget(<node>)"):
         assert expected in kinds, expected
 
 
 REQUIRED = [f"{when} {what}" for when in ("before", "after") for what in (
-    *(f"store.transition(<node> -> {s})" for s in ("PROVISIONING", "BOOTSTRAPPING", "READY",
+    *(f"store.move(<node> -> {s})" for s in ("PROVISIONING", "BOOTSTRAPPING", "READY",
       "INTERRUPTED", "DRAINING", "DRAINED", "TERMINATING", "TERMINATED")),
-    "store.create_node(vision/gpu)", "store.update(<node>: meta)",
-    "store.update(<node>: meta,replacement_requested)", "store.set_action_status(submitting)",
+    "store.create(vision/gpu)", "store.patch(<node>: progress)",
+    "store.patch(<node>: progress,replacement_requested)", "store.set_action_status(submitting)",
     "store.audit", "store.record_plan", "terraform.apply", "ansible.bootstrap",
     *(f"slurm.step(<node> {p})" for p in ("requested", "cordoned", "signalling", "signalled",
                                           "requeueing")),

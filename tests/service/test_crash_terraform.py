@@ -72,5 +72,5 @@ def test_sigkill_mid_apply_then_a_crash_at_every_kind_of_point(
     assert imported, "the instance the killed apply created was not imported"
     assert {coarse(p) for p in scenario.crashes} >= {
         "before terraform.apply", "after terraform.apply",
-        "before store.transition(<node> -> BOOTSTRAPPING)", "after store.transition(<node> -> READY)",
-        "after store.transition(<node> -> TERMINATING)", "after store.transition(<node> -> TERMINATED)"}
+        "before store.move(<node> -> BOOTSTRAPPING)", "after store.move(<node> -> READY)",
+        "after store.move(<node> -> TERMINATING)", "after store.move(<node> -> TERMINATED)"}

@@ -30,7 +30,6 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.hosts.procs import ManagedProcess, wait_until
 from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
-from autoscaler.service.executor.meta import progress_of
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.service.crash_harness import Faults, Scenario
 from tests.service.sigkill import child_pids, every_instance, kill_tree  # noqa: F401
@@ -49,8 +48,8 @@ def child(tmp_path: Path, name: str, moto: MotoSandbox, url: str,  # noqa: F811
 def bootstraps(url: str) -> dict[str, tuple[NodeState, int]]:
     store = FleetStore(url)
     try:
-        return {n.name: (n.state, progress_of(meta).bootstrap.attempts)
-                for n, meta in store.nodes_with_meta(include_terminated=True)}
+        return {n.name: (n.state, n.progress.bootstrap.attempts)
+                for n in store.nodes(include_terminated=True)}
     finally:
         store.close()
 

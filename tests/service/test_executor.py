@@ -8,12 +8,13 @@ from autoscaler.actuators.ansible import HostStatus
 from autoscaler.actuators.terraform import StateLockedError, TerraformError
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import CancelDrain, Plan, Replace, ReportJob
+from autoscaler.model.progress import InterruptionRecord, NodeProgress, ProgressUpdate
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, Snapshot
 from autoscaler.policy.models import Market
-from autoscaler.service.executor import ExecutorSettings, meta
+from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.drain import interruption_progress
-from autoscaler.service.executor.meta import InterruptionMeta, changes
 from tests.fakes import FakeDrainer
+from tests.fleet.writes import create_node, transition
 from tests.service.executor_rig import Rig, drain, launch, slurm_policy, terminate
 
 S = NodeState
@@ -147,7 +148,7 @@ def test_a_bootstrap_cancelled_at_shutdown_is_not_an_attempt_and_runs_again(rig:
     rig.ansible.cancel()  # the service is stopping while the node waits for Ansible
     report = rig.advance()
     assert rig.state(name) is S.BOOTSTRAPPING and name not in report.bootstrap_failed
-    assert meta.tracked_one(rig.store, name)[1].bootstrap.attempts == 0  # type: ignore[index]
+    assert rig.node(name).progress.bootstrap.attempts == 0
     rig.ansible.cancelled = False  # the next leader
     rig.advance()
     rig.slurm.scheduler.join(name)
@@ -270,7 +271,7 @@ def test_a_node_whose_spot_replacement_is_ready_is_signalled_at_once(rig: Rig) -
 
 def test_launch_that_replaces_interrupted_nodes_flags_them(rig: Rig) -> None:
     [old] = rig.ready_nodes()
-    rig.store.transition(old, S.INTERRUPTED, rig.clock(), "spot notice")
+    transition(rig.store, old, S.INTERRUPTED, rig.clock(), "spot notice")
     [new] = rig.submit(launch(replaces=[old], trigger="interruption", market=Market.SPOT))
     assert rig.node(old).replacement_requested
     assert rig.store.meta(new)["replaces"] == old
@@ -288,9 +289,8 @@ def test_resubmitting_a_recorded_plan_creates_nothing_twice(rig: Rig) -> None:
     plan2 = Plan(decided_at=rig.clock(), actions=[launch(3)])
     pid2 = rig.store.record_plan(plan2)
     rig.store.set_action_status(rig.store.actions(pid2)[0].id, "submitting", rig.clock())
-    rig.store.create_node(team="vision", pool="gpu", cloud="aws", region="us-east-1", zone=None,
-                          instance_type="p3.2xlarge", market=Market.ON_DEMAND, now=rig.clock(),
-                          reason="first slot", meta={"action": rig.store.actions(pid2)[0].id, "index": 0})
+    create_node(rig.store, cooldown="up", now=rig.clock(), reason="first slot",
+                progress=NodeProgress(action=rig.store.actions(pid2)[0].id, index=0))
     assert ex.submit(plan2, pid2) == ["vision-gpu-4", "vision-gpu-5"]
 
 
@@ -344,11 +344,11 @@ def test_interrupted_node_drains_fast_and_is_terminated(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     rig.slurm.scheduler.run(name, "55")
     deadline = rig.clock() + timedelta(minutes=2)
-    notice = InterruptionMeta(kind="interruption", at=rig.clock(), deadline=deadline, source="aws")
+    notice = InterruptionRecord(kind="interruption", at=rig.clock(), deadline=deadline, source="aws")
     progress = interruption_progress(rig.settings, None, notice, rig.clock())
     assert progress.deadline == rig.clock() + timedelta(seconds=60)
-    rig.store.transition(name, S.INTERRUPTED, rig.clock(), "spot notice",
-                         meta_updates=changes(interruption=notice, drain=progress))
+    transition(rig.store, name, S.INTERRUPTED, rig.clock(), "spot notice",
+                         progress=ProgressUpdate(interruption=notice, drain=progress))
     rig.advance()
     assert name in rig.slurm.scheduler.cordoned and rig.state(name) is S.INTERRUPTED
     rig.clock.tick(60)

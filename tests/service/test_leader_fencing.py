@@ -34,6 +34,7 @@ from autoscaler.service.config import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
 from autoscaler.service.wiring import Overrides, build_service
 from tests.fakes import FakeAnsible, FakeCloud, FakeTerraform
+from tests.fleet.writes import transition
 from tests.service import postgres
 from tests.service.service_fakes import FakeExecutor, FakePrices, FakeSignals, write_policy
 
@@ -144,7 +145,7 @@ def test_a_skewed_instance_never_leads_and_a_deposed_leaders_write_and_apply_are
     node = a.store.nodes()[0].name
     before = (plans(a.store), a.store.nodes())
     with pytest.raises(Fenced, match=r"held by b \(epoch 2\); a \(epoch 1\) was deposed"):
-        a.store.transition(node, NodeState.DRAINING, utc_now(), "stale plan")
+        transition(a.store, node, NodeState.DRAINING, utc_now(), "stale plan")
     with pytest.raises(Fenced):
         a.store.record_plan(Plan(decided_at=utc_now()))
     with pytest.raises(Fenced):

@@ -11,6 +11,7 @@ from autoscaler.model.plan import Drain, Hold, Launch
 from autoscaler.model.snapshot import CapacityError, PoolObservation
 from autoscaler.policy.models import Market
 from tests.builders import idle, pending
+from tests.fleet.writes import create_node
 from tests.service.service_fakes import make_loop, write_policy
 
 
@@ -125,9 +126,7 @@ def test_capacity_errors_met_by_the_executor_reach_the_price_signals(kit):
 
 def test_missing_metrics_freeze_scale_down_and_show_in_metrics_and_state(kit):
     kit.loop.tick()
-    kit.store.create_node(team="vision", pool="train", cloud="aws", region="us-east-1", zone=None,
-                          instance_type="p3.2xlarge", market=Market.SPOT, now=kit.clock.now,
-                          reason="test")
+    create_node(kit.store, cooldown="up", pool="train", market=Market.SPOT, now=kit.clock.now)
     kit.loop.tick()  # fake advance makes it READY
     kit.clock.advance(hours=2)
     node = kit.store.nodes()[0].name
@@ -162,9 +161,7 @@ def test_removing_a_team_file_drains_only_when_confirmed(tmp_path, drain_removed
     kit = make_loop(tmp_path, drain_removed_pools=drain_removed)
     write_policy(kit.policies_dir, "search", name="infer", max_nodes=2)
     kit.loop.tick()
-    kit.store.create_node(team="search", pool="infer", cloud="aws", region="us-east-1", zone=None,
-                          instance_type="p3.2xlarge", market=Market.ON_DEMAND, now=kit.clock.now,
-                          reason="test")
+    create_node(kit.store, cooldown="up", team="search", pool="infer", now=kit.clock.now)
     kit.loop.tick()
     (kit.policies_dir / "search.yaml").unlink()
     report = kit.loop.tick()

@@ -24,6 +24,7 @@ from autoscaler.service.reconciler import Reconciler
 from autoscaler.service.status import build_status
 from tests.builders import NOW
 from tests.fakes import FakeCloud, FakeTerraform
+from tests.fleet.writes import create_node, patch, transition
 from tests.service.executor_rig import Rig
 from tests.service.service_fakes import make_loop
 
@@ -140,14 +141,12 @@ def test_a_frozen_pool_is_alerted_in_metrics_and_status(tmp_path: Path) -> None:
     kit = make_loop(tmp_path)
     cloud = FakeCloud()
     for _ in range(3):
-        node = kit.store.create_node(team="vision", pool="train", cloud="aws", region="us-east-1",
-                                     zone=None, instance_type="p3.2xlarge", market=Market.ON_DEMAND,
-                                     now=kit.clock(), reason="test")
+        node = create_node(kit.store, cooldown="up", pool="train", now=kit.clock())
         inst = cloud.launch(PoolRef("vision", "train", "aws", "us-east-1"), node.name,
                             NodeSpec(instance_type="p3.2xlarge", market=Market.ON_DEMAND))
         for to in (S.PROVISIONING, S.BOOTSTRAPPING, S.READY):
-            kit.store.transition(node.name, to, kit.clock(), "test")
-        kit.store.update(node.name, instance_id=inst.instance_id)
+            transition(kit.store, node.name, to, kit.clock(), "test")
+        patch(kit.store, node.name, kit.clock(), instance_id=inst.instance_id)
     answer = Answer([])
     kit.loop.reconciler = Reconciler(kit.store, FakeTerraform(cloud), lambda c, r: answer,
                                      ExecutorSettings(), kit.clock, policies=kit.loop.policies)

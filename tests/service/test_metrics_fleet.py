@@ -10,11 +10,13 @@ from autoscaler.catalog import default_catalog
 from autoscaler.engine.pricing import Prices
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.progress import InterruptionRecord, ProgressUpdate
 from autoscaler.model.snapshot import CapacityError, PoolObservation, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.metrics_fleet import FleetObserver
 from tests.builders import NOW, make_policy, pending
+from tests.fleet.writes import create_node, transition
 
 S = NodeState
 
@@ -27,13 +29,12 @@ def store(tmp_path):
 
 
 def new_node(store, now=NOW, market=Market.SPOT):
-    return store.create_node(team="vision", pool="gpu", cloud="aws", region="us-east-1", zone=None,
-                             instance_type="p3.2xlarge", market=market, now=now, reason="test").name
+    return create_node(store, cooldown="up", market=market, now=now).name
 
 
 def walk(store, name, *steps):
     for seconds, state, fields in steps:
-        store.transition(name, state, NOW + timedelta(seconds=seconds), "test", **fields)
+        transition(store, name, state, NOW + timedelta(seconds=seconds), "test", **fields)
 
 
 def value(metrics, name, **labels):
@@ -45,9 +46,10 @@ def test_boot_drain_and_notice_durations_are_observed_once_from_the_transitions(
     a, b = new_node(store), new_node(store)
     walk(store, a, (60, S.PROVISIONING, {}), (120, S.BOOTSTRAPPING, {}), (300, S.READY, {}),
          (400, S.DRAINING, {"drain_trigger": "idle"}), (520, S.DRAINED, {}))
-    notice = {"interruption": {"kind": "interruption", "at": (NOW + timedelta(seconds=395)).isoformat()}}
+    notice = ProgressUpdate(interruption=InterruptionRecord(kind="interruption",
+                                                            at=NOW + timedelta(seconds=395)))
     walk(store, b, (60, S.PROVISIONING, {}), (90, S.BOOTSTRAPPING, {}), (200, S.READY, {}),
-         (400, S.INTERRUPTED, {"meta": notice}))
+         (400, S.INTERRUPTED, {"progress": notice}))
     observer.durations(metrics)
     observer.durations(metrics)  # nothing new: nothing observed twice
     assert value(metrics, "gpu_autoscaler_boot_to_ready_seconds_count", instance_type="p3.2xlarge") == 2

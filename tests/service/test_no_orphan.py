@@ -9,6 +9,7 @@ from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market
+from tests.fleet.writes import transition
 from tests.service.executor_rig import Rig, launch
 
 S = NodeState
@@ -21,7 +22,7 @@ def test_an_instance_the_state_lost_is_destroyed_before_its_node_is_terminated(r
     # An apply killed between RunInstances and saving the state: the cloud runs an
     # instance for the node that the state never heard of. Then the launch is cancelled.
     lost = rig.cloud.launch(REF, name, SPEC)
-    rig.store.transition(name, S.TERMINATING, rig.clock(), "cancelled before its apply")
+    transition(rig.store, name, S.TERMINATING, rig.clock(), "cancelled before its apply")
     rig.advance()
     node = rig.node(name)
     assert node.state is S.TERMINATING, "terminated while the cloud still ran its instance"
@@ -37,7 +38,7 @@ def test_an_instance_the_state_lost_is_destroyed_before_its_node_is_terminated(r
 
 def test_no_cloud_answer_is_no_evidence_that_the_instance_is_gone(rig: Rig) -> None:
     [name] = rig.submit(launch(1))
-    rig.store.transition(name, S.TERMINATING, rig.clock(), "cancelled")
+    transition(rig.store, name, S.TERMINATING, rig.clock(), "cancelled")
     rig.cloud.next_error = RuntimeError("DescribeInstances: throttled")
     report = rig.advance()
     assert rig.state(name) is S.TERMINATING
@@ -52,7 +53,7 @@ def test_a_node_cancelled_while_its_apply_runs_keeps_its_instance_id(rig: Rig) -
 
     def cancel_meanwhile(ref: PoolRef, nodes: NodeMap) -> None:
         if name in nodes:  # the engine cancels the launch while the apply is in flight
-            rig.store.transition(name, S.TERMINATING, rig.clock(), "demand gone")
+            transition(rig.store, name, S.TERMINATING, rig.clock(), "demand gone")
 
     rig.tf.on_apply = cancel_meanwhile
     rig.advance()

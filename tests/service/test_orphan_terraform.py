@@ -25,12 +25,14 @@ from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.pool import PoolRef
+from autoscaler.model.progress import NodeProgress
 from autoscaler.policy.models import Market
 from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from autoscaler.service.executor import Executor, ExecutorSettings
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.builders import NOW, make_policy
 from tests.fakes import FakeAnsible
+from tests.fleet.writes import create_node, transition
 
 pytestmark = [pytest.mark.slow, needs_terraform]
 S = NodeState
@@ -45,7 +47,7 @@ class CancellingProvisioner(TerraformProvisioner):
     def apply(self, ref: PoolRef, nodes: NodeMap, *, destroy: Collection[str] = ()) -> ApplyResult:
         result = super().apply(ref, nodes, destroy=destroy)
         if self.victim:
-            self.store.transition(self.victim, S.TERMINATING, NOW, "demand gone")
+            transition(self.store, self.victim, S.TERMINATING, NOW, "demand gone")
             self.victim = ""
         return result
 
@@ -65,9 +67,8 @@ def test_a_launch_cancelled_during_a_half_failed_apply_leaves_no_orphan(
     executor = Executor(store, lambda: policies, prov, FakeAnsible(), {"none": no_drainer()},
                         lambda n: "169.254.77.2" if n.instance_id else None, ExecutorSettings(),
                         default_catalog(), lambda: NOW)
-    ok, fails = (store.create_node(team="vision", pool=POOL, cloud="aws", region="us-east-1",
-                                   zone="us-east-1a", instance_type=t, market=m, now=NOW,
-                                   reason="test", meta={"cluster": "none"})
+    ok, fails = (create_node(store, cooldown="up", pool=POOL, zone="us-east-1a", instance_type=t,
+                             market=m, now=NOW, progress=NodeProgress(cluster="none"))
                  for t, m in (("g4dn.xlarge", Market.ON_DEMAND), ("p3.2xlarge", Market.SPOT)))
     moto.fail_capacity("p3.2xlarge", zone="us-east-1a", market="spot")
     try:

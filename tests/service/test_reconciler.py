@@ -12,6 +12,7 @@ from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import NodeObservation, SchedulerNode, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
+from tests.fleet.writes import transition
 from tests.service.executor_rig import Rig, drain, launch
 
 S = NodeState
@@ -66,7 +67,7 @@ def test_unknown_instance_adopted_into_store_and_terraform_state(rig: Rig) -> No
 def test_adoption_refused_without_policy_or_with_a_taken_name(rig: Rig) -> None:
     rig.settings = ExecutorSettings(unknown_instances="adopt")
     [name] = rig.ready_nodes()
-    rig.store.transition(name, S.DRAINING, rig.clock(), "test")
+    transition(rig.store, name, S.DRAINING, rig.clock(), "test")
     other = rig.cloud.launch(PoolRef("ghost", "gpu", "aws", "us-east-1"), "ghost-gpu-1", SPEC)
     twin = stray(rig, name)  # a second instance claiming an existing node's name
     texts = [f.detail for f in rig.reconciler().run().of("unknown-instance")]
@@ -110,7 +111,7 @@ def test_stuck_states_time_out_per_the_lifecycle_table(rig: Rig, state: NodeStat
             S.INTERRUPTED: [S.PROVISIONING, S.BOOTSTRAPPING, S.INTERRUPTED],
             S.TERMINATING: [S.PROVISIONING, S.TERMINATING]}[state]
     for step in path:
-        rig.store.transition(name, step, rig.clock(), "test")
+        transition(rig.store, name, step, rig.clock(), "test")
     rig.clock.tick(after.total_seconds() - 120)
     assert rig.reconciler().run().of("timeout") == []
     rig.clock.tick(120)

@@ -4,8 +4,6 @@ from autoscaler.actuators.drain.base import (
     Drainer,
     DrainError,
     DrainOutcome,
-    DrainPhase,
-    DrainProgress,
     DrainStep,
     NoSchedulerOps,
     PhasedDrainer,
@@ -14,6 +12,7 @@ from autoscaler.actuators.drain.base import (
     Work,
     no_drainer,
 )
+from autoscaler.model.progress import DrainPhase, DrainProgress
 
 __all__ = [
     "DrainError",

@@ -25,9 +25,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
 from autoscaler.model.node import Node
+from autoscaler.model.progress import DrainPhase, DrainProgress
 
 POLL = timedelta(seconds=10)
 NOW = timedelta(0)
@@ -41,34 +40,6 @@ class DrainOutcome(StrEnum):
     DONE = "done"
     RETRY = "retry"
     ERROR = "error"
-
-
-class DrainPhase(StrEnum):
-    REQUESTED = "requested"
-    CORDONED = "cordoned"
-    SIGNALLING = "signalling"
-    SIGNALLED = "signalled"
-    REQUEUEING = "requeueing"
-    REQUEUED = "requeued"
-
-
-class DrainProgress(BaseModel):
-    """Where one node's drain stands; stored in the node's meta between steps."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    reason: str
-    started_at: datetime
-    deadline: datetime  # work still running then gets the checkpoint signal
-    grace: timedelta  # between the signal and the requeue
-    signal: str = "USR1"
-    phase: DrainPhase = DrainPhase.REQUESTED
-    signalled_at: datetime | None = None
-    not_before: datetime | None = None  # the next step is not worth running earlier
-    last_error: str | None = None
-
-    def at(self, phase: DrainPhase, **changes: object) -> DrainProgress:
-        return self.model_copy(update={"phase": phase, "last_error": None, **changes})
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,17 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaler.actuators.drain import Drainer, DrainProgress
+from autoscaler.actuators.drain import Drainer
 from autoscaler.fleet.store import FleetStore, StoreError
+from autoscaler.model.changes import Move, NodeFields, Patch, ProgressChange
 from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
 from autoscaler.model.node import Node
+from autoscaler.model.progress import Cooldown, DrainProgress
 from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
-from autoscaler.service.executor.meta import NodeProgress
 from autoscaler.service.executor.settings import ExecutorSettings
 
 log = logging.getLogger("autoscaler.service.executor")
@@ -94,16 +94,23 @@ class Step:
     def now(self) -> datetime:
         return self.clock()
 
-    def move(self, name: str, to: NodeState, reason: str, scale_down: bool | None = None,
-             **fields: Any) -> Node | None:
+    def move(self, name: str, to: NodeState, reason: str, *, fields: NodeFields | None = None,
+             progress: ProgressChange | None = None, cooldown: Cooldown = None) -> Node | None:
         """Write a transition (checked and committed); None when the node moved meanwhile."""
+        change = Move(name, to, reason, fields or NodeFields(), progress, cooldown)
         try:
-            node = self.store.transition(name, to, self.now(), reason, scale_down, **fields)
+            [node] = self.store.apply([change], self.now())
         except (IllegalTransitionError, StoreError) as exc:
             self.error("store", f"{name}: not moved to {to}: {exc}")
             return None
         self.report.changes.append(Change(node=name, to=to, reason=reason))
         log.info("%s -> %s: %s", name, to, reason)
+        return node
+
+    def patch(self, name: str, *, fields: NodeFields | None = None,
+              progress: ProgressChange | None = None) -> Node:
+        """Write columns and progress of a node without moving it."""
+        [node] = self.store.apply([Patch(name, fields or NodeFields(), progress)], self.now())
         return node
 
     def error(self, component: str, text: str) -> None:
@@ -115,10 +122,10 @@ class Step:
     def pool(self, node: Node) -> Pool | None:
         return find_pool(self.policies, node.team, node.pool)
 
-    def cluster_kind(self, node: Node, progress: NodeProgress | None = None) -> str:
+    def cluster_kind(self, node: Node) -> str:
         """The scheduler the node joined: as launched, else its pool's current policy."""
-        if progress is not None and progress.cluster:
-            return progress.cluster
+        if node.progress.cluster:
+            return node.progress.cluster
         pool = self.pool(node)
         return pool.cluster.kind if pool is not None else "none"
 

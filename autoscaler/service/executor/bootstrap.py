@@ -21,18 +21,17 @@ from dataclasses import replace
 from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
+from autoscaler.model.progress import BootstrapProgress, ProgressUpdate
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.service.executor.advance import AdvanceReport, Step
 from autoscaler.service.executor.collaborators import Bootstrapper
-from autoscaler.service.executor.meta import BootstrapMeta, NodeProgress, save, tracked
 from autoscaler.service.executor.operations import Runner
 
 S = NodeState
 
 
-def _due(step: Step, node: Node, progress: NodeProgress,
-         address_of: Callable[[Node], str | None]) -> bool:
-    state = progress.bootstrap
+def _due(step: Step, node: Node, address_of: Callable[[Node], str | None]) -> bool:
+    state = node.progress.bootstrap
     if state.ok_at is not None or (state.next_at is not None and state.next_at > step.now()):
         return False
     if step.pool(node) is None:
@@ -51,16 +50,15 @@ def boot_key(node: str) -> str:
 
 def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node], str | None],
               runner: Runner) -> None:
-    due = [(n, p) for n, p in tracked(step.store, states=[S.BOOTSTRAPPING])
-           if not runner.busy(boot_key(n.name)) and _due(step, n, p, address_of)]
+    due = [n for n in step.store.nodes(states=[S.BOOTSTRAPPING])
+           if not runner.busy(boot_key(n.name)) and _due(step, n, address_of)]
     size = step.settings.bootstrap_batch_size
     for start in range(0, len(due), size):
-        batch = due[start:start + size]
-        nodes = [n for n, _ in batch]
+        nodes = due[start:start + size]
         keys = [boot_key(n.name) for n in nodes]
         # The attempt is counted before the batch is handed over: a crash while Ansible
         # runs in a worker still counts it (a crash loop cannot retry forever).
-        started = _count_attempts(step, batch)
+        started = _count_attempts(step, nodes)
 
         def work(report: AdvanceReport, b: list[Node] = nodes, a: Started = started) -> None:
             _run_batch(replace(step, report=report), bootstrapper, b, a)
@@ -70,20 +68,25 @@ def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node
             step.report.started += keys
 
 
-Started = dict[str, BootstrapMeta]  # node -> its bootstrap record as this attempt began
+Started = dict[str, BootstrapProgress]  # node -> its bootstrap record as this attempt began
 
 
-def _count_attempts(step: Step, batch: list[tuple[Node, NodeProgress]]) -> Started:
+def _count_attempts(step: Step, batch: list[Node]) -> Started:
     """Only the node's bootstrap operation writes its ``bootstrap`` record, so the one
     loaded with the node is current; each attempt's record is carried to its end."""
     now = step.now()
     started = {}
-    for node, progress in batch:
-        state = progress.bootstrap.model_copy(
-            update={"attempts": progress.bootstrap.attempts + 1, "started_at": now, "next_at": None})
-        save(step.store, node.name, bootstrap=state)
+    for node in batch:
+        state = node.progress.bootstrap.model_copy(
+            update={"attempts": node.progress.bootstrap.attempts + 1, "started_at": now,
+                    "next_at": None})
+        _save(step, node.name, state)
         started[node.name] = state
     return started
+
+
+def _save(step: Step, name: str, state: BootstrapProgress) -> None:
+    step.patch(name, progress=ProgressUpdate(bootstrap=state))
 
 
 def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node], started: Started) -> None:
@@ -94,7 +97,7 @@ def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node], starte
         # A clean stop, not a failure: the attempt is given back (a crash keeps it
         # counted) and the next leader runs the idempotent roles again.
         for node in batch:
-            save(step.store, node.name, bootstrap=started[node.name].model_copy(
+            _save(step, node.name, started[node.name].model_copy(
                 update={"attempts": started[node.name].attempts - 1}))
         return
     except Exception as exc:  # the whole run failed: every node of the batch failed once
@@ -108,7 +111,7 @@ def _settle(step: Step, batch: list[Node], run: BootstrapRun, started: Started) 
     for node in batch:
         result = run.hosts.get(node.name)
         if result is not None and result.status is HostStatus.OK:
-            save(step.store, node.name, bootstrap=started[node.name].model_copy(
+            _save(step, node.name, started[node.name].model_copy(
                 update={"ok_at": step.now(), "last_error": None}))
             step.report.bootstrapped.append(node.name)
             continue
@@ -120,26 +123,26 @@ def _settle(step: Step, batch: list[Node], run: BootstrapRun, started: Started) 
         _failed(step, node, started[node.name], why)
 
 
-def _failed(step: Step, node: Node, state: BootstrapMeta, why: str) -> None:
+def _failed(step: Step, node: Node, state: BootstrapProgress, why: str) -> None:
     step.report.bootstrap_failed[node.name] = why
     limit = step.settings.bootstrap_retries + 1
     if state.attempts >= limit:
         step.move(node.name, S.BOOTSTRAP_FAILED,
                   f"bootstrap failed {state.attempts} time(s); last: {why}")
         return
-    save(step.store, node.name, bootstrap=state.model_copy(update={
+    _save(step, node.name, state.model_copy(update={
         "last_error": why, "next_at": step.now() + step.settings.bootstrap_retry_backoff}))
 
 
 def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     """Bootstrapped nodes -> READY once their scheduler and metrics see them."""
-    for node, progress in tracked(step.store, states=[S.BOOTSTRAPPING]):
+    for node in step.store.nodes(states=[S.BOOTSTRAPPING]):
         if runner.busy(boot_key(node.name)):
             continue
-        state = progress.bootstrap
+        state = node.progress.bootstrap
         if state.ok_at is None:
             continue
-        kind = step.cluster_kind(node, progress)
+        kind = step.cluster_kind(node)
         seen, why = _seen(step, node, kind, snapshot)
         if seen:
             step.move(node.name, S.READY, f"bootstrapped; {why}")
@@ -168,4 +171,4 @@ def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None) -> tuple
     return True, ready.why
 
 
-__all__ = ["BootstrapMeta", "bootstrap", "promote"]
+__all__ = ["bootstrap", "promote"]

@@ -17,18 +17,13 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from autoscaler.actuators.drain import Drainer, DrainOutcome, DrainProgress, DrainStep
+from autoscaler.actuators.drain import Drainer, DrainOutcome, DrainStep
+from autoscaler.model.changes import NodeFields
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
+from autoscaler.model.progress import DrainProgress, InterruptionRecord, ProgressUpdate
 from autoscaler.policy.models import Pool
 from autoscaler.service.executor.advance import AdvanceReport, Step
-from autoscaler.service.executor.meta import (
-    InterruptionMeta,
-    NodeProgress,
-    save,
-    tracked,
-    tracked_one,
-)
 from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.settings import ExecutorSettings
 
@@ -38,10 +33,10 @@ CHAIN = 4  # "retry now" steps run back to back in one advance
 
 
 def resume_cancelled(step: Step, runner: Runner) -> None:
-    for node, progress in tracked(step.store, states=[S.READY]):
+    for node in step.store.nodes(states=[S.READY]):
         if node.drain_trigger != UNDRAIN or runner.busy(drain_key(node.name)):
             continue  # a drain step still running would cordon it again: resume after it
-        drainer = step.drainer(step.cluster_kind(node, progress))
+        drainer = step.drainer(step.cluster_kind(node))
         if drainer is None:
             continue
         step.store.fence()
@@ -50,7 +45,7 @@ def resume_cancelled(step: Step, runner: Runner) -> None:
         except Exception as exc:  # retried next advance
             step.error("drain", f"{node.name}: resume in the scheduler failed: {exc}")
             continue
-        step.store.update(node.name, drain_trigger=None)
+        step.patch(node.name, fields=NodeFields(drain_trigger=None))
 
 
 def drain_key(node: str) -> str:
@@ -83,17 +78,17 @@ def drain_now(step: Step, names: list[str], runner: Runner) -> None:
 def drain_step(step: Step, node: Node) -> None:
     # Read when the step starts, with its progress: a worker may start later than it was
     # asked to, and the spot-notice loop may have written the node meanwhile.
-    fresh = tracked_one(step.store, node.name)
-    if fresh is None or fresh[0].state not in (S.DRAINING, S.INTERRUPTED):
+    fresh = step.store.get(node.name)
+    if fresh is None or fresh.state not in (S.DRAINING, S.INTERRUPTED):
         return
     try:
-        _drain_one(step, *fresh)
+        _drain_one(step, fresh)
     except Exception as exc:  # one node's scheduler trouble must not stop the others
         step.error("drain", f"{node.name}: drain step failed: {type(exc).__name__}: {exc}")
 
 
-def interruption_progress(settings: ExecutorSettings, pool: Pool | None, notice: InterruptionMeta,
-                          now: datetime) -> DrainProgress:
+def interruption_progress(settings: ExecutorSettings, pool: Pool | None,
+                          notice: InterruptionRecord, now: datetime) -> DrainProgress:
     """A drain that must end before the cloud takes the instance back."""
     deadline = now + settings.interruption_drain_deadline
     grace = settings.interruption_checkpoint_grace
@@ -105,15 +100,15 @@ def interruption_progress(settings: ExecutorSettings, pool: Pool | None, notice:
                          signal=pool.scale_down.checkpoint_signal if pool else settings.checkpoint_signal)
 
 
-def _drain_one(step: Step, node: Node, record: NodeProgress) -> None:
+def _drain_one(step: Step, node: Node) -> None:
     now = step.now()
-    progress, notice = record.drain, record.interruption
+    progress, notice = node.progress.drain, node.progress.interruption
     if progress is None:
         if notice is not None and node.state is S.INTERRUPTED:
             progress = interruption_progress(step.settings, step.pool(node), notice, now)
         else:
             progress = step.drain_progress(node, node.reason, node.state_since, node.drain_trigger)
-        save(step.store, node.name, drain=progress)
+        step.patch(node.name, progress=ProgressUpdate(drain=progress))
     if node.state is S.INTERRUPTED and notice is not None and notice.deadline is not None \
             and now >= notice.deadline:
         step.move(node.name, S.TERMINATING, f"spot interruption deadline {notice.deadline:%H:%M:%S} "
@@ -121,7 +116,7 @@ def _drain_one(step: Step, node: Node, record: NodeProgress) -> None:
         return
     if progress.not_before is not None and progress.not_before > now:
         return
-    drainer = step.drainer(step.cluster_kind(node, record))
+    drainer = step.drainer(step.cluster_kind(node))
     if drainer is None:
         return
     result = _run(step, drainer, node, progress, now)
@@ -142,7 +137,7 @@ def _run(step: Step, drainer: Drainer, node: Node, progress: DrainProgress, now:
         not_before = now + result.retry_after if result.outcome is not DrainOutcome.DONE else None
         saved = result.progress.model_copy(update={"not_before": not_before})
         if saved != progress:
-            save(step.store, node.name, drain=saved)
+            step.patch(node.name, progress=ProgressUpdate(drain=saved))
         progress = saved
         if result.outcome is not DrainOutcome.RETRY or result.retry_after.total_seconds() > 0:
             return result

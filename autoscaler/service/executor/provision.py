@@ -29,12 +29,13 @@ from dataclasses import replace
 
 from autoscaler.actuators.node_map import INSTANCE_STATES, NodeMap, desired_maps
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedError
+from autoscaler.model.changes import NodeFields
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
+from autoscaler.model.progress import ProgressUpdate
 from autoscaler.service.executor.advance import AdvanceReport, PoolApply, Step
 from autoscaler.service.executor.collaborators import Provisioner
-from autoscaler.service.executor.meta import NodeProgress, save, tracked
 from autoscaler.service.executor.operations import Runner
 
 S = NodeState
@@ -128,15 +129,13 @@ def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: A
     # Settled against the store as it is now: a node may have moved while the apply ran
     # (TERMINATING on a cancel), and a move that assumes its old state would fail and
     # drop the instance id on the floor.
-    settle(step, provisioner, ref, tracked(step.store, pool=ref.key), outputs, result, address_of)
+    settle(step, provisioner, ref, step.store.nodes(pool=ref.key), outputs, result, address_of)
 
 
-def settle(step: Step, provisioner: Provisioner, ref: PoolRef,
-           now_held: Sequence[tuple[Node, NodeProgress]], outputs: dict[str, NodeOutput],
-           result: ApplyResult | None, address_of: AddressOf) -> None:
+def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
+           outputs: dict[str, NodeOutput], result: ApplyResult | None,
+           address_of: AddressOf) -> None:
     failed = result.failed if result is not None else {}
-    nodes = [n for n, _ in now_held]
-    progress = {n.name: p for n, p in now_held}
     gone: list[Node] = []
     for node in nodes:
         out = outputs.get(node.name)
@@ -144,12 +143,11 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef,
             if out is not None:
                 address = _address(step, node, out, address_of)
                 step.move(node.name, S.BOOTSTRAPPING, f"instance {out.id} created",
-                          instance_id=out.id, address=address)
+                          fields=NodeFields(instance_id=out.id, address=address))
             elif node.name in failed:
                 step.move(node.name, S.PROVISION_FAILED, f"terraform apply failed: {failed[node.name]}")
             elif result is not None and not result.ok:
-                _count_failure(step, ref, "; ".join(result.errors) or "apply failed",
-                               [(node, progress[node.name])])
+                _count_failure(step, ref, "; ".join(result.errors) or "apply failed", [node])
             else:
                 provisioner.mark_stale(ref)  # state and applied map disagree: apply again
         elif node.state in GONE:
@@ -157,7 +155,7 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef,
                 gone.append(node)
             else:
                 if node.instance_id != out.id:  # never lose track of an instance
-                    step.store.update(node.name, instance_id=out.id)
+                    step.patch(node.name, fields=NodeFields(instance_id=out.id))
                 if result is None:  # the state holds what the map left out: apply again
                     provisioner.mark_stale(ref)
         elif node.state in INSTANCE_STATES and out is not None and node.instance_id \
@@ -165,30 +163,30 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef,
             step.move(node.name, S.LOST, f"instance {node.instance_id} is gone: Terraform "
                       f"recreated the node as {out.id}, which is not bootstrapped")
     if gone:
-        _terminated(step, provisioner, ref, nodes, [(n, progress[n.name]) for n in gone])
+        _terminated(step, provisioner, ref, nodes, gone)
 
 
 def _terminated(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
-                gone: Sequence[tuple[Node, NodeProgress]]) -> None:
+                gone: Sequence[Node]) -> None:
     """Leaving nodes the state holds nothing for -> TERMINATED, unless the cloud still runs
     an instance tagged with them (the state lost it): that one is destroyed through
     Terraform first and the node waits for the next settle."""
     try:
-        left = provisioner.leftovers(ref, [n.name for n, _ in gone])
+        left = provisioner.leftovers(ref, [n.name for n in gone])
     except Exception as exc:  # no answer is no evidence that the instance is gone
         step.error("terraform", f"pool {ref.key}: cannot check the cloud for "
-                   f"{', '.join(n.name for n, _ in gone)}; not marked TERMINATED: {exc}")
+                   f"{', '.join(n.name for n in gone)}; not marked TERMINATED: {exc}")
         return
     doomed: list[str] = []
-    for node, progress in gone:
+    for node in gone:
         ids = left.get(node.name)
         if not ids:
-            _forget(step, node, progress)
+            _forget(step, node)
             step.move(node.name, S.TERMINATED, f"instance {node.instance_id or '(none)'} "
                       "destroyed by terraform")
             continue
         if node.instance_id not in ids:
-            step.store.update(node.name, instance_id=ids[0])
+            step.patch(node.name, fields=NodeFields(instance_id=ids[0]))
         step.error("terraform", f"{node.name}: the state of {ref.key} holds no instance but "
                    f"the cloud runs {', '.join(ids)}: destroying it through terraform")
         doomed += ids
@@ -210,8 +208,8 @@ def _address(step: Step, node: Node, out: NodeOutput, address_of: AddressOf) -> 
     return found or out.private_ip
 
 
-def _forget(step: Step, node: Node, progress: NodeProgress) -> None:
-    kind = step.cluster_kind(node, progress)
+def _forget(step: Step, node: Node) -> None:
+    kind = step.cluster_kind(node)
     drainer = step.drainers.get(kind)
     if drainer is None:
         return
@@ -223,15 +221,15 @@ def _forget(step: Step, node: Node, progress: NodeProgress) -> None:
 
 
 def _count_failure(step: Step, ref: PoolRef, why: str,
-                   nodes: Sequence[tuple[Node, NodeProgress]] | None = None) -> None:
+                   nodes: Sequence[Node] | None = None) -> None:
     """Applies that fail without naming a node: PROVISION_FAILED after a few. (Only the
     pool's apply, which holds its key, writes ``provision_failures``.)"""
     if nodes is None:
-        nodes = tracked(step.store, states=[S.PROVISIONING], pool=ref.key)
-    for node, progress in nodes:
-        count = progress.provision_failures + 1
+        nodes = step.store.nodes(states=[S.PROVISIONING], pool=ref.key)
+    for node in nodes:
+        count = node.progress.provision_failures + 1
         if count >= step.settings.provision_attempts:
             step.move(node.name, S.PROVISION_FAILED,
                       f"{count} applies of {ref.key} failed; last: {why[:300]}")
         else:
-            save(step.store, node.name, provision_failures=count)
+            step.patch(node.name, progress=ProgressUpdate(provision_failures=count))

@@ -8,15 +8,14 @@ Terminate -> TERMINATING, Replace drains the node and creates one like it; a Lau
 
 Resubmitting a recorded plan (same ``plan_id``) after a crash creates nothing twice: an
 action row goes ``planned -> submitting -> submitted``, and the nodes a launch creates
-carry the action id and slot in their meta. A replacement is promised on the old node
-first (``replacement`` marker with the launch spec) and the marker is cleared once the
-new node exists; :func:`repair_replacements` finishes promises a crash interrupted.
+carry the action id and slot in their progress. A replacement is promised on the old node
+first (``replacement``: its :class:`LaunchSpec`) and the promise is cleared once the new
+node exists; :func:`repair_replacements` finishes promises a crash interrupted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic import TypeAdapter
 
@@ -33,13 +32,14 @@ from autoscaler.fleet.intents import (
     intents_of,
 )
 from autoscaler.fleet.tables import ActionRow
+from autoscaler.model.changes import Create, NodeFields
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Launch, Plan, Replace
-from autoscaler.policy.models import Market, find_pool
+from autoscaler.model.progress import LaunchSpec, LongJob, NodeProgress, ProgressUpdate
+from autoscaler.policy.models import find_pool
 from autoscaler.service.backoff import fingerprint
 from autoscaler.service.executor.advance import Step, SubmitError
-from autoscaler.service.executor.meta import LongJob, changes, save, tracked, tracked_one
 
 S = NodeState
 ACTION: TypeAdapter[Action] = TypeAdapter(Action)
@@ -104,13 +104,13 @@ def _apply(step: Step, action: Action, intents: list[Intent], action_id: int | N
 def _report_job(step: Step, action: FlagLongJob) -> None:
     """The engine repeats a long job's report every tick while it runs: the first one is
     audited and, when the policy asks, owes the job one checkpoint signal (advance())."""
-    found = tracked_one(step.store, action.node)
-    if found is None or action.job in found[1].long_jobs:
+    found = step.store.get(action.node)
+    if found is None or action.job in found.progress.long_jobs:
         return
     now = step.now()
     step.store.audit("long-job", action.reason, now, pool=action.pool, node=action.node)
-    jobs = {**found[1].long_jobs, action.job: LongJob(reported_at=now, signal=action.signal)}
-    save(step.store, action.node, long_jobs=jobs)
+    jobs = {**found.progress.long_jobs, action.job: LongJob(reported_at=now, signal=action.signal)}
+    step.patch(action.node, progress=ProgressUpdate(long_jobs=jobs))
 
 
 def _node(step: Step, name: str) -> Node:
@@ -122,13 +122,6 @@ def _node(step: Step, name: str) -> Node:
 
 # -- launches -------------------------------------------------------------------------------
 
-def _spec(intent: NewNode, action_id: int | None) -> dict[str, Any]:
-    return {"pool": intent.pool, "instance_type": intent.instance_type,
-            "market": intent.market.value, "zone": intent.zone, "reason": intent.reason,
-            "action": action_id, "index": intent.slot, "scale_up": intent.cooldown == "up",
-            "trigger": intent.trigger, "fallback_from_spot": intent.fallback_from_spot}
-
-
 def _launch(step: Step, slots: list[NewNode], action_id: int | None, resumed: bool) -> list[str]:
     existing = _created_slots(step, slots[0].pool, action_id) if resumed and slots else {}
     out = []
@@ -138,7 +131,7 @@ def _launch(step: Step, slots: list[NewNode], action_id: int | None, resumed: bo
             if old:
                 _clear_marker(step, old)
             continue
-        spec = _spec(slot, action_id)
+        spec = slot.launch(action_id)
         if old:
             _promise(step, old, spec)
         out.append(create(step, spec, replaces=old).name)
@@ -154,12 +147,13 @@ def _replace(step: Step, intents: list[Intent], action_id: int | None, resumed: 
     if resumed and _created_slots(step, new.pool, action_id):
         _clear_marker(step, old.name)
         return []
-    spec = _spec(new, action_id)
+    spec = new.launch(action_id)
     if old.state is S.READY:
-        meta = changes(drain=step.drain_progress(old, drain.reason, step.now(), drain.trigger),
-                       replacement=spec)
-        moved = step.move(old.name, S.DRAINING, drain.reason, drain_trigger=drain.trigger,
-                          replacement_requested=True, meta_updates=meta, scale_down=False)
+        progress = ProgressUpdate(
+            drain=step.drain_progress(old, drain.reason, step.now(), drain.trigger),
+            replacement=spec)
+        moved = step.move(old.name, S.DRAINING, drain.reason, progress=progress, fields=NodeFields(
+            drain_trigger=drain.trigger, replacement_requested=True))
         if moved is None:
             raise SubmitError(f"{old.name} changed state; not replaced")
     elif old.state in (S.DRAINING, S.DRAINED, S.INTERRUPTED):
@@ -171,31 +165,27 @@ def _replace(step: Step, intents: list[Intent], action_id: int | None, resumed: 
     return [created.name]
 
 
-def create(step: Step, spec: dict[str, Any], replaces: str | None = None) -> Node:
+def create(step: Step, spec: LaunchSpec, replaces: str | None = None) -> Node:
     """A REQUESTED node for one launch slot (also used to finish a promised replacement)."""
-    team, _, pool_name = str(spec["pool"]).partition("/")
+    team, pool_name = spec.team_and_pool
     pool = find_pool(step.policies, team, pool_name)
     if pool is None:
-        raise SubmitError(f"pool {spec['pool']} has no policy: cannot tell its cloud and region")
+        raise SubmitError(f"pool {spec.pool} has no policy: cannot tell its cloud and region")
     # The policy fingerprint: a policy change resets the launch backoff.
-    meta = changes(cluster=pool.cluster.kind, action=spec.get("action"), index=spec.get("index"),
-                   policy=fingerprint(pool), replaces=replaces,
-                   trigger=str(spec["trigger"]) if spec.get("trigger") else None,
-                   fallback_from_spot=True if spec.get("fallback_from_spot") else None)
-    return step.store.create_node(
-        team=team, pool=pool_name, cloud=pool.cloud.value, region=pool.region,
-        zone=spec.get("zone"), instance_type=str(spec["instance_type"]),
-        market=Market(spec["market"]), now=step.now(), reason=str(spec["reason"]),
-        meta={k: v for k, v in meta.items() if v is not None},
-        scale_up=bool(spec.get("scale_up", False)))
+    progress = NodeProgress(cluster=pool.cluster.kind, action=spec.action, index=spec.index,
+                            policy=fingerprint(pool))
+    [node] = step.store.apply([Create(team, pool_name, pool.cloud.value, pool.region, spec,
+                                      progress, replaces)], step.now())
+    return node
 
 
-def _promise(step: Step, old: str, spec: dict[str, Any]) -> None:
-    step.store.update(old, replacement_requested=True, meta_updates=changes(replacement=spec))
+def _promise(step: Step, old: str, spec: LaunchSpec) -> None:
+    step.patch(old, fields=NodeFields(replacement_requested=True),
+               progress=ProgressUpdate(replacement=spec))
 
 
 def _clear_marker(step: Step, old: str) -> None:
-    save(step.store, old, replacement=None)
+    step.patch(old, progress=ProgressUpdate(replacement=None))
 
 
 def _created_slots(step: Step, pool: str, action_id: int | None) -> dict[int, str]:
@@ -203,15 +193,15 @@ def _created_slots(step: Step, pool: str, action_id: int | None) -> dict[int, st
     if action_id is None:
         return {}
     out = {}
-    for node, progress in tracked(step.store, pool=pool, include_terminated=True):
-        if progress.action == action_id and progress.index is not None:
-            out[progress.index] = node.name
+    for node in step.store.nodes(pool=pool, include_terminated=True):
+        if node.progress.action == action_id and node.progress.index is not None:
+            out[node.progress.index] = node.name
     return out
 
 
 def _replacement_of(step: Step, pool: str, old: str) -> str | None:
-    for node, progress in tracked(step.store, pool=pool, include_terminated=True):
-        if progress.replaces == old:
+    for node in step.store.nodes(pool=pool, include_terminated=True):
+        if node.replaces == old:
             return node.name
     return None
 
@@ -219,11 +209,11 @@ def _replacement_of(step: Step, pool: str, old: str) -> str | None:
 def repair_replacements(step: Step) -> list[str]:
     """Finish replacements promised before a crash: create the node if it is missing."""
     created = []
-    for node, progress in tracked(step.store):
-        spec = progress.replacement
-        if not node.replacement_requested or not spec:
+    for node in step.store.nodes():
+        spec = node.progress.replacement
+        if not node.replacement_requested or spec is None:
             continue
-        if _replacement_of(step, str(spec["pool"]), node.name) is None:
+        if _replacement_of(step, spec.pool, node.name) is None:
             created.append(create(step, spec, replaces=node.name).name)
         _clear_marker(step, node.name)
     return created
@@ -235,9 +225,10 @@ def _drain(step: Step, action: StartDrain) -> None:
     node = _node(step, action.node)
     if node.state is not S.READY:
         raise SubmitError(f"{node.name} is {node.state}, not READY: not drained")
-    meta = changes(drain=step.drain_progress(node, action.reason, step.now(), action.trigger))
-    moved = step.move(node.name, S.DRAINING, action.reason, drain_trigger=action.trigger,
-                      meta_updates=meta, scale_down=action.cooldown == "down")
+    progress = ProgressUpdate(
+        drain=step.drain_progress(node, action.reason, step.now(), action.trigger))
+    moved = step.move(node.name, S.DRAINING, action.reason, progress=progress,
+                      fields=NodeFields(drain_trigger=action.trigger), cooldown=action.cooldown)
     if moved is None:
         raise SubmitError(f"{node.name} changed state; not drained")
 
@@ -247,8 +238,9 @@ def _cancel_drain(step: Step, action: StopDrain) -> None:
     if node.state not in (S.DRAINING, S.DRAINED):
         raise SubmitError(f"{node.name} is {node.state}: no drain to cancel")
     # READY first; the scheduler resume it owes is done by advance() (drain.UNDRAIN).
-    moved = step.move(node.name, S.READY, action.reason, drain_trigger="cancelled",
-                      meta_updates=changes(drain=None))
+    moved = step.move(node.name, S.READY, action.reason,
+                      fields=NodeFields(drain_trigger="cancelled"),
+                      progress=ProgressUpdate(drain=None))
     if moved is None:
         raise SubmitError(f"{node.name} changed state; drain not cancelled")
 

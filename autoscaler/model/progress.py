@@ -1,0 +1,171 @@
+"""What the service knows about a node beyond its state, typed: :class:`NodeProgress`
+rides on every :class:`~autoscaler.model.node.Node`, and a write names what it changes
+with a :class:`ProgressUpdate` (see ``model/changes.py``), checked when it is made.
+
+* :class:`LaunchSpec`: one launch slot, the same record from the plan's intent to the
+  store (``Create``) and to a replacement promised on the node it replaces;
+* :class:`BootstrapProgress`: Ansible attempts, their back-off and the last error;
+* :class:`DrainProgress`: where a drain stands between its re-runnable steps;
+* :class:`InterruptionRecord`: the cloud's notice;
+* :class:`LongJob`: a job past ``max_job_runtime``, reported once and signalled once.
+
+The store keeps the record in the node's JSON column and owns how it is serialised;
+records written by an older version read with their unknown keys ignored.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autoscaler.policy.models import Market
+
+# What a change does to its pool's cooldown history: a scale-up launch ("up"), a
+# scale-down drain ("down") or neither (replacements, repairs, capacity requests).
+Cooldown = Literal["up", "down"] | None
+LONG_JOBS_KEPT = 100  # per node; a node rarely runs that many jobs past the limit
+
+
+class _Record(BaseModel):
+    # extra="ignore": a record written by another version still reads.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class LaunchSpec(_Record):
+    """One node to launch: a plan's launch slot, or a replacement promised for a node."""
+
+    pool: str = Field(description="team/pool")
+    instance_type: str
+    market: Market
+    zone: str | None = None
+    reason: str
+    action: int | None = Field(None, description="The recorded plan action that launches it.")
+    index: int | None = Field(None, description="Its slot in that action.")
+    cooldown: Cooldown = None
+    trigger: str | None = None
+    fallback_from_spot: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_scale_up(cls, data: Any) -> Any:
+        # Promises written before the cooldown field said "scale_up": true/false.
+        if isinstance(data, dict) and "scale_up" in data and "cooldown" not in data:
+            data = {**data, "cooldown": "up" if data["scale_up"] else None}
+        return data
+
+    @property
+    def team_and_pool(self) -> tuple[str, str]:
+        team, _, pool = self.pool.partition("/")
+        return team, pool
+
+
+class BootstrapProgress(_Record):
+    attempts: int = 0
+    started_at: datetime | None = None
+    ok_at: datetime | None = None
+    next_at: datetime | None = None
+    last_error: str | None = None
+
+
+class DrainPhase(StrEnum):
+    REQUESTED = "requested"
+    CORDONED = "cordoned"
+    SIGNALLING = "signalling"
+    SIGNALLED = "signalled"
+    REQUEUEING = "requeueing"
+    REQUEUED = "requeued"
+
+
+class DrainProgress(BaseModel):
+    """Where one node's drain stands between its steps (``actuators/drain``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reason: str
+    started_at: datetime
+    deadline: datetime  # work still running then gets the checkpoint signal
+    grace: timedelta  # between the signal and the requeue
+    signal: str = "USR1"
+    phase: DrainPhase = DrainPhase.REQUESTED
+    signalled_at: datetime | None = None
+    not_before: datetime | None = None  # the next step is not worth running earlier
+    last_error: str | None = None
+
+    def at(self, phase: DrainPhase, **changes: object) -> DrainProgress:
+        return self.model_copy(update={"phase": phase, "last_error": None, **changes})
+
+    def joined_by(self, newer: DrainProgress) -> DrainProgress:
+        """``newer`` (an interruption's short drain) taking over a drain already running:
+        what the running one did (its phase, its signal) is kept, the earlier deadline wins."""
+        return newer.model_copy(update={"phase": self.phase, "signalled_at": self.signalled_at,
+                                        "deadline": min(newer.deadline, self.deadline)})
+
+
+class InterruptionRecord(_Record):
+    kind: str
+    at: datetime
+    deadline: datetime | None = None
+    source: str = ""
+
+
+class LongJob(_Record):
+    reported_at: datetime
+    signal: bool = False  # the policy asks for a checkpoint signal
+    signalled_at: datetime | None = None
+    outcome: str | None = None  # what the signal attempt came to
+
+
+def _newest_long_jobs(jobs: dict[str, LongJob]) -> dict[str, LongJob]:
+    return dict(sorted(jobs.items(), key=lambda kv: kv[1].reported_at)[-LONG_JOBS_KEPT:])
+
+
+class NodeProgress(_Record):
+    """Everything the executor keeps about one node beyond its columns."""
+
+    cluster: str | None = None  # scheduler kind when the node was launched
+    action: int | None = None  # the plan action and launch slot that created it
+    index: int | None = None
+    policy: str | None = None  # its pool's policy fingerprint then (the launch back-off)
+    replacement: LaunchSpec | None = None  # a replacement promised for it
+    drain: DrainProgress | None = None
+    bootstrap: BootstrapProgress = BootstrapProgress()
+    interruption: InterruptionRecord | None = None
+    provision_failures: int = 0  # applies that failed without naming the node
+    long_jobs: dict[str, LongJob] = {}
+    adopted: str | None = None  # the instance id the reconciler adopted it from
+    request: str | None = None  # the capacity request it was launched for
+
+    _newest = field_validator("long_jobs")(_newest_long_jobs)
+
+
+class ProgressUpdate(BaseModel):
+    """Fields of a node's :class:`NodeProgress` to write: exactly the ones given (``None``
+    clears one). Checked when it is made, so a misspelt or mistyped field fails at the
+    writer, not when the record is read back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster: str | None = None
+    action: int | None = None
+    index: int | None = None
+    policy: str | None = None
+    replacement: LaunchSpec | None = None
+    drain: DrainProgress | None = None
+    bootstrap: BootstrapProgress | None = None
+    interruption: InterruptionRecord | None = None
+    provision_failures: int | None = None
+    long_jobs: dict[str, LongJob] | None = None
+    adopted: str | None = None
+    request: str | None = None
+
+    _newest = field_validator("long_jobs")(
+        lambda jobs: None if jobs is None else _newest_long_jobs(jobs))
+
+    def applied_to(self, progress: NodeProgress) -> NodeProgress:
+        given = {name: getattr(self, name) for name in self.model_fields_set}
+        cleared = {name: NodeProgress.model_fields[name].get_default(call_default_factory=True)
+                   for name, value in given.items() if value is None}
+        return progress.model_copy(update={**given, **cleared})
