@@ -1,8 +1,11 @@
-"""The node lifecycle: one enum, one transition table, one timeout table.
+"""The node lifecycle: one enum, one transition table, the named state sets, one timeout
+table.
 
 Every state change in the product goes through :func:`check_transition`; nothing else
-decides which moves are legal. Timeouts are data too, so the reconciler reads them from
-here instead of keeping timers of its own.
+decides which moves are legal. Every named set of states is defined here, once, so a name
+means the same thing in every module (tests/fleet/test_lifecycle.py fails on a set defined
+anywhere else). Timeouts are data too, so the reconciler reads them from here instead of
+keeping timers of its own.
 """
 
 from __future__ import annotations
@@ -47,14 +50,71 @@ TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
 }
 
 INITIAL = S.REQUESTED
+
+# -- the named state sets: one meaning per name ---------------------------------------------
+# No exits: the node's history is complete.
 TERMINAL = frozenset({S.TERMINATED})
-# States whose node may be doing (or about to do) useful work for the pool.
+# Launched and on its way to serving: the engine counts these toward the pool's size.
 IN_FLIGHT = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING})
+# Takes jobs.
 SERVING = frozenset({S.READY})
+# Serving or on its way: what the simulator's baseline strategies count as a pool's nodes.
+ACTIVE = IN_FLIGHT | SERVING
+# On its way out of the pool, by choice (drain, terminate) or not (interrupted, lost): a
+# capacity request does not count on it.
 LEAVING = frozenset({S.DRAINING, S.DRAINED, S.TERMINATING, S.INTERRUPTED, S.LOST})
+# The launch or the bootstrap failed; the engine terminates the node.
 FAILED = frozenset({S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
-# States in which the cloud may hold (and bill) an instance for the node.
+# Will not serve again: failed, interrupted, lost or terminated. A capacity request counts
+# its node in one of these as failed (DRAINING and TERMINATING are its own rollback).
+FAILED_OR_ENDED = FAILED | TERMINAL | {S.LOST, S.INTERRUPTED}
+# Out of service without anything left to wait for: drained, or failed. A pool whose policy
+# was removed has these terminated at once.
+OUT_OF_SERVICE = FAILED | {S.DRAINED}
+# The cloud may hold (and bill) an instance for the node.
 BILLABLE = frozenset(TRANSITIONS) - {S.TERMINATED, S.LOST}
+# What the simulator bills: its launches fail only for lack of capacity, so its
+# PROVISION_FAILED nodes never had an instance.
+SIM_BILLABLE = BILLABLE - {S.PROVISION_FAILED}
+# The node's instance should exist: its key is in the pool's Terraform map. PROVISION_FAILED
+# is left out on purpose: dropping it from the map destroys whatever half-created instance it
+# left behind.
+INSTANCE_STATES = frozenset({
+    S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED,
+    S.INTERRUPTED, S.BOOTSTRAP_FAILED,
+})
+# The apply that creates the instance has not settled: an instance may exist that the store
+# has no id for yet (the reconciler does not call a tagged instance of these unknown).
+INSTANCE_PENDING = frozenset({S.REQUESTED, S.PROVISIONING})
+# Its key has left the pool's map: the next apply destroys (or forgets) its instance, then
+# the node is TERMINATED.
+REMOVING = frozenset({S.TERMINATING, S.LOST})
+# The pool needs an apply for these: their instance is still to be created or removed.
+WAITING = INSTANCE_PENDING | REMOVING
+# Terminating, lost or terminated: a Terminate of it is a no-op, and the reconciler no
+# longer looks for its instance in the cloud.
+GONE = REMOVING | TERMINAL
+# An instance of these that goes missing from the cloud is explained (it is going, or a spot
+# notice said it would), so it does not count against the cloud's answer.
+EXPLAINED = GONE | {S.INTERRUPTED}
+# The cloud created the instance and has not taken it back: spot capacity existed when it
+# launched (engine/return_to_spot.py).
+GRANTED = frozenset({S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAP_FAILED})
+# What each action of a plan may start from (fleet/intents.py refuses the rest).
+DRAINABLE = SERVING
+CANCELLABLE = frozenset({S.DRAINING, S.DRAINED})
+REPLACEABLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
+TERMINABLE = IN_FLIGHT | FAILED | {S.DRAINED, S.INTERRUPTED}
+# The engine counts a node in these as interrupted as soon as the snapshot carries its spot
+# notice, before the intake moves it: it is serving, or was about to stop.
+NOTICE_INTERRUPTS = frozenset({S.READY, S.DRAINING})
+# The simulator reports metrics and scheduler state for these (a bootstrapping node has not
+# joined the scheduler yet).
+REPORTING = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
+# A spot notice interrupts a node in these (it has an instance doing, or about to do, work).
+INTERRUPTIBLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAPPING})
+# A spot notice changes nothing for these: already interrupted, leaving or failed.
+SETTLED = FAILED | GONE | {S.INTERRUPTED}
 
 
 class IllegalTransitionError(Exception):

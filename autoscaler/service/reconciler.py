@@ -37,10 +37,17 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from autoscaler.actuators.node_map import INSTANCE_STATES, desired_maps
+from autoscaler.actuators.node_map import desired_maps
 from autoscaler.clouds.base import CloudInstance, CloudMarket
 from autoscaler.fleet.store import FleetStore
-from autoscaler.model.lifecycle import TIMEOUTS, NodeState
+from autoscaler.model.lifecycle import (
+    GONE,
+    INSTANCE_PENDING,
+    INSTANCE_STATES,
+    REMOVING,
+    TIMEOUTS,
+    NodeState,
+)
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import Snapshot
@@ -56,8 +63,6 @@ from autoscaler.service.lost_guard import busy_reason, frozen_pools, strays_kept
 
 log = logging.getLogger(__name__)
 S = NodeState
-AWAITING = frozenset({S.REQUESTED, S.PROVISIONING})  # instance may exist, id not recorded yet
-LEAVING = frozenset({S.TERMINATING, S.LOST, S.TERMINATED})
 
 
 class Finding(BaseModel):
@@ -177,7 +182,7 @@ class Reconciler:
                  policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
         live = {i.instance_id: i for i in instances}
         known = {n.instance_id for n in nodes if n.instance_id}
-        awaiting = {n.name for n in nodes if n.state in AWAITING and not n.instance_id}
+        awaiting = {n.name for n in nodes if n.state in INSTANCE_PENDING and not n.instance_id}
         unknown = [i for i in instances if i.instance_id not in known and i.node not in awaiting]
         self._unknown(cloud, region, unknown, policies, report, nodes)
         frozen = frozen_pools(nodes, set(live), self.settings)
@@ -186,7 +191,7 @@ class Reconciler:
             self._find(report, "lost-frozen", why, pool=pool)
             log.warning("reconcile: LOST marking frozen for %s: %s", pool, why)
         for node in nodes:
-            if not node.instance_id or node.state in LEAVING:
+            if not node.instance_id or node.state in GONE:
                 continue
             if node.instance_id in live:
                 self._misses.pop(node.name, None)
@@ -308,8 +313,9 @@ class Reconciler:
     def _compare_state(self, ref: PoolRef, nodes: list[Node], held: set[str], wanted: set[str],
                        report: ReconcileReport) -> None:
         states = {n.name: n.state for n in nodes}
-        extra = sorted(k for k in held - wanted if states.get(k) not in (S.TERMINATING, S.LOST))
-        missing = sorted(k for k in wanted - held if states.get(k) in INSTANCE_STATES - AWAITING)
+        extra = sorted(k for k in held - wanted if states.get(k) not in REMOVING)
+        missing = sorted(k for k in wanted - held
+                         if states.get(k) in INSTANCE_STATES - INSTANCE_PENDING)
         for key in extra:
             self._find(report, "state-only", f"the state of {ref.key} holds {key}, which the store "
                        "does not want: applying the pool again", node=key, pool=ref.key)
