@@ -1,11 +1,12 @@
 """The node lifecycle: one enum, one transition table, the named state sets, one timeout
-table.
+table and the one rule for a node's limit in its state.
 
 Every state change in the product goes through :func:`check_transition`; nothing else
 decides which moves are legal. Every named set of states is defined here, once, so a name
 means the same thing in every module (tests/fleet/test_lifecycle.py fails on a set defined
-anywhere else). Timeouts are data too, so the reconciler reads them from here instead of
-keeping timers of its own.
+anywhere else). Timeouts are data too: the reconciler acts on :func:`state_limit` and the
+``state_timeout_ratio`` metric divides by it, so an alert on that ratio means what the
+reconciler does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+
+from autoscaler.policy.models import Pool
 
 
 class NodeState(StrEnum):
@@ -133,16 +136,15 @@ def check_transition(node: str, current: NodeState, target: NodeState) -> None:
 
 @dataclass(frozen=True)
 class Timeout:
-    """A node that stays in ``state`` longer than the limit moves to ``then``.
+    """A node that stays in ``state`` longer than its limit moves to ``then``.
 
-    ``policy_field`` names a pool setting that overrides ``after`` (dotted path).
+    ``after`` is the limit unless :func:`state_limit` stretches it (see there).
     """
 
     state: NodeState
     after: timedelta
     then: NodeState
     why: str
-    policy_field: str | None = None
 
 
 TIMEOUTS: dict[NodeState, Timeout] = {
@@ -153,15 +155,62 @@ TIMEOUTS: dict[NodeState, Timeout] = {
         Timeout(S.PROVISIONING, timedelta(minutes=20), S.PROVISION_FAILED,
                 "instance did not come up"),
         Timeout(S.BOOTSTRAPPING, timedelta(minutes=30), S.BOOTSTRAP_FAILED,
-                "bootstrap did not finish", "bootstrap.timeout"),
-        # The reconciler adds scale_down.checkpoint_grace (and a margin) to this, so the
-        # checkpoint signal the drainer sends at drain_timeout gets its grace period.
+                "bootstrap did not finish"),
+        # state_limit never uses this ``after``: a drain's limit is always a pool's (or the
+        # service's) drain timeout plus grace and margin.
         Timeout(S.DRAINING, timedelta(minutes=30), S.DRAINED,
-                "jobs were signalled to checkpoint and requeued at the drain timeout",
-                "scale_down.drain_timeout"),
+                "jobs were signalled to checkpoint and requeued at the drain timeout"),
         Timeout(S.INTERRUPTED, timedelta(minutes=2), S.TERMINATING,
                 "spot interruption deadline reached"),
         Timeout(S.TERMINATING, timedelta(minutes=20), S.LOST,
                 "destroy did not confirm; the reconciler checks the cloud"),
     )
 }
+
+
+@dataclass(frozen=True)
+class StateLimits:
+    """The service's settings that stretch the timeout table (``ExecutorSettings.state_limits``
+    builds it): the executor itself retries and waits this long, so a limit shorter than
+    that would fail nodes the executor is still working on."""
+
+    bootstrap_retries: int  # Ansible runs after the first that fails
+    bootstrap_retry_backoff: timedelta
+    ready_wait_timeout: timedelta  # after a bootstrap went through, for the scheduler to see it
+    drain_timeout: timedelta  # for a node whose pool has no policy any more
+    checkpoint_grace: timedelta  # likewise
+    drain_stuck_margin: timedelta  # past drain timeout + grace before a drain counts as stuck
+    interruption_drain_deadline: timedelta
+    interruption_checkpoint_grace: timedelta
+
+
+def state_limit(state: NodeState, pool: Pool | None, limits: StateLimits) -> timedelta | None:
+    """How long a node may stay in ``state`` before the reconciler moves it on (None: no
+    timeout). ``pool`` is the node's pool, None when its policy is gone.
+
+    ============== ===========================================================================
+    BOOTSTRAPPING  every run the executor may make, with its backoffs, then the ready wait:
+                   ``bootstrap.timeout * (retries + 1) + backoff * retries + ready_wait``
+                   (no pool: the table's)
+    DRAINING       ``scale_down.drain_timeout + scale_down.checkpoint_grace`` of the pool (no
+                   pool: the service's), plus ``drain_stuck_margin``: the drainer signals
+                   the jobs at the drain timeout and they get their grace
+    INTERRUPTED    the table's, or the interruption drain deadline plus its grace if longer
+    any other      the table's ``after``
+    ============== ===========================================================================
+    """
+    timeout = TIMEOUTS.get(state)
+    if timeout is None:
+        return None
+    if state is S.BOOTSTRAPPING and pool is not None:
+        runs = limits.bootstrap_retries + 1
+        return (pool.bootstrap.timeout * runs + limits.bootstrap_retry_backoff * (runs - 1)
+                + limits.ready_wait_timeout)
+    if state is S.DRAINING:
+        drain = pool.scale_down.drain_timeout if pool is not None else limits.drain_timeout
+        grace = pool.scale_down.checkpoint_grace if pool is not None else limits.checkpoint_grace
+        return drain + grace + limits.drain_stuck_margin
+    if state is S.INTERRUPTED:
+        return max(timeout.after,
+                   limits.interruption_drain_deadline + limits.interruption_checkpoint_grace)
+    return timeout.after

@@ -1,9 +1,11 @@
 """The transition table itself: reachability, terminal states, timeouts; the state sets
-defined once."""
+defined once; the one rule for a node's limit in its state."""
 
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,12 @@ from autoscaler.model.lifecycle import (
     TRANSITIONS,
     IllegalTransitionError,
     NodeState,
+    StateLimits,
     check_transition,
+    state_limit,
 )
+from autoscaler.policy.models import Pool
+from tests.builders import make_policy
 
 S = NodeState
 REPO = Path(__file__).resolve().parents[2]
@@ -146,3 +152,48 @@ def test_every_state_set_says_what_it_is_for():
         if not lines[above - 1].lstrip().startswith("#"):
             uncommented.append(name)
     assert uncommented == []
+
+
+# -- the one limit rule --------------------------------------------------------------------
+LIMITS = StateLimits(
+    bootstrap_retries=2, bootstrap_retry_backoff=timedelta(seconds=30),
+    ready_wait_timeout=timedelta(minutes=10), drain_timeout=timedelta(minutes=20),
+    checkpoint_grace=timedelta(minutes=1), drain_stuck_margin=timedelta(minutes=5),
+    interruption_drain_deadline=timedelta(0), interruption_checkpoint_grace=timedelta(seconds=30))
+
+
+def pool(**kw: object) -> Pool:
+    return make_policy(**kw).pools[0]
+
+
+MIN = timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(("state", "pool_", "limits", "expected"), [
+    # Three runs of the pool's 30m bootstrap, two 30s backoffs, then the 10m ready wait.
+    (S.BOOTSTRAPPING, pool(), LIMITS, 30 * MIN * 3 + MIN + 10 * MIN),
+    (S.BOOTSTRAPPING, pool(bootstrap={"timeout": "10m"}), LIMITS, 10 * MIN * 3 + MIN + 10 * MIN),
+    (S.BOOTSTRAPPING, pool(), replace(LIMITS, bootstrap_retries=0), 30 * MIN + 10 * MIN),
+    (S.BOOTSTRAPPING, None, LIMITS, 30 * MIN),  # no policy: the table's
+    # The pool's drain timeout and checkpoint grace, then the margin.
+    (S.DRAINING, pool(), LIMITS, 30 * MIN + 2 * MIN + 5 * MIN),
+    (S.DRAINING, pool(scale_down={"drain_timeout": "1h", "checkpoint_grace": "5m"}), LIMITS,
+     60 * MIN + 5 * MIN + 5 * MIN),
+    (S.DRAINING, None, LIMITS, 20 * MIN + MIN + 5 * MIN),  # no policy: the service's
+    (S.INTERRUPTED, pool(), LIMITS, 2 * MIN),  # the table's 2m beats deadline 0 + grace 30s
+    (S.INTERRUPTED, pool(), replace(LIMITS, interruption_drain_deadline=5 * MIN),
+     5 * MIN + timedelta(seconds=30)),
+    (S.REQUESTED, pool(), LIMITS, 15 * MIN),
+    (S.PROVISIONING, pool(bootstrap={"timeout": "1m"}), LIMITS, 20 * MIN),
+    (S.TERMINATING, None, LIMITS, 20 * MIN),
+    (S.READY, pool(), LIMITS, None),
+    (S.DRAINED, pool(), LIMITS, None),
+    (S.TERMINATED, pool(), LIMITS, None),
+])
+def test_state_limit(state, pool_, limits, expected):
+    assert state_limit(state, pool_, limits) == expected
+
+
+def test_every_state_with_a_timeout_has_a_limit_and_no_other_state_has_one():
+    for state in NodeState:
+        assert (state_limit(state, pool(), LIMITS) is not None) == (state in TIMEOUTS)
