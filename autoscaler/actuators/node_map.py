@@ -14,19 +14,11 @@ from pydantic import BaseModel, ConfigDict
 
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.fleet.intents import NewNode, Remove, interpret
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import INSTANCE_STATES
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Plan
 from autoscaler.model.pool import PoolRef
 from autoscaler.policy.models import Market, Pool
-
-S = NodeState
-# States whose instance should exist. PROVISION_FAILED is left out on purpose: dropping
-# it from the map destroys whatever half-created instance it left behind.
-INSTANCE_STATES = frozenset({
-    S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED,
-    S.INTERRUPTED, S.BOOTSTRAP_FAILED,
-})
 
 
 class NodeSpec(BaseModel):

@@ -35,10 +35,9 @@ class Thresholds:
     quota_for: str = "15m"
     interruptions: int = 3  # spot interruptions in one pool ...
     interruption_window: str = "10m"  # ... within this window
-    stuck_ratio: float = 1.5  # time in state / the state's timeout
-    # A bootstrap may take bootstrap_retries + 1 runs (3 by default) plus the ready wait
-    # before the reconciler fails it, so its bound is looser.
-    stuck_ratio_bootstrapping: float = 4.0
+    # Time in state / the limit the reconciler acts on (model/lifecycle.state_limit, which
+    # includes bootstrap retries, drain grace and the like), so one ratio fits every state.
+    stuck_ratio: float = 1.5
     stuck_for: str = "10m"
     backoff_for: str = "15m"
 
@@ -88,7 +87,6 @@ def _service_rules(t: Thresholds) -> list[dict[str, Any]]:
                 f" or max by (team) ({P}_team_hourly_usd) >= "
                 f"max by (team) ({P}_team_quota_hourly_usd) * {quota})")
     demand = f"sum by (team) (max by (team, pool, priority) ({P}_pending_gpus)) > 0"
-    ratio = f"max by (node, pool, state) ({P}_node_state_timeout_ratio"
     return [
         _alert("AutoscalerTickFailures",
                f"sum by (stage) (increase({P}_tick_errors_total[{t.tick_window}])) >= {t.tick_errors}",
@@ -112,8 +110,8 @@ def _service_rules(t: Thresholds) -> list[dict[str, Any]]:
                "{{ $labels.pool }}: {{ $value }} spot interruptions in " + t.interruption_window,
                "Consider on_interruption: on-demand or other instance types for the pool."),
         _alert("NodeStuckInState",
-               f'{ratio}{{state="BOOTSTRAPPING"}}) > {t.stuck_ratio_bootstrapping} or '
-               f'{ratio}{{state!="BOOTSTRAPPING"}}) > {t.stuck_ratio}', t.stuck_for, "warning",
+               f"max by (node, pool, state) ({P}_node_state_timeout_ratio) > {t.stuck_ratio}",
+               t.stuck_for, "warning",
                "{{ $labels.node }} stuck in {{ $labels.state }} "
                "({{ $value | printf \"%.1f\" }} x its timeout)",
                "The reconciler acts on a state timeout; a node still there long after it means "

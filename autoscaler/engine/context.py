@@ -12,7 +12,7 @@ from operator import attrgetter
 from autoscaler.engine import schedule
 from autoscaler.engine.binpack import shapes_of
 from autoscaler.engine.pricing import Prices
-from autoscaler.model.lifecycle import FAILED, IN_FLIGHT, NodeState
+from autoscaler.model.lifecycle import FAILED, IN_FLIGHT, NOTICE_INTERRUPTS, NodeState
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.snapshot import (
     NodeObservation,
@@ -29,8 +29,6 @@ DEMAND_REASONS = frozenset({"Resources", "Priority", "Unschedulable"})
 _EMPTY_OBS = NodeObservation()
 _EMPTY_POOL = PoolObservation()
 _NAME = attrgetter("name")
-# A spot notice turns a node that is (or was about to stop) serving into an interrupted one.
-_NOTICE_APPLIES = (NodeState.READY, NodeState.DRAINING)
 
 
 # Slots: 500 pools a tick, and a __dict__ each is one more object for the GC to walk.
@@ -186,7 +184,7 @@ def _file(ctx: PoolContext, nodes: list[Node], interrupted: set[str], prices: Pr
         billable_gpus += gpus
         billable_usd += usd
         if state is NodeState.INTERRUPTED or (
-                state in _NOTICE_APPLIES and node.name in interrupted):
+                state in NOTICE_INTERRUPTS and node.name in interrupted):
             ctx.interrupted.append(node)
         elif state is NodeState.READY or state in IN_FLIGHT:
             (ctx.serving if state is NodeState.READY else ctx.in_flight).append(node)

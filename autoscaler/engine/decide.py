@@ -26,7 +26,7 @@ from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.survey import survey
-from autoscaler.model.lifecycle import IN_FLIGHT, NodeState
+from autoscaler.model.lifecycle import IN_FLIGHT, OUT_OF_SERVICE, NodeState
 from autoscaler.model.node import FleetView, Node
 from autoscaler.model.plan import (
     Action,
@@ -45,7 +45,6 @@ from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import TeamPolicy
 
 _DEFAULT_CATALOG = default_catalog()
-_LEFT_SERVICE = frozenset({NodeState.DRAINED, NodeState.PROVISION_FAILED, NodeState.BOOTSTRAP_FAILED})
 T = TypeVar("T")
 
 
@@ -327,7 +326,7 @@ class _Decision:
                 continue
             if node.state is NodeState.READY:
                 self.actions.append(Drain(pool=key, node=node.name, trigger="pool-removed", reason=why))
-            elif node.state in IN_FLIGHT or node.state in _LEFT_SERVICE:
+            elif node.state in IN_FLIGHT or node.state in OUT_OF_SERVICE:
                 self.actions.append(Terminate(pool=key, node=node.name, reason=why))
             used += removes
         if kept:

@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from autoscaler.model.lifecycle import FAILED, IN_FLIGHT, LEAVING, TERMINAL, NodeState
+from autoscaler.model.lifecycle import FAILED_OR_ENDED, IN_FLIGHT, LEAVING, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.request_spec import Condition, RequestClass, RequestView
 from autoscaler.policy.duration import format_duration
 
 S = NodeState
-GONE = FAILED | TERMINAL | {S.LOST, S.INTERRUPTED}
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def _remove(view: RequestView, nodes: Mapping[str, Node]) -> tuple[str, ...]:
     waits: its apply is in flight, and it is removed (with the instance id the apply
     settled) on a later step, never racing the apply that creates it."""
     return tuple(sorted(n for n in view.nodes if n in nodes
-                        and nodes[n].state not in GONE | LEAVING | {S.PROVISIONING}))
+                        and nodes[n].state not in FAILED_OR_ENDED | LEAVING | {S.PROVISIONING}))
 
 
 def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
@@ -68,7 +67,7 @@ def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
     if not view.nodes:
         return RequestStep("launch", f"{label}: launching its nodes")
     mine = {n: nodes.get(n) for n in view.nodes}
-    failed = {n: node for n, node in mine.items() if node is None or node.state in GONE}
+    failed = {n: node for n, node in mine.items() if node is None or node.state in FAILED_OR_ENDED}
     if view.spec.valid_until is not None and now > view.spec.valid_until:
         return RequestStep("fail", f"{label} failed: not met by valid_until "
                            f"{view.spec.valid_until:%Y-%m-%d %H:%M:%S}Z; rolled back",

@@ -46,7 +46,7 @@ from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.spread import ZoneSpread
-from autoscaler.model.lifecycle import FAILED, NodeState
+from autoscaler.model.lifecycle import FAILED, GRANTED, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Hold, Launch
 from autoscaler.model.snapshot import Snapshot
@@ -57,7 +57,6 @@ S = NodeState
 TRIGGER = "return-to-spot"
 BOOT_ESTIMATE = timedelta(minutes=10)  # request to READY, bootstrap included (sim: 4 min)
 ENDS_SOON = timedelta(minutes=10)
-_GRANTED = frozenset({S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAP_FAILED})
 Key = tuple[str, str, str, str | None]  # cloud, region, type, zone
 
 
@@ -78,7 +77,7 @@ class SpotEvidence:
                 key = (node.cloud, node.region, node.instance_type, node.zone)
                 if node.state is S.INTERRUPTED or node.name in interrupted:
                     _newest(self.refused, key, node.state_since)
-                elif node.state in _GRANTED:
+                elif node.state in GRANTED:
                     _newest(self.granted, key, node.created_at)
         for err in snapshot.capacity_errors:
             if err.market is Market.SPOT:

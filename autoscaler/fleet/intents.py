@@ -29,7 +29,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import (
+    CANCELLABLE,
+    DRAINABLE,
+    GONE,
+    REPLACEABLE,
+    TERMINABLE,
+    NodeState,
+)
 from autoscaler.model.plan import (
     Action,
     CancelDrain,
@@ -46,15 +53,8 @@ from autoscaler.model.plan import (
 from autoscaler.model.progress import Cooldown, LaunchSpec
 from autoscaler.policy.models import Market
 
-S = NodeState
 SCALE_UP_TRIGGERS = frozenset({"pending", "utilization", "floor"})
 SCALE_DOWN_TRIGGERS = frozenset({"idle", "consolidate", "over-max", "over-quota", "preempted"})
-DRAINABLE = frozenset({S.READY})
-CANCELLABLE = frozenset({S.DRAINING, S.DRAINED})
-REPLACEABLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
-TERMINABLE = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.DRAINED, S.INTERRUPTED,
-                        S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
-GONE = frozenset({S.TERMINATING, S.TERMINATED, S.LOST})  # a Terminate of these is a no-op
 
 
 class Stateful(Protocol):

@@ -1,8 +1,12 @@
-"""The node lifecycle: one enum, one transition table, one timeout table.
+"""The node lifecycle: one enum, one transition table, the named state sets, one timeout
+table and the one rule for a node's limit in its state.
 
 Every state change in the product goes through :func:`check_transition`; nothing else
-decides which moves are legal. Timeouts are data too, so the reconciler reads them from
-here instead of keeping timers of its own.
+decides which moves are legal. Every named set of states is defined here, once, so a name
+means the same thing in every module (tests/fleet/test_lifecycle.py fails on a set defined
+anywhere else). Timeouts are data too: the reconciler acts on :func:`state_limit` and the
+``state_timeout_ratio`` metric divides by it, so an alert on that ratio means what the
+reconciler does.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+
+from autoscaler.policy.models import Pool
 
 
 class NodeState(StrEnum):
@@ -47,14 +53,71 @@ TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
 }
 
 INITIAL = S.REQUESTED
+
+# -- the named state sets: one meaning per name ---------------------------------------------
+# No exits: the node's history is complete.
 TERMINAL = frozenset({S.TERMINATED})
-# States whose node may be doing (or about to do) useful work for the pool.
+# Launched and on its way to serving: the engine counts these toward the pool's size.
 IN_FLIGHT = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING})
+# Takes jobs.
 SERVING = frozenset({S.READY})
+# Serving or on its way: what the simulator's baseline strategies count as a pool's nodes.
+ACTIVE = IN_FLIGHT | SERVING
+# On its way out of the pool, by choice (drain, terminate) or not (interrupted, lost): a
+# capacity request does not count on it.
 LEAVING = frozenset({S.DRAINING, S.DRAINED, S.TERMINATING, S.INTERRUPTED, S.LOST})
+# The launch or the bootstrap failed; the engine terminates the node.
 FAILED = frozenset({S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
-# States in which the cloud may hold (and bill) an instance for the node.
+# Will not serve again: failed, interrupted, lost or terminated. A capacity request counts
+# its node in one of these as failed (DRAINING and TERMINATING are its own rollback).
+FAILED_OR_ENDED = FAILED | TERMINAL | {S.LOST, S.INTERRUPTED}
+# Out of service without anything left to wait for: drained, or failed. A pool whose policy
+# was removed has these terminated at once.
+OUT_OF_SERVICE = FAILED | {S.DRAINED}
+# The cloud may hold (and bill) an instance for the node.
 BILLABLE = frozenset(TRANSITIONS) - {S.TERMINATED, S.LOST}
+# What the simulator bills: its launches fail only for lack of capacity, so its
+# PROVISION_FAILED nodes never had an instance.
+SIM_BILLABLE = BILLABLE - {S.PROVISION_FAILED}
+# The node's instance should exist: its key is in the pool's Terraform map. PROVISION_FAILED
+# is left out on purpose: dropping it from the map destroys whatever half-created instance it
+# left behind.
+INSTANCE_STATES = frozenset({
+    S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED,
+    S.INTERRUPTED, S.BOOTSTRAP_FAILED,
+})
+# The apply that creates the instance has not settled: an instance may exist that the store
+# has no id for yet (the reconciler does not call a tagged instance of these unknown).
+INSTANCE_PENDING = frozenset({S.REQUESTED, S.PROVISIONING})
+# Its key has left the pool's map: the next apply destroys (or forgets) its instance, then
+# the node is TERMINATED.
+REMOVING = frozenset({S.TERMINATING, S.LOST})
+# The pool needs an apply for these: their instance is still to be created or removed.
+WAITING = INSTANCE_PENDING | REMOVING
+# Terminating, lost or terminated: a Terminate of it is a no-op, and the reconciler no
+# longer looks for its instance in the cloud.
+GONE = REMOVING | TERMINAL
+# An instance of these that goes missing from the cloud is explained (it is going, or a spot
+# notice said it would), so it does not count against the cloud's answer.
+EXPLAINED = GONE | {S.INTERRUPTED}
+# The cloud created the instance and has not taken it back: spot capacity existed when it
+# launched (engine/return_to_spot.py).
+GRANTED = frozenset({S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAP_FAILED})
+# What each action of a plan may start from (fleet/intents.py refuses the rest).
+DRAINABLE = SERVING
+CANCELLABLE = frozenset({S.DRAINING, S.DRAINED})
+REPLACEABLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
+TERMINABLE = IN_FLIGHT | FAILED | {S.DRAINED, S.INTERRUPTED}
+# The engine counts a node in these as interrupted as soon as the snapshot carries its spot
+# notice, before the intake moves it: it is serving, or was about to stop.
+NOTICE_INTERRUPTS = frozenset({S.READY, S.DRAINING})
+# The simulator reports metrics and scheduler state for these (a bootstrapping node has not
+# joined the scheduler yet).
+REPORTING = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
+# A spot notice interrupts a node in these (it has an instance doing, or about to do, work).
+INTERRUPTIBLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAPPING})
+# A spot notice changes nothing for these: already interrupted, leaving or failed.
+SETTLED = FAILED | GONE | {S.INTERRUPTED}
 
 
 class IllegalTransitionError(Exception):
@@ -73,16 +136,15 @@ def check_transition(node: str, current: NodeState, target: NodeState) -> None:
 
 @dataclass(frozen=True)
 class Timeout:
-    """A node that stays in ``state`` longer than the limit moves to ``then``.
+    """A node that stays in ``state`` longer than its limit moves to ``then``.
 
-    ``policy_field`` names a pool setting that overrides ``after`` (dotted path).
+    ``after`` is the limit unless :func:`state_limit` stretches it (see there).
     """
 
     state: NodeState
     after: timedelta
     then: NodeState
     why: str
-    policy_field: str | None = None
 
 
 TIMEOUTS: dict[NodeState, Timeout] = {
@@ -93,15 +155,62 @@ TIMEOUTS: dict[NodeState, Timeout] = {
         Timeout(S.PROVISIONING, timedelta(minutes=20), S.PROVISION_FAILED,
                 "instance did not come up"),
         Timeout(S.BOOTSTRAPPING, timedelta(minutes=30), S.BOOTSTRAP_FAILED,
-                "bootstrap did not finish", "bootstrap.timeout"),
-        # The reconciler adds scale_down.checkpoint_grace (and a margin) to this, so the
-        # checkpoint signal the drainer sends at drain_timeout gets its grace period.
+                "bootstrap did not finish"),
+        # state_limit never uses this ``after``: a drain's limit is always a pool's (or the
+        # service's) drain timeout plus grace and margin.
         Timeout(S.DRAINING, timedelta(minutes=30), S.DRAINED,
-                "jobs were signalled to checkpoint and requeued at the drain timeout",
-                "scale_down.drain_timeout"),
+                "jobs were signalled to checkpoint and requeued at the drain timeout"),
         Timeout(S.INTERRUPTED, timedelta(minutes=2), S.TERMINATING,
                 "spot interruption deadline reached"),
         Timeout(S.TERMINATING, timedelta(minutes=20), S.LOST,
                 "destroy did not confirm; the reconciler checks the cloud"),
     )
 }
+
+
+@dataclass(frozen=True)
+class StateLimits:
+    """The service's settings that stretch the timeout table (``ExecutorSettings.state_limits``
+    builds it): the executor itself retries and waits this long, so a limit shorter than
+    that would fail nodes the executor is still working on."""
+
+    bootstrap_retries: int  # Ansible runs after the first that fails
+    bootstrap_retry_backoff: timedelta
+    ready_wait_timeout: timedelta  # after a bootstrap went through, for the scheduler to see it
+    drain_timeout: timedelta  # for a node whose pool has no policy any more
+    checkpoint_grace: timedelta  # likewise
+    drain_stuck_margin: timedelta  # past drain timeout + grace before a drain counts as stuck
+    interruption_drain_deadline: timedelta
+    interruption_checkpoint_grace: timedelta
+
+
+def state_limit(state: NodeState, pool: Pool | None, limits: StateLimits) -> timedelta | None:
+    """How long a node may stay in ``state`` before the reconciler moves it on (None: no
+    timeout). ``pool`` is the node's pool, None when its policy is gone.
+
+    ============== ===========================================================================
+    BOOTSTRAPPING  every run the executor may make, with its backoffs, then the ready wait:
+                   ``bootstrap.timeout * (retries + 1) + backoff * retries + ready_wait``
+                   (no pool: the table's)
+    DRAINING       ``scale_down.drain_timeout + scale_down.checkpoint_grace`` of the pool (no
+                   pool: the service's), plus ``drain_stuck_margin``: the drainer signals
+                   the jobs at the drain timeout and they get their grace
+    INTERRUPTED    the table's, or the interruption drain deadline plus its grace if longer
+    any other      the table's ``after``
+    ============== ===========================================================================
+    """
+    timeout = TIMEOUTS.get(state)
+    if timeout is None:
+        return None
+    if state is S.BOOTSTRAPPING and pool is not None:
+        runs = limits.bootstrap_retries + 1
+        return (pool.bootstrap.timeout * runs + limits.bootstrap_retry_backoff * (runs - 1)
+                + limits.ready_wait_timeout)
+    if state is S.DRAINING:
+        drain = pool.scale_down.drain_timeout if pool is not None else limits.drain_timeout
+        grace = pool.scale_down.checkpoint_grace if pool is not None else limits.checkpoint_grace
+        return drain + grace + limits.drain_stuck_margin
+    if state is S.INTERRUPTED:
+        return max(timeout.after,
+                   limits.interruption_drain_deadline + limits.interruption_checkpoint_grace)
+    return timeout.after

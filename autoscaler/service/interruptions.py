@@ -34,7 +34,7 @@ from autoscaler.clouds.aws_events import Received, dedupe
 from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
 from autoscaler.fleet.store import ConcurrentUpdateError, FleetStore
 from autoscaler.model.changes import Move, NodeFields
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import INTERRUPTIBLE, SETTLED, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.progress import InterruptionRecord, NodeProgress, ProgressUpdate
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
@@ -44,9 +44,6 @@ from autoscaler.service.executor.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
 S = NodeState
-INTERRUPTIBLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAPPING})
-SETTLED = frozenset({S.INTERRUPTED, S.TERMINATING, S.TERMINATED, S.LOST,
-                     S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
 
 
 class InterruptionSource(Protocol):

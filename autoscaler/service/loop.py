@@ -44,7 +44,7 @@ from autoscaler.engine.pricing import Prices
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import PoolHistoryRow
 from autoscaler.model.clock import utc_now
-from autoscaler.model.lifecycle import BILLABLE
+from autoscaler.model.lifecycle import BILLABLE, StateLimits
 from autoscaler.model.node import FleetView, Node
 from autoscaler.model.plan import Hold
 from autoscaler.model.snapshot import CapacityError, Snapshot
@@ -52,6 +52,7 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.backoff import launch_backoffs, with_backoffs
 from autoscaler.service.executor.advance import AdvanceReport
 from autoscaler.service.executor.operations import Operation
+from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.leader import Leadership
 from autoscaler.service.metrics import ServiceMetrics
@@ -143,7 +144,7 @@ class ServiceLoop:
                  prices: PricesLike | None = None, engine: EngineSettings | None = None,
                  clock: Callable[[], datetime] = utc_now, dry_run: bool = False,
                  interval_s: float = 30.0, terraform_preview: TerraformSettings | None = None,
-                 forecasts: PoolForecasts | None = None):
+                 forecasts: PoolForecasts | None = None, state_limits: StateLimits | None = None):
         if executor is None and not dry_run:
             raise ValueError("a live loop needs an executor (or run with dry_run=True)")
         self.store, self.reloader, self.signals = store, reloader, signals
@@ -153,6 +154,9 @@ class ServiceLoop:
         self.clock, self.dry_run = clock, dry_run
         self.terraform_preview = terraform_preview
         self.forecasts = forecasts  # demand history + forecasts (service/forecasts.py)
+        # The reconciler's settings (``executor:``), so the state-timeout ratio it exports
+        # divides by the limit the reconciler acts on.
+        self.state_limits = state_limits or ExecutorSettings().state_limits
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._state_lock = threading.RLock()  # self.state is also written by the notice loop
@@ -392,5 +396,5 @@ class ServiceLoop:
             if node.state in BILLABLE:
                 per_pool[node.pool_key] = per_pool.get(node.pool_key, 0.0) + prices.node_hourly(node)
         self.metrics.set_fleet(nodes, {k: round(v, 4) for k, v in per_pool.items()})
-        self._observer.refresh(self.metrics, nodes, self.reloader.policies, prices, snapshot,
-                               self.clock(), leader)
+        self._observer.refresh(self.metrics, nodes, self.reloader.policies, self.state_limits,
+                               prices, snapshot, self.clock(), leader)

@@ -31,14 +31,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from autoscaler.clouds.base import CloudInstance
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import EXPLAINED
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.service.executor.settings import ExecutorSettings
 
-S = NodeState
-# Nodes whose instance is expected to go (or whose going is explained by a spot notice).
-EXPLAINED = frozenset({S.TERMINATING, S.LOST, S.TERMINATED, S.INTERRUPTED})
 _BUSY_STATES = frozenset({"allocated", "mixed"})
 
 
@@ -105,4 +102,4 @@ def busy_reason(node: Node, snapshot: Snapshot | None) -> str | None:
     return None
 
 
-__all__ = ["EXPLAINED", "busy_reason", "counted", "frozen_pools", "strays_kept"]
+__all__ = ["busy_reason", "counted", "frozen_pools", "strays_kept"]

@@ -13,7 +13,7 @@ is not observed twice.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import Gauge
@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from autoscaler.engine.pricing import Prices
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import NodeRow, TransitionRow
-from autoscaler.model.lifecycle import BILLABLE, TIMEOUTS, NodeState
+from autoscaler.model.lifecycle import BILLABLE, NodeState, StateLimits, state_limit
 from autoscaler.model.node import Node
 from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import Snapshot
@@ -31,20 +31,6 @@ from autoscaler.service.metrics import ServiceMetrics
 
 S = NodeState
 Labels = tuple[str, ...]
-
-
-def state_limit(node: Node, pool: Pool | None) -> timedelta | None:
-    """The node's state timeout: the lifecycle table's, or the pool setting that overrides it."""
-    timeout = TIMEOUTS.get(node.state)
-    if timeout is None:
-        return None
-    if pool is not None and timeout.policy_field:
-        value: Any = pool
-        for part in timeout.policy_field.split("."):
-            value = getattr(value, part, None)
-        if isinstance(value, timedelta) and value.total_seconds() > 0:
-            return value
-    return timeout.after
 
 
 def markets_of(pool: Pool) -> list[Market]:
@@ -64,9 +50,9 @@ class FleetObserver:
         self._labels: dict[str, set[Labels]] = {}
 
     def refresh(self, metrics: ServiceMetrics, nodes: Iterable[Node],
-                policies: Mapping[str, TeamPolicy], prices: Prices, snapshot: Snapshot,
-                now: datetime, leader: bool) -> None:
-        self.gauges(metrics, nodes, policies, prices, snapshot, now)
+                policies: Mapping[str, TeamPolicy], limits: StateLimits, prices: Prices,
+                snapshot: Snapshot, now: datetime, leader: bool) -> None:
+        self.gauges(metrics, nodes, policies, limits, prices, snapshot, now)
         self.durations(metrics, observe=leader)
 
     # -- gauges ---------------------------------------------------------------------------
@@ -80,14 +66,16 @@ class FleetObserver:
         self._labels[name] = set(values)
 
     def gauges(self, metrics: ServiceMetrics, nodes: Iterable[Node],
-               policies: Mapping[str, TeamPolicy], prices: Prices, snapshot: Snapshot,
-               now: datetime) -> None:
+               policies: Mapping[str, TeamPolicy], limits: StateLimits, prices: Prices,
+               snapshot: Snapshot, now: datetime) -> None:
+        """``limits``: the service's settings the reconciler's state limits include, so the
+        ratio of a node is 1 when the reconciler acts on it."""
         nodes = list(nodes)
         self._set("info", metrics.node_info, {
             (n.name, n.team, n.pool_key, n.instance_type, n.market.value): 1 for n in nodes})
         ratios: dict[Labels, float] = {}
         for n in nodes:
-            limit = state_limit(n, find_pool(policies, n.team, n.pool))
+            limit = state_limit(n.state, find_pool(policies, n.team, n.pool), limits)
             if limit is not None:
                 age = (now - n.state_since).total_seconds()
                 ratios[(n.name, n.pool_key, n.state.value)] = round(age / limit.total_seconds(), 4)

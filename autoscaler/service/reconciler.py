@@ -8,11 +8,12 @@ state only every ``state_check_interval``, and never drains or waits for anythin
   before the engine looks at the fleet, so it launches the replacement this very tick;
 * **promised replacements** a crash interrupted are created (before the engine counts
   the pool, or it would launch a second node for the same gap);
-* **timeouts**: a node past its ``fleet/lifecycle.py`` TIMEOUTS entry moves on (REQUESTED
-  or PROVISIONING -> PROVISION_FAILED, BOOTSTRAPPING -> BOOTSTRAP_FAILED, a stuck drain
-  -> DRAINED, INTERRUPTED -> TERMINATING, TERMINATING -> LOST). The pool's own settings
-  stretch the limits the executor itself enforces (bootstrap retries and ready wait,
-  ``drain_timeout`` + ``checkpoint_grace``), so this only catches what got stuck;
+* **timeouts**: a node past its ``model/lifecycle.py`` :func:`state_limit` moves on as its
+  TIMEOUTS entry says (REQUESTED or PROVISIONING -> PROVISION_FAILED, BOOTSTRAPPING ->
+  BOOTSTRAP_FAILED, a stuck drain -> DRAINED, INTERRUPTED -> TERMINATING, TERMINATING ->
+  LOST). The limit includes what the executor itself retries and waits (bootstrap retries
+  and ready wait, ``drain_timeout`` + ``checkpoint_grace``), so this only catches what got
+  stuck;
 * **cloud**: a node whose instance the cloud no longer lists (``lost_after_misses`` runs
   in a row) becomes LOST; its key leaves the pool's map, the next apply drops it from
   the state and the executor moves it to TERMINATED. Never on absence of evidence
@@ -33,21 +34,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from autoscaler.actuators.node_map import INSTANCE_STATES, desired_maps
+from autoscaler.actuators.node_map import desired_maps
 from autoscaler.clouds.base import CloudInstance, CloudMarket
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.changes import Adopt, Move
-from autoscaler.model.lifecycle import TIMEOUTS, NodeState
+from autoscaler.model.lifecycle import (
+    GONE,
+    INSTANCE_PENDING,
+    INSTANCE_STATES,
+    REMOVING,
+    TIMEOUTS,
+    NodeState,
+    state_limit,
+)
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
-from autoscaler.policy.models import Pool, TeamPolicy, find_pool
+from autoscaler.policy.models import TeamPolicy, find_pool
 from autoscaler.service.executor.advance import AdvanceReport, Change, Step
 from autoscaler.service.executor.collaborators import Provisioner
 from autoscaler.service.executor.settings import ExecutorSettings
@@ -57,8 +66,6 @@ from autoscaler.service.lost_guard import busy_reason, frozen_pools, strays_kept
 
 log = logging.getLogger(__name__)
 S = NodeState
-AWAITING = frozenset({S.REQUESTED, S.PROVISIONING})  # instance may exist, id not recorded yet
-LEAVING = frozenset({S.TERMINATING, S.LOST, S.TERMINATED})
 
 
 class Finding(BaseModel):
@@ -145,40 +152,24 @@ class Reconciler:
 
     # -- timeouts -----------------------------------------------------------------------------
     def _timeouts(self, policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
-        now = self.clock()
+        now, limits = self.clock(), self.settings.state_limits
         for node in self.store.nodes(states=list(TIMEOUTS)):
             timeout = TIMEOUTS[node.state]
-            limit = self._limit(node, find_pool(policies, node.team, node.pool), timeout.after)
+            limit = state_limit(node.state, find_pool(policies, node.team, node.pool), limits)
             stuck = now - node.state_since
-            if stuck <= limit:
+            if limit is None or stuck <= limit:
                 continue
             why = (f"{node.state} for {format_duration(stuck)}, over {format_duration(limit)}: "
                    f"{timeout.why}")
             if self._move(node, timeout.then, why, report):
                 self._find(report, "timeout", why, node=node.name, pool=node.pool_key)
 
-    def _limit(self, node: Node, pool: Pool | None, default: timedelta) -> timedelta:
-        s = self.settings
-        if node.state is S.BOOTSTRAPPING and pool is not None:
-            runs = s.bootstrap_retries + 1
-            return pool.bootstrap.timeout * runs + s.bootstrap_retry_backoff * (runs - 1) \
-                + s.ready_wait_timeout
-        if node.state is S.DRAINING:
-            sd = pool.scale_down if pool is not None else None
-            timeout = sd.drain_timeout if sd else s.drain_timeout
-            grace = sd.checkpoint_grace if sd else s.checkpoint_grace
-            return timeout + grace + s.drain_stuck_margin
-        if node.state is S.INTERRUPTED:
-            bound = s.interruption_drain_deadline + s.interruption_checkpoint_grace
-            return max(default, bound)
-        return default
-
     # -- cloud ----------------------------------------------------------------------------------
     def _compare(self, cloud: str, region: str, nodes: list[Node], instances: list[CloudInstance],
                  policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
         live = {i.instance_id: i for i in instances}
         known = {n.instance_id for n in nodes if n.instance_id}
-        awaiting = {n.name for n in nodes if n.state in AWAITING and not n.instance_id}
+        awaiting = {n.name for n in nodes if n.state in INSTANCE_PENDING and not n.instance_id}
         unknown = [i for i in instances if i.instance_id not in known and i.node not in awaiting]
         self._unknown(cloud, region, unknown, policies, report, nodes)
         frozen = frozen_pools(nodes, set(live), self.settings)
@@ -187,7 +178,7 @@ class Reconciler:
             self._find(report, "lost-frozen", why, pool=pool)
             log.warning("reconcile: LOST marking frozen for %s: %s", pool, why)
         for node in nodes:
-            if not node.instance_id or node.state in LEAVING:
+            if not node.instance_id or node.state in GONE:
                 continue
             if node.instance_id in live:
                 self._misses.pop(node.name, None)
@@ -309,8 +300,9 @@ class Reconciler:
     def _compare_state(self, ref: PoolRef, nodes: list[Node], held: set[str], wanted: set[str],
                        report: ReconcileReport) -> None:
         states = {n.name: n.state for n in nodes}
-        extra = sorted(k for k in held - wanted if states.get(k) not in (S.TERMINATING, S.LOST))
-        missing = sorted(k for k in wanted - held if states.get(k) in INSTANCE_STATES - AWAITING)
+        extra = sorted(k for k in held - wanted if states.get(k) not in REMOVING)
+        missing = sorted(k for k in wanted - held
+                         if states.get(k) in INSTANCE_STATES - INSTANCE_PENDING)
         for key in extra:
             self._find(report, "state-only", f"the state of {ref.key} holds {key}, which the store "
                        "does not want: applying the pool again", node=key, pool=ref.key)

@@ -206,7 +206,8 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                        interval_s=config.tick.interval.total_seconds(), executor=executor,
                        reconciler=reconciler, terraform_preview=config.terraform
                        if config.tick.preview == "terraform" else None,
-                       forecasts=build_forecasts(config, store))
+                       forecasts=build_forecasts(config, store),
+                       state_limits=config.executor.state_limits)
     notices = None
     if intake is not None and isinstance(executor, Executor):
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,

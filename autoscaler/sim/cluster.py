@@ -19,14 +19,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from autoscaler.catalog import InstanceType
-from autoscaler.model.lifecycle import IN_FLIGHT, NodeState, check_transition
+from autoscaler.model.lifecycle import IN_FLIGHT, SIM_BILLABLE, NodeState, check_transition
 from autoscaler.policy.models import Market
 from autoscaler.sim.clock import Clock, Kind
 from autoscaler.sim.placement import EPS, best_node, max_share_free, whole_free
 from autoscaler.traces import Job
 
 S = NodeState
-BILLABLE_STATES = frozenset(S) - {S.TERMINATED, S.PROVISION_FAILED, S.LOST}
 
 
 @dataclass(eq=False)
@@ -184,7 +183,7 @@ class Cluster:
         """($, GPU-seconds per market) of nodes still billed at ``now``."""
         usd, gpu_s = 0.0, defaultdict[str, float](float)
         for node in self.nodes.values():
-            if node.state in BILLABLE_STATES and node.reason != "capacity-error":
+            if node.state in SIM_BILLABLE and node.reason != "capacity-error":
                 usd += node.hourly * (now - node.created_at) / 3600
                 gpu_s[node.market.value] += node.gpus * (now - node.created_at)
         return usd, gpu_s

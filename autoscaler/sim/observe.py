@@ -17,7 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from datetime import UTC, datetime, timedelta
 
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import REPORTING, NodeState
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.snapshot import (
     CapacityError,
@@ -36,7 +36,6 @@ from autoscaler.sim.cluster import Cluster, SimJob, SimNode
 # "day N of the trace" (the traces' own dates are anonymised).
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
 S = NodeState
-_OBSERVED = (S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED)
 
 
 def to_datetime(t: float) -> datetime:
@@ -82,7 +81,7 @@ class Observer:
                  now: float) -> Snapshot:
         window = self.pool.scale_up.window.total_seconds()
         idle = self.pool.scale_down.idle_for.total_seconds()
-        obs = {n.name: self._observe(n, now, window, idle) for n in nodes if n.state in _OBSERVED}
+        obs = {n.name: self._observe(n, now, window, idle) for n in nodes if n.state in REPORTING}
         shapes = self._pending_shapes(cluster)
         self._evict(nodes)
         return Snapshot.model_construct(

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from autoscaler.model.lifecycle import NodeState
-from autoscaler.sim.cluster import BILLABLE_STATES
+from autoscaler.model.lifecycle import SIM_BILLABLE, NodeState
 
 if TYPE_CHECKING:
     from autoscaler.sim.replay import Replay
@@ -27,7 +26,7 @@ class Series:
         running = cluster.running_gpus()
         capacity = ready = 0
         for node in cluster.nodes.values():
-            if node.state in BILLABLE_STATES and node.reason != "capacity-error":
+            if node.state in SIM_BILLABLE and node.reason != "capacity-error":
                 capacity += node.gpus
             if node.state is NodeState.READY:
                 ready += node.gpus

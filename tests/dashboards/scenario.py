@@ -9,7 +9,8 @@ leaves loopback and a phase takes seconds.
 
 Phases: scale-up (pending jobs, a spot pool's floor), trouble (thermal throttling, XID 79
 and 48, double-bit ECC: the engine drains and replaces), spot interruptions with no spot
-capacity left (launch backoff, on-demand fallback, replacements that never bootstrap),
+capacity left (launch backoff, on-demand fallback, replacements that never bootstrap and
+that the store refuses to fail),
 blind (Slurm unreadable, failing ticks), stopped (no tick: the loop looks dead).
 """
 
@@ -27,18 +28,18 @@ from autoscaler.actuators.drain import no_drainer
 from autoscaler.catalog import default_catalog
 from autoscaler.clouds.base import Interruption, InterruptionKind
 from autoscaler.dashboards.alerts import Thresholds, rules
-from autoscaler.fleet.store import FleetStore
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.fleet.store import FleetStore, StoreError
+from autoscaler.model.lifecycle import NodeState, state_limit
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import PendingJob, SchedulerNode
-from autoscaler.policy.models import Market
+from autoscaler.policy.models import Market, find_pool
 from autoscaler.sandbox.fakes.dcgm_exporter import THERMAL_THROTTLE, DcgmExporterServer, SyntheticDcgm
 from autoscaler.sandbox.fakes.dcgm_scenarios import Constant
 from autoscaler.sandbox.hosts.procs import free_port, wait_until
 from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
 from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
-from autoscaler.service.executor import Executor, ExecutorSettings
+from autoscaler.service.executor import Executor
 from autoscaler.service.interruptions import InterruptionIntake, PollingSource
 from autoscaler.service.reconciler import Reconciler
 from autoscaler.service.wiring import Overrides, build_service
@@ -134,6 +135,20 @@ class ClockedTerraform(FakeTerraform):
         return result
 
 
+class WedgedStore(FleetStore):
+    """The store, refusing to fail the nodes ``wedged`` names: the reconciler's action on
+    their bootstrap timeout keeps failing, the case NodeStuckInState is for."""
+
+    def __init__(self, url: str, wedged: Callable[[str], bool]):
+        super().__init__(url)
+        self.wedged = wedged
+
+    def transition(self, name: str, to: NodeState, *args: Any, **kw: Any) -> Node:
+        if to is S.BOOTSTRAP_FAILED and self.wedged(name):
+            raise StoreError(f"{name} -> {to}: write refused (scenario)")
+        return super().transition(name, to, *args, **kw)
+
+
 def jobs(count: int) -> list[PendingJob]:
     return [PendingJob(id=f"job-{i}", gpus=1) for i in range(count)]
 
@@ -169,10 +184,14 @@ class Scenario:
                         "scheduler": ["slurm"]},
             "http": {"listen": f"127.0.0.1:{free_port()}", "token_env": TOKEN_ENV,
                      "grafana_url": "http://grafana.example.invalid:3000"},
+            # A short ready wait keeps a stuck bootstrap's limit (retries, backoffs and this
+            # wait) within the scenario's minutes; long enough for a node's first scrape.
+            "executor": {"bootstrap_retry_backoff": "1s", "ready_wait_timeout": "30s"},
         })
-        catalog, store = default_catalog(), FleetStore(config.store.resolved_url())
+        catalog = default_catalog()
+        store = WedgedStore(config.store.resolved_url(), lambda name: name in self.unreachable)
         self.store = store
-        settings = ExecutorSettings.model_validate({"bootstrap_retry_backoff": "1s"})
+        settings = config.executor
         executor = Executor(store, lambda: self.policies(), self.tf, FakeAnsible(),
                             {"slurm": self.drainer, "none": no_drainer()}, self.address_of,
                             settings, catalog, _utc_now)
@@ -308,16 +327,21 @@ class Scenario:
         self.phase("interruptions")  # drained at once; no spot capacity for the replacements
         self.tick()
         # Replacements launch on-demand (no spot capacity) and never answer: stuck in
-        # BOOTSTRAPPING until the reconciler's timeout.
+        # BOOTSTRAPPING, as the store refuses the reconciler's BOOTSTRAP_FAILED at its limit.
         self.until("three interruptions", lambda: sum(
             1 for t in self.store.transitions() if t.to_state == S.INTERRUPTED.value) >= 3)
+        pool = find_pool(self.policies(), "search", "infer")
+        limit = state_limit(S.BOOTSTRAPPING, pool, self.service.loop.state_limits)
+        assert limit is not None
+        past = limit * FAST.stuck_ratio + timedelta(seconds=4)
 
         def stuck() -> bool:
             now = datetime.now(UTC)
-            return any(now - n.state_since > timedelta(seconds=16)
+            return any(now - n.state_since > past and n.name in self.unreachable
                        for n in self.nodes("search", (S.BOOTSTRAPPING,)))
 
-        self.until("a replacement stuck in BOOTSTRAPPING past 4 x its timeout", stuck)
+        self.until(f"a replacement stuck in BOOTSTRAPPING past {FAST.stuck_ratio} x its limit",
+                   stuck)
         self.tick(5)
 
 

@@ -13,12 +13,14 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.progress import InterruptionRecord, ProgressUpdate
 from autoscaler.model.snapshot import CapacityError, PoolObservation, Snapshot
 from autoscaler.policy.models import Market
+from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.metrics_fleet import FleetObserver
 from tests.builders import NOW, make_policy, pending
 from tests.fleet.writes import create_node, transition
 
 S = NodeState
+LIMITS = ExecutorSettings().state_limits  # 2 bootstrap retries 30s apart, 10m ready wait
 
 
 @pytest.fixture
@@ -88,12 +90,12 @@ def test_gauges_per_node_team_and_pool_follow_the_fleet(store):
     snap = Snapshot(taken_at=now, pools={"vision/gpu": PoolObservation(pending=pending(1, 2))},
                     capacity_errors=[err])
     prices = Prices(default_catalog(), snap, now)
-    observer.gauges(metrics, store.nodes(), policies, prices, snap, now)
+    observer.gauges(metrics, store.nodes(), policies, LIMITS, prices, snap, now)
     assert value(metrics, "gpu_autoscaler_node_info", node=a, team="vision", pool="vision/gpu",
                  instance_type="p3.2xlarge", market="spot") == 1
-    # bootstrap.timeout 10m overrides the table's 30m: 15 minutes in is 1.5 times over.
+    # 15 minutes of the pool's 3 x 10m bootstrap runs, 2 x 30s backoffs and 10m ready wait.
     assert value(metrics, "gpu_autoscaler_node_state_timeout_ratio", node=a, pool="vision/gpu",
-                 state="BOOTSTRAPPING") == 1.5
+                 state="BOOTSTRAPPING") == round(15 / 41, 4)
     assert value(metrics, "gpu_autoscaler_team_gpus", team="vision") == 1
     assert value(metrics, "gpu_autoscaler_team_quota_gpus", team="vision") == 1
     assert value(metrics, "gpu_autoscaler_team_quota_hourly_usd", team="vision") == 50
@@ -101,10 +103,45 @@ def test_gauges_per_node_team_and_pool_follow_the_fleet(store):
                  priority="high") == 3
     assert value(metrics, "gpu_autoscaler_pool_backoff", pool="vision/gpu") == 1
     on_demand = {"vision": make_policy(capacity={"spot_percent": 0})}  # a spot error: no matter
-    observer.gauges(metrics, store.nodes(), on_demand, prices, snap, now)
+    observer.gauges(metrics, store.nodes(), on_demand, LIMITS, prices, snap, now)
     assert value(metrics, "gpu_autoscaler_pool_backoff", pool="vision/gpu") == 0
     walk(store, a, (900, S.TERMINATING, {}), (901, S.TERMINATED, {}))
-    observer.gauges(metrics, store.nodes(), policies, prices, Snapshot(taken_at=now), now)
+    observer.gauges(metrics, store.nodes(), policies, LIMITS, prices, Snapshot(taken_at=now), now)
     assert value(metrics, "gpu_autoscaler_node_info", node=a, team="vision", pool="vision/gpu",
                  instance_type="p3.2xlarge", market="spot") is None
     assert value(metrics, "gpu_autoscaler_team_gpus", team="vision") == 0
+
+
+def ratio(metrics, node, state):
+    return value(metrics, "gpu_autoscaler_node_state_timeout_ratio", node=node, pool="vision/gpu",
+                 state=state)
+
+
+@pytest.mark.parametrize(("minutes", "stuck"), [(35, False), (41, False), (62, True)])
+def test_a_bootstrapping_node_is_stuck_only_past_the_limit_the_reconciler_acts_on(store, minutes,
+                                                                                    stuck):
+    """The ratio used to divide by one run's bootstrap.timeout: 35 minutes in read 3.5 times
+    over while the executor still had runs, backoffs and the ready wait to go."""
+    metrics, observer = ServiceMetrics(), FleetObserver(store)
+    policies = {"vision": make_policy(bootstrap={"timeout": "10m"})}
+    a = new_node(store)
+    walk(store, a, (0, S.PROVISIONING, {}), (0, S.BOOTSTRAPPING, {}))
+    now = NOW + timedelta(minutes=minutes)
+    snap = Snapshot(taken_at=now)
+    observer.gauges(metrics, store.nodes(), policies, LIMITS, Prices(default_catalog(), snap, now),
+                    snap, now)
+    assert ratio(metrics, a, "BOOTSTRAPPING") == round(minutes / 41, 4)  # 3 x 10m + 2 x 30s + 10m
+    assert (ratio(metrics, a, "BOOTSTRAPPING") > 1.5) is stuck  # the alert's threshold
+
+
+def test_a_draining_node_gets_its_checkpoint_grace_and_margin(store):
+    metrics, observer = ServiceMetrics(), FleetObserver(store)
+    policies = {"vision": make_policy(scale_down={"drain_timeout": "20m", "checkpoint_grace": "5m"})}
+    a = new_node(store)
+    walk(store, a, (0, S.PROVISIONING, {}), (0, S.BOOTSTRAPPING, {}), (0, S.READY, {}),
+         (0, S.DRAINING, {"drain_trigger": "idle"}))
+    now = NOW + timedelta(minutes=24)
+    snap = Snapshot(taken_at=now)
+    observer.gauges(metrics, store.nodes(), policies, LIMITS, Prices(default_catalog(), snap, now),
+                    snap, now)
+    assert ratio(metrics, a, "DRAINING") == 0.8  # 24m of 20m + 5m grace + 5m margin

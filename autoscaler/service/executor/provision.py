@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from autoscaler.actuators.node_map import INSTANCE_STATES, NodeMap, desired_maps
+from autoscaler.actuators.node_map import NodeMap, desired_maps
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedError
 from autoscaler.model.changes import NodeFields
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import INSTANCE_STATES, REMOVING, WAITING, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.progress import ProgressUpdate
@@ -39,8 +39,6 @@ from autoscaler.service.executor.collaborators import Provisioner
 from autoscaler.service.executor.operations import Runner
 
 S = NodeState
-WAITING = frozenset({S.REQUESTED, S.PROVISIONING, S.TERMINATING, S.LOST})
-GONE = frozenset({S.TERMINATING, S.LOST})
 AddressOf = Callable[[Node], str | None]
 
 
@@ -150,7 +148,7 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
                 _count_failure(step, ref, "; ".join(result.errors) or "apply failed", [node])
             else:
                 provisioner.mark_stale(ref)  # state and applied map disagree: apply again
-        elif node.state in GONE:
+        elif node.state in REMOVING:
             if out is None:
                 gone.append(node)
             else:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaler.model.lifecycle import StateLimits
 from autoscaler.policy.duration import Duration
 
 
@@ -88,3 +89,16 @@ class ExecutorSettings(BaseModel):
     state_check_interval: Duration = Field(
         timedelta(minutes=5), description="How often each pool's Terraform state is compared "
         "with the store (reads the state: ~1 s per pool).")
+
+    @property
+    def state_limits(self) -> StateLimits:
+        """What the lifecycle's ``state_limit`` needs from these settings."""
+        return StateLimits(
+            bootstrap_retries=self.bootstrap_retries,
+            bootstrap_retry_backoff=self.bootstrap_retry_backoff,
+            ready_wait_timeout=self.ready_wait_timeout,
+            drain_timeout=self.drain_timeout,
+            checkpoint_grace=self.checkpoint_grace,
+            drain_stuck_margin=self.drain_stuck_margin,
+            interruption_drain_deadline=self.interruption_drain_deadline,
+            interruption_checkpoint_grace=self.interruption_checkpoint_grace)

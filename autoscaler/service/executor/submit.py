@@ -20,8 +20,6 @@ from collections.abc import Iterator
 from pydantic import TypeAdapter
 
 from autoscaler.fleet.intents import (
-    GONE,
-    TERMINABLE,
     FlagLongJob,
     Intent,
     NewNode,
@@ -33,7 +31,7 @@ from autoscaler.fleet.intents import (
 )
 from autoscaler.fleet.tables import ActionRow
 from autoscaler.model.changes import Create, NodeFields
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import GONE, TERMINABLE, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Launch, Plan, Replace
 from autoscaler.model.progress import LaunchSpec, LongJob, NodeProgress, ProgressUpdate

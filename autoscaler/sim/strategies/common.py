@@ -15,12 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoscaler.engine.mix import MarketMix
-from autoscaler.model.lifecycle import IN_FLIGHT, NodeState
+from autoscaler.model.lifecycle import ACTIVE, NodeState
 from autoscaler.policy.models import Market, Pool
 from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.replay import Replay
-
-ACTIVE = IN_FLIGHT | {NodeState.READY}
 
 
 @dataclass(frozen=True)
