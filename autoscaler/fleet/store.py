@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, select, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autoscaler.fleet import lease
@@ -56,6 +56,15 @@ class UnknownNodeError(StoreError):
 
 class ConcurrentUpdateError(StoreError):
     """Another writer changed the node's state between our read and our write."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database cannot be opened (unreachable, refused, not a database). ``driver_error``
+    is the driver's own exception, whose message says why in its words."""
+
+    def __init__(self, error: SQLAlchemyError):
+        super().__init__(str(error))
+        self.driver_error: BaseException = getattr(error, "orig", None) or error
 
 
 # key -> new JSON value (None removes the key), or a function of the meta as read in the
@@ -114,13 +123,16 @@ class FleetStore:
                  fence: Callable[[], LeaseToken | None] | None = None):
         self.url = url
         self._fence = fence
-        self.engine = make_engine(url)
         try:
-            Base.metadata.create_all(self.engine)
-        except (OperationalError, ProgrammingError, IntegrityError):
-            # Two processes opening a fresh database race on CREATE TABLE; the loser
-            # finds the tables made by the winner on a second look.
-            Base.metadata.create_all(self.engine)
+            self.engine = make_engine(url)
+            try:
+                Base.metadata.create_all(self.engine)
+            except (OperationalError, ProgrammingError, IntegrityError):
+                # Two processes opening a fresh database race on CREATE TABLE; the loser
+                # finds the tables made by the winner on a second look.
+                Base.metadata.create_all(self.engine)
+        except SQLAlchemyError as exc:
+            raise StoreUnavailableError(exc) from exc
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -403,4 +415,4 @@ class FleetStore:
 
 
 __all__ = ["ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken", "StoreError",
-           "UnknownNodeError"]
+           "StoreUnavailableError", "UnknownNodeError"]
