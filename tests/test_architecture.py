@@ -1,11 +1,12 @@
 """Every import in autoscaler/ against the layers in autoscaler/layers.toml (DESIGN.md
-"Layout"): downwards only, the never-rules, no cycles between packages."""
+"Layout"): downwards only, the never-rules, the only-rules (modules, ours or a library's,
+that only some packages may import), no cycles between packages."""
 
 from __future__ import annotations
 
 import ast
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -15,21 +16,41 @@ PACKAGE = REPO / "autoscaler"
 RULES = tomllib.loads((PACKAGE / "layers.toml").read_text())
 
 
+def module_of(path: Path) -> list[str]:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+MODULES = {".".join(module_of(p)): p for p in PACKAGE.rglob("*.py")}
+
+
 @dataclass(frozen=True)
 class Edge:
     file: str  # relative to the repository
     line: int
     importer: str  # package
     module: str  # the imported module, absolute
-    imported: str  # its package
+    imported: str | None  # its package; None outside autoscaler (a library, the stdlib)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.importer} imports {self.module}"
 
 
-def module_of(path: Path) -> list[str]:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
-    return parts[:-1] if parts[-1] == "__init__" else parts
+def _from_names(node: ast.ImportFrom, path: Path) -> Iterator[str]:
+    if node.level:
+        base = module_of(path)
+        base = base[: len(base) - node.level + (path.name == "__init__.py")]
+        parent = ".".join([*base, *([node.module] if node.module else [])])
+    elif node.module:
+        parent = node.module
+    else:
+        return
+    # `from autoscaler.fleet import tables` imports the module autoscaler.fleet.tables; a
+    # name that is not a module of ours is an attribute of `parent`.
+    found = {f"{parent}.{a.name}" for a in node.names if f"{parent}.{a.name}" in MODULES}
+    yield from sorted(found)
+    if len(found) < len(node.names):
+        yield parent
 
 
 def imported_modules(tree: ast.AST, path: Path) -> Iterator[tuple[int, str]]:
@@ -40,27 +61,24 @@ def imported_modules(tree: ast.AST, path: Path) -> Iterator[tuple[int, str]]:
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module_of(path)
-                base = base[: len(base) - node.level + (path.name == "__init__.py")]
-                yield node.lineno, ".".join([*base, *([node.module] if node.module else [])])
-            elif node.module:
-                yield node.lineno, node.module
+            for name in _from_names(node, path):
+                yield node.lineno, name
+
+
+def edges_of(tree: ast.AST, path: Path) -> list[Edge]:
+    mod = module_of(path)
+    out = []
+    for line, name in imported_modules(tree, path):
+        parts = name.split(".")
+        imported = parts[1] if parts[0] == "autoscaler" and len(parts) >= 2 else None
+        out.append(Edge(str(path.relative_to(REPO)), line, mod[1], name, imported))
+    return out
 
 
 @cache
 def edges() -> list[Edge]:
-    out = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        mod = module_of(path)
-        if len(mod) < 2:
-            continue  # autoscaler/__init__.py
-        for line, name in imported_modules(ast.parse(path.read_text()), path):
-            parts = name.split(".")
-            if parts[0] != "autoscaler" or len(parts) < 2 or parts[1] == mod[1]:
-                continue
-            out.append(Edge(str(path.relative_to(REPO)), line, mod[1], name, parts[1]))
-    return out
+    return [e for path in sorted(PACKAGE.rglob("*.py")) if len(module_of(path)) >= 2  # not autoscaler/__init__.py
+            for e in edges_of(ast.parse(path.read_text()), path)]
 
 
 RANK = {pkg: i for i, layer in enumerate(RULES["layers"]) for pkg in layer}
@@ -68,12 +86,21 @@ SIDEWAYS = {tuple(pair) for pair in RULES["sideways"]}
 EXCEPTIONS = RULES.get("exception", [])
 
 
+def within(module: str, prefix: str) -> bool:
+    return (module + ".").startswith(prefix + ".")
+
+
 def excepted(edge: Edge) -> bool:
-    return any(e["file"] == edge.file and (edge.module + ".").startswith(e["imports"] + ".")
-               for e in EXCEPTIONS)
+    return any(e["file"] == edge.file and within(edge.module, e["imports"]) for e in EXCEPTIONS)
 
 
 def why_not(edge: Edge) -> str | None:
+    for rule in RULES.get("only", []):
+        for module in rule["modules"]:
+            if within(edge.module, module) and edge.importer not in rule["importers"]:
+                return f"only {', '.join(rule['importers'])} may import {module}: {rule['why']}"
+    if edge.imported is None or edge.imported == edge.importer:
+        return None
     for rule in RULES["never"]:
         if edge.importer in rule["importers"] and edge.imported in rule["imported"]:
             return f"never: {rule['why']}"
@@ -86,13 +113,27 @@ def why_not(edge: Edge) -> str | None:
     return "imports upward" if RANK[edge.imported] < RANK[edge.importer] else "sideways, not listed"
 
 
+def violations(found: Iterable[Edge]) -> list[str]:
+    return [f"{e}  ({why})" for e in found if not excepted(e) and (why := why_not(e)) is not None]
+
+
 def test_every_package_has_a_layer():
     packages = {module_of(p)[1] for p in PACKAGE.rglob("*.py") if len(module_of(p)) >= 2}
     assert packages - RANK.keys() == set()
 
 
+def test_the_rules_name_only_packages_that_have_a_layer():
+    named = {p for pair in RULES["sideways"] for p in pair}
+    for rule in RULES["never"]:
+        named |= {*rule["importers"], *rule["imported"]}
+    for rule in RULES.get("only", []):
+        named |= set(rule["importers"])
+        assert rule["why"].strip() and rule["modules"], rule
+    assert named - RANK.keys() == set()
+
+
 def test_every_import_follows_the_layers():
-    bad = [f"{e}  ({why})" for e in edges() if not excepted(e) and (why := why_not(e)) is not None]
+    bad = violations(edges())
     assert not bad, "imports against autoscaler/layers.toml:\n" + "\n".join(bad)
 
 
@@ -107,7 +148,8 @@ def test_every_exception_is_still_needed_and_says_why():
 def test_no_cycles_between_packages():
     graph: dict[str, set[str]] = {}
     for e in edges():
-        graph.setdefault(e.importer, set()).add(e.imported)
+        if e.imported is not None and e.imported != e.importer:
+            graph.setdefault(e.importer, set()).add(e.imported)
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
     def visit(pkg: str, path: list[str]) -> list[str] | None:
@@ -126,13 +168,32 @@ def test_no_cycles_between_packages():
             assert cycle is None, " -> ".join(cycle)
 
 
+# -- the checker itself ------------------------------------------------------------------------
 def test_the_checker_sees_function_level_and_type_checking_imports():
     source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autoscaler.sim import run\n"
               "def f():\n    import autoscaler.sandbox.hosts.procs\n    from . import sibling\n")
     path = PACKAGE / "engine" / "example.py"
     found = sorted(imported_modules(ast.parse(source), path))
-    assert found == [(1, "typing"), (3, "autoscaler.sim"), (5, "autoscaler.sandbox.hosts.procs"),
+    assert found == [(1, "typing"), (3, "autoscaler.sim.run"), (5, "autoscaler.sandbox.hosts.procs"),
                      (6, "autoscaler.engine")]
     edge = Edge("autoscaler/engine/example.py", 3, "engine", "autoscaler.sim", "sim")
     reason = why_not(edge)
     assert reason is not None and reason.startswith("never")
+
+
+def test_the_checker_reports_sqlalchemy_and_the_tables_outside_fleet_with_file_and_line():
+    source = ("import sqlalchemy.orm\nfrom sqlalchemy import select\n"
+              "from autoscaler.fleet import queries, tables\nfrom autoscaler.fleet.tables import NodeRow\n")
+    tree = ast.parse(source)
+    bad = violations(edges_of(tree, PACKAGE / "service" / "example.py"))
+    assert [line.split("  (")[0] for line in bad] == [
+        "autoscaler/service/example.py:1: service imports sqlalchemy.orm",
+        "autoscaler/service/example.py:2: service imports sqlalchemy",
+        "autoscaler/service/example.py:3: service imports autoscaler.fleet.tables",
+        "autoscaler/service/example.py:4: service imports autoscaler.fleet.tables"]
+    assert all("only fleet may import" in line for line in bad)
+    assert violations(edges_of(tree, PACKAGE / "fleet" / "example.py")) == []
+    # The listed exception covers its file only.
+    submit = PACKAGE / "service" / "executor" / "submit.py"
+    assert violations(edges_of(tree, submit)) == [line.replace("example.py", "executor/submit.py")
+                                                  for line in bad[:2]]
