@@ -68,7 +68,9 @@ class NodeProgress(BaseModel):
     cluster: str | None = None  # scheduler kind when the node was launched
     action: int | None = None  # the plan action and launch slot that created it
     index: int | None = None
-    policy: str | None = None  # its pool's policy fingerprint then (service/backoff.py)
+    # its pool's policy fingerprint then (service/backoff.py); fleet/queries.py reads the
+    # key by this name, so the backoff needs no import of the executor
+    policy: str | None = None
     replaces: str | None = None  # the node it stands in for
     trigger: str | None = None  # its launch's trigger (the engine sees it as Node.launched_for)
     fallback_from_spot: bool = False  # on-demand as a spot fallback (Node.fallback_from_spot)
