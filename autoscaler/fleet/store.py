@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import create_engine, event, select, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autoscaler.fleet import lease
@@ -52,6 +53,31 @@ class UnknownNodeError(StoreError):
 
 class ConcurrentUpdateError(StoreError):
     """Another writer changed the node's state between our read and our write."""
+
+
+@dataclass(frozen=True)
+class RecordedAction:
+    """One action of a recorded plan and how far the executor got with it."""
+
+    id: int
+    plan_id: int
+    kind: str
+    pool: str
+    node: str | None
+    reason: str
+    body: dict[str, Any]  # the action as recorded (model.plan.Action's JSON)
+    status: str  # planned, submitting, submitted, failed, skipped
+    detail: str
+    updated_at: datetime
+
+
+class StoreUnavailableError(StoreError):
+    """The database cannot be opened (unreachable, refused, not a database). ``driver_error``
+    is the driver's own exception, whose message says why in its words."""
+
+    def __init__(self, error: SQLAlchemyError):
+        super().__init__(str(error))
+        self.driver_error: BaseException = getattr(error, "orig", None) or error
 
 
 # Keys of the JSON column that are the Node's own facts, not its progress (replaces,
@@ -109,13 +135,16 @@ class FleetStore:
                  fence: Callable[[], LeaseToken | None] | None = None):
         self.url = url
         self._fence = fence
-        self.engine = make_engine(url)
         try:
-            Base.metadata.create_all(self.engine)
-        except (OperationalError, ProgrammingError, IntegrityError):
-            # Two processes opening a fresh database race on CREATE TABLE; the loser
-            # finds the tables made by the winner on a second look.
-            Base.metadata.create_all(self.engine)
+            self.engine = make_engine(url)
+            try:
+                Base.metadata.create_all(self.engine)
+            except (OperationalError, ProgrammingError, IntegrityError):
+                # Two processes opening a fresh database race on CREATE TABLE; the loser
+                # finds the tables made by the winner on a second look.
+                Base.metadata.create_all(self.engine)
+        except SQLAlchemyError as exc:
+            raise StoreUnavailableError(exc) from exc
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -326,14 +355,16 @@ class FleetStore:
                 return None
             return row.id, Plan.model_validate(row.body)
 
-    def actions(self, plan_id: int | None = None, status: str | None = None) -> list[ActionRow]:
+    def actions(self, plan_id: int | None = None, status: str | None = None) -> list[RecordedAction]:
         with self.session() as s:
             q = select(ActionRow).order_by(ActionRow.id)
             if plan_id is not None:
                 q = q.where(ActionRow.plan_id == plan_id)
             if status is not None:
                 q = q.where(ActionRow.status == status)
-            return list(s.scalars(q))
+            return [RecordedAction(r.id, r.plan_id, r.kind, r.pool, r.node, r.reason,
+                                   dict(r.body), r.status, r.detail, r.updated_at)
+                    for r in s.scalars(q)]
 
     def set_action_status(self, action_id: int, status: str, now: datetime, detail: str = "") -> None:
         with self._write() as s:
@@ -374,5 +405,5 @@ def _updated(progress: NodeProgress, change: ProgressChange) -> NodeProgress:
     return update.applied_to(progress)
 
 
-__all__ = ["ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken", "StoreError",
-           "UnknownNodeError"]
+__all__ = ["ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken", "RecordedAction", "StoreError",
+           "StoreUnavailableError", "UnknownNodeError"]

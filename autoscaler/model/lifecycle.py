@@ -68,6 +68,8 @@ ACTIVE = IN_FLIGHT | SERVING
 LEAVING = frozenset({S.DRAINING, S.DRAINED, S.TERMINATING, S.INTERRUPTED, S.LOST})
 # The launch or the bootstrap failed; the engine terminates the node.
 FAILED = frozenset({S.PROVISION_FAILED, S.BOOTSTRAP_FAILED})
+# How a launch ended, for the launch back-off: it served, or it failed.
+LAUNCH_OUTCOMES = frozenset({S.READY}) | FAILED
 # Will not serve again: failed, interrupted, lost or terminated. A capacity request counts
 # its node in one of these as failed (DRAINING and TERMINATING are its own rollback).
 FAILED_OR_ENDED = FAILED | TERMINAL | {S.LOST, S.INTERRUPTED}

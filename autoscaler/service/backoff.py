@@ -25,18 +25,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
-
+from autoscaler.fleet.queries import LaunchOutcome, launch_outcomes
 from autoscaler.fleet.store import FleetStore
-from autoscaler.fleet.tables import NodeRow, TransitionRow
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import CapacityError, Snapshot
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool
 
 FIRST = timedelta(minutes=5)
 CAP = timedelta(minutes=30)
-FAILED = {NodeState.PROVISION_FAILED.value: "provision", NodeState.BOOTSTRAP_FAILED.value: "bootstrap"}
+FAILED = {NodeState.PROVISION_FAILED: "provision", NodeState.BOOTSTRAP_FAILED: "bootstrap"}
 LOOKBACK = timedelta(hours=6)  # older failures no longer hold anything (CAP << LOOKBACK)
 CODE = "launch-backoff"
 _TASK = re.compile(r"at task '([^']{1,120})'")
@@ -95,36 +92,28 @@ class Backoff:
 
 def launch_backoffs(store: FleetStore, policies: Mapping[str, TeamPolicy], now: datetime) -> list[Backoff]:
     """The backoffs in force at ``now`` (none once their next try has come)."""
-    states = [NodeState.READY.value, *FAILED]
-    with store.session() as s:
-        rows = s.execute(
-            select(TransitionRow.to_state, TransitionRow.at, TransitionRow.reason, NodeRow)
-            .join(NodeRow, NodeRow.name == TransitionRow.node)
-            .where(TransitionRow.to_state.in_(states), TransitionRow.at >= now - LOOKBACK)
-            .order_by(TransitionRow.at, TransitionRow.id)).all()
-        events = [(to, at, reason, _key(node), NodeProgress.model_validate(node.meta or {}).policy,
-                   node.team, node.pool) for to, at, reason, node in rows]
-    running: dict[tuple[str, str, str, str, str | None, str], Backoff] = {}
-    for to, at, reason, key, launched_under, team, pool_name in events:
-        pool = find_pool(policies, team, pool_name)
-        if pool is None or launched_under != fingerprint(pool):
+    running: dict[tuple[str, str, str, str, str | None, Market], Backoff] = {}
+    for event in launch_outcomes(store, since=now - LOOKBACK):
+        pool = find_pool(policies, event.team, event.pool)
+        if pool is None or event.policy != fingerprint(pool):
             continue  # no policy, or launched under another one: the policy was changed
-        if to == NodeState.READY.value:
+        key = _key(event)
+        if event.state is NodeState.READY:
             running.pop(key, None)
             continue
-        cause = cause_of(FAILED[to], reason or "")
+        cause = cause_of(FAILED[event.state], event.reason)
         seen = running.get(key)
         count = seen.count + 1 if seen is not None and seen.cause == cause else 1
         running[key] = Backoff(pool=key[0], cloud=key[1], region=key[2], instance_type=key[3],
-                               zone=key[4], market=Market(key[5]), cause=cause, count=count,
-                               last_at=at, next_try=at + delay(count))
+                               zone=key[4], market=key[5], cause=cause, count=count,
+                               last_at=event.at, next_try=event.at + delay(count))
     return sorted((b for b in running.values() if b.next_try > now),
                   key=lambda b: (b.pool, b.instance_type, b.zone or "", b.market.value))
 
 
-def _key(node: NodeRow) -> tuple[str, str, str, str, str | None, str]:
-    return (f"{node.team}/{node.pool}", node.cloud, node.region, node.instance_type, node.zone,
-            node.market)
+def _key(event: LaunchOutcome) -> tuple[str, str, str, str, str | None, Market]:
+    return (f"{event.team}/{event.pool}", event.cloud, event.region, event.instance_type,
+            event.zone, event.market)
 
 
 def with_backoffs(snapshot: Snapshot, backoffs: list[Backoff]) -> Snapshot:

@@ -9,18 +9,16 @@ file. The loader rejects anything that looks like an inline secret.
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.fleet import store_url
 from autoscaler.fleet.store import DEFAULT_URL
 from autoscaler.policy.duration import Duration
 from autoscaler.policy.models import Name
@@ -28,9 +26,6 @@ from autoscaler.secrets import SecretError, read_secret
 from autoscaler.service.api import MIN_TOKEN_LENGTH, is_loopback
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.signals.config import SignalsConfig
-
-# libpq connection parameters that carry a secret (password, sslpassword); sslkey is a path
-_SECRET_QUERY = re.compile(r"(pass|secret|token)", re.IGNORECASE)
 
 
 class _Model(BaseModel):
@@ -62,13 +57,13 @@ class StoreSettings(_Model):
     @classmethod
     def _no_password(cls, value: str) -> str:
         try:
-            url = make_url(value)
-        except ArgumentError as exc:
+            url = store_url.parse_url(value)
+        except store_url.StoreUrlError as exc:
             raise ValueError(f"not a database URL: {exc}") from None
-        if url.password or any(_SECRET_QUERY.search(k) for k in url.query):
+        if url.holds_secret:
             raise ValueError("the store URL holds a password: remove it and name an environment "
                              "variable in store.password_env (or use PGPASSWORD / ~/.pgpass)")
-        if url.get_backend_name() not in ("sqlite", "postgresql"):
+        if url.backend not in ("sqlite", "postgresql"):
             raise ValueError("store.url must be sqlite:/// or postgresql+psycopg://")
         return value
 
@@ -77,15 +72,11 @@ class StoreSettings(_Model):
         password = read_secret(self.password_env, None, "store password")
         if password is None:
             return self.url
-        return make_url(self.url).set(password=password).render_as_string(hide_password=False)
+        return store_url.with_password(self.url, password)
 
     def display_url(self) -> str:
         """The URL for people: no password, secret-looking query values masked."""
-        url = make_url(self.url)
-        if any(_SECRET_QUERY.search(k) for k in url.query):
-            url = url.set(query={k: "redacted" if _SECRET_QUERY.search(k) else v
-                                 for k, v in url.query.items()})
-        return url.render_as_string(hide_password=True)
+        return store_url.display_url(self.url)
 
 
 class AwsCloudConfig(_Model):
@@ -251,7 +242,7 @@ class ServiceConfig(_Model):
         # state lock live where both see them; anything local gives each its own.
         if not self.leader.enabled:
             return self
-        if make_url(self.store.url).get_backend_name() != "postgresql":
+        if store_url.parse_url(self.store.url).backend != "postgresql":
             raise ValueError("leader.enabled needs a PostgreSQL store shared by the instances "
                              "(store.url: postgresql+psycopg://...): SQLite is one host's file, "
                              "and its lease could not fence the other instance")

@@ -34,11 +34,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
-
 from autoscaler.fleet.demand_history import RETENTION, DemandBin, DemandHistory, bin_start
+from autoscaler.fleet.queries import recent_boots
 from autoscaler.fleet.store import FleetStore
-from autoscaler.fleet.tables import NodeRow
 from autoscaler.forecast.history import History, sample_of, to_series
 from autoscaler.forecast.predictive import Forecaster
 from autoscaler.model.node import FleetView
@@ -247,13 +245,7 @@ class PoolForecasts:
 
 def measured_boots(store: FleetStore, key: str, limit: int = BOOT_SAMPLES) -> list[float]:
     """Seconds from launch request to READY of the pool's newest nodes that got there."""
-    team, _, name = key.partition("/")
-    with store.session() as s:
-        rows = s.execute(select(NodeRow.created_at, NodeRow.ready_at).where(
-            NodeRow.team == team, NodeRow.pool == name, NodeRow.ready_at.is_not(None))
-            .order_by(NodeRow.created_at.desc()).limit(limit)).all()
-    return [max(0.0, (ready - created).total_seconds()) for created, ready in rows
-            if ready is not None and created is not None]
+    return [max(0.0, boot.seconds) for boot in recent_boots(store, key, limit)]
 
 
 def _with(view: PoolForecast, **changes: Any) -> PoolForecast:

@@ -35,14 +35,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol, TypeVar
 
-from sqlalchemy import select
-
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
 from autoscaler.engine import EngineSettings, Plan, decide
 from autoscaler.engine.pricing import Prices
+from autoscaler.fleet.queries import next_seq_by_pool
 from autoscaler.fleet.store import FleetStore
-from autoscaler.fleet.tables import PoolHistoryRow
 from autoscaler.model.clock import utc_now
 from autoscaler.model.lifecycle import BILLABLE, StateLimits
 from autoscaler.model.node import FleetView, Node
@@ -332,7 +330,7 @@ class ServiceLoop:
                  snapshot: Snapshot, now: datetime) -> None:
         try:
             deltas = preview(plan, fleet, policies, self.catalog, snapshot, now,
-                             self.terraform_preview, next_seq=self._next_seq())
+                             self.terraform_preview, next_seq=next_seq_by_pool(self.store))
         except Exception as exc:  # a preview is for people; it never stops the tick
             log.exception("preview failed")
             self.count_step_errors({"preview": 1}, [f"preview: {type(exc).__name__}: {exc}"])
@@ -344,10 +342,6 @@ class ServiceLoop:
         # Forecast lines repeat every tick: in the preview, not in the activity log.
         self._set_state(previews=lines + tuple(views[k].line() for k in sorted(views)))
         self._note(lines)
-
-    def _next_seq(self) -> dict[str, int]:
-        with self.store.session() as s:
-            return {r.pool: r.next_seq for r in s.scalars(select(PoolHistoryRow))}
 
     def _note(self, lines: Iterable[str]) -> None:
         stamp = f"{self.clock():%H:%M:%S}"

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
 
 from prometheus_client import Gauge
-from sqlalchemy import func, select
 
 from autoscaler.engine.pricing import Prices
+from autoscaler.fleet.queries import Transition, last_entered, last_transition_id, transitions_after
 from autoscaler.fleet.store import FleetStore
-from autoscaler.fleet.tables import NodeRow, TransitionRow
 from autoscaler.model.lifecycle import BILLABLE, NodeState, StateLimits, state_limit
 from autoscaler.model.node import Node
-from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool, pool_key
 from autoscaler.service.metrics import ServiceMetrics
@@ -45,8 +42,7 @@ def markets_of(pool: Pool) -> list[Market]:
 class FleetObserver:
     def __init__(self, store: FleetStore):
         self.store = store
-        with store.session() as s:
-            self.last_id = int(s.scalar(select(func.max(TransitionRow.id))) or 0)
+        self.last_id = last_transition_id(store)
         self._labels: dict[str, set[Labels]] = {}
 
     def refresh(self, metrics: ServiceMetrics, nodes: Iterable[Node],
@@ -119,31 +115,29 @@ class FleetObserver:
     def durations(self, metrics: ServiceMetrics, observe: bool = True) -> None:
         """Observe the lifecycle steps that ended since the last call (each row once); a
         follower only moves past them (the leader observed them)."""
-        with self.store.session() as s:
-            rows = list(s.scalars(select(TransitionRow).where(TransitionRow.id > self.last_id)
-                                  .order_by(TransitionRow.id)))
-            for row in rows if observe else []:
-                node = s.get(NodeRow, row.node)
-                if node is not None:
-                    self._observe(metrics, s, row, node)
-        if rows:
-            self.last_id = rows[-1].id
+        steps = transitions_after(self.store, self.last_id)
+        read: dict[str, Node | None] = {}  # one read per node
+        for step in steps if observe else []:
+            if step.node not in read:
+                read[step.node] = self.store.get(step.node)
+            if (found := read[step.node]) is not None:
+                self._observe(metrics, step, found)
+        if steps:
+            self.last_id = steps[-1].id
 
-    def _observe(self, metrics: ServiceMetrics, s: Any, row: TransitionRow, node: NodeRow) -> None:
-        pool = pool_key(node.team, node.pool)
-        if row.to_state == S.READY.value and row.from_state == S.BOOTSTRAPPING.value:
-            seconds = (row.at - node.created_at).total_seconds()
+    def _observe(self, metrics: ServiceMetrics, step: Transition, node: Node) -> None:
+        pool = node.pool_key
+        if step.to_state is S.READY and step.from_state is S.BOOTSTRAPPING:
+            seconds = (step.at - node.created_at).total_seconds()
             metrics.boot_to_ready.labels(node.instance_type).observe(max(0.0, seconds))
-        elif row.to_state == S.DRAINED.value and row.from_state == S.DRAINING.value:
-            began = s.scalar(select(func.max(TransitionRow.at)).where(
-                TransitionRow.node == row.node, TransitionRow.to_state == S.DRAINING.value,
-                TransitionRow.id < row.id))
+        elif step.to_state is S.DRAINED and step.from_state is S.DRAINING:
+            began = last_entered(self.store, step.node, S.DRAINING, before_id=step.id)
             if began is not None:
                 metrics.drain_duration.labels(pool, node.drain_trigger or "").observe(
-                    max(0.0, (row.at - began).total_seconds()))
-        elif row.to_state == S.INTERRUPTED.value:
+                    max(0.0, (step.at - began).total_seconds()))
+        elif step.to_state is S.INTERRUPTED:
             metrics.interruptions.labels(pool).inc()
-            notice = NodeProgress.model_validate(node.meta or {}).interruption
+            notice = node.progress.interruption
             if notice is not None:
                 metrics.notice_to_drain.labels(pool).observe(
-                    max(0.0, (row.at - notice.at).total_seconds()))
+                    max(0.0, (step.at - notice.at).total_seconds()))

@@ -13,15 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
-
 from autoscaler.catalog import Catalog
+from autoscaler.fleet import queries
 from autoscaler.fleet.operations import OperationLog
 from autoscaler.fleet.store import FleetStore
-from autoscaler.fleet.tables import PlanRow, TransitionRow
 from autoscaler.model.lifecycle import BILLABLE
 from autoscaler.model.node import Node
-from autoscaler.model.plan import Action, Plan, target_of
+from autoscaler.model.plan import Action, target_of
 from autoscaler.model.prices import PriceBook
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.errors import PolicyError
@@ -80,25 +78,22 @@ def node_json(node: Node, hourly: float) -> dict[str, Any]:
 
 def plan_json(store: FleetStore) -> dict[str, Any] | None:
     """The newest plan with its reasons, and what the executor did with each action."""
-    with store.session() as s:
-        row = s.scalars(select(PlanRow).order_by(PlanRow.id.desc()).limit(1)).first()
-        if row is None:
-            return None
-        plan_id, dry_run, body = row.id, row.dry_run, row.body
-    plan = Plan.model_validate(body)
+    recorded = queries.latest_plan(store)
+    if recorded is None:
+        return None
+    plan = recorded.plan
     statuses = [{"kind": a.kind, "pool": a.pool, "node": a.node, "status": a.status,
-                 "detail": a.detail} for a in store.actions(plan_id=plan_id)]
-    return {"id": plan_id, "decided_at": _iso(plan.decided_at), "dry_run": dry_run,
+                 "detail": a.detail} for a in store.actions(plan_id=recorded.id)]
+    return {"id": recorded.id, "decided_at": _iso(plan.decided_at), "dry_run": recorded.dry_run,
             "changes": len(plan.changes()), "plan": plan.model_dump(mode="json"),
             "unserved": [f"{j.id}: {j.reason}" for j in plan.unserved],
             "action_status": statuses}
 
 
 def recent_transitions(store: FleetStore, limit: int = RECENT_TRANSITIONS) -> list[dict[str, Any]]:
-    with store.session() as s:
-        rows = list(s.scalars(select(TransitionRow).order_by(TransitionRow.id.desc()).limit(limit)))
-    return [{"node": r.node, "from": r.from_state, "to": r.to_state, "at": _iso(r.at),
-             "reason": r.reason} for r in reversed(rows)]
+    return [{"node": t.node, "from": t.from_state.value if t.from_state is not None else None,
+             "to": t.to_state.value, "at": _iso(t.at), "reason": t.reason}
+            for t in queries.recent_transitions(store, limit)]
 
 
 def recent_operations(store: FleetStore, limit: int = RECENT_OPERATIONS) -> list[dict[str, Any]]:

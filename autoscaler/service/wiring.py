@@ -8,16 +8,14 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from pathlib import Path
-
-from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler.actuators.ansible import AnsibleActuator
 from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.clouds import connect
 from autoscaler.clouds.base import CloudMarket
-from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.store import FleetStore, StoreUnavailableError
+from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.model.clock import utc_now
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.addresses import AddressOf, make_resolver
@@ -146,13 +144,14 @@ def open_store(config: ServiceConfig) -> FleetStore:
     where = config.store.display_url()
     try:
         store = FleetStore(config.store.resolved_url())
-    except (SQLAlchemyError, OSError) as exc:
+    except StoreUnavailableError as exc:
+        raise ServiceError(f"cannot open the store {where}: {one_line(exc.driver_error)}") from None
+    except OSError as exc:
         raise ServiceError(f"cannot open the store {where}: {one_line(exc)}") from None
-    path = store.engine.url.database
-    if store.engine.url.get_backend_name() == "sqlite" and path and path != ":memory:":
+    path = sqlite_file(store.url)
+    if path is not None:
         # WAL writes a -wal and a -shm file beside the database: both need writing.
-        unwritable = [p for p in (Path(path), Path(path).resolve().parent)
-                      if not os.access(p, os.W_OK)]
+        unwritable = [p for p in (path, path.resolve().parent) if not os.access(p, os.W_OK)]
         if unwritable:
             store.close()
             raise ServiceError(f"cannot open the store {where}: {unwritable[0]} is not writable")

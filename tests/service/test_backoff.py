@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from autoscaler.model import lifecycle
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.progress import NodeProgress
-from autoscaler.service.backoff import cause_of, delay, fingerprint, launch_backoffs
+from autoscaler.service.backoff import FAILED, cause_of, delay, fingerprint, launch_backoffs
 from tests.fleet.writes import create_node, transition
 from tests.service.executor_rig import Rig
 from tests.service.failing_pool import TASK, allowed_launches, drive, failing_rig, floor_policy
@@ -29,6 +30,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 
 def test_the_rule() -> None:
+    assert set(FAILED) == lifecycle.FAILED  # every failed state has a kind, and only those
     assert [delay(n) for n in (1, 2, 3, 4, 9)] == [timedelta(minutes=m) for m in (5, 10, 20, 30, 30)]
     assert allowed_launches(30) == 3  # at 0, 5 and 15 min; the next would be at 35
     assert cause_of("bootstrap", "bootstrap failed 3 time(s); last: failed at task 'x y': boom") \

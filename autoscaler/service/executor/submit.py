@@ -29,7 +29,7 @@ from autoscaler.fleet.intents import (
     action_keys,
     intents_of,
 )
-from autoscaler.fleet.tables import ActionRow
+from autoscaler.fleet.store import RecordedAction
 from autoscaler.model.changes import Create, NodeFields
 from autoscaler.model.lifecycle import GONE, TERMINABLE, NodeState
 from autoscaler.model.node import Node
@@ -44,7 +44,7 @@ ACTION: TypeAdapter[Action] = TypeAdapter(Action)
 
 
 def rows_for(step: Step, plan: Plan, plan_id: int | None
-             ) -> Iterator[tuple[Action, str, ActionRow | None]]:
+             ) -> Iterator[tuple[Action, str, RecordedAction | None]]:
     """Each action with its stable key and its row, matched by key (record_plan writes one
     row per action but Hold; the same keys come out of the rows' bodies)."""
     keyed = action_keys(plan.actions)
