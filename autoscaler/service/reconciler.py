@@ -57,10 +57,9 @@ from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import TeamPolicy, find_pool
-from autoscaler.service.executor.advance import AdvanceReport, Change, Step
+from autoscaler.service.executor.advance import AdvanceReport, Change
 from autoscaler.service.executor.collaborators import Provisioner
 from autoscaler.service.executor.settings import ExecutorSettings
-from autoscaler.service.executor.submit import repair_replacements
 from autoscaler.service.interruptions import InterruptionIntake, InterruptionReport
 from autoscaler.service.lost_guard import busy_reason, frozen_pools, strays_kept
 
@@ -94,10 +93,12 @@ class Reconciler:
                  clouds: Callable[[str, str], CloudMarket], settings: ExecutorSettings,
                  clock: Callable[[], datetime], *,
                  policies: Callable[[], Mapping[str, TeamPolicy]] = dict,
-                 interruptions: InterruptionIntake | None = None):
+                 interruptions: InterruptionIntake | None = None,
+                 repair: Callable[[], AdvanceReport] | None = None):
         self.store, self.provisioner, self.clouds = store, provisioner, clouds
         self.settings, self.clock, self.policies = settings, clock, policies
         self.interruptions = interruptions
+        self.repair = repair  # the executor's: promised replacements a crash left uncreated
         self._misses: dict[str, int] = {}
         self._state_checked: dict[str, datetime] = {}
         self._removals = 0  # LOST marks and destroys in this run (max_removals_per_tick)
@@ -109,7 +110,7 @@ class Reconciler:
         policies = self.policies()
         if self.interruptions is not None:
             report.interruptions = _interruptions(self.interruptions.poll(), report)
-        self._repair(policies, report)
+        self._repair(report)
         self._timeouts(policies, report)
         nodes = self.store.nodes()
         for cloud, region in sorted(_regions(nodes, policies)):
@@ -140,15 +141,16 @@ class Reconciler:
         report.findings.append(Finding(kind=kind, detail=detail, **where))
         log.info("reconcile %s: %s", kind, detail)
 
-    def _repair(self, policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
+    def _repair(self, report: ReconcileReport) -> None:
         """Replacements a crash left promised but not created: before the engine decides,
         or it would count the pool short and launch twice."""
-        step = Step(self.store, self.settings, self.clock, policies, {},
-                    AdvanceReport(started_at=report.at))
-        for name in repair_replacements(step):
+        if self.repair is None:
+            return
+        repaired = self.repair()
+        for name in repaired.created:
             self._find(report, "replacement-created", f"{name} created for a replacement "
                        "promised before a restart", node=name)
-        report.errors += step.report.errors
+        report.errors += repaired.errors
 
     # -- timeouts -----------------------------------------------------------------------------
     def _timeouts(self, policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:

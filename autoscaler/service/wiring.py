@@ -126,7 +126,7 @@ def build_actuators(config: ServiceConfig, store: FleetStore,
                         settings, catalog, clock, runner=runner)
     intake = build_intake(config, store, policies, clock, markets) if notices_in_reconciler else None
     reconciler = Reconciler(store, provisioner, markets, settings, clock, policies=policies,
-                            interruptions=intake)
+                            interruptions=intake, repair=executor.repair)
     return executor, reconciler
 
 

@@ -198,7 +198,8 @@ class Scenario:
         intake = InterruptionIntake(store, [PollingSource(self.cloud)], settings, _utc_now,
                                     lambda: self.policies())
         reconciler = Reconciler(store, self.tf, lambda cloud, region: self.cloud, settings, _utc_now,
-                                policies=lambda: self.policies(), interruptions=intake)
+                                policies=lambda: self.policies(), interruptions=intake,
+                                repair=executor.repair)
         self.signals = FlakySignals(SignalReader(config.signals, catalog, slurm=self.slurm))
         return build_service(config, overrides=Overrides(
             executor=executor, reconciler=reconciler, signals=self.signals, prices=FakePrices(),

@@ -263,7 +263,8 @@ class Scenario:
         intake = InterruptionIntake(self.store, w.sources, w.settings, self.clock,  # type: ignore[arg-type]
                                     lambda: w.policies) if w.sources else None
         self.reconciler = Reconciler(self.store, provisioner, w.clouds, w.settings,  # type: ignore[arg-type]
-                                     self.clock, policies=lambda: w.policies, interruptions=intake)
+                                     self.clock, policies=lambda: w.policies, interruptions=intake,
+                                     repair=self.executor.repair)
 
     def _runner(self) -> Runner | None:
         if self.world.operations == "deferred":

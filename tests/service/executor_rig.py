@@ -75,7 +75,8 @@ class Rig:
             intake = InterruptionIntake(self.store, sources, self.settings, self.clock,
                                         lambda: self.policies)
         return Reconciler(self.store, self.tf, lambda cloud, region: self.cloud, self.settings,
-                          self.clock, policies=lambda: self.policies, interruptions=intake)
+                          self.clock, policies=lambda: self.policies, interruptions=intake,
+                          repair=self.executor().repair)
 
     # -- driving --------------------------------------------------------------------------
     def submit(self, *actions: Action, record: bool = False) -> list[str]:

@@ -7,12 +7,15 @@ from datetime import timedelta
 import pytest
 
 from autoscaler.actuators.node_map import NodeSpec
+from autoscaler.fleet.intents import NewNode, interpret
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Plan
 from autoscaler.model.pool import PoolRef
+from autoscaler.model.progress import ProgressUpdate
 from autoscaler.model.snapshot import NodeObservation, SchedulerNode, Snapshot
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
-from tests.fleet.writes import transition
+from tests.fleet.writes import patch, transition
 from tests.service.executor_rig import Rig, drain, launch
 
 S = NodeState
@@ -165,3 +168,20 @@ def test_ready_node_that_the_scheduler_reports_down(rig: Rig) -> None:
         scheduler=SchedulerNode(state="down", ready=False))})
     [finding] = rig.reconciler().run(snap).of("scheduler-down")
     assert finding.node == name
+
+
+def test_a_replacement_promised_before_a_restart_is_created_before_the_engine_counts(
+        rig: Rig) -> None:
+    [old] = rig.ready_nodes()
+    # A crash after the promise was written and before the new node was created.
+    spec = launch(replaces=[old]).model_copy(update={"count": 1})
+    from_intent = interpret(Plan(decided_at=rig.clock(), actions=[spec]))[0]
+    assert isinstance(from_intent, NewNode)
+    patch(rig.store, old, rig.clock(), replacement_requested=True,
+          progress=ProgressUpdate(replacement=from_intent.launch()))
+    report = rig.reconciler().run()
+    [found] = report.of("replacement-created")
+    new = rig.store.get(found.node)  # type: ignore[arg-type]
+    assert new is not None and new.state is S.REQUESTED and new.replaces == old
+    assert rig.store.get(old).progress.replacement is None  # type: ignore[union-attr]
+    assert rig.reconciler().run().of("replacement-created") == []  # done once

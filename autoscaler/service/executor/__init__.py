@@ -39,6 +39,9 @@ Contract (the service loop of issue 7 codes against it)::
             '''A drain step for each named node on the caller's thread (the spot-notice
             loop), unless a worker runs one for it.'''
 
+        def repair(self) -> AdvanceReport:
+            '''Promised replacements a crash left uncreated (the reconciler's first step).'''
+
         def running(self) -> list[Operation]: ...       # for /status
         def wait(self, timeout: float) -> bool: ...     # tests, shutdown
         def stop_bootstraps(self) -> None: ...          # shutdown: Ansible runs stop now
@@ -56,10 +59,11 @@ Where things are: this file holds the Executor; ``advance.py`` the Step every ph
 with and the AdvanceReport it fills; ``collaborators.py`` the Protocols of what the
 executor needs and the real drainers; one module per phase (``submit``, ``provision``,
 ``bootstrap``, ``drain``, ``long_jobs``); ``operations.py`` runs them inline or on
-workers; ``meta.py`` is what a node's row carries between advances.
+workers; what a node carries between advances is its typed ``Node.progress``
+(``model/progress.py``).
 
-Node states never change anywhere else: every move goes through
-``FleetStore.transition`` (checked against ``fleet/lifecycle.py``, committed before the
+Node states never change anywhere else: every write is a typed change applied by
+``FleetStore.apply`` (moves checked against ``model/lifecycle.py``, committed before the
 call returns), and a crash between a write and its side effect is resumed by the next
 advance() or by the reconciler (``tests/service/test_crash*.py`` stops the executor at
 every such point).
@@ -161,6 +165,14 @@ class Executor:
             report.error("store", f"operations journal: {type(exc).__name__}: {exc}")
             return
         self._recovered = True
+
+    def repair(self) -> AdvanceReport:
+        """Finish what a crash left half done in the store without any side effect outside
+        it: replacements promised but not created. The reconciler calls it before the
+        engine counts the pools (or it would launch a second node for the same gap)."""
+        report = AdvanceReport(started_at=self.clock())
+        report.created = submit.repair_replacements(self._step(report))
+        return report
 
     def drain_now(self, names: list[str]) -> AdvanceReport:
         """A drain step for each named node now, on the caller's thread (the spot-notice

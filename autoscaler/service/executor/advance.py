@@ -59,6 +59,8 @@ class AdvanceReport(BaseModel):
                                         "inside actuation, by component (the step_errors metric).")
     started: list[str] = Field(default_factory=list, description="Operations handed to the "
                                "workers by this advance.")
+    created: list[str] = Field(default_factory=list, description="Nodes created by a repair "
+                               "(replacements promised before a restart).")
 
     def error(self, component: str, text: str) -> None:
         self.errors.append(text)
