@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.sandbox.hosts import netns, node_image
-from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHostError, SshHosts
+from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHost, SshHostError, SshHosts, _keep_evidence
 
 
 def test_slots_use_their_own_slash_30_and_never_the_shared_controller_address() -> None:
@@ -156,6 +156,9 @@ def test_a_reboot_boots_the_same_overlay_again(hosts: SshHosts) -> None:
     boot_id, survives, gone = after.stdout.split()
     assert boot_id != before.stdout.split()[0]
     assert (survives, gone) == ("disk", "gone")
+    # The journal is kept across boots: a unit that failed before the reboot can be read.
+    previous = ssh(hosts, "alpha", "journalctl -b -1 -q -n 1 --no-pager -o cat")
+    assert previous.returncode == 0 and previous.stdout.strip(), previous.stderr
 
 
 @pytest.mark.slow
@@ -176,3 +179,14 @@ def test_teardown_stops_the_container_and_removes_namespace_veth_and_overlay(
     for pid in [nspawn, *pids]:
         assert not Path(f"/proc/{pid}").exists() or \
             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+@pytest.mark.parametrize("console", ["Failed to start Fake NVIDIA driver", "Started everything"])
+def test_a_hosts_journal_is_kept_when_a_unit_failed_to_start(tmp_path: Path, console: str) -> None:
+    host = SshHost("gpu-x", netns.Slot(9), tmp_path / "gpu-x")
+    (host.upper / "var/log/journal/abc").mkdir(parents=True)
+    (host.upper / "var/log/journal/abc/system.journal").write_text("entries")
+    (host.directory / "console.log").write_text(f"[  OK  ] ...\n[FAILED] {console}\n")
+    _keep_evidence(host)
+    kept = host.directory / "journal" / "abc" / "system.journal"
+    assert kept.exists() is console.startswith("Failed")

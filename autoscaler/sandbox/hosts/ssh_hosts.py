@@ -48,6 +48,7 @@ from autoscaler.sandbox.hosts.procs import (
 
 log = logging.getLogger(__name__)
 SSH_PORT = 2222
+JOURNAL_DIR = "/var/log/journal"
 SSH_USER = "root"
 BOOT_TIMEOUT_S = 120.0  # systemd reaches ssh.service in ~5 s alone; many boots share 2 cores
 STOP_TIMEOUT_S = 20.0
@@ -105,6 +106,23 @@ class SshHost:
     @property
     def upper(self) -> Path:
         return self.directory / "upper"
+
+
+def _keep_evidence(host: SshHost) -> None:
+    """A unit failed to start in some boot of this host (the console says so): keep the
+    host's journal beside its console log before its overlay goes, to read with
+    ``journalctl -D DIR``. (A fake driver unit once failed after a reboot under load in CI,
+    and nothing was left to say why.)"""
+    try:
+        failed = b"Failed to start" in (host.directory / "console.log").read_bytes()
+    except OSError:
+        return
+    journal = host.upper / JOURNAL_DIR.lstrip("/")
+    if failed and journal.is_dir():
+        with contextlib.suppress(OSError, shutil.Error):
+            shutil.copytree(journal, host.directory / "journal", dirs_exist_ok=True)
+            log.warning("sandbox: a unit failed to start on %s; its journal is kept in %s",
+                        host.name, host.directory / "journal")
 
 
 def _keygen(path: Path) -> None:
@@ -286,6 +304,9 @@ class SshHosts:
         ]
         for item in files:
             self._place(host, item)
+        # journald keeps every boot's journal when this directory exists, so a unit that
+        # failed before a reboot can still be read after it (see _keep_evidence).
+        self._make_parents(host, Path(JOURNAL_DIR))
 
     def _place(self, host: SshHost, item: NodeFile) -> None:
         if not item.path.startswith("/") or ".." in item.path.split("/"):
@@ -367,4 +388,5 @@ class SshHosts:
         host.node = None
         stop_pids(netns.pids_in(host.slot), timeout=5.0)  # what nspawn left behind
         netns.delete(host.slot)
+        _keep_evidence(host)
         shutil.rmtree(host.upper, ignore_errors=True)
