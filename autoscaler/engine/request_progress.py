@@ -85,7 +85,8 @@ def _failed(view: RequestView, mine: Mapping[str, Node | None], failed: Mapping[
             nodes: Mapping[str, Node]) -> RequestStep:
     label = view.label()
     name, node = sorted(failed.items())[0]
-    why = f"{name} {node.state.value}: {node.reason}" if node else f"{name} is gone"
+    why = (f"{name} is gone" if node is None
+           else f"{name} {node.progress.failure or f'{node.state.value}: {node.reason}'}")
     if view.spec.request_class is RequestClass.ATOMIC:
         others = [n for n, nd in mine.items() if n not in failed and nd is not None
                   and nd.state not in LEAVING]

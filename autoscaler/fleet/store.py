@@ -36,7 +36,7 @@ from autoscaler.fleet.tables import (
     TransitionRow,
 )
 from autoscaler.model.changes import Adopt, Create, Move, NodeChange, Patch, ProgressChange
-from autoscaler.model.lifecycle import INITIAL, TERMINAL, NodeState, check_transition
+from autoscaler.model.lifecycle import FAILED, INITIAL, TERMINAL, NodeState, check_transition
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.plan import Hold, Plan, subject_of
 from autoscaler.model.progress import NodeProgress
@@ -253,8 +253,15 @@ class FleetStore:
         if row is None:
             raise UnknownNodeError(f"no node named {change.node!r} in the store")
         values: dict[str, Any] = change.fields.given()
-        if change.progress is not None:
-            values["meta"] = _meta(row.meta, _updated(_progress_of(row.meta), change.progress))
+        failed = isinstance(change, Move) and change.to in FAILED
+        if change.progress is not None or failed:
+            progress = _progress_of(row.meta)
+            if change.progress is not None:
+                progress = _updated(progress, change.progress)
+            if isinstance(change, Move) and failed:
+                # Like ready_at for READY: a failure is remembered after the node is gone.
+                progress = progress.model_copy(update={"failure": f"{change.to}: {change.reason}"})
+            values["meta"] = _meta(row.meta, progress)
         if isinstance(change, Patch):
             for key, value in values.items():
                 setattr(row, key, value)

@@ -137,6 +137,9 @@ class NodeProgress(_Record):
     long_jobs: dict[str, LongJob] = {}
     adopted: str | None = None  # the instance id the reconciler adopted it from
     request: str | None = None  # the capacity request it was launched for
+    # "PROVISION_FAILED: <reason>": kept after the node is cleaned up, so whoever looks
+    # later (a capacity request's keeper) still says why it failed.
+    failure: str | None = None
 
     _newest = field_validator("long_jobs")(_newest_long_jobs)
 
@@ -160,6 +163,7 @@ class ProgressUpdate(BaseModel):
     long_jobs: dict[str, LongJob] | None = None
     adopted: str | None = None
     request: str | None = None
+    failure: str | None = None
 
     _newest = field_validator("long_jobs")(
         lambda jobs: None if jobs is None else _newest_long_jobs(jobs))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +29,7 @@ from autoscaler.catalog import default_catalog
 from autoscaler.clouds.base import Interruption, InterruptionKind
 from autoscaler.dashboards.alerts import Thresholds, rules
 from autoscaler.fleet.store import FleetStore, StoreError
+from autoscaler.model.changes import Move, NodeChange
 from autoscaler.model.lifecycle import NodeState, state_limit
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import PendingJob, SchedulerNode
@@ -143,10 +144,12 @@ class WedgedStore(FleetStore):
         super().__init__(url)
         self.wedged = wedged
 
-    def transition(self, name: str, to: NodeState, *args: Any, **kw: Any) -> Node:
-        if to is S.BOOTSTRAP_FAILED and self.wedged(name):
-            raise StoreError(f"{name} -> {to}: write refused (scenario)")
-        return super().transition(name, to, *args, **kw)
+    def apply(self, changes: Sequence[NodeChange], now: datetime) -> list[Node]:
+        for change in changes:
+            if isinstance(change, Move) and change.to is S.BOOTSTRAP_FAILED \
+                    and self.wedged(change.node):
+                raise StoreError(f"{change.node} -> {change.to}: write refused (scenario)")
+        return super().apply(changes, now)
 
 
 def jobs(count: int) -> list[PendingJob]:

@@ -126,3 +126,14 @@ def test_progress_written_by_another_version_keeps_its_unknown_keys(tmp_path: Pa
     assert store.meta(name) == {"cluster": "slurm", "provision_failures": 1,
                                 "from_the_future": {"x": 1}}
     store.close()
+
+
+def test_a_failure_is_remembered_after_the_node_is_cleaned_up(tmp_path: Path) -> None:
+    store = FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}")
+    name = _node(store)
+    transition(store, name, S.PROVISIONING, NOW, "apply")
+    transition(store, name, S.PROVISION_FAILED, NOW, "InsufficientInstanceCapacity in us-east-1a")
+    transition(store, name, S.TERMINATING, NOW, "failed nodes go")
+    gone = transition(store, name, S.TERMINATED, NOW, "destroyed by terraform")
+    assert gone.progress.failure == "PROVISION_FAILED: InsufficientInstanceCapacity in us-east-1a"
+    store.close()

@@ -8,6 +8,7 @@ from autoscaler.engine import decide
 from autoscaler.engine.request_progress import progress
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Drain, Hold
+from autoscaler.model.progress import NodeProgress
 from autoscaler.model.request_spec import Condition, RequestSpec, RequestView
 from tests.builders import NOW, fleet, idle, make_node, make_policy, snapshot
 
@@ -55,6 +56,19 @@ def test_atomic_failure_rolls_back_the_others_with_the_reason():
     assert progress(failed, in_flight, NOW).kind == "wait"
     gone = states(("vision-gpu-1", S.DRAINING), ("vision-gpu-2", S.TERMINATED))
     assert progress(failed, gone, NOW).kind == "wait"
+
+
+def test_a_failed_node_already_cleaned_up_still_says_why_it_failed():
+    """The engine terminates a PROVISION_FAILED node at once: the keeper may first see it
+    TERMINATED, and the request's reason still names the failure (its progress keeps it)."""
+    nodes = states(("vision-gpu-1", S.READY), ("vision-gpu-2", S.TERMINATED))
+    nodes["vision-gpu-2"] = nodes["vision-gpu-2"].model_copy(update={
+        "reason": "instance (none) destroyed by terraform",
+        "progress": NodeProgress(failure="PROVISION_FAILED: InsufficientInstanceCapacity")})
+    step = progress(view(), nodes, NOW)
+    assert step.kind == "fail" and step.reason == (
+        f"{LABEL} failed: vision-gpu-2 PROVISION_FAILED: InsufficientInstanceCapacity; "
+        "rolling back 1 other node(s) (all or none)")
 
 
 def test_best_effort_keeps_what_became_ready():
