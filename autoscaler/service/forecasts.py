@@ -13,8 +13,9 @@ Every tick, for every pool: its demand sample goes into the store's history
 * the forecast for the current bin (p50 and the policy quantile) is exported and shown in
   /status and the preview, and the p50 is stored with the bin (the rolling MAPE over the
   last 7 days compares it with what the bin held);
-* in mode ``scale`` only, the floor (``Forecaster.floor``) goes into ``Snapshot.forecasts``,
-  where ``decide()`` holds it; ``forecast-only`` never changes a plan.
+* in mode ``scale`` only, the floor (``Forecaster.floor``) is returned, the forecast part of
+  the tick's Snapshot (``Snapshot.forecasts``), where ``decide()`` holds it;
+  ``forecast-only`` never changes a plan.
 
 Lead time: the policy's ``lead``, else the median boot-to-ready (launch request to READY)
 of the pool's last 20 nodes that became READY, else ``DEFAULT_LEAD`` (10 minutes, a GPU
@@ -40,7 +41,8 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.forecast.history import History, sample_of, to_series
 from autoscaler.forecast.predictive import Forecaster
 from autoscaler.model.node import FleetView
-from autoscaler.model.snapshot import ForecastFloor, Snapshot
+from autoscaler.model.snapshot import ForecastFloor
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool, Predictive, TeamPolicy, pool_key
 
@@ -128,10 +130,10 @@ class PoolForecasts:
         self.views: dict[str, PoolForecast] = {}
         self.actual: dict[str, float] = {}  # pool -> requested GPUs this tick
 
-    def update(self, policies: Mapping[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot,
-               now: datetime, record: bool = True) -> Snapshot:
-        """Record every pool's demand, forecast the predictive ones; returns the snapshot
-        with the floors of the pools in mode ``scale``. ``record=False`` reads only."""
+    def update(self, policies: Mapping[str, TeamPolicy], fleet: FleetView, observed: Observed,
+               now: datetime, record: bool = True) -> dict[str, ForecastFloor]:
+        """Record every pool's demand, forecast the predictive ones; returns the floors of
+        the pools in mode ``scale``. ``record=False`` reads only."""
         pools = {pool_key(t, p.name): p for t, pol in policies.items() for p in pol.pools}
         self._budget = MAX_FITS_PER_TICK
         if record:
@@ -139,7 +141,7 @@ class PoolForecasts:
         floors, views, actual, samples = {}, {}, {}, {}
         for key, pool in pools.items():
             nodes = [n for n in fleet.nodes if n.pool_key == key]
-            sample = sample_of(key, nodes, snapshot)
+            sample = sample_of(key, nodes, observed)
             if sample is not None:
                 actual[key] = sample.requested_gpus
             view = self._forecast(key, pool, now, actual.get(key)) \
@@ -154,9 +156,7 @@ class PoolForecasts:
         if record:
             self.history.record_all(now, samples)
         self.views, self.actual = views, actual
-        if not floors:
-            return snapshot
-        return snapshot.model_copy(update={"forecasts": {**snapshot.forecasts, **floors}})
+        return floors
 
     def _warm_start(self, keys: list[str], now: datetime) -> None:
         """Top the pools' history up from Prometheus once per process; a failed attempt is

@@ -1,4 +1,5 @@
-"""Price signals: cloud market data turned into the snapshot parts the engine reads.
+"""Price signals: cloud market data turned into the snapshot's market part (``PriceView``,
+model/snapshot_parts.py).
 
 For every (cloud, region) the policies use, one market adapter (kept between ticks, so its
 TTL caches work) gives on-demand prices, spot prices and per-zone stock; we return them
@@ -19,7 +20,8 @@ from typing import Any, TypeVar
 
 from autoscaler.clouds.base import CloudError, CloudMarket, SpotPrice, ZoneOffering, latest_spot
 from autoscaler.model.clock import Clock, utc_now
-from autoscaler.model.snapshot import CapacityError, Offering, Snapshot
+from autoscaler.model.snapshot import CapacityError, Offering
+from autoscaler.model.snapshot_parts import PriceView
 from autoscaler.policy.models import TeamPolicy
 
 log = logging.getLogger(__name__)
@@ -139,22 +141,6 @@ def build_offerings(want: RegionWant, on_demand: Mapping[str, float] | None,
                             spot_usd=max(spots) if spots else None, on_demand_usd=od,
                             in_stock=in_stock))
     return out
-
-
-@dataclass(frozen=True)
-class PriceView:
-    offerings: list[Offering]
-    capacity_errors: list[CapacityError]
-    missing: list[str]
-
-    def into(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` with these offerings and capacity errors, and the price sources that
-        failed added to ``missing`` (for status; the engine freezes nothing for prices)."""
-        return snapshot.model_copy(update={
-            "offerings": self.offerings,
-            "capacity_errors": [*snapshot.capacity_errors, *self.capacity_errors],
-            "missing": [*snapshot.missing, *(m for m in self.missing if m not in snapshot.missing)],
-        })
 
 
 class PriceSignals:
