@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoscaler.fleet.demand_history import RETENTION, DemandBin, DemandHistory, bin_start
+from autoscaler.fleet.demand_history import DemandBin, DemandHistory, bin_start
 from autoscaler.fleet.queries import recent_boots
 from autoscaler.fleet.store import FleetStore
 from autoscaler.forecast.history import History, sample_of, to_series
@@ -119,10 +119,9 @@ class _Fit:
 
 
 class PoolForecasts:
-    def __init__(self, store: FleetStore, warm: WarmLoader | None = None,
-                 retention: timedelta = RETENTION, refit: timedelta = REFIT):
-        self.store, self.warm, self.refit = store, warm, refit
-        self.history = DemandHistory(store, retention)
+    def __init__(self, store: FleetStore, warm: WarmLoader | None = None):
+        self.store, self.warm = store, warm
+        self.history = DemandHistory(store)
         self._fits: dict[str, _Fit] = {}
         self._warmed: set[str] = set()
         self._warm_retry_at: datetime | None = None
@@ -204,7 +203,7 @@ class PoolForecasts:
     def _fit(self, key: str, pool: Pool, now: datetime) -> _Fit:
         """The pool's fitted model, refit when due; its history re-read once per bin."""
         fit, current = self._fits.get(key), bin_start(now)
-        due = (fit is None or fit.settings != pool.predictive or now - fit.trained_at >= self.refit
+        due = (fit is None or fit.settings != pool.predictive or now - fit.trained_at >= REFIT
                or now < fit.trained_at)
         if due and self._budget > 0:
             self._budget -= 1
@@ -243,9 +242,9 @@ class PoolForecasts:
         return DEFAULT_LEAD.total_seconds(), "default: no node of the pool has been READY yet"
 
 
-def measured_boots(store: FleetStore, key: str, limit: int = BOOT_SAMPLES) -> list[float]:
+def measured_boots(store: FleetStore, key: str) -> list[float]:
     """Seconds from launch request to READY of the pool's newest nodes that got there."""
-    return [max(0.0, boot.seconds) for boot in recent_boots(store, key, limit)]
+    return [max(0.0, boot.seconds) for boot in recent_boots(store, key, BOOT_SAMPLES)]
 
 
 def _with(view: PoolForecast, **changes: Any) -> PoolForecast:

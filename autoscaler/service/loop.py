@@ -271,11 +271,11 @@ class ServiceLoop:
             return None
 
     def read_snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,
-                      now: datetime, record: bool = True) -> Snapshot:
-        """What a tick would decide from at ``now`` on ``fleet``, without reconciling
-        (``record=False``: the demand history is read, not written)."""
+                      now: datetime) -> Snapshot:
+        """What a tick would decide from at ``now`` on ``fleet``, without reconciling and
+        without writing the demand history (``gpu-autoscaler plan --config``)."""
         observed = self.signals.read(policies, fleet.nodes, now)
-        return self._snapshot(policies, fleet, observed, now, record)
+        return self._snapshot(policies, fleet, observed, now, record=False)
 
     def _snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView, observed: Observed,
                   now: datetime, record: bool) -> Snapshot:

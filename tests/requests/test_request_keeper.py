@@ -183,12 +183,10 @@ def test_an_ended_requests_nodes_stay_held_until_the_keeper_drains_them(service)
     names = sorted(RequestBook(service.store).get(rid).nodes)
     assert call(f"{url}/{rid}", "DELETE", VISION)[1]["condition"] == "Released"
     loop = service.loop
-    snap = loop.read_snapshot(loop.reloader.policies, service.store.fleet_view(), loop.clock(),
-                              record=False)
+    snap = loop.read_snapshot(loop.reloader.policies, service.store.fleet_view(), loop.clock())
     assert sorted(snap.held) == names
     assert all(why.endswith("ended: the keeper drains it") for why in snap.held.values())
     service.tick()
     assert {a.trigger for a in submitted(service, Drain)} == {"released"}
-    snap = loop.read_snapshot(loop.reloader.policies, service.store.fleet_view(), loop.clock(),
-                              record=False)
+    snap = loop.read_snapshot(loop.reloader.policies, service.store.fleet_view(), loop.clock())
     assert snap.held == {}  # leaving now: nothing to hold

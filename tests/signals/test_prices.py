@@ -108,7 +108,7 @@ def test_recent_capacity_error_steers_to_another_zone(moto: str, spot_book: Spot
     spot_book.add(T4, "us-east-1a", 0.20)
     spot_book.add(T4, "us-east-1b", 0.16)
     clock = FakeClock()
-    signals = aws_signals(moto, clock, error_retention=timedelta(hours=2))
+    signals = aws_signals(moto, clock)  # ERROR_RETENTION: capacity errors are kept 2 hours
     signals.record_capacity_error(CapacityError(
         cloud="aws", region="us-east-1", instance_type=T4, zone="us-east-1b", market=Market.SPOT,
         code="InsufficientInstanceCapacity", at=NOW - timedelta(minutes=5)))
@@ -206,8 +206,7 @@ def test_failed_api_reuses_the_last_answer_then_falls_back_to_the_catalog() -> N
     market = FakeMarket({(T4, "us-east-1a"): 0.16})
     clock = FakeClock()
     made: list[CloudMarket] = []
-    signals = PriceSignals(lambda c, r: made.append(market) or market, clock=clock,
-                           keep_last_good=timedelta(minutes=30))
+    signals = PriceSignals(lambda c, r: made.append(market) or market, clock=clock)
     pols = policies(zones=["us-east-1a"], types=[T4])
     assert "$0.160/h" in launches(plan_with(signals, pols))[0].reason
 
@@ -217,7 +216,7 @@ def test_failed_api_reuses_the_last_answer_then_falls_back_to_the_catalog() -> N
     assert len(view.missing) == 3 and all("using the answer from 12:00:00" in m for m in view.missing)
     assert any(o.spot_usd == 0.16 for o in view.offerings)
 
-    clock.advance(timedelta(minutes=30))
+    clock.advance(timedelta(minutes=30))  # 40 minutes: past KEEP_LAST_GOOD (30)
     view = signals.observe(pols)
     assert all("cannot reach the EC2 endpoint" in m for m in view.missing)
     assert all(o.spot_usd is None and o.on_demand_usd is None for o in view.offerings)
