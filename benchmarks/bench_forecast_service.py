@@ -25,7 +25,8 @@ from pathlib import Path
 from autoscaler.fleet.demand_history import STEP, DemandHistory, bin_start
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.node import FleetView
-from autoscaler.model.snapshot import PendingJob, PoolObservation, Snapshot
+from autoscaler.model.snapshot import PendingJob, PoolObservation
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.forecasts import PoolForecasts
 
@@ -42,15 +43,15 @@ def policies(pools: int) -> dict[str, TeamPolicy]:
          "max_nodes": 10, "predictive": {"mode": "forecast-only"}} for i in range(pools)]})}
 
 
-def snapshot(pools: int, at: datetime) -> Snapshot:
+def observed(pools: int, at: datetime) -> Observed:
     job = [PendingJob(id="j", gpus=wave(at))]
-    return Snapshot(taken_at=at, pools={f"bench/p{i}": PoolObservation(pending=job)
+    return Observed(taken_at=at, pools={f"bench/p{i}": PoolObservation(pending=job)
                                         for i in range(pools)})
 
 
 def timed(fc: PoolForecasts, pols: dict[str, TeamPolicy], pools: int, at: datetime) -> float:
     t = time.perf_counter()
-    fc.update(pols, FleetView(), snapshot(pools, at), at)
+    fc.update(pols, FleetView(), observed(pools, at), at)
     return (time.perf_counter() - t) * 1000
 
 

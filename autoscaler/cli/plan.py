@@ -103,7 +103,7 @@ def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Cata
         policies = service.loop.reloader.policies
         fleet = service.store.fleet_view()
         now = service.loop.clock()
-        snapshot = service.loop.read_snapshot(policies, fleet, now, record=False)
+        snapshot = service.loop.read_snapshot(policies, fleet, now)
         forecasts = dict(service.loop.state.forecasts)
     finally:
         service.close()

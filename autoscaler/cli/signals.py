@@ -15,7 +15,8 @@ from ruamel.yaml.error import YAMLError
 
 from autoscaler.cli.common import catalog_from, console, err_console, fail
 from autoscaler.model.node import FleetView
-from autoscaler.model.snapshot import DecisionInput, Snapshot
+from autoscaler.model.snapshot import DecisionInput
+from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy import PolicyLoadError, TeamPolicy, load_policies, pool_key
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
@@ -59,7 +60,7 @@ def load_signals_file(path: Path) -> SignalsFile:
     })
 
 
-def _pool_row(key: str, pool: Pool, snap: Snapshot, nodes: list[str]) -> list[str]:
+def _pool_row(key: str, pool: Pool, snap: Observed, nodes: list[str]) -> list[str]:
     obs = snap.pools.get(key)
     utils, idle, stale = [], 0, 0
     for name in nodes:
@@ -87,7 +88,7 @@ def _pool_row(key: str, pool: Pool, snap: Snapshot, nodes: list[str]) -> list[st
 
 
 def pools_table(policies: dict[str, TeamPolicy], result: SignalsResult) -> Table:
-    snap = result.snapshot
+    snap = result.observed
     pools = {pool_key(t.team, p.name): p for t in policies.values() for p in t.pools}
     key_of = key_by_name_prefix(pools)
     members: dict[str, list[str]] = {k: [] for k in pools}
@@ -148,7 +149,7 @@ def signals(
     finally:
         reader.close()
     if json_out:
-        data = DecisionInput(now=now, fleet=FleetView(), snapshot=result.snapshot)
+        data = DecisionInput(now=now, fleet=FleetView(), snapshot=assemble(result.observed))
         typer.echo(data.model_dump_json(indent=2))
         return
     console.print(pools_table(policies, result))
@@ -159,7 +160,7 @@ def signals(
     for kind, jobs in sorted(result.unattributed.items()):
         if jobs:
             err_console.print(f"[yellow]{kind}: {len(jobs)} pending GPU job(s) match no pool[/]")
-    for job in result.snapshot.unserved:
+    for job in result.observed.unserved:
         # markup off: pod names and reasons come from the cluster
         err_console.print(f"not bought for: {job.id}: {job.reason}", style="yellow",
                           highlight=False, markup=False)

@@ -1,8 +1,8 @@
 """From what the service observes to the forecaster's input, and back.
 
-* ``sample_of``: one tick's demand for a pool from its Snapshot (pending + running GPUs);
-  None when the pool's scheduler data is missing (a zero would be a lie the forecast
-  learns from).
+* ``sample_of``: one tick's demand for a pool from what the signals observed (pending +
+  running GPUs); None when the pool's scheduler data is missing (a zero would be a lie
+  the forecast learns from).
 * ``to_series``: stored bins -> a ``DemandSeries`` whose bin 0 is the Monday 00:00 UTC at or
   before the first bin (the models read hour-of-week from the bin index). Bins without a
   row (the service was down) take the stored value a day earlier, else the last value
@@ -23,17 +23,17 @@ from autoscaler.forecast.backtest import mape
 from autoscaler.forecast.series import DAY_BINS, DemandSeries
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
-from autoscaler.model.snapshot import Snapshot
+from autoscaler.model.snapshot_parts import Observed
 
 
-def sample_of(key: str, nodes: Sequence[Node], snapshot: Snapshot) -> DemandSample | None:
-    pool = snapshot.pools.get(key)
+def sample_of(key: str, nodes: Sequence[Node], observed: Observed) -> DemandSample | None:
+    pool = observed.pools.get(key)
     if pool is not None and pool.scheduler_missing:
         return None
     pending = sum(j.gpus * j.nodes for j in pool.pending) if pool is not None else 0.0
     running, busy, seen_busy, ready = 0.0, 0.0, False, 0
     for node in nodes:
-        obs = snapshot.nodes.get(node.name)
+        obs = observed.nodes.get(node.name)
         ready += node.state is NodeState.READY
         if obs is None:
             continue

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from autoscaler.fleet.queries import LaunchOutcome, launch_outcomes
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.snapshot import CapacityError, Snapshot
+from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool
 
 FIRST = timedelta(minutes=5)
@@ -114,11 +114,3 @@ def launch_backoffs(store: FleetStore, policies: Mapping[str, TeamPolicy], now: 
 def _key(event: LaunchOutcome) -> tuple[str, str, str, str, str | None, Market]:
     return (f"{event.team}/{event.pool}", event.cloud, event.region, event.instance_type,
             event.zone, event.market)
-
-
-def with_backoffs(snapshot: Snapshot, backoffs: list[Backoff]) -> Snapshot:
-    """The snapshot the engine decides from, with the backoffs as capacity errors."""
-    if not backoffs:
-        return snapshot
-    errors = [*snapshot.capacity_errors, *(b.as_capacity_error() for b in backoffs)]
-    return snapshot.model_copy(update={"capacity_errors": errors})

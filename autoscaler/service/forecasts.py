@@ -13,8 +13,9 @@ Every tick, for every pool: its demand sample goes into the store's history
 * the forecast for the current bin (p50 and the policy quantile) is exported and shown in
   /status and the preview, and the p50 is stored with the bin (the rolling MAPE over the
   last 7 days compares it with what the bin held);
-* in mode ``scale`` only, the floor (``Forecaster.floor``) goes into ``Snapshot.forecasts``,
-  where ``decide()`` holds it; ``forecast-only`` never changes a plan.
+* in mode ``scale`` only, the floor (``Forecaster.floor``) is returned, the forecast part of
+  the tick's Snapshot (``Snapshot.forecasts``), where ``decide()`` holds it;
+  ``forecast-only`` never changes a plan.
 
 Lead time: the policy's ``lead``, else the median boot-to-ready (launch request to READY)
 of the pool's last 20 nodes that became READY, else ``DEFAULT_LEAD`` (10 minutes, a GPU
@@ -34,13 +35,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoscaler.fleet.demand_history import RETENTION, DemandBin, DemandHistory, bin_start
+from autoscaler.fleet.demand_history import DemandBin, DemandHistory, bin_start
 from autoscaler.fleet.queries import recent_boots
 from autoscaler.fleet.store import FleetStore
 from autoscaler.forecast.history import History, sample_of, to_series
 from autoscaler.forecast.predictive import Forecaster
 from autoscaler.model.node import FleetView
-from autoscaler.model.snapshot import ForecastFloor, Snapshot
+from autoscaler.model.snapshot import ForecastFloor
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool, Predictive, TeamPolicy, pool_key
 
@@ -117,10 +119,9 @@ class _Fit:
 
 
 class PoolForecasts:
-    def __init__(self, store: FleetStore, warm: WarmLoader | None = None,
-                 retention: timedelta = RETENTION, refit: timedelta = REFIT):
-        self.store, self.warm, self.refit = store, warm, refit
-        self.history = DemandHistory(store, retention)
+    def __init__(self, store: FleetStore, warm: WarmLoader | None = None):
+        self.store, self.warm = store, warm
+        self.history = DemandHistory(store)
         self._fits: dict[str, _Fit] = {}
         self._warmed: set[str] = set()
         self._warm_retry_at: datetime | None = None
@@ -128,10 +129,10 @@ class PoolForecasts:
         self.views: dict[str, PoolForecast] = {}
         self.actual: dict[str, float] = {}  # pool -> requested GPUs this tick
 
-    def update(self, policies: Mapping[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot,
-               now: datetime, record: bool = True) -> Snapshot:
-        """Record every pool's demand, forecast the predictive ones; returns the snapshot
-        with the floors of the pools in mode ``scale``. ``record=False`` reads only."""
+    def update(self, policies: Mapping[str, TeamPolicy], fleet: FleetView, observed: Observed,
+               now: datetime, record: bool = True) -> dict[str, ForecastFloor]:
+        """Record every pool's demand, forecast the predictive ones; returns the floors of
+        the pools in mode ``scale``. ``record=False`` reads only."""
         pools = {pool_key(t, p.name): p for t, pol in policies.items() for p in pol.pools}
         self._budget = MAX_FITS_PER_TICK
         if record:
@@ -139,7 +140,7 @@ class PoolForecasts:
         floors, views, actual, samples = {}, {}, {}, {}
         for key, pool in pools.items():
             nodes = [n for n in fleet.nodes if n.pool_key == key]
-            sample = sample_of(key, nodes, snapshot)
+            sample = sample_of(key, nodes, observed)
             if sample is not None:
                 actual[key] = sample.requested_gpus
             view = self._forecast(key, pool, now, actual.get(key)) \
@@ -154,9 +155,7 @@ class PoolForecasts:
         if record:
             self.history.record_all(now, samples)
         self.views, self.actual = views, actual
-        if not floors:
-            return snapshot
-        return snapshot.model_copy(update={"forecasts": {**snapshot.forecasts, **floors}})
+        return floors
 
     def _warm_start(self, keys: list[str], now: datetime) -> None:
         """Top the pools' history up from Prometheus once per process; a failed attempt is
@@ -204,7 +203,7 @@ class PoolForecasts:
     def _fit(self, key: str, pool: Pool, now: datetime) -> _Fit:
         """The pool's fitted model, refit when due; its history re-read once per bin."""
         fit, current = self._fits.get(key), bin_start(now)
-        due = (fit is None or fit.settings != pool.predictive or now - fit.trained_at >= self.refit
+        due = (fit is None or fit.settings != pool.predictive or now - fit.trained_at >= REFIT
                or now < fit.trained_at)
         if due and self._budget > 0:
             self._budget -= 1
@@ -243,9 +242,9 @@ class PoolForecasts:
         return DEFAULT_LEAD.total_seconds(), "default: no node of the pool has been READY yet"
 
 
-def measured_boots(store: FleetStore, key: str, limit: int = BOOT_SAMPLES) -> list[float]:
+def measured_boots(store: FleetStore, key: str) -> list[float]:
     """Seconds from launch request to READY of the pool's newest nodes that got there."""
-    return [max(0.0, boot.seconds) for boot in recent_boots(store, key, limit)]
+    return [max(0.0, boot.seconds) for boot in recent_boots(store, key, BOOT_SAMPLES)]
 
 
 def _with(view: PoolForecast, **changes: Any) -> PoolForecast:

@@ -5,12 +5,16 @@ once: the job has ``max_instances=1``). In order:
 
 1. renew the leader lease (a follower only reloads policies and refreshes its metrics);
 2. reload changed policy files (a broken file keeps its team's last good policy);
-3. read the signals (Prometheus, Slurm/Kubernetes, prices) into one Snapshot;
+3. read what Prometheus and Slurm/Kubernetes observe (``Observed``);
 4. reconcile the store with Terraform state, the cloud and the scheduler (interruption
-   notices become INTERRUPTED nodes here, before the engine looks at the fleet);
-5. ``decide()`` with ``now`` from the injected clock; record the plan and its reasons in
+   notices become INTERRUPTED nodes here, before the engine looks at the fleet; the
+   scheduler's observations keep a busy node from being called LOST);
+5. read the fleet again and build the tick's Snapshot once, from the observations and the
+   parts that follow the fleet as the reconciler left it: prices, launch backoffs,
+   forecast floors and the nodes capacity requests hold (model/snapshot_parts.py);
+6. ``decide()`` with ``now`` from the injected clock; record the plan and its reasons in
    the store and log one line per action;
-6. hand the plan to the executor (``submit``, store writes only), then ``advance``: it
+7. hand the plan to the executor (``submit``, store writes only), then ``advance``: it
    hands the side effects (Terraform applies, Ansible batches, drain steps) to bounded
    workers and returns at once, so a tick keeps its cadence whatever they take (DESIGN.md
    "Deciding never waits for doing"); what finished since the last tick comes back in its
@@ -21,7 +25,8 @@ once: the job has ``max_instances=1``). In order:
 A stage that raises ends the tick: it is logged with the stage and the exception, counted
 in ``gpu_autoscaler_tick_errors{stage}``, and the next tick runs as usual. A reconciler
 failure does not end the tick (it is a safety net; scaling must not wait for it).
-``--dry-run`` stops after step 5 (the plan is stored as a dry run) and changes nothing.
+``--dry-run`` skips step 4, stops after step 6 (the plan is stored as a dry run) and
+changes nothing.
 A stop request (SIGTERM) lets the current step finish and skips the rest of the tick.
 """
 
@@ -45,9 +50,10 @@ from autoscaler.model.clock import utc_now
 from autoscaler.model.lifecycle import BILLABLE, StateLimits
 from autoscaler.model.node import FleetView, Node
 from autoscaler.model.plan import Hold
-from autoscaler.model.snapshot import CapacityError, Snapshot
+from autoscaler.model.snapshot import CapacityError, ForecastFloor, Snapshot
+from autoscaler.model.snapshot_parts import Observed, PriceView, assemble
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.backoff import launch_backoffs, with_backoffs
+from autoscaler.service.backoff import launch_backoffs
 from autoscaler.service.executor.advance import AdvanceReport
 from autoscaler.service.executor.operations import Operation
 from autoscaler.service.executor.settings import ExecutorSettings
@@ -94,23 +100,22 @@ class ExecutorLike(Protocol):
 
 
 class ReconcilerLike(Protocol):
-    def run(self, snapshot: Snapshot | None = None) -> ReconcileReport: ...
+    def run(self, snapshot: Observed | None = None) -> ReconcileReport: ...
 
 
 class SignalsLike(Protocol):
-    # What the loop calls (HeldSignals wraps a SignalReader with this much).
     def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
-             now: datetime) -> Snapshot: ...
-
-
-class PriceViewLike(Protocol):
-    def into(self, snapshot: Snapshot) -> Snapshot: ...
+             now: datetime) -> Observed: ...
 
 
 class PricesLike(Protocol):
-    def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceViewLike: ...
+    def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceView: ...
 
     def record_capacity_error(self, error: CapacityError) -> None: ...
+
+
+# (fleet nodes, now) -> node -> the capacity request holding it (request_keeper.py)
+HeldNodes = Callable[[Sequence[Node], datetime], Mapping[str, str]]
 
 
 class TickError(Exception):
@@ -142,7 +147,8 @@ class ServiceLoop:
                  prices: PricesLike | None = None, engine: EngineSettings | None = None,
                  clock: Callable[[], datetime] = utc_now, dry_run: bool = False,
                  interval_s: float = 30.0, terraform_preview: TerraformSettings | None = None,
-                 forecasts: PoolForecasts | None = None, state_limits: StateLimits | None = None):
+                 forecasts: PoolForecasts | None = None, state_limits: StateLimits | None = None,
+                 held: HeldNodes | None = None):
         if executor is None and not dry_run:
             raise ValueError("a live loop needs an executor (or run with dry_run=True)")
         self.store, self.reloader, self.signals = store, reloader, signals
@@ -152,6 +158,7 @@ class ServiceLoop:
         self.clock, self.dry_run = clock, dry_run
         self.terraform_preview = terraform_preview
         self.forecasts = forecasts  # demand history + forecasts (service/forecasts.py)
+        self.held = held  # None: no capacity requests (no team tokens)
         # The reconciler's settings (``executor:``), so the state-timeout ratio it exports
         # divides by the limit the reconciler acts on.
         self.state_limits = state_limits or ExecutorSettings().state_limits
@@ -201,10 +208,12 @@ class ServiceLoop:
         policies = self.reloader.policies
         fleet = self._stage("fleet", self.store.fleet_view)
         now = self.clock()
-        snapshot = self._stage("signals", lambda: self.read_snapshot(policies, fleet, now))
+        observed = self._stage("signals", lambda: self.signals.read(policies, fleet.nodes, now))
         if not self.dry_run and self.reconciler is not None:
-            report.reconcile = self._reconcile(snapshot)
+            report.reconcile = self._reconcile(observed)
             fleet = self._stage("fleet", self.store.fleet_view)  # interruptions, LOST nodes
+        snapshot = self._stage("signals", lambda: self._snapshot(policies, fleet, observed, now,
+                                                                 record=True))
         plan = self._stage("decide", lambda: decide(policies, fleet, snapshot, now,
                                                     catalog=self.catalog, settings=self.engine))
         report.plan = plan
@@ -245,12 +254,12 @@ class ServiceLoop:
             return True
         return False
 
-    def _reconcile(self, snapshot: Snapshot) -> ReconcileReport | None:
+    def _reconcile(self, observed: Observed) -> ReconcileReport | None:
         reconciler = self.reconciler
         if reconciler is None:
             return None
         try:
-            found = reconciler.run(snapshot)
+            found = reconciler.run(observed)
             self.count_step_errors({"reconcile": len(found.errors)}, found.errors)
             frozen = dict(found.frozen)  # the alert: metric and /status
             self.metrics.set_lost_frozen(frozen)
@@ -262,33 +271,42 @@ class ServiceLoop:
             return None
 
     def read_snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,
-                      now: datetime, record: bool = True) -> Snapshot:
-        """Signals, prices, launch backoffs and forecast floors for ``now``: what a tick
-        decides from (``record=False``: the demand history is read, not written)."""
-        snapshot = self.signals.read(policies, fleet.nodes, now)
-        if self.prices is not None:
-            snapshot = self.prices.observe(policies).into(snapshot)
+                      now: datetime) -> Snapshot:
+        """What a tick would decide from at ``now`` on ``fleet``, without reconciling and
+        without writing the demand history (``gpu-autoscaler plan --config``)."""
+        observed = self.signals.read(policies, fleet.nodes, now)
+        return self._snapshot(policies, fleet, observed, now, record=False)
+
+    def _snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView, observed: Observed,
+                  now: datetime, record: bool) -> Snapshot:
+        """The Snapshot of ``observed`` and of the parts that follow ``fleet``: prices,
+        launch backoffs, forecast floors and held nodes (``record=False``: the demand
+        history is read, not written)."""
+        market = self.prices.observe(policies) if self.prices is not None else None
         backoffs = launch_backoffs(self.store, policies, now)
         self.metrics.set_backoffs({(b.pool, b.instance_type, b.zone or "", b.market.value): b.count
                                    for b in backoffs})
         self._set_state(launch_backoffs=tuple(b.describe() for b in backoffs))
-        return self._forecast(policies, fleet, with_backoffs(snapshot, backoffs), now, record)
+        return assemble(observed, market=market,
+                        backoffs=[b.as_capacity_error() for b in backoffs],
+                        forecasts=self._forecast(policies, fleet, observed, now, record),
+                        held=self.held(fleet.nodes, now) if self.held is not None else None)
 
-    def _forecast(self, policies: dict[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot,
-                  now: datetime, record: bool) -> Snapshot:
-        """The forecast floors (mode scale) into the snapshot; a failure costs the tick its
-        floors only, never the tick (it is counted as a step error and shown)."""
+    def _forecast(self, policies: dict[str, TeamPolicy], fleet: FleetView, observed: Observed,
+                  now: datetime, record: bool) -> dict[str, ForecastFloor]:
+        """The forecast floors (mode scale); a failure costs the tick its floors only, never
+        the tick (it is counted as a step error and shown)."""
         if self.forecasts is None:
-            return snapshot
+            return {}
         try:
-            snapshot = self.forecasts.update(policies, fleet, snapshot, now, record=record)
+            floors = self.forecasts.update(policies, fleet, observed, now, record=record)
         except Exception as exc:
             log.exception("forecasts failed")
             self.count_step_errors({"forecast": 1}, [f"forecast: {type(exc).__name__}: {exc}"])
-            return snapshot
+            return {}
         self.metrics.set_forecasts(self.forecasts.views, self.forecasts.actual)
         self._set_state(forecasts={k: v.json() for k, v in sorted(self.forecasts.views.items())})
-        return snapshot
+        return floors
 
     def _feed_capacity_errors(self, advance: AdvanceReport) -> None:
         if self.prices is None:

@@ -22,7 +22,8 @@ capacity on absence of evidence"):
 * **a fleet-wide cap** bounds the LOST marks and unknown-instance destroys of one run
   (``executor.max_removals_per_tick``): the rest wait for the next run.
 
-Pure functions of the nodes, the cloud answer and the tick's snapshot (no I/O).
+Pure functions of the nodes, the cloud answer and what the signals observed this tick
+(no I/O).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import Iterable
 from autoscaler.clouds.base import CloudInstance
 from autoscaler.model.lifecycle import EXPLAINED
 from autoscaler.model.node import Node
-from autoscaler.model.snapshot import Snapshot
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.service.executor.settings import ExecutorSettings
 
 _BUSY_STATES = frozenset({"allocated", "mixed"})
@@ -84,7 +85,7 @@ def strays_kept(nodes: Iterable[Node], strays: Iterable[CloudInstance],
     return out
 
 
-def busy_reason(node: Node, snapshot: Snapshot | None) -> str | None:
+def busy_reason(node: Node, snapshot: Observed | None) -> str | None:
     """Why the scheduler's view forbids calling ``node`` LOST, or None."""
     if snapshot is None:
         return None

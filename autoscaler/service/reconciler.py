@@ -54,7 +54,7 @@ from autoscaler.model.lifecycle import (
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.progress import NodeProgress
-from autoscaler.model.snapshot import Snapshot
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import TeamPolicy, find_pool
 from autoscaler.service.executor.advance import AdvanceReport, Change
@@ -102,9 +102,9 @@ class Reconciler:
         self._misses: dict[str, int] = {}
         self._state_checked: dict[str, datetime] = {}
         self._removals = 0  # LOST marks and destroys in this run (max_removals_per_tick)
-        self._snapshot: Snapshot | None = None
+        self._snapshot: Observed | None = None
 
-    def run(self, snapshot: Snapshot | None = None) -> ReconcileReport:
+    def run(self, snapshot: Observed | None = None) -> ReconcileReport:
         report = ReconcileReport(at=self.clock())
         self._removals, self._snapshot = 0, snapshot
         policies = self.policies()
@@ -315,7 +315,7 @@ class Reconciler:
             self.provisioner.mark_stale(ref)
 
     # -- scheduler -----------------------------------------------------------------------------
-    def _check_scheduler(self, nodes: Iterable[Node], snapshot: Snapshot,
+    def _check_scheduler(self, nodes: Iterable[Node], snapshot: Observed,
                          report: ReconcileReport) -> None:
         for node in nodes:
             obs = snapshot.nodes.get(node.name)

@@ -11,7 +11,7 @@ written before the side effect that follows them, and every write is fenced.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -152,30 +152,23 @@ def _leave(view: RequestView, names: tuple[str, ...], nodes: Mapping[str, Node],
     return out
 
 
-class HeldSignals:
-    """The loop's signals with ``Snapshot.held`` filled from the live requests."""
-
-    def __init__(self, inner: Any, book: RequestBook):
-        self.inner, self.book = inner, book
-
-    def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Any, now: datetime) -> Snapshot:
-        snapshot: Snapshot = self.inner.read(policies, fleet_nodes, now)
-        views = self.book.list()
-        by_id = {v.id: v for v in views}
-        held = {node: by_id[rid].label() for node, rid in held_nodes(
-            [v for v in views if v.condition not in FINAL]).items()}
-        # A DELETE may land between the keeper's run and this read: an ended request's
-        # nodes stay held until the keeper drains them (drain_trigger released, with the
-        # pool's checkpoint signal and grace), not this tick's idle scale-down.
-        nodes = {n.name: n for n in fleet_nodes}
-        for view in views:
-            if view.condition in FINAL:
-                for name in progress(view, nodes, now).nodes:
-                    held.setdefault(name, f"{view.label()} ended: the keeper drains it")
-        return snapshot.model_copy(update={"held": held}) if held else snapshot
-
-    def __getattr__(self, name: str) -> Any:  # everything else is the wrapped signals'
-        return getattr(self.inner, name)
+def held_by_requests(book: RequestBook, fleet_nodes: Iterable[Node],
+                     now: datetime) -> dict[str, str]:
+    """Node -> the label of the capacity request holding it: the held part of the tick's
+    Snapshot (``Snapshot.held``), which scale-down leaves alone."""
+    views = book.list()
+    by_id = {v.id: v for v in views}
+    held = {node: by_id[rid].label() for node, rid in held_nodes(
+        [v for v in views if v.condition not in FINAL]).items()}
+    # A DELETE may land between the keeper's run and this read: an ended request's
+    # nodes stay held until the keeper drains them (drain_trigger released, with the
+    # pool's checkpoint signal and grace), not this tick's idle scale-down.
+    nodes = {n.name: n for n in fleet_nodes}
+    for view in views:
+        if view.condition in FINAL:
+            for name in progress(view, nodes, now).nodes:
+                held.setdefault(name, f"{view.label()} ended: the keeper drains it")
+    return held
 
 
-__all__ = ["HeldSignals", "RequestKeeper"]
+__all__ = ["RequestKeeper", "held_by_requests"]

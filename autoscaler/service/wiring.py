@@ -17,6 +17,7 @@ from autoscaler.clouds.base import CloudMarket
 from autoscaler.fleet.store import FleetStore, StoreUnavailableError
 from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.model.clock import utc_now
+from autoscaler.model.snapshot_parts import PriceView
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.app import Service, ServiceError, one_line
@@ -27,12 +28,19 @@ from autoscaler.service.executor.operations import Inline, WorkerPools
 from autoscaler.service.forecasts import PoolForecasts
 from autoscaler.service.interruptions import InterruptionIntake, NoticeLoop, sources_for
 from autoscaler.service.leader import Leadership
-from autoscaler.service.loop import ExecutorLike, PricesLike, ReconcilerLike, ServiceLoop, SignalsLike
+from autoscaler.service.loop import (
+    ExecutorLike,
+    HeldNodes,
+    PricesLike,
+    ReconcilerLike,
+    ServiceLoop,
+    SignalsLike,
+)
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.reconciler import Reconciler
 from autoscaler.service.reload import PolicyReloader
 from autoscaler.signals.demand import Bins, load_demand
-from autoscaler.signals.prices import PriceSignals, PriceView
+from autoscaler.signals.prices import PriceSignals
 from autoscaler.signals.prometheus import PrometheusReader
 from autoscaler.signals.reader import SignalReader
 
@@ -85,6 +93,15 @@ def build_forecasts(config: ServiceConfig, store: FleetStore) -> PoolForecasts:
             reader.close()
 
     return PoolForecasts(store, warm=warm)
+
+
+def build_held(store: FleetStore) -> HeldNodes:
+    """The loop's held part: node -> the capacity request holding it (not scaled down)."""
+    from autoscaler.fleet.requests import RequestBook
+    from autoscaler.service.request_keeper import held_by_requests
+
+    book = RequestBook(store)
+    return lambda nodes, now: held_by_requests(book, nodes, now)
 
 
 def build_signals(config: ServiceConfig, catalog: Catalog,
@@ -180,11 +197,8 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     closers: list[Callable[[], None]] = [] if o.store else [store.close]
     reloader = PolicyReloader(config.policies_dir, catalog)
     signals = o.signals or build_signals(config, catalog, closers)
-    if config.http.team_tokens:  # nodes held by capacity requests are not scaled down
-        from autoscaler.fleet.requests import RequestBook
-        from autoscaler.service.request_keeper import HeldSignals
-
-        signals = HeldSignals(signals, RequestBook(store))
+    # Capacity requests are made only through the team-token API: without it nothing is held.
+    held = build_held(store) if config.http.team_tokens else None
     prices = o.prices or build_prices(config, markets, clock)
     leadership = Leadership(store, config.leader)
     if leadership.enabled:  # every store write and side effect is fenced by the lease epoch
@@ -206,7 +220,7 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                        reconciler=reconciler, terraform_preview=config.terraform
                        if config.tick.preview == "terraform" else None,
                        forecasts=build_forecasts(config, store),
-                       state_limits=config.executor.state_limits)
+                       state_limits=config.executor.state_limits, held=held)
     notices = None
     if intake is not None and isinstance(executor, Executor):
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,

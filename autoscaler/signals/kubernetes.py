@@ -75,11 +75,10 @@ def _pvc_volume(obj: Obj) -> str | None:
 
 
 class KubernetesReader:
-    def __init__(self, cfg: KubernetesConfig, api: client.CoreV1Api | None = None,
-                 catalog: Catalog | None = None):
+    def __init__(self, cfg: KubernetesConfig, catalog: Catalog | None = None):
         self.config = cfg
         self.catalog = catalog or default_catalog()
-        self._api = api
+        self._api: client.CoreV1Api | None = None
         self._informers: dict[str, Informer] = {}
         self._reported: set[str] = set()  # unserved pods already logged
         self._nodes: dict[str, tuple[Any, ...]] = {}  # name -> (record, pool, pods, view)

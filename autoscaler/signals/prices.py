@@ -1,11 +1,12 @@
-"""Price signals: cloud market data turned into the snapshot parts the engine reads.
+"""Price signals: cloud market data turned into the snapshot's market part (``PriceView``,
+model/snapshot_parts.py).
 
 For every (cloud, region) the policies use, one market adapter (kept between ticks, so its
 TTL caches work) gives on-demand prices, spot prices and per-zone stock; we return them
 as ``Offering`` records, plus the capacity errors seen recently (kept with their time so
 the engine's backoff applies). A cloud API that fails is logged and named in ``missing``;
-its last good answer is reused for a while, and after that the engine falls back to the
-catalog. Nothing here invents a price.
+its last good answer is reused for ``KEEP_LAST_GOOD``, and after that the engine falls back
+to the catalog. Nothing here invents a price.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from typing import Any, TypeVar
 
 from autoscaler.clouds.base import CloudError, CloudMarket, SpotPrice, ZoneOffering, latest_spot
 from autoscaler.model.clock import Clock, utc_now
-from autoscaler.model.snapshot import CapacityError, Offering, Snapshot
+from autoscaler.model.snapshot import CapacityError, Offering
+from autoscaler.model.snapshot_parts import PriceView
 from autoscaler.policy.models import TeamPolicy
 
 log = logging.getLogger(__name__)
 
 MarketFactory = Callable[[str, str], CloudMarket]  # (cloud, region) -> adapter
 T = TypeVar("T")
+ERROR_RETENTION = timedelta(hours=2)  # longer than any sane policy backoff
+KEEP_LAST_GOOD = timedelta(minutes=30)
 
 
 @dataclass(frozen=True)
@@ -141,33 +145,13 @@ def build_offerings(want: RegionWant, on_demand: Mapping[str, float] | None,
     return out
 
 
-@dataclass(frozen=True)
-class PriceView:
-    offerings: list[Offering]
-    capacity_errors: list[CapacityError]
-    missing: list[str]
-
-    def into(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` with these offerings and capacity errors, and the price sources that
-        failed added to ``missing`` (for status; the engine freezes nothing for prices)."""
-        return snapshot.model_copy(update={
-            "offerings": self.offerings,
-            "capacity_errors": [*snapshot.capacity_errors, *self.capacity_errors],
-            "missing": [*snapshot.missing, *(m for m in self.missing if m not in snapshot.missing)],
-        })
-
-
 class PriceSignals:
     """Per tick: ``observe(policies)``. Launch failures: ``record_capacity_error(err)``."""
 
-    def __init__(self, markets: MarketFactory, *, clock: Clock = utc_now,
-                 error_retention: timedelta = timedelta(hours=2),
-                 keep_last_good: timedelta = timedelta(minutes=30)):
+    def __init__(self, markets: MarketFactory, *, clock: Clock = utc_now):
         self._factory, self.clock = markets, clock
-        self.error_retention = error_retention
         self._markets: dict[tuple[str, str], CloudMarket] = {}
         self._last_good: dict[tuple[str, str], _LastGood] = {}
-        self._keep = keep_last_good
         self._errors: list[CapacityError] = []
         self._lock = threading.Lock()
 
@@ -188,7 +172,7 @@ class PriceSignals:
                 missing.append(f"prices {want.cloud}/{want.region}: {exc}")
                 continue
             memo = self._last_good.setdefault((want.cloud, want.region),
-                                              _LastGood(self._keep, self.clock))
+                                              _LastGood(KEEP_LAST_GOOD, self.clock))
             found, gaps = region_offerings(market, want, last_good=memo)
             offerings += found
             missing += gaps
@@ -199,8 +183,8 @@ class PriceSignals:
             self._errors.append(error)
 
     def capacity_errors(self) -> list[CapacityError]:
-        """Errors younger than ``error_retention`` (longer than any sane policy backoff)."""
+        """Errors younger than ``ERROR_RETENTION``."""
         now = self.clock()
         with self._lock:
-            self._errors = [e for e in self._errors if now - e.at < self.error_retention]
+            self._errors = [e for e in self._errors if now - e.at < ERROR_RETENTION]
             return list(self._errors)

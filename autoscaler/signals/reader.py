@@ -1,9 +1,10 @@
-"""``SignalReader``: Prometheus + Slurm + Kubernetes -> one immutable ``Snapshot`` per tick.
+"""``SignalReader``: Prometheus + Slurm + Kubernetes -> one ``Observed`` per tick, the part
+of the Snapshot they give (model/snapshot_parts.py; prices, offerings and capacity errors
+are ``signals/prices.py``'s part).
 
 Each source fails on its own: a failure puts its name in ``Snapshot.missing`` and a
 reason in every affected pool (``metrics_missing`` / ``scheduler_missing``), so the engine
-freezes scale-down there and nowhere else. Prices, offerings and capacity errors come
-from ``signals/prices.py`` and are merged in through ``read()``'s keyword arguments.
+freezes scale-down there and nowhere else.
 
 Node names: fleet nodes are observed with their own pool's windows. Hosts that are not
 in the fleet (e.g. ``gpu-autoscaler signals`` without a store) are attributed to a pool
@@ -23,16 +24,14 @@ from autoscaler.catalog import Catalog
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import (
-    CapacityError,
     ClusterQuota,
     NodeObservation,
-    Offering,
     PendingJob,
     PoolObservation,
     SchedulerNode,
-    Snapshot,
     UnservedJob,
 )
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.kubernetes import KubernetesReader
@@ -57,7 +56,7 @@ SCHEDULERS = ("slurm", "kubernetes")
 
 @dataclass(frozen=True)
 class SignalsResult:
-    snapshot: Snapshot
+    observed: Observed
     unattributed: dict[str, list[PendingJob]] = field(default_factory=dict)  # kind -> jobs
     sources: dict[str, str] = field(default_factory=dict)  # source -> "ok ..." or why not
     prometheus_queries: int = 0
@@ -71,6 +70,8 @@ class _Scheduled:
     sources: dict[str, str] = field(default_factory=dict)
     unserved: list[UnservedJob] = field(default_factory=list)
     quotas: dict[str, ClusterQuota] = field(default_factory=dict)
+    pending: dict[str, list[PendingJob]] = field(default_factory=dict)  # pool -> jobs
+    pool_missing: dict[str, str] = field(default_factory=dict)  # pool -> why not read
 
 
 class SignalReader:
@@ -94,29 +95,25 @@ class SignalReader:
             self.kubernetes.close()  # its watch threads
 
     def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
-             now: datetime, *, offerings: Iterable[Offering] = (),
-             capacity_errors: Iterable[CapacityError] = (),
-             interrupted: Iterable[str] = ()) -> Snapshot:
-        return self.read_all(policies, fleet_nodes, now, offerings=offerings,
-                             capacity_errors=capacity_errors, interrupted=interrupted).snapshot
+             now: datetime) -> Observed:
+        return self.read_all(policies, fleet_nodes, now).observed
 
     def read_all(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
-                 now: datetime, *, offerings: Iterable[Offering] = (),
-                 capacity_errors: Iterable[CapacityError] = (),
-                 interrupted: Iterable[str] = ()) -> SignalsResult:
+                 now: datetime) -> SignalsResult:
         pools = {pool_key(p.team, pool.name): pool for p in policies.values() for pool in p.pools}
         missing: set[str] = set()
         sources: dict[str, str] = {}
-        pool_obs = {key: PoolObservation() for key in pools}
         node_pools = {n.name: pools[n.pool_key] for n in fleet_nodes
                       if n.pool_key in pools and n.state is not NodeState.TERMINATED}
         metrics = self._metrics(node_pools, pools, now)
         if metrics.error is not None:
             missing.add("prometheus")
-            pool_obs = {k: o.model_copy(update={"metrics_missing": metrics.error})
-                        for k, o in pool_obs.items()}
         sources["prometheus"] = metrics.error or f"ok: {len(metrics.nodes)} nodes"
-        scheduled = self._schedulers(policies, pool_obs)
+        scheduled = self._schedulers(policies)
+        pool_obs = {key: PoolObservation(pending=scheduled.pending.get(key, []),
+                                         metrics_missing=metrics.error,
+                                         scheduler_missing=scheduled.pool_missing.get(key))
+                    for key in pools}
         missing.update(scheduled.missing)
         sources.update(scheduled.sources)
         sched_nodes, unattributed = scheduled.nodes, scheduled.unattributed
@@ -127,16 +124,12 @@ class SignalReader:
             node_missing = "not in the fleet and its name matches no <team>-<pool>- prefix"
             metrics_nodes = metrics.nodes
         nodes = _merge_nodes(metrics_nodes, sched_nodes, node_missing)
-        snapshot = Snapshot(
-            taken_at=now, nodes=nodes, pools=pool_obs, capacity_errors=list(capacity_errors),
-            offerings=list(offerings), interrupted=sorted(set(interrupted)),
-            missing=sorted(missing), unserved=scheduled.unserved, cluster_quotas=scheduled.quotas,
-        )
-        return SignalsResult(snapshot, unattributed, sources, metrics.queries)
+        observed = Observed(taken_at=now, nodes=nodes, pools=pool_obs, missing=sorted(missing),
+                            unserved=scheduled.unserved, cluster_quotas=scheduled.quotas)
+        return SignalsResult(observed, unattributed, sources, metrics.queries)
 
-    def _schedulers(self, policies: Mapping[str, TeamPolicy],
-                    pool_obs: dict[str, PoolObservation]) -> _Scheduled:
-        """Reads each scheduler some pool uses; fills ``pool_obs`` in place."""
+    def _schedulers(self, policies: Mapping[str, TeamPolicy]) -> _Scheduled:
+        """Reads each scheduler some pool uses."""
         out = _Scheduled()
         for kind in SCHEDULERS:
             refs = pools_in_priority_order(policies, self.catalog, kind)
@@ -146,13 +139,9 @@ class SignalReader:
             if reading.error is not None:
                 out.missing.add(kind)
                 out.sources[kind] = reading.error
-                for ref in refs:
-                    pool_obs[ref.key] = pool_obs[ref.key].model_copy(
-                        update={"scheduler_missing": reading.error})
+                out.pool_missing.update({ref.key: reading.error for ref in refs})
                 continue
-            for ref in refs:
-                pool_obs[ref.key] = pool_obs[ref.key].model_copy(
-                    update={"pending": reading.pending.get(ref.key, [])})
+            out.pending.update({ref.key: reading.pending.get(ref.key, []) for ref in refs})
             for name, sn in reading.nodes.items():
                 out.nodes.setdefault(name, sn)
             out.unattributed[kind] = reading.unattributed
@@ -212,8 +201,14 @@ def by_name_prefix(pools: Mapping[str, Pool]) -> Callable[[str], Pool | None]:
 
 def _merge_nodes(metrics: dict[str, NodeObservation], sched: dict[str, SchedulerNode],
                  missing: str) -> dict[str, NodeObservation]:
+    """One observation per node: what Prometheus said of it (``missing`` when it said
+    nothing) with what its scheduler said."""
     out = dict(metrics)
     for name, sn in sched.items():
-        base = out.get(name) or NodeObservation(metrics_missing=missing)
-        out[name] = base.model_copy(update={"scheduler": sn})
+        seen = out.get(name)
+        if seen is None:
+            out[name] = NodeObservation(metrics_missing=missing, scheduler=sn)
+        else:
+            out[name] = NodeObservation(metrics=seen.metrics, metrics_missing=seen.metrics_missing,
+                                        health_check_failed=seen.health_check_failed, scheduler=sn)
     return dict(sorted(out.items()))

@@ -19,11 +19,13 @@ from typing import Any
 
 from autoscaler.catalog import default_catalog
 from autoscaler.fleet.requests import RequestBook
+from autoscaler.model.snapshot import Snapshot
+from autoscaler.model.snapshot_parts import assemble
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions
 from autoscaler.service.api import ApiHandlers, ApiServer, Health
-from autoscaler.service.request_keeper import HeldSignals, RequestKeeper
+from autoscaler.service.request_keeper import RequestKeeper, held_by_requests
 from autoscaler.service.requests_api import RequestsApi, service_admitter
 from autoscaler.signals.request_links import LinkWatcher
 from tests.e2e.test_lifecycle_e2e import Loop
@@ -74,14 +76,6 @@ def request_stack(root: Path) -> Iterator[SandboxStack]:
         yield stack
 
 
-class _Fixed:
-    def __init__(self, snap: Any):
-        self.snap = snap
-
-    def read(self, *_: Any) -> Any:
-        return self.snap
-
-
 class RequestLoop(Loop):
     """The e2e loop with the keeper before each tick and held nodes in the snapshot."""
 
@@ -95,9 +89,8 @@ class RequestLoop(Loop):
             self.book, lambda: self.policies, self.catalog, self.config.engine, dict),
             lambda: datetime.now(UTC))
 
-    def snapshot(self, now: datetime) -> Any:
-        snap = super().snapshot(now)
-        return HeldSignals(_Fixed(snap), self.book).read(self.policies, self.store.nodes(), now)
+    def snapshot(self, now: datetime) -> Snapshot:
+        return assemble(self.observe(now), held=held_by_requests(self.book, self.store.nodes(), now))
 
     def tick(self) -> None:
         self.log += self.keeper.run()

@@ -32,6 +32,7 @@ from autoscaler.engine import decide
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
+from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.hosts.procs import wait_until
@@ -101,7 +102,7 @@ class Loop:
         self.slurm = SlurmReader(self.config.signals.slurm)
         self.log: list[str] = []
 
-    def snapshot(self, now: datetime) -> Snapshot:
+    def observe(self, now: datetime) -> Observed:
         refs = pools_in_priority_order(self.policies, self.catalog, "slurm")
         reading = self.slurm.read(refs)
         assert reading.error is None, reading.error
@@ -114,7 +115,10 @@ class Loop:
                                    gpus_reporting=1, sample_age_s=1),
                 scheduler=sched)
         pools = {r.key: PoolObservation(pending=reading.pending.get(r.key, [])) for r in refs}
-        return Snapshot(taken_at=now, nodes=nodes, pools=pools)
+        return Observed(taken_at=now, nodes=nodes, pools=pools)
+
+    def snapshot(self, now: datetime) -> Snapshot:
+        return assemble(self.observe(now))
 
     def tick(self) -> None:
         self.reconciler.run()

@@ -14,7 +14,8 @@ from autoscaler.forecast.history import sample_of, to_series
 from autoscaler.forecast.series import DAY_BINS
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView
-from autoscaler.model.snapshot import PoolObservation, Snapshot
+from autoscaler.model.snapshot import PoolObservation
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.service import forecasts as forecasts_mod
 from autoscaler.service.forecasts import DEFAULT_LEAD, PoolForecasts
 from tests.builders import NOW, busy, make_node, make_policy, pending
@@ -41,8 +42,8 @@ def policies(mode: str = "scale", **predictive: object) -> dict:
                                   predictive={"mode": mode, **predictive})}
 
 
-def demand(gpus: float) -> Snapshot:
-    return Snapshot(taken_at=NOW, pools={KEY: PoolObservation(pending=pending(gpus))})
+def demand(gpus: float) -> Observed:
+    return Observed(taken_at=NOW, pools={KEY: PoolObservation(pending=pending(gpus))})
 
 
 @pytest.fixture
@@ -99,8 +100,8 @@ def test_the_history_table_works_on_postgresql(pg):
         DemandHistory(store, retention=timedelta(0)).prune(KEY, at)  # start afresh
         seed(DemandHistory(store), at, days=8)
         fc = PoolForecasts(store)
-        out = fc.update(policies("scale", lead="10m"), FleetView(), demand(1), at)
-        assert out.forecasts[KEY].gpus == pytest.approx(8, abs=0.5)
+        floors = fc.update(policies("scale", lead="10m"), FleetView(), demand(1), at)
+        assert floors[KEY].gpus == pytest.approx(8, abs=0.5)
         assert DemandHistory(store).bins(KEY, bin_start(at))[0].forecast_gpus is not None
     finally:
         store.close()
@@ -124,13 +125,13 @@ def test_series_starts_on_monday_and_fills_gaps():
 
 def test_a_sample_is_pending_plus_running_and_none_without_scheduler_data():
     nodes = [make_node("vision-gpu-1"), make_node("vision-gpu-2", state=NodeState.BOOTSTRAPPING)]
-    snap = Snapshot(taken_at=NOW, pools={KEY: PoolObservation(pending=pending(2, 1))},
+    snap = Observed(taken_at=NOW, pools={KEY: PoolObservation(pending=pending(2, 1))},
                     nodes={"vision-gpu-1": busy(util=50, gpus=4)})
     s = sample_of(KEY, nodes, snap)
     assert s is not None and s.nodes_serving == 1
     assert s.requested_gpus == 3 + snap.nodes["vision-gpu-1"].scheduler.gpus_allocated
     assert s.in_use_gpus == pytest.approx(0.5 * snap.nodes["vision-gpu-1"].metrics.gpus_reporting)
-    gone = Snapshot(taken_at=NOW, pools={KEY: PoolObservation(scheduler_missing="slurm down")})
+    gone = Observed(taken_at=NOW, pools={KEY: PoolObservation(scheduler_missing="slurm down")})
     assert sample_of(KEY, nodes, gone) is None
 
 
@@ -138,16 +139,16 @@ def test_scale_mode_holds_the_forecast_ahead_of_the_morning_peak(store):
     seed(DemandHistory(store), NOW, days=21)
     fc = PoolForecasts(store)
     at = NOW + timedelta(hours=19, minutes=52)  # Tuesday 07:52: the peak starts in 8 minutes
-    out = fc.update(policies("scale", lead="10m"), FleetView(), demand(1), at)
+    floors = fc.update(policies("scale", lead="10m"), FleetView(), demand(1), at)
     view = fc.views[KEY]
     assert view.model in {"hour-of-week", "ridge", "seasonal-naive"}
     assert view.p50_gpus == pytest.approx(1, abs=0.5)
-    assert out.forecasts[KEY].gpus == pytest.approx(8, abs=0.5)
-    assert "forecast p80 for Tue 07:50" in out.forecasts[KEY].reason
+    assert floors[KEY].gpus == pytest.approx(8, abs=0.5)
+    assert "forecast p80 for Tue 07:50" in floors[KEY].reason
     assert view.lead_source == "policy lead" and view.lead_s == 600
     # forecast-only: the same forecast is shown, and the plan's input is not changed.
     only = PoolForecasts(store)
-    assert only.update(policies("forecast-only", lead="10m"), FleetView(), demand(1), at).forecasts == {}
+    assert only.update(policies("forecast-only", lead="10m"), FleetView(), demand(1), at) == {}
     assert only.views[KEY].floor is not None and "would hold" in only.views[KEY].line()
     # off: nothing is forecast, but the demand is still recorded.
     off = PoolForecasts(store)
@@ -225,8 +226,8 @@ def test_one_pool_is_fitted_per_tick_the_others_wait_their_turn(store):
     seed(h, NOW, days=2)
     h.fill("vision/big", [(b.start, b.requested_gpus) for b in h.bins(KEY, NOW - timedelta(days=3))])
     fc = PoolForecasts(store)
-    fc.update(two, FleetView(), Snapshot(taken_at=NOW), NOW)
+    fc.update(two, FleetView(), Observed(taken_at=NOW), NOW)
     assert fc.views[KEY].p50_gpus is not None
     assert fc.views["vision/big"].note == "the model is fitted at a later tick (one fit per tick)"
-    fc.update(two, FleetView(), Snapshot(taken_at=NOW), NOW + timedelta(seconds=30))
+    fc.update(two, FleetView(), Observed(taken_at=NOW), NOW + timedelta(seconds=30))
     assert fc.views["vision/big"].p50_gpus is not None

@@ -182,11 +182,11 @@ def test_an_ended_requests_nodes_stay_held_until_the_keeper_drains_them(service)
     service.tick()
     names = sorted(RequestBook(service.store).get(rid).nodes)
     assert call(f"{url}/{rid}", "DELETE", VISION)[1]["condition"] == "Released"
-    signals = service.loop.signals
-    snap = signals.read(service.loop.reloader.policies, service.store.nodes(), service.loop.clock())
+    loop = service.loop
+    snap = loop.read_snapshot(loop.reloader.policies, service.store.fleet_view(), loop.clock())
     assert sorted(snap.held) == names
     assert all(why.endswith("ended: the keeper drains it") for why in snap.held.values())
     service.tick()
     assert {a.trigger for a in submitted(service, Drain)} == {"released"}
-    snap = signals.read(service.loop.reloader.policies, service.store.nodes(), service.loop.clock())
+    snap = loop.read_snapshot(loop.reloader.policies, service.store.fleet_view(), loop.clock())
     assert snap.held == {}  # leaving now: nothing to hold

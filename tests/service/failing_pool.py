@@ -14,9 +14,9 @@ from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Hold, Launch
-from autoscaler.model.snapshot import Snapshot
+from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.backoff import delay, launch_backoffs, with_backoffs
+from autoscaler.service.backoff import delay, launch_backoffs
 from tests.fakes import FakeAnsible
 from tests.service.executor_rig import Rig, make_rig, slurm_policy
 
@@ -40,7 +40,8 @@ def floor_policy(**kw: Any) -> TeamPolicy:
 def tick(rig: Rig) -> tuple[list[Launch], list[Hold]]:
     """One service tick on the fakes: backoffs into the snapshot, decide, submit, advance."""
     now = rig.clock()
-    snapshot = with_backoffs(Snapshot(taken_at=now), launch_backoffs(rig.store, rig.policies, now))
+    backoffs = launch_backoffs(rig.store, rig.policies, now)
+    snapshot = assemble(Observed(taken_at=now), backoffs=[b.as_capacity_error() for b in backoffs])
     plan = decide(rig.policies, rig.store.fleet_view(), snapshot, now, catalog=default_catalog())
     rig.executor().submit(plan, rig.store.record_plan(plan))
     rig.advance()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +17,8 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.model.changes import Create, Move, NodeFields
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
-from autoscaler.model.snapshot import CapacityError, NodeObservation, Offering, PoolObservation, Snapshot
+from autoscaler.model.snapshot import CapacityError, NodeObservation, PoolObservation, Snapshot
+from autoscaler.model.snapshot_parts import Observed, PriceView
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.config import LeaderSettings
 from autoscaler.service.executor import AdvanceReport
@@ -27,7 +28,6 @@ from autoscaler.service.loop import ServiceLoop
 from autoscaler.service.metrics import ServiceMetrics
 from autoscaler.service.reconciler import ReconcileReport
 from autoscaler.service.reload import PolicyReloader
-from autoscaler.signals.prices import PriceView
 from tests.builders import NOW, make_pool_dict
 
 
@@ -63,14 +63,13 @@ class FakeSignals:
     next_error: Exception | None = None
     calls: int = 0
 
-    def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node], now: datetime,
-             *, offerings: Iterable[Offering] = (), capacity_errors: Iterable[CapacityError] = (),
-             interrupted: Iterable[str] = ()) -> Snapshot:
+    def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
+             now: datetime) -> Observed:
         self.calls += 1
         if self.next_error is not None:
             err, self.next_error = self.next_error, None
             raise err
-        return Snapshot(taken_at=now, pools=dict(self.pools), nodes=dict(self.nodes),
+        return Observed(taken_at=now, pools=dict(self.pools), nodes=dict(self.nodes),
                         missing=list(self.missing))
 
 
@@ -147,17 +146,22 @@ class FakeExecutor:
 
 
 class FakeReconciler:
+    """Records what it was given; ``on_run`` changes the store as a real run would."""
+
     def __init__(self) -> None:
         self.runs = 0
         self.next_error: Exception | None = None
-        self.snapshots: list[Snapshot | None] = []
+        self.snapshots: list[Observed | None] = []
+        self.on_run: Callable[[], None] | None = None
 
-    def run(self, snapshot: Snapshot | None = None) -> ReconcileReport:
+    def run(self, snapshot: Observed | None = None) -> ReconcileReport:
         self.runs += 1
         self.snapshots.append(snapshot)
         if self.next_error is not None:
             err, self.next_error = self.next_error, None
             raise err
+        if self.on_run is not None:
+            self.on_run()
         return ReconcileReport(at=datetime.now(UTC))
 
 

@@ -6,12 +6,18 @@ import logging
 
 import pytest
 
+from autoscaler.fleet.demand_history import DemandHistory, bin_start
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Drain, Hold, Launch
+from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import CapacityError, PoolObservation
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Market
-from tests.builders import idle, pending
-from tests.fleet.writes import create_node
+from autoscaler.service import loop as loop_module
+from autoscaler.service.backoff import fingerprint
+from autoscaler.service.forecasts import PoolForecasts
+from tests.builders import busy, idle, pending
+from tests.fleet.writes import create_node, transition, walk
 from tests.service.service_fakes import make_loop, write_policy
 
 
@@ -198,3 +204,41 @@ def test_each_changed_pool_is_previewed_with_its_hourly_delta(kit, caplog):
     assert "$/h 0.000 -> " in previews[0] and "(+" in previews[0]
     assert previews[0] in caplog.text
     assert any("preview vision/train" in line for line in kit.loop.state.activity)
+
+
+def test_the_snapshot_decide_gets_is_built_after_the_reconciler(kit, monkeypatch):
+    # The reconciler reads what the scheduler observed (a busy node is never LOST); the
+    # parts that follow the fleet are computed from the fleet as the reconciler left it.
+    S, now = NodeState, kit.clock.now
+    kit.loop.reloader.refresh()
+    launched_under = NodeProgress(policy=fingerprint(kit.loop.policies()["vision"].pools[0]))
+    keep, lost = (walk(kit.store, create_node(kit.store, pool="train", now=now).name, now,
+                       S.PROVISIONING, S.BOOTSTRAPPING, S.READY) for _ in range(2))
+    failing = walk(kit.store, create_node(kit.store, pool="train", now=now,
+                                          progress=launched_under).name,
+                   now, S.PROVISIONING, S.BOOTSTRAPPING)
+    kit.signals.nodes = {keep.name: busy(), lost.name: idle()}
+
+    def reconcile() -> None:
+        transition(kit.store, lost.name, S.LOST, now, "gone from the cloud")
+        transition(kit.store, failing.name, S.BOOTSTRAP_FAILED, now,
+                   "bootstrap failed at task 'nvidia driver'")
+
+    kit.reconciler.on_run = reconcile
+    kit.loop.held = lambda nodes, at: {n.name: f"held while {n.state}" for n in nodes}
+    kit.loop.forecasts = PoolForecasts(kit.store)
+    decided = []
+    real_decide = loop_module.decide
+    monkeypatch.setattr(loop_module, "decide", lambda policies, fleet, snapshot, at, **kw: (
+        decided.append(snapshot) or real_decide(policies, fleet, snapshot, at, **kw)))
+    assert kit.loop.tick().error is None
+    [observed] = kit.reconciler.snapshots
+    assert isinstance(observed, Observed) and observed.nodes == kit.signals.nodes
+    [snapshot] = decided
+    assert snapshot is kit.loop.last_snapshot and snapshot.nodes == observed.nodes
+    assert snapshot.held == {keep.name: "held while READY", lost.name: "held while LOST",
+                             failing.name: "held while BOOTSTRAP_FAILED"}
+    [backoff] = snapshot.capacity_errors  # the failure the reconciler found holds launches
+    assert backoff.code == "launch-backoff" and "nvidia driver" in backoff.message
+    [demand_bin] = DemandHistory(kit.store).bins("vision/train", bin_start(now))
+    assert demand_bin.nodes_serving == 1  # the forecast's sample: LOST does not serve

@@ -11,13 +11,8 @@ from autoscaler.catalog import default_catalog
 from autoscaler.clouds.base import CloudInstance
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.pool import PoolRef
-from autoscaler.model.snapshot import (
-    NodeObservation,
-    PoolObservation,
-    RunningJob,
-    SchedulerNode,
-    Snapshot,
-)
+from autoscaler.model.snapshot import NodeObservation, PoolObservation, RunningJob, SchedulerNode
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.reconciler import Reconciler
@@ -46,8 +41,8 @@ def reconciler(rig: Rig, answer: Answer) -> Reconciler:
                       policies=lambda: rig.policies)
 
 
-def busy(*names: str) -> Snapshot:
-    return Snapshot(taken_at=NOW, nodes={n: NodeObservation(scheduler=SchedulerNode(
+def busy(*names: str) -> Observed:
+    return Observed(taken_at=NOW, nodes={n: NodeObservation(scheduler=SchedulerNode(
         state="allocated", gpus_total=1, gpus_allocated=1,
         jobs=[RunningJob(id="42", gpus=1)])) for n in names})
 
@@ -84,14 +79,14 @@ def test_a_node_with_running_jobs_is_never_lost(rig: Rig) -> None:
     [refused] = report.of("lost-refused")
     assert refused.node == a and "1 job(s) running" in refused.detail
     assert rig.state(a) is S.READY and report.changes == []
-    report = reconciler(rig, answer).run(Snapshot(taken_at=NOW))  # the jobs are gone too
+    report = reconciler(rig, answer).run(Observed(taken_at=NOW))  # the jobs are gone too
     assert [f.node for f in report.of("lost")] == [a] and rig.state(a) is S.LOST
 
 
 def test_unreadable_scheduler_keeps_the_node(rig: Rig) -> None:
     a, _, _ = rig.ready_nodes(3)
     rig.settings = ExecutorSettings(lost_after_misses=1)
-    snap = Snapshot(taken_at=NOW, pools={"vision/gpu": PoolObservation(
+    snap = Observed(taken_at=NOW, pools={"vision/gpu": PoolObservation(
         scheduler_missing="squeue: timed out")})
     report = reconciler(rig, Answer([i for i in rig.cloud.live() if i.node != a])).run(snap)
     assert "cannot be read (squeue: timed out)" in report.of("lost-refused")[0].detail

@@ -24,6 +24,7 @@ from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.engine import decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import Snapshot
+from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.reconciler import Reconciler, ReconcileReport
@@ -47,12 +48,12 @@ def empty_cloud(tmp_path: Path) -> Iterator[MotoSandbox]:
 
 
 def tick(scn: Scenario, rec: Reconciler, snapshot: Snapshot) -> ReconcileReport:
-    """One service tick as the loop runs it: reconcile with the tick's snapshot, decide,
-    record, submit, advance (real Terraform applies)."""
+    """One service tick as the loop runs it: reconcile with what the scheduler observed,
+    decide, record, submit, advance (real Terraform applies)."""
     scn.now += timedelta(seconds=30)
-    snapshot = snapshot.model_copy(update={"taken_at": scn.now})
-    report = rec.run(snapshot)
-    plan = decide(scn.world.policies, scn.raw_store.fleet_view(), snapshot, scn.now,
+    observed = Observed(taken_at=scn.now, nodes=snapshot.nodes)
+    report = rec.run(observed)
+    plan = decide(scn.world.policies, scn.raw_store.fleet_view(), assemble(observed), scn.now,
                   catalog=default_catalog())
     scn.executor.submit(plan, scn.store.record_plan(plan))
     scn.executor.advance()

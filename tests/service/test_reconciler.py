@@ -12,7 +12,8 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Plan
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.progress import ProgressUpdate
-from autoscaler.model.snapshot import NodeObservation, SchedulerNode, Snapshot
+from autoscaler.model.snapshot import NodeObservation, SchedulerNode
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Market
 from autoscaler.service.executor import ExecutorSettings
 from tests.fleet.writes import patch, transition
@@ -164,7 +165,7 @@ def test_terraform_state_drift_marks_the_pool_stale_at_the_check_interval(rig: R
 
 def test_ready_node_that_the_scheduler_reports_down(rig: Rig) -> None:
     [name] = rig.ready_nodes()
-    snap = Snapshot(taken_at=rig.clock(), nodes={name: NodeObservation(
+    snap = Observed(taken_at=rig.clock(), nodes={name: NodeObservation(
         scheduler=SchedulerNode(state="down", ready=False))})
     [finding] = rig.reconciler().run(snap).of("scheduler-down")
     assert finding.node == name

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from autoscaler.fleet.store import FleetStore
-from autoscaler.model.snapshot import PoolObservation, Snapshot
+from autoscaler.model.snapshot import PoolObservation
+from autoscaler.model.snapshot_parts import Observed
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.service.app import Service
 from autoscaler.service.config import ServiceConfig
@@ -30,7 +31,7 @@ TOKEN = "tok-running-service-0001"
 class BreakableSignals(FakeSignals):
     broken: str | None = None  # every read raises while set
 
-    def read(self, *args: Any, **kw: Any) -> Snapshot:
+    def read(self, *args: Any, **kw: Any) -> Observed:
         if self.broken is not None:
             raise ConnectionError(self.broken)
         return super().read(*args, **kw)

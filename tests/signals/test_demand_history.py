@@ -154,6 +154,6 @@ def test_an_unreachable_prometheus_is_a_read_error_and_retried_later(prom, tmp_p
 
 
 def _no_demand(now):
-    from autoscaler.model.snapshot import Snapshot
+    from autoscaler.model.snapshot_parts import Observed
 
-    return Snapshot(taken_at=now)
+    return Observed(taken_at=now)

@@ -23,7 +23,8 @@ from autoscaler.clouds.base import (
 )
 from autoscaler.engine import Hold, Launch, Plan, decide
 from autoscaler.model.node import FleetView
-from autoscaler.model.snapshot import CapacityError, PendingJob, PoolObservation, Snapshot
+from autoscaler.model.snapshot import CapacityError, PendingJob, PoolObservation
+from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.sandbox.fakes.ecs import FakeEcsServer
 from autoscaler.signals.prices import (
@@ -53,13 +54,13 @@ def policies(cloud: str = "aws", region: str = "us-east-1",
         "instance_types": list(types), "max_nodes": 10, "capacity": dict(capacity or SPOT_ONLY)}]})}
 
 
-def one_pending_gpu(key: str = "vision/t4") -> Snapshot:
-    return Snapshot(taken_at=NOW, pools={key: PoolObservation(pending=[PendingJob(id="j1", gpus=1)])})
+def one_pending_gpu(key: str = "vision/t4") -> Observed:
+    return Observed(taken_at=NOW, pools={key: PoolObservation(pending=[PendingJob(id="j1", gpus=1)])})
 
 
 def plan_with(signals: PriceSignals, pols: dict[str, TeamPolicy], key: str = "vision/t4") -> Plan:
     view = signals.observe(pols)
-    snapshot = view.into(one_pending_gpu(key=key))
+    snapshot = assemble(one_pending_gpu(key=key), market=view)
     return decide(pols, FleetView(), snapshot, NOW)
 
 
@@ -107,7 +108,7 @@ def test_recent_capacity_error_steers_to_another_zone(moto: str, spot_book: Spot
     spot_book.add(T4, "us-east-1a", 0.20)
     spot_book.add(T4, "us-east-1b", 0.16)
     clock = FakeClock()
-    signals = aws_signals(moto, clock, error_retention=timedelta(hours=2))
+    signals = aws_signals(moto, clock)  # ERROR_RETENTION: capacity errors are kept 2 hours
     signals.record_capacity_error(CapacityError(
         cloud="aws", region="us-east-1", instance_type=T4, zone="us-east-1b", market=Market.SPOT,
         code="InsufficientInstanceCapacity", at=NOW - timedelta(minutes=5)))
@@ -205,8 +206,7 @@ def test_failed_api_reuses_the_last_answer_then_falls_back_to_the_catalog() -> N
     market = FakeMarket({(T4, "us-east-1a"): 0.16})
     clock = FakeClock()
     made: list[CloudMarket] = []
-    signals = PriceSignals(lambda c, r: made.append(market) or market, clock=clock,
-                           keep_last_good=timedelta(minutes=30))
+    signals = PriceSignals(lambda c, r: made.append(market) or market, clock=clock)
     pols = policies(zones=["us-east-1a"], types=[T4])
     assert "$0.160/h" in launches(plan_with(signals, pols))[0].reason
 
@@ -216,12 +216,12 @@ def test_failed_api_reuses_the_last_answer_then_falls_back_to_the_catalog() -> N
     assert len(view.missing) == 3 and all("using the answer from 12:00:00" in m for m in view.missing)
     assert any(o.spot_usd == 0.16 for o in view.offerings)
 
-    clock.advance(timedelta(minutes=30))
+    clock.advance(timedelta(minutes=30))  # 40 minutes: past KEEP_LAST_GOOD (30)
     view = signals.observe(pols)
     assert all("cannot reach the EC2 endpoint" in m for m in view.missing)
     assert all(o.spot_usd is None and o.on_demand_usd is None for o in view.offerings)
     # Nothing invented: the engine prices from the catalog ($0.526 x (1 - 0.65) = $0.184).
-    launch = launches(decide(pols, FleetView(), view.into(one_pending_gpu()), NOW))[0]
+    launch = launches(decide(pols, FleetView(), assemble(one_pending_gpu(), market=view), NOW))[0]
     assert "$0.184/h" in launch.reason
     assert len(made) == 1  # one adapter per region, kept across ticks
 
@@ -244,7 +244,7 @@ def test_failed_sources_are_named_in_the_snapshot() -> None:
     market = FakeMarket({})
     market.error = CloudUnreachableError("down")
     view = PriceSignals(lambda c, r: market).observe(policies(types=[T4]))
-    snapshot = view.into(one_pending_gpu())
+    snapshot = assemble(one_pending_gpu(), market=view)
     assert len(snapshot.missing) == 3 and all("down" in m for m in snapshot.missing)
 
 

@@ -1,4 +1,4 @@
-"""SignalReader: sources combined into one Snapshot, each failing on its own."""
+"""SignalReader: sources combined into what the Snapshot observes, each failing on its own."""
 
 from __future__ import annotations
 
@@ -9,15 +9,9 @@ from typing import Any
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Drain, Hold, decide
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.snapshot import (
-    CapacityError,
-    GpuMetrics,
-    NodeObservation,
-    Offering,
-    PendingJob,
-    SchedulerNode,
-)
-from autoscaler.policy.models import Market, Pool
+from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PendingJob, SchedulerNode
+from autoscaler.model.snapshot_parts import assemble
+from autoscaler.policy.models import Pool
 from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.prometheus import MetricsReading
 from autoscaler.signals.reader import SignalReader, by_name_prefix, key_by_name_prefix
@@ -108,16 +102,10 @@ def reader(metrics: Any = None, slurm: Any = None, kube: Any = None,
 
 
 def test_everything_read() -> None:
-    offering = Offering(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", spot_usd=1)
-    cap = CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone=None,
-                        market=Market.SPOT, code="InsufficientInstanceCapacity", at=NOW)
     r = reader()
-    result = r.read_all(POLICIES, NODES, NOW, offerings=[offering], capacity_errors=[cap],
-                        interrupted=["search-infer-1"])
-    snap = result.snapshot
+    result = r.read_all(POLICIES, NODES, NOW)
+    snap = result.observed
     assert snap.missing == [] and snap.taken_at == NOW
-    assert snap.offerings == [offering] and snap.capacity_errors == [cap]
-    assert snap.interrupted == ["search-infer-1"]
     assert sorted(snap.pools) == ["search/batch", "search/infer", "vision/train"]
     assert [j.id for j in snap.pools["vision/train"].pending] == ["7"]
     assert [j.id for j in snap.pools["search/infer"].pending] == ["ns/p"]
@@ -143,7 +131,7 @@ def test_prometheus_down_freezes_scale_down_everywhere_but_keeps_demand() -> Non
     assert [j.id for j in snap.pools["vision/train"].pending] == ["7"]
     idle_fleet = fleet(make_node("search-infer-1", "search", "infer", instance_type="g4dn.xlarge"),
                        make_node("search-infer-2", "search", "infer", instance_type="g4dn.xlarge"))
-    plan = decide(POLICIES, idle_fleet, snap, NOW, catalog=default_catalog())
+    plan = decide(POLICIES, idle_fleet, assemble(snap), NOW, catalog=default_catalog())
     assert not [a for a in plan.actions if isinstance(a, Drain)]
     assert any(isinstance(a, Hold) and "Prometheus could not be read" in a.reason
                for a in plan.actions)
@@ -207,5 +195,5 @@ def test_name_prefix_attribution_prefers_the_longest_prefix() -> None:
 
 
 def test_snapshot_is_json_round_trippable() -> None:
-    snap = reader().read(POLICIES, NODES, datetime(2026, 11, 30, 12, tzinfo=UTC))
+    snap = assemble(reader().read(POLICIES, NODES, datetime(2026, 11, 30, 12, tzinfo=UTC)))
     assert type(snap).model_validate_json(snap.model_dump_json()) == snap
