@@ -1,4 +1,4 @@
-"""Benchmark: what predictive capacity costs the service's tick (service/forecasts.py).
+"""Benchmark: what predictive capacity costs the service's tick (service/observe/forecasts.py).
 
     python benchmarks/bench_forecast_service.py [--pools 20] [--weeks 5] [--ticks 60]
 
@@ -28,7 +28,7 @@ from autoscaler.model.node import FleetView
 from autoscaler.model.snapshot import PendingJob, PoolObservation
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.forecasts import PoolForecasts
+from autoscaler.service.observe.forecasts import PoolForecasts
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

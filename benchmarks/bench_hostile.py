@@ -39,8 +39,8 @@ from autoscaler.catalog import default_catalog  # noqa: E402
 from autoscaler.engine.snapshot_file import SnapshotFileError, parse_decision_input  # noqa: E402
 from autoscaler.policy import load_dir  # noqa: E402
 from autoscaler.policy.untrusted import MAX_BYTES  # noqa: E402
-from autoscaler.service.config_load import ConfigError, load_config  # noqa: E402
-from autoscaler.service.reload import PolicyReloader  # noqa: E402
+from autoscaler.service.config.load import ConfigError, load_config  # noqa: E402
+from autoscaler.service.config.reload import PolicyReloader  # noqa: E402
 from autoscaler.traces import TraceError, load_pod_list  # noqa: E402
 from tests.hostile_files import GOOD_POLICY, Case, all_cases, command, place  # noqa: E402
 

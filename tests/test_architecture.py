@@ -333,14 +333,14 @@ def test_the_checker_finds_a_cycle_of_modules_loaded_at_import_time():
     # imports backoff.
     graph = module_graph()
     assert unexplained(graph, []) == []
-    backoff = "autoscaler.service.backoff"
+    backoff = "autoscaler.service.control.backoff"
     graph[backoff] = module_edges(backoff, MODULES[backoff], ast.parse(
         "from autoscaler.service.executor.meta import progress_of\n"))
     [cycle] = module_cycles(graph)
     assert cycle.path == (backoff, "autoscaler.service.executor", "autoscaler.service.executor.submit",
                           backoff)
     [line] = unexplained(graph, [])
-    assert line.startswith(f"{backoff} -> autoscaler.service.executor (autoscaler/service/backoff.py:1)")
+    assert line.startswith(f"{backoff} -> autoscaler.service.executor (autoscaler/service/control/backoff.py:1)")
     assert "(autoscaler/service/executor/__init__.py:" in line and "executor/submit.py:" in line
     allowed = {"modules": [backoff, "autoscaler.service.executor", "autoscaler.service.executor.submit"],
                "why": "w"}

@@ -17,9 +17,9 @@ from autoscaler.catalog import CatalogError, load_catalog
 from autoscaler.cli.common import console, fail
 from autoscaler.policy import load_dir
 from autoscaler.secrets import SecretError
-from autoscaler.service.api import ApiError
-from autoscaler.service.config import ServiceConfig
-from autoscaler.service.config_load import ConfigError, load_config
+from autoscaler.service.config.load import ConfigError, load_config
+from autoscaler.service.config.models import ServiceConfig
+from autoscaler.service.http.api import ApiError
 
 if TYPE_CHECKING:
     from autoscaler.service.app import Service

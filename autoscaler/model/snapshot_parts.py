@@ -12,10 +12,10 @@ missing                 ``Observed.missing``, then the         the reader; signa
 offerings               ``PriceView.offerings``                signals/prices.py
 capacity_errors         ``PriceView.capacity_errors``, then    signals/prices.py (launches the
                         the launch backoffs                    executor saw refused);
-                                                               service/backoff.py
-forecasts               forecast floors, pool -> floor         service/forecasts.py (mode
+                                                               service/control/backoff.py
+forecasts               forecast floors, pool -> floor         service/observe/forecasts.py (mode
                                                                scale)
-held                    node -> the request holding it         service/request_keeper.py
+held                    node -> the request holding it         service/control/request_keeper.py
 interrupted             (none)                                 the simulator only: in the
                                                                service a spot notice makes the
                                                                node INTERRUPTED in the store

@@ -21,11 +21,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoscaler.catalog import Catalog
 from autoscaler.fleet.store import Fenced, FleetStore
-from autoscaler.service.api import ApiHandlers, ApiServer, Health
-from autoscaler.service.config import HttpSettings, ServiceConfig
-from autoscaler.service.interruptions import NoticeLoop
-from autoscaler.service.loop import ExecutorLike, ServiceLoop
-from autoscaler.service.status import build_status, plan_json
+from autoscaler.service.config.models import HttpSettings, ServiceConfig
+from autoscaler.service.control.interruptions import NoticeLoop
+from autoscaler.service.control.loop import ExecutorLike, ServiceLoop
+from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
+from autoscaler.service.http.status import build_status, plan_json
 
 log = logging.getLogger(__name__)
 HEALTH_FACTOR = 3  # healthy while the last tick is younger than 3 intervals
@@ -36,7 +36,7 @@ FAILED_TICKS = 3  # unhealthy after this many failed ticks in a row
 
 def dashboard_links(http: HttpSettings) -> tuple[tuple[str, str], ...]:
     from autoscaler.dashboards.panels import DASHBOARDS
-    from autoscaler.service.ui import dashboard_links as links
+    from autoscaler.service.http.ui import dashboard_links as links
 
     return tuple(links(http.grafana_url, ((d.uid, d.title) for d in DASHBOARDS)))
 
@@ -115,9 +115,9 @@ class Service:
 
     # -- running ------------------------------------------------------------------------
     def keep_requests(self, executor: ExecutorLike | None) -> None:
-        """Move capacity requests one step before and after each tick (service/request_keeper.py)."""
+        """Move capacity requests one step before and after each tick (service/control/request_keeper.py)."""
         from autoscaler.fleet.requests import RequestBook
-        from autoscaler.service.request_keeper import RequestKeeper
+        from autoscaler.service.control.request_keeper import RequestKeeper
 
         if executor is None:
             return
@@ -178,7 +178,7 @@ class Service:
     def _requests_api(self) -> Callable[[str, str, str, bytes], tuple[int, Any]] | None:
         """/v1/requests, when the config names at least one team token."""
         from autoscaler.fleet.requests import RequestBook
-        from autoscaler.service.requests_api import RequestsApi, service_admitter
+        from autoscaler.service.http.requests_api import RequestsApi, service_admitter
 
         teams = self.config.http.teams()
         if not teams:

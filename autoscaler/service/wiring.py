@@ -19,16 +19,13 @@ from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.model.clock import utc_now
 from autoscaler.model.snapshot_parts import PriceView
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.addresses import AddressOf, make_resolver
 from autoscaler.service.app import Service, ServiceError, one_line
-from autoscaler.service.config import ServiceConfig
-from autoscaler.service.executor import Executor
-from autoscaler.service.executor.collaborators import drainers_for
-from autoscaler.service.executor.operations import Inline, WorkerPools
-from autoscaler.service.forecasts import PoolForecasts
-from autoscaler.service.interruptions import InterruptionIntake, NoticeLoop, sources_for
-from autoscaler.service.leader import Leadership
-from autoscaler.service.loop import (
+from autoscaler.service.config.addresses import AddressOf, make_resolver
+from autoscaler.service.config.models import ServiceConfig
+from autoscaler.service.config.reload import PolicyReloader
+from autoscaler.service.control.interruptions import InterruptionIntake, NoticeLoop, sources_for
+from autoscaler.service.control.leader import Leadership
+from autoscaler.service.control.loop import (
     ExecutorLike,
     HeldNodes,
     PricesLike,
@@ -36,9 +33,12 @@ from autoscaler.service.loop import (
     ServiceLoop,
     SignalsLike,
 )
-from autoscaler.service.metrics import ServiceMetrics
-from autoscaler.service.reconciler import Reconciler
-from autoscaler.service.reload import PolicyReloader
+from autoscaler.service.control.reconciler import Reconciler
+from autoscaler.service.executor import Executor
+from autoscaler.service.executor.collaborators import drainers_for
+from autoscaler.service.executor.operations import Inline, WorkerPools
+from autoscaler.service.observe.forecasts import PoolForecasts
+from autoscaler.service.observe.metrics import ServiceMetrics
 from autoscaler.signals.demand import Bins, load_demand
 from autoscaler.signals.prices import PriceSignals
 from autoscaler.signals.prometheus import PrometheusReader
@@ -98,7 +98,7 @@ def build_forecasts(config: ServiceConfig, store: FleetStore) -> PoolForecasts:
 def build_held(store: FleetStore) -> HeldNodes:
     """The loop's held part: node -> the capacity request holding it (not scaled down)."""
     from autoscaler.fleet.requests import RequestBook
-    from autoscaler.service.request_keeper import held_by_requests
+    from autoscaler.service.control.request_keeper import held_by_requests
 
     book = RequestBook(store)
     return lambda nodes, now: held_by_requests(book, nodes, now)

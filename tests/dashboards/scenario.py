@@ -39,10 +39,10 @@ from autoscaler.sandbox.fakes.dcgm_scenarios import Constant
 from autoscaler.sandbox.hosts.procs import free_port, wait_until
 from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
 from autoscaler.service.app import Service
-from autoscaler.service.config import ServiceConfig
+from autoscaler.service.config.models import ServiceConfig
+from autoscaler.service.control.interruptions import InterruptionIntake, PollingSource
+from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import Executor
-from autoscaler.service.interruptions import InterruptionIntake, PollingSource
-from autoscaler.service.reconciler import Reconciler
 from autoscaler.service.wiring import Overrides, build_service
 from autoscaler.signals.reader import SignalReader
 from autoscaler.signals.readings import ClusterPool, SchedulerReading

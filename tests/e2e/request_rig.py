@@ -24,9 +24,9 @@ from autoscaler.model.snapshot_parts import assemble
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions
-from autoscaler.service.api import ApiHandlers, ApiServer, Health
-from autoscaler.service.request_keeper import RequestKeeper, held_by_requests
-from autoscaler.service.requests_api import RequestsApi, service_admitter
+from autoscaler.service.control.request_keeper import RequestKeeper, held_by_requests
+from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
+from autoscaler.service.http.requests_api import RequestsApi, service_admitter
 from autoscaler.signals.request_links import LinkWatcher
 from tests.e2e.test_lifecycle_e2e import Loop
 

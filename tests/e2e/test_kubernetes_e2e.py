@@ -39,7 +39,7 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.stack.kube_cluster import TOKEN_ENV
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.service.app import Service
-from autoscaler.service.config_load import load_config
+from autoscaler.service.config.load import load_config
 from autoscaler.service.wiring import build_service
 from tests.actuators.terraform_fixtures import needs_terraform
 

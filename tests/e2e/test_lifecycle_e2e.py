@@ -37,8 +37,8 @@ from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
-from autoscaler.service.addresses import make_resolver
-from autoscaler.service.config_load import load_config
+from autoscaler.service.config.addresses import make_resolver
+from autoscaler.service.config.load import load_config
 from autoscaler.service.wiring import Markets, build_actuators
 from autoscaler.signals.readings import pools_in_priority_order
 from autoscaler.signals.slurm import SlurmReader

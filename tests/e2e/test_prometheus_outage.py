@@ -28,7 +28,7 @@ from autoscaler.sandbox.fakes.dcgm_scenarios import Constant
 from autoscaler.sandbox.hosts.procs import ProcessError, wait_until
 from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
 from autoscaler.service.app import Service
-from autoscaler.service.config import ServiceConfig
+from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.wiring import Overrides, build_service
 from tests.fleet.writes import create_node, transition
 from tests.service.service_fakes import FakeExecutor, FakePrices, write_policy

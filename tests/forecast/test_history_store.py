@@ -16,8 +16,8 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView
 from autoscaler.model.snapshot import PoolObservation
 from autoscaler.model.snapshot_parts import Observed
-from autoscaler.service import forecasts as forecasts_mod
-from autoscaler.service.forecasts import DEFAULT_LEAD, PoolForecasts
+from autoscaler.service.observe import forecasts as forecasts_mod
+from autoscaler.service.observe.forecasts import DEFAULT_LEAD, PoolForecasts
 from tests.builders import NOW, busy, make_node, make_policy, pending
 from tests.fleet.writes import create_node, transition
 from tests.service import postgres

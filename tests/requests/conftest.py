@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autoscaler.fleet.store import FleetStore
-from autoscaler.service.config import ServiceConfig
+from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.wiring import Overrides, build_service
 from tests.service.service_fakes import Clock, FakeExecutor, FakePrices, FakeSignals, write_policy
 

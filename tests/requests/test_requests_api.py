@@ -10,7 +10,7 @@ import urllib.request
 
 from autoscaler.fleet.requests import RequestBook
 from autoscaler.model.request_spec import Condition
-from autoscaler.service.requests_api import MAX_BODY
+from autoscaler.service.http.requests_api import MAX_BODY
 from tests.requests.conftest import BODY, NLP, OPERATOR, VISION
 
 

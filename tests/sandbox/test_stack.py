@@ -21,8 +21,8 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.sandbox.stack.state import alive, read_state
-from autoscaler.service.addresses import read_address_file
-from autoscaler.service.config_load import load_config
+from autoscaler.service.config.addresses import read_address_file
+from autoscaler.service.config.load import load_config
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

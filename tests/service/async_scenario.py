@@ -38,7 +38,7 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions
 from autoscaler.service.app import Service
-from autoscaler.service.config_load import load_config
+from autoscaler.service.config.load import load_config
 from autoscaler.service.wiring import build_service
 
 S = NodeState

@@ -32,10 +32,10 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode, Snapshot
 from autoscaler.policy.models import TeamPolicy
+from autoscaler.service.control.interruptions import InterruptionIntake, InterruptionSource
+from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import AdvanceReport, Executor, ExecutorSettings
 from autoscaler.service.executor.operations import Inline, Kind, Operation, Runner, Work, WorkerPools
-from autoscaler.service.interruptions import InterruptionIntake, InterruptionSource
-from autoscaler.service.reconciler import Reconciler
 
 S = NodeState
 STORE_WRITES = ("apply", "set_action_status", "record_plan", "audit")

@@ -14,9 +14,9 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Launch, Plan, Terminate
 from autoscaler.policy.models import Market, TeamPolicy
+from autoscaler.service.control.interruptions import InterruptionIntake, InterruptionSource
+from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import AdvanceReport, Executor, ExecutorSettings
-from autoscaler.service.interruptions import InterruptionIntake, InterruptionSource
-from autoscaler.service.reconciler import Reconciler
 from tests.builders import NOW, make_policy
 from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeTerraform
 

@@ -16,7 +16,7 @@ from autoscaler.model.node import Node
 from autoscaler.model.plan import Hold, Launch
 from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.backoff import delay, launch_backoffs
+from autoscaler.service.control.backoff import delay, launch_backoffs
 from tests.fakes import FakeAnsible
 from tests.service.executor_rig import Rig, make_rig, slurm_policy
 

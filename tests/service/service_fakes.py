@@ -20,14 +20,14 @@ from autoscaler.model.node import Node
 from autoscaler.model.snapshot import CapacityError, NodeObservation, PoolObservation, Snapshot
 from autoscaler.model.snapshot_parts import Observed, PriceView
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.config import LeaderSettings
+from autoscaler.service.config.models import LeaderSettings
+from autoscaler.service.config.reload import PolicyReloader
+from autoscaler.service.control.leader import Leadership
+from autoscaler.service.control.loop import ServiceLoop
+from autoscaler.service.control.reconciler import ReconcileReport
 from autoscaler.service.executor import AdvanceReport
 from autoscaler.service.executor.operations import Operation
-from autoscaler.service.leader import Leadership
-from autoscaler.service.loop import ServiceLoop
-from autoscaler.service.metrics import ServiceMetrics
-from autoscaler.service.reconciler import ReconcileReport
-from autoscaler.service.reload import PolicyReloader
+from autoscaler.service.observe.metrics import ServiceMetrics
 from tests.builders import NOW, make_pool_dict
 
 

@@ -18,11 +18,11 @@ from autoscaler.model.snapshot import PoolObservation
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.service.app import Service
-from autoscaler.service.config import ServiceConfig
+from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.wiring import Overrides, build_service
 from tests.builders import pending
+from tests.service.http.test_api import get
 from tests.service.service_fakes import FakeExecutor, FakePrices, FakeSignals, write_policy
-from tests.service.test_api import get
 
 TOKEN = "tok-running-service-0001"
 

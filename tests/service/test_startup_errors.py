@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from autoscaler.cli import app
 from autoscaler.sandbox.hosts.procs import free_port
-from tests.service.test_config import write
+from tests.service.config.test_config import write
 
 
 def run_once(path: Path) -> tuple[int, str]:

@@ -15,7 +15,7 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.model.node import FleetView
 from autoscaler.sandbox.hosts.procs import free_port
 from autoscaler.sandbox.services.prometheus import PrometheusServer, backfill, openmetrics_lines
-from autoscaler.service.forecasts import PoolForecasts
+from autoscaler.service.observe.forecasts import PoolForecasts
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.demand import DEMAND_METRIC, demand_query, load_demand
 from autoscaler.signals.prometheus import PrometheusReader, PrometheusReadError

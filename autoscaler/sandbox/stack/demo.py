@@ -28,7 +28,7 @@ from typing import Any
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions
 from autoscaler.service.app import Service
-from autoscaler.service.config_load import load_config
+from autoscaler.service.config.load import load_config
 from autoscaler.service.wiring import build_service
 
 log = logging.getLogger(__name__)

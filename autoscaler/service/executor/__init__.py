@@ -47,7 +47,7 @@ Contract (the service loop of issue 7 codes against it)::
         def stop_bootstraps(self) -> None: ...          # shutdown: Ansible runs stop now
         def close(self) -> None: ...
 
-    class Reconciler:                       # autoscaler.service.reconciler
+    class Reconciler:                       # autoscaler.service.control.reconciler
         def run(self, snapshot: Snapshot | None = None) -> ReconcileReport: ...
 
 Real collaborators: :class:`TerraformProvisioner` (``actuators/terraform/provisioner.py``, one
@@ -65,7 +65,7 @@ workers; what a node carries between advances is its typed ``Node.progress``
 Node states never change anywhere else: every write is a typed change applied by
 ``FleetStore.apply`` (moves checked against ``model/lifecycle.py``, committed before the
 call returns), and a crash between a write and its side effect is resumed by the next
-advance() or by the reconciler (``tests/service/test_crash*.py`` stops the executor at
+advance() or by the reconciler (``tests/service/executor/test_crash*.py`` stops the executor at
 every such point).
 """
 

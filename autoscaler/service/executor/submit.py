@@ -36,7 +36,7 @@ from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Launch, Plan, Replace
 from autoscaler.model.progress import LaunchSpec, LongJob, NodeProgress, ProgressUpdate
 from autoscaler.policy.models import find_pool
-from autoscaler.service.backoff import fingerprint
+from autoscaler.service.control.backoff import fingerprint
 from autoscaler.service.executor.advance import Step, SubmitError
 
 S = NodeState

@@ -1,0 +1,1 @@
+"""The service configuration: models, loading, policy hot reload, node addresses."""

@@ -1,0 +1,343 @@
+"""The reconciler: store vs each pool's Terraform state vs the cloud vs the scheduler.
+
+Run every tick before the engine decides (it is the loop's safety net; scaling never
+waits for it: it does one paginated describe per cloud region, reads a pool's Terraform
+state only every ``state_check_interval``, and never drains or waits for anything):
+
+* **interruptions** (when given an :class:`InterruptionIntake`): notices -> INTERRUPTED
+  before the engine looks at the fleet, so it launches the replacement this very tick;
+* **promised replacements** a crash interrupted are created (before the engine counts
+  the pool, or it would launch a second node for the same gap);
+* **timeouts**: a node past its ``model/lifecycle.py`` :func:`state_limit` moves on as its
+  TIMEOUTS entry says (REQUESTED or PROVISIONING -> PROVISION_FAILED, BOOTSTRAPPING ->
+  BOOTSTRAP_FAILED, a stuck drain -> DRAINED, INTERRUPTED -> TERMINATING, TERMINATING ->
+  LOST). The limit includes what the executor itself retries and waits (bootstrap retries
+  and ready wait, ``drain_timeout`` + ``checkpoint_grace``), so this only catches what got
+  stuck;
+* **cloud**: a node whose instance the cloud no longer lists (``lost_after_misses`` runs
+  in a row) becomes LOST; its key leaves the pool's map, the next apply drops it from
+  the state and the executor moves it to TERMINATED. Never on absence of evidence
+  (:mod:`autoscaler.service.control.lost_guard`): an answer that lacks a large share of a pool
+  freezes LOST marking for it (``frozen``, alerted), a node the scheduler reports busy is
+  kept, and LOST marks plus destroys are capped fleet-wide per run. A tagged instance the store does
+  not know is reported and, per ``unknown_instances``, adopted (a BOOTSTRAPPING node of
+  its pool under its ``node`` tag; the next apply imports it into the pool's state) or
+  destroyed through Terraform (imported under a spare key and removed by the same
+  apply): nothing but Terraform ever terminates an instance;
+* **Terraform state**: keys the state holds that the store does not want, or wanted
+  nodes the state lost, mark the pool stale so the executor applies it again;
+* **scheduler** (given the tick's snapshot): READY nodes the scheduler reports down are
+  reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from autoscaler.actuators.node_map import desired_maps
+from autoscaler.clouds.base import CloudInstance, CloudMarket
+from autoscaler.fleet.store import FleetStore
+from autoscaler.model.changes import Adopt, Move
+from autoscaler.model.lifecycle import (
+    GONE,
+    INSTANCE_PENDING,
+    INSTANCE_STATES,
+    REMOVING,
+    TIMEOUTS,
+    NodeState,
+    state_limit,
+)
+from autoscaler.model.node import Node
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.progress import NodeProgress
+from autoscaler.model.snapshot_parts import Observed
+from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import TeamPolicy, find_pool
+from autoscaler.service.control.interruptions import InterruptionIntake, InterruptionReport
+from autoscaler.service.control.lost_guard import busy_reason, frozen_pools, strays_kept
+from autoscaler.service.executor.advance import AdvanceReport, Change
+from autoscaler.service.executor.collaborators import Provisioner
+from autoscaler.service.executor.settings import ExecutorSettings
+
+log = logging.getLogger(__name__)
+S = NodeState
+
+
+class Finding(BaseModel):
+    kind: str  # unknown-instance, adopted, destroying, lost, missing, timeout, state-only,
+    # state-missing, scheduler-down
+    detail: str
+    node: str | None = None
+    instance_id: str | None = None
+    pool: str | None = None
+
+
+class ReconcileReport(BaseModel):
+    at: datetime
+    findings: list[Finding] = Field(default_factory=list)
+    changes: list[Change] = Field(default_factory=list)
+    interruptions: dict[str, list[str]] = Field(default_factory=dict)
+    errors: list[str] = Field(default_factory=list)
+    frozen: dict[str, str] = Field(default_factory=dict)  # pool -> why LOST marking is frozen
+
+    def of(self, kind: str) -> list[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+
+class Reconciler:
+    def __init__(self, store: FleetStore, provisioner: Provisioner,
+                 clouds: Callable[[str, str], CloudMarket], settings: ExecutorSettings,
+                 clock: Callable[[], datetime], *,
+                 policies: Callable[[], Mapping[str, TeamPolicy]] = dict,
+                 interruptions: InterruptionIntake | None = None,
+                 repair: Callable[[], AdvanceReport] | None = None):
+        self.store, self.provisioner, self.clouds = store, provisioner, clouds
+        self.settings, self.clock, self.policies = settings, clock, policies
+        self.interruptions = interruptions
+        self.repair = repair  # the executor's: promised replacements a crash left uncreated
+        self._misses: dict[str, int] = {}
+        self._state_checked: dict[str, datetime] = {}
+        self._removals = 0  # LOST marks and destroys in this run (max_removals_per_tick)
+        self._snapshot: Observed | None = None
+
+    def run(self, snapshot: Observed | None = None) -> ReconcileReport:
+        report = ReconcileReport(at=self.clock())
+        self._removals, self._snapshot = 0, snapshot
+        policies = self.policies()
+        if self.interruptions is not None:
+            report.interruptions = _interruptions(self.interruptions.poll(), report)
+        self._repair(report)
+        self._timeouts(policies, report)
+        nodes = self.store.nodes()
+        for cloud, region in sorted(_regions(nodes, policies)):
+            try:
+                instances = self.clouds(cloud, region).managed_instances()
+            except Exception as exc:  # no cloud answer, no conclusions about this region
+                report.errors.append(f"{cloud}/{region}: cannot list instances: {exc}")
+                continue
+            here = [n for n in nodes if (n.cloud, n.region) == (cloud, region)]
+            self._compare(cloud, region, here, instances, policies, report)
+        self._check_states(self.store.nodes(), report)
+        if snapshot is not None:
+            self._check_scheduler(self.store.nodes(states=[S.READY]), snapshot, report)
+        return report
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _move(self, node: Node, to: NodeState, reason: str, report: ReconcileReport) -> bool:
+        try:
+            self.store.apply([Move(node.name, to, reason)], self.clock())
+        except Exception as exc:  # moved by someone else meanwhile: next run looks again
+            report.errors.append(f"{node.name}: not moved to {to}: {exc}")
+            return False
+        report.changes.append(Change(node=node.name, to=to, reason=reason))
+        log.warning("%s -> %s: %s", node.name, to, reason)
+        return True
+
+    def _find(self, report: ReconcileReport, kind: str, detail: str, **where: str | None) -> None:
+        report.findings.append(Finding(kind=kind, detail=detail, **where))
+        log.info("reconcile %s: %s", kind, detail)
+
+    def _repair(self, report: ReconcileReport) -> None:
+        """Replacements a crash left promised but not created: before the engine decides,
+        or it would count the pool short and launch twice."""
+        if self.repair is None:
+            return
+        repaired = self.repair()
+        for name in repaired.created:
+            self._find(report, "replacement-created", f"{name} created for a replacement "
+                       "promised before a restart", node=name)
+        report.errors += repaired.errors
+
+    # -- timeouts -----------------------------------------------------------------------------
+    def _timeouts(self, policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
+        now, limits = self.clock(), self.settings.state_limits
+        for node in self.store.nodes(states=list(TIMEOUTS)):
+            timeout = TIMEOUTS[node.state]
+            limit = state_limit(node.state, find_pool(policies, node.team, node.pool), limits)
+            stuck = now - node.state_since
+            if limit is None or stuck <= limit:
+                continue
+            why = (f"{node.state} for {format_duration(stuck)}, over {format_duration(limit)}: "
+                   f"{timeout.why}")
+            if self._move(node, timeout.then, why, report):
+                self._find(report, "timeout", why, node=node.name, pool=node.pool_key)
+
+    # -- cloud ----------------------------------------------------------------------------------
+    def _compare(self, cloud: str, region: str, nodes: list[Node], instances: list[CloudInstance],
+                 policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
+        live = {i.instance_id: i for i in instances}
+        known = {n.instance_id for n in nodes if n.instance_id}
+        awaiting = {n.name for n in nodes if n.state in INSTANCE_PENDING and not n.instance_id}
+        unknown = [i for i in instances if i.instance_id not in known and i.node not in awaiting]
+        self._unknown(cloud, region, unknown, policies, report, nodes)
+        frozen = frozen_pools(nodes, set(live), self.settings)
+        for pool, why in frozen.items():
+            report.frozen[pool] = why
+            self._find(report, "lost-frozen", why, pool=pool)
+            log.warning("reconcile: LOST marking frozen for %s: %s", pool, why)
+        for node in nodes:
+            if not node.instance_id or node.state in GONE:
+                continue
+            if node.instance_id in live:
+                self._misses.pop(node.name, None)
+            elif node.pool_key not in frozen:  # an answer not believed counts for nothing
+                self._missing(node, f"{cloud}/{region}", report)
+
+    def _missing(self, node: Node, where: str, report: ReconcileReport) -> None:
+        misses = self._misses.get(node.name, 0) + 1
+        self._misses[node.name] = misses
+        detail = f"instance {node.instance_id} of {node.name} is not in {where}"
+        ids = {"node": node.name, "instance_id": node.instance_id, "pool": node.pool_key}
+        if misses < self.settings.lost_after_misses:
+            self._find(report, "missing", f"{detail} ({misses} time(s))", **ids)
+            return
+        busy = busy_reason(node, self._snapshot)
+        if busy is not None:
+            self._find(report, "lost-refused", f"{detail}, but it is not marked LOST: {busy}",
+                       **ids)
+            return
+        if not self._spend(report, f"{node.name} not marked LOST yet"):
+            return
+        if self._move(node, S.LOST, f"{detail} (terminated or gone)", report):
+            self._misses.pop(node.name, None)
+            self._find(report, "lost", detail, **ids)
+
+    def _spend(self, report: ReconcileReport, what: str) -> bool:
+        """One removal from the fleet-wide per-run cap; False (reported) when it is used up."""
+        cap = self.settings.max_removals_per_tick
+        if self._removals >= cap:
+            self._find(report, "removal-capped", f"{what}: max_removals_per_tick ({cap}) "
+                       "reached this run; the rest waits for the next run")
+            return False
+        self._removals += 1
+        return True
+
+    def _unknown(self, cloud: str, region: str, instances: list[CloudInstance],
+                 policies: Mapping[str, TeamPolicy], report: ReconcileReport,
+                 nodes: list[Node]) -> None:
+        doomed: dict[PoolRef, list[str]] = {}
+        kept = strays_kept(nodes, instances, self.settings)
+        for inst in instances:
+            where = {"instance_id": inst.instance_id, "node": inst.node,
+                     "pool": f"{inst.team}/{inst.pool}" if inst.team and inst.pool else None}
+            self._find(report, "unknown-instance",
+                       f"{inst.instance_id} ({inst.instance_type}, node tag {inst.node!r}) carries "
+                       f"our managed-by tag but no node in the store has it", **where)
+            mode = self.settings.unknown_instances
+            if mode == "report":
+                continue
+            if not (inst.team and inst.pool):
+                self._find(report, "unknown-instance", f"cannot {mode} {inst.instance_id}: no "
+                           "team/pool tags", **where)
+                continue
+            ref = PoolRef(inst.team, inst.pool, cloud, region)
+            if mode == "adopt":
+                self._adopt(inst, ref, policies, report)
+            elif ref.key in kept:
+                self._find(report, "destroy-frozen", f"{inst.instance_id} not destroyed: "
+                           f"{kept[ref.key]}", **where)
+            elif self._spend(report, f"{inst.instance_id} not destroyed yet"):
+                doomed.setdefault(ref, []).append(inst.instance_id)
+        for ref, ids in doomed.items():
+            self._destroy(ref, ids, report)
+
+    def _adopt(self, inst: CloudInstance, ref: PoolRef, policies: Mapping[str, TeamPolicy],
+               report: ReconcileReport) -> None:
+        pool = find_pool(policies, ref.team, ref.pool)
+        name = inst.node
+        why = ("its pool has no policy" if pool is None else "it has no node tag" if not name
+               else f"the name {name} is taken" if self.store.get(name) is not None else None)
+        if why is not None or pool is None or name is None:
+            self._find(report, "unknown-instance", f"cannot adopt {inst.instance_id}: {why}",
+                        instance_id=inst.instance_id, pool=ref.key)
+            return
+        now = self.clock()
+        node = Node(name=name, team=ref.team, pool=ref.pool, cloud=ref.cloud, region=ref.region,
+                    zone=inst.zone, instance_type=inst.instance_type, market=inst.market,
+                    state=S.BOOTSTRAPPING, state_since=now, created_at=inst.launched_at or now,
+                    instance_id=inst.instance_id, address=inst.private_ip,
+                    progress=NodeProgress(cluster=pool.cluster.kind, adopted=inst.instance_id))
+        self.store.apply([Adopt(node, f"adopted {inst.instance_id} found in the cloud")], now)
+        self.provisioner.mark_stale(ref)  # the next apply imports it into the pool's state
+        self._find(report, "adopted", f"{inst.instance_id} adopted as {name} (BOOTSTRAPPING)",
+                   node=name, instance_id=inst.instance_id, pool=ref.key)
+
+    def _destroy(self, ref: PoolRef, ids: list[str], report: ReconcileReport) -> None:
+        nodes = self.store.nodes(pool=ref.key)
+        # The map as it stands, minus nodes not yet handed to Terraform by the executor.
+        keep = desired_maps(n for n in nodes if n.state is not S.REQUESTED).get(ref.key, {})
+        try:
+            self.store.fence()  # a deposed leader never destroys
+            result = self.provisioner.apply(ref, keep, destroy=ids)
+        except Exception as exc:
+            report.errors.append(f"pool {ref.key}: could not destroy {ids}: {exc}")
+            return
+        for instance_id in ids:
+            self._find(report, "destroying", f"{instance_id} destroyed through terraform apply of "
+                       f"{ref.key} ({'ok' if result.ok else 'failed: ' + '; '.join(result.errors)})",
+                       instance_id=instance_id, pool=ref.key)
+
+    # -- terraform state ----------------------------------------------------------------------
+    def _check_states(self, nodes: list[Node], report: ReconcileReport) -> None:
+        now = self.clock()
+        refs = {n.pool_key: PoolRef(n.team, n.pool, n.cloud, n.region) for n in nodes}
+        wanted = desired_maps(nodes)
+        for key, ref in sorted(refs.items()):
+            last = self._state_checked.get(key)
+            if last is not None and now - last < self.settings.state_check_interval:
+                continue
+            try:
+                held = self.provisioner.instances(ref)
+            except Exception as exc:
+                report.errors.append(f"pool {key}: cannot read its Terraform state: {exc}")
+                continue
+            self._state_checked[key] = now
+            pool_nodes = [n for n in nodes if n.pool_key == key]
+            self._compare_state(ref, pool_nodes, set(held), set(wanted.get(key, {})), report)
+
+    def _compare_state(self, ref: PoolRef, nodes: list[Node], held: set[str], wanted: set[str],
+                       report: ReconcileReport) -> None:
+        states = {n.name: n.state for n in nodes}
+        extra = sorted(k for k in held - wanted if states.get(k) not in REMOVING)
+        missing = sorted(k for k in wanted - held
+                         if states.get(k) in INSTANCE_STATES - INSTANCE_PENDING)
+        for key in extra:
+            self._find(report, "state-only", f"the state of {ref.key} holds {key}, which the store "
+                       "does not want: applying the pool again", node=key, pool=ref.key)
+        for key in missing:
+            self._find(report, "state-missing", f"{key} should have an instance but the state of "
+                       f"{ref.key} has none: applying the pool again", node=key, pool=ref.key)
+        if extra or missing:
+            self.provisioner.mark_stale(ref)
+
+    # -- scheduler -----------------------------------------------------------------------------
+    def _check_scheduler(self, nodes: Iterable[Node], snapshot: Observed,
+                         report: ReconcileReport) -> None:
+        for node in nodes:
+            obs = snapshot.nodes.get(node.name)
+            sched = obs.scheduler if obs is not None else None
+            if sched is not None and (sched.state == "down" or not sched.ready):
+                self._find(report, "scheduler-down", f"{node.name} is READY but its scheduler "
+                           f"reports it {sched.state}", node=node.name, pool=node.pool_key)
+
+
+
+
+def _regions(nodes: Iterable[Node], policies: Mapping[str, TeamPolicy]) -> set[tuple[str, str]]:
+    out = {(n.cloud, n.region) for n in nodes}
+    for policy in policies.values():
+        out |= {(p.cloud.value, p.region) for p in policy.pools}
+    return out
+
+
+def _interruptions(result: InterruptionReport, report: ReconcileReport) -> dict[str, list[str]]:
+    report.errors += result.errors
+    return {"interrupted": result.interrupted, "drained": result.drained,
+            "ignored": result.ignored, "unknown": result.unknown}
+
+
+__all__ = ["Finding", "ReconcileReport", "Reconciler"]

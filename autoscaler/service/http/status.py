@@ -1,0 +1,172 @@
+"""The ``/status`` document: fleet, last plan with reasons, policy errors, leader, data.
+
+Built from the store (so a follower reports the same fleet as the leader) plus the loop's
+own state. Only names, states, prices and reasons go in: nothing from the config file,
+the environment or the actuators' logs, so no secret can reach it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from autoscaler.catalog import Catalog
+from autoscaler.fleet import queries
+from autoscaler.fleet.operations import OperationLog
+from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import BILLABLE
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, target_of
+from autoscaler.model.prices import PriceBook
+from autoscaler.model.snapshot import Snapshot
+from autoscaler.policy.errors import PolicyError
+
+RECENT_TRANSITIONS = 30
+RECENT_OPERATIONS = 30
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """What /healthz and /status need from the loop (replaced whole after every tick)."""
+
+    started_at: datetime
+    interval_s: float
+    dry_run: bool
+    ticks: int = 0
+    last_tick_at: datetime | None = None
+    last_tick_monotonic: float | None = None
+    last_duration_s: float | None = None
+    last_ok_at: datetime | None = None
+    last_error: str | None = None
+    last_error_stage: str | None = None
+    failed_in_a_row: int = 0  # ticks ending in an error since the last good one (/healthz)
+    is_leader: bool = False
+    last_plan_id: int | None = None
+    missing_sources: tuple[str, ...] = ()
+    data_missing: dict[str, str] = field(default_factory=dict)
+    lost_frozen: dict[str, str] = field(default_factory=dict)  # pool -> why LOST is frozen
+    pool_errors: dict[str, str] = field(default_factory=dict)  # pool -> the rule that raised
+    previews: tuple[str, ...] = ()  # the last plan's per-pool preview lines
+    activity: tuple[str, ...] = ()  # recent previews, applies, bootstraps (newest last)
+    operations: tuple[str, ...] = ()  # side effects running in the executor's workers
+    step_errors: dict[str, int] = field(default_factory=dict)  # caught in actuation, by component
+    recent_errors: tuple[str, ...] = ()  # the last few of them (newest last)
+    launch_backoffs: tuple[str, ...] = ()  # launches held after repeated failures (backoff.py)
+    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)  # pool -> forecast view
+
+
+def describe_action(action: Action) -> str:
+    """What an action is about, in a few words (the reason says why)."""
+    return f"{action.pool} {target_of(action)}".rstrip()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def node_json(node: Node, hourly: float) -> dict[str, Any]:
+    return {"name": node.name, "team": node.team, "pool": node.pool_key, "cloud": node.cloud,
+            "region": node.region, "zone": node.zone, "instance_type": node.instance_type,
+            "market": node.market.value, "state": node.state.value,
+            "since": _iso(node.state_since), "instance_id": node.instance_id,
+            "hourly_usd": round(hourly, 4), "reason": node.reason,
+            "drain_trigger": node.drain_trigger}
+
+
+def plan_json(store: FleetStore) -> dict[str, Any] | None:
+    """The newest plan with its reasons, and what the executor did with each action."""
+    recorded = queries.latest_plan(store)
+    if recorded is None:
+        return None
+    plan = recorded.plan
+    statuses = [{"kind": a.kind, "pool": a.pool, "node": a.node, "status": a.status,
+                 "detail": a.detail} for a in store.actions(plan_id=recorded.id)]
+    return {"id": recorded.id, "decided_at": _iso(plan.decided_at), "dry_run": recorded.dry_run,
+            "changes": len(plan.changes()), "plan": plan.model_dump(mode="json"),
+            "unserved": [f"{j.id}: {j.reason}" for j in plan.unserved],
+            "action_status": statuses}
+
+
+def recent_transitions(store: FleetStore, limit: int = RECENT_TRANSITIONS) -> list[dict[str, Any]]:
+    return [{"node": t.node, "from": t.from_state.value if t.from_state is not None else None,
+             "to": t.to_state.value, "at": _iso(t.at), "reason": t.reason}
+            for t in queries.recent_transitions(store, limit)]
+
+
+def recent_operations(store: FleetStore, limit: int = RECENT_OPERATIONS) -> list[dict[str, Any]]:
+    """The operations journal's newest rows (fleet/operations.py): what ran, how it ended
+    and how long it took; ``interrupted`` rows were cut short by a restart."""
+    def seconds(start: datetime, end: datetime | None) -> float | None:
+        return round((end - start).total_seconds(), 1) if end else None
+
+    return [{"id": r.id, "kind": r.kind, "what": r.what, "outcome": r.outcome,
+             "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at),
+             "duration_s": seconds(r.started_at, r.finished_at), "detail": r.detail}
+            for r in OperationLog(store).recent(limit)]
+
+
+def fleet_json(nodes: Iterable[Node], catalog: Catalog, snapshot: Snapshot | None,
+               now: datetime) -> dict[str, Any]:
+    prices = PriceBook(catalog, snapshot or Snapshot(taken_at=now))
+    rows: list[dict[str, Any]] = []
+    pools: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        hourly = prices.node_hourly(node) if node.state in BILLABLE else 0.0
+        rows.append(node_json(node, hourly))
+        pool = pools.setdefault(node.pool_key, {"nodes": 0, "hourly_usd": 0.0, "states": Counter()})
+        pool["nodes"] += 1
+        pool["hourly_usd"] = round(pool["hourly_usd"] + hourly, 4)
+        pool["states"][node.state.value] += 1
+    for pool in pools.values():
+        pool["states"] = dict(sorted(pool["states"].items()))
+    return {"nodes": rows, "pools": dict(sorted(pools.items())),
+            "hourly_usd": round(sum(p["hourly_usd"] for p in pools.values()), 4)}
+
+
+def open_requests(store: FleetStore) -> list[dict[str, Any]]:
+    """Capacity requests not yet final, for /status and /ui: names, conditions, reasons and
+    deadlines only (never a token, an idempotency key or a link's target)."""
+    from autoscaler.fleet.requests import RequestBook
+
+    return [{"id": v.id, "team": v.team, "request": v.label(), "condition": v.condition.value,
+             "reason": v.reason, "nodes": sorted(v.nodes), "updated_at": _iso(v.updated_at),
+             "tier": (v.preview or {}).get("tier") or (v.spec.tier.value if v.spec.tier else None),
+             "release_at": _iso(v.provisioned_at + v.spec.ttl) if v.provisioned_at else None}
+            for v in RequestBook(store).list(include_final=False)]
+
+
+def loop_json(state: LoopState) -> dict[str, Any]:
+    return {"started_at": _iso(state.started_at), "interval_s": state.interval_s,
+            "dry_run": state.dry_run, "ticks": state.ticks,
+            "last_tick_at": _iso(state.last_tick_at), "last_duration_s": state.last_duration_s,
+            "last_ok_at": _iso(state.last_ok_at), "last_error": state.last_error,
+            "last_error_stage": state.last_error_stage,
+            "failed_in_a_row": state.failed_in_a_row, "previews": list(state.previews),
+            "activity": list(state.activity), "operations": list(state.operations),
+            "step_errors": dict(sorted(state.step_errors.items())),
+            "recent_errors": list(state.recent_errors),
+            "launch_backoffs": list(state.launch_backoffs)}
+
+
+def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
+                 policy_errors: Iterable[PolicyError], catalog: Catalog,
+                 snapshot: Snapshot | None, now: datetime) -> dict[str, Any]:
+    return {
+        "now": _iso(now),
+        "loop": loop_json(state),
+        "leader": leader,
+        "fleet": fleet_json(store.nodes(), catalog, snapshot, now),
+        "last_plan": plan_json(store),
+        "transitions": recent_transitions(store),
+        "operations": recent_operations(store),
+        "policy_errors": [str(e) for e in policy_errors],
+        "data_missing": dict(sorted(state.data_missing.items())),
+        "sources_missing": list(state.missing_sources),
+        "lost_frozen": dict(sorted(state.lost_frozen.items())),
+        "pool_errors": dict(sorted(state.pool_errors.items())),
+        "requests": open_requests(store),
+        "forecasts": dict(state.forecasts),  # predictive pools (service/observe/forecasts.py)
+    }

@@ -1,0 +1,1 @@
+"""What the service measures and forecasts: Prometheus metrics, fleet metrics, demand forecasts."""

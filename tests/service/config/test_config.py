@@ -1,0 +1,132 @@
+"""The service config file: validated like policies, no inline secrets, paths relative."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+from typer.testing import CliRunner
+
+from autoscaler.cli import app
+from autoscaler.service.config.load import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[3]
+SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+
+
+def write(tmp_path, text: str) -> Path:
+    (tmp_path / "policies").mkdir(exist_ok=True)
+    path = tmp_path / "service.yaml"
+    path.write_text(dedent(text))
+    return path
+
+
+def errors_of(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    return [str(e) for e in info.value.errors]
+
+
+def test_a_full_config_loads_with_paths_relative_to_the_file(tmp_path):
+    path = write(tmp_path, """\
+        policies_dir: policies
+        tick: {interval: 5s}
+        store: {url: "sqlite:///fleet.db"}
+        signals:
+          prometheus: {url: "http://127.0.0.1:9090", timeout: 2s}
+          scheduler: slurm
+        clouds:
+          aws: {regions: [us-east-1], endpoint_url: "http://127.0.0.1:5000"}
+        terraform: {workdir: tf, aws_endpoint: "http://127.0.0.1:5000",
+                    regions: {aws/us-east-1: {ami: ami-1e749f67}}}
+        ansible: {runs_dir: runs, skip_tags: [gpu-hardware],
+                  secret_env: {cluster_join_munge_key_b64: MUNGE_KEY_B64}}
+        engine: {max_gpus: 16, max_hourly_usd: 40, drain_removed_pools: true}
+        addresses: {source: file, file: /abs/addresses.json}
+        http: {listen: "127.0.0.1:0", token_env: GPU_AUTOSCALER_TOKEN}
+        leader: {enabled: false, ttl: 10s}  # true needs PostgreSQL and S3 state
+        """)
+    cfg = load_config(path)
+    assert cfg.policies_dir == tmp_path / "policies"
+    assert cfg.terraform.workdir == tmp_path / "tf" and cfg.ansible.runs_dir == tmp_path / "runs"
+    assert cfg.addresses.file == Path("/abs/addresses.json"), "absolute paths stay"
+    assert cfg.tick.interval.total_seconds() == 5 and cfg.engine.max_gpus == 16
+    assert cfg.signals.scheduler == ["slurm"] and cfg.clouds.endpoint("aws") == "http://127.0.0.1:5000"
+    assert cfg.ansible.playbook.is_absolute(), "defaults stay as they are"
+
+
+def test_unknown_keys_are_reported_with_file_line_and_a_suggestion(tmp_path):
+    path = write(tmp_path, """\
+        policies_dir: policies
+        tick:
+          intervall: 10s
+        clouds:
+          aws: {region: us-east-1}
+        """)
+    errs = errors_of(path)
+    assert f"{path}:3:3: tick.intervall: unknown key 'intervall'; did you mean 'interval'?" in errs
+    assert any(e.startswith(f"{path}:5:9: clouds.aws.region") and "'regions'" in e for e in errs)
+
+
+@pytest.mark.parametrize(("snippet", "where", "hint"), [
+    (f"clouds:\n  aws: {{regions: [us-east-1], aws_secret_access_key: {SECRET}}}\n",
+     "clouds.aws.aws_secret_access_key", "AWS_ACCESS_KEY_ID"),
+    (f"http: {{token: {SECRET}}}\n", "http.token", "<key>_env"),
+    (f"ansible: {{extra_vars: {{cluster_join_k8s_token: {SECRET}}}}}\n",
+     "ansible.extra_vars.cluster_join_k8s_token", "<key>_env"),
+    (f"signals:\n  prometheus: {{url: 'http://x:9090', headers: {{Authorization: Bearer {SECRET}}}}}\n",
+     "signals.prometheus.headers.Authorization", "<key>_env"),
+])
+def test_inline_secrets_are_refused_without_repeating_them(tmp_path, snippet, where, hint):
+    path = write(tmp_path, "policies_dir: policies\n" + snippet)
+    errs = errors_of(path)
+    assert len(errs) == 1 and where in errs[0] and hint in errs[0]
+    assert errs[0].startswith(f"{path}:2:") or errs[0].startswith(f"{path}:3:")
+    assert SECRET not in errs[0]
+
+
+def test_a_store_url_with_a_password_is_refused(tmp_path):
+    path = write(tmp_path, f"policies_dir: policies\nstore: {{url: 'postgresql+psycopg://gas:{SECRET}@db/gas'}}\n")
+    errs = errors_of(path)
+    assert "password_env" in errs[0] and SECRET not in errs[0]
+
+
+def test_secrets_come_from_the_environment(tmp_path, monkeypatch):
+    path = write(tmp_path, """\
+        policies_dir: policies
+        store: {url: "postgresql+psycopg://gas@127.0.0.1:5432/gas", password_env: GAS_DB_PASSWORD}
+        http: {token_env: GAS_TOKEN}
+        """)
+    cfg = load_config(path)
+    problems = cfg.check_secrets()
+    assert any("GAS_TOKEN" in p for p in problems) and any("GAS_DB_PASSWORD" in p for p in problems)
+    monkeypatch.setenv("GAS_TOKEN", SECRET)
+    monkeypatch.setenv("GAS_DB_PASSWORD", "pw with @ and :")
+    assert cfg.check_secrets() == []
+    assert cfg.http.token() == SECRET
+    assert "pw%20with" in cfg.store.resolved_url() or "pw with" in cfg.store.resolved_url()
+    assert "pw" not in cfg.store.display_url()
+
+
+def test_the_http_api_defaults_to_loopback(tmp_path):
+    cfg = load_config(write(tmp_path, "policies_dir: policies\n"))
+    assert cfg.http.host == "127.0.0.1" and cfg.store.url.startswith("sqlite")
+    assert cfg.tick.interval.total_seconds() == 30 and not cfg.leader.enabled
+
+
+def test_config_validate_command(tmp_path):
+    runner = CliRunner()
+    good = write(tmp_path, f"policies_dir: {REPO / 'policies'}\nprices_file: {REPO / 'examples/prices-alicloud.yaml'}\n")
+    result = runner.invoke(app, ["config", "validate", str(good)])
+    assert result.exit_code == 0, result.output
+    assert "3 team(s)" in result.output
+    bad = write(tmp_path, "policies_dir: policies\ntick: {intervall: 3s}\n")
+    result = runner.invoke(app, ["config", "validate", str(bad)])
+    assert result.exit_code == 1 and "did you mean 'interval'" in result.output
+
+
+def test_the_example_production_config_is_valid(monkeypatch):
+    cfg = load_config(REPO / "examples" / "config-production.yaml")
+    assert cfg.policies_dir == REPO / "policies" and cfg.leader.enabled
+    assert cfg.store.password_env and cfg.http.token_env and cfg.clouds.aws.sqs_queue_urls

@@ -1,0 +1,81 @@
+"""Launch backoff: repeated failures of one cause hold a pool's launches (5 min doubling
+to 30 min), the engine's Hold names the cause, count and next try, a success or a policy
+change resets it, and a pool whose bootstrap always fails launches only as often as the
+rule allows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from autoscaler.model import lifecycle
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.progress import NodeProgress
+from autoscaler.service.control.backoff import FAILED, cause_of, delay, fingerprint, launch_backoffs
+from tests.fleet.writes import create_node, transition
+from tests.service.executor_rig import Rig
+from tests.service.failing_pool import TASK, allowed_launches, drive, failing_rig, floor_policy
+
+S = NodeState
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = failing_rig(tmp_path)
+    yield r
+    r.store.close()
+
+
+def test_the_rule() -> None:
+    assert set(FAILED) == lifecycle.FAILED  # every failed state has a kind, and only those
+    assert [delay(n) for n in (1, 2, 3, 4, 9)] == [timedelta(minutes=m) for m in (5, 10, 20, 30, 30)]
+    assert allowed_launches(30) == 3  # at 0, 5 and 15 min; the next would be at 35
+    assert cause_of("bootstrap", "bootstrap failed 3 time(s); last: failed at task 'x y': boom") \
+        == "bootstrap failed at task 'x y'"
+    assert cause_of("provision", "terraform apply failed: InsufficientInstanceCapacity: no p3") \
+        == "provision failed: InsufficientInstanceCapacity"
+
+
+def test_always_failing_bootstrap_is_bounded_by_the_rule_and_the_hold_says_why(rig: Rig) -> None:
+    launches, holds = drive(rig, 30)
+    assert 2 <= launches <= allowed_launches(30), launches
+    assert holds
+    assert f"bootstrap failed at task '{TASK}'" in holds[-1] and "time(s) in a row" in holds[-1]
+    assert "next try" in holds[-1]
+    [backoff] = launch_backoffs(rig.store, rig.policies, rig.clock())
+    assert backoff.pool == "vision/gpu" and backoff.count == launches
+    assert backoff.next_try == backoff.last_at + delay(backoff.count)
+
+
+def outcome(rig: Rig, to: NodeState, reason: str = "") -> None:
+    """A node of the pool launched under the current policy that ends in ``to``."""
+    pool = rig.policies["vision"].pools[0]
+    node = create_node(rig.store, cooldown="up", now=rig.clock(),
+                       progress=NodeProgress(policy=fingerprint(pool)))
+    path = {S.READY: [S.PROVISIONING, S.BOOTSTRAPPING, S.READY],
+            S.BOOTSTRAP_FAILED: [S.PROVISIONING, S.BOOTSTRAPPING, S.BOOTSTRAP_FAILED],
+            S.PROVISION_FAILED: [S.PROVISIONING, S.PROVISION_FAILED]}[to]
+    for state in path:
+        transition(rig.store, node.name, state, rig.clock(), reason if state is to else "step")
+    rig.clock.tick(60)
+
+
+def test_counting_same_cause_in_a_row_success_and_policy_change_reset(rig: Rig) -> None:
+    broken = f"bootstrap failed 3 time(s); last: failed at task '{TASK}': dkms"
+    outcome(rig, S.BOOTSTRAP_FAILED, broken)
+    outcome(rig, S.BOOTSTRAP_FAILED, broken)
+    [b] = launch_backoffs(rig.store, rig.policies, rig.clock())
+    assert b.count == 2 and b.next_try == b.last_at + timedelta(minutes=10)
+    outcome(rig, S.PROVISION_FAILED, "terraform apply failed: InsufficientInstanceCapacity: none")
+    [b] = launch_backoffs(rig.store, rig.policies, rig.clock())
+    assert (b.count, b.cause) == (1, "provision failed: InsufficientInstanceCapacity")  # new cause
+    outcome(rig, S.READY)
+    assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []  # a success resets
+    outcome(rig, S.BOOTSTRAP_FAILED, broken)
+    [b] = launch_backoffs(rig.store, rig.policies, rig.clock())
+    assert b.count == 1
+    rig.policies = {"vision": floor_policy(bootstrap={"timeout": "11m"})}  # the team fixed it
+    assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []

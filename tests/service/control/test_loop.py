@@ -1,0 +1,244 @@
+"""The tick: signals -> decide -> record -> submit/advance, with errors contained."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from autoscaler.fleet.demand_history import DemandHistory, bin_start
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Drain, Hold, Launch
+from autoscaler.model.progress import NodeProgress
+from autoscaler.model.snapshot import CapacityError, PoolObservation
+from autoscaler.model.snapshot_parts import Observed
+from autoscaler.policy.models import Market
+from autoscaler.service.control import loop as loop_module
+from autoscaler.service.control.backoff import fingerprint
+from autoscaler.service.observe.forecasts import PoolForecasts
+from tests.builders import busy, idle, pending
+from tests.fleet.writes import create_node, transition, walk
+from tests.service.service_fakes import make_loop, write_policy
+
+
+@pytest.fixture
+def kit(tmp_path):
+    k = make_loop(tmp_path)
+    yield k
+    k.store.close()
+
+
+def demand(kit, *gpus):
+    kit.signals.pools = {"vision/train": PoolObservation(pending=pending(*gpus))}
+
+
+def test_a_tick_records_the_plan_and_hands_it_to_the_executor(kit, caplog):
+    demand(kit, 1, 1)
+    with caplog.at_level(logging.INFO, logger="autoscaler.service.control.loop"):
+        report = kit.loop.tick()
+    assert report.error is None and report.leader
+    launches = [a for a in report.plan.actions if isinstance(a, Launch)]
+    assert sum(a.count for a in launches) == 2
+    # The engine's "now" is the injected clock, and the plan is in the store with its id.
+    assert report.plan.decided_at == kit.clock.now
+    plan_id, stored = kit.store.last_plan()
+    assert plan_id == report.plan_id and stored == report.plan
+    assert [pid for _, pid in kit.executor.submitted] == [plan_id]
+    assert kit.executor.advanced == 1 and kit.reconciler.runs == 1
+    assert len(report.created) == 2
+    assert {n.state for n in kit.store.nodes()} == {NodeState.READY}
+    # One log line per action, with its reason.
+    lines = [r.getMessage() for r in caplog.records if "launch" in r.getMessage()]
+    assert len(lines) == len(launches)
+    assert all(a.reason in line for a, line in zip(launches, lines, strict=True))
+
+
+def test_dry_run_decides_and_stores_but_changes_nothing(tmp_path):
+    kit = make_loop(tmp_path, dry_run=True)
+    demand(kit, 1)
+    report = kit.loop.tick()
+    assert report.error is None and any(isinstance(a, Launch) for a in report.plan.actions)
+    assert kit.executor.submitted == [] and kit.executor.advanced == 0
+    assert kit.reconciler.runs == 0 and kit.store.nodes() == []
+    assert {a.status for a in kit.store.actions(plan_id=report.plan_id)} == {"skipped"}
+    with kit.store.session() as s:
+        from autoscaler.fleet.tables import PlanRow
+
+        assert s.get(PlanRow, report.plan_id).dry_run is True
+    kit.store.close()
+
+
+def test_a_failing_stage_is_logged_counted_and_the_next_tick_runs(kit, caplog):
+    kit.signals.next_error = RuntimeError("prometheus exploded")
+    with caplog.at_level(logging.ERROR):
+        bad = kit.loop.tick()
+    assert bad.error is not None and bad.error.stage == "signals"
+    assert "prometheus exploded" in caplog.text and "signals" in caplog.text
+    assert kit.executor.submitted == []
+    metrics = kit.loop.metrics.exposition().decode()
+    assert 'gpu_autoscaler_tick_errors_total{stage="signals"} 1.0' in metrics
+    assert kit.loop.state.last_error_stage == "signals"
+    demand(kit, 1)
+    good = kit.loop.tick()
+    assert good.error is None and kit.executor.submitted
+    assert kit.loop.state.last_error is None and kit.loop.state.ticks == 2
+
+
+def test_executor_failure_is_contained_and_a_reconciler_failure_does_not_stop_scaling(kit):
+    demand(kit, 1)
+    kit.reconciler.next_error = RuntimeError("cloud API down")
+    kit.executor.next_error = RuntimeError("terraform lock")
+    report = kit.loop.tick()
+    assert report.error.stage == "advance"
+    assert kit.executor.submitted, "decided and submitted although the reconciler failed"
+    text = kit.loop.metrics.exposition().decode()
+    assert 'stage="reconcile"} 1.0' in text and 'stage="advance"} 1.0' in text
+
+
+def test_a_follower_neither_decides_nor_acts(tmp_path):
+    from autoscaler.service.config.models import LeaderSettings
+
+    leader = make_loop(tmp_path, leader=LeaderSettings(enabled=True, ttl="30s", holder="a"))
+    follower = make_loop(tmp_path, leader=LeaderSettings(enabled=True, ttl="30s", holder="b"),
+                         store=leader.store)
+    follower.clock.now = leader.clock.now
+    demand(leader, 1)
+    demand(follower, 1)
+    assert leader.loop.tick().leader
+    report = follower.loop.tick()
+    assert not report.leader and report.plan is None
+    assert follower.executor.submitted == [] and follower.signals.calls == 0
+    assert len(leader.store.nodes()) == 1
+    assert "gpu_autoscaler_leader 0.0" in follower.loop.metrics.exposition().decode()
+    leader.store.close()
+
+
+def test_stop_request_finishes_the_step_and_skips_the_rest(kit):
+    demand(kit, 1)
+    kit.executor.on_submit = kit.loop.request_stop
+    report = kit.loop.tick()
+    assert report.stopped_early and kit.executor.submitted and kit.executor.advanced == 0
+    assert {n.state for n in kit.store.nodes()} == {NodeState.REQUESTED}
+
+
+def test_capacity_errors_met_by_the_executor_reach_the_price_signals(kit):
+    err = CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlarge",
+                        zone="us-east-1a", market=Market.SPOT, code="InsufficientInstanceCapacity",
+                        at=kit.clock.now)
+    kit.executor.capacity_errors = [err]
+    kit.loop.tick()
+    assert kit.prices.recorded == [err]
+
+
+def test_missing_metrics_freeze_scale_down_and_show_in_metrics_and_state(kit):
+    kit.loop.tick()
+    create_node(kit.store, cooldown="up", pool="train", market=Market.SPOT, now=kit.clock.now)
+    kit.loop.tick()  # fake advance makes it READY
+    kit.clock.advance(hours=2)
+    node = kit.store.nodes()[0].name
+    kit.signals.nodes = {node: idle(util=0.0)}
+    kit.signals.pools = {"vision/train": PoolObservation(metrics_missing="prometheus unreachable")}
+    report = kit.loop.tick()
+    assert not [a for a in report.plan.actions if isinstance(a, Drain)]
+    assert any(isinstance(a, Hold) and "frozen" in a.reason for a in report.plan.actions)
+    assert "prometheus unreachable" in kit.loop.state.data_missing["vision/train"]
+    assert 'gpu_autoscaler_data_missing{pool="vision/train"} 1.0' in kit.loop.metrics.exposition().decode()
+    kit.signals.pools = {}
+    report = kit.loop.tick()
+    assert [a.node for a in report.plan.actions if isinstance(a, Drain)] == [node]
+    assert 'gpu_autoscaler_data_missing{pool="vision/train"} 0.0' in kit.loop.metrics.exposition().decode()
+
+
+def test_metrics_count_actions_by_kind_and_trigger_and_report_the_fleet(kit):
+    demand(kit, 1)
+    kit.loop.tick()
+    text = kit.loop.metrics.exposition().decode()
+    assert 'gpu_autoscaler_actions_total{kind="launch",mode="live",trigger="pending"} 1.0' in text
+    assert 'gpu_autoscaler_decisions_total{mode="live"} 1.0' in text
+    assert 'gpu_autoscaler_nodes{market="spot",pool="train",state="READY",team="vision"} 1.0' in text \
+        or 'gpu_autoscaler_nodes{market="on-demand",pool="train",state="READY",team="vision"} 1.0' in text
+    assert "gpu_autoscaler_fleet_hourly_usd 0.0" not in text
+    assert "gpu_autoscaler_tick_duration_seconds_count 1.0" in text
+    assert "gpu_autoscaler_ticks_total 1.0" in text
+
+
+@pytest.mark.parametrize("drain_removed", [False, True])
+def test_removing_a_team_file_drains_only_when_confirmed(tmp_path, drain_removed):
+    kit = make_loop(tmp_path, drain_removed_pools=drain_removed)
+    write_policy(kit.policies_dir, "search", name="infer", max_nodes=2)
+    kit.loop.tick()
+    create_node(kit.store, cooldown="up", team="search", pool="infer", now=kit.clock.now)
+    kit.loop.tick()
+    (kit.policies_dir / "search.yaml").unlink()
+    report = kit.loop.tick()
+    drains = [a for a in report.plan.actions if isinstance(a, Drain)]
+    holds = [a for a in report.plan.actions if isinstance(a, Hold) and a.pool == "search/infer"]
+    if drain_removed:
+        assert [d.trigger for d in drains] == ["pool-removed"]
+    else:
+        assert drains == [] and "drain_removed_pools" in holds[0].reason
+    kit.store.close()
+
+
+def test_a_broken_policy_keeps_the_last_good_one_and_is_reported(kit):
+    kit.loop.tick()
+    path = kit.policies_dir / "vision.yaml"
+    path.write_text(path.read_text().replace("max_nodes: 4", "max_nodes: 4\n  bogus_key: 1"))
+    demand(kit, 1)
+    report = kit.loop.tick()
+    assert report.error is None
+    assert any(isinstance(a, Launch) for a in report.plan.actions), "team kept its policy"
+    errors = kit.loop.reloader.errors()
+    assert len(errors) == 1 and "bogus_key" in str(errors[0])
+    text = kit.loop.metrics.exposition().decode()
+    assert f'gpu_autoscaler_policy_errors{{file="{path}"}} 1.0' in text
+
+
+def test_each_changed_pool_is_previewed_with_its_hourly_delta(kit, caplog):
+    demand(kit, 1)
+    with caplog.at_level(logging.INFO, logger="autoscaler.service.control.loop"):
+        kit.loop.tick()
+    previews = kit.loop.state.previews
+    assert len(previews) == 1
+    assert previews[0].startswith("preview vision/train: create 1 (vision-train-1: p3.2xlarge")
+    assert "$/h 0.000 -> " in previews[0] and "(+" in previews[0]
+    assert previews[0] in caplog.text
+    assert any("preview vision/train" in line for line in kit.loop.state.activity)
+
+
+def test_the_snapshot_decide_gets_is_built_after_the_reconciler(kit, monkeypatch):
+    # The reconciler reads what the scheduler observed (a busy node is never LOST); the
+    # parts that follow the fleet are computed from the fleet as the reconciler left it.
+    S, now = NodeState, kit.clock.now
+    kit.loop.reloader.refresh()
+    launched_under = NodeProgress(policy=fingerprint(kit.loop.policies()["vision"].pools[0]))
+    keep, lost = (walk(kit.store, create_node(kit.store, pool="train", now=now).name, now,
+                       S.PROVISIONING, S.BOOTSTRAPPING, S.READY) for _ in range(2))
+    failing = walk(kit.store, create_node(kit.store, pool="train", now=now,
+                                          progress=launched_under).name,
+                   now, S.PROVISIONING, S.BOOTSTRAPPING)
+    kit.signals.nodes = {keep.name: busy(), lost.name: idle()}
+
+    def reconcile() -> None:
+        transition(kit.store, lost.name, S.LOST, now, "gone from the cloud")
+        transition(kit.store, failing.name, S.BOOTSTRAP_FAILED, now,
+                   "bootstrap failed at task 'nvidia driver'")
+
+    kit.reconciler.on_run = reconcile
+    kit.loop.held = lambda nodes, at: {n.name: f"held while {n.state}" for n in nodes}
+    kit.loop.forecasts = PoolForecasts(kit.store)
+    decided = []
+    real_decide = loop_module.decide
+    monkeypatch.setattr(loop_module, "decide", lambda policies, fleet, snapshot, at, **kw: (
+        decided.append(snapshot) or real_decide(policies, fleet, snapshot, at, **kw)))
+    assert kit.loop.tick().error is None
+    [observed] = kit.reconciler.snapshots
+    assert isinstance(observed, Observed) and observed.nodes == kit.signals.nodes
+    [snapshot] = decided
+    assert snapshot is kit.loop.last_snapshot and snapshot.nodes == observed.nodes
+    assert snapshot.held == {keep.name: "held while READY", lost.name: "held while LOST",
+                             failing.name: "held while BOOTSTRAP_FAILED"}
+    [backoff] = snapshot.capacity_errors  # the failure the reconciler found holds launches
+    assert backoff.code == "launch-backoff" and "nvidia driver" in backoff.message
+    [demand_bin] = DemandHistory(kit.store).bins("vision/train", bin_start(now))
+    assert demand_bin.nodes_serving == 1  # the forecast's sample: LOST does not serve

@@ -1,0 +1,116 @@
+"""/ui over the real HTTP server: the token (bearer or login cookie), escaping, no secret."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from autoscaler.model.snapshot import PoolObservation
+from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
+from autoscaler.service.http.status import build_status
+from autoscaler.service.http.ui import COOKIE, session_value
+from tests.builders import pending
+from tests.service.service_fakes import make_loop
+
+TOKEN = "s3cret-token-value-42"
+EVIL = '<script>alert("x")</script>'
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kw: Any) -> None:
+        return None
+
+
+def call(url: str, data: bytes | None = None, headers: dict[str, str] | None = None):
+    req = urllib.request.Request(url, data=data, headers=headers or {})
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(req, timeout=10) as resp:
+            return resp.status, dict(resp.headers), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read().decode()
+
+
+@pytest.fixture
+def server(tmp_path):
+    kit = make_loop(tmp_path)
+    kit.signals.pools = {"vision/train": PoolObservation(pending=pending(1, 1))}
+    kit.loop.tick()
+    kit.signals.pools = {"vision/train": PoolObservation(metrics_missing=f"dcgm {EVIL} gone")}
+    kit.loop.tick()
+
+    from autoscaler.fleet.requests import RequestBook
+    from autoscaler.model.request_spec import RequestSpec
+
+    spec = RequestSpec.model_validate({"name": "ci-4711", "node_sets": [{"gpus": 1, "nodes": 2, "gpu_model": "V100"}]})
+    RequestBook(kit.store).create("vision", spec, kit.clock())
+
+    def status() -> dict[str, Any]:
+        doc = build_status(kit.store, kit.loop.state, {"is_leader": True}, [], kit.loop.catalog,
+                           kit.loop.last_snapshot, kit.clock())
+        doc["policy_errors"] = [f"/policies/evil.yaml:1:1: team: bad name {EVIL}"]
+        return doc
+
+    handlers = ApiHandlers(health=lambda: Health(True, "ok"), metrics=lambda: b"", status=status,
+                           plan=lambda: None, links=(("Fleet & money", "http://grafana:3000/d/x"),))
+    api = ApiServer(handlers, "127.0.0.1", 0, token=TOKEN).start()
+    yield api.url, kit
+    api.stop()
+    kit.store.close()
+
+
+def test_without_the_token_the_page_is_a_login_form(server):
+    url, _ = server
+    code, headers, body = call(f"{url}/ui")
+    assert code == 401 and 'action="/ui/login"' in body and 'type="password"' in body
+    assert "vision-train" not in body
+    assert "default-src 'none'" in headers["Content-Security-Policy"]
+
+
+def test_the_bearer_token_shows_fleet_plan_reasons_holds_and_missing_data(server):
+    url, kit = server
+    code, headers, body = call(f"{url}/ui", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert code == 200 and headers["Content-Type"].startswith("text/html")
+    assert "vision/train" in body and "vision-train-1" in body and "READY" in body
+    plan_id, plan = kit.store.last_plan()
+    assert f"Plan {plan_id}" in body
+    for action in plan.actions:
+        assert action.reason.replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;") in body
+    assert "Holds" in body and "scale-down frozen" in body
+    assert 'href="http://grafana:3000/d/x"' in body
+    assert "request ci-4711 (team vision" in body and "Open capacity requests" in body
+
+
+def test_everything_shown_is_escaped_and_the_token_never_appears(server):
+    url, _ = server
+    _, _, body = call(f"{url}/ui", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert EVIL not in body and "<script" not in body
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in body
+    assert TOKEN not in body and session_value(TOKEN) not in body
+
+
+def test_the_login_form_sets_a_cookie_that_is_not_the_token(server):
+    url, _ = server
+    code, _, body = call(f"{url}/ui/login", data=b"token=wrong")
+    assert code == 401 and "not the one" in body
+    code, headers, _ = call(f"{url}/ui/login", data=f"token={TOKEN}".encode())
+    assert code == 303 and headers["Location"] == "/ui"
+    cookie = headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
+    value = cookie.split(";", 1)[0]
+    assert value == f"{COOKIE}={session_value(TOKEN)}"
+    code, _, body = call(f"{url}/ui", headers={"Cookie": value})
+    assert code == 200 and "vision-train-1" in body
+    code, _, _ = call(f"{url}/ui", headers={"Cookie": f"{COOKIE}=forged"})
+    assert code == 401
+    code, headers, _ = call(f"{url}/ui/logout", data=b"")
+    assert code == 303 and "Max-Age=0" in headers["Set-Cookie"]
+
+
+def test_a_huge_form_is_refused_unread(server):
+    url, _ = server
+    code, _, _ = call(f"{url}/ui/login", data=b"token=" + b"x" * 10_000)
+    assert code == 413
