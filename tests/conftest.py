@@ -1,16 +1,24 @@
 """Shared test configuration. Fixtures that start real services live next to their tests.
 
 The suite runs in parallel (pytest-xdist, ``--dist loadfile``: a module stays on one
-worker, so a module-scoped sandbox is started once). Modules are handed out in the order
-collected here: the slow ones first, end-to-end scenarios before the rest, so that the
-longest module never starts last and leaves one worker running alone (docs/testing.md).
+worker, so a module-scoped sandbox is started once; the packages in ``SHARED_PACKAGES``
+stay on one worker as a whole, for their package-scoped fixture). Modules are handed out
+in the order collected here: the slow ones first, end-to-end scenarios before the rest, so
+that the longest module never starts last and leaves one worker running alone
+(docs/testing.md).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
+
+# Packages whose modules share a package-scoped fixture: the dashboards' scenario run (a
+# service, Prometheus and Chromium through five phases, ~1.5 min) serves the PromQL and
+# the Chromium checks once, not once per worker.
+SHARED_PACKAGES = ("tests/dashboards/",)
 
 # xdist workers start with COLUMNS=80 and LINES=24 in their environment, a serial run has
 # neither; rich fixes a console's width from COLUMNS when the console is built (the CLI's,
@@ -33,3 +41,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = item.nodeid.split("::", 1)[0]
         rank[module] = min(rank.get(module, 2), _module_rank(item))
     items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByModuleOrSharedPackage(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            shared = [p for p in SHARED_PACKAGES if nodeid.startswith(p)]
+            return shared[0] if shared else str(super()._split_scope(nodeid))
+
+    return ByModuleOrSharedPackage(config, log)
