@@ -12,7 +12,7 @@ from operator import attrgetter
 from autoscaler.engine import schedule
 from autoscaler.engine.binpack import shapes_of
 from autoscaler.engine.pricing import Prices
-from autoscaler.model.lifecycle import FAILED, IN_FLIGHT, NOTICE_INTERRUPTS, NodeState
+from autoscaler.model.lifecycle import FAILED, IN_FLIGHT, NodeState
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.snapshot import (
     NodeObservation,
@@ -154,13 +154,12 @@ def build_contexts(
     groups: defaultdict[tuple[str, str], list[Node]] = defaultdict(list)
     for node in fleet.nodes:
         groups[node.team, node.pool].append(node)
-    interrupted = set(snapshot.interrupted)
     for ctx in contexts.values():
         nodes = groups.pop((ctx.team, ctx.pool.name), None)
         try:
             if nodes:
                 nodes.sort(key=_NAME)
-                _file(ctx, nodes, interrupted, prices)
+                _file(ctx, nodes, prices)
                 if survey is not None:
                     survey(ctx)
             ctx.data_missing = _data_missing(ctx, snapshot)
@@ -171,7 +170,7 @@ def build_contexts(
     return list(contexts.values()), orphans
 
 
-def _file(ctx: PoolContext, nodes: list[Node], interrupted: set[str], prices: Prices) -> None:
+def _file(ctx: PoolContext, nodes: list[Node], prices: Prices) -> None:
     """Sort one pool's nodes into its state lists and add up what they hold and cost."""
     cost = prices.node_cost
     billable_gpus = active_gpus = active_on_demand = 0
@@ -183,8 +182,7 @@ def _file(ctx: PoolContext, nodes: list[Node], interrupted: set[str], prices: Pr
         gpus, usd = cost(node)
         billable_gpus += gpus
         billable_usd += usd
-        if state is NodeState.INTERRUPTED or (
-                state in NOTICE_INTERRUPTS and node.name in interrupted):
+        if state is NodeState.INTERRUPTED:
             ctx.interrupted.append(node)
         elif state is NodeState.READY or state in IN_FLIGHT:
             (ctx.serving if state is NodeState.READY else ctx.in_flight).append(node)

@@ -68,14 +68,13 @@ class SpotEvidence:
         self.refused: dict[Key, datetime] = {}
         self.stock = {(o.cloud, o.region, o.instance_type, o.zone): o.in_stock
                       for o in snapshot.offerings if o.in_stock is not None}
-        interrupted = set(snapshot.interrupted)
         for ctx in contexts:
             for node in (*ctx.serving, *ctx.in_flight, *ctx.draining, *ctx.drained,
                          *ctx.interrupted, *ctx.failed):
                 if node.market is not Market.SPOT:
                     continue
                 key = (node.cloud, node.region, node.instance_type, node.zone)
-                if node.state is S.INTERRUPTED or node.name in interrupted:
+                if node.state is S.INTERRUPTED:
                     _newest(self.refused, key, node.state_since)
                 elif node.state in GRANTED:
                     _newest(self.granted, key, node.created_at)

@@ -110,9 +110,6 @@ DRAINABLE = SERVING
 CANCELLABLE = frozenset({S.DRAINING, S.DRAINED})
 REPLACEABLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
 TERMINABLE = IN_FLIGHT | FAILED | {S.DRAINED, S.INTERRUPTED}
-# The engine counts a node in these as interrupted as soon as the snapshot carries its spot
-# notice, before the intake moves it: it is serving, or was about to stop.
-NOTICE_INTERRUPTS = frozenset({S.READY, S.DRAINING})
 # The simulator reports metrics and scheduler state for these (a bootstrapping node has not
 # joined the scheduler yet).
 REPORTING = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})

@@ -190,7 +190,6 @@ class Snapshot(_Model):
     pools: dict[str, PoolObservation] = Field(default_factory=dict)
     capacity_errors: list[CapacityError] = Field(default_factory=list)
     offerings: list[Offering] = Field(default_factory=list)
-    interrupted: list[str] = Field(default_factory=list, description="Nodes with a spot notice.")
     missing: list[str] = Field(
         default_factory=list, description="Whole sources that could not be read this tick."
     )

@@ -16,10 +16,10 @@ capacity_errors         ``PriceView.capacity_errors``, then    signals/prices.py
 forecasts               forecast floors, pool -> floor         service/observe/forecasts.py (mode
                                                                scale)
 held                    node -> the request holding it         service/control/request_keeper.py
-interrupted             (none)                                 the simulator only: in the
-                                                               service a spot notice makes the
-                                                               node INTERRUPTED in the store
 ======================  =====================================  ===============================
+
+A spot notice is not a part: the notice intake (or the simulator's cluster) moves the node
+to INTERRUPTED, and that state is the engine's one source for it.
 
 The service reads ``Observed`` before its reconciler runs and the other parts after it,
 from the fleet as the reconciler left it, then calls :func:`assemble` once.

@@ -89,7 +89,7 @@ class Observer:
             pools={self.key: PoolObservation.model_construct(
                 pending=[], pending_shapes=shapes, metrics_missing=None, scheduler_missing=None)},
             capacity_errors=errors, offerings=[],
-            interrupted=[n.name for n in nodes if n.state is S.INTERRUPTED], missing=[],
+            missing=[],
             # Given, not defaulted: pydantic inspects a default factory's signature each time.
             unserved=[], cluster_quotas={}, held={}, forecasts={},
         )

@@ -125,13 +125,6 @@ def test_interrupted_busy_spot_node_gets_a_replacement_once():
     assert launched(plan) == 0
 
 
-def test_interruption_notice_in_snapshot_counts_before_the_store_knows():
-    policy = make_policy(capacity={"spot_percent": 100})
-    node = make_node("s1", market=Market.SPOT)
-    plan = decide({"vision": policy}, fleet(node), snapshot({"s1": busy()}, interrupted=["s1"]), NOW)
-    assert any(isinstance(a, Launch) and a.replaces == ["s1"] for a in plan.actions)
-
-
 def test_removed_pool_is_kept_unless_configured():
     node = make_node("x", team="gone", pool="old")
     plan = decide({}, fleet(node), snapshot({"x": idle()}), NOW)
