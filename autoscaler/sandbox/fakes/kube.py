@@ -11,14 +11,17 @@ The official ``kubernetes`` client and ``kubectl`` work against it unchanged::
 
 Served (``fake_kube_http``): discovery (``/api``, ``/apis``, ``/version``); nodes
 (GET, PATCH, DELETE), pods (GET, DELETE, ``eviction`` with PDB 429s, ``exec``),
-persistentvolumeclaims, persistentvolumes, resourcequotas and
-``scheduling.k8s.io/v1`` priorityclasses; lists with ``fieldSelector`` /
+persistentvolumeclaims, persistentvolumes, resourcequotas,
+``scheduling.k8s.io/v1`` priorityclasses and ``batch/v1`` jobs; namespaces, serviceaccounts
+and RBAC's clusterroles and clusterrolebindings, always empty (so ``kubectl apply
+--dry-run=client`` maps ``deploy/kubernetes/rbac.yaml``); lists with ``fieldSelector`` /
 ``labelSelector`` and ``resourceVersion``; ``watch=true`` streams with bookmarks and
 ``410 Gone`` for versions older than the event log (``compact()``). Pods get
 ``spec.priority`` from their PriorityClass, as the Priority admission plugin does.
 A node added with ``advertise_after`` is Ready with no GPU resources until the clock
 (``clock``, injectable) passes that many seconds, like a device plugin starting late.
-Every request is recorded in ``requests``.
+Every request is recorded in ``requests`` (``("WATCH", path)`` for a watch stream):
+``tests/deploy/test_rbac.py`` holds them against the RBAC manifest.
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ if TYPE_CHECKING:
     from autoscaler.sandbox.fakes.kube import FakeKube
 
 Reply = tuple[int, dict[str, Any]]
-GROUPS = {"scheduling.k8s.io/v1": ["priorityclasses"], "batch/v1": ["jobs"]}
-CORE = ["nodes", "pods", "persistentvolumeclaims", "persistentvolumes", "resourcequotas"]
+GROUPS = {"scheduling.k8s.io/v1": ["priorityclasses"], "batch/v1": ["jobs"],
+          "rbac.authorization.k8s.io/v1": ["clusterroles", "clusterrolebindings"]}
+CORE = ["nodes", "pods", "persistentvolumeclaims", "persistentvolumes", "resourcequotas",
+        "namespaces", "serviceaccounts"]
 
 
 def _resource_list(group_version: str, names: list[str]) -> dict[str, Any]:

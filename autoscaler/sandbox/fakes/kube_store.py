@@ -18,8 +18,11 @@ from typing import Any
 Obj = dict[str, Any]
 KINDS = {"nodes": "Node", "pods": "Pod", "persistentvolumeclaims": "PersistentVolumeClaim",
          "persistentvolumes": "PersistentVolume", "resourcequotas": "ResourceQuota",
-         "priorityclasses": "PriorityClass", "jobs": "Job"}
-NAMESPACED = {"pods", "persistentvolumeclaims", "resourcequotas", "jobs"}
+         "priorityclasses": "PriorityClass", "jobs": "Job",
+         # Kept empty: served so kubectl can map deploy/kubernetes/rbac.yaml's kinds.
+         "namespaces": "Namespace", "serviceaccounts": "ServiceAccount",
+         "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding"}
+NAMESPACED = {"pods", "persistentvolumeclaims", "resourcequotas", "jobs", "serviceaccounts"}
 
 
 @dataclass(frozen=True)
