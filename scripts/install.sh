@@ -27,6 +27,11 @@ if ! ls -d /opt/tf-plugins/registry.terraform.io/hashicorp/aws/5.* >/dev/null 2>
   echo "error: the hashicorp/aws 5.x provider is not in the filesystem mirror /opt/tf-plugins" >&2
   exit 1
 fi
+# kubectl (the contract tests run it against the project's own API server) comes with the
+# image too: Debian 12 does not package it.
+if ! command -v kubectl >/dev/null; then
+  echo "error: kubectl is not on PATH (expected /usr/bin/kubectl, 1.2x or newer)" >&2; exit 1
+fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 # pyenv only sees a new console script after a rehash; `python -m pip` does not trigger one.
