@@ -24,6 +24,7 @@ pools:
     instance_types: [p3.2xlarge]
     max_nodes: 4
 """
+USER_DATA_SECRET = "pw-4d2e-91"  # must never be repeated in a message
 POD_HEADER = "name,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
 
 
@@ -42,6 +43,21 @@ class Case:
 
 def _pool(extra: str) -> bytes:
     return (GOOD_POLICY + extra).encode()
+
+
+def _merge_chain(links: int) -> str:
+    """Mappings each merging the one before and adding a key: link i holds i values, so a
+    chain of 200 passes the 20,000-value limit at key k22 of m22 (line 67)."""
+    return "m0: &m0 {team: vision}\n" + "".join(
+        f"m{i}: &m{i}\n  <<: *m{i - 1}\n  k{i}: 1\n" for i in range(1, links))
+
+
+def _merged_pools(links: int) -> str:
+    """Pools each merging the one before; the first one's drain_timeout (line 9) is bad, so
+    every pool's error must be found through up to links - 1 merges."""
+    first = GOOD_POLICY.replace("  - name: train", "  - &p0\n    name: p0")
+    return first + "    scale_down: {drain_timeout: 0s}\n" + "".join(
+        f"  - &p{i} {{<<: *p{i - 1}, name: p{i}}}\n" for i in range(1, links))
 
 
 def policy_cases() -> list[Case]:
@@ -78,6 +94,19 @@ def policy_cases() -> list[Case]:
         Case("reserved-label", "policy",
              _pool("    cluster: {kind: kubernetes, labels: {gpu-autoscaler/team: other}}\n"), 8),
         Case("bad-signal", "policy", _pool("    scale_down: {checkpoint_signal: 'USR1; reboot'}\n"), 8),
+        Case("merge-chain-200", "policy", _merge_chain(200).encode(), 67),
+        Case("merge-chain-200-bad-value", "policy", _merged_pools(200).encode(), 9),
+        Case("hex-int", "policy", GOOD_POLICY.replace("max_nodes: 4", "max_nodes: 0x10").encode(), 7),
+        Case("underscore-int", "policy", GOOD_POLICY.replace("max_nodes: 4", "max_nodes: 1_0").encode(), 7),
+        Case("yaml11-octal-int", "policy",
+             ("%YAML 1.1\n---\n" + GOOD_POLICY.replace("max_nodes: 4", "max_nodes: 010")).encode(), 9),
+        Case("tag-crash", "policy", GOOD_POLICY.replace("max_nodes: 4", 'max_nodes: !!int ""').encode(), 7),
+        Case("cron-huge-step", "policy",
+             _pool('    schedule: [{cron: "*/99999999999 * * * *", min_nodes: 1, duration: 1h}]\n'), 8),
+        Case("scale-up-cooldown-0s", "policy", _pool("    scale_up: {cooldown: 0s}\n"), 8),
+        Case("scale-down-cooldown-0s", "policy", _pool("    scale_down: {cooldown: 0s}\n"), 8),
+        Case("drain-timeout-0s", "policy", _pool("    scale_down: {drain_timeout: 0s}\n"), 8),
+        Case("max-node-age-0s", "policy", _pool("    lifetime: {max_node_age: 0s}\n"), 8),
         Case("not-a-mapping", "policy", b"- just\n- a list\n", 1),
         Case("yaml-error", "policy", b"team: vision\npools: [\n", 3),
     ]
@@ -91,6 +120,10 @@ def config_cases() -> list[Case]:
         Case("oversized-1MB", "config", b"policies_dir: policies\n#" + b"x" * 1_048_576 + b"\n", 1),
         Case("duration-overflow", "config", b"policies_dir: policies\ntick: {interval: 3000000d}\n", 2),
         Case("wrong-type", "config", b"policies_dir: policies\nstore: {url: [1, 2]}\n", 2),
+        Case("secret-in-user-data", "config", (
+            "policies_dir: policies\nterraform:\n  regions:\n    aws/us-east-1:\n      ami: ami-1\n"
+            f"      user_data: |\n        #!/bin/sh\n        export DB_PASSWORD={USER_DATA_SECRET}\n"
+        ).encode(), 6),
     ]
 
 

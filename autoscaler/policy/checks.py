@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
 
 from autoscaler.catalog import Catalog
 from autoscaler.catalog.mig import layout_problems
 from autoscaler.catalog.regions import region_problem, zone_problem
-from autoscaler.policy.models import Pool, ScheduleEntry, TeamPolicy
+from autoscaler.policy.cron import cron_problem
+from autoscaler.policy.models import Pool, TeamPolicy
 
 Problem = tuple[list[int | str], str]
-# A schedule must fire in every year: tried from starts spread over a leap cycle, so a
-# February 29th (or 30th) schedule is refused rather than failing in decide().
-_CRON_STARTS = tuple(datetime(2001 + half // 2, 1 + 6 * (half % 2), 1) for half in range(10))
-_YEAR = timedelta(days=366)
 # Node names are "<team>-<pool>-<suffix>" and must stay valid hostnames (63 characters).
 MAX_TEAM_POOL_CHARS = 52
 
@@ -77,7 +72,7 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
             section = "scale_up" if name == "window" else "scale_down"
             yield [section, name], f"{name} must be at least 1s (a window of no time has no samples)"
     for j, entry in enumerate(pool.schedule):
-        cron = cron_problem(entry)
+        cron = cron_problem(entry.cron)
         if cron:
             yield ["schedule", j, "cron"], cron
         if entry.min_nodes > pool.max_nodes:
@@ -110,19 +105,3 @@ def _check_mig(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
         for why in layout_problems(itype.gpu_model, itype.gpu_memory_gib,
                                    list(pool.bootstrap.mig_profiles)):
             yield ["instance_types", j], f"sharing: mig on {name}: {why}"
-
-
-def cron_problem(entry: ScheduleEntry) -> str | None:
-    """Why the engine could not use this cron, or None."""
-    if len(entry.cron.split()) != 5 or not croniter.is_valid(entry.cron):
-        return (f"'{entry.cron}' is not a valid 5-field cron expression "
-                "(minute hour day-of-month month day-of-week)")
-    try:
-        for start in _CRON_STARTS:
-            fire: datetime = croniter(entry.cron, start).get_next(datetime)
-            if fire - start > _YEAR:
-                return (f"'{entry.cron}' does not fire in every year (next after {start:%Y-%m-%d} "
-                        f"is {fire:%Y-%m-%d}); a schedule must fire at least once a year")
-    except (ValueError, KeyError, OverflowError) as exc:  # croniter's CroniterError is a ValueError
-        return f"'{entry.cron}' never fires within a year ({type(exc).__name__})"
-    return None

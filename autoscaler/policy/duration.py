@@ -7,7 +7,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer, WithJsonSchema
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -72,3 +72,12 @@ Duration = Annotated[
     PlainSerializer(format_duration, return_type=str),
     WithJsonSchema({"type": "string", "pattern": PATTERN, "examples": ["90s", "15m", "48h"]}),
 ]
+
+
+def at_least(minimum: timedelta, why: str) -> AfterValidator:
+    """A floor for a Duration field, refused with its reason: ``Annotated[Duration, at_least(...)]``."""
+    def check(value: timedelta) -> timedelta:
+        if value < minimum:
+            raise ValueError(f"{format_duration(value)} is shorter than {format_duration(minimum)}: {why}")
+        return value
+    return AfterValidator(check)

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from autoscaler.policy.duration import Duration
+from autoscaler.policy.duration import Duration, at_least
 from autoscaler.policy.syntax import (
     CronText,
     CudaVersion,
@@ -64,6 +64,25 @@ class Market(StrEnum):
     ON_DEMAND = "on-demand"
     SPOT = "spot"
 
+
+# Floors of the durations whose 0s was accepted and meant "none":
+# * cooldowns: 1s, the shortest tick the service config allows (tick.interval). A shorter
+#   cooldown never holds a tick back, so it would be no cooldown at all: a pool could scale
+#   up again before the nodes it just launched boot. Cluster Autoscaler's shortest delay is
+#   one loop too (--scale-down-delay-after-delete defaults to --scan-interval, 10s).
+# * drain_timeout: 30s, the terminationGracePeriodSeconds Kubernetes gives every pod by
+#   default; signalling jobs sooner makes a drain a kill (Cluster Autoscaler waits up to
+#   --max-graceful-termination-sec, 600s by default). Consolidation and capacity-request
+#   drains signal at once by design (ScaleDown.drain_wait), not through this value.
+# * max_node_age: 1h. A node may take bootstrap.timeout (30m by default) to become READY,
+#   then a drain; a shorter limit replaces nodes about as fast as they come up (0s replaced
+#   one every tick). Karpenter's expireAfter defaults to 720h.
+COOLDOWN = at_least(timedelta(seconds=1), "no tick is shorter (tick.interval), so a shorter "
+                    "cooldown would hold nothing back")
+DRAIN_TIMEOUT = at_least(timedelta(seconds=30), "Kubernetes gives every pod 30s to stop by "
+                         "default; a shorter drain is a kill")
+MAX_NODE_AGE = at_least(timedelta(hours=1), "a node must outlive its boot (bootstrap.timeout) "
+                        "and drain, or nodes are replaced as fast as they come up")
 
 MAX_WAIT_BY_PRIORITY = {Priority.HIGH: timedelta(0), Priority.MEDIUM: timedelta(minutes=10),
                         Priority.LOW: timedelta(minutes=30)}
@@ -172,8 +191,9 @@ class ScaleUp(_Strict):
         description="DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_PROF_GR_ENGINE_ACTIVE (profiling metric).",
     )
     pending_jobs: bool = Field(True, description="Launch capacity for pending GPU jobs.")
-    cooldown: Duration = Field(
-        timedelta(minutes=3), description="Minimum time between utilization-driven scale-ups."
+    cooldown: Annotated[Duration, COOLDOWN] = Field(
+        timedelta(minutes=3), description="Minimum time between utilization-driven scale-ups "
+        "(at least 1s)."
     )
     max_step: int = Field(4, ge=1, le=MAX_NODES, description="Most nodes launched in one tick for this pool.")
     headroom_gpus: int = Field(
@@ -185,10 +205,13 @@ class ScaleUp(_Strict):
 class ScaleDown(_Strict):
     gpu_utilization_below: Percent = 10
     idle_for: Duration = timedelta(minutes=15)
-    cooldown: Duration = Field(
-        timedelta(minutes=10), description="No scale-down this soon after a scale-up or scale-down."
+    cooldown: Annotated[Duration, COOLDOWN] = Field(
+        timedelta(minutes=10), description="No scale-down this soon after a scale-up or "
+        "scale-down (at least 1s)."
     )
-    drain_timeout: Duration = timedelta(minutes=30)
+    drain_timeout: Annotated[Duration, DRAIN_TIMEOUT] = Field(
+        timedelta(minutes=30), description="How long a drain lets jobs run before "
+        "checkpoint_signal (at least 30s).")
     max_draining_percent: Percent = 20
     checkpoint_signal: Signal = Field(
         "USR1", description="Signal sent to jobs still running at drain_timeout before requeue."
@@ -216,7 +239,8 @@ _MOVES = frozenset({"consolidate", "spot-returned", "ttl"})
 
 
 class Lifetime(_Strict):
-    max_node_age: Duration | None = None
+    max_node_age: Annotated[Duration, MAX_NODE_AGE] | None = Field(
+        None, description="Nodes older than this are replaced (at least 1h). None: never.")
     max_job_runtime: Duration | None = None
     signal_long_jobs: bool = Field(
         False, description="Also signal jobs past max_job_runtime to checkpoint, not only report."

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from autoscaler.policy.errors import PolicyError
 from autoscaler.policy.locate import format_path, locate
 from autoscaler.policy.models import NAME_PATTERN
+from autoscaler.policy.plain_yaml import PlainYamlError, plain_yaml
 from autoscaler.policy.untrusted import MAX_BYTES, decode, shape_problem
 
 MAX_READ = MAX_BYTES + 1
@@ -53,19 +53,22 @@ def read_yaml(path: Path) -> tuple[Any, list[PolicyError]]:
 
 def parse_yaml(name: str, text: str) -> tuple[Any, list[PolicyError]]:
     """Parse already-checked text; every parser failure becomes a positioned error."""
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
     try:
-        return yaml.load(text), []
+        return plain_yaml().load(text), []
+    except PlainYamlError as exc:
+        mark = exc.problem_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        return None, [PolicyError(name, line, col, "", str(exc.problem))]
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         return None, [PolicyError(name, line, col, "", f"not valid YAML: {exc.problem}")]
     except RecursionError:
         return None, [PolicyError(name, 1, 1, "", "not valid YAML: nested too deeply")]
-    except (YAMLError, ValueError, TypeError, OverflowError) as exc:
-        # ruamel raises a few unmarked errors (reader errors, bad timestamps or numbers);
-        # the text is untrusted, so none of them may escape as a traceback.
+    except (YAMLError, ValueError, TypeError, OverflowError, LookupError, AttributeError) as exc:
+        # ruamel raises a few unmarked errors (reader errors, bad timestamps or numbers,
+        # IndexError/KeyError from constructors given odd text); the text is untrusted, so
+        # none of them may escape as a traceback.
         return None, [PolicyError(name, 1, 1, "", f"not valid YAML: {_first_line(exc)}")]
 
 

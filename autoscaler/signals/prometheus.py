@@ -98,28 +98,30 @@ class PrometheusReader:
         windows), and for other reporting hosts that ``pool_of`` attributes to a pool."""
         # A tick sees each pool once per node: work per distinct pool object, not per node.
         distinct = list({id(p): p for p in [*pools, *node_pools.values()]}.values())
+        if not distinct:  # no pool (an empty policy directory): no window to read, no node
+            return MetricsReading({})
         if self.config.recording_rules:
             return self._read_recorded(node_pools, distinct, now, pool_of)
         windows_of = _windows_of(distinct)
         windows = {windows_of(p) for p in distinct}
         builder = QueryBuilder(windows, self.config.node_label, self.config.stale_after)
         fields: Fields = {}
-        undated: set[str] = set()
         targets = dict(node_pools)
         sent = 0
         try:
             for query in (builder.windows_query(), builder.current_query()):
+                if query is None:
+                    continue
                 sent += 1
                 _collect(self._query(query, now), self.config.node_label, fields)
             if pool_of is not None:
                 targets.update(_attributed(fields.keys() - targets.keys(), pool_of, windows,
                                            windows_of))
-            lagging = _lagging(targets, fields)
-            if lagging:
-                dated, undated = _cap(lagging)
+            dated, undated = _cap(_lagging(targets, fields))
+            followup = builder.followup_query(dated)  # None when every node is dated
+            if followup is not None:
                 sent += 1
-                _collect(self._query(builder.followup_query(dated), now),
-                         self.config.node_label, fields)
+                _collect(self._query(followup, now), self.config.node_label, fields)
         except PrometheusReadError as exc:
             return MetricsReading({}, error=str(exc), queries=sent)
         nodes = {name: self._observe(fields.get(name, {}), windows_of(pool), builder,

@@ -122,7 +122,8 @@ class QueryBuilder:
         expr = f"{agg} by ({self.label}) ({fn}({self._sel(name)}[{window_s}s]))"
         return expr if factor == 1.0 else f"{factor:g} * {expr}"
 
-    def windows_query(self) -> str:
+    def windows_query(self) -> str | None:
+        """None without windows (no pool at all): there is nothing to aggregate."""
         branches: dict[str, str] = {}
         for w in self.windows:
             branches[mean_key(w.metric, w.window_s)] = self._util(
@@ -133,7 +134,7 @@ class QueryBuilder:
                 f"count by ({self.label}) (max_over_time({self._sel(XID)}[{w.window_s}s]) > 0)")
         return self._union(branches)
 
-    def current_query(self) -> str:
+    def current_query(self) -> str | None:
         last = f"[{self.stale_s}s]"
         by = f"by ({self.label})"
         branches = {
@@ -150,8 +151,9 @@ class QueryBuilder:
             branches[now_key(metric)] = f"time() - max {by} (timestamp({sel}))"
         return self._union(branches)
 
-    def followup_query(self, lagging: dict[str, list[str]]) -> str:
-        """Newest-sample age of ``{metric: [node, ...]}`` within the horizon."""
+    def followup_query(self, lagging: dict[str, list[str]]) -> str | None:
+        """Newest-sample age of ``{metric: [node, ...]}`` within the horizon (None for no
+        nodes)."""
         branches = {}
         for metric, nodes in sorted(lagging.items()):
             names = "|".join(regex_literal(n) for n in sorted(nodes))
@@ -161,13 +163,18 @@ class QueryBuilder:
                 f"[{self.horizon_s}s:{self.step_s}s]))")
         return self._union(branches)
 
-    def _union(self, branches: dict[str, str]) -> str:
+    def _union(self, branches: dict[str, str]) -> str | None:
+        if not branches:
+            return None
         return balanced_or([self._branch(k, e) for k, e in branches.items()])
 
 
 def balanced_or(exprs: list[str]) -> str:
     """``(a or b) or (c or d)``: ``or`` hashes its left side, so a left-deep chain of k
-    branches costs O(k^2) per node and a balanced tree O(k log k)."""
+    branches costs O(k^2) per node and a balanced tree O(k log k). PromQL has no empty
+    ``or``: no expressions is a ValueError (it recursed until RecursionError)."""
+    if not exprs:
+        raise ValueError("balanced_or needs at least one expression")
     if len(exprs) == 1:
         return exprs[0]
     mid = len(exprs) // 2

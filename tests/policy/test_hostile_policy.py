@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from autoscaler.engine import decide
 from autoscaler.model.node import FleetView
 from autoscaler.policy import load_dir, load_file
 from tests.builders import snapshot
-from tests.hostile_files import GOOD_POLICY
+from tests.hostile_files import GOOD_POLICY, Case, policy_cases
 
 CATALOG = default_catalog()
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -69,7 +70,15 @@ NUMBER = (st.integers(-10**30, 10**30) | st.floats() | st.booleans() | st.text(m
           | st.sampled_from(["1e999", ".nan", ".inf", "-1", "0", "3000000d", "1e9s"]))
 DURATION = st.text(alphabet="0123456789.smhdw", min_size=1, max_size=10) | NUMBER
 CRON_FIELD = st.sampled_from(["*", "0", "59", "60", "31", "29", "30", "2", "*/7", "1-5", "MON",
-                              "FEB", "L", "?", "0,30", "7"])
+                              "FEB", "L", "?", "0,30", "7", "*/99999999999", "59-0", "*/0"])
+
+
+@pytest.mark.parametrize("case", policy_cases(), ids=lambda c: c.name)
+def test_every_hostile_file_is_refused_at_its_line(tmp_path: Path, case: Case) -> None:
+    policy, errors = _load(tmp_path, case.data)
+    assert policy is None and errors
+    if case.line is not None:
+        assert min(e.line for e in errors) == case.line, [str(e) for e in errors[:3]]
 
 
 @st.composite

@@ -91,7 +91,7 @@ pools:
         ("    scale_up: {gpu_utilization_above: 120}\n", "pools[0].scale_up.gpu_utilization_above",
          "less than or equal to 100"),
         ("    schedule: [{cron: '61 * * * *', min_nodes: 1, duration: 1h}]\n", "pools[0].schedule[0].cron",
-         "not a valid"),
+         "minute field '61' is outside 0-59"),
         ("    zones: [us-west-2a]\n", "pools[0].zones[0]", "not in region"),
     ],
 )
@@ -134,3 +134,17 @@ def test_duration_round_trip():
     assert format_duration(timedelta(seconds=5400)) == "1h30m"
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("5 minutes")
+
+
+@pytest.mark.parametrize(("section", "key", "floor", "below"), [
+    ("scale_up", "cooldown", "1s", "0s"), ("scale_down", "cooldown", "1s", "500ms"),
+    ("scale_down", "drain_timeout", "30s", "29s"), ("lifetime", "max_node_age", "1h", "59m59s"),
+])
+def test_durations_whose_zero_meant_none_have_a_floor(tmp_path, section, key, floor, below):
+    ok, _ = load_file(write(tmp_path, "ok.yaml", GOOD + f"    {section}: {{{key}: {floor}}}\n"), CATALOG)
+    assert ok is not None and getattr(getattr(ok.pools[0], section), key) == parse_duration(floor)
+    policy, errors = load_file(write(tmp_path, "low.yaml", GOOD + f"    {section}: {{{key}: {below}}}\n"),
+                               CATALOG)
+    (err,) = errors
+    assert policy is None and err.line == 9 and err.path == f"pools[0].{section}.{key}"
+    assert f"is shorter than {floor}" in err.message

@@ -53,7 +53,7 @@ def policy(team: str = "sim", **pool_kw: Any) -> TeamPolicy:
         "capacity": {"on_demand_base": 0, "spot_percent": 0},
         # util never exceeds 100%, so no utilization-driven launches unless a test asks
         "scale_up": {"gpu_utilization_above": 100, "max_step": 10},
-        "scale_down": {"idle_for": "10m", "cooldown": "0s"},
+        "scale_down": {"idle_for": "10m", "cooldown": "1s"},
     }
     pool.update(pool_kw)
     return TeamPolicy.model_validate({"team": team, "pools": [pool]})

@@ -2,16 +2,14 @@
 
 The same approach as the policy loader (:mod:`autoscaler.policy.loader`): ruamel.yaml keeps
 line numbers, pydantic validates, :func:`autoscaler.policy.locate.locate` maps each error
-back to its line. Before validation the document is scanned for inline secrets, which are
-refused with a message that says where the secret belongs instead; the value itself is
-never repeated in any message.
+back to its line. Before validation the document is scanned for inline secrets
+(:mod:`autoscaler.service.config.secret_scan`), which are refused with a message that says
+where the secret belongs instead; the value itself is never repeated in any message.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,35 +20,7 @@ from autoscaler.policy.errors import PolicyError
 from autoscaler.policy.locate import format_path, locate
 from autoscaler.policy.yaml_errors import read_yaml, validation_errors
 from autoscaler.service.config.models import ServiceConfig
-
-# Keys whose scalar value would be a secret (also header names such as X-Api-Key and
-# environment names such as SLURM_JWT or MUNGE_KEY). Names ending in _env/_file point at
-# one instead.
-_SECRET_KEY = re.compile(
-    r"(secret|password|passwd|pwd|access[-_]?key|api[-_]?key|token|credential|private[-_]?key"
-    r"|auth|cookie|session|munge|jwt|signature)", re.IGNORECASE)
-_CLOUD_KEY = re.compile(r"(aws_|alibaba|aliyun|access[-_]?key)", re.IGNORECASE)
-# Secrets recognised by their value wherever they are: a URL with user:password@, a URL
-# whose query string carries a secret-looking parameter, a JSON Web Token (Slurm's
-# auth/jwt, Kubernetes service account tokens).
-_URL_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@", re.IGNORECASE)
-_URL_QUERY = re.compile(r"^[a-z][a-z0-9+.-]*://[^?#\s]*\?(?P<query>[^#\s]*)", re.IGNORECASE)
-_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
-_POINTER_SUFFIXES = ("_env", "_file")
-# Mappings whose keys are variable names, not secrets (ansible.secret_env: {var: ENV_NAME}).
-_NAME_MAPS = {"secret_env"}
-CLOUD_HINT = (
-    "cloud credentials are never read from the config file: use the standard chain "
-    "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or an instance role; "
-    "ALIBABA_CLOUD_ACCESS_KEY_ID/ALIBABA_CLOUD_ACCESS_KEY_SECRET)"
-)
-_PATH_HINTS: dict[tuple[int | str, ...], str] = {
-    ("store", "url"): "remove it and name an environment variable in store.password_env "
-                      "(or use PGPASSWORD / ~/.pgpass)"}
-SECRET_HINT = (
-    "secrets never go in the config file: name an environment variable (<key>_env) or a "
-    "file (<key>_file) that holds it"
-)
+from autoscaler.service.config.secret_scan import inline_secrets
 
 
 class ConfigError(Exception):
@@ -59,52 +29,6 @@ class ConfigError(Exception):
     def __init__(self, errors: list[PolicyError]):
         self.errors = sorted(errors)
         super().__init__("\n".join(str(e) for e in self.errors))
-
-
-def _walk(node: Any, path: tuple[int | str, ...] = ()) -> Iterator[tuple[tuple[int | str, ...], Any]]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield (*path, str(key)), value
-            if str(key) not in _NAME_MAPS:
-                yield from _walk(value, (*path, str(key)))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield (*path, i), value
-            yield from _walk(value, (*path, i))
-
-
-def secret_in_value(value: str) -> str | None:
-    """What kind of secret ``value`` visibly holds, or None (the value is never repeated)."""
-    if _URL_PASSWORD.search(value):
-        return "a URL with a password in it (user:password@)"
-    query = _URL_QUERY.search(value)
-    if query is not None:
-        for part in query["query"].split("&"):
-            name, eq, given = part.partition("=")
-            if eq and given and _SECRET_KEY.search(name):
-                return f"a URL whose query string holds a '{name}'"
-    if _JWT.search(value):
-        return "a JSON Web Token"
-    return None
-
-
-def inline_secrets(doc: Any) -> list[tuple[tuple[int | str, ...], str]]:
-    """(key path, message) for every scalar under a secret-looking key, and every string
-    that holds a secret by its form (URL password or secret query parameter, JWT)."""
-    found = []
-    for path, value in _walk(doc):
-        key = path[-1]
-        if isinstance(value, dict | list) or value in (None, ""):
-            continue
-        lower = str(key).lower()
-        hint = CLOUD_HINT if _CLOUD_KEY.search(lower) else SECRET_HINT
-        if (isinstance(key, str) and not lower.endswith(_POINTER_SUFFIXES)
-                and _SECRET_KEY.search(lower)):
-            found.append((path, f"'{key}' looks like an inline secret; {hint}"))
-        elif isinstance(value, str) and (kind := secret_in_value(value)) is not None:
-            what = f"'{key}'" if isinstance(key, str) else f"item {key}"
-            found.append((path, f"{what} holds {kind}; {_PATH_HINTS.get(path, hint)}"))
-    return found
 
 
 def _read(path: Path) -> Any:

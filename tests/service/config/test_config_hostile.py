@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.service.config.load import ConfigError, load_config
+from tests.hostile_files import USER_DATA_SECRET, Case, config_cases
 
 FAST = settings(max_examples=80, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -50,3 +52,16 @@ VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10**30, 10**30) |
 def test_any_value_in_any_section(tmp_path: Path, section: str, value: Any) -> None:
     text = json.dumps({"policies_dir": "policies", section: value})
     _load(tmp_path, text.replace("NaN", ".nan").replace("Infinity", ".inf").encode())
+
+
+@pytest.mark.parametrize("case", config_cases(), ids=lambda c: c.name)
+def test_every_hostile_config_is_refused_at_its_line(tmp_path: Path, case: Case) -> None:
+    path = tmp_path / case.filename
+    path.write_bytes(case.data)
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    errors = refused.value.errors
+    assert errors and all(e.file == str(path) for e in errors)
+    if case.line is not None:
+        assert errors[0].line == case.line, [str(e) for e in errors]
+    assert not any(USER_DATA_SECRET in str(e) for e in errors)

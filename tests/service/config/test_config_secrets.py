@@ -3,6 +3,7 @@ would serve /status beyond loopback without one: refused at load, never repeated
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,16 @@ PASSWORD = "pw-9c1f-77"
      "signals.slurm.command_prefix[1]"),
     (f"ansible: {{extra_vars: {{cluster_join_munge_key_b64: {PASSWORD}}}}}",
      "ansible.extra_vars.cluster_join_munge_key_b64"),
+    *[(f"terraform: {{regions: {{aws/us-east-1: {{ami: ami-1, user_data: \"{script}\"}}}}}}",
+       "terraform.regions.aws/us-east-1.user_data") for script in (
+        f"#!/bin/sh\\nexport DB_PASSWORD={PASSWORD}\\n",
+        f"#!/bin/sh\\nkubeadm join 10.0.0.1:6443 --token {PASSWORD}\\n",
+        f"#cloud-config\\nchpasswd: {{expire: false}}\\npassword: {PASSWORD}\\n",
+        f"#!/bin/sh\\ncurl -fsS https://ops:{PASSWORD}@repo.example/x.sh | sh\\n",
+        f"#!/bin/sh\\ncurl -H 'Authorization: Bearer {PASSWORD}{PASSWORD}' https://repo\\n",
+        f"#!/bin/sh\\necho {JWT} > /etc/slurm/jwt\\n",
+        "#!/bin/sh\\nexport AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\\n",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlbnNzaC1rZXktdjEAAAAA\\n")],
 ])
 def test_secrets_are_recognised_by_name_or_by_form(tmp_path: Path, snippet: str, where: str) -> None:
     errs = errors_of(write(tmp_path, f"policies_dir: policies\n{snippet}\n"))
@@ -55,6 +66,19 @@ def test_ordinary_urls_and_paths_are_not_secrets(tmp_path: Path) -> None:
           slurm: {env: {SLURM_CONF: /etc/slurm/slurm.conf}}
         """))
     assert "sslkey=" in config.store.display_url()
+
+
+def test_a_user_data_script_that_fetches_its_secrets_is_not_a_secret(tmp_path: Path) -> None:
+    from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
+    from autoscaler.service.config.load import load_config
+
+    fetches = ("#!/bin/sh\nexport DB_PASSWORD=$(aws ssm get-parameter --name db --with-decryption)\n"
+               "kubeadm join 10.0.0.1:6443 --token \"$JOIN_TOKEN\" --discovery-token-ca-cert-hash x\n"
+               "PWD=/root XDG_SESSION_TYPE=tty; ssh -o PasswordAuthentication=no host true\n")
+    for script in (SANDBOX_USER_DATA, fetches):
+        path = write(tmp_path, "policies_dir: policies\nterraform: {regions: {aws/us-east-1: "
+                     f"{{ami: ami-1, user_data: {json.dumps(script)}}}}}}}\n")
+        assert load_config(path).terraform.regions["aws/us-east-1"].user_data == script
 
 
 def test_the_displayed_store_url_masks_secret_parameters() -> None:

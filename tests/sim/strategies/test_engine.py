@@ -49,7 +49,7 @@ def test_expired_node_is_replaced_and_drain_timeout_requeues_its_job() -> None:
     (ready at 3870). The job cannot finish before drain_timeout (10 min) and the 2-min
     checkpoint_grace: killed at 4350 with 2 checkpoints (3600 s) of its 4110 s kept, it
     restarts on the new node."""
-    pol = policy(lifetime={"max_node_age": "1h"}, scale_down={"idle_for": "10m", "cooldown": "0s",
+    pol = policy(lifetime={"max_node_age": "1h"}, scale_down={"idle_for": "10m", "cooldown": "1s",
                                                                "drain_timeout": "10m"})
     report = run_all(workload([Job("long", 0, 3 * 3600, 1.0)], end=5000), pol, pol.pools[0], CATALOG, EXACT,
                      strategies=("ours",))
@@ -101,7 +101,7 @@ def test_consolidation_moves_a_stranded_job_and_saves_the_node() -> None:
     results = {}
     for below in (None, 50):
         pol = policy(instance_types=["p3.8xlarge"],
-                     scale_down={"idle_for": "10m", "cooldown": "0s", "consolidate_below": below})
+                     scale_down={"idle_for": "10m", "cooldown": "1s", "consolidate_below": below})
         report = run_all(workload(jobs, end=12 * 3600), pol, pol.pools[0], CATALOG, EXACT, strategies=("ours",))
         results[below] = report.result("ours")
     plain, moved = results[None], results[50]
@@ -149,7 +149,7 @@ def test_pending_shapes_follow_arrivals_starts_and_requeues() -> None:
     """A backlog of three shapes behind a 3-node cap; nodes expire after 1 h, so their jobs
     are killed at the drain timeout and wait again (since the requeue)."""
     pol = policy(max_nodes=3, lifetime={"max_node_age": "1h"},
-                 scale_down={"idle_for": "10m", "cooldown": "0s", "drain_timeout": "5m"})
+                 scale_down={"idle_for": "10m", "cooldown": "1s", "drain_timeout": "5m"})
     jobs = [Job(f"j{(i * 37) % 90:02d}", 20 * i, 1800 + 600 * (i % 5), (1.0, 0.5, 4.0)[i % 3]) for i in range(90)]
     ours = CheckedQueue(pol, pol.pools[0], CATALOG)
     replay = replay_for(jobs, strategy=ours, end=6 * 3600)
