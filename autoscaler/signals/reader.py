@@ -33,7 +33,7 @@ from autoscaler.model.snapshot import (
 )
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
-from autoscaler.signals.bounds import NodeBounds, checked, split_pending
+from autoscaler.model.bounds import NodeBounds, checked, split_pending
 from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.prometheus import MetricsReading, PrometheusReader

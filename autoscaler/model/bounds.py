@@ -1,5 +1,7 @@
 """What a node can report, by the catalog: every number a scheduler or Prometheus gives of
-a node, and the size of every pending job, is checked here before it reaches the snapshot.
+a node, and the size of every pending job, is checked here before it reaches the snapshot
+(``signals/reader.py``), and a recorded snapshot file is refused for the same numbers
+(``engine/snapshot_file.py``).
 
 A source that reports the impossible (``nvidia.com/gpu: "1e9"``, ``gpu:nan`` gres, a
 utilization of 500%) is not believed for that node: its scheduler view or its metrics are
@@ -131,10 +133,10 @@ def metrics_problem(m: GpuMetrics, bound: Bound) -> str | None:
     for field, value, low, high in ranges:
         if value is not None and not (_within(value, low, high) and math.isfinite(value)):
             unit = f"outside {low:g}..{high:g}" if high < math.inf else f"not a number >= {low:g}"
-            return f"Prometheus reports {_says(field, value)}: {unit}"
+            return f"the metrics report {_says(field, value)}: {unit}"
     most = bound.gpus * COMPUTE_SLICES
     if not 0 <= m.gpus_reporting <= most:
-        return (f"Prometheus reports {m.gpus_reporting} GPUs reporting; {bound.why} "
+        return (f"the metrics report {m.gpus_reporting} GPUs reporting; {bound.why} "
                 f"(at most {COMPUTE_SLICES} MIG instances each)")
     return None
 
