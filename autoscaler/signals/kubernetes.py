@@ -80,7 +80,8 @@ def _unreadable_pod(obj: Obj) -> PodRecord | None:
     that node's data missing instead of showing its GPUs free; a pending one is left out."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     node, name, namespace = spec.get("nodeName"), meta.get("name"), meta.get("namespace")
-    if not all(isinstance(v, str) and v for v in (node, name, namespace)):
+    if not (isinstance(node, str) and isinstance(name, str) and isinstance(namespace, str)
+            and node and name and namespace):
         return None
     return PodRecord(key=f"{namespace}/{name}", name=name, namespace=namespace, node=node,
                      pending=False, gpus={GPU: math.nan})

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Protocol
 
 from autoscaler.catalog import Catalog
+from autoscaler.model.bounds import NodeBounds, checked, split_pending
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import (
@@ -33,7 +34,6 @@ from autoscaler.model.snapshot import (
 )
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
-from autoscaler.model.bounds import NodeBounds, checked, split_pending
 from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.prometheus import MetricsReading, PrometheusReader

@@ -32,7 +32,7 @@ def quantity(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return math.nan
     try:
-        return float(parse_quantity(value))
+        return float(parse_quantity(value))  # type: ignore[no-untyped-call]
     except (ValueError, ArithmeticError):  # decimal.Overflow is an ArithmeticError
         return math.nan
 
