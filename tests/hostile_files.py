@@ -140,6 +140,12 @@ def snapshot_cases() -> list[Case]:
     def neg(doc: dict) -> None:  # type: ignore[type-arg]
         doc["snapshot"]["nodes"][first]["scheduler"]["gpus_total"] = -8
 
+    def util_500(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["snapshot"]["nodes"][first]["metrics"]["util_mean"] = 500
+
+    def gpus_1e9(doc: dict) -> None:  # type: ignore[type-arg]
+        doc["snapshot"]["nodes"][first]["scheduler"]["gpus_total"] = 1e9
+
     def two_pools(doc: dict) -> None:  # type: ignore[type-arg]
         doc["fleet"]["nodes"].append({**doc["fleet"]["nodes"][0], "pool": "t4-infer",
                                       "team": "search"})
@@ -152,6 +158,8 @@ def snapshot_cases() -> list[Case]:
                                                          '"now": 5').encode(), 2),
         Case("nan", "snapshot", text.replace('"util_mean": ', '"util_mean": NaN, "x": ', 1).encode()),
         Case("negative-gpus", "snapshot", variant(neg)),
+        Case("util-500", "snapshot", variant(util_500)),
+        Case("more-gpus-than-the-type", "snapshot", variant(gpus_1e9)),
         Case("duplicate-node", "snapshot",
              variant(lambda d: d["fleet"]["nodes"].append(d["fleet"]["nodes"][0]))),
         Case("node-in-two-pools", "snapshot", variant(two_pools)),

@@ -81,6 +81,9 @@ def _pool_row(key: str, pool: Pool, snap: Observed, nodes: list[str]) -> list[st
     problems = [p for p in ((obs.metrics_missing, obs.scheduler_missing) if obs else ()) if p]
     if stale:
         problems.append(f"{stale} node(s) without fresh metrics")
+    refused = sum(1 for name in nodes if snap.nodes[name].scheduler_missing)
+    if refused:
+        problems.append(f"{refused} node(s) whose scheduler view is not believed")
     util = f"{sum(utils) / len(utils):.0f}%" if utils else "-"
     jobs = f"{demand:g}" + (f" (+{other} held/other)" if other else "")
     data = "[red]" + "; ".join(problems) + "[/]" if problems else "[green]ok[/]"

@@ -46,8 +46,17 @@ class Bin:
         return cls(free=free, **kw)  # type: ignore[arg-type]
 
     @classmethod
-    def observed(cls, gpus: float, allocated: float, free: list[float] | None, **kw: object) -> Bin:
-        """A serving node as its scheduler reports it: per GPU when it says, else by total."""
+    def observed(cls, gpus: float, allocated: float, free: list[float] | None, *, most: int,
+                 **kw: object) -> Bin:
+        """A serving node as its scheduler reports it: per GPU when it says, else by total.
+        ``most`` is the GPUs of its instance type: a total beyond it (or not a number) is no
+        room to believe in, so a bin never has more GPUs than the catalog gives the node and
+        packing costs the same whatever a scheduler reported (the signal reader refuses such
+        reports first; snapshots from files and traces meet this)."""
+        if not 0 <= gpus <= most + EPS:
+            gpus = 0.0
+        if not allocated >= 0:  # NaN or negative: how much is in use is unknown
+            allocated = gpus
         if free is not None and len(free) == math.floor(gpus + EPS):
             return cls(free=list(free), **kw)  # type: ignore[arg-type]
         return cls.with_allocated(gpus, allocated, **kw)
@@ -57,9 +66,9 @@ class Bin:
 
     def fits(self, gpus: float) -> bool:
         if gpus >= 1 - EPS:
-            need = math.ceil(gpus - EPS)
-            # Most nodes are smaller than a multi-GPU job: no need to count their free GPUs.
-            return len(self.free) >= need and self.whole_free() >= need
+            # Most nodes are smaller than a multi-GPU job: no need to count their free GPUs
+            # (len is whole, so len >= gpus is len >= ceil(gpus); an infinite ask fits none).
+            return len(self.free) >= gpus - EPS and self.whole_free() >= math.ceil(gpus - EPS)
         return any(f >= gpus - EPS for f in self.free)
 
     def place(self, job: str, gpus: float) -> None:

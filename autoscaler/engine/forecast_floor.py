@@ -56,7 +56,8 @@ def _whole_free(ctx: PoolContext, node: Node, prices: Prices) -> int:
     sched = ctx.observation(node).scheduler
     if sched is None or not sched.places_jobs:
         return 0
-    return Bin.observed(sched.gpus_total, sched.gpus_allocated, sched.gpus_free).whole_free()
+    return Bin.observed(sched.gpus_total, sched.gpus_allocated, sched.gpus_free,
+                        most=prices.node_gpus(node)).whole_free()
 
 
 def _raise(ctx: PoolContext, prices: Prices, want: float, held: float, nodes: int, why: str) -> None:

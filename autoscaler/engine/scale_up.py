@@ -108,8 +108,8 @@ def _live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
     for node in ctx.free:
         sched = ctx.observation(node).scheduler
         if sched is not None and sched.places_jobs:
-            yield Bin.observed(sched.gpus_total, sched.gpus_allocated, sched.gpus_free, node=node,
-                               gpu_model=prices.gpu_model(node))
+            yield Bin.observed(sched.gpus_total, sched.gpus_allocated, sched.gpus_free,
+                               most=prices.node_gpus(node), node=node, gpu_model=prices.gpu_model(node))
     for node in ctx.in_flight:
         if node.launched_for != "return-to-spot":  # promised to the jobs it moves
             yield Bin.empty(prices.node_gpus(node), node=node, gpu_model=prices.gpu_model(node))
@@ -125,7 +125,8 @@ def _cancellable_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:
             continue
         sched = ctx.observation(node).scheduler
         allocated = sched.gpus_allocated if sched else 0.0
-        cancellable.append(Bin.observed(prices.node_gpus(node), allocated, sched.gpus_free if sched else None,
+        gpus = prices.node_gpus(node)
+        cancellable.append(Bin.observed(gpus, allocated, sched.gpus_free if sched else None, most=gpus,
                                         node=node, gpu_model=prices.gpu_model(node)))
     return cancellable
 

@@ -4,7 +4,8 @@ The file may come from anyone (a bug report, another site), and whatever it says
 plan. It is refused, every problem as ``file:line:column: path: reason``, when it is not
 UTF-8 JSON, nests deeper than any snapshot, holds NaN or infinities, says ``now: 5`` or a
 time without a zone (strict types: no number is read as a time, no string as a number), has
-negative GPU counts, lists a node twice (or in two pools), or repeats a key.
+a node report what its instance type cannot have (negative or too many GPUs, utilization
+outside 0..100: ``model/bounds.py``), lists a node twice (or in two pools), or repeats a key.
 Pure: it takes the file's name and bytes, and reads no clock.
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from autoscaler.catalog import default_catalog
+from autoscaler.model.bounds import NodeBounds, metrics_problem, scheduler_problem
 from autoscaler.model.snapshot import DecisionInput
 from autoscaler.policy.locate import format_path
 
@@ -128,20 +131,15 @@ def _problems(data: DecisionInput) -> Iterator[tuple[list[int | str], str]]:
             yield (["fleet", "nodes", i, "name"],
                    f"node {node.name!r} is {where} (fleet.nodes[{seen[node.name]}])")
         seen.setdefault(node.name, i)
+    # What the signal reader would not believe of a node (model/bounds.py): no negative or
+    # NaN count, no more GPUs than the node's type has, utilization within 0..100.
+    bounds = NodeBounds(default_catalog(), {n.name: n for n in data.fleet.nodes}, {}, lambda _: None)
     for name, obs in data.snapshot.nodes.items():
-        sched = obs.scheduler
-        if sched is None:
-            continue
-        for field in ("gpus_total", "gpus_allocated"):
-            if getattr(sched, field) < 0:
-                yield ["snapshot", "nodes", name, "scheduler", field], "a GPU count cannot be negative"
-        for j, job in enumerate(sched.jobs):
-            if job.gpus < 0:
-                yield (["snapshot", "nodes", name, "scheduler", "jobs", j, "gpus"],
-                       "a GPU count cannot be negative")
-    for name, obs in data.snapshot.nodes.items():
-        if obs.metrics is not None and (obs.metrics.gpus_reporting < 0 or obs.metrics.xid_errors < 0):
-            yield ["snapshot", "nodes", name, "metrics"], "GPU and XID counts cannot be negative"
+        bound = bounds.of(name)
+        if obs.scheduler is not None and (why := scheduler_problem(obs.scheduler, bound)):
+            yield ["snapshot", "nodes", name, "scheduler"], why
+        if obs.metrics is not None and (why := metrics_problem(obs.metrics, bound)):
+            yield ["snapshot", "nodes", name, "metrics"], why
 
 
 def parse_decision_input(name: str, data: bytes) -> DecisionInput:

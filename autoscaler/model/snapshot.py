@@ -76,6 +76,9 @@ class NodeObservation(_Model):
     metrics: GpuMetrics | None = None
     metrics_missing: str | None = Field(None, description="Why metrics are absent or stale.")
     scheduler: SchedulerNode | None = None
+    scheduler_missing: str | None = Field(
+        None, description="Why the scheduler's view of the node is absent: it reported the "
+        "impossible (more GPUs than the node's type has, NaN, a negative count).")
     health_check_failed: str | None = None
 
 

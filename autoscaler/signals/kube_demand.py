@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -115,6 +116,13 @@ class Demand:
         if needs is None:
             return
         team, pool = self.team_of(pod.namespace, needs.labels)
+        bad = sorted(name for name, amount in pod.gpus.items() if not math.isfinite(amount))
+        if bad:  # "nan", "inf", "1e999": never a PendingJob, whose GPUs must be a number
+            what = ", ".join(f"{name}={pod.gpus[name]:g}" for name in bad)
+            self.unserved.append(UnservedJob(
+                id=pod.key, team=team, constraint=f"GPU request {what}: not a number of GPUs",
+                reason=f"its GPU request {what} is not a number of GPUs"))
+            return
         candidates = [r for r in self.refs if r.team == team and (pool is None or r.pool.name == pool)]
         if not candidates:
             self.unattributed.append(PendingJob(

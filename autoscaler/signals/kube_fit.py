@@ -196,7 +196,7 @@ def fit(needs: PodNeeds, shape: PoolShape) -> Fit:
                               "pool may launch the others")
         model, types, zones = narrowed
     biggest = max(v.itype.gpus for v in ok)
-    if gpus > biggest:
+    if not gpus <= biggest:  # NaN too
         return Fit(failed=f"GPUs per node: {gpus:g} asked, the largest fitting type has {biggest}")
     return Fit(gpus=gpus, gpu_model=model, instance_types=types, zones=zones)
 

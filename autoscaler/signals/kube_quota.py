@@ -9,6 +9,7 @@ policy's ``quota.max_gpus``.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.schedulers.kubernetes.objects import GPU, Obj, quantity
 from autoscaler.signals.readings import ClusterPool
 
+log = logging.getLogger(__name__)
 KEYS = (f"requests.{GPU}", GPU, f"limits.{GPU}")
 
 
@@ -33,6 +35,11 @@ def quota_record(obj: Obj) -> QuotaRecord | None:
     hard = ((obj.get("spec") or {}).get("hard")) or {}
     limits = [quantity(hard[k]) for k in KEYS if k in hard]
     if not limits or not meta.get("namespace"):
+        return None
+    if not all(0 <= v < math.inf for v in limits):  # the API server never stores these
+        log.warning("kubernetes: ResourceQuota %s/%s left out: its GPU limit %s is not a number "
+                    "of GPUs", meta["namespace"], meta.get("name", ""),
+                    ", ".join(str(hard[k])[:40] for k in KEYS if k in hard))
         return None
     return QuotaRecord(meta["namespace"], meta.get("name", ""), min(limits))
 

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ from autoscaler.schedulers.kubernetes.objects import (
     pv_zones,
     quantity,
 )
-from autoscaler.schedulers.kubernetes.watch import Informer
+from autoscaler.schedulers.kubernetes.watch import Informer, object_key
 from autoscaler.secrets import SecretError
 from autoscaler.signals.kube_demand import Demand, PodRecord, pod_record, spread_zones
 from autoscaler.signals.kube_fit import PoolShape, gpu_model_of
@@ -74,6 +75,39 @@ def _pvc_volume(obj: Obj) -> str | None:
     return (obj.get("spec") or {}).get("volumeName") or None
 
 
+def _unreadable_pod(obj: Obj) -> PodRecord | None:
+    """A pod whose spec cannot be read: on a node its GPUs are unknown (NaN), which marks
+    that node's data missing instead of showing its GPUs free; a pending one is left out."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    node, name, namespace = spec.get("nodeName"), meta.get("name"), meta.get("namespace")
+    if not (isinstance(node, str) and isinstance(name, str) and isinstance(namespace, str)
+            and node and name and namespace):
+        return None
+    return PodRecord(key=f"{namespace}/{name}", name=name, namespace=namespace, node=node,
+                     pending=False, gpus={GPU: math.nan})
+
+
+def _tolerant(kind: str, transform: Callable[[Obj], Any],
+              fallback: Callable[[Obj], Any] | None = None) -> Callable[[Obj], Any]:
+    """``transform`` for the watch cache, where an exception would fail the whole list (every
+    pool of the cluster blind for one odd object): the object is logged in one line (no
+    traceback: it is input) and left out, or kept as ``fallback`` makes it."""
+    def read(obj: Obj) -> Any:
+        try:
+            return transform(obj)
+        except Exception as exc:  # any shape of JSON the API may send
+            try:
+                kept = fallback(obj) if fallback else None
+            except Exception:  # as unreadable as the rest of it
+                kept = None
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            log.warning("kubernetes: %s %s is unreadable (%s: %s): %s", kind,
+                        object_key(obj) if isinstance(meta, dict) else "?", type(exc).__name__,
+                        str(exc)[:200], "left out" if kept is None else "its GPUs count as unknown")
+            return kept
+    return read
+
+
 class KubernetesReader:
     def __init__(self, cfg: KubernetesConfig, catalog: Catalog | None = None):
         self.config = cfg
@@ -100,16 +134,18 @@ class KubernetesReader:
     def _caches(self, refs: list[ClusterPool]) -> list[Informer]:
         api = self._connect()
         out = [
-            self._informer("nodes", api.list_node, node_record),
+            self._informer("nodes", api.list_node, _tolerant("node", node_record)),
             self._informer("pods", lambda **kw: api.list_pod_for_all_namespaces(
-                field_selector=NOT_DONE, **kw), pod_record),
+                field_selector=NOT_DONE, **kw), _tolerant("pod", pod_record, _unreadable_pod)),
             self._informer("persistentvolumeclaims",
-                           api.list_persistent_volume_claim_for_all_namespaces, _pvc_volume),
-            self._informer("persistentvolumes", api.list_persistent_volume, pv_zones),
+                           api.list_persistent_volume_claim_for_all_namespaces,
+                           _tolerant("persistentvolumeclaim", _pvc_volume)),
+            self._informer("persistentvolumes", api.list_persistent_volume,
+                           _tolerant("persistentvolume", pv_zones)),
         ]
         if any(r.pool.cluster.quota_from == "resourcequota" for r in refs):
-            out.append(self._informer("resourcequotas",
-                                      api.list_resource_quota_for_all_namespaces, quota_record))
+            out.append(self._informer("resourcequotas", api.list_resource_quota_for_all_namespaces,
+                                      _tolerant("resourcequota", quota_record)))
         return out
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Protocol
 
 from autoscaler.catalog import Catalog
+from autoscaler.model.bounds import NodeBounds, checked, split_pending
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import (
@@ -87,6 +88,7 @@ class SignalReader:
         self.slurm: SchedulerSource = slurm or SlurmReader(config.slurm)
         self.kubernetes: SchedulerSource | None = kubernetes or (
             KubernetesReader(config.kubernetes) if config.kubernetes else None)
+        self._refused: dict[str, str] = {}  # node -> why its data was not believed (logged)
 
     def close(self) -> None:
         if self.prometheus is not None:
@@ -101,19 +103,24 @@ class SignalReader:
     def read_all(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
                  now: datetime) -> SignalsResult:
         pools = {pool_key(p.team, pool.name): pool for p in policies.values() for pool in p.pools}
+        teams = {pool_key(p.team, pool.name): p.team for p in policies.values() for pool in p.pools}
         missing: set[str] = set()
         sources: dict[str, str] = {}
-        node_pools = {n.name: pools[n.pool_key] for n in fleet_nodes
-                      if n.pool_key in pools and n.state is not NodeState.TERMINATED}
+        fleet_by_name = {n.name: n for n in fleet_nodes if n.state is not NodeState.TERMINATED}
+        node_pools = {name: pools[n.pool_key] for name, n in fleet_by_name.items()
+                      if n.pool_key in pools}
         metrics = self._metrics(node_pools, pools, now)
         if metrics.error is not None:
             missing.add("prometheus")
         sources["prometheus"] = metrics.error or f"ok: {len(metrics.nodes)} nodes"
         scheduled = self._schedulers(policies)
-        pool_obs = {key: PoolObservation(pending=scheduled.pending.get(key, []),
-                                         metrics_missing=metrics.error,
-                                         scheduler_missing=scheduled.pool_missing.get(key))
-                    for key in pools}
+        pool_obs = {}
+        for key, pool in pools.items():
+            wanted, refused = split_pending(scheduled.pending.get(key, []), pool)
+            scheduled.unserved += [UnservedJob(id=job.id, team=teams[key], constraint=why,
+                                               reason=f"{key}: {why}") for job, why in refused]
+            pool_obs[key] = PoolObservation(pending=wanted, metrics_missing=metrics.error,
+                                            scheduler_missing=scheduled.pool_missing.get(key))
         missing.update(scheduled.missing)
         sources.update(scheduled.sources)
         sched_nodes, unattributed = scheduled.nodes, scheduled.unattributed
@@ -123,10 +130,26 @@ class SignalReader:
         else:
             node_missing = "not in the fleet and its name matches no <team>-<pool>- prefix"
             metrics_nodes = metrics.nodes
-        nodes = _merge_nodes(metrics_nodes, sched_nodes, node_missing)
+        nodes = self._believable(_merge_nodes(metrics_nodes, sched_nodes, node_missing),
+                                 NodeBounds(self.catalog, fleet_by_name, pools, key_by_name_prefix(pools)))
         observed = Observed(taken_at=now, nodes=nodes, pools=pool_obs, missing=sorted(missing),
                             unserved=scheduled.unserved, cluster_quotas=scheduled.quotas)
         return SignalsResult(observed, unattributed, sources, metrics.queries)
+
+    def _believable(self, nodes: dict[str, NodeObservation],
+                    bounds: NodeBounds) -> dict[str, NodeObservation]:
+        """Each node's observation with what its type makes impossible replaced by the
+        reason (``bounds.py``); each new reason logged once, not once per tick."""
+        refused: dict[str, str] = {}
+        for name, obs in nodes.items():
+            kept, why = checked(obs, bounds.of(name))
+            if why:
+                nodes[name] = kept
+                refused[name] = "; ".join(why)
+                if self._refused.get(name) != refused[name]:
+                    log.warning("%s: data not believed: %s", name, refused[name])
+        self._refused = refused
+        return nodes
 
     def _schedulers(self, policies: Mapping[str, TeamPolicy]) -> _Scheduled:
         """Reads each scheduler some pool uses."""

@@ -3,7 +3,10 @@ and nodes in flight until their GPUs are advertised (no second launch meanwhile)
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
+
+import pytest
 
 from autoscaler.actuators.drain import PhasedDrainer
 from autoscaler.actuators.drain.kubernetes import KubernetesOps
@@ -138,3 +141,27 @@ def test_an_instance_type_the_pool_does_not_offer_is_held_with_the_reason() -> N
     assert not [a for a in plan.actions if isinstance(a, Launch)]
     held = " ".join(a.reason for a in plan.actions if isinstance(a, Hold))
     assert "big (1 GPUs): the job runs only on p3.8xlarge, which the pool does not offer" in held
+
+
+@pytest.mark.parametrize("reported", [1e9, math.nan, math.inf, -1.0, 5.0])
+def test_a_reported_gpu_count_beyond_the_type_is_no_room_and_costs_nothing(reported: float) -> None:
+    """decide() is handed the impossible (a snapshot file, a trace): the node's bin never
+    has more GPUs than its type (p3.2xlarge: 1), so packing does not grow with the value,
+    and the plan is the plan of a node with no room."""
+    from autoscaler.engine.binpack import Bin
+    from autoscaler.model.snapshot import NodeObservation, SchedulerNode
+
+    assert Bin.observed(reported, 0.0, None, most=1).free == []
+    assert Bin.observed(1.0, math.nan, None, most=1).free == [0.0]  # in use: unknown
+
+    def plan(total: float) -> object:
+        obs = {"vision-gpu-1": NodeObservation(scheduler=SchedulerNode(state="idle", gpus_total=total))}
+        snap = snapshot(obs, {"vision/gpu": PoolObservation(pending=pending(1))})
+        return decide({"vision": make_policy()}, fleet(make_node("vision-gpu-1")), snap, NOW).actions
+
+    assert plan(reported) == plan(0.0)
+    assert launched_actions(plan(reported)) == 1 and launched_actions(plan(1.0)) == 0
+
+
+def launched_actions(actions: object) -> int:
+    return sum(a.count for a in actions if isinstance(a, Launch))  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -226,7 +227,11 @@ def test_gpu_model_of_product(product: str, model: str | None) -> None:
 
 
 def test_quantities() -> None:
-    assert (quantity("2"), quantity("500m"), quantity(None), quantity("x")) == (2, 0.5, 0, 0)
+    assert (quantity("2"), quantity("500m"), quantity(None), quantity("1e3"), quantity("1Ki")) == (
+        2, 0.5, 0, 1000, 1024)
+    # Not a quantity: NaN, refused with its node or pod, never read as zero GPUs.
+    assert all(math.isnan(quantity(q)) for q in ("x", "xm", "nan", "1e999999E", "sNaN", [1], True))
+    assert (quantity("inf"), quantity("-1")) == (math.inf, -1)
 
 
 def test_api_lost_after_sync_is_missing_not_stale() -> None:

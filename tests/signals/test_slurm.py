@@ -251,3 +251,43 @@ def test_real_slurm_down_is_missing(tmp_path: Path) -> None:
     cfg = SlurmConfig(env={"SLURM_CONF": str(tmp_path / "missing.conf")}, timeout="3s")
     reading = SlurmReader(cfg).read(refs())
     assert reading.error is not None and reading.error.startswith("slurm: ")
+
+
+def test_impossible_gres_counts_are_refused_before_the_snapshot() -> None:
+    """gres counts Slurm reports are checked against the node's type like any scheduler's
+    (model/bounds.py, in SignalReader): the node's view is missing with the reason, a
+    pending job no pool node could hold is unserved, and decide() works on the rest."""
+    from autoscaler.engine import decide
+    from autoscaler.model.snapshot_parts import assemble
+    from autoscaler.signals.config import SignalsConfig
+    from autoscaler.signals.reader import SignalReader
+    from tests.builders import NOW, fleet, make_node
+
+    names = {"vision-v100-1": "gpu:v100:1e9", "vision-v100-2": "gpu:nan", "vision-v100-3": "gpu:-1",
+             "vision-v100-4": "gpu:v100:inf", "vision-v100-5": "gpu:v100:1"}
+    sinfo = {"nodes": [{"name": n, "state": "idle", "state_flags": [], "gres": g, "gres_used": None}
+                       for n, g in names.items()]}
+    squeue = {"jobs": [
+        job_2205(1, "PENDING", "gres:gpu:inf", reason="Resources"),
+        job_2205(2, "PENDING", "gres:gpu:1", reason="Resources", node_count=10**9),
+        job_2205(3, "PENDING", "gres:gpu:1", reason="Resources"),
+        job_2205(4, "RUNNING", "gres:gpu:1", nodes="vision-v100-[1-1000000000]"),
+    ]}
+    nodes = [make_node(n, "vision", "v100") for n in names]  # p3.2xlarge: 1 GPU
+    reader = SignalReader(SignalsConfig(scheduler=["slurm"]), default_catalog(),
+                          slurm=SlurmReader(SlurmConfig(), json_runner(squeue, sinfo)))
+    observed = reader.read(POLICIES, nodes, NOW)
+    assert "slurm" not in observed.missing
+    why = {n: observed.nodes[n].scheduler_missing for n in names}
+    assert why == {
+        "vision-v100-1": "the scheduler reports GPUs=1e+09; p3.2xlarge has 1 GPU(s)",
+        "vision-v100-2": "the scheduler reports GPUs=nan (not a number); p3.2xlarge has 1 GPU(s)",
+        "vision-v100-3": "the scheduler reports GPUs=-1; p3.2xlarge has 1 GPU(s)",
+        "vision-v100-4": "the scheduler reports GPUs=inf; p3.2xlarge has 1 GPU(s)",
+        "vision-v100-5": None}
+    assert [j.id for j in observed.pools["vision/v100"].pending] == ["3"]
+    assert {j.id: j.constraint for j in observed.unserved} == {
+        "1": "asks inf GPUs per node: not a number of GPUs",
+        "2": "asks 1000000000 nodes; the pool has at most 4 (max_nodes)"}
+    plan = decide(POLICIES, fleet(*nodes), assemble(observed), NOW, catalog=default_catalog())
+    assert all(s.error is None for s in plan.pools.values())

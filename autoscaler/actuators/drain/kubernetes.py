@@ -27,6 +27,7 @@ Kubernetes node names are fleet node names.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -224,8 +225,12 @@ class KubernetesOps:
 
     def _advertised(self, labels: dict[str, str], allocatable: dict[str, str]) -> str | None:
         """Why the advertised GPU resources are not (yet) what the instance type has."""
-        res = {k: int(quantity(v)) for k, v in allocatable.items()
-               if (k in (GPU, SHARED) or k.startswith(MIG_PREFIX)) and quantity(v) > 0}
+        amounts = {k: quantity(v) for k, v in allocatable.items()
+                   if k in (GPU, SHARED) or k.startswith(MIG_PREFIX)}
+        odd = sorted(k for k, v in amounts.items() if not 0 <= v < math.inf)
+        if odd:  # "nan", "inf", "-1": never what a device plugin advertises
+            return f"it advertises {', '.join(f'{amounts[k]:g} {k}' for k in odd)}: not a number of GPUs"
+        res = {k: int(v) for k, v in amounts.items() if v > 0}
         if not res:
             return "its device plugin advertises no GPUs yet"
         type_name = labels.get(TYPE)

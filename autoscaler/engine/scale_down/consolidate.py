@@ -33,6 +33,8 @@ from autoscaler.policy.duration import format_duration
 
 
 def _free_bin(node: Node, total: int, jobs: list[RunningJob], allocated: float) -> Bin:
+    if not all(0 <= g < math.inf for g in (allocated, *(j.gpus for j in jobs))):
+        return Bin(free=[], node=node)  # what is in use is unknown: no room to move jobs to
     taken = max(sum(math.ceil(j.gpus - EPS) for j in jobs), math.ceil(allocated - EPS))
     return Bin(free=[1.0] * max(0, total - taken), node=node)
 

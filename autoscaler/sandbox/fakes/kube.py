@@ -67,7 +67,7 @@ class FakeKube(ThreadedHttpServer):
     # -- nodes ----------------------------------------------------------------------
     def add_node(self, name: str, gpus: int = 4, labels: dict[str, str] | None = None,
                  ready: bool = True, unschedulable: bool = False, taints: list[str] | None = None,
-                 resources: dict[str, int] | None = None,
+                 resources: dict[str, int | str] | None = None,
                  advertise_after: float | None = None) -> dict[str, Any]:
         """A node advertising ``gpus`` x nvidia.com/gpu, or ``resources`` (e.g. MIG slices);
         with ``advertise_after`` it advertises none until that many seconds have passed."""
@@ -111,7 +111,8 @@ class FakeKube(ThreadedHttpServer):
                 gpus: float = 1, phase: str | None = None, unschedulable: bool | None = None,
                 labels: dict[str, str] | None = None, node_selector: dict[str, str] | None = None,
                 affinity: dict[str, Any] | None = None, created_at: datetime | None = None,
-                resources: dict[str, int] | None = None, tolerations: list[dict[str, Any]] | None = None,
+                resources: dict[str, int | str] | None = None,
+                tolerations: list[dict[str, Any]] | None = None,
                 priority_class: str | None = None, claims: list[str] | None = None,
                 spread: list[dict[str, Any]] | None = None,
                 annotations: dict[str, str] | None = None,

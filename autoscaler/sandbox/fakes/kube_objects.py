@@ -54,7 +54,7 @@ def node_object(name: str, gpu_resources: dict[str, str], labels: dict[str, str]
 def pod_object(name: str, namespace: str, node: str | None, gpus: float, phase: str | None,
                unschedulable: bool, labels: dict[str, str], node_selector: dict[str, str],
                affinity: dict[str, Any] | None, created_at: datetime,
-               resources: dict[str, int] | None = None) -> dict[str, Any]:
+               resources: dict[str, int | str] | None = None) -> dict[str, Any]:
     gpu = str(int(gpus)) if float(gpus).is_integer() else str(gpus)
     if resources is not None:  # named GPU resources, e.g. {"nvidia.com/mig-1g.10gb": 2}
         limits = {k: str(v) for k, v in resources.items()}

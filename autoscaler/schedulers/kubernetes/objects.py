@@ -7,8 +7,11 @@ node's Ready condition, labels, taints and allocatable GPU resources.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from kubernetes.utils import parse_quantity
 
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
@@ -20,14 +23,18 @@ Obj = dict[str, Any]
 
 
 def quantity(value: Any) -> float:
-    """Kubernetes quantities as numbers: ``"2"``, ``"500m"``."""
-    text = str(value or "0").strip()
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    try:
-        return float(text)
-    except ValueError:
+    """Kubernetes quantities as numbers (``"2"``, ``"500m"``, ``"1e3"``, ``"1Ki"``; absent is
+    0). Never raises: what is not a quantity is NaN, so it is refused where it is checked
+    against what the node can have, never read as zero GPUs. Infinite and negative amounts
+    come back as they are, for the same check."""
+    if value is None or value == "":
         return 0.0
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return math.nan
+    try:
+        return float(parse_quantity(value))  # type: ignore[no-untyped-call]
+    except (ValueError, ArithmeticError):  # decimal.Overflow is an ArithmeticError
+        return math.nan
 
 
 def is_gpu_resource(name: str) -> bool:
@@ -53,7 +60,8 @@ def pod_gpu_requests(spec: Obj) -> dict[str, float]:
     for c in spec.get("initContainers") or []:
         for k, v in one(c).items():
             main[k] = max(main.get(k, 0.0), v)
-    return {k: v for k, v in main.items() if v > 0}
+    # NaN (not a quantity) stays, to be refused with its pod; zero and negative asks are none.
+    return {k: v for k, v in main.items() if not v <= 0}
 
 
 @dataclass(frozen=True)

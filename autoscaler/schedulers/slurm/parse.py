@@ -17,6 +17,7 @@ from typing import Any
 GPU_MODELS = {"t4": "T4", "v100": "V100", "a10g": "A10G", "a10": "A10", "a100": "A100",
               "h100": "H100", "l4": "L4", "p100": "P100", "k80": "K80"}
 _NONE = {"", "(null)", "n/a", "none"}
+MAX_HOSTS = 65536  # more nodes than one job of a real cluster spans
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,9 @@ def gpu_model(slurm_type: str | None) -> str | None:
     return GPU_MODELS.get(slurm_type.lower(), slurm_type.upper())
 
 
-def expand_hostlist(hostlist: str | None) -> list[str]:
-    """``gpu[1-3,07],cpu5`` -> ``gpu1 gpu2 gpu3 gpu07 cpu5`` (zero padding kept)."""
+def expand_hostlist(hostlist: str | None, limit: int = MAX_HOSTS) -> list[str]:
+    """``gpu[1-3,07],cpu5`` -> ``gpu1 gpu2 gpu3 gpu07 cpu5`` (zero padding kept); at most
+    ``limit`` names, so ``gpu[1-1000000000]`` costs what a real cluster's list does."""
     if not hostlist or hostlist.strip().lower() in _NONE:
         return []
     out: list[str] = []
@@ -104,9 +106,9 @@ def expand_hostlist(hostlist: str | None) -> list[str]:
         for part in ranges.split(","):
             lo, _, hi = part.partition("-")
             width = len(lo)
-            for i in range(int(lo), int(hi or lo) + 1):
+            for i in range(int(lo), min(int(hi or lo) + 1, int(lo) + limit - len(out))):
                 out.append(f"{prefix}{i:0{width}d}{suffix}")
-    return out
+    return out[:limit]
 
 
 def node_state(state: str | list[str] | None, flags: list[str] | None = None) -> tuple[str, bool, bool]:

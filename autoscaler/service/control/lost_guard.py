@@ -14,7 +14,7 @@ capacity on absence of evidence"):
   believable (a spot reclaim), two or more that are also over 45% of the pool's known
   instances freeze LOST marking for that pool until the answer recovers;
 * **a busy node is never LOST**: while the scheduler reports jobs (or allocated GPUs) on
-  it, or cannot be read for its pool, the node is kept;
+  it, or cannot be read for its pool, or reported the impossible of it, the node is kept;
 * **the same rule the other way round**: with ``unknown_instances: destroy``, when a
   pool's tagged instances the store does not know are more than 1 and more than 45% of
   that pool's instances, none is destroyed (a store that was emptied, restored from an
@@ -93,6 +93,8 @@ def busy_reason(node: Node, snapshot: Observed | None) -> str | None:
     if pool is not None and pool.scheduler_missing:
         return f"the scheduler cannot be read ({pool.scheduler_missing}) to confirm it is idle"
     obs = snapshot.nodes.get(node.name)
+    if obs is not None and obs.scheduler_missing:
+        return f"its scheduler data is not believed ({obs.scheduler_missing}) to confirm it is idle"
     sched = obs.scheduler if obs is not None else None
     if sched is None:
         return None

@@ -21,7 +21,7 @@ from autoscaler.model.lifecycle import BILLABLE
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, target_of
 from autoscaler.model.prices import PriceBook
-from autoscaler.model.snapshot import Snapshot
+from autoscaler.model.snapshot import NodeObservation, Snapshot
 from autoscaler.policy.errors import PolicyError
 
 RECENT_TRANSITIONS = 30
@@ -67,13 +67,17 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def node_json(node: Node, hourly: float) -> dict[str, Any]:
+def node_json(node: Node, hourly: float, seen: NodeObservation | None = None) -> dict[str, Any]:
+    """The node's row; ``data_missing`` says why its metrics or its scheduler's view are
+    not in the last snapshot (absent, stale, or reporting what its type cannot have)."""
+    missing = {what: why for what, why in (("metrics", seen.metrics_missing),
+                                            ("scheduler", seen.scheduler_missing)) if why} if seen else {}
     return {"name": node.name, "team": node.team, "pool": node.pool_key, "cloud": node.cloud,
             "region": node.region, "zone": node.zone, "instance_type": node.instance_type,
             "market": node.market.value, "state": node.state.value,
             "since": _iso(node.state_since), "instance_id": node.instance_id,
             "hourly_usd": round(hourly, 4), "reason": node.reason,
-            "drain_trigger": node.drain_trigger}
+            "drain_trigger": node.drain_trigger, "data_missing": missing}
 
 
 def plan_json(store: FleetStore) -> dict[str, Any] | None:
@@ -115,7 +119,7 @@ def fleet_json(nodes: Iterable[Node], catalog: Catalog, snapshot: Snapshot | Non
     pools: dict[str, dict[str, Any]] = {}
     for node in nodes:
         hourly = prices.node_hourly(node) if node.state in BILLABLE else 0.0
-        rows.append(node_json(node, hourly))
+        rows.append(node_json(node, hourly, snapshot.nodes.get(node.name) if snapshot else None))
         pool = pools.setdefault(node.pool_key, {"nodes": 0, "hourly_usd": 0.0, "states": Counter()})
         pool["nodes"] += 1
         pool["hourly_usd"] = round(pool["hourly_usd"] + hourly, 4)
