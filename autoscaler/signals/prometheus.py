@@ -285,12 +285,25 @@ def _public_url(url: str) -> str:
 def _collect(result: list[dict[str, Any]], label: str, into: Fields) -> None:
     """Values by node and field key (the ``gas_field`` label)."""
     for series in result:
-        labels = series.get("metric", {})
+        labels = series.get("metric") if isinstance(series, dict) else None
+        if not isinstance(labels, dict):
+            continue
         node = labels.get(label)
         key = labels.get(FIELD_LABEL)
-        if not node or not key:
+        if not isinstance(node, str) or not isinstance(key, str) or not node or not key:
             continue
-        value = float(series["value"][1])
-        if math.isnan(value) or math.isinf(value):
+        value = _sample(series.get("value"))
+        if value is None or math.isnan(value) or math.isinf(value):
             continue  # absent, not zero
         into.setdefault(node, {})[key] = value
+
+
+def _sample(pair: Any) -> float | None:
+    """The value of an instant-vector sample ``[time, "value"]``; None for anything else (a
+    proxy or a broken exporter may answer junk: absent, never a traceback)."""
+    if not isinstance(pair, list | tuple) or len(pair) != 2 or not isinstance(pair[1], str):
+        return None
+    try:
+        return float(pair[1])
+    except ValueError:
+        return None

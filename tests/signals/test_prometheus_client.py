@@ -139,3 +139,23 @@ def test_nan_values_are_absent_not_zero(stub: Stub) -> None:
     result = read(PrometheusConfig(url=stub.url))
     m = result.nodes["vision-gpu-1"].metrics
     assert m is not None and m.util_mean is None and m.sample_age_s == 4.0
+
+
+@pytest.mark.parametrize("junk", [
+    {"metric": {"Hostname": "vision-gpu-1", "gas_field": "mean:gpu_util:300"}, "value": [1, "x"]},
+    {"metric": {"Hostname": "vision-gpu-1", "gas_field": "mean:gpu_util:300"}, "value": [1, 5]},
+    {"metric": {"Hostname": "vision-gpu-1", "gas_field": "mean:gpu_util:300"}, "value": "50"},
+    {"metric": {"Hostname": "vision-gpu-1", "gas_field": "mean:gpu_util:300"}},
+    {"metric": ["vision-gpu-1"], "value": [1, "50"]},
+    {"metric": {"Hostname": 7, "gas_field": "mean:gpu_util:300"}, "value": [1, "50"]},
+    "not a series",
+])
+def test_a_junk_sample_is_absent_and_the_rest_is_read(stub: Stub, junk: Any,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A proxy or a broken exporter answering junk costs that sample, never the source."""
+    stub.result = [junk, {"metric": {"Hostname": "vision-gpu-1", "gas_field": "newest_now:gpu_util"},
+                          "value": [NOW.timestamp(), "4"]}]
+    result = read(PrometheusConfig(url=stub.url))
+    m = result.nodes["vision-gpu-1"].metrics
+    assert m is not None and m.util_mean is None and m.sample_age_s == 4.0
+    assert "Traceback" not in caplog.text
