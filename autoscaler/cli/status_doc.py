@@ -70,9 +70,9 @@ class ForecastDoc(Answer):
 
 
 class StatusDoc(Answer):
-    loop: LoopDoc = LoopDoc()
-    leader: LeaderDoc = LeaderDoc()
-    fleet: FleetDoc = FleetDoc()
+    loop: LoopDoc  # every /status has these three: a document without them is not one
+    leader: LeaderDoc
+    fleet: FleetDoc
     last_plan: LastPlanDoc | None = None
     policy_errors: list[Line] = Field(default_factory=list)
     sources_missing: list[Line] = Field(default_factory=list)
