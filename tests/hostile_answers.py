@@ -5,6 +5,7 @@ and benchmarks/hostile_cli.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -102,10 +103,9 @@ class AnswerServer:
                 for name, value in r.headers:
                     self.send_header(name, value)
                 self.end_headers()
-                try:
+                # The client stops reading a body over its limit.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(r.body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client stopped reading a body over its limit
 
             do_GET = do_POST = do_DELETE = _answer
 

@@ -25,6 +25,8 @@ WINDOW_WEEKS = 13  # a quarter: the service keeps 5 weeks, a backtest of a trace
 WINDOW = WINDOW_WEEKS * WEEK_BINS * STEP  # seconds
 MAX_BINS = (WINDOW_WEEKS + 1) * WEEK_BINS  # the window, from the Monday before it
 MAX_GPUS = 1e6  # more than any fleet holds: a larger value is a unit or parse error
+MAX_SECONDS = 1e15  # ~30 million years from the origin: further is no time, and its bin
+# index would not fit an int64
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ def clip(times: np.ndarray, values: np.ndarray, span: float = WINDOW) -> Clip:
     the most of them (the newest such span)."""
     times, values = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
     finite = np.isfinite(times) & np.isfinite(values)
-    sane = finite & (values >= 0) & (values <= MAX_GPUS)
+    sane = finite & (values >= 0) & (values <= MAX_GPUS) & (np.abs(times) <= MAX_SECONDS)
     keep, lo = sane.copy(), 0.0
     if sane.any():
         t = np.sort(times[sane])
@@ -104,14 +106,18 @@ def from_intervals(intervals: Iterable[tuple[float, float, float]], end: float,
                float(stop[window.keep].max()) if window.keep.any() else math.inf)
     first = max(0, int(window.lo // step) // WEEK_BINS * WEEK_BINS)
     n = max(1, min(MAX_BINS, math.ceil(last / step) - first))
-    sane = np.isfinite(start) & np.isfinite(stop) & (gpus > 0) & (gpus <= MAX_GPUS)
+    sane = (np.isfinite(start) & np.isfinite(stop) & (gpus > 0) & (gpus <= MAX_GPUS)
+            & (np.abs(start) <= MAX_SECONDS))
     use = sane & (stop > first * step) & (start < min(last, (first + n) * step))
     a = np.maximum(0, (start[use] // step).astype(np.int64) - first)
-    b = np.minimum(n, np.ceil(np.minimum(stop[use], last) / step).astype(np.int64) - first)
+    b = np.minimum(n, np.ceil(np.minimum(stop[use], (first + n) * step) / step).astype(np.int64)
+                   - first)
     diff = np.zeros(n + 1)
     np.add.at(diff, a, gpus[use])
     np.add.at(diff, np.maximum(b, a + 1), -gpus[use])
     dropped = {k: v for k, v in window.dropped.items() if k != "outside the window"}
     if outside := int((sane & ~use).sum()):
         dropped["outside the window"] = outside
-    return DemandSeries(values=np.cumsum(diff)[:n], step=step, first=first, dropped=dropped)
+    # cumsum of +g and -g can leave -1e-12: no demand is below zero
+    return DemandSeries(values=np.maximum(np.cumsum(diff)[:n], 0.0), step=step, first=first,
+                        dropped=dropped)
