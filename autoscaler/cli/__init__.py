@@ -3,17 +3,23 @@
 Each command group lives in its own module and registers itself on a Typer app. The root
 group imports a module only when one of its commands is run (or ``--help`` lists them), so
 the production ``gpu-autoscaler run`` never loads the sandbox or the simulator.
+
+A bad argument is one ``error:`` line and exit status 1, like every other refusal: click's
+usage box exits 2, which ``request wait`` uses for "still waiting at the deadline".
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, MutableMapping
-from typing import Any
+import sys
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any, NoReturn
 
 import typer
 from typer import _click as click  # this typer ships its own click; its commands are these
 from typer.core import TyperGroup
+
+from autoscaler.cli.common import say_error
 
 # Command name -> the module that defines it with register(app), in the order `--help` lists
 # them (commands first, then groups, as typer lists them).
@@ -77,6 +83,33 @@ class LazyCommands(TyperGroup):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.commands = CommandMap()
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # the help is printed already
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            usage_error(exc)
+        except typer.Abort:
+            usage_error(click.ClickException("aborted"))
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_error(exc: click.ClickException) -> NoReturn:
+    """``error: request wait: Invalid value for '--timeout': ...``: one line, exit 1."""
+    names, ctx = [], getattr(exc, "ctx", None)
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    where = " ".join(reversed(names))
+    message = " ".join(exc.format_message().split())
+    say_error(f"{where}: {message} (--help lists the options)" if where else message)
+    sys.exit(1)
 
 
 app = typer.Typer(

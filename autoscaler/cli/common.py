@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -30,9 +33,13 @@ PoliciesOption = Annotated[
 ]
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+def say_error(message: str) -> None:
     # Messages quote files and values an operator did not write: never read them as markup.
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    say_error(message)
     raise typer.Exit(code)
 
 
@@ -41,3 +48,32 @@ def catalog_from(prices: Path | None) -> Catalog:
         return load_catalog(prices)
     except CatalogError as exc:
         fail(str(exc))
+
+
+def finite(low: float, high: float, unit: str = "") -> Callable[[str], float]:
+    """A parser for a number option: finite and in [low, high] (``float()`` alone takes
+    ``nan``, ``inf`` and ``-1``, and a NaN deadline is never reached)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"{text!r} is not a number from {low:g} to {high:g}{unit}")
+        return value
+
+    return parse
+
+
+def service_url(text: str) -> str:
+    """``http(s)://host[:port][/path]``: urllib would read anything else as a local file, an
+    unknown scheme or a host with a space in it, and raise."""
+    parts = urllib.parse.urlsplit(text)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if (parts.scheme not in ("http", "https") or not parts.hostname or not port_ok
+            or parts.query or parts.fragment or any(c.isspace() or not c.isprintable() for c in text)):
+        raise ValueError(f"{text[:80]!r} is not an http(s)://host[:port] address")
+    return text.rstrip("/")

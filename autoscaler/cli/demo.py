@@ -26,6 +26,7 @@ from rich.text import Text
 
 from autoscaler.cli.common import console, fail
 from autoscaler.cli.status import status_view
+from autoscaler.cli.status_doc import StatusDoc
 from autoscaler.fleet.store import FleetStore
 from autoscaler.sandbox.stack.demo import DemoError, DemoResult, DemoRun
 
@@ -42,8 +43,8 @@ def scenario_panel(run: DemoRun) -> Panel:
     return Panel(text, title="gpu-autoscaler demo", border_style="cyan")
 
 
-def activity_panel(status: dict[str, Any]) -> Panel:
-    lines = status.get("loop", {}).get("activity", [])[-8:]
+def activity_panel(status: StatusDoc) -> Panel:
+    lines = status.loop.activity[-8:]
     return Panel(Text("\n".join(lines) or "-", overflow="fold"),
                  title="Previews, Terraform applies, Ansible runs")
 
@@ -52,7 +53,8 @@ def view(run: DemoRun) -> Group:
     status = run.status()
     if not status:
         return Group(scenario_panel(run))
-    return Group(scenario_panel(run), status_view(status), activity_panel(status))
+    doc = StatusDoc.model_validate(status)
+    return Group(scenario_panel(run), status_view(doc), activity_panel(doc))
 
 
 def node_history(store: FleetStore) -> Table:

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from autoscaler.cli.common import console, fail
+from autoscaler.cli.common import console, err_console, fail, finite
 from autoscaler.forecast.backtest import HORIZON, QUANTILES, backtest
-from autoscaler.forecast.series import DAY_BINS
+from autoscaler.forecast.series import DAY_BINS, WINDOW_WEEKS
 from autoscaler.forecast.traces import load_series
 from autoscaler.traces import TraceError
 
@@ -27,8 +27,9 @@ def backtest_cmd(
                                         help="Pod list or GenAI duty-cycle CSV (.gz ok).")],
     pool: Annotated[str, typer.Option("--pool", help="The pool the trace stands for, team/pool "
                                       "(a label: a trace holds one pool).")] = "trace/pool",
-    train_days: Annotated[float | None, typer.Option("--train-days", min=0.0, help="Days before the "
-                                                     "first origin (default: half the trace).")] = None,
+    train_days: Annotated[float | None, typer.Option(
+        "--train-days", parser=finite(0, WINDOW_WEEKS * 7, " days"),
+        help="Days before the first origin (default: half the trace).")] = None,
 ) -> None:
     """Rolling origins every 6 h after the training days; each model forecasts 6 h from the
     bins before its origin only. MAPE over bins with >= 1 GPU of demand; pinball loss
@@ -37,6 +38,9 @@ def backtest_cmd(
         series, kind = load_series(trace)
     except TraceError as exc:
         fail(str(exc))
+    if series.dropped:
+        err_console.print("note: left out of the series: " + ", ".join(
+            f"{n} sample(s) {why}" for why, n in series.dropped.items()), highlight=False)
     train = len(series) // 2 if train_days is None else int(train_days * DAY_BINS)
     if train >= len(series) - HORIZON:
         fail(f"--train-days {train / DAY_BINS:g} leaves no 6 h test window in a trace of "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from autoscaler.model.plan import Action, Plan, target_of
@@ -19,7 +20,9 @@ def actions_table(actions: list[Action], title: str = "Actions") -> Table:
     for a in actions:
         style = _STYLE.get(a.kind, "")
         reason = a.reason.split(": ", 1)[1] if a.reason.startswith(a.pool + ": ") else a.reason
-        table.add_row(f"{a.pool}\n[{style}]{a.kind}[/] {target_of(a)}", reason)
+        # Names and reasons are data (a /status answer's, too): never read as markup.
+        table.add_row(f"{escape(a.pool)}\n[{style}]{escape(a.kind)}[/] {escape(target_of(a))}",
+                      escape(reason))
     return table
 
 
@@ -29,7 +32,7 @@ def pools_table(plan: Plan) -> Table:
         table.add_column(col, justify="left" if col in ("pool", "data") else "right")
     for key, s in sorted(plan.pools.items()):
         util = "-" if s.util_mean is None else f"{s.util_mean:.0f}%"
-        data = f"[red]{s.data_missing}[/]" if s.data_missing else "[green]ok[/]"
-        table.add_row(key, str(s.nodes), str(s.gpus), f"{s.hourly_usd:.2f}", str(s.floor), util,
+        data = f"[red]{escape(s.data_missing)}[/]" if s.data_missing else "[green]ok[/]"
+        table.add_row(escape(key), str(s.nodes), str(s.gpus), f"{s.hourly_usd:.2f}", str(s.floor), util,
                       f"{s.pending_gpus:g}", data)
     return table

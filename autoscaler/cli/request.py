@@ -9,65 +9,73 @@ The team's token is read from an environment variable, never from the command li
 from __future__ import annotations
 
 import json
-import os
 import time
-import urllib.error
-import urllib.request
 from typing import Annotated, Any
 
 import typer
+from pydantic import Field
 
-from autoscaler.cli.common import fail
+from autoscaler.cli.common import fail, finite, service_url
+from autoscaler.cli.service_api import Answer, Line, call, shaped, token_from
+from autoscaler.model.request_spec import (
+    MAX_GPUS_PER_NODE,
+    MAX_NODES_PER_REQUEST,
+    MAX_TTL,
+    Condition,
+    RequestId,
+    request_id,
+)
 
 request_app = typer.Typer(help="Capacity requests: ask for GPUs, wait for them, release them.",
                           no_args_is_help=True)
 
-UrlOption = Annotated[str, typer.Option("--url", help="The service's HTTP address.")]
+UrlOption = Annotated[str, typer.Option("--url", parser=service_url,
+                                        help="The service's HTTP address.")]
 TokenOption = Annotated[str, typer.Option(
     "--token-env", help="Environment variable holding the team's bearer token.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the request as JSON.")]
+IdArgument = Annotated[str, typer.Argument(parser=request_id, help="The id create printed.")]
 DEFAULT_URL = "http://127.0.0.1:9464"
 DEFAULT_TOKEN_ENV = "GPU_AUTOSCALER_TOKEN"
 DONE = {"Provisioned": 0, "Failed": 1, "Released": 1, "BookingExpired": 1}
+MAX_WAIT_S = MAX_TTL.total_seconds()
 
 
-def call(url: str, token_env: str, method: str, path: str,
-         body: dict[str, Any] | None = None, timeout: float = 10) -> dict[str, Any]:
-    token = os.environ.get(token_env)
-    if not token:
-        fail(f"environment variable {token_env} is not set (the team's token)")
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url.rstrip("/") + path, data=data, method=method)
-    req.add_header("Authorization", f"Bearer {token}")
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            answer: dict[str, Any] = json.loads(resp.read())
-            return answer
-    except urllib.error.HTTPError as exc:
-        try:
-            detail = json.loads(exc.read())
-        except ValueError:
-            detail = {}
-        problems = "; ".join(f"{p['field']}: {p['problem']}" for p in detail.get("problems", []))
-        fail(f"{method} {path}: HTTP {exc.code}: {detail.get('error', '')} {problems}".strip())
-    except (urllib.error.URLError, OSError) as exc:
-        fail(f"cannot reach the service at {url}: {getattr(exc, 'reason', exc)}")
+class RequestAnswer(Answer):
+    """What the CLI reads of a request the service answers with."""
+
+    id: RequestId
+    condition: Condition
+    reason: Line
+    nodes: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")],
+                Line | None] = Field(default_factory=dict)
 
 
-def _show(view: dict[str, Any], as_json: bool) -> None:
+class RequestList(Answer):
+    requests: list[RequestAnswer]
+
+
+def ask(url: str, token_env: str, method: str, path: str,
+        body: dict[str, Any] | None = None) -> tuple[RequestAnswer, Any]:
+    """One request as the service answered it: checked, and as sent (for --json)."""
+    raw = call(url, method, path, token_from(token_env), body)
+    return shaped(RequestAnswer, raw, f"{method} {path}"), raw
+
+
+def _show(view: RequestAnswer, raw: Any, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps(view, indent=2))
+        typer.echo(json.dumps(raw, indent=2))
     else:
-        typer.echo(f"{view['id']} {view['condition']}: {view['reason']}")
+        typer.echo(f"{view.id} {view.condition.value}: {view.reason}")
 
 
 @request_app.command("create")
 def create(
     name: Annotated[str, typer.Option("--name", help="What the pipeline calls it, e.g. ci-4711.")],
-    gpus: Annotated[int, typer.Option("--gpus", help="GPUs per node.")],
-    nodes: Annotated[int, typer.Option("--nodes", help="Nodes.")] = 1,
+    gpus: Annotated[int, typer.Option("--gpus", min=1, max=MAX_GPUS_PER_NODE,
+                                      help="GPUs per node.")],
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=MAX_NODES_PER_REQUEST,
+                                       help="Nodes.")] = 1,
     gpu_model: Annotated[str | None, typer.Option("--gpu-model", help="e.g. V100.")] = None,
     instance_type: Annotated[str | None, typer.Option("--instance-type")] = None,
     request_class: Annotated[str, typer.Option("--class", help="atomic, best-effort or check.")]
@@ -95,51 +103,53 @@ def create(
     optional = (("pool", pool), ("idempotency_key", idempotency_key),
                 ("link", {"slurm_job": slurm_job} if slurm_job else None))
     body.update({k: v for k, v in optional if v is not None})
-    view = call(url, token_env, "POST", "/v1/requests", body)
+    view, raw = ask(url, token_env, "POST", "/v1/requests", body)
     if as_json:
-        _show(view, True)
+        _show(view, raw, True)
     else:
-        typer.echo(view["id"])
-    if view["condition"] == "Failed":
-        fail(view["reason"])
+        typer.echo(view.id)
+    if view.condition is Condition.FAILED:
+        fail(view.reason)
 
 
 @request_app.command("wait")
 def wait(
-    request_id: Annotated[str, typer.Argument(help="The id create printed.")],
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait at most.")] = 1800,
-    poll: Annotated[float, typer.Option("--poll", help="Seconds between looks.")] = 5,
+    request_id: IdArgument,
+    timeout: Annotated[float, typer.Option("--timeout", parser=finite(0, MAX_WAIT_S, " s"),
+                                           help="Seconds to wait at most.")] = 1800,
+    poll: Annotated[float, typer.Option("--poll", parser=finite(0.1, 3600, " s"),
+                                        help="Seconds between looks.")] = 5,
     url: UrlOption = DEFAULT_URL, token_env: TokenOption = DEFAULT_TOKEN_ENV,
     as_json: JsonOption = False,
 ) -> None:
     """Block until Provisioned (print the node names) or Failed (exit 1); exit 2 at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        view = call(url, token_env, "GET", f"/v1/requests/{request_id}")
-        code = DONE.get(view["condition"])
+        view, raw = ask(url, token_env, "GET", f"/v1/requests/{request_id}")
+        code = DONE.get(view.condition.value)
         if code is not None:
             if as_json:
-                _show(view, True)
+                _show(view, raw, True)
             elif code == 0:
-                typer.echo("\n".join(sorted(view["nodes"])))
+                typer.echo("\n".join(sorted(view.nodes)))
             if code:
-                fail(f"{view['condition']}: {view['reason']}")
+                fail(f"{view.condition.value}: {view.reason}")
             return
         left = deadline - time.monotonic()
         if left <= 0:
-            fail(f"{request_id} is still {view['condition']} after {timeout:g}s: "
-                 f"{view['reason']}", code=2)
+            fail(f"{request_id} is still {view.condition.value} after {timeout:g}s: "
+                 f"{view.reason}", code=2)
         time.sleep(min(poll, left))
 
 
 @request_app.command("release")
 def release(
-    request_id: Annotated[str, typer.Argument(help="The id create printed.")],
+    request_id: IdArgument,
     url: UrlOption = DEFAULT_URL, token_env: TokenOption = DEFAULT_TOKEN_ENV,
     as_json: JsonOption = False,
 ) -> None:
     """Release the request: its nodes take the usual drain."""
-    _show(call(url, token_env, "DELETE", f"/v1/requests/{request_id}"), as_json)
+    _show(*ask(url, token_env, "DELETE", f"/v1/requests/{request_id}"), as_json)
 
 
 @request_app.command("list")
@@ -148,12 +158,13 @@ def list_requests(
     as_json: JsonOption = False,
 ) -> None:
     """The team's requests with their conditions and reasons."""
-    views = call(url, token_env, "GET", "/v1/requests")["requests"]
+    raw = call(url, "GET", "/v1/requests", token_from(token_env))
+    views = shaped(RequestList, raw, "GET /v1/requests").requests
     if as_json:
-        typer.echo(json.dumps(views, indent=2))
+        typer.echo(json.dumps(raw["requests"], indent=2))
         return
     for view in views:
-        _show(view, False)
+        _show(view, None, False)
 
 
 def register(app: typer.Typer) -> None:

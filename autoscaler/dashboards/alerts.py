@@ -10,9 +10,10 @@ short ``for`` durations so they fire within a minute.
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, fields, replace
-from typing import Any
+import re
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
 
 from autoscaler.dashboards.panels import NODE_LABEL, THERMAL
@@ -21,35 +22,79 @@ P = "gpu_autoscaler"
 XID_OFF_THE_BUS = 79
 DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 
+# Prometheus' duration syntax (prometheus/common model.ParseDuration): units largest first,
+# each at most once. Anything else (PromQL text included) never reaches a rule.
+PROM_DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?"
+                           r"(?:[0-9]+s)?(?:[0-9]+ms)?")
+_UNIT_S = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+MAX_DURATION_S = 30 * 86400  # an alert that waits longer than a month is not one
 
-@dataclass(frozen=True)
-class Thresholds:
-    thermal_for: str = "5m"
-    xid_for: str = "0m"
-    ecc_window: str = "10m"
-    tick_errors: int = 3  # failed ticks of one stage ...
-    tick_window: str = "10m"  # ... within this window
-    tick_stale_s: int = 300  # no tick finished for this long
-    data_missing_for: str = "10m"
-    quota_fraction: float = 1.0  # "at quota": usage >= this share of the quota
-    quota_for: str = "15m"
-    interruptions: int = 3  # spot interruptions in one pool ...
-    interruption_window: str = "10m"  # ... within this window
+
+def prom_seconds(text: str) -> float:
+    """Seconds of a Prometheus duration (``1h30m``)."""
+    return sum(int(n) * _UNIT_S[u] for n, u in re.findall(r"([0-9]+)(ms|[ywdhms])", text))
+
+
+def _duration(text: str, least: float) -> str:
+    if not text or len(text) > 32 or not PROM_DURATION.fullmatch(text):
+        raise ValueError(f"{text[:40]!r} is not a Prometheus duration (e.g. 90s, 10m, 1h30m)")
+    if not least <= prom_seconds(text) <= MAX_DURATION_S:
+        raise ValueError(f"{text!r} must be {'above 0' if least else 'at least 0'} and at most "
+                         f"{MAX_DURATION_S // 86400} days")
+    return text
+
+
+def _for(text: str) -> str:
+    return _duration(text, 0)
+
+
+def _window(text: str) -> str:
+    return _duration(text, 0.001)  # a range selector of 0 is a PromQL error
+
+
+For = Annotated[str, AfterValidator(_for)]  # how long a condition holds before it fires
+Window = Annotated[str, AfterValidator(_window)]  # a range selector: more than 0
+Count = Annotated[int, Field(ge=1, le=10_000)]
+
+
+class Thresholds(BaseModel):
+    """The alerts' thresholds: finite numbers in range and Prometheus durations, checked
+    when made (overrides from the command line included)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    thermal_for: For = "5m"
+    xid_for: For = "0m"
+    ecc_window: Window = "10m"
+    tick_errors: Count = 3  # failed ticks of one stage ...
+    tick_window: Window = "10m"  # ... within this window
+    tick_stale_s: int = Field(300, ge=1, le=MAX_DURATION_S)  # no tick finished for this long
+    data_missing_for: For = "10m"
+    quota_fraction: float = Field(1.0, gt=0, le=1)  # "at quota": usage >= this share of the quota
+    quota_for: For = "15m"
+    interruptions: Count = 3  # spot interruptions in one pool ...
+    interruption_window: Window = "10m"  # ... within this window
     # Time in state / the limit the reconciler acts on (model/lifecycle.state_limit, which
     # includes bootstrap retries, drain grace and the like), so one ratio fits every state.
-    stuck_ratio: float = 1.5
-    stuck_for: str = "10m"
-    backoff_for: str = "15m"
+    stuck_ratio: float = Field(1.5, gt=0, le=100)
+    stuck_for: For = "10m"
+    backoff_for: For = "15m"
 
     def with_overrides(self, pairs: dict[str, str]) -> Thresholds:
-        known = {f.name: f.type for f in fields(self)}
-        values: dict[str, Any] = {}
-        for name, text in pairs.items():
+        """These thresholds with ``NAME=VALUE`` overrides (text, as typed) applied; a
+        ValueError names the first that is unknown or out of range."""
+        known = type(self).model_fields
+        for name in pairs:
             if name not in known:
-                raise ValueError(f"unknown threshold {name!r} (known: {', '.join(sorted(known))})")
-            current = getattr(self, name)
-            values[name] = type(current)(text)
-        return replace(self, **values)
+                raise ValueError(f"unknown threshold {name[:40]!r} (known: {', '.join(sorted(known))})")
+        try:
+            return type(self).model_validate({**self.model_dump(), **pairs})
+        except ValidationError as exc:
+            first = exc.errors(include_input=False, include_url=False)[0]
+            name = str(first["loc"][0]) if first["loc"] else "?"
+            text = pairs.get(name, getattr(self, name, ""))
+            raise ValueError(f"threshold {name}={str(text)[:40]!r}: "
+                             f"{first['msg'].removeprefix('Value error, ')}") from None
 
 
 def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str

@@ -7,11 +7,14 @@
   before the first bin (the models read hour-of-week from the bin index). Bins without a
   row (the service was down) take the stored value a day earlier, else the last value
   before them; the bins of the first week before the first row take the first
-  value. Only complete bins (before ``until``'s bin) are in the series.
+  value. Only complete bins (before ``until``'s bin) of the ``WINDOW`` before it are in the
+  series, whatever else the store holds (a bin written while the clock was years ahead);
+  bins whose value is not finite or not in [0, MAX_GPUS] are dropped and counted.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,7 +23,7 @@ import numpy as np
 
 from autoscaler.fleet.demand_history import STEP, DemandBin, DemandSample, bin_start
 from autoscaler.forecast.backtest import mape
-from autoscaler.forecast.series import DAY_BINS, DemandSeries
+from autoscaler.forecast.series import DAY_BINS, MAX_GPUS, WINDOW, DemandSeries
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot_parts import Observed
@@ -60,6 +63,7 @@ class History:
     series: DemandSeries
     forecasts: np.ndarray  # p50 forecast made for each bin before it started (NaN: none)
     stored: int  # bins that had a row (the rest were filled)
+    dropped: int = 0  # rows left out: outside the window, or a value that is not a demand
 
     def seconds(self, at: datetime) -> float:
         """``at`` on the series' time axis."""
@@ -74,24 +78,24 @@ class History:
 
 def to_series(bins: Sequence[DemandBin], until: datetime) -> History | None:
     step = STEP.total_seconds()
-    if not bins:
+    end = bin_start(until)
+    rows = [b for b in bins if end - timedelta(seconds=WINDOW) <= b.start < end
+            and math.isfinite(b.requested_gpus) and 0 <= b.requested_gpus <= MAX_GPUS]
+    if not rows:
         return None
-    origin = week_start(bins[0].start)
-    n = int((bin_start(until) - origin).total_seconds() // step)
-    if n <= 0:
-        return None
+    origin = week_start(min(b.start for b in rows))
+    n = int((end - origin).total_seconds() // step)
     values, forecasts = np.full(n, np.nan), np.full(n, np.nan)
-    for b in bins:
+    for b in rows:
         i = int((b.start - origin).total_seconds() // step)
-        if 0 <= i < n:
-            values[i] = b.requested_gpus
-            forecasts[i] = np.nan if b.forecast_gpus is None else b.forecast_gpus
+        values[i] = b.requested_gpus
+        fc = b.forecast_gpus
+        forecasts[i] = fc if fc is not None and math.isfinite(fc) else np.nan
     known = ~np.isnan(values)
-    if not known.any():
-        return None
     first = int(np.argmax(known))
     values[:first] = values[first]
     for i in (np.flatnonzero(~known[first:]) + first).tolist():
         day_before = i - DAY_BINS
         values[i] = values[day_before] if day_before >= 0 and known[day_before] else values[i - 1]
-    return History(origin, DemandSeries(values, step), forecasts, int(known.sum()))
+    return History(origin, DemandSeries(values, step), forecasts, int(known.sum()),
+                   sum(1 for b in bins if b.start != end) - len(rows))

@@ -105,7 +105,7 @@ class Forecaster:
         gpus = float(np.ceil(window.max() - 1e-9))
         current = float(self.series.values[first - 1])  # the last complete bin
         cap = current + self.policy.max_extra_gpus
-        start = at - timedelta(seconds=now - first * step)
+        start = at - timedelta(seconds=now - self.series.start_of(first))
         end = start + timedelta(seconds=(last - first + 1) * step)
         mape = f"MAPE {self.choice.mape:.0f}%" if self.choice.mape is not None else "MAPE n/a"
         why = (f"forecast p{self.policy.quantile * 100:.0f} for {start:%a %H:%M}-{end:%H:%M} is "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoscaler.forecast.series import STEP, DemandSeries, from_intervals
+from autoscaler.forecast.series import STEP, DemandSeries, clip, from_intervals
 from autoscaler.traces import DUTY_COLUMNS, POD_COLUMNS, TraceError, _open_text, _rows, load_pod_list
 
 
@@ -37,8 +37,8 @@ def load_series(path: Path) -> tuple[DemandSeries, str]:
 
 
 def duty_series(path: Path) -> DemandSeries:
-    sums: defaultdict[tuple[str, int], list[float]] = defaultdict(list)
-    first = None
+    """GPU-equivalents busy per bin from the first sample in the window ``clip`` chooses."""
+    rows: list[tuple[str, float, float]] = []
     for line, row in _rows(path, DUTY_COLUMNS):
         value, ts = row.get("value", ""), row.get("timestamp_anon", "")
         try:
@@ -47,12 +47,17 @@ def duty_series(path: Path) -> DemandSeries:
             raise TraceError(f"{path}:{line}: value and timestamp_anon must be numbers") from None
         if not (np.isfinite(v) and np.isfinite(t)):
             raise TraceError(f"{path}:{line}: value and timestamp_anon must be finite")
-        first = t if first is None else min(first, t)
-        sums[row["container_ip"], int(t // STEP)].append(min(100.0, max(0.0, v)))
-    if first is None:
+        rows.append((row["container_ip"], t, min(100.0, max(0.0, v))))
+    if not rows:
         raise TraceError(f"{path}: no samples")
-    base = int(first // STEP)
-    values = np.zeros(max(b for _, b in sums) - base + 1)
+    times = np.array([t for _, t, _ in rows])
+    window = clip(times, np.zeros(len(rows)))
+    base = int(times[window.keep].min() // STEP)
+    sums: defaultdict[tuple[str, int], list[float]] = defaultdict(list)
+    for (container, t, v), kept in zip(rows, window.keep.tolist(), strict=True):
+        if kept:
+            sums[container, int(t // STEP) - base].append(v)
+    values = np.zeros(max(b for _, b in sums) + 1)
     for (_, b), vals in sums.items():
-        values[b - base] += sum(vals) / len(vals) / 100
-    return DemandSeries(values)
+        values[b] += sum(vals) / len(vals) / 100
+    return DemandSeries(values, dropped=window.dropped)

@@ -8,6 +8,7 @@ a bound: the spec is data the engine reads, never text any tool interprets.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
@@ -22,6 +23,12 @@ DEFAULT_BOOKING = timedelta(minutes=10)  # as ProvisioningRequest's booking
 MAX_TTL = timedelta(days=7)
 MAX_NODES_PER_REQUEST = 64
 MAX_NODE_SETS = 8
+MAX_GPUS_PER_NODE = 16
+
+# "req-4f2a9c01d3e7", as the store makes them (fleet/requests.py): an id given on a command
+# line is checked against it before it goes into a URL.
+REQUEST_ID = re.compile(r"req-[0-9a-f]{12}")
+RequestId = Annotated[str, StringConstraints(pattern=f"^{REQUEST_ID.pattern}$")]
 
 # "ci-4711": what a pipeline calls its request; also the idempotency key's syntax.
 RequestName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
@@ -34,6 +41,13 @@ KubeObject = Annotated[str, StringConstraints(
 KubeSelector = Annotated[str, StringConstraints(
     pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,126}=[A-Za-z0-9_.-]{0,63}"
             r"(,[A-Za-z0-9][A-Za-z0-9_./-]{0,126}=[A-Za-z0-9_.-]{0,63}){0,7}$")]
+
+
+def request_id(text: str) -> str:
+    """``text`` if it is a request id (a parser for command-line arguments)."""
+    if not REQUEST_ID.fullmatch(text):
+        raise ValueError(f"{text[:40]!r} is not a request id (req- and 12 hex digits)")
+    return text
 
 
 class RequestClass(StrEnum):
@@ -84,7 +98,7 @@ class NodeSet(_Strict):
 
     gpu_model: GpuModelName | None = None
     instance_type: InstanceTypeName | None = None
-    gpus: int = Field(ge=1, le=16, description="GPUs per node.")
+    gpus: int = Field(ge=1, le=MAX_GPUS_PER_NODE, description="GPUs per node.")
     nodes: int = Field(1, ge=1, le=MAX_NODES_PER_REQUEST)
 
     @model_validator(mode="after")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoscaler.fleet.demand_history import DemandBin, DemandHistory, bin_start
+from autoscaler.fleet.demand_history import STEP, DemandBin, DemandHistory, bin_start
 from autoscaler.fleet.queries import recent_boots
 from autoscaler.fleet.store import FleetStore
 from autoscaler.forecast.history import History, sample_of, to_series
@@ -214,7 +214,10 @@ class PoolForecasts:
         if current > fit.bin_at:
             # Only the bins since the last read (the last one read may have been partial).
             since = fit.rows[-1].start if fit.rows else now - self.history.retention
-            fit.rows = [b for b in fit.rows if b.start < since] + self.history.bins(key, since)
+            # Never past the current bin: a row written while the clock ran ahead would
+            # hold every later read at its start.
+            fit.rows = [b for b in fit.rows if b.start < since] + self.history.bins(
+                key, since, current + STEP)
             fit.history, fit.bin_at = to_series(fit.rows, now), current
             if fit.forecaster is not None and fit.history is not None:
                 fit.forecaster.series = fit.history.series
@@ -223,13 +226,14 @@ class PoolForecasts:
     def _train(self, key: str, settings: Predictive, now: datetime) -> _Fit:
         self.history.prune(key, now)
         lead_s, source = self._lead(key, settings)
-        rows = self.history.bins(key, now - self.history.retention)
+        rows = self.history.bins(key, now - self.history.retention, bin_start(now) + STEP)
         hist = to_series(rows, now)
         fc = None
         if hist is not None:
             fc = Forecaster.train(hist.series, hist.seconds(now), settings, lead_s)
-            log.info("forecast model of %s: %s (backtest MAPE %s) on %d stored bins", key,
-                     fc.choice.model, fc.choice.mape, hist.stored)
+            log.info("forecast model of %s: %s (backtest MAPE %s) on %d stored bins%s", key,
+                     fc.choice.model, fc.choice.mape, hist.stored,
+                     f" ({hist.dropped} outside the window or not a demand)" if hist.dropped else "")
         fit = self._fits[key] = _Fit(settings, lead_s, source, now, fc, hist, bin_start(now), rows)
         return fit
 
