@@ -46,6 +46,7 @@ BASELINE = "0001_baseline"  # the schema of c53b69e, the last version without sc
 VERSION_TABLE = Table("alembic_version", MetaData(), Column("version_num", String(32)))
 # Serialises schema changes between instances on one PostgreSQL database (any fixed key).
 PG_LOCK_KEY = 0x6761735F736368  # "gas_sch"
+LOCK_TIMEOUT_S = 60  # PostgreSQL: the longest wait for that lock, or a table's, in a schema change
 UPGRADE_HINT = ("back it up, then run `gpu-autoscaler store upgrade --config <the service config>` "
                 "(docs/store.md)")
 
@@ -139,12 +140,14 @@ def read(conn: Connection) -> SchemaState:
 
 
 def _lock(conn: Connection) -> None:
-    """Begin the connection's transaction holding the database's schema lock."""
+    """Begin the connection's transaction holding the database's schema lock. Waits are
+    bounded: SQLite's busy_timeout (fleet/store.make_engine), PostgreSQL's lock_timeout."""
     if conn.in_transaction():
         conn.rollback()
     if conn.dialect.name == "sqlite":
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     elif conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_S}s'")
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK_KEY})
 
 
