@@ -38,6 +38,7 @@ COMMANDS = {
     "request": "autoscaler.cli.request",
     "sandbox": "autoscaler.cli.sandbox",
     "dashboards": "autoscaler.cli.dashboards",
+    "store": "autoscaler.cli.store",
 }
 
 

@@ -35,7 +35,8 @@ def configure_logging(level: str) -> None:
     # APScheduler logs every run and warns for every tick skipped while a long one runs;
     # the service logs overruns once per tick itself.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    for noisy in ("botocore", "urllib3", "kubernetes"):
+    # Alembic logs its dialect at every migration run; fleet/schema.py logs what it changed.
+    for noisy in ("botocore", "urllib3", "kubernetes", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -8,6 +8,9 @@ state *before* the side effect that follows it (DESIGN.md "Node lifecycle").
 With a fence (:meth:`FleetStore.set_fence`, the leader's lease token) every write checks,
 in its own transaction, that this instance still holds the lease with its epoch, and
 :meth:`FleetStore.fence` does the same check before a side effect (see fleet/lease.py).
+
+The schema carries a version (fleet/schema.py, Alembic): opening an empty database creates
+it at the head revision; any other store must be at head already.
 """
 
 from __future__ import annotations
@@ -20,15 +23,15 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, select, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autoscaler.fleet import lease
+from autoscaler.fleet import lease, schema
 from autoscaler.fleet.lease import Fenced, LeaseToken
+from autoscaler.fleet.schema import SchemaError
 from autoscaler.fleet.tables import (
     ActionRow,
     AuditRow,
-    Base,
     LeaseRow,
     NodeRow,
     PlanRow,
@@ -137,14 +140,18 @@ class FleetStore:
         self._fence = fence
         try:
             self.engine = make_engine(url)
-            try:
-                Base.metadata.create_all(self.engine)
-            except (OperationalError, ProgrammingError, IntegrityError):
-                # Two processes opening a fresh database race on CREATE TABLE; the loser
-                # finds the tables made by the winner on a second look.
-                Base.metadata.create_all(self.engine)
         except SQLAlchemyError as exc:
             raise StoreUnavailableError(exc) from exc
+        try:
+            # An empty database is created at the schema's head; any other must be at head
+            # already (SchemaError: run `gpu-autoscaler store upgrade`, or newer than known).
+            schema.prepare(self.engine)
+        except SQLAlchemyError as exc:
+            self.engine.dispose()
+            raise StoreUnavailableError(exc) from exc
+        except SchemaError:
+            self.engine.dispose()
+            raise
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -412,5 +419,5 @@ def _updated(progress: NodeProgress, change: ProgressChange) -> NodeProgress:
     return update.applied_to(progress)
 
 
-__all__ = ["ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken", "RecordedAction", "StoreError",
-           "StoreUnavailableError", "UnknownNodeError"]
+__all__ = ["ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken", "RecordedAction", "SchemaError",
+           "StoreError", "StoreUnavailableError", "UnknownNodeError"]

@@ -14,7 +14,7 @@ from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.clouds import connect
 from autoscaler.clouds.base import CloudMarket
-from autoscaler.fleet.store import FleetStore, StoreUnavailableError
+from autoscaler.fleet.store import FleetStore, SchemaError, StoreUnavailableError
 from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.model.clock import utc_now
 from autoscaler.model.snapshot_parts import PriceView
@@ -157,12 +157,15 @@ def build_intake(config: ServiceConfig, store: FleetStore,
 
 def open_store(config: ServiceConfig) -> FleetStore:
     """The store, or a :class:`ServiceError` saying in one line why it cannot be used: an
-    unreachable database, or a SQLite file the service could read but never write."""
+    unreachable database, a schema older or newer than this version's (fleet/schema.py), or
+    a SQLite file the service could read but never write."""
     where = config.store.display_url()
     try:
         store = FleetStore(config.store.resolved_url())
     except StoreUnavailableError as exc:
         raise ServiceError(f"cannot open the store {where}: {one_line(exc.driver_error)}") from None
+    except SchemaError as exc:  # older than this version needs, or newer than it knows
+        raise ServiceError(f"cannot open the store {where}: {exc}") from None
     except OSError as exc:
         raise ServiceError(f"cannot open the store {where}: {one_line(exc)}") from None
     path = sqlite_file(store.url)

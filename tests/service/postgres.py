@@ -74,6 +74,15 @@ class Postgres:
         wait_until(create, 30, "CREATE DATABASE", proc=self.proc)
         return self
 
+    def database(self, name: str) -> str:
+        """A new empty database on this server, as a store URL."""
+        import psycopg
+
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=gas dbname=postgres",
+                             autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://gas@127.0.0.1:{self.port}/{name}"
+
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.stop(timeout=20)
