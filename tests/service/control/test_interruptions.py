@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
-from autoscaler.clouds.aws_events import SqsInterruptionQueue
+from autoscaler.clouds.aws_queue import SqsInterruptionQueue
 from autoscaler.clouds.base import Interruption, InterruptionKind
 from autoscaler.engine import decide
 from autoscaler.model.lifecycle import NodeState
@@ -37,11 +37,12 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 
 @pytest.fixture
-def queue(moto: str) -> tuple[Any, SqsInterruptionQueue]:  # noqa: F811
+def queue(moto: str, rig: Rig) -> tuple[Any, SqsInterruptionQueue]:  # noqa: F811
     sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=moto)
     url = sqs.create_queue(QueueName="interruptions",
                            Attributes={"VisibilityTimeout": "0"})["QueueUrl"]
-    cloud = AwsCloud("us-east-1", settings=AwsSettings(endpoint_url=moto, queue_url=url))
+    cloud = AwsCloud("us-east-1", clock=rig.clock,
+                     settings=AwsSettings(endpoint_url=moto, queue_url=url))
     [source] = sources_for([cloud])
     assert isinstance(source, SqsInterruptionQueue)
     return sqs, source
@@ -101,8 +102,8 @@ def test_notice_is_recorded_before_it_is_acked(rig: Rig, queue: tuple[Any, SqsIn
     sqs.send_message(QueueUrl=source.queue_url, MessageBody=spot_warning(rig.node(name).instance_id or ""))
 
     class CrashOnAck:
-        def receive(self):  # type: ignore[no-untyped-def]
-            return source.receive()
+        def batches(self):  # type: ignore[no-untyped-def]
+            return source.batches()
 
         def ack(self, receipts):  # type: ignore[no-untyped-def]
             raise KeyboardInterrupt("crash between record and ack")
