@@ -11,7 +11,7 @@ in between redelivers them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from datetime import datetime
 from typing import Any
 
@@ -42,7 +42,7 @@ class SqsInterruptionQueue:
         self.wait_seconds, self.dead_letter_url = wait_seconds, dead_letter_url
         self.max_batches = max_batches
 
-    def batches(self) -> Iterator[list[Received]]:
+    def batches(self) -> Generator[list[Received], None, None]:
         trust = self.trust()  # before any receive: unknown trust reads (and deletes) nothing
         wait = self.wait_seconds
         while True:

@@ -98,7 +98,7 @@ def test_the_fleets_account_comes_from_sts_unless_configured(moto: str) -> None:
 
 
 def test_notice_regions_default_to_the_adapters_own(moto: str) -> None:
-    sqs, url = make_queue(moto)
+    _, url = make_queue(moto)
     assert cloud_for(moto, url).notice_trust().regions == {"us-east-1"}
     both = cloud_for(moto, url, notice_regions=frozenset({"us-east-1", "us-west-2"}))
     assert both.notice_trust().regions == {"us-east-1", "us-west-2"}

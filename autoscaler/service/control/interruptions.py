@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
@@ -64,7 +64,7 @@ MAX_RECEIVES = 100
 
 
 class InterruptionSource(Protocol):
-    def batches(self) -> Iterator[list[Received]]:
+    def batches(self) -> Generator[list[Received], None, None]:
         """What the source has, one batch at a time; the caller may stop early."""
         ...
 
@@ -78,7 +78,7 @@ class PollingSource:
     def __init__(self, cloud: CloudMarket):
         self.cloud = cloud
 
-    def batches(self) -> Iterator[list[Received]]:
+    def batches(self) -> Generator[list[Received], None, None]:
         yield [Received(replace(i, cloud=self.cloud.cloud, region=self.cloud.region), "")
                for i in self.cloud.interruptions()]
 
@@ -127,7 +127,7 @@ class InterruptionIntake:
             try:
                 self._read(source, report)
             except Exception as exc:  # one queue's trouble must not hide the others' notices
-                report.errors.append(f"{type(source).__name__}: {excerpt(exc, 300)}")
+                report.errors.append(f"{type(source).__name__}: {excerpt(str(exc), 300)}")
         return report
 
     def _read(self, source: InterruptionSource, report: InterruptionReport) -> None:
