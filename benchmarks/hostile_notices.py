@@ -158,6 +158,7 @@ class Bench:
         intake = InterruptionIntake(rig.store, [source], rig.settings, rig.clock,
                                     lambda: rig.policies)
         self.failures: list[str] = []
+        self.passes: dict[str, int] = {}  # case -> notice passes it took (standalone output)
         self.loop = NoticeLoop(intake, rig.executor().drain_now, lambda: True,
                                lambda counts, texts: self.failures.extend(texts), ServiceMetrics())
         [self.victim] = rig.ready_nodes(market=Market.SPOT)
@@ -187,7 +188,8 @@ class Bench:
         before, failed = tracebacks.count, len(self.failures)
         started = time.monotonic()
         applied = False
-        for _ in range(bound):
+        for passes in range(1, bound + 1):
+            self.passes[name] = passes
             self.loop.run_once()
             applied = "INTERRUPTED" in [t.to_state for t in self.rig.store.transitions(genuine)]
             if applied:
@@ -196,6 +198,9 @@ class Bench:
         handled = (applied and not self.touched(self.victim) and self.queued() == 0
                    and len(self.failures) == failed)
         return Outcome(SURFACE, name, handled, tracebacks.count > before, round(seconds, 3))
+
+
+PASSES: dict[str, int] = {}  # of the last run, for the standalone output
 
 
 def run(generated_count: int = 40, flood: int = FLOOD) -> list[Outcome]:
@@ -218,7 +223,9 @@ def run(generated_count: int = 40, flood: int = FLOOD) -> list[Outcome]:
                     cases.append((f"genuine-behind-{flood}-others", [
                         _with(f"i-{i:017x}", account="666666666666") if i % 2
                         else "[" * (i % 300 + 1) for i in range(flood)]))
-                return [bench.case(name, bodies, tracebacks) for name, bodies in cases]
+                out = [bench.case(name, bodies, tracebacks) for name, bodies in cases]
+                PASSES.update(bench.passes)
+                return out
             finally:
                 rig.store.close()
     finally:
@@ -239,7 +246,7 @@ def main() -> None:
     outcomes = run(args.generated, args.flood)
     for o in outcomes:
         print(f"{o.surface} {o.case} handled={o.handled} traceback={o.traceback} "
-              f"seconds={o.seconds:.3f}")
+              f"seconds={o.seconds:.3f} passes={PASSES.get(o.case, 0)}")
     print(f"cases={len(outcomes)} handled={sum(o.handled for o in outcomes)} "
           f"tracebacks={sum(o.traceback for o in outcomes)}")
 

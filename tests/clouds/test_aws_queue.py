@@ -12,8 +12,9 @@ import boto3
 import pytest
 
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
+from autoscaler.clouds.aws_events import Trust
 from autoscaler.clouds.aws_queue import SqsInterruptionQueue
-from autoscaler.clouds.base import InterruptionKind
+from autoscaler.clouds.base import CloudError, InterruptionKind
 from tests.clouds.helpers import NOW, FakeClock, rebalance, spot_warning
 
 A, B, D = "i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb", "i-0dddddddddddddddd"
@@ -130,3 +131,27 @@ def test_receive_without_ack_redelivers_after_the_visibility_timeout(moto: str) 
 
 def test_no_queue_configured_means_no_notices(moto: str) -> None:
     assert AwsCloud("us-east-1", settings=AwsSettings(endpoint_url=moto)).interruptions() == []
+
+
+def test_until_the_account_is_known_nothing_is_read_or_deleted(moto: str) -> None:
+    sqs, url = make_queue(moto)
+    sqs.send_message(QueueUrl=url, MessageBody=spot_warning(A))
+
+    def unknown() -> Trust:
+        raise CloudError("sts GetCallerIdentity: cannot reach the endpoint")
+
+    queue = SqsInterruptionQueue(sqs, url, unknown, FakeClock(NOW))
+    with pytest.raises(CloudError):
+        queue.receive()
+    assert queued(sqs, url) == 1  # still there for the pass that can check it
+
+
+def test_a_dead_letter_queue_that_fails_does_not_keep_refused_messages(
+        moto: str, caplog: pytest.LogCaptureFixture) -> None:
+    sqs, url = make_queue(moto)
+    sqs.send_message(QueueUrl=url, MessageBody="{not json")
+    gone = url.rsplit("/", 1)[0] + "/no-such-queue"
+    with caplog.at_level(logging.WARNING, logger="autoscaler.clouds.aws_queue"):
+        [received] = queue_of(cloud_for(moto, url, dead_letter_url=gone)).receive()
+    assert received.rejected == "malformed" and queued(sqs, url) == 0
+    assert any("could not dead-letter" in r.getMessage() for r in caplog.records)
