@@ -21,7 +21,8 @@ import botocore.exceptions as bex
 from botocore.config import Config
 
 from autoscaler.catalog import Catalog, default_catalog
-from autoscaler.clouds.aws_events import SqsInterruptionQueue
+from autoscaler.clouds.aws_events import Trust
+from autoscaler.clouds.aws_queue import SqsInterruptionQueue
 from autoscaler.clouds.base import (
     LIVE_STATES,
     MANAGED_TAGS,
@@ -57,6 +58,11 @@ _UNREACHABLE = (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTi
 class AwsSettings:
     endpoint_url: str | None = None
     queue_url: str | None = None  # SQS queue the EventBridge interruption rules feed
+    dead_letter_url: str | None = None  # where refused queue messages go (else: deleted)
+    # Whose notices are obeyed: the fleet's account (None: STS GetCallerIdentity's, asked
+    # once) and these regions (empty: the adapter's own).
+    account_id: str | None = None
+    notice_regions: frozenset[str] = frozenset()
     spot_ttl: timedelta = timedelta(minutes=5)
     offerings_ttl: timedelta = timedelta(minutes=30)
     spot_lookback: timedelta = timedelta(hours=3)
@@ -108,6 +114,7 @@ class AwsCloud:
         self._offered: TtlCache[str, frozenset[str]] = TtlCache(self.settings.offerings_ttl, clock)
         self._zones: TtlCache[str, list[str]] = TtlCache(self.settings.offerings_ttl, clock)
         self.api_calls: dict[str, int] = {}  # per operation, for status and tests
+        self._account: str | None = self.settings.account_id
 
     # -- plumbing ---------------------------------------------------------------
     def _client(self, service: str) -> Any:
@@ -219,11 +226,27 @@ class AwsCloud:
         return sorted((i for i in out if i.state in wanted), key=lambda i: i.instance_id)
 
     # -- interruptions ------------------------------------------------------------
+    def account_id(self) -> str:
+        """The fleet's account: from the config, else the credentials' own (STS, asked once;
+        until it answers, the queue is not read, so no notice is lost or obeyed unchecked)."""
+        if self._account is None:
+            with aws_errors("sts GetCallerIdentity", self.settings.endpoint_url):
+                account = self._client("sts").get_caller_identity().get("Account")
+            if not isinstance(account, str) or not account.isdigit():
+                raise CloudError(f"sts GetCallerIdentity: no account id in the answer ({account!r})")
+            self._account = account
+        return self._account
+
+    def notice_trust(self) -> Trust:
+        return Trust(self.account_id(), self.settings.notice_regions or frozenset({self.region}))
+
     def interruption_queue(self) -> SqsInterruptionQueue | None:
         if not self.settings.queue_url:
             return None
         return SqsInterruptionQueue(self._client("sqs"), self.settings.queue_url,
-                                    wait_seconds=self.settings.sqs_wait_seconds)
+                                    self.notice_trust, self.clock,
+                                    wait_seconds=self.settings.sqs_wait_seconds,
+                                    dead_letter_url=self.settings.dead_letter_url)
 
     def interruptions(self) -> list[Interruption]:
         """Notices from the SQS queue, deleted once read (empty if no queue is configured)."""

@@ -108,6 +108,10 @@ class Interruption:
     at: datetime
     deadline: datetime | None
     source: str = ""
+    # Where the notice says the instance is; the intake acts only on a node the store has
+    # there. A polled source stamps its own (cloud, region).
+    cloud: str = ""
+    region: str = ""
 
 
 class CloudMarket(Protocol):

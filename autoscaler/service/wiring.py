@@ -67,7 +67,9 @@ class Markets:
             from autoscaler.clouds.aws import AwsCloud, AwsSettings
 
             return AwsCloud(region, catalog=self.catalog, settings=AwsSettings(
-                endpoint_url=aws.endpoint_url, queue_url=aws.sqs_queue_urls[region]))
+                endpoint_url=aws.endpoint_url, queue_url=aws.sqs_queue_urls[region],
+                dead_letter_url=aws.dead_letter_queue_urls.get(region),
+                account_id=aws.account_id, notice_regions=aws.notice_regions()))
         return connect(cloud, region, endpoint=self.config.clouds.endpoint(cloud),
                        catalog=self.catalog)
 
@@ -227,7 +229,7 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     notices = None
     if intake is not None and isinstance(executor, Executor):
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,
-                             loop.count_step_errors)
+                             loop.count_step_errors, loop.metrics)
     service = Service(config, loop, store, catalog, closers, notices)
     if config.http.team_tokens:
         service.keep_requests(executor)

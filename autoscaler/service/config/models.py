@@ -86,6 +86,18 @@ class AwsCloudConfig(_Model):
     sqs_queue_urls: dict[str, str] = Field(
         default_factory=dict, description="Per region, the SQS queue fed by the EventBridge "
         "spot interruption and rebalance rules, e.g. {us-east-1: https://sqs...}.")
+    dead_letter_queue_urls: dict[str, str] = Field(
+        default_factory=dict, description="Per region, an SQS queue that keeps the messages "
+        "the interruption queue's reader refuses (malformed or forged), for inspection. "
+        "Without one they are deleted once logged and counted.")
+    account_id: str | None = Field(
+        None, pattern=r"^[0-9]{12}$", description="The fleet's AWS account: a spot notice "
+        "from another account is refused. Unset: the account of the service's credentials "
+        "(STS GetCallerIdentity, asked once when the notice loop first reads the queue).")
+
+    def notice_regions(self) -> frozenset[str]:
+        """Regions whose notices are obeyed: the pools' regions and the queues'."""
+        return frozenset(self.regions) | frozenset(self.sqs_queue_urls)
 
 
 class AlicloudConfig(_Model):

@@ -19,18 +19,30 @@ The service reads the queues in :class:`NoticeLoop`, its own job every few secon
 starts the drain there (checkpoint signal first), so a notice never waits for a tick
 or for a long apply or bootstrap; a notice that races a move the tick makes to the same
 node is applied again to the node as it is now, never dropped.
+
+A queue is read one receive (at most 10 messages) at a time: each batch's notices are
+recorded and the batch acked before the next receive, until the queue is empty, the pass
+has made ``MAX_RECEIVES`` receives or ``notice_read_budget`` is spent. A refused message
+(malformed or forged) is deleted by the source as it is read, and a notice is obeyed only
+for a node the store has in the notice's cloud and region; everything else is counted in
+``InterruptionReport.rejected`` by reason and logged once. So a notice behind N others is
+applied within ceil((N + 1) / (10 R)) passes, R being the receives a pass makes: 100, or
+fewer when the budget runs out first (see the README).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+import time
+from collections import Counter
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
-from autoscaler.clouds.aws_events import Received, dedupe
+from autoscaler.clouds.aws_events import Received, dedupe, excerpt
 from autoscaler.clouds.base import CloudMarket, Interruption, InterruptionKind
 from autoscaler.fleet.store import ConcurrentUpdateError, FleetStore
 from autoscaler.model.changes import Move, NodeFields
@@ -41,25 +53,34 @@ from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.advance import AdvanceReport, new_drain
 from autoscaler.service.executor.drain import interruption_progress
 from autoscaler.service.executor.settings import ExecutorSettings
+from autoscaler.service.observe.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
 S = NodeState
 
 
+# Receives one pass makes on one queue at most (10 messages each), whatever the budget.
+MAX_RECEIVES = 100
+
+
 class InterruptionSource(Protocol):
-    def receive(self) -> list[Received]: ...
+    def batches(self) -> Generator[list[Received], None, None]:
+        """What the source has, one batch at a time; the caller may stop early."""
+        ...
 
     def ack(self, receipts: list[str]) -> None: ...
 
 
 class PollingSource:
-    """A cloud whose notices are state, not messages (Alibaba): nothing to ack."""
+    """A cloud whose notices are state, not messages (Alibaba): one batch, nothing to ack.
+    Its notices are about its own region (stamped here, checked against the store)."""
 
     def __init__(self, cloud: CloudMarket):
         self.cloud = cloud
 
-    def receive(self) -> list[Received]:
-        return [Received(i, "") for i in self.cloud.interruptions()]
+    def batches(self) -> Generator[list[Received], None, None]:
+        yield [Received(replace(i, cloud=self.cloud.cloud, region=self.cloud.region), "")
+               for i in self.cloud.interruptions()]
 
     def ack(self, receipts: list[str]) -> None:
         return None
@@ -86,32 +107,46 @@ class InterruptionReport:
     ignored: list[str] = field(default_factory=list)  # duplicates, nodes already leaving
     unknown: list[str] = field(default_factory=list)  # instance ids the store does not know
     errors: list[str] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)  # reason (metrics.NOTICE_REJECTIONS) -> count
+    unfinished: list[str] = field(default_factory=list)  # sources left for the next pass
 
 
 class InterruptionIntake:
     def __init__(self, store: FleetStore, sources: Sequence[InterruptionSource],
                  settings: ExecutorSettings, clock: Callable[[], datetime],
-                 policies: Callable[[], Mapping[str, TeamPolicy]] = dict):
+                 policies: Callable[[], Mapping[str, TeamPolicy]] = dict, *,
+                 max_receives: int = MAX_RECEIVES, timer: Callable[[], float] = time.monotonic):
         self.store, self.sources, self.settings = store, list(sources), settings
         self.clock, self.policies = clock, policies
+        self.max_receives, self.timer = max_receives, timer
 
     def poll(self) -> InterruptionReport:
         report = InterruptionReport()
         for source in self.sources:
             self.store.fence()  # a deposed leader would hide the notices from the new one
             try:
-                received = source.receive()
+                self._read(source, report)
             except Exception as exc:  # one queue's trouble must not hide the others' notices
-                report.errors.append(f"{type(source).__name__}: {exc}")
-                continue
-            by_instance = {n.instance_id: n for n in self.store.nodes() if n.instance_id}
-            # SQS may deliver a notice more than once, even within one receive.
-            for notice in dedupe(r.interruption for r in received if r.interruption is not None):
-                self._handle(notice, by_instance, report)
-            receipts = [r.receipt for r in received if r.receipt]
-            if receipts:
-                source.ack(receipts)
+                report.errors.append(f"{type(source).__name__}: {excerpt(str(exc), 300)}")
         return report
+
+    def _read(self, source: InterruptionSource, report: InterruptionReport) -> None:
+        """Batch by batch, each recorded then acked, within the pass's budget."""
+        ends = self.timer() + self.settings.notice_read_budget.total_seconds()
+        by_instance: dict[str, Node] | None = None
+        with contextlib.closing(source.batches()) as batches:
+            for n, batch in enumerate(batches, 1):
+                report.rejected.update(r.rejected for r in batch if r.rejected)
+                # SQS may deliver a notice more than once, even within one receive.
+                notices = dedupe(r.interruption for r in batch if r.interruption is not None)
+                if notices and by_instance is None:
+                    by_instance = {i.instance_id: i for i in self.store.nodes() if i.instance_id}
+                for notice in notices:
+                    self._handle(notice, by_instance or {}, report)
+                source.ack([r.receipt for r in batch if r.receipt])
+                if n >= self.max_receives or self.timer() >= ends:
+                    report.unfinished.append(type(source).__name__)
+                    return
 
     def _handle(self, notice: Interruption, by_instance: Mapping[str, Node],
                 report: InterruptionReport) -> None:
@@ -131,7 +166,15 @@ class InterruptionIntake:
         node = by_instance.get(notice.instance_id)
         if node is None:
             report.unknown.append(notice.instance_id)
+            report.rejected["unknown-instance"] += 1
             log.info("interruption notice for %s, which is not one of our nodes", notice.instance_id)
+            return
+        if (node.cloud, node.region) != (notice.cloud, notice.region):
+            # Our instance id, named from elsewhere: a copied id, not the cloud's notice.
+            report.rejected["wrong-region"] += 1
+            log.warning("refused interruption notice for %s (%s): it names %s %s, the node is "
+                        "in %s %s", notice.instance_id, node.name, excerpt(notice.cloud, 20),
+                        excerpt(notice.region, 40), node.cloud, node.region)
             return
         action = "interrupt"
         if notice.kind is InterruptionKind.REBALANCE:
@@ -192,9 +235,10 @@ class NoticeLoop:
 
     def __init__(self, intake: InterruptionIntake, drain_now: Callable[[list[str]], AdvanceReport],
                  is_leader: Callable[[], bool],
-                 on_errors: Callable[[Mapping[str, int], Sequence[str]], None]):
+                 on_errors: Callable[[Mapping[str, int], Sequence[str]], None],
+                 metrics: ServiceMetrics | None = None):
         self.intake, self.drain_now, self.is_leader = intake, drain_now, is_leader
-        self.on_errors = on_errors
+        self.on_errors, self.metrics = on_errors, metrics
         self._lock = threading.Lock()
 
     def run_once(self) -> InterruptionReport:
@@ -214,4 +258,6 @@ class NoticeLoop:
                 report.errors.append(f"{type(exc).__name__}: {exc}")
             if report.errors:
                 self.on_errors({"interruptions": len(report.errors)}, report.errors)
+            if self.metrics is not None:
+                self.metrics.count_rejected_notices(report.rejected)
             return report

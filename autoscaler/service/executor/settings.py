@@ -24,6 +24,11 @@ class ExecutorSettings(BaseModel):
     notice_interval: Duration = Field(
         timedelta(seconds=2), description="How often the spot-notice loop reads the queues "
         "(a notice's drain starts within about this long, whatever else runs).")
+    notice_read_budget: Duration = Field(
+        timedelta(seconds=2), description="How long one pass of the notice loop may read one "
+        "queue (receive, check, record, delete: 10 messages at a time) before it acts on what "
+        "it found; a flood of junk is deleted as it is read, and what is left waits for the "
+        "next pass.")
     # -- provisioning -------------------------------------------------------------------
     apply_parallelism: int = Field(
         4, ge=1, description="Pools applied at once (each pool has its own state and lock).")

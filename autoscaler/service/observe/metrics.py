@@ -25,6 +25,8 @@ TICK_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 TICK_STAGES = ("leader", "reload", "fleet", "signals", "reconcile", "decide", "record", "submit",
                "advance")
 LIFECYCLE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200)
+# Why a spot notice was not obeyed (service/control/interruptions.py REJECTED).
+NOTICE_REJECTIONS = ("malformed", "forged", "unknown-instance", "wrong-region")
 
 
 def action_trigger(action: Action) -> str:
@@ -127,6 +129,13 @@ class ServiceMetrics:
                                    "retried, the error is on /status.", ["component"], registry=r)
         self.interruptions = Counter(f"{PREFIX}_interruptions", "Spot interruption notices that "
                                      "made a node INTERRUPTED.", ["pool"], registry=r)
+        self.notices_rejected = Counter(
+            f"{PREFIX}_notices_rejected", "Interruption queue messages and notices not obeyed, "
+            "by reason: malformed, forged (not the cloud's source, the fleet's account or a "
+            "configured region), unknown-instance, wrong-region (our instance id, another "
+            "region).", ["reason"], registry=r)
+        for reason in NOTICE_REJECTIONS:
+            self.notices_rejected.labels(reason)
         self.boot_to_ready = Histogram(f"{PREFIX}_boot_to_ready_seconds", "From the launch "
                                        "request to READY.", ["instance_type"],
                                        buckets=LIFECYCLE_BUCKETS, registry=r)
@@ -167,6 +176,11 @@ class ServiceMetrics:
             for labels, value in values[name].items():
                 gauge.labels(*labels).set(value)
             self._forecast_labels[name] = set(values[name])
+
+    def count_rejected_notices(self, by_reason: Mapping[str, int]) -> None:
+        for reason, count in by_reason.items():
+            if reason in NOTICE_REJECTIONS:  # a label of few values, whatever a source says
+                self.notices_rejected.labels(reason).inc(count)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -130,3 +130,27 @@ def test_the_example_production_config_is_valid(monkeypatch):
     cfg = load_config(REPO / "examples" / "config-production.yaml")
     assert cfg.policies_dir == REPO / "policies" and cfg.leader.enabled
     assert cfg.store.password_env and cfg.http.token_env and cfg.clouds.aws.sqs_queue_urls
+
+
+def test_spot_notice_trust_reaches_the_aws_adapter(tmp_path):
+    from autoscaler.catalog import default_catalog
+    from autoscaler.clouds.aws import AwsCloud
+    from autoscaler.service.wiring import Markets
+
+    cfg = load_config(write(tmp_path, """\
+        policies_dir: policies
+        clouds:
+          aws:
+            regions: [us-east-1]
+            account_id: "210987654321"
+            sqs_queue_urls: {us-east-1: "https://sqs/q1", us-west-2: "https://sqs/q2"}
+            dead_letter_queue_urls: {us-east-1: "https://sqs/refused"}
+        """))
+    cloud = Markets(cfg, default_catalog())("aws", "us-east-1")
+    assert isinstance(cloud, AwsCloud)
+    assert cloud.settings.account_id == "210987654321"
+    assert cloud.settings.notice_regions == {"us-east-1", "us-west-2"}
+    assert cloud.settings.dead_letter_url == "https://sqs/refused"
+    assert cloud.notice_trust().account == "210987654321"  # no STS call when configured
+    bad = write(tmp_path, "policies_dir: policies\nclouds: {aws: {account_id: '12345'}}\n")
+    assert any("account_id" in e for e in errors_of(bad))

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+import logging
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -12,15 +16,21 @@ import boto3
 import pytest
 
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
-from autoscaler.clouds.aws_events import SqsInterruptionQueue
+from autoscaler.clouds.aws_queue import SqsInterruptionQueue
 from autoscaler.clouds.base import Interruption, InterruptionKind
 from autoscaler.engine import decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Launch
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import Market
-from autoscaler.service.control.interruptions import PollingSource, sources_for
+from autoscaler.service.control.interruptions import (
+    InterruptionIntake,
+    NoticeLoop,
+    PollingSource,
+    sources_for,
+)
 from autoscaler.service.executor import ExecutorSettings
+from autoscaler.service.observe.metrics import ServiceMetrics
 from tests.builders import busy
 from tests.clouds.helpers import moto, moto_url, rebalance, spot_warning  # noqa: F401 (fixtures)
 from tests.service.executor_rig import Rig, make_rig, slurm_policy
@@ -37,11 +47,12 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 
 @pytest.fixture
-def queue(moto: str) -> tuple[Any, SqsInterruptionQueue]:  # noqa: F811
+def queue(moto: str, rig: Rig) -> tuple[Any, SqsInterruptionQueue]:  # noqa: F811
     sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=moto)
     url = sqs.create_queue(QueueName="interruptions",
                            Attributes={"VisibilityTimeout": "0"})["QueueUrl"]
-    cloud = AwsCloud("us-east-1", settings=AwsSettings(endpoint_url=moto, queue_url=url))
+    cloud = AwsCloud("us-east-1", clock=rig.clock,
+                     settings=AwsSettings(endpoint_url=moto, queue_url=url))
     [source] = sources_for([cloud])
     assert isinstance(source, SqsInterruptionQueue)
     return sqs, source
@@ -101,8 +112,8 @@ def test_notice_is_recorded_before_it_is_acked(rig: Rig, queue: tuple[Any, SqsIn
     sqs.send_message(QueueUrl=source.queue_url, MessageBody=spot_warning(rig.node(name).instance_id or ""))
 
     class CrashOnAck:
-        def receive(self):  # type: ignore[no-untyped-def]
-            return source.receive()
+        def batches(self):  # type: ignore[no-untyped-def]
+            return source.batches()
 
         def ack(self, receipts):  # type: ignore[no-untyped-def]
             raise KeyboardInterrupt("crash between record and ack")
@@ -150,3 +161,141 @@ def test_unknown_instances_and_polled_sources(rig: Rig) -> None:
     assert rig.store.meta(name)["drain"]["deadline"].startswith("2026-11-30T12:00:00")
     rig.clock.tick(21)
     assert rig.advance().moved(S.TERMINATING) == [name]
+
+
+# -- hostile queues (issue 30) -------------------------------------------------------------
+def forged_warning(instance: str, **changes: str) -> str:
+    return json.dumps({**json.loads(spot_warning(instance)), **changes})
+
+
+def notice_loop(rig: Rig, source: SqsInterruptionQueue, **intake_kw: Any) -> NoticeLoop:
+    intake = InterruptionIntake(rig.store, [source], rig.settings, rig.clock,
+                                lambda: rig.policies, **intake_kw)
+    return NoticeLoop(intake, rig.executor().drain_now, lambda: True,
+                      lambda counts, texts: None, ServiceMetrics())
+
+
+def rejected_metric(loop: NoticeLoop, reason: str) -> float:
+    assert loop.metrics is not None
+    value = loop.metrics.registry.get_sample_value("gpu_autoscaler_notices_rejected_total",
+                                                   {"reason": reason})
+    return value or 0.0
+
+
+def test_poison_forged_and_genuine_notice_in_one_receive(
+        rig: Rig, queue: tuple[Any, SqsInterruptionQueue], caplog: pytest.LogCaptureFixture) -> None:
+    sqs, source = queue
+    genuine, target = rig.ready_nodes(2, market=Market.SPOT)
+    rig.slurm.scheduler.run(genuine, "4242")  # it stays INTERRUPTED through the grace
+    target_id = rig.node(target).instance_id or ""
+    for body in ("[" * 100_000, forged_warning(target_id, account="666666666666"),
+                 spot_warning(rig.node(genuine).instance_id or "")):
+        sqs.send_message(QueueUrl=source.queue_url, MessageBody=body)
+    loop = notice_loop(rig, source)
+
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO):
+        report = loop.run_once()
+    took = time.monotonic() - started
+
+    assert report.interrupted == [genuine] and rig.state(genuine) is S.INTERRUPTED
+    assert took < rig.settings.notice_interval.total_seconds()  # one pass, within the interval
+    assert genuine in rig.slurm.scheduler.cordoned  # its drain started in the same pass
+    assert rig.state(target) is S.READY and target not in rig.slurm.scheduler.cordoned
+    assert [a.node for a in rig.store.audit_log() if a.event == "interruption"] == [genuine]
+    assert pending_messages(sqs, source) == 0  # the poison message is gone, not redelivered
+    assert report.rejected == {"malformed": 1, "forged": 1} and not report.errors
+    assert (rejected_metric(loop, "malformed"), rejected_metric(loop, "forged")) == (1, 1)
+    refusals = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
+    assert len(refusals) == 2 and all(len(m) < 500 for m in refusals)
+    assert not any(r.exc_info for r in caplog.records)
+    assert loop.run_once().rejected == {}  # logged and counted once: nothing comes back
+
+
+def test_our_instance_id_named_from_another_region_is_not_obeyed(
+        rig: Rig, moto: str) -> None:  # noqa: F811
+    [name] = rig.ready_nodes(market=Market.SPOT)
+    sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=moto)
+    url = sqs.create_queue(QueueName="interruptions")["QueueUrl"]
+    cloud = AwsCloud("us-east-1", clock=rig.clock, settings=AwsSettings(
+        endpoint_url=moto, queue_url=url, notice_regions=frozenset({"us-east-1", "us-west-2"})))
+    [source] = sources_for([cloud])
+    assert isinstance(source, SqsInterruptionQueue)
+    sqs.send_message(QueueUrl=url, MessageBody=forged_warning(
+        rig.node(name).instance_id or "", region="us-west-2"))
+    loop = notice_loop(rig, source)
+    report = loop.run_once()
+    assert report.rejected == {"wrong-region": 1} and report.interrupted == []
+    assert rig.state(name) is S.READY and rejected_metric(loop, "wrong-region") == 1
+
+
+def junk(i: int) -> str:
+    """Three kinds of message that must not be obeyed: malformed, forged, not our node."""
+    if i % 3 == 0:
+        return "{" * (i % 500 + 1) + "junk"
+    if i % 3 == 1:
+        return forged_warning(f"i-{i:017x}", source="my.app")
+    return spot_warning(f"i-{i + 10**6:017x}")
+
+
+def send_all(sqs: Any, url: str, bodies: list[str]) -> None:
+    for start in range(0, len(bodies), 10):
+        sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start:start + 10])])
+
+
+def interrupted(rig: Rig, name: str) -> bool:
+    return "INTERRUPTED" in [t.to_state for t in rig.store.transitions(name)]
+
+
+def passes_until_interrupted(rig: Rig, loop: NoticeLoop, name: str, bound: int) -> int:
+    for n in range(1, bound + 2):
+        loop.run_once()
+        if interrupted(rig, name):
+            return n
+    return bound + 1
+
+
+def test_a_notice_behind_others_is_applied_within_the_receive_bound(
+        rig: Rig, queue: tuple[Any, SqsInterruptionQueue]) -> None:
+    """60 others and the notice, 2 receives (20 messages) a pass: ceil(61 / 20) = 4 passes."""
+    sqs, source = queue
+    [name] = rig.ready_nodes(market=Market.SPOT)
+    send_all(sqs, source.queue_url, [junk(i) for i in range(60)]
+             + [spot_warning(rig.node(name).instance_id or "")])
+    loop = notice_loop(rig, source, max_receives=2)
+    assert passes_until_interrupted(rig, loop, name, 4) <= 4
+    assert pending_messages(sqs, source) == 0
+
+
+def test_the_read_budget_ends_a_pass_after_its_batch(
+        rig: Rig, queue: tuple[Any, SqsInterruptionQueue]) -> None:
+    """A budget spent by the first receive: one batch (10 messages) a pass, each acted on."""
+    sqs, source = queue
+    [name] = rig.ready_nodes(market=Market.SPOT)
+    send_all(sqs, source.queue_url, [junk(i) for i in range(15)]
+             + [spot_warning(rig.node(name).instance_id or "")])
+    ticks = itertools.count(0, 10.0)  # every reading of the timer is 10 s later
+    loop = notice_loop(rig, source, timer=lambda: next(ticks))
+    first = loop.run_once()
+    assert first.unfinished == ["SqsInterruptionQueue"] and sum(first.rejected.values()) == 10
+    assert not interrupted(rig, name)
+    assert passes_until_interrupted(rig, loop, name, 1) == 1
+
+
+@pytest.mark.slow
+def test_a_notice_behind_1000_others_is_applied_within_two_passes(
+        rig: Rig, queue: tuple[Any, SqsInterruptionQueue]) -> None:
+    """1,000 others and the notice; a pass makes up to 100 receives of 10 (the budget is
+    made long enough here that the count bounds it: moto scans its whole queue on every
+    receive, ~0.5 s each with 1,000 queued on a loaded machine): ceil(1001 / 1000) = 2."""
+    sqs, source = queue
+    [name] = rig.ready_nodes(market=Market.SPOT)
+    send_all(sqs, source.queue_url, [junk(i) for i in range(1000)]
+             + [spot_warning(rig.node(name).instance_id or "")])
+    rig.settings = ExecutorSettings(notice_read_budget="10m")  # type: ignore[arg-type]
+    loop = notice_loop(rig, source)
+    assert passes_until_interrupted(rig, loop, name, 2) <= 2
+    assert pending_messages(sqs, source) == 0
+    assert sum(rejected_metric(loop, r) for r in ("malformed", "forged", "unknown-instance")) \
+        == 1000
