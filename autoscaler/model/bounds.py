@@ -44,7 +44,10 @@ from autoscaler.model.node import Node
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PendingJob, SchedulerNode
 from autoscaler.policy.models import Pool
 
-EPS = 1e-6  # MIG and replica shares add up in floating point
+# MIG and replica shares add up in floating point, above a whole count; never below zero: a
+# sum of shares is negative only when a share is, and the engine reads a negative
+# allocation as a full node.
+EPS = 1e-6
 UTIL_MAX = 100.0
 TEMPERATURE_C = (-50.0, 200.0)
 
@@ -56,7 +59,7 @@ class Bound:
 
 
 def _within(value: float, low: float, high: float) -> bool:
-    return low - EPS <= value <= high + EPS  # False for NaN
+    return low <= value <= high + EPS  # False for NaN
 
 
 def _says(field: str, value: float) -> str:
