@@ -10,7 +10,8 @@ answers 503 to every request over the limit, probes included). So:
 * **a deadline for a whole request** (``Limits.request_timeout``): from the connection's
   opening (or the previous response) until the request's last body byte. Past it the
   connection is closed, answered ``408`` first if the client had begun a request that no
-  handler has yet.
+  handler has yet. A client that does not read its answer gets the same time to take it,
+  then the connection is aborted.
 * **a cap on open connections** (``Limits.max_connections``): a connection over the cap
   closes the *oldest connection still waiting for its client* (sending nothing, trickling
   headers or a body, idle between requests), never one whose request a handler serves.
@@ -89,9 +90,10 @@ class BoundedH11Protocol(H11Protocol):
             self._disarm()  # the request is whole: the handler has it
 
     def on_response_complete(self) -> None:
-        if not self.transport.is_closing():
-            self.begun = False
-            self._arm()  # the next request on this connection gets a deadline of its own
+        # The next request on this connection gets a deadline of its own; a closing
+        # connection gets the same time to take its answer.
+        self.begun = False
+        self._arm()
         super().on_response_complete()
 
     def shutdown(self) -> None:
@@ -117,7 +119,8 @@ class BoundedH11Protocol(H11Protocol):
 
     def _deadline_passed(self) -> None:
         self._deadline = None
-        if self.transport.is_closing():
+        if self.transport.is_closing():  # closed, but the client has not read its answer:
+            self.transport.abort()  # its unsent bytes would hold the socket for ever
             return
         log.debug("http client %s: no whole request within %gs, closed", self.client,
                   self.limits.request_timeout)

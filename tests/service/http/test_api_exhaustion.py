@@ -106,6 +106,24 @@ def test_slow_and_vanishing_clients_are_not_errors(caplog: pytest.LogCaptureFixt
     no_tracebacks(caplog)
 
 
+def test_a_client_that_never_reads_its_answer_is_cut_off(caplog: pytest.LogCaptureFixture) -> None:
+    big = b"m 1\n" * 5_000_000  # 20 MB: more than the loopback socket buffers take
+    slow_reader = ApiHandlers(health=lambda: Health(True, "ok"), metrics=lambda: big,
+                              status=dict, plan=lambda: None)
+    srv = ApiServer(slow_reader, "127.0.0.1", 0, TOKEN, limits=Limits(request_timeout=0.5)).start()
+    try:
+        sock = connect(srv)
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 200 ")  # answered, then never read
+        assert srv.server.open_connections() == 1
+        wait_until(lambda: srv.server.open_connections() == 0, 10,
+                   "the server to drop a connection whose answer is not read")
+        sock.close()
+    finally:
+        srv.stop()
+    no_tracebacks(caplog)
+
+
 @pytest.mark.parametrize("header", ["Bearer", "Bearer ", "Bearer    ", "bearer", "Basic x",
                                     f"Bearer {TOKEN[:-1]}", f"Token {TOKEN}"])
 def test_a_missing_or_wrong_bearer_value_never_authorises(server: ApiServer, header: str) -> None:
