@@ -34,7 +34,9 @@ MAX_FORM = 4096  # bytes of a login form read, at most
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
                                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser posts the login form with
+    # "Origin: null", which the Origin check must refuse. Other sites still get nothing.
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
 HTML = "text/html; charset=utf-8"

@@ -119,6 +119,14 @@ def test_each_login_gets_its_own_session_and_logout_revokes_it(ui):
     assert page(url, second) == 200 and len(sessions) == 1
 
 
+def test_the_login_page_lets_the_browser_send_its_origin(ui):
+    """Under Referrer-Policy no-referrer a browser posts the form with ``Origin: null``,
+    which the check refuses: the headless-Chromium test could not sign in."""
+    url, _, _ = ui
+    code, answer, _ = call(f"{url}/ui")
+    assert code == 401 and answer["Referrer-Policy"] == "same-origin"
+
+
 def test_a_session_expires(ui):
     url, clock, _ = ui
     _, cookie = login(url)
