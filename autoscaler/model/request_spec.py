@@ -4,6 +4,11 @@ The shape follows Kubernetes' ProvisioningRequest (node sets, a class, a booking
 conditions Accepted / Provisioned / Failed / BookingExpired / Released). Every field comes
 from an HTTP client we do not trust, so every string has a closed syntax and every number
 a bound: the spec is data the engine reads, never text any tool interprets.
+
+The models are strict (README "Capacity requests": no coercion): ``"gpus": "4"``, ``true``
+and ``4.0`` are not 4, ``"dry_run": "yes"`` is not true, a duration is a string like ``2h``
+(not a number of seconds) and a time a string with a zone (not a Unix timestamp). They read
+the same from JSON text and from JSON-shaped dicts (the store's JSON column, tests).
 """
 
 from __future__ import annotations
@@ -11,11 +16,20 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
 
-from autoscaler.policy.duration import Duration
+from autoscaler.policy.duration import PATTERN, format_duration, parse_duration
 from autoscaler.policy.models import InstanceTypeName, Name, Priority
 
 DEFAULT_TTL = timedelta(hours=24)
@@ -48,6 +62,35 @@ def request_id(text: str) -> str:
     if not REQUEST_ID.fullmatch(text):
         raise ValueError(f"{text[:40]!r} is not a request id (req- and 12 hex digits)")
     return text
+
+
+def _duration_text(value: Any) -> timedelta:
+    """A duration written as text (``90s``, ``2h``); no number of seconds, no echo of input."""
+    if isinstance(value, timedelta):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("a duration is a string like '90s', '15m' or '48h'")
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise ValueError("a duration is a string like '90s', '15m' or '48h'") from None
+
+
+def _time_text(value: Any) -> Any:
+    """RFC 3339 text (or a datetime): a bare number is not read as a Unix timestamp."""
+    if isinstance(value, str | datetime):
+        return value
+    raise ValueError("a time is a string like 2026-12-01T10:00:00Z")
+
+
+TextDuration = Annotated[
+    timedelta, BeforeValidator(_duration_text), PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema({"type": "string", "pattern": PATTERN, "examples": ["90s", "15m", "48h"]}),
+]
+# Lax only after _time_text let a string through: pydantic then parses RFC 3339 text.
+TimeText = Annotated[datetime, BeforeValidator(_time_text), Field(strict=False)]
+# Enums are read by value (JSON has no enum type); a value outside the set is refused.
+LaxEnum = Field(strict=False)
 
 
 class RequestClass(StrEnum):
@@ -90,7 +133,7 @@ def check_next(request_id: str, current: Condition, to: Condition) -> None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class NodeSet(_Strict):
@@ -154,18 +197,21 @@ class RequestSpec(_Strict):
     name: RequestName
     pool: Name | None = Field(None, description="The team's pool; default: the first pool "
                               "whose instance types fit the node sets.")
-    tier: Priority | None = Field(None, description="Priority tier; default the team's.")
+    tier: Annotated[Priority, LaxEnum] | None = Field(
+        None, description="Priority tier; default the team's.")
     node_sets: list[NodeSet] = Field(min_length=1, max_length=MAX_NODE_SETS)
-    request_class: RequestClass = Field(RequestClass.ATOMIC, alias="class")
-    valid_until: datetime | None = Field(None, description="How long it may wait to be met.")
-    ttl: Duration = Field(DEFAULT_TTL, description="Released this long after Provisioned.")
-    booking: Duration = Field(DEFAULT_BOOKING, description="Released (BookingExpired) when no "
-                              "job has used its nodes this long after Provisioned.")
+    request_class: Annotated[RequestClass, LaxEnum] = Field(RequestClass.ATOMIC, alias="class")
+    valid_until: TimeText | None = Field(None, description="How long it may wait to be met (RFC 3339 "
+                                  "with a zone).")
+    ttl: TextDuration = Field(DEFAULT_TTL, description="Released this long after Provisioned.")
+    booking: TextDuration = Field(DEFAULT_BOOKING, description="Released (BookingExpired) when "
+                                  "no job has used its nodes this long after Provisioned.")
     link: Link | None = None
     dry_run: bool = False
     idempotency_key: IdempotencyKey | None = None
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False,
+                              populate_by_name=True)
 
     @model_validator(mode="after")
     def _bounds(self) -> RequestSpec:

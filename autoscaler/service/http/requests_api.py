@@ -8,14 +8,15 @@
 
 A team's token names the team: the body never does. Another team's request answers 403
 for every verb, an unknown or missing token 401. Bodies are bounded (``MAX_BODY``) and
-validated by :class:`~autoscaler.model.request_spec.RequestSpec` (closed syntax, no extra
-keys); validation errors name the field, never echo the input.
+validated by :class:`~autoscaler.model.request_spec.RequestSpec` (strict: no coercion,
+closed syntax, no extra keys): 400 for a body that is not JSON, 422 for one that is not a
+request, each with a one-line ``error``; validation errors name the field, never echo the
+input.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,33 @@ MAX_BODY = 16 * 1024
 PREFIX = "/v1/requests"
 OPERATOR = "*operator*"  # the caller holding the service's own token: reads every team
 Answer = tuple[int, Any]
+
+
+class BadBody(ValueError):
+    """A body refused before it reached the book: 400 (not JSON) or 422 (not a request)."""
+
+    def __init__(self, code: int, answer: dict[str, Any]):
+        super().__init__(answer["error"])
+        self.code, self.answer = code, answer
+
+
+def parse_spec(body: bytes) -> RequestSpec:
+    """The strict spec from the raw body. pydantic's JSON parser bounds nesting, numbers
+    and UTF-8 itself, so hostile JSON is a ValidationError here, never a RecursionError
+    or a UnicodeDecodeError; its messages name the field and never echo the input."""
+    try:
+        return RequestSpec.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_input=False, include_url=False, include_context=False)
+        syntax = [e for e in errors if e["type"] == "json_invalid"]
+        if syntax:
+            raise BadBody(400, {"error": f"the body is not JSON: {syntax[0]['msg']}"}) from None
+        problems = [{"field": ".".join(map(str, e["loc"])) or "(body)", "problem": e["msg"]}
+                    for e in errors]
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise BadBody(422, {"error": f"invalid request: {first['field']}: {first['problem']}"
+                                     f"{more}", "problems": problems}) from None
 
 
 def view_json(view: RequestView) -> dict[str, Any]:
@@ -106,13 +134,9 @@ class RequestsApi:
         if team == OPERATOR:
             return 403, {"error": "requests are made with a team's token, not the operator's"}
         try:
-            spec = RequestSpec.model_validate(json.loads(body))
-        except json.JSONDecodeError as exc:
-            return 400, {"error": f"the body is not JSON: {exc.msg} at {exc.pos}"}
-        except ValidationError as exc:
-            return 422, {"error": "invalid request", "problems": [
-                {"field": ".".join(map(str, e["loc"])), "problem": e["msg"]}
-                for e in exc.errors(include_input=False, include_url=False)]}
+            spec = parse_spec(body)
+        except BadBody as exc:
+            return exc.code, exc.answer
         with self._lock:  # one admission at a time, or two could spend the same quota
             try:
                 made = self.book.create(team, spec, self.clock(), actor=f"team {team}")
@@ -153,4 +177,4 @@ def service_admitter(book: RequestBook, policies: Callable[[], Mapping[str, Team
     return admit_now
 
 
-__all__ = ["MAX_BODY", "PREFIX", "RequestsApi", "service_admitter", "view_json"]
+__all__ = ["MAX_BODY", "PREFIX", "BadBody", "RequestsApi", "parse_spec", "service_admitter", "view_json"]

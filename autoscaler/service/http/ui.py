@@ -6,14 +6,15 @@ policy errors, pools whose data is missing, open capacity requests, recent trans
 and links to the Grafana dashboards.
 
 Access is the API's token: a bearer header, or the login form, which sets an HttpOnly,
-SameSite=Strict cookie holding an HMAC of the token (never the token itself). Every value
+SameSite=Strict cookie holding a random session id (``sessions.py``: one per login, kept
+server-side with an expiry, ended by logout; login and logout check Origin, failed logins
+are throttled). Every value
 shown is HTML-escaped; the page shows only what ``/status`` holds, which carries no
 secret by construction (``status.py``), and never echoes a header or the form back.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,14 +25,18 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from autoscaler.model.plan import Plan, subject_of, target_of
+from autoscaler.service.http.sessions import LoginThrottle, Sessions, same_origin
 
 COOKIE = "gpu_autoscaler_ui"
+COOKIE_ATTRS = "Path=/ui; HttpOnly; SameSite=Strict"
 TRANSITIONS = 20  # newest transitions shown (the page is a glance, /status has more)
 MAX_FORM = 4096  # bytes of a login form read, at most
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
                                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser posts the login form with
+    # "Origin: null", which the Origin check must refuse. Other sites still get nothing.
+    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
 HTML = "text/html; charset=utf-8"
@@ -54,23 +59,23 @@ class Page:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def session_value(token: str) -> str:
-    """What the cookie holds: proves the token was given, without being the token."""
-    return hmac.new(token.encode(), b"gpu-autoscaler ui session v1", hashlib.sha256).hexdigest()
-
-
-def authorized(headers: Mapping[str, str] | Message[str, str], token: str | None) -> bool:
+def authorized(headers: Mapping[str, str] | Message[str, str], token: str | None,
+               sessions: Sessions) -> bool:
     if token is None:
         return True
     scheme, _, value = headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode()):
         return True
+    session = _cookie(headers)
+    return session is not None and sessions.valid(session)
+
+
+def _cookie(headers: Mapping[str, str] | Message[str, str]) -> str | None:
     try:
         morsel = SimpleCookie(headers.get("Cookie", "")).get(COOKIE)
     except CookieError:
-        return False
-    return morsel is not None and hmac.compare_digest(morsel.value.encode(),
-                                                      session_value(token).encode())
+        return None
+    return morsel.value if morsel is not None and morsel.value else None
 
 
 def e(value: Any) -> str:
@@ -238,23 +243,48 @@ def dashboard_links(grafana_url: str | None, dashboards: Iterable[tuple[str, str
     return [(title, f"{base}/d/{uid}") for uid, title in dashboards]
 
 
-def get(headers: Mapping[str, str] | Message[str, str], token: str | None,
+def get(headers: Mapping[str, str] | Message[str, str], token: str | None, sessions: Sessions,
         status: Callable[[], Mapping[str, Any]], links: Sequence[tuple[str, str]]) -> Page:
-    if not authorized(headers, token):
+    if not authorized(headers, token, sessions):
         return login_page(code=401)
     return status_page(status(), links)
 
 
-def post(path: str, form: bytes, token: str | None) -> Page:
-    """``/ui/login`` (form field ``token``) and ``/ui/logout``: set or clear the cookie."""
-    attrs = "Path=/ui; HttpOnly; SameSite=Strict"
-    if path == "/ui/logout":
-        return Page(303, b"", "text/plain", {**SECURITY_HEADERS, "Location": "/ui",
-                                              "Set-Cookie": f"{COOKIE}=; {attrs}; Max-Age=0"})
-    given = (parse_qs(form.decode("utf-8", "replace")).get("token") or [""])[0]
+def _see_ui(cookie: str | None = None) -> Page:
+    headers = {**SECURITY_HEADERS, "Location": "/ui"}
+    if cookie is not None:
+        headers["Set-Cookie"] = cookie
+    return Page(303, b"", "text/plain", headers)
+
+
+def login(form: bytes, headers: Mapping[str, str] | Message[str, str], client: str,
+          token: str | None, sessions: Sessions, throttle: LoginThrottle) -> Page:
+    """``POST /ui/login`` (form field ``token``): a new session in the cookie."""
+    if not same_origin(headers):
+        return login_page("Sign in from this server's own page (the Origin did not match).",
+                          code=403)
+    wait = throttle.wait(client)
+    if wait > 0:
+        page = login_page(f"Too many failed sign-ins: try again in {wait:.0f} s.", code=429)
+        return Page(page.code, page.body, page.ctype, {**page.headers,
+                                                         "Retry-After": f"{max(1, round(wait))}"})
     if token is None:
-        return Page(303, b"", "text/plain", {**SECURITY_HEADERS, "Location": "/ui"})
+        return _see_ui()
+    fields = parse_qs(form.decode("utf-8", "replace"), max_num_fields=8)
+    given = (fields.get("token") or [""])[0]
     if not hmac.compare_digest(given.encode(), token.encode()):
+        throttle.failed(client)
         return login_page("That token is not the one the service was given.", code=401)
-    return Page(303, b"", "text/plain", {**SECURITY_HEADERS, "Location": "/ui",
-                                          "Set-Cookie": f"{COOKIE}={session_value(token)}; {attrs}"})
+    throttle.succeeded(client)
+    return _see_ui(f"{COOKIE}={sessions.open()}; {COOKIE_ATTRS}; Max-Age={int(sessions.ttl)}")
+
+
+def logout(headers: Mapping[str, str] | Message[str, str], sessions: Sessions) -> Page:
+    """``POST /ui/logout``: the session ends here, not only in the browser."""
+    if not same_origin(headers):
+        return login_page("Sign out from this server's own page (the Origin did not match).",
+                          code=403)
+    session = _cookie(headers)
+    if session is not None:
+        sessions.close(session)
+    return _see_ui(f"{COOKIE}=; {COOKIE_ATTRS}; Max-Age=0")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
+from email.message import Message
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from autoscaler.model.snapshot import PoolObservation
 from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.http.status import build_status
-from autoscaler.service.http.ui import COOKIE, session_value
+from autoscaler.service.http.ui import COOKIE
 from tests.builders import pending
 from tests.service.service_fakes import make_loop
 
@@ -27,11 +28,11 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 def call(url: str, data: bytes | None = None, headers: dict[str, str] | None = None):
     req = urllib.request.Request(url, data=data, headers=headers or {})
     opener = urllib.request.build_opener(NoRedirect)
-    try:
+    try:  # the headers as a Message: names are case-insensitive (the server sends lower case)
         with opener.open(req, timeout=10) as resp:
-            return resp.status, dict(resp.headers), resp.read().decode()
+            return resp.status, resp.headers, resp.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read().decode()
+        return exc.code, exc.headers, exc.read().decode()
 
 
 @pytest.fixture
@@ -84,29 +85,40 @@ def test_the_bearer_token_shows_fleet_plan_reasons_holds_and_missing_data(server
     assert "request ci-4711 (team vision" in body and "Open capacity requests" in body
 
 
+def login(url: str, token: str = TOKEN) -> tuple[int, Message]:
+    """POST the form as the page's own browser would (same Origin)."""
+    code, headers, _ = call(f"{url}/ui/login", data=f"token={token}".encode(),
+                            headers={"Origin": url})
+    return code, headers
+
+
 def test_everything_shown_is_escaped_and_the_token_never_appears(server):
     url, _ = server
     _, _, body = call(f"{url}/ui", headers={"Authorization": f"Bearer {TOKEN}"})
     assert EVIL not in body and "<script" not in body
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in body
-    assert TOKEN not in body and session_value(TOKEN) not in body
+    cookie = login(url)[1]["Set-Cookie"].split(";", 1)[0]
+    _, _, body = call(f"{url}/ui", headers={"Cookie": cookie})
+    assert TOKEN not in body and cookie.split("=", 1)[1] not in body
 
 
 def test_the_login_form_sets_a_cookie_that_is_not_the_token(server):
+    # Changed on purpose (issue 30): the cookie is a random session of this login, no
+    # longer an HMAC of the token; the form is posted with the page's Origin.
     url, _ = server
-    code, _, body = call(f"{url}/ui/login", data=b"token=wrong")
+    code, _, body = call(f"{url}/ui/login", data=b"token=wrong", headers={"Origin": url})
     assert code == 401 and "not the one" in body
-    code, headers, _ = call(f"{url}/ui/login", data=f"token={TOKEN}".encode())
+    code, headers = login(url)
     assert code == 303 and headers["Location"] == "/ui"
     cookie = headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and TOKEN not in cookie
     value = cookie.split(";", 1)[0]
-    assert value == f"{COOKIE}={session_value(TOKEN)}"
+    assert value.startswith(f"{COOKIE}=") and len(value) > len(COOKIE) + 40
     code, _, body = call(f"{url}/ui", headers={"Cookie": value})
     assert code == 200 and "vision-train-1" in body
     code, _, _ = call(f"{url}/ui", headers={"Cookie": f"{COOKIE}=forged"})
     assert code == 401
-    code, headers, _ = call(f"{url}/ui/logout", data=b"")
+    code, headers, _ = call(f"{url}/ui/logout", data=b"", headers={"Origin": url, "Cookie": value})
     assert code == 303 and "Max-Age=0" in headers["Set-Cookie"]
 
 
