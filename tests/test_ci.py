@@ -24,6 +24,12 @@ def test_ci_runs_exactly_the_readmes_test_command() -> None:
     assert "./scripts/install.sh" in commands and install.startswith("./scripts/install.sh")
 
 
+def test_ci_installs_the_wheel_into_an_empty_environment_before_the_tests() -> None:
+    # Too slow for the suite (docs/releasing.md); CI is where it runs.
+    script = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert script.index("python3 scripts/check_wheel.py") < script.index("python3 -m pytest")
+
+
 def test_the_test_command_runs_in_parallel_and_prints_the_slowest_tests() -> None:
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     opts = config["addopts"].split()

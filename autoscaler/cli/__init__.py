@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Iterator, MutableMapping, Sequence
-from typing import Any, NoReturn
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer import _click as click  # this typer ships its own click; its commands are these
@@ -127,8 +128,26 @@ app = typer.Typer(
 )
 
 
+def installed_version() -> str:
+    """The installed distribution's version: the git tag it was built from (setuptools-scm,
+    fixed when the package is installed; docs/releasing.md)."""
+    try:
+        return version("gpu-autoscaler")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"gpu-autoscaler {installed_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def root() -> None:
+def root(
+    show_version: Annotated[bool, typer.Option("--version", help="Print the version and exit.",
+                                               callback=print_version, is_eager=True)] = False,
+) -> None:
     # A callback makes typer build a group even though no command is registered here.
     pass
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +25,21 @@ def _seconds(value: str, option: str) -> float:
         return parse_duration(value).total_seconds()
     except ValueError as exc:
         fail(f"{option}: {exc}")
+
+
+PlotWriter = Callable[[SimReport, Path], list[Path]]
+
+
+def _plot_writer() -> PlotWriter:
+    # matplotlib is the `plots` extra: loaded only when plots are asked for, and checked
+    # before a replay that may run for minutes.
+    try:
+        from autoscaler.sim.plots import write_plots
+    except ModuleNotFoundError as exc:
+        if exc.name != "matplotlib":
+            raise
+        fail("--out draws PNG plots, which need matplotlib: pip install 'gpu-autoscaler[plots]'")
+    return write_plots
 
 
 def _run(trace: Path, policies: Path, prices: Path | None, pool: str | None, start_day: float,
@@ -115,11 +131,10 @@ def simulate(
     if config.tick <= 0:
         fail("--tick must be greater than 0s")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
+    write_plots = _plot_writer() if out is not None else None
     report = _run(trace, policies, prices, pool, start_day, days, config, spot_trace, duty_cycles, names,
                   progress, workers, assume_available, interrupt_share)
-    if out is not None:
-        from autoscaler.sim.plots import write_plots  # matplotlib only when plots are asked for
-
+    if out is not None and write_plots is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(to_json(report, with_series=True), indent=1))
         written = write_plots(report, out)

@@ -1,5 +1,6 @@
 """The root command imports a command's module only when that command is run, so the
-production `gpu-autoscaler run` (and the service it builds) loads no sandbox or simulator."""
+production `gpu-autoscaler run` (and the service it builds) loads no sandbox or simulator,
+and no matplotlib (the `plots` extra, not installed with the service)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 import sys
 
 # Resolve `run` the way click does for `gpu-autoscaler run ...`, build the service module it
-# starts, and print every sandbox/sim module that got loaded.
+# starts, and print every sandbox/sim/matplotlib module that got loaded.
 CODE = """
 import sys
 import typer
@@ -16,11 +17,11 @@ group = typer.main.get_command(autoscaler.cli.app)
 assert group.get_command(typer.Context(group), "run").name == "run"
 import autoscaler.cli.run
 import autoscaler.service.app
-print(sorted(m for m in sys.modules if m.startswith(("autoscaler.sandbox", "autoscaler.sim"))))
+print(sorted(m for m in sys.modules if m.startswith(("autoscaler.sandbox", "autoscaler.sim", "matplotlib"))))
 """
 
 
-def test_run_loads_neither_the_sandbox_nor_the_simulator():
+def test_run_loads_neither_the_sandbox_nor_the_simulator_nor_matplotlib():
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

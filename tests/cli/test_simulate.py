@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,24 @@ def test_simulate_json_on_a_synthetic_trace(tmp_path: Path, policies: Path) -> N
     assert data["workload"]["jobs"] == 20
     assert {s["name"] for s in data["strategies"]} == {"ours", "static", "ca_like", "target_tracking"}
     assert data["ratios"]["cost_vs_oracle"] >= 1
+
+
+def test_plots_without_matplotlib_say_which_extra_before_replaying(
+        tmp_path: Path, policies: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As in an install without the `plots` extra: importing matplotlib fails.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.delitem(sys.modules, "autoscaler.sim.plots", raising=False)
+    trace = write_pods(tmp_path / "pods.csv", [pod("p0", 86400, 86400, 87000)])
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", str(policies),
+                                 "--start-day", "1", "--days", "1", "--out", str(out), "--no-progress"])
+    assert result.exit_code == 1
+    assert result.output.strip() == ("error: --out draws PNG plots, which need matplotlib: "
+                                     "pip install 'gpu-autoscaler[plots]'")
+    assert not out.exists()  # refused before the replay, not after it
+    without_plots = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", str(policies),
+                                        "--start-day", "1", "--days", "1", "--json", "--no-progress"])
+    assert without_plots.exit_code == 0, without_plots.output
 
 
 def test_simulate_reports_bad_input_without_a_traceback(tmp_path: Path, policies: Path) -> None:
