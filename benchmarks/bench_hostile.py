@@ -11,8 +11,15 @@ snapshots, traces) is run three ways:
   timed: handled means the team keeps its last good policy and the error names the file.
 
 The largest file that is parsed at all (just under the 32 KiB cap, worst-case YAML) is timed
-too, since a 1 MB file is refused before parsing. Last line:
-``hostile_cases=<n> handled=<m> tracebacks=<t> max_validate_s=<s>``.
+too, since a 1 MB file is refused before parsing.
+
+Then every running surface's cases (``benchmarks/hostile_<surface>.py``, each starting the
+real thing and stopping it): the HTTP API (slow clients, framing, strict bodies, sessions),
+the spot-notice loop on moto's SQS (poison, forged and genuine notices), the Kubernetes
+reader against the project's API server (impossible GPU counts), and the CLI, forecaster
+and alert generator. Last line:
+``hostile_cases=<n> handled=<m> tracebacks=<t> max_validate_s=<s>
+healthz_p99_under_slow_clients_ms=<h>``.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_hostile.py [--jobs 2]
 """
@@ -42,7 +49,11 @@ from autoscaler.policy.untrusted import MAX_BYTES  # noqa: E402
 from autoscaler.service.config.load import ConfigError, load_config  # noqa: E402
 from autoscaler.service.config.reload import PolicyReloader  # noqa: E402
 from autoscaler.traces import TraceError, load_pod_list  # noqa: E402
+from benchmarks import hostile_cli, hostile_http, hostile_kubernetes, hostile_notices  # noqa: E402
+from benchmarks.hostile_outcome import Outcome  # noqa: E402
 from tests.hostile_files import GOOD_POLICY, Case, all_cases, command, place  # noqa: E402
+
+SURFACES = (hostile_http, hostile_notices, hostile_kubernetes, hostile_cli)
 
 CATALOG = default_catalog()
 CLI_TIMEOUT_S = 120
@@ -162,9 +173,17 @@ def main() -> None:
     max_validate = max([s for _, s in inproc] + [s for _, _, s in reloads] + [biggest])
     print(f"cli wall time incl. interpreter start: max {max(s for _, _, s in cli):.2f}s "
           f"(machine load included)")
-    total = len(cases) + len(reloads)
-    print(f"hostile_cases={total} handled={handled + kept} tracebacks={tracebacks} "
-          f"max_validate_s={max_validate:.3f} max_validate_cpu_s={max(CPU):.3f}")
+    outcomes: list[Outcome] = [o for surface in SURFACES for o in surface.run()]
+    for o in outcomes:
+        print(f"{o.surface + '/' + o.case:34} {'ok' if o.handled else 'FAIL':>5} {o.seconds:6.2f}"
+              f"{'  traceback' if o.traceback else ''}")
+    healthz_ms = hostile_http.healthz_p99_under_slow_clients_ms()
+    print(f"/healthz p99 with 300 half-open and 10 trickling clients: {healthz_ms:.0f} ms")
+    total = len(cases) + len(reloads) + len(outcomes)
+    handled += kept + sum(o.handled for o in outcomes)
+    tracebacks += sum(o.traceback for o in outcomes)
+    print(f"hostile_cases={total} handled={handled} tracebacks={tracebacks} "
+          f"max_validate_s={max_validate:.3f} healthz_p99_under_slow_clients_ms={healthz_ms:.0f}")
 
 
 if __name__ == "__main__":
