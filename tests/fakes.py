@@ -296,6 +296,16 @@ class FakeScheduler(_Raises):
         self._call("evacuate", node, [w.id for w in work])
         self.work.pop(node, None)
 
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+        self._call("release", node, list(job_ids))
+        refused = [f"{j}: TooManyRequests" for j in job_ids if self.refuse.get(j, 0) > 0]
+        for j in job_ids:
+            if self.refuse.get(j, 0) > 0:
+                self.refuse[j] -= 1
+        gone = set(job_ids) - {r.split(":")[0] for r in refused}
+        self.work[node] = [w for w in self.work.get(node, []) if w.id not in gone]
+        return refused
+
     def uncordon(self, node: str) -> None:
         self._call("uncordon", node)
         self.cordoned.discard(node)

@@ -15,7 +15,7 @@ from itertools import groupby
 from typing import Any, TypeVar
 
 from autoscaler.catalog import Catalog, default_catalog
-from autoscaler.engine import preempt, return_to_spot
+from autoscaler.engine import long_jobs, preempt, return_to_spot
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
 from autoscaler.engine.forecast_floor import raise_floor, raise_headroom
 from autoscaler.engine.held import keep_held
@@ -37,7 +37,6 @@ from autoscaler.model.plan import (
     Plan,
     PoolSummary,
     Replace,
-    ReportJob,
     Terminate,
 )
 from autoscaler.model.snapshot import Snapshot
@@ -271,16 +270,7 @@ class _Decision:
                 reason=f"{ctx.key}: cleaning up {node.name} after {node.state.value}: {node.reason}"))
 
     def _report_jobs(self, ctx: PoolContext) -> None:
-        limit = ctx.pool.lifetime.max_job_runtime
-        if limit is None:
-            return
-        for node, job in ctx.long_jobs:
-            started = job.started_at or self.now
-            self.actions.append(ReportJob(
-                pool=ctx.key, node=node.name, job=job.id, signal=ctx.pool.lifetime.signal_long_jobs,
-                reason=(f"{ctx.key}: job {job.id} on {node.name} has run "
-                        f"{format_duration(self.now - started)}, past max_job_runtime "
-                        f"{format_duration(limit)}")))
+        self.actions += long_jobs.reports(ctx, self.now, self.settings.long_job_release_exempt)
 
     def _orphans(self) -> None:
         """Nodes of pools no policy defines: kept unless drain_removed_pools, and even then

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaler.policy.models import Priority
+
 
 class EngineSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -26,3 +28,6 @@ class EngineSettings(BaseModel):
         description="When the global cap blocks a higher-priority team's pending jobs, drain "
         "lower-priority capacity (spot first) to make room.",
     )
+    long_job_release_exempt: frozenset[Priority] = Field(
+        frozenset(), description="Priorities whose teams' jobs past max_job_runtime are only "
+        "reported, even when their pool's lifetime.action is release (e.g. [high]).")

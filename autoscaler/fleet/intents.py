@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from autoscaler.model.lifecycle import (
@@ -162,6 +163,8 @@ class FlagLongJob:
     job: str
     signal: bool
     reason: str
+    release: bool = False
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,8 @@ def intents_of(action: Action, key: str, fleet: Mapping[str, Stateful] | None = 
     if isinstance(action, Terminate):
         return [Remove(key, action.pool, action.node, action.reason)]
     if isinstance(action, ReportJob):
-        return [FlagLongJob(key, action.pool, action.node, action.job, action.signal, action.reason)]
+        return [FlagLongJob(key, action.pool, action.node, action.job, action.signal, action.reason,
+                            action.release, action.started_at)]
     return []
 
 

@@ -75,10 +75,16 @@ class Hold(_Action):
 
 
 class ReportJob(_Action):
+    """A job past its pool's max_job_runtime: reported; signalled with ``signal``; signalled,
+    then requeued or evicted after the checkpoint grace with ``release``."""
+
     kind: Literal["report_job"] = "report_job"
     node: str
     job: str
     signal: bool = False
+    release: bool = False
+    started_at: datetime | None = Field(None, description="When this run of the job started "
+                                        "(a requeued job starts a new run).")
 
 
 Action = Annotated[

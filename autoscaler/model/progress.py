@@ -7,7 +7,8 @@ with a :class:`ProgressUpdate` (see ``model/changes.py``), checked when it is ma
 * :class:`BootstrapProgress`: Ansible attempts, their back-off and the last error;
 * :class:`DrainProgress`: where a drain stands between its re-runnable steps;
 * :class:`InterruptionRecord`: the cloud's notice;
-* :class:`LongJob`: a job past ``max_job_runtime``, reported once and signalled once.
+* :class:`LongJob`: a job past ``max_job_runtime``, reported once and signalled once; with
+  ``lifetime.action: release``, requeued once after the checkpoint grace.
 
 The store keeps the record in the node's JSON column and owns how it is serialised;
 records written by an older version read with their unknown keys ignored.
@@ -114,8 +115,21 @@ class InterruptionRecord(_Record):
 class LongJob(_Record):
     reported_at: datetime
     signal: bool = False  # the policy asks for a checkpoint signal
-    signalled_at: datetime | None = None
-    outcome: str | None = None  # what the signal attempt came to
+    release: bool = False  # ... and to requeue (evict) the job after the checkpoint grace
+    started_at: datetime | None = None  # the run reported: a requeued job is a new run
+    signalled_at: datetime | None = None  # the grace clock starts here
+    released_at: datetime | None = None  # the requeue (eviction) was sent, or is being sent
+    not_before: datetime | None = None  # a refused requeue is tried again then
+    outcome: str | None = None  # what the last attempt came to
+
+    @property
+    def owes_signal(self) -> bool:
+        return (self.signal or self.release) and self.signalled_at is None
+
+    def owes_release(self, now: datetime, grace: timedelta) -> bool:
+        return (self.release and self.released_at is None and self.signalled_at is not None
+                and now >= self.signalled_at + grace
+                and (self.not_before is None or now >= self.not_before))
 
 
 def _newest_long_jobs(jobs: dict[str, LongJob]) -> dict[str, LongJob]:

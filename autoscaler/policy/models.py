@@ -241,10 +241,18 @@ _MOVES = frozenset({"consolidate", "spot-returned", "ttl"})
 class Lifetime(_Strict):
     max_node_age: Annotated[Duration, MAX_NODE_AGE] | None = Field(
         None, description="Nodes older than this are replaced (at least 1h). None: never.")
-    max_job_runtime: Duration | None = None
+    max_job_runtime: Duration | None = Field(
+        None, description="Jobs running longer are reported (audit long-job); see action.")
     signal_long_jobs: bool = Field(
         False, description="Also signal jobs past max_job_runtime to checkpoint, not only report."
     )
+    action: Literal["report", "release"] = Field(
+        "report", description="What happens to a job past max_job_runtime. report: reported "
+        "(and signalled if signal_long_jobs). release: it gets scale_down.checkpoint_signal, "
+        "then after scale_down.checkpoint_grace it is requeued (Slurm) or its pod evicted "
+        "(Kubernetes), so its GPUs go back to the queue; it resumes from its checkpoint. "
+        "Teams whose priority is in the service's engine.long_job_release_exempt are only "
+        "reported.")
 
 
 class Health(_Strict):

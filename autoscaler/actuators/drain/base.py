@@ -92,6 +92,12 @@ class SchedulerOps(Protocol):
         """Take the remaining work off the node (requeue, delete)."""
         ...
 
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+        """Take running jobs off a node that stays in service (long jobs past their
+        runtime): requeue (Slurm) or evict (Kubernetes). Returns refusals, one line each;
+        a refused job keeps running (nothing is cancelled)."""
+        ...
+
     def uncordon(self, node: str) -> None: ...
 
     def readiness(self, node: str) -> Readiness: ...
@@ -115,6 +121,8 @@ class Drainer(Protocol):
     def forget(self, node: Node) -> None: ...
 
     def signal_jobs(self, node: Node, job_ids: Sequence[str], signal: str) -> bool: ...
+
+    def release_jobs(self, node: Node, job_ids: Sequence[str]) -> list[str]: ...
 
 
 class PhasedDrainer:
@@ -143,6 +151,9 @@ class PhasedDrainer:
 
     def signal_jobs(self, node: Node, job_ids: Sequence[str], signal: str) -> bool:
         return self.ops.signal_jobs(node.name, job_ids, signal)
+
+    def release_jobs(self, node: Node, job_ids: Sequence[str]) -> list[str]:
+        return self.ops.release_jobs(node.name, job_ids)
 
     # -- the phases --------------------------------------------------------------------
     def _step(self, name: str, p: DrainProgress, now: datetime) -> DrainStep:
@@ -227,6 +238,9 @@ class NoSchedulerOps:
 
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         return None
+
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+        return [f"{j}: no scheduler to requeue it" for j in job_ids]
 
     def uncordon(self, node: str) -> None:
         return None

@@ -12,6 +12,8 @@
 * after ``checkpoint_grace`` the pods still there are deleted. A drain is therefore
   bounded by ``drain_timeout + checkpoint_grace`` even when a PDB never allows an
   eviction, like the drain timeout of a Slurm node;
+* a long job released (``lifetime.action: release``) is signalled the same way, and
+  after ``checkpoint_grace`` its pod is evicted (a PDB refusal is retried, never forced);
 * DaemonSet and static (mirror) pods are left alone: they die with the node;
 * a node is ready once it is Ready, not cordoned, and its device plugin advertises the
   GPUs its instance type has (``node.kubernetes.io/instance-type``, set at join):
@@ -186,6 +188,16 @@ class KubernetesOps:
                     raise DrainError(f"kubernetes: cannot delete {pod.id}: "
                                      f"{exc.status} {exc.reason}") from None
             self.evictions.append(f"deleted {pod.id}")
+
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+        """Evict each pod through the Eviction API (its controller recreates it elsewhere;
+        a PodDisruptionBudget's 429 is returned as a refusal and retried later)."""
+        refused = []
+        for key in job_ids:
+            why = self._evict(key)
+            if why:
+                refused.append(why)
+        return refused
 
     def _evict(self, key: str) -> str | None:
         namespace, name = _split(key)

@@ -7,6 +7,8 @@
   or ``--full`` (every step too) with ``scope="full"``;
 * evacuate after the grace period: ``scontrol requeue JOB``; a job Slurm refuses to
   requeue (not batch, ``--no-requeue``) is cancelled, since it would die with the node;
+* release a long job (``lifetime.action: release``): ``scontrol requeue JOB`` too, but a
+  refused one keeps running, since its node stays;
 * cancel: ``state=RESUME``; forget: ``state=DOWN`` once the instance is destroyed.
 
 Slurm node names are fleet node names. Commands run through the same runner, prefix,
@@ -131,6 +133,18 @@ class SlurmOps:
                 if _matches(exc, _JOB_GONE):
                     continue
                 self._cancel(node, job, exc)
+
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+        """``scontrol requeue`` each job; unlike a drain's evacuation, a job Slurm refuses
+        to requeue is left running (the node stays), and the refusal is returned."""
+        refused = []
+        for job in job_ids:
+            try:
+                self._cmd("scontrol", "requeue", _job(job))
+            except SlurmCommandError as exc:
+                if not _matches(exc, _JOB_GONE):
+                    refused.append(f"{job}: {' '.join(str(exc).split())[:200]}")
+        return refused
 
     def _cancel(self, node: str, job: Work, why: Exception) -> None:
         try:

@@ -100,14 +100,27 @@ def _apply(step: Step, action: Action, intents: list[Intent], action_id: int | N
 
 
 def _report_job(step: Step, action: FlagLongJob) -> None:
-    """The engine repeats a long job's report every tick while it runs: the first one is
-    audited and, when the policy asks, owes the job one checkpoint signal (advance())."""
+    """The engine repeats a long job's report every tick while it runs: the first one of a
+    run is audited and, when the policy asks, owes the job one checkpoint signal and one
+    release (advance()). A requeued job that runs past the limit again is a new run (its
+    start time differs), reported afresh."""
     found = step.store.get(action.node)
-    if found is None or action.job in found.progress.long_jobs:
+    if found is None:
+        return
+    known = found.progress.long_jobs.get(action.job)
+    same_run = known is not None and (known.started_at is None
+                                      or known.started_at == action.started_at)
+    if known is not None and same_run:
+        if action.release and not known.release:  # the policy now says release
+            jobs = {**found.progress.long_jobs,
+                    action.job: known.model_copy(update={"release": True})}
+            step.patch(action.node, progress=ProgressUpdate(long_jobs=jobs))
         return
     now = step.now()
     step.store.audit("long-job", action.reason, now, pool=action.pool, node=action.node)
-    jobs = {**found.progress.long_jobs, action.job: LongJob(reported_at=now, signal=action.signal)}
+    entry = LongJob(reported_at=now, signal=action.signal, release=action.release,
+                    started_at=action.started_at)
+    jobs = {**found.progress.long_jobs, action.job: entry}
     step.patch(action.node, progress=ProgressUpdate(long_jobs=jobs))
 
 
