@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from autoscaler.engine import Drain, Replace, ReportJob, decide
+from autoscaler.engine import Drain, EngineSettings, Replace, ReportJob, decide
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode
 from tests.builders import NOW, busy, fleet, make_node, make_policy, snapshot
 
@@ -80,3 +80,41 @@ def test_long_jobs_reported_and_optionally_signalled():
     plan = run(policy, [make_node("n1")], obs)
     (rep,) = [a for a in plan.actions if isinstance(a, ReportJob)]
     assert rep.job == "long" and rep.signal and "2d2h" in rep.reason
+
+
+def _long_job_plan(priority: str, settings: EngineSettings | None = None, **lifetime: str):
+    policy = make_policy(priority=priority, lifetime={"max_job_runtime": "2h", **lifetime},
+                         scale_down={"checkpoint_grace": "5m"})
+    obs = {"n1": NodeObservation(
+        metrics=GpuMetrics(util_mean=90, util_max_idle_window=95, sample_age_s=3),
+        scheduler=SchedulerNode(state="allocated", gpus_total=1, gpus_allocated=1, jobs=[
+            RunningJob(id="4242", gpus=1, started_at=NOW - timedelta(hours=2, minutes=5))]))}
+    plan = decide({policy.team: policy}, fleet(make_node("n1")), snapshot(obs), NOW,
+                  settings=settings)
+    (rep,) = [a for a in plan.actions if isinstance(a, ReportJob)]
+    return rep
+
+
+HIGH_EXEMPT = EngineSettings(long_job_release_exempt=["high"])
+
+
+@pytest.mark.parametrize(("priority", "lifetime", "settings", "release", "then"), [
+    ("medium", {}, None, False, "past max_job_runtime 2h"),  # the default: action report
+    ("medium", {"action": "report"}, None, False, "past max_job_runtime 2h"),
+    ("medium", {"action": "release"}, None, True,
+     "past max_job_runtime 2h: checkpoint signal USR1, requeue after 5m grace"),
+    ("medium", {"action": "release"}, HIGH_EXEMPT, True, "requeue after 5m grace"),
+    ("high", {"action": "release"}, HIGH_EXEMPT, False,
+     "past max_job_runtime 2h: high priority is exempt from release, reported only"),
+])
+def test_long_jobs_released_unless_the_teams_priority_is_exempt(priority, lifetime, settings,
+                                                                release, then):
+    rep = _long_job_plan(priority, settings, **lifetime)
+    assert rep.release is release and rep.job == "4242"
+    assert rep.started_at == NOW - timedelta(hours=2, minutes=5)
+    assert rep.reason.startswith("vision/gpu: job 4242 on n1 has run 2h5m, past") and rep.reason.endswith(then)
+
+
+def test_lifetime_action_is_report_or_release():
+    with pytest.raises(ValueError, match="action"):
+        make_policy(lifetime={"max_job_runtime": "2h", "action": "kill"})

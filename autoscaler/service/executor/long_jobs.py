@@ -75,7 +75,7 @@ def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], k
 def _release(step: Step, node: Node, jobs: dict[str, LongJob], due: list[str], kind: str,
              grace: timedelta) -> None:
     now = step.now()
-    what = "evict" if kind == "kubernetes" else "requeue"
+    what, done = ("evict", "evicted") if kind == "kubernetes" else ("requeue", "requeued")
     for job in due:
         jobs[job] = jobs[job].model_copy(update={"released_at": now, "outcome": f"{what} sending"})
     step.patch(node.name, progress=ProgressUpdate(long_jobs=jobs))
@@ -99,8 +99,8 @@ def _release(step: Step, node: Node, jobs: dict[str, LongJob], due: list[str], k
             detail = (f"job {job} on {node.name}: {what} refused ({failed[job]}); tried again "
                       f"at {retry:%H:%M:%S}")
         else:
-            jobs[job] = entry.model_copy(update={"outcome": f"{what}d after {waited}"})
-            detail = (f"job {job} on {node.name}: {what}d {waited} after its checkpoint signal "
+            jobs[job] = entry.model_copy(update={"outcome": f"{done} after {waited}"})
+            detail = (f"job {job} on {node.name}: {done} {waited} after its checkpoint signal "
                       f"(checkpoint_grace {format_duration(grace)}); its GPUs are free")
         step.store.audit("long-job-release", detail, now, pool=f"{node.team}/{node.pool}",
                          node=node.name)
