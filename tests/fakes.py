@@ -296,14 +296,13 @@ class FakeScheduler(_Raises):
         self._call("evacuate", node, [w.id for w in work])
         self.work.pop(node, None)
 
-    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> dict[str, str]:
         self._call("release", node, list(job_ids))
-        refused = [f"{j}: TooManyRequests" for j in job_ids if self.refuse.get(j, 0) > 0]
-        for j in job_ids:
-            if self.refuse.get(j, 0) > 0:
-                self.refuse[j] -= 1
-        gone = set(job_ids) - {r.split(":")[0] for r in refused}
-        self.work[node] = [w for w in self.work.get(node, []) if w.id not in gone]
+        refused = {j: "TooManyRequests" for j in job_ids if self.refuse.get(j, 0) > 0}
+        for j in refused:
+            self.refuse[j] -= 1
+        self.work[node] = [w for w in self.work.get(node, [])
+                           if w.id not in job_ids or w.id in refused]
         return refused
 
     def uncordon(self, node: str) -> None:

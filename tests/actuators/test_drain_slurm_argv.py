@@ -61,3 +61,31 @@ def test_job_ids_from_squeue_and_signals_are_checked() -> None:
     with pytest.raises(DrainError, match="not a signal name"):
         ops.checkpoint("vision-gpu-1", [Work("1")], "KILL --full")
     assert run.argvs == []
+
+
+class Refusing(Recorder):
+    """scontrol's answers per job id: an exception is raised."""
+
+    def __init__(self, answers: Mapping[str, Exception]) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def __call__(self, argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> str:
+        self.argvs.append(list(argv))
+        if argv[-1] in self.answers:
+            raise self.answers[argv[-1]]
+        return ""
+
+
+def test_releasing_long_jobs_requeues_each_and_leaves_refused_ones_running() -> None:
+    from autoscaler.schedulers.slurm.client import SlurmCommandError
+
+    run = Refusing({
+        "13": SlurmCommandError("scontrol: error: Requested operation is presently disabled"),
+        "14": SlurmCommandError("scontrol: error: Job has already finished"),
+    })
+    refused = SlurmOps(runner=run).release_jobs("vision-gpu-1", ["12", "1 --all", "13", "14"])
+    assert run.argvs == [["scontrol", "requeue", "12"], ["scontrol", "requeue", "13"],
+                         ["scontrol", "requeue", "14"]]  # never scancel: the node stays
+    assert sorted(refused) == ["1 --all", "13"]
+    assert "not a Slurm job id" in refused["1 --all"] and "presently disabled" in refused["13"]

@@ -92,10 +92,10 @@ class SchedulerOps(Protocol):
         """Take the remaining work off the node (requeue, delete)."""
         ...
 
-    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> dict[str, str]:
         """Take running jobs off a node that stays in service (long jobs past their
-        runtime): requeue (Slurm) or evict (Kubernetes). Returns refusals, one line each;
-        a refused job keeps running (nothing is cancelled)."""
+        runtime): requeue (Slurm) or evict (Kubernetes). Returns the refused ones, job id
+        -> why; a refused job keeps running (nothing is cancelled)."""
         ...
 
     def uncordon(self, node: str) -> None: ...
@@ -122,7 +122,7 @@ class Drainer(Protocol):
 
     def signal_jobs(self, node: Node, job_ids: Sequence[str], signal: str) -> bool: ...
 
-    def release_jobs(self, node: Node, job_ids: Sequence[str]) -> list[str]: ...
+    def release_jobs(self, node: Node, job_ids: Sequence[str]) -> dict[str, str]: ...
 
 
 class PhasedDrainer:
@@ -152,7 +152,7 @@ class PhasedDrainer:
     def signal_jobs(self, node: Node, job_ids: Sequence[str], signal: str) -> bool:
         return self.ops.signal_jobs(node.name, job_ids, signal)
 
-    def release_jobs(self, node: Node, job_ids: Sequence[str]) -> list[str]:
+    def release_jobs(self, node: Node, job_ids: Sequence[str]) -> dict[str, str]:
         return self.ops.release_jobs(node.name, job_ids)
 
     # -- the phases --------------------------------------------------------------------
@@ -239,8 +239,8 @@ class NoSchedulerOps:
     def evacuate(self, node: str, work: Sequence[Work]) -> None:
         return None
 
-    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
-        return [f"{j}: no scheduler to requeue it" for j in job_ids]
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> dict[str, str]:
+        return dict.fromkeys(job_ids, "no scheduler to requeue it")
 
     def uncordon(self, node: str) -> None:
         return None

@@ -189,14 +189,14 @@ class KubernetesOps:
                                      f"{exc.status} {exc.reason}") from None
             self.evictions.append(f"deleted {pod.id}")
 
-    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> dict[str, str]:
         """Evict each pod through the Eviction API (its controller recreates it elsewhere;
         a PodDisruptionBudget's 429 is returned as a refusal and retried later)."""
-        refused = []
+        refused = {}
         for key in job_ids:
             why = self._evict(key)
             if why:
-                refused.append(why)
+                refused[key] = why
         return refused
 
     def _evict(self, key: str) -> str | None:

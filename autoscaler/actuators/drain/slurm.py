@@ -134,16 +134,18 @@ class SlurmOps:
                     continue
                 self._cancel(node, job, exc)
 
-    def release_jobs(self, node: str, job_ids: Sequence[str]) -> list[str]:
+    def release_jobs(self, node: str, job_ids: Sequence[str]) -> dict[str, str]:
         """``scontrol requeue`` each job; unlike a drain's evacuation, a job Slurm refuses
         to requeue is left running (the node stays), and the refusal is returned."""
-        refused = []
+        refused = {}
         for job in job_ids:
             try:
                 self._cmd("scontrol", "requeue", _job(job))
+            except DrainError as exc:  # not a job id: nothing ran
+                refused[job] = str(exc)
             except SlurmCommandError as exc:
                 if not _matches(exc, _JOB_GONE):
-                    refused.append(f"{job}: {' '.join(str(exc).split())[:200]}")
+                    refused[job] = " ".join(str(exc).split())[:200]
         return refused
 
     def _cancel(self, node: str, job: Work, why: Exception) -> None:

@@ -82,12 +82,11 @@ def _release(step: Step, node: Node, jobs: dict[str, LongJob], due: list[str], k
     drainer = step.drainer(kind)
     step.store.fence()
     try:
-        refused = (drainer.release_jobs(node, due) if drainer is not None
-                   else [f"{j}: no {kind} scheduler to {what} it" for j in due])
+        failed = (drainer.release_jobs(node, due) if drainer is not None
+                  else dict.fromkeys(due, f"no {kind} scheduler to {what} it"))
     except Exception as exc:  # a failed requeue took nothing off the node: try again later
-        refused = [f"{j}: {exc}" for j in due]
+        failed = dict.fromkeys(due, str(exc))
         step.error("long-jobs", f"{node.name}: releasing long jobs {', '.join(due)}: {exc}")
-    failed = {line.partition(": ")[0]: line for line in refused}
     for job in due:
         entry = jobs[job]
         waited = format_duration(now - (entry.signalled_at or now))
