@@ -76,6 +76,8 @@ def _release(step: Step, node: Node, jobs: dict[str, LongJob], due: list[str], k
              grace: timedelta) -> None:
     now = step.now()
     what, done = ("evict", "evicted") if kind == "kubernetes" else ("requeue", "requeued")
+    # Released even when its signal failed (the limit is the rule), but the audit says so.
+    signalled = {job: jobs[job].outcome or "" for job in due}
     for job in due:
         jobs[job] = jobs[job].model_copy(update={"released_at": now, "outcome": f"{what} sending"})
     step.patch(node.name, progress=ProgressUpdate(long_jobs=jobs))
@@ -101,6 +103,8 @@ def _release(step: Step, node: Node, jobs: dict[str, LongJob], due: list[str], k
             jobs[job] = entry.model_copy(update={"outcome": f"{done} after {waited}"})
             detail = (f"job {job} on {node.name}: {done} {waited} after its checkpoint signal "
                       f"(checkpoint_grace {format_duration(grace)}); its GPUs are free")
+            if not signalled[job].endswith(" sent"):
+                detail += f"; the signal was not sent ({signalled[job]})"
         step.store.audit("long-job-release", detail, now, pool=f"{node.team}/{node.pool}",
                          node=node.name)
     step.patch(node.name, progress=ProgressUpdate(long_jobs=jobs))

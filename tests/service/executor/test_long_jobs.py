@@ -165,3 +165,16 @@ def test_kubernetes_pod_signalled_then_evicted_after_the_grace(kube_rig: tuple[R
     assert rig.store.meta(name)["long_jobs"]["vision/train-0"]["outcome"] == "evicted after 2m2s"
     assert not kube.cordoned(name) and rig.state(name).value == "READY"
     assert len(kube.execs) == 1  # one signal, whatever the retries
+
+
+def test_a_job_whose_signal_failed_is_still_released_and_the_audit_says_so(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    rig.slurm.next_error = RuntimeError("scancel: Unable to contact slurm controller")
+    rig.submit(report(name))
+    rig.advance()
+    rig.clock.tick(61)
+    rig.advance()
+    assert len(calls(rig, "signal")) == 1 and len(calls(rig, "release")) == 1
+    [audit] = audits(rig, "long-job-release")
+    assert audit.endswith("; the signal was not sent (SIGUSR2 failed: scancel: Unable to "
+                          "contact slurm controller)")
