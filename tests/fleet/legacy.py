@@ -5,6 +5,7 @@ checks that the SQLite and the PostgreSQL tests run on it."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -154,3 +155,22 @@ def head_matches_models(url: str) -> None:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:
         engine.dispose()
+
+
+def open_at_once(url: str, count: int) -> None:
+    """``count`` services opening one empty store at the same moment: none fails or hangs."""
+    start, errors = threading.Barrier(count, timeout=30), []
+
+    def open_store() -> None:
+        try:
+            start.wait()
+            FleetStore(url).close()
+        except Exception as exc:  # reported below with the thread's error
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads) and errors == []

@@ -5,7 +5,6 @@ and an upgrade keeps every row. PostgreSQL: test_schema_postgres.py."""
 from __future__ import annotations
 
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
@@ -73,21 +72,8 @@ def test_an_empty_database_is_created_at_head_when_opened(tmp_path):
 
 
 def test_two_instances_opening_one_empty_database_create_it_once(tmp_path):
-    url, start, errors = url_of(tmp_path), threading.Barrier(2, timeout=30), []
-
-    def open_store() -> None:
-        try:
-            start.wait()
-            FleetStore(url).close()
-        except Exception as exc:  # reported below with the thread's error
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_store) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads) and errors == []
+    url = url_of(tmp_path)
+    legacy.open_at_once(url, 2)
     assert sql(url, "SELECT version_num FROM alembic_version") == [(schema.head(),)]
 
 

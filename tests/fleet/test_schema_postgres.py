@@ -7,14 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from autoscaler.fleet import schema, store_schema
 from autoscaler.fleet.schema import Status
-from autoscaler.fleet.store import FleetStore
 from tests.fleet import legacy
 from tests.service import postgres
 from tests.service.config.test_config import write
@@ -39,21 +37,7 @@ def test_every_migration_gives_exactly_the_models_tables(url):
 
 
 def test_two_instances_opening_one_empty_database_create_it_once(url):
-    start, errors = threading.Barrier(3, timeout=30), []
-
-    def open_store() -> None:
-        try:
-            start.wait()
-            FleetStore(url).close()
-        except Exception as exc:  # reported below with the thread's error
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_store) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads) and errors == []
+    legacy.open_at_once(url, 3)
     state = store_schema.current(url)
     assert (state.status, state.revision) == (Status.CURRENT, schema.head())
 
