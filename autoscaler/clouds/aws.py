@@ -225,6 +225,35 @@ class AwsCloud:
         # The filter is applied by the API; checking again keeps a lax endpoint honest.
         return sorted((i for i in out if i.state in wanted), key=lambda i: i.instance_id)
 
+    # -- permissions (gpu-autoscaler doctor) ----------------------------------------
+    def allowed(self, operation: str, **params: Any) -> bool:
+        """Whether these credentials may call the EC2 ``operation`` with ``params``, asked
+        with ``DryRun`` (nothing is launched or terminated): AWS answers DryRunOperation
+        when the call would have been authorized, UnauthorizedOperation when not. Any
+        other answer (a bad AMI, no credentials, no endpoint) is raised as a CloudError."""
+        call = getattr(self._client("ec2"), operation)
+        with aws_errors(f"ec2 {operation} (DryRun) in {self.region}", self.settings.endpoint_url):
+            try:
+                call(DryRun=True, **params)
+            except bex.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code in ("DryRunOperation", "UnauthorizedOperation"):
+                    return code == "DryRunOperation"
+                raise
+        raise CloudError(f"ec2 {operation} in {self.region} ignored DryRun: it ran")
+
+    def queue_attributes(self, names: Iterable[str]) -> dict[str, str]:
+        """The interruption queue's attributes (GetQueueAttributes: nothing is received,
+        so no notice is consumed); {} without a queue."""
+        if not self.settings.queue_url:
+            return {}
+        with aws_errors(f"sqs GetQueueAttributes of {self.settings.queue_url}",
+                        self.settings.endpoint_url):
+            answer = self._client("sqs").get_queue_attributes(
+                QueueUrl=self.settings.queue_url, AttributeNames=list(names))
+        attributes = answer.get("Attributes", {})
+        return {str(k): str(v) for k, v in attributes.items()} if isinstance(attributes, dict) else {}
+
     # -- interruptions ------------------------------------------------------------
     def account_id(self) -> str:
         """The fleet's account: from the config, else the credentials' own (STS, asked once;

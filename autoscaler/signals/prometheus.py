@@ -152,6 +152,10 @@ class PrometheusReader:
         nodes = {name: recorded.observe(fields.get(name, {}), w) for name, w in hosts.items()}
         return MetricsReading(nodes, queries=1)
 
+    def query(self, query: str, now: datetime) -> list[dict[str, Any]]:
+        """An instant query at ``now``, with the reader's timeout and errors."""
+        return self._query(query, now)
+
     def _query(self, query: str, now: datetime) -> list[dict[str, Any]]:
         timeout = self.config.timeout.total_seconds()
         return self._guarded(lambda client: client.custom_query(
