@@ -1,6 +1,6 @@
 """Terraform: the binary, and per cloud region the provider from the plugin mirror, the
-backend and its state lock, in a workspace of the doctor's own (``<workdir>/_doctor/``,
-state key ``<prefix>/_doctor/<cloud>-<region>``): ``terraform init`` installs the provider
+backend and its state lock, in a workspace of the doctor's own (``<workdir>/gpu-autoscaler-doctor/``,
+state key ``<prefix>/gpu-autoscaler-doctor/<cloud>-<region>/``): ``terraform init`` installs the provider
 and opens the backend (an S3 bucket that is not there fails here), and a plan of an empty
 node map takes the state lock and releases it. No pool's state or lock is touched."""
 
@@ -20,7 +20,9 @@ from autoscaler.actuators.terraform import (
 from autoscaler.service.doctor.context import Context
 from autoscaler.service.doctor.report import Result, fail, ok, skip
 
-TEAM = "_doctor"  # not a valid team name, so never a real pool's workspace or state key
+# The doctor's workspace: a team name no policy is expected to use (the pool module takes
+# lowercase letters, digits and dashes only), pool ``<cloud>-<region>``.
+TEAM = "gpu-autoscaler-doctor"
 COMMAND_S = 50.0  # per terraform command; the check's deadline covers init and plan
 
 
@@ -54,7 +56,7 @@ def workspaces(ctx: Context) -> list[Result]:
 
 
 def _workspace(ctx: Context, cloud: str, region: str) -> Result:
-    name = f"terraform {cloud}/{region}"
+    name = f"terraform backend {cloud}/{region}"
     settings = ctx.config.terraform
     if settings.inputs_for(cloud, region) is None:
         return fail(name, f"no terraform.regions[{cloud}/{region}] inputs: these pools are "
