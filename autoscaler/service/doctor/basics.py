@@ -63,6 +63,6 @@ def prices(ctx: Context) -> list[Result]:
                                "file (prices_file)")]
     source = "market and catalog" if ctx.config.clouds.market_prices else "catalog"
     # Market gaps are not failures (the catalog's price is used), but worth a look.
-    gaps = f"; {len(notes)} market gap(s), first: {notes[0]}" if notes else ""
+    note = f"; {len(notes)} market gap(s), first: {notes[0]}" if notes else ""
     return [ok("prices", f"{len(priced)} type(s) across {len(ctx.pools())} pool(s) priced "
-                         f"({source}){gaps}")]
+                         f"({source}){note}")]

@@ -107,7 +107,7 @@ def kubernetes(ctx: Context) -> list[Result]:
     except (HTTPError, OSError) as exc:
         return [fail(name, f"{cfg.host or cfg.kubeconfig} unreachable: {type(exc).__name__}")]
     finally:
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]
     where = f"{cfg.host or cfg.kubeconfig}: nodes and pods readable"
     if denied:
         return [fail(name, f"{where}, but the drainer may not {', '.join(denied)}")]
@@ -121,7 +121,8 @@ def kubernetes(ctx: Context) -> list[Result]:
 def _access(api: client.ApiClient, timeout: float) -> tuple[list[str], list[str]]:
     """(denied, allowed) drainer rights; both empty when reviews are not served."""
     auth = client.AuthorizationV1Api(api)
-    denied, allowed = [], []
+    denied: list[str] = []
+    allowed: list[str] = []
     for verb, resource, sub in DRAIN_RIGHTS:
         what = f"{verb} {resource}/{sub}" if sub else f"{verb} {resource}"
         review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
