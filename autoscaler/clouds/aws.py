@@ -19,6 +19,7 @@ from typing import Any
 import boto3
 import botocore.exceptions as bex
 from botocore.config import Config
+from botocore.parsers import ResponseParserError
 
 from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.clouds.aws_events import Trust
@@ -28,6 +29,7 @@ from autoscaler.clouds.base import (
     MANAGED_TAGS,
     CloudApiError,
     CloudAuthError,
+    CloudDataError,
     CloudError,
     CloudInstance,
     CloudUnreachableError,
@@ -52,6 +54,7 @@ _AUTH_CODES = {
 }
 _UNREACHABLE = (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError,
                 bex.ConnectionClosedError)
+_NOT_AWS = (ResponseParserError, ValueError, KeyError, AttributeError, TypeError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,12 @@ def aws_errors(what: str, endpoint: str | None) -> Iterator[None]:
         raise CloudUnreachableError(f"{what}: cannot reach {where}: {exc}") from None
     except bex.BotoCoreError as exc:
         raise CloudError(f"{what}: {exc}") from None
+    except _NOT_AWS as exc:
+        # botocore's parsers raise these (not BotoCoreError) on an answer that is not an
+        # AWS response: a proxy's HTML, bytes, JSON of another shape or depth.
+        where = endpoint or "the AWS endpoint"
+        raise CloudDataError(f"{what}: {where} answered something that is not an AWS "
+                             f"response ({type(exc).__name__})") from None
 
 
 class AwsCloud:
@@ -240,7 +249,8 @@ class AwsCloud:
                 if code in ("DryRunOperation", "UnauthorizedOperation"):
                     return code == "DryRunOperation"
                 raise
-        raise CloudError(f"ec2 {operation} in {self.region} ignored DryRun: it ran")
+        raise CloudDataError(f"ec2 {operation} (DryRun) in {self.region}: the endpoint answered "
+                             "success to a DryRun call, which AWS never does")
 
     def queue_attributes(self, names: Iterable[str]) -> dict[str, str]:
         """The interruption queue's attributes (GetQueueAttributes: nothing is received,

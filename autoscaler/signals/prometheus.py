@@ -180,7 +180,8 @@ class PrometheusReader:
                 f"prometheus unreachable at {_public_url(self.config.url)}") from None
         except PrometheusApiClientException as exc:
             raise PrometheusReadError(f"prometheus query failed: {str(exc)[:300]}") from None
-        except (requests.RequestException, ValueError, KeyError) as exc:
+        except (requests.RequestException, ValueError, KeyError, TypeError,
+                RecursionError) as exc:  # the client reads any JSON it is given
             raise PrometheusReadError(f"prometheus answered badly: {type(exc).__name__}") from None
         except SecretError as exc:
             raise PrometheusReadError(str(exc)) from None

@@ -133,6 +133,9 @@ def _queue(cloud: AwsCloud, name: str, url: str) -> Result:
         attrs = cloud.queue_attributes(["QueueArn", "ApproximateNumberOfMessages", "Policy"])
     except CloudError as exc:
         return fail(name, str(exc))
+    if "QueueArn" not in attrs:
+        return fail(name, f"{url}: answered without the queue's attributes (not an SQS "
+                          "endpoint?)")
     if EVENTS not in attrs.get("Policy", ""):
         return fail(name, f"{url}: the queue policy does not let EventBridge ({EVENTS}) send "
                           "to it: no spot notice would arrive")

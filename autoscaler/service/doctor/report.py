@@ -72,8 +72,8 @@ def run_checks(checks: Sequence[Check[C]], context: C) -> list[Result]:
                                f"no answer within {check.timeout_s:g}s", check.timeout_s))
         except Exception as exc:  # the row says what broke; the log keeps the detail
             log.debug("doctor check %s", check.name, exc_info=True)
-            rows.append(Result(check.name, Status.FAIL, f"{type(exc).__name__}: {exc}",
-                               round(time.monotonic() - started, 1)))
+            rows.append(Result(check.name, Status.FAIL, f"unexpected {type(exc).__name__}: "
+                               f"{str(exc)[:300]}", round(time.monotonic() - started, 1)))
     pool.shutdown(wait=False, cancel_futures=True)
     return rows
 

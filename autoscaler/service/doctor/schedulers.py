@@ -106,6 +106,9 @@ def kubernetes(ctx: Context) -> list[Result]:
         return [fail(name, f"{cfg.host or cfg.kubeconfig}: {exc.status} {exc.reason}")]
     except (HTTPError, OSError) as exc:
         return [fail(name, f"{cfg.host or cfg.kubeconfig} unreachable: {type(exc).__name__}")]
+    except (ValueError, TypeError, RecursionError) as exc:  # the client's models refuse it
+        return [fail(name, f"{cfg.host or cfg.kubeconfig} answered something that is not a "
+                           f"Kubernetes API answer ({type(exc).__name__})")]
     finally:
         api.close()  # type: ignore[no-untyped-call]
     where = f"{cfg.host or cfg.kubeconfig}: nodes and pods readable"
