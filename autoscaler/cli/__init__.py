@@ -32,6 +32,7 @@ COMMANDS = {
     "simulate": "autoscaler.cli.simulate",
     "run": "autoscaler.cli.run",
     "status": "autoscaler.cli.status",
+    "doctor": "autoscaler.cli.doctor",
     "demo": "autoscaler.cli.demo",
     "policy": "autoscaler.cli.policy",
     "forecast": "autoscaler.cli.forecast",

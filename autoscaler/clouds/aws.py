@@ -19,6 +19,7 @@ from typing import Any
 import boto3
 import botocore.exceptions as bex
 from botocore.config import Config
+from botocore.parsers import ResponseParserError
 
 from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.clouds.aws_events import Trust
@@ -28,6 +29,7 @@ from autoscaler.clouds.base import (
     MANAGED_TAGS,
     CloudApiError,
     CloudAuthError,
+    CloudDataError,
     CloudError,
     CloudInstance,
     CloudUnreachableError,
@@ -52,6 +54,7 @@ _AUTH_CODES = {
 }
 _UNREACHABLE = (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError,
                 bex.ConnectionClosedError)
+_NOT_AWS = (ResponseParserError, ValueError, KeyError, AttributeError, TypeError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,12 @@ def aws_errors(what: str, endpoint: str | None) -> Iterator[None]:
         raise CloudUnreachableError(f"{what}: cannot reach {where}: {exc}") from None
     except bex.BotoCoreError as exc:
         raise CloudError(f"{what}: {exc}") from None
+    except _NOT_AWS as exc:
+        # botocore's parsers raise these (not BotoCoreError) on an answer that is not an
+        # AWS response: a proxy's HTML, bytes, JSON of another shape or depth.
+        where = endpoint or "the AWS endpoint"
+        raise CloudDataError(f"{what}: {where} answered something that is not an AWS "
+                             f"response ({type(exc).__name__})") from None
 
 
 class AwsCloud:
@@ -224,6 +233,36 @@ class AwsCloud:
                 out += [_instance(raw) for raw in reservation.get("Instances", [])]
         # The filter is applied by the API; checking again keeps a lax endpoint honest.
         return sorted((i for i in out if i.state in wanted), key=lambda i: i.instance_id)
+
+    # -- permissions (gpu-autoscaler doctor) ----------------------------------------
+    def allowed(self, operation: str, **params: Any) -> bool:
+        """Whether these credentials may call the EC2 ``operation`` with ``params``, asked
+        with ``DryRun`` (nothing is launched or terminated): AWS answers DryRunOperation
+        when the call would have been authorized, UnauthorizedOperation when not. Any
+        other answer (a bad AMI, no credentials, no endpoint) is raised as a CloudError."""
+        call = getattr(self._client("ec2"), operation)
+        with aws_errors(f"ec2 {operation} (DryRun) in {self.region}", self.settings.endpoint_url):
+            try:
+                call(DryRun=True, **params)
+            except bex.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code in ("DryRunOperation", "UnauthorizedOperation"):
+                    return code == "DryRunOperation"
+                raise
+        raise CloudDataError(f"ec2 {operation} (DryRun) in {self.region}: the endpoint answered "
+                             "success to a DryRun call, which AWS never does")
+
+    def queue_attributes(self, names: Iterable[str]) -> dict[str, str]:
+        """The interruption queue's attributes (GetQueueAttributes: nothing is received,
+        so no notice is consumed); {} without a queue."""
+        if not self.settings.queue_url:
+            return {}
+        with aws_errors(f"sqs GetQueueAttributes of {self.settings.queue_url}",
+                        self.settings.endpoint_url):
+            answer = self._client("sqs").get_queue_attributes(
+                QueueUrl=self.settings.queue_url, AttributeNames=list(names))
+        attributes = answer.get("Attributes", {})
+        return {str(k): str(v) for k, v in attributes.items()} if isinstance(attributes, dict) else {}
 
     # -- interruptions ------------------------------------------------------------
     def account_id(self) -> str:

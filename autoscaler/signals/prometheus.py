@@ -152,6 +152,10 @@ class PrometheusReader:
         nodes = {name: recorded.observe(fields.get(name, {}), w) for name, w in hosts.items()}
         return MetricsReading(nodes, queries=1)
 
+    def query(self, query: str, now: datetime) -> list[dict[str, Any]]:
+        """An instant query at ``now``, with the reader's timeout and errors."""
+        return self._query(query, now)
+
     def _query(self, query: str, now: datetime) -> list[dict[str, Any]]:
         timeout = self.config.timeout.total_seconds()
         return self._guarded(lambda client: client.custom_query(
@@ -176,7 +180,8 @@ class PrometheusReader:
                 f"prometheus unreachable at {_public_url(self.config.url)}") from None
         except PrometheusApiClientException as exc:
             raise PrometheusReadError(f"prometheus query failed: {str(exc)[:300]}") from None
-        except (requests.RequestException, ValueError, KeyError) as exc:
+        except (requests.RequestException, ValueError, KeyError, TypeError,
+                RecursionError) as exc:  # the client reads any JSON it is given
             raise PrometheusReadError(f"prometheus answered badly: {type(exc).__name__}") from None
         except SecretError as exc:
             raise PrometheusReadError(str(exc)) from None

@@ -17,6 +17,7 @@ import pytest
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import PrometheusReader, _session
 from tests.builders import make_policy
+from tests.hostile_answers import HOSTILE, AnswerServer
 
 POOL = make_policy("vision").pools[0]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -159,3 +160,17 @@ def test_a_junk_sample_is_absent_and_the_rest_is_read(stub: Stub, junk: Any,
     m = result.nodes["vision-gpu-1"].metrics
     assert m is not None and m.util_mean is None and m.sample_age_s == 4.0
     assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize(("answer", "error"), [("json-list", "TypeError"),
+                                               ("json-deep", "RecursionError"),
+                                               ("garbage-bytes", "JSONDecodeError")])
+def test_an_answer_that_is_not_prometheus_is_a_source_error(answer: str, error: str) -> None:
+    """The client indexes whatever JSON it gets: a list raised TypeError and 200k-deep
+    JSON RecursionError, past the reader's error handling (a traceback per tick)."""
+    server = AnswerServer(HOSTILE[answer]).start()
+    try:
+        result = read(PrometheusConfig(url=server.url))
+    finally:
+        server.stop()
+    assert result.error == f"prometheus answered badly: {error}"

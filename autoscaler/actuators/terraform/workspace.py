@@ -110,12 +110,14 @@ class PoolWorkspace:
         rootmodule.write_private(self.dir / "applied-nodes.json", json.dumps(data, indent=2))
 
     # -- commands ----------------------------------------------------------------------
-    def init(self) -> None:
-        """``terraform init`` once per workspace (again only if the root module changed)."""
+    def init(self, *, again: bool = False) -> None:
+        """``terraform init`` once per workspace (again only if the root module changed, or
+        when asked: the doctor checks the provider mirror, which the root module does not
+        name)."""
         self.write_config()
         stamp = self.dir / ".terraform" / "gpu-autoscaler-init"
         digest = _sha256(self.dir / "main.tf.json")
-        if self._initialized or (stamp.exists() and stamp.read_text() == digest):
+        if not again and (self._initialized or (stamp.exists() and stamp.read_text() == digest)):
             self._initialized = True
             return
         try:

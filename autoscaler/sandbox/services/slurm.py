@@ -199,6 +199,16 @@ class SlurmCluster:
                    and "UP" in self.scontrol("ping").stdout,
                    timeout, "slurmctld answering ping", proc=self._ctld, interval=0.5)
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld (outage tests); ``start_controller`` brings it back."""
+        if self._ctld is not None:
+            self._ctld.stop()
+            self._ctld = None
+
+    def start_controller(self, timeout: float = 60) -> None:
+        if self._ctld is None:
+            self._start_ctld(timeout)
+
     def slurmd_argv(self, name: str) -> list[str]:
         """How to start ``name``'s slurmd (with ``SLURM_CONF=<slurm_conf>`` in its env)."""
         return ["slurmd", "-D", "-N", name, "-f", str(self.slurm_conf)]

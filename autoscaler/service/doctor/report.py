@@ -1,0 +1,90 @@
+"""One row per check, and running the checks side by side, each under its own deadline.
+
+A check is a function of the :class:`Context` that returns its :class:`Result`; a check
+that raises or overruns its deadline is a ``fail`` row saying so, never a traceback. Every
+check also bounds its own I/O (client timeouts below its deadline), so a check that
+overran still ends on its own shortly after the report is printed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+C = TypeVar("C")
+
+
+class Status(StrEnum):
+    OK = "ok"
+    FAIL = "fail"
+    SKIP = "skip"  # does not apply to this config (no Slurm pools, no queue...)
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    status: Status
+    reason: str
+    seconds: float = 0.0
+
+
+def ok(name: str, reason: str) -> Result:
+    return Result(name, Status.OK, reason)
+
+
+def fail(name: str, reason: str) -> Result:
+    return Result(name, Status.FAIL, reason)
+
+
+def skip(name: str, reason: str) -> Result:
+    return Result(name, Status.SKIP, reason)
+
+
+@dataclass(frozen=True)
+class Check(Generic[C]):
+    """``run(context)`` returns one row per thing checked (one per region, per pool...)."""
+
+    name: str
+    run: Callable[[C], list[Result]]
+    timeout_s: float = 10.0
+    help: str = ""
+
+
+def run_checks(checks: Sequence[Check[C]], context: C) -> list[Result]:
+    """Every check at once on its own thread; rows in the order of ``checks``."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(checks)),
+                                                 thread_name_prefix="doctor")
+    started = time.monotonic()
+    futures = [pool.submit(_timed, check, context) for check in checks]
+    rows: list[Result] = []
+    for check, future in zip(checks, futures, strict=True):
+        left = max(0.0, started + check.timeout_s - time.monotonic())
+        try:
+            rows += future.result(timeout=left)
+        except concurrent.futures.TimeoutError:
+            rows.append(Result(check.name, Status.FAIL,
+                               f"no answer within {check.timeout_s:g}s", check.timeout_s))
+        except Exception as exc:  # the row says what broke; the log keeps the detail
+            log.debug("doctor check %s", check.name, exc_info=True)
+            rows.append(Result(check.name, Status.FAIL, f"unexpected {type(exc).__name__}: "
+                               f"{str(exc)[:300]}", round(time.monotonic() - started, 1)))
+    pool.shutdown(wait=False, cancel_futures=True)
+    return rows
+
+
+def _timed(check: Check[C], context: C) -> list[Result]:
+    started = time.monotonic()
+    rows = check.run(context)
+    seconds = round(time.monotonic() - started, 1)
+    return [Result(r.name, r.status, r.reason, seconds) for r in rows]
+
+
+def passed(rows: Sequence[Result]) -> bool:
+    """Exit status 0 only when nothing failed (a skip is not a failure)."""
+    return all(r.status is not Status.FAIL for r in rows)

@@ -1,0 +1,141 @@
+"""Slurm and Kubernetes, reachable with what the reader reads and the drainer runs.
+
+Slurm: ``scontrol ping`` says the controller is UP, every pool's partition exists
+(``sinfo``), ``squeue`` and ``scancel`` are there, and the user the commands run as
+(through ``command_prefix``, e.g. ssh) may ``scontrol update`` nodes: root, the
+SlurmUser, or an Operator/Administrator in ``sacctmgr``.
+
+Kubernetes: nodes and pods are listed, then a SelfSubjectAccessReview asks for each
+right the drainer uses (patch nodes, create pods/eviction and pods/exec). An API server
+that does not answer access reviews (404) has its reads checked only, and the row says so.
+"""
+
+from __future__ import annotations
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
+from urllib3.exceptions import HTTPError
+
+from autoscaler.schedulers.kubernetes.client import api_client
+from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig, run_command
+from autoscaler.secrets import SecretError
+from autoscaler.service.doctor.context import Context
+from autoscaler.service.doctor.report import Result, fail, ok, skip
+
+ADMIN_LEVELS = frozenset({"operator", "administrator"})
+# (verb, resource, subresource) the Kubernetes drainer needs (actuators/drain/kubernetes.py).
+DRAIN_RIGHTS = (("patch", "nodes", ""), ("create", "pods", "eviction"),
+                ("create", "pods", "exec"), ("list", "pods", ""))
+
+
+def slurm(ctx: Context) -> list[Result]:
+    name, pools = "slurm", ctx.uses("slurm")
+    if not pools:
+        return [skip(name, "no Slurm pool")]
+    if "slurm" not in ctx.config.signals.scheduler:
+        return [fail(name, f"{len(pools)} Slurm pool(s) but signals.scheduler does not list "
+                           "slurm: their jobs and nodes would never be read")]
+    cfg = ctx.config.signals.slurm
+    try:
+        ping = _run(cfg, "scontrol", "ping")
+        if "UP" not in ping:
+            return [fail(name, f"scontrol ping: {ping.strip()[:200]}")]
+        partitions = set(_run(cfg, "sinfo", "-h", "-o", "%R").split())
+        for tool in ("squeue", "scancel"):
+            _run(cfg, tool, "--version")
+        rights = _drain_rights(cfg)
+    except SlurmCommandError as exc:
+        return [fail(name, str(exc))]
+    wanted = {p.cluster.partition for _, p in ctx.pools() if p.cluster.kind == "slurm"}
+    absent = sorted(wanted - partitions)
+    if absent:
+        return [fail(name, f"partition(s) {', '.join(absent)} not in Slurm "
+                           f"(it has {', '.join(sorted(partitions)) or 'none'})")]
+    if rights is not None:
+        return [fail(name, rights)]
+    return [ok(name, f"controller UP; partition(s) {', '.join(sorted(wanted))} present; "
+                     "scontrol, squeue, scancel runnable with the right to drain")]
+
+
+def _run(cfg: SlurmConfig, tool: str, *args: str) -> str:
+    return run_command([*cfg.command(tool), *args], cfg.timeout.total_seconds(), cfg.env)
+
+
+def _drain_rights(cfg: SlurmConfig) -> str | None:
+    """None when the command user may drain nodes, else why not."""
+    user = run_command([*cfg.command_prefix, "id", "-un"], cfg.timeout.total_seconds(),
+                       cfg.env).strip()
+    if user == "root":
+        return None
+    config = _run(cfg, "scontrol", "show", "config")
+    slurm_user = next((line.split("=", 1)[1].strip().split("(")[0] for line in config.splitlines()
+                       if line.strip().startswith("SlurmUser")), "")
+    if user == slurm_user:
+        return None
+    try:
+        level = _run(cfg, "sacctmgr", "-n", "-P", "show", "user", user, "format=AdminLevel")
+    except SlurmCommandError as exc:
+        return (f"{user} is neither root nor SlurmUser {slurm_user or '?'}, and its admin "
+                f"level could not be read ({exc}): scontrol update (drain) may be refused")
+    if level.strip().lower() in ADMIN_LEVELS:
+        return None
+    return (f"{user} is neither root, SlurmUser {slurm_user or '?'} nor a Slurm Operator "
+            f"(AdminLevel {level.strip() or 'None'}): scontrol update (drain) would be refused")
+
+
+def kubernetes(ctx: Context) -> list[Result]:
+    name, pools = "kubernetes", ctx.uses("kubernetes")
+    if not pools:
+        return [skip(name, "no Kubernetes pool")]
+    cfg = ctx.config.signals.kubernetes
+    if cfg is None or "kubernetes" not in ctx.config.signals.scheduler:
+        return [fail(name, f"{len(pools)} Kubernetes pool(s) but no signals.kubernetes in "
+                           "signals.scheduler: their pods and nodes would never be read")]
+    timeout = cfg.timeout.total_seconds()
+    try:
+        api = api_client(cfg)
+    except (SecretError, OSError, ConfigException) as exc:
+        return [fail(name, f"cannot build the client: {exc}")]
+    try:
+        core = client.CoreV1Api(api)
+        nodes = core.list_node(limit=1, _request_timeout=timeout)
+        core.list_pod_for_all_namespaces(limit=1, _request_timeout=timeout)
+        denied, checked = _access(api, timeout)
+    except ApiException as exc:
+        return [fail(name, f"{cfg.host or cfg.kubeconfig}: {exc.status} {exc.reason}")]
+    except (HTTPError, OSError) as exc:
+        return [fail(name, f"{cfg.host or cfg.kubeconfig} unreachable: {type(exc).__name__}")]
+    except (ValueError, TypeError, RecursionError) as exc:  # the client's models refuse it
+        return [fail(name, f"{cfg.host or cfg.kubeconfig} answered something that is not a "
+                           f"Kubernetes API answer ({type(exc).__name__})")]
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    where = f"{cfg.host or cfg.kubeconfig}: nodes and pods readable"
+    if denied:
+        return [fail(name, f"{where}, but the drainer may not {', '.join(denied)}")]
+    if not checked:
+        return [ok(name, f"{where} ({len(nodes.items)} node(s) in the first page); the API "
+                         "server does not answer SelfSubjectAccessReview, so the drainer's "
+                         "rights (patch nodes, evict, exec) were not checked")]
+    return [ok(name, f"{where}; the drainer may {', '.join(checked)}")]
+
+
+def _access(api: client.ApiClient, timeout: float) -> tuple[list[str], list[str]]:
+    """(denied, allowed) drainer rights; both empty when reviews are not served."""
+    auth = client.AuthorizationV1Api(api)
+    denied: list[str] = []
+    allowed: list[str] = []
+    for verb, resource, sub in DRAIN_RIGHTS:
+        what = f"{verb} {resource}/{sub}" if sub else f"{verb} {resource}"
+        review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(verb=verb, resource=resource,
+                                                            subresource=sub or None)))
+        try:
+            answer = auth.create_self_subject_access_review(review, _request_timeout=timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return [], []
+            raise
+        (allowed if answer.status and answer.status.allowed else denied).append(what)
+    return denied, allowed
