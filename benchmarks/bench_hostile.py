@@ -16,8 +16,8 @@ too, since a 1 MB file is refused before parsing.
 Then every running surface's cases (``benchmarks/hostile_<surface>.py``, each starting the
 real thing and stopping it): the HTTP API (slow clients, framing, strict bodies, sessions),
 the spot-notice loop on moto's SQS (poison, forged and genuine notices), the Kubernetes
-reader against the project's API server (impossible GPU counts), and the CLI, forecaster
-and alert generator. Last line:
+reader against the project's API server (impossible GPU counts), the CLI, forecaster
+and alert generator, and the preflight (``doctor``) facing junk answers and bad configs. Last line:
 ``hostile_cases=<n> handled=<m> tracebacks=<t> max_validate_s=<s>
 healthz_p99_under_slow_clients_ms=<h>``.
 
@@ -49,11 +49,17 @@ from autoscaler.policy.untrusted import MAX_BYTES  # noqa: E402
 from autoscaler.service.config.load import ConfigError, load_config  # noqa: E402
 from autoscaler.service.config.reload import PolicyReloader  # noqa: E402
 from autoscaler.traces import TraceError, load_pod_list  # noqa: E402
-from benchmarks import hostile_cli, hostile_http, hostile_kubernetes, hostile_notices  # noqa: E402
+from benchmarks import (  # noqa: E402
+    hostile_cli,
+    hostile_doctor,
+    hostile_http,
+    hostile_kubernetes,
+    hostile_notices,
+)
 from benchmarks.hostile_outcome import Outcome  # noqa: E402
 from tests.hostile_files import GOOD_POLICY, Case, all_cases, command, place  # noqa: E402
 
-SURFACES = (hostile_http, hostile_notices, hostile_kubernetes, hostile_cli)
+SURFACES = (hostile_http, hostile_notices, hostile_kubernetes, hostile_cli, hostile_doctor)
 
 CATALOG = default_catalog()
 CLI_TIMEOUT_S = 120
