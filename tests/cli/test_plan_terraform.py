@@ -133,6 +133,8 @@ def test_live_plan_from_a_service_config_records_nothing(
     (tmp_path / "policies" / "vision.yaml").write_text(POLICY)
     store = f"sqlite:///{tmp_path / 'fleet.db'}"
     settings = json.loads(sandbox_settings(moto, tmp_path / "tf").model_dump_json())
+    # A config file refuses a literal secret in user_data (the fixture's is for the previews).
+    settings["regions"]["aws/us-east-1"]["user_data"] = "#!/bin/sh\necho booted\n"
     config = {"policies_dir": str(tmp_path / "policies"), "store": {"url": store},
               "clouds": {"market_prices": False, "aws": {"endpoint_url": moto.endpoint}},
               "terraform": settings}
