@@ -281,21 +281,3 @@ def test_the_read_budget_ends_a_pass_after_its_batch(
     assert first.unfinished == ["SqsInterruptionQueue"] and sum(first.rejected.values()) == 10
     assert not interrupted(rig, name)
     assert passes_until_interrupted(rig, loop, name, 1) == 1
-
-
-@pytest.mark.slow
-def test_a_notice_behind_1000_others_is_applied_within_two_passes(
-        rig: Rig, queue: tuple[Any, SqsInterruptionQueue]) -> None:
-    """1,000 others and the notice; a pass makes up to 100 receives of 10 (the budget is
-    made long enough here that the count bounds it: moto scans its whole queue on every
-    receive, ~0.5 s each with 1,000 queued on a loaded machine): ceil(1001 / 1000) = 2."""
-    sqs, source = queue
-    [name] = rig.ready_nodes(market=Market.SPOT)
-    send_all(sqs, source.queue_url, [junk(i) for i in range(1000)]
-             + [spot_warning(rig.node(name).instance_id or "")])
-    rig.settings = ExecutorSettings(notice_read_budget="10m")  # type: ignore[arg-type]
-    loop = notice_loop(rig, source)
-    assert passes_until_interrupted(rig, loop, name, 2) <= 2
-    assert pending_messages(sqs, source) == 0
-    assert sum(rejected_metric(loop, r) for r in ("malformed", "forged", "unknown-instance")) \
-        == 1000
