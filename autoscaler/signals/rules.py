@@ -327,7 +327,8 @@ class RecordedQuery:
                     "pool's nodes (the recording rules expect <team>-<pool>-<n>)"))
             name = UTIL_METRICS[w.metric][0]
             return NodeObservation(
-                metrics_missing=f"no {name} sample in the last {span_name(self.rules.horizon_s)}")
+                metrics_missing=f"no {name} sample in the last {span_name(self.rules.horizon_s)}",
+                metrics_silent=True)
         # Only values other than GpuMetrics' defaults are passed: validating the model is
         # most of what a node costs here.
         values: dict[str, Any] = {"gpus_reporting": int(fields.get(gpus_k, 0))}
@@ -346,4 +347,5 @@ class RecordedQuery:
             values["sample_age_s"] = round(max(0.0, age), 3)
             if age > self.rules.stale_s:
                 missing = f"no sample for {age:.0f}s (stale after {self.rules.stale_s}s)"
-        return NodeObservation(metrics=GpuMetrics(**values), metrics_missing=missing)
+        return NodeObservation(metrics=GpuMetrics(**values), metrics_missing=missing,
+                               metrics_silent=missing is not None)
