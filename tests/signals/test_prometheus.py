@@ -331,6 +331,31 @@ def test_live_faults_and_dropout(live: tuple[SyntheticDcgm, PrometheusServer]) -
     assert two.metrics is not None and two.metrics.util_mean == 90.0
 
 
+def test_live_memory_faults_and_a_vanished_target(live: tuple[SyntheticDcgm, PrometheusServer]) -> None:
+    """An uncorrectable ECC error is counted; a node whose scrape target disappears (the
+    node or its exporter died) is silent: no sample came, which the engine tells apart
+    from impossible numbers."""
+    dcgm, prom = live
+    dcgm.inject_ecc("vision-gpu-1", gpu=0, double=1)
+    dcgm.remove_node("vision-gpu-2")
+    seen: list[MetricsReading] = []
+
+    def settled() -> bool:
+        seen.append(live_read(prom))
+        one, two = seen[-1].nodes["vision-gpu-1"], seen[-1].nodes["vision-gpu-2"]
+        return one.metrics is not None and one.metrics.ecc_dbe_errors == 1 and two.metrics_silent
+
+    try:
+        wait_until(settled, 30, "the ECC error and the vanished target visible through Prometheus")
+    finally:
+        dcgm.add_node("vision-gpu-2", gpus=2, model="T4")
+        dcgm.set_util(90, node="vision-gpu-2")
+    one, two = seen[-1].nodes["vision-gpu-1"], seen[-1].nodes["vision-gpu-2"]
+    assert one.metrics_missing is None and not one.metrics_silent
+    assert one.metrics is not None and (one.metrics.row_remap_failures, one.metrics.retired_pages_pending) == (0, 0)
+    assert two.metrics_missing is not None
+
+
 # ------------------------------------------------------- fail fast, auth
 
 
