@@ -368,6 +368,7 @@ class _Decision:
                 pending_gpus=growth[ctx.key].pending_gpus,
                 data_missing=ctx.data_missing,
                 error=ctx.error,
+                broken_held=len(ctx.sick) if self.broken_held is not None else 0,
             )
         return out
 
