@@ -146,6 +146,11 @@ def _service_rules(t: Thresholds) -> list[dict[str, Any]]:
                "warning", "{{ $labels.pool }}: signals missing, scale-down frozen",
                "The engine keeps every node of the pool while its metrics or scheduler data "
                "are missing; /status says which source is missing."),
+        _alert("BrokenNodesHeld", f"max by (pool) ({P}_unhealthy_budget_held) > 0", "0m",
+               "critical", "{{ $labels.pool }}: {{ $value }} broken node(s) not replaced",
+               "More of the fleet looks broken than max_unready_percent and ok_unready_count "
+               "allow, so the engine replaces none: check the observer first (Prometheus, the "
+               "exporters, the scheduler); the Hold in /status has the numbers."),
         _alert("TeamAtQuotaWithPendingDemand", f"{at_quota} and on (team) ({demand})", t.quota_for,
                "warning", "team {{ $labels.team }} is at its quota with GPU jobs pending",
                "Jobs wait because the team's quota (GPUs or $/h) is used up, not for capacity."),

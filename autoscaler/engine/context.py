@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from operator import attrgetter
 
 from autoscaler.engine import schedule
@@ -67,6 +67,10 @@ class PoolContext:
     idle: list[Node] = field(default_factory=list)
     idle_max: dict[str, float] = field(default_factory=dict)  # max util proving each idle
     sick: list[tuple[Node, str]] = field(default_factory=list)
+    # Serving nodes without fresh GPU metrics because none came: (node, silent for at
+    # least, how that is known); broken.review files them as sick if the fleet reports.
+    silent: list[tuple[Node, timedelta, str]] = field(default_factory=list)
+    reporting: int = 0  # serving nodes with fresh GPU metrics
     long_jobs: list[tuple[Node, RunningJob]] = field(default_factory=list)
     expired: list[Node] = field(default_factory=list)  # serving, past max_node_age
     free: list[Node] = field(default_factory=list)  # serving, the scheduler has GPUs unallocated

@@ -21,7 +21,15 @@ from autoscaler.engine.forecast_floor import raise_floor, raise_headroom
 from autoscaler.engine.held import keep_held
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.quota import Ledger
-from autoscaler.engine.scale_down import consolidate, expired, idle, over_max, over_quota, unhealthy
+from autoscaler.engine.scale_down import (
+    broken,
+    consolidate,
+    expired,
+    idle,
+    over_max,
+    over_quota,
+    unhealthy,
+)
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
 from autoscaler.engine.settings import EngineSettings
@@ -66,8 +74,13 @@ class _Decision:
         self.now, self.settings, self.policies = now, settings, policies
         self.snapshot = snapshot
         self.prices = Prices(catalog, snapshot, now)
-        self.contexts, self.orphans = build_contexts(policies, fleet, snapshot, now, self.prices,
-                                                     survey=partial(survey, now=now))
+        self.contexts, self.orphans = build_contexts(
+            policies, fleet, snapshot, now, self.prices,
+            survey=partial(survey, now=now, gpus_of=self.prices.node_gpus))
+        try:  # the fleet-wide view: silent nodes, and whether broken ones may be replaced
+            self.broken_held = broken.review(self.contexts, snapshot, settings, now)
+        except Exception as exc:  # keep the nodes: replacing on a failed count is no safe side
+            self.broken_held = rule_error("the broken-node review", exc)
         self.unserved = snapshot.unserved
         for ctx in self.contexts:
             try:  # the highest of the schedule, forecast and headroom floors wins
@@ -210,8 +223,13 @@ class _Decision:
         if not ctx.data_missing:
             self.actions += over_max.candidates(ctx, self.prices, self.now, budget)
         # Positive evidence of a fault is acted on even when other data is missing.
-        for action in unhealthy.candidates(ctx, self.prices, self.now, budget):
-            self._replace(ctx, action, budget)
+        if self.broken_held is not None and ctx.sick:
+            names = ", ".join(n.name for n, _ in ctx.sick[:5]) + (" ..." if len(ctx.sick) > 5 else "")
+            self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
+                f"{ctx.key}: {len(ctx.sick)} broken node(s) kept ({names}): {self.broken_held}")))
+        else:
+            for action in unhealthy.candidates(ctx, self.prices, self.now, budget):
+                self._replace(ctx, action, budget)
         if ctx.data_missing:
             self.actions.append(Hold(pool=ctx.key, what="scale-down",
                                      reason=f"{ctx.key}: scale-down frozen: {ctx.data_missing}"))
@@ -340,6 +358,7 @@ class _Decision:
                 pending_gpus=growth[ctx.key].pending_gpus,
                 data_missing=ctx.data_missing,
                 error=ctx.error,
+                broken_held=len(ctx.sick) if self.broken_held is not None else 0,
             )
         return out
 

@@ -31,3 +31,15 @@ class EngineSettings(BaseModel):
     long_job_release_exempt: frozenset[Priority] = Field(
         frozenset(), description="Priorities whose teams' jobs past max_job_runtime are only "
         "reported, even when their pool's lifetime.action is release (e.g. [high]).")
+    max_unready_percent: float = Field(
+        45, ge=0, le=100, description="Replacing broken nodes stops while more than this share "
+        "of the READY fleet looks broken (and more than ok_unready_count): so many at once "
+        "more likely means the observer is wrong (Cluster Autoscaler's "
+        "max-total-unready-percentage).")
+    ok_unready_count: int = Field(
+        3, ge=0, description="This many broken nodes are always replaced, whatever their share "
+        "(Cluster Autoscaler's ok-total-unready-count).")
+    silent_min_reporting: int = Field(
+        3, ge=1, description="A node without GPU metrics counts as silent (and is replaced) only "
+        "while at least this many other READY nodes report fresh metrics; fewer means "
+        "Prometheus or the exporters are down for everyone, which only freezes scale-down.")

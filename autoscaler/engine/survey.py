@@ -12,16 +12,18 @@ calling three functions for each of 10,000 nodes would cost more than the tests 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.scale_down import idle, unhealthy
+from autoscaler.engine.scale_down import broken, idle, unhealthy
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import NodeObservation
 
 
-def survey(ctx: PoolContext, now: datetime) -> None:
-    """Fill the context's findings from its draining and serving nodes."""
+def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> None:
+    """Fill the context's findings from its draining and serving nodes (``gpus_of``: the
+    GPUs of a node's type)."""
     observed = ctx.node_obs
     pool = ctx.pool
     limit = pool.lifetime.max_job_runtime
@@ -39,6 +41,7 @@ def survey(ctx: PoolContext, now: datetime) -> None:
                                   if job.started_at is not None and job.started_at < started_before]
     # Sums stay in locals until the end: attribute updates on ctx per node cost more.
     util_sum, util_count, idle_load = ctx.util_sum, ctx.util_count, ctx.idle_load
+    reporting = 0
     for node in ctx.serving:
         if born_before is not None and node.created_at < born_before:
             ctx.expired.append(node)
@@ -53,14 +56,23 @@ def survey(ctx: PoolContext, now: datetime) -> None:
                         ctx.long_jobs.append((node, job))
             if sched.gpus_allocated < sched.gpus_total:
                 ctx.free.append(node)
+            if sched.unusable is not None or (sched.ready and sched.gpus_total < gpus_of(node)):
+                why = broken.unusable(ctx, node, sched, obs.metrics, gpus_of(node), now)
+                if why is not None:
+                    ctx.sick.append((node, why))
+                    continue
         m = obs.metrics
+        if obs.metrics_silent:
+            ctx.silent.append((node, *broken.silence(node, m, now)))
         if m is None:
             if obs.health_check_failed:
                 _check_health(ctx, node, obs)
             continue
-        if obs.metrics_missing is None and m.util_mean is not None:
-            util_sum += m.util_mean
-            util_count += 1
+        if obs.metrics_missing is None:
+            reporting += 1
+            if m.util_mean is not None:
+                util_sum += m.util_mean
+                util_count += 1
         window = m.util_max_idle_window
         if window is not None and window < idle_below:
             util = idle.idle_util(ctx, node, obs, ready_by)
@@ -70,9 +82,11 @@ def survey(ctx: PoolContext, now: datetime) -> None:
                 if m.util_mean is not None:
                     idle_load += m.util_mean
         if (obs.health_check_failed or m.xid_errors > 0 or m.thermal_throttle
+                or m.ecc_dbe_errors > 0 or m.row_remap_failures > 0 or m.retired_pages_pending > 0
                 or (m.temperature_max_c is not None and m.temperature_max_c > too_hot)):
             _check_health(ctx, node, obs)
     ctx.util_sum, ctx.util_count, ctx.idle_load = util_sum, util_count, idle_load
+    ctx.reporting = reporting
 
 
 def _check_health(ctx: PoolContext, node: Node, obs: NodeObservation) -> None:

@@ -132,6 +132,9 @@ def metrics_problem(m: GpuMetrics, bound: Bound) -> str | None:
         ("power_w", m.power_w, 0, math.inf),
         ("sample_age_s", m.sample_age_s, 0, math.inf),
         ("xid_errors", m.xid_errors, 0, math.inf),
+        ("ecc_dbe_errors", m.ecc_dbe_errors, 0, math.inf),
+        ("row_remap_failures", m.row_remap_failures, 0, math.inf),
+        ("retired_pages_pending", m.retired_pages_pending, 0, math.inf),
     ]
     for field, value, low, high in ranges:
         if value is not None and not (_within(value, low, high) and math.isfinite(value)):
@@ -153,6 +156,7 @@ def checked(obs: NodeObservation, bound: Bound) -> tuple[NodeObservation, list[s
     return NodeObservation(
         metrics=None if metrics_why else obs.metrics,
         metrics_missing=metrics_why or obs.metrics_missing,
+        metrics_silent=obs.metrics_silent and metrics_why is None,
         scheduler=None if sched_why else obs.scheduler,
         scheduler_missing=sched_why or obs.scheduler_missing,
         health_check_failed=obs.health_check_failed,

@@ -130,6 +130,8 @@ class PoolSummary(BaseModel):
     pending_gpus: float = 0
     data_missing: str | None = None
     error: str | None = Field(None, description="A rule raised: nothing decided for the pool.")
+    broken_held: int = Field(0, description="Broken nodes kept because too many look broken "
+                             "fleet-wide (the unhealthy-replacement budget).")
 
 
 class Plan(BaseModel):

@@ -34,6 +34,13 @@ class GpuMetrics(_Model):
     temperature_max_c: float | None = None
     power_w: float | None = None
     xid_errors: int = Field(0, description="XID errors seen in the window (0 = none).")
+    ecc_dbe_errors: int = Field(
+        0, description="Uncorrectable (double-bit) ECC errors since the driver loaded, summed over "
+        "the node's GPUs (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL).")
+    row_remap_failures: int = Field(
+        0, description="GPUs whose memory row remapping failed (DCGM_FI_DEV_ROW_REMAP_FAILURE).")
+    retired_pages_pending: int = Field(
+        0, description="GPUs with a page retirement waiting for a reset (DCGM_FI_DEV_RETIRED_PENDING).")
     thermal_throttle: bool = False
     gpus_reporting: int = 0
     sample_age_s: float | None = None
@@ -65,6 +72,14 @@ class SchedulerNode(_Model):
     jobs: list[RunningJob] = Field(default_factory=list)
     cordoned: bool = False
     ready: bool = True
+    unusable: str | None = Field(
+        None, max_length=300, description="Why the scheduler will not run jobs here although "
+        "nobody of ours drained it, with its own words (Slurm 'NOT_RESPONDING', 'DOWN: "
+        "Not responding', 'DRAIN by alice: bad gpu'; Kubernetes 'NotReady: KubeletNotReady'); "
+        "None: usable, or unknown.")
+    unusable_since: datetime | None = Field(
+        None, description="When the scheduler says it became unusable (Slurm's reason time, "
+        "the Ready condition's lastTransitionTime); None: not said.")
 
     @property
     def places_jobs(self) -> bool:
@@ -75,6 +90,10 @@ class SchedulerNode(_Model):
 class NodeObservation(_Model):
     metrics: GpuMetrics | None = None
     metrics_missing: str | None = Field(None, description="Why metrics are absent or stale.")
+    metrics_silent: bool = Field(
+        False, description="The metrics are missing because no sample came (within the "
+        "lookback, or a fresh one), not because what came was impossible or unread: with "
+        "the rest of the fleet reporting, the node itself has gone silent.")
     scheduler: SchedulerNode | None = None
     scheduler_missing: str | None = Field(
         None, description="Why the scheduler's view of the node is absent: it reported the "

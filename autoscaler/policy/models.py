@@ -260,6 +260,22 @@ class Health(_Strict):
     replace_on_xid: bool = True
     replace_on_thermal_throttle: bool = False
     replace_on_failed_health_check: bool = True
+    replace_on_ecc: bool = Field(
+        True, description="Replace a node whose GPU reports an uncorrectable (double-bit) ECC "
+        "error, a failed row remapping or a page retirement pending (DCGM).")
+    replace_when_unusable: bool = Field(
+        True, description="Replace a READY node its scheduler calls unusable (Slurm DOWN, "
+        "NOT_RESPONDING or a drain nobody of ours set; Kubernetes NotReady; fewer GPUs "
+        "advertised than its type has) for longer than unready_grace.")
+    unready_grace: Duration = Field(
+        timedelta(minutes=10), description="How long the scheduler may call a READY node "
+        "unusable before it is replaced (Cluster Autoscaler waits 10m for unready nodes too).")
+    replace_when_silent: bool = Field(
+        True, description="Replace a READY node whose GPU metrics stopped while the rest of "
+        "the fleet reports (a GPU off the bus, a dead exporter or node) after silent_grace.")
+    silent_grace: Duration = Field(
+        timedelta(minutes=5), description="How long a READY node may send no GPU metrics "
+        "while the rest of the fleet reports before it is replaced.")
 
 
 class ScheduleEntry(_Strict):

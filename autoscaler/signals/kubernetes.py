@@ -22,6 +22,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -40,6 +41,7 @@ from autoscaler.schedulers.kubernetes.objects import (
     node_ready,
     pv_zones,
     quantity,
+    ready_condition,
 )
 from autoscaler.schedulers.kubernetes.watch import Informer, object_key
 from autoscaler.secrets import SecretError
@@ -60,15 +62,36 @@ class NodeRecord:
     cordoned: bool
     labels: dict[str, str]
     allocatable: dict[str, float]
+    unready: str | None = None  # "NotReady: KubeletNotReady" when not Ready
+    unready_since: datetime | None = None  # the Ready condition's lastTransitionTime
 
 
 def node_record(obj: Obj) -> NodeRecord | None:
     meta = obj.get("metadata") or {}
     if not meta.get("name"):
         return None
-    return NodeRecord(meta["name"], node_ready(obj), bool((obj.get("spec") or {}).get("unschedulable")),
+    ready = node_ready(obj)
+    unready, since = (None, None) if ready else _unready(ready_condition(obj))
+    return NodeRecord(meta["name"], ready, bool((obj.get("spec") or {}).get("unschedulable")),
                       dict(meta.get("labels") or {}),
-                      gpu_resources((obj.get("status") or {}).get("allocatable")))
+                      gpu_resources((obj.get("status") or {}).get("allocatable")),
+                      unready, since)
+
+
+def _unready(cond: Obj | None) -> tuple[str, datetime | None]:
+    """Why a node is not Ready, in the kubelet's words, and since when (a time without a
+    zone is UTC, as the API server writes them)."""
+    if cond is None:
+        return "NotReady: no Ready condition posted", None
+    status = "NotReady" if cond.get("status") == "False" else f"Ready={str(cond.get('status'))[:20]}"
+    reason = str(cond.get("reason") or "")[:100]
+    try:
+        since = datetime.fromisoformat(str(cond.get("lastTransitionTime") or ""))
+    except ValueError:
+        since = None
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    return (f"{status}: {reason}" if reason else status), since
 
 
 def _pvc_volume(obj: Obj) -> str | None:
@@ -251,4 +274,5 @@ class KubernetesReader:
         else:
             state = "allocated" if allocated >= total else "mixed"
         return SchedulerNode(state=state, gpus_total=total, gpus_allocated=allocated, jobs=jobs,
-                             cordoned=rec.cordoned, ready=rec.ready)
+                             cordoned=rec.cordoned, ready=rec.ready, unusable=rec.unready,
+                             unusable_since=rec.unready_since)

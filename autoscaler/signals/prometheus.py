@@ -28,8 +28,11 @@ from autoscaler.policy.models import Pool
 from autoscaler.secrets import SecretError
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.promql import (
+    ECC_DBE_FIELD,
     FIELD_LABEL,
     MAX_FOLLOWUP_NODES,
+    PAGES_PENDING_FIELD,
+    REMAP_FAILED_FIELD,
     UTIL_METRICS,
     PoolWindows,
     QueryBuilder,
@@ -199,7 +202,7 @@ class PrometheusReader:
             else:
                 why = (f"no {metric_name} sample in the last "
                        f"{format_duration_s(builder.horizon_s)}")
-            return NodeObservation(metrics_missing=why)
+            return NodeObservation(metrics_missing=why, metrics_silent=True)
         age = max(0.0, ages[0])
         metrics = GpuMetrics(
             util_mean=fields.get(mean_key(w.metric, w.window_s)),
@@ -211,13 +214,17 @@ class PrometheusReader:
             power_w=fields.get("power"),
             xid_errors=int(fields.get(xid_key(w.window_s), 0)),
             thermal_throttle=fields.get("throttle", 0.0) > 0,
+            ecc_dbe_errors=int(fields.get(ECC_DBE_FIELD, 0)),
+            row_remap_failures=int(fields.get(REMAP_FAILED_FIELD, 0)),
+            retired_pages_pending=int(fields.get(PAGES_PENDING_FIELD, 0)),
             gpus_reporting=int(fields.get(gpus_key(w.metric), 0)),
             sample_age_s=round(age, 3),
         )
         missing = None
         if age > builder.stale_s:
             missing = f"no sample for {age:.0f}s (stale after {builder.stale_s}s)"
-        return NodeObservation(metrics=metrics, metrics_missing=missing)
+        return NodeObservation(metrics=metrics, metrics_missing=missing,
+                               metrics_silent=missing is not None)
 
 
 def _windows_of(pools: Iterable[Pool]) -> Callable[[Pool], PoolWindows]:

@@ -38,6 +38,10 @@ UTIL_METRICS: dict[str, tuple[str, float]] = {
 }
 XID = "DCGM_FI_DEV_XID_ERRORS"
 THROTTLE = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+RETIRED_PENDING = "DCGM_FI_DEV_RETIRED_PENDING"
+ECC_DBE_FIELD, REMAP_FAILED_FIELD, PAGES_PENDING_FIELD = "ecc_dbe", "remap_failed", "pages_pending"
 # NVML clocksThrottleReasonSwThermalSlowdown (0x20) and HwThermalSlowdown (0x40) are bits
 # 5 and 6: PromQL has no bitwise operators, so test floor(v / 32) % 4 > 0.
 THERMAL_BITS_EXPR = "floor({v} / 32) % 4 > bool 0"
@@ -144,6 +148,10 @@ class QueryBuilder:
             "power": f"sum {by} (last_over_time({self._sel('DCGM_FI_DEV_POWER_USAGE')}{last}))",
             "throttle": f"max {by} ("
             + THERMAL_BITS_EXPR.format(v=f"last_over_time({self._sel(THROTTLE)}{last})") + ")",
+            # Memory faults (README "Broken nodes"): counts of GPUs, absent (0) when none.
+            ECC_DBE_FIELD: f"sum {by} (last_over_time({self._sel(ECC_DBE)}{last}))",
+            REMAP_FAILED_FIELD: f"count {by} (last_over_time({self._sel(ROW_REMAP_FAILURE)}{last}) > 0)",
+            PAGES_PENDING_FIELD: f"count {by} (last_over_time({self._sel(RETIRED_PENDING)}{last}) > 0)",
         }
         for metric in self.metrics():
             sel = self._sel(UTIL_METRICS[metric][0])

@@ -233,5 +233,6 @@ def _merge_nodes(metrics: dict[str, NodeObservation], sched: dict[str, Scheduler
             out[name] = NodeObservation(metrics_missing=missing, scheduler=sn)
         else:
             out[name] = NodeObservation(metrics=seen.metrics, metrics_missing=seen.metrics_missing,
+                                        metrics_silent=seen.metrics_silent,
                                         health_check_failed=seen.health_check_failed, scheduler=sn)
     return dict(sorted(out.items()))

@@ -55,6 +55,12 @@ from autoscaler.model.snapshot import GpuMetrics, NodeObservation
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
 from autoscaler.signals.promql import (
+    ECC_DBE,
+    ECC_DBE_FIELD,
+    PAGES_PENDING_FIELD,
+    REMAP_FAILED_FIELD,
+    RETIRED_PENDING,
+    ROW_REMAP_FAILURE,
     THERMAL_BITS_EXPR,
     THROTTLE,
     UTIL_METRICS,
@@ -109,6 +115,10 @@ def newest_rule(metric: str, secs: int | None = None) -> str:
 
 TEMP_RULE = node_rule("gpu_temp_c", "max")  # recorded above the lowest limit only
 THROTTLED_RULE = node_rule("thermal_throttle", "max")  # recorded for throttled nodes only
+# Memory faults, recorded for faulty nodes only (README "Broken nodes").
+ECC_DBE_RULE = node_rule("ecc_dbe_errors", "sum")
+REMAP_FAILED_RULE = node_rule("row_remap_failed_gpus", "count")
+PAGES_PENDING_RULE = node_rule("retired_pending_gpus", "count")
 GPUS_LABEL = "gpus"  # on the window-mean series: the node's GPUs reporting
 ANY_MEAN = "any_mean"  # field key: some window's mean series names the node
 
@@ -176,6 +186,10 @@ class RuleSet:
         thermal = THERMAL_BITS_EXPR.format(v=self._sel(THROTTLE))
         rules.append({"record": TEMP_RULE, "expr": f"max {by} ({self._sel(TEMP)}) > {self.hot_c:g}"})
         rules.append({"record": THROTTLED_RULE, "expr": f"max {by} ({thermal}) > 0"})
+        rules.append({"record": ECC_DBE_RULE, "expr": f"sum {by} ({self._sel(ECC_DBE)}) > 0"})
+        for record, metric in ((REMAP_FAILED_RULE, ROW_REMAP_FAILURE),
+                               (PAGES_PENDING_RULE, RETIRED_PENDING)):
+            rules.append({"record": record, "expr": f"count {by} ({self._sel(metric)} > 0)"})
         return rules
 
     def _hosts(self, raw: str, own: Iterable[str]) -> list[str]:
@@ -256,7 +270,9 @@ class RecordedQuery:
     def __init__(self, rule_set: RuleSet):
         self.rules = rule_set
         self.means = {avg_rule(m, w): (mean_key(m, w), gpus_key(m)) for m, w in rule_set.means}
-        self.facts = {THROTTLED_RULE: "throttle", TEMP_RULE: "temp"}  # name -> field key
+        self.facts = {THROTTLED_RULE: "throttle", TEMP_RULE: "temp",  # name -> field key
+                      ECC_DBE_RULE: ECC_DBE_FIELD, REMAP_FAILED_RULE: REMAP_FAILED_FIELD,
+                      PAGES_PENDING_RULE: PAGES_PENDING_FIELD}
         self.facts.update({xid_rule(w): xid_key(w) for _, w in rule_set.means})
         self.facts.update({max_rule(m, s): max_key(m, s) for m, s, _ in rule_set.peaks})
         self.dated = {newest_rule(m, rule_set.horizon_s): now_key(m) for m in rule_set.metrics()}
@@ -327,7 +343,8 @@ class RecordedQuery:
                     "pool's nodes (the recording rules expect <team>-<pool>-<n>)"))
             name = UTIL_METRICS[w.metric][0]
             return NodeObservation(
-                metrics_missing=f"no {name} sample in the last {span_name(self.rules.horizon_s)}")
+                metrics_missing=f"no {name} sample in the last {span_name(self.rules.horizon_s)}",
+                metrics_silent=True)
         # Only values other than GpuMetrics' defaults are passed: validating the model is
         # most of what a node costs here.
         values: dict[str, Any] = {"gpus_reporting": int(fields.get(gpus_k, 0))}
@@ -341,9 +358,14 @@ class RecordedQuery:
             values["xid_errors"] = int(xid)
         if fields.get("throttle", 0.0) > 0:
             values["thermal_throttle"] = True
+        for key, name in ((ECC_DBE_FIELD, "ecc_dbe_errors"), (REMAP_FAILED_FIELD, "row_remap_failures"),
+                          (PAGES_PENDING_FIELD, "retired_pages_pending")):
+            if (count := fields.get(key)) is not None:
+                values[name] = int(count)
         missing = None
         if age is not None:
             values["sample_age_s"] = round(max(0.0, age), 3)
             if age > self.rules.stale_s:
                 missing = f"no sample for {age:.0f}s (stale after {self.rules.stale_s}s)"
-        return NodeObservation(metrics=GpuMetrics(**values), metrics_missing=missing)
+        return NodeObservation(metrics=GpuMetrics(**values), metrics_missing=missing,
+                               metrics_silent=missing is not None)

@@ -66,6 +66,9 @@ class SlurmNode:
     flags: list[str] = field(default_factory=list)
     gres: str = ""
     gres_used: str | None = None
+    reason: str = ""  # why an admin or slurmctld set DOWN/DRAIN ("Not responding")
+    reason_by: str = ""
+    reason_at: datetime | None = None
 
 
 def _gpus_per_node(job: Mapping[str, Any]) -> tuple[float, str | None]:
@@ -124,7 +127,9 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
 def nodes_from_json(doc: Mapping[str, Any]) -> list[SlurmNode]:
     return [SlurmNode(name=n["name"], state=n.get("state") or "unknown",
                       flags=list(n.get("state_flags") or []), gres=n.get("gres") or "",
-                      gres_used=n.get("gres_used"))
+                      gres_used=n.get("gres_used"), reason=str(n.get("reason") or "")[:200],
+                      reason_by=str(n.get("reason_set_by_user") or "")[:64],
+                      reason_at=epoch(n.get("reason_changed_at")))
             for n in doc.get("nodes", [])]
 
 
@@ -176,7 +181,29 @@ def _scheduler_node(node: SlurmNode, jobs: list[RunningJob]) -> SchedulerNode:
     allocated = (gpu_count(node.gres_used) if node.gres_used is not None
                  else sum(j.gpus for j in jobs))
     return SchedulerNode(state=state, gpus_total=gpu_count(node.gres), gpus_allocated=allocated,
-                         jobs=jobs, cordoned=cordoned, ready=ready)
+                         jobs=jobs, cordoned=cordoned, ready=ready, **_unusable(node, state))
+
+
+def _unusable(node: SlurmNode, state: str) -> dict[str, Any]:
+    """Why Slurm will not run jobs on the node, in its words, and since when it says so.
+
+    DOWN and DRAIN carry the reason and its time (``scontrol show node``'s
+    ``Reason=... [user@time]``); a node only NOT_RESPONDING (``idle*``) has no time until
+    slurmctld sets it DOWN after SlurmdTimeout, so it has no since-time either: the
+    engine waits for that DOWN rather than count from a guess."""
+    if state not in ("down", "draining", "drained", "unknown"):
+        return {}
+    flags = {f.upper() for f in node.flags} | (
+        {str(s).upper() for s in node.state[1:]} if isinstance(node.state, list) else set())
+    if state in ("draining", "drained"):
+        head = "DRAIN"
+    elif "NOT_RESPONDING" in flags or (isinstance(node.state, str) and "*" in node.state):
+        head = "NOT_RESPONDING"
+    else:
+        head = state.upper()
+    by = f" by {node.reason_by}" if node.reason_by else ""
+    said = f"{head}{by}: {node.reason}" if node.reason else head
+    return {"unusable": said[:300], "unusable_since": node.reason_at if node.reason else None}
 
 
 def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPool],

@@ -190,6 +190,9 @@ class Scenario:
             # A short ready wait keeps a stuck bootstrap's limit (retries, backoffs and this
             # wait) within the scenario's minutes; long enough for a node's first scrape.
             "executor": {"bootstrap_retry_backoff": "1s", "ready_wait_timeout": "30s"},
+            # Few nodes: "too many broken" must let the trouble phase's 3 of 5 through and
+            # hold the observer phase's all of them.
+            "engine": {"ok_unready_count": 1, "max_unready_percent": 70},
         })
         catalog = default_catalog()
         store = WedgedStore(config.store.resolved_url(), lambda name: name in self.unreachable)
@@ -295,6 +298,7 @@ class Scenario:
         self.tick(4)  # quota reached with a job still pending: long enough for the alert
         self.phase("scale-up")
         self._trouble()
+        self._observer()
         self._interruptions()
         self.slurm.error = "squeue: error: slurm_load_jobs: Socket timed out"
         self.signals.fail = 3
@@ -347,6 +351,28 @@ class Scenario:
         self.until(f"a replacement stuck in BOOTSTRAPPING past {FAST.stuck_ratio} x its limit",
                    stuck)
         self.tick(5)
+
+
+    def _observer(self) -> None:
+        """Every reporting GPU falls off the bus at once: more likely the observer is wrong
+        than the whole fleet broken, so the engine holds the replacements (the nodes stay
+        for the interruptions that follow)."""
+        reporting = self.dcgm.nodes()
+        for name in reporting:
+            self.dcgm.inject_xid(name, 0, 79)
+        # No tick until Prometheus has every one: the engine sees them all at once, as it
+        # would a broken exporter, rather than one scrape at a time.
+        self.prom.wait_for_series("DCGM_FI_DEV_XID_ERRORS == 79", count=len(reporting))
+        self.tick()
+        self.phase("observer")
+
+        def held() -> bool:
+            text = self.service.metrics.exposition().decode()
+            return any(line.startswith("gpu_autoscaler_unhealthy_budget_held{")
+                       and not line.endswith(" 0.0") for line in text.splitlines())
+
+        self.until("broken nodes held by the unhealthy budget", held)
+        self.tick(4)
 
 
 def _utc_now() -> datetime:

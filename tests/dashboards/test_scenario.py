@@ -91,6 +91,7 @@ def test_every_alert_expression_returns_series_and_fires(scenario):
     assert labels("AutoscalerTickFailures", "stage") == {"signals"}
     assert labels("NodeStuckInState", "state") == {"BOOTSTRAPPING"}
     assert labels("PoolLaunchBackoff", "pool") == {"search/infer"}
+    assert labels("BrokenNodesHeld", "pool") <= {"vision/train", "search/infer"}
     assert FAST.stuck_ratio == 1.5  # the committed bound, only `for` is shorter
 
 
@@ -104,4 +105,5 @@ def test_the_alerts_fire_in_their_phase_not_before(scenario):
     assert first("GpuFellOffTheBus") > starts["scale-up"]
     assert first("SpotInterruptionBurst") > starts["trouble"]
     assert first("PoolDataMissing") > starts["interruptions"]
+    assert starts["observer"] < first("BrokenNodesHeld") < starts["interruptions"]
     assert first("AutoscalerNotTicking") > starts["blind"]

@@ -246,3 +246,32 @@ def test_api_lost_after_sync_is_missing_not_stale() -> None:
         assert str(reader.read(refs()).error).startswith("kubernetes: API unreachable (")
     finally:
         reader.close()
+
+
+def test_not_ready_carries_the_kubelets_reason_and_transition_time() -> None:
+    went = datetime(2026, 11, 30, 11, 48, tzinfo=UTC)
+    with FakeKube(clock=lambda: went) as kube:
+        kube.add_node("search-t4-1", gpus=4)
+        kube.add_node("search-t4-2", gpus=4)
+        kube.set_node_ready("search-t4-1", False)
+        nodes = read(kube).nodes
+    down = nodes["search-t4-1"]
+    assert (down.state, down.ready, down.unusable, down.unusable_since) == (
+        "down", False, "NotReady: KubeletNotReady", went)
+    assert (nodes["search-t4-2"].unusable, nodes["search-t4-2"].unusable_since) == (None, None)
+
+
+@pytest.mark.parametrize(("cond", "said", "since"), [
+    (None, "NotReady: no Ready condition posted", None),
+    ({"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+      "lastTransitionTime": "2026-11-30T11:48:00"}, "Ready=Unknown: NodeStatusUnknown",
+     datetime(2026, 11, 30, 11, 48, tzinfo=UTC)),
+    ({"type": "Ready", "status": "False", "lastTransitionTime": "yesterday"}, "NotReady", None),
+    ({"type": "Ready", "status": "False", "reason": "r" * 500, "lastTransitionTime": 7},
+     "NotReady: " + "r" * 100, None),
+])
+def test_odd_ready_conditions_are_read_as_data(cond: dict[str, Any] | None, said: str,
+                                               since: datetime | None) -> None:
+    from autoscaler.signals.kubernetes import node_record
+    rec = node_record({"metadata": {"name": "n"}, "status": {"conditions": [cond] if cond else []}})
+    assert rec is not None and (rec.ready, rec.unready, rec.unready_since) == (False, said, since)

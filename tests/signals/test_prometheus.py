@@ -331,6 +331,31 @@ def test_live_faults_and_dropout(live: tuple[SyntheticDcgm, PrometheusServer]) -
     assert two.metrics is not None and two.metrics.util_mean == 90.0
 
 
+def test_live_memory_faults_and_a_vanished_target(live: tuple[SyntheticDcgm, PrometheusServer]) -> None:
+    """An uncorrectable ECC error is counted; a node whose scrape target disappears (the
+    node or its exporter died) is silent: no sample came, which the engine tells apart
+    from impossible numbers."""
+    dcgm, prom = live
+    dcgm.inject_ecc("vision-gpu-1", gpu=0, double=1)
+    dcgm.remove_node("vision-gpu-2")
+    seen: list[MetricsReading] = []
+
+    def settled() -> bool:
+        seen.append(live_read(prom))
+        one, two = seen[-1].nodes["vision-gpu-1"], seen[-1].nodes["vision-gpu-2"]
+        return one.metrics is not None and one.metrics.ecc_dbe_errors == 1 and two.metrics_silent
+
+    try:
+        wait_until(settled, 30, "the ECC error and the vanished target visible through Prometheus")
+    finally:
+        dcgm.add_node("vision-gpu-2", gpus=2, model="T4")
+        dcgm.set_util(90, node="vision-gpu-2")
+    one, two = seen[-1].nodes["vision-gpu-1"], seen[-1].nodes["vision-gpu-2"]
+    assert one.metrics_missing is None and not one.metrics_silent
+    assert one.metrics is not None and (one.metrics.row_remap_failures, one.metrics.retired_pages_pending) == (0, 0)
+    assert two.metrics_missing is not None
+
+
 # ------------------------------------------------------- fail fast, auth
 
 
@@ -344,6 +369,7 @@ def test_live_prometheus_evaluates_the_printed_rules(tmp_path: Path) -> None:
         dcgm.add_node("vision-gpu-1", gpus=2)
         dcgm.add_node("vision-gpu-2", gpus=2)
         dcgm.set_util(2, node="vision-gpu-2")
+        dcgm.inject_ecc("vision-gpu-1", gpu=1, double=2)
         with PrometheusServer(tmp_path, file_sd=[sd], rules=rules) as prom:
             reader = PrometheusReader(PrometheusConfig(url=prom.url, recording_rules=True,
                                                        rules_interval="1s"))
@@ -360,7 +386,9 @@ def test_live_prometheus_evaluates_the_printed_rules(tmp_path: Path) -> None:
                     o.metrics is not None and o.metrics.gpus_reporting == 2
                     and o.metrics.util_mean is not None for o in got.nodes.values()) \
                     and idle is not None and idle.metrics is not None \
-                    and idle.metrics.util_max_idle_window is not None
+                    and idle.metrics.util_max_idle_window is not None \
+                    and got.nodes["vision-gpu-1"].metrics is not None \
+                    and got.nodes["vision-gpu-1"].metrics.ecc_dbe_errors == 2
             try:
                 wait_until(settled, 60, "recorded series for both nodes", interval=1)
             finally:
@@ -371,6 +399,7 @@ def test_live_prometheus_evaluates_the_printed_rules(tmp_path: Path) -> None:
     assert busy is not None and idle is not None
     assert (busy.util_mean, idle.util_mean) == (35.0, 2.0)
     assert busy.util_max_idle_window is None and idle.util_max_idle_window == 2.0
+    assert (busy.ecc_dbe_errors, idle.ecc_dbe_errors, busy.row_remap_failures) == (2, 0, 0)
 
 
 def test_fail_fast_on_a_server_that_never_answers(tmp_path: Path) -> None:

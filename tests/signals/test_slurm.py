@@ -291,3 +291,43 @@ def test_impossible_gres_counts_are_refused_before_the_snapshot() -> None:
         "2": "asks 1000000000 nodes; the pool has at most 4 (max_nodes)"}
     plan = decide(POLICIES, fleet(*nodes), assemble(observed), NOW, catalog=default_catalog())
     assert all(s.error is None for s in plan.pools.values())
+
+
+def test_json_unusable_nodes_carry_slurms_words_and_reason_time() -> None:
+    """``scontrol show node``'s Reason=... [user@time] as the JSON gives it: the engine
+    counts its grace from that time. NOT_RESPONDING alone has no time yet."""
+    changed = {"set": True, "infinite": False, "number": T0}
+    sinfo = {"nodes": [
+        {"name": "gpu1", "state": ["DOWN", "NOT_RESPONDING"], "gres": "gpu:v100:2",
+         "reason": "Not responding", "reason_set_by_user": "slurm", "reason_changed_at": changed},
+        {"name": "gpu2", "state": ["IDLE", "DRAIN"], "gres": "gpu:v100:2",
+         "reason": "rma ticket 42", "reason_set_by_user": "alice", "reason_changed_at": T0},
+        {"name": "gpu3", "state": "idle", "state_flags": ["NOT_RESPONDING"], "gres": "gpu:v100:2"},
+        {"name": "gpu4", "state": ["DOWN"], "gres": "gpu:v100:2", "reason": "x" * 1000,
+         "reason_changed_at": "not a time"},
+        {"name": "gpu5", "state": ["IDLE"], "gres": "gpu:v100:2", "reason": "stale text"},
+    ]}
+    nodes = SlurmReader(SlurmConfig(), json_runner({"jobs": []}, sinfo)).read(refs()).nodes
+    said = {n: (s.unusable, s.unusable_since) for n, s in nodes.items()}
+    assert said["gpu1"] == ("NOT_RESPONDING by slurm: Not responding", AT)
+    assert said["gpu2"] == ("DRAIN by alice: rma ticket 42", AT)
+    assert said["gpu3"] == ("NOT_RESPONDING", None)
+    assert said["gpu4"][0] is not None and len(said["gpu4"][0]) <= 300 and said["gpu4"][1] is None
+    assert said["gpu5"] == (None, None)  # usable: an old reason means nothing
+
+
+@pytest.mark.slow
+def test_real_slurm_a_drain_by_someone_else_reads_with_who_and_since(slurm: SlurmCluster) -> None:
+    before = datetime.now(UTC).replace(microsecond=0)
+    slurm.drain("gpu2", reason="rma-ticket-42")
+    try:
+        reader = SlurmReader(SlurmConfig(env=slurm.env()))
+        wait_until(lambda: reader.read(refs()).nodes["gpu2"].unusable is not None, timeout=30,
+                   what="slurmctld to show the drain")
+        gpu2 = reader.read(refs()).nodes["gpu2"]
+        assert gpu2.unusable is not None and gpu2.unusable.startswith("DRAIN by ")
+        assert gpu2.unusable.endswith(": rma-ticket-42")
+        assert gpu2.unusable_since is not None
+        assert before - timedelta(seconds=2) <= gpu2.unusable_since <= datetime.now(UTC)
+    finally:
+        slurm.resume("gpu2")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -98,6 +99,14 @@ def test_epoch_shapes() -> None:
     assert epoch(0) is None
     assert epoch("2026-11-30T12:00:00+00:00") == at
     assert epoch("N/A") is None and epoch("garbage") is None
+
+
+
+@pytest.mark.parametrize("value", [1e20, 2**63, {"set": True, "number": 10**30}, True, math.nan])
+def test_an_epoch_no_clock_can_hold_is_no_time(value: object) -> None:
+    """A reason time or submit time past year 9999 (a broken or hostile slurmrestd) reads
+    as unknown: the engine then waits instead of counting a grace from it."""
+    assert epoch(value) is None
 
 
 def test_array_tasks() -> None:

@@ -93,10 +93,16 @@ class FakeKube(ThreadedHttpServer):
                     self.store.touch("nodes", name, show)
 
     def set_node_ready(self, name: str, ready: bool) -> None:
+        """The kubelet's Ready condition changes, stamped with the fake's clock as the node
+        lifecycle controller stamps lastTransitionTime (only on a change of status)."""
+        status = "True" if ready else "False"
+        at = timestamp(self.clock())
+
         def change(node: dict[str, Any]) -> None:
             for cond in node["status"]["conditions"]:
-                if cond["type"] == "Ready":
-                    cond["status"] = "True" if ready else "False"
+                if cond["type"] == "Ready" and cond["status"] != status:
+                    cond.update(status=status, lastTransitionTime=at,
+                                reason="KubeletReady" if ready else "KubeletNotReady")
         self.store.touch("nodes", name, change)
 
     def remove_node(self, name: str) -> None:

@@ -182,6 +182,14 @@ def node_ready(node: Obj) -> bool:
                for c in (node.get("status") or {}).get("conditions") or [])
 
 
+def ready_condition(node: Obj) -> Obj | None:
+    """The node's ``Ready`` condition (its status, reason and lastTransitionTime), if any."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "Ready":
+            return c
+    return None
+
+
 def node_taints(node: Obj) -> list[tuple[str, str, str]]:
     return [(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
             for t in (node.get("spec") or {}).get("taints") or []]

@@ -155,8 +155,11 @@ def _number(value: Any) -> Any:
 def epoch(value: Any) -> datetime | None:
     """22.05 ints, 23.02+ ``{"set": true, "number": N}``, or sinfo/squeue local ISO text."""
     value = _number(value)
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, UTC) if value > 0 else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:  # a year past 9999 (or the platform's time_t) is no time, not a traceback
+            return datetime.fromtimestamp(value, UTC) if value > 0 else None
+        except (OverflowError, OSError, ValueError):
+            return None
     if isinstance(value, str) and value.strip() and value.strip().upper() not in ("N/A", "NONE",
                                                                                   "UNKNOWN"):
         try:

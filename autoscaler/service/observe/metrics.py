@@ -71,6 +71,10 @@ class ServiceMetrics:
         self.data_missing = Gauge(f"{PREFIX}_data_missing",
                                   "1 when a pool's signals are missing (scale-down frozen).",
                                   ["pool"], registry=r)
+        self.unhealthy_held = Gauge(f"{PREFIX}_unhealthy_budget_held",
+                                    "Broken nodes of a pool not replaced because more of the "
+                                    "fleet looks broken than the unhealthy budget allows.",
+                                    ["pool"], registry=r)
         self.policy_errors = Gauge(f"{PREFIX}_policy_errors",
                                    "Policy problems per file (the team keeps its last good policy).",
                                    ["file"], registry=r)
@@ -98,6 +102,7 @@ class ServiceMetrics:
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
         self._missing_pools: set[str] = set()
+        self._held_pools: set[str] = set()
         self._util_pools: set[str] = set()
         self._error_files: set[str] = set()
 
@@ -209,13 +214,15 @@ class ServiceMetrics:
         """Per-pool signals of the last decision (labels of pools gone since are removed)."""
         missing = {p: 1 if s.data_missing else 0 for p, s in plan.pools.items()}
         util = {p: s.util_mean for p, s in plan.pools.items() if s.util_mean is not None}
+        held = {p: s.broken_held for p, s in plan.pools.items()}
         for gauge, labels, values in ((self.data_missing, self._missing_pools, missing),
-                                      (self.gpu_util, self._util_pools, util)):
+                                      (self.gpu_util, self._util_pools, util),
+                                      (self.unhealthy_held, self._held_pools, held)):
             for gone in labels - set(values):
                 gauge.remove(gone)
             for pool, value in values.items():
                 gauge.labels(pool).set(value)
-        self._missing_pools, self._util_pools = set(missing), set(util)
+        self._missing_pools, self._util_pools, self._held_pools = set(missing), set(util), set(held)
         unserved = Tally((j.team or "", constraint_kind(j.constraint)) for j in plan.unserved)
         for left in self._unserved_labels - set(unserved):
             self.unserved.remove(*left)

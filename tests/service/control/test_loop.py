@@ -8,7 +8,7 @@ import pytest
 
 from autoscaler.fleet.demand_history import DemandHistory, bin_start
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.plan import Drain, Hold, Launch
+from autoscaler.model.plan import Drain, Hold, Launch, Replace
 from autoscaler.model.progress import NodeProgress
 from autoscaler.model.snapshot import CapacityError, PoolObservation
 from autoscaler.model.snapshot_parts import Observed
@@ -242,3 +242,27 @@ def test_the_snapshot_decide_gets_is_built_after_the_reconciler(kit, monkeypatch
     assert backoff.code == "launch-backoff" and "nvidia driver" in backoff.message
     [demand_bin] = DemandHistory(kit.store).bins("vision/train", bin_start(now))
     assert demand_bin.nodes_serving == 1  # the forecast's sample: LOST does not serve
+
+
+def test_broken_nodes_held_by_the_unhealthy_budget_show_in_the_metric(kit):
+    kit.loop.tick()
+    for _ in range(4):
+        create_node(kit.store, cooldown="up", pool="train", now=kit.clock.now)
+    kit.loop.tick()  # fake advance makes them READY
+    kit.clock.advance(hours=2)
+    names = [n.name for n in kit.store.nodes() if n.state is NodeState.READY]
+    assert len(names) == 4
+    base = busy()
+    assert base.metrics is not None
+    kit.signals.nodes = {n: base.model_copy(update={"metrics": base.metrics.model_copy(
+        update={"xid_errors": 1})}) for n in names}
+    report = kit.loop.tick()
+    assert not [a for a in report.plan.actions if isinstance(a, Drain | Replace)]
+    assert any(isinstance(a, Hold) and "4 of 4 READY nodes look broken" in a.reason
+               for a in report.plan.actions)
+    text = kit.loop.metrics.exposition().decode()
+    assert 'gpu_autoscaler_unhealthy_budget_held{pool="vision/train"} 4.0' in text
+    kit.signals.nodes = {n: busy() for n in names}
+    kit.loop.tick()
+    text = kit.loop.metrics.exposition().decode()
+    assert 'gpu_autoscaler_unhealthy_budget_held{pool="vision/train"} 0.0' in text
