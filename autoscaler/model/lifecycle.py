@@ -110,6 +110,8 @@ DRAINABLE = SERVING
 CANCELLABLE = frozenset({S.DRAINING, S.DRAINED})
 REPLACEABLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
 TERMINABLE = IN_FLIGHT | FAILED | {S.DRAINED, S.INTERRUPTED}
+# Nodes that run the DCGM exporter and are read every tick (bootstrapped, not yet gone).
+METERED = frozenset({S.READY, S.DRAINING, S.DRAINED})
 # The simulator reports metrics and scheduler state for these (a bootstrapping node has not
 # joined the scheduler yet).
 REPORTING = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})

@@ -24,7 +24,8 @@ from autoscaler.catalog import default_catalog
 from autoscaler.model.request_spec import Link
 from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.sandbox.hosts.procs import wait_until
-from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.kubernetes.client import KubernetesConfig, api_client
+from autoscaler.service.doctor.schedulers import drainer_rights
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.readings import pools_in_priority_order
 from autoscaler.signals.request_links import KubeLinks
@@ -149,6 +150,7 @@ def test_the_requests_the_code_sends_are_what_the_analysis_found(kube: FakeKube)
     assert not links.ended(Link(kubernetes_pod="vision/waiting"))
     assert not links.ended(Link(kubernetes_job="ci/train-8"))
     assert not links.ended(Link(kubernetes_selector="app=none"))
+    assert drainer_rights(api_client(cfg), 3) == ([], [])  # the fake serves no reviews (404)
     sent: set[Permission] = set()
     for method, path in kube.requests:
         sent |= permissions("GET" if method == "WATCH" else method, path, watch=method == "WATCH")

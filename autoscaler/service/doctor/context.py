@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoscaler.catalog import Catalog, CatalogError, load_catalog
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import METERED
 from autoscaler.model.node import Node
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import Pool, TeamPolicy
@@ -17,9 +17,6 @@ from autoscaler.service.config.load import ConfigError, load_config
 from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.doctor.report import Result, fail, ok
 from autoscaler.service.wiring import open_store
-
-# Nodes that run the DCGM exporter and are read every tick (bootstrapped, not yet gone).
-METERED = frozenset({NodeState.READY, NodeState.DRAINING, NodeState.DRAINED})
 
 
 @dataclass

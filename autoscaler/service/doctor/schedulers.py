@@ -101,7 +101,7 @@ def kubernetes(ctx: Context) -> list[Result]:
         core = client.CoreV1Api(api)
         nodes = core.list_node(limit=1, _request_timeout=timeout)
         core.list_pod_for_all_namespaces(limit=1, _request_timeout=timeout)
-        denied, checked = _access(api, timeout)
+        denied, checked = drainer_rights(api, timeout)
     except ApiException as exc:
         return [fail(name, f"{cfg.host or cfg.kubeconfig}: {exc.status} {exc.reason}")]
     except (HTTPError, OSError) as exc:
@@ -121,7 +121,7 @@ def kubernetes(ctx: Context) -> list[Result]:
     return [ok(name, f"{where}; the drainer may {', '.join(checked)}")]
 
 
-def _access(api: client.ApiClient, timeout: float) -> tuple[list[str], list[str]]:
+def drainer_rights(api: client.ApiClient, timeout: float) -> tuple[list[str], list[str]]:
     """(denied, allowed) drainer rights; both empty when reviews are not served."""
     auth = client.AuthorizationV1Api(api)
     denied: list[str] = []

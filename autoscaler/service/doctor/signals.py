@@ -4,8 +4,9 @@ store's ready and draining nodes), Slurm and Kubernetes (with what the drainers 
 from __future__ import annotations
 
 from autoscaler.model.clock import utc_now
+from autoscaler.model.lifecycle import METERED
 from autoscaler.policy.models import Pool
-from autoscaler.service.doctor.context import METERED, Context
+from autoscaler.service.doctor.context import Context
 from autoscaler.service.doctor.report import Result, fail, ok, skip
 from autoscaler.signals.prometheus import PrometheusReader, PrometheusReadError
 from autoscaler.signals.promql import UTIL_METRICS
