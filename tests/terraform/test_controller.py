@@ -229,7 +229,8 @@ def test_launch_notice_reconcile_terminate_under_the_policy(
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     for key, value in keys.env().items():  # what boto3 and Terraform read
         monkeypatch.setenv(key, value)
-    settings = sandbox_settings(moto, tmp_path / "tf", backend={
+    # refresh on: the provider's reads of every instance are part of the proven path.
+    settings = sandbox_settings(moto, tmp_path / "tf", refresh=True, backend={
         "kind": "s3", "bucket": controller.out("state_bucket"), "endpoint": moto.endpoint})
     world = make_world(f"sqlite:///{tmp_path / 'fleet.db'}", settings, moto.endpoint)
     world.policies = {"vision": spot_policy()}

@@ -124,14 +124,22 @@ resource "aws_s3_bucket_public_access_block" "state" {
 # Why each action of controller-policy.json (JSON has no comments):
 # - ec2:DescribeInstances, DescribeSpotPriceHistory, DescribeAvailabilityZones,
 #   DescribeInstanceTypeOfferings: the service's reads (autoscaler/clouds/aws.py).
-# - ec2:DescribeImages, DescribeInstanceAttribute, DescribeInstanceTypes, DescribeVolumes,
-#   DescribeSubnets: the AWS provider's reads when it creates, refreshes and destroys pool
+# - ec2:DescribeImages, DescribeInstanceAttribute, DescribeInstanceTypes, DescribeTags,
+#   DescribeVolumes, DescribeSpotInstanceRequests: the AWS provider's reads when it creates, refreshes and destroys pool
 #   instances (aws-gpu-pool); found by running that path under moto's IAM enforcement
-#   (tests/terraform/test_controller.py) and granting what was denied. Describe calls take
-#   no resource ARN in AWS, so they are scoped to the region only.
+#   (tests/terraform/test_controller.py) and granting, one at a time, what was denied.
+#   DescribeSubnets: the pool module's data.aws_subnet, when subnet_ids is set (not on
+#   that path). Describe calls take no resource ARN in AWS: scoped to the region only.
 # - ec2:RunInstances (+ CreateTags only as part of it): launches; a Deny refuses any
-#   instance or volume not requested with managed-by=gpu-autoscaler (aws-gpu-pool sets it).
+#   instance not requested with managed-by=gpu-autoscaler (aws-gpu-pool sets it). Not on
+#   volumes: the provider may tag the root volume after the launch (root_block_device.tags),
+#   so RunInstances carries no volume tags; that CreateTags is allowed on volumes only
+#   when it sets managed-by=gpu-autoscaler (tagging a volume grants nothing: terminate
+#   checks the instance's tag).
 # - ec2:TerminateInstances: only instances tagged managed-by=gpu-autoscaler.
+# - ec2:CancelSpotInstanceRequests: the provider cancels a spot node's one-time request
+#   when it destroys the node (denied on that path otherwise). The request carries no tags,
+#   so only the region scopes it; cancelling a request terminates nothing.
 # - iam:PassRole: only roles named gpu-autoscaler-node-*, only to EC2 (node profiles).
 # - sqs:ReceiveMessage, DeleteMessage on the events queue; SendMessage on the refused queue.
 # - s3:ListBucket/GetObject/PutObject/DeleteObject under <state_prefix>/: pool state and its
