@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
@@ -106,3 +108,30 @@ def test_stop_ends_the_process(tmp_path: Path) -> None:
     proc = sb._proc
     sb.stop()
     assert proc is not None and not proc.alive()
+
+
+def test_iam_enforcement_checks_batch_calls_as_aws_does(tmp_path: Path) -> None:
+    """Under enforce_iam, DeleteMessageBatch needs sqs:DeleteMessage (as on AWS), and an
+    action the caller's policy does not grant is refused. Its own server: enforcement
+    would refuse the fake keys the other tests use."""
+    with MotoSandbox(tmp_path / "moto") as sb:
+        url = sb.client("sqs").create_queue(QueueName="q")["QueueUrl"]
+        arn = sb.client("sqs").get_queue_attributes(
+            QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        iam = sb.client("iam")
+        iam.create_user(UserName="reader")
+        iam.put_user_policy(UserName="reader", PolicyName="p", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": arn, "Action": [
+                "sqs:ReceiveMessage", "sqs:DeleteMessage"]}]}))
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        sb.client("sqs").send_message(QueueUrl=url, MessageBody="m")
+        sb.enforce_iam()
+        sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=sb.endpoint,
+                           aws_access_key_id=key["AccessKeyId"],
+                           aws_secret_access_key=key["SecretAccessKey"])
+        [msg] = sqs.receive_message(QueueUrl=url)["Messages"]
+        done = sqs.delete_message_batch(QueueUrl=url, Entries=[
+            {"Id": "0", "ReceiptHandle": msg["ReceiptHandle"]}])
+        assert [e["Id"] for e in done["Successful"]] == ["0"]
+        with pytest.raises(ClientError, match="AccessDenied"):
+            sqs.send_message(QueueUrl=url, MessageBody="not granted")

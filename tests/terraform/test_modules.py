@@ -101,7 +101,7 @@ def _terraform(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Co
 
 @needs_terraform
 def test_modules_are_formatted(tmp_path: Path) -> None:
-    for module in (AWS, ALI):
+    for module in (AWS, ALI, DEFAULT_MODULES_DIR / "controller"):
         proc = _terraform(["fmt", "-check", "-diff", "-no-color", str(module)], tmp_path, {})
         assert proc.returncode == 0, proc.stdout + proc.stderr
 

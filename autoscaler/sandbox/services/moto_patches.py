@@ -146,6 +146,33 @@ def patch_run_instances(fault_file: Path | None) -> None:
     InstanceResponse.run_instances = run_instances  # type: ignore[method-assign]
 
 
+# Batch calls AWS authorizes under the single call's action (the IAM service reference
+# lists no sqs:*Batch actions); moto checks them under their own names.
+IAM_ACTION_OF_BATCH = {
+    "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
+    "sqs:SendMessageBatch": "sqs:SendMessage",
+    "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+}
+
+
+def patch_iam_batch_actions() -> None:
+    """Check batch calls against the action AWS checks, so a policy that works on AWS works
+    here under IAM enforcement (off unless a test turns it on: MotoSandbox.enforce_iam)."""
+    from moto.iam.access_control import IAMRequestBase
+
+    original = IAMRequestBase.check_action_permitted
+    if getattr(original, "_gpu_autoscaler", False):
+        return
+
+    def check_action_permitted(self: Any, resource: str) -> None:
+        self._action = IAM_ACTION_OF_BATCH.get(self._action, self._action)
+        original(self, resource)
+
+    check_action_permitted._gpu_autoscaler = True  # type: ignore[attr-defined]
+    IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
+
+
 def apply_all(fault_file: Path | None) -> None:
     add_p3_types()
     patch_run_instances(fault_file)
+    patch_iam_batch_actions()

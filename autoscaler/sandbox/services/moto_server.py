@@ -93,6 +93,22 @@ class MotoSandbox:
         tmp.write_text(json.dumps([asdict(f) for f in self._faults]))
         tmp.replace(self.fault_file)  # atomic: the server never reads half a file
 
+    def enforce_iam(self, unchecked_calls: int = 0) -> None:
+        """Check every call from now on against the caller's IAM policies, after the next
+        ``unchecked_calls`` (moto's INITIAL_NO_AUTH_ACTION_COUNT, set on the running server
+        so the setup before it, e.g. creating the IAM user, needs no count). Off by default:
+        every other test runs with moto's fake keys, which IAM would refuse.
+
+        moto checks the action and, for S3, SQS and IAM, the resource ARN; it does not
+        evaluate tag conditions (an Allow with one counts as granted) and matches EC2
+        statements against the resource ``*`` only."""
+        req = urllib.request.Request(f"{self.endpoint}/moto-api/reset-auth", method="POST",
+                                     data=str(unchecked_calls).encode(),
+                                     # not a form: moto reads the raw body
+                                     headers={"Content-Type": "text/plain"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+
     def reset(self) -> None:
         """Forget every resource (moto's reset API)."""
         req = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")
