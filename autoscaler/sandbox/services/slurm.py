@@ -23,11 +23,13 @@ rewrites the file and restarts slurmctld (state is kept in ``StateSaveLocation``
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,10 +80,16 @@ class SlurmCluster:
         self.gres_conf = self.conf_dir / "gres.conf"
         self.munge_dir = self.workdir / "munge"
         self.munge_key = self.munge_dir / "munge.key"
-        self.munge_socket_dir = self.workdir / "munge-run"
+        # Unix sockets live under a short path of their own: a socket path has at most 108
+        # bytes, and slurmd's step sockets (spool/<node>/<node>_<job>.<step>) under a test's
+        # temporary directory (/tmp/pytest-of-root/pytest-250/popen-gw0/...) went past it,
+        # so every job failed to launch and was requeued held.
+        digest = hashlib.sha1(str(self.workdir).encode()).hexdigest()[:12]
+        self.socket_root = Path(tempfile.gettempdir()) / f"slurm-{digest}"
+        self.munge_socket_dir = self.socket_root / "munge-run"
         self.munge_socket = self.munge_socket_dir / "munge.socket"
         self.state_dir = self.workdir / "state"
-        self.spool_dir = self.workdir / "spool"
+        self.spool_dir = self.socket_root / "spool"
         self.log_dir = self.workdir / "log"
         self.dev_dir = self.workdir / "dev"
         self.jobs_dir = self.workdir / "jobs"
@@ -249,6 +257,7 @@ class SlurmCluster:
             if proc is not None:
                 proc.stop()
         self._ctld = self._munged = None
+        shutil.rmtree(self.socket_root, ignore_errors=True)
 
     def __enter__(self) -> SlurmCluster:
         try:
