@@ -24,7 +24,8 @@ def test_the_browser_logs_in_with_the_form_and_never_sees_the_token(shots):
 
 
 def test_a_screenshot_per_phase_shows_the_demo_fleet(shots):
-    assert list(shots.shots) == ["scale-up", "trouble", "interruptions", "blind", "stopped"]
+    assert list(shots.shots) == ["scale-up", "trouble", "observer", "interruptions", "blind",
+                                 "stopped"]
     for path in shots.shots.values():
         data = path.read_bytes()
         assert data.startswith(PNG) and len(data) > 20_000, path
@@ -35,6 +36,7 @@ def test_a_screenshot_per_phase_shows_the_demo_fleet(shots):
     assert "GPU autoscaler: fleet & money" in up  # dashboard links
     trouble = shots.texts["trouble"]
     assert "XID error(s)" in trouble and "draining and replacing" in trouble
+    assert "READY nodes look broken" in shots.texts["observer"]  # the held replacements
     assert "interrupted node drained" in shots.texts["interruptions"]
     blind = shots.texts["blind"]
     assert "slurm could not be read" in blind and "scale-down frozen" in blind
