@@ -96,10 +96,14 @@ def sigterm_as_interrupt() -> Iterator[None]:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    # A shell without job control starts a background command with SIGINT ignored, and
+    # Python keeps it so: Ctrl-C (or kill -INT) then never reached the teardown.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def demo(
