@@ -59,12 +59,20 @@ def parse_spec(body: bytes) -> RequestSpec:
         syntax = [e for e in errors if e["type"] == "json_invalid"]
         if syntax:
             raise BadBody(400, {"error": f"the body is not JSON: {syntax[0]['msg']}"}) from None
-        problems = [{"field": ".".join(map(str, e["loc"])) or "(body)", "problem": e["msg"]}
-                    for e in errors]
+        problems = [{"field": _field(e["loc"]), "problem": e["msg"]} for e in errors]
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise BadBody(422, {"error": f"invalid request: {first['field']}: {first['problem']}"
                                      f"{more}", "problems": problems}) from None
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    """Where in the body, printable and bounded: an unknown key is the client's text (a key
+    "\\n" made the one-line reason two lines)."""
+    text = ".".join(map(str, loc)) or "(body)"
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= 64 else text[:61] + "..."
 
 
 def view_json(view: RequestView) -> dict[str, Any]:
