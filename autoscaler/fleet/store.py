@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+import sqlite3
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -118,16 +120,35 @@ def _to_node(row: NodeRow) -> Node:
     )
 
 
+SQLITE_BUSY_S = 30  # the longest a SQLite connection waits for another one's lock
+
+
+def _enable_wal(dbapi_conn: sqlite3.Connection) -> None:
+    """Switch a new database to WAL (the mode is kept in the file). SQLite answers "database
+    is locked" at once, without its busy handler, when another connection holds a lock during
+    the switch: two instances opening one new file both see that, so it is retried, bounded."""
+    deadline = time.monotonic() + SQLITE_BUSY_S
+    while True:
+        try:
+            if dbapi_conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30})
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_S})
 
         @event.listens_for(engine, "connect")
         def _wal(dbapi_conn: Any, _: Any) -> None:
+            dbapi_conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
             # WAL lets the status API read while the loop writes.
             if ":memory:" not in url:
-                dbapi_conn.execute("PRAGMA journal_mode=WAL")
-            dbapi_conn.execute("PRAGMA busy_timeout=30000")
+                _enable_wal(dbapi_conn)
 
         return engine
     return create_engine(url, pool_pre_ping=True)

@@ -173,4 +173,5 @@ def open_at_once(url: str, count: int) -> None:
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads) and errors == []
+    assert not any(t.is_alive() for t in threads)
+    assert errors == [], errors
