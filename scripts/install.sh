@@ -40,6 +40,9 @@ if command -v pyenv >/dev/null; then pyenv rehash; fi
 if [ "$(id -u)" -eq 0 ]; then
   image=$(python3 -m autoscaler.sandbox.hosts.node_image)
   echo "node image: $image"
+  # The service's dependencies as wheels, for the controller host test (hosts have no network).
+  wheelhouse=$(python3 -m autoscaler.sandbox.hosts.wheelhouse)
+  echo "wheelhouse: $wheelhouse"
 else
   echo "note: the sandbox's node image is built on the first run as root"
 fi

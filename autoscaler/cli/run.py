@@ -62,7 +62,7 @@ def run(
     """Run the autoscaler: every tick read signals, decide, record the plan, act.
 
     SIGTERM (or Ctrl-C) lets the current step finish, releases the leader lease and exits;
-    a restart resumes from the store.
+    a restart resumes from the store. SIGHUP (systemctl reload) reads the policies again now.
     """
     cfg = read_config(config)
     configure_logging(cfg.log_level)
@@ -83,6 +83,8 @@ def run(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # SIGHUP's default would stop the service: it is `systemctl reload`, policies read now.
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: service.request_reload())
     try:
         service.run(stop)
     except (OSError, ApiError) as exc:  # e.g. the HTTP port is taken

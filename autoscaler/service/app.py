@@ -21,6 +21,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoscaler.catalog import Catalog
 from autoscaler.fleet.store import Fenced, FleetStore
+from autoscaler.service import sd_notify
 from autoscaler.service.config.models import HttpSettings, ServiceConfig
 from autoscaler.service.control.interruptions import NoticeLoop
 from autoscaler.service.control.loop import ExecutorLike, ServiceLoop
@@ -57,6 +58,7 @@ class Service:
         self._closers = closers or []
         self._tick_started: float | None = None
         self._started = time.monotonic()
+        self._scheduler: BackgroundScheduler | None = None
 
     # -- what the API serves ----------------------------------------------------------
     def health(self) -> Health:
@@ -213,16 +215,26 @@ class Service:
                           next_run_time=datetime.now(UTC))
         return sched
 
+    def request_reload(self) -> None:
+        """SIGHUP (``systemctl reload``): every policy file's content is compared at the next
+        tick, which starts now unless one is running (then it is the next one)."""
+        log.info("reload requested: every policy file is read again at the next tick")
+        self.loop.reloader.reread()
+        if self._scheduler is not None and self._tick_started is None:
+            self._scheduler.modify_job("tick", next_run_time=datetime.now(UTC))
+
     def run(self, stop: threading.Event) -> None:
         """Tick until ``stop`` is set; then finish the current step and shut down."""
-        sched = self.scheduler()
+        sched = self._scheduler = self.scheduler()
         self.start_api()
         sched.start()
         log.info("service running: tick every %ss%s", self.config.tick.interval.total_seconds(),
                  " (dry run: nothing is changed)" if self.loop.dry_run else "")
+        sd_notify.notify("READY=1")
         try:
             stop.wait()
         finally:
+            sd_notify.notify("STOPPING=1")
             log.info("stopping: waiting for the current step to finish")
             self.loop.request_stop()
             sched.shutdown(wait=True)

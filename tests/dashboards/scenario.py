@@ -316,6 +316,10 @@ class Scenario:
         self.dcgm.inject_xid(v2, 0, 48)
         self.dcgm.set_throttle(THERMAL_THROTTLE, s1)
         self.dcgm.inject_ecc(s2, 0, single=2, double=1)
+        # No tick until Prometheus has scraped them: on a loaded machine four ticks can pass
+        # before the next scrape, and the page then shows no XID yet (seen in a CI run).
+        self.prom.wait_for_series("DCGM_FI_DEV_XID_ERRORS > 0", count=2)
+        self.prom.wait_for_series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0")
         self.tick(4)
         self.phase("trouble")  # the unhealthy nodes are being drained and replaced
         self.slurm.pending = {"vision/train": jobs(1)}

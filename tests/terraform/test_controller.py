@@ -2,10 +2,11 @@
 
 One moto server and one apply of ``terraform/modules/controller`` serve the whole module:
 first what the apply created is checked (rules -> queue, the queue policy's sender, the
-bucket, the instance profile carrying the policy); then an IAM user bound to that policy
-runs the service's launch, spot notice, reconcile and terminate path (the real executor,
-reconciler, notice intake and Terraform with its S3 backend and lock file) with moto's IAM
-enforcement on; then calls outside the policy are refused; then the module is destroyed.
+bucket, the instance profile carrying the policy, the controller instance on it); then an
+IAM user bound to that policy runs the service's launch, spot notice, reconcile and
+terminate path (the real executor, reconciler, notice intake and Terraform with its S3
+backend and lock file) with moto's IAM enforcement on; then calls outside the policy are
+refused; then the module is destroyed.
 
 What moto's enforcement does not prove (moto/iam/access_control.py, 5.2): conditions are
 not evaluated (an Allow with a condition counts as granted), and EC2 calls are checked
@@ -34,7 +35,7 @@ from autoscaler.actuators.terraform.settings import DEFAULT_MODULES_DIR
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.builders import NOW, make_policy
 from tests.clouds.helpers import spot_warning
@@ -72,7 +73,9 @@ def root_module(moto: MotoSandbox) -> dict[str, Any]:  # noqa: F811
             "region": REGION, "s3_use_path_style": True, "skip_credentials_validation": True,
             "skip_metadata_api_check": True, "skip_region_validation": True,
             "endpoints": [{svc: moto.endpoint for svc in services}]}},
-        "module": {"controller": {"source": f"./{MODULE.name}", "name": "gpu-autoscaler"}},
+        # With the controller instance: the reconciler must not count it among the fleet's.
+        "module": {"controller": {"source": f"./{MODULE.name}", "name": "gpu-autoscaler",
+                                  "create_instance": True, "instance_ami": MOTO_AMI}},
         "output": {name: {"value": f"${{module.controller.{name}}}"} for name in (
             "queue_url", "dead_letter_url", "state_bucket", "instance_profile", "role_arn",
             "policy_arn", "instance_id")},
@@ -149,7 +152,18 @@ class TestModule:
         attached = iam.list_attached_role_policies(RoleName=role["RoleName"])["AttachedPolicies"]
         assert [p["PolicyArn"] for p in attached] == [controller.out("policy_arn")]
         assert granted(iam, controller.out("policy_arn")) == rendered_policy(controller)
-        assert controller.out("instance_id") is None  # no controller instance by default
+
+    def test_controller_instance_runs_on_that_profile_and_cannot_end_itself(
+            self, controller: Controller) -> None:
+        ec2 = controller.moto.client("ec2")
+        [reservation] = ec2.describe_instances(InstanceIds=[controller.out("instance_id")])["Reservations"]
+        [instance] = reservation["Instances"]
+        assert instance["IamInstanceProfile"]["Arn"].endswith(
+            "/" + controller.out("instance_profile"))
+        assert instance["MetadataOptions"]["HttpTokens"] == "required"  # IMDSv2 only
+        tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+        # Not managed-by=gpu-autoscaler: its own policy cannot terminate it.
+        assert tags["Name"] == "gpu-autoscaler-controller" and "managed-by" not in tags
 
 
 def granted(iam: Any, policy_arn: str) -> dict[str, Any]:

@@ -6,9 +6,9 @@ package list and the build customisations below), so it is rebuilt only when tha
 changes. Nodes never write to it: each boots it through its own overlay (``ssh_hosts``).
 
 It holds what a GPU node image carries from the distribution: systemd, openssh-server,
-python3 (for Ansible), munge, slurmd and slurm-client (the node runs ``scontrol`` when it
-joins), kmod (``/etc/modprobe.d``) and the few tools the roles call. Nothing can be
-installed in a node later: its network reaches 169.254.77.0/24 only.
+python3 (for Ansible; with venv for the controller playbook), munge, slurmd and
+slurm-client (the node runs ``scontrol`` when it joins), kmod (``/etc/modprobe.d``) and the
+few tools the roles call. Nothing can be installed in a node later: its network reaches 169.254.77.0/24 only.
 
 ``python -m autoscaler.sandbox.hosts.node_image`` builds it (``scripts/install.sh`` does) and
 prints its path.
@@ -32,6 +32,8 @@ VARIANT = "minbase"
 PACKAGES = (
     "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2", "procps", "kmod",
     "munge", "slurmd", "slurm-client", "ca-certificates",
+    # The controller's virtual environment (playbooks/controller.yml): venv and ensurepip.
+    "python3-venv",
 )
 # Run in the finished tree at build time ($1 is its root). mmdebstrap copies the building
 # machine's hostname, hosts and resolv.conf in: replaced, so no node sees this machine's

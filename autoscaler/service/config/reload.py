@@ -1,4 +1,5 @@
-"""Hot reload of the policy directory, checked at the start of every tick.
+"""Hot reload of the policy directory, checked at the start of every tick (and at once on
+SIGHUP, ``systemctl reload``: :meth:`PolicyReloader.reread`).
 
 A file is re-parsed only when its content hash changes (stat first, so an unchanged
 directory costs a few ``stat`` calls). A file that breaks keeps its team on the last good
@@ -53,6 +54,7 @@ class PolicyReloader:
         self._duplicates: list[PolicyError] = []
         self._policies: dict[str, TeamPolicy] = {}
         self.generation = 0  # bumped on every change of the effective policies
+        self._reread = False
 
     @property
     def policies(self) -> dict[str, TeamPolicy]:
@@ -64,8 +66,17 @@ class PolicyReloader:
             found.append(self._dir_error)
         return sorted(found)
 
+    def reread(self) -> None:
+        """At the next refresh, hash every file, not only those whose (mtime, size) changed:
+        a file copied over with its old mtime and the same size is seen too."""
+        self._reread = True
+
     def refresh(self) -> ReloadResult:
         before = self._policies
+        if self._reread:
+            self._reread = False
+            for state in self._files.values():
+                state.stat = (-1, -1)
         paths = self._list()
         for gone in set(self._files) - set(paths):
             log.info("policy file %s removed", gone)

@@ -53,6 +53,21 @@ def test_a_changed_file_is_reloaded(pdir):
     assert result.updated == ["vision"] and r.policies["vision"].pools[0].max_nodes == 6
 
 
+def test_reread_sees_a_change_that_kept_mtime_and_size(pdir):
+    # What SIGHUP (systemctl reload) is for: a file copied over with its old mtime.
+    r = PolicyReloader(pdir, default_catalog())
+    r.refresh()
+    path = pdir / "vision.yaml"
+    st = path.stat()
+    path.write_text(path.read_text().replace("max_nodes: 4", "max_nodes: 6"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not r.refresh().changed and r.policies["vision"].pools[0].max_nodes == 4
+    r.reread()
+    result = r.refresh()
+    assert result.updated == ["vision"] and r.policies["vision"].pools[0].max_nodes == 6
+    assert not r.refresh().changed  # once per request
+
+
 def test_a_broken_file_keeps_the_last_good_policy_until_fixed(pdir, caplog):
     r = PolicyReloader(pdir, default_catalog())
     r.refresh()
