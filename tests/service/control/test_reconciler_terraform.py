@@ -1,0 +1,101 @@
+"""The reconciler on real parts: an instance the store does not know, found by the real AWS
+reader in moto, is destroyed or adopted through real Terraform (AWS provider).
+
+The stray is launched behind the service's back with the tags of the pool's own nodes (a
+copy of the service with another store, a state lost in a restore): the reader finds it by
+those tags as it would in an account. ``destroy`` removes exactly it, through an apply of
+the pool's root module, and leaves the pool's node running; ``adopt`` takes it into the
+store under its ``node`` tag and into Terraform's state by import, so the next apply keeps
+it instead of launching another (``terraform output`` lists it under its key). The same with fakes: tests/service/control/test_reconciler.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
+from autoscaler.service.executor import ExecutorSettings
+from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
+from tests.builders import NOW
+from tests.service.crash_harness import Faults, Scenario
+from tests.service.terraform_world import POOL, make_world, policy
+
+pytestmark = [pytest.mark.slow, needs_terraform]
+S = NodeState
+
+
+def live(moto: MotoSandbox) -> dict[str, str]:  # noqa: F811
+    """The pool's running instances in moto: instance id -> node tag."""
+    return {i["InstanceId"]: {t["Key"]: t["Value"] for t in i.get("Tags", [])}.get("node", "")
+            for i in running_instances(moto.client(), pool=POOL)}
+
+
+def stray(moto: MotoSandbox, like: str, node: str) -> str:  # noqa: F811
+    """An instance launched outside the service with the tags of instance ``like`` (one of
+    the pool's own) but node tag ``node``."""
+    ec2 = moto.client()
+    [reservation] = ec2.describe_instances(InstanceIds=[like])["Reservations"]
+    tags: dict[str, Any] = {t["Key"]: t["Value"] for t in reservation["Instances"][0]["Tags"]}
+    tags.update(node=node, Name=node)
+    launched = ec2.run_instances(
+        ImageId=MOTO_AMI, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance",
+                            "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
+    return str(launched["Instances"][0]["InstanceId"])
+
+
+def one_ready_node(moto: MotoSandbox, tmp_path: Path, unknown: str) -> tuple[Scenario, str]:  # noqa: F811
+    world = make_world(f"sqlite:///{tmp_path / 'fleet.db'}", sandbox_settings(moto, tmp_path / "tf"),
+                       moto.endpoint, nodes=1)
+    world.settings = ExecutorSettings(lost_after_misses=2, unknown_instances=unknown)  # type: ignore[arg-type]
+    scn = Scenario(world, Faults(), NOW)
+    scn.run_until(lambda: list(scn.states().values()) == [S.READY], max_ticks=20)
+    [instance] = live(moto)
+    return scn, instance
+
+
+def terraform_nodes(workdir: Path) -> dict[str, str]:
+    """The pool's Terraform state, read with ``terraform output``: node key -> instance id."""
+    pool_dir = workdir / "vision" / POOL
+    done = subprocess.run(["terraform", "output", "-json", "nodes"], cwd=pool_dir, text=True,
+                          capture_output=True, timeout=120, check=True,
+                          env={**os.environ, "TF_CLI_CONFIG_FILE": str(pool_dir / "terraformrc")})
+    return {name: node["id"] for name, node in json.loads(done.stdout).items()}
+
+
+@pytest.mark.timeout(900)
+def test_an_unknown_instance_is_destroyed_or_adopted_through_terraform(
+        moto: MotoSandbox, tmp_path: Path) -> None:  # noqa: F811
+    scn, own = one_ready_node(moto, tmp_path, "destroy")
+    [own_name] = scn.states()
+    # destroy: exactly the stray goes, through an apply of the pool; the node is kept.
+    leaked = stray(moto, own, "vision-v100-9")
+    assert set(live(moto)) == {own, leaked}
+    [destroying] = scn.reconciler.run().of("destroying")
+    assert destroying.instance_id == leaked and destroying.pool == f"vision/{POOL}"
+    scn.executor.advance()
+    assert set(live(moto)) == {own}
+    assert scn.reconciler.run().of("unknown-instance") == []
+    assert terraform_nodes(tmp_path / "tf") == {own_name: own}
+
+    # adopt (the same service restarted with that setting, room in the pool for one more).
+    scn.world.settings = ExecutorSettings(lost_after_misses=2, unknown_instances="adopt")
+    scn.world.policies = {"vision": policy(2)}
+    scn.restart()
+    name = "vision-v100-7"
+    taken = stray(moto, own, name)
+    [adopted] = scn.reconciler.run().of("adopted")
+    assert adopted.node == name
+    node = {n.name: n for n in scn.raw_store.nodes()}[name]
+    assert node.instance_id == taken and node.state is S.BOOTSTRAPPING
+    # The next apply imports it under its key instead of launching a second instance.
+    scn.run_until(lambda: scn.states().get(name) is S.READY, max_ticks=10)
+    assert set(live(moto)) == {own, taken}
+    assert terraform_nodes(tmp_path / "tf") == {own_name: own, name: taken}
