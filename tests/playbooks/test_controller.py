@@ -27,7 +27,7 @@ from typing import Any
 import ansible_runner
 import pytest
 
-from autoscaler.actuators.ansible.runner import _close_masters as close_masters
+from autoscaler.actuators.ansible.runner import close_masters
 from autoscaler.sandbox.hosts import wheelhouse
 from autoscaler.sandbox.hosts.procs import ProcessError, wait_until
 from autoscaler.sandbox.hosts.ssh_hosts import SshHosts

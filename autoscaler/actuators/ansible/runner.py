@@ -138,7 +138,7 @@ class AnsibleActuator:
     def _envvars(self, private: Path) -> dict[str, str]:
         s = self.settings
         # Shared connections live in the run's private directory and are closed when the
-        # run ends (_close_masters), so none outlives the run or is reused for another host
+        # run ends (close_masters), so none outlives the run or is reused for another host
         # that later gets the same address.
         master = ("-o ControlMaster=auto -o ControlPersist=120s" if s.control_persist
                   else "-o ControlMaster=no -o ControlPersist=no")
@@ -186,7 +186,7 @@ class AnsibleActuator:
                 # by cancel() when the service stops.
                 cancel_callback=self._cancelled.is_set,
             )
-            _close_masters(private / "cp")
+            close_masters(private / "cp")
             events = list(runner.events)
             artifacts = Path(runner.config.artifact_dir)
             for name in _KEPT_ARTIFACTS:
@@ -201,7 +201,7 @@ class AnsibleActuator:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _close_masters(control_dir: Path) -> None:
+def close_masters(control_dir: Path) -> None:
     """Ask every SSH master of the run to exit (ControlPersist would keep them a while)."""
     if not control_dir.is_dir():
         return

@@ -64,7 +64,7 @@ def _pip(*args: str) -> None:
         raise WheelhouseError(f"pip {args[0]} took over {PIP_TIMEOUT_S:.0f} s") from exc
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise WheelhouseError(f"pip {' '.join(args[:1])} failed (exit {done.returncode}):\n{tail}")
+        raise WheelhouseError(f"pip {args[0]} failed (exit {done.returncode}):\n{tail}")
 
 
 def ensure() -> Path:
