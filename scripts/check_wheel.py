@@ -6,10 +6,10 @@ virtual environment without the system's packages, ``pip install`` of the wheel 
 (no extras), then: ``gpu-autoscaler --version`` prints the wheel's version, ``gpu-autoscaler
 run --help`` works, the service's modules import, and neither matplotlib (the ``plots``
 extra) nor anything of the ``test`` extra was installed. Prints one line per step with its
-seconds and a last ``key=value`` line; exits 1 with the failed step's reason. Run by
-``.ci/run`` before the tests: installing the service's ~70 dependencies into an empty
-environment takes ~40 s on an idle 2-core machine and over 2 minutes next to a running
-suite, too long for a test (docs/testing.md).
+seconds and a last ``key=value`` line; exits 1 with the failed step's reason. A release
+step (docs/releasing.md): the dependencies come from the package index, as an operator's
+install gets them. CI checks the same offline, on a clean host, in
+tests/playbooks/test_controller.py.
 """
 
 from __future__ import annotations

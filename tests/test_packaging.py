@@ -1,8 +1,8 @@
 """What an install of the wheel gets: every distribution the code imports is declared, the
 extras' ones only where their feature lives, and every runtime dependency is bounded so a
-new major release cannot change an install unseen. The wheel itself is built and installed
-into an empty virtual environment by scripts/check_wheel.py, which .ci/run runs (it takes
-minutes: docs/releasing.md)."""
+new major release cannot change an install unseen. The wheel itself is built as a release is
+and installed without extras into a new virtual environment on a clean host by
+tests/playbooks/test_controller.py (docs/releasing.md)."""
 
 from __future__ import annotations
 

@@ -205,3 +205,16 @@ def test_terraform_failure_is_reported_per_pool() -> None:
     preview = preview_pool(PoolMaps(REF, ONE, TWO), _settings(), _prices(),
                            lambda s, r: FakeWorkspace(ONE, error="state locked"))
     assert preview.status == "error" and preview.error == "state locked"
+
+
+def test_an_apply_without_its_closing_outputs_asks_terraform_output() -> None:
+    from autoscaler.actuators.terraform.workspace import _applied_outputs
+
+    node = {"id": "i-1", "private_ip": "10.0.0.1", "lifecycle": "spot"}
+    planned = {"type": "outputs", "outputs": {"nodes": {"sensitive": False, "action": "noop"}}}
+    closing = {"type": "outputs", "outputs": {"nodes": {"sensitive": False, "value": {"a": node}}}}
+    assert _applied_outputs([planned]) is None  # a failed apply prints only the planned one
+    assert _applied_outputs([]) is None
+    assert _applied_outputs([{"type": "outputs", "outputs": {"nodes": {"sensitive": True}}}]) is None
+    assert _applied_outputs([planned, closing])["a"].id == "i-1"  # type: ignore[index]
+    assert _applied_outputs([planned, {"type": "outputs", "outputs": {"nodes": {"value": {}}}}]) == {}

@@ -81,6 +81,8 @@ class TestPoolLifecycle:
                                     "Name": name, "managed-by": "gpu-autoscaler"}
             assert result.nodes[name].id == inst["InstanceId"]
             assert result.nodes[name].lifecycle == spec.market.value
+        # Read from the apply's closing outputs message: what `terraform output` says.
+        assert result.nodes == ws.outputs()
         assert ws.applied_nodes() == THREE
 
     def test_plan_again_has_no_changes(self, ws: PoolWorkspace) -> None:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from autoscaler.cli import app
@@ -67,6 +68,7 @@ def test_plan_refuses_a_broken_snapshot_clearly(tmp_path):
     assert "is not a valid snapshot" in result.output and "now" in result.output
 
 
+@pytest.mark.slow  # a new process that imports every command's module for the list
 def test_console_script_help_explains_itself():
     out = subprocess.run([sys.executable, "-m", "autoscaler.cli", "--help"], capture_output=True, text=True,
                          check=True).stdout

@@ -16,6 +16,8 @@ from autoscaler.fleet import schema
 from tests.fleet import legacy
 from tests.service.config.test_config import write
 
+# Each command is a new Python process importing the service (~3 s of CPU each).
+pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -2,11 +2,13 @@
 installs it.
 
 One test host (the sandbox's node image booted with systemd in its own network namespace,
-no network beyond 169.254.77.0/24). The wheel is built from this checkout offline, its
+no network beyond 169.254.77.0/24). The wheel is built from this checkout as a release is
+(``python -m build``: the sdist, then the wheel from it), offline; its
 dependencies come from the wheelhouse scripts/install.sh downloaded, and the playbook runs
 with ansible-playbook as an operator would: the wheel in /opt/gpu-autoscaler/venv, the
 config, policies and a credential under /etc/gpu-autoscaler, a system user, the hardened
-unit. Then, from outside the host: /healthz answers, a policy change is a reload (same PID,
+unit. The install has no extra's distributions (no matplotlib, nothing of the test
+extra), prints the wheel's version and ``run --help``. Then, from outside the host: /healthz answers, a policy change is a reload (same PID,
 the new team loaded), a killed service is restarted by systemd and resumes from its store,
 and ``systemd-analyze security`` rates the unit no worse than OK.
 """
@@ -44,6 +46,10 @@ PORT = 9464
 TOKEN = "ctl-test-token-0123456789abcdef"  # the http token, a credential
 PLAYBOOK_TIMEOUT_S = 600.0
 SERVICE = "gpu-autoscaler"
+# Distributions only an extra brings (plots, dashboards, test): an install without extras
+# must not have them.
+EXTRAS_ONLY = ("matplotlib", "grafana-foundation-sdk", "pytest", "moto", "hypothesis")
+SERVICE_MODULES = "autoscaler.service.app, autoscaler.service.wiring, autoscaler.cli.run"
 # systemd-analyze security's exposure levels, best first; "no worse than OK".
 ACCEPTED = ("PERFECT", "SAFE", "OK")
 
@@ -201,8 +207,16 @@ def test_first_run_installs_a_service_that_answers_from_outside_as_its_own_user(
     pid = controller.main_pid()
     assert controller.sh(f"ps -o user= -p {pid}") == "gpu-autoscaler"
     assert controller.sh("id -u gpu-autoscaler") != "0"
-    version = controller.sh("/opt/gpu-autoscaler/venv/bin/gpu-autoscaler --version")
+    # The release wheel (python -m build: sdist, then the wheel from it) in a new virtual
+    # environment on a clean host, without extras: what a release must do (docs/releasing.md).
+    venv = "/opt/gpu-autoscaler/venv/bin"
+    version = controller.sh(f"{venv}/gpu-autoscaler --version")
     assert version == f"gpu-autoscaler {Path(controller.extra_vars['controller_wheel']).name.split('-')[1]}"
+    assert re.search(r"Usage: gpu-autoscaler run\b", controller.sh(f"{venv}/gpu-autoscaler run --help"))
+    controller.sh(f"{venv}/python -c 'import {SERVICE_MODULES}'")
+    listed = controller.sh(f"{venv}/pip list --disable-pip-version-check --format=freeze")
+    names = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in listed.splitlines()}
+    assert "gpu-autoscaler" in names and not names & set(EXTRAS_ONLY), sorted(names)
     # Secrets: root-only on disk, handed over by systemd, not in the environment file.
     assert controller.sh("stat -c '%U %a' /etc/gpu-autoscaler/credentials/http-token") == "root 400"
     assert controller.sh("stat -c '%U %a' /etc/gpu-autoscaler/environment") == "root 400"

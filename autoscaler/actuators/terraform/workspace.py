@@ -190,7 +190,8 @@ class PoolWorkspace:
         """What an apply of ``nodes`` did, from its JSON events; the applied map recorded."""
         if result.returncode != 0:
             self._raise_unless_node_errors(result.diagnostics)
-        outputs = self.outputs()
+        applied = _applied_outputs(result.events)
+        outputs = self.outputs() if applied is None else applied
         done = _completed(result.events)
         failed = {d.node: d.text for d in result.diagnostics if d.severity == "error" and d.node}
         targets = {n: NodeTarget(s.instance_type, s.market, s.zone) for n, s in nodes.items()}
@@ -214,8 +215,7 @@ class PoolWorkspace:
         result = self.runner.run("output", "nodes", json=FLAG, ok_codes=(0, 1))
         if result.returncode != 0 or not result.stdout.strip():
             return {}  # no state yet
-        value = json.loads(result.stdout) or {}
-        return {name: NodeOutput.model_validate(v) for name, v in value.items()}
+        return _node_outputs(json.loads(result.stdout))
 
     def refresh(self) -> dict[str, NodeOutput]:
         """Read every instance from the cloud into the state (``apply -refresh-only``);
@@ -265,6 +265,21 @@ class PoolWorkspace:
         errors = [d for d in diagnostics if d.severity == "error"]
         if not errors or any(d.node is None for d in errors):
             raise classify(f"terraform apply failed for pool {self.key}", errors)
+
+
+def _node_outputs(value: Any) -> dict[str, NodeOutput]:
+    return {name: NodeOutput.model_validate(v) for name, v in (value or {}).items()}
+
+
+def _applied_outputs(events: list[dict[str, Any]]) -> dict[str, NodeOutput] | None:
+    """The ``nodes`` output from the apply's own closing ``outputs`` message, which a
+    completed apply prints with its values; None when it did not (a failed apply), so the
+    caller asks ``terraform output`` (one process less per apply otherwise: ~0.75 s of CPU)."""
+    closing = [e for e in events if e.get("type") == "outputs"]
+    nodes = closing[-1].get("outputs", {}).get("nodes") if closing else None
+    if not isinstance(nodes, dict) or "value" not in nodes or nodes.get("sensitive"):
+        return None
+    return _node_outputs(nodes["value"])
 
 
 def _completed(events: list[dict[str, Any]]) -> dict[str, list[str]]:

@@ -97,14 +97,25 @@ def cached() -> Path:
 
 
 def build_wheel(out: Path) -> Path:
-    """gpu-autoscaler's wheel built from the checkout, offline (build requirements from the
-    wheelhouse; the version from git, as a release's)."""
+    """gpu-autoscaler's wheel built from the checkout as a release is (``python -m build``:
+    the sdist, then the wheel from that sdist, so a file the sdist misses fails here; the
+    version from git), offline: the isolated build environment gets its requirements from
+    the wheelhouse."""
     out.mkdir(parents=True, exist_ok=True)
-    _pip("wheel", "--no-deps", "--no-index", "--find-links", str(cached() / "build"),
-         "-w", str(out), str(REPO))
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(cached() / "build"),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    argv = [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise WheelhouseError(f"python -m build took over {PIP_TIMEOUT_S:.0f} s") from exc
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise WheelhouseError(f"python -m build failed (exit {done.returncode}):\n{tail}")
     wheels = sorted(out.glob("gpu_autoscaler-*.whl"))
-    if len(wheels) != 1:
-        raise WheelhouseError(f"expected one gpu_autoscaler wheel in {out}: {wheels}")
+    if len(wheels) != 1 or len(list(out.glob("gpu_autoscaler-*.tar.gz"))) != 1:
+        raise WheelhouseError(f"expected one gpu_autoscaler wheel and sdist in {out}: "
+                              f"{sorted(p.name for p in out.iterdir())}")
     return wheels[0]
 
 

@@ -77,7 +77,7 @@ class Run:
 
 
 def slow_clients(api: ApiServer, half_open: int = 300, trickling: int = 10, every: float = 2.0,
-                 grace: float = 5.0) -> Run:
+                 grace: float = 5.0, probe_timeout: float = 1.0) -> Run:
     """Until the server has closed every stalled client (or its request deadline plus
     ``grace`` has passed)."""
     run = Run()
@@ -99,8 +99,8 @@ def slow_clients(api: ApiServer, half_open: int = 300, trickling: int = 10, ever
                         sock.sendall(TRICKLE[sent[i]:sent[i] + 1])
                         sent[i] += 1
                 next_byte += every
-            run.healthz.append(probe(f"{api.url}/healthz"))
-            run.latencies += [run.healthz[-1], probe(f"{api.url}/metrics")]
+            run.healthz.append(probe(f"{api.url}/healthz", probe_timeout))
+            run.latencies += [run.healthz[-1], probe(f"{api.url}/metrics", probe_timeout)]
             run.most_threads = max(run.most_threads, threading.active_count() - threads_before)
             run.most_tasks = max(run.most_tasks, api.server.running_tasks())
             run.most_open = max(run.most_open, api.server.open_connections())

@@ -30,10 +30,15 @@ def test_half_open_and_trickling_clients_leave_the_probes_answering(
     api = service.api
     assert api is not None
     limits = api.server.limits
-    run = slow_clients(api, half_open=300, trickling=10, every=2.0)
+    # A probe queued behind the stalled clients would wait for their deadline (10 s); one
+    # answered well within it was served beside them. How fast, on an idle machine, is
+    # benchmarks/hostile_http.py's to measure: a full suite on two cores can starve any
+    # process for a second.
+    within = limits.request_timeout / 3
+    run = slow_clients(api, half_open=300, trickling=10, every=2.0, probe_timeout=within)
     assert run.still_open == 0, f"{run.still_open} stalled clients open after {run.seconds:.1f}s"
-    assert max(run.latencies) < 1.0 and len(run.latencies) > 20, (max(run.latencies),
-                                                                  len(run.latencies))
+    assert max(run.latencies) < within and len(run.latencies) > 20, (max(run.latencies),
+                                                                     len(run.latencies))
     assert run.most_threads <= WORKERS + PROBE_WORKERS, run.most_threads
     assert run.most_tasks <= WORKERS + PROBE_WORKERS, run.most_tasks
     assert run.most_open <= limits.max_connections + 1, run.most_open  # + a probe, briefly
@@ -64,7 +69,8 @@ def test_over_the_cap_the_oldest_waiting_connection_makes_room(
 
         wait_until(first_closed, 5, "the oldest connection to be closed")
         assert api.server.open_connections() <= cap
-        assert probe(f"{api.url}/healthz") < 1.0
+        within = api.server.limits.request_timeout / 3  # not queued behind a stalled client
+        assert probe(f"{api.url}/healthz", within) < within
     finally:
         clients.close()
     no_tracebacks(caplog)

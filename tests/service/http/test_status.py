@@ -69,6 +69,7 @@ def test_status_command_uses_the_token_from_the_environment(running):
     assert result.exit_code == 1 and "bearer token" in result.output
 
 
+@pytest.mark.slow  # the service in a process of its own
 def test_run_dry_run_ticks_serves_and_stops_on_sigterm(tmp_path):
     """The real command in a subprocess: ticks, /healthz, SIGTERM -> clean exit; a restart
     resumes from the same store."""
