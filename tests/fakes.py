@@ -244,10 +244,13 @@ class FakeScheduler(_Raises):
         self.work: dict[str, list[Work]] = {}
         self.refuse: dict[str, int] = {}  # work id -> evictions to refuse
         self.calls: list[tuple[Any, ...]] = []
+        self.offered: dict[str, float] = {}  # node -> the GPUs its Gres offers (else not counted)
 
-    def join(self, node: str) -> None:
+    def join(self, node: str, gpus: float | None = None) -> None:
         self.known.add(node)
         self.joined.add(node)
+        if gpus is not None:
+            self.offered[node] = gpus
 
     def run(self, node: str, *ids: str, protected: bool = False) -> None:
         self.work.setdefault(node, []).extend(Work(i, protected) for i in ids)
@@ -312,7 +315,7 @@ class FakeScheduler(_Raises):
     def readiness(self, node: str) -> Readiness:
         self._call("readiness", node)
         if node in self.joined and node not in self.cordoned:
-            return Readiness(True, "joined")
+            return Readiness(True, "joined", self.offered.get(node))
         return Readiness(False, "not joined yet")
 
     def forget(self, node: str) -> None:

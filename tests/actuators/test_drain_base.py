@@ -101,6 +101,20 @@ def test_slurm_readiness_parsing(show: str, ready: bool) -> None:
     assert slurm_readiness(show).ready is ready
 
 
+def test_slurm_readiness_counts_the_offered_gpus_and_says_slurms_reason() -> None:
+    ready = slurm_readiness("NodeName=a Gres=gpu:t4:4(S:0) State=IDLE Partitions=gpu")
+    assert ready.ready and ready.gpus == 4
+    assert slurm_readiness("NodeName=a Gres=(null) State=IDLE").gpus == 0  # found no GPU
+    assert slurm_readiness("NodeName=a State=IDLE").gpus == 0
+    low = slurm_readiness("NodeName=a Gres=gpu:t4:1 State=IDLE+DRAIN+INVALID_REG Partitions=gpu "
+                          "Reason=gres/gpu count reported lower than configured (0 < 1) "
+                          "[slurm@2026-12-02T10:00:00]")
+    assert not low.ready and low.why == ("slurm state IDLE+DRAIN+INVALID_REG: gres/gpu count "
+                                         "reported lower than configured (0 < 1)")
+    down = slurm_readiness("NodeName=a State=DOWN Reason=Not responding [slurm@x] Comment=(null)")
+    assert down.why == "slurm state DOWN: Not responding"
+
+
 def test_slurm_command_failures_are_drain_errors() -> None:
     def broken(argv, timeout, env):  # type: ignore[no-untyped-def]
         raise SlurmCommandError(f"{' '.join(argv)} failed (1): Unable to contact slurm controller")

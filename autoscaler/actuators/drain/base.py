@@ -64,6 +64,9 @@ class Work:
 class Readiness:
     ready: bool
     why: str = ""
+    # GPUs the scheduler offers on the node (Slurm's Gres); None where the scheduler's own
+    # check compares them with the instance type already (Kubernetes) or none are counted.
+    gpus: float | None = None
 
 
 class SchedulerOps(Protocol):

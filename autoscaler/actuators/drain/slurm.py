@@ -32,6 +32,7 @@ from autoscaler.actuators.drain.base import (
     Work,
 )
 from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
+from autoscaler.schedulers.slurm.parse import gpu_count
 
 RUNNING = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED"
 _UNKNOWN_NODE = ("Invalid node name", "not found", "Invalid nodelist")
@@ -193,17 +194,24 @@ def _job(job_id: str) -> str:
 
 
 def slurm_readiness(show_node: str) -> Readiness:
-    """From ``scontrol show node X --oneliner``: serving, responding, not drained."""
+    """From ``scontrol show node X --oneliner``: serving, responding, not drained; and the
+    GPUs its Gres offers (a dynamic node offers what its slurmd found), which the executor
+    holds against the instance type."""
     match = re.search(r"\bState=(\S+)", show_node)
     if not match:
         return Readiness(False, "slurm shows no state")
     state = match.group(1).upper()
+    gres = re.search(r"\bGres=(\S*)", show_node)
+    gpus = gpu_count(gres.group(1)) if gres else 0.0
     if state.endswith("*"):
-        return Readiness(False, f"slurmd not responding ({state})")
+        return Readiness(False, f"slurmd not responding ({state})", gpus)
     parts = state.split("+")
     if parts[0] not in _SERVING or any(p.startswith(_BAD_STATES) for p in parts):
-        return Readiness(False, f"slurm state {state}")
-    return Readiness(True, f"slurm state {state}")
+        # Slurm's own reason, e.g. "gres/gpu count reported lower than configured (0 < 1)"
+        why = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", show_node)
+        said = f": {why.group(1).strip()[:200]}" if why and why.group(1).strip() else ""
+        return Readiness(False, f"slurm state {state}{said}", gpus)
+    return Readiness(True, f"slurm state {state}", gpus)
 
 
 def slurm_drainer(config: SlurmConfig | None = None, *, scope: Literal["batch", "full"] = "batch",

@@ -122,7 +122,8 @@ class Executor:
         self._recovered = False
 
     def _step(self, report: AdvanceReport) -> Step:
-        return Step(self.store, self.settings, self.clock, self.policies(), self.drainers, report)
+        return Step(self.store, self.settings, self.clock, self.policies(), self.drainers, report,
+                    self.catalog)
 
     def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]:
         """Record the plan's intents in the store; returns the names of nodes created."""

@@ -12,6 +12,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.actuators.drain import Drainer
+from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.fleet.store import FleetStore, StoreError
 from autoscaler.model.changes import Move, NodeFields, Patch, ProgressChange
 from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
@@ -92,9 +93,19 @@ class Step:
     policies: Mapping[str, TeamPolicy]
     drainers: Mapping[str, Drainer]
     report: AdvanceReport
+    catalog: Catalog | None = None
 
     def now(self) -> datetime:
         return self.clock()
+
+    def type_gpus(self, node: Node) -> int | None:
+        """The GPUs of the node's instance type; None for a type the catalog lacks."""
+        if self.catalog is None:
+            return None
+        try:
+            return self.catalog.get(node.cloud, node.instance_type).gpus
+        except CatalogError:
+            return None
 
     def move(self, name: str, to: NodeState, reason: str, *, fields: NodeFields | None = None,
              progress: ProgressChange | None = None, cooldown: Cooldown = None) -> Node | None:

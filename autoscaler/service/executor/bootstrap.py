@@ -7,25 +7,30 @@ run cut short is simply run again. After ``bootstrap_retries`` failed runs the n
 to BOOTSTRAP_FAILED with the failed task and message (the engine then terminates it).
 
 READY needs: cluster kind ``none``, or the scheduler reporting the node ready (Slurm:
-responding, idle/mixed/allocated, not drained; Kubernetes: Ready and schedulable) and,
-when advance() is given the tick's snapshot and ``ready_requires_metrics`` is on, GPU
-metrics for the node. A node that stays unseen ``ready_wait_timeout`` after its
-bootstrap went through is failed with what the scheduler said.
+responding, idle/mixed/allocated, not drained, its Gres offering every GPU of its type;
+Kubernetes: Ready and schedulable, its device plugin advertising them) and, when advance()
+is given the tick's snapshot and ``ready_requires_metrics`` is on, GPU metrics for the
+node. A node that stays unseen after its bootstrap went through is failed with what the
+scheduler said and its type and zone (the GPU-initialisation watchdog); the wait is
+derived from how long the pool's last nodes took (:func:`ready_wait`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.progress import BootstrapProgress, ProgressUpdate
 from autoscaler.model.snapshot import Snapshot
+from autoscaler.policy.duration import format_duration
 from autoscaler.service.executor.advance import AdvanceReport, Step
 from autoscaler.service.executor.collaborators import Bootstrapper
 from autoscaler.service.executor.operations import Runner
+from autoscaler.service.executor.settings import ExecutorSettings
 
 S = NodeState
 
@@ -135,20 +140,56 @@ def _failed(step: Step, node: Node, state: BootstrapProgress, why: str) -> None:
 
 
 def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
-    """Bootstrapped nodes -> READY once their scheduler and metrics see them."""
-    for node in step.store.nodes(states=[S.BOOTSTRAPPING]):
-        if runner.busy(boot_key(node.name)):
-            continue
-        state = node.progress.bootstrap
-        if state.ok_at is None:
-            continue
-        kind = step.cluster_kind(node)
-        seen, why = _seen(step, node, kind, snapshot)
+    """Bootstrapped nodes -> READY once their scheduler offers them with all their type's
+    GPUs (and metrics arrive); failed when that takes longer than the pool's nodes took (the
+    GPU-initialisation watchdog: a GPU that never came up is a fault of the instance, so
+    its type and zone are in the reason)."""
+    booting = [n for n in step.store.nodes(states=[S.BOOTSTRAPPING])
+               if n.progress.bootstrap.ok_at is not None and not runner.busy(boot_key(n.name))]
+    if not booting:
+        return
+    waits = measured_waits(step.store.nodes())
+    for node in booting:
+        ok_at = node.progress.bootstrap.ok_at
+        assert ok_at is not None
+        seen, why = _seen(step, node, step.cluster_kind(node), snapshot)
         if seen:
             step.move(node.name, S.READY, f"bootstrapped; {why}")
-        elif step.now() - state.ok_at > step.settings.ready_wait_timeout:
-            step.move(node.name, S.BOOTSTRAP_FAILED, f"bootstrapped at {state.ok_at:%H:%M:%S} but "
-                      f"not ready after {step.settings.ready_wait_timeout}: {why}")
+            continue
+        limit, how = ready_wait(step.settings, waits.get((node.team, node.pool), []))
+        if step.now() - ok_at > limit:
+            where = node.zone or node.region
+            step.move(node.name, S.BOOTSTRAP_FAILED, f"bootstrapped at {ok_at:%H:%M:%S} but not "
+                      f"ready after {format_duration(limit)} ({how}): {why}; {node.instance_type} "
+                      f"in {where}")
+
+
+# The last this many READY nodes of a pool measure its wait, and a node gets this many
+# times the slowest of them.
+MEASURED_NODES = 5
+WAIT_FACTOR = 4
+
+
+def measured_waits(nodes: list[Node]) -> dict[tuple[str, str], list[timedelta]]:
+    """Per pool, bootstrap done -> READY of its most recently READY nodes."""
+    seen: dict[tuple[str, str], list[tuple[datetime, timedelta]]] = {}
+    for n in nodes:
+        ok_at = n.progress.bootstrap.ok_at
+        if n.ready_at is not None and ok_at is not None and n.ready_at >= ok_at:
+            seen.setdefault((n.team, n.pool), []).append((n.ready_at, n.ready_at - ok_at))
+    return {pool: [w for _, w in sorted(found)[-MEASURED_NODES:]] for pool, found in seen.items()}
+
+
+def ready_wait(settings: ExecutorSettings, waits: list[timedelta]) -> tuple[timedelta, str]:
+    """How long a bootstrapped node may take to be seen, and how that was set."""
+    ceiling = settings.ready_wait_timeout
+    if not waits:
+        return ceiling, "ready_wait_timeout; no node of the pool measured yet"
+    slowest = max(waits)
+    limit = min(ceiling, max(settings.ready_wait_floor, slowest * WAIT_FACTOR))
+    return limit, (f"{WAIT_FACTOR} x the slowest of the pool's last {len(waits)} node(s), "
+                   f"{format_duration(slowest)}, within {format_duration(settings.ready_wait_floor)}"
+                   f"..{format_duration(ceiling)}")
 
 
 def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None) -> tuple[bool, str]:
@@ -163,6 +204,10 @@ def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None) -> tuple
         return False, f"{kind}: {exc}"
     if not ready.ready:
         return False, ready.why
+    want = step.type_gpus(node)
+    if ready.gpus is not None and want is not None and ready.gpus < want:
+        return False, (f"{ready.why}, but {kind} offers {ready.gpus:g} of the {want} GPU(s) of "
+                       f"{node.instance_type}")
     if snapshot is not None and step.settings.ready_requires_metrics:
         obs = snapshot.nodes.get(node.name)
         if obs is None or obs.metrics is None:

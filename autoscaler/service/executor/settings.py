@@ -45,8 +45,14 @@ class ExecutorSettings(BaseModel):
     bootstrap_retry_backoff: Duration = Field(timedelta(seconds=30))
     bootstrap_batch_size: int = Field(50, ge=1, description="Nodes per ansible-runner run.")
     ready_wait_timeout: Duration = Field(
-        timedelta(minutes=10), description="After a successful bootstrap, how long to wait for "
-        "the scheduler to see the node (and its GPU metrics) before BOOTSTRAP_FAILED.")
+        timedelta(minutes=10), description="After a successful bootstrap, the longest wait for "
+        "the scheduler to see the node with all its type's GPUs (and their metrics) before "
+        "BOOTSTRAP_FAILED; the wait too while the pool has no READY node to measure. Once it "
+        "has, the wait is 4 x the slowest of its last 5 nodes (bootstrap done -> READY), "
+        "between ready_wait_floor and this.")
+    ready_wait_floor: Duration = Field(
+        timedelta(minutes=2), description="The least wait after a bootstrap, however fast the "
+        "pool's earlier nodes were seen.")
     ready_requires_metrics: bool = Field(
         True, description="READY also needs the node's GPU metrics in the tick's snapshot "
         "(when advance() is given one).")

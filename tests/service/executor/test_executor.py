@@ -175,6 +175,53 @@ def test_not_ready_in_time_is_bootstrap_failed(rig: Rig) -> None:
     assert node.state is S.BOOTSTRAP_FAILED and "not joined yet" in node.reason
 
 
+def test_a_node_slurm_offers_fewer_gpus_than_its_type_is_failed_with_its_type_and_zone(
+        rig: Rig) -> None:
+    """The GPU-initialisation watchdog: joined, but its Gres offers 3 of p3.8xlarge's 4."""
+    [name] = rig.submit(launch(instance_type="p3.8xlarge"))
+    rig.advance()
+    rig.slurm.scheduler.join(name, gpus=3)
+    rig.advance()
+    assert rig.state(name) is S.BOOTSTRAPPING  # not READY with a GPU missing
+    rig.clock.tick(9 * 60)
+    rig.advance()
+    assert rig.state(name) is S.BOOTSTRAPPING  # nothing measured yet: ready_wait_timeout, 10m
+    rig.clock.tick(2 * 60)
+    rig.advance()
+    node = rig.node(name)
+    assert node.state is S.BOOTSTRAP_FAILED
+    assert "slurm offers 3 of the 4 GPU(s) of p3.8xlarge" in node.reason
+    assert "ready_wait_timeout; no node of the pool measured yet" in node.reason
+    assert node.reason.endswith(f"; p3.8xlarge in {node.zone or node.region}")
+
+
+def test_the_gpu_wait_is_derived_from_how_long_the_pools_nodes_took(rig: Rig) -> None:
+    [first] = rig.submit(launch(instance_type="p3.8xlarge"))
+    rig.advance()
+    rig.clock.tick(40)  # seen 40 s after its bootstrap, with its 4 GPUs
+    rig.slurm.scheduler.join(first, gpus=4)
+    rig.advance()
+    assert rig.state(first) is S.READY
+    [second] = rig.submit(launch(instance_type="p3.8xlarge"))
+    rig.advance()
+    rig.slurm.scheduler.join(second, gpus=0)  # its GPUs never came up
+    rig.clock.tick(150)
+    rig.advance()
+    assert rig.state(second) is S.BOOTSTRAPPING  # 4 x 40 s = 2m40s, not 10 minutes
+    rig.clock.tick(20)
+    rig.advance()
+    node = rig.node(second)
+    assert node.state is S.BOOTSTRAP_FAILED, node.reason
+    assert "not ready after 2m40s (4 x the slowest of the pool's last 1 node(s), 40s" in node.reason
+    assert "slurm offers 0 of the 4 GPU(s)" in node.reason
+    # Offered all its GPUs, a node is READY as before.
+    [third] = rig.submit(launch(instance_type="p3.8xlarge"))
+    rig.advance()
+    rig.slurm.scheduler.join(third, gpus=4)
+    rig.advance()
+    assert rig.state(third) is S.READY
+
+
 def test_drain_waits_for_jobs_then_terminate_destroys_the_instance(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     sched = rig.slurm.scheduler
