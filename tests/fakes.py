@@ -207,9 +207,27 @@ class FakeAnsible(_Raises):
     calls: list[list[str]] = field(default_factory=list)
     next_error: BaseException | None = None
     cancelled: bool = False
+    # The periodic health check: its runs, and nodes whose check fails (as ``fail``).
+    health_calls: list[list[str]] = field(default_factory=list)
+    health_fail: dict[str, tuple[HostStatus, str, str]] = field(default_factory=dict)
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    def health_check(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy]) -> BootstrapRun:
+        names = [n.name for n in nodes]
+        self.health_calls.append(names)
+        if self.cancelled:
+            raise BootstrapCancelled("the fake Ansible is stopping")
+        self._maybe_raise()
+        hosts = {}
+        for name in names:
+            failure = self.health_fail.get(name)
+            hosts[name] = (HostResult(name, HostStatus.OK, ok=9) if failure is None
+                           else HostResult(name, failure[0], failure[1], failure[2]))
+        status = "successful" if all(h.status is HostStatus.OK for h in hosts.values()) else "failed"
+        return BootstrapRun(f"fake-health-{len(self.health_calls)}", Path("/nonexistent"), status,
+                            0.01, hosts)
 
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:

@@ -5,6 +5,7 @@ with a :class:`ProgressUpdate` (see ``model/changes.py``), checked when it is ma
 * :class:`LaunchSpec`: one launch slot, the same record from the plan's intent to the
   store (``Create``) and to a replacement promised on the node it replaces;
 * :class:`BootstrapProgress`: Ansible attempts, their back-off and the last error;
+* :class:`HealthCheck`: the last periodic GPU health check of a READY node;
 * :class:`DrainProgress`: where a drain stands between its re-runnable steps;
 * :class:`InterruptionRecord`: the cloud's notice;
 * :class:`LongJob`: a job past ``max_job_runtime``, reported once and signalled once; with
@@ -69,6 +70,14 @@ class BootstrapProgress(_Record):
     ok_at: datetime | None = None
     next_at: datetime | None = None
     last_error: str | None = None
+
+
+class HealthCheck(_Record):
+    """The periodic GPU health check of a READY node (``health.check_interval``)."""
+
+    checked_at: datetime | None = None  # the last attempt; the next is an interval later
+    failed: str | None = None  # what the check found wrong; None: it passed
+    last_error: str | None = None  # the attempt could not reach the node: no verdict
 
 
 class DrainPhase(StrEnum):
@@ -146,6 +155,7 @@ class NodeProgress(_Record):
     replacement: LaunchSpec | None = None  # a replacement promised for it
     drain: DrainProgress | None = None
     bootstrap: BootstrapProgress = BootstrapProgress()
+    health: HealthCheck = HealthCheck()
     interruption: InterruptionRecord | None = None
     provision_failures: int = 0  # applies that failed without naming the node
     long_jobs: dict[str, LongJob] = {}
@@ -172,6 +182,7 @@ class ProgressUpdate(BaseModel):
     replacement: LaunchSpec | None = None
     drain: DrainProgress | None = None
     bootstrap: BootstrapProgress | None = None
+    health: HealthCheck | None = None
     interruption: InterruptionRecord | None = None
     provision_failures: int | None = None
     long_jobs: dict[str, LongJob] | None = None

@@ -81,6 +81,8 @@ COOLDOWN = at_least(timedelta(seconds=1), "no tick is shorter (tick.interval), s
                     "cooldown would hold nothing back")
 DRAIN_TIMEOUT = at_least(timedelta(seconds=30), "Kubernetes gives every pod 30s to stop by "
                          "default; a shorter drain is a kill")
+HEALTH_CHECK_INTERVAL = at_least(timedelta(minutes=1), "each check is an Ansible run over SSH "
+                                 "on every READY node of the pool")
 MAX_NODE_AGE = at_least(timedelta(hours=1), "a node must outlive its boot (bootstrap.timeout) "
                         "and drain, or nodes are replaced as fast as they come up")
 
@@ -276,6 +278,11 @@ class Health(_Strict):
     silent_grace: Duration = Field(
         timedelta(minutes=5), description="How long a READY node may send no GPU metrics "
         "while the rest of the fleet reports before it is replaced.")
+    check_interval: Annotated[Duration, HEALTH_CHECK_INTERVAL] | None = Field(
+        None, description="Run the bootstrap's GPU health check (playbooks/health-check.yml: "
+        "nvidia-smi's GPU count and model, uncorrectable ECC errors, temperatures; DCGM's "
+        "diagnostic where DCGM runs) on each READY node this often; a failed check replaces "
+        "the node (replace_on_failed_health_check). Off when unset.")
 
 
 class ScheduleEntry(_Strict):

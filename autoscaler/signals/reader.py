@@ -130,8 +130,10 @@ class SignalReader:
         else:
             node_missing = "not in the fleet and its name matches no <team>-<pool>- prefix"
             metrics_nodes = metrics.nodes
-        nodes = self._believable(_merge_nodes(metrics_nodes, sched_nodes, node_missing),
-                                 NodeBounds(self.catalog, fleet_by_name, pools, key_by_name_prefix(pools)))
+        merged = _with_health_checks(_merge_nodes(metrics_nodes, sched_nodes, node_missing),
+                                     fleet_by_name)
+        nodes = self._believable(merged, NodeBounds(self.catalog, fleet_by_name, pools,
+                                                    key_by_name_prefix(pools)))
         observed = Observed(taken_at=now, nodes=nodes, pools=pool_obs, missing=sorted(missing),
                             unserved=scheduled.unserved, cluster_quotas=scheduled.quotas)
         return SignalsResult(observed, unattributed, sources, metrics.queries)
@@ -220,6 +222,20 @@ def by_name_prefix(pools: Mapping[str, Pool]) -> Callable[[str], Pool | None]:
         return None if key is None else pools[key]
 
     return pool_of
+
+
+def _with_health_checks(nodes: dict[str, NodeObservation],
+                        fleet: Mapping[str, Node]) -> dict[str, NodeObservation]:
+    """A READY node's failed periodic health check (the executor's, in its progress) as its
+    ``health_check_failed``: positive evidence, acted on even when its metrics are missing."""
+    for name, node in fleet.items():
+        failed = node.progress.health.failed
+        if failed and node.state is NodeState.READY:
+            seen = nodes.get(name)
+            fields = seen.model_dump() if seen is not None else {
+                "metrics_missing": "no GPU metrics were read for it"}
+            nodes[name] = NodeObservation.model_validate({**fields, "health_check_failed": failed})
+    return dict(sorted(nodes.items()))
 
 
 def _merge_nodes(metrics: dict[str, NodeObservation], sched: dict[str, SchedulerNode],

@@ -25,6 +25,7 @@ from autoscaler.catalog.catalog import default_catalog
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox.fakes import nvidia_smi
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
 from autoscaler.sandbox.hosts.gpu_nodes import CONTROLLER_ADDRESS, SandboxGpuNodes, controller_address
 from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
@@ -186,6 +187,25 @@ def test_second_run_changes_nothing(lab: Lab, first_run: BootstrapRun) -> None:
     assert changed == dict.fromkeys(["gpu-a", "gpu-b", "gpu-c"], 0)
     assert lab.cluster.node_state("gpu-a") == "idle"
     assert lab.hosts.boots("gpu-a") == 2  # the driver answers now: no second reboot
+
+
+def test_the_periodic_health_check_passes_a_healthy_node_and_fails_a_hot_one(
+        lab: Lab, first_run: BootstrapRun) -> None:
+    """playbooks/health-check.yml as the executor runs it every health.check_interval."""
+    node = lab.nodes["gpu-a"]
+    run = lab.actuator.health_check([node], lab.policies)
+    assert run.hosts["gpu-a"].status is HostStatus.OK, run.hosts
+    assert run.hosts["gpu-a"].changed == 0  # a check changes nothing on the node
+    hot = [FakeGpu("Tesla T4", temperature=95), *[FakeGpu("Tesla T4")] * 3]
+    lab.hosts.write_file("gpu-a", nvidia_smi.INSTALL_PATH, nvidia_smi.script(hot), 0o755)
+    try:
+        run = lab.actuator.health_check([node], lab.policies)
+    finally:
+        lab.hosts.write_file("gpu-a", nvidia_smi.INSTALL_PATH,
+                             nvidia_smi.script([FakeGpu("Tesla T4")] * 4), 0o755)
+    bad = run.hosts["gpu-a"]
+    assert bad.status is HostStatus.FAILED and bad.failed_task == "Check GPU temperatures", bad
+    assert "GPU health check failed: GPU 0 above 87 C" in bad.message
 
 
 def test_a_rebooted_node_serves_again_by_itself(lab: Lab, first_run: BootstrapRun) -> None:

@@ -72,6 +72,10 @@ class Bootstrapper(Protocol):
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun: ...
 
+    def health_check(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy]) -> BootstrapRun:
+        """Run the GPU health check playbook on READY nodes: one result per node."""
+        ...
+
     def cancel(self) -> None:
         """Stop the runs in progress and refuse new ones (they raise BootstrapCancelled)."""
         ...
@@ -98,6 +102,14 @@ class AnsibleActuator:
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
         """Run the playbook once for ``nodes``; one result per node, never raises per host."""
+        return self._play(self.settings.playbook, nodes, policies, secrets)
+
+    def health_check(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy]) -> BootstrapRun:
+        """Run the health check playbook once for ``nodes``; one result per node."""
+        return self._play(self.settings.health_playbook, nodes, policies, None)
+
+    def _play(self, playbook: Path, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
+              secrets: Mapping[str, str] | None) -> BootstrapRun:
         if len({n.name for n in nodes}) != len(nodes):
             raise AnsibleError("a batch lists the same node twice")
         if self._cancelled.is_set():
@@ -117,7 +129,8 @@ class AnsibleActuator:
         status, hosts = "successful", {}
         names = list(inventory["all"]["hosts"])
         if names:
-            status, events = self._run(run_id, inventory, all_secrets, timeout, run_dir, redact)
+            status, events = self._run(playbook, run_id, inventory, all_secrets, timeout,
+                                       run_dir, redact)
             if status == "canceled":
                 raise BootstrapCancelled(f"run {run_id} stopped: the service is stopping")
             hosts = host_results(names, events, status, timeout, redact)
@@ -162,11 +175,12 @@ class AnsibleActuator:
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(private / "cp"),
         }
 
-    def _run(self, run_id: str, inventory: dict[str, Any], secrets: Mapping[str, str],
-             timeout: float, run_dir: Path, redact: Redactor) -> tuple[str, list[dict[str, Any]]]:
+    def _run(self, playbook: Path, run_id: str, inventory: dict[str, Any],
+             secrets: Mapping[str, str], timeout: float, run_dir: Path,
+             redact: Redactor) -> tuple[str, list[dict[str, Any]]]:
         s = self.settings
-        if not s.playbook.is_file():
-            raise AnsibleError(f"playbook {s.playbook} does not exist")
+        if not playbook.is_file():
+            raise AnsibleError(f"playbook {playbook} does not exist")
         with tempfile.TemporaryDirectory(prefix="gpu-autoscaler-ansible-") as tmp:
             private = Path(tmp)
             # ansible-runner reads env/extravars itself (-e @file). Inventory and secrets
@@ -175,7 +189,7 @@ class AnsibleActuator:
             write_extravars(private / "env" / "extravars", s.extra_vars, secrets)
             hosts_file = write_unsafe(private / "inventory" / "hosts.yml", inventory)
             runner = ansible_runner.run(
-                private_data_dir=str(private), ident=run_id, playbook=str(s.playbook.resolve()),
+                private_data_dir=str(private), ident=run_id, playbook=str(playbook.resolve()),
                 inventory=str(hosts_file),
                 envvars=self._envvars(private), forks=s.forks,
                 skip_tags=",".join(s.skip_tags) or None, timeout=int(max(1, timeout)),

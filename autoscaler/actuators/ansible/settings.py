@@ -11,12 +11,16 @@ from autoscaler.policy.duration import Duration
 
 # playbooks/ next to the autoscaler package (a source checkout or editable install).
 DEFAULT_PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks" / "gpu-node.yml"
+DEFAULT_HEALTH_PLAYBOOK = DEFAULT_PLAYBOOK.with_name("health-check.yml")
 
 
 class AnsibleSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     playbook: Path = Field(DEFAULT_PLAYBOOK, description="The node bootstrap playbook.")
+    health_playbook: Path = Field(
+        DEFAULT_HEALTH_PLAYBOOK, description="The periodic GPU health check of READY nodes "
+        "(a pool's health.check_interval); its roles from the same roles directory.")
     runs_dir: Path = Field(Path(".gpu-autoscaler/ansible-runs"),
                            description="One directory per run: stdout, events, results.")
     keep_runs: int = Field(200, ge=1, description="Run directories kept; older ones are removed.")

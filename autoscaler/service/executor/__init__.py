@@ -27,7 +27,8 @@ Contract (the service loop of issue 7 codes against it)::
             READY once the scheduler sees the node and (given the tick's snapshot) its
             metrics arrive, or at once for cluster kind none; drain steps (re-runnable,
             never blocking: done / retry-after / error), one checkpoint signal per long job
-            whose pool asks for it, DRAINED -> TERMINATING -> apply
+            whose pool asks for it, the periodic GPU health check of READY nodes whose
+            pool sets health.check_interval, DRAINED -> TERMINATING -> apply
             -> TERMINATED; failures -> PROVISION_FAILED / BOOTSTRAP_FAILED with the reason.
             Bounded in time (``advance_budget``); safe to call again after a crash at any
             point. ``AdvanceReport.capacity_errors`` go back to the price signals.
@@ -83,7 +84,7 @@ from autoscaler.model.node import Node
 from autoscaler.model.plan import Plan
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.executor import bootstrap, drain, long_jobs, provision, submit
+from autoscaler.service.executor import bootstrap, drain, health, long_jobs, provision, submit
 from autoscaler.service.executor.advance import AdvanceReport, Change, PoolApply, Step
 from autoscaler.service.executor.collaborators import Bootstrapper, Provisioner
 from autoscaler.service.executor.operations import Inline, Operation, Runner
@@ -149,6 +150,7 @@ class Executor:
         provision.provision(step, self.provisioner, self.address_of, self.runner)
         bootstrap.bootstrap(step, self.bootstrapper, self.address_of, self.runner)
         bootstrap.promote(step, snapshot, self.runner)
+        health.check_ready_nodes(step, self.bootstrapper, self.runner)
         report.seconds = round(time.monotonic() - started, 3)
         return report
 

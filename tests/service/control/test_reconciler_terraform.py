@@ -1,5 +1,6 @@
 """The reconciler on real parts: an instance the store does not know, found by the real AWS
-reader in moto, is destroyed or adopted through real Terraform (AWS provider).
+reader in moto, is destroyed or adopted through real Terraform (AWS provider); a node stuck
+in BOOTSTRAPPING past its state limit is failed and its instance destroyed through it.
 
 The stray is launched behind the service's back with the tags of the pool's own nodes (a
 copy of the service with another store, a state lost in a restore): the reader finds it by
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
 from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
 from autoscaler.service.executor import ExecutorSettings
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
@@ -71,7 +73,7 @@ def terraform_nodes(workdir: Path) -> dict[str, str]:
 
 
 @pytest.mark.timeout(900)
-def test_an_unknown_instance_is_destroyed_or_adopted_through_terraform(
+def test_an_unknown_instance_is_destroyed_or_adopted_and_a_stuck_node_failed_through_terraform(
         moto: MotoSandbox, tmp_path: Path) -> None:  # noqa: F811
     scn, own = one_ready_node(moto, tmp_path, "destroy")
     [own_name] = scn.states()
@@ -99,3 +101,27 @@ def test_an_unknown_instance_is_destroyed_or_adopted_through_terraform(
     scn.run_until(lambda: scn.states().get(name) is S.READY, max_ticks=10)
     assert set(live(moto)) == {own, taken}
     assert terraform_nodes(tmp_path / "tf") == {own_name: own, name: taken}
+
+    # Stuck BOOTSTRAPPING: a third node's instance comes up but its address never resolves,
+    # so Ansible never runs; past its state limit the reconciler fails it, and the engine
+    # has its instance destroyed through an apply of the pool (and a replacement launched,
+    # which comes up).
+    stuck: list[str] = []
+
+    def address(n: Node) -> str | None:
+        blocked = n.name not in (own_name, name) and (not stuck or n.name == stuck[0])
+        return "169.254.77.2" if n.instance_id and not blocked else None
+
+    scn.world.address_of = address
+    scn.world.policies = {"vision": policy(3)}
+    scn.restart()
+    scn.run_until(lambda: S.BOOTSTRAPPING in scn.states().values(), max_ticks=5)
+    stuck += [n for n, st in scn.states().items() if st is S.BOOTSTRAPPING]
+    [instance] = set(live(moto)) - {own, taken}
+    scn.step_s = 600  # the limit is the bootstrap's runs and backoffs plus the ready wait
+    scn.run_until(lambda: scn.states()[stuck[0]] is S.TERMINATED
+                  and list(scn.states().values()).count(S.READY) == 3, max_ticks=20)
+    failed = [t for t in scn.raw_store.transitions(stuck[0]) if t.to_state == "BOOTSTRAP_FAILED"]
+    assert failed and "BOOTSTRAPPING for" in failed[0].reason, scn.raw_store.transitions(stuck[0])
+    assert instance not in live(moto) and len(live(moto)) == 3 and {own, taken} < set(live(moto))
+    assert set(terraform_nodes(tmp_path / "tf").values()) == set(live(moto))
