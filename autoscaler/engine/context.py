@@ -70,6 +70,7 @@ class PoolContext:
     # Serving nodes without fresh GPU metrics because none came: (node, silent for at
     # least, how that is known); broken.review files them as sick if the fleet reports.
     silent: list[tuple[Node, timedelta, str]] = field(default_factory=list)
+    silent_kept: str | None = None  # why silent nodes past their grace are not replaced
     reporting: int = 0  # serving nodes with fresh GPU metrics
     long_jobs: list[tuple[Node, RunningJob]] = field(default_factory=list)
     expired: list[Node] = field(default_factory=list)  # serving, past max_node_age

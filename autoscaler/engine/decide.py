@@ -230,6 +230,9 @@ class _Decision:
         else:
             for action in unhealthy.candidates(ctx, self.prices, self.now, budget):
                 self._replace(ctx, action, budget)
+        if ctx.silent_kept is not None:
+            self.actions.append(Hold(pool=ctx.key, what="scale-down",
+                                     reason=f"{ctx.key}: {ctx.silent_kept}"))
         if ctx.data_missing:
             self.actions.append(Hold(pool=ctx.key, what="scale-down",
                                      reason=f"{ctx.key}: scale-down frozen: {ctx.data_missing}"))

@@ -89,6 +89,7 @@ class SignalReader:
         self.kubernetes: SchedulerSource | None = kubernetes or (
             KubernetesReader(config.kubernetes) if config.kubernetes else None)
         self._refused: dict[str, str] = {}  # node -> why its data was not believed (logged)
+        self._absent_since: dict[str, datetime] = {}  # READY node -> first tick found unlisted
 
     def close(self) -> None:
         if self.prometheus is not None:
@@ -123,7 +124,8 @@ class SignalReader:
                                             scheduler_missing=scheduled.pool_missing.get(key))
         missing.update(scheduled.missing)
         sources.update(scheduled.sources)
-        sched_nodes, unattributed = scheduled.nodes, scheduled.unattributed
+        sched_nodes, unattributed = self._with_absent(scheduled, fleet_by_name, pools, now), \
+            scheduled.unattributed
         if metrics.error is not None:
             node_missing = metrics.error
             metrics_nodes = {n: NodeObservation(metrics_missing=metrics.error) for n in node_pools}
@@ -137,6 +139,29 @@ class SignalReader:
         observed = Observed(taken_at=now, nodes=nodes, pools=pool_obs, missing=sorted(missing),
                             unserved=scheduled.unserved, cluster_quotas=scheduled.quotas)
         return SignalsResult(observed, unattributed, sources, metrics.queries)
+
+    def _with_absent(self, scheduled: _Scheduled, fleet: Mapping[str, Node],
+                     pools: Mapping[str, Pool], now: datetime) -> dict[str, SchedulerNode]:
+        """The schedulers' nodes, plus each READY fleet node its scheduler answered without
+        (deleted from Kubernetes, forgotten by slurmctld): unusable since the first tick that
+        found it missing. That time lives in this reader: a restart counts the grace again,
+        later, never sooner."""
+        out = dict(scheduled.nodes)
+        absent: dict[str, datetime] = {}
+        for name, node in fleet.items():
+            pool = pools.get(node.pool_key)
+            if node.state is not NodeState.READY or pool is None or name in out \
+                    or pool.cluster.kind not in SCHEDULERS or node.pool_key in scheduled.pool_missing:
+                continue
+            absent[name] = since = self._absent_since.get(name, now)
+            out[name] = SchedulerNode(state="unknown", ready=False, gpus_total=0, gpus_allocated=0,
+                                      unusable=f"{pool.cluster.kind} does not list it",
+                                      unusable_since=since)
+        if absent.keys() - self._absent_since.keys():
+            log.warning("READY nodes their scheduler does not list: %s",
+                        ", ".join(sorted(absent.keys() - self._absent_since.keys())))
+        self._absent_since = absent
+        return out
 
     def _believable(self, nodes: dict[str, NodeObservation],
                     bounds: NodeBounds) -> dict[str, NodeObservation]:

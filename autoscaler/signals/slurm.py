@@ -242,7 +242,7 @@ class SlurmReader:
         if self.config.use_json:
             try:
                 jobs = jobs_from_json(json.loads(self._cmd("squeue", "--json")))
-                nodes = nodes_from_json(json.loads(self._cmd("sinfo", "--json")))
+                nodes = nodes_from_json(json.loads(self._cmd("sinfo", "--all", "--json")))
                 return assemble(jobs, nodes, refs, "squeue/sinfo --json")
             except SlurmCommandError as exc:
                 if "timed out" in str(exc) or "not found" in str(exc):
@@ -253,7 +253,7 @@ class SlurmReader:
         try:
             jobs = jobs_from_text(self._cmd("squeue", "-h", "-t", SQUEUE_STATES,
                                             "-o", SQUEUE_FORMAT))
-            nodes = nodes_from_text(self._cmd("sinfo", "-h", "-N", "-O", SINFO_FIELDS))
+            nodes = nodes_from_text(self._cmd("sinfo", "--all", "-h", "-N", "-O", SINFO_FIELDS))
         except SlurmCommandError as exc:
             why = f"slurm: {exc}" + (f" (after --json: {json_error})" if json_error else "")
             return SchedulerReading(error=why, source="text")

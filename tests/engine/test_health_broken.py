@@ -109,9 +109,17 @@ def test_prometheus_down_for_everyone_freezes_instead_of_replacing() -> None:
                for a in plan.actions)
 
 
-def test_too_few_others_reporting_is_no_comparison() -> None:
+def test_too_few_others_reporting_is_no_comparison_and_says_so() -> None:
     # two of three silent: one reporter is below silent_min_reporting (3)
-    assert not replaced(plan_of({"n0": silent(None), "n1": silent(None)}, 3))
+    plan = plan_of({"n0": silent(None), "n1": silent(None)}, 3)
+    assert not replaced(plan)
+    [held] = [a.reason for a in plan.actions if isinstance(a, Hold)]
+    assert held == ("vision/gpu: 2 node(s) without GPU metrics past silent_grace 5m kept (n0, n1): "
+                    "1 of 3 READY nodes report, fewer than silent_min_reporting 3, so the "
+                    "observer is the likelier fault")
+    # within the grace there is nothing to explain yet
+    within = plan_of({"n0": silent(200), "n1": silent(200)}, 3)
+    assert not [a for a in within.actions if isinstance(a, Hold | Replace)]
 
 
 # -- memory faults ---------------------------------------------------------------------

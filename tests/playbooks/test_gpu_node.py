@@ -17,10 +17,14 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from autoscaler.actuators.ansible import AnsibleActuator, BootstrapRun, HostStatus
+from autoscaler.actuators.drain import PhasedDrainer
+from autoscaler.actuators.drain.base import Readiness
+from autoscaler.actuators.drain.slurm import SlurmOps
 from autoscaler.catalog.catalog import default_catalog
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
@@ -28,9 +32,12 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fakes import nvidia_smi
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
 from autoscaler.sandbox.hosts.gpu_nodes import CONTROLLER_ADDRESS, SandboxGpuNodes, controller_address
+from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 from autoscaler.sandbox.services.slurm import SlurmCluster
+from autoscaler.schedulers.slurm.client import SlurmConfig
 from tests.builders import make_node, make_policy
+from tests.service.executor_rig import launch, make_rig
 
 pytestmark = [
     pytest.mark.slow,
@@ -215,6 +222,61 @@ def test_a_rebooted_node_serves_again_by_itself(lab: Lab, first_run: BootstrapRu
     # munged and slurmd are enabled units; their tmpfs directories come back with tmpfiles.
     job = lab.cluster.submit("echo back", gpus=1, nodelist="gpu-c")
     lab.cluster.wait_job_state(job, {"COMPLETED"}, timeout=90)
+
+
+class AsHost:
+    """A rig node seen as booted host ``host`` by the real Slurm drainer (the rig names its
+    nodes vision-gpu-N; everything else is the drainer's own)."""
+
+    def __init__(self, inner: PhasedDrainer, host: str):
+        self.inner, self.host = inner, host
+        self.kind = inner.kind
+
+    def readiness(self, node: Node) -> Readiness:
+        return self.inner.readiness(node.model_copy(update={"name": self.host}))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_node_back_from_a_reboot_with_fewer_gpus_is_failed_by_the_watchdog(
+        lab: Lab, first_run: BootstrapRun, tmp_path: Path) -> None:
+    """gpu-c comes back from a reboot with 2 of its 4 GPUs (device files and nvidia-smi).
+    Its slurmd waits for the device files gres.conf names ("Waiting for gres.conf file
+    /dev/nvidia2") and never registers, so real Slurm never offers the node; the executor,
+    its bootstrap done, holds it and fails it after the GPU-initialisation wait with
+    Slurm's words and its type and zone."""
+    healthy = {f.path: f for f in nvidia_smi.node_files([FakeGpu("Tesla T4")] * 4) if not f.link}
+    for item in nvidia_smi.node_files([FakeGpu("Tesla T4")] * 2):
+        if not item.link and "/systemd/" not in item.path:
+            lab.hosts.write_file("gpu-c", item.path, item.content, item.mode)
+    boots = lab.hosts.boots("gpu-c")
+    lab.hosts.run("gpu-c", ["systemctl", "reboot"], check=False)
+    lab.hosts.wait_booted("gpu-c", boots + 1)
+    try:
+        assert lab.hosts.run("gpu-c", ["nvidia-smi", "-L"]).stdout.count("GPU ") == 2
+        drainer = AsHost(PhasedDrainer(SlurmOps(SlurmConfig(env=lab.cluster.env()))), "gpu-c")
+        wait_until(lambda: "NOT_RESPONDING" in drainer.readiness(lab.nodes["gpu-c"]).why, 90,
+                   "slurmctld to find gpu-c's slurmd silent", interval=1)
+        policy = make_policy(team="vision", instance_types=["g4dn.12xlarge"],
+                             cluster={"kind": "slurm", "partition": "gpu"})
+        rig = make_rig(tmp_path, policies={"vision": policy})
+        rig.slurm = drainer  # type: ignore[assignment]
+        [name] = rig.submit(launch(instance_type="g4dn.12xlarge"))
+        rig.advance()  # instance up, bootstrap (fake Ansible) done: BOOTSTRAPPING until seen
+        rig.advance()
+        assert rig.state(name) is NodeState.BOOTSTRAPPING, rig.node(name).reason
+        rig.clock.tick(11 * 60)  # past ready_wait_timeout: no node of the pool measured yet
+        rig.advance()
+        node = rig.node(name)
+        assert node.state is NodeState.BOOTSTRAP_FAILED, node.reason
+        assert "not ready after 10m (ready_wait_timeout" in node.reason
+        assert ": slurm state IDLE+NOT_RESPONDING; g4dn.12xlarge in " in node.reason
+        assert node.reason.endswith(f"; g4dn.12xlarge in {node.zone or node.region}")
+        rig.store.close()
+    finally:  # the files only: no later test needs gpu-c's GPUs
+        for item in healthy.values():
+            lab.hosts.write_file("gpu-c", item.path, item.content, item.mode)
 
 
 def test_mixed_batch_fails_only_the_unreachable_and_the_unhealthy_host(

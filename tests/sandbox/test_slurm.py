@@ -65,6 +65,16 @@ def test_drain_while_running_then_drained_then_resume(cluster: SlurmCluster) -> 
 
 
 def test_stop_slurmd_and_start_again(cluster: SlurmCluster) -> None:
+    """A stopped slurmd is a dead node: the job it ran goes with it (slurmstepd would
+    outlive slurmd, and the test, otherwise)."""
+    job = cluster.submit("sleep 300", gpus=1, nodelist="gpu2")
+    cluster.wait_job_state(job, {"RUNNING"}, timeout=60)
+    steps = cluster.job_processes("gpu2")
+    assert len(steps) >= 2 and cluster.job_processes("gpu1") == []  # slurmstepd and sleep
     cluster.stop_slurmd("gpu2")
+    assert cluster.job_processes("gpu2") == []
+    assert not [p for p in steps if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().split(") ")[-1][0] != "Z"]
+    cluster.run(["scancel", job])
     cluster.start_slurmd("gpu2")
     assert cluster.wait_node_state("gpu2", {"idle"}, timeout=60) == "idle"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.sandbox.hosts import netns, node_image
+from autoscaler.sandbox.hosts import cgroups, netns, node_image
 from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHost, SshHostError, SshHosts, _keep_evidence
 
 
@@ -142,14 +142,37 @@ def test_unreachable_host_fails_fast_and_comes_back_with_its_files(hosts: SshHos
     assert ssh(hosts, "beta", "cat /etc/kept").stdout.strip() == "kept"
 
 
+def sshd_cgroups(hosts: SshHosts, name: str, where: cgroups.Hierarchy) -> set[Path | None]:
+    host = hosts.hosts[name]
+    return {cgroups.cgroup_of(pid, where) for pid in netns.pids_in(host.slot)
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd"}
+
+
+@pytest.mark.slow
+@needs_root
+def test_each_boot_has_a_cgroup_of_its_own(hosts: SshHosts) -> None:
+    """Hosts that shared one tree raced on each other's unit cgroups (cgroups.py)."""
+    where = cgroups.hierarchies()
+    assert where, "no cgroup hierarchy found"
+    for name in ("alpha", "beta"):
+        own = hosts.hosts[name].cgroups
+        assert len(own) == len(where) and all(c.name.startswith(f"{name}.") for c in own)
+        for hierarchy, mine in zip(where, own, strict=True):
+            assert sshd_cgroups(hosts, name, hierarchy) == {
+                mine / "payload" / "system.slice" / "ssh.service"}
+
+
 @pytest.mark.slow
 @needs_root
 def test_a_reboot_boots_the_same_overlay_again(hosts: SshHosts) -> None:
     before = ssh(hosts, "alpha", "cat /proc/sys/kernel/random/boot_id; "
                                  "echo disk > /etc/survives; echo ram > /run/vanishes")
-    boots = hosts.boots("alpha")
+    boots, first = hosts.boots("alpha"), hosts.hosts["alpha"].cgroups
     ssh(hosts, "alpha", "systemctl reboot")
     hosts.wait_booted("alpha", boots + 1)
+    # The ended boot's cgroups are gone; the new boot has new ones.
+    assert first and not any(c.exists() for c in first)
+    assert hosts.hosts["alpha"].cgroups and not set(hosts.hosts["alpha"].cgroups) & set(first)
     after = ssh(hosts, "alpha", "cat /proc/sys/kernel/random/boot_id; cat /etc/survives; "
                                 "test -e /run/vanishes || echo gone")
     assert after.returncode == 0, after.stderr
@@ -190,3 +213,22 @@ def test_a_hosts_journal_is_kept_when_a_unit_failed_to_start(tmp_path: Path, con
     _keep_evidence(host)
     kept = host.directory / "journal" / "abc" / "system.journal"
     assert kept.exists() is console.startswith("Failed")
+
+
+def test_a_boot_cgroup_is_made_wrapped_and_removed_deepest_first(tmp_path: Path) -> None:
+    fake = cgroups.Hierarchy(tmp_path / "systemd", "name=systemd")
+    assert cgroups.cgroup_of(where=fake) is None  # not mounted there: nothing changes
+    assert cgroups.fresh("alpha", [fake]) == []
+    assert cgroups.wrap(["systemd-nspawn", "-q"], []) == ["systemd-nspawn", "-q"]
+    (fake.root / "cgroup.procs").parent.mkdir(parents=True)
+    (fake.root / "cgroup.procs").write_text("")
+    mine = cgroups.cgroup_of(where=fake)
+    if mine is None:
+        pytest.skip("this machine has no name=systemd line in /proc/self/cgroup")
+    [boot] = cgroups.fresh("alpha", [fake])
+    assert boot.parent == mine / cgroups.PARENT and boot.name.startswith(f"alpha.{os.getpid()}.")
+    wrapped = cgroups.wrap(["systemd-nspawn", "-q"], [boot])
+    assert wrapped[:2] == ["/bin/sh", "-c"] and wrapped[-2:] == ["systemd-nspawn", "-q"]
+    assert f'echo $$ > "{boot / "cgroup.procs"}"' in wrapped[2]
+    (boot / "payload" / "system.slice" / "ssh.service").mkdir(parents=True)
+    assert cgroups.remove([boot]) and not boot.exists()

@@ -3,15 +3,20 @@ window aggregates, and a live scrape of the synthetic DCGM exporter."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from autoscaler.engine import decide
+from autoscaler.model.node import FleetView
+from autoscaler.model.plan import Drain, Hold, Plan, Replace, Terminate
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.sandbox.fakes.dcgm_exporter import (
     THERMAL_THROTTLE,
     Constant,
@@ -24,7 +29,7 @@ from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import MetricsReading, PrometheusReader
 from autoscaler.signals.rules import RuleSet, recording_rules
-from tests.builders import make_policy
+from tests.builders import make_node, make_policy
 from tests.signals.history import History, tick_end
 
 pytestmark = [
@@ -354,6 +359,71 @@ def test_live_memory_faults_and_a_vanished_target(live: tuple[SyntheticDcgm, Pro
     assert one.metrics_missing is None and not one.metrics_silent
     assert one.metrics is not None and (one.metrics.row_remap_failures, one.metrics.retired_pages_pending) == (0, 0)
     assert two.metrics_missing is not None
+
+
+def test_live_a_silent_node_is_replaced_and_a_blind_fleet_is_not(
+        live: tuple[SyntheticDcgm, PrometheusServer]) -> None:
+    """decide() on what the real Prometheus answers: one node's target disappears while
+    three report, and it is replaced once its newest sample is older than silent_grace;
+    then every target disappears, and nothing is replaced or removed (no fleet to compare
+    with: the observer is the likelier fault)."""
+    dcgm, prom = live
+    policy = make_policy("vision", pools=[{
+        "name": "gpu", "cloud": "aws", "region": "us-east-1", "instance_types": ["p3.8xlarge"],
+        "max_nodes": 10, "capacity": {"on_demand_base": 0, "spot_percent": 0},
+        "health": {"silent_grace": "4s"}, "scale_down": {"idle_for": "1m"}}])
+    names = [f"vision-gpu-{i}" for i in range(5, 9)]  # fresh: no fault of the tests above
+    ready_since = datetime.now(UTC) - timedelta(hours=1)
+    fleet = FleetView(nodes=[make_node(n, instance_type="p3.8xlarge", state_since=ready_since)
+                             for n in names])
+    reader = PrometheusReader(PrometheusConfig(url=prom.url, stale_after="3s"))
+
+    def plan_now() -> tuple[Plan, MetricsReading]:
+        now = datetime.now(UTC)
+        reading = reader.read(dict.fromkeys(names, policy.pools[0]), policy.pools, now)
+        assert reading.error is None, reading.error
+        return decide({"vision": policy}, fleet, Snapshot(taken_at=now, nodes=reading.nodes),
+                      now), reading
+
+    try:
+        for name in names:
+            dcgm.add_node(name, gpus=2)
+        dcgm.set_util(0)  # idle everywhere: a blind engine would be tempted to remove them
+        wait_until(lambda: all(o.metrics_missing is None for o in plan_now()[1].nodes.values()),
+                   30, "four nodes reporting")
+        dcgm.remove_node("vision-gpu-6")
+        replaces: list[Replace] = []
+
+        def replaced() -> bool:
+            plan, _ = plan_now()
+            assert not [a for a in plan.actions if isinstance(a, Drain | Terminate)], plan
+            replaces[:] = [a for a in plan.actions if isinstance(a, Replace)]
+            return bool(replaces)
+
+        wait_until(replaced, 30, "the silent node replaced", interval=0.5)
+        [replace] = replaces
+        assert (replace.node, replace.trigger) == ("vision-gpu-6", "unhealthy")
+        assert re.search(r"no GPU metrics for (\d+)s \(newest sample\) > silent_grace 4s "
+                         r"while 3 of 4 READY nodes report", replace.reason), replace.reason
+
+        for name in names:
+            dcgm.remove_node(name)
+        wait_until(lambda: all(o.metrics_silent for o in plan_now()[1].nodes.values()), 30,
+                   "every target gone")
+        time.sleep(5)  # past silent_grace for all four: the grace is not what holds them
+        plan, reading = plan_now()
+        assert all(o.metrics_silent for o in reading.nodes.values())
+        assert not [a for a in plan.actions if isinstance(a, Replace | Drain | Terminate)], plan
+        [held] = [a.reason for a in plan.actions if isinstance(a, Hold)]
+        assert held.startswith("vision/gpu: 4 node(s) without GPU metrics past silent_grace 4s "
+                               "kept (vision-gpu-5, vision-gpu-6, vision-gpu-7, vision-gpu-8): "
+                               "0 of 4 READY nodes report"), held
+    finally:
+        reader.close()
+        for name in names:
+            dcgm.remove_node(name)
+        dcgm.set_util(None)
+        dcgm.set_util(90, node="vision-gpu-2")
 
 
 # ------------------------------------------------------- fail fast, auth

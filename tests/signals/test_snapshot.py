@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscaler.catalog import default_catalog
-from autoscaler.engine import Drain, Hold, decide
+from autoscaler.engine import Drain, Hold, Replace, decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PendingJob, SchedulerNode
 from autoscaler.model.snapshot_parts import assemble
@@ -182,6 +182,32 @@ def test_scheduler_only_nodes_are_reported_with_why_metrics_are_absent() -> None
     snap = reader(slurm=extra).read(POLICIES, [], NOW)
     assert snap.nodes["stranger"].metrics_missing == (
         "not in the fleet and its name matches no <team>-<pool>- prefix")
+
+
+def test_a_ready_node_its_scheduler_does_not_list_is_unusable_from_the_first_tick_seen() -> None:
+    """Deleted from Kubernetes, forgotten by slurmctld: the grace counts from the first tick
+    that found it missing, kept across ticks; a failed read or a node listed again resets it."""
+    r = reader(slurm=SchedulerReading(nodes={}, source="sinfo"))
+    ready = make_node("vision-train-1", "vision", "train")
+    first = r.read(POLICIES, [ready], NOW).nodes["vision-train-1"].scheduler
+    assert first is not None and (first.ready, first.unusable, first.unusable_since) == (
+        False, "slurm does not list it", NOW)
+    later = NOW + timedelta(minutes=11)
+    snap = r.read(POLICIES, [ready], later)
+    assert snap.nodes["vision-train-1"].scheduler.unusable_since == NOW  # type: ignore[union-attr]
+    plan = decide(POLICIES, fleet(ready), assemble(snap), later, catalog=default_catalog())
+    [replace] = [a for a in plan.actions if isinstance(a, Replace)]
+    assert "the scheduler says slurm does not list it for 11m > unready_grace 10m" in replace.reason
+    # Not READY (still joining, or leaving): not the scheduler's to list yet or any more.
+    joining = ready.model_copy(update={"state": NodeState.BOOTSTRAPPING})
+    seen = r.read(POLICIES, [joining], later).nodes.get("vision-train-1")
+    assert seen is None or seen.scheduler is None
+    # Slurm unreadable is no evidence: nothing is said and the count starts again.
+    r.slurm.reading = SchedulerReading(error="slurm: timed out")  # type: ignore[attr-defined]
+    assert r.read(POLICIES, [ready], later).nodes["vision-train-1"].scheduler is None
+    r.slurm.reading = SchedulerReading(nodes={}, source="sinfo")  # type: ignore[attr-defined]
+    again = r.read(POLICIES, [ready], later).nodes["vision-train-1"].scheduler
+    assert again is not None and again.unusable_since == later
 
 
 def test_name_prefix_attribution_prefers_the_longest_prefix() -> None:

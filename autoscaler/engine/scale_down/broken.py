@@ -67,10 +67,20 @@ def review(contexts: list[PoolContext], snapshot: Snapshot, settings: EngineSett
     everyone_blind = "prometheus" in snapshot.missing
     for ctx in contexts:
         health = ctx.pool.health
-        if not ctx.silent or not health.replace_when_silent or everyone_blind \
-                or ctx.obs.metrics_missing or reporting < settings.silent_min_reporting:
-            continue  # no fleet to compare with: scale-down freezes instead (context.py)
+        if not ctx.silent or not health.replace_when_silent:
+            continue
         grace = health.silent_grace
+        if everyone_blind or ctx.obs.metrics_missing or reporting < settings.silent_min_reporting:
+            # No fleet to compare with: kept, said why (scale-down freezes in context.py).
+            past = [node.name for node, age, _ in ctx.silent if age > grace]
+            if past:
+                names = ", ".join(past[:5]) + (" ..." if len(past) > 5 else "")
+                ctx.silent_kept = (
+                    f"{len(past)} node(s) without GPU metrics past silent_grace "
+                    f"{format_duration(grace)} kept ({names}): {reporting} of {serving} READY "
+                    f"nodes report, fewer than silent_min_reporting "
+                    f"{settings.silent_min_reporting}, so the observer is the likelier fault")
+            continue
         known = {node.name for node, _ in ctx.sick}
         for node, age, how in ctx.silent:
             if age > grace and node.name not in known:

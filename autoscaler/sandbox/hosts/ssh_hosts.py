@@ -13,11 +13,12 @@ Each host (RECIPES.md, "Booted test hosts") is what a cloud instance is to the r
   authorized key: both, and any ``files`` the caller passes (a fake nvidia-smi, fake GPU
   device links), are placed into the upper layer before the first boot.
 
-``systemctl reboot`` inside a host makes nspawn exit with status 133; a watcher thread
-boots the same overlay again, as a VM reboots. Teardown stops each container by its nspawn
-PID (SIGTERM is an orderly poweroff, SIGKILL after a deadline), kills whatever is left in
-its namespace, deletes namespaces, veths and overlays, and removes the blackhole route only
-if this object added it.
+Each boot runs in a cgroup of its own (``cgroups.py``: hosts sharing one tree raced on
+each other's unit cgroups). ``systemctl reboot`` inside a host makes nspawn exit with
+status 133; a watcher thread boots the same overlay again, as a VM reboots. Teardown
+stops each container by its nspawn PID (SIGTERM is an orderly poweroff, SIGKILL after a
+deadline), kills whatever is left in its namespace and its cgroup, deletes namespaces,
+veths, cgroups and overlays, and removes the blackhole route only if this object added it.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from autoscaler.sandbox.hosts import netns, node_image
+from autoscaler.sandbox.hosts import cgroups, netns, node_image
 from autoscaler.sandbox.hosts.procs import (
     ManagedProcess,
     ProcessError,
@@ -94,6 +95,7 @@ class SshHost:
     slot: netns.Slot
     directory: Path
     node: ManagedProcess | None = None  # the systemd-nspawn process
+    cgroups: list[Path] = field(default_factory=list)  # this boot's own (cgroups.py says why)
     boots: int = 0
     booted_at: float = 0.0  # monotonic time nspawn was last started
     boot_seconds: float | None = None  # first boot: nspawn started -> sshd answering
@@ -111,8 +113,8 @@ class SshHost:
 def _keep_evidence(host: SshHost) -> None:
     """A unit failed to start in some boot of this host (the console says so): keep the
     host's journal beside its console log before its overlay goes, to read with
-    ``journalctl -D DIR``. (A fake driver unit once failed after a reboot under load in CI,
-    and nothing was left to say why.)"""
+    ``journalctl -D DIR``. (That is how a fake driver unit's failure after a reboot under
+    load was traced to hosts sharing one cgroup tree: hosts/cgroups.py.)"""
     try:
         failed = b"Failed to start" in (host.directory / "console.log").read_bytes()
     except OSError:
@@ -341,9 +343,19 @@ class SshHosts:
                 "--boot", f"--network-namespace-path={host.slot.netns_path}",
                 f"--machine={host.name}", "--resolv-conf=off", "--timezone=off",
                 "--link-journal=no"]
+        host.cgroups = cgroups.fresh(host.name)
         host.booted_at = time.monotonic()
-        host.node = ManagedProcess(f"node-{host.name}", argv, host.directory / "console.log")
+        host.node = ManagedProcess(f"node-{host.name}", cgroups.wrap(argv, host.cgroups),
+                                   host.directory / "console.log")
         host.boots += 1
+
+    def _end_boot(self, host: SshHost) -> None:
+        """What the ended boot left in its cgroups is stopped, and the cgroups removed."""
+        if host.cgroups:
+            stop_pids(cgroups.pids(host.cgroups), timeout=5.0)
+            if not cgroups.remove(host.cgroups):
+                log.warning("sandbox: %s: cgroups %s still in use", host.name, host.cgroups)
+            host.cgroups = []
 
     def _wait_ssh(self, host: SshHost) -> None:
         if host.reachable:
@@ -375,6 +387,7 @@ class SshHosts:
                     status = host.node.returncode()
                     host.node.stop()
                     host.node = None
+                    self._end_boot(host)
                     if status == REBOOT_STATUS:
                         log.info("sandbox: %s rebooted; booting its overlay again", host.name)
                         self._boot(host)
@@ -387,6 +400,7 @@ class SshHosts:
                 host.node.stop(timeout=STOP_TIMEOUT_S)
         host.node = None
         stop_pids(netns.pids_in(host.slot), timeout=5.0)  # what nspawn left behind
+        self._end_boot(host)
         netns.delete(host.slot)
         _keep_evidence(host)
         shutil.rmtree(host.upper, ignore_errors=True)

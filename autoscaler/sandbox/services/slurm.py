@@ -23,10 +23,12 @@ rewrites the file and restarts slurmctld (state is kept in ``StateSaveLocation``
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -34,7 +36,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoscaler.sandbox.hosts.procs import ManagedProcess, ProcessError, free_port, wait_until
+from autoscaler.sandbox.hosts.procs import (
+    ManagedProcess,
+    ProcessError,
+    free_port,
+    proc_stat,
+    stop_pids,
+    wait_until,
+)
 
 
 class SlurmError(RuntimeError):
@@ -64,7 +73,8 @@ class SlurmCluster:
     """``with SlurmCluster(tmp, [SlurmNodeSpec("gpu1"), SlurmNodeSpec("gpu2")]) as c: ...``"""
 
     def __init__(self, workdir: Path, nodes: Sequence[SlurmNodeSpec],
-                 controller_addr: str | None = None, cluster_name: str = "sandbox"):
+                 controller_addr: str | None = None, cluster_name: str = "sandbox",
+                 slurmd_timeout: int = 60):
         for binary in ("munged", "mungekey", "slurmctld", "slurmd", "scontrol"):
             if shutil.which(binary) is None:
                 raise SlurmError(f"{binary} is not installed (apt-get install -y slurmctld "
@@ -73,6 +83,9 @@ class SlurmCluster:
         self.nodes: dict[str, SlurmNodeSpec] = {n.name: n for n in nodes}
         self.controller_addr = controller_addr
         self.cluster_name = cluster_name
+        # How long slurmctld waits for a silent slurmd before it sets the node DOWN ("Not
+        # responding"); it pings every third of it. A test of that lowers it.
+        self.slurmd_timeout = slurmd_timeout
         self.ctld_port = free_port()
         self.slurmd_port = free_port()
         self.conf_dir = self.workdir / "etc"
@@ -137,7 +150,8 @@ class SlurmCluster:
             "SchedulerType=sched/backfill", "MpiDefault=none",
             "AccountingStorageType=accounting_storage/none",
             "JobAcctGatherType=jobacct_gather/none", "JobCompType=jobcomp/none",
-            "SlurmctldTimeout=30", "SlurmdTimeout=60", "InactiveLimit=0", "MinJobAge=300",
+            "SlurmctldTimeout=30", f"SlurmdTimeout={self.slurmd_timeout}", "InactiveLimit=0",
+            "MinJobAge=300",
             "KillWait=5", "MessageTimeout=10", "SchedulerParameters=sched_interval=2",
             "",
         ]
@@ -228,9 +242,41 @@ class SlurmCluster:
                                             self.log_dir / f"slurmd-{name}.out", env=self.env())
 
     def stop_slurmd(self, name: str) -> None:
+        """The node dies: its slurmd, and the steps and job processes it ran (slurmstepd
+        outlives slurmd, as on a node whose slurmd crashed; a dead node keeps nothing)."""
         proc = self._slurmd.pop(name, None)
         if proc is not None:
             proc.stop()
+        steps = self.job_processes(name)
+        for pid in steps:  # SIGKILL: a dead node's steps tell slurmctld nothing
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        stop_pids(steps, timeout=5.0)
+
+    def job_processes(self, node: str | None = None) -> list[int]:
+        """This cluster's job processes (their environment names its slurm.conf), of
+        ``node`` or of every node, with the slurmstepd above them."""
+        mine = f"SLURM_CONF={self.slurm_conf}".encode()
+        wanted = f"SLURMD_NODENAME={node}".encode() if node is not None else None
+        found: set[int] = set()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mine in env and (wanted is None or wanted in env):
+                found.add(int(entry))
+        for pid in list(found):  # the steps above them (their own environment names no node)
+            fields = proc_stat(pid)
+            while fields is not None and fields[2] not in ("0", "1"):
+                parent = int(fields[2])
+                fields = proc_stat(parent)
+                if fields is None or not fields[0].startswith("slurmstepd"):
+                    break
+                found.add(parent)
+        return sorted(found)
 
     def add_nodes(self, specs: Iterable[SlurmNodeSpec], timeout: float = 60) -> None:
         """Declare more nodes: rewrite slurm.conf, restart slurmctld, start local slurmd."""
@@ -256,6 +302,7 @@ class SlurmCluster:
         for proc in (self._ctld, self._munged):
             if proc is not None:
                 proc.stop()
+        stop_pids(self.job_processes(), timeout=5.0)  # steps of nodes stopped earlier
         self._ctld = self._munged = None
         shutil.rmtree(self.socket_root, ignore_errors=True)
 

@@ -41,7 +41,7 @@ def slurm(ctx: Context) -> list[Result]:
         ping = _run(cfg, "scontrol", "ping")
         if "UP" not in ping:
             return [fail(name, f"scontrol ping: {ping.strip()[:200]}")]
-        partitions = set(_run(cfg, "sinfo", "-h", "-o", "%R").split())
+        partitions = set(_run(cfg, "sinfo", "--all", "-h", "-o", "%R").split())
         for tool in ("squeue", "scancel"):
             _run(cfg, tool, "--version")
         rights = _drain_rights(cfg)

@@ -1,6 +1,8 @@
 """The reconciler on real parts: an instance the store does not know, found by the real AWS
 reader in moto, is destroyed or adopted through real Terraform (AWS provider); a node stuck
-in BOOTSTRAPPING past its state limit is failed and its instance destroyed through it.
+in BOOTSTRAPPING past its state limit is failed and its instance destroyed through it; so
+is one stuck in PROVISIONING behind a hung apply, whose instance the apply creates after
+the node was given up on.
 
 The stray is launched behind the service's back with the tags of the pool's own nodes (a
 copy of the service with another store, a state lost in a restore): the reader finds it by
@@ -12,8 +14,10 @@ it instead of launching another (``terraform output`` lists it under its key). T
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ import pytest
 
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
+from autoscaler.sandbox.hosts.procs import child_pids, wait_until
 from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
 from autoscaler.service.executor import ExecutorSettings
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
@@ -70,6 +75,29 @@ def terraform_nodes(workdir: Path) -> dict[str, str]:
                           capture_output=True, timeout=120, check=True,
                           env={**os.environ, "TF_CLI_CONFIG_FILE": str(pool_dir / "terraformrc")})
     return {name: node["id"] for name, node in json.loads(done.stdout).items()}
+
+
+def terraform_applies() -> list[int]:
+    """This process's running ``terraform apply`` commands and their providers."""
+    out: list[int] = []
+    todo = child_pids(os.getpid())
+    while todo:
+        pid = todo.pop()
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        name = Path(argv[0]).name
+        if (name == "terraform" and "apply" in argv) or name.startswith("terraform-provider"):
+            out.append(pid)
+            todo += child_pids(pid)
+    return out
+
+
+def signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 @pytest.mark.timeout(900)
@@ -125,3 +153,40 @@ def test_an_unknown_instance_is_destroyed_or_adopted_and_a_stuck_node_failed_thr
     assert failed and "BOOTSTRAPPING for" in failed[0].reason, scn.raw_store.transitions(stuck[0])
     assert instance not in live(moto) and len(live(moto)) == 3 and {own, taken} < set(live(moto))
     assert set(terraform_nodes(tmp_path / "tf").values()) == set(live(moto))
+
+    # Stuck PROVISIONING: the apply for a fourth node hangs (its terraform and provider
+    # stopped, as on a cloud API that never answers) while the service's ticks go on; past
+    # the state limit the reconciler fails the node. When the apply returns, the instance
+    # it made for the given-up node is destroyed by the next apply, and a replacement comes.
+    before = set(live(moto))
+    scn.world.operations = "workers"
+    scn.world.policies = {"vision": policy(4)}
+    scn.step_s = 30
+    scn.restart()
+    scn.tick()  # the launch: a worker writes PROVISIONING, then starts the apply
+    stopped: list[int] = []
+
+    def apply_stopped() -> bool:
+        stopped[:] = terraform_applies()
+        signal_all(stopped, signal.SIGSTOP)
+        return bool(stopped)
+
+    wait_until(apply_stopped, 30, "the apply to start", interval=0.05)
+    try:
+        [hung] = [n for n, st in scn.states().items() if st is S.PROVISIONING]
+        scn.step_s = 600
+        for _ in range(6):  # ticks go on beside the hung apply (its pool stays busy)
+            scn.tick()
+            if scn.states()[hung] is S.PROVISION_FAILED:
+                break
+        signal_all(stopped + terraform_applies(), signal.SIGSTOP)  # a provider started late
+    finally:
+        signal_all(stopped + terraform_applies(), signal.SIGCONT)
+    gave_up = [t for t in scn.raw_store.transitions(hung) if t.to_state == "PROVISION_FAILED"]
+    assert gave_up and "PROVISIONING for" in gave_up[0].reason, scn.raw_store.transitions(hung)
+    scn.step_s = 30
+    scn.run_until(lambda: scn.states()[hung] is S.TERMINATED
+                  and list(scn.states().values()).count(S.READY) == 4, max_ticks=20)
+    assert len(live(moto)) == 4 and before < set(live(moto))
+    assert set(terraform_nodes(tmp_path / "tf").values()) == set(live(moto))
+    assert hung not in terraform_nodes(tmp_path / "tf")

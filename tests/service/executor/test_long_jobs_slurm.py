@@ -1,8 +1,14 @@
-"""lifetime.action: release on a real slurmctld with two slurmd nodes, end to end: the
-Slurm reader sees the job's start time, decide() finds it past max_job_runtime, the
-executor sends the checkpoint signal, waits checkpoint_grace and requeues it; the job's
-trap writes its checkpoint, its first node is freed (a job waiting for that node starts
-there) and the job restarts from its checkpoint on the other node.
+"""Slurm's own view of a READY node acted on, on a real slurmctld with two slurmd nodes.
+
+lifetime.action: release, end to end: the Slurm reader sees the job's start time, decide()
+finds it past max_job_runtime, the executor sends the checkpoint signal, waits
+checkpoint_grace and requeues it; the job's trap writes its checkpoint, its first node is
+freed (a job waiting for that node starts there) and the job restarts from its checkpoint
+on the other node.
+
+A node whose slurmd stops: slurmctld sets it DOWN ("Not responding") after SlurmdTimeout,
+decide() replaces it once health.unready_grace has passed since Slurm's reason time, the
+executor drains and terminates it, Slurm requeues its job, and the replacement joins.
 
 The limits are seconds, not hours (max_job_runtime has no floor). Only the plan's long-job
 reports are carried out: the same decide() also asks for capacity for the waiting job, and
@@ -12,7 +18,6 @@ this rig's cloud is a fake one.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +28,11 @@ from autoscaler.actuators.drain import PhasedDrainer
 from autoscaler.actuators.drain.slurm import SlurmOps
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import ReportJob, decide
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView
+from autoscaler.model.plan import Plan, Replace, Terminate
 from autoscaler.model.snapshot import NodeObservation, Snapshot
+from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.schedulers.slurm.client import SlurmConfig
@@ -41,15 +49,14 @@ NODES = ("vision-gpu-1", "vision-gpu-2")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    # A silent slurmd is DOWN after 12 s instead of the default minute (pinged every 4 s).
     with SlurmCluster(tmp_path_factory.mktemp("slurm-long"),
-                      [SlurmNodeSpec(n, gpus=1) for n in NODES]) as c:
+                      [SlurmNodeSpec(n, gpus=1) for n in NODES], slurmd_timeout=12) as c:
         yield c
 
 
-@pytest.fixture
-def rig(tmp_path: Path, cluster: SlurmCluster) -> Iterator[Rig]:
-    policy = slurm_policy(lifetime={"max_job_runtime": "6s", "action": "release"},
-                          scale_down={"checkpoint_signal": "USR1", "checkpoint_grace": "3s"})
+def ready_rig(tmp_path: Path, cluster: SlurmCluster, policy: TeamPolicy) -> Rig:
+    """Both NODES launched (fake cloud and Ansible) and READY by the real Slurm drainer."""
     r = make_rig(tmp_path, policies={"vision": policy})
     r.slurm = PhasedDrainer(SlurmOps(SlurmConfig(env=cluster.env())))  # type: ignore[assignment]
     r.clock.now = datetime.now(UTC)
@@ -57,6 +64,14 @@ def rig(tmp_path: Path, cluster: SlurmCluster) -> Iterator[Rig]:
     r.advance()
     r.advance()  # the real drainer finds both nodes idle in Slurm: READY
     assert sorted(names) == list(NODES) and {r.state(n).value for n in names} == {"READY"}
+    return r
+
+
+@pytest.fixture
+def rig(tmp_path: Path, cluster: SlurmCluster) -> Iterator[Rig]:
+    policy = slurm_policy(lifetime={"max_job_runtime": "6s", "action": "release"},
+                          scale_down={"checkpoint_signal": "USR1", "checkpoint_grace": "3s"})
+    r = ready_rig(tmp_path, cluster, policy)
     yield r
     r.store.close()
 
@@ -70,16 +85,20 @@ def checkpointing_job(jobs: Path) -> str:
             "while :; do i=$((i+1)); sleep 1; done")
 
 
-def tick(rig: Rig, reader: SlurmReader) -> None:
-    """One service tick's long-job part, at the real time Slurm's start times are in."""
+def decide_now(rig: Rig, reader: SlurmReader) -> Plan:
+    """decide() on what Slurm says now, at the real time Slurm's times are in."""
     rig.clock.now = now = datetime.now(UTC)
     refs = pools_in_priority_order(rig.policies, default_catalog(), "slurm")
     reading = reader.read(refs)
     assert reading.error is None, reading.error
     snapshot = Snapshot(taken_at=now, nodes={
         name: NodeObservation(scheduler=sched) for name, sched in reading.nodes.items()})
-    plan = decide(rig.policies, FleetView(nodes=rig.store.nodes()), snapshot, now)
-    rig.submit(*[a for a in plan.actions if isinstance(a, ReportJob)])
+    return decide(rig.policies, FleetView(nodes=rig.store.nodes()), snapshot, now)
+
+
+def tick(rig: Rig, reader: SlurmReader) -> None:
+    """One service tick's long-job part."""
+    rig.submit(*[a for a in decide_now(rig, reader).actions if isinstance(a, ReportJob)])
     rig.advance()
 
 
@@ -90,7 +109,6 @@ def node_of(cluster: SlurmCluster, job: str) -> str:
 
 def test_long_job_checkpointed_requeued_and_resumed_on_the_other_node(
         cluster: SlurmCluster, rig: Rig) -> None:
-    started = time.monotonic()
     reader = SlurmReader(SlurmConfig(env=cluster.env()))
     jobs = cluster.jobs_dir
     job = cluster.submit(checkpointing_job(jobs), name="train", extra=["--requeue"])
@@ -128,4 +146,62 @@ def test_long_job_checkpointed_requeued_and_resumed_on_the_other_node(
         assert f"resumed {saved} on {other}" in (jobs / "log").read_text()
     finally:
         cluster.run(["scancel", job, waiting])
-    assert time.monotonic() - started < 60
+
+
+def test_a_node_whose_slurmd_stops_is_replaced_and_its_job_requeued(
+        cluster: SlurmCluster, tmp_path: Path) -> None:
+    rig = ready_rig(tmp_path, cluster, slurm_policy(health={"unready_grace": "3s"}))
+    reader = SlurmReader(SlurmConfig(env=cluster.env()))
+    job = cluster.submit("sleep 300", name="on-a-dying-node", extra=["--requeue"])
+    cluster.wait_job_state(job, {"RUNNING"}, timeout=30)
+    lost = node_of(cluster, job)
+    other = next(n for n in NODES if n != lost)
+    replacement = "vision-gpu-3"
+    try:
+        cluster.stop_slurmd(lost)
+        cluster.wait_node_state(lost, {"down*", "down+not_responding"}, timeout=60)
+        # Slurm requeues the job of a node it sets DOWN; it waits for its BeginTime again.
+        cluster.wait_job_state(job, {"PENDING"}, timeout=30)
+        assert "Restarts=1" in cluster.scontrol("show", "job", job).stdout
+        replaces: list[Replace] = []
+
+        def replaced() -> bool:
+            plan = decide_now(rig, reader)
+            replaces[:] = [a for a in plan.actions if isinstance(a, Replace)]
+            return bool(replaces)
+
+        wait_until(replaced, 30, "decide() to replace the silent node", interval=1)
+        [replace] = replaces
+        assert (replace.node, replace.trigger, replace.instance_type) == (lost, "unhealthy",
+                                                                          "p3.2xlarge")
+        assert "the scheduler says NOT_RESPONDING by root: Not responding for " in replace.reason
+        assert "> unready_grace 3s" in replace.reason
+        assert rig.state(other) is NodeState.READY
+
+        assert rig.submit(replace) == [replacement]
+
+        def terminated() -> bool:  # the service's next ticks: decide() ends the drained node
+            plan = decide_now(rig, reader)
+            rig.submit(*[a for a in plan.actions if isinstance(a, Terminate) and a.node == lost])
+            rig.advance()
+            return rig.state(lost) is NodeState.TERMINATED
+
+        wait_until(terminated, 60, f"{lost} drained and terminated", interval=1)
+        why = {t.to_state: t.reason for t in rig.store.transitions(lost)}
+        assert "Not responding" in why["DRAINING"], why  # the reason reaches the history
+        # The replacement's instance (fake cloud) boots and its slurmd registers.
+        cluster.add_nodes([SlurmNodeSpec(replacement, gpus=1)])
+
+        def joined() -> bool:
+            rig.clock.now = datetime.now(UTC)
+            rig.advance()
+            return rig.state(replacement) is NodeState.READY
+
+        wait_until(joined, 60, f"{replacement} READY", interval=1)
+        cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=True)
+        cluster.wait_job_state(job, {"RUNNING"}, timeout=30)
+        assert node_of(cluster, job) in (other, replacement)
+        assert cluster.node_state(lost).startswith("down")  # forgotten: never given work again
+    finally:
+        cluster.run(["scancel", job])
+        rig.store.close()
