@@ -21,8 +21,9 @@ unhealthy budget must hold.
 Prints one line per scenario and a last line
 ``detect_to_replace_s_p50=<a> false_replacements=<f> silent_node_billed_s=<b>
 unready_budget_held=<y/n>`` (targets: each scenario within its grace + 2 ticks, f == 0,
-b <= silent_grace + 2 ticks). The same failures on real parts (Slurm, Prometheus, booted
-hosts, Ansible): tests/ (docs/testing.md).
+b <= silent_grace + 2 ticks), then the sandbox half (health_sandbox.py: real Prometheus
+and Slurm, unless --no-sandbox) and its keys on the same line. The same failures are
+asserted on real parts (Slurm, Prometheus, booted hosts, Ansible) in tests/.
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ def pool_grace(pool: Pool, name: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-ticks", type=int, default=60)
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="the engine replay only (the sandbox half needs Prometheus and Slurm)")
     args = parser.parse_args()
     t0 = NOW
     detect: list[float] = []
@@ -160,8 +163,37 @@ def main() -> None:
               f"{len(holds)} budget holds" + (f": '{holds[-1][:110]}...'" if holds else
                                              " (no fleet reports: scale-down freezes instead)"))
     p50 = statistics.median(detect) if detect else float("nan")
+    sandbox = "" if args.no_sandbox else run_sandbox()
     print(f"detect_to_replace_s_p50={p50:.0f} false_replacements={false_total} "
-          f"silent_node_billed_s={silent_billed:.0f} unready_budget_held={'y' if held else 'n'}")
+          f"silent_node_billed_s={silent_billed:.0f} unready_budget_held={'y' if held else 'n'}"
+          + sandbox)
+
+
+def run_sandbox() -> str:
+    """The sandbox half (health_sandbox.py): printed lines, and the last line's keys."""
+    from benchmarks.health_sandbox import TICK as WALL_TICK
+    from benchmarks.health_sandbox import run_all
+
+    print(f"sandbox: real Prometheus and Slurm, decide() every {WALL_TICK:.0f} s, graces 10 s")
+    outcomes = run_all()
+    for o in outcomes:
+        added = o.after_seen
+        within = added is not None and added <= 10 + 2 * WALL_TICK
+        replaced = "nothing" if o.seconds is None else f"after {o.seconds:.1f} s"
+        print(f"  {o.name:18s} observer said so after "
+              f"{'never' if o.seen is None else f'{o.seen:.1f} s'}, replaced {replaced}"
+              + (f" ({added:.1f} s after it: {'ok' if within else 'MISSED'} within grace + 2 "
+                 "ticks)" if added is not None else "")
+              + f", false replacements {o.false}, holds {o.holds}")
+    by = {o.name: o for o in outcomes}
+    false = sum(o.false for o in outcomes)
+
+    def shown(value: float | None) -> str:
+        return "never" if value is None else f"{value:.1f}"
+
+    return (f" sandbox_silent_replaced_s={shown(by['silent'].seconds)}"
+            f" sandbox_down_to_replace_s={shown(by['unusable'].after_seen)}"
+            f" sandbox_false_replacements={false}")
 
 
 if __name__ == "__main__":
