@@ -16,6 +16,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,11 @@ from autoscaler.actuators.drain import PhasedDrainer
 from autoscaler.actuators.drain.base import Readiness
 from autoscaler.actuators.drain.slurm import SlurmOps
 from autoscaler.catalog.catalog import default_catalog
+from autoscaler.engine import decide
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.node import Node
+from autoscaler.model.node import FleetView, Node
+from autoscaler.model.plan import Replace
+from autoscaler.model.snapshot import NodeObservation, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fakes import nvidia_smi
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
@@ -36,6 +40,8 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 from autoscaler.sandbox.services.slurm import SlurmCluster
 from autoscaler.schedulers.slurm.client import SlurmConfig
+from autoscaler.signals.readings import pools_in_priority_order
+from autoscaler.signals.slurm import SlurmReader
 from tests.builders import make_node, make_policy
 from tests.service.executor_rig import launch, make_rig
 
@@ -298,6 +304,41 @@ def test_mixed_batch_fails_only_the_unreachable_and_the_unhealthy_host(
     state = lab.cluster.node_state("gpu-d")
     # never registered: UNKNOWN until slurmctld's first ping marks it not responding
     assert "not_responding" in state or state.endswith("*") or state == "unknown", state
+
+
+def test_a_booted_node_whose_slurmd_stops_is_replaced_after_the_grace(
+        lab: Lab, first_run: BootstrapRun) -> None:
+    """slurmd stopped in booted host gpu-b: slurmctld sets it DOWN ("Not responding") after
+    SlurmdTimeout (60 s here); the real Slurm reader hands Slurm's words and reason time to
+    decide(), which replaces the node once unready_grace has passed since then, and only
+    it. Its slurmd started again, Slurm takes it back (ReturnToService=2)."""
+    reader = SlurmReader(SlurmConfig(env=lab.cluster.env()))
+    policy = make_policy(team="vision", instance_types=["g4dn.12xlarge"], max_nodes=8,
+                         cluster={"kind": "slurm", "partition": "gpu"},
+                         health={"unready_grace": "5s"})
+    ready = [make_node(n, instance_type="g4dn.12xlarge") for n in ("gpu-a", "gpu-b")]
+    refs = pools_in_priority_order({"vision": policy}, default_catalog(), "slurm")
+    lab.hosts.run("gpu-b", ["systemctl", "stop", "slurmd"])
+    replaces: list[Replace] = []
+    try:
+        def replaced() -> bool:
+            now = datetime.now(UTC)
+            reading = reader.read(refs)
+            assert reading.error is None, reading.error
+            nodes = {n: NodeObservation(scheduler=sn) for n, sn in reading.nodes.items()}
+            plan = decide({"vision": policy}, FleetView(nodes=ready), Snapshot(
+                taken_at=now, nodes=nodes), now, catalog=default_catalog())
+            replaces[:] = [a for a in plan.actions if isinstance(a, Replace)]
+            return bool(replaces)
+
+        wait_until(replaced, 150, "gpu-b DOWN in Slurm past its grace", interval=2)
+    finally:
+        lab.hosts.run("gpu-b", ["systemctl", "start", "slurmd"])
+    [replace] = replaces
+    assert (replace.node, replace.trigger) == ("gpu-b", "unhealthy")
+    assert "the scheduler says NOT_RESPONDING by root: Not responding for " in replace.reason
+    assert "> unready_grace 5s" in replace.reason
+    lab.cluster.wait_node_state("gpu-b", {"idle"}, timeout=60)
 
 
 def test_kubernetes_join_passes_the_token_securely_and_labels_the_node(

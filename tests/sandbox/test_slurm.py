@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 
 pytestmark = [
@@ -69,8 +70,14 @@ def test_stop_slurmd_and_start_again(cluster: SlurmCluster) -> None:
     outlive slurmd, and the test, otherwise)."""
     job = cluster.submit("sleep 300", gpus=1, nodelist="gpu2")
     cluster.wait_job_state(job, {"RUNNING"}, timeout=60)
-    steps = cluster.job_processes("gpu2")
-    assert len(steps) >= 2 and cluster.job_processes("gpu1") == []  # slurmstepd and sleep
+    steps: list[int] = []
+
+    def launched() -> bool:  # RUNNING to slurmctld comes before slurmd forks the step
+        steps[:] = cluster.job_processes("gpu2")
+        return len(steps) >= 2  # slurmstepd and sleep
+
+    wait_until(launched, 30, "the job's processes on gpu2")
+    assert cluster.job_processes("gpu1") == []
     cluster.stop_slurmd("gpu2")
     assert cluster.job_processes("gpu2") == []
     assert not [p for p in steps if Path(f"/proc/{p}").exists()
