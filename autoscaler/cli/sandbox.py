@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,11 @@ from autoscaler.sandbox.stack.state import StackState, alive, cleanup, read_stat
 
 DEFAULT_DIR = Path(".gpu-autoscaler/sandbox")
 DEMO_POLICIES = Path(__file__).resolve().parents[2] / "examples" / "demo" / "policies"
+class Registration(StrEnum):
+    dynamic = "dynamic"
+    declared = "declared"
+
+
 DirOption = Annotated[Path, typer.Option("--dir", help="State directory of the sandbox.",
                                          file_okay=False)]
 sandbox_app = typer.Typer(help="A local stack: moto, Prometheus, a synthetic DCGM exporter and, "
@@ -34,8 +40,12 @@ def running(state: StackState | None) -> bool:
 def up(
     directory: DirOption = DEFAULT_DIR,
     policies: Annotated[Path, typer.Option(
-        "--policies", help="Policies the sandbox serves (Slurm nodes are declared for their "
-        "Slurm pools; service.yaml points at them).", file_okay=False)] = DEMO_POLICIES,
+        "--policies", help="Policies the sandbox serves (their Slurm pools' partitions are "
+        "made; service.yaml points at them).", file_okay=False)] = DEMO_POLICIES,
+    slurm_registration: Annotated[Registration, typer.Option(
+        "--slurm-registration", help="How nodes join slurmctld: dynamic (slurmd -Z, no "
+        "names in slurm.conf) or declared (12 names per Slurm pool in slurm.conf, as on Slurm before 22.05).")
+    ] = Registration.dynamic,
     prices: Annotated[Path | None, typer.Option("--prices", dir_okay=False)] = None,
     util: Annotated[float, typer.Option(help="Initial GPU utilization of every node, %.")] = 0.0,
     tick: Annotated[str, typer.Option(help="Tick interval written to service.yaml.")] = "5s",
@@ -54,6 +64,7 @@ def up(
         argv += ["--prices", str(prices.resolve())]
     if unprivileged:
         argv.append("--unprivileged")
+    argv += ["--slurm-registration", slurm_registration.value]
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "sandbox.json").unlink(missing_ok=True)
     proc = ManagedProcess("sandbox", argv, directory / "sandbox.log")

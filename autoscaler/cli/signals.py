@@ -14,6 +14,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from autoscaler.cli.common import catalog_from, console, err_console, fail
+from autoscaler.engine.context import DEMAND_REASONS
 from autoscaler.model.node import FleetView
 from autoscaler.model.snapshot import DecisionInput
 from autoscaler.model.snapshot_parts import Observed, assemble
@@ -24,7 +25,6 @@ from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.reader import SignalReader, SignalsResult, key_by_name_prefix
 from autoscaler.signals.rules import RuleSet, recording_rules
 
-DEMAND_REASONS = {"Resources", "Priority", "Unschedulable"}
 CONFIG_HELP = (
     "YAML with `policies_dir`, optional `prices_file`, and a `signals:` section "
     "(prometheus, scheduler, slurm, kubernetes). Relative paths are relative to the file."

@@ -24,8 +24,10 @@ from autoscaler.model.snapshot import (
 from autoscaler.policy.models import Market, Pool, TeamPolicy, pool_key
 
 # Slurm reasons Resources/Priority and Kubernetes' Unschedulable mean "more GPUs would
-# let this run"; Dependency, QOS limits, held jobs and the like do not.
-DEMAND_REASONS = frozenset({"Resources", "Priority", "Unschedulable"})
+# let this run"; Dependency, QOS limits, held jobs and the like do not. PartitionConfig is
+# how Slurm holds a job in a partition with fewer nodes than it asks for: one of dynamic
+# nodes that has none yet says so until the first node registers.
+DEMAND_REASONS = frozenset({"Resources", "Priority", "Unschedulable", "PartitionConfig"})
 _EMPTY_OBS = NodeObservation()
 _EMPTY_POOL = PoolObservation()
 _NAME = attrgetter("name")

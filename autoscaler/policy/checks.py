@@ -94,6 +94,10 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
         yield from _check_mig(pool, catalog)
     if pool.cluster.quota_from == "resourcequota" and pool.cluster.kind != "kubernetes":
         yield ["cluster", "quota_from"], "quota_from: resourcequota needs cluster.kind: kubernetes"
+    c = pool.cluster
+    for field, names in (("accounts", c.accounts), ("qos", c.qos), ("users", c.users)):
+        if names and c.kind != "slurm":
+            yield ["cluster", field], f"{field} names Slurm jobs: it needs cluster.kind: slurm"
 
 
 def _check_mig(pool: Pool, catalog: Catalog) -> Iterator[Problem]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from autoscaler.policy.duration import Duration, at_least
 from autoscaler.policy.syntax import (
+    MAX_SLURM_NAMES,
     CronText,
     CudaVersion,
     DriverBranch,
@@ -22,6 +23,8 @@ from autoscaler.policy.syntax import (
     PartitionName,
     RegionName,
     Signal,
+    SlurmName,
+    SlurmUser,
     Taint,
     TimeZoneName,
     ZoneName,
@@ -177,6 +180,13 @@ class Capacity(_Strict):
             raise ValueError("max_wait is at most 1d: a longer wait is no fallback")
         return value
 
+    def markets(self) -> list[Market]:
+        """The markets the pool launches in."""
+        out = [Market.SPOT] if self.spot_percent > 0 else []
+        if self.on_demand_base > 0 or self.spot_percent < 100 or self.spot_fallback == "on-demand":
+            out.append(Market.ON_DEMAND)
+        return out
+
     def wait_limit(self, priority: Priority) -> timedelta:
         """max_wait, or the priority's default. The V100 spot trace's outages last 20 min at
         the median: low priority waits out most of one, high priority none."""
@@ -331,6 +341,16 @@ class Bootstrap(_Strict):
 class Cluster(_Strict):
     kind: Literal["slurm", "kubernetes", "none"] = "none"
     partition: PartitionName = "gpu"
+    accounts: list[SlurmName] = Field(
+        default_factory=list, max_length=MAX_SLURM_NAMES, description="Slurm: the accounts "
+        "whose pending jobs this pool serves (compared without case, as Slurm does); empty: "
+        "any. Pools of one partition split its jobs by accounts, qos and users.")
+    qos: list[SlurmName] = Field(
+        default_factory=list, max_length=MAX_SLURM_NAMES, description="Slurm: the QOS whose "
+        "pending jobs this pool serves (compared without case); empty: any.")
+    users: list[SlurmUser] = Field(
+        default_factory=list, max_length=MAX_SLURM_NAMES, description="Slurm: the users whose "
+        "pending jobs this pool serves; empty: any.")
     labels: Labels = Field(default_factory=dict)
     taints: list[Taint] = Field(
         default_factory=list, description="Kubernetes: taints the pool's nodes register with, "

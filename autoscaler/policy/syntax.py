@@ -20,6 +20,13 @@ CudaVersion = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]{1,2
 # Slurm separates partitions with ',' and fields with spaces and '='; names are kept to
 # letters, digits, '_', '.', '-' (a subset of what slurm.conf's PartitionName accepts).
 PartitionName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+# Slurm account, QOS and user names, as sacctmgr and passwd give them (a user may be
+# "alice@corp" under SSSD); the same patterns check the names squeue reports.
+SLURM_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
+SLURM_USER = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"
+SlurmName = Annotated[str, StringConstraints(pattern=SLURM_NAME)]
+SlurmUser = Annotated[str, StringConstraints(pattern=SLURM_USER)]
+MAX_SLURM_NAMES = 256
 RegionName = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z0-9]+){1,3}$")]
 ZoneName = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z0-9]+){1,4}$")]
 TimeZoneName = Annotated[

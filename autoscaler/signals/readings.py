@@ -29,6 +29,7 @@ class ClusterPool:
     team: str
     pool: Pool
     gpu_models: frozenset[str]
+    type_models: tuple[tuple[str, str], ...] = ()  # (instance type, GPU model), catalog's types
 
 
 def pools_in_priority_order(policies: Mapping[str, TeamPolicy], catalog: Catalog,
@@ -39,14 +40,14 @@ def pools_in_priority_order(policies: Mapping[str, TeamPolicy], catalog: Catalog
         for pool in policy.pools:
             if pool.cluster.kind != kind:
                 continue
-            models = set()
+            types = []
             for name in pool.instance_types:
                 try:
-                    models.add(catalog.get(pool.cloud.value, name).gpu_model)
+                    types.append((name, catalog.get(pool.cloud.value, name).gpu_model))
                 except CatalogError:
                     continue  # the policy loader reports unknown types
             out.append(ClusterPool(pool_key(policy.team, pool.name), policy.team, pool,
-                               frozenset(models)))
+                                   frozenset(m for _, m in types), tuple(types)))
     return out
 
 

@@ -1,21 +1,23 @@
 """Slurm demand and node state: ``squeue --json`` and ``sinfo --json``, or formatted output.
 
 Pending GPU jobs become ``PendingJob`` (GPUs per node from the gres request, GPU model from
-the gres type: ``gpu:t4:2`` -> 2 x T4) and are attributed to a pool by partition: the
-first pool (high priority first) with ``cluster: {kind: slurm, partition: P}`` whose GPU
-model fits. Running jobs are listed per node. Slurm node names are fleet node names.
-Each command has a timeout; any failure makes the whole source missing for this tick.
+the gres type: ``gpu:t4:2`` -> 2 x T4) and are attributed to a pool by partition, account,
+qos, user and constraint (``slurm_match.py``): the first such pool (high priority first)
+whose GPU model fits; a job those leave no pool for is unserved, with the reason. Running
+jobs are listed per node. Slurm node names are fleet node names. Each command has a
+timeout; any failure makes the whole source missing for this tick.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoscaler.model.snapshot import PendingJob, RunningJob, SchedulerNode
+from autoscaler.model.snapshot import PendingJob, RunningJob, SchedulerNode, UnservedJob
 from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
 from autoscaler.schedulers.slurm.parse import (
     array_tasks,
@@ -28,10 +30,20 @@ from autoscaler.schedulers.slurm.parse import (
     time_limit,
 )
 from autoscaler.signals.readings import ClusterPool, SchedulerReading, first_fitting
+from autoscaler.signals.slurm_match import (
+    PoolTerms,
+    Refused,
+    Served,
+    Submission,
+    claimants,
+    fitting,
+)
 
+log = logging.getLogger(__name__)
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"}
-# Fallback formats (names last: they may contain the separator).
-SQUEUE_FORMAT = "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%j"
+# Fallback formats (names last: they may contain the separator). A constraint may contain
+# '|' too but never a space: a space ends it, and the job name follows.
+SQUEUE_FORMAT = "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%a|%q|%u|%f %j"
 SQUEUE_STATES = "PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
 SINFO_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Partition:"
 
@@ -52,6 +64,7 @@ class SlurmJob:
     nodes: list[str] = field(default_factory=list)
     node_gpus: list[float] = field(default_factory=list)  # per entry of nodes, when known
     array: list[str] = field(default_factory=list)  # pending array task ids
+    submission: Submission = field(default_factory=Submission)  # account, qos, user, constraint
 
     @property
     def ends_at(self) -> datetime | None:
@@ -120,6 +133,8 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
             limit=time_limit(job.get("time_limit")),
             nodes=nodes, node_gpus=[gpu_count(d) for d in detail] if len(detail) == len(nodes) else [],
             array=array_tasks(job.get("array_task_string")) if state.upper() == "PENDING" else [],
+            submission=Submission.read(job.get("account"), job.get("qos"), job.get("user_name"),
+                                       job.get("features")),
         ))
     return out
 
@@ -136,10 +151,12 @@ def nodes_from_json(doc: Mapping[str, Any]) -> list[SlurmNode]:
 def jobs_from_text(text: str) -> list[SlurmJob]:
     out = []
     for line in text.splitlines():
-        parts = line.split("|", 10)
-        if len(parts) < 11:
+        parts = line.split("|", 13)
+        if len(parts) < 14:
             continue
-        jid, part, state, reason, tres, count, submit, start, nodelist, limit, name = parts
+        jid, part, state, reason, tres, count, submit, start, nodelist, limit = parts[:10]
+        account, qos, user = parts[10:13]
+        features, _, name = parts[13].partition(" ")
         array: list[str] = []
         if "_[" in jid:  # a pending array: 123_[1-10%2]
             jid, _, spec = jid.partition("_[")
@@ -149,7 +166,7 @@ def jobs_from_text(text: str) -> list[SlurmJob]:
             gpus_per_node=gpu_count(tres), gpu_type=gpu_type(tres),
             node_count=max(1, _int(count, 1)), submitted_at=epoch(submit),
             started_at=epoch(start), limit=time_limit(limit), nodes=expand_hostlist(nodelist),
-            array=array,
+            array=array, submission=Submission.read(account, qos, user, features),
         ))
     return out
 
@@ -164,16 +181,32 @@ def nodes_from_text(text: str) -> list[SlurmNode]:
     return list(out.values())
 
 
-def _demand(job: SlurmJob, by_partition: dict[str, list[ClusterPool]],
-            order: list[ClusterPool]) -> tuple[ClusterPool | None, list[PendingJob]]:
-    candidates = [r for p in job.partition.split(",") for r in by_partition.get(p, [])]
+def _demand(job: SlurmJob, by_partition: dict[str, list[PoolTerms]],
+            rank: dict[str, int]) -> tuple[ClusterPool | Refused | None, list[PendingJob]]:
+    """The pool the job is demand for (None: no pool has its partition; Refused: why no
+    pool serves it) and its pending jobs (one per array task)."""
+    candidates = [t for p in job.partition.split(",") for t in by_partition.get(p, [])]
     model = gpu_model(job.gpu_type)
-    ref = first_fitting(sorted(candidates, key=order.index), model)
+    served: list[Served] = []
+    if candidates:
+        candidates.sort(key=lambda t: rank[t.ref.key])
+        claimed = claimants(job.submission, candidates, job.partition)
+        fits = claimed if isinstance(claimed, Refused) else fitting(job.submission, claimed)
+        if isinstance(fits, Refused):
+            return fits, []
+        served = fits
+    ref = first_fitting([s.ref for s in served], model)
+    narrowed = next((s for s in served if s.ref == ref), Served(ref)) if ref else None
     jobs = [PendingJob(id=jid, gpus=job.gpus_per_node, nodes=job.node_count,
                        reason=job.reason or "Unknown", submitted_at=job.submitted_at,
-                       gpu_model=model)
-            for jid in ([f"{job.id}_{t}" for t in job.array] or [job.id])]
+                       gpu_model=model, instance_types=narrowed.instance_types if narrowed else None,
+                       zones=narrowed.zones if narrowed else None)
+            for jid in _ids(job)]
     return ref, jobs
+
+
+def _ids(job: SlurmJob) -> list[str]:
+    return [f"{job.id}_{t}" for t in job.array] or [job.id]
 
 
 def _scheduler_node(node: SlurmNode, jobs: list[RunningJob]) -> SchedulerNode:
@@ -208,16 +241,22 @@ def _unusable(node: SlurmNode, state: str) -> dict[str, Any]:
 
 def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPool],
              source: str) -> SchedulerReading:
-    by_partition: dict[str, list[ClusterPool]] = {}
+    by_partition: dict[str, list[PoolTerms]] = {}
     for ref in refs:
-        by_partition.setdefault(ref.pool.cluster.partition, []).append(ref)
+        by_partition.setdefault(ref.pool.cluster.partition, []).append(PoolTerms.of(ref))
+    rank = {ref.key: i for i, ref in enumerate(refs)}
     pending: dict[str, list[PendingJob]] = {ref.key: [] for ref in refs}
     unattributed: list[PendingJob] = []
+    unserved: list[UnservedJob] = []
     running: dict[str, list[RunningJob]] = {}
     for job in jobs:
         if job.state == "PENDING" and job.gpus_per_node > 0:
-            owner, demand = _demand(job, by_partition, refs)
-            (pending[owner.key] if owner else unattributed).extend(demand)
+            owner, demand = _demand(job, by_partition, rank)
+            if isinstance(owner, Refused):
+                unserved += [UnservedJob(id=jid, team=owner.team, reason=owner.reason,
+                                         constraint=owner.constraint) for jid in _ids(job)]
+            else:
+                (pending[owner.key] if owner else unattributed).extend(demand)
         elif job.state in RUNNING_STATES:
             for i, host in enumerate(job.nodes):
                 gpus = job.node_gpus[i] if job.node_gpus else job.gpus_per_node
@@ -225,19 +264,39 @@ def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPoo
                     RunningJob(id=job.id, gpus=gpus, started_at=job.started_at, name=job.name,
                                ends_at=job.ends_at))
     sched = {n.name: _scheduler_node(n, running.get(n.name, [])) for n in nodes}
-    return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed, source=source)
+    return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed,
+                            unserved=unserved, source=source)
 
 
 class SlurmReader:
     def __init__(self, config: SlurmConfig, runner: Runner = run_command):
         self.config = config
         self._run = runner
+        self._reported: set[str] = set()  # unserved jobs already logged
 
     def _cmd(self, name: str, *args: str) -> str:
         return self._run([*self.config.command(name), *args],
                          self.config.timeout.total_seconds(), self.config.env)
 
     def read(self, refs: list[ClusterPool]) -> SchedulerReading:
+        reading = self._read(refs)
+        if reading.error is None:
+            self._log_unserved(reading.unserved)
+        return reading
+
+    def _log_unserved(self, unserved: list[UnservedJob]) -> None:
+        """Once per job, not once per tick; an array's tasks in one line."""
+        fresh: dict[str, list[str]] = {}
+        for job in unserved:
+            if job.id not in self._reported:
+                fresh.setdefault(job.reason, []).append(job.id)
+        for reason, ids in fresh.items():
+            more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+            log.warning("slurm: pending job %s%s is not bought for: %s", ", ".join(ids[:5]),
+                        more, reason)
+        self._reported = {job.id for job in unserved}
+
+    def _read(self, refs: list[ClusterPool]) -> SchedulerReading:
         json_error = None
         if self.config.use_json:
             try:

@@ -1,5 +1,5 @@
 """The Slurm drainer against a real slurmctld/slurmd pair: drain, checkpoint signal,
-requeue, resume, readiness and forget."""
+requeue, resume, readiness and forget, of declared nodes and of dynamic ones."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, PhasedDrainer
+from autoscaler.actuators.drain import (
+    DrainError,
+    DrainOutcome,
+    DrainPhase,
+    DrainProgress,
+    PhasedDrainer,
+)
 from autoscaler.actuators.drain.slurm import SlurmOps
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
@@ -28,13 +34,20 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     nodes = [SlurmNodeSpec("vision-gpu-1", gpus=1), SlurmNodeSpec("vision-gpu-2", gpus=1)]
-    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes) as c:
+    # Fewer dynamic slots than the dynamic test registers: a deleted node's slot is reused.
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes, dynamic_partitions=["gpu"],
+                      max_nodes=3) as c:
         yield c
 
 
 @pytest.fixture
 def drainer(cluster: SlurmCluster) -> PhasedDrainer:
-    return PhasedDrainer(SlurmOps(SlurmConfig(env=cluster.env())))
+    return PhasedDrainer(SlurmOps(SlurmConfig(env=cluster.env(), registration="declared")))
+
+
+@pytest.fixture
+def dynamic(cluster: SlurmCluster) -> PhasedDrainer:
+    return PhasedDrainer(SlurmOps(SlurmConfig(env=cluster.env())))  # dynamic: the default
 
 
 def progress(now: datetime, deadline_in: float = 600, grace: float = 30) -> DrainProgress:
@@ -143,3 +156,47 @@ def test_forget_marks_the_node_down(cluster: SlurmCluster, drainer: PhasedDraine
     assert "terminated by gpu-autoscaler" in cluster.scontrol("show", "node", "vision-gpu-2").stdout
     cluster.start_slurmd("vision-gpu-2")  # a new instance under the same name registers
     cluster.wait_node_state("vision-gpu-2", {"idle"}, 60)
+
+
+def test_dynamic_nodes_join_and_leave_without_declared_names(cluster: SlurmCluster,
+                                                             dynamic: PhasedDrainer) -> None:
+    """15 nodes of one pool, one after another (more than MaxNodeCount's 3 dynamic slots and
+    the 12 names the sandbox used to declare): each registers itself with slurmd -Z, is in
+    the partition through its Nodeset, runs a job, and is deleted by forget(); slurmctld
+    then lists only the declared nodes."""
+    declared = sorted(cluster.nodes)
+    for i in range(1, 16):
+        name = f"vision-train-{i}"
+        cluster.start_dynamic_slurmd(SlurmNodeSpec(name, gpus=1, gpu_type="t4"),
+                                     features=["team-vision", "pool-train", "spot"])
+        cluster.wait_node_state(name, {"idle"}, 30)
+        shown = cluster.scontrol("--oneliner", "show", "node", name).stdout
+        assert "Partitions=gpu" in shown and "Gres=gpu:t4:1" in shown and "Weight=100" in shown
+        assert "AvailableFeatures=partition-gpu,team-vision,pool-train,spot" in shown
+        assert dynamic.readiness(make_node(name)).ready
+        if i in (1, 15):  # Slurm schedules on it: a job asking for that node runs there
+            job = cluster.submit("true", gpus=1, nodelist=name, name=f"on-{name}")
+            cluster.wait_job_state(job, {"COMPLETED"}, 30)
+        assert sorted(cluster.node_names()) == sorted([*declared, name])
+        cluster.stop_slurmd(name)  # the instance is gone
+        dynamic.forget(make_node(name))
+        assert sorted(cluster.node_names()) == declared
+        assert not dynamic.readiness(make_node(name)).ready
+    dynamic.forget(make_node("vision-train-1"))  # already deleted: nothing to do
+
+
+def test_a_dynamic_node_slurm_will_not_delete_is_set_down_and_said(
+        cluster: SlurmCluster, dynamic: PhasedDrainer) -> None:
+    name = "vision-train-busy"
+    cluster.start_dynamic_slurmd(SlurmNodeSpec(name, gpus=1))
+    cluster.wait_node_state(name, {"idle"}, 30)
+    job = cluster.submit("sleep 600", gpus=1, nodelist=name, name="pinned")
+    cluster.wait_job_state(job, {"RUNNING"}, 30)
+    with pytest.raises(DrainError, match=f"{name} set DOWN; slurmctld refused to delete it"):
+        dynamic.forget(make_node(name))
+    assert cluster.node_state(name).startswith("down")  # nothing new is scheduled there
+    cluster.run(["scancel", job], check=True)
+    cluster.stop_slurmd(name)
+    wait_until(lambda: cluster.job_state(job) in {"CANCELLED", "UNKNOWN"}, 30, "the job to end")
+    dynamic.forget(make_node(name))  # a later forget deletes it
+    assert name not in cluster.node_names()

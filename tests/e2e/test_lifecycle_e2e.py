@@ -82,8 +82,7 @@ def write_policy(directory: Path, floor: int) -> dict[str, TeamPolicy]:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxStack]:
     root = tmp_path_factory.mktemp("e2e")
     write_policy(root / "policies", 2)
-    with SandboxStack(root / "sandbox", StackOptions(policies_dir=root / "policies",
-                                                     slurm_names_per_pool=3)) as s:
+    with SandboxStack(root / "sandbox", StackOptions(policies_dir=root / "policies")) as s:
         yield s
 
 
@@ -160,10 +159,18 @@ def test_two_nodes_up_job_on_one_idle_drained_first_busy_after_its_job(
     loop.until(lambda: sorted(loop.states().values()) == [S.READY, S.READY], 420, "two READY nodes")
     busy, idle = sorted(loop.states())
     assert busy == "e2e-gpu-1" and idle == "e2e-gpu-2"
+    # Dynamic nodes: slurm.conf names none; each registered itself with its gres, its
+    # features (partition, team, pool, type, market, GPU model) and a weight above on-prem's.
+    assert "NodeName=" not in cluster.slurm_conf.read_text()
     for name in (busy, idle):
         assert cluster.node_state(name) == "idle"
         node = loop.store.get(name)
         assert node is not None and node.address and node.address.startswith("169.254.77.")
+        shown = cluster.scontrol("--oneliner", "show", "node", name).stdout
+        assert "DYNAMIC" in shown and "Partitions=gpu" in shown and "Weight=100" in shown, shown
+        assert (f"AvailableFeatures=partition-gpu,team-e2e,pool-gpu,{node.instance_type},"
+                f"{node.market.value}") in shown, shown
+        assert f"NodeAddr={node.address}" in shown, shown
     assert stack.running_instances() == 2
     up = time.monotonic() - started
 
@@ -181,13 +188,14 @@ def test_two_nodes_up_job_on_one_idle_drained_first_busy_after_its_job(
     loop.until(lambda: loop.states()[idle] is S.TERMINATED, 300, f"{idle} destroyed",
                during=busy_keeps_serving)
     assert stack.running_instances() == 1
+    assert cluster.node_names() == [busy]  # the destroyed node was deleted from slurmctld
     released_at = datetime.now(UTC)
     cluster.run(["scontrol", "update", f"jobid={job}", "comment=release"], check=True)
     wait_until(lambda: cluster.job_state(job) == "COMPLETED", 60, "the job to end")
     loop.until(lambda: loop.states()[busy] is S.TERMINATED, 300, f"{busy} destroyed")
 
     # 4. Nothing left, and the order of it all.
-    assert stack.running_instances() == 0
+    assert stack.running_instances() == 0 and cluster.node_names() == []
     order = [(t.node, t.to_state, t.at) for t in loop.store.transitions()]
     steps = {n: [s for m, s, _ in order if m == n] for n in (busy, idle)}
     for name in (busy, idle):

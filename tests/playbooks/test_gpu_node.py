@@ -261,7 +261,8 @@ def test_a_node_back_from_a_reboot_with_fewer_gpus_is_failed_by_the_watchdog(
     lab.hosts.wait_booted("gpu-c", boots + 1)
     try:
         assert lab.hosts.run("gpu-c", ["nvidia-smi", "-L"]).stdout.count("GPU ") == 2
-        drainer = AsHost(PhasedDrainer(SlurmOps(SlurmConfig(env=lab.cluster.env()))), "gpu-c")
+        drainer = AsHost(PhasedDrainer(SlurmOps(SlurmConfig(env=lab.cluster.env(),
+                                                           registration="declared"))), "gpu-c")
         wait_until(lambda: "NOT_RESPONDING" in drainer.readiness(lab.nodes["gpu-c"]).why, 90,
                    "slurmctld to find gpu-c's slurmd silent", interval=1)
         policy = make_policy(team="vision", instance_types=["g4dn.12xlarge"],

@@ -32,7 +32,7 @@ DEMO_POLICIES = REPO / "examples" / "demo" / "policies"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[SandboxStack]:
     st = SandboxStack(tmp_path_factory.mktemp("sandbox"), StackOptions(
-        policies_dir=DEMO_POLICIES, util=42.0, slurm_names_per_pool=3))
+        policies_dir=DEMO_POLICIES, util=42.0))
     with st:
         yield st
 
@@ -88,8 +88,12 @@ def test_the_service_config_it_writes_is_valid_and_points_at_it(stack):
     env = (stack.dir / "env").read_text()
     assert "AWS_ACCESS_KEY_ID=testing" in env and oct((stack.dir / "env").stat().st_mode)[-3:] == "600"
     if stack.slurm is not None:
-        assert cfg.signals.scheduler == ["slurm"]
-        assert "demo-v100-3" in stack.slurm.slurm_conf.read_text()
+        assert cfg.signals.scheduler == ["slurm"] and cfg.signals.slurm.registration == "dynamic"
+        conf = stack.slurm.slurm_conf.read_text()  # dynamic nodes: no name declared
+        assert "NodeName=" not in conf and "MaxNodeCount=" in conf and "TreeWidth=65533" in conf
+        assert "Nodeset=gpu_cloud Feature=partition-gpu" in conf
+        assert "PartitionName=gpu Nodes=gpu_cloud " in conf
+        assert stack.slurm.node_names() == []
         assert "GAS_SANDBOX_MUNGE_KEY_B64" in env and "cluster_join_munge_key_b64" in \
             cfg.ansible.secret_env
 

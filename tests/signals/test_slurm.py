@@ -17,7 +17,7 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig
 from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
-from autoscaler.signals.slurm import SlurmReader
+from autoscaler.signals.slurm import SlurmReader, jobs_from_text
 from tests.builders import make_policy
 
 T0 = 1_795_000_000
@@ -143,9 +143,9 @@ def test_json_2302_shapes() -> None:
 
 
 SQUEUE_TEXT = """\
-2|gpu|PENDING|Resources|gres:gpu:v100:2|1|2026-11-30T12:00:00|N/A||1-00:00:00|train|x
-5_[1-3]|batch|PENDING|Resources|gres:gpu:4|1|2026-11-30T12:00:00|N/A||UNLIMITED|sweep
-1|gpu|RUNNING|None|gres:gpu:1|1|2026-11-30T12:00:00|2026-11-30T12:01:00|gpu1|2:00:00|run
+2|gpu|PENDING|Resources|gres:gpu:v100:2|1|2026-11-30T12:00:00|N/A||1-00:00:00|cv|normal|alice|(null) train|x
+5_[1-3]|batch|PENDING|Resources|gres:gpu:4|1|2026-11-30T12:00:00|N/A||UNLIMITED|(null)|(null)|bob|g4dn.12xlarge|spot sweep
+1|gpu|RUNNING|None|gres:gpu:1|1|2026-11-30T12:00:00|2026-11-30T12:01:00|gpu1|2:00:00|cv|(null)|alice|(null) run
 """
 SINFO_TEXT = """\
 gpu1|draining|gpu:v100:2|gpu:v100:1(IDX:0)|gpu*
@@ -163,12 +163,17 @@ def test_falls_back_to_formatted_output_when_json_fails() -> None:
     assert reading.error is None and reading.source == "squeue/sinfo formatted"
     assert [(j.id, j.gpus, j.gpu_model) for j in reading.pending["vision/v100"]] == [("2", 2, "V100")]
     assert [j.id for j in reading.pending["search/batch"]] == ["5_1", "5_2", "5_3"]
+    assert runner.calls[1][-1] == "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%a|%q|%u|%f %j"
+    # The constraint may hold the separator; a space ends it, and the name may hold anything.
+    jobs = jobs_from_text(SQUEUE_TEXT)
+    assert [j.name for j in jobs] == ["train|x", "sweep", "run"]
+    said = [(j.submission.account, j.submission.qos, j.submission.user, str(j.submission.constraint))
+            for j in jobs]
+    assert said[:2] == [("cv", "normal", "alice", "None"), (None, None, "bob", "g4dn.12xlarge|spot")]
     assert reading.pending["vision/v100"][0].submitted_at == datetime(2026, 11, 30, 12, tzinfo=UTC)
     gpu1 = reading.nodes["gpu1"]
     assert (gpu1.state, gpu1.gpus_allocated, [j.name for j in gpu1.jobs]) == ("draining", 1, ["run"])
     assert reading.nodes["gpu2"].state == "idle"
-    # The job name may contain the separator.
-    assert runner.calls[1][-1] == "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%j"
     # Slurm ends it at start + time limit: the return-to-spot guard reads this.
     assert gpu1.jobs[0].ends_at == datetime(2026, 11, 30, 14, 1).astimezone(UTC)
 
@@ -335,3 +340,67 @@ def test_real_slurm_a_drain_by_someone_else_reads_with_who_and_since(slurm: Slur
         assert before - timedelta(seconds=2) <= gpu2.unusable_since <= datetime.now(UTC)
     finally:
         slurm.resume("gpu2")
+
+
+SHARED = {  # two teams on one partition, split by account
+    "vision": make_policy("vision", priority="high", pools=[
+        {**pool("v100", ["p3.2xlarge"], "gpu"), "capacity": {"on_demand_base": 0, "spot_percent": 0},
+         "cluster": {"kind": "slurm", "partition": "gpu", "accounts": ["cv"]}}]),
+    "nlp": make_policy("nlp", priority="medium", pools=[
+        {**pool("v100", ["p3.8xlarge"], "gpu"), "capacity": {"on_demand_base": 0, "spot_percent": 0},
+         "cluster": {"kind": "slurm", "partition": "gpu", "accounts": ["nlp"]}}]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("use_json", [True, False])
+def test_real_slurm_jobs_go_to_their_accounts_team(slurm: SlurmCluster, use_json: bool) -> None:
+    """accounting_storage/none takes any --account: each team's jobs are its own pool's
+    demand and launch there; an account no pool lists is unserved, with why, and bought
+    nothing; so is a job whose constraint its team's nodes never satisfy. Both squeue
+    formats carry the account and the constraint (with its '|', before a name with one)."""
+    from autoscaler.engine import decide
+    from autoscaler.model.snapshot_parts import assemble
+    from autoscaler.signals.config import SignalsConfig
+    from autoscaler.signals.reader import SignalReader
+    from tests.builders import NOW, fleet
+
+    features = ["scontrol", "update", "nodename=gpu1"]  # sbatch refuses a feature no node has
+    slurm.run([*features, "availablefeatures=p3.2xlarge,spot", "activefeatures=p3.2xlarge,spot"], check=True)
+    blockers = [slurm.submit("sleep 600", gpus=2, nodelist=n, name="blocker") for n in ("gpu1", "gpu2")]
+    waiting = {account: slurm.submit("sleep 600", gpus=1, gpu_type="v100", name=account,
+                                     extra=[f"--account={account}"]) for account in ("cv", "nlp", "physics")}
+    waiting["cv-typed"] = slurm.submit("sleep 600", gpus=1, name="typed",
+                                       extra=["--account=cv", "--constraint=p3.2xlarge"])
+    waiting["nlp-spot"] = slurm.submit("sleep 600", gpus=1, name="odd name|x",
+                                       extra=["--account=nlp", "--constraint=p3.2xlarge|spot"])
+    try:
+        for job in blockers:
+            slurm.wait_job_state(job, {"RUNNING"}, timeout=60)
+        reader = SignalReader(SignalsConfig(scheduler=["slurm"]), default_catalog(),
+                              slurm=SlurmReader(SlurmConfig(env=slurm.env(), use_json=use_json)))
+
+        seen = []
+
+        def read() -> bool:
+            seen.append(reader.read(SHARED, [], NOW))
+            pending = [j for p in seen[-1].pools.values() for j in p.pending]
+            return len(pending) == 3 and all(j.reason in ("Resources", "Priority") for j in pending)
+
+        wait_until(read, timeout=30, what="slurmctld to give the pending jobs a reason")
+        observed = seen[-1]
+        assert {k: sorted(j.id for j in p.pending) for k, p in observed.pools.items()} == {
+            "vision/v100": sorted([waiting["cv"], waiting["cv-typed"]]), "nlp/v100": [waiting["nlp"]]}
+        lost = {j.id: (j.team, j.constraint, j.reason) for j in observed.unserved}
+        assert lost == {
+            waiting["physics"]: (None, "account physics", "account physics matches no pool of "
+                                 "partition gpu (vision/v100: accounts [cv]; nlp/v100: accounts [nlp])"),
+            waiting["nlp-spot"]: ("nlp", "constraint p3.2xlarge|spot", "no pool's nodes could run "
+                                  "it: nlp/v100: no node of it has p3.2xlarge, spot")}
+        plan = decide(SHARED, fleet(), assemble(observed), NOW, catalog=default_catalog())
+        launches = {(a.pool, a.instance_type, a.count) for a in plan.actions if a.kind == "launch"}
+        assert launches == {("vision/v100", "p3.2xlarge", 2), ("nlp/v100", "p3.8xlarge", 1)}
+        assert {j.id for j in plan.unserved} == {waiting["physics"], waiting["nlp-spot"]}
+    finally:
+        slurm.run(["scancel", *blockers, *waiting.values()])
+        slurm.run([*features, "availablefeatures=", "activefeatures="])

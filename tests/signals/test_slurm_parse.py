@@ -1,4 +1,5 @@
-"""Parsing Slurm's spellings of gres, host lists, node states, times and arrays."""
+"""Parsing Slurm's spellings of gres, host lists, node states, times, arrays and job
+constraints."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.schedulers.slurm.parse import (
+    MAX_CONSTRAINT,
+    ConstraintError,
     Gres,
     array_tasks,
     epoch,
@@ -16,9 +21,11 @@ from autoscaler.schedulers.slurm.parse import (
     gpu_model,
     gpu_type,
     node_state,
+    parse_constraint,
     parse_gres,
     time_limit,
 )
+from tests.hostile import SPLIT, TF_DIRECTIVE, TF_FILE, jinja
 
 
 @pytest.mark.parametrize(("spec", "count", "gtype"), [
@@ -129,3 +136,52 @@ def test_array_tasks() -> None:
 ])
 def test_time_limit(value: object, want: timedelta | None) -> None:
     assert time_limit(value) == want
+
+
+NODE = frozenset({"team-vision", "pool-v100", "partition-gpu", "p3.2xlarge", "v100", "spot",
+                  "us-east-1a"})
+
+
+@pytest.mark.parametrize(("text", "admitted"), [
+    ("v100", True), ("t4", False),
+    ("v100&spot", True), ("v100,spot", True), ("v100,on-demand", False),  # ',' is AND (sbatch stores '&')
+    ("t4|v100", True), ("t4|a100", False),
+    ("[t4|v100]", True), ("[us-east-1b|us-east-1c]", False),  # matching OR: one node's view
+    ("v100*2", True), ("(t4|v100)*1&spot", True), ("[(t4|v100)*1&p3.2xlarge*2]", True),
+    ("t4|v100&on-demand", False),  # left to right, as slurmctld: (t4|v100)&on-demand
+    ("v100&on-demand|spot", True),  # (v100&on-demand)|spot
+    ("v100|(t4&on-demand)", True), ("team-vision&pool-v100&partition-gpu", True),
+])
+def test_constraints_as_slurmctld_reads_them(text: str, admitted: bool) -> None:
+    constraint = parse_constraint(text)
+    assert constraint is not None and constraint.admits(NODE) is admitted
+
+
+def test_no_constraint_and_the_names_a_constraint_uses() -> None:
+    assert parse_constraint(None) is None and parse_constraint("(null)") is None
+    assert parse_constraint("") is None
+    constraint = parse_constraint("[(t4|v100)*1&spot*2]")
+    assert constraint is not None and constraint.names() == {"t4", "v100", "spot"}
+
+
+@pytest.mark.parametrize("text", [
+    "a&", "&a", "a||b", "a b", "!a", "(a", "a)", "[a|b)", "a*", "*2", "a*x", "()", "a(b)",
+    "((((((a))))))", "x" * 65, "a" * (MAX_CONSTRAINT + 1), "a\nb", "a;b", "a\x00",
+    jinja("constraint"), TF_FILE, TF_DIRECTIVE, SPLIT, "$(reboot)", "a`id`", "\u202ea",
+])
+def test_what_is_not_slurms_syntax_is_refused_without_quoting_it(text: str) -> None:
+    with pytest.raises(ConstraintError) as err:
+        parse_constraint(text)
+    assert text not in str(err.value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab.-_&|,()[]*0123456789 !x", max_size=60) | st.text(max_size=60))
+def test_any_text_is_a_constraint_or_a_constraint_error(text: str) -> None:
+    try:
+        constraint = parse_constraint(text)
+    except ConstraintError:
+        return
+    if constraint is not None:
+        constraint.admits(frozenset({"a", "b"}))
+        assert all(len(name) <= 64 for name in constraint.names())

@@ -9,7 +9,8 @@
   requeue (not batch, ``--no-requeue``) is cancelled, since it would die with the node;
 * release a long job (``lifetime.action: release``): ``scontrol requeue JOB`` too, but a
   refused one keeps running, since its node stays;
-* cancel: ``state=RESUME``; forget: ``state=DOWN`` once the instance is destroyed.
+* cancel: ``state=RESUME``; forget, once the instance is destroyed: ``scontrol delete
+  nodename=X`` for a dynamic node, ``state=DOWN`` for a declared one.
 
 Slurm node names are fleet node names. Commands run through the same runner, prefix,
 environment and timeout as the Slurm signal reader (:class:`SlurmConfig`).
@@ -174,11 +175,27 @@ class SlurmOps:
         return slurm_readiness(out)
 
     def forget(self, node: str) -> None:
+        """The instance is gone. A dynamic node is deleted from slurmctld, so the cluster
+        lists only live nodes; a declared one is set DOWN (its name stays in slurm.conf).
+        If slurmctld refuses the delete (it still counts a job there, or a reservation
+        holds the node), the node is set DOWN so nothing is scheduled on it and the
+        refusal is raised for the operator."""
+        refused: SlurmCommandError | None = None
+        if self.config.registration == "dynamic":
+            try:
+                self._cmd("scontrol", "delete", f"nodename={_node(node)}")
+                return
+            except SlurmCommandError as exc:
+                if _matches(exc, _UNKNOWN_NODE):
+                    return
+                refused = exc
         try:
             self._update(node, "state=DOWN", "reason=instance terminated by gpu-autoscaler")
         except SlurmCommandError as exc:
             if not _matches(exc, _UNKNOWN_NODE):
                 raise DrainError(f"slurm: cannot mark {node} down: {exc}") from None
+        if refused is not None:
+            raise DrainError(f"slurm: {node} set DOWN; slurmctld refused to delete it: {refused}")
 
 
 def _node(name: str) -> str:

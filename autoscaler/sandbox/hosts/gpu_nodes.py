@@ -110,6 +110,8 @@ class SandboxGpuNodes:
         cluster = self._cluster()
         extra_vars: dict[str, object] = {
             "cluster_join_slurm_conf_src": str(cluster.slurm_conf),
+            # Its hosts are named in slurm.conf (the mode for Slurm before 22.05).
+            "cluster_join_slurm_registration": "declared",
             **overrides.pop("extra_vars", {}),
         }
         base: dict[str, Any] = {

@@ -14,11 +14,19 @@ Two kinds of nodes (``SlurmNodeSpec.local``):
   ``SlurmctldHost=<this host's name>(169.254.77.254)`` (slurmctld refuses any other name);
   put that address on ``lo`` and route it from each namespace (RECIPES.md).
 
-Slurm 22.05 only schedules nodes named in ``slurm.conf``: declare future nodes up front
-(``local=False``; they show as down/not responding until their slurmd registers, and
-``ReturnToService=2`` makes them idle when it does), or ``add_nodes()`` later, which
-rewrites the file and restarts slurmctld (state is kept in ``StateSaveLocation``;
-``scontrol reconfigure`` does not add static nodes in 22.05).
+Nodes enter the cluster in one of two ways, as on a real site:
+
+* dynamic (``dynamic_partitions``, Slurm 22.05's dynamic nodes): no name is declared; a
+  node's ``slurmd -Z --conf "Gres=... Feature=partition-<p>,..."`` registers it, the
+  partition's ``Nodeset`` (``Feature=partition-<p>``) puts it in the partition, and
+  ``scontrol delete nodename=`` removes it. ``MaxNodeCount`` bounds how many exist at
+  once (a deleted node's slot is reused). A local one is ``start_dynamic_slurmd()``: its
+  port is ``SlurmdPort`` (``--conf`` cannot set one), so one at a time on this host;
+* declared: named in ``slurm.conf`` up front (``local=False``; they show as down/not
+  responding until their slurmd registers, and ``ReturnToService=2`` makes them idle when
+  it does), or ``add_nodes()`` later, which rewrites the file and restarts slurmctld
+  (state is kept in ``StateSaveLocation``; ``scontrol reconfigure`` does not add static
+  nodes in 22.05).
 """
 
 from __future__ import annotations
@@ -74,7 +82,8 @@ class SlurmCluster:
 
     def __init__(self, workdir: Path, nodes: Sequence[SlurmNodeSpec],
                  controller_addr: str | None = None, cluster_name: str = "sandbox",
-                 slurmd_timeout: int = 60):
+                 slurmd_timeout: int = 60, dynamic_partitions: Sequence[str] = (),
+                 max_nodes: int = 64):
         for binary in ("munged", "mungekey", "slurmctld", "slurmd", "scontrol"):
             if shutil.which(binary) is None:
                 raise SlurmError(f"{binary} is not installed (apt-get install -y slurmctld "
@@ -86,6 +95,10 @@ class SlurmCluster:
         # How long slurmctld waits for a silent slurmd before it sets the node DOWN ("Not
         # responding"); it pings every third of it. A test of that lowers it.
         self.slurmd_timeout = slurmd_timeout
+        # Partitions that take dynamic nodes (a Nodeset each), and how many nodes may exist.
+        self.dynamic_partitions = list(dict.fromkeys(dynamic_partitions))
+        self.max_nodes = max_nodes
+        self.dynamic: dict[str, SlurmNodeSpec] = {}  # local dynamic nodes, for gres.conf
         self.ctld_port = free_port()
         self.slurmd_port = free_port()
         self.conf_dir = self.workdir / "etc"
@@ -122,9 +135,13 @@ class SlurmCluster:
         return f"{socket.gethostname()}({self.controller_addr})"
 
     def partitions(self) -> dict[str, list[str]]:
+        """Each partition's members in slurm.conf: its declared nodes, and the Nodeset of
+        its dynamic nodes."""
         parts: dict[str, list[str]] = {}
         for spec in self.nodes.values():
             parts.setdefault(spec.partition, []).append(spec.name)
+        for part in self.dynamic_partitions:
+            parts.setdefault(part, []).append(nodeset_name(part))
         return parts
 
     def render_conf(self) -> str:
@@ -155,6 +172,12 @@ class SlurmCluster:
             "KillWait=5", "MessageTimeout=10", "SchedulerParameters=sched_interval=2",
             "",
         ]
+        if self.dynamic_partitions:
+            # TreeWidth: slurmctld talks to every node itself, since no slurmd can look a
+            # dynamic node up in its slurm.conf to forward a message to it.
+            lines[-1:-1] = [f"MaxNodeCount={len(self.nodes) + self.max_nodes}", "TreeWidth=65533"]
+            lines += [f"Nodeset={nodeset_name(p)} Feature=partition-{p}"
+                      for p in self.dynamic_partitions]
         lines += [spec.conf_line() for spec in self.nodes.values()]
         for part, names in self.partitions().items():
             default = "YES" if part == next(iter(self.partitions())) else "NO"
@@ -164,7 +187,7 @@ class SlurmCluster:
 
     def render_gres(self) -> str:
         lines = ["AutoDetect=off"]
-        for spec in self.nodes.values():
+        for spec in [*self.nodes.values(), *self.dynamic.values()]:
             if spec.gpus:
                 last = spec.gpus - 1
                 lines.append(f"NodeName={spec.name} Name=gpu Type={spec.gpu_type} "
@@ -174,7 +197,7 @@ class SlurmCluster:
     def write_config(self) -> None:
         for path in (self.conf_dir, self.state_dir, self.spool_dir, self.log_dir, self.jobs_dir):
             path.mkdir(parents=True, exist_ok=True)
-        for spec in self.nodes.values():
+        for spec in [*self.nodes.values(), *self.dynamic.values()]:
             node_dev = self.dev_dir / spec.name
             node_dev.mkdir(parents=True, exist_ok=True)
             for i in range(spec.gpus):
@@ -240,6 +263,32 @@ class SlurmCluster:
             return
         self._slurmd[name] = ManagedProcess(f"slurmd-{name}", self.slurmd_argv(name),
                                             self.log_dir / f"slurmd-{name}.out", env=self.env())
+
+    def start_dynamic_slurmd(self, spec: SlurmNodeSpec, features: Sequence[str] = (),
+                             weight: int = 100) -> None:
+        """Register ``spec`` as a dynamic node: ``slurmd -Z`` on this host, with its gres,
+        ``partition-<its partition>`` and ``features``. One at a time (they share
+        SlurmdPort); stop or delete the last one first."""
+        if spec.partition not in self.dynamic_partitions:
+            raise SlurmError(f"partition {spec.partition} takes no dynamic nodes "
+                             f"(dynamic_partitions: {self.dynamic_partitions})")
+        alive = [n for n in self.dynamic if n in self._slurmd and self._slurmd[n].alive()]
+        if alive:
+            raise SlurmError(f"{alive[0]}'s slurmd holds SlurmdPort: stop it first")
+        self.dynamic[spec.name] = spec
+        self.write_config()
+        conf = [f"Gres=gpu:{spec.gpu_type}:{spec.gpus}"] if spec.gpus else []
+        conf += [f"CPUs={spec.cpus}", f"RealMemory={spec.memory_mb}",
+                 "Feature=" + ",".join([f"partition-{spec.partition}", *features]),
+                 f"Weight={weight}"]
+        self._slurmd[spec.name] = ManagedProcess(
+            f"slurmd-{spec.name}", [*self.slurmd_argv(spec.name), "-Z", "--conf", " ".join(conf)],
+            self.log_dir / f"slurmd-{spec.name}.out", env=self.env())
+
+    def node_names(self) -> list[str]:
+        """Every node slurmctld knows now (``scontrol show nodes``), declared or dynamic."""
+        out = self.scontrol("--oneliner", "show", "nodes").stdout
+        return re.findall(r"^NodeName=(\S+)", out, flags=re.M)
 
     def stop_slurmd(self, name: str) -> None:
         """The node dies: its slurmd, and the steps and job processes it ran (slurmstepd
@@ -351,10 +400,14 @@ class SlurmCluster:
         return out.split(";", 1)[0]
 
     def node_state(self, name: str) -> str:
-        """Lower-case base state with flags, e.g. ``idle``, ``mixed``, ``idle+drain``."""
+        """Lower-case base state with flags, e.g. ``idle``, ``mixed``, ``idle+drain``
+        (without ``+dynamic_norm``, which says how the node was made, not its state)."""
         out = self.scontrol("show", "node", name).stdout
         match = re.search(r"State=(\S+)", out)
-        return match.group(1).lower() if match else "unknown"
+        if not match:
+            return "unknown"
+        return "+".join(f for f in match.group(1).lower().split("+")
+                        if not f.startswith("dynamic_"))
 
     def wait_node_state(self, name: str, states: set[str], timeout: float = 60) -> str:
         """Until the node's state (``scontrol`` spelling, lower case) is one of ``states``."""
@@ -393,3 +446,8 @@ class SlurmCluster:
             return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def nodeset_name(partition: str) -> str:
+    """The Nodeset that puts a partition's dynamic nodes (``Feature=partition-<p>``) in it."""
+    return f"{partition}_cloud"

@@ -59,6 +59,12 @@ def slurm_node_specs(policies: Mapping[str, TeamPolicy], catalog: Catalog, per_p
     return specs
 
 
+def slurm_partitions(policies: Mapping[str, TeamPolicy]) -> list[str]:
+    """The partitions of the Slurm pools, in policy order."""
+    return list(dict.fromkeys(pool.cluster.partition for policy in policies.values()
+                              for pool in policy.pools if pool.cluster.kind == "slurm"))
+
+
 def _regions(policies: Mapping[str, TeamPolicy]) -> list[str]:
     return sorted({p.region for t in policies.values() for p in t.pools if p.cloud.value == "aws"}
                   or {"us-east-1"})
@@ -82,7 +88,8 @@ def render_service_config(stack: WiredStack) -> dict[str, Any]:
         "skip_tags": ["gpu-hardware", "external-repo"], "extra_vars": extra_vars,
     }
     if slurm_conf:
-        signals["slurm"] = {"env": {"SLURM_CONF": slurm_conf}}
+        signals["slurm"] = {"env": {"SLURM_CONF": slurm_conf},
+                            "registration": opts.slurm_registration}
         extra_vars["cluster_join_slurm_conf_src"] = slurm_conf
         ansible["secret_env"] = {"cluster_join_munge_key_b64": MUNGE_KEY_ENV}
     if stack.kube is not None:

@@ -24,7 +24,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.policy import load_dir
@@ -39,6 +39,7 @@ from autoscaler.sandbox.stack.config import (
     render_env,
     render_service_config,
     slurm_node_specs,
+    slurm_partitions,
     write_yaml,
 )
 from autoscaler.sandbox.stack.state import (
@@ -80,6 +81,9 @@ class StackOptions:
     privileged: bool | None = None  # None: when root and the packages are there
     util: float = 0.0
     tick_interval: str = "5s"
+    # dynamic: nodes register with slurmd -Z, nothing is declared; declared: slurm.conf
+    # names slurm_names_per_pool nodes per pool up front (State=CLOUD sites, Slurm < 22.05).
+    slurm_registration: Literal["dynamic", "declared"] = "dynamic"
     slurm_names_per_pool: int = 12
     http_port: int = 0
     executor: dict[str, Any] = field(default_factory=dict)
@@ -242,14 +246,19 @@ class SandboxStack:
 
     def _start_slurm(self) -> None:
 
-        specs = slurm_node_specs(self.policies, self.catalog, self.options.slurm_names_per_pool,
-                                 PLACEHOLDER_ADDR)
-        if not specs:
+        partitions = slurm_partitions(self.policies)
+        if not partitions:
             return
         from autoscaler.sandbox.services.slurm import SlurmCluster
 
         self._use_controller_address()
-        self.slurm = SlurmCluster(self.dir / "slurm", specs, controller_addr=CONTROLLER_ADDR)
+        if self.options.slurm_registration == "declared":
+            specs = slurm_node_specs(self.policies, self.catalog,
+                                     self.options.slurm_names_per_pool, PLACEHOLDER_ADDR)
+            self.slurm = SlurmCluster(self.dir / "slurm", specs, controller_addr=CONTROLLER_ADDR)
+        else:
+            self.slurm = SlurmCluster(self.dir / "slurm", [], controller_addr=CONTROLLER_ADDR,
+                                      dynamic_partitions=partitions)
         self.slurm.start()
         self.state.endpoints["slurm_conf"] = str(self.slurm.slurm_conf)
         self._record()

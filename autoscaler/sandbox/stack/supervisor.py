@@ -28,6 +28,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--http-port", type=int, default=0)
     p.add_argument("--unprivileged", action="store_true",
                    help="No Slurm and no SSH hosts, even as root.")
+    p.add_argument("--slurm-registration", choices=["dynamic", "declared"], default="dynamic")
     return p.parse_args(argv)
 
 
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     options = StackOptions(policies_dir=args.policies, prices_file=args.prices, util=args.util,
                            tick_interval=args.tick, http_port=args.http_port,
-                           privileged=False if args.unprivileged else None)
+                           privileged=False if args.unprivileged else None,
+                           slurm_registration=args.slurm_registration)
     try:
         stack = SandboxStack(args.dir, options).start()
     except Exception:  # the stack recorded status "failed" and its error

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +29,15 @@ class SlurmConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Extra env, e.g. SLURM_CONF.")
     timeout: Duration = Field(timedelta(seconds=10), description="Per command.")
     use_json: bool = Field(True, description="Try --json first (falls back to formatted output).")
+    registration: Literal["dynamic", "declared"] = Field(
+        "dynamic", description="How cloud nodes enter the cluster. dynamic (Slurm >= 22.05): "
+        "each node registers itself (slurmd -Z --conf with its gres, features and weight) and "
+        "is removed with 'scontrol delete nodename' once its instance is gone; no name is "
+        "declared in advance, but slurm.conf needs MaxNodeCount and, per partition, a "
+        "Nodeset whose Feature is partition-<name>. declared (older Slurm): every node name "
+        "(<team>-<pool>-<n>, never reused) must already be in slurm.conf, e.g. as "
+        "State=CLOUD; a terminated node is set DOWN, so a pool stops joining nodes when its "
+        "declared names run out.")
 
     def command(self, name: str) -> list[str]:
         exe = str(self.bin_dir / name) if self.bin_dir is not None else name

@@ -1,4 +1,5 @@
-"""Pure parsing of Slurm output: gres/TRES strings, host lists, node states, times.
+"""Pure parsing of Slurm output: gres/TRES strings, host lists, node states, times, job
+constraints (``--constraint``).
 
 Spellings differ between Slurm versions and commands; all of these are accepted:
 ``gpu:2``, ``gpu:t4:2``, ``gres:gpu:t4:2`` (22.05 ``tres_per_node``), ``gres/gpu:t4=2``
@@ -9,9 +10,10 @@ lists mixing other gres (``gpu:2,shard:4``).
 from __future__ import annotations
 
 import re
+from collections.abc import Set
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 # Slurm GPU type names -> the catalog's GPU model names.
 GPU_MODELS = {"t4": "T4", "v100": "V100", "a10g": "A10G", "a10": "A10", "a100": "A100",
@@ -64,6 +66,11 @@ def parse_gres(spec: str | None) -> list[Gres]:
             continue
         out.append(Gres(parts[0], parts[1] if len(parts) > 1 and parts[1] else None, count))
     return out
+
+
+def absent(text: str) -> bool:
+    """Slurm's spellings of no value: empty, ``(null)``, ``N/A``, ``None``."""
+    return text.strip().lower() in _NONE
 
 
 def _is_number(text: str) -> bool:
@@ -212,3 +219,104 @@ def array_tasks(spec: str | None, limit: int = 1000) -> list[str]:
             if len(out) >= limit:
                 return out
     return out
+
+
+# --constraint: at most this long and nested this deep (slurmctld allows one [...] with
+# (...) inside); a feature name of letters, digits, '_', '.', '-' (what the autoscaler gives
+# its nodes: team-vision, g4dn.12xlarge, us-east-1a, on-demand).
+MAX_CONSTRAINT = 1024
+MAX_NESTING = 4
+MAX_FEATURE = 64
+_CONSTRAINT_TOKEN = re.compile(r"[A-Za-z0-9_.-]+|\*[0-9]{1,6}|[&,|()\[\]]|.", re.S)
+_CLOSING = {"(": ")", "[": "]"}
+
+
+class ConstraintError(ValueError):
+    """A constraint outside the syntax read here; the message never quotes the input."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """Items joined by operators, evaluated left to right with no precedence, as slurmctld
+    does (``a|b&c`` is ``(a|b)&c``): ``ops[i]`` joins the result so far and ``items[i+1]``."""
+
+    items: tuple[Expr, ...]
+    ops: tuple[str, ...]  # "&" or "|"
+
+
+Expr: TypeAlias = "str | Group"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    text: str  # as squeue reported it, checked: only the characters of the syntax
+    expr: Expr
+
+    def __str__(self) -> str:
+        return self.text if len(self.text) <= 120 else self.text[:117] + "..."
+
+    def admits(self, features: Set[str]) -> bool:
+        """Whether a node with ``features`` satisfies the constraint."""
+        return _admits(self.expr, features)
+
+    def names(self) -> frozenset[str]:
+        out: set[str] = set()
+        todo = [self.expr]
+        while todo:
+            expr = todo.pop()
+            if isinstance(expr, str):
+                out.add(expr)
+            else:
+                todo.extend(expr.items)
+        return frozenset(out)
+
+
+def _admits(expr: Expr, features: Set[str]) -> bool:
+    if isinstance(expr, str):
+        return expr in features
+    result = _admits(expr.items[0], features)
+    for op, item in zip(expr.ops, expr.items[1:], strict=True):
+        result = (result and _admits(item, features)) if op == "&" else (
+            result or _admits(item, features))
+    return result
+
+
+def parse_constraint(text: str | None) -> Constraint | None:
+    """A job's constraint as squeue gives it (``features``, ``%f``), None when it has none.
+
+    ``&`` and ``,`` are AND (slurmctld stores ``a,b`` as ``a&b``), ``|`` is OR, ``(...)``
+    groups, ``[...]`` (matching OR, multiple counts) is read as a group: one node must
+    satisfy it. A count (``a*2``) is read as the feature alone. Anything else (``!``,
+    spaces, other characters) raises ConstraintError."""
+    if text is None or text.strip().lower() in _NONE:
+        return None
+    if len(text) > MAX_CONSTRAINT:
+        raise ConstraintError(f"longer than {MAX_CONSTRAINT} characters")
+    frames: list[tuple[list[Expr], list[str], str]] = [([], [], "")]
+    want_item = True
+    for match in _CONSTRAINT_TOKEN.finditer(text):
+        token, at = match.group(0), match.start() + 1
+        items, ops, closing = frames[-1]
+        if token[0] in _CLOSING and want_item:
+            if len(frames) > MAX_NESTING:
+                raise ConstraintError(f"nested deeper than {MAX_NESTING} at character {at}")
+            frames.append(([], [], _CLOSING[token[0]]))
+        elif token in (")", "]") and not want_item and token == closing:
+            frames.pop()
+            frames[-1][0].append(items[0] if len(items) == 1 else Group(tuple(items), tuple(ops)))
+        elif token in ("&", ",", "|") and not want_item:
+            ops.append("|" if token == "|" else "&")
+            want_item = True
+        elif token[0] == "*" and len(token) > 1 and not want_item:
+            pass  # a node count: the nodes that have the feature are what a pool can be
+        elif re.fullmatch(r"[A-Za-z0-9_.-]+", token) and want_item:
+            if len(token) > MAX_FEATURE:
+                raise ConstraintError(f"a feature name longer than {MAX_FEATURE} characters")
+            items.append(token)
+            want_item = False
+        else:
+            raise ConstraintError(f"character {at} does not belong there in Slurm's syntax")
+    if want_item or len(frames) > 1:
+        raise ConstraintError("it ends before its expression does")
+    items, ops, _ = frames[0]
+    return Constraint(text, items[0] if len(items) == 1 else Group(tuple(items), tuple(ops)))

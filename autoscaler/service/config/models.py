@@ -249,6 +249,15 @@ class ServiceConfig(_Model):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")
+    def _one_registration(self) -> ServiceConfig:
+        # The play and the drainer must agree on it, so it is set once, for both.
+        if "cluster_join_slurm_registration" in self.ansible.extra_vars:
+            raise ValueError("ansible.extra_vars.cluster_join_slurm_registration: set "
+                             "signals.slurm.registration instead (the drainer deletes nodes "
+                             "the way they registered)")
+        return self
+
+    @model_validator(mode="after")
     def _shared_store(self) -> ServiceConfig:
         # Two instances are safe only if both the lease (and its fence) and the Terraform
         # state lock live where both see them; anything local gives each its own.

@@ -3,7 +3,9 @@
 Slurm: ``scontrol ping`` says the controller is UP, every pool's partition exists
 (``sinfo``), ``squeue`` and ``scancel`` are there, and the user the commands run as
 (through ``command_prefix``, e.g. ssh) may ``scontrol update`` nodes: root, the
-SlurmUser, or an Operator/Administrator in ``sacctmgr``.
+SlurmUser, or an Operator/Administrator in ``sacctmgr``. With dynamic registration,
+slurm.conf must let the pools' nodes in: select/cons_tres, a MaxNodeCount with room for
+them, and a Nodeset in each pool's partition.
 
 Kubernetes: nodes and pods are listed, then a SelfSubjectAccessReview asks for each
 right the drainer uses (patch nodes, create pods/eviction and pods/exec). An API server
@@ -45,6 +47,14 @@ def slurm(ctx: Context) -> list[Result]:
         for tool in ("squeue", "scancel"):
             _run(cfg, tool, "--version")
         rights = _drain_rights(cfg)
+        dynamic = None
+        if cfg.registration == "dynamic":
+            slurm_pools = [p for _, p in ctx.pools() if p.cluster.kind == "slurm"]
+            dynamic = dynamic_problems(
+                _run(cfg, "scontrol", "show", "config"),
+                _run(cfg, "scontrol", "--oneliner", "show", "partition"),
+                len(set(_run(cfg, "sinfo", "--all", "-h", "-N", "-o", "%N").split())),
+                {p.cluster.partition for p in slurm_pools}, sum(p.max_nodes for p in slurm_pools))
     except SlurmCommandError as exc:
         return [fail(name, str(exc))]
     wanted = {p.cluster.partition for _, p in ctx.pools() if p.cluster.kind == "slurm"}
@@ -54,8 +64,44 @@ def slurm(ctx: Context) -> list[Result]:
                            f"(it has {', '.join(sorted(partitions)) or 'none'})")]
     if rights is not None:
         return [fail(name, rights)]
+    if dynamic:
+        return [fail(name, f"dynamic nodes (signals.slurm.registration) cannot join: {dynamic}")]
+    how = ("dynamic nodes can join" if cfg.registration == "dynamic"
+           else "node names declared in slurm.conf (registration: declared)")
     return [ok(name, f"controller UP; partition(s) {', '.join(sorted(wanted))} present; "
-                     "scontrol, squeue, scancel runnable with the right to drain")]
+                     f"scontrol, squeue, scancel runnable with the right to drain; {how}")]
+
+
+def dynamic_problems(config: str, partitions: str, nodes_now: int, wanted: set[str],
+                     cloud_max: int) -> str:
+    """What in ``scontrol show config`` / ``show partition --oneliner`` keeps the pools'
+    dynamic nodes out ('' when nothing does): Slurm refuses a dynamic slurmd without
+    cons_tres or beyond MaxNodeCount, and a node no Nodeset takes is in no partition."""
+    settings = dict(line.split("=", 1) for line in config.splitlines() if "=" in line)
+    settings = {k.strip(): v.strip() for k, v in settings.items()}
+    problems = []
+    if settings.get("SelectType") != "select/cons_tres":
+        problems.append(f"SelectType is {settings.get('SelectType') or 'unset'}, dynamic nodes "
+                        "need select/cons_tres")
+    try:
+        room = int(settings.get("MaxNodeCount", "")) - nodes_now
+    except ValueError:
+        room = 0
+    if room < cloud_max:
+        problems.append(f"MaxNodeCount={settings.get('MaxNodeCount') or 'unset'} leaves room "
+                        f"for {max(room, 0)} more node(s) beside the {nodes_now} Slurm has, and "
+                        f"the Slurm pools may hold {cloud_max}")
+    sets: dict[str, str] = {}
+    for line in partitions.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "PartitionName" in fields:
+            sets[fields["PartitionName"]] = fields.get("NodeSets", "")
+    bare = sorted(p for p in wanted if p in sets and sets[p] in ("", "(null)"))
+    if bare:
+        problems.append("no Nodeset in partition(s) " + ", ".join(bare) + " (add "
+                        + "; ".join(f"Nodeset={p}_cloud Feature=partition-{p} and {p}_cloud to "
+                                    f"PartitionName={p} Nodes=" for p in bare) + ")")
+    return "; ".join(problems)
 
 
 def _run(cfg: SlurmConfig, tool: str, *args: str) -> str:

@@ -32,11 +32,7 @@ Labels = tuple[str, ...]
 
 def markets_of(pool: Pool) -> list[Market]:
     """The markets the pool launches in (a spot error does not hold back an on-demand pool)."""
-    c = pool.capacity
-    out = [Market.SPOT] if c.spot_percent > 0 else []
-    if c.on_demand_base > 0 or c.spot_percent < 100 or c.spot_fallback == "on-demand":
-        out.append(Market.ON_DEMAND)
-    return out
+    return pool.capacity.markets()
 
 
 class FleetObserver:

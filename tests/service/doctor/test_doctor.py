@@ -101,7 +101,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             mp.setenv(key, value)
         stack = SandboxStack(root / "sandbox", StackOptions(policies_dir=root / "policies",
                                                             privileged=False))
-        slurm = SlurmCluster(root / "slurm", [SlurmNodeSpec("doc-train-1", partition="train")])
+        # A static node beside the partition's Nodeset for the pool's dynamic ones.
+        slurm = SlurmCluster(root / "slurm", [SlurmNodeSpec("doc-train-1", partition="train")],
+                             dynamic_partitions=["train"], max_nodes=4)
         kube = FakeKube()
         try:
             stack.start()
@@ -155,6 +157,7 @@ def test_healthy_sandbox_passes_every_check_through_the_command_line(world: Worl
     assert "allowed (DryRun)" in rows["ec2 terminate us-east-1"]["reason"]
     assert "EventBridge may send" in rows["sqs us-east-1"]["reason"]
     assert "partition(s) train present" in rows["slurm"]["reason"]
+    assert "dynamic nodes can join" in rows["slurm"]["reason"]
     assert "SelfSubjectAccessReview" in rows["kubernetes"]["reason"]  # said, not hidden
     assert "testing" not in out.stdout  # the sandbox's credentials are never printed
 

@@ -58,7 +58,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 def ready_rig(tmp_path: Path, cluster: SlurmCluster, policy: TeamPolicy) -> Rig:
     """Both NODES launched (fake cloud and Ansible) and READY by the real Slurm drainer."""
     r = make_rig(tmp_path, policies={"vision": policy})
-    r.slurm = PhasedDrainer(SlurmOps(SlurmConfig(env=cluster.env())))  # type: ignore[assignment]
+    r.slurm = PhasedDrainer(SlurmOps(  # type: ignore[assignment]
+        SlurmConfig(env=cluster.env(), registration="declared")))
     r.clock.now = datetime.now(UTC)
     names = r.submit(launch(2))
     r.advance()
