@@ -22,7 +22,8 @@ from autoscaler.policy import PolicyLoadError, TeamPolicy, load_policies, pool_k
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
 from autoscaler.signals.config import SignalsConfig
-from autoscaler.signals.reader import SignalReader, SignalsResult, key_by_name_prefix
+from autoscaler.signals.reader import SignalReader, SignalsResult
+from autoscaler.signals.readings import key_by_name_prefix
 from autoscaler.signals.rules import RuleSet, recording_rules
 
 CONFIG_HELP = (

@@ -15,6 +15,7 @@ from itertools import chain, islice, repeat
 from autoscaler.engine.binpack import Bin, LazyBins, Part, first_fit, fits_part, part_groups, part_wait
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.mix import MarketMix
+from autoscaler.engine.on_prem import OnPremFill
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down import unhealthy
 from autoscaler.engine.spread import ZoneSpread
@@ -280,9 +281,12 @@ class _Grower:
         models = {t.gpu_model for name in pool.instance_types
                   if (t := prices.itype(pool.cloud.value, name)) is not None}
         run = _Run()
+        on_prem = OnPremFill.of(self.ctx, prices.now)
         for group in groups:
             parts = group.parts()
             for i, part in enumerate(parts):
+                if on_prem is not None and on_prem.take(part):
+                    continue
                 why = self._place_part(part, models, run)
                 if why is None:
                     continue
@@ -297,14 +301,20 @@ class _Grower:
                     run.n_unplaced += rest
                     break
         fresh = [n for n in out.new if n.trigger == "pending"]
+        n_parts = sum(g.count for g in groups)
         if fresh:
             jobs_new = sum(len(b.jobs) for b in self.new_bins)
-            why = (f"{sum(g.count for g in groups)} pending job part(s) ask for {out.pending_gpus:g} GPUs; "
+            why = (f"{n_parts} pending job part(s) ask for {out.pending_gpus:g} GPUs; "
                    f"{jobs_new} do not fit on free, in-flight or draining capacity")
+            if on_prem is not None:
+                why = f"{on_prem.fit_words(n_parts)}; " + why.replace(
+                    "do not fit on free", "do not fit on-prem nor on free")
             if run.notes:
                 why += f"; {run.notes[0]}"
             for n in fresh:
                 n.why = why
+        if on_prem is not None:
+            out.holds += on_prem.holds(n_parts, bool(fresh))
         if run.n_unplaced:
             out.holds.append(f"{run.n_unplaced} pending job(s) not placed: " + "; ".join(run.reasons))
 

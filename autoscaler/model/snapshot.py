@@ -162,8 +162,30 @@ class ClusterQuota(_Model):
     source: str = Field(description="Where it comes from, e.g. 'ResourceQuota vision/gpus'.")
 
 
+MAX_ON_PREM_GPUS = 64  # per node: more than any server holds, so a bigger count is noise
+
+
+class OnPremNode(_Model):
+    """A static on-prem node in service, as its scheduler reports it: what a pool with
+    ``cluster.on_prem`` fills before it launches anything."""
+
+    name: str = Field(max_length=128)
+    gpus: int = Field(ge=0, le=MAX_ON_PREM_GPUS)
+    allocated: float = Field(0, ge=0)
+    gpu_model: str | None = Field(None, max_length=32)
+
+    @model_validator(mode="after")
+    def _within(self) -> OnPremNode:
+        if self.allocated > self.gpus:
+            raise ValueError(f"{self.name}: {self.allocated:g} GPUs allocated of {self.gpus}")
+        return self
+
+
 class PoolObservation(_Model):
     pending: list[PendingJob] = Field(default_factory=list)
+    on_prem: list[OnPremNode] | None = Field(
+        None, max_length=10_000, description="The pool's on-prem nodes that take jobs now "
+        "(cluster.on_prem); None: not read (not configured, or the scheduler did not answer).")
     pending_shapes: list[PendingShape] = Field(
         default_factory=list, description="More pending jobs, counted by shape (the engine "
         "reads both; the simulator fills this one).")

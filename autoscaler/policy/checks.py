@@ -98,6 +98,8 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
     for field, names in (("accounts", c.accounts), ("qos", c.qos), ("users", c.users)):
         if names and c.kind != "slurm":
             yield ["cluster", field], f"{field} names Slurm jobs: it needs cluster.kind: slurm"
+    if c.on_prem is not None and c.kind != "slurm":
+        yield ["cluster", "on_prem"], "on_prem names Slurm nodes: it needs cluster.kind: slurm"
 
 
 def _check_mig(pool: Pool, catalog: Catalog) -> Iterator[Problem]:

@@ -11,7 +11,14 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from autoscaler.policy.duration import Duration, at_least
 from autoscaler.policy.syntax import (
@@ -338,6 +345,40 @@ class Bootstrap(_Strict):
     timeout: Duration = timedelta(minutes=30)
 
 
+START_WITHIN = at_least(timedelta(seconds=30), "Slurm starts a job that fits within a few "
+                        "scheduling passes; shorter would burst jobs it was about to start")
+SlurmHostlist = Annotated[str, StringConstraints(
+    pattern=r"^[A-Za-z0-9][A-Za-z0-9._,\[\]-]{0,511}$")]
+
+
+class OnPrem(_Strict):
+    """The cluster's static (on-premises) Slurm nodes, whose free GPUs are used before any
+    cloud launch. Exactly one of ``partition`` and ``nodes``."""
+
+    partition: PartitionName | None = Field(
+        None, description="A partition holding only the on-prem nodes, e.g. onprem (their "
+        "free GPUs are counted whatever other partitions they are in).")
+    nodes: SlurmHostlist | None = Field(None, description="The on-prem nodes as a Slurm "
+                                        "hostlist, e.g. gpu[01-04].")
+    burst_after: Duration = Field(
+        timedelta(0), description="Burst-only: a pending job that does not fit on-prem is "
+        "bought a cloud node only once it has waited this long (0: at once).")
+    start_within: Annotated[Duration, START_WITHIN] = Field(
+        timedelta(minutes=5), description="A job that fits on-prem's free GPUs but is still "
+        "pending after this is taken as not fitting there (something other than GPUs keeps "
+        "it off: memory, a constraint, a reservation).")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> OnPrem:
+        if (self.partition is None) == (self.nodes is None):
+            raise ValueError("on_prem needs exactly one of partition and nodes")
+        return self
+
+    def label(self) -> str:
+        """How decisions name it: the hostlist, or the partition."""
+        return self.nodes if self.nodes is not None else f"partition {self.partition}"
+
+
 class Cluster(_Strict):
     kind: Literal["slurm", "kubernetes", "none"] = "none"
     partition: PartitionName = "gpu"
@@ -351,6 +392,9 @@ class Cluster(_Strict):
     users: list[SlurmUser] = Field(
         default_factory=list, max_length=MAX_SLURM_NAMES, description="Slurm: the users whose "
         "pending jobs this pool serves; empty: any.")
+    on_prem: OnPrem | None = Field(
+        None, description="Slurm: the static on-prem nodes whose free GPUs jobs use before "
+        "this pool launches anything (hybrid burst).")
     labels: Labels = Field(default_factory=dict)
     taints: list[Taint] = Field(
         default_factory=list, description="Kubernetes: taints the pool's nodes register with, "

@@ -27,6 +27,7 @@ from autoscaler.model.node import Node
 from autoscaler.model.snapshot import (
     ClusterQuota,
     NodeObservation,
+    OnPremNode,
     PendingJob,
     PoolObservation,
     SchedulerNode,
@@ -37,7 +38,12 @@ from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.prometheus import MetricsReading, PrometheusReader
-from autoscaler.signals.readings import ClusterPool, SchedulerReading, pools_in_priority_order
+from autoscaler.signals.readings import (
+    ClusterPool,
+    SchedulerReading,
+    key_by_name_prefix,
+    pools_in_priority_order,
+)
 from autoscaler.signals.slurm import SlurmReader
 
 log = logging.getLogger(__name__)
@@ -73,6 +79,7 @@ class _Scheduled:
     quotas: dict[str, ClusterQuota] = field(default_factory=dict)
     pending: dict[str, list[PendingJob]] = field(default_factory=dict)  # pool -> jobs
     pool_missing: dict[str, str] = field(default_factory=dict)  # pool -> why not read
+    on_prem: dict[str, list[OnPremNode]] = field(default_factory=dict)  # pool -> in service
 
 
 class SignalReader:
@@ -121,7 +128,8 @@ class SignalReader:
             scheduled.unserved += [UnservedJob(id=job.id, team=teams[key], constraint=why,
                                                reason=f"{key}: {why}") for job, why in refused]
             pool_obs[key] = PoolObservation(pending=wanted, metrics_missing=metrics.error,
-                                            scheduler_missing=scheduled.pool_missing.get(key))
+                                            scheduler_missing=scheduled.pool_missing.get(key),
+                                            on_prem=scheduled.on_prem.get(key))
         missing.update(scheduled.missing)
         sources.update(scheduled.sources)
         sched_nodes, unattributed = self._with_absent(scheduled, fleet_by_name, pools, now), \
@@ -197,6 +205,7 @@ class SignalReader:
             out.unattributed[kind] = reading.unattributed
             out.unserved += reading.unserved
             out.quotas.update(reading.quotas)
+            out.on_prem.update(reading.on_prem)
             out.sources[kind] = f"ok: {len(reading.nodes)} nodes via {reading.source}"
         return out
 
@@ -223,20 +232,6 @@ class SignalReader:
         except Exception as exc:  # one source's bug must not blind the others
             log.exception("%s reader failed", kind)
             return SchedulerReading(error=f"{kind} reader failed: {type(exc).__name__}")
-
-
-def key_by_name_prefix(keys: Iterable[str]) -> Callable[[str], str | None]:
-    """``vision-v100-train-3`` -> ``vision/v100-train`` (longest matching prefix)."""
-    prefixes = sorted(((key.replace("/", "-") + "-", key) for key in keys),
-                      key=lambda item: -len(item[0]))
-
-    def key_of(host: str) -> str | None:
-        for prefix, key in prefixes:
-            if host.startswith(prefix):
-                return key
-        return None
-
-    return key_of
 
 
 def by_name_prefix(pools: Mapping[str, Pool]) -> Callable[[str], Pool | None]:

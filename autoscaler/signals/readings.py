@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.catalog import Catalog, CatalogError
-from autoscaler.model.snapshot import ClusterQuota, PendingJob, SchedulerNode, UnservedJob
+from autoscaler.model.snapshot import (
+    ClusterQuota,
+    OnPremNode,
+    PendingJob,
+    SchedulerNode,
+    UnservedJob,
+)
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 
 
@@ -19,6 +25,7 @@ class SchedulerReading:
     unattributed: list[PendingJob] = field(default_factory=list)  # no pool matches them
     unserved: list[UnservedJob] = field(default_factory=list)  # no pool's nodes could run them
     quotas: dict[str, ClusterQuota] = field(default_factory=dict)  # team -> cluster GPU limit
+    on_prem: dict[str, list[OnPremNode]] = field(default_factory=dict)  # pool key -> in service
     error: str | None = None  # the whole source failed this tick
     source: str = ""  # "squeue --json", "squeue -o", "kubernetes api"
 
@@ -61,3 +68,17 @@ def first_fitting(candidates: list[ClusterPool], gpu_model: str | None) -> Clust
             if gpu_model in ref.gpu_models:
                 return ref
     return candidates[0]
+
+
+def key_by_name_prefix(keys: Iterable[str]) -> Callable[[str], str | None]:
+    """``vision-v100-train-3`` -> ``vision/v100-train`` (longest matching prefix)."""
+    prefixes = sorted(((key.replace("/", "-") + "-", key) for key in keys),
+                      key=lambda item: -len(item[0]))
+
+    def key_of(host: str) -> str | None:
+        for prefix, key in prefixes:
+            if host.startswith(prefix):
+                return key
+        return None
+
+    return key_of

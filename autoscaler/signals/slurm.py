@@ -18,8 +18,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from autoscaler.model.snapshot import PendingJob, RunningJob, SchedulerNode, UnservedJob
+from autoscaler.policy.models import Pool
 from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
 from autoscaler.schedulers.slurm.parse import (
+    Gres,
     array_tasks,
     epoch,
     expand_hostlist,
@@ -27,8 +29,10 @@ from autoscaler.schedulers.slurm.parse import (
     gpu_model,
     gpu_type,
     node_state,
+    parse_gres,
     time_limit,
 )
+from autoscaler.signals import slurm_gres
 from autoscaler.signals.readings import ClusterPool, SchedulerReading, first_fitting
 from autoscaler.signals.slurm_match import (
     PoolTerms,
@@ -38,6 +42,7 @@ from autoscaler.signals.slurm_match import (
     claimants,
     fitting,
 )
+from autoscaler.signals.slurm_onprem import on_prem_capacity
 
 log = logging.getLogger(__name__)
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"}
@@ -65,6 +70,8 @@ class SlurmJob:
     node_gpus: list[float] = field(default_factory=list)  # per entry of nodes, when known
     array: list[str] = field(default_factory=list)  # pending array task ids
     submission: Submission = field(default_factory=Submission)  # account, qos, user, constraint
+    gres: list[Gres] = field(default_factory=list)  # gpu and shard per node (slurm_gres.py)
+    node_gres: list[list[Gres]] = field(default_factory=list)  # per entry of nodes, when known
 
     @property
     def ends_at(self) -> datetime | None:
@@ -82,19 +89,21 @@ class SlurmNode:
     reason: str = ""  # why an admin or slurmctld set DOWN/DRAIN ("Not responding")
     reason_by: str = ""
     reason_at: datetime | None = None
+    partitions: list[str] = field(default_factory=list)
 
 
-def _gpus_per_node(job: Mapping[str, Any]) -> tuple[float, str | None]:
-    per_node = job.get("tres_per_node") or ""
-    if gpu_count(per_node):
-        return gpu_count(per_node), gpu_type(per_node)
+def _gpus_per_node(job: Mapping[str, Any]) -> tuple[float, str | None, list[Gres]]:
+    """GPUs per node, their type, and the gpu and shard gres per node."""
     nodes = max(1, _int(job.get("node_count"), 1))
-    per_job = job.get("tres_per_job") or ""
-    if gpu_count(per_job):
-        return gpu_count(per_job) / nodes, gpu_type(per_job)
-    per_task = job.get("tres_per_task") or ""
     tasks = max(1, _int(job.get("tasks"), 1))
-    return gpu_count(per_task) * tasks / nodes, gpu_type(per_task)
+    per = (("tres_per_node", 1.0), ("tres_per_job", 1.0 / nodes), ("tres_per_task", tasks / nodes))
+    for key, scale in per:
+        spec = job.get(key) or ""
+        gres = slurm_gres.gpu_like(parse_gres(spec))
+        if gpu_count(spec) or any(g.name == slurm_gres.SHARD and g.count for g in gres):
+            return (gpu_count(spec) * scale, gpu_type(spec),
+                    [Gres(g.name, g.type, g.count * scale) for g in gres])
+    return 0.0, None, []
 
 
 def _int(value: Any, default: int) -> int:
@@ -118,7 +127,7 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
     for job in doc.get("jobs", []):
         state = job.get("job_state")
         state = (state[0] if state else "") if isinstance(state, list) else str(state or "")
-        gpus, gtype = _gpus_per_node(job)
+        gpus, gtype, gres = _gpus_per_node(job)
         nodes = expand_hostlist(job.get("nodes"))
         detail = job.get("gres_detail") or []
         task = _array_task(job)
@@ -135,6 +144,8 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
             array=array_tasks(job.get("array_task_string")) if state.upper() == "PENDING" else [],
             submission=Submission.read(job.get("account"), job.get("qos"), job.get("user_name"),
                                        job.get("features")),
+            gres=gres, node_gres=[slurm_gres.gpu_like(parse_gres(d)) for d in detail]
+            if len(detail) == len(nodes) else [],
         ))
     return out
 
@@ -144,7 +155,8 @@ def nodes_from_json(doc: Mapping[str, Any]) -> list[SlurmNode]:
                       flags=list(n.get("state_flags") or []), gres=n.get("gres") or "",
                       gres_used=n.get("gres_used"), reason=str(n.get("reason") or "")[:200],
                       reason_by=str(n.get("reason_set_by_user") or "")[:64],
-                      reason_at=epoch(n.get("reason_changed_at")))
+                      reason_at=epoch(n.get("reason_changed_at")),
+                      partitions=[str(x)[:64] for x in (n.get("partitions") or [])][:64])
             for n in doc.get("nodes", [])]
 
 
@@ -167,6 +179,7 @@ def jobs_from_text(text: str) -> list[SlurmJob]:
             node_count=max(1, _int(count, 1)), submitted_at=epoch(submit),
             started_at=epoch(start), limit=time_limit(limit), nodes=expand_hostlist(nodelist),
             array=array, submission=Submission.read(account, qos, user, features),
+            gres=slurm_gres.gpu_like(parse_gres(tres)),
         ))
     return out
 
@@ -175,9 +188,13 @@ def nodes_from_text(text: str) -> list[SlurmNode]:
     out: dict[str, SlurmNode] = {}
     for line in text.splitlines():
         parts = [p.strip() for p in line.split("|")]
-        if len(parts) < 5 or parts[0] in out:
-            continue  # a node in two partitions is listed twice
-        out[parts[0]] = SlurmNode(parts[0], parts[1], gres=parts[2], gres_used=parts[3])
+        if len(parts) < 5:
+            continue
+        if parts[0] in out:  # a node in two partitions is listed once per partition
+            out[parts[0]].partitions.append(parts[4].rstrip("*")[:64])
+            continue
+        out[parts[0]] = SlurmNode(parts[0], parts[1], gres=parts[2], gres_used=parts[3],
+                                  partitions=[parts[4].rstrip("*")[:64]])
     return list(out.values())
 
 
@@ -195,6 +212,8 @@ def _demand(job: SlurmJob, by_partition: dict[str, list[PoolTerms]],
         if isinstance(fits, Refused):
             return fits, []
         served = fits
+    if slurm_gres.shared(job.gres):
+        return _shared_demand(job, served)
     ref = first_fitting([s.ref for s in served], model)
     narrowed = next((s for s in served if s.ref == ref), Served(ref)) if ref else None
     jobs = [PendingJob(id=jid, gpus=job.gpus_per_node, nodes=job.node_count,
@@ -205,15 +224,49 @@ def _demand(job: SlurmJob, by_partition: dict[str, list[PoolTerms]],
     return ref, jobs
 
 
+def _shared_demand(job: SlurmJob, served: list[Served]
+                   ) -> tuple[ClusterPool | Refused | None, list[PendingJob]]:
+    """A job asking for MIG slices or shards: the first pool whose nodes offer them, with
+    the request in its GPUs (slurm_gres.py); the GPU model plays no part."""
+    bad = slurm_gres.unreadable(job.gres)
+    teams = {s.ref.team for s in served}
+    team = next(iter(teams)) if len(teams) == 1 else None
+    if bad is not None:
+        return Refused(team, "gres (unreadable)", f"its gres request cannot be read ({bad})"), []
+    if not served:
+        gpus = slurm_gres.unpooled_gpus(job.gres)
+        return None, [PendingJob(id=jid, gpus=gpus, nodes=job.node_count,
+                                 reason=job.reason or "Unknown", submitted_at=job.submitted_at)
+                      for jid in _ids(job)] if gpus > 0 else []
+    for s in served:
+        on_pool = slurm_gres.gpus_on(s.ref.pool, job.gres)
+        if on_pool is not None and on_pool > 0:
+            return s.ref, [PendingJob(id=jid, gpus=on_pool, nodes=job.node_count,
+                                      reason=job.reason or "Unknown", submitted_at=job.submitted_at,
+                                      instance_types=s.instance_types, zones=s.zones)
+                           for jid in _ids(job)]
+    asked = slurm_gres.asked(job.gres)
+    return Refused(team, f"gres {asked}", f"no pool's nodes offer {asked}: " + "; ".join(
+        f"{s.ref.key} offers {', '.join(slurm_gres.offered(s.ref.pool))}" for s in served)), []
+
+
 def _ids(job: SlurmJob) -> list[str]:
     return [f"{job.id}_{t}" for t in job.array] or [job.id]
 
 
-def _scheduler_node(node: SlurmNode, jobs: list[RunningJob]) -> SchedulerNode:
+def _scheduler_node(node: SlurmNode, jobs: list[RunningJob], pool: Pool | None) -> SchedulerNode:
     state, ready, cordoned = node_state(node.state, node.flags)
     allocated = (gpu_count(node.gres_used) if node.gres_used is not None
                  else sum(j.gpus for j in jobs))
-    return SchedulerNode(state=state, gpus_total=gpu_count(node.gres), gpus_allocated=allocated,
+    total = gpu_count(node.gres)
+    gres = parse_gres(node.gres)
+    if pool is not None and pool.bootstrap.sharing != "none" and slurm_gres.shared(gres):
+        # MIG slices and shards at their share; 22.05's gres_used undercounts shards, so
+        # the jobs' own allocations count too (the larger wins: capacity is kept).
+        total = slurm_gres.node_gpus(pool, gres)
+        allocated = max(slurm_gres.used_gpus(pool, parse_gres(node.gres_used)),
+                        sum(j.gpus for j in jobs))
+    return SchedulerNode(state=state, gpus_total=total, gpus_allocated=allocated,
                          jobs=jobs, cordoned=cordoned, ready=ready, **_unusable(node, state))
 
 
@@ -245,12 +298,13 @@ def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPoo
     for ref in refs:
         by_partition.setdefault(ref.pool.cluster.partition, []).append(PoolTerms.of(ref))
     rank = {ref.key: i for i, ref in enumerate(refs)}
+    pool_of = slurm_gres.pool_by_name(refs)
     pending: dict[str, list[PendingJob]] = {ref.key: [] for ref in refs}
     unattributed: list[PendingJob] = []
     unserved: list[UnservedJob] = []
     running: dict[str, list[RunningJob]] = {}
     for job in jobs:
-        if job.state == "PENDING" and job.gpus_per_node > 0:
+        if job.state == "PENDING" and (job.gpus_per_node > 0 or slurm_gres.shared(job.gres)):
             owner, demand = _demand(job, by_partition, rank)
             if isinstance(owner, Refused):
                 unserved += [UnservedJob(id=jid, team=owner.team, reason=owner.reason,
@@ -260,12 +314,17 @@ def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPoo
         elif job.state in RUNNING_STATES:
             for i, host in enumerate(job.nodes):
                 gpus = job.node_gpus[i] if job.node_gpus else job.gpus_per_node
+                gres = job.node_gres[i] if job.node_gres else job.gres
+                pool = pool_of(host)
+                if pool is not None and slurm_gres.shared(gres):
+                    gpus = slurm_gres.gpus_on(pool, gres) or gpus
                 running.setdefault(host, []).append(
                     RunningJob(id=job.id, gpus=gpus, started_at=job.started_at, name=job.name,
                                ends_at=job.ends_at))
-    sched = {n.name: _scheduler_node(n, running.get(n.name, [])) for n in nodes}
+    sched = {n.name: _scheduler_node(n, running.get(n.name, []), pool_of(n.name)) for n in nodes}
     return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed,
-                            unserved=unserved, source=source)
+                            unserved=unserved, source=source,
+                            on_prem=on_prem_capacity(refs, nodes, sched))
 
 
 class SlurmReader:

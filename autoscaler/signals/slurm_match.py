@@ -14,6 +14,9 @@ account, qos, user          of those, the pools whose ``cluster.accounts``, ``qo
                             (none: unserved, with what each pool's nodes lack); the
                             job is told the instance types and zones that do
 ``--gres=gpu:<type>:N``     of those, the first whose GPU model fits (else the first)
+``--gres=gpu:3g.40gb:N``,   of those, the first whose nodes offer the MIG profile or
+``--gres=shard:N``          shards, at its share of a GPU (``slurm_gres.py``; none:
+                            unserved, with what each pool offers)
 ==========================  =======================================================
 
 A pool's nodes carry the Slurm features ``team-<team>``, ``pool-<pool>``,

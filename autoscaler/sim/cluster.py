@@ -141,6 +141,9 @@ class Cluster:
         # which keeps its own index of the queue) last read them; None: nobody follows.
         self.queue_moves: list[SimJob] | None = None
         self._room_cache: tuple[int, list[SimNode], int, float] | None = None
+        # Static on-prem nodes (hybrid burst): always READY, never billed, never in the
+        # fleet a strategy manages; Slurm's weights put jobs on them first.
+        self.static: list[SimNode] = []
 
     # -- nodes ---------------------------------------------------------------------
     def new_node(self, itype: InstanceType, market: Market, zone: str | None, hourly: float,
@@ -152,6 +155,15 @@ class Cluster:
         self.totals.launches += 1
         self.move(node, S.PROVISIONING, now)
         return node
+
+    def add_static(self, itype: InstanceType, count: int, now: float) -> None:
+        for i in range(1, count + 1):
+            self.static.append(SimNode(
+                name=f"onprem{i:03d}", itype=itype, market=Market.ON_DEMAND, zone=None, hourly=0.0,
+                created_at=now, state=S.READY, state_since=now, ready_at=now,
+                free=[1.0] * itype.gpus))
+        self._capacity_grew = True
+        self._fleet_version += 1
 
     def move(self, node: SimNode, target: NodeState, now: float, reason: str = "") -> None:
         check_transition(node.name, node.state, target)
@@ -307,12 +319,15 @@ class Cluster:
             queue, n = self._by_shape[g], started.get(g, 0)
             job = queue[n]
             fits = (round(g) <= whole) if g >= 1 - EPS else (g <= share + EPS)
-            found = best_node(nodes, g) if fits else None
+            found = None
+            if fits:
+                found = best_node(self.static, g) if self.static else None
+                found = found or best_node(nodes, g)
             if found is None:
                 continue  # no younger job of this shape fits either
             self.start(job, found[0], found[1], now)
             started[g] = n + 1
-            whole, share = _room(nodes)
+            whole, share = _room([*self.static, *nodes] if self.static else nodes)
             if n + 1 < len(queue):
                 heapq.heappush(heads, (queue[n + 1].key, g))
         if started:
@@ -327,7 +342,8 @@ class Cluster:
         cached = self._room_cache
         if cached is None or cached[0] != self._fleet_version:
             nodes = sorted(self.serving(), key=lambda n: (n.created_at, n.name))
-            cached = (self._fleet_version, nodes, *_room(nodes))
+            cached = (self._fleet_version, nodes,
+                      *_room([*self.static, *nodes] if self.static else nodes))
             self._room_cache = cached
         return cached[1], cached[2], cached[3]
 

@@ -23,6 +23,7 @@ from autoscaler.model.snapshot import (
     CapacityError,
     GpuMetrics,
     NodeObservation,
+    OnPremNode,
     PendingShape,
     PoolObservation,
     RunningJob,
@@ -87,12 +88,20 @@ class Observer:
         return Snapshot.model_construct(
             taken_at=to_datetime(now), nodes=obs,
             pools={self.key: PoolObservation.model_construct(
-                pending=[], pending_shapes=shapes, metrics_missing=None, scheduler_missing=None)},
+                pending=[], pending_shapes=shapes, metrics_missing=None, scheduler_missing=None,
+                on_prem=self._on_prem(cluster))},
             capacity_errors=errors, offerings=[],
             missing=[],
             # Given, not defaulted: pydantic inspects a default factory's signature each time.
             unserved=[], cluster_quotas={}, held={}, forecasts={},
         )
+
+    def _on_prem(self, cluster: Cluster) -> list[OnPremNode] | None:
+        """The static nodes as the Slurm reader reports them to a pool with on_prem."""
+        if self.pool.cluster.on_prem is None:
+            return None
+        return [OnPremNode.model_construct(name=n.name, gpus=n.gpus, allocated=n.allocated,
+                                           gpu_model=n.itype.gpu_model) for n in cluster.static]
 
     def _evict(self, nodes: list[SimNode]) -> None:
         """Keep the running-job views bounded by what is live: drop finished and killed

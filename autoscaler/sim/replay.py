@@ -50,6 +50,10 @@ class SimConfig:
     default_util: float = 100.0  # GPU util % of a job's share when no duty-cycle data is given
     sample_every: float = 300.0  # time-series resolution of the report and plots
     seed: int = 0
+    # Static on-prem nodes in the partition (hybrid burst): this many of this catalog type,
+    # free for every strategy; jobs go on them first, as Slurm's lower weight makes them.
+    on_prem_nodes: int = 0
+    on_prem_type: str = ""
 
 
 _DRAIN_CAUSES = {"consolidate": "consolidation", "spot-returned": "return-to-spot"}
@@ -72,6 +76,8 @@ class Replay:
         self.start, self.end = workload.start, workload.end
         self.clock = Clock(self.start)
         self.cluster = Cluster(self.clock, config.checkpoint_interval)
+        if config.on_prem_nodes:
+            self.cluster.add_static(self.itype(config.on_prem_type), config.on_prem_nodes, self.start)
         self.rng = random.Random(f"{config.seed}:{strategy.name}:boot")
         self._interrupt_rng = random.Random(f"{config.seed}:{strategy.name}:spot")
         self.jobs = _sim_jobs(workload, duty, config.seed)

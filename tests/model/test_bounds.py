@@ -10,7 +10,7 @@ import pytest
 from autoscaler.catalog import default_catalog
 from autoscaler.model.bounds import NodeBounds, checked, metrics_problem, pending_problem, scheduler_problem
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PendingJob, RunningJob, SchedulerNode
-from autoscaler.signals.reader import key_by_name_prefix
+from autoscaler.signals.readings import key_by_name_prefix
 from tests.builders import make_node, make_policy
 
 CATALOG = default_catalog()

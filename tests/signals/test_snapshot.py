@@ -14,8 +14,8 @@ from autoscaler.model.snapshot_parts import assemble
 from autoscaler.policy.models import Pool
 from autoscaler.signals.config import SignalsConfig
 from autoscaler.signals.prometheus import MetricsReading
-from autoscaler.signals.reader import SignalReader, by_name_prefix, key_by_name_prefix
-from autoscaler.signals.readings import ClusterPool, SchedulerReading
+from autoscaler.signals.reader import SignalReader, by_name_prefix
+from autoscaler.signals.readings import ClusterPool, SchedulerReading, key_by_name_prefix
 from tests.builders import NOW, fleet, make_node, make_policy
 
 

@@ -69,9 +69,36 @@ class SlurmNodeSpec:
     local: bool = True
     addr: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
+    # GPU sharing as the cluster_join role advertises it: one gpu type per MIG profile of
+    # this per-GPU layout (e.g. ("3g.40gb", "3g.40gb")), or shards per GPU (MPS,
+    # time-slicing). Its gres.conf names fake MIG device files (nvidia-caps) and the GPUs.
+    mig_profiles: tuple[str, ...] = ()
+    shards_per_gpu: int = 0
+
+    def gres(self) -> str:
+        """The node's gres as slurm.conf and ``slurmd --conf`` say it: ``gpu:t4:2``,
+        ``gpu:3g.40gb:4``, ``gpu:t4:2,shard:8``."""
+        if not self.gpus:
+            return ""
+        if self.mig_profiles:
+            counts = {p: self.mig_profiles.count(p) * self.gpus for p in self.mig_profiles}
+            return ",".join(f"gpu:{p}:{n}" for p, n in counts.items())
+        shards = f",shard:{self.gpus * self.shards_per_gpu}" if self.shards_per_gpu else ""
+        return f"gpu:{self.gpu_type}:{self.gpus}{shards}"
+
+    def mig_devices(self) -> list[tuple[int, str, int, int]]:
+        """(GPU, profile, GPU-instance minor, compute-instance minor) per MIG device: the
+        driver's /dev/nvidia-caps minors (``/proc/driver/nvidia-caps/mig-minors``:
+        gpu<G>/gi<I>/access, then its ci0..ci7, for 15 instances of 32 GPUs)."""
+        out = []
+        for gpu in range(self.gpus if self.mig_profiles else 0):
+            for i, profile in enumerate(self.mig_profiles):
+                gi_minor = 3 + gpu * 15 * 9 + (i + 1) * 9
+                out.append((gpu, profile, gi_minor, gi_minor + 1))
+        return out
 
     def conf_line(self) -> str:
-        gres = f" Gres=gpu:{self.gpu_type}:{self.gpus}" if self.gpus else ""
+        gres = f" Gres={self.gres()}" if self.gpus else ""
         host = " NodeHostname=localhost" if self.local else ""
         return (f"NodeName={self.name}{host} NodeAddr={self.addr} Port={self.port} "
                 f"CPUs={self.cpus} RealMemory={self.memory_mb}{gres} State=UNKNOWN")
@@ -161,7 +188,7 @@ class SlurmCluster:
             f"SlurmdLogFile={self.log_dir}/slurmd-%n.log",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-            "GresTypes=gpu", "ReturnToService=2",
+            "GresTypes=gpu,shard", "ReturnToService=2",
             # Declared CPUs/memory win over the host's (many slurmd share 2 cores).
             "SlurmdParameters=config_overrides",
             "SchedulerType=sched/backfill", "MpiDefault=none",
@@ -188,10 +215,17 @@ class SlurmCluster:
     def render_gres(self) -> str:
         lines = ["AutoDetect=off"]
         for spec in [*self.nodes.values(), *self.dynamic.values()]:
-            if spec.gpus:
-                last = spec.gpus - 1
-                lines.append(f"NodeName={spec.name} Name=gpu Type={spec.gpu_type} "
-                             f"File={self.dev_dir}/{spec.name}/nvidia[0-{last}]")
+            dev = self.dev_dir / spec.name
+            gpus = f"{dev}/nvidia[0-{spec.gpus - 1}]"
+            for gpu, profile, gi, ci in spec.mig_devices():
+                lines.append(f"NodeName={spec.name} Name=gpu Type={profile} MultipleFiles="
+                             f"{dev}/nvidia{gpu},{dev}/nvidia-caps/nvidia-cap{gi},"
+                             f"{dev}/nvidia-caps/nvidia-cap{ci}")
+            if spec.gpus and not spec.mig_profiles:
+                lines.append(f"NodeName={spec.name} Name=gpu Type={spec.gpu_type} File={gpus}")
+            if spec.gpus and spec.shards_per_gpu and not spec.mig_profiles:
+                lines.append(f"NodeName={spec.name} Name=shard "
+                             f"Count={spec.gpus * spec.shards_per_gpu} File={gpus}")
         return "\n".join(lines) + "\n"
 
     def write_config(self) -> None:
@@ -200,8 +234,11 @@ class SlurmCluster:
         for spec in [*self.nodes.values(), *self.dynamic.values()]:
             node_dev = self.dev_dir / spec.name
             node_dev.mkdir(parents=True, exist_ok=True)
-            for i in range(spec.gpus):
-                dev = node_dev / f"nvidia{i}"
+            caps = [f"nvidia-caps/nvidia-cap{m}" for _, _, gi, ci in spec.mig_devices()
+                    for m in (gi, ci)]
+            for name in [*(f"nvidia{i}" for i in range(spec.gpus)), *caps]:
+                dev = node_dev / name
+                dev.parent.mkdir(exist_ok=True)
                 if not dev.is_symlink():
                     dev.symlink_to("/dev/null")
         self.slurm_conf.write_text(self.render_conf())
@@ -277,7 +314,7 @@ class SlurmCluster:
             raise SlurmError(f"{alive[0]}'s slurmd holds SlurmdPort: stop it first")
         self.dynamic[spec.name] = spec
         self.write_config()
-        conf = [f"Gres=gpu:{spec.gpu_type}:{spec.gpus}"] if spec.gpus else []
+        conf = [f"Gres={spec.gres()}"] if spec.gpus else []
         conf += [f"CPUs={spec.cpus}", f"RealMemory={spec.memory_mb}",
                  "Feature=" + ",".join([f"partition-{spec.partition}", *features]),
                  f"Weight={weight}"]
