@@ -136,3 +136,23 @@ def test_spot_outage_interrupts_and_requeues_and_the_job_still_finishes(tmp_path
     # wait is the time to the first start; the requeue wait shows in wait_total only
     assert ours.wait_p50_s == 240
     assert ours.wait_total_p50_s > 240
+
+
+def test_static_on_prem_nodes_are_filled_first_never_billed_and_burst_waits() -> None:
+    """One on-prem p3.2xlarge (1 GPU): job a runs there at once; b (arriving while a runs)
+    does not fit. Without on_prem in the policy the engine buys for b at its first tick; a
+    burst-only pool (burst_after 10m) waits, and b starts on-prem when a ends at 300 s,
+    so nothing is bought at all."""
+    from dataclasses import replace
+
+    jobs = [Job("a", 0, 300, 1.0), Job("b", 10, 600, 1.0)]
+    config = replace(EXACT, on_prem_nodes=1, on_prem_type="p3.2xlarge")
+    plain = policy(cluster={"kind": "slurm", "partition": "gpu"})
+    hybrid = policy(cluster={"kind": "slurm", "partition": "gpu",
+                             "on_prem": {"nodes": "onprem001", "burst_after": "10m"}})
+    bought = run_all(workload(jobs), plain, plain.pools[0], CATALOG, config, strategies=("ours",))
+    waited = run_all(workload(jobs), hybrid, hybrid.pools[0], CATALOG, config, strategies=("ours",))
+    b_plain, b_hybrid = bought.result("ours"), waited.result("ours")
+    assert b_plain.launches == 1 and b_plain.cost_usd > 0  # b bought a node
+    assert b_hybrid.launches == 0 and b_hybrid.cost_usd == 0  # on-prem is never billed
+    assert b_hybrid.jobs_finished == 2 and b_hybrid.wait_p95_s == pytest.approx(290, abs=15)
