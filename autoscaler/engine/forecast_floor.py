@@ -38,10 +38,17 @@ def raise_headroom(ctx: PoolContext, prices: Prices) -> None:
         return
     busy = _busy(ctx)
     pending = math.ceil(sum(s.gpus * s.count for s in ctx.demand_shapes()) - 1e-9)
+    on_prem = ""
+    if ctx.pool.cluster.on_prem is not None and ctx.obs.on_prem:
+        # What on-prem's free GPUs take needs no cloud room (whole GPUs: a rough count,
+        # the packing itself is scale_up's).
+        there = min(pending, sum(int(n.gpus - n.allocated + 1e-9) for n in ctx.obs.on_prem))
+        pending -= there
+        on_prem = f" ({there} more go on-prem)" if there else ""
     free = sum(_whole_free(ctx, n, prices) for n in busy) - pending
     _raise(ctx, prices, want, free, len(busy),
            f"scale_up.headroom_gpus {want}: {max(free, 0)} free GPU(s) ready or coming after "
-           f"{pending} pending")
+           f"{pending} pending{on_prem}")
 
 
 def _busy(ctx: PoolContext) -> list[Node]:

@@ -69,3 +69,17 @@ def test_a_node_without_a_scheduler_report_counts_no_free_gpu():
 def test_max_nodes_still_applies():
     assert launches(run(4, [make_node("n1")], {"n1": busy(50)}, max_nodes=1)) == []
     assert sum(a.count for a in launches(run(4, [make_node("n1")], {"n1": busy(50)}, max_nodes=3))) == 2
+
+
+def test_pending_jobs_that_go_on_prem_take_no_cloud_room():
+    from autoscaler.model.snapshot import OnPremNode
+
+    policy = make_policy(scale_up={"headroom_gpus": 1, "max_step": 10},
+                         cluster={"kind": "slurm", "on_prem": {"nodes": "gpu01"}})
+    coming = make_node("n1", state=NodeState.BOOTSTRAPPING, ready_for=None)
+    obs = PoolObservation(pending=pending(1.0, 1.0),
+                          on_prem=[OnPremNode(name="gpu01", gpus=4, allocated=3)])
+    plan = decide({policy.team: policy}, fleet(coming), snapshot({}, pools={KEY: obs}), NOW)
+    # One job goes on-prem, the other on the node coming up; one more is the headroom.
+    (launch,) = launches(plan)
+    assert launch.count == 1 and "after 1 pending (1 more go on-prem)" in launch.reason
