@@ -68,7 +68,9 @@ def variant(policy: TeamPolicy, pool: Pool, nodes: int, burst_after: str | None
     if burst_after is not None:
         cluster["on_prem"] = {"nodes": f"onprem[001-{nodes:03d}]", "burst_after": burst_after}
     changed = Pool.model_validate({**pool.model_dump(mode="json"), "cluster": cluster})
-    return policy.model_copy(update={"pools": [changed]}), changed
+    team = TeamPolicy.model_validate({**policy.model_dump(mode="json"),
+                                      "pools": [changed.model_dump(mode="json")]})
+    return team, team.pools[0]
 
 
 def replay(name: str, policy: TeamPolicy, pool: Pool, workload: Workload, config: SimConfig,

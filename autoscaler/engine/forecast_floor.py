@@ -40,9 +40,10 @@ def raise_headroom(ctx: PoolContext, prices: Prices) -> None:
     pending = math.ceil(sum(s.gpus * s.count for s in ctx.demand_shapes()) - 1e-9)
     on_prem = ""
     if ctx.pool.cluster.on_prem is not None and ctx.obs.on_prem:
-        # What on-prem's free GPUs take needs no cloud room (whole GPUs: a rough count,
-        # the packing itself is scale_up's).
-        there = min(pending, sum(int(n.gpus - n.allocated + 1e-9) for n in ctx.obs.on_prem))
+        # What on-prem's free whole GPUs take needs no cloud room (a rough count: the
+        # packing itself is scale_up's).
+        there = min(pending, sum(Bin.with_allocated(n.gpus, n.allocated).whole_free()
+                                 for n in ctx.obs.on_prem))
         pending -= there
         on_prem = f" ({there} more go on-prem)" if there else ""
     free = sum(_whole_free(ctx, n, prices) for n in busy) - pending

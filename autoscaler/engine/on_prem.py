@@ -9,7 +9,7 @@ long. Parts limited to some instance types or zones (cloud features) never go on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from autoscaler.engine.binpack import Bin, Part, first_fit, part_wait
@@ -29,7 +29,6 @@ class OnPremFill:
     fitted: int = 0
     waiting: int = 0
     longest_wait: timedelta = timedelta(0)
-    nodes_used: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, ctx: PoolContext, now: datetime) -> OnPremFill | None:
@@ -39,8 +38,6 @@ class OnPremFill:
         nodes = ctx.obs.on_prem or []
         bins = [Bin.with_allocated(n.gpus, n.allocated, gpu_model=n.gpu_model or "")
                 for n in sorted(nodes, key=lambda n: n.name)]
-        for b, n in zip(bins, sorted(nodes, key=lambda n: n.name), strict=True):
-            b.jobs.append(f"@{n.name}")  # the node's name, for the decision's words
         return cls(label=spec.label(), bins=bins, start_within=spec.start_within,
                    burst_after=spec.burst_after, now=now,
                    free_gpus=sum(sum(b.free) for b in bins), total_gpus=sum(n.gpus for n in nodes))
@@ -55,7 +52,6 @@ class OnPremFill:
             if b is not None:
                 b.place(job, gpus)
                 self.fitted += 1
-                self.nodes_used.add(b.jobs[0][1:])
                 return True
         if waited is not None and waited < self.burst_after:
             self.waiting += 1

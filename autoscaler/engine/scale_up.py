@@ -304,11 +304,11 @@ class _Grower:
         n_parts = sum(g.count for g in groups)
         if fresh:
             jobs_new = sum(len(b.jobs) for b in self.new_bins)
+            where = "on free" if on_prem is None else "on-prem nor on free"
             why = (f"{n_parts} pending job part(s) ask for {out.pending_gpus:g} GPUs; "
-                   f"{jobs_new} do not fit on free, in-flight or draining capacity")
+                   f"{jobs_new} do not fit {where}, in-flight or draining capacity")
             if on_prem is not None:
-                why = f"{on_prem.fit_words(n_parts)}; " + why.replace(
-                    "do not fit on free", "do not fit on-prem nor on free")
+                why = f"{on_prem.fit_words(n_parts)}; {why}"
             if run.notes:
                 why += f"; {run.notes[0]}"
             for n in fresh:

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from autoscaler.actuators.ansible import AnsibleActuator
-from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.clouds import connect
@@ -128,14 +127,6 @@ def build_prices(config: ServiceConfig, markets: Markets,
     return PriceSignals(markets, clock=clock)
 
 
-def ansible_settings(config: ServiceConfig) -> AnsibleSettings:
-    """The Ansible settings with what the rest of the config decides for the play: how a
-    Slurm node registers (the drainer deletes it the same way)."""
-    extra = {**config.ansible.extra_vars,
-             "cluster_join_slurm_registration": config.signals.slurm.registration}
-    return config.ansible.model_copy(update={"extra_vars": extra})
-
-
 def build_actuators(config: ServiceConfig, store: FleetStore,
                     policies: Callable[[], dict[str, TeamPolicy]], address_of: AddressOf,
                     catalog: Catalog, clock: Callable[[], datetime], markets: Markets, *,
@@ -145,8 +136,10 @@ def build_actuators(config: ServiceConfig, store: FleetStore,
     (``notices_in_reconciler=False``): never by both."""
     settings = config.executor
     provisioner = TerraformProvisioner(config.terraform, cloud_for=markets, clock=clock)
-    bootstrapper = AnsibleActuator(ansible_settings(config), address_of, catalog=catalog,
-                                   clock=clock)
+    # A Slurm node registers the way the drainer deletes it: one setting for both.
+    bootstrapper = AnsibleActuator(config.ansible, address_of, catalog=catalog, clock=clock,
+                                   play_vars={"cluster_join_slurm_registration":
+                                              config.signals.slurm.registration})
     drainers = drainers_for(config.signals, checkpoint_scope=settings.checkpoint_scope)
     runner = Inline(clock) if settings.operations == "inline" else WorkerPools(clock, {
         "apply": settings.apply_parallelism, "bootstrap": settings.bootstrap_parallelism,

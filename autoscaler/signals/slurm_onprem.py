@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from autoscaler.model.snapshot import OnPremNode, SchedulerNode
-from autoscaler.schedulers.slurm.parse import expand_hostlist, gpu_model, gpu_type
+from autoscaler.schedulers.slurm.parse import NODE_NAME, expand_hostlist, gpu_model, gpu_type
 from autoscaler.signals.readings import ClusterPool
 
 if TYPE_CHECKING:
     from autoscaler.signals.slurm import SlurmNode
 
 log = logging.getLogger(__name__)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _TAKES_JOBS = ("idle", "mixed", "allocated")
 
 
@@ -43,7 +41,7 @@ def on_prem_capacity(refs: Sequence[ClusterPool], nodes: Sequence[SlurmNode],
             member = (node.name in named if named is not None
                       else spec.partition in node.partitions)
             seen = sched.get(node.name)
-            if (not member or seen is None or not _takes_jobs(seen) or not _NAME.match(node.name)
+            if (not member or seen is None or not _takes_jobs(seen) or not NODE_NAME.match(node.name)
                     or not math.isfinite(seen.gpus_total)):
                 continue
             try:

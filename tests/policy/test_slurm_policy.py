@@ -10,18 +10,9 @@ from autoscaler.catalog import default_catalog
 from autoscaler.policy import json_schema, load_file
 from autoscaler.policy.models import Cluster
 from tests.hostile import SPLIT, TF_FILE, jinja
+from tests.hostile_files import GOOD_POLICY
 
-BASE = """\
-apiVersion: gpu-autoscaler/v1
-team: vision
-pools:
-  - name: train
-    cloud: aws
-    region: us-east-1
-    instance_types: [p3.2xlarge]
-    max_nodes: 4
-    cluster: {cluster}
-"""
+BASE = GOOD_POLICY + "    cluster: {cluster}\n"
 
 
 def problems(tmp_path: Path, cluster: str) -> list[tuple[str, str]]:

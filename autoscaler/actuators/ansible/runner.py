@@ -89,8 +89,12 @@ def ready_to_bootstrap(fleet: FleetView) -> list[Node]:
 class AnsibleActuator:
     def __init__(self, settings: AnsibleSettings, address_of: AddressResolver, *,
                  catalog: Catalog | None = None,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 play_vars: Mapping[str, object] | None = None):
+        """``play_vars``: what the rest of the service config decides for every play (how
+        a Slurm node registers), passed like the operator's ``extra_vars``."""
         self.settings = settings
+        self.play_vars = dict(play_vars or {})
         self.address_of = address_of
         self.catalog = catalog
         self.clock = clock
@@ -186,7 +190,8 @@ class AnsibleActuator:
             # ansible-runner reads env/extravars itself (-e @file). Inventory and secrets
             # have every string tagged !unsafe: never rendered as a template. The operator's
             # own extra_vars (service config) are passed as written.
-            write_extravars(private / "env" / "extravars", s.extra_vars, secrets)
+            write_extravars(private / "env" / "extravars", {**s.extra_vars, **self.play_vars},
+                            secrets)
             hosts_file = write_unsafe(private / "inventory" / "hosts.yml", inventory)
             runner = ansible_runner.run(
                 private_data_dir=str(private), ident=run_id, playbook=str(playbook.resolve()),

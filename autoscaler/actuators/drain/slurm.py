@@ -33,7 +33,7 @@ from autoscaler.actuators.drain.base import (
     Work,
 )
 from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
-from autoscaler.schedulers.slurm.parse import gpu_count
+from autoscaler.schedulers.slurm.parse import NODE_NAME, gpu_count
 
 RUNNING = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED"
 _UNKNOWN_NODE = ("Invalid node name", "not found", "Invalid nodelist")
@@ -45,7 +45,6 @@ _BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "NO_RESPOND", "POWER",
                "MAINT", "REBOOT", "INVAL")
 _SERVING = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
 _REASON_MAX = 120
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")  # 123, an array task 123_4, het 123+1
 _SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "KILL"})
 
@@ -199,7 +198,7 @@ class SlurmOps:
 
 
 def _node(name: str) -> str:
-    if not _NODE_NAME.match(name):
+    if not NODE_NAME.match(name):
         raise DrainError(f"slurm: {name[:80]!r} is not a Slurm node name; not passed to Slurm")
     return name
 

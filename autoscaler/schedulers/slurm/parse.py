@@ -20,6 +20,8 @@ GPU_MODELS = {"t4": "T4", "v100": "V100", "a10g": "A10G", "a10": "A10", "a100": 
               "h100": "H100", "l4": "L4", "p100": "P100", "k80": "K80"}
 _NONE = {"", "(null)", "n/a", "none"}
 MAX_HOSTS = 65536  # more nodes than one job of a real cluster spans
+# A node name the autoscaler passes to Slurm or believes from it (hostname syntax).
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 @dataclass(frozen=True)

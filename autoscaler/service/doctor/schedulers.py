@@ -46,13 +46,13 @@ def slurm(ctx: Context) -> list[Result]:
         partitions = set(_run(cfg, "sinfo", "--all", "-h", "-o", "%R").split())
         for tool in ("squeue", "scancel"):
             _run(cfg, tool, "--version")
-        rights = _drain_rights(cfg)
+        settings = slurm_settings(_run(cfg, "scontrol", "show", "config"))
+        rights = _drain_rights(cfg, settings)
         dynamic = None
         if cfg.registration == "dynamic":
             slurm_pools = [p for _, p in ctx.pools() if p.cluster.kind == "slurm"]
             dynamic = dynamic_problems(
-                _run(cfg, "scontrol", "show", "config"),
-                _run(cfg, "scontrol", "--oneliner", "show", "partition"),
+                settings, _run(cfg, "scontrol", "--oneliner", "show", "partition"),
                 len(set(_run(cfg, "sinfo", "--all", "-h", "-N", "-o", "%N").split())),
                 {p.cluster.partition for p in slurm_pools}, sum(p.max_nodes for p in slurm_pools))
     except SlurmCommandError as exc:
@@ -72,13 +72,18 @@ def slurm(ctx: Context) -> list[Result]:
                      f"scontrol, squeue, scancel runnable with the right to drain; {how}")]
 
 
-def dynamic_problems(config: str, partitions: str, nodes_now: int, wanted: set[str],
-                     cloud_max: int) -> str:
-    """What in ``scontrol show config`` / ``show partition --oneliner`` keeps the pools'
-    dynamic nodes out ('' when nothing does): Slurm refuses a dynamic slurmd without
-    cons_tres or beyond MaxNodeCount, and a node no Nodeset takes is in no partition."""
-    settings = dict(line.split("=", 1) for line in config.splitlines() if "=" in line)
-    settings = {k.strip(): v.strip() for k, v in settings.items()}
+def slurm_settings(show_config: str) -> dict[str, str]:
+    """``scontrol show config``'s ``Name = value`` lines."""
+    return {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in
+                                                    show_config.splitlines()) if sep}
+
+
+def dynamic_problems(settings: dict[str, str], partitions: str, nodes_now: int,
+                     wanted: set[str], cloud_max: int) -> str:
+    """What in the controller's settings (``slurm_settings``) or ``show partition
+    --oneliner`` keeps the pools' dynamic nodes out ('' when nothing does): Slurm refuses a
+    dynamic slurmd without cons_tres or beyond MaxNodeCount, and a node no Nodeset takes is
+    in no partition."""
     problems = []
     if settings.get("SelectType") != "select/cons_tres":
         problems.append(f"SelectType is {settings.get('SelectType') or 'unset'}, dynamic nodes "
@@ -108,15 +113,13 @@ def _run(cfg: SlurmConfig, tool: str, *args: str) -> str:
     return run_command([*cfg.command(tool), *args], cfg.timeout.total_seconds(), cfg.env)
 
 
-def _drain_rights(cfg: SlurmConfig) -> str | None:
+def _drain_rights(cfg: SlurmConfig, settings: dict[str, str]) -> str | None:
     """None when the command user may drain nodes, else why not."""
     user = run_command([*cfg.command_prefix, "id", "-un"], cfg.timeout.total_seconds(),
                        cfg.env).strip()
     if user == "root":
         return None
-    config = _run(cfg, "scontrol", "show", "config")
-    slurm_user = next((line.split("=", 1)[1].strip().split("(")[0] for line in config.splitlines()
-                       if line.strip().startswith("SlurmUser")), "")
+    slurm_user = settings.get("SlurmUser", "").split("(")[0]
     if user == slurm_user:
         return None
     try:

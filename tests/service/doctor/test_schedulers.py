@@ -4,7 +4,7 @@ one)."""
 
 from __future__ import annotations
 
-from autoscaler.service.doctor.schedulers import dynamic_problems
+from autoscaler.service.doctor.schedulers import dynamic_problems, slurm_settings
 
 CONFIG = """Configuration data as of 2026-12-03T05:55:01
 MaxNodeCount            = 5
@@ -19,12 +19,12 @@ PARTITIONS = (
 
 
 def test_a_cluster_ready_for_dynamic_nodes_has_no_problem() -> None:
-    assert dynamic_problems(CONFIG, PARTITIONS, 1, {"gpu"}, 4) == ""
+    assert dynamic_problems(slurm_settings(CONFIG), PARTITIONS, 1, {"gpu"}, 4) == ""
 
 
 def test_each_missing_setting_is_named_with_what_to_add() -> None:
     config = CONFIG.replace("select/cons_tres", "select/linear").replace("= 5", "= 1")
-    why = dynamic_problems(config, PARTITIONS, 1, {"gpu", "cpu"}, 4)
+    why = dynamic_problems(slurm_settings(config), PARTITIONS, 1, {"gpu", "cpu"}, 4)
     assert "SelectType is select/linear, dynamic nodes need select/cons_tres" in why
     assert "MaxNodeCount=1 leaves room for 0 more node(s) beside the 1 Slurm has, and the " \
         "Slurm pools may hold 4" in why
@@ -34,8 +34,8 @@ def test_each_missing_setting_is_named_with_what_to_add() -> None:
 
 
 def test_too_little_room_for_the_pools_is_said() -> None:
-    why = dynamic_problems(CONFIG, PARTITIONS, 3, {"gpu"}, 4)
+    why = dynamic_problems(slurm_settings(CONFIG), PARTITIONS, 3, {"gpu"}, 4)
     assert why == ("MaxNodeCount=5 leaves room for 2 more node(s) beside the 3 Slurm has, "
                    "and the Slurm pools may hold 4")
-    assert "MaxNodeCount=unset" in dynamic_problems("SelectType = select/cons_tres\n",
+    assert "MaxNodeCount=unset" in dynamic_problems(slurm_settings("SelectType = select/cons_tres\n"),
                                                     PARTITIONS, 0, {"gpu"}, 1)
