@@ -78,6 +78,7 @@ class PoolContext:
     expired: list[Node] = field(default_factory=list)  # serving, past max_node_age
     free: list[Node] = field(default_factory=list)  # serving, the scheduler has GPUs unallocated
     idle_load: float = 0.0  # util_sum's share from the nodes in ``idle``
+    placed: list[str] = field(default_factory=list)  # why jobs of a placement group came here
 
     @property
     def team(self) -> str:

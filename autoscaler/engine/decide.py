@@ -15,7 +15,7 @@ from itertools import groupby
 from typing import Any, TypeVar
 
 from autoscaler.catalog import Catalog, default_catalog
-from autoscaler.engine import long_jobs, preempt, return_to_spot
+from autoscaler.engine import long_jobs, placement, preempt, return_to_spot
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
 from autoscaler.engine.forecast_floor import raise_floor, raise_headroom
 from autoscaler.engine.held import keep_held
@@ -77,11 +77,21 @@ class _Decision:
         self.contexts, self.orphans = build_contexts(
             policies, fleet, snapshot, now, self.prices,
             survey=partial(survey, now=now, gpus_of=self.prices.node_gpus))
+        self._by_key = {c.key: c for c in self.contexts}
         try:  # the fleet-wide view: silent nodes, and whether broken ones may be replaced
             self.broken_held = broken.review(self.contexts, snapshot, settings, now)
         except Exception as exc:  # keep the nodes: replacing on a failed count is no safe side
             self.broken_held = rule_error("the broken-node review", exc)
         self.unserved = snapshot.unserved
+        self.placement_error: str | None = None
+        try:  # before any floor or growth: the pools of a group compare prices for their jobs
+            self.placements = placement.route(self.contexts, self.prices)
+        except Exception as exc:  # nothing was moved: each job stays where signals listed it
+            self.placements = []
+            self.placement_error = rule_error("the placement groups' choice", exc)
+        for choice in self.placements:
+            if choice.pool in self._by_key:
+                self._by_key[choice.pool].placed.append(choice.reason)
         for ctx in self.contexts:
             try:  # the highest of the schedule, forecast and headroom floors wins
                 raise_floor(ctx, snapshot.forecasts.get(ctx.key), self.prices)
@@ -118,9 +128,15 @@ class _Decision:
             self._isolated([ctx], "clean-up", self._terminate, ctx, growth[ctx.key])
             self._isolated([ctx], "the job report", self._report_jobs, ctx)
         self._orphans()
+        if self.placement_error is not None:
+            self.actions += [Hold(pool=c.key, what="scale-up", reason=(
+                f"{c.key}: its pending jobs stay here, not compared with the rest of its "
+                f"placement group: {self.placement_error}")) for c in self.contexts
+                if any(len(j.options) > 1 for j in c.obs.pending)]
         return Plan(decided_at=self.now,
                     actions=keep_held(self._without_failed(), self.snapshot.held),
-                    pools=self._summaries(growth), unserved=self.unserved)
+                    pools=self._summaries(growth), unserved=self.unserved,
+                    placements=self.placements)
 
     # -- per-pool isolation --------------------------------------------------------
     def _isolated(self, ctxs: list[PoolContext], what: str, rule: Callable[..., T],
@@ -211,7 +227,7 @@ class _Decision:
         """Draining capacity is what blocked higher tiers wait for: keep it leaving."""
         rank = ctx.policy.priority.rank
         for key in self.blocked:
-            other = next(c for c in self.contexts if c.key == key)
+            other = self._by_key[key]
             if other.policy.priority.rank < rank:
                 return (f"{key} ({other.policy.priority.value} priority) waits for capacity "
                         "under the global cap")

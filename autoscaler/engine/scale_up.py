@@ -104,7 +104,7 @@ class _Picker:
         return None, "; ".join(skipped) or f"no instance type in the pool has {math.ceil(gpus)} GPUs", False
 
 
-def _live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
+def live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
     """Free GPUs on serving nodes (as the scheduler reports them) and in-flight nodes."""
     for node in ctx.free:
         sched = ctx.observation(node).scheduler
@@ -157,7 +157,7 @@ class _Grower:
         self.room = min(ctx.pool.scale_up.max_step, ctx.pool.max_nodes - ctx.size)
         self.picker = _Picker(ctx, prices)
         # Built only as far as jobs need placing: most pools have none.
-        self.live = LazyBins(_live_bins(ctx, prices))
+        self.live = LazyBins(live_bins(ctx, prices))
         self._cancellable: list[Bin] | None = None
         self.new_bins: list[Bin] = []
 
@@ -311,6 +311,10 @@ class _Grower:
                 why = f"{on_prem.fit_words(n_parts)}; {why}"
             if run.notes:
                 why += f"; {run.notes[0]}"
+            if self.ctx.placed:
+                more = len(self.ctx.placed) - 1
+                why += f"; placement group: {self.ctx.placed[0]}" + (
+                    f" (and {more} more job(s) placed here)" if more else "")
             for n in fresh:
                 n.why = why
         if on_prem is not None:

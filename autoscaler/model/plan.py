@@ -134,6 +134,18 @@ class PoolSummary(BaseModel):
                              "fleet-wide (the unhealthy-replacement budget).")
 
 
+class PlacementChoice(BaseModel):
+    """Where a pending job that several pools of a placement group could run was put."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job: str
+    pool: str = Field(description="The pool chosen (team/pool).")
+    listed_under: str = Field(description="The pool its partition or labels matched first.")
+    compared: list[str] = Field(description="Each pool compared, with its offer or why none.")
+    reason: str
+
+
 class Plan(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -142,6 +154,8 @@ class Plan(BaseModel):
     pools: dict[str, PoolSummary] = Field(default_factory=dict)
     unserved: list[UnservedJob] = Field(
         default_factory=list, description="Pending jobs no pool's nodes could run: not bought for.")
+    placements: list[PlacementChoice] = Field(
+        default_factory=list, description="Pending jobs a placement group's pools compared for.")
 
     def changes(self) -> list[Action]:
         """Actions that change the fleet (everything but Hold and ReportJob)."""

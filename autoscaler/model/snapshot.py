@@ -101,6 +101,19 @@ class NodeObservation(_Model):
     health_check_failed: str | None = None
 
 
+# A placement group has a handful of pools; more is a hostile snapshot, not a fleet.
+MAX_POOL_OPTIONS = 64
+
+
+class PoolOption(_Model):
+    """One pool of the job's placement group that can run it, with the job's narrowing there
+    (types and zones differ between regions and clouds)."""
+
+    pool: str = Field(max_length=200, description="team/pool")
+    zones: list[str] | None = None
+    instance_types: list[str] | None = None
+
+
 class PendingJob(_Model):
     id: str
     gpus: float = Field(gt=0, description="GPUs per node; below 1 means a share of one GPU.")
@@ -114,6 +127,10 @@ class PendingJob(_Model):
     instance_types: list[str] | None = Field(
         None, description="Instance types the job can run on (an instance-type selector or "
         "affinity the GPU model cannot express); None: any of the pool's.")
+    options: list[PoolOption] = Field(
+        default_factory=list, max_length=MAX_POOL_OPTIONS,
+        description="The pools of its placement group that can run it, the one it is listed "
+        "under first; the engine launches in the cheapest (empty: only this pool).")
 
 
 class PendingShape(_Model):

@@ -35,7 +35,46 @@ def check_policy(policy: TeamPolicy, catalog: Catalog) -> list[Problem]:
                  f"at most {MAX_TEAM_POOL_CHARS} so node names stay valid hostnames")
             )
         problems.extend((at + loc, msg) for loc, msg in _check_pool(pool, catalog))
+        if pool.cloud in policy.forbid_clouds:
+            problems.append(([*at, "cloud"], f"team {policy.team} forbids {pool.cloud.value} "
+                             "(forbid_clouds): none of its work may run there"))
+    problems.extend(_check_groups(policy))
     return problems
+
+
+def _check_groups(policy: TeamPolicy) -> Iterator[Problem]:
+    """A placement group's pools exist, are in one group each, and share a cluster: a
+    Slurm job cannot be served by a Kubernetes node."""
+    names = {p.name: p for p in policy.pools}
+    member: dict[str, str] = {}
+    for group, listed in policy.placement_groups.items():
+        for j, name in enumerate(listed):
+            if name not in names:
+                yield (["placement_groups", group, j],
+                       f"placement group '{group}' lists pool '{name}', which the team does not have")
+            elif name in member:
+                yield (["placement_groups", group, j],
+                       f"pool '{name}' is already in placement group '{member[name]}'")
+            member.setdefault(name, group)
+    for i, pool in enumerate(policy.pools):
+        own = pool.placement_group
+        if own is None:
+            continue
+        if member.get(pool.name, own) != own:
+            yield (["pools", i, "placement_group"],
+                   f"pool '{pool.name}' is in placement group '{own}' here and in "
+                   f"'{member[pool.name]}' under placement_groups")
+        member.setdefault(pool.name, own)
+    kinds: dict[str, tuple[str, str]] = {}
+    for i, pool in enumerate(policy.pools):
+        in_group = member.get(pool.name)
+        if in_group is None:
+            continue
+        seen = kinds.setdefault(in_group, (pool.cluster.kind, pool.name))
+        if seen[0] != pool.cluster.kind:
+            yield (["pools", i, "cluster", "kind"],
+                   f"placement group '{in_group}' mixes cluster kinds: '{seen[1]}' is {seen[0]}, "
+                   f"'{pool.name}' is {pool.cluster.kind} (a job can only run on its own cluster)")
 
 
 def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:

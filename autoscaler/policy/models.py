@@ -432,6 +432,15 @@ class Pool(_Strict):
     bootstrap: Bootstrap = Bootstrap()
     cluster: Cluster = Cluster()
     predictive: Predictive = Predictive()
+    placement_group: Name | None = Field(
+        None, description="Pools of the team with the same placement group serve the same work: "
+        "each pending job goes to the group's pool that can run it (GPU model and count, "
+        "region, constraints, max_nodes) at the lowest expected $/GPU-h, counting spot "
+        "prices, recent refusals and interruption notices. A job that fits no other pool "
+        "stays where its partition or labels put it.")
+    pin_region: bool = Field(
+        False, description="Jobs matched to this pool never spill to a pool of its placement "
+        "group in another region (data that may not leave the region).")
 
 
 class TeamPolicy(_Strict):
@@ -440,6 +449,19 @@ class TeamPolicy(_Strict):
     priority: Annotated[Priority, Field(strict=False)] = Priority.MEDIUM
     quota: Quota = Quota()
     pools: list[Pool] = Field(min_length=1)
+    placement_groups: dict[Name, list[Name]] = Field(
+        default_factory=dict, description="Placement groups as lists of pool names, the same "
+        "as placement_group on each pool (a pool is in at most one group).")
+    forbid_clouds: list[Annotated[Cloud, Field(strict=False)]] = Field(
+        default_factory=list, description="Clouds none of the team's work may run on: a pool "
+        "on one of them is refused when the policy loads.")
+
+    def group_of(self, pool: str) -> str | None:
+        """The placement group of the pool named ``pool`` (None: it is decided alone)."""
+        for group, names in self.placement_groups.items():
+            if pool in names:
+                return group
+        return next((p.placement_group for p in self.pools if p.name == pool), None)
 
     def pool(self, name: str) -> Pool:
         for pool in self.pools:

@@ -1,0 +1,170 @@
+"""Placement groups: a pending job several pools could run launches in the cheapest pool
+with stock, spills on a refusal in the same decide, and stays in a pinned region."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from autoscaler.catalog import default_catalog
+from autoscaler.engine import Launch, decide
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Hold, Plan
+from autoscaler.model.snapshot import (
+    CapacityError,
+    Offering,
+    PendingJob,
+    PoolObservation,
+    PoolOption,
+)
+from autoscaler.policy.checks import check_policy
+from autoscaler.policy.models import Market, TeamPolicy
+from tests.builders import NOW, fleet, make_node, make_pool_dict, snapshot
+
+EAST, WEST, ALI = "vision/east", "vision/west", "vision/ali"
+SPOT = {"on_demand_base": 0, "spot_percent": 100, "spot_fallback": "on-demand"}
+
+
+def policy(east: dict[str, Any] | None = None, west: dict[str, Any] | None = None,
+           **team: Any) -> TeamPolicy:
+    pools = [
+        make_pool_dict("east", region="us-east-1", zones=["us-east-1a"], instance_types=["p3.2xlarge"],
+                       capacity=SPOT, placement_group="v100", **(east or {})),
+        make_pool_dict("west", region="us-west-2", zones=["us-west-2a"], instance_types=["p3.2xlarge"],
+                       capacity=SPOT, placement_group="v100", **(west or {})),
+        make_pool_dict("ali", cloud="alicloud", region="cn-hangzhou", zones=["cn-hangzhou-h"],
+                       instance_types=["ecs.gn6v-c8g1.2xlarge"], capacity=SPOT, placement_group="v100"),
+    ]
+    return TeamPolicy.model_validate({"team": "vision", "pools": pools, **team})
+
+
+OFFERS = [
+    Offering(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone="us-east-1a",
+             spot_usd=1.20, on_demand_usd=3.06, in_stock=True),
+    Offering(cloud="aws", region="us-west-2", instance_type="p3.2xlarge", zone="us-west-2a",
+             spot_usd=0.92, on_demand_usd=3.06, in_stock=True),
+    Offering(cloud="alicloud", region="cn-hangzhou", instance_type="ecs.gn6v-c8g1.2xlarge",
+             zone="cn-hangzhou-h", spot_usd=1.05, on_demand_usd=2.90, in_stock=True),
+]
+
+
+def job(*options: str, gpus: float = 1, job_id: str = "j1") -> PendingJob:
+    return PendingJob(id=job_id, gpus=gpus, gpu_model="V100", submitted_at=NOW - timedelta(minutes=1),
+                      options=[PoolOption(pool=o) for o in options])
+
+
+def refused(region: str, zone: str, ago: timedelta = timedelta(minutes=4)) -> CapacityError:
+    return CapacityError(cloud="aws", region=region, instance_type="p3.2xlarge", zone=zone,
+                         market=Market.SPOT, code="InsufficientInstanceCapacity", at=NOW - ago)
+
+
+def plan_for(pol: TeamPolicy, *jobs: PendingJob, nodes: tuple = (), observed: dict | None = None,
+             **snap: Any) -> Plan:
+    snap.setdefault("offerings", OFFERS)
+    return decide({pol.team: pol}, fleet(*nodes),
+                  snapshot(nodes=observed, pools={EAST: PoolObservation(pending=list(jobs))}, **snap), NOW)
+
+
+def launches(plan: Plan) -> list[Launch]:
+    return [a for a in plan.actions if isinstance(a, Launch)]
+
+
+def test_the_cheapest_pool_with_stock_wins_and_the_reason_names_all_three():
+    plan = plan_for(policy(), job(EAST, WEST, ALI))
+    (launch,) = launches(plan)
+    assert (launch.pool, launch.market, launch.zone) == (WEST, Market.SPOT, "us-west-2a")
+    (choice,) = plan.placements
+    assert (choice.job, choice.pool, choice.listed_under) == ("j1", WEST, EAST)
+    assert "us-west-2) p3.2xlarge spot us-west-2a $0.92/GPU-h chosen over" in choice.reason
+    assert "$1.20/GPU-h" in choice.reason and "$1.05/GPU-h" in choice.reason
+    assert [c.split(" ")[0] for c in choice.compared] == [EAST, WEST, ALI]
+    assert "placement group: job j1: vision/west (aws us-west-2)" in launch.reason
+
+
+def test_a_refusal_moves_the_next_launch_in_the_same_decide_before_on_demand_at_home():
+    plan = plan_for(policy(), job(EAST, WEST, ALI), capacity_errors=[refused("us-west-2", "us-west-2a")])
+    (launch,) = launches(plan)
+    assert (launch.pool, launch.market) == (ALI, Market.SPOT)
+    assert "capacity error InsufficientInstanceCapacity at 11:56:00" in plan.placements[0].reason
+    # every spot refused: on-demand where it is cheapest, the refusals named
+    errors = [refused("us-east-1", "us-east-1a"), refused("us-west-2", "us-west-2a")]
+    alone = policy()
+    alone.pools.pop()
+    plan = decide({"vision": alone}, fleet(), snapshot(
+        pools={EAST: PoolObservation(pending=[job(EAST, WEST)])}, offerings=OFFERS,
+        capacity_errors=errors), NOW)
+    (launch,) = launches(plan)
+    assert (launch.pool, launch.market) == (EAST, Market.ON_DEMAND)  # a tie stays home
+    assert "spot: p3.2xlarge spot in us-east-1a: capacity error" in plan.placements[0].reason
+
+
+def test_an_interruption_notice_ranks_a_zone_after_every_other_pool():
+    interrupted = make_node("vision-west-1", pool="west", region="us-west-2", zone="us-west-2a",
+                            market=Market.SPOT, state=NodeState.INTERRUPTED)
+    plan = plan_for(policy(), job(EAST, WEST, ALI), nodes=(interrupted,))
+    assert {a.pool for a in launches(plan) if a.trigger == "pending"} == {ALI}
+    assert "interruption notice at 11:30:00" in plan.placements[0].reason
+
+
+def test_a_pinned_region_never_leaves_it():
+    plan = plan_for(policy(east={"pin_region": True}), job(EAST, WEST, ALI))
+    (launch,) = launches(plan)
+    assert (launch.pool, launch.market) == (EAST, Market.SPOT)
+    assert plan.placements == []  # one pool left: nothing compared
+
+
+def test_caps_hold_max_nodes_then_the_team_quota():
+    full = policy(west={"max_nodes": 1})
+    node = make_node("vision-west-1", pool="west", region="us-west-2", zone="us-west-2a",
+                     market=Market.SPOT, state=NodeState.READY)
+    plan = plan_for(full, job(EAST, WEST, ALI), nodes=(node,))
+    assert [a.pool for a in launches(plan)] == [ALI]
+    assert "vision/west (aws us-west-2): no room (max_nodes 1" in plan.placements[0].reason
+    capped = policy(quota={"max_gpus": 1})
+    plan = plan_for(capped, job(EAST, WEST, ALI, job_id="a"), job(EAST, WEST, ALI, job_id="b"))
+    assert sum(a.count for a in launches(plan)) == 1  # the quota counts every pool of the team
+    assert any(isinstance(a, Hold) and "GPU cap 1" in a.reason for a in plan.actions)
+
+
+def test_capacity_on_its_way_keeps_the_job_where_it_is():
+    booting = make_node("vision-east-1", pool="east", zone="us-east-1a", market=Market.SPOT,
+                        state=NodeState.BOOTSTRAPPING, ready_for=None)
+    plan = plan_for(policy(), job(EAST, WEST, ALI), nodes=(booting,))
+    assert launches(plan) == []
+    assert "fits on capacity already there or on its way" in plan.placements[0].reason
+    assert plan.placements[0].pool == EAST
+
+
+def test_options_from_an_untrusted_snapshot_stay_within_the_team_and_group():
+    other = TeamPolicy.model_validate({"team": "nlp", "pools": [make_pool_dict(
+        "cheap", region="us-west-2", instance_types=["p3.2xlarge"], capacity=SPOT,
+        placement_group="v100")]})
+    pol = policy()
+    hostile = job(EAST, "nlp/cheap", "nobody/none", EAST)
+    plan = decide({"vision": pol, "nlp": other}, fleet(), snapshot(
+        pools={EAST: PoolObservation(pending=[hostile])}, offerings=OFFERS), NOW)
+    assert [a.pool for a in launches(plan)] == [EAST]
+    # listed under a pool not among its own options: left where it is
+    plan = plan_for(pol, job(WEST, ALI))
+    assert [a.pool for a in launches(plan)] == [EAST] and plan.placements == []
+    with pytest.raises(ValidationError):
+        PendingJob(id="x", gpus=1, options=[PoolOption(pool=EAST)] * 65)
+
+
+def test_policy_checks_groups_and_forbidden_clouds():
+    catalog = default_catalog()
+    pol = policy(placement_groups={"other": ["east", "nope"]}, forbid_clouds=["alicloud"])
+    problems = {".".join(map(str, loc)): msg for loc, msg in check_policy(pol, catalog)}
+    assert "pool 'nope', which the team does not have" in problems["placement_groups.other.1"]
+    assert "in placement group 'v100' here and in 'other'" in problems["pools.0.placement_group"]
+    assert "forbids alicloud" in problems["pools.2.cloud"]
+    mixed = TeamPolicy.model_validate({"team": "vision", "pools": [
+        make_pool_dict("a", placement_group="g"),
+        make_pool_dict("b", placement_group="g", cluster={"kind": "slurm", "partition": "gpu"})]})
+    ((loc, msg),) = check_policy(mixed, catalog)
+    assert loc[0] == "pools"
+    assert "mixes cluster kinds" in msg
+    assert pol.group_of("east") == "other" and pol.group_of("ali") == "v100"
