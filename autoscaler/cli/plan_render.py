@@ -85,6 +85,9 @@ def preview_markdown(plan: Plan, previews: Sequence[PoolPreview] | None) -> str:
             lines += _pool_markdown(p)
     else:
         lines += _actions_markdown(plan)
+    if plan.placements:
+        lines += ["", "### Placement groups", ""]
+        lines += [f"- `{c.job}` -> `{c.pool}`: " + "; ".join(c.compared) for c in plan.placements]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -36,3 +36,16 @@ def pools_table(plan: Plan) -> Table:
         table.add_row(escape(key), str(s.nodes), str(s.gpus), f"{s.hourly_usd:.2f}", str(s.floor), util,
                       f"{s.pending_gpus:g}", data)
     return table
+
+
+def placements_table(plan: Plan) -> Table | None:
+    """Per pending job a placement group compared for: the pools and why one won."""
+    if not plan.placements:
+        return None
+    table = Table(title="Placement groups: where pending jobs launch", show_lines=True, expand=True)
+    table.add_column("job", ratio=1, overflow="fold")
+    table.add_column("pool chosen", ratio=1, overflow="fold")
+    table.add_column("pools compared", ratio=3)
+    for c in plan.placements:
+        table.add_row(escape(c.job), escape(c.pool), escape("\n".join(c.compared)))
+    return table

@@ -61,16 +61,38 @@ def _fits(itype: InstanceType, want: NodeSet) -> bool:
             and itype.gpus == want.gpus)
 
 
-def _place(want: NodeSet, team: str, pools: Iterable[Pool], catalog: Catalog) -> Placement | None:
-    for pool in pools:
-        for name in pool.instance_types:
-            if (pool.cloud.value, name) not in catalog:
-                continue
-            itype = catalog.get(pool.cloud.value, name)
-            if _fits(itype, want) and itype.on_demand_usd is not None:
-                return Placement(pool_key(team, pool.name), name, want.nodes, itype.gpus,
-                                 itype.on_demand_usd)
+def _fitting(want: NodeSet, team: str, pool: Pool, catalog: Catalog) -> Placement | None:
+    for name in pool.instance_types:
+        if (pool.cloud.value, name) not in catalog:
+            continue
+        itype = catalog.get(pool.cloud.value, name)
+        if _fits(itype, want) and itype.on_demand_usd is not None:
+            return Placement(pool_key(team, pool.name), name, want.nodes, itype.gpus,
+                             itype.on_demand_usd)
     return None
+
+
+def _place(want: NodeSet, policy: TeamPolicy, pools: list[Pool], catalog: Catalog
+           ) -> tuple[Placement | None, str]:
+    """The first pool that fits; when it is in a placement group, the group's pool that fits
+    at the lowest on-demand $/GPU-h (a tie keeps the first), and the comparison in words."""
+    fits = [(pool, placed) for pool in pools
+            if (placed := _fitting(want, policy.team, pool, catalog)) is not None]
+    if not fits:
+        return None, ""
+    first, placed = fits[0]
+    group = policy.group_of(first.name)
+    if group is None:
+        return placed, ""
+    same = [(pool, p) for pool, p in fits if policy.group_of(pool.name) == group and (
+        not first.pin_region or (pool.cloud, pool.region) == (first.cloud, first.region))]
+    if len(same) < 2:
+        return placed, ""
+    best_pool, best = min(same, key=lambda pp: pp[1].usd_per_node / pp[1].gpus_per_node)
+    others = "; ".join(f"{p.pool} ({pool.region}) ${p.usd_per_node / p.gpus_per_node:.2f}/GPU-h"
+                       for pool, p in same if p is not best)
+    return best, (f" (placement group {group}: {best.pool} ({best_pool.region}) "
+                  f"${best.usd_per_node / best.gpus_per_node:.2f}/GPU-h chosen over {others})")
 
 
 def _holds(nodes: Iterable[Node], catalog: Catalog) -> tuple[dict[str, int], int, float]:
@@ -120,8 +142,10 @@ def admit(request: RequestView, policy: TeamPolicy | None, catalog: Catalog,
         return Admission(False, f"{label} refused: team {request.team} has no pool "
                                 f"{request.spec.pool}")
     placements = []
+    compared = ""
     for want in request.spec.node_sets:
-        placed = _place(want, request.team, pools, catalog)
+        placed, why = _place(want, policy, pools, catalog)
+        compared += why
         if placed is None:
             kind = want.instance_type or f"{want.gpu_model} with {want.gpus} GPUs per node"
             return Admission(False, f"{label} refused: no pool of team {request.team} offers "
@@ -134,7 +158,7 @@ def admit(request: RequestView, policy: TeamPolicy | None, catalog: Catalog,
     admission = Admission(True, "", tuple(placements))
     where = ", ".join(p.describe() for p in placements)
     return Admission(True, f"{label} accepted: {where}, +${admission.usd_per_hour:.2f}/h "
-                           "on-demand", tuple(placements), tier)
+                           f"on-demand{compared}", tuple(placements), tier)
 
 
 def _limits(request: RequestView, policy: TeamPolicy, placements: list[Placement],
@@ -175,7 +199,7 @@ def booked(requests: Iterable[RequestView], policies: Mapping[str, TeamPolicy],
         if r.condition is not Condition.ACCEPTED or policy is None:
             continue
         pools = [p for p in policy.pools if r.spec.pool in (None, p.name)]
-        out.extend(p for s in r.spec.node_sets if (p := _place(s, r.team, pools, catalog)))
+        out.extend(p for s in r.spec.node_sets if (p := _place(s, policy, pools, catalog)[0]))
     return out
 
 

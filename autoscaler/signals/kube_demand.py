@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from autoscaler.catalog import Catalog
-from autoscaler.model.snapshot import PendingJob, UnservedJob
+from autoscaler.model.snapshot import PendingJob, PoolOption, UnservedJob
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.schedulers.kubernetes.objects import (
     ZONE,
@@ -20,7 +21,7 @@ from autoscaler.schedulers.kubernetes.objects import (
     unschedulable,
 )
 from autoscaler.signals.kube_fit import POOL_LABEL, TEAM_LABEL, Fit, PoolShape, fit
-from autoscaler.signals.readings import ClusterPool
+from autoscaler.signals.readings import ClusterPool, group_options
 
 
 @dataclass(frozen=True)
@@ -135,20 +136,35 @@ class Demand:
         if zones is not None:
             needs = replace(needs, zones=zones)
         failures: list[tuple[ClusterPool, Fit]] = []
-        for ref in candidates:
+        for i, ref in enumerate(candidates):
             got = fit(needs, self.shapes[ref.key])
             if got.failed is None:
+                options = group_options(ref, self._options(needs, ref, got, candidates[i + 1:]))
                 self._pending[ref.key].append(PendingJob(
                     id=pod.key, gpus=got.gpus, reason="Unschedulable", submitted_at=pod.created_at,
                     gpu_model=got.gpu_model, priority=pod.priority,
                     zones=sorted(got.zones) if got.zones is not None else None,
-                    instance_types=sorted(got.instance_types) if got.instance_types else None))
+                    instance_types=sorted(got.instance_types) if got.instance_types else None,
+                    options=options))
                 return
             failures.append((ref, got))
         self.unserved.append(UnservedJob(
             id=pod.key, team=team, constraint=str(failures[0][1].failed),
             reason="no pool's nodes could run it: "
                    + "; ".join(f"{ref.key}: {f.failed}" for ref, f in failures)))
+
+    def _options(self, needs: PodNeeds, home: ClusterPool, got: Fit, later: list[ClusterPool]
+                 ) -> Iterator[tuple[ClusterPool, PoolOption]]:
+        """The pod's fit on ``home`` and on each later pool of its placement group."""
+        if home.group is None:
+            return
+        yield home, _option(home, got)
+        for ref in later:
+            if ref.group != home.group:
+                continue
+            there = fit(needs, self.shapes[ref.key])
+            if there.failed is None and there.gpus == got.gpus:
+                yield ref, _option(ref, there)
 
     def volume_zones(self, pod: PodRecord) -> frozenset[str] | None:
         """Zones every bound volume of the pod allows (None: unconstrained)."""
@@ -184,3 +200,8 @@ def spread_zones(pod: PodRecord, running: list[PodRecord], node_zone: dict[str, 
         low = min(counts.values(), default=0)
         allowed &= {z for z, n in counts.items() if n + 1 - low <= spread.max_skew}
     return frozenset(allowed)
+
+
+def _option(ref: ClusterPool, got: Fit) -> PoolOption:
+    return PoolOption(pool=ref.key, zones=sorted(got.zones) if got.zones is not None else None,
+                      instance_types=sorted(got.instance_types) if got.instance_types else None)

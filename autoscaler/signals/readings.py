@@ -10,6 +10,7 @@ from autoscaler.model.snapshot import (
     ClusterQuota,
     OnPremNode,
     PendingJob,
+    PoolOption,
     SchedulerNode,
     UnservedJob,
 )
@@ -37,6 +38,7 @@ class ClusterPool:
     pool: Pool
     gpu_models: frozenset[str]
     type_models: tuple[tuple[str, str], ...] = ()  # (instance type, GPU model), catalog's types
+    group: str | None = None  # the team's placement group the pool is in
 
 
 def pools_in_priority_order(policies: Mapping[str, TeamPolicy], catalog: Catalog,
@@ -54,7 +56,8 @@ def pools_in_priority_order(policies: Mapping[str, TeamPolicy], catalog: Catalog
                 except CatalogError:
                     continue  # the policy loader reports unknown types
             out.append(ClusterPool(pool_key(policy.team, pool.name), policy.team, pool,
-                                   frozenset(m for _, m in types), tuple(types)))
+                                   frozenset(m for _, m in types), tuple(types),
+                                   policy.group_of(pool.name)))
     return out
 
 
@@ -68,6 +71,18 @@ def first_fitting(candidates: list[ClusterPool], gpu_model: str | None) -> Clust
             if gpu_model in ref.gpu_models:
                 return ref
     return candidates[0]
+
+
+def group_options(home: ClusterPool, fitting: Iterable[tuple[ClusterPool, PoolOption]]
+                  ) -> list[PoolOption]:
+    """The pools of ``home``'s placement group among ``fitting`` (pools that can run the job,
+    with its narrowing there), ``home`` first; empty when it is in no group or alone."""
+    if home.group is None:
+        return []
+    out = [option for ref, option in fitting
+           if ref.team == home.team and ref.group == home.group]
+    out.sort(key=lambda o: o.pool != home.key)
+    return out if len(out) > 1 else []
 
 
 def key_by_name_prefix(keys: Iterable[str]) -> Callable[[str], str | None]:

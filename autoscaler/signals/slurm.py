@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoscaler.model.snapshot import PendingJob, RunningJob, SchedulerNode, UnservedJob
+from autoscaler.model.snapshot import PendingJob, PoolOption, RunningJob, SchedulerNode, UnservedJob
 from autoscaler.policy.models import Pool
 from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
 from autoscaler.schedulers.slurm.parse import (
@@ -33,7 +33,7 @@ from autoscaler.schedulers.slurm.parse import (
     time_limit,
 )
 from autoscaler.signals import slurm_gres
-from autoscaler.signals.readings import ClusterPool, SchedulerReading, first_fitting
+from autoscaler.signals.readings import ClusterPool, SchedulerReading, first_fitting, group_options
 from autoscaler.signals.slurm_match import (
     PoolTerms,
     Refused,
@@ -216,10 +216,13 @@ def _demand(job: SlurmJob, by_partition: dict[str, list[PoolTerms]],
         return _shared_demand(job, served)
     ref = first_fitting([s.ref for s in served], model)
     narrowed = next((s for s in served if s.ref == ref), Served(ref)) if ref else None
+    options = group_options(ref, (
+        (s.ref, PoolOption(pool=s.ref.key, instance_types=s.instance_types, zones=s.zones))
+        for s in served if not model or model in s.ref.gpu_models)) if ref else []
     jobs = [PendingJob(id=jid, gpus=job.gpus_per_node, nodes=job.node_count,
                        reason=job.reason or "Unknown", submitted_at=job.submitted_at,
                        gpu_model=model, instance_types=narrowed.instance_types if narrowed else None,
-                       zones=narrowed.zones if narrowed else None)
+                       zones=narrowed.zones if narrowed else None, options=options)
             for jid in _ids(job)]
     return ref, jobs
 

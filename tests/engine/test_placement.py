@@ -168,3 +168,27 @@ def test_policy_checks_groups_and_forbidden_clouds():
     assert loc[0] == "pools"
     assert "mixes cluster kinds" in msg
     assert pol.group_of("east") == "other" and pol.group_of("ali") == "v100"
+
+
+def test_the_plan_command_and_the_status_page_show_the_pools_compared(tmp_path):
+    from typer.testing import CliRunner
+
+    from autoscaler.cli import app
+    from autoscaler.model.snapshot import DecisionInput
+    from autoscaler.service.http.ui import status_page
+
+    pol = policy()
+    (tmp_path / "vision.yaml").write_text(pol.model_dump_json(exclude_defaults=True))
+    data = DecisionInput(now=NOW, snapshot=snapshot(
+        pools={EAST: PoolObservation(pending=[job(EAST, WEST, ALI)])}, offerings=OFFERS))
+    (tmp_path / "in.json").write_text(data.model_dump_json())
+    args = ["plan", "--snapshot", str(tmp_path / "in.json"), "--policies", str(tmp_path)]
+    table = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "Placement groups: where pending jobs launch" in table.output
+    assert "$0.92/GPU-h" in table.output and "$1.20/GPU-h" in table.output
+    markdown = CliRunner().invoke(app, [*args, "--markdown"])
+    assert "- `j1` -> `vision/west`: vision/east (aws us-east-1) p3.2xlarge spot" in markdown.output
+    plan = plan_for(pol, job(EAST, WEST, ALI))
+    page = status_page({"last_plan": {"id": 1, "plan": plan.model_dump(mode="json")}}).body.decode()
+    assert "<td>j1</td><td>vision/west</td><td>vision/east (aws us-east-1) p3.2xlarge spot" in page

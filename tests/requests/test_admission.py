@@ -88,3 +88,23 @@ def test_the_tier_defaults_to_the_teams_and_may_not_rise_above_it():
     high = admit(request(tier="high"), medium, CATALOG, [], EngineSettings())
     assert not high.ok and high.reason.endswith(
         "refused: tier high is above team vision's priority medium")
+
+
+def test_a_placement_group_places_the_request_in_its_cheapest_pool():
+    from autoscaler.policy.models import TeamPolicy
+    from tests.builders import make_pool_dict
+
+    catalog = CATALOG.with_prices({"alicloud": {"ecs.gn6v-c8g1.8xlarge": {"on_demand": 10.40}}})
+    pools = [make_pool_dict("east", instance_types=["p3.8xlarge"], placement_group="v100"),
+             make_pool_dict("ali", cloud="alicloud", region="cn-hangzhou",
+                            instance_types=["ecs.gn6v-c8g1.8xlarge"], placement_group="v100")]
+    policy = TeamPolicy.model_validate({"team": "vision", "pools": pools})
+    got = admit(request(), policy, catalog, [], EngineSettings())
+    assert got.ok and [p.pool for p in got.placements] == ["vision/ali"]
+    assert got.reason.endswith("(placement group v100: vision/ali (cn-hangzhou) $2.60/GPU-h chosen "
+                               "over vision/east (us-east-1) $3.06/GPU-h)")
+    assert [p.pool for p in booked([request().model_copy(update={"condition": Condition.ACCEPTED})],
+                                   {"vision": policy}, catalog)] == ["vision/ali"]
+    pools[0]["pin_region"] = True  # the first fitting pool keeps the request in its region
+    pinned = TeamPolicy.model_validate({"team": "vision", "pools": pools})
+    assert [p.pool for p in admit(request(), pinned, catalog, [], EngineSettings()).placements] == ["vision/east"]

@@ -275,3 +275,23 @@ def test_odd_ready_conditions_are_read_as_data(cond: dict[str, Any] | None, said
     from autoscaler.signals.kubernetes import node_record
     rec = node_record({"metadata": {"name": "n"}, "status": {"conditions": [cond] if cond else []}})
     assert rec is not None and (rec.ready, rec.unready, rec.unready_since) == (False, said, since)
+
+
+def test_a_placement_group_lists_every_pool_whose_nodes_could_run_the_pod(kube: FakeKube) -> None:
+    west = {**pool("west", ["p3.2xlarge"]), "region": "us-west-2"}
+    group = {"vision": make_policy("vision", pools=[pool("east", ["p3.2xlarge"]), west,
+                                                   pool("t4", ["g4dn.xlarge"])]).model_copy(
+        update={"placement_groups": {"any": ["east", "west", "t4"]}})}
+    kube.add_pod("any", "vision", gpus=1)
+    kube.add_pod("pinned", "vision", gpus=1, node_selector={"topology.kubernetes.io/region": "us-west-2"})
+    kube.add_pod("v100", "vision", gpus=1, node_selector={"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"})
+    reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="3s"))
+    try:
+        reading = reader.read(pools_in_priority_order(group, default_catalog(), "kubernetes"))
+    finally:
+        reader.close()
+    jobs = {j.id: j for v in reading.pending.values() for j in v}
+    assert [o.pool for o in jobs["vision/any"].options] == ["vision/east", "vision/west", "vision/t4"]
+    assert jobs["vision/pinned"].options == []  # its region's pool is the only one
+    assert [o.pool for o in jobs["vision/v100"].options] == ["vision/east", "vision/west"]
+    assert "vision/pinned" in [j.id for j in reading.pending["vision/west"]]

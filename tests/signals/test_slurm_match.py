@@ -169,3 +169,21 @@ def test_unserved_jobs_are_logged_once_not_every_tick(caplog: pytest.LogCaptureF
     assert [r.getMessage() for r in caplog.records] == [
         "slurm: pending job 1 is not bought for: no pool's nodes could run it: "
         "vision/v100: no node of it has spot"]
+
+
+def test_a_placement_group_lists_every_pool_that_can_run_the_job() -> None:
+    """The engine chooses among them (engine/placement.py); signals only say which can."""
+    west = {**spool("west", ["p3.2xlarge"], zones=["us-west-2a"]), "region": "us-west-2"}
+    group = {"ml": make_policy("ml", pools=[
+        spool("east", ["p3.2xlarge"], zones=["us-east-1a"]), west, spool("t4", ["g4dn.xlarge"])],
+        ).model_copy(update={"placement_groups": {"any": ["east", "west", "t4"]}})}
+    refs = pools_in_priority_order(group, default_catalog(), "slurm")
+    answers = {"squeue --json": json.dumps({"jobs": [
+        job(1, tres="gres:gpu:v100:1"), job(2, features="us-east-1a"), job(3)]}),
+        "sinfo --all": json.dumps({"nodes": []})}
+    reading = SlurmReader(SlurmConfig(), lambda argv, timeout, env: answers[" ".join(argv[:2])]).read(refs)
+    pending = {j.id: j for jobs in reading.pending.values() for j in jobs}
+    v100 = pending["1"]
+    assert [(o.pool, o.zones) for o in v100.options] == [("ml/east", None), ("ml/west", None)]
+    assert pending["2"].options == []  # only east has the zone
+    assert [o.pool for o in pending["3"].options] == ["ml/east", "ml/west", "ml/t4"]

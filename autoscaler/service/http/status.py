@@ -91,6 +91,7 @@ def plan_json(store: FleetStore) -> dict[str, Any] | None:
     return {"id": recorded.id, "decided_at": _iso(plan.decided_at), "dry_run": recorded.dry_run,
             "changes": len(plan.changes()), "plan": plan.model_dump(mode="json"),
             "unserved": [f"{j.id}: {j.reason}" for j in plan.unserved],
+            "placements": [c.reason for c in plan.placements],
             "action_status": statuses}
 
 

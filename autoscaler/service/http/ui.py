@@ -195,6 +195,13 @@ def _plan(last: Mapping[str, Any] | None, plan: Plan | None) -> tuple[str, str]:
             _table(["pool", "held", "reason"], holds, "No holds."))
 
 
+def _placements(plan: Plan | None) -> str:
+    rows = [[e(c.job), e(c.pool), "<br>".join(e(x) for x in c.compared)]
+            for c in (plan.placements if plan else [])]
+    return _table(["job", "pool chosen", "pools compared"], rows,
+                  "No pending job had a choice between pools.")
+
+
 def _header(status: Mapping[str, Any], links: Sequence[tuple[str, str]]) -> str:
     loop = status.get("loop") or {}
     fleet = status.get("fleet") or {}
@@ -223,6 +230,7 @@ def status_page(status: Mapping[str, Any], links: Sequence[tuple[str, str]] = ()
     sources = status.get("sources_missing") or []
     body = (_header(status, links) + "<h2>Fleet per pool</h2>" + _pools(status, plan)
             + "<h2>Last plan</h2>" + actions + "<h2>Holds</h2>" + holds
+            + "<h2>Placement groups: where pending jobs launch</h2>" + _placements(plan)
             + "<h2>Policy errors</h2>" + _table(["error (the team keeps its last good policy)"],
                                                 errors, "None.")
             + "<h2>Data missing (scale-down frozen)</h2>"
