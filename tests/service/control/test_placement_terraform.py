@@ -87,7 +87,7 @@ def test_a_spot_refusal_in_one_region_launches_in_the_other_on_the_next_tick(
     (tmp_path / "policies" / "vision.yaml").write_text(POLICY)
     catalog, clock = default_catalog(), Clock()
     store = FleetStore(f"sqlite:///{tmp_path / 'fleet.db'}")
-    executor = Executor(store, lambda: loop.policies(), TerraformProvisioner(settings, cloud_for=cloud),  # type: ignore[arg-type]
+    executor = Executor(store, lambda: loop.policies(), TerraformProvisioner(settings, cloud_for=cloud),
                         FakeAnsible(), {"none": no_drainer()},
                         lambda n: "169.254.77.2" if n.instance_id else None,
                         ExecutorSettings(), catalog, clock)
@@ -95,7 +95,7 @@ def test_a_spot_refusal_in_one_region_launches_in_the_other_on_the_next_tick(
     loop = ServiceLoop(
         store=store, reloader=PolicyReloader(tmp_path / "policies", catalog), signals=signals,
         catalog=catalog, metrics=ServiceMetrics(), leadership=Leadership(store, LeaderSettings()),
-        executor=executor, reconciler=FakeReconciler(), prices=prices,  # type: ignore[arg-type]
+        executor=executor, reconciler=FakeReconciler(), prices=prices,
         engine=EngineSettings(), clock=clock, dry_run=False, interval_s=5)
     job = PendingJob(id="train-1", gpus=1, reason="Unschedulable", submitted_at=clock.now,
                      options=[PoolOption(pool=EAST), PoolOption(pool=WEST)])
@@ -103,7 +103,7 @@ def test_a_spot_refusal_in_one_region_launches_in_the_other_on_the_next_tick(
     moto.fail_capacity("g4dn.xlarge", "us-east-1a", "spot")
     try:
         first = loop.tick()
-        assert first.error is None, first.error
+        assert first.error is None and first.plan is not None, first.error
         (launch,) = [a for a in first.plan.actions if isinstance(a, Launch)]
         assert (launch.pool, launch.market) == (EAST, Market.SPOT)
         assert "$0.16/GPU-h chosen over vision/west (aws us-west-2) g4dn.xlarge spot us-west-2a " \
@@ -113,7 +113,7 @@ def test_a_spot_refusal_in_one_region_launches_in_the_other_on_the_next_tick(
 
         clock.advance(seconds=30)
         second = loop.tick()
-        assert second.error is None, second.error
+        assert second.error is None and second.plan is not None, second.error
         (launch,) = [a for a in second.plan.actions if isinstance(a, Launch)]
         assert (launch.pool, launch.market, launch.zone) == (WEST, Market.SPOT, "us-west-2a")
         reason = second.plan.placements[0].reason
