@@ -177,14 +177,17 @@ class _Decision:
 
     def _return_to_spot(self, ctx: PoolContext) -> None:
         budget = self.budgets[ctx.key]
-        self.actions += return_to_spot.finish(ctx, budget)
+        mates = self._group_mates(ctx)
+        self.actions += return_to_spot.finish(
+            ctx, self.budgets, {n.name: (c, n) for c in mates for n in c.serving})
         if ctx.pool.capacity.return_to_spot is None:
             return
         if self.evidence is None:
             self.evidence = return_to_spot.SpotEvidence(self.contexts, self.snapshot)
-        room = ctx.pool.max_nodes - ctx.size - len(self.launched.get(ctx.key, []))
+        elsewhere = {c.key: (c, self._room(c)) for c in mates if not ctx.pool.pin_region
+                     or (c.pool.cloud, c.pool.region) == (ctx.pool.cloud, ctx.pool.region)}
         for move in return_to_spot.start(ctx, self.prices, self.evidence, self.now, budget,
-                                         self.snapshot.held, room):
+                                         self.snapshot.held, self._room(ctx), elsewhere):
             refused = self.ledger.admit(ctx.team, move.offer.gpus, move.offer.hourly_usd)
             if refused is None:
                 self.actions.append(return_to_spot.launch_of(ctx, move, self.now))
@@ -192,6 +195,18 @@ class _Decision:
                 self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
                     f"{ctx.key}: {move.node.name} stays on-demand although spot is back "
                     f"({move.evidence}): its replacement is refused by {refused}")))
+
+    def _room(self, ctx: PoolContext) -> int:
+        return ctx.pool.max_nodes - ctx.size - len(self.launched.get(ctx.key, []))
+
+    def _group_mates(self, ctx: PoolContext) -> list[PoolContext]:
+        """The other pools of ctx's placement group that are decided this tick."""
+        group = ctx.policy.group_of(ctx.pool.name)
+        if group is None:
+            return []
+        return [c for c in self.contexts if c is not ctx and c.team == ctx.team
+                and c.error is None and c.policy.group_of(c.pool.name) == group
+                and c.pool.cluster.kind == ctx.pool.cluster.kind]
 
     # -- scale-up ---------------------------------------------------------------
     def _scale_up(self, ctx: PoolContext) -> Growth:

@@ -117,42 +117,58 @@ class Move:
     one_off: float  # $ redone work + the replacement's boot
     net: float  # $/h after the one-off spread over the node's age
     evidence: str
+    target: PoolContext | None = None  # another pool of the placement group (None: this one)
 
 
-def finish(ctx: PoolContext, budget: Budget) -> list[Action]:
+def finish(ctx: PoolContext, budgets: dict[str, Budget],
+           group: dict[str, tuple[PoolContext, Node]] | None = None) -> list[Action]:
     """Phase 2: drain each on-demand node whose spot replacement is READY (also after the
-    policy turned the rule off: paying for both would be the worst outcome)."""
+    policy turned the rule off: paying for both would be the worst outcome). ``group``: the
+    serving nodes of the other pools of ctx's placement group, by name, where a replacement
+    launched here may have come from; the drain is the old node's pool's, on its budget."""
     out: list[Action] = []
-    serving = {n.name: n for n in ctx.serving}
+    serving = {n.name: (ctx, n) for n in ctx.serving}
     for new in ctx.serving:
-        old = serving.get(new.replaces or "")
-        if new.launched_for != TRIGGER or old is None or old.name in budget.taken:
+        found = serving.get(new.replaces or "") or (group or {}).get(new.replaces or "")
+        if new.launched_for != TRIGGER or found is None:
             continue
-        why = (f"{ctx.key}: {new.name} ({new.instance_type} spot in {new.zone}) is READY in place "
-               f"of fallback on-demand {old.name}")
-        if ctx.data_missing:
-            out.append(Hold(pool=ctx.key, what="scale-down", reason=(
-                f"{why}; its drain waits: {ctx.data_missing}")))
+        home, old = found
+        budget = budgets[home.key]
+        if old.name in budget.taken:
+            continue
+        where = "" if home is ctx else f" of {ctx.key}"
+        why = (f"{home.key}: {new.name}{where} ({new.instance_type} spot in {new.zone}) is READY "
+               f"in place of fallback on-demand {old.name}")
+        if home.data_missing:
+            out.append(Hold(pool=home.key, what="scale-down", reason=(
+                f"{why}; its drain waits: {home.data_missing}")))
             continue
         if not budget.can_swap(old):
-            out.append(Hold(pool=ctx.key, what="scale-down", reason=(
+            out.append(Hold(pool=home.key, what="scale-down", reason=(
                 f"{why}; its drain waits: max_draining_percent "
-                f"{ctx.pool.scale_down.max_draining_percent:g} reached")))
+                f"{home.pool.scale_down.max_draining_percent:g} reached")))
             continue
         budget.swap(old)
-        out.append(Drain(pool=ctx.key, node=old.name, trigger="spot-returned", reason=(
+        out.append(Drain(pool=home.key, node=old.name, trigger="spot-returned", reason=(
             f"{why}; draining {old.name} (checkpoint signal now, its jobs restart on spot)")))
     return out
 
 
 def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetime,
-          budget: Budget, held: Iterable[str], room: int) -> list[Move]:
+          budget: Budget, held: Iterable[str], room: int,
+          elsewhere: dict[str, tuple[PoolContext, int]] | None = None) -> list[Move]:
     """Phase 1: the moves to start this tick, best net saving first, within the guard rails
-    (``room``: nodes the pool may still add under max_nodes)."""
+    (``room``: nodes the pool may still add under max_nodes). ``elsewhere``: the other pools
+    of its placement group, each with its room: when spot is not back here, a node may move
+    to spot there, with the same GPUs (a pool launches only what its policy lists)."""
     rule = ctx.pool.capacity.return_to_spot
     if rule is None or ctx.data_missing:
         return []
-    live = [n for n in (*ctx.serving, *ctx.in_flight, *ctx.failed) if n.launched_for == TRIGGER]
+    # Replacements of this pool's nodes, here or in another pool of its group.
+    own = {n.name for n in ctx.serving}
+    live = [n for c in (ctx, *(m for m, _ in (elsewhere or {}).values()))
+            for n in (*c.serving, *c.in_flight, *c.failed)
+            if n.launched_for == TRIGGER and (c is ctx or n.replaces in own)]
     booting = {n.replaces for n in live if n.state not in FAILED and n.state is not S.READY}
     moving = {n.replaces for n in live if n.state not in FAILED}
     # A refused replacement disrupted nothing: only granted ones count as moves.
@@ -168,31 +184,52 @@ def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetim
                 and node.name not in held and node.name not in budget.taken
                 and now - node.created_at >= rule.after):
             move = _move(ctx, prices, evidence, rule, node, now, spread)
+            for mate, mate_room in (elsewhere or {}).values():
+                if move is not None or mate_room <= 0:
+                    continue
+                move = _move(ctx, prices, evidence, rule, node, now, _spread(mate), mate)
             if move is not None:
                 found.append(move)
     found.sort(key=lambda m: (-m.net, m.node.name))
     chosen: list[Move] = []
+    spreads: dict[str, ZoneSpread] = {}
+    rooms = {key: r for key, (_, r) in (elsewhere or {}).items()}
     for move in found:
         if len(chosen) >= left:
             break
+        target = move.target
+        there = spread if target is None else spreads.setdefault(target.key, _spread(target))
+        if target is not None and rooms[target.key] <= 0:
+            continue
         # its drain to come uses the budget now; moves chosen before may have filled the zone
-        if budget.can_swap(move.node) and spread.full(move.offer.zone) is None:
+        if budget.can_swap(move.node) and there.full(move.offer.zone) is None:
             budget.swap(move.node)
-            spread.add(move.offer)
+            there.add(move.offer)
+            if target is not None:
+                rooms[target.key] -= 1
             chosen.append(move)
     return chosen
 
 
+def _spread(ctx: PoolContext) -> ZoneSpread:
+    return ZoneSpread(ctx.pool, chain(ctx.serving, ctx.in_flight), ctx.interrupted)
+
+
 def _move(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: ReturnToSpot,
-          node: Node, now: datetime, spread: ZoneSpread) -> Move | None:
+          node: Node, now: datetime, spread: ZoneSpread, target: PoolContext | None = None
+          ) -> Move | None:
     sched = ctx.observation(node).scheduler
     if sched is None:
         return None  # its jobs are unknown: the redo cost cannot be bounded
-    offers, _ = spread.keep(prices.offers(ctx.pool, Market.SPOT, prices.node_gpus(node))[0])
+    there = target or ctx
+    node_gpus, model = prices.node_gpus(node), prices.gpu_model(node)
+    offers, _ = spread.keep(prices.offers(there.pool, Market.SPOT, node_gpus, model or None)[0])
     for offer in offers:
-        if offer.instance_type != node.instance_type:
+        if target is None and offer.instance_type != node.instance_type:
             continue
-        why = evidence.back(ctx, rule, prices, offer.instance_type, offer.zone, now)
+        if target is not None and offer.gpus != node_gpus:
+            continue  # the same GPUs, so its jobs fit as they ran
+        why = evidence.back(there, rule, prices, offer.instance_type, offer.zone, now)
         if why is None:
             continue
         saving = prices.node_hourly(node) - offer.hourly_usd
@@ -212,7 +249,7 @@ def _move(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: Return
         payback = max(timedelta(hours=one_off / saving), ENDS_SOON)
         if any(j.ends_at is not None and j.ends_at - now < payback for j in sched.jobs):
             return None
-        return Move(node, offer, saving, one_off, net, why)
+        return Move(node, offer, saving, one_off, net, why, target)
     return None
 
 
@@ -236,12 +273,16 @@ def _redo_at(since: datetime, drain: datetime, rule: ReturnToSpot) -> tuple[floa
 
 def launch_of(ctx: PoolContext, move: Move, now: datetime) -> Launch:
     node, offer = move.node, move.offer
+    there = move.target or ctx
+    into = "" if move.target is None else (
+        f"spot is not back in {ctx.pool.region} but is in {there.key} ({there.pool.region}) "
+        "of its placement group: ")
     return Launch(
-        pool=ctx.key, instance_type=offer.instance_type, market=Market.SPOT, zone=offer.zone,
+        pool=there.key, instance_type=offer.instance_type, market=Market.SPOT, zone=offer.zone,
         count=1, gpus_per_node=offer.gpus, hourly_usd=offer.hourly_usd, trigger="return-to-spot",
         replaces=[node.name],
         reason=(f"{ctx.key}: fallback on-demand {node.name} ({node.instance_type}, on-demand for "
-                f"{format_duration(now - node.created_at)}) back to spot: {move.evidence}; saves "
+                f"{format_duration(now - node.created_at)}) back to spot: {into}{move.evidence}; saves "
                 f"${move.saving:.2f}/h, one-off ${move.one_off:.2f} (redone work since the last "
                 f"checkpoint and the replacement's boot), ${move.net:.2f}/h net; launching "
                 f"{offer.describe()}, {node.name} drains once it is READY"))

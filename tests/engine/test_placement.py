@@ -192,3 +192,41 @@ def test_the_plan_command_and_the_status_page_show_the_pools_compared(tmp_path):
     plan = plan_for(pol, job(EAST, WEST, ALI))
     page = status_page({"last_plan": {"id": 1, "plan": plan.model_dump(mode="json")}}).body.decode()
     assert "<td>j1</td><td>vision/west</td><td>vision/east (aws us-east-1) p3.2xlarge spot" in page
+
+
+def test_return_to_spot_moves_a_fallback_node_to_spot_in_another_pool_of_the_group():
+    """Spot is back only in us-west-2: the fallback on-demand node of us-east-1 moves there,
+    make-before-break, and its drain is its own pool's once the replacement is READY."""
+    from autoscaler.engine import Drain
+    from tests.builders import busy
+
+    rule = {**SPOT, "return_to_spot": {"after": "1h", "checkpoint_every": "30m"}}
+    two = TeamPolicy.model_validate({"team": "vision", "pools": [
+        make_pool_dict("east", region="us-east-1", zones=["us-east-1a"], instance_types=["p3.2xlarge"],
+                       capacity=rule, placement_group="v100"),
+        make_pool_dict("west", region="us-west-2", zones=["us-west-2a"], instance_types=["p3.2xlarge"],
+                       capacity=SPOT, placement_group="v100")]})
+    fallback = make_node("vision-east-1", pool="east", zone="us-east-1a", age=timedelta(hours=2),
+                         ready_for=timedelta(hours=1, minutes=50), fallback_from_spot=True)
+    west_stock = [Offering(cloud="aws", region="us-west-2", instance_type="p3.2xlarge",
+                           zone="us-west-2a", in_stock=True, spot_usd=0.92)]
+    seen = {"vision-east-1": busy(util=50)}
+    plan = decide({"vision": two}, fleet(fallback), snapshot(nodes=seen, offerings=west_stock), NOW)
+    (move,) = [a for a in plan.actions if isinstance(a, Launch) and a.trigger == "return-to-spot"]
+    assert (move.pool, move.market, move.zone, move.replaces) == (
+        WEST, Market.SPOT, "us-west-2a", ["vision-east-1"])
+    assert "spot is not back in us-east-1 but is in vision/west (us-west-2)" in move.reason
+    # pinned to its region: it stays on-demand
+    pinned = two.model_copy(update={"pools": [two.pools[0].model_copy(update={"pin_region": True}),
+                                               two.pools[1]]})
+    plan = decide({"vision": pinned}, fleet(fallback), snapshot(nodes=seen, offerings=west_stock), NOW)
+    assert not [a for a in plan.actions if isinstance(a, Launch)]
+    # the replacement READY in us-west-2: the east node drains, on the east pool's budget
+    spot = make_node("vision-west-1", pool="west", region="us-west-2", zone="us-west-2a",
+                     market=Market.SPOT, replaces="vision-east-1", launched_for="return-to-spot",
+                     age=timedelta(minutes=20), ready_for=timedelta(minutes=5))
+    seen["vision-west-1"] = busy(util=50)
+    plan = decide({"vision": two}, fleet(fallback, spot), snapshot(nodes=seen, offerings=west_stock), NOW)
+    (drain,) = [a for a in plan.actions if isinstance(a, Drain)]
+    assert (drain.pool, drain.node, drain.trigger) == (EAST, "vision-east-1", "spot-returned")
+    assert "vision-west-1 of vision/west (p3.2xlarge spot in us-west-2a) is READY" in drain.reason
