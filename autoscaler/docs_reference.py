@@ -1,8 +1,9 @@
 """The generated reference pages: the team policy, the service config and the command line.
 
-``python3 -m autoscaler.docs_reference`` writes ``docs/reference/{policy,config,cli}.md``
+``python3 -m autoscaler.docs_reference`` writes ``docs/reference/{policy,config,cli,layers}.md``
 from the pydantic models (their JSON Schema: every key, type, default, range and
-description) and from the typer app (every command, argument and option). Examples are
+description), from the typer app (every command, argument and option) and from
+``autoscaler/layers.toml``. Examples are
 the values the repository's own example files hold. ``tests/docs/test_reference.py`` checks
 that the committed pages equal this output, so the references cannot drift from the code.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tomllib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -220,8 +222,34 @@ def cli_page() -> str:
     return "\n".join([intro, *_commands(root, ["gpu-autoscaler"])])
 
 
+def layers_page() -> str:
+    """autoscaler/layers.toml as a page: the layers top to bottom and the rules with their why."""
+    rules = tomllib.loads((REPO / "autoscaler" / "layers.toml").read_text())
+    lines = ["# Layers\n", HEADER.strip() + "\n", "The import rules of `autoscaler/` as "
+             "`autoscaler/layers.toml` states them and `tests/test_architecture.py` checks them: "
+             "a package imports packages of lower layers only, one of its own layer only as "
+             "listed under sideways. [Architecture](../internals/architecture.md) says what each "
+             "package holds.\n", "## Layers, top to bottom\n"]
+    lines += [f"{n}. " + ", ".join(f"`{pkg}`" for pkg in layer)
+              for n, layer in enumerate(rules["layers"], 1)]
+    lines += ["", "## Sideways imports allowed\n"]
+    lines += [f"- `{a}` may import `{b}`" for a, b in rules.get("sideways", [])]
+    lines += ["", "## Never\n"]
+    lines += [f"- {', '.join(f'`{x}`' for x in r['importers'])} never import "
+              f"{', '.join(f'`{x}`' for x in r['imported'])}: {_prose(r['why'])}"
+              for r in rules.get("never", [])]
+    lines += ["", "## Only\n"]
+    lines += [f"- only {', '.join(f'`{x}`' for x in r['importers'])} import "
+              f"{', '.join(f'`{x}`' for x in r['modules'])}: {_prose(r['why'])}"
+              for r in rules.get("only", [])]
+    for kind in ("exception", "cycle"):
+        if rules.get(kind):
+            lines += ["", f"## Known {kind}s\n"] + [f"- `{json.dumps(r)}`" for r in rules[kind]]
+    return "\n".join(lines) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {"policy.md": policy_page, "config.md": config_page,
-                                        "cli.md": cli_page}
+                                        "cli.md": cli_page, "layers.md": layers_page}
 
 
 def render_all() -> dict[str, str]:
