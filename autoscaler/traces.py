@@ -3,7 +3,7 @@
 Data is read from a path and never copied. Times stay in the trace's own seconds (an
 anonymised origin); the replay window is chosen in whole days from that origin.
 
-Pod-list rules (documented in README "Simulator"):
+Pod-list rules (documented in docs/internals/simulator.md):
 
 * arrival = ``creation_time``; run time = ``deletion_time - scheduled_time`` (the time the
   pod held its GPUs in production). Production queueing (``scheduled - creation``) is not

@@ -1,5 +1,4 @@
-"""Benchmark: reactive decide() vs decide() with the predictive floor (README "Predictive
-capacity").
+"""Benchmark: reactive decide() vs decide() with the predictive floor (docs/concepts/predictive.md).
 
     python benchmarks/bench_predictive.py [--data ../shared/data] [--seed 0] [--quantile 0.8]
                                           [--trace pod-list|synthetic-week|both]
@@ -55,7 +54,7 @@ def synthetic_week(jobs: list[Job], seed: int) -> list[Job]:
     models kept), with run times capped at 8 h so that a day's demand ends with the day;
     on Saturdays and Sundays (day % 7 in 5, 6: trace day 0 is a Monday) only a seeded 25%
     of them are kept. The daily shape is the trace's own; the weekly one is the
-    construction's (the real trace has no weekly pattern to learn, see the README)."""
+    construction's (the real trace has no weekly pattern to learn, see docs/designs/predictive.md)."""
     rng = random.Random(f"{seed}:synthetic-week")
     out = []
     for job in jobs:

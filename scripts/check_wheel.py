@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Build the release artifacts and install the wheel the way an operator would.
 
-``python -m build`` (sdist, then the wheel from the sdist: docs/releasing.md), a new
+``python -m build`` (sdist, then the wheel from the sdist: docs/internals/releasing.md), a new
 virtual environment without the system's packages, ``pip install`` of the wheel alone
 (no extras), then: ``gpu-autoscaler --version`` prints the wheel's version, ``gpu-autoscaler
 run --help`` works, the service's modules import, and neither matplotlib (the ``plots``
 extra) nor anything of the ``test`` extra was installed. Prints one line per step with its
 seconds and a last ``key=value`` line; exits 1 with the failed step's reason. A release
-step (docs/releasing.md): the dependencies come from the package index, as an operator's
+step (docs/internals/releasing.md): the dependencies come from the package index, as an operator's
 install gets them. CI checks the same offline, on a clean host, in
 tests/playbooks/test_controller.py.
 """

@@ -5,7 +5,7 @@ worker, so a module-scoped sandbox is started once; the packages in ``SHARED_PAC
 stay on one worker as a whole, for their package-scoped fixture). Modules are handed out
 in the order collected here: the slow ones first, end-to-end scenarios before the rest, so
 that the longest module never starts last and leaves one worker running alone
-(docs/testing.md).
+(docs/internals/testing.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """CI runs exactly the README's test command, and that command runs the whole suite in
-parallel and says where the time went (docs/testing.md)."""
+parallel and says where the time went (docs/internals/testing.md)."""
 
 from __future__ import annotations
 

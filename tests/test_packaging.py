@@ -2,7 +2,7 @@
 extras' ones only where their feature lives, and every runtime dependency is bounded so a
 new major release cannot change an install unseen. The wheel itself is built as a release is
 and installed without extras into a new virtual environment on a clean host by
-tests/playbooks/test_controller.py (docs/releasing.md)."""
+tests/playbooks/test_controller.py (docs/internals/releasing.md)."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ app = typer.Typer(
 
 def installed_version() -> str:
     """The installed distribution's version: the git tag it was built from (setuptools-scm,
-    fixed when the package is installed; docs/releasing.md)."""
+    fixed when the package is installed; docs/internals/releasing.md)."""
     try:
         return version("gpu-autoscaler")
     except PackageNotFoundError:  # run from a source tree that was never installed

@@ -14,7 +14,7 @@ from autoscaler.forecast.series import DAY_BINS, WINDOW_WEEKS
 from autoscaler.forecast.traces import load_series
 from autoscaler.traces import TraceError
 
-app = typer.Typer(help="Demand forecasts (README \"Predictive capacity\").", no_args_is_help=True)
+app = typer.Typer(help="Demand forecasts (docs/concepts/predictive.md).", no_args_is_help=True)
 
 
 def _fmt(value: float | None, unit: str = "") -> str:

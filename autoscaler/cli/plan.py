@@ -35,7 +35,7 @@ from autoscaler.policy.models import TeamPolicy, pool_key
 SNAPSHOT_HELP = (
     "Recorded engine input (JSON): {now, fleet: {nodes, history}, snapshot: {...}}. "
     "`gpu-autoscaler signals --json` writes one from the live sources; the format is "
-    "documented in README.md (\"Snapshot files\")."
+    "documented in docs/concepts/decisions.md (\"Snapshot files\")."
 )
 SETTINGS_HELP = (
     "Terraform settings (YAML: workdir, backend, aws_endpoint, regions: {'aws/us-east-1': "

@@ -1,5 +1,5 @@
 """``gpu-autoscaler store current|upgrade --config FILE``: the store's schema version, and its
-upgrade to the one this version needs (docs/store.md: back the store up first)."""
+upgrade to the one this version needs (docs/operators/store.md: back the store up first)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def current(config: ConfigOption) -> None:
 def upgrade(config: ConfigOption) -> None:
     """Upgrade the store's schema to the head this version needs, in one transaction.
 
-    Stop every instance of the service and back the store up first (docs/store.md). A store
+    Stop every instance of the service and back the store up first (docs/operators/store.md). A store
     written before schema versions is checked against that schema, then stamped and upgraded.
     """
     cfg = read_config(config)

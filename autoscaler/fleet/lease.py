@@ -1,4 +1,4 @@
-"""The leader lease and the fence every write and side effect passes (README "Two instances").
+"""The leader lease and the fence every write and side effect passes (docs/operators/ha.md).
 
 Time is the DATABASE's: a lease's expiry is written and compared with the clock of the
 one server every instance shares (``clock_timestamp()`` on PostgreSQL, ``strftime('now')``

@@ -14,7 +14,7 @@ What a database holds, and what each way in does with it:
 "refused (upgrade)": the one-line reason names ``gpu-autoscaler store upgrade``.
 
 Only an empty database is changed without being asked: an existing store is changed only by
-``gpu-autoscaler store upgrade``, after the operator's backup (docs/store.md). Every change
+``gpu-autoscaler store upgrade``, after the operator's backup (docs/operators/store.md). Every change
 runs in one transaction that holds the database's write lock (SQLite ``BEGIN IMMEDIATE``,
 PostgreSQL an advisory lock), so two instances starting on one empty database create it once.
 """
@@ -48,7 +48,7 @@ VERSION_TABLE = Table("alembic_version", MetaData(), Column("version_num", Strin
 PG_LOCK_KEY = 0x6761735F736368  # "gas_sch"
 LOCK_TIMEOUT_S = 60  # PostgreSQL: the longest wait for that lock, or a table's, in a schema change
 UPGRADE_HINT = ("back it up, then run `gpu-autoscaler store upgrade --config <the service config>` "
-                "(docs/store.md)")
+                "(docs/operators/store.md)")
 
 
 class Status(StrEnum):
@@ -100,7 +100,7 @@ class SchemaState:
                         f"({self.head}): {UPGRADE_HINT}")
         return (f"its schema {self.revision} is newer than this version of gpu-autoscaler knows "
                 f"(head {self.head}): run the version that upgraded it, or restore the backup "
-                "taken before that upgrade (docs/store.md)")
+                "taken before that upgrade (docs/operators/store.md)")
 
 
 @functools.cache

@@ -5,7 +5,7 @@ conditions Accepted / Provisioned / Failed / BookingExpired / Released). Every f
 from an HTTP client we do not trust, so every string has a closed syntax and every number
 a bound: the spec is data the engine reads, never text any tool interprets.
 
-The models are strict (README "Capacity requests": no coercion): ``"gpus": "4"``, ``true``
+The models are strict (docs/teams/capacity-requests.md: no coercion): ``"gpus": "4"``, ``true``
 and ``4.0`` are not 4, ``"dry_run": "yes"`` is not true, a duration is a string like ``2h``
 (not a number of seconds) and a time a string with a zone (not a Unix timestamp). They read
 the same from JSON text and from JSON-shaped dicts (the store's JSON column, tests).

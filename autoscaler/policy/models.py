@@ -1,6 +1,6 @@
 """Pydantic models of a team policy file (``policies/<team>.yaml``).
 
-Every default here is documented in README.md's policy reference; the JSON Schema that
+Every default here is in the generated docs/reference/policy.md; the JSON Schema that
 editors use is generated from these classes, so the two never disagree.
 """
 
@@ -108,8 +108,8 @@ class Quota(_Strict):
 
 
 class ReturnToSpot(_Strict):
-    """Moving fallback on-demand nodes back to spot, make-before-break (README "Spot
-    strategy"): the spot node boots first, then the on-demand node is drained with the
+    """Moving fallback on-demand nodes back to spot, make-before-break (docs/concepts/spot.md):
+    the spot node boots first, then the on-demand node is drained with the
     checkpoint signal at once and its jobs restart from their checkpoint on spot."""
 
     after: Duration = Field(
@@ -203,8 +203,9 @@ class Capacity(_Strict):
 
 
 class ScaleUp(_Strict):
-    gpu_utilization_above: Percent = 80
-    window: Duration = timedelta(minutes=5)
+    gpu_utilization_above: Percent = Field(
+        80, description="Mean GPU utilization over window that adds nodes.")
+    window: Duration = Field(timedelta(minutes=5), description="Averaging window of the utilization.")
     metric: Literal["gpu_util", "gr_engine_active"] = Field(
         "gpu_util",
         description="DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_PROF_GR_ENGINE_ACTIVE (profiling metric).",
@@ -222,8 +223,9 @@ class ScaleUp(_Strict):
 
 
 class ScaleDown(_Strict):
-    gpu_utilization_below: Percent = 10
-    idle_for: Duration = timedelta(minutes=15)
+    gpu_utilization_below: Percent = Field(10, description="Idle threshold, below scale_up's threshold.")
+    idle_for: Duration = Field(
+        timedelta(minutes=15), description="How long a node stays idle before a drain.")
     cooldown: Annotated[Duration, COOLDOWN] = Field(
         timedelta(minutes=10), description="No scale-down this soon after a scale-up or "
         "scale-down (at least 1s)."
@@ -231,11 +233,13 @@ class ScaleDown(_Strict):
     drain_timeout: Annotated[Duration, DRAIN_TIMEOUT] = Field(
         timedelta(minutes=30), description="How long a drain lets jobs run before "
         "checkpoint_signal (at least 30s).")
-    max_draining_percent: Percent = 20
+    max_draining_percent: Percent = Field(
+        20, description="Most of the pool draining at once (at least one node).")
     checkpoint_signal: Signal = Field(
         "USR1", description="Signal sent to jobs still running at drain_timeout before requeue."
     )
-    checkpoint_grace: Duration = timedelta(minutes=2)
+    checkpoint_grace: Duration = Field(
+        timedelta(minutes=2), description="Time after checkpoint_signal until requeue.")
     consolidate_below: Percent | None = Field(
         None, description="Opt-in: a node with jobs but fewer than this percent of its GPUs "
         "allocated, no job started on it for idle_for, whose jobs all fit on the free GPUs of "
@@ -276,9 +280,10 @@ class Lifetime(_Strict):
 
 class Health(_Strict):
     max_gpu_temperature: float = Field(87, gt=0, le=150, description="Degrees C.")
-    replace_on_xid: bool = True
-    replace_on_thermal_throttle: bool = False
-    replace_on_failed_health_check: bool = True
+    replace_on_xid: bool = Field(True, description="Replace a node whose GPU reports an XID error.")
+    replace_on_thermal_throttle: bool = Field(
+        False, description="Replace a node whose GPU is thermally throttled.")
+    replace_on_failed_health_check: bool = Field(True, description="Replace a node whose health check fails.")
     replace_on_ecc: bool = Field(
         True, description="Replace a node whose GPU reports an uncorrectable (double-bit) ECC "
         "error, a failed row remapping or a page retirement pending (DCGM).")
@@ -305,13 +310,13 @@ class Health(_Strict):
 class ScheduleEntry(_Strict):
     cron: CronText = Field(
         description="Standard 5-field cron, evaluated in UTC unless timezone is set.")
-    min_nodes: int = Field(ge=0, le=MAX_NODES)
-    duration: Duration
-    timezone: TimeZoneName = "UTC"
+    min_nodes: int = Field(ge=0, le=MAX_NODES, description="The pool's floor while the entry is active.")
+    duration: Duration = Field(description="How long the floor holds after the cron fires.")
+    timezone: TimeZoneName = Field("UTC", description="Time zone the cron is read in.")
 
 
 class Predictive(_Strict):
-    """Capacity ahead of the forecast peak (README "Predictive capacity")."""
+    """Capacity ahead of the forecast peak (docs/concepts/predictive.md)."""
 
     mode: Literal["off", "forecast-only", "scale"] = Field(
         "off", description="forecast-only: report the forecast; scale: also hold it as a floor.")
@@ -326,8 +331,9 @@ class Predictive(_Strict):
 
 
 class MpsSettings(_Strict):
-    active_thread_percentage: Percent = 100
-    pinned_device_mem_limit_mib: int | None = Field(None, ge=1, le=10_000_000)
+    active_thread_percentage: Percent = Field(100, description="Default share of SMs per MPS client.")
+    pinned_device_mem_limit_mib: int | None = Field(
+        None, ge=1, le=10_000_000, description="Per-GPU pinned memory limit.")
     # Volta and later serve at most 48 MPS clients per GPU.
     replicas: int = Field(4, ge=2, le=48, description="Kubernetes: clients per GPU the device "
                           "plugin advertises as nvidia.com/gpu.shared.")
@@ -335,14 +341,15 @@ class MpsSettings(_Strict):
 
 class Bootstrap(_Strict):
     driver: DriverBranch = Field("550", description="NVIDIA driver branch.")
-    cuda: CudaVersion = "12.4"
-    sharing: Literal["none", "mig", "mps", "time-slicing"] = "none"
+    cuda: CudaVersion = Field("12.4", description="CUDA toolkit version, major.minor.")
+    sharing: Literal["none", "mig", "mps", "time-slicing"] = Field("none", description="How jobs share GPUs.")
     mig_profiles: list[str] = Field(default_factory=list, description="e.g. ['3g.20gb', '3g.20gb']")
     mps: MpsSettings = MpsSettings()
-    time_slicing_replicas: int = Field(4, ge=2, le=64)
-    container_runtime: Literal["containerd", "docker"] = "containerd"
+    time_slicing_replicas: int = Field(4, ge=2, le=64, description="time-slicing: replicas offered per GPU.")
+    container_runtime: Literal["containerd", "docker"] = Field(
+        "containerd", description="Nodes' container runtime.")
     dcgm_diag_level: int = Field(1, ge=1, le=3, description="dcgmi diag -r level.")
-    timeout: Duration = timedelta(minutes=30)
+    timeout: Duration = Field(timedelta(minutes=30), description="Time limit of a node's bootstrap.")
 
 
 START_WITHIN = at_least(timedelta(seconds=30), "Slurm starts a job that fits within a few "
@@ -380,8 +387,8 @@ class OnPrem(_Strict):
 
 
 class Cluster(_Strict):
-    kind: Literal["slurm", "kubernetes", "none"] = "none"
-    partition: PartitionName = "gpu"
+    kind: Literal["slurm", "kubernetes", "none"] = Field("none", description="The scheduler the nodes join.")
+    partition: PartitionName = Field("gpu", description="Slurm: the partition the pool serves.")
     accounts: list[SlurmName] = Field(
         default_factory=list, max_length=MAX_SLURM_NAMES, description="Slurm: the accounts "
         "whose pending jobs this pool serves (compared without case, as Slurm does); empty: "
@@ -415,15 +422,16 @@ class Cluster(_Strict):
 
 
 class Pool(_Strict):
-    name: Name
-    cloud: Annotated[Cloud, Field(strict=False)]
-    region: RegionName
+    name: Name = Field(description="Unique in the team; team + pool at most 52 characters.")
+    cloud: Annotated[Cloud, Field(strict=False, description="The pool's cloud.")]
+    region: RegionName = Field(description="A region the catalog knows for the cloud.")
     zones: list[ZoneName] = Field(default_factory=list,
                                   description="Empty: any zone of the region.")
-    instance_types: list[InstanceTypeName] = Field(min_length=1)
+    instance_types: list[InstanceTypeName] = Field(
+        min_length=1, description="Catalog types; the cheapest $/GPU-h that fits wins.")
     capacity: Capacity = Capacity()
-    min_nodes: int = Field(0, ge=0, le=MAX_NODES)
-    max_nodes: int = Field(ge=0, le=MAX_NODES)
+    min_nodes: int = Field(0, ge=0, le=MAX_NODES, description="Floor of the pool's size.")
+    max_nodes: int = Field(ge=0, le=MAX_NODES, description="Most nodes of the pool; at least min_nodes.")
     scale_up: ScaleUp = ScaleUp()
     scale_down: ScaleDown = ScaleDown()
     lifetime: Lifetime = Lifetime()
@@ -444,9 +452,11 @@ class Pool(_Strict):
 
 
 class TeamPolicy(_Strict):
-    apiVersion: Literal["gpu-autoscaler/v1"] = "gpu-autoscaler/v1"
-    team: Name
-    priority: Annotated[Priority, Field(strict=False)] = Priority.MEDIUM
+    apiVersion: Literal["gpu-autoscaler/v1"] = Field(
+        "gpu-autoscaler/v1", description="Policy format version.")
+    team: Name = Field(description="Unique across files; becomes Terraform keys and hostnames.")
+    priority: Annotated[Priority, Field(
+        strict=False, description="Order under a global cap.")] = Priority.MEDIUM
     quota: Quota = Quota()
     pools: list[Pool] = Field(min_length=1)
     placement_groups: dict[Name, list[Name]] = Field(

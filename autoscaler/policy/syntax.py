@@ -3,8 +3,8 @@
 A policy is written by a team, not by the operator, and its strings reach Ansible, Terraform,
 Slurm, Kubernetes and cron. Each has a pattern here that admits what those systems accept
 for it (usually a strict subset) and nothing else: no spaces, quotes, braces or '$'. This is
-the first line of defence; the actuators pass values as data anyway (see README "What the
-service refuses, and why").
+the first line of defence; the actuators pass values as data anyway (see
+docs/operators/refusals.md).
 """
 
 from __future__ import annotations

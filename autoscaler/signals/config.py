@@ -28,7 +28,7 @@ class _Model(BaseModel):
 
 
 class BasicAuth(_Model):
-    username: str
+    username: str = Field(description="User name for HTTP basic auth.")
     password_env: str = Field(description="Name of the environment variable with the password.")
 
     def password(self) -> str:

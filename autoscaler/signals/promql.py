@@ -148,7 +148,7 @@ class QueryBuilder:
             "power": f"sum {by} (last_over_time({self._sel('DCGM_FI_DEV_POWER_USAGE')}{last}))",
             "throttle": f"max {by} ("
             + THERMAL_BITS_EXPR.format(v=f"last_over_time({self._sel(THROTTLE)}{last})") + ")",
-            # Memory faults (README "Broken nodes"): counts of GPUs, absent (0) when none.
+            # Memory faults (docs/concepts/lifecycle.md): counts of GPUs, absent (0) when none.
             ECC_DBE_FIELD: f"sum {by} (last_over_time({self._sel(ECC_DBE)}{last}))",
             REMAP_FAILED_FIELD: f"count {by} (last_over_time({self._sel(ROW_REMAP_FAILURE)}{last}) > 0)",
             PAGES_PENDING_FIELD: f"count {by} (last_over_time({self._sel(RETIRED_PENDING)}{last}) > 0)",

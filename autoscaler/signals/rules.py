@@ -115,7 +115,7 @@ def newest_rule(metric: str, secs: int | None = None) -> str:
 
 TEMP_RULE = node_rule("gpu_temp_c", "max")  # recorded above the lowest limit only
 THROTTLED_RULE = node_rule("thermal_throttle", "max")  # recorded for throttled nodes only
-# Memory faults, recorded for faulty nodes only (README "Broken nodes").
+# Memory faults, recorded for faulty nodes only (docs/concepts/lifecycle.md, "Broken nodes").
 ECC_DBE_RULE = node_rule("ecc_dbe_errors", "sum")
 REMAP_FAILED_RULE = node_rule("row_remap_failed_gpus", "count")
 PAGES_PENDING_RULE = node_rule("retired_pending_gpus", "count")

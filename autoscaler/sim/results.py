@@ -1,6 +1,6 @@
 """Per-strategy results of a replay: cost, GPU-hours, waits, interruptions, actions.
 
-Definitions (README "Simulator"):
+Definitions (docs/internals/simulator.md):
 
 * cost: every node's $/h x the time from its launch request to its termination (or the end
   of the window); refused launches cost nothing.

@@ -76,7 +76,7 @@ def test_the_service_refuses_a_store_newer_than_it_knows(store, tmp_path):
     assert code == 1 and error_line(err) == (
         f"error: cannot open the store {url}: its schema 0099_future is newer than this version "
         f"of gpu-autoscaler knows (head {schema.head()}): run the version that upgraded it, or "
-        "restore the backup taken before that upgrade (docs/store.md)")
+        "restore the backup taken before that upgrade (docs/operators/store.md)")
     code, _, err = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
     assert code == 1 and error_line(err).startswith(f"error: cannot upgrade the store {url}: its "
                                                     "schema 0099_future is newer")

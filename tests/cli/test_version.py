@@ -1,5 +1,5 @@
 """`gpu-autoscaler --version` prints the installed version (from the git tag it was built
-from, docs/releasing.md) and loads no command to do it."""
+from, docs/internals/releasing.md) and loads no command to do it."""
 
 from __future__ import annotations
 

@@ -208,7 +208,7 @@ def test_first_run_installs_a_service_that_answers_from_outside_as_its_own_user(
     assert controller.sh(f"ps -o user= -p {pid}") == "gpu-autoscaler"
     assert controller.sh("id -u gpu-autoscaler") != "0"
     # The release wheel (python -m build: sdist, then the wheel from it) in a new virtual
-    # environment on a clean host, without extras: what a release must do (docs/releasing.md).
+    # environment on a clean host, without extras: what a release must do (docs/internals/releasing.md).
     venv = "/opt/gpu-autoscaler/venv/bin"
     version = controller.sh(f"{venv}/gpu-autoscaler --version")
     assert version == f"gpu-autoscaler {Path(controller.extra_vars['controller_wheel']).name.split('-')[1]}"

@@ -28,7 +28,7 @@ class AnsibleSettings(BaseModel):
         None, description="Pinned SSH host keys, one per node name (recorded at first "
         "contact; a changed key is refused). Default: runs_dir/known_hosts.")
     ssh_user: str = Field("root", description="SSH user on new nodes (become is used unless root).")
-    ssh_port: int = Field(22, ge=1, le=65535)
+    ssh_port: int = Field(22, ge=1, le=65535, description="SSH port on new nodes.")
     private_key_file: Path | None = Field(None, description="SSH private key for the nodes.")
     connect_timeout_s: int = Field(10, ge=1, description="SSH connection timeout.")
     control_persist: bool = Field(

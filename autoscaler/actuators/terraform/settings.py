@@ -21,18 +21,18 @@ class _Model(BaseModel):
 
 
 class LocalBackend(_Model):
-    kind: Literal["local"] = "local"
+    kind: Literal["local"] = Field("local", description="State in files under workdir.")
 
 
 class S3Backend(_Model):
     """State in S3, one object per pool; ``use_lockfile`` locks with a .tflock object."""
 
-    kind: Literal["s3"] = "s3"
-    bucket: str
-    key_prefix: str = "gpu-autoscaler"
-    region: str = "us-east-1"
+    kind: Literal["s3"] = Field("s3", description="State in S3, one object per pool.")
+    bucket: str = Field(description="The state bucket.")
+    key_prefix: str = Field("gpu-autoscaler", description="Prefix of each pool's state key.")
+    region: str = Field("us-east-1", description="Region of the bucket.")
     endpoint: str | None = Field(None, description="S3 endpoint URL (moto in tests).")
-    use_lockfile: bool = True
+    use_lockfile: bool = Field(True, description="Lock with a .tflock object.")
 
 
 Backend = Annotated[LocalBackend | S3Backend, Field(discriminator="kind")]
@@ -44,18 +44,18 @@ class RegionInputs(_Model):
     ami: str = Field(description="Image id (AMI, or the ECS image id on Alibaba Cloud).")
     subnet_ids: list[str] = Field(default_factory=list,
                                   description="Subnets (vSwitches); empty = default VPC.")
-    security_group_ids: list[str] = Field(default_factory=list)
-    key_name: str | None = None
-    iam_instance_profile: str | None = None
-    root_volume_gb: int = Field(100, ge=8)
+    security_group_ids: list[str] = Field(default_factory=list, description="Empty: the VPC's default group.")
+    key_name: str | None = Field(None, description="EC2 key pair for SSH.")
+    iam_instance_profile: str | None = Field(None, description="IAM instance profile name.")
+    root_volume_gb: int = Field(100, ge=8, description="Root volume size in GiB.")
     user_data: str = Field("", description="Cloud-init for new nodes; never printed.")
-    spot_max_price: str | None = None
+    spot_max_price: str | None = Field(None, description="Highest spot $/h; null: up to on-demand.")
 
 
 class TerraformSettings(_Model):
     workdir: Path = Field(Path(".gpu-autoscaler/terraform"),
                           description="Root of the per-pool workspaces (and local state).")
-    backend: Backend = LocalBackend()
+    backend: Backend = Field(LocalBackend(), description="Where pool state lives.")
     aws_endpoint: str | None = Field(
         None, description="Endpoint URL for every AWS API (moto in tests and the sandbox). "
         "Setting it also skips the provider's credential and account checks.")
@@ -75,10 +75,10 @@ class TerraformSettings(_Model):
         "the cloud (a vanished instance becomes LOST and leaves the map), so a stale state "
         "entry is never recreated behind the store's back. PoolWorkspace.refresh() brings "
         "the state in line when the reconciler asks.")
-    plugin_mirror: Path = Path("/opt/tf-plugins")
-    modules_dir: Path = DEFAULT_MODULES_DIR
-    terraform_bin: str = "terraform"
-    command_timeout_s: float = Field(1800, gt=0)
+    plugin_mirror: Path = Field(Path("/opt/tf-plugins"), description="Providers come only from here.")
+    modules_dir: Path = Field(DEFAULT_MODULES_DIR, description="The pool modules' directory.")
+    terraform_bin: str = Field("terraform", description="The terraform binary.")
+    command_timeout_s: float = Field(1800, gt=0, description="Time limit of one command.")
     lock_timeout: str = Field("0s", description="How long to wait for another run's lock.")
 
     def inputs_for(self, cloud: str, region: str) -> RegionInputs | None:

@@ -18,7 +18,7 @@ class NamespaceRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: str = Field(description="Namespace name or glob (fnmatch), e.g. 'vision-*'.")
-    team: str
+    team: str = Field(description="The team the namespace's pods belong to.")
     pool: str | None = Field(None, description="Default: the team's first kubernetes pool.")
 
     def matches(self, namespace: str) -> bool:
@@ -30,11 +30,11 @@ class KubernetesConfig(BaseModel):
 
     host: str | None = Field(None, description="API server URL; default: from kubeconfig.")
     kubeconfig: Path | None = Field(None, description="Used when host is not set.")
-    token_env: str | None = None
-    token_file: Path | None = None
-    ca_file: Path | None = None
-    verify: bool = True
-    timeout: Duration = timedelta(seconds=10)
+    token_env: str | None = Field(None, description="Environment variable holding the API token.")
+    token_file: Path | None = Field(None, description="File holding the API token.")
+    ca_file: Path | None = Field(None, description="CA bundle of the API server.")
+    verify: bool = Field(True, description="Verify the API server's certificate.")
+    timeout: Duration = Field(timedelta(seconds=10), description="Time limit of each API call.")
     namespace_teams: list[NamespaceRule] = Field(
         default_factory=list,
         description="Pods without gpu-autoscaler/team+pool selectors: first matching rule, "

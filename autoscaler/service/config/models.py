@@ -101,7 +101,7 @@ class AwsCloudConfig(_Model):
 
 
 class AlicloudConfig(_Model):
-    regions: list[str] = Field(default_factory=list)
+    regions: list[str] = Field(default_factory=list, description="Regions the pools use.")
     endpoint: str | None = Field(None, description="ECS endpoint host:port (the fake ECS server "
                                  "in tests).")
 
@@ -128,7 +128,7 @@ class AddressSettings(_Model):
     source: Literal["terraform", "file"] = Field(
         "terraform", description="terraform: the node's private IP from the Terraform output; "
         "file: a JSON map {node: address} kept by another tool (the sandbox writes one).")
-    file: Path | None = None
+    file: Path | None = Field(None, description="source file: the JSON map of node to address.")
     wait: Duration = Field(timedelta(seconds=30), description="How long to wait for a node's "
                            "entry in the file before reporting 'no address yet'.")
 
@@ -149,8 +149,9 @@ def _checked_token(value: str | None, where: str) -> str | None:
 class TeamToken(_Model):
     """Where one team's bearer token for /v1/requests is (exactly one of env or file)."""
 
-    env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-    file: Path | None = None
+    env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", description="Environment variable.")
+    file: Path | None = Field(None, description="File holding the token.")
 
     @model_validator(mode="after")
     def _one(self) -> TeamToken:
@@ -160,7 +161,7 @@ class TeamToken(_Model):
 
 
 class HttpSettings(_Model):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Serve the HTTP API.")
     listen: str = Field("127.0.0.1:9464", description="host:port; loopback by default.")
     token_env: str | None = Field(None, description="Environment variable with the bearer "
                                   "token that /status and /plan require.")
@@ -246,7 +247,7 @@ class ServiceConfig(_Model):
     addresses: AddressSettings = AddressSettings()
     http: HttpSettings = HttpSettings()
     leader: LeaderSettings = LeaderSettings()
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
 
     @model_validator(mode="after")
     def _one_registration(self) -> ServiceConfig:

@@ -1,7 +1,7 @@
 """Launch backoff: a pool (type, zone, market) whose launches keep failing for the same
 cause is held, as Cluster Autoscaler backs off a node group.
 
-The rule (documented in README "Launch backoff"): the n-th failure in a row of the same
+The rule (documented in docs/concepts/loop.md, "Launch backoff"): the n-th failure in a row of the same
 cause holds launches into that (pool, type, zone, market) for ``5 min x 2^(n-1)``, at most
 30 min, counted from the failure. Failures are nodes that went to PROVISION_FAILED or
 BOOTSTRAP_FAILED; the cause is the Ansible task that failed, the cloud's error code, or

@@ -27,7 +27,7 @@ has made ``MAX_RECEIVES`` receives or ``notice_read_budget`` is spent. A refused
 for a node the store has in the notice's cloud and region; everything else is counted in
 ``InterruptionReport.rejected`` by reason and logged once. So a notice behind N others is
 applied within ceil((N + 1) / (10 R)) passes, R being the receives a pass makes: 100, or
-fewer when the budget runs out first (see the README).
+fewer when the budget runs out first (see docs/integrations/aws.md).
 """
 
 from __future__ import annotations

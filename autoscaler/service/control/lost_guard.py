@@ -2,7 +2,7 @@
 
 A LOST node leaves its pool's Terraform map, and the next apply destroys whatever is
 still behind its key: a wrong LOST destroys a live machine without a drain. So a missing
-instance is evidence only when the rest of the world agrees (README rule 1, "never remove
+instance is evidence only when the rest of the world agrees (docs/concepts/decisions.md rule 1, "never remove
 capacity on absence of evidence"):
 
 * **mass disappearance freezes the pool.** Cluster Autoscaler stops scaling when more than

@@ -42,7 +42,8 @@ class ExecutorSettings(BaseModel):
         "count: the PROVISIONING timeout bounds that wait.")
     # -- bootstrap and readiness --------------------------------------------------------
     bootstrap_retries: int = Field(2, ge=0, description="Ansible runs after the first that fails.")
-    bootstrap_retry_backoff: Duration = Field(timedelta(seconds=30))
+    bootstrap_retry_backoff: Duration = Field(
+        timedelta(seconds=30), description="Wait before an Ansible retry.")
     bootstrap_batch_size: int = Field(50, ge=1, description="Nodes per ansible-runner run.")
     ready_wait_timeout: Duration = Field(
         timedelta(minutes=10), description="After a successful bootstrap, the longest wait for "
@@ -60,7 +61,7 @@ class ExecutorSettings(BaseModel):
     checkpoint_signal: str = Field(
         "USR1", description="Signal for nodes without a policy (a pool's scale_down."
         "checkpoint_signal wins).")
-    checkpoint_grace: Duration = Field(timedelta(minutes=2))
+    checkpoint_grace: Duration = Field(timedelta(minutes=2), description="For nodes without a policy.")
     drain_timeout: Duration = Field(
         timedelta(minutes=30), description="For nodes whose pool has no policy any more.")
     checkpoint_scope: Literal["batch", "full"] = Field(

@@ -1,4 +1,4 @@
-"""Predictive capacity in the running service (README "Predictive capacity").
+"""Predictive capacity in the running service (docs/concepts/predictive.md).
 
 Every tick, for every pool: its demand sample goes into the store's history
 (``fleet/demand_history.py``). For pools with ``predictive.mode`` ``forecast-only`` or

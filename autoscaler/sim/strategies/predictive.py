@@ -1,6 +1,6 @@
 """"predictive": the same decide() as "ours", with the pool's forecast floor in each Snapshot.
 
-The demand history is the trace's own (GPUs its jobs held, README "Predictive capacity"):
+The demand history is the trace's own (GPUs its jobs held, docs/concepts/predictive.md):
 the jobs before the replay window plus the window's jobs as they arrive. The model is
 chosen by a backtest on the days before the window only; during the replay it is refit
 each hour on the bins already replayed, never on a bin at or after the current time.
