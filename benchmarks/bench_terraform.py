@@ -13,6 +13,12 @@ desired map (written directly, not applied: applying 9 more pools would add minu
 their state is never read, since an unchanged pool is skipped before any Terraform run).
 
 Last line: plan_s_10_nodes=<a> plan_s_100_nodes=<b> plan_s_10_pools_1_changed=<c> plan_s_1_pool=<d>
+
+With ``--sizes 10,100,250,500`` it measures instead what launching and removing k nodes
+(``--step``, default 10) costs against a pool already holding N nodes, one workspace grown
+from size to size: the executor's one-command apply (``converge``) of N+k nodes, of N again,
+and an operator's ``plan`` preview of N+k. Last line:
+``launch_s_<N>=.. remove_s_<N>=.. plan_s_<N>=..`` per size, then ``launch_ratio=<largest/smallest>``.
 """
 
 from __future__ import annotations
@@ -124,18 +130,59 @@ def run(workdir: Path, with_refresh: bool) -> None:
           f"plan_s_10_pools_1_changed={c:.2f} plan_s_1_pool={d:.2f}")
 
 
+def timed_converge(ws: PoolWorkspace, nodes: NodeMap) -> float:
+    started = time.monotonic()
+    result = ws.converge(nodes)
+    if not result.ok or set(result.nodes) != set(nodes):
+        raise SystemExit(f"converge of {len(nodes)} failed for {ws.key}: "
+                         f"{result.failed or result.errors}")
+    return time.monotonic() - started
+
+
+def scale_run(workdir: Path, sizes: list[int], step: int) -> None:
+    """Launch and remove ``step`` nodes against a pool grown to each size in turn."""
+    os.environ.update(SANDBOX_ENV)
+    rows: list[tuple[int, float, float, float]] = []
+    with MotoSandbox(workdir / "moto") as moto:
+        settings = TerraformSettings(workdir=workdir / "tf", aws_endpoint=moto.endpoint,
+                                     regions={"aws/us-east-1": RegionInputs(ami=MOTO_AMI)})
+        ws = PoolWorkspace(settings, "bench", "big", "aws", "us-east-1")
+        for size in sizes:
+            grown = time.monotonic()
+            timed_converge(ws, node_map("big", size))
+            print(f"pool grown to {size} nodes in {time.monotonic() - grown:.0f}s", flush=True)
+            more = node_map("big", size + step)
+            launch = timed_converge(ws, more)
+            remove = timed_converge(ws, node_map("big", size))
+            plan = timed_plan(ws, node_map("big", size + 1))
+            rows.append((size, launch, remove, plan))
+            print(f"N={size}: launch {step} {launch:.1f}s, remove {step} {remove:.1f}s, "
+                  f"plan +1 {plan:.1f}s", flush=True)
+        ws.destroy_all()
+    first, last = rows[0], rows[-1]
+    print(f"launch of {step} at {last[0]} vs {first[0]} nodes: ratio {last[1] / first[1]:.2f}; "
+          f"remove {last[2] / first[2]:.2f}; plan {last[3] / first[3]:.2f}")
+    print(" ".join(f"launch_s_{n}={a:.1f} remove_s_{n}={r:.1f} plan_s_{n}={p:.1f}"
+                   for n, a, r, p in rows) + f" launch_ratio={last[1] / first[1]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, default=None,
                         help="Keep workspaces here (default: a temporary directory).")
     parser.add_argument("--with-refresh", action="store_true",
                         help="Also time the two plans with refresh on (information only).")
+    parser.add_argument("--sizes", default=None,
+                        help="Comma-separated pool sizes, e.g. 10,100,250,500: time launching and "
+                             "removing --step nodes against each instead.")
+    parser.add_argument("--step", type=int, default=10, help="Nodes launched and removed (--sizes).")
     args = parser.parse_args()
-    if args.workdir:
-        run(args.workdir, args.with_refresh)
-        return
     with tempfile.TemporaryDirectory(prefix="bench-terraform-") as tmp:
-        run(Path(tmp), args.with_refresh)
+        workdir = args.workdir or Path(tmp)
+        if args.sizes:
+            scale_run(workdir, [int(x) for x in args.sizes.split(",")], args.step)
+        else:
+            run(workdir, args.with_refresh)
 
 
 if __name__ == "__main__":
