@@ -5,7 +5,9 @@ type's default price (``InstanceType.on_demand_usd``, the us-east-1 list price f
 A region missing here falls back to that default, and the fallback is reported by name
 ("us-east-1 list price used for eu-west-1"), never silently.
 
-Only regions of ``catalog/regions.py`` appear. Linux, shared tenancy, USD per hour.
+Only regions of ``catalog/regions.py`` appear, and only rows that were read: a region
+missing from a row may well have a price of its own (us-east-2 and us-west-2 usually equal
+us-east-1's). Linux, shared tenancy, USD per hour.
 
 Sources (each row says which):
   [v8] SkyPilot's AWS catalog, generated from the AWS Price List API:
@@ -14,7 +16,7 @@ Sources (each row says which):
        p5.48xlarge us-east-1 55.04, was 98.32), read 2026-12-03.
   [v7] The same project's catalogs/v7/aws/vms.csv at commit
        001367d22a0033fac286a8c71aeac7109e431bcb (an older snapshot; G6/G6e were not part
-       of that cut), read 2026-12-03.
+       of that cut; [v8] has the same G6 figures where both were read), read 2026-12-03.
 The p5en us-east-1/us-east-2/us-west-2 figure (63.296) also appears in dstack PR #4110
 (2026-08-06), whose offers come from the AWS Price List through gpuhunt.
 """
@@ -49,6 +51,18 @@ REGIONAL_ON_DEMAND: Mapping[tuple[str, str], Mapping[str, float]] = {
         **_same(24.48), "ap-northeast-1": 33.552, "ap-northeast-2": 33.872,
         "ap-southeast-1": 33.872, "ap-southeast-2": 33.872, "ca-central-1": 26.928,
         "eu-central-1": 30.584, "eu-west-1": 26.44, "eu-west-2": 28.712},
+    # [v8]
+    ("aws", "g4dn.xlarge"): {
+        "us-east-1": 0.526, "af-south-1": 0.698, "ap-northeast-1": 0.71,
+        "ap-northeast-2": 0.647, "ap-northeast-3": 0.71, "ap-south-1": 0.579,
+        "ap-southeast-1": 0.736, "ap-southeast-2": 0.684, "ca-central-1": 0.584,
+        "eu-central-1": 0.658, "eu-north-1": 0.558, "eu-south-1": 0.616, "eu-west-1": 0.587,
+        "eu-west-2": 0.615, "eu-west-3": 0.615, "me-south-1": 0.645},
+    # [v8]
+    ("aws", "g5.xlarge"): {
+        "us-east-1": 1.006, "ap-northeast-1": 1.459, "ap-northeast-2": 1.237,
+        "ap-south-1": 1.208, "ap-southeast-2": 1.308, "ca-central-1": 1.117,
+        "eu-central-1": 1.258, "eu-north-1": 1.067, "eu-west-1": 1.123, "eu-west-2": 1.277},
     # [v8]
     ("aws", "p4d.24xlarge"): {
         "us-east-1": 21.957642, "us-east-2": 21.95764, "us-west-2": 21.95764,
