@@ -23,6 +23,7 @@ from botocore.parsers import ResponseParserError
 
 from autoscaler.catalog import Catalog, default_catalog
 from autoscaler.clouds.aws_events import Trust
+from autoscaler.clouds.aws_pricelist import PriceListReader, PriceListSettings
 from autoscaler.clouds.aws_queue import SqsInterruptionQueue
 from autoscaler.clouds.base import (
     LIVE_STATES,
@@ -76,6 +77,10 @@ class AwsSettings:
     read_timeout: float = 10
     max_attempts: int = 2
     sqs_wait_seconds: int = 1
+    # The Price List bulk offer file ("{region}" filled in; aws_pricelist.DEFAULT_URL is
+    # AWS's). None: on-demand prices come from the catalog and the price file only.
+    price_list_url: str | None = None
+    price_list_ttl: timedelta = timedelta(hours=24)
 
 
 @contextlib.contextmanager
@@ -124,6 +129,10 @@ class AwsCloud:
         self._zones: TtlCache[str, list[str]] = TtlCache(self.settings.offerings_ttl, clock)
         self.api_calls: dict[str, int] = {}  # per operation, for status and tests
         self._account: str | None = self.settings.account_id
+        self.price_list = None if self.settings.price_list_url is None else PriceListReader(
+            region, self.catalog, PriceListSettings(url=self.settings.price_list_url,
+                                                    ttl=self.settings.price_list_ttl),
+            clock=clock)
 
     # -- plumbing ---------------------------------------------------------------
     def _client(self, service: str) -> Any:
@@ -146,13 +155,20 @@ class AwsCloud:
 
     # -- prices -----------------------------------------------------------------
     def on_demand_prices(self, types: Iterable[str]) -> dict[str, float]:
-        """From the catalog (with the operator's price file applied); unknown types left out."""
+        """This region's on-demand $/h per type, unknown types left out. The operator's price
+        file wins (it may hold contract prices); then the Price List when configured (read
+        once per TTL; a failure raises, and the price signals keep the last good answer);
+        then the catalog's list price for this region. A price that would only be another
+        region's stand-in is left out: the PriceBook falls back to it and says whose it is."""
+        names = [name for name in types if ("aws", name) in self.catalog]
+        listed = self.price_list.on_demand_prices(names) if self.price_list else {}
         out = {}
-        for name in types:
-            if ("aws", name) in self.catalog:
-                price = self.catalog.get("aws", name).on_demand_usd
-                if price is not None:
-                    out[name] = price
+        for name in names:
+            price = self.catalog.price("aws", self.region, name)
+            if name in listed and not price.source.startswith("price file"):
+                out[name] = listed[name]
+            elif price.on_demand_usd is not None and price.fallback_region is None:
+                out[name] = price.on_demand_usd
         return out
 
     def spot_price_history(self, types: Iterable[str],

@@ -1,11 +1,13 @@
 """What nodes cost: the catalog's prices, overridden by the offerings a snapshot observed.
 
-Previews, the status API and the engine all price a node the same way, here.
+Previews, the status API and the engine all price a node the same way, here. Catalog
+prices are per region (``Catalog.price``); when a region has no price of its own and
+another region's stands in, ``price_source`` says so, for reasons and previews.
 """
 
 from __future__ import annotations
 
-from autoscaler.catalog import Catalog, CatalogError, InstanceType
+from autoscaler.catalog import Catalog, CatalogError, InstanceType, Price
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import Offering, Snapshot
 from autoscaler.policy.models import Market
@@ -22,6 +24,7 @@ class PriceBook:
             self._offerings[(off.cloud, off.region, off.instance_type, off.zone)] = off
         # Memos: a 10,000-node fleet asks the same few (type, zone, market) questions.
         self._types: dict[tuple[str, str], InstanceType | None] = {}
+        self._listed: dict[tuple[str, str, str], Price | None] = {}
         self._costs: dict[tuple[str, str, str, str | None, Market], tuple[int, float]] = {}
 
     def itype(self, cloud: str, name: str) -> InstanceType | None:
@@ -38,19 +41,44 @@ class PriceBook:
             (cloud, region, name, None)
         )
 
+    def listed(self, cloud: str, region: str, name: str) -> Price | None:
+        """The catalog's price for the region (None for a type the catalog does not know)."""
+        key = (cloud, region, name)
+        if key not in self._listed:
+            self._listed[key] = (self.catalog.price(cloud, region, name)
+                                 if self.itype(cloud, name) else None)
+        return self._listed[key]
+
     def on_demand(self, cloud: str, region: str, name: str, zone: str | None) -> float | None:
         off = self._offering(cloud, region, name, zone)
         if off is not None and off.on_demand_usd is not None:
             return off.on_demand_usd
-        itype = self.itype(cloud, name)
-        return itype.on_demand_usd if itype else None
+        price = self.listed(cloud, region, name)
+        return price.on_demand_usd if price else None
 
     def spot(self, cloud: str, region: str, name: str, zone: str | None) -> float | None:
         off = self._offering(cloud, region, name, zone)
         if off is not None and off.spot_usd is not None:
             return off.spot_usd
-        itype = self.itype(cloud, name)
-        return itype.spot_usd if itype else None
+        price = self.listed(cloud, region, name)
+        return price.spot_usd if price else None
+
+    def price_source(self, cloud: str, region: str, name: str, zone: str | None,
+                     market: Market = Market.ON_DEMAND) -> str:
+        """Where ``on_demand``/``spot`` got their figure: "observed" (a cloud price API or
+        spot history) or the catalog's source, e.g. "us-east-1 list price used for
+        eu-west-1" (a stand-in a preview should show)."""
+        off = self._offering(cloud, region, name, zone)
+        if off is not None:
+            seen = off.spot_usd if market is Market.SPOT else off.on_demand_usd
+            if seen is not None:
+                return "observed"
+        price = self.listed(cloud, region, name)
+        if price is None:
+            return f"{name} is not in the {cloud} catalog"
+        if market is Market.SPOT:
+            return f"catalog spot fallback ({price.source})"
+        return price.source
 
     def node_cost(self, node: Node) -> tuple[int, float]:
         """GPUs and $/h of a node; unknown prices count as 0 so a missing price file never
