@@ -21,8 +21,9 @@ PricesOption = Annotated[
     Path | None,
     typer.Option(
         "--prices",
-        help="Operator price file (YAML: prices: {cloud: {type: {on_demand, spot_discount}}}). "
-        "Needed for Alibaba Cloud types, which have no built-in price.",
+        help="Operator price file (YAML: prices: {cloud: {type: {on_demand, spot_discount}}}, "
+        "or per region: {cloud: {region: {type: {...}}}}). Needed for Alibaba Cloud types, "
+        "which have no built-in price.",
         exists=True, dir_okay=False,
     ),
 ]

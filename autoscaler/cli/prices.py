@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
+from ruamel.yaml import YAML
 
-from autoscaler.catalog import Catalog
+from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.cli.common import PricesOption, catalog_from, console, fail
 from autoscaler.clouds import CloudAuthError, CloudError, CloudUnreachableError, connect
+from autoscaler.clouds.aws_pricelist import PriceListReader, PriceListSettings
 from autoscaler.model.snapshot import Offering
 from autoscaler.policy.models import Cloud
 from autoscaler.signals.prices import RegionWant, region_offerings
@@ -66,10 +69,48 @@ def prices_table(rows: list[PriceRow], title: str) -> Table:
     return table
 
 
+def write_price_list(region: str, catalog: Catalog, url: str | None, out: Path) -> None:
+    """Read the region's on-demand prices from the AWS Price List into ``out``'s
+    ``prices.aws.<region>`` (the file's other entries are kept)."""
+    settings = PriceListSettings(url=url) if url else PriceListSettings()
+    try:
+        found = PriceListReader(region, catalog, settings).read()
+    except CloudError as exc:
+        fail(f"price list: {exc}")
+    if not found.on_demand:
+        fail(f"the price list for {region} had no price for any catalog GPU type"
+             + (f" ({len(found.problems)} entries ignored, e.g. {found.problems[0]})"
+                if found.problems else ""))
+    yaml = YAML()
+    doc = (yaml.load(out.read_text()) if out.exists() else None) or {}
+    if not isinstance(doc, dict) or not isinstance(doc.setdefault("prices", {}), dict):
+        fail(f"{out}: not a price file (expected a 'prices:' mapping)")
+    aws = doc["prices"].setdefault("aws", {})
+    aws[region] = found.overlay()["aws"][region]
+    try:  # the result must load as a price file before it replaces the old one
+        catalog.with_prices(json.loads(json.dumps(doc["prices"])))
+    except (CatalogError, ValueError, TypeError) as exc:
+        fail(f"{out}: the merged price file would not load: {exc}")
+    with out.open("w") as fh:
+        yaml.dump(doc, fh)
+    typer.echo(f"wrote {len(found.on_demand)} {region} on-demand prices to {out}"
+               + (f" (price list of {found.publication})" if found.publication else "")
+               + (f"; {len(found.problems)} entries ignored, e.g. {found.problems[0]}"
+                  if found.problems else ""))
+
+
 def prices(
     cloud: Annotated[Cloud, typer.Option("--cloud", help="aws | alicloud")],
     region: Annotated[str, typer.Option("--region", help="e.g. us-east-1, cn-hangzhou")],
-    types: Annotated[str, typer.Option("--types", help="Comma-separated instance types.")],
+    types: Annotated[str, typer.Option(
+        "--types", help="Comma-separated instance types (with --write: every catalog type).")] = "",
+    write: Annotated[Path | None, typer.Option(
+        "--write", help="AWS: read the region's on-demand prices from the AWS Price List (the "
+        "public bulk offer file, no credentials) into this price file's prices.aws.<region>, "
+        "keeping its other entries.", dir_okay=False)] = None,
+    price_list_url: Annotated[str | None, typer.Option(
+        "--price-list-url", help="With --write: the offer file URL, '{region}' replaced "
+        "(default: AWS's public Price List).")] = None,
     zones: Annotated[str | None, typer.Option("--zones", help="Only these zones (comma-separated).")] = None,
     endpoint: Annotated[str | None, typer.Option(
         "--endpoint", help="API endpoint URL (moto, the fake ECS server, a private endpoint).")] = None,
@@ -81,7 +122,14 @@ def prices(
     Credentials come from the environment: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile or instance role); ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET.
 
     AWS on-demand prices come from the catalog or --prices; Alibaba's from DescribePrice.
+    --write fills a price file from the AWS Price List instead.
     """  # noqa: E501 (typer keeps docstring line breaks in --help)
+    if write is not None:
+        if cloud is not Cloud.AWS:
+            fail("--write reads the AWS Price List; Alibaba's prices come from DescribePrice "
+                 "(run without --write)")
+        write_price_list(region, catalog_from(prices_file), price_list_url, write)
+        return
     names = tuple(sorted({t.strip() for t in types.split(",") if t.strip()}))
     if not names:
         fail("--types needs at least one instance type")

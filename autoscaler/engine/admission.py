@@ -66,9 +66,9 @@ def _fitting(want: NodeSet, team: str, pool: Pool, catalog: Catalog) -> Placemen
         if (pool.cloud.value, name) not in catalog:
             continue
         itype = catalog.get(pool.cloud.value, name)
-        if _fits(itype, want) and itype.on_demand_usd is not None:
-            return Placement(pool_key(team, pool.name), name, want.nodes, itype.gpus,
-                             itype.on_demand_usd)
+        usd = catalog.price(pool.cloud.value, pool.region, name).on_demand_usd
+        if _fits(itype, want) and usd is not None:
+            return Placement(pool_key(team, pool.name), name, want.nodes, itype.gpus, usd)
     return None
 
 
@@ -103,9 +103,8 @@ def _holds(nodes: Iterable[Node], catalog: Catalog) -> tuple[dict[str, int], int
         key = pool_key(node.team, node.pool)
         per_pool[key] = per_pool.get(key, 0) + 1
         if (node.cloud, node.instance_type) in catalog:
-            itype = catalog.get(node.cloud, node.instance_type)
-            gpus += itype.gpus
-            usd += itype.on_demand_usd or 0.0
+            gpus += catalog.get(node.cloud, node.instance_type).gpus
+            usd += catalog.price(node.cloud, node.region, node.instance_type).on_demand_usd or 0.0
     return per_pool, gpus, usd
 
 

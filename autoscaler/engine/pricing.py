@@ -23,6 +23,7 @@ class Offer:
     market: Market
     hourly_usd: float
     gpus: int
+    stand_in: str | None = None  # "us-east-1 list price used for eu-west-1": no price of its own
 
     @property
     def per_gpu(self) -> float:
@@ -30,9 +31,10 @@ class Offer:
 
     def describe(self) -> str:
         where = f" in {self.zone}" if self.zone else ""
+        stand_in = f"; {self.stand_in}" if self.stand_in else ""
         return (
             f"{self.instance_type} {self.market.value}{where} "
-            f"(${self.hourly_usd:.3f}/h, ${self.per_gpu:.3f}/GPU-h)"
+            f"(${self.hourly_usd:.3f}/h, ${self.per_gpu:.3f}/GPU-h{stand_in})"
         )
 
 
@@ -129,6 +131,10 @@ class Prices(PriceBook):
                         )
                         continue
                     price = spot
-                out.append(Offer(name, zone, market, price, itype.gpus))
+                listed = self.listed(cloud, region, name)
+                stand_in = (listed.source if listed is not None and listed.fallback_region
+                            and self.price_source(cloud, region, name, zone, market) != "observed"
+                            else None)
+                out.append(Offer(name, zone, market, price, itype.gpus, stand_in))
         out.sort(key=lambda o: (o.per_gpu, o.gpus, o.hourly_usd, o.instance_type, o.zone or ""))
         return out, skipped

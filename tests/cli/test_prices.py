@@ -104,3 +104,30 @@ def test_installed_command_runs_as_a_process(ecs: FakeEcsServer) -> None:
     assert out.returncode == 0, out.stderr
     assert {r["instance_type"] for r in json.loads(out.stdout)} == {T4, V100X4}
     assert ECS_SECRET not in out.stdout + out.stderr
+
+
+def test_write_fills_a_price_file_from_the_aws_price_list(tmp_path) -> None:
+    """`prices --cloud aws --write` reads a recorded offer file (served on 127.0.0.1) into the
+    file's prices.aws.<region>, keeps its other entries, and refuses an answer with no price."""
+    from autoscaler.catalog import load_catalog
+    from tests.clouds.pricelist_fixture import REGION, price_server, realistic, serve_bytes, text
+
+    path = f"/offers/v1.0/aws/AmazonEC2/current/{REGION}/index.json"
+    out = tmp_path / "prices.yaml"
+    out.write_text("# ours\nprices:\n  alicloud:\n    ecs.gn6v-c8g1.2xlarge: {on_demand: 2.6}\n")
+    with price_server({path: serve_bytes(text(realistic()).encode()),
+                       "/bad/us-west-2/index.json": serve_bytes(b'{"products": {}, "terms": {}}')}) as s:
+        url = s.url + "/offers/v1.0/aws/AmazonEC2/current/{region}/index.json"
+        done = runner.invoke(app, ["prices", "--cloud", "aws", "--region", REGION, "--write", str(out),
+                                   "--price-list-url", url])
+        assert done.exit_code == 0, done.output
+        assert f"wrote 3 {REGION} on-demand prices to {out}" in done.output
+        catalog = load_catalog(out)
+        assert catalog.price("aws", REGION, "g6.xlarge").on_demand_usd == 0.8048
+        assert catalog.price("alicloud", "cn-hangzhou", "ecs.gn6v-c8g1.2xlarge").on_demand_usd == 2.6
+        assert out.read_text().startswith("# ours")
+        empty = runner.invoke(app, ["prices", "--cloud", "aws", "--region", REGION, "--write",
+                                    str(out), "--price-list-url", s.url + "/bad/{region}/index.json"])
+        assert empty.exit_code == 1 and "had no price for any catalog GPU type" in empty.output
+    ali = runner.invoke(app, ["prices", "--cloud", "alicloud", "--region", "cn-hangzhou", "--write", str(out)])
+    assert ali.exit_code == 1 and "--write reads the AWS Price List" in ali.output

@@ -230,3 +230,19 @@ def test_return_to_spot_moves_a_fallback_node_to_spot_in_another_pool_of_the_gro
     (drain,) = [a for a in plan.actions if isinstance(a, Drain)]
     assert (drain.pool, drain.node, drain.trigger) == (EAST, "vision-east-1", "spot-returned")
     assert "vision-west-1 of vision/west (p3.2xlarge spot in us-west-2a) is READY" in drain.reason
+
+
+def test_regional_list_prices_decide_and_a_stand_in_price_is_named():
+    """No observed prices: eu-west-1's own list price (p3.2xlarge $3.305/h on-demand) loses
+    to us-west-2, which has none of its own and is priced at us-east-1's, and says so."""
+    od = {"on_demand_base": 0, "spot_percent": 0}
+    pol = TeamPolicy.model_validate({"team": "vision", "placement_groups": {"g": ["eu", "west"]},
+                                     "pools": [
+        make_pool_dict("eu", region="eu-west-1", instance_types=["p3.2xlarge"], capacity=od),
+        make_pool_dict("west", region="us-west-2", instance_types=["p3.2xlarge"], capacity=od)]})
+    plan = decide({"vision": pol}, fleet(), snapshot(pools={"vision/eu": PoolObservation(
+        pending=[job("vision/eu", WEST)])}), NOW)
+    (launch,) = launches(plan)
+    assert launch.pool == WEST and launch.hourly_usd == 3.06
+    assert "us-east-1 list price used for us-west-2" in launch.reason
+    assert "vision/eu (aws eu-west-1) p3.2xlarge on-demand $3.31/GPU-h" in plan.placements[0].reason

@@ -53,7 +53,7 @@ def prices(ctx: Context) -> list[Result]:
             key = (pool.cloud.value, pool.region, name)
             if key not in observed:
                 try:
-                    ctx.catalog.on_demand_usd(pool.cloud.value, name)
+                    ctx.catalog.on_demand_usd(pool.cloud.value, name, pool.region)
                 except CatalogError:
                     unpriced.append(f"{team}/{pool.name} {name}")
                     continue
