@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.cli.common import PricesOption, catalog_from, console, fail
 from autoscaler.clouds import CloudAuthError, CloudError, CloudUnreachableError, connect
-from autoscaler.clouds.aws_pricelist import PriceListReader, PriceListSettings
+from autoscaler.clouds.aws_pricelist import PriceList, PriceListReader, PriceListSettings, query_prices
 from autoscaler.model.snapshot import Offering
 from autoscaler.policy.models import Cloud
 from autoscaler.signals.prices import RegionWant, region_offerings
@@ -69,12 +69,34 @@ def prices_table(rows: list[PriceRow], title: str) -> Table:
     return table
 
 
-def write_price_list(region: str, catalog: Catalog, url: str | None, out: Path) -> None:
+def read_price_list(region: str, catalog: Catalog, url: str | None, endpoint: str | None) -> PriceList:
+    """The region's on-demand prices: the Query API (GetProducts, credentials from the
+    environment), or the public bulk offer file at ``url``."""
+    if url:
+        return PriceListReader(region, catalog, PriceListSettings(url=url)).read()
+    import boto3  # the CLI's other commands do not pay for importing it
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    # The Price List Query API answers in us-east-1 (also eu-central-1, ap-south-1).
+    client = boto3.client("pricing", region_name="us-east-1", endpoint_url=endpoint,
+                          config=Config(connect_timeout=10, read_timeout=30,
+                                        retries={"max_attempts": 3}))
+    gpus = {t.name: t.gpus for t in catalog.types("aws")}
+    try:
+        return query_prices(client, region, gpus)
+    except ClientError as exc:
+        raise CloudError(f"GetProducts refused: {exc.response.get('Error', {}).get('Code')}") from exc
+    except BotoCoreError as exc:
+        raise CloudError(f"GetProducts failed: {type(exc).__name__}: {exc}") from exc
+
+
+def write_price_list(region: str, catalog: Catalog, url: str | None, endpoint: str | None,
+                     out: Path) -> None:
     """Read the region's on-demand prices from the AWS Price List into ``out``'s
     ``prices.aws.<region>`` (the file's other entries are kept)."""
-    settings = PriceListSettings(url=url) if url else PriceListSettings()
     try:
-        found = PriceListReader(region, catalog, settings).read()
+        found = read_price_list(region, catalog, url, endpoint)
     except CloudError as exc:
         fail(f"price list: {exc}")
     if not found.on_demand:
@@ -105,12 +127,14 @@ def prices(
     types: Annotated[str, typer.Option(
         "--types", help="Comma-separated instance types (with --write: every catalog type).")] = "",
     write: Annotated[Path | None, typer.Option(
-        "--write", help="AWS: read the region's on-demand prices from the AWS Price List (the "
-        "public bulk offer file, no credentials) into this price file's prices.aws.<region>, "
-        "keeping its other entries.", dir_okay=False)] = None,
+        "--write", help="AWS: read the region's on-demand prices from the AWS Price List Query "
+        "API (GetProducts; --endpoint for another endpoint) into this price file's "
+        "prices.aws.<region>, keeping its other entries.", dir_okay=False)] = None,
     price_list_url: Annotated[str | None, typer.Option(
-        "--price-list-url", help="With --write: the offer file URL, '{region}' replaced "
-        "(default: AWS's public Price List).")] = None,
+        "--price-list-url", help="With --write: read the public bulk offer file at this URL "
+        "instead, '{region}' replaced (no credentials; AWS's is "
+        "https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/{region}/index.json).",
+    )] = None,
     zones: Annotated[str | None, typer.Option("--zones", help="Only these zones (comma-separated).")] = None,
     endpoint: Annotated[str | None, typer.Option(
         "--endpoint", help="API endpoint URL (moto, the fake ECS server, a private endpoint).")] = None,
@@ -128,7 +152,7 @@ def prices(
         if cloud is not Cloud.AWS:
             fail("--write reads the AWS Price List; Alibaba's prices come from DescribePrice "
                  "(run without --write)")
-        write_price_list(region, catalog_from(prices_file), price_list_url, write)
+        write_price_list(region, catalog_from(prices_file), price_list_url, endpoint, write)
         return
     names = tuple(sorted({t.strip() for t in types.split(",") if t.strip()}))
     if not names:

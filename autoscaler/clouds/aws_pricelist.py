@@ -18,6 +18,7 @@ DescribePrice does) or, as ``overlay()``, a region-level price-file mapping for
 from __future__ import annotations
 
 import codecs
+import json
 import logging
 import math
 import time
@@ -168,14 +169,7 @@ def read_offer_file(chunks: Iterator[str], region: str, gpus_of: Mapping[str, in
             stream.skip(1)
     if not stream.at_end():
         raise CloudDataError(f"AWS price list for {region}: data after the document")
-    out: dict[str, float] = {}
-    for name, found in sorted(prices.items()):
-        if len(found) == 1:
-            out[name] = found.pop()
-        else:
-            problems.add(f"{name}: {len(found)} different on-demand prices "
-                         f"({', '.join(f'{p:g}' for p in sorted(found)[:4])}): left out")
-    return PriceList(region, out, list(problems), publication)
+    return PriceList(region, _single(prices, problems), list(problems), publication)
 
 
 def _read_terms(stream: JsonStream, skus: Mapping[str, str], gpus_of: Mapping[str, int],
@@ -192,6 +186,67 @@ def _read_terms(stream: JsonStream, skus: Mapping[str, str], gpus_of: Mapping[st
             found = _hourly(stream.value(), name, gpus_of[name], problems)
             if found:
                 prices.setdefault(name, set()).update(found)
+
+
+# GetProducts pages: each PriceList item is one sku's JSON (product + terms), a few KB.
+MAX_PAGES_PER_TYPE = 20
+
+
+def read_get_products(items: Iterable[Any], region: str, gpus_of: Mapping[str, int]) -> PriceList:
+    """The same prices from the Price List Query API's ``GetProducts`` answers: each item
+    is the JSON text of one sku (``product`` with its attributes, ``terms``), untrusted
+    like the bulk file (the same checks, the same problems)."""
+    problems = _Problems()
+    prices: dict[str, set[float]] = {}
+    for item in items:
+        try:
+            doc = json.loads(item) if isinstance(item, str | bytes) else None
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            problems.add("a GetProducts item that is not a JSON object: ignored")
+            continue
+        name = _product(doc.get("product"), region, gpus_of, problems)
+        terms = doc.get("terms")
+        if name is None or not isinstance(terms, dict):
+            continue
+        found = _hourly(terms.get("OnDemand"), name, gpus_of[name], problems)
+        if found:
+            prices.setdefault(name, set()).update(found)
+    return PriceList(region, _single(prices, problems), list(problems))
+
+
+def _single(prices: dict[str, set[float]], problems: _Problems) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, found in sorted(prices.items()):
+        if len(found) == 1:
+            out[name] = next(iter(found))
+        else:
+            problems.add(f"{name}: {len(found)} different on-demand prices "
+                         f"({', '.join(f'{p:g}' for p in sorted(found)[:4])}): left out")
+    return out
+
+
+def query_prices(client: Any, region: str, gpus_of: Mapping[str, int]) -> PriceList:
+    """On-demand prices of ``gpus_of``'s types in ``region`` through a boto3 ``pricing``
+    client (``GetProducts``, one filtered query per type: a few pages, not gigabytes)."""
+    items: list[Any] = []
+    for name in sorted(gpus_of):
+        filters = [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in (
+            ("instanceType", name), ("regionCode", region), *_WANTED.items())]
+        token: str | None = None
+        for _ in range(MAX_PAGES_PER_TYPE):
+            kwargs: dict[str, Any] = {"ServiceCode": "AmazonEC2", "Filters": filters,
+                                      "FormatVersion": "aws_v1", "MaxResults": 100}
+            if token:
+                kwargs["NextToken"] = token
+            page = client.get_products(**kwargs)
+            listed = page.get("PriceList") if isinstance(page, dict) else None
+            items += listed if isinstance(listed, list) else []
+            token = page.get("NextToken") if isinstance(page, dict) else None
+            if not isinstance(token, str) or not token:
+                break
+    return read_get_products(items, region, gpus_of)
 
 
 def http_chunks(settings: PriceListSettings) -> Chunks:

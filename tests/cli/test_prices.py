@@ -131,3 +131,65 @@ def test_write_fills_a_price_file_from_the_aws_price_list(tmp_path) -> None:
         assert empty.exit_code == 1 and "had no price for any catalog GPU type" in empty.output
     ali = runner.invoke(app, ["prices", "--cloud", "alicloud", "--region", "cn-hangzhou", "--write", str(out)])
     assert ali.exit_code == 1 and "--write reads the AWS Price List" in ali.output
+
+
+def test_write_reads_the_price_list_query_api_page_by_page(tmp_path, monkeypatch) -> None:
+    """The default --write source is GetProducts (boto3 `pricing`), here a recorded answer
+    served on 127.0.0.1: one sku per page, hostile items among them."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from autoscaler.catalog import load_catalog
+    from tests.clouds.pricelist_fixture import REGION, realistic
+
+    doc = realistic()
+    skus: dict[str, list[str]] = {}
+    for sku, prod in doc["products"].items():
+        name = prod.get("attributes", {}).get("instanceType")
+        if name:
+            skus.setdefault(name, []).append(json.dumps(
+                {"product": prod, "serviceCode": "AmazonEC2", "terms": {"OnDemand": doc["terms"]["OnDemand"][sku]}}))
+    skus["p3.2xlarge"] += ["not json", json.dumps({"product": doc["products"]["P3LINUX"],
+                                                   "terms": {"OnDemand": {"x": {"priceDimensions": {"d": {
+                                                       "unit": "Hrs", "pricePerUnit": {"USD": "NaN"}}}}}}})]
+    calls: list[dict] = []
+
+    class Pricing(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            calls.append(body)
+            assert self.headers["X-Amz-Target"] == "AWSPriceListService.GetProducts"
+            name = next(f["Value"] for f in body["Filters"] if f["Field"] == "instanceType")
+            items, at = skus.get(name, []), int(body.get("NextToken") or 0)
+            answer = {"FormatVersion": "aws_v1", "PriceList": items[at:at + 1]}
+            if at + 1 < len(items):
+                answer["NextToken"] = str(at + 1)
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-amz-json-1.1")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Pricing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    out = tmp_path / "prices.yaml"
+    try:
+        done = runner.invoke(app, ["prices", "--cloud", "aws", "--region", REGION, "--write", str(out),
+                                   "--endpoint", f"http://127.0.0.1:{server.server_port}"])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert done.exit_code == 0, done.output
+    assert "wrote 3 us-west-2 on-demand prices" in done.output and "entries ignored" in done.output
+    assert load_catalog(out).price("aws", REGION, "p5.48xlarge").on_demand_usd == 55.04
+    p3 = [c for c in calls if any(f["Value"] == "p3.2xlarge" for f in c["Filters"])]
+    assert len(p3) == 8  # every page of the type was read, one GetProducts call each
+    assert {"Type": "TERM_MATCH", "Field": "regionCode", "Value": REGION} in p3[0]["Filters"]
