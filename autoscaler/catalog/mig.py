@@ -31,10 +31,16 @@ _A100_40 = _profiles(("1g.5gb", 7, 1, 1), ("2g.10gb", 3, 2, 2), ("3g.20gb", 2, 3
 _80GB = _profiles(("1g.10gb", 7, 1, 1), ("1g.20gb", 4, 1, 2), ("2g.20gb", 3, 2, 2),
                   ("3g.40gb", 2, 3, 4), ("4g.40gb", 1, 4, 4), ("7g.80gb", 1, 7, 8))
 
+# H200 141GB: the MIG user guide's H200 table (1g.18gb uses 1/8 of the memory, 1g.35gb
+# and 2g.35gb 1/4, like 1g.20gb and 2g.20gb on 80GB parts).
+_H200 = _profiles(("1g.18gb", 7, 1, 1), ("1g.35gb", 4, 1, 2), ("2g.35gb", 3, 2, 2),
+                  ("3g.71gb", 2, 3, 4), ("4g.71gb", 1, 4, 4), ("7g.141gb", 1, 7, 8))
+
 MIG_GEOMETRY: dict[tuple[str, int], dict[str, MigProfile]] = {
     ("A100", 40): _A100_40,
     ("A100", 80): _80GB,
     ("H100", 80): _80GB,
+    ("H200", 141): _H200,
 }
 
 

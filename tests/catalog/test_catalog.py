@@ -53,3 +53,12 @@ def test_bad_price_files_are_refused_clearly(tmp_path, text, needle):
 def test_unknown_type_lists_known_ones():
     with pytest.raises(UnknownInstanceTypeError, match=r"p3\.2xlarge"):
         default_catalog().get("aws", "x1.large")
+
+
+def test_h200_mig_geometry():
+    from autoscaler.catalog.mig import layout_problems
+
+    h200 = default_catalog().get("aws", "p5en.48xlarge")
+    assert list(h200.mig) == ["1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"]
+    assert layout_problems("H200", 141, ["3g.71gb", "2g.35gb", "1g.18gb", "1g.18gb"]) == []
+    assert layout_problems("H200", 141, ["3g.71gb"] * 3)[0] == "3g.71gb fits at most 2 time(s) on one H200 141GB"
