@@ -73,14 +73,17 @@ GROUP = "v100"
 VARIANTS = ("group", *(f"alone_{r}" for r in REGIONS), "failover")
 
 
-def region_pools(base: Pool) -> list[Pool]:
-    """bench_spot's "ours" pool in each region, one placement group, headroom on the first."""
+def region_pools(base: Pool, max_wait: str | None = None) -> list[Pool]:
+    """bench_spot's "ours" pool in each region, one placement group, headroom on the first;
+    ``max_wait``: the pools' ``capacity.max_wait`` (None: the team priority's default)."""
     ours = bench_spot.variant_pool(base, "on-demand").model_dump()
+    capacity = {**ours["capacity"], "max_wait": max_wait} if max_wait else ours["capacity"]
     pools = []
     for i, (region, zones) in enumerate(REGIONS.items()):
         scale_up = {**ours["scale_up"], "headroom_gpus": bench_spot.HEADROOM_GPUS if i == 0 else 0}
         pools.append(Pool.model_validate({**ours, "name": f"{base.name}-{region}", "region": region,
-                                          "zones": zones, "placement_group": GROUP, "scale_up": scale_up}))
+                                          "zones": zones, "placement_group": GROUP, "scale_up": scale_up,
+                                          "capacity": capacity}))
     return pools
 
 
@@ -118,11 +121,13 @@ def main() -> int:
     parser.add_argument("--days", type=float, default=bench_sim.DAYS)
     parser.add_argument("--spot-trace", type=Path, help="spot availability directory (default: bench_sim's)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--max-wait", help="capacity.max_wait of every pool, e.g. 10m (default: the "
+                        "team priority's, 0s for the bench team)")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
 
     team, base, _ = select_pool(load_policies(args.policies, default_catalog()), None)
-    pools = region_pools(base)
+    pools = region_pools(base, args.max_wait)
     workload = load_pod_list(args.trace or args.data / bench_sim.POD_LIST, args.start_day, args.days)
     spot = load_spot_traces(args.spot_trace or args.data / bench_sim.SPOT).for_pool(
         [z for p in pools for z in p.zones], False)
@@ -132,7 +137,7 @@ def main() -> int:
     console.print(f"{len(workload.jobs)} jobs, days {args.start_day:g}+{args.days:g}; regions "
                   f"{', '.join(REGIONS)}; prices: one catalog price for every region (p3.2xlarge "
                   f"on-demand ${itype.on_demand_usd}/h, spot ${itype.spot_usd}/h): the catalog has "
-                  f"no per-region prices")
+                  f"no per-region prices; max_wait {pools[0].capacity.wait_limit(team.priority)}")
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as pool_exec:
         futures = {n: pool_exec.submit(replay, n, workload, team, pools, config, spot, duty)
                    for n in VARIANTS}
