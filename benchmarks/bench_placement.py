@@ -34,6 +34,19 @@ The last line is::
 
 (one line); waits are bench_sim's p95 job wait; f is the on-demand share of the group's paid
 GPU-hours. Targets (issue 35): a <= 0.9 b, c <= d, a <= e; the ratios are printed on stderr.
+
+Why a <= 0.9 b is out of reach with these traces and one price per type (2026-12-03):
+us-east-1 is the best region alone (every zone dry 12% of the 45-day trace; us-east-2 64%,
+us-west-2 80%), and while all of us-east-1 is dry another region has spot only 21% of that
+time (printed for the window run). At equal prices a group can only turn us-east-1's
+fallback on-demand hours into spot during that 21%; bench_spot's "ours" (the same pool as
+alone_us-east-1) pays $39.0k with 7.5% on-demand against $32.4k for spot-only on the full
+window, so even all of the difference would be 0.83 b and a fifth of it about 0.97 b.
+Measured on days 110-115 (stderr): the group launched only in us-east-1. With max_wait 0s
+(high priority), one refused us-east-1 zone sends jobs past max_wait on-demand in us-east-1
+(engine/scale_up.py) while the placement quote still counts us-east-1's other zones as spot
+at the other regions' price, so the job stays listed under us-east-1 and the group never sees
+us-east-1 dry; ``--max-wait 10m`` did not change where it launched on that window.
 """
 
 from __future__ import annotations
@@ -87,6 +100,25 @@ def region_pools(base: Pool, max_wait: str | None = None) -> list[Pool]:
     return pools
 
 
+def region_dry(spot: SpotMarket, zones: list[str], offset: float) -> bool:
+    return not any(spot.available(z, offset) for z in zones)
+
+
+def spill_room(spot: SpotMarket, seconds: float) -> tuple[float, float]:
+    """(share of the window with every us-east-1 zone dry, share of that time another
+    region has a zone with spot): the most a group can gain over us-east-1 alone at equal
+    prices is spot instead of on-demand during the second."""
+    first, *others = REGIONS.values()
+    gap = min(t.gap for t in spot.zones.values())
+    dry = spill = 0
+    for i in range(int(seconds // gap)):
+        if region_dry(spot, first, i * gap):
+            dry += 1
+            spill += not all(region_dry(spot, zones, i * gap) for zones in others)
+    steps = max(1, int(seconds // gap))
+    return dry / steps, spill / max(1, dry)
+
+
 def strategy(name: str, team: TeamPolicy, pools: list[Pool], tick: float) -> tuple[Strategy, Pool]:
     """The variant's strategy and the pool its replay is set up with (the first it buys for)."""
     catalog = default_catalog()
@@ -138,6 +170,9 @@ def main() -> int:
                   f"{', '.join(REGIONS)}; prices: one catalog price for every region (p3.2xlarge "
                   f"on-demand ${itype.on_demand_usd}/h, spot ${itype.spot_usd}/h): the catalog has "
                   f"no per-region prices; max_wait {pools[0].capacity.wait_limit(team.priority)}")
+    dry, spill = spill_room(spot, workload.end - workload.start)
+    console.print(f"spot trace over the window: every us-east-1 zone dry {dry:.1%} of the time; another "
+                  f"region has spot during {spill:.1%} of that")
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as pool_exec:
         futures = {n: pool_exec.submit(replay, n, workload, team, pools, config, spot, duty)
                    for n in VARIANTS}
