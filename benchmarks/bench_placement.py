@@ -42,7 +42,13 @@ time (printed for the window run). At equal prices a group can only turn us-east
 fallback on-demand hours into spot during that 21%; bench_spot's "ours" (the same pool as
 alone_us-east-1) pays $39.0k with 7.5% on-demand against $32.4k for spot-only on the full
 window, so even all of the difference would be 0.83 b and a fifth of it about 0.97 b.
-Measured on days 110-115 (stderr): the group launched only in us-east-1. With max_wait 0s
+Measured (seed 0, 2026-12-03; the full window did not finish within the time at hand on
+the shared 2-core machine): days 110-120 (``--days 10``, 402 s wall) ``cost_group=6990
+cost_best_single_region=6827 p95_wait_group_s=175.5 p95_wait_best_single_region_s=180.4
+cost_failover_baseline=16898 od_share_group=0.023`` (a/b 1.02, c <= d, a/e 0.41); days
+110-115 a/b 1.06, p95 0 vs 331 s, a/e 0.66. In both the group launched only in us-east-1,
+with more on-demand GPU-hours than us-east-1 alone (169 vs 96 on days 110-120, not
+explained yet). With max_wait 0s
 (high priority), one refused us-east-1 zone sends jobs past max_wait on-demand in us-east-1
 (engine/scale_up.py) while the placement quote still counts us-east-1's other zones as spot
 at the other regions' price, so the job stays listed under us-east-1 and the group never sees
