@@ -75,6 +75,7 @@ class SimNode:
     replaces: str | None = None  # what the executor keeps in the node's meta (Node fields)
     launched_for: str | None = None
     fallback_from_spot: bool = False
+    pool: str | None = None  # "team/pool" where a strategy buys for several pools (a group)
     reason: str = ""
     epoch: int = 0  # bumps on every change that voids pending node events or cached views
     jobs_version: int = 0  # bumps when a job starts or leaves the node
@@ -147,10 +148,11 @@ class Cluster:
 
     # -- nodes ---------------------------------------------------------------------
     def new_node(self, itype: InstanceType, market: Market, zone: str | None, hourly: float,
-                 now: float) -> SimNode:
+                 now: float, pool: str | None = None) -> SimNode:
         self._seq += 1
         node = SimNode(name=f"n{self._seq:05d}", itype=itype, market=market, zone=zone,
-                       hourly=hourly, created_at=now, state_since=now, free=[1.0] * itype.gpus)
+                       hourly=hourly, created_at=now, state_since=now, free=[1.0] * itype.gpus,
+                       pool=pool)
         self.nodes[node.name] = node
         self.totals.launches += 1
         self.move(node, S.PROVISIONING, now)

@@ -24,6 +24,7 @@ from autoscaler.model.snapshot import (
     GpuMetrics,
     NodeObservation,
     OnPremNode,
+    PendingJob,
     PendingShape,
     PoolObservation,
     RunningJob,
@@ -79,17 +80,20 @@ class Observer:
                                          history={self.key: history})
 
     def snapshot(self, nodes: list[SimNode], cluster: Cluster, errors: list[CapacityError],
-                 now: float) -> Snapshot:
+                 now: float, pending: list[PendingJob] | None = None) -> Snapshot:
+        """``pending``: the jobs to report one by one instead of the queue by shape (a
+        placement group lists each job with its options under one pool, none under the
+        others); the queue is then not followed."""
         window = self.pool.scale_up.window.total_seconds()
         idle = self.pool.scale_down.idle_for.total_seconds()
         obs = {n.name: self._observe(n, now, window, idle) for n in nodes if n.state in REPORTING}
-        shapes = self._pending_shapes(cluster)
+        shapes = self._pending_shapes(cluster) if pending is None else []
         self._evict(nodes)
         return Snapshot.model_construct(
             taken_at=to_datetime(now), nodes=obs,
             pools={self.key: PoolObservation.model_construct(
-                pending=[], pending_shapes=shapes, metrics_missing=None, scheduler_missing=None,
-                on_prem=self._on_prem(cluster))},
+                pending=pending or [], pending_shapes=shapes, metrics_missing=None,
+                scheduler_missing=None, on_prem=self._on_prem(cluster))},
             capacity_errors=errors, offerings=[],
             missing=[],
             # Given, not defaulted: pydantic inspects a default factory's signature each time.

@@ -100,12 +100,16 @@ class Replay:
     def spot_available(self, zone: str | None, now: float) -> bool:
         return self.spot.available(zone, now - self.start)
 
-    def launch(self, type_name: str, market: Market, zone: str | None, now: float) -> SimNode:
+    def launch(self, type_name: str, market: Market, zone: str | None, now: float,
+               pool: str | None = None) -> SimNode:
         """Request a node, for every strategy alike: a spot launch into a zone without
         capacity is refused ``launch_attempt`` seconds later (never billed); until then it is
-        in flight like any launch. A launch that succeeds is ready after the boot delay."""
+        in flight like any launch. A launch that succeeds is ready after the boot delay.
+        ``pool`` ("team/pool") is kept with the node where a strategy buys for a placement
+        group; its region is the zone's (zone names are unique across regions), and jobs
+        run on any pool's node, as in one Slurm partition spanning the group."""
         itype = self.itype(type_name)
-        node = self.cluster.new_node(itype, market, zone, self.hourly(itype, market), now)
+        node = self.cluster.new_node(itype, market, zone, self.hourly(itype, market), now, pool)
         if market is Market.SPOT and not self.spot_available(zone, now):
             node.reason = "capacity-error"
             self.clock.at(now + self.config.launch_attempt, Kind.NODE, lambda t: self._fail(node, t))

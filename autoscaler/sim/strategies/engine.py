@@ -67,12 +67,17 @@ class EngineStrategy(Strategy):
     def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
         # One error per (type, zone, market), the latest: what the engine checks is whether
         # one happened within the back-off, and a refused batch of 40 nodes is one event.
+        pool = self.pool_of(node)
         self.errors = [e for e in self.errors
                        if (e.instance_type, e.zone, e.market) != (node.itype.name, node.zone, node.market)]
         self.errors.append(CapacityError.model_construct(
-            cloud=self.pool.cloud.value, region=self.pool.region, instance_type=node.itype.name,
+            cloud=pool.cloud.value, region=pool.region, instance_type=node.itype.name,
             zone=node.zone, market=node.market, code="InsufficientInstanceCapacity",
             at=to_datetime(now), message="no spot capacity in the zone (spot trace)"))
+
+    def pool_of(self, node: SimNode) -> Pool:
+        """The pool a node was launched for (its region is where a refusal happened)."""
+        return self.pool
 
     def apply(self, replay: Replay, plan: Plan, now: float) -> None:
         """The plan's intents (``fleet.intents``, as the executor reads them) on the
@@ -80,21 +85,24 @@ class EngineStrategy(Strategy):
         nodes = replay.cluster.nodes
         for action in plan.actions:
             self.actions[action.kind] += 1
-        scaled_up = scaled_down = False
+        up: set[str] = set()
+        down: set[str] = set()
         for intent in interpret(plan, nodes):
             if isinstance(intent, NewNode):
-                new = replay.launch(intent.instance_type, intent.market, intent.zone, now)
+                new = self.launch(replay, intent, now)
                 new.replaces, new.launched_for = intent.replaces, intent.trigger
                 new.fallback_from_spot = intent.fallback_from_spot
                 if intent.replaces:
                     _mark_replaced(nodes.get(intent.replaces))
-                scaled_up |= intent.cooldown == "up"
+                if intent.cooldown == "up":
+                    up.add(intent.pool)
             elif isinstance(intent, StartDrain):
                 node = nodes.get(intent.node)
                 if node is not None and node.state is S.READY:
                     replay.drain(node, now, intent.trigger, self._kill_after(intent.trigger))
                     replay.cluster.totals.moves_to_spot += intent.trigger == "spot-returned"
-                    scaled_down |= intent.cooldown == "down"
+                    if intent.cooldown == "down":
+                        down.add(intent.pool)
             elif isinstance(intent, StopDrain):
                 node = nodes.get(intent.node)
                 if node is not None and node.state in (S.DRAINING, S.DRAINED):
@@ -103,11 +111,18 @@ class EngineStrategy(Strategy):
                 node = nodes.get(intent.node)
                 if node is not None:
                     replay.terminate(node, now, "engine-terminate")
-        if scaled_up or scaled_down:
-            at = to_datetime(now)
-            self.history = PoolHistory(
-                last_scale_up_at=at if scaled_up else self.history.last_scale_up_at,
-                last_scale_down_at=at if scaled_down else self.history.last_scale_down_at)
+        if up or down:
+            self.scaled(up, down, now)
+
+    def launch(self, replay: Replay, intent: NewNode, now: float) -> SimNode:
+        return replay.launch(intent.instance_type, intent.market, intent.zone, now)
+
+    def scaled(self, up: set[str], down: set[str], now: float) -> None:
+        """Pools (keys) that scaled up or down at ``now``: the cooldown history."""
+        at = to_datetime(now)
+        self.history = PoolHistory(
+            last_scale_up_at=at if up else self.history.last_scale_up_at,
+            last_scale_down_at=at if down else self.history.last_scale_down_at)
 
     def _kill_after(self, trigger: str) -> float:
         """Seconds from a drain to the kill of the jobs still running: as the executor,
