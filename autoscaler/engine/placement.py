@@ -81,8 +81,13 @@ class _Group:
         od = ctx.on_demand_count()
         market = MarketMix(pool.capacity, od, ctx.size - od).peek()
         zones, types = _set(option.zones), _set(option.instance_types)
-        offers, skipped = self.prices.offers(pool, market, job.gpus, job.gpu_model, zones, types)
         note = ""
+        if market is Market.SPOT and self._late(ctx, job):
+            # The pool's growth would go on-demand for this job (scale_up._Picker.late): an
+            # outage is under way there and the job waited its tier's max_wait.
+            refused = (self.prices.spot_refusals(pool) or ["an interruption notice"])[0]
+            market, note = Market.ON_DEMAND, f"spot refused ({refused}), the job waited max_wait"
+        offers, skipped = self.prices.offers(pool, market, job.gpus, job.gpu_model, zones, types)
         if market is Market.SPOT and offers:
             clean = [o for o in offers if self._notice(ctx, o) is None]
             if not clean:
@@ -98,6 +103,17 @@ class _Group:
         if not offers:
             return _Quote(ctx, option, None, "; ".join(skipped[:2]) or "no instance type fits")
         return _Quote(ctx, option, offers[0], note)
+
+    def _late(self, ctx: PoolContext, job: PendingJob) -> bool:
+        pool = ctx.pool
+        if pool.capacity.spot_fallback != "on-demand" or job.submitted_at is None:
+            return False
+        waited = self.prices.now - job.submitted_at
+        if waited < pool.capacity.wait_limit(ctx.policy.priority):
+            return False
+        return bool(self.prices.spot_refusals(pool)) or any(
+            (pool.cloud.value, pool.region, t, z) in self.notices
+            for t in pool.instance_types for z in (list[str | None](pool.zones) or [None]))
 
     def _notice(self, ctx: PoolContext, offer: Offer) -> datetime | None:
         pool = ctx.pool

@@ -31,8 +31,8 @@ SPOT = {"on_demand_base": 0, "spot_percent": 100, "spot_fallback": "on-demand"}
 def policy(east: dict[str, Any] | None = None, west: dict[str, Any] | None = None,
            **team: Any) -> TeamPolicy:
     pools = [
-        make_pool_dict("east", region="us-east-1", zones=["us-east-1a"], instance_types=["p3.2xlarge"],
-                       capacity=SPOT, placement_group="v100", **(east or {})),
+        make_pool_dict("east", region="us-east-1", instance_types=["p3.2xlarge"], capacity=SPOT,
+                       placement_group="v100", **{"zones": ["us-east-1a"], **(east or {})}),
         make_pool_dict("west", region="us-west-2", zones=["us-west-2a"], instance_types=["p3.2xlarge"],
                        capacity=SPOT, placement_group="v100", **(west or {})),
         make_pool_dict("ali", cloud="alicloud", region="cn-hangzhou", zones=["cn-hangzhou-h"],
@@ -246,3 +246,21 @@ def test_regional_list_prices_decide_and_a_stand_in_price_is_named():
     assert launch.pool == WEST and launch.hourly_usd == 3.06
     assert "us-east-1 list price used for us-west-2" in launch.reason
     assert "vision/eu (aws eu-west-1) p3.2xlarge on-demand $3.31/GPU-h" in plan.placements[0].reason
+
+
+def test_a_pool_that_will_fall_back_for_the_job_is_quoted_on_demand():
+    """High priority (max_wait 0): one refused zone makes east's growth go on-demand for
+    the job, so east is compared at its on-demand price, and west's spot wins."""
+    east = {"zones": ["us-east-1a", "us-east-1b"]}
+    offers = [*OFFERS, Offering(cloud="aws", region="us-east-1", instance_type="p3.2xlarge",
+                                zone="us-east-1b", spot_usd=0.90, on_demand_usd=3.06, in_stock=True)]
+    pol = policy(east=east, priority="high")
+    plan = plan_for(pol, job(EAST, WEST, ALI), offerings=offers,
+                    capacity_errors=[refused("us-east-1", "us-east-1a")])
+    (launch,) = launches(plan)
+    assert (launch.pool, launch.market) == (WEST, Market.SPOT)
+    assert "$3.06/GPU-h (spot refused (p3.2xlarge spot in us-east-1a" in plan.placements[0].reason
+    # normal priority waits: east's other zone is still spot, and cheapest
+    plan = plan_for(policy(east=east), job(EAST, WEST, ALI), offerings=offers,
+                    capacity_errors=[refused("us-east-1", "us-east-1a")])
+    assert [(a.pool, a.zone) for a in launches(plan)] == [(EAST, "us-east-1b")]
