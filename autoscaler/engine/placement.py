@@ -24,11 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from autoscaler.engine.binpack import Bin, LazyBins, first_fit
+from autoscaler.engine.binpack import Bin, LazyBins, first_fit, part_wait
 from autoscaler.engine.context import DEMAND_REASONS, PoolContext
-from autoscaler.engine.mix import MarketMix
 from autoscaler.engine.pricing import Offer, Prices
-from autoscaler.engine.scale_up import live_bins
+from autoscaler.engine.scale_up import Picker, live_bins
 from autoscaler.model.plan import PlacementChoice
 from autoscaler.model.snapshot import PendingJob, PoolOption
 from autoscaler.policy.models import Market
@@ -62,6 +61,13 @@ class _Group:
         self.ctxs, self.prices, self.notices = ctxs, prices, notices
         self.taken: dict[str, int] = dict.fromkeys(ctxs, 0)  # nodes this routing expects to add
         self.bins: dict[str, LazyBins] = {}
+        self.pickers: dict[str, Picker] = {}  # each pool's own growth rules: mix and fallback
+
+    def picker(self, key: str) -> Picker:
+        picker = self.pickers.get(key)
+        if picker is None:
+            picker = self.pickers[key] = Picker(self.ctxs[key], self.prices)
+        return picker
 
     def free_fit(self, key: str, job: PendingJob, option: PoolOption) -> Bin | None:
         if job.nodes != 1:
@@ -78,15 +84,14 @@ class _Group:
         if room < job.nodes:
             return _Quote(ctx, option, None, f"no room (max_nodes {pool.max_nodes}, "
                           f"max_step {pool.scale_up.max_step})")
-        od = ctx.on_demand_count()
-        market = MarketMix(pool.capacity, od, ctx.size - od).peek()
+        picker = self.picker(key)
+        market = picker.mix.peek()
         zones, types = _set(option.zones), _set(option.instance_types)
         note = ""
-        if market is Market.SPOT and self._late(ctx, job):
-            # The pool's growth would go on-demand for this job (scale_up._Picker.late): an
-            # outage is under way there and the job waited its tier's max_wait.
-            refused = (self.prices.spot_refusals(pool) or ["an interruption notice"])[0]
-            market, note = Market.ON_DEMAND, f"spot refused ({refused}), the job waited max_wait"
+        if market is Market.SPOT and picker.late(part_wait(job.submitted_at, self.prices.now)):
+            # The pool's growth goes on-demand for this job: an outage is under way there
+            # and the job waited its tier's max_wait.
+            market, note = Market.ON_DEMAND, f"spot refused ({picker.refusals()[0]}), the job waited max_wait"
         offers, skipped = self.prices.offers(pool, market, job.gpus, job.gpu_model, zones, types)
         if market is Market.SPOT and offers:
             clean = [o for o in offers if self._notice(ctx, o) is None]
@@ -103,17 +108,6 @@ class _Group:
         if not offers:
             return _Quote(ctx, option, None, "; ".join(skipped[:2]) or "no instance type fits")
         return _Quote(ctx, option, offers[0], note)
-
-    def _late(self, ctx: PoolContext, job: PendingJob) -> bool:
-        pool = ctx.pool
-        if pool.capacity.spot_fallback != "on-demand" or job.submitted_at is None:
-            return False
-        waited = self.prices.now - job.submitted_at
-        if waited < pool.capacity.wait_limit(ctx.policy.priority):
-            return False
-        return bool(self.prices.spot_refusals(pool)) or any(
-            (pool.cloud.value, pool.region, t, z) in self.notices
-            for t in pool.instance_types for z in (list[str | None](pool.zones) or [None]))
 
     def _notice(self, ctx: PoolContext, offer: Offer) -> datetime | None:
         pool = ctx.pool

@@ -45,7 +45,7 @@ class Growth:
     has_demand: bool = False
 
 
-class _Picker:
+class Picker:
     """Chooses the offer for each new node, following the mix and its fallbacks."""
 
     def __init__(self, ctx: PoolContext, prices: Prices):
@@ -155,7 +155,7 @@ class _Grower:
         self.ctx, self.prices = ctx, prices
         self.out = Growth()
         self.room = min(ctx.pool.scale_up.max_step, ctx.pool.max_nodes - ctx.size)
-        self.picker = _Picker(ctx, prices)
+        self.picker = Picker(ctx, prices)
         # Built only as far as jobs need placing: most pools have none.
         self.live = LazyBins(live_bins(ctx, prices))
         self._cancellable: list[Bin] | None = None
