@@ -78,6 +78,11 @@ class _Decision:
             policies, fleet, snapshot, now, self.prices,
             survey=partial(survey, now=now, gpus_of=self.prices.node_gpus))
         self._by_key = {c.key: c for c in self.contexts}
+        self._groups = placement.groups_of(self.contexts)
+        self._members: dict[tuple[str, str], list[PoolContext]] = {}
+        for c in self.contexts:
+            if (group := self._groups[c.key]) is not None:
+                self._members.setdefault((c.team, group), []).append(c)
         try:  # the fleet-wide view: silent nodes, and whether broken ones may be replaced
             self.broken_held = broken.review(self.contexts, snapshot, settings, now)
         except Exception as exc:  # keep the nodes: replacing on a failed count is no safe side
@@ -85,7 +90,7 @@ class _Decision:
         self.unserved = snapshot.unserved
         self.placement_error: str | None = None
         try:  # before any floor or growth: the pools of a group compare prices for their jobs
-            self.placements = placement.route(self.contexts, self.prices)
+            self.placements = placement.route(self.contexts, self.prices, self._groups)
         except Exception as exc:  # nothing was moved: each job stays where signals listed it
             self.placements = []
             self.placement_error = rule_error("the placement groups' choice", exc)
@@ -201,12 +206,11 @@ class _Decision:
 
     def _group_mates(self, ctx: PoolContext) -> list[PoolContext]:
         """The other pools of ctx's placement group that are decided this tick."""
-        group = ctx.policy.group_of(ctx.pool.name)
+        group = self._groups[ctx.key]
         if group is None:
             return []
-        return [c for c in self.contexts if c is not ctx and c.team == ctx.team
-                and c.error is None and c.policy.group_of(c.pool.name) == group
-                and c.pool.cluster.kind == ctx.pool.cluster.kind]
+        return [c for c in self._members[ctx.team, group] if c is not ctx
+                and c.error is None and c.pool.cluster.kind == ctx.pool.cluster.kind]
 
     # -- scale-up ---------------------------------------------------------------
     def _scale_up(self, ctx: PoolContext) -> Growth:

@@ -114,9 +114,16 @@ class _Group:
         return self.notices.get((pool.cloud.value, pool.region, offer.instance_type, offer.zone))
 
 
-def route(contexts: list[PoolContext], prices: Prices) -> list[PlacementChoice]:
+def groups_of(contexts: list[PoolContext]) -> dict[str, str | None]:
+    """Each pool's placement group by pool key, read once per tick."""
+    return {c.key: c.policy.group_of(c.pool.name) for c in contexts}
+
+
+def route(contexts: list[PoolContext], prices: Prices,
+          group_of: dict[str, str | None] | None = None) -> list[PlacementChoice]:
     """Move each pending job with options to its pool (see the module's docstring); returns
-    the choices made between two or more pools, for the plan."""
+    the choices made between two or more pools, for the plan. ``group_of``: groups_of()."""
+    group_of = group_of if group_of is not None else groups_of(contexts)
     by_key = {c.key: c for c in contexts}
     groups: dict[tuple[str, str], _Group] = {}
     notices = _notices(contexts)
@@ -127,17 +134,17 @@ def route(contexts: list[PoolContext], prices: Prices) -> list[PlacementChoice]:
               for job in ctx.obs.pending if len(job.options) > 1 and job.reason in DEMAND_REASONS]
     listed.sort(key=lambda cj: (-cj[1].priority, -cj[1].gpus * cj[1].nodes, cj[1].id))
     for home, job in listed:
-        group_name = home.policy.group_of(home.pool.name)
+        group_name = group_of[home.key]
         if group_name is None:
             continue
-        options = _trusted(home, group_name, job, by_key)
+        options = _trusted(home, group_name, job, by_key, group_of)
         if len(options) < 2:
             continue
         group = groups.get((home.team, group_name))
         if group is None:
             group = groups[home.team, group_name] = _Group(
                 {c.key: c for c in contexts if c.team == home.team
-                 and c.policy.group_of(c.pool.name) == group_name}, prices, notices)
+                 and group_of[c.key] == group_name}, prices, notices)
         chosen, compared, why = _choose(group, home, job, options)
         choices.append(PlacementChoice(job=job.id, pool=chosen.pool, listed_under=home.key,
                                        compared=compared, reason=why))
@@ -179,7 +186,7 @@ def _choose(group: _Group, home: PoolContext, job: PendingJob, options: list[Poo
 
 
 def _trusted(home: PoolContext, group_name: str, job: PendingJob,
-             by_key: dict[str, PoolContext]) -> list[PoolOption]:
+             by_key: dict[str, PoolContext], group_of: dict[str, str | None]) -> list[PoolOption]:
     """The job's options that are pools of its team and group (the home pool first)."""
     out: list[PoolOption] = []
     seen: set[str] = set()
@@ -187,7 +194,7 @@ def _trusted(home: PoolContext, group_name: str, job: PendingJob,
         ctx = by_key.get(option.pool)
         if ctx is None or option.pool in seen or ctx.error is not None or not _routes(ctx):
             continue
-        if ctx.team != home.team or ctx.policy.group_of(ctx.pool.name) != group_name:
+        if ctx.team != home.team or group_of[ctx.key] != group_name:
             continue
         if ctx.pool.cluster.kind != home.pool.cluster.kind:
             continue
