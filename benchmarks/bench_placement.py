@@ -173,9 +173,11 @@ def main() -> int:
     config = SimConfig(seed=args.seed)
     itype = default_catalog().get("aws", "p3.2xlarge")
     console.print(f"{len(workload.jobs)} jobs, days {args.start_day:g}+{args.days:g}; regions "
-                  f"{', '.join(REGIONS)}; prices: one catalog price for every region (p3.2xlarge "
-                  f"on-demand ${itype.on_demand_usd}/h, spot ${itype.spot_usd}/h): the catalog has "
-                  f"no per-region prices; max_wait {pools[0].capacity.wait_limit(team.priority)}")
+                  f"{', '.join(REGIONS)}; prices: one price for every region (p3.2xlarge "
+                  f"on-demand ${itype.on_demand_usd}/h, spot ${itype.spot_usd}/h): the simulator "
+                  f"prices a type alike in every region, and the catalog has no p3.2xlarge price "
+                  f"of its own for us-east-2 or us-west-2; "
+                  f"max_wait {pools[0].capacity.wait_limit(team.priority)}")
     dry, spill = spill_room(spot, workload.end - workload.start)
     console.print(f"spot trace over the window: every us-east-1 zone dry {dry:.1%} of the time; another "
                   f"region has spot during {spill:.1%} of that")
@@ -185,10 +187,7 @@ def main() -> int:
         out = {n: f.result() for n, f in futures.items()}
     res = {n: r for n, (r, _) in out.items()}
     for n, (r, extra) in out.items():
-        console.print(f"{n}: cost ${r.cost_usd:,.0f}, paid GPU-h by market {r.gpu_hours_paid_by_market}, "
-                      f"wait p50/p95 {r.wait_p50_s:.0f}/{r.wait_p95_s:.0f} s, delivered "
-                      f"{r.delivered_share:.1%}, kills {r.kills_by_cause}; on-demand share "
-                      f"{r.on_demand_share:.1%}, refused attempts {r.failed_launches}, "
+        console.print(f"{bench_sim.outcome(n, r)}, refused attempts {r.failed_launches}, "
                       f"replay {r.wall_seconds:.0f} s {extra or ''}")
     best = min((n for n in res if n.startswith("alone_")), key=lambda n: res[n].cost_usd)
     a, b, e = res["group"].cost_usd, res[best].cost_usd, res["failover"].cost_usd

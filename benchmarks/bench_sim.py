@@ -35,6 +35,7 @@ from autoscaler.catalog import default_catalog
 from autoscaler.policy import load_policies
 from autoscaler.sim.replay import SimConfig
 from autoscaler.sim.report import ratios, summary_line, table, to_json
+from autoscaler.sim.results import StrategyResult
 from autoscaler.sim.run import run_all, select_pool
 from autoscaler.sim.spot import load_spot_traces
 from autoscaler.traces import DAY, Workload, compress_arrivals, load_duty_cycles, load_pod_list
@@ -52,6 +53,14 @@ def backlog(workload: Workload) -> Workload:
     end = squeezed.start + BACKLOG_WINDOW_HOURS * 3600
     return Workload(jobs=squeezed.jobs, start=squeezed.start, end=end, trace_end=squeezed.trace_end,
                     stats=squeezed.stats)
+
+
+def outcome(name: str, r: StrategyResult) -> str:
+    """One variant's money, wait and disruption, as bench_spot and bench_placement print it."""
+    return (f"{name}: cost ${r.cost_usd:,.0f}, paid GPU-h by market {r.gpu_hours_paid_by_market}, "
+            f"wait p50/p95 {r.wait_p50_s:.0f}/{r.wait_p95_s:.0f} s, delivered "
+            f"{r.delivered_share:.1%}, kills {r.kills_by_cause}; on-demand share "
+            f"{r.on_demand_share:.1%}")
 
 
 def trace_parser(doc: str | None) -> argparse.ArgumentParser:

@@ -103,10 +103,7 @@ def main() -> int:
         futures = {n: pool_exec.submit(replay, n, workload, team, pool, config, spot, duty) for n in VARIANTS}
         res = {n: f.result() for n, f in futures.items()}
     for n, r in res.items():
-        console.print(f"{n}: cost ${r.cost_usd:,.0f}, paid GPU-h by market {r.gpu_hours_paid_by_market}, "
-                      f"wait p50/p95 {r.wait_p50_s:.0f}/{r.wait_p95_s:.0f} s, delivered "
-                      f"{r.delivered_share:.1%}, kills {r.kills_by_cause}; on-demand share "
-                      f"{r.on_demand_share:.1%}, moves to spot {r.moves_to_spot} redoing "
+        console.print(f"{bench_sim.outcome(n, r)}, moves to spot {r.moves_to_spot} redoing "
                       f"{r.gpu_hours_lost_by_cause.get('return-to-spot', 0.0):,.1f} GPU-h")
     ours = res["ours"]
     a, b, c = (res[n].cost_usd for n in ("ours", "spot_only", "karpenter_like"))
