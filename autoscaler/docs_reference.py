@@ -258,7 +258,16 @@ def render_all() -> dict[str, str]:
     return {name: render().replace(str(REPO), "<repo>") for name, render in PAGES.items()}
 
 
+USAGE = f"""usage: python3 -m autoscaler.docs_reference [DIR]
+
+Write the generated reference pages ({", ".join(PAGES)}) into DIR (default: docs/reference).
+"""
+
+
 def main(argv: list[str]) -> int:
+    if argv and (argv[0].startswith("-") or len(argv) > 1):
+        print(USAGE, end="", file=sys.stdout if argv[0] in ("-h", "--help") else sys.stderr)
+        return 0 if argv[0] in ("-h", "--help") else 2
     out = Path(argv[0]) if argv else OUT
     out.mkdir(parents=True, exist_ok=True)
     for name, text in render_all().items():

@@ -15,9 +15,9 @@ their state is never read, since an unchanged pool is skipped before any Terrafo
 Last line: plan_s_10_nodes=<a> plan_s_100_nodes=<b> plan_s_10_pools_1_changed=<c> plan_s_1_pool=<d>
 
 With ``--sizes 10,100,250,500`` it measures instead what launching and removing k nodes
-(``--step``, default 10) costs against a pool already holding N nodes, one workspace grown
-from size to size: the executor's one-command apply (``converge``) of N+k nodes, of N again,
-and an operator's ``plan`` preview of N+k. Last line:
+(``--step``, default 10) costs against a pool already holding N nodes, one pool grown from
+size to size through the executor's provisioner (its shards of ``--shard-size`` nodes): the
+apply of N+k nodes, of N again, and an operator's ``plan`` preview of N+1. Last line:
 ``launch_s_<N>=.. remove_s_<N>=.. plan_s_<N>=..`` per size, then ``launch_ratio=<largest/smallest>``.
 """
 
@@ -33,7 +33,8 @@ from pathlib import Path
 
 from autoscaler.actuators.node_map import NodeMap, NodeSpec, PoolMaps
 from autoscaler.actuators.terraform import PoolWorkspace, RegionInputs, TerraformSettings
-from autoscaler.actuators.terraform.preview import preview_pools
+from autoscaler.actuators.terraform.preview import preview_pool, preview_pools
+from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.pricing import Prices
 from autoscaler.model.pool import PoolRef
@@ -130,38 +131,58 @@ def run(workdir: Path, with_refresh: bool) -> None:
           f"plan_s_10_pools_1_changed={c:.2f} plan_s_1_pool={d:.2f}")
 
 
-def timed_converge(ws: PoolWorkspace, nodes: NodeMap) -> float:
+def timed_converge(prov: TerraformProvisioner, ref: PoolRef, nodes: NodeMap) -> float:
     started = time.monotonic()
-    result = ws.converge(nodes)
-    if not result.ok or set(result.nodes) != set(nodes):
-        raise SystemExit(f"converge of {len(nodes)} failed for {ws.key}: "
+    result = prov.apply(ref, nodes)
+    if not result.ok or not set(nodes) <= set(prov.instances(ref)):
+        raise SystemExit(f"apply of {len(nodes)} failed for {ref.key}: "
                          f"{result.failed or result.errors}")
     return time.monotonic() - started
 
 
-def scale_run(workdir: Path, sizes: list[int], step: int) -> None:
-    """Launch and remove ``step`` nodes against a pool grown to each size in turn."""
+def timed_shard_plan(settings: TerraformSettings, ref: PoolRef, before: NodeMap,
+                     after: NodeMap, prices: Prices) -> float:
+    started = time.monotonic()
+    preview = preview_pool(PoolMaps(ref, before, after), settings, prices)
+    elapsed = time.monotonic() - started
+    if preview.status != "planned" or [c.action for c in preview.changes] != ["create"]:
+        raise SystemExit(f"unexpected preview of {ref.key}: {preview.status} {preview.error} "
+                         f"{preview.changes}")
+    for plan_file in preview.plan_files:  # leave no pending plan behind
+        Path(plan_file).unlink(missing_ok=True)
+        (Path(plan_file).parent / "pending.json").unlink(missing_ok=True)
+    return elapsed
+
+
+def scale_run(workdir: Path, sizes: list[int], step: int, shard_size: int) -> None:
+    """Launch and remove ``step`` nodes against a pool grown to each size in turn, through
+    the executor's provisioner (so through the pool's shards)."""
     os.environ.update(SANDBOX_ENV)
     rows: list[tuple[int, float, float, float]] = []
     with MotoSandbox(workdir / "moto") as moto:
         settings = TerraformSettings(workdir=workdir / "tf", aws_endpoint=moto.endpoint,
+                                     shard_size=shard_size,
                                      regions={"aws/us-east-1": RegionInputs(ami=MOTO_AMI)})
-        ws = PoolWorkspace(settings, "bench", "big", "aws", "us-east-1")
+        prov = TerraformProvisioner(settings)
+        ref = PoolRef("bench", "big", "aws", "us-east-1")
+        now = datetime.now(UTC)
+        prices = Prices(default_catalog(), Snapshot(taken_at=now), now)
         for size in sizes:
             grown = time.monotonic()
-            timed_converge(ws, node_map("big", size))
-            print(f"pool grown to {size} nodes in {time.monotonic() - grown:.0f}s", flush=True)
-            more = node_map("big", size + step)
-            launch = timed_converge(ws, more)
-            remove = timed_converge(ws, node_map("big", size))
-            plan = timed_plan(ws, node_map("big", size + 1))
+            timed_converge(prov, ref, node_map("bench-big", size))
+            print(f"pool grown to {size} nodes in {time.monotonic() - grown:.0f}s "
+                  f"({len(prov.shards(ref))} shard(s) of at most {shard_size})", flush=True)
+            launch = timed_converge(prov, ref, node_map("bench-big", size + step))
+            remove = timed_converge(prov, ref, node_map("bench-big", size))
+            plan = timed_shard_plan(settings, ref, node_map("bench-big", size),
+                                    node_map("bench-big", size + 1), prices)
             rows.append((size, launch, remove, plan))
             print(f"N={size}: launch {step} {launch:.1f}s, remove {step} {remove:.1f}s, "
                   f"plan +1 {plan:.1f}s", flush=True)
-        ws.destroy_all()
+        prov.apply(ref, {})
     first, last = rows[0], rows[-1]
     print(f"launch of {step} at {last[0]} vs {first[0]} nodes: ratio {last[1] / first[1]:.2f}; "
-          f"remove {last[2] / first[2]:.2f}; plan {last[3] / first[3]:.2f}")
+          f"remove {last[2] / first[2]:.2f}; plan {last[3] / first[3]:.2f} (shard_size {shard_size})")
     print(" ".join(f"launch_s_{n}={a:.1f} remove_s_{n}={r:.1f} plan_s_{n}={p:.1f}"
                    for n, a, r, p in rows) + f" launch_ratio={last[1] / first[1]:.2f}")
 
@@ -176,11 +197,14 @@ def main() -> None:
                         help="Comma-separated pool sizes, e.g. 10,100,250,500: time launching and "
                              "removing --step nodes against each instead.")
     parser.add_argument("--step", type=int, default=10, help="Nodes launched and removed (--sizes).")
+    parser.add_argument("--shard-size", type=int, default=TerraformSettings().shard_size,
+                        help="Nodes per Terraform shard (--sizes); a size above the largest "
+                             "pool measures one state per pool, as before shards.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-terraform-") as tmp:
         workdir = args.workdir or Path(tmp)
         if args.sizes:
-            scale_run(workdir, [int(x) for x in args.sizes.split(",")], args.step)
+            scale_run(workdir, [int(x) for x in args.sizes.split(",")], args.step, args.shard_size)
         else:
             run(workdir, args.with_refresh)
 

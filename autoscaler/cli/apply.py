@@ -25,10 +25,13 @@ from autoscaler.cli.plan import SETTINGS_HELP, terraform_settings
 
 
 def pending_plans(settings: TerraformSettings, only: list[str]) -> list[PoolPlan]:
-    """Saved plans under the workdir (``<team>/<pool>/plan/pending.json``), maybe filtered.
-    A file that is not a saved plan stops everything (nothing is applied) with one line."""
+    """Saved plans under the workdir (``<team>/<pool>/plan/pending.json``, and each shard's
+    under ``<team>/<pool>/shards/<k>/``), maybe filtered. A file that is not a saved plan
+    stops everything (nothing is applied) with one line."""
     plans = []
-    for path in sorted(Path(settings.workdir).glob("*/*/plan/pending.json")):
+    root = Path(settings.workdir)
+    for path in sorted([*root.glob("*/*/plan/pending.json"),
+                        *root.glob("*/*/shards/*/plan/pending.json")]):
         try:
             plans.append(PoolPlan.model_validate_json(path.read_bytes()))
         except (OSError, ValidationError) as exc:
@@ -40,7 +43,8 @@ def pending_plans(settings: TerraformSettings, only: list[str]) -> list[PoolPlan
 
 def apply_one(settings: TerraformSettings, pool_plan: PoolPlan) -> ApplyResult:
     team, pool = pool_plan.pool.split("/", 1)
-    ws = PoolWorkspace(settings, team, pool, pool_plan.cloud, pool_plan.region)
+    ws = PoolWorkspace(settings, team, pool, pool_plan.cloud, pool_plan.region,
+                       shard=pool_plan.shard)
     return ws.apply(pool_plan)
 
 

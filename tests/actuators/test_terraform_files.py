@@ -180,7 +180,7 @@ def _settings() -> TerraformSettings:
 def test_changed_pool_is_planned_with_its_cost_delta() -> None:
     fake = FakeWorkspace(applied=ONE)
     preview = preview_pool(PoolMaps(REF, ONE, TWO, ["vision/v100: grow"]), _settings(),
-                           _prices(), lambda s, r: fake)
+                           _prices(), lambda s, r, k=0: fake)
     assert preview.status == "planned" and fake.planned == [TWO]
     assert [(c.node, c.action) for c in preview.changes] == [("v-new1", "create")]
     assert preview.hourly_before == 3.06 and round(preview.delta, 3) == 0.918
@@ -190,20 +190,20 @@ def test_changed_pool_is_planned_with_its_cost_delta() -> None:
 def test_unchanged_pool_runs_no_terraform_and_drops_an_old_plan() -> None:
     fake = FakeWorkspace(applied=ONE)
     preview = preview_pool(PoolMaps(REF, ONE, dict(ONE)), _settings(), _prices(),
-                           lambda s, r: fake)
+                           lambda s, r, k=0: fake)
     assert preview.status == "unchanged" and fake.planned == [] and fake.discarded == 1
 
 
 def test_pool_in_an_unconfigured_region_is_engine_only() -> None:
     ref = PoolRef("research", "gn6", "alicloud", "cn-hangzhou")
     preview = preview_pool(PoolMaps(ref, {}, TWO), _settings(), _prices(),
-                           lambda s, r: FakeWorkspace({}))
+                           lambda s, r, k=0: FakeWorkspace({}))
     assert preview.status == "not-configured" and preview.changes == []
 
 
 def test_terraform_failure_is_reported_per_pool() -> None:
     preview = preview_pool(PoolMaps(REF, ONE, TWO), _settings(), _prices(),
-                           lambda s, r: FakeWorkspace(ONE, error="state locked"))
+                           lambda s, r, k=0: FakeWorkspace(ONE, error="state locked"))
     assert preview.status == "error" and preview.error == "state locked"
 
 

@@ -40,6 +40,7 @@ class PoolPlan(_Model):
     """A saved ``terraform plan -out`` for one pool, with what is needed to apply it safely."""
 
     pool: str = Field(description="Pool key 'team/pool'.")
+    shard: int = Field(0, ge=0, description="The pool's Terraform shard (shards.py).")
     cloud: str
     region: str
     plan_file: Path
@@ -50,6 +51,10 @@ class PoolPlan(_Model):
     state_lineage: str | None = None
     planned_at: datetime
     seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return self.pool if self.shard == 0 else f"{self.pool}#{self.shard}"
 
     @property
     def has_changes(self) -> bool:

@@ -1,18 +1,21 @@
 """Plan previews: which pools change, the Terraform plan of each, and the $/h delta.
 
-Only pools whose node map differs from their last applied map are planned; the others
-cost no Terraform run at all. Pools in a cloud region without Terraform inputs in the
-settings are shown from the engine's side only.
+Only pools whose node map differs from their last applied map are planned, and of those
+only the shards (shards.py) whose part of the map differs; the others cost no Terraform
+run at all. Pools in a cloud region without Terraform inputs in the settings are shown
+from the engine's side only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.actuators.node_map import NodeMap, PoolMaps
+from autoscaler.actuators.terraform import shards
 from autoscaler.actuators.terraform.errors import TerraformError
 from autoscaler.actuators.terraform.planfile import NodeChange, PoolPlan
 from autoscaler.actuators.terraform.settings import TerraformSettings
@@ -35,7 +38,8 @@ class PoolPreview(BaseModel):
     hourly_after: float = Field(description="$/h once the plan is applied.")
     unpriced: list[str] = Field(default_factory=list, description="Nodes without a price.")
     changes: list[NodeChange] = Field(default_factory=list)
-    plan_file: str | None = None
+    plan_files: list[str] = Field(default_factory=list,
+                                  description="One saved plan per shard that changes.")
     error: str | None = None
     reasons: list[str] = Field(default_factory=list)
 
@@ -52,11 +56,11 @@ class Workspace(Protocol):
     def discard_plan(self) -> None: ...
 
 
-WorkspaceFactory = Callable[[TerraformSettings, PoolRef], Workspace]
+WorkspaceFactory = Callable[[TerraformSettings, PoolRef, int], Workspace]
 
 
-def default_workspace(settings: TerraformSettings, ref: PoolRef) -> Workspace:
-    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region)
+def default_workspace(settings: TerraformSettings, ref: PoolRef, shard: int = 0) -> Workspace:
+    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, shard=shard)
 
 
 def map_cost(ref: PoolRef, nodes: NodeMap, prices: PriceBook) -> tuple[float, list[str]]:
@@ -87,13 +91,24 @@ def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: PriceBook,
             "unpriced": sorted(set(unpriced_before) | set(unpriced_after))}
     if settings.inputs_for(ref.cloud, ref.region) is None:
         return PoolPreview(status="not-configured", **base)
+    pool_dir = Path(settings.workdir).resolve() / ref.team / ref.pool
+    changes: list[NodeChange] = []
+    files: list[str] = []
     try:
-        ws = workspace(settings, ref)
-        if pm.after == ws.applied_nodes():
-            ws.discard_plan()  # an older pending plan no longer matches the fleet
-            return PoolPreview(status="unchanged", **base)
-        plan = ws.plan(pm.after)
+        existing = {k: workspace(settings, ref, k) for k in sorted({0, *shards.existing(pool_dir)})}
+        held = {n: k for k, ws in reversed(existing.items()) for n in ws.applied_nodes()}
+        for k, node_map in sorted(shards.assign(pm.after, held, settings.shard_size,
+                                                existing).items()):
+            ws = existing.get(k) or workspace(settings, ref, k)
+            if node_map == ws.applied_nodes():
+                ws.discard_plan()  # an older pending plan no longer matches the fleet
+                continue
+            plan = ws.plan(node_map)
+            changes += plan.changes
+            files.append(str(plan.plan_file))
     except TerraformError as exc:
         return PoolPreview(status="error", error=str(exc), **base)
-    return PoolPreview(status="planned", changes=plan.changes, plan_file=str(plan.plan_file),
-                       **base)
+    if not files:
+        return PoolPreview(status="unchanged", **base)
+    return PoolPreview(status="planned", changes=sorted(changes, key=lambda c: (c.action, c.node)),
+                       plan_files=files, **base)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -46,6 +47,7 @@ from autoscaler.actuators.terraform import (
     StateLockedError,
     TerraformError,
     TerraformSettings,
+    shards,
 )
 from autoscaler.actuators.terraform.runner import FLAG
 from autoscaler.clouds.base import MANAGED_TAGS, CloudInstance, CloudMarket
@@ -55,7 +57,8 @@ from autoscaler.model.pool import PoolRef
 STALE_MARKER = "gpu-autoscaler-stale"
 RESOURCES = {"aws": "aws_instance", "alicloud": "alicloud_instance"}
 CloudFor = Callable[[str, str], CloudMarket]
-WorkspaceFactory = Callable[[TerraformSettings, PoolRef, Callable[[], datetime]], PoolWorkspace]
+WorkspaceFactory = Callable[[TerraformSettings, PoolRef, Callable[[], datetime], int], PoolWorkspace]
+Imports = dict[str, tuple[str, NodeSpec]]  # map key -> (instance id, spec)
 _LOCK_ID = re.compile(r"^\s*ID:\s*(\S+)", re.MULTILINE)
 _LOCK_CREATED = re.compile(r"^\s*Created:\s*(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)", re.MULTILINE)
 
@@ -67,8 +70,9 @@ def stray_key(node: str | None, instance_id: str) -> str:
 
 
 def default_workspace(settings: TerraformSettings, ref: PoolRef,
-                      clock: Callable[[], datetime]) -> PoolWorkspace:
-    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, clock=clock)
+                      clock: Callable[[], datetime], shard: int = 0) -> PoolWorkspace:
+    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, clock=clock,
+                         shard=shard)
 
 
 def lock_of(error: StateLockedError) -> tuple[str, datetime] | None:
@@ -115,33 +119,44 @@ class TerraformProvisioner:
         self.stale_lock_after = stale_lock_after or timedelta(
             seconds=settings.command_timeout_s + 300)
         self._make_workspace = workspace
-        self._workspaces: dict[str, PoolWorkspace] = {}
+        self._workspaces: dict[tuple[str, int], PoolWorkspace] = {}
         self._guard = threading.Lock()
         self.imported: list[tuple[str, str, str]] = []  # (pool, key, instance id), for status
         self.unlocked: list[tuple[str, str]] = []  # (pool, lock id) of stale locks released
 
-    def workspace(self, ref: PoolRef) -> PoolWorkspace:
+    def workspace(self, ref: PoolRef, shard: int = 0) -> PoolWorkspace:
         with self._guard:
-            if ref.key not in self._workspaces:
-                self._workspaces[ref.key] = self._make_workspace(self.settings, ref, self.clock)
-            return self._workspaces[ref.key]
+            if (ref.key, shard) not in self._workspaces:
+                self._workspaces[(ref.key, shard)] = self._make_workspace(
+                    self.settings, ref, self.clock, shard)
+            return self._workspaces[(ref.key, shard)]
+
+    def shards(self, ref: PoolRef) -> list[PoolWorkspace]:
+        """The pool's shards that have a workspace (shard 0 always: the pool's own)."""
+        base = self.workspace(ref)
+        found = shards.existing(base.dir)
+        return [self.workspace(ref, k) for k in sorted({0, *found})]
 
     # -- Provisioner -----------------------------------------------------------------------
     def applied(self, ref: PoolRef) -> NodeMap | None:
-        ws = self.workspace(ref)
-        if (ws.dir / STALE_MARKER).exists():
-            return None
-        return ws.applied_nodes()
+        """The node map of the pool's last applies, every shard's together; None while a
+        shard must be applied again whatever its map."""
+        out: NodeMap = {}
+        for ws in self.shards(ref):
+            if (ws.dir / STALE_MARKER).exists():
+                return None
+            out.update(ws.applied_nodes())
+        return out
 
     def mark_stale(self, ref: PoolRef) -> None:
-        ws = self.workspace(ref)
-        ws.dir.mkdir(parents=True, exist_ok=True)
-        (ws.dir / STALE_MARKER).touch()
+        for ws in self.shards(ref):
+            _mark_stale(ws)
 
     def instances(self, ref: PoolRef) -> dict[str, NodeOutput]:
-        ws = self.workspace(ref)
-        ws.init()
-        return state_outputs(ws.pull_state())
+        out: dict[str, NodeOutput] = {}
+        for ws in self.shards(ref):
+            out.update(self._held(ws))
+        return out
 
     def leftovers(self, ref: PoolRef, names: Iterable[str]) -> dict[str, list[str]]:
         """Node name -> ids of live cloud instances tagged with it that the pool's state
@@ -158,23 +173,51 @@ class TerraformProvisioner:
         return out
 
     def apply(self, ref: PoolRef, nodes: NodeMap, *, destroy: Collection[str] = ()) -> ApplyResult:
-        ws = self.workspace(ref)
+        """Make the pool hold exactly ``nodes``: one apply in each shard whose map changed
+        (or that is marked stale, or takes an instance to import), shards in parallel. The
+        result is the pool's: ``nodes`` holds what the applied shards hold afterwards."""
+        existing = self.shards(ref)
+        held = {name: ws.shard for ws in reversed(existing) for name in ws.applied_nodes()}
+        maps = shards.assign(nodes, held, self.settings.shard_size, [ws.shard for ws in existing])
+        imports = self._strays(ref, existing, nodes, maps, set(destroy))
+        todo = [(k, node_map) for k, node_map in sorted(maps.items())
+                if k in imports or self._changed(self.workspace(ref, k), node_map)]
+        if not todo:  # the caller found a difference the shards do not: apply shard 0
+            todo = [(0, maps.get(0, {}))]
+
+        def one(item: tuple[int, NodeMap]) -> ApplyResult:
+            k, node_map = item
+            return self._apply_shard(ref, self.workspace(ref, k), node_map, imports.get(k, {}))
+
+        workers = min(self.settings.shard_parallelism, len(todo))
+        if workers == 1:
+            results = [one(item) for item in todo]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shard") as pool:
+                results = list(pool.map(one, todo))
+        return _merged(ref, results)
+
+    def _changed(self, ws: PoolWorkspace, node_map: NodeMap) -> bool:
+        return (ws.dir / STALE_MARKER).exists() or ws.applied_nodes() != node_map
+
+    def _apply_shard(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap,
+                     imports: Imports) -> ApplyResult:
         try:
-            result = self._apply(ref, ws, nodes, set(destroy))
+            result = self._converge(ref, ws, nodes, imports)
         except StateLockedError as exc:
             if not self._break_stale_lock(ref, ws, exc):
                 raise
-            result = self._apply(ref, ws, nodes, set(destroy))
+            result = self._converge(ref, ws, nodes, imports)
         if not result.ok:
             # The outputs (and the applied map recorded from them) are the last good
-            # apply's; the state is the truth, and the pool is applied again next time.
-            self.mark_stale(ref)
-            result = result.model_copy(update={"nodes": self.instances(ref)})
+            # apply's; the state is the truth, and the shard is applied again next time.
+            _mark_stale(ws)
+            result = result.model_copy(update={"nodes": self._held(ws)})
         return result
 
-    def _apply(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap, destroy: set[str]) -> ApplyResult:
+    def _converge(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap,
+                  imports: Imports) -> ApplyResult:
         ws.init()
-        imports = self._strays(ref, ws, nodes, destroy)
         if imports:
             self._import(ref, ws, nodes, imports)
         result = ws.converge(nodes)
@@ -182,49 +225,64 @@ class TerraformProvisioner:
             (ws.dir / STALE_MARKER).unlink(missing_ok=True)
         return result
 
+    @staticmethod
+    def _held(ws: PoolWorkspace) -> dict[str, NodeOutput]:
+        if ws.shard and not (ws.dir / "main.tf.json").exists():
+            return {}  # a shard never applied holds nothing (and init would create it)
+        ws.init()
+        return state_outputs(ws.pull_state())
+
     def _break_stale_lock(self, ref: PoolRef, ws: PoolWorkspace, exc: StateLockedError) -> bool:
         lock = lock_of(exc)
         if lock is None or self.clock() - lock[1] < self.stale_lock_after:
             return False
         ws.runner.run("force-unlock", lock[0], force=FLAG)
-        self.unlocked.append((ref.key, lock[0]))
+        self.unlocked.append((ws.label, lock[0]))
         return True
 
     # -- strays ------------------------------------------------------------------------------
-    def _strays(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap,
-                destroy: set[str]) -> dict[str, tuple[str, NodeSpec]]:
-        """Map key -> (instance id, spec) of cloud instances to bring into the state."""
+    def _strays(self, ref: PoolRef, existing: list[PoolWorkspace], nodes: NodeMap,
+                maps: Mapping[int, NodeMap], destroy: set[str]) -> dict[int, Imports]:
+        """Shard -> map key -> (instance id, spec) of cloud instances to bring into that
+        shard's state: a wanted node's lost instance into the node's shard, an instance to
+        destroy into the shard its node tag points to."""
         if self.cloud_for is None:
             if destroy:
                 raise TerraformError(f"pool {ref.key}: cannot destroy {sorted(destroy)}: no cloud "
                                      "adapter to read them from")
             return {}
         found = pool_instances(self.cloud_for(ref.cloud, ref.region), ref)
-        recorded = ws.applied_nodes()
-        # Reading the state costs a terraform run: only when the cloud has an instance the
-        # last recorded apply does not account for (after a crash, or a stray).
+        recorded = {name for ws in existing for name in ws.applied_nodes()}
+        # Reading the states costs a terraform run each: only when the cloud has an
+        # instance the last recorded applies do not account for (after a crash, or a stray).
         if not any(i.instance_id in destroy or (i.node in nodes and i.node not in recorded)
                    for i in found):
             return {}
-        held = state_outputs(ws.pull_state())
+        held: dict[str, NodeOutput] = {}
+        for ws in existing:
+            held.update(self._held(ws))
         known = {out.id for out in held.values()}
-        out: dict[str, tuple[str, NodeSpec]] = {}
+        where = {name: k for k, node_map in maps.items() for name in node_map}
+        out: dict[int, Imports] = {}
+        taken: set[str] = set()
         for inst in found:
             if inst.instance_id in known:
                 continue
             if inst.instance_id in destroy:
                 spec = NodeSpec(instance_type=inst.instance_type, market=inst.market,
                                 zone=inst.zone or "")
-                out[stray_key(inst.node, inst.instance_id)] = (inst.instance_id, spec)
-            elif inst.node and inst.node in nodes and inst.node not in held and inst.node not in out:
-                out[inst.node] = (inst.instance_id, nodes[inst.node])
+                shard = where.get(inst.node or "", shards.home(inst.node or "", self.settings.shard_size))
+                out.setdefault(shard, {})[stray_key(inst.node, inst.instance_id)] = (
+                    inst.instance_id, spec)
+            elif inst.node and inst.node in nodes and inst.node not in held and inst.node not in taken:
+                taken.add(inst.node)
+                out.setdefault(where[inst.node], {})[inst.node] = (inst.instance_id, nodes[inst.node])
         return out
 
-    def _import(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap,
-                imports: Mapping[str, tuple[str, NodeSpec]]) -> None:
+    def _import(self, ref: PoolRef, ws: PoolWorkspace, nodes: NodeMap, imports: Imports) -> None:
         resource = RESOURCES.get(ref.cloud)
         if resource is None:
-            raise TerraformError(f"pool {ref.key}: no import for cloud {ref.cloud!r}")
+            raise TerraformError(f"pool {ws.label}: no import for cloud {ref.cloud!r}")
         ws.write_config({**nodes, **{key: spec for key, (_, spec) in imports.items()}})
         for key, (instance_id, _) in sorted(imports.items()):
             address = f'module.pool.{resource}.node["{key}"]'
@@ -234,4 +292,27 @@ class TerraformProvisioner:
             except TerraformError as exc:
                 if "already managed" not in str(exc):
                     raise
-            self.imported.append((ref.key, key, instance_id))
+            self.imported.append((ws.label, key, instance_id))
+
+
+def _mark_stale(ws: PoolWorkspace) -> None:
+    ws.dir.mkdir(parents=True, exist_ok=True)
+    (ws.dir / STALE_MARKER).touch()
+
+
+def _merged(ref: PoolRef, results: list[ApplyResult]) -> ApplyResult:
+    """One result for the pool from its shards' (which ran side by side: ``seconds`` is
+    the longest)."""
+    if len(results) == 1:
+        return results[0]
+    nodes: dict[str, NodeOutput] = {}
+    failed: dict[str, str] = {}
+    for r in results:
+        nodes.update(r.nodes)
+        failed.update(r.failed)
+    return ApplyResult(
+        pool=ref.key, ok=all(r.ok for r in results), nodes=nodes,
+        created=sorted(n for r in results for n in r.created),
+        destroyed=sorted(n for r in results for n in r.destroyed), failed=failed,
+        capacity_errors=[e for r in results for e in r.capacity_errors],
+        errors=[e for r in results for e in r.errors], seconds=max(r.seconds for r in results))

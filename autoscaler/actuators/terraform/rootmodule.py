@@ -58,7 +58,7 @@ def cli_config(settings: TerraformSettings) -> str:
 
 
 def main_tf(settings: TerraformSettings, workdir: Path, team: str, pool: str, cloud: str,
-            region: str, inputs: RegionInputs) -> dict[str, Any]:
+            region: str, inputs: RegionInputs, shard: int = 0) -> dict[str, Any]:
     if cloud not in MODULES:
         raise ValueError(f"no Terraform module for cloud {cloud!r} (known: {sorted(MODULES)})")
     source = os.path.relpath(settings.modules_dir / MODULES[cloud], workdir)
@@ -77,7 +77,7 @@ def main_tf(settings: TerraformSettings, workdir: Path, team: str, pool: str, cl
     return {
         "terraform": {
             "required_providers": {cloud: PROVIDERS[cloud]},
-            "backend": literal(_backend(settings, team, pool)),
+            "backend": literal(_backend(settings, team, pool, shard)),
         },
         "provider": {cloud: literal(_provider(settings, cloud, region))},
         "variable": {
@@ -115,13 +115,14 @@ def _provider(settings: TerraformSettings, cloud: str, region: str) -> dict[str,
     return provider
 
 
-def _backend(settings: TerraformSettings, team: str, pool: str) -> dict[str, Any]:
+def _backend(settings: TerraformSettings, team: str, pool: str, shard: int) -> dict[str, Any]:
     backend = settings.backend
     if not isinstance(backend, S3Backend):
         return {"local": {"path": "terraform.tfstate"}}
+    where = f"{team}/{pool}" if shard == 0 else f"{team}/{pool}/shards/{shard}"
     conf: dict[str, Any] = {
         "bucket": backend.bucket,
-        "key": f"{backend.key_prefix.strip('/')}/{team}/{pool}/terraform.tfstate",
+        "key": f"{backend.key_prefix.strip('/')}/{where}/terraform.tfstate",
         "region": backend.region,
         "use_lockfile": backend.use_lockfile,
     }

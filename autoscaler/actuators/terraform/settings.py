@@ -68,6 +68,14 @@ class TerraformSettings(_Model):
         "with its default of 25 a capacity error takes many minutes to surface, so the "
         "engine's fallback would wait; a few retries keep it to seconds.")
     parallelism: int = Field(50, ge=1, description="terraform -parallelism for plan and apply.")
+    shard_size: int = Field(
+        50, ge=1, le=10_000, description="Most nodes one Terraform state of a pool takes "
+        "before new nodes go to the pool's next shard (its own workspace, state and lock): "
+        "every run reads and writes its whole state, so an apply in a big pool would "
+        "grow with the pool. A node never moves between shards; changing this only places "
+        "new nodes differently.")
+    shard_parallelism: int = Field(
+        4, ge=1, description="Shards of one pool applied at the same time.")
     refresh: bool = Field(
         False, description="Refresh every instance from the cloud when planning. Off by "
         "default: refresh costs API calls per instance, so plan time would grow with the "

@@ -1,6 +1,7 @@
 """One pool's Terraform workspace: its own root module, state, lock and saved plan.
 
-Layout under ``settings.workdir/<team>/<pool>/``::
+Layout under ``settings.workdir/<team>/<pool>/`` (shard 0; shard k of the pool in its
+``shards/k/``, see shards.py)::
 
     main.tf.json            root module (provider, backend, module call)
     terraform.tfvars.json   node map + user data (0600)
@@ -20,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.actuators.node_map import NodeMap, NodeSpec
-from autoscaler.actuators.terraform import rootmodule
+from autoscaler.actuators.terraform import rootmodule, shards
 from autoscaler.actuators.terraform.errors import (
     Diagnostic,
     NodeTarget,
@@ -66,16 +67,18 @@ class ApplyResult(BaseModel):
 
 class PoolWorkspace:
     def __init__(self, settings: TerraformSettings, team: str, pool: str, cloud: str,
-                 region: str, *, inputs: RegionInputs | None = None, clock: Clock = utc_now):
+                 region: str, *, inputs: RegionInputs | None = None, clock: Clock = utc_now,
+                 shard: int = 0):
         self.settings = settings
         self.team, self.pool, self.cloud, self.region = team, pool, cloud, region
+        self.shard = shard
         found = inputs or settings.inputs_for(cloud, region)
         if found is None:
             raise TerraformError(f"no Terraform inputs for {cloud}/{region}: add "
                                  f"regions: {{{cloud}/{region}: {{ami: ...}}}} to the settings")
         self.inputs = found
         self.clock = clock
-        self.dir = (Path(settings.workdir) / team / pool).resolve()
+        self.dir = shards.directory((Path(settings.workdir) / team / pool).resolve(), shard)
         self.runner = Runner(self.dir, self.dir / "terraformrc", settings.terraform_bin,
                              settings.command_timeout_s)
         self._initialized = False
@@ -85,6 +88,11 @@ class PoolWorkspace:
         return pool_key(self.team, self.pool)
 
     @property
+    def label(self) -> str:
+        """The pool key, with ``#k`` for shard k > 0: what messages name."""
+        return self.key if self.shard == 0 else f"{self.key}#{self.shard}"
+
+    @property
     def plan_json_path(self) -> Path:
         return self.dir / "plan" / "pending.json"
 
@@ -92,7 +100,7 @@ class PoolWorkspace:
     def write_config(self, nodes: NodeMap | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         main = rootmodule.main_tf(self.settings, self.dir, self.team, self.pool, self.cloud,
-                                  self.region, self.inputs)
+                                  self.region, self.inputs, self.shard)
         _write_if_changed(self.dir / "main.tf.json", json.dumps(main, indent=2) + "\n")
         _write_if_changed(self.dir / "terraformrc", rootmodule.cli_config(self.settings))
         if nodes is not None or not (self.dir / "terraform.tfvars.json").exists():
@@ -126,7 +134,7 @@ class PoolWorkspace:
             if "Failed to query available provider packages" in str(exc) or \
                     "Failed to resolve provider packages" in str(exc):
                 raise ProviderUnavailableError(
-                    f"pool {self.key}: the {self.cloud} provider is not in the mirror "
+                    f"pool {self.label}: the {self.cloud} provider is not in the mirror "
                     f"{self.settings.plugin_mirror}", exc.detail) from exc
             raise
         stamp.write_text(digest)
@@ -145,7 +153,7 @@ class PoolWorkspace:
             lock_timeout=self.settings.lock_timeout)
         changes = node_changes(result.events, nodes, state_nodes(state))
         pool_plan = PoolPlan(
-            pool=self.key, cloud=self.cloud, region=self.region, plan_file=out,
+            pool=self.key, shard=self.shard, cloud=self.cloud, region=self.region, plan_file=out,
             plan_sha256=_sha256(out), nodes=nodes, changes=changes,
             state_serial=state.get("serial"), state_lineage=state.get("lineage"),
             planned_at=self.clock(), seconds=result.seconds)
@@ -154,7 +162,7 @@ class PoolWorkspace:
 
     def pending_plan(self) -> PoolPlan:
         if not self.plan_json_path.exists():
-            raise PlanNotFoundError(f"pool {self.key}: no saved plan; run `gpu-autoscaler plan`")
+            raise PlanNotFoundError(f"pool {self.label}: no saved plan; run `gpu-autoscaler plan`")
         return PoolPlan.model_validate_json(self.plan_json_path.read_text())
 
     def discard_plan(self) -> None:
@@ -245,17 +253,17 @@ class PoolWorkspace:
 
     # -- helpers -----------------------------------------------------------------------
     def _check_fresh(self, pool_plan: PoolPlan) -> None:
-        if pool_plan.pool != self.key:
-            raise TerraformError(f"plan for {pool_plan.pool} given to workspace {self.key}")
+        if (pool_plan.pool, pool_plan.shard) != (self.key, self.shard):
+            raise TerraformError(f"plan for {pool_plan.label} given to workspace {self.label}")
         if not pool_plan.plan_file.exists():
-            raise PlanNotFoundError(f"pool {self.key}: plan file {pool_plan.plan_file} is gone")
+            raise PlanNotFoundError(f"pool {self.label}: plan file {pool_plan.plan_file} is gone")
         if _sha256(pool_plan.plan_file) != pool_plan.plan_sha256:
-            raise StalePlanError(f"pool {self.key}: plan file changed since it was previewed")
+            raise StalePlanError(f"pool {self.label}: plan file changed since it was previewed")
         self.init()
         serial, lineage = self.state_version()
         if (serial, lineage) != (pool_plan.state_serial, pool_plan.state_lineage):
             raise StalePlanError(
-                f"pool {self.key}: the plan from {pool_plan.planned_at:%Y-%m-%d %H:%M:%S} was "
+                f"pool {self.label}: the plan from {pool_plan.planned_at:%Y-%m-%d %H:%M:%S} was "
                 f"made against state serial {pool_plan.state_serial}, the state is now at "
                 f"serial {serial}; run `gpu-autoscaler plan` again")
 
@@ -264,7 +272,7 @@ class PoolWorkspace:
         anything else (lock, stale plan, provider) is raised."""
         errors = [d for d in diagnostics if d.severity == "error"]
         if not errors or any(d.node is None for d in errors):
-            raise classify(f"terraform apply failed for pool {self.key}", errors)
+            raise classify(f"terraform apply failed for pool {self.label}", errors)
 
 
 def _node_outputs(value: Any) -> dict[str, NodeOutput]:

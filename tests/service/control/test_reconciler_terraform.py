@@ -10,6 +10,10 @@ those tags as it would in an account. ``destroy`` removes exactly it, through an
 the pool's root module, and leaves the pool's node running; ``adopt`` takes it into the
 store under its ``node`` tag and into Terraform's state by import, so the next apply keeps
 it instead of launching another (``terraform output`` lists it under its key). The same with fakes: tests/service/control/test_reconciler.py.
+
+The pool runs with two nodes per Terraform shard (actuators/terraform/shards.py), so the
+nodes, the stray and the adopted instance live in four workspaces of their own: every step
+also proves its guarantee across shards.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.actuators.terraform import shards
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.sandbox.hosts.procs import child_pids, wait_until
@@ -59,8 +64,8 @@ def stray(moto: MotoSandbox, like: str, node: str) -> str:  # noqa: F811
 
 
 def one_ready_node(moto: MotoSandbox, tmp_path: Path, unknown: str) -> tuple[Scenario, str]:  # noqa: F811
-    world = make_world(f"sqlite:///{tmp_path / 'fleet.db'}", sandbox_settings(moto, tmp_path / "tf"),
-                       moto.endpoint, nodes=1)
+    world = make_world(f"sqlite:///{tmp_path / 'fleet.db'}",
+                       sandbox_settings(moto, tmp_path / "tf", shard_size=2), moto.endpoint, nodes=1)
     world.settings = ExecutorSettings(lost_after_misses=2, unknown_instances=unknown)  # type: ignore[arg-type]
     scn = Scenario(world, Faults(), NOW)
     scn.run_until(lambda: list(scn.states().values()) == [S.READY], max_ticks=20)
@@ -69,12 +74,19 @@ def one_ready_node(moto: MotoSandbox, tmp_path: Path, unknown: str) -> tuple[Sce
 
 
 def terraform_nodes(workdir: Path) -> dict[str, str]:
-    """The pool's Terraform state, read with ``terraform output``: node key -> instance id."""
+    """The pool's Terraform states, every shard's read with ``terraform output``: node key
+    -> instance id."""
     pool_dir = workdir / "vision" / POOL
-    done = subprocess.run(["terraform", "output", "-json", "nodes"], cwd=pool_dir, text=True,
-                          capture_output=True, timeout=120, check=True,
-                          env={**os.environ, "TF_CLI_CONFIG_FILE": str(pool_dir / "terraformrc")})
-    return {name: node["id"] for name, node in json.loads(done.stdout).items()}
+    out: dict[str, str] = {}
+    for shard in shards.existing(pool_dir):
+        where = shards.directory(pool_dir, shard)
+        done = subprocess.run(["terraform", "output", "-json", "nodes"], cwd=where, text=True,
+                              capture_output=True, timeout=120, check=True,
+                              env={**os.environ, "TF_CLI_CONFIG_FILE": str(where / "terraformrc")})
+        found = json.loads(done.stdout or "{}")
+        assert not set(found) & set(out), f"a node in two shards: {found} {out}"
+        out.update({name: node["id"] for name, node in found.items()})
+    return out
 
 
 def terraform_applies() -> list[int]:
