@@ -16,6 +16,7 @@ from autoscaler.actuators.terraform.planfile import NodeChange, PoolPlan
 from autoscaler.actuators.terraform.preview import preview_pool
 from autoscaler.actuators.terraform.provisioner import STALE_MARKER, TerraformProvisioner
 from autoscaler.catalog import default_catalog
+from autoscaler.clouds.base import CloudInstance, InstanceState
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.prices import PriceBook
 from autoscaler.model.snapshot import Snapshot
@@ -181,3 +182,40 @@ def test_a_preview_plans_only_the_shards_that_change(tmp_path: Path) -> None:
     same = preview_pool(PoolMaps(REF, nodes(1, 2, 3), nodes(1, 2, 3)), fake.settings, prices,
                         fake)  # type: ignore[arg-type]
     assert same.status == "unchanged" and same.plan_files == []
+
+
+def test_an_instance_to_destroy_is_imported_into_the_shard_its_node_tag_points_to(
+        tmp_path: Path) -> None:
+    fake = Shards(tmp_path)
+    prov = fake.provisioner()
+    prov.apply(REF, nodes(1))
+    fake.converged()
+    stray = CloudInstance(instance_id="i-stray", node="vision-v100-9", team="vision", pool="v100",
+                          instance_type="g4dn.xlarge", zone="us-east-1a", market=Market.ON_DEMAND,
+                          state=InstanceState.RUNNING, private_ip=None, launched_at=None)
+    prov.cloud_for = lambda cloud, region: StrayCloud([stray])  # type: ignore[assignment,return-value]
+    runs: list[tuple[str, ...]] = []
+    # The shard the stray's node tag points to, (9 - 1) // 2, which holds no node yet.
+    fake.made[4] = ShardWorkspace(fake.settings, REF, 4)
+    fake.made[4].runner = Recorder(runs)  # type: ignore[attr-defined]
+    fake.made[4].write_config = lambda node_map=None: None  # type: ignore[attr-defined]
+    result = prov.apply(REF, nodes(1), destroy=["i-stray"])
+    assert result.ok and fake.converged() == {4: [{}]}  # applied empty: the stray goes
+    assert runs == [("import", 'module.pool.aws_instance.node["vision-v100-9-stray-stray"]',
+                     "i-stray")]
+
+
+class StrayCloud:
+    def __init__(self, instances: list[CloudInstance]):
+        self.instances = instances
+
+    def managed_instances(self, tags: dict[str, str]) -> list[CloudInstance]:
+        return list(self.instances)
+
+
+class Recorder:
+    def __init__(self, runs: list[tuple[str, ...]]):
+        self.runs = runs
+
+    def run(self, cmd: str, *args: str, **options: Any) -> None:
+        self.runs.append((cmd, *args))

@@ -45,7 +45,7 @@ pools:
     instance_types: [{types}]
     capacity: {{on_demand_base: 2, spot_percent: 0}}
     min_nodes: 0
-    max_nodes: 2
+    max_nodes: {max_nodes}
     scale_up: {{pending_jobs: false}}
     scale_down: {{gpu_utilization_below: 10, idle_for: 1s, cooldown: 1s, max_draining_percent: 100,
                  checkpoint_grace: 15s}}
@@ -59,9 +59,10 @@ GATED_JOB = ("while ! scontrol show job $SLURM_JOB_ID | grep -q Comment=release;
              "do sleep 1; done")
 
 
-def write_policy(directory: Path, types: str = "g4dn.xlarge") -> dict[str, TeamPolicy]:
+def write_policy(directory: Path, types: str = "g4dn.xlarge",
+                 max_nodes: int = 2) -> dict[str, TeamPolicy]:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "e2e.yaml").write_text(POLICY.format(types=types))
+    (directory / "e2e.yaml").write_text(POLICY.format(types=types, max_nodes=max_nodes))
     policies, errors = load_dir(directory, default_catalog())
     if errors:
         raise ValueError(f"policy invalid: {errors}")
@@ -75,7 +76,7 @@ def request_stack(root: Path) -> Iterator[SandboxStack]:
     # the demo run the default, dynamic nodes.
     with SandboxStack(root / "sandbox", StackOptions(policies_dir=root / "policies",
                                                      slurm_registration="declared",
-                                                     slurm_names_per_pool=10)) as stack:
+                                                     slurm_names_per_pool=12)) as stack:
         yield stack
 
 

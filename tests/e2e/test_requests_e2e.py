@@ -7,11 +7,14 @@ playbook, real Slurm, the executor as the service wires it, the HTTP API with te
   for every verb, a job pinned to the nodes runs, the idle nodes stay while held, and
   ``DELETE`` drains and destroys them;
 * an atomic request whose second node hits a capacity error is rolled back and Failed;
-* a request linked to a Slurm job is released when that job ends;
-* at ``ttl`` the running job gets the checkpoint signal at once, then the nodes go;
-* ``examples/ci/github-actions.yml``'s steps and ``examples/ci/gitlab-ci.yml``'s job, each
-  run as its CI runner would (``tests/e2e/workflow_runner.py``: create, wait, sbatch pinned
-  to the nodes, release), with the sandbox's GPU shape.
+* side by side: a request linked to a Slurm job is released when that job ends, and at
+  another's ``ttl`` its running job gets the checkpoint signal at once, then the nodes go;
+* ``examples/ci/github-actions.yml``'s steps and ``examples/ci/gitlab-ci.yml``'s job side
+  by side, each run as its CI runner would (``tests/e2e/workflow_runner.py``: create, wait,
+  sbatch pinned to the nodes, release), with the sandbox's GPU shape.
+
+Scenarios that can share the stack's nodes and applies run side by side in one test: each
+scenario here pays ~2 Terraform applies and a bootstrap (docs/internals/testing.md).
 """
 
 from __future__ import annotations
@@ -164,53 +167,54 @@ def test_atomic_request_rolled_back_when_the_second_node_hits_a_capacity_error(
         stack.moto.clear_faults()
 
 
-def test_a_request_linked_to_a_slurm_job_is_released_when_the_job_ends(
+def test_a_linked_request_goes_when_its_job_ends_and_a_ttl_expiry_signals_its_job_first(
         stack: SandboxStack, loop: RequestLoop) -> None:
+    """Two requests side by side (one apply brings both nodes, and their leaving shares the
+    destroys): one linked to a Slurm job, released when that job ends; one with a ttl,
+    whose running job gets the checkpoint signal at once when it expires."""
     cluster = stack.slurm
     assert cluster is not None
-    # The pipeline's job waits in the partition for the nodes its request brings.
-    job = cluster.submit(GATED_JOB, gpus=1, partition="gpu", name="ci-linked")
-    code, made = loop.create({"name": "ci-linked", "node_sets": ONE, "link": {"slurm_job": job}})
+    # The pipeline's job waits for the nodes its request brings: held until they are
+    # there, then pinned to its node (it would otherwise start on the ttl request's node).
+    linked_job = cluster.submit(GATED_JOB, gpus=1, partition="gpu", name="ci-linked",
+                                extra=["--hold"])
+    code, made = loop.create({"name": "ci-linked", "node_sets": ONE, "link": {"slurm_job": linked_job}})
     assert code == 201 and made["condition"] == "Accepted", made
-    rid = made["id"]
-    loop.until_condition(rid, "Provisioned", 480)
-    (name,) = loop.book.get(rid).nodes  # type: ignore[union-attr]
-    wait_until(lambda: cluster.job_state(job) == "RUNNING", 120, "the linked job running")
-    for _ in range(3):  # the job runs: the request holds its node
-        loop.tick()
-    assert loop.condition(rid) == "Provisioned" and loop.states()[name] is S.READY
-    cluster.scontrol("update", f"jobid={job}", "comment=release")
-    wait_until(lambda: cluster.job_state(job) == "COMPLETED", 60, "the linked job ended")
-    loop.until_condition(rid, "Released", 60)
-    assert loop.book.get(rid).reason.endswith(  # type: ignore[union-attr]
-        f"released: its linked Slurm job {job} has ended")
-    loop.until(lambda: loop.states()[name] is S.TERMINATED, 300, f"{name} destroyed")
-    assert loop.store.get(name).drain_trigger == "released"  # type: ignore[union-attr]
-    assert stack.running_instances() == 0
-
-
-def test_ttl_expiry_signals_the_running_job_to_checkpoint_then_releases(
-        stack: SandboxStack, loop: RequestLoop) -> None:
-    cluster = stack.slurm
-    assert cluster is not None
+    linked = made["id"]
     code, made = loop.create({"name": "ci-ttl", "node_sets": ONE, "ttl": "1m", "booking": "1m"})
     assert code == 201, made
-    rid = made["id"]
-    loop.until_condition(rid, "Provisioned", 480)
-    (name,) = loop.book.get(rid).nodes  # type: ignore[union-attr]
-    job = cluster.submit(CHECKPOINTING_JOB, gpus=1, nodelist=name, name="ci-ttl")
-    wait_until(lambda: cluster.job_state(job) == "RUNNING", 120, "the job running")
-    loop.until_condition(rid, "Released", 120)  # ttl 1m after Provisioned
-    view = loop.book.get(rid)
+    ttl = made["id"]
+    loop.until(lambda: {loop.condition(linked), loop.condition(ttl)} == {"Provisioned"}, 480,
+               "both requests Provisioned")
+    (linked_node,) = loop.book.get(linked).nodes  # type: ignore[union-attr]
+    (ttl_node,) = loop.book.get(ttl).nodes  # type: ignore[union-attr]
+    cluster.scontrol("update", f"jobid={linked_job}", f"ReqNodeList={linked_node}")
+    cluster.scontrol("release", linked_job)
+    ttl_job = cluster.submit(CHECKPOINTING_JOB, gpus=1, nodelist=ttl_node, name="ci-ttl")
+    wait_until(lambda: cluster.job_state(linked_job) == cluster.job_state(ttl_job) == "RUNNING",
+               120, "both jobs running")
+    loop.tick()  # the linked job runs: its request holds its node
+    assert loop.condition(linked) == "Provisioned" and loop.states()[linked_node] is S.READY
+
+    loop.until_condition(ttl, "Released", 120)  # ttl 1m after Provisioned
+    view = loop.book.get(ttl)
     assert view is not None and "ttl 1m reached" in view.reason
-    # No drain_timeout wait: the job is signalled at once and checkpoints within its grace.
-    loop.until(lambda: "Comment=checkpointed" in cluster.scontrol("show", "job", job).stdout,
-               60, "the job's checkpoint signal")
-    loop.until(lambda: loop.states()[name] is S.TERMINATED, 300, f"{name} destroyed")
-    assert loop.store.get(name).drain_trigger == "ttl"  # type: ignore[union-attr]
-    assert cluster.job_state(job) == "COMPLETED"  # it ended on its own after the checkpoint
+    assert loop.condition(linked) == "Provisioned"  # its job still runs
+    cluster.scontrol("update", f"jobid={linked_job}", "comment=release")
+    # No drain_timeout wait: the ttl's job is signalled at once and checkpoints within its grace.
+    loop.until(lambda: "Comment=checkpointed" in cluster.scontrol("show", "job", ttl_job).stdout,
+               60, "the ttl job's checkpoint signal")
+    wait_until(lambda: cluster.job_state(linked_job) == "COMPLETED", 60, "the linked job ended")
+    loop.until_condition(linked, "Released", 60)
+    assert loop.book.get(linked).reason.endswith(  # type: ignore[union-attr]
+        f"released: its linked Slurm job {linked_job} has ended")
+    loop.until(lambda: {loop.states()[linked_node], loop.states()[ttl_node]} == {S.TERMINATED},
+               300, "both nodes destroyed")
+    assert loop.store.get(linked_node).drain_trigger == "released"  # type: ignore[union-attr]
+    assert loop.store.get(ttl_node).drain_trigger == "ttl"  # type: ignore[union-attr]
+    assert cluster.job_state(ttl_job) == "COMPLETED"  # it ended on its own after the checkpoint
     events = [(a.event, a.detail) for a in loop.store.audit_log(500)]
-    assert any(e == "request_released" and rid in d and "ttl" in d for e, d in events)
+    assert any(e == "request_released" and ttl in d and "ttl" in d for e, d in events)
     assert stack.running_instances() == 0
 
 
@@ -222,19 +226,24 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path / "checkout"
 
 
-def run_example(loop: RequestLoop, make: Callable[[str], Run]) -> tuple[Run, str]:
-    """The example's steps (``make`` gets the service's URL) in a thread while the loop
-    ticks; the run and a report of each step."""
+def run_examples(loop: RequestLoop, *makes: Callable[[str], Run]) -> list[tuple[Run, str]]:
+    """The examples' steps (each ``make`` gets the service's URL), each in a thread of its
+    own as concurrent CI jobs would be, while the loop ticks; each run and a report of its
+    steps."""
     with loop.api() as url:
-        run = make(url.removesuffix("/v1/requests"))
-        steps = threading.Thread(target=run.run, args=(900,), daemon=True)
-        steps.start()
-        loop.until(lambda: not steps.is_alive(), 900, "the example's steps")
-    report = "\n".join(f"{r.name}: rc {r.rc}\n{r.stdout[-600:]}\n{r.stderr[-800:]}"
-                       for r in run.results)
-    if not run.results or any(r.rc != 0 for r in run.results):
-        pytest.fail(f"a step of the example failed:\n{report}")
-    return run, report
+        runs = [make(url.removesuffix("/v1/requests")) for make in makes]
+        threads = [threading.Thread(target=run.run, args=(900,), daemon=True) for run in runs]
+        for thread in threads:
+            thread.start()
+        loop.until(lambda: not any(t.is_alive() for t in threads), 900, "the examples' steps")
+    out = []
+    for run in runs:
+        report = "\n".join(f"{r.name}: rc {r.rc}\n{r.stdout[-600:]}\n{r.stderr[-800:]}"
+                           for r in run.results)
+        if not run.results or any(r.rc != 0 for r in run.results):
+            pytest.fail(f"a step of the example failed:\n{report}")
+        out.append((run, report))
+    return out
 
 
 def assert_example_ran(stack: SandboxStack, loop: RequestLoop, run: Run, rid: str, key: str,
@@ -269,31 +278,36 @@ def assert_example_ran(stack: SandboxStack, loop: RequestLoop, run: Run, rid: st
     return nodes, shown
 
 
-def test_the_github_actions_example_runs_on_the_sandbox(
-        stack: SandboxStack, loop: RequestLoop, checkout: Path) -> None:
+def test_the_github_actions_and_gitlab_ci_examples_run_side_by_side_on_the_sandbox(
+        stack: SandboxStack, loop: RequestLoop, checkout: Path, tmp_path: Path) -> None:
     cluster = stack.slurm
     assert cluster is not None
-    run, report = run_example(loop, lambda url: WorkflowRun(
-        EXAMPLES / "github-actions.yml", "train",
-        {"GPU_AUTOSCALER_TOKEN": TOKEN, "GPU_AUTOSCALER_URL": url}, checkout,
-        {**os.environ, **cluster.env()}, overrides={"GPU_MODEL": "T4", "GPUS": "1", "NODES": "2"}))
-    assert isinstance(run, WorkflowRun) and [r.rc for r in run.results] == [0, 0, 0, 0], report
-    rid = run.outputs["request"]["id"]
-    nodes, _ = assert_example_ran(stack, loop, run, rid, "gha-4711-1", report)
-    assert sorted(run.outputs["nodes"]["list"].split(",")) == nodes
+    loop.policies = write_policy(tmp_path / "four", max_nodes=4)  # two nodes for each
+    env = {**os.environ, **cluster.env()}
+    gitlab_checkout = tmp_path / "gitlab-checkout"
+    gitlab_checkout.mkdir()
+    (gitlab_checkout / "train.sbatch").write_text(TRAIN)
+    # The sandbox's GPU shape: GitHub's as dispatch inputs, GitLab's as pipeline variables
+    # (which win over the job's, as in GitLab).
+    (gha, gha_report), (gitlab, gitlab_report) = run_examples(
+        loop,
+        lambda url: WorkflowRun(
+            EXAMPLES / "github-actions.yml", "train",
+            {"GPU_AUTOSCALER_TOKEN": TOKEN, "GPU_AUTOSCALER_URL": url}, checkout, env,
+            overrides={"GPU_MODEL": "T4", "GPUS": "1", "NODES": "2"}),
+        lambda url: GitLabJobRun(
+            EXAMPLES / "gitlab-ci.yml", "train",
+            {"GPU_AUTOSCALER_TOKEN": TOKEN, "GPU_AUTOSCALER_URL": url,
+             "GPU_MODEL": "T4", "GPUS": "1", "NODES": "2"}, gitlab_checkout, env))
+    assert isinstance(gha, WorkflowRun) and [r.rc for r in gha.results] == [0, 0, 0, 0], gha_report
+    rid = gha.outputs["request"]["id"]
+    gha_nodes, _ = assert_example_ran(stack, loop, gha, rid, "gha-4711-1", gha_report)
+    assert sorted(gha.outputs["nodes"]["list"].split(",")) == gha_nodes
 
-
-def test_the_gitlab_ci_example_runs_on_the_sandbox(
-        stack: SandboxStack, loop: RequestLoop, checkout: Path) -> None:
-    cluster = stack.slurm
-    assert cluster is not None
-    # The sandbox's GPU shape as pipeline variables, which win over the job's, as in GitLab.
-    run, report = run_example(loop, lambda url: GitLabJobRun(
-        EXAMPLES / "gitlab-ci.yml", "train",
-        {"GPU_AUTOSCALER_TOKEN": TOKEN, "GPU_AUTOSCALER_URL": url,
-         "GPU_MODEL": "T4", "GPUS": "1", "NODES": "2"},
-        checkout, {**os.environ, **cluster.env()}))
-    assert [(r.name, r.rc) for r in run.results] == [("script", 0), ("after_script", 0)], report
-    rid = (checkout / "request.id").read_text().strip()
-    _, shown = assert_example_ran(stack, loop, run, rid, "gitlab-4711-90210", report)
+    assert [(r.name, r.rc) for r in gitlab.results] == [("script", 0), ("after_script", 0)], \
+        gitlab_report
+    rid = (gitlab_checkout / "request.id").read_text().strip()
+    gitlab_nodes, shown = assert_example_ran(stack, loop, gitlab, rid, "gitlab-4711-90210",
+                                             gitlab_report)
     assert "JobName=train-01234567" in shown  # the commit's short SHA names the Slurm job
+    assert not set(gha_nodes) & set(gitlab_nodes)

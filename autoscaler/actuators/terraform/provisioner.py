@@ -180,6 +180,8 @@ class TerraformProvisioner:
         held = {name: ws.shard for ws in reversed(existing) for name in ws.applied_nodes()}
         maps = shards.assign(nodes, held, self.settings.shard_size, [ws.shard for ws in existing])
         imports = self._strays(ref, existing, nodes, maps, set(destroy))
+        for k in imports:  # a stray's shard may hold no node yet: it is applied empty
+            maps.setdefault(k, {})
         todo = [(k, node_map) for k, node_map in sorted(maps.items())
                 if k in imports or self._changed(self.workspace(ref, k), node_map)]
         if not todo:  # the caller found a difference the shards do not: apply shard 0
