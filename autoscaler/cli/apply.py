@@ -48,9 +48,9 @@ def apply_one(settings: TerraformSettings, pool_plan: PoolPlan) -> ApplyResult:
     return ws.apply(pool_plan)
 
 
-def _print_result(result: ApplyResult) -> None:
+def _print_result(label: str, result: ApplyResult) -> None:
     mark = "[green]applied[/]" if result.ok else "[red]partly applied[/]"
-    console.print(f"{result.pool}: {mark} in {result.seconds:.0f}s — created "
+    console.print(f"{label}: {mark} in {result.seconds:.0f}s — created "
                   f"{len(result.created)}, destroyed {len(result.destroyed)}, "
                   f"{len(result.nodes)} node(s) now")
     for node, message in sorted(result.failed.items()):
@@ -81,22 +81,23 @@ def apply(
         err_console.print("nothing to apply: no saved plans (run `gpu-autoscaler plan "
                           "--settings ...` first)")
         raise typer.Exit(0)
-    results: list[ApplyResult] = []
+    results: list[tuple[str, ApplyResult]] = []
     failures: list[str] = []
-    for pool_plan in plans:
+    for pool_plan in plans:  # a pool's shards (shard 0 is "team/pool", shard k "team/pool#k")
         try:
-            results.append(apply_one(settings, pool_plan))
+            results.append((pool_plan.label, apply_one(settings, pool_plan)))
         except TerraformError as exc:
-            failures.append(f"{pool_plan.pool}: {exc}")
+            failures.append(f"{pool_plan.label}: {exc}")
     if json_out:
-        typer.echo(json.dumps({"results": [r.model_dump(mode="json") for r in results],
+        typer.echo(json.dumps({"results": [{**r.model_dump(mode="json"), "workspace": label}
+                                           for label, r in results],
                                "errors": failures}, indent=2))
     else:
-        for result in results:
-            _print_result(result)
+        for label, result in results:
+            _print_result(label, result)
         for failure in failures:
             err_console.print(f"[bold red]error:[/] {failure}", highlight=False)
-    if failures or not all(r.ok for r in results):
+    if failures or not all(r.ok for _, r in results):
         raise typer.Exit(1)
 
 
