@@ -199,7 +199,7 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=10, help="Nodes launched and removed (--sizes).")
     parser.add_argument("--shard-size", type=int, default=TerraformSettings().shard_size,
                         help="Nodes per Terraform shard (--sizes); a size above the largest "
-                             "pool measures one state per pool, as before shards.")
+                             "pool (at most 10000) measures one state per pool, as before shards.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-terraform-") as tmp:
         workdir = args.workdir or Path(tmp)

@@ -363,3 +363,14 @@ def test_a_group_of_modules_importing_each_other_is_one_cycle_naming_them_all():
     assert unexplained(graph, []) == [
         "x.a -> x.b (x/a.py:1); x.b -> x.a (x/b.py:2) (and in the same group: x.c)"]
     assert unexplained(graph, [{"modules": ["x.c", "x.b", "x.a"], "why": "w"}]) == []
+
+
+def test_the_scale_scenarios_bootstrap_stand_in_is_never_part_of_the_service():
+    # benchmarks/bench_scale.py replaces Ansible to run 1,000 nodes on two cores; nothing
+    # the service loads may know it (issue 36: "never used outside the scale scenario").
+    bench = REPO / "benchmarks" / "bench_scale.py"
+    assert "class StandInBootstrap" in bench.read_text()
+    package = REPO / "autoscaler"
+    users = [str(p) for p in package.rglob("*.py")
+             if "StandInBootstrap" in p.read_text() or "bench_scale" in p.read_text()]
+    assert users == []
