@@ -9,7 +9,7 @@ function                       answers
 ``last_transition_id``         the newest transition's id (0: none yet)
 ``transitions_after``          the transitions recorded after an id, oldest first
 ``recent_transitions``         the newest ``limit`` transitions, oldest first
-``last_entered``               when a node last moved into a state before a transition
+``entries``                    when some nodes moved into a state before a transition
 ``latest_plan``                the newest plan recorded, with its id and dry-run flag
 ``launch_outcomes``            nodes that reached READY or failed to launch since a time
 ``recent_boots``               launch request and READY times of a pool's newest nodes
@@ -18,6 +18,7 @@ function                       answers
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import func, select
 
-from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.store import NAMES_PER_QUERY, FleetStore
 from autoscaler.fleet.tables import NodeRow, PlanRow, PoolHistoryRow, TransitionRow
 from autoscaler.model.lifecycle import LAUNCH_OUTCOMES, NodeState
 from autoscaler.model.plan import Plan
@@ -112,12 +113,22 @@ def recent_transitions(store: FleetStore, limit: int) -> list[Transition]:
     return [_transition(r) for r in reversed(rows)]
 
 
-def last_entered(store: FleetStore, node: str, state: NodeState, before_id: int) -> datetime | None:
-    """When ``node`` last moved into ``state`` in a transition older than ``before_id``."""
+def entries(store: FleetStore, nodes: Iterable[str], state: NodeState,
+            before_id: int) -> dict[str, list[tuple[int, datetime]]]:
+    """Node -> its moves into ``state`` older than ``before_id``, as (transition id, time) in
+    id order, for many nodes in one query (one per ``NAMES_PER_QUERY`` nodes): a tick's
+    transitions are matched with their nodes' earlier moves without a query per node."""
+    wanted = sorted(set(nodes))
+    out: dict[str, list[tuple[int, datetime]]] = {}
     with store.session() as s:
-        return s.scalar(select(func.max(TransitionRow.at)).where(
-            TransitionRow.node == node, TransitionRow.to_state == state.value,
-            TransitionRow.id < before_id))
+        for part in range(0, len(wanted), NAMES_PER_QUERY):
+            rows = s.execute(select(TransitionRow.node, TransitionRow.id, TransitionRow.at).where(
+                TransitionRow.node.in_(wanted[part:part + NAMES_PER_QUERY]),
+                TransitionRow.to_state == state.value, TransitionRow.id < before_id)
+                .order_by(TransitionRow.id))
+            for node, row_id, at in rows:
+                out.setdefault(node, []).append((row_id, at))
+    return out
 
 
 def latest_plan(store: FleetStore) -> RecordedPlan | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import create_engine, event, select, update
+from sqlalchemy import create_engine, event, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -120,6 +120,8 @@ def _to_node(row: NodeRow) -> Node:
     )
 
 
+# Names bound in one ``IN (...)`` (SQLite before 3.32 allowed 999 parameters a statement).
+NAMES_PER_QUERY = 500
 SQLITE_BUSY_S = 30  # the longest a SQLite connection waits for another one's lock
 
 
@@ -229,18 +231,25 @@ class FleetStore:
             return dict(row.meta or {})
 
     def nodes(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
-              include_terminated: bool = False) -> list[Node]:
-        """Nodes with their progress, in one query."""
+              include_terminated: bool = False, names: Iterable[str] | None = None) -> list[Node]:
+        """Nodes with their progress, in one query (``names``: only these, one query per
+        :data:`NAMES_PER_QUERY` of them; a name the store does not hold is left out)."""
+        q = select(NodeRow).order_by(NodeRow.name)
+        if states is not None:
+            q = q.where(NodeRow.state.in_([st.value for st in states]))
+        elif not include_terminated:
+            q = q.where(NodeRow.state.not_in([st.value for st in TERMINAL]))
+        if pool is not None:
+            team, _, name = pool.partition("/")
+            q = q.where(NodeRow.team == team, NodeRow.pool == name)
         with self.session() as s:
-            q = select(NodeRow).order_by(NodeRow.name)
-            if states is not None:
-                q = q.where(NodeRow.state.in_([st.value for st in states]))
-            elif not include_terminated:
-                q = q.where(NodeRow.state.not_in([st.value for st in TERMINAL]))
-            if pool is not None:
-                team, _, name = pool.partition("/")
-                q = q.where(NodeRow.team == team, NodeRow.pool == name)
-            return [_to_node(r) for r in s.scalars(q)]
+            if names is None:
+                return [_to_node(r) for r in s.scalars(q)]
+            wanted = sorted(set(names))
+            found = [_to_node(r) for part in range(0, len(wanted), NAMES_PER_QUERY)
+                     for r in s.scalars(q.where(NodeRow.name.in_(
+                         wanted[part:part + NAMES_PER_QUERY])))]
+            return found  # each part is sorted, and the parts are in name order
 
     def fleet_view(self) -> FleetView:
         with self.session() as s:
@@ -372,15 +381,14 @@ class FleetStore:
                           body=plan.model_dump(mode="json"))
             s.add(row)
             s.flush()
-            for action in plan.actions:
-                if isinstance(action, Hold):
-                    continue
-                s.add(ActionRow(
-                    plan_id=row.id, kind=action.kind, pool=action.pool,
-                    node=subject_of(action).node, reason=action.reason,
-                    body=action.model_dump(mode="json"),
-                    status="skipped" if dry_run else "planned", updated_at=plan.decided_at,
-                ))
+            actions = [{"plan_id": row.id, "kind": action.kind, "pool": action.pool,
+                        "node": subject_of(action).node, "reason": action.reason,
+                        "body": action.model_dump(mode="json"),
+                        "status": "skipped" if dry_run else "planned",
+                        "updated_at": plan.decided_at}
+                       for action in plan.actions if not isinstance(action, Hold)]
+            if actions:  # one statement for all of them, in order (ids ascending)
+                s.execute(insert(ActionRow), actions)
             return row.id
 
     def last_plan(self) -> tuple[int, Plan] | None:
@@ -440,5 +448,5 @@ def _updated(progress: NodeProgress, change: ProgressChange) -> NodeProgress:
     return update.applied_to(progress)
 
 
-__all__ = ["ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken", "RecordedAction", "SchemaError",
-           "StoreError", "StoreUnavailableError", "UnknownNodeError"]
+__all__ = ["NAMES_PER_QUERY", "ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken",
+           "RecordedAction", "SchemaError", "StoreError", "StoreUnavailableError", "UnknownNodeError"]

@@ -74,7 +74,8 @@ class TransitionRow(Base):
     node: Mapped[str] = mapped_column(String(63), index=True)
     from_state: Mapped[str | None] = mapped_column(String(24), nullable=True)
     to_state: Mapped[str] = mapped_column(String(24))
-    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Indexed (0002): the tick reads the last hours of a table that keeps every move ever.
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
 
 

@@ -12,12 +12,14 @@ import pytest
 
 from autoscaler.engine import decide
 from autoscaler.fleet import queries
+from autoscaler.fleet import store as store_module
 from autoscaler.fleet.store import FleetStore
 from autoscaler.fleet.tables import NodeRow
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.progress import NodeProgress
 from autoscaler.policy.models import Market
 from tests.builders import NOW, make_policy, snapshot
+from tests.fleet.statements import counted
 from tests.fleet.writes import create_node, transition
 
 S = NodeState
@@ -64,14 +66,38 @@ def test_transitions_after_an_id_the_newest_id_and_the_recent_ones(store: FleetS
         created.reason = "x"  # type: ignore[misc]
 
 
-def test_when_a_node_last_entered_a_state_before_a_transition(store: FleetStore) -> None:
-    name = new(store)
+def test_when_nodes_entered_a_state_before_a_transition(store: FleetStore) -> None:
+    name, other = new(store), new(store)
     walk(store, name, (S.PROVISIONING, MINUTE), (S.BOOTSTRAPPING, 2 * MINUTE), (S.READY, 3 * MINUTE),
-         (S.DRAINING, 10 * MINUTE), (S.DRAINED, 12 * MINUTE))
+         (S.DRAINING, 10 * MINUTE), (S.READY, 11 * MINUTE), (S.DRAINING, 20 * MINUTE),
+         (S.DRAINED, 22 * MINUTE))
     drained = queries.transitions_after(store, 0)[-1]
-    assert queries.last_entered(store, name, S.DRAINING, before_id=drained.id) == NOW + 10 * MINUTE
-    assert queries.last_entered(store, name, S.DRAINING, before_id=drained.id - 1) is None
-    assert queries.last_entered(store, "nobody", S.DRAINING, before_id=drained.id) is None
+    found = queries.entries(store, [name, other, "nobody"], S.DRAINING, before_id=drained.id)
+    assert [at for _, at in found[name]] == [NOW + 10 * MINUTE, NOW + 20 * MINUTE]
+    assert set(found) == {name}  # a node that never drained, or unknown, has no entry
+    second = found[name][1][0]
+    assert [at for _, at in queries.entries(store, [name], S.DRAINING, before_id=second)[name]] == [
+        NOW + 10 * MINUTE]
+
+
+def test_entries_and_nodes_by_name_take_one_query_per_part_of_names(
+        store: FleetStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tick's many nodes are read in one query (one per NAMES_PER_QUERY of them), in name
+    order, whatever their state; names the store does not hold are left out."""
+    names = [new(store) for _ in range(5)]
+    walk(store, names[0], (S.PROVISIONING, MINUTE), (S.PROVISION_FAILED, MINUTE),
+         (S.TERMINATING, MINUTE), (S.TERMINATED, MINUTE))
+    for size in (500, 2):
+        monkeypatch.setattr(store_module, "NAMES_PER_QUERY", size)
+        monkeypatch.setattr(queries, "NAMES_PER_QUERY", size)
+        with counted(store) as sent:
+            found = store.nodes(names=[*reversed(names), "nobody"], include_terminated=True)
+            starts = queries.entries(store, names, S.REQUESTED, before_id=10**6)
+        assert [n.name for n in found] == sorted(names)
+        assert set(starts) == set(names)
+        assert len(sent) == (2 if size == 500 else 3 + 3)
+    assert [n.name for n in store.nodes(names=names)] == sorted(names[1:])  # live ones only
+    assert store.nodes(names=[]) == []
 
 
 def test_the_latest_plan_with_its_id_and_dry_run_flag(store: FleetStore) -> None:

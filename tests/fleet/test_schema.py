@@ -19,7 +19,7 @@ NEXT_REVISION = '''"""A column for a later version (test only)."""
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_driver"
+revision = "9999_driver"
 down_revision = "{down}"
 branch_labels = None
 depends_on = None
@@ -98,17 +98,17 @@ def test_a_store_behind_a_later_revision_is_refused_then_upgraded(tmp_path, monk
     url = url_of(tmp_path)
     legacy.create(url)
     store_schema.upgrade(url)
-    before = legacy.rows(url)
+    before, previous = legacy.rows(url), schema.head()
     later = tmp_path / "migrations"
     shutil.copytree(schema.MIGRATIONS, later, ignore=shutil.ignore_patterns("__pycache__"))
-    (later / "versions" / "0002_driver.py").write_text(NEXT_REVISION.format(down=schema.head()))
+    (later / "versions" / "9999_driver.py").write_text(NEXT_REVISION.format(down=schema.head()))
     monkeypatch.setattr(schema, "MIGRATIONS", later)
-    with pytest.raises(SchemaError, match=r"schema 0001_baseline is older than this version needs "
-                                          r"\(0002_driver\): back it up, then run `gpu-autoscaler store upgrade"):
+    with pytest.raises(SchemaError, match=rf"schema {previous} is older than this version needs "
+                                          r"\(9999_driver\): back it up, then run `gpu-autoscaler store upgrade"):
         FleetStore(url)
     was, now = store_schema.upgrade(url)
     assert (was.status, was.revision, now.status, now.revision) == (
-        Status.BEHIND, "0001_baseline", Status.CURRENT, "0002_driver")
+        Status.BEHIND, previous, Status.CURRENT, "9999_driver")
     assert legacy.rows(url) == before
     assert sql(url, "SELECT count(*) FROM nodes WHERE gpu_driver IS NULL") == [(len(legacy.NODES),)]
     FleetStore(url).close()

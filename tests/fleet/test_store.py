@@ -11,8 +11,10 @@ from autoscaler.engine import decide
 from autoscaler.fleet.store import ConcurrentUpdateError, Fenced, FleetStore, LeaseToken
 from autoscaler.model.changes import Adopt
 from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
+from autoscaler.model.plan import Drain, Hold, Plan
 from autoscaler.policy.models import Market
 from tests.builders import NOW, make_policy, snapshot
+from tests.fleet.statements import counted
 from tests.fleet.writes import create_node, patch, transition
 
 
@@ -103,6 +105,22 @@ def test_plans_and_actions_are_stored(store):
     assert row.kind == "launch" and row.status == "planned" and "min_nodes is 1" in row.reason
     store.set_action_status(row.id, "done", NOW)
     assert store.actions(plan_id, status="done")
+
+
+def test_a_plans_actions_are_recorded_in_one_statement_in_order(store):
+    """Drains and terminations come one action per node: a statement each grew with the
+    fleet's churn (benchmarks/bench_surfaces.py)."""
+    for size in (2, 30):
+        plan = Plan(decided_at=NOW, actions=[
+            Drain(pool="vision/gpu", node=f"vision-gpu-{i}", trigger="idle", reason=f"idle {i}")
+            for i in range(size)] + [Hold(pool="vision/gpu", what="scale-up", reason="cooldown")])
+        with counted(store) as sent:
+            plan_id = store.record_plan(plan)
+        assert len([s for s in sent if s.lstrip().upper().startswith("INSERT")]) == 2
+        rows = store.actions(plan_id)
+        assert [r.node for r in rows] == [f"vision-gpu-{i}" for i in range(size)]
+        assert rows == sorted(rows, key=lambda r: r.id)
+        assert {r.status for r in rows} == {"planned"} and rows[0].body["trigger"] == "idle"
 
 
 def test_lease_is_exclusive_until_it_expires_on_the_database_clock(store):

@@ -7,7 +7,7 @@ from autoscaler.fleet.requests import RequestBook
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Drain, Terminate
 from autoscaler.model.request_spec import Condition
-from tests.fleet.writes import transition
+from tests.fleet.writes import create_node, transition
 from tests.requests.conftest import BODY, VISION
 from tests.requests.test_requests_api import call
 
@@ -190,3 +190,29 @@ def test_an_ended_requests_nodes_stay_held_until_the_keeper_drains_them(service)
     assert {a.trigger for a in submitted(service, Drain)} == {"released"}
     snap = loop.read_snapshot(loop.reloader.policies, service.store.fleet_view(), loop.clock())
     assert snap.held == {}  # leaving now: nothing to hold
+
+
+def test_the_keeper_reads_its_requests_nodes_not_every_node_the_store_ever_held(service,
+                                                                                 monkeypatch):
+    """It used to load every node ever stored (TERMINATED ones too), twice a tick: a read
+    that grew with the fleet's history (benchmarks/bench_surfaces.py)."""
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    service.tick()
+    names = sorted(RequestBook(service.store).get(rid).nodes)
+    for _ in range(5):  # history that is not the request's
+        node = create_node(service.store, team="nlp", pool="train", now=service.loop.clock())
+        for state in (S.PROVISIONING, S.PROVISION_FAILED, S.TERMINATING, S.TERMINATED):
+            transition(service.store, node.name, state, service.loop.clock())
+    read: list[list[str]] = []
+    nodes = service.store.nodes
+
+    def spy(*args, **kwargs):
+        found = nodes(*args, **kwargs)
+        read.append([n.name for n in found])
+        return found
+
+    monkeypatch.setattr(service.store, "nodes", spy)
+    service.keeper.run()
+    assert read == [names]
+    assert RequestBook(service.store).get(rid).condition is Condition.PROVISIONED

@@ -51,10 +51,12 @@ class RequestKeeper:
         store = self.book.store
         store.fence()  # a follower moves nothing
         now = self.clock()
-        nodes = {n.name: n for n in store.nodes(include_terminated=True)}
         leaving: list[Action] = []
         lines = []
         views = self.book.list()  # ended ones too: their nodes may still have to leave
+        # The requests' own nodes, whatever their state: not every node the store ever held.
+        nodes = {n.name: n for n in store.nodes(names={name for v in views for name in v.nodes},
+                                                include_terminated=True)}
         linked = [v.spec.link for v in views
                   if v.condition is Condition.PROVISIONED and v.spec.link is not None]
         ended = self.ended_links(linked) if linked else frozenset()

@@ -18,7 +18,7 @@ from datetime import datetime
 from prometheus_client import Gauge
 
 from autoscaler.engine.pricing import Prices
-from autoscaler.fleet.queries import Transition, last_entered, last_transition_id, transitions_after
+from autoscaler.fleet.queries import Transition, entries, last_transition_id, transitions_after
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import BILLABLE, NodeState, StateLimits, state_limit
 from autoscaler.model.node import Node
@@ -110,24 +110,30 @@ class FleetObserver:
     # -- durations ------------------------------------------------------------------------
     def durations(self, metrics: ServiceMetrics, observe: bool = True) -> None:
         """Observe the lifecycle steps that ended since the last call (each row once); a
-        follower only moves past them (the leader observed them)."""
+        follower only moves past them (the leader observed them). Three queries whatever
+        the number of steps: the new rows, their nodes, and the drain starts of the nodes
+        that finished draining (a query per node and per drain grew with the fleet)."""
         steps = transitions_after(self.store, self.last_id)
-        read: dict[str, Node | None] = {}  # one read per node
-        for step in steps if observe else []:
-            if step.node not in read:
-                read[step.node] = self.store.get(step.node)
-            if (found := read[step.node]) is not None:
-                self._observe(metrics, step, found)
+        if observe and steps:
+            found = {n.name: n for n in self.store.nodes(names={s.node for s in steps},
+                                                          include_terminated=True)}
+            drained = {s.node for s in steps if s.node in found and _drained(s)}
+            starts = entries(self.store, drained, S.DRAINING, steps[-1].id) if drained else {}
+            for step in steps:
+                if (node := found.get(step.node)) is not None:
+                    self._observe(metrics, step, node, starts.get(step.node, []))
         if steps:
             self.last_id = steps[-1].id
 
-    def _observe(self, metrics: ServiceMetrics, step: Transition, node: Node) -> None:
+    def _observe(self, metrics: ServiceMetrics, step: Transition, node: Node,
+                 drain_starts: list[tuple[int, datetime]]) -> None:
+        """``drain_starts``: the node's moves into DRAINING (id, time), oldest first."""
         pool = node.pool_key
         if step.to_state is S.READY and step.from_state is S.BOOTSTRAPPING:
             seconds = (step.at - node.created_at).total_seconds()
             metrics.boot_to_ready.labels(node.instance_type).observe(max(0.0, seconds))
-        elif step.to_state is S.DRAINED and step.from_state is S.DRAINING:
-            began = last_entered(self.store, step.node, S.DRAINING, before_id=step.id)
+        elif _drained(step):
+            began = max((at for row_id, at in drain_starts if row_id < step.id), default=None)
             if began is not None:
                 metrics.drain_duration.labels(pool, node.drain_trigger or "").observe(
                     max(0.0, (step.at - began).total_seconds()))
@@ -137,3 +143,7 @@ class FleetObserver:
             if notice is not None:
                 metrics.notice_to_drain.labels(pool).observe(
                     max(0.0, (step.at - notice.at).total_seconds()))
+
+
+def _drained(step: Transition) -> bool:
+    return step.to_state is S.DRAINED and step.from_state is S.DRAINING

@@ -17,6 +17,7 @@ from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.observe.metrics import ServiceMetrics
 from autoscaler.service.observe.metrics_fleet import FleetObserver
 from tests.builders import NOW, make_policy, pending
+from tests.fleet.statements import counted
 from tests.fleet.writes import create_node, transition
 
 S = NodeState
@@ -61,6 +62,40 @@ def test_boot_drain_and_notice_durations_are_observed_once_from_the_transitions(
     assert value(metrics, "gpu_autoscaler_interruption_notice_to_drain_seconds_sum",
                  pool="vision/gpu") == 5
     assert value(metrics, "gpu_autoscaler_interruptions_total", pool="vision/gpu") == 1
+
+
+def test_a_drain_is_timed_from_its_last_start_and_each_node_from_its_own(store):
+    metrics, observer = ServiceMetrics(), FleetObserver(store)
+    a, b = new_node(store), new_node(store)
+    for name in (a, b):
+        walk(store, name, (60, S.PROVISIONING, {}), (120, S.BOOTSTRAPPING, {}), (300, S.READY, {}))
+    walk(store, a, (400, S.DRAINING, {"drain_trigger": "idle"}), (450, S.READY, {}),
+         (600, S.DRAINING, {"drain_trigger": "idle"}))
+    walk(store, b, (700, S.DRAINING, {"drain_trigger": "idle"}), (730, S.DRAINED, {}))
+    walk(store, a, (900, S.DRAINED, {}))
+    observer.durations(metrics)
+    assert value(metrics, "gpu_autoscaler_drain_duration_seconds_count", pool="vision/gpu",
+                 trigger="idle") == 2
+    assert value(metrics, "gpu_autoscaler_drain_duration_seconds_sum", pool="vision/gpu",
+                 trigger="idle") == 300 + 30  # a: from its second drain; b: its own
+
+
+def test_the_durations_of_a_tick_take_three_queries_whatever_the_fleet(store):
+    """The steps, their nodes, the drain starts: not a query per node or per drain, which
+    grew with the fleet (benchmarks/bench_surfaces.py)."""
+    sent = {}
+    for size in (2, 20):
+        metrics, observer = ServiceMetrics(), FleetObserver(store)
+        for name in [new_node(store) for _ in range(size)]:
+            walk(store, name, (60, S.PROVISIONING, {}), (120, S.BOOTSTRAPPING, {}),
+                 (300, S.READY, {}), (400, S.DRAINING, {"drain_trigger": "idle"}),
+                 (520, S.DRAINED, {}))
+        with counted(store) as statements:
+            observer.durations(metrics)
+        sent[size] = len(statements)
+        assert value(metrics, "gpu_autoscaler_drain_duration_seconds_count", pool="vision/gpu",
+                     trigger="idle") == size
+    assert sent == {2: 3, 20: 3}
 
 
 def test_a_follower_and_a_restarted_service_do_not_observe_old_steps(store):
