@@ -56,6 +56,7 @@ class SimConfig:
     on_prem_type: str = ""
 
 
+_SCRAPED = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
 _DRAIN_CAUSES = {"consolidate": "consolidation", "spot-returned": "return-to-spot"}
 
 
@@ -134,10 +135,21 @@ class Replay:
         self.cluster.terminate(node, now, cause)
 
     def sample_util(self, now: float) -> None:
-        """Record each observable node's GPU util (what a scrape at ``now`` would see)."""
+        """Record each observable node's GPU util (what a scrape at ``now`` would see).
+        Without duty cycles a node's util changes only when its jobs do: it is kept with
+        the node's ``jobs_version`` until then."""
+        steady = self.duty is None
         for node in self.cluster.nodes.values():
-            if node.state in (S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED):
-                node.add_sample(now, self.node_util(node, now) if node.jobs else 0.0)
+            if node.state not in _SCRAPED:
+                continue
+            if not node.jobs:
+                node.add_sample(now, 0.0)
+            elif not steady:
+                node.add_sample(now, self.node_util(node, now))
+            else:
+                if node.steady_util[0] != node.jobs_version:
+                    node.steady_util = (node.jobs_version, self.node_util(node, now))
+                node.add_sample(now, node.steady_util[1])
 
     def node_util(self, node: SimNode, now: float) -> float:
         per_gpu = [0.0] * node.gpus
