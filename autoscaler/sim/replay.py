@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import REPORTING, NodeState
 from autoscaler.policy.models import Market, Pool
 from autoscaler.sim.clock import Clock, Kind
 from autoscaler.sim.cluster import Cluster, SimJob, SimNode
@@ -56,7 +56,6 @@ class SimConfig:
     on_prem_type: str = ""
 
 
-_SCRAPED = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
 _DRAIN_CAUSES = {"consolidate": "consolidation", "spot-returned": "return-to-spot"}
 
 
@@ -140,7 +139,7 @@ class Replay:
         the node's ``jobs_version`` until then."""
         steady = self.duty is None
         for node in self.cluster.nodes.values():
-            if node.state not in _SCRAPED:
+            if node.state not in REPORTING:  # what Prometheus scrapes
                 continue
             if not node.jobs:
                 node.add_sample(now, 0.0)
