@@ -81,7 +81,10 @@ class SimNode:
     jobs_version: int = 0  # bumps when a job starts or leaves the node
     sample_t: list[float] = field(default_factory=list)  # util samples (time, %), oldest first
     sample_u: list[float] = field(default_factory=list)
+    run_from: int = 0  # index of the first sample of the latest run of equal samples
     _allocated: tuple[int, float] = (-1, 0.0)  # (jobs_version, GPUs held): read every tick
+    steady_util: tuple[int, float] = (-1, 0.0)  # (jobs_version, util %) without duty cycles
+    has_room: bool = False  # in the cluster's index of READY nodes with room (Cluster._open)
 
     @property
     def gpus(self) -> int:
@@ -98,9 +101,12 @@ class SimNode:
         return sum(a for _, a in job.slots)
 
     def add_sample(self, t: float, util: float, keep: int = 512) -> None:
+        if not self.sample_u or util != self.sample_u[-1]:
+            self.run_from = len(self.sample_u)
         self.sample_t.append(t)
         self.sample_u.append(util)
         if len(self.sample_t) > 2 * keep:
+            self.run_from = max(0, self.run_from - (len(self.sample_t) - keep))
             del self.sample_t[:-keep], self.sample_u[:-keep]
 
     def util_since(self, t: float) -> list[float]:
@@ -141,7 +147,12 @@ class Cluster:
         # Jobs that entered or left the queue since the follower (the engine's observer,
         # which keeps its own index of the queue) last read them; None: nobody follows.
         self.queue_moves: list[SimJob] | None = None
-        self._room_cache: tuple[int, list[SimNode], int, float] | None = None
+        self._room_cache: tuple[int, int, float] | None = None
+        # READY nodes with room on some GPU (free >= EPS), oldest first ((created_at, name)):
+        # the only nodes a job can go to. A large fleet is mostly full, so a scheduling
+        # pass looks at these, not at every node; kept up to date as nodes move and jobs
+        # start or leave (_index).
+        self._open: list[SimNode] = []
         # Static on-prem nodes (hybrid burst): always READY, never billed, never in the
         # fleet a strategy manages; Slurm's weights put jobs on them first.
         self.static: list[SimNode] = []
@@ -172,6 +183,7 @@ class Cluster:
         node.state, node.state_since, node.epoch = target, now, node.epoch + 1
         self.version += 1
         self._fleet_version += 1
+        self._index(node)
         if reason:
             node.reason = reason
         if target is S.READY:
@@ -227,6 +239,11 @@ class Cluster:
     def serving(self) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.state is S.READY]
 
+    def with_room(self) -> list[SimNode]:
+        """READY nodes with room on some GPU, oldest first: the only nodes a job can start
+        on (what a scheduling pass looks at)."""
+        return list(self._open)
+
     def in_flight(self) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.state in IN_FLIGHT]
 
@@ -245,6 +262,7 @@ class Cluster:
         self.version += 1
         self._fleet_version += 1
         node.jobs_version += 1
+        self._index(node)
         job.state, job.node, job.slots = "running", node, slots
         job.wait += now - job.pending_since
         job.run_start, job.run_id = now, job.run_id + 1
@@ -267,6 +285,7 @@ class Cluster:
         del node.jobs[job.job.id]
         del self.running[job.job.id]
         node.jobs_version += 1
+        self._index(node)
         job.node, job.slots = None, []
         self._capacity_grew = True
         self.version += 1
@@ -312,7 +331,9 @@ class Cluster:
         self._arrived_shapes = set()
         if not shapes:
             return
-        nodes, whole, share = self._serving_room()
+        every = any(g < 2 * EPS for g in shapes)  # a job that could fit a node without room
+        nodes = sorted(self.serving(), key=_created) if every else self._open
+        whole, share = self._serving_room(nodes, every)
         heads = [(self._by_shape[g][0].key, g) for g in shapes]
         heapq.heapify(heads)
         started: dict[float, int] = {}
@@ -338,16 +359,28 @@ class Cluster:
                 if not self._by_shape[g]:
                     del self._by_shape[g]
 
-    def _serving_room(self) -> tuple[list[SimNode], int, float]:
-        """Serving nodes oldest first and their most free room, until the fleet changes
-        (a backlog's arrivals mostly find the same full fleet)."""
+    def _serving_room(self, nodes: list[SimNode], every: bool) -> tuple[int, float]:
+        """The most free room on the serving ``nodes``, until the fleet changes (a
+        backlog's arrivals mostly find the same full fleet)."""
+        if every:
+            return _room([*self.static, *nodes] if self.static else nodes)
         cached = self._room_cache
         if cached is None or cached[0] != self._fleet_version:
-            nodes = sorted(self.serving(), key=lambda n: (n.created_at, n.name))
-            cached = (self._fleet_version, nodes,
-                      *_room([*self.static, *nodes] if self.static else nodes))
+            cached = (self._fleet_version, *_room([*self.static, *nodes] if self.static else nodes))
             self._room_cache = cached
-        return cached[1], cached[2], cached[3]
+        return cached[1], cached[2]
+
+    def _index(self, node: SimNode) -> None:
+        """Keep ``node`` in the index of READY nodes with room (``_open``) or out of it."""
+        room = node.state is S.READY and max(node.free, default=0.0) >= EPS
+        if room is node.has_room:
+            return
+        node.has_room = room
+        if room:
+            bisect.insort(self._open, node, key=_created)
+        else:
+            i = bisect.bisect_left(self._open, _created(node), key=_created)
+            del self._open[i]
 
     @property
     def pending(self) -> list[SimJob]:
@@ -366,6 +399,10 @@ class Cluster:
 
     def running_gpus(self) -> float:
         return sum(j.gpus for j in self.running.values())
+
+
+def _created(node: SimNode) -> tuple[float, str]:
+    return node.created_at, node.name
 
 
 def _age(job: SimJob) -> tuple[float, int]:

@@ -53,6 +53,13 @@ class Observer:
         self._sched: dict[str, tuple[tuple[int, NodeState], SchedulerNode]] = {}
         self._cluster: Cluster | None = None
         self._queues: dict[float, _Queue] = {}  # GPUs asked -> its pending jobs
+        # Views shared while their values stay the same (the models are frozen): metrics by
+        # (util_mean, util_max, util_max_idle_window, GPUs), a node's observation while
+        # its metrics and scheduler views are the same objects.
+        self._metrics: dict[tuple[float | None, float | None, float | None, int], GpuMetrics] = {}
+        self._obs: dict[str, tuple[GpuMetrics, SchedulerNode, NodeObservation]] = {}
+        # (latest util, samples in the window, in the idle window, GPUs) -> metrics
+        self._settled: dict[tuple[float, int, int, int], GpuMetrics] = {}
 
     def node(self, sim: SimNode) -> Node:
         cached = self._nodes.get(sim.name)
@@ -72,12 +79,17 @@ class Observer:
         return node
 
     def fleet(self, nodes: list[SimNode], history: PoolHistory) -> FleetView:
-        live = {n.name for n in nodes}
-        for name in [k for k in self._nodes if k not in live]:
-            del self._nodes[name]
-            self._sched.pop(name, None)
-        return FleetView.model_construct(nodes=[self.node(n) for n in nodes],
-                                         history={self.key: history})
+        cache, views = self._nodes, []
+        for sim in nodes:
+            cached = cache.get(sim.name)
+            views.append(cached[1] if cached is not None and cached[0] == sim.epoch else self.node(sim))
+        view = FleetView.model_construct(nodes=views, history={self.key: history})
+        if len(self._nodes) > 2 * len(nodes) + 64:  # names are never reused: drop the gone
+            live = {n.name for n in nodes}
+            self._nodes = {k: v for k, v in self._nodes.items() if k in live}
+            self._sched = {k: v for k, v in self._sched.items() if k in live}
+            self._obs = {k: v for k, v in self._obs.items() if k in live}
+        return view
 
     def snapshot(self, nodes: list[SimNode], cluster: Cluster, errors: list[CapacityError],
                  now: float, pending: list[PendingJob] | None = None) -> Snapshot:
@@ -86,9 +98,9 @@ class Observer:
         others); the queue is then not followed."""
         window = self.pool.scale_up.window.total_seconds()
         idle = self.pool.scale_down.idle_for.total_seconds()
-        obs = {n.name: self._observe(n, now, window, idle) for n in nodes if n.state in REPORTING}
+        obs = {n.name: self._observe(n, now - window, now - idle) for n in nodes if n.state in REPORTING}
         shapes = self._pending_shapes(cluster) if pending is None else []
-        self._evict(nodes)
+        self._evict(nodes, cluster)
         return Snapshot.model_construct(
             taken_at=to_datetime(now), nodes=obs,
             pools={self.key: PoolObservation.model_construct(
@@ -107,11 +119,11 @@ class Observer:
         return [OnPremNode.model_construct(name=n.name, gpus=n.gpus, allocated=n.allocated,
                                            gpu_model=n.itype.gpu_model) for n in cluster.static]
 
-    def _evict(self, nodes: list[SimNode]) -> None:
+    def _evict(self, nodes: list[SimNode], cluster: Cluster) -> None:
         """Keep the running-job views bounded by what is live: drop finished and killed
-        runs once the cache holds twice what is live (amortised: rarely a full pass)."""
-        running = sum(len(n.jobs) for n in nodes)
-        if len(self._running) > 2 * running + 64:
+        runs once the cache holds twice what runs in the cluster (amortised: rarely a full
+        pass)."""
+        if len(self._running) > 2 * len(cluster.running) + 64:
             runs = {(j.job.id, j.run_id) for n in nodes for j in n.jobs.values()}
             self._running = {k: v for k, v in self._running.items() if k in runs}
 
@@ -139,15 +151,51 @@ class Observer:
             self._running[key] = found
         return found
 
-    def _observe(self, node: SimNode, now: float, window: float, idle: float) -> NodeObservation:
-        recent = node.util_since(now - window)
-        quiet = node.util_since(now - idle)
-        metrics = GpuMetrics(
-            util_mean=sum(recent) / len(recent) if recent else None,
-            util_max=max(recent) if recent else None,
-            util_max_idle_window=max(quiet) if quiet else None,
-            gpus_reporting=node.gpus, sample_age_s=0.0)
-        return NodeObservation(metrics=metrics, scheduler=self._scheduler(node))
+    def _observe(self, node: SimNode, window_from: float, idle_from: float) -> NodeObservation:
+        metrics = self._gpu_metrics(node, window_from, idle_from)
+        sched = self._scheduler(node)
+        cached = self._obs.get(node.name)
+        if cached is not None and cached[0] is metrics and cached[1] is sched:
+            return cached[2]
+        obs = NodeObservation.model_construct(
+            metrics=metrics, metrics_missing=None, metrics_silent=False, scheduler=sched,
+            scheduler_missing=None, health_check_failed=None)
+        self._obs[node.name] = (metrics, sched, obs)
+        return obs
+
+    def _gpu_metrics(self, node: SimNode, window_from: float, idle_from: float) -> GpuMetrics:
+        """Mean and max of the util samples since ``window_from``, max since ``idle_from``.
+        Where every one of those samples is the node's latest value (its util has not
+        changed for a while), the figures depend only on that value and the two counts:
+        looked up, not summed again."""
+        samples = node.sample_u
+        i = bisect_left(node.sample_t, window_from)
+        j = bisect_left(node.sample_t, idle_from)
+        n = len(samples)
+        if node.run_from <= min(i, j) and n > max(i, j):
+            same = (samples[-1], n - i, n - j, node.gpus)
+            found = self._settled.get(same)
+            if found is not None:
+                return found
+            if len(self._settled) > 4096:
+                self._settled.clear()
+            found = self._settled[same] = self._metrics_of(samples[i:], samples[j:], node.gpus)
+            return found
+        return self._metrics_of(samples[i:], samples[j:], node.gpus)
+
+    def _metrics_of(self, recent: list[float], quiet: list[float], gpus: int) -> GpuMetrics:
+        key = (sum(recent) / len(recent) if recent else None, max(recent) if recent else None,
+               max(quiet) if quiet else None, gpus)
+        metrics = self._metrics.get(key)
+        if metrics is None:
+            if len(self._metrics) > 4096:  # util values that vary with a duty cycle
+                self._metrics.clear()
+            metrics = self._metrics[key] = GpuMetrics.model_construct(
+                util_mean=key[0], util_max=key[1], util_max_idle_window=key[2], mem_used_mib=None,
+                mem_free_mib=None, temperature_max_c=None, power_w=None, xid_errors=0,
+                ecc_dbe_errors=0, row_remap_failures=0, retired_pages_pending=0,
+                thermal_throttle=False, gpus_reporting=gpus, sample_age_s=0.0)
+        return metrics
 
     def _scheduler(self, node: SimNode) -> SchedulerNode:
         key = (node.jobs_version, node.state)
@@ -157,10 +205,11 @@ class Observer:
         allocated = node.allocated
         state = {S.DRAINING: "draining", S.DRAINED: "drained", S.INTERRUPTED: "draining"}.get(
             node.state, "idle" if allocated <= 0 else "allocated" if allocated >= node.gpus else "mixed")
-        sched = SchedulerNode(
-            state=state, gpus_total=float(node.gpus), gpus_allocated=allocated,
-            gpus_free=[min(1.0, max(0.0, f)) for f in node.free],  # float sums: -5e-17
-            jobs=[self._running_job(j) for j in node.jobs.values()], cordoned=node.state is not S.READY)
+        sched = SchedulerNode.model_construct(
+            state=state, gpus_total=float(node.gpus), gpus_allocated=float(allocated),
+            gpus_free=[min(1.0, max(0.0, float(f))) for f in node.free],  # float sums: -5e-17
+            jobs=[self._running_job(j) for j in node.jobs.values()], cordoned=node.state is not S.READY,
+            ready=True, unusable=None, unusable_since=None)
         self._sched[node.name] = (key, sched)
         return sched
 

@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
-from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.lifecycle import REPORTING, NodeState
 from autoscaler.policy.models import Market, Pool
 from autoscaler.sim.clock import Clock, Kind
 from autoscaler.sim.cluster import Cluster, SimJob, SimNode
@@ -134,10 +134,21 @@ class Replay:
         self.cluster.terminate(node, now, cause)
 
     def sample_util(self, now: float) -> None:
-        """Record each observable node's GPU util (what a scrape at ``now`` would see)."""
+        """Record each observable node's GPU util (what a scrape at ``now`` would see).
+        Without duty cycles a node's util changes only when its jobs do: it is kept with
+        the node's ``jobs_version`` until then."""
+        steady = self.duty is None
         for node in self.cluster.nodes.values():
-            if node.state in (S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED):
-                node.add_sample(now, self.node_util(node, now) if node.jobs else 0.0)
+            if node.state not in REPORTING:  # what Prometheus scrapes
+                continue
+            if not node.jobs:
+                node.add_sample(now, 0.0)
+            elif not steady:
+                node.add_sample(now, self.node_util(node, now))
+            else:
+                if node.steady_util[0] != node.jobs_version:
+                    node.steady_util = (node.jobs_version, self.node_util(node, now))
+                node.add_sample(now, node.steady_util[1])
 
     def node_util(self, node: SimNode, now: float) -> float:
         per_gpu = [0.0] * node.gpus

@@ -64,3 +64,39 @@ def test_fifo_with_backfill_starts_what_fits_oldest_first() -> None:
     state = {j.job.id: j.state for j in replay.jobs}
     assert state == {"big": "pending", "small": "running", "share": "pending"}
     assert [j.job.id for j in replay.cluster.pending] == ["big", "share"]
+
+
+def test_the_nodes_with_room_are_the_ready_nodes_with_a_free_gpu_share() -> None:
+    """The scheduler's index (Cluster.with_room) against a scan, through starts, kills,
+    drains and a termination."""
+    jobs = [Job(f"j{i}", i, 50 + 10 * i, [1.0, 0.5, 0.25, 4.0][i % 4]) for i in range(12)]
+    replay = replay_for(jobs)
+    cluster = replay.cluster
+    nodes = [ready_node(replay, t, now=float(i)) for i, t in enumerate(["p3.2xlarge", "p3.8xlarge"] * 2)]
+
+    def scanned() -> list[str]:
+        return [n.name for n in sorted(cluster.serving(), key=lambda n: (n.created_at, n.name))
+                if max(n.free) >= 1e-9]
+
+    for sim in replay.jobs:
+        cluster.arrive(sim, sim.job.arrival)
+        cluster.schedule(sim.job.arrival)
+        assert [n.name for n in cluster.with_room()] == scanned()
+    cluster.kill_jobs(nodes[1], 20, "spot")
+    assert [n.name for n in cluster.with_room()] == scanned()
+    cluster.drain(nodes[0], 21, "idle")
+    cluster.terminate(nodes[2], 22, "test")
+    assert [n.name for n in cluster.with_room()] == scanned()
+    for sim in list(cluster.running.values()):
+        cluster.finish(sim, sim.run_id, 100)
+    assert [n.name for n in cluster.with_room()] == scanned()
+
+
+def test_a_run_of_equal_util_samples_is_tracked_through_trimming() -> None:
+    replay = replay_for([])
+    node = ready_node(replay)
+    for t, u in enumerate([5.0, 5.0, 7.0, 7.0, 7.0]):
+        node.add_sample(float(t), u, keep=2)
+    assert node.sample_u == [7.0, 7.0] and node.run_from == 0  # 5 > 2 x keep: the last 2 kept
+    node.add_sample(5.0, 8.0, keep=2)
+    assert node.sample_u[node.run_from:] == [8.0]

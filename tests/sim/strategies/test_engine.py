@@ -9,7 +9,7 @@ import pytest
 from autoscaler.engine.binpack import shapes_of
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView
-from autoscaler.model.snapshot import PendingJob, PendingShape, Snapshot
+from autoscaler.model.snapshot import GpuMetrics, PendingJob, PendingShape, Snapshot
 from autoscaler.sim.observe import to_datetime
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.run import run_all
@@ -169,3 +169,34 @@ def test_headroom_serves_the_next_arrival_at_once(headroom: int, waits: list[flo
     replay.run()
     assert [j.first_start - j.job.arrival for j in replay.jobs if j.first_start is not None] == waits
     assert replay.cluster.totals.launches == launches
+
+
+class CheckedViews(EngineStrategy):
+    """Ours, checking at every tick that the views built without validation (and shared
+    while unchanged) validate to themselves, and that each node's GPU metrics are the
+    aggregates of its util samples, summed afresh."""
+
+    checked = 0
+
+    def observe(self, replay: Replay, now: float) -> tuple[FleetView, Snapshot]:
+        fleet, snapshot = super().observe(replay, now)
+        assert FleetView.model_validate(fleet.model_dump()) == fleet
+        assert Snapshot.model_validate(snapshot.model_dump()) == snapshot
+        window = self.pool.scale_up.window.total_seconds()
+        idle = self.pool.scale_down.idle_for.total_seconds()
+        for name, seen in snapshot.nodes.items():
+            node = replay.cluster.nodes[name]
+            recent, quiet = node.util_since(now - window), node.util_since(now - idle)
+            assert seen.metrics == GpuMetrics(
+                util_mean=sum(recent) / len(recent) if recent else None, util_max=max(recent, default=None),
+                util_max_idle_window=max(quiet, default=None), gpus_reporting=node.gpus, sample_age_s=0.0)
+            self.checked += 1
+        return fleet, snapshot
+
+
+def test_views_built_without_validation_are_what_validation_builds() -> None:
+    pol = policy(instance_types=["p3.2xlarge", "p3.8xlarge"], max_nodes=6)
+    jobs = [Job(f"j{i:02d}", 90 * i, 600 + 300 * (i % 7), (1.0, 0.5, 0.25, 2.0)[i % 4]) for i in range(60)]
+    ours = CheckedViews(pol, pol.pools[0], CATALOG)
+    replay_for(jobs, strategy=ours, end=4 * 3600).run()
+    assert ours.checked > 500
