@@ -96,7 +96,7 @@ def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: PriceBook,
     files: list[str] = []
     try:
         existing = {k: workspace(settings, ref, k) for k in sorted({0, *shards.existing(pool_dir)})}
-        held = {n: k for k, ws in reversed(existing.items()) for n in ws.applied_nodes()}
+        held = shards.held({k: ws.applied_nodes() for k, ws in existing.items()})
         for k, node_map in sorted(shards.assign(pm.after, held, settings.shard_size,
                                                 existing).items()):
             ws = existing.get(k) or workspace(settings, ref, k)

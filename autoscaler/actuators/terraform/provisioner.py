@@ -177,7 +177,7 @@ class TerraformProvisioner:
         (or that is marked stale, or takes an instance to import), shards in parallel. The
         result is the pool's: ``nodes`` holds what the applied shards hold afterwards."""
         existing = self.shards(ref)
-        held = {name: ws.shard for ws in reversed(existing) for name in ws.applied_nodes()}
+        held = shards.held({ws.shard: ws.applied_nodes() for ws in existing})
         maps = shards.assign(nodes, held, self.settings.shard_size, [ws.shard for ws in existing])
         imports = self._strays(ref, existing, nodes, maps, set(destroy))
         for k in imports:  # a stray's shard may hold no node yet: it is applied empty

@@ -53,6 +53,11 @@ def existing(pool_dir: Path) -> list[int]:
     return found
 
 
+def held(applied: Mapping[int, NodeMap]) -> dict[str, int]:
+    """Node -> the shard whose last apply holds it (the lowest, were two to hold it)."""
+    return {name: shard for shard in sorted(applied, reverse=True) for name in applied[shard]}
+
+
 def assign(nodes: NodeMap, held: Mapping[str, int], size: int,
            shards: Iterable[int] = ()) -> dict[int, NodeMap]:
     """The node map of every shard: each node where ``held`` says, else at its home.
