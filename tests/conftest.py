@@ -10,7 +10,9 @@ that the longest module never starts last and leaves one worker running alone
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 from typing import Any
 
 import pytest
@@ -52,3 +54,43 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return shared[0] if shared else str(super()._split_scope(nodeid))
 
     return ByModuleOrSharedPackage(config, log)
+
+
+# -- CPU per module ------------------------------------------------------------------------
+# CI is CPU-bound on its two cores, so a module's CPU, not its wall time, is what it costs
+# the budget. Counted per test (setup, call, teardown) as this process's CPU plus that of
+# every child it has reaped: the services, hosts and commands a test starts and stops.
+MODULE_CPU: dict[str, float] = {}
+
+
+def _cpu_now() -> float:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    before = _cpu_now()
+    yield
+    module = item.nodeid.split("::", 1)[0]
+    MODULE_CPU[module] = MODULE_CPU.get(module, 0.0) + _cpu_now() - before
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller adds it up
+        workeroutput["module_cpu"] = json.dumps(MODULE_CPU)
+
+
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    for module, seconds in json.loads(node.workeroutput.get("module_cpu", "{}")).items():
+        MODULE_CPU[module] = MODULE_CPU.get(module, 0.0) + seconds
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not MODULE_CPU:
+        return
+    total = sum(MODULE_CPU.values())
+    terminalreporter.write_sep("=", f"CPU per module (s; {total:.0f} s in all, the 20 largest)")
+    for module, seconds in sorted(MODULE_CPU.items(), key=lambda kv: -kv[1])[:20]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {module}")
