@@ -50,6 +50,11 @@ class Node(BaseModel):
     def pool_key(self) -> str:
         return pool_key(self.team, self.pool)
 
+    def with_instance(self, *, instance_id: str | None, address: str | None) -> Node:
+        """The node as a launch reported it, before the store has it: its instance and
+        that instance's address."""
+        return self.model_copy(update={"instance_id": instance_id, "address": address})
+
     def __hash__(self) -> int:
         # Its progress holds dicts (long jobs): hash what names this version of the node.
         return hash((self.name, self.state, self.state_since))

@@ -65,11 +65,30 @@ class LaunchSpec(_Record):
 
 
 class BootstrapProgress(_Record):
+    """The node's Ansible attempts: each is counted as it begins, then succeeds, fails (and
+    waits out its back-off) or, cancelled, is given back."""
+
     attempts: int = 0
     started_at: datetime | None = None
     ok_at: datetime | None = None
     next_at: datetime | None = None
     last_error: str | None = None
+
+    def begun(self, now: datetime) -> BootstrapProgress:
+        """One more attempt, starting ``now`` (its back-off is over)."""
+        return self.model_copy(update={"attempts": self.attempts + 1, "started_at": now,
+                                       "next_at": None})
+
+    def given_back(self) -> BootstrapProgress:
+        """The attempt was cancelled, not failed: it does not count."""
+        return self.model_copy(update={"attempts": self.attempts - 1})
+
+    def succeeded(self, now: datetime) -> BootstrapProgress:
+        return self.model_copy(update={"ok_at": now, "last_error": None})
+
+    def failed(self, error: str, *, retry_at: datetime) -> BootstrapProgress:
+        """The attempt failed with ``error``; the next one not before ``retry_at``."""
+        return self.model_copy(update={"last_error": error, "next_at": retry_at})
 
 
 class HealthCheck(_Record):
@@ -104,6 +123,10 @@ class DrainProgress(BaseModel):
     not_before: datetime | None = None  # the next step is not worth running earlier
     last_error: str | None = None
 
+    def waiting_until(self, not_before: datetime | None) -> DrainProgress:
+        """The next step is not run before ``not_before`` (``None``: at the next advance)."""
+        return self.model_copy(update={"not_before": not_before})
+
     def at(self, phase: DrainPhase, **changes: object) -> DrainProgress:
         return self.model_copy(update={"phase": phase, "last_error": None, **changes})
 
@@ -130,6 +153,27 @@ class LongJob(_Record):
     released_at: datetime | None = None  # the requeue (eviction) was sent, or is being sent
     not_before: datetime | None = None  # a refused requeue is tried again then
     outcome: str | None = None  # what the last attempt came to
+
+    def with_release(self) -> LongJob:
+        """The policy now asks for the job to be released (requeued) after its signal."""
+        return self.model_copy(update={"release": True})
+
+    def signalling(self, now: datetime) -> LongJob:
+        """Its checkpoint signal goes out ``now`` (written before it is sent)."""
+        return self.model_copy(update={"signalled_at": now, "outcome": "sending"})
+
+    def releasing(self, now: datetime, *, outcome: str) -> LongJob:
+        """Its requeue (eviction) goes out ``now`` (written before it is sent)."""
+        return self.model_copy(update={"released_at": now, "outcome": outcome})
+
+    def release_refused(self, *, retry_at: datetime, outcome: str) -> LongJob:
+        """The requeue was refused or failed: cleared, and tried again at ``retry_at``."""
+        return self.model_copy(update={"released_at": None, "not_before": retry_at,
+                                       "outcome": outcome})
+
+    def with_outcome(self, outcome: str) -> LongJob:
+        """What the last attempt (signal or requeue) came to."""
+        return self.model_copy(update={"outcome": outcome})
 
     @property
     def owes_signal(self) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaler.policy.duration import Duration
+from autoscaler.policy.paths import ConfigPath
 
 # playbooks/ next to the autoscaler package (a source checkout or editable install).
 DEFAULT_PLAYBOOK = Path(__file__).resolve().parents[3] / "playbooks" / "gpu-node.yml"
@@ -17,19 +18,19 @@ DEFAULT_HEALTH_PLAYBOOK = DEFAULT_PLAYBOOK.with_name("health-check.yml")
 class AnsibleSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    playbook: Path = Field(DEFAULT_PLAYBOOK, description="The node bootstrap playbook.")
+    playbook: ConfigPath = Field(DEFAULT_PLAYBOOK, description="The node bootstrap playbook.")
     health_playbook: Path = Field(
         DEFAULT_HEALTH_PLAYBOOK, description="The periodic GPU health check of READY nodes "
         "(a pool's health.check_interval); its roles from the same roles directory.")
-    runs_dir: Path = Field(Path(".gpu-autoscaler/ansible-runs"),
+    runs_dir: ConfigPath = Field(Path(".gpu-autoscaler/ansible-runs"),
                            description="One directory per run: stdout, events, results.")
     keep_runs: int = Field(200, ge=1, description="Run directories kept; older ones are removed.")
-    known_hosts_file: Path | None = Field(
+    known_hosts_file: ConfigPath | None = Field(
         None, description="Pinned SSH host keys, one per node name (recorded at first "
         "contact; a changed key is refused). Default: runs_dir/known_hosts.")
     ssh_user: str = Field("root", description="SSH user on new nodes (become is used unless root).")
     ssh_port: int = Field(22, ge=1, le=65535, description="SSH port on new nodes.")
-    private_key_file: Path | None = Field(None, description="SSH private key for the nodes.")
+    private_key_file: ConfigPath | None = Field(None, description="SSH private key for the nodes.")
     connect_timeout_s: int = Field(10, ge=1, description="SSH connection timeout.")
     control_persist: bool = Field(
         True, description="Reuse SSH connections (ControlMaster=auto); false: ControlMaster=no.")

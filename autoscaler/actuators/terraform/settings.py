@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from ruamel.yaml import YAML
 
+from autoscaler.policy.paths import ConfigPath
+
 # terraform/modules next to the autoscaler package (a source checkout or editable install).
 DEFAULT_MODULES_DIR = Path(__file__).resolve().parents[3] / "terraform" / "modules"
 
@@ -53,7 +55,7 @@ class RegionInputs(_Model):
 
 
 class TerraformSettings(_Model):
-    workdir: Path = Field(Path(".gpu-autoscaler/terraform"),
+    workdir: ConfigPath = Field(Path(".gpu-autoscaler/terraform"),
                           description="Root of the per-pool workspaces (and local state).")
     backend: Backend = Field(LocalBackend(), description="Where pool state lives.")
     aws_endpoint: str | None = Field(
@@ -84,7 +86,7 @@ class TerraformSettings(_Model):
         "entry is never recreated behind the store's back. PoolWorkspace.refresh() brings "
         "the state in line when the reconciler asks.")
     plugin_mirror: Path = Field(Path("/opt/tf-plugins"), description="Providers come only from here.")
-    modules_dir: Path = Field(DEFAULT_MODULES_DIR, description="The pool modules' directory.")
+    modules_dir: ConfigPath = Field(DEFAULT_MODULES_DIR, description="The pool modules' directory.")
     terraform_bin: str = Field("terraform", description="The terraform binary.")
     command_timeout_s: float = Field(1800, gt=0, description="Time limit of one command.")
     lock_timeout: str = Field("0s", description="How long to wait for another run's lock.")

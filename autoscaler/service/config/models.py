@@ -22,6 +22,7 @@ from autoscaler.fleet import store_url
 from autoscaler.fleet.store import DEFAULT_URL
 from autoscaler.policy.duration import Duration
 from autoscaler.policy.models import Name
+from autoscaler.policy.paths import ConfigPath
 from autoscaler.secrets import SecretError, read_secret
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.http.api import MIN_TOKEN_LENGTH, is_loopback
@@ -128,7 +129,7 @@ class AddressSettings(_Model):
     source: Literal["terraform", "file"] = Field(
         "terraform", description="terraform: the node's private IP from the Terraform output; "
         "file: a JSON map {node: address} kept by another tool (the sandbox writes one).")
-    file: Path | None = Field(None, description="source file: the JSON map of node to address.")
+    file: ConfigPath | None = Field(None, description="source file: the JSON map of node to address.")
     wait: Duration = Field(timedelta(seconds=30), description="How long to wait for a node's "
                            "entry in the file before reporting 'no address yet'.")
 
@@ -165,7 +166,7 @@ class HttpSettings(_Model):
     listen: str = Field("127.0.0.1:9464", description="host:port; loopback by default.")
     token_env: str | None = Field(None, description="Environment variable with the bearer "
                                   "token that /status and /plan require.")
-    token_file: Path | None = Field(None, description="File with the bearer token.")
+    token_file: ConfigPath | None = Field(None, description="File with the bearer token.")
     team_tokens: dict[Name, TeamToken] = Field(
         default_factory=dict, description="Per team, the bearer token of its capacity "
         "requests (/v1/requests): a team sees and releases only its own.")
@@ -232,8 +233,8 @@ class LeaderSettings(_Model):
 
 
 class ServiceConfig(_Model):
-    policies_dir: Path = Field(description="Directory of team policy files.")
-    prices_file: Path | None = Field(None, description="Operator price file (Alibaba prices).")
+    policies_dir: ConfigPath = Field(description="Directory of team policy files.")
+    prices_file: ConfigPath | None = Field(None, description="Operator price file (Alibaba prices).")
     tick: TickSettings = TickSettings()
     store: StoreSettings = StoreSettings()
     signals: SignalsConfig = SignalsConfig()

@@ -82,9 +82,7 @@ def _count_attempts(step: Step, batch: list[Node]) -> Started:
     now = step.now()
     started = {}
     for node in batch:
-        state = node.progress.bootstrap.model_copy(
-            update={"attempts": node.progress.bootstrap.attempts + 1, "started_at": now,
-                    "next_at": None})
+        state = node.progress.bootstrap.begun(now)
         _save(step, node.name, state)
         started[node.name] = state
     return started
@@ -102,8 +100,7 @@ def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node], starte
         # A clean stop, not a failure: the attempt is given back (a crash keeps it
         # counted) and the next leader runs the idempotent roles again.
         for node in batch:
-            _save(step, node.name, started[node.name].model_copy(
-                update={"attempts": started[node.name].attempts - 1}))
+            _save(step, node.name, started[node.name].given_back())
         return
     except Exception as exc:  # the whole run failed: every node of the batch failed once
         for node in batch:
@@ -116,8 +113,7 @@ def _settle(step: Step, batch: list[Node], run: BootstrapRun, started: Started) 
     for node in batch:
         result = run.hosts.get(node.name)
         if result is not None and result.status is HostStatus.OK:
-            _save(step, node.name, started[node.name].model_copy(
-                update={"ok_at": step.now(), "last_error": None}))
+            _save(step, node.name, started[node.name].succeeded(step.now()))
             step.report.bootstrapped.append(node.name)
             continue
         if result is None:
@@ -135,8 +131,7 @@ def _failed(step: Step, node: Node, state: BootstrapProgress, why: str) -> None:
         step.move(node.name, S.BOOTSTRAP_FAILED,
                   f"bootstrap failed {state.attempts} time(s); last: {why}")
         return
-    _save(step, node.name, state.model_copy(update={
-        "last_error": why, "next_at": step.now() + step.settings.bootstrap_retry_backoff}))
+    _save(step, node.name, state.failed(why, retry_at=step.now() + step.settings.bootstrap_retry_backoff))
 
 
 def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:

@@ -135,7 +135,7 @@ def _run(step: Step, drainer: Drainer, node: Node, progress: DrainProgress, now:
         step.store.fence()  # a deposed leader never drains
         result = drainer.step(node, progress, now)
         not_before = now + result.retry_after if result.outcome is not DrainOutcome.DONE else None
-        saved = result.progress.model_copy(update={"not_before": not_before})
+        saved = result.progress.waiting_until(not_before)
         if saved != progress:
             step.patch(node.name, progress=ProgressUpdate(drain=saved))
         progress = saved

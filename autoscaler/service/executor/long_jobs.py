@@ -55,7 +55,7 @@ def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], k
     pool = step.pool(node)
     signal = pool.scale_down.checkpoint_signal if pool else step.settings.checkpoint_signal
     for job in owed:
-        jobs[job] = jobs[job].model_copy(update={"signalled_at": now, "outcome": "sending"})
+        jobs[job] = jobs[job].signalling(now)
     step.patch(node.name, progress=ProgressUpdate(long_jobs=jobs))
     drainer = step.drainer(kind)
     step.store.fence()
@@ -66,7 +66,7 @@ def _signal(step: Step, node: Node, jobs: dict[str, LongJob], owed: list[str], k
         outcome = f"SIG{signal} failed: {exc}"
         step.error("long-jobs", f"{node.name}: signalling long jobs {', '.join(owed)}: {exc}")
     for job in owed:
-        jobs[job] = jobs[job].model_copy(update={"outcome": outcome})
+        jobs[job] = jobs[job].with_outcome(outcome)
     step.patch(node.name, progress=ProgressUpdate(long_jobs=jobs))
     step.store.audit("long-job-signal", f"{', '.join(owed)} on {node.name}: {outcome}", now,
                      pool=f"{node.team}/{node.pool}", node=node.name)
@@ -79,7 +79,7 @@ def _release(step: Step, node: Node, jobs: dict[str, LongJob], due: list[str], k
     # Released even when its signal failed (the limit is the rule), but the audit says so.
     signalled = {job: jobs[job].outcome or "" for job in due}
     for job in due:
-        jobs[job] = jobs[job].model_copy(update={"released_at": now, "outcome": f"{what} sending"})
+        jobs[job] = jobs[job].releasing(now, outcome=f"{what} sending")
     step.patch(node.name, progress=ProgressUpdate(long_jobs=jobs))
     drainer = step.drainer(kind)
     step.store.fence()
@@ -94,13 +94,11 @@ def _release(step: Step, node: Node, jobs: dict[str, LongJob], due: list[str], k
         waited = format_duration(now - (entry.signalled_at or now))
         if job in failed:  # cleared: tried again after a pause, not at every advance
             retry = now + max(grace, RETRY_AFTER)
-            jobs[job] = entry.model_copy(update={
-                "released_at": None, "not_before": retry,
-                "outcome": f"{what} refused: {failed[job]}"})
+            jobs[job] = entry.release_refused(retry_at=retry, outcome=f"{what} refused: {failed[job]}")
             detail = (f"job {job} on {node.name}: {what} refused ({failed[job]}); tried again "
                       f"at {retry:%H:%M:%S}")
         else:
-            jobs[job] = entry.model_copy(update={"outcome": f"{done} after {waited}"})
+            jobs[job] = entry.with_outcome(f"{done} after {waited}")
             detail = (f"job {job} on {node.name}: {done} {waited} after its checkpoint signal "
                       f"(checkpoint_grace {format_duration(grace)}); its GPUs are free")
             if not signalled[job].endswith(" sent"):

@@ -199,7 +199,7 @@ def _terminated(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Seque
 
 def _address(step: Step, node: Node, out: NodeOutput, address_of: AddressOf) -> str | None:
     try:
-        found = address_of(node.model_copy(update={"instance_id": out.id, "address": out.private_ip}))
+        found = address_of(node.with_instance(instance_id=out.id, address=out.private_ip))
     except Exception as exc:  # the resolver is a seam: its failure must not lose the instance id
         step.error("resolver", f"{node.name}: address resolver failed: {exc}")
         found = None

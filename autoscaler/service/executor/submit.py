@@ -112,8 +112,7 @@ def _report_job(step: Step, action: FlagLongJob) -> None:
                                       or known.started_at == action.started_at)
     if known is not None and same_run:
         if action.release and not known.release:  # the policy now says release
-            jobs = {**found.progress.long_jobs,
-                    action.job: known.model_copy(update={"release": True})}
+            jobs = {**found.progress.long_jobs, action.job: known.with_release()}
             step.patch(action.node, progress=ProgressUpdate(long_jobs=jobs))
         return
     now = step.now()

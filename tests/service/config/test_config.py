@@ -56,6 +56,35 @@ def test_a_full_config_loads_with_paths_relative_to_the_file(tmp_path):
     assert cfg.ansible.playbook.is_absolute(), "defaults stay as they are"
 
 
+def test_every_path_the_file_gives_is_relative_to_it_and_the_defaults_stay(tmp_path):
+    cfg = load_config(write(tmp_path, """\
+        policies_dir: ./x/../policies
+        prices_file: prices.yaml
+        terraform: {workdir: tf, modules_dir: ../modules}
+        ansible: {playbook: pb/node.yml, runs_dir: runs, private_key_file: keys/id,
+                  known_hosts_file: /etc/known_hosts}
+        http: {token_file: token}
+        addresses: {source: file, file: addresses.json}
+        """))
+    assert (cfg.policies_dir, cfg.prices_file) == (tmp_path / "policies", tmp_path / "prices.yaml")
+    assert cfg.terraform.workdir == tmp_path / "tf"
+    assert cfg.terraform.modules_dir == tmp_path.parent / "modules"
+    assert (cfg.ansible.playbook, cfg.ansible.runs_dir, cfg.ansible.private_key_file) == (
+        tmp_path / "pb/node.yml", tmp_path / "runs", tmp_path / "keys/id")
+    assert cfg.ansible.known_hosts_file == Path("/etc/known_hosts")
+    assert cfg.http.token_file == tmp_path / "token" and cfg.addresses.file == tmp_path / "addresses.json"
+    plain = load_config(write(tmp_path, "policies_dir: policies\nterraform: {aws_endpoint: http://x}\n"))
+    assert plain.terraform.workdir == Path(".gpu-autoscaler/terraform"), "a default is not given"
+    assert plain.ansible.runs_dir == Path(".gpu-autoscaler/ansible-runs") and plain.prices_file is None
+
+
+def test_paths_are_only_made_relative_by_the_file_loader():
+    from autoscaler.actuators.terraform.settings import TerraformSettings
+
+    assert TerraformSettings.model_validate({"workdir": "tf"}).workdir == Path("tf")
+    assert TerraformSettings(workdir=Path("tf")).workdir == Path("tf")
+
+
 def test_unknown_keys_are_reported_with_file_line_and_a_suggestion(tmp_path):
     path = write(tmp_path, """\
         policies_dir: policies
