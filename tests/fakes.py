@@ -129,7 +129,7 @@ class FakeTerraform(_Raises):
             return None
         return dict(self.applied_maps.get(ref.key, {}))
 
-    def mark_stale(self, ref: PoolRef) -> None:
+    def mark_stale(self, ref: PoolRef, nodes: Collection[str] | None = None) -> None:
         self.calls.append(("mark_stale", ref.key, None))
         self.stale.add(ref.key)
 

@@ -168,6 +168,21 @@ def test_a_failed_shard_alone_is_applied_again(tmp_path: Path) -> None:
     assert prov.applied(REF) == nodes(1, 2, 3, 4, 5)
 
 
+def test_a_node_marked_stale_applies_its_own_shard_again_not_the_pool(tmp_path: Path) -> None:
+    fake = Shards(tmp_path)
+    prov = fake.provisioner()
+    prov.apply(REF, nodes(1, 2, 3, 5))
+    fake.converged()
+    prov.mark_stale(REF, ["vision-v100-3"])  # e.g. the state lost it: only shard 1 holds it
+    assert [k for k, ws in sorted(fake.made.items()) if (ws.dir / STALE_MARKER).exists()] == [1]
+    assert prov.applied(REF) is None
+    assert prov.apply(REF, nodes(1, 2, 3, 5)).ok
+    assert fake.converged() == {1: [nodes(3)]}
+    prov.mark_stale(REF)  # no names: every shard
+    assert prov.apply(REF, nodes(1, 2, 3, 5)).ok
+    assert fake.converged() == {0: [nodes(1, 2)], 1: [nodes(3)], 2: [nodes(5)]}
+
+
 def test_a_preview_plans_only_the_shards_that_change(tmp_path: Path) -> None:
     fake = Shards(tmp_path)
     fake.provisioner().apply(REF, nodes(1, 2, 3))

@@ -2,13 +2,13 @@
 (``tests/e2e/request_rig.py``: moto + terraform, booted test hosts bootstrapped by the real
 playbook, real Slurm, the executor as the service wires it, the HTTP API with team tokens).
 
-* an atomic request for 2 nodes is Provisioned (names and addresses), a retried create with
-  the same idempotency key answers the same request, another team's token is refused (403)
-  for every verb, a job pinned to the nodes runs, the idle nodes stay while held, and
-  ``DELETE`` drains and destroys them;
+* side by side, from one launch of four nodes: an atomic request for 2 nodes is Provisioned
+  (names and addresses), a retried create with the same idempotency key answers the same
+  request, another team's token is refused (403) for every verb, a job pinned to the nodes
+  runs, the idle nodes stay while held, and ``DELETE`` drains and destroys them; a request
+  linked to a Slurm job is released when that job ends; and at a third's ``ttl`` its
+  running job gets the checkpoint signal at once, then the nodes go;
 * an atomic request whose second node hits a capacity error is rolled back and Failed;
-* side by side: a request linked to a Slurm job is released when that job ends, and at
-  another's ``ttl`` its running job gets the checkpoint signal at once, then the nodes go;
 * ``examples/ci/github-actions.yml``'s steps and ``examples/ci/gitlab-ci.yml``'s job side
   by side, each run as its CI runner would (``tests/e2e/workflow_runner.py``: create, wait,
   sbatch pinned to the nodes, release), with the sandbox's GPU shape.
@@ -24,6 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,19 @@ def loop(stack: SandboxStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     return RequestLoop(stack, write_policy(tmp_path / "policies"))
 
 
-def test_atomic_request_provisioned_job_runs_delete_drains_and_destroys(
-        stack: SandboxStack, loop: RequestLoop, capsys: pytest.CaptureFixture[Any]) -> None:
+def test_an_atomic_a_linked_and_a_ttl_request_side_by_side_from_one_launch(
+        stack: SandboxStack, loop: RequestLoop, tmp_path: Path,
+        capsys: pytest.CaptureFixture[Any]) -> None:
+    """Three requests share one apply of four nodes and their leaving shares the destroys.
+
+    The atomic one (2 nodes), over HTTP: a retried create answers the same request, another
+    team's token is refused for every verb, a job pinned to its nodes runs, its idle nodes
+    stay while held, and DELETE drains and destroys them. One linked to a Slurm job is
+    released when that job ends; at another's ttl its running job gets the checkpoint
+    signal at once."""
+    cluster = stack.slurm
+    assert cluster is not None
+    loop.policies = write_policy(tmp_path / "four", max_nodes=4)
     with loop.api() as url:
         started = time.monotonic()
         code, made = call(url, "POST", TOKEN, BODY)
@@ -85,40 +97,81 @@ def test_atomic_request_provisioned_job_runs_delete_drains_and_destroys(
         assert call(url, "POST", OTHER, {**BODY, "team": "e2e"})[0] == 422  # no team in a body
         assert loop.condition(rid) == "Accepted"
 
-        loop.until(lambda: loop.condition(rid) == "Provisioned", 480, "the request Provisioned")
+        # The pipeline's job waits for the nodes its request brings: held until they are
+        # there, then pinned to its node (it would otherwise start on another's node).
+        linked_job = cluster.submit(GATED_JOB, gpus=1, partition="gpu", name="ci-linked",
+                                    extra=["--hold"])
+        code, made = loop.create({"name": "ci-linked", "node_sets": ONE,
+                                  "link": {"slurm_job": linked_job}})
+        assert code == 201 and made["condition"] == "Accepted", made
+        linked = made["id"]
+        code, made = loop.create({"name": "ci-ttl", "node_sets": ONE, "ttl": "1m", "booking": "1m"})
+        assert code == 201, made
+        ttl = made["id"]
+
+        loop.until(lambda: {loop.condition(r) for r in (rid, linked, ttl)} == {"Provisioned"},
+                   480, "the three requests Provisioned")
         provisioned_s = time.monotonic() - started
         view = call(f"{url}/{rid}", token=TOKEN)[1]
         assert call(f"{url}/{rid}", token=OTHER)[0] == 403
         names = sorted(view["nodes"])
-        assert len(names) == 2 and len(loop.book.list()) == 1
+        assert len(names) == 2 and len(loop.book.list()) == 3
         assert all(a and a.startswith("169.254.77.") for a in view["nodes"].values())
-        cluster = stack.slurm
-        assert cluster is not None
+        (linked_node,) = loop.book.get(linked).nodes  # type: ignore[union-attr]
+        (ttl_node,) = loop.book.get(ttl).nodes  # type: ignore[union-attr]
+        assert len({*names, linked_node, ttl_node}) == 4
         job = cluster.submit("hostname", gpus=1, nodelist=",".join(names), name="ci-4711",
                              extra=["--nodes=2", "--ntasks=2"])
+        cluster.scontrol("update", f"jobid={linked_job}", f"ReqNodeList={linked_node}")
+        cluster.scontrol("release", linked_job)
+        ttl_job = cluster.submit(CHECKPOINTING_JOB, gpus=1, nodelist=ttl_node, name="ci-ttl")
         wait_until(lambda: cluster.job_state(job) == "COMPLETED", 120, "the pinned job")
-        for _ in range(3):  # idle, but held: kept
+        wait_until(lambda: cluster.job_state(linked_job) == cluster.job_state(ttl_job) == "RUNNING",
+                   120, "the linked and the ttl jobs running")
+        for _ in range(3):  # the atomic request's nodes idle, but held: kept
             loop.tick()
         assert {loop.states()[n] for n in names} == {S.READY}
+        # the linked job runs: its request holds its node
+        assert loop.condition(linked) == "Provisioned" and loop.states()[linked_node] is S.READY
 
         assert call(f"{url}/{rid}", "DELETE", OTHER)[0] == 403
         assert call(f"{url}/{rid}", "DELETE", TOKEN)[1]["condition"] == "Released"
-        released = time.monotonic()
-        loop.until(lambda: {loop.states()[n] for n in names} == {S.TERMINATED}, 300,
-                   "the released nodes destroyed")
+        released = datetime.now(UTC)
+
+        loop.until_condition(ttl, "Released", 120)  # ttl 1m after Provisioned
+        view = loop.book.get(ttl)
+        assert view is not None and "ttl 1m reached" in view.reason
+        assert loop.condition(linked) == "Provisioned"  # its job still runs
+        cluster.scontrol("update", f"jobid={linked_job}", "comment=release")
+        # No drain_timeout wait: the ttl's job is signalled at once and checkpoints within
+        # its grace.
+        loop.until(lambda: "Comment=checkpointed" in cluster.scontrol("show", "job", ttl_job).stdout,
+                   60, "the ttl job's checkpoint signal")
+        wait_until(lambda: cluster.job_state(linked_job) == "COMPLETED", 60, "the linked job ended")
+        loop.until_condition(linked, "Released", 60)
+        assert loop.book.get(linked).reason.endswith(  # type: ignore[union-attr]
+            f"released: its linked Slurm job {linked_job} has ended")
+        loop.until(lambda: {loop.states()[n] for n in (*names, linked_node, ttl_node)}
+                   == {S.TERMINATED}, 300, "the four nodes destroyed")
     assert stack.running_instances() == 0
     for name in names:
         steps = [t.to_state for t in loop.store.transitions(name)]
         assert steps[-4:] == ["DRAINING", "DRAINED", "TERMINATING", "TERMINATED"], steps
         assert loop.store.get(name).drain_trigger == "released"  # type: ignore[union-attr]
-    events = [a.event for a in loop.store.audit_log(500)]
+    assert loop.store.get(linked_node).drain_trigger == "released"  # type: ignore[union-attr]
+    assert loop.store.get(ttl_node).drain_trigger == "ttl"  # type: ignore[union-attr]
+    assert cluster.job_state(ttl_job) == "COMPLETED"  # it ended on its own after the checkpoint
+    audit = loop.store.audit_log(500)
     assert {"request_created", "request_accepted", "request_provisioned",
-            "request_released"} <= set(events)
-    gone_s = time.monotonic() - released
+            "request_released"} <= {a.event for a in audit if a.detail.startswith(f"{rid}:")}
+    assert any(a.event == "request_released" and ttl in a.detail and "ttl" in a.detail
+               for a in audit)
+    gone = max(t.at for n in names for t in loop.store.transitions(n) if t.to_state == "TERMINATED")
     boot_s = max(loop.boot_seconds(names))
     with capsys.disabled():
         print(f"\nrequests e2e: request_to_provisioned_s={provisioned_s:.0f} "
-              f"boot_to_ready_s={boot_s:.0f} release_to_terminated_s={gone_s:.0f}")
+              f"boot_to_ready_s={boot_s:.0f} "
+              f"release_to_terminated_s={(gone - released).total_seconds():.0f}")
 
 
 def test_atomic_request_rolled_back_when_the_second_node_hits_a_capacity_error(
@@ -165,57 +218,6 @@ def test_atomic_request_rolled_back_when_the_second_node_hits_a_capacity_error(
                   f"{settled_to_leaving:.0f}s after)")
     finally:
         stack.moto.clear_faults()
-
-
-def test_a_linked_request_goes_when_its_job_ends_and_a_ttl_expiry_signals_its_job_first(
-        stack: SandboxStack, loop: RequestLoop) -> None:
-    """Two requests side by side (one apply brings both nodes, and their leaving shares the
-    destroys): one linked to a Slurm job, released when that job ends; one with a ttl,
-    whose running job gets the checkpoint signal at once when it expires."""
-    cluster = stack.slurm
-    assert cluster is not None
-    # The pipeline's job waits for the nodes its request brings: held until they are
-    # there, then pinned to its node (it would otherwise start on the ttl request's node).
-    linked_job = cluster.submit(GATED_JOB, gpus=1, partition="gpu", name="ci-linked",
-                                extra=["--hold"])
-    code, made = loop.create({"name": "ci-linked", "node_sets": ONE, "link": {"slurm_job": linked_job}})
-    assert code == 201 and made["condition"] == "Accepted", made
-    linked = made["id"]
-    code, made = loop.create({"name": "ci-ttl", "node_sets": ONE, "ttl": "1m", "booking": "1m"})
-    assert code == 201, made
-    ttl = made["id"]
-    loop.until(lambda: {loop.condition(linked), loop.condition(ttl)} == {"Provisioned"}, 480,
-               "both requests Provisioned")
-    (linked_node,) = loop.book.get(linked).nodes  # type: ignore[union-attr]
-    (ttl_node,) = loop.book.get(ttl).nodes  # type: ignore[union-attr]
-    cluster.scontrol("update", f"jobid={linked_job}", f"ReqNodeList={linked_node}")
-    cluster.scontrol("release", linked_job)
-    ttl_job = cluster.submit(CHECKPOINTING_JOB, gpus=1, nodelist=ttl_node, name="ci-ttl")
-    wait_until(lambda: cluster.job_state(linked_job) == cluster.job_state(ttl_job) == "RUNNING",
-               120, "both jobs running")
-    loop.tick()  # the linked job runs: its request holds its node
-    assert loop.condition(linked) == "Provisioned" and loop.states()[linked_node] is S.READY
-
-    loop.until_condition(ttl, "Released", 120)  # ttl 1m after Provisioned
-    view = loop.book.get(ttl)
-    assert view is not None and "ttl 1m reached" in view.reason
-    assert loop.condition(linked) == "Provisioned"  # its job still runs
-    cluster.scontrol("update", f"jobid={linked_job}", "comment=release")
-    # No drain_timeout wait: the ttl's job is signalled at once and checkpoints within its grace.
-    loop.until(lambda: "Comment=checkpointed" in cluster.scontrol("show", "job", ttl_job).stdout,
-               60, "the ttl job's checkpoint signal")
-    wait_until(lambda: cluster.job_state(linked_job) == "COMPLETED", 60, "the linked job ended")
-    loop.until_condition(linked, "Released", 60)
-    assert loop.book.get(linked).reason.endswith(  # type: ignore[union-attr]
-        f"released: its linked Slurm job {linked_job} has ended")
-    loop.until(lambda: {loop.states()[linked_node], loop.states()[ttl_node]} == {S.TERMINATED},
-               300, "both nodes destroyed")
-    assert loop.store.get(linked_node).drain_trigger == "released"  # type: ignore[union-attr]
-    assert loop.store.get(ttl_node).drain_trigger == "ttl"  # type: ignore[union-attr]
-    assert cluster.job_state(ttl_job) == "COMPLETED"  # it ended on its own after the checkpoint
-    events = [(a.event, a.detail) for a in loop.store.audit_log(500)]
-    assert any(e == "request_released" and ttl in d and "ttl" in d for e, d in events)
-    assert stack.running_instances() == 0
 
 
 @pytest.fixture

@@ -148,9 +148,14 @@ class TerraformProvisioner:
             out.update(ws.applied_nodes())
         return out
 
-    def mark_stale(self, ref: PoolRef) -> None:
+    def mark_stale(self, ref: PoolRef, nodes: Collection[str] | None = None) -> None:
+        """Apply again, whatever the maps say: the shards whose last apply or state holds
+        one of ``nodes`` (every shard when None). A shard holding none of them keeps its
+        apply skipped: one adopted or missing node never costs the whole pool's applies."""
+        names = None if nodes is None else set(nodes)
         for ws in self.shards(ref):
-            _mark_stale(ws)
+            if names is None or names & {*ws.applied_nodes(), *self._held(ws)}:
+                _mark_stale(ws)
 
     def instances(self, ref: PoolRef) -> dict[str, NodeOutput]:
         out: dict[str, NodeOutput] = {}

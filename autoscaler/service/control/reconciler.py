@@ -262,7 +262,7 @@ class Reconciler:
                     instance_id=inst.instance_id, address=inst.private_ip,
                     progress=NodeProgress(cluster=pool.cluster.kind, adopted=inst.instance_id))
         self.store.apply([Adopt(node, f"adopted {inst.instance_id} found in the cloud")], now)
-        self.provisioner.mark_stale(ref)  # the next apply imports it into the pool's state
+        self.provisioner.mark_stale(ref, [name])  # the next apply imports it into the state
         self._find(report, "adopted", f"{inst.instance_id} adopted as {name} (BOOTSTRAPPING)",
                    node=name, instance_id=inst.instance_id, pool=ref.key)
 
@@ -312,7 +312,7 @@ class Reconciler:
             self._find(report, "state-missing", f"{key} should have an instance but the state of "
                        f"{ref.key} has none: applying the pool again", node=key, pool=ref.key)
         if extra or missing:
-            self.provisioner.mark_stale(ref)
+            self.provisioner.mark_stale(ref, [*extra, *missing])
 
     # -- scheduler -----------------------------------------------------------------------------
     def _check_scheduler(self, nodes: Iterable[Node], snapshot: Observed,

@@ -41,7 +41,11 @@ class Provisioner(Protocol):
         hold: the evidence that must be absent before a node counts as TERMINATED."""
         ...
 
-    def mark_stale(self, ref: PoolRef) -> None: ...
+    def mark_stale(self, ref: PoolRef, nodes: Collection[str] | None = None) -> None:
+        """Apply the pool again at the next apply, whatever its map: where it holds one of
+        ``nodes`` (a node not held anywhere is applied anyway: its map differs), or
+        everywhere when None."""
+        ...
 
 
 def drainers_for(signals: SignalsConfig, *,

@@ -147,7 +147,7 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
             elif result is not None and not result.ok:
                 _count_failure(step, ref, "; ".join(result.errors) or "apply failed", [node])
             else:
-                provisioner.mark_stale(ref)  # state and applied map disagree: apply again
+                provisioner.mark_stale(ref, [node.name])  # state and applied map disagree
         elif node.state in REMOVING:
             if out is None:
                 gone.append(node)
@@ -155,7 +155,7 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
                 if node.instance_id != out.id:  # never lose track of an instance
                     step.patch(node.name, fields=NodeFields(instance_id=out.id))
                 if result is None:  # the state holds what the map left out: apply again
-                    provisioner.mark_stale(ref)
+                    provisioner.mark_stale(ref, [node.name])
         elif node.state in INSTANCE_STATES and out is not None and node.instance_id \
                 and out.id != node.instance_id:
             step.move(node.name, S.LOST, f"instance {node.instance_id} is gone: Terraform "
