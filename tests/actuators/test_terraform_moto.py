@@ -9,6 +9,7 @@ Terraform costs ~5 s per provider start here, so steps share one workspace.
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from collections.abc import Iterator
@@ -84,6 +85,11 @@ class TestPoolLifecycle:
         # Read from the apply's closing outputs message: what `terraform output` says.
         assert result.nodes == ws.outputs()
         assert ws.applied_nodes() == THREE
+        # A local state is read from its file: what `terraform state pull` prints (but the
+        # order of check_results, which Terraform does not keep from one print to the next).
+        read, pulled = ws.pull_state(), json.loads(ws.runner.run("state pull").stdout)
+        for key in ("version", "serial", "lineage", "outputs", "resources"):
+            assert read[key] == pulled[key], key
 
     def test_plan_again_has_no_changes(self, ws: PoolWorkspace) -> None:
         plan = ws.plan(THREE)

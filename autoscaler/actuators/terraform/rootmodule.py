@@ -115,10 +115,13 @@ def _provider(settings: TerraformSettings, cloud: str, region: str) -> dict[str,
     return provider
 
 
+LOCAL_STATE = "terraform.tfstate"  # in the workspace's directory
+
+
 def _backend(settings: TerraformSettings, team: str, pool: str, shard: int) -> dict[str, Any]:
     backend = settings.backend
     if not isinstance(backend, S3Backend):
-        return {"local": {"path": "terraform.tfstate"}}
+        return {"local": {"path": LOCAL_STATE}}
     where = f"{team}/{pool}" if shard == 0 else f"{team}/{pool}/shards/{shard}"
     conf: dict[str, Any] = {
         "bucket": backend.bucket,

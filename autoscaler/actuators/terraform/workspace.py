@@ -13,6 +13,7 @@ Layout under ``settings.workdir/<team>/<pool>/`` (shard 0; shard k of the pool i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -34,7 +35,7 @@ from autoscaler.actuators.terraform.errors import (
 )
 from autoscaler.actuators.terraform.planfile import PoolPlan, node_changes, state_nodes
 from autoscaler.actuators.terraform.runner import FLAG, Result, Runner
-from autoscaler.actuators.terraform.settings import RegionInputs, TerraformSettings
+from autoscaler.actuators.terraform.settings import LocalBackend, RegionInputs, TerraformSettings
 from autoscaler.model.clock import Clock, utc_now
 from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import pool_key
@@ -243,7 +244,19 @@ class PoolWorkspace:
         self.discard_plan()
 
     def pull_state(self) -> dict[str, Any]:
-        """The pool's current state ({} before the first apply); works for every backend."""
+        """The pool's current state ({} before the first apply). A local state is read
+        from its file, which is what ``terraform state pull`` prints for it: that command
+        costs ~0.7 s of CPU, and the reconciler and every apply read each shard's state.
+        Any other backend, or a local file caught mid-write, goes through Terraform."""
+        if isinstance(self.settings.backend, LocalBackend):
+            try:
+                text = (self.dir / rootmodule.LOCAL_STATE).read_text()
+            except FileNotFoundError:
+                return {}
+            with contextlib.suppress(json.JSONDecodeError):
+                state = json.loads(text) if text.strip() else {}
+                if isinstance(state, dict):
+                    return state
         result = self.runner.run("state pull")
         return json.loads(result.stdout) if result.stdout.strip() else {}
 
