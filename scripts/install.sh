@@ -23,11 +23,15 @@ if ! command -v kubectl >/dev/null; then
   echo "error: kubectl is not on PATH (expected /usr/bin/kubectl, 1.2x or newer)" >&2; exit 1
 fi
 
+# Installed, not merely known to dpkg: a removed package whose config files remain
+# ("rc") still answers `dpkg -s`.
+installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 need_apt=()
-for pkg in prometheus slurmctld slurmd munge openssh-server iproute2 postgresql mmdebstrap systemd-container; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+# chromium: the headless tests of /ui (issue 20).
+for pkg in prometheus slurmctld slurmd munge openssh-server iproute2 postgresql mmdebstrap \
+    systemd-container chromium; do
+  installed "$pkg" || need_apt+=("$pkg")
 done
-dpkg -s chromium >/dev/null 2>&1 || need_apt+=(chromium)  # headless tests of /ui (issue 20)
 
 # The Python package needs nothing from apt: it installs while apt does (two cores, and
 # each of the two is mostly waiting on one of them).
