@@ -183,8 +183,7 @@ class _Decision:
     def _return_to_spot(self, ctx: PoolContext) -> None:
         budget = self.budgets[ctx.key]
         mates = self._group_mates(ctx)
-        self.actions += return_to_spot.finish(
-            ctx, self.budgets, {n.name: (c, n) for c in mates for n in c.serving})
+        self.actions += return_to_spot.finish(ctx, self.budgets, mates)
         if ctx.pool.capacity.return_to_spot is None:
             return
         if self.evidence is None:
