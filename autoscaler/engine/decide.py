@@ -184,7 +184,8 @@ class _Decision:
         budget = self.budgets[ctx.key]
         mates = self._group_mates(ctx)
         self.actions += return_to_spot.finish(ctx, self.budgets, mates)
-        if ctx.pool.capacity.return_to_spot is None:
+        # start() moves only serving fallback nodes: a pool without one has nothing to move.
+        if ctx.pool.capacity.return_to_spot is None or not any(n.fallback_from_spot for n in ctx.serving):
             return
         if self.evidence is None:
             self.evidence = return_to_spot.SpotEvidence(self.contexts, self.snapshot)
