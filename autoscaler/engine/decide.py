@@ -183,9 +183,9 @@ class _Decision:
     def _return_to_spot(self, ctx: PoolContext) -> None:
         budget = self.budgets[ctx.key]
         mates = self._group_mates(ctx)
-        self.actions += return_to_spot.finish(
-            ctx, self.budgets, {n.name: (c, n) for c in mates for n in c.serving})
-        if ctx.pool.capacity.return_to_spot is None:
+        self.actions += return_to_spot.finish(ctx, self.budgets, mates)
+        # start() moves only serving fallback nodes: a pool without one has nothing to move.
+        if ctx.pool.capacity.return_to_spot is None or not any(n.fallback_from_spot for n in ctx.serving):
             return
         if self.evidence is None:
             self.evidence = return_to_spot.SpotEvidence(self.contexts, self.snapshot)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from autoscaler.catalog import Catalog
+from autoscaler.model.node import Node
 from autoscaler.model.prices import PriceBook
 from autoscaler.model.snapshot import CapacityError, Snapshot
 from autoscaler.policy.models import Market, Pool
@@ -44,6 +45,7 @@ class Prices(PriceBook):
     def __init__(self, catalog: Catalog, snapshot: Snapshot, now: datetime):
         super().__init__(catalog, snapshot)
         self.now = now
+        self._offers: dict[tuple[object, ...], tuple[Pool, list[Offer], list[str]]] = {}
         # Newest error per (cloud, region, type, market, zone): a fleet that keeps hitting
         # a dry zone reports thousands, and every offer consults them.
         self._errors: dict[tuple[str, str, str, Market], dict[str | None, CapacityError]] = {}
@@ -52,6 +54,12 @@ class Prices(PriceBook):
             seen = by_zone.get(err.zone)
             if seen is None or err.at > seen.at:
                 by_zone[err.zone] = err
+
+    def node_type(self, node: Node) -> tuple[int, str]:
+        """``node_gpus`` and ``gpu_model`` from one catalog lookup (the type's GPUs, as
+        ``node_cost`` counts them)."""
+        itype = self.itype(node.cloud, node.instance_type)
+        return (itype.gpus, itype.gpu_model) if itype else (0, "")
 
     def capacity_error(self, pool: Pool, name: str, zone: str | None, market: Market) -> str | None:
         by_zone = self._errors.get((pool.cloud.value, pool.region, name, market))
@@ -85,7 +93,21 @@ class Prices(PriceBook):
         zones: frozenset[str] | None = None, types: frozenset[str] | None = None,
     ) -> tuple[list[Offer], list[str]]:
         """Offers that fit, cheapest $/GPU-h first, and why the others were skipped
-        (``types``: the instance types the job may run on, None: any)."""
+        (``types``: the instance types the job may run on, None: any). New lists each call."""
+        # What a pool is offered depends only on the arguments and this tick's prices, stock
+        # and errors, which do not change: a pool placing hundreds of parts asks the same
+        # few questions. Keyed by the pool's identity; the entry keeps the pool alive.
+        key = (id(pool), market, min_gpus, gpu_model, zones, types)
+        seen = self._offers.get(key)
+        if seen is None or seen[0] is not pool:
+            found = self._offers_of(pool, market, min_gpus, gpu_model, zones, types)
+            seen = self._offers[key] = (pool, *found)
+        return list(seen[1]), list(seen[2])
+
+    def _offers_of(
+        self, pool: Pool, market: Market, min_gpus: float, gpu_model: str | None,
+        zones: frozenset[str] | None, types: frozenset[str] | None,
+    ) -> tuple[list[Offer], list[str]]:
         cloud, region = pool.cloud.value, pool.region
         out: list[Offer] = []
         skipped: list[str] = []

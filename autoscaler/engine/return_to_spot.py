@@ -121,16 +121,21 @@ class Move:
 
 
 def finish(ctx: PoolContext, budgets: dict[str, Budget],
-           group: dict[str, tuple[PoolContext, Node]] | None = None) -> list[Action]:
+           mates: Iterable[PoolContext] = ()) -> list[Action]:
     """Phase 2: drain each on-demand node whose spot replacement is READY (also after the
-    policy turned the rule off: paying for both would be the worst outcome). ``group``: the
-    serving nodes of the other pools of ctx's placement group, by name, where a replacement
-    launched here may have come from; the drain is the old node's pool's, on its budget."""
+    policy turned the rule off: paying for both would be the worst outcome). ``mates``: the
+    other pools of ctx's placement group, whose serving nodes a replacement launched here
+    may have come from; the drain is the old node's pool's, on its budget."""
+    # Most pools have no replacement serving: then nothing is looked up at all.
+    arrived = [n for n in ctx.serving if n.launched_for == TRIGGER]
+    if not arrived:
+        return []
     out: list[Action] = []
     serving = {n.name: (ctx, n) for n in ctx.serving}
-    for new in ctx.serving:
-        found = serving.get(new.replaces or "") or (group or {}).get(new.replaces or "")
-        if new.launched_for != TRIGGER or found is None:
+    group = {n.name: (c, n) for c in mates for n in c.serving}
+    for new in arrived:
+        found = serving.get(new.replaces or "") or group.get(new.replaces or "")
+        if found is None:
             continue
         home, old = found
         budget = budgets[home.key]

@@ -54,7 +54,16 @@ class Picker:
         self.mix = MarketMix(ctx.pool.capacity, od, ctx.size - od)
         self.max_wait = ctx.pool.capacity.wait_limit(ctx.policy.priority)
         self._refusals: list[str] | None = None
-        self.spread = ZoneSpread(ctx.pool, chain(ctx.serving, ctx.in_flight), ctx.interrupted)
+        self._spread: ZoneSpread | None = None
+
+    @property
+    def spread(self) -> ZoneSpread:
+        """Counted on first use: most pools pick no offer in a tick (their nodes do not
+        change before then)."""
+        if self._spread is None:
+            ctx = self.ctx
+            self._spread = ZoneSpread(ctx.pool, chain(ctx.serving, ctx.in_flight), ctx.interrupted)
+        return self._spread
 
     def refusals(self) -> list[str]:
         """Signs of a spot outage under way: recent refusals, and interruption notices (they
@@ -109,11 +118,13 @@ def live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
     for node in ctx.free:
         sched = ctx.observation(node).scheduler
         if sched is not None and sched.places_jobs:
+            gpus, model = prices.node_type(node)
             yield Bin.observed(sched.gpus_total, sched.gpus_allocated, sched.gpus_free,
-                               most=prices.node_gpus(node), node=node, gpu_model=prices.gpu_model(node))
+                               most=gpus, node=node, gpu_model=model)
     for node in ctx.in_flight:
         if node.launched_for != "return-to-spot":  # promised to the jobs it moves
-            yield Bin.empty(prices.node_gpus(node), node=node, gpu_model=prices.gpu_model(node))
+            gpus, model = prices.node_type(node)
+            yield Bin.empty(gpus, node=node, gpu_model=model)
 
 
 def _cancellable_bins(ctx: PoolContext, prices: Prices) -> list[Bin]:

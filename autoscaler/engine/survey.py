@@ -52,15 +52,19 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
         if sched is not None:
             if started_before is not None:
                 for job in sched.jobs:
-                    if job.started_at is not None and job.started_at < started_before:
+                    started = job.started_at
+                    if started is not None and started < started_before:
                         ctx.long_jobs.append((node, job))
             if sched.gpus_allocated < sched.gpus_total:
                 ctx.free.append(node)
-            if sched.unusable is not None or (sched.ready and sched.gpus_total < gpus_of(node)):
-                why = broken.unusable(ctx, node, sched, obs.metrics, gpus_of(node), now)
-                if why is not None:
-                    ctx.sick.append((node, why))
-                    continue
+            unusable = sched.unusable is not None
+            if unusable or sched.ready:
+                type_gpus = gpus_of(node)
+                if unusable or sched.gpus_total < type_gpus:
+                    why = broken.unusable(ctx, node, sched, obs.metrics, type_gpus, now)
+                    if why is not None:
+                        ctx.sick.append((node, why))
+                        continue
         m = obs.metrics
         if obs.metrics_silent:
             ctx.silent.append((node, *broken.silence(node, m, now)))
@@ -68,10 +72,11 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
             if obs.health_check_failed:
                 _check_health(ctx, node, obs)
             continue
+        util_mean = m.util_mean
         if obs.metrics_missing is None:
             reporting += 1
-            if m.util_mean is not None:
-                util_sum += m.util_mean
+            if util_mean is not None:
+                util_sum += util_mean
                 util_count += 1
         window = m.util_max_idle_window
         if window is not None and window < idle_below:
@@ -79,8 +84,8 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
             if util is not None:
                 ctx.idle.append(node)
                 ctx.idle_max[node.name] = util
-                if m.util_mean is not None:
-                    idle_load += m.util_mean
+                if util_mean is not None:
+                    idle_load += util_mean
         if (obs.health_check_failed or m.xid_errors > 0 or m.thermal_throttle
                 or m.ecc_dbe_errors > 0 or m.row_remap_failures > 0 or m.retired_pages_pending > 0
                 or (m.temperature_max_c is not None and m.temperature_max_c > too_hot)):

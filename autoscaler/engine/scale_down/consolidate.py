@@ -19,16 +19,17 @@ so only GPUs no job can be on count as free.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime
 
-from autoscaler.engine.binpack import EPS, Bin, first_fit
+from autoscaler.engine.binpack import EPS, Bin, LazyBins
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Replace
-from autoscaler.model.snapshot import RunningJob
+from autoscaler.model.snapshot import RunningJob, SchedulerNode
 from autoscaler.policy.duration import format_duration
 
 
@@ -46,7 +47,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
         return []
     settled = now - sd.idle_for
     fragmented: dict[Node, tuple[int, float, list[RunningJob]]] = {}  # GPUs, % allocated, jobs
-    room: list[Bin] = []
+    homes: list[tuple[Node, int, SchedulerNode]] = []
     # Nodes leaving this tick or due for replacement are no home for moved jobs.
     leaving = set(budget.taken) | {n.name for n, _ in ctx.sick}
     for node in ctx.serving:
@@ -60,9 +61,13 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
                 and all(j.gpus > 0 and j.started_at is not None and j.started_at <= settled
                         for j in sched.jobs)):
             fragmented[node] = (total, share, sorted(sched.jobs, key=lambda j: (-j.gpus, j.id)))
-        room.append(_free_bin(node, total, sched.jobs, sched.gpus_allocated))
+        homes.append((node, total, sched))
     if not fragmented:
         return []
+    # The free room of each home, in the serving order, built only as far as the jobs'
+    # first-fit searches reach: a few jobs usually fit on the first few of thousands.
+    room = LazyBins(_free_bin(node, total, sched.jobs, sched.gpus_allocated)
+                    for node, total, sched in homes)
     can_drain = _load_fits_without_one(ctx, budget)
     for node in removal_order(ctx, prices, fragmented):
         if not budget.can_swap(node):
@@ -73,7 +78,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
                f"{format_duration(sd.idle_for)}")
         then = (f"jobs get {sd.checkpoint_signal} and are requeued after "
                 f"{format_duration(sd.checkpoint_grace)}")
-        hosts = _hosts(jobs, [Bin(free=list(b.free), node=b.node) for b in room if b.node is not node])
+        hosts = _hosts(jobs, room, without=node)
         if hosts is not None and can_drain and budget.can_shrink(node):
             budget.shrink(node)
             return [Drain(
@@ -109,15 +114,28 @@ def _cheaper_home(ctx: PoolContext, prices: Prices, node: Node, jobs: list[Runni
     return min(fitting, key=lambda o: (o.hourly_usd, o.instance_type, o.zone or ""), default=None)
 
 
-def _hosts(jobs: list[RunningJob], others: list[Bin]) -> list[str] | None:
-    """The nodes that would take ``jobs`` (first-fit-decreasing), or None if one does not fit."""
+def _hosts(jobs: list[RunningJob], others: Iterable[Bin], without: Node | None = None) -> list[str] | None:
+    """The nodes that would take ``jobs`` (first-fit-decreasing over ``others``, skipping
+    ``without``'s bin), or None if one does not fit. ``others`` stay as they are: a bin is
+    copied when the first job lands on it, so a trial costs the bins it reaches, not a copy
+    of every bin of the pool."""
+    copies: dict[int, Bin] = {}  # by id() of the original bin, which ``others`` keeps alive
     hosts: set[str] = set()
     for job in jobs:
-        b = first_fit(others, job.gpus, None)
-        if b is None or b.node is None:
+        for b in others:
+            if without is not None and b.node is without:
+                continue
+            mine = copies.get(id(b))
+            if (mine or b).fits(job.gpus):
+                if mine is None:
+                    mine = copies[id(b)] = Bin(free=list(b.free), node=b.node)
+                break
+        else:
             return None
-        b.place(job.id, job.gpus)
-        hosts.add(b.node.name)
+        if mine.node is None:
+            return None
+        mine.place(job.id, job.gpus)
+        hosts.add(mine.node.name)
     return sorted(hosts)
 
 
