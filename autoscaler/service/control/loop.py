@@ -31,7 +31,7 @@ A stop request (SIGTERM) lets the current step finish and skips the rest of the 
 
 Every stage is timed (``TickReport.stages``: wall and this thread's CPU seconds, summed
 when a stage runs twice), so a slow tick says where its time went: a tick longer than the
-interval logs the breakdown (service/app.py), and ``benchmarks/bench_scale.py`` prints it.
+interval logs the breakdown (service/app.py), and the scale benchmarks print it.
 """
 
 from __future__ import annotations
