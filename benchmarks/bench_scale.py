@@ -26,8 +26,10 @@ store and in moto).
 
 Printed, all measured in the run: nodes_peak; whole tick duration (``Service.tick``) p50 /
 p99 overall and while >= 20% of N are launching (REQUESTED, PROVISIONING, BOOTSTRAPPING at
-the tick's start); ramp start -> all READY; drain time; each launch apply's seconds; the
-service process' RSS (peak, and at peak fleet); /status latency at peak.
+the tick's start), and for those ticks each stage's wall and CPU p50 / p99
+(``TickReport.stages``) and the slowest one's breakdown; ramp start -> all READY; drain
+time; each launch apply's seconds; the service process' RSS (peak, and at peak fleet);
+/status latency at peak.
 
 Last line: nodes_peak=<n> tick_p99_s=<a> ready_s=<r> drain_s=<d> rss_mb=<e> status_ms=<f>
 Needs root (PostgreSQL runs as the postgres user) and the terraform binary.
@@ -180,10 +182,15 @@ def serve(args: argparse.Namespace) -> None:
     def timed_tick() -> Any:
         launching = len(service.store.nodes(states=LAUNCHING))
         began = time.monotonic()
+        report = None
         try:
-            return real_tick()
+            report = real_tick()
+            return report
         finally:
-            emit(kind="tick", at=time.time(), s=time.monotonic() - began, launching=launching)
+            stages = {k: [t.seconds, t.cpu_seconds] for k, t in report.stages.items()} \
+                if report is not None else {}
+            emit(kind="tick", at=time.time(), s=time.monotonic() - began, launching=launching,
+                 stages=stages, load=os.getloadavg()[0])
 
     service.tick = timed_tick  # type: ignore[method-assign]  # the scheduler calls self.tick
     stop = threading.Event()
@@ -408,6 +415,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_stages(ticks: list[dict[str, Any]], n: int) -> None:
+    """Where the ticks' time went (``TickReport.stages``): per stage, wall p50 / p99 and
+    the tick thread's CPU p50 / p99, over the ticks while >= 20% of N were launching, and
+    the slowest tick's own breakdown."""
+    busy = [e for e in ticks if e["launching"] >= 0.2 * n and e.get("stages")]
+    if not busy:
+        print("tick stages: none recorded while >= 20% of N were launching")
+        return
+    names = list(dict.fromkeys(k for e in busy for k in e["stages"]))
+    print(f"tick stages while >= 20% of N launching ({len(busy)} ticks; wall p50/p99, "
+          f"cpu p50/p99, seconds):")
+    for name in sorted(names, key=lambda k: -pct([e["stages"].get(k, [0, 0])[0] for e in busy],
+                                                 0.99)):
+        wall = [e["stages"].get(name, [0.0, 0.0])[0] for e in busy]
+        cpu = [e["stages"].get(name, [0.0, 0.0])[1] for e in busy]
+        print(f"  {name:10} {pct(wall, .5):7.2f} {pct(wall, .99):7.2f}   "
+              f"{pct(cpu, .5):6.2f} {pct(cpu, .99):6.2f}")
+    worst = max(busy, key=lambda e: e["s"])
+    print(f"slowest such tick: {worst['s']:.2f}s at load {worst.get('load', float('nan')):.1f}, "
+          f"{worst['launching']} launching at its start: " + ", ".join(
+              f"{k} {w:.2f}s (cpu {c:.2f}s)" for k, (w, c) in sorted(
+                  worst["stages"].items(), key=lambda kv: -kv[1][0])))
+
+
 def report(events: Path, result: dict[str, Any], n: int) -> None:
     items = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
     ticks = [e for e in items if e["kind"] == "tick"]
@@ -419,6 +450,7 @@ def report(events: Path, result: dict[str, Any], n: int) -> None:
     print(f"ticks: {len(every)}, p50 {pct(every, 0.5):.2f}s p99 {pct(every, 0.99):.2f}s max "
           f"{max(every, default=float('nan')):.2f}s; while >= 20% of N launching: "
           f"{len(busy)} ticks, p50 {pct(busy, 0.5):.2f}s p99 {pct(busy, 0.99):.2f}s")
+    print_stages(ticks, n)
     print("launch applies (pool, nodes after, seconds): " + ", ".join(
         f"{e['pool']} {e['nodes']} {e['s']:.1f}s" for e in launches))
     if others:

@@ -24,7 +24,12 @@ from autoscaler.fleet.store import Fenced, FleetStore
 from autoscaler.service import sd_notify
 from autoscaler.service.config.models import HttpSettings, ServiceConfig
 from autoscaler.service.control.interruptions import NoticeLoop
-from autoscaler.service.control.loop import ExecutorLike, ServiceLoop
+from autoscaler.service.control.loop import (
+    ExecutorLike,
+    ServiceLoop,
+    TickReport,
+    describe_stages,
+)
 from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.http.status import build_status, plan_json
 
@@ -144,22 +149,30 @@ class Service:
         except Exception:  # a request's trouble must not stop the fleet's tick
             log.exception("capacity requests: the step failed; retried next tick")
 
-    def tick(self) -> Any:
+    def tick(self) -> TickReport:
         """One tick, tracked for /healthz (what the scheduler job runs)."""
         started = self._tick_started = time.monotonic()
+        report: TickReport | None = None
+        keeping = TickReport(started_at=self.loop.clock())  # the request steps' time
         try:
-            self._requests_step()
-            result = self.loop.tick()
+            with keeping.timed("requests"):
+                self._requests_step()
+            report = self.loop.tick()
             # Again after the tick: a node its advance made READY completes the request now,
             # not one tick later.
-            self._requests_step()
-            return result
+            with keeping.timed("requests"):
+                self._requests_step()
+            return report
         finally:
             self._tick_started = None
+            if report is not None and self.keeper is not None:
+                report.stages["requests"] = keeping.stages["requests"]
             took, interval = time.monotonic() - started, self.config.tick.interval.total_seconds()
             if took > interval:
+                where = describe_stages(report.stages) if report is not None else "?"
                 log.info("tick took %.0fs, longer than the %.0fs interval: the ticks due "
-                         "meanwhile were skipped, never run in parallel", took, interval)
+                         "meanwhile were skipped, never run in parallel; stages: %s",
+                         took, interval, where)
 
     def renew_lease(self) -> bool:
         """The lease job: renew (or try to take) the lease between ticks too."""

@@ -143,12 +143,12 @@ def build_actuators(config: ServiceConfig, store: FleetStore,
     drainers = drainers_for(config.signals, checkpoint_scope=settings.checkpoint_scope)
     runner = Inline(clock) if settings.operations == "inline" else WorkerPools(clock, {
         "apply": settings.apply_parallelism, "bootstrap": settings.bootstrap_parallelism,
-        "drain": settings.drain_parallelism})
+        "drain": settings.drain_parallelism, "state": 1})
     executor = Executor(store, policies, provisioner, bootstrapper, drainers, address_of,
                         settings, catalog, clock, runner=runner)
     intake = build_intake(config, store, policies, clock, markets) if notices_in_reconciler else None
     reconciler = Reconciler(store, provisioner, markets, settings, clock, policies=policies,
-                            interruptions=intake, repair=executor.repair)
+                            interruptions=intake, repair=executor.repair, runner=runner)
     return executor, reconciler
 
 

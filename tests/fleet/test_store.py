@@ -9,9 +9,10 @@ import pytest
 
 from autoscaler.engine import decide
 from autoscaler.fleet.store import ConcurrentUpdateError, Fenced, FleetStore, LeaseToken
-from autoscaler.model.changes import Adopt
+from autoscaler.model.changes import Adopt, Create
 from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
 from autoscaler.model.plan import Drain, Hold, Plan
+from autoscaler.model.progress import LaunchSpec, NodeProgress
 from autoscaler.policy.models import Market
 from tests.builders import NOW, make_policy, snapshot
 from tests.fleet.statements import counted
@@ -46,6 +47,41 @@ def test_pools_whose_names_read_alike_never_get_the_same_node_name(store):
     assert {n.name: (n.team, n.pool) for n in store.fleet_view().nodes} == {
         "a-b-c-1": ("a-b", "c"), "a-b-c-2": ("a", "b-c"), "a-b-c-3": ("a", "b-c"),
         "a-b-c-4": ("a-b", "c")}
+
+
+def launch_of(team, pool, reason="r"):
+    spec = LaunchSpec(pool=f"{team}/{pool}", instance_type="p3.2xlarge", market=Market.SPOT,
+                      reason=reason, cooldown="up")
+    return Create(team, pool, "aws", "us-east-1", spec, NodeProgress())
+
+
+def test_a_batch_of_creates_is_a_few_statements_whatever_its_size(store):
+    """A launch's nodes are one write: the pool's counter locked once, the names checked
+    in one query, nodes and transitions inserted together (not a round of statements per
+    node)."""
+    new(store)  # vision-train-1 exists
+    with counted(store) as small:
+        store.apply([launch_of("vision", "train") for _ in range(2)], NOW)
+    with counted(store) as big:
+        made = store.apply([launch_of("vision", "train", f"r{i}") for i in range(120)]
+                           + [launch_of("vision", "infer")], NOW)
+    assert len(big) <= len(small) + 4  # the second pool: its counter and its names
+    assert [n.name for n in made[:3]] == ["vision-train-4", "vision-train-5", "vision-train-6"]
+    assert made[-1].name == "vision-infer-1" and made[119].name == "vision-train-123"
+    assert [n.reason for n in made[:2]] == ["r0", "r1"]  # in the order given
+    assert all(n.state is NodeState.REQUESTED for n in made)
+    assert len(store.transitions("vision-train-100")) == 1
+    assert store.fleet_view().history["vision/train"].last_scale_up_at == NOW
+    assert new(store).name == "vision-train-124"
+
+
+def test_one_batch_never_gives_two_pools_whose_names_read_alike_the_same_name(store):
+    create_node(store, team="a", pool="b-c", market=Market.SPOT, now=NOW)  # a-b-c-1 held
+    made = store.apply([launch_of("a-b", "c"), launch_of("a", "b-c"), launch_of("a-b", "c")],
+                       NOW)
+    # Counters are locked in pool order (a/b-c first: no two writers deadlock on them).
+    assert [n.name for n in made] == ["a-b-c-3", "a-b-c-2", "a-b-c-4"]
+    assert [(n.team, n.pool) for n in made] == [("a-b", "c"), ("a", "b-c"), ("a-b", "c")]
 
 
 def test_transitions_are_recorded_with_reasons_and_checked(store):

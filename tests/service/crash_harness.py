@@ -137,10 +137,16 @@ class CrashingStore(_Proxy):
 
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """A write of the one node door is named by its changes: ``move(n -> READY)``,
-        ``create(team/pool)``, ``patch(n: progress,replacement_requested)``."""
+        ``create(team/pool)``, ``patch(n: progress,replacement_requested)``; a batch by
+        its kinds of change, once each (``create(team/pool)+patch(n: ...)`` for a launch
+        of five that flags the node it replaces: one write, all or nothing)."""
         if name != "apply":
             return super()._call(name, args, kwargs)
-        return "+".join(_change(c) for c in args[0])
+        kinds: dict[str, str] = {}
+        for change in args[0]:
+            label = _change(change)
+            kinds.setdefault(node_of(label), label)
+        return "+".join(kinds.values())
 
     def _detail(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return f"({args[1]})" if name == "set_action_status" else ""

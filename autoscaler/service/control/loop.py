@@ -28,6 +28,10 @@ failure does not end the tick (it is a safety net; scaling must not wait for it)
 ``--dry-run`` skips step 4, stops after step 6 (the plan is stored as a dry run) and
 changes nothing.
 A stop request (SIGTERM) lets the current step finish and skips the rest of the tick.
+
+Every stage is timed (``TickReport.stages``: wall and this thread's CPU seconds, summed
+when a stage runs twice), so a slow tick says where its time went: a tick longer than the
+interval logs the breakdown (service/app.py), and the scale benchmarks print it.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol, TypeVar
@@ -125,6 +130,24 @@ class TickError(Exception):
         self.cause = cause
 
 
+@dataclass(frozen=True)
+class StageTime:
+    """What one stage of a tick took: wall seconds and the tick thread's CPU seconds (the
+    difference is waiting: the database, the cloud, other threads, the machine's load)."""
+
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    def __add__(self, other: StageTime) -> StageTime:
+        return StageTime(self.seconds + other.seconds, self.cpu_seconds + other.cpu_seconds)
+
+
+def describe_stages(stages: Mapping[str, StageTime]) -> str:
+    """``reconcile 20.1s (cpu 0.4s), submit 8.0s (cpu 6.1s), ...``, slowest first."""
+    return ", ".join(f"{name} {t.seconds:.1f}s (cpu {t.cpu_seconds:.1f}s)" for name, t in
+                     sorted(stages.items(), key=lambda kv: -kv[1].seconds))
+
+
 @dataclass
 class TickReport:
     started_at: datetime
@@ -136,6 +159,17 @@ class TickReport:
     reconcile: ReconcileReport | None = None
     stopped_early: bool = False
     error: TickError | None = None
+    stages: dict[str, StageTime] = field(default_factory=dict)  # in the order they ran
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """Add what the block takes to ``stages[stage]`` (also when it raises)."""
+        wall, cpu = time.monotonic(), time.thread_time()
+        try:
+            yield
+        finally:
+            took = StageTime(time.monotonic() - wall, time.thread_time() - cpu)
+            self.stages[stage] = self.stages.get(stage, StageTime()) + took
 
 
 class ServiceLoop:
@@ -195,53 +229,64 @@ class ServiceLoop:
                 self.metrics.tick_errors.labels(exc.stage).inc()
                 log.error("tick failed in %s: %s", exc.stage, exc, exc_info=exc.cause)
             finally:
-                self._finish(report, time.monotonic() - started)
+                with report.timed("metrics"):
+                    self._finish(report, time.monotonic() - started)
             return report
 
     def _run(self, report: TickReport) -> None:
-        report.leader = self._stage("leader", self.leadership.renew)
+        stage = self._stage
+        report.leader = stage(report, "leader", self.leadership.renew)
         self.metrics.leader.set(1 if report.leader else 0)
-        reload = self._stage("reload", self.reloader.refresh)
+        reload = stage(report, "reload", self.reloader.refresh)
         self.metrics.set_policy_errors(reload.errors)
         if not report.leader:
             return
         policies = self.reloader.policies
-        fleet = self._stage("fleet", self.store.fleet_view)
+        fleet = stage(report, "fleet", self.store.fleet_view)
         now = self.clock()
-        observed = self._stage("signals", lambda: self.signals.read(policies, fleet.nodes, now))
+        observed = stage(report, "signals",
+                         lambda: self.signals.read(policies, fleet.nodes, now))
         if not self.dry_run and self.reconciler is not None:
-            report.reconcile = self._reconcile(observed)
-            fleet = self._stage("fleet", self.store.fleet_view)  # interruptions, LOST nodes
-        snapshot = self._stage("signals", lambda: self._snapshot(policies, fleet, observed, now,
-                                                                 record=True))
-        plan = self._stage("decide", lambda: decide(policies, fleet, snapshot, now,
-                                                    catalog=self.catalog, settings=self.engine))
+            with report.timed("reconcile"):
+                report.reconcile = self._reconcile(observed)
+            fleet = stage(report, "fleet", self.store.fleet_view)  # interruptions, LOST nodes
+        snapshot = stage(report, "signals", lambda: self._snapshot(
+            policies, fleet, observed, now, record=True), timed_as="snapshot")
+        plan = stage(report, "decide", lambda: decide(policies, fleet, snapshot, now,
+                                                      catalog=self.catalog, settings=self.engine))
         report.plan = plan
-        report.plan_id = self._stage("record", lambda: self.store.record_plan(
-            plan, dry_run=self.dry_run))
-        self._log_plan(report.plan_id, plan)
-        self.metrics.count_plan(plan, self.dry_run)
-        self.metrics.set_pools(plan)
-        self._observe(snapshot, plan)
-        self._preview(plan, fleet, policies, snapshot, now)
+        report.plan_id = stage(report, "record",
+                               lambda: self.store.record_plan(plan, dry_run=self.dry_run))
+        with report.timed("report"):
+            self._log_plan(report.plan_id, plan)
+            self.metrics.count_plan(plan, self.dry_run)
+            self.metrics.set_pools(plan)
+            self._observe(snapshot, plan)
+        with report.timed("preview"):
+            self._preview(plan, fleet, policies, snapshot, now)
         if self.dry_run or self._should_stop(report):
             return
         executor = self.executor
         if executor is None:  # guarded in __init__; keeps type checkers honest
             return
-        report.created = self._stage("submit", lambda: executor.submit(plan, report.plan_id))
+        report.created = stage(report, "submit", lambda: executor.submit(plan, report.plan_id))
         if self._should_stop(report):
             return
-        report.advance = self._stage("advance", lambda: executor.advance(snapshot))
+        report.advance = stage(report, "advance", lambda: executor.advance(snapshot))
         self._feed_capacity_errors(report.advance)
         self._note(advance_lines(report.advance))
         self.count_step_errors(report.advance.step_errors, report.advance.errors)
 
-    def _stage(self, stage: str, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except Exception as exc:
-            raise TickError(stage, exc) from exc
+    @staticmethod
+    def _stage(report: TickReport, stage: str, fn: Callable[[], T],
+               timed_as: str | None = None) -> T:
+        """Run ``fn`` timed into ``report.stages`` (as ``timed_as``, else ``stage``); an
+        exception becomes a :class:`TickError` of ``stage`` (the tick_errors label)."""
+        with report.timed(timed_as or stage):
+            try:
+                return fn()
+            except Exception as exc:
+                raise TickError(stage, exc) from exc
 
     def _should_stop(self, report: TickReport) -> bool:
         if self.stopping:

@@ -25,7 +25,11 @@ state only every ``state_check_interval``, and never drains or waits for anythin
   destroyed through Terraform (imported under a spare key and removed by the same
   apply): nothing but Terraform ever terminates an instance;
 * **Terraform state**: keys the state holds that the store does not want, or wanted
-  nodes the state lost, mark the pool stale so the executor applies it again;
+  nodes the state lost, mark the pool stale so the executor applies it again. Given the
+  executor's runner, a pool's check is an operation (kind ``state``) under the pool's apply
+  key: it never runs while the pool is applied (the state is in flux then, and the apply
+  reads it anyway) and never in the tick (a ``terraform state pull`` per shard costs
+  seconds on a loaded machine); what it finds is in the next run's report;
 * **scheduler** (given the tick's snapshot): READY nodes the scheduler reports down are
   reported.
 """
@@ -33,6 +37,7 @@ state only every ``state_check_interval``, and never drains or waits for anythin
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
@@ -61,6 +66,8 @@ from autoscaler.service.control.interruptions import InterruptionIntake, Interru
 from autoscaler.service.control.lost_guard import busy_reason, frozen_pools, strays_kept
 from autoscaler.service.executor.advance import AdvanceReport, Change
 from autoscaler.service.executor.collaborators import Provisioner
+from autoscaler.service.executor.operations import Runner
+from autoscaler.service.executor.provision import apply_key
 from autoscaler.service.executor.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
@@ -94,7 +101,8 @@ class Reconciler:
                  clock: Callable[[], datetime], *,
                  policies: Callable[[], Mapping[str, TeamPolicy]] = dict,
                  interruptions: InterruptionIntake | None = None,
-                 repair: Callable[[], AdvanceReport] | None = None):
+                 repair: Callable[[], AdvanceReport] | None = None,
+                 runner: Runner | None = None):
         self.store, self.provisioner, self.clouds = store, provisioner, clouds
         self.settings, self.clock, self.policies = settings, clock, policies
         self.interruptions = interruptions
@@ -103,6 +111,9 @@ class Reconciler:
         self._state_checked: dict[str, datetime] = {}
         self._removals = 0  # LOST marks and destroys in this run (max_removals_per_tick)
         self._snapshot: Observed | None = None
+        self.runner = runner  # None: state checks run inline, in the run that finds them due
+        self._late: list[ReconcileReport] = []  # what state checks on workers found
+        self._late_lock = threading.Lock()
 
     def run(self, snapshot: Observed | None = None) -> ReconcileReport:
         report = ReconcileReport(at=self.clock())
@@ -122,6 +133,7 @@ class Reconciler:
             here = [n for n in nodes if (n.cloud, n.region) == (cloud, region)]
             self._compare(cloud, region, here, instances, policies, report)
         self._check_states(self.store.nodes(), report)
+        self._collect_state_checks(report)
         if snapshot is not None:
             self._check_scheduler(self.store.nodes(states=[S.READY]), snapshot, report)
         return report
@@ -285,19 +297,45 @@ class Reconciler:
     def _check_states(self, nodes: list[Node], report: ReconcileReport) -> None:
         now = self.clock()
         refs = {n.pool_key: PoolRef(n.team, n.pool, n.cloud, n.region) for n in nodes}
-        wanted = desired_maps(nodes)
         for key, ref in sorted(refs.items()):
             last = self._state_checked.get(key)
             if last is not None and now - last < self.settings.state_check_interval:
                 continue
-            try:
-                held = self.provisioner.instances(ref)
-            except Exception as exc:
-                report.errors.append(f"pool {key}: cannot read its Terraform state: {exc}")
+            if self.runner is None:
+                if self._check_state(ref, report):
+                    self._state_checked[key] = now
                 continue
-            self._state_checked[key] = now
-            pool_nodes = [n for n in nodes if n.pool_key == key]
-            self._compare_state(ref, pool_nodes, set(held), set(wanted.get(key, {})), report)
+
+            def work(_: AdvanceReport, ref: PoolRef = ref) -> None:
+                found = ReconcileReport(at=self.clock())  # errors too: counted once, there
+                self._check_state(ref, found)
+                with self._late_lock:
+                    self._late.append(found)
+
+            if self.runner.start("state", [apply_key(key)], f"terraform state check {key}",
+                                 work, AdvanceReport(started_at=now)):
+                self._state_checked[key] = now  # a failed read is tried after the interval
+
+    def _check_state(self, ref: PoolRef, report: ReconcileReport) -> bool:
+        """Compare the pool's Terraform state with the store's nodes as they are now (the
+        caller holds the pool's apply key, or runs inline); False when it cannot be read."""
+        try:
+            held = self.provisioner.instances(ref)
+        except Exception as exc:
+            report.errors.append(f"pool {ref.key}: cannot read its Terraform state: {exc}")
+            return False
+        nodes = self.store.nodes(pool=ref.key)
+        wanted = set(desired_maps(nodes).get(ref.key, {}))
+        self._compare_state(ref, nodes, set(held), wanted, report)
+        return True
+
+    def _collect_state_checks(self, report: ReconcileReport) -> None:
+        """Findings of state checks that ran on a worker since the last run."""
+        with self._late_lock:
+            late, self._late = self._late, []
+        for found in late:
+            report.findings += found.findings
+            report.errors += found.errors
 
     def _compare_state(self, ref: PoolRef, nodes: list[Node], held: set[str], wanted: set[str],
                        report: ReconcileReport) -> None:

@@ -5,7 +5,7 @@ applies, bootstrap runs, drain steps, errors)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -119,6 +119,26 @@ class Step:
         self.report.changes.append(Change(node=name, to=to, reason=reason))
         log.info("%s -> %s: %s", name, to, reason)
         return node
+
+    def move_all(self, moves: Sequence[Move]) -> list[Node | None]:
+        """Several transitions in ONE store write (one transaction, not one per node);
+        when that write is refused (a node moved meanwhile, an illegal move) each is written
+        on its own, so only the nodes at fault are left out (None), as with :meth:`move`."""
+        if not moves:
+            return []
+        try:
+            written: list[Node | None] = list(self.store.apply(moves, self.now()))
+        except (IllegalTransitionError, StoreError):
+            return [self.move(m.node, m.to, m.reason, fields=m.fields, progress=m.progress,
+                              cooldown=m.cooldown) for m in moves]
+        for m in moves:
+            self.report.changes.append(Change(node=m.node, to=m.to, reason=m.reason))
+            log.info("%s -> %s: %s", m.node, m.to, m.reason)
+        return written
+
+    def patch_all(self, patches: Sequence[Patch]) -> list[Node]:
+        """Several patches in ONE store write (all or none, like :meth:`patch`)."""
+        return self.store.apply(patches, self.now()) if patches else []
 
     def patch(self, name: str, *, fields: NodeFields | None = None,
               progress: ProgressChange | None = None) -> Node:

@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus
+from autoscaler.model.changes import Move, Patch
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.progress import BootstrapProgress, ProgressUpdate
@@ -80,11 +81,9 @@ def _count_attempts(step: Step, batch: list[Node]) -> Started:
     """Only the node's bootstrap operation writes its ``bootstrap`` record, so the one
     loaded with the node is current; each attempt's record is carried to its end."""
     now = step.now()
-    started = {}
-    for node in batch:
-        state = node.progress.bootstrap.begun(now)
-        _save(step, node.name, state)
-        started[node.name] = state
+    started = {node.name: node.progress.bootstrap.begun(now) for node in batch}
+    step.patch_all([Patch(name, progress=ProgressUpdate(bootstrap=state))  # one write
+                    for name, state in started.items()])
     return started
 
 
@@ -110,11 +109,15 @@ def _run_batch(step: Step, bootstrapper: Bootstrapper, batch: list[Node], starte
 
 
 def _settle(step: Step, batch: list[Node], run: BootstrapRun, started: Started) -> None:
+    ok = [node.name for node in batch if (result := run.hosts.get(node.name)) is not None
+          and result.status is HostStatus.OK]
+    now = step.now()
+    step.patch_all([Patch(name, progress=ProgressUpdate(bootstrap=started[name].succeeded(now)))
+                    for name in ok])  # one write
+    step.report.bootstrapped += ok
     for node in batch:
         result = run.hosts.get(node.name)
         if result is not None and result.status is HostStatus.OK:
-            _save(step, node.name, started[node.name].succeeded(step.now()))
-            step.report.bootstrapped.append(node.name)
             continue
         if result is None:
             why = f"run {run.run_id} has no result for the node ({run.status})"
@@ -144,12 +147,13 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     if not booting:
         return
     waits = measured_waits(step.store.nodes())
+    ready: list[Move] = []  # written together, after the loop
     for node in booting:
         ok_at = node.progress.bootstrap.ok_at
         assert ok_at is not None
         seen, why = _seen(step, node, step.cluster_kind(node), snapshot)
         if seen:
-            step.move(node.name, S.READY, f"bootstrapped; {why}")
+            ready.append(Move(node.name, S.READY, f"bootstrapped; {why}"))
             continue
         limit, how = ready_wait(step.settings, waits.get((node.team, node.pool), []))
         if step.now() - ok_at > limit:
@@ -157,6 +161,7 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
             step.move(node.name, S.BOOTSTRAP_FAILED, f"bootstrapped at {ok_at:%H:%M:%S} but not "
                       f"ready after {format_duration(limit)} ({how}): {why}; {node.instance_type} "
                       f"in {where}")
+    step.move_all(ready)
 
 
 # The last this many READY nodes of a pool measure its wait, and a node gets this many

@@ -40,7 +40,7 @@ from autoscaler.fleet.operations import DONE, FAILED, OperationLog
 from autoscaler.service.executor.advance import AdvanceReport
 
 log = logging.getLogger("autoscaler.service.executor")
-Kind = Literal["apply", "bootstrap", "drain"]
+Kind = Literal["apply", "bootstrap", "drain", "state"]
 Work = Callable[[AdvanceReport], None]  # fills its own report
 
 

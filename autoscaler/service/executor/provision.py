@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from autoscaler.actuators.node_map import NodeMap, desired_maps
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedError
-from autoscaler.model.changes import NodeFields
+from autoscaler.model.changes import Move, NodeFields
 from autoscaler.model.lifecycle import INSTANCE_STATES, REMOVING, WAITING, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
@@ -109,8 +109,8 @@ def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runne
 
 
 def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: AddressOf) -> None:
-    for node in step.store.nodes(states=[S.REQUESTED], pool=ref.key):
-        step.move(node.name, S.PROVISIONING, f"terraform apply of pool {ref.key}")
+    step.move_all([Move(node.name, S.PROVISIONING, f"terraform apply of pool {ref.key}")
+                   for node in step.store.nodes(states=[S.REQUESTED], pool=ref.key)])
     nodes = step.store.nodes(pool=ref.key)
     want: NodeMap = desired_maps(nodes).get(ref.key, {})
     result: ApplyResult | None = None
@@ -135,13 +135,14 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
            address_of: AddressOf) -> None:
     failed = result.failed if result is not None else {}
     gone: list[Node] = []
+    created: list[Move] = []  # written together, after the loop
     for node in nodes:
         out = outputs.get(node.name)
         if node.state is S.PROVISIONING:
             if out is not None:
                 address = _address(step, node, out, address_of)
-                step.move(node.name, S.BOOTSTRAPPING, f"instance {out.id} created",
-                          fields=NodeFields(instance_id=out.id, address=address))
+                created.append(Move(node.name, S.BOOTSTRAPPING, f"instance {out.id} created",
+                                    NodeFields(instance_id=out.id, address=address)))
             elif node.name in failed:
                 step.move(node.name, S.PROVISION_FAILED, f"terraform apply failed: {failed[node.name]}")
             elif result is not None and not result.ok:
@@ -160,6 +161,7 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
                 and out.id != node.instance_id:
             step.move(node.name, S.LOST, f"instance {node.instance_id} is gone: Terraform "
                       f"recreated the node as {out.id}, which is not bootstrapped")
+    step.move_all(created)
     if gone:
         _terminated(step, provisioner, ref, nodes, gone)
 

@@ -100,7 +100,7 @@ class ExecutorSettings(BaseModel):
         "instances it may destroy in one run; the rest wait for the next run.")
     state_check_interval: Duration = Field(
         timedelta(minutes=5), description="How often each pool's Terraform state is compared "
-        "with the store (reads the state: ~1 s per pool).")
+        "with the store (reads the state: ~1 s per pool, on a worker, not in the tick).")
 
     @property
     def state_limits(self) -> StateLimits:

@@ -30,7 +30,7 @@ from autoscaler.fleet.intents import (
     intents_of,
 )
 from autoscaler.fleet.store import RecordedAction
-from autoscaler.model.changes import Create, NodeFields
+from autoscaler.model.changes import Create, NodeChange, NodeFields, Patch
 from autoscaler.model.lifecycle import GONE, TERMINABLE, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Launch, Plan, Replace
@@ -133,21 +133,21 @@ def _node(step: Step, name: str) -> Node:
 # -- launches -------------------------------------------------------------------------------
 
 def _launch(step: Step, slots: list[NewNode], action_id: int | None, resumed: bool) -> list[str]:
+    """Every slot's node in ONE store write: all of them or none (a crash leaves the
+    action ``submitting`` with no node, or every node made; a resubmission skips the slots
+    that have one). A replaced node is flagged in the same write, its promise cleared."""
     existing = _created_slots(step, slots[0].pool, action_id) if resumed and slots else {}
-    out = []
-    for slot in slots:
-        old = slot.replaces
-        if slot.slot in existing:
-            if old:
-                _clear_marker(step, old)
-            continue
-        spec = slot.launch(action_id)
-        if old:
-            _promise(step, old, spec)
-        out.append(create(step, spec, replaces=old).name)
-        if old:
-            _clear_marker(step, old)
-    return out
+    creates: list[NodeChange] = [new_node(step, slot.launch(action_id), replaces=slot.replaces)
+                                 for slot in slots if slot.slot not in existing]
+    # What _promise then _clear_marker leave on a replaced node (flagged, no promise), at once.
+    flags: list[NodeChange] = [
+        Patch(slot.replaces, NodeFields(replacement_requested=True)
+              if slot.slot not in existing else NodeFields(), ProgressUpdate(replacement=None))
+        for slot in slots if slot.replaces]
+    if not creates and not flags:
+        return []
+    written = step.store.apply(creates + flags, step.now())  # the creates first: one batch
+    return [node.name for node in written[:len(creates)]]
 
 
 def _replace(step: Step, intents: list[Intent], action_id: int | None, resumed: bool) -> list[str]:
@@ -177,6 +177,12 @@ def _replace(step: Step, intents: list[Intent], action_id: int | None, resumed: 
 
 def create(step: Step, spec: LaunchSpec, replaces: str | None = None) -> Node:
     """A REQUESTED node for one launch slot (also used to finish a promised replacement)."""
+    [node] = step.store.apply([new_node(step, spec, replaces)], step.now())
+    return node
+
+
+def new_node(step: Step, spec: LaunchSpec, replaces: str | None = None) -> Create:
+    """The store change that creates a REQUESTED node for one launch slot."""
     team, pool_name = spec.team_and_pool
     pool = find_pool(step.policies, team, pool_name)
     if pool is None:
@@ -184,9 +190,7 @@ def create(step: Step, spec: LaunchSpec, replaces: str | None = None) -> Node:
     # The policy fingerprint: a policy change resets the launch backoff.
     progress = NodeProgress(cluster=pool.cluster.kind, action=spec.action, index=spec.index,
                             policy=fingerprint(pool))
-    [node] = step.store.apply([Create(team, pool_name, pool.cloud.value, pool.region, spec,
-                                      progress, replaces)], step.now())
-    return node
+    return Create(team, pool_name, pool.cloud.value, pool.region, spec, progress, replaces)
 
 
 def _promise(step: Step, old: str, spec: LaunchSpec) -> None:

@@ -162,6 +162,27 @@ def test_metrics_count_actions_by_kind_and_trigger_and_report_the_fleet(kit):
     assert "gpu_autoscaler_ticks_total 1.0" in text
 
 
+def test_a_tick_times_each_stage_in_the_order_they_ran(kit):
+    demand(kit, 1)
+    report = kit.loop.tick()
+    assert list(report.stages) == ["leader", "reload", "fleet", "signals", "reconcile",
+                                   "snapshot", "decide", "record", "report", "preview",
+                                   "submit", "advance", "metrics"]
+    assert all(t.seconds >= 0 and t.cpu_seconds >= 0 for t in report.stages.values())
+    # "fleet" ran twice (before and after the reconcile): its time is the sum.
+    assert report.stages["fleet"].seconds > 0
+    described = loop_module.describe_stages(report.stages)
+    assert described.count("s (cpu ") == len(report.stages)
+
+
+def test_a_failed_stage_is_timed_too(kit):
+    kit.signals.next_error = RuntimeError("prometheus down")
+    report = kit.loop.tick()
+    assert report.error is not None and report.error.stage == "signals"
+    assert "signals" in report.stages and "decide" not in report.stages
+    assert "metrics" in report.stages
+
+
 @pytest.mark.parametrize("drain_removed", [False, True])
 def test_removing_a_team_file_drains_only_when_confirmed(tmp_path, drain_removed):
     kit = make_loop(tmp_path, drain_removed_pools=drain_removed)

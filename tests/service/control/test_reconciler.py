@@ -15,7 +15,10 @@ from autoscaler.model.progress import ProgressUpdate
 from autoscaler.model.snapshot import NodeObservation, SchedulerNode
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Market
+from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import ExecutorSettings
+from autoscaler.service.executor.operations import WorkerPools
+from autoscaler.service.executor.provision import apply_key
 from tests.fleet.writes import patch, transition
 from tests.service.executor_rig import Rig, drain, launch
 
@@ -161,6 +164,32 @@ def test_terraform_state_drift_marks_the_pool_stale_at_the_check_interval(rig: R
     del held[name]
     rig.clock.tick(5 * 60 + 1)
     assert [f.node for f in rec.run().of("state-missing")] == [name]
+
+
+def test_state_checks_run_on_a_worker_under_the_pools_apply_key(rig: Rig) -> None:
+    """Given a runner, the state pull is an operation: never in the tick, never during the
+    pool's apply; what it finds is in the next run's report."""
+    [name] = rig.ready_nodes()
+    held = rig.tf.state["vision/gpu"]
+    held["vision-gpu-9"] = held[name].model_copy(update={"id": "i-0000000000000abcd"})
+    runner = WorkerPools(rig.clock, {"state": 1})
+    base = rig.reconciler()
+    rec = Reconciler(rig.store, rig.tf, lambda cloud, region: rig.cloud, rig.settings, rig.clock,
+                     policies=lambda: rig.policies, runner=runner)
+    assert base.runner is None
+    try:
+        reads = rig.tf.calls.count(("instances", "vision/gpu", None))
+        with runner.claim([apply_key("vision/gpu")]) as claimed:  # the pool is being applied
+            assert claimed
+            assert rec.run().of("state-only") == []
+            assert rig.tf.calls.count(("instances", "vision/gpu", None)) == reads
+        assert rec.run().of("state-only") == []  # started on the worker, not waited for
+        assert runner.wait(10)
+        [finding] = rec.run().of("state-only")  # collected by the next run
+        assert finding.node == "vision-gpu-9" and rig.tf.applied(POOL) is None
+        assert rec.run().of("state-only") == []  # checked again only after the interval
+    finally:
+        runner.close()
 
 
 def test_ready_node_that_the_scheduler_reports_down(rig: Rig) -> None:

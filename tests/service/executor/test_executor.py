@@ -341,6 +341,20 @@ def test_resubmitting_a_recorded_plan_creates_nothing_twice(rig: Rig) -> None:
     assert ex.submit(plan2, pid2) == ["vision-gpu-4", "vision-gpu-5"]
 
 
+def test_a_launch_and_its_replaced_nodes_are_one_store_write(rig: Rig) -> None:
+    """All slots of a launch, and the flags on the nodes they replace, in one transaction:
+    a crash leaves all of them or none (the resubmission above finds which)."""
+    [old] = rig.ready_nodes()
+    transition(rig.store, old, S.INTERRUPTED, rig.clock(), "spot notice")
+    writes: list[int] = []
+    real = rig.store.apply
+    rig.store.apply = lambda changes, now: writes.append(len(changes)) or real(changes, now)  # type: ignore[method-assign]
+    names = rig.submit(launch(5, replaces=[old], trigger="interruption"), record=True)
+    assert len(names) == 5 and writes == [6]  # five creates and the replaced node's flag
+    assert rig.node(old).replacement_requested and rig.node(old).progress.replacement is None
+    assert [rig.store.meta(n).get("replaces") for n in names].count(old) == 1
+
+
 def test_illegal_actions_are_reported_not_raised(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     plan_actions = [terminate(name), drain("vision-gpu-99")]
