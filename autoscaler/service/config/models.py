@@ -10,7 +10,6 @@ file. The loader rejects anything that looks like an inline secret.
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -152,7 +151,7 @@ class TeamToken(_Model):
 
     env: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", description="Environment variable.")
-    file: Path | None = Field(None, description="File holding the token.")
+    file: ConfigPath | None = Field(None, description="File holding the token.")
 
     @model_validator(mode="after")
     def _one(self) -> TeamToken:

@@ -63,7 +63,7 @@ def test_every_path_the_file_gives_is_relative_to_it_and_the_defaults_stay(tmp_p
         terraform: {workdir: tf, modules_dir: ../modules}
         ansible: {playbook: pb/node.yml, runs_dir: runs, private_key_file: keys/id,
                   known_hosts_file: /etc/known_hosts}
-        http: {token_file: token}
+        http: {token_file: token, team_tokens: {vision: {file: tokens/vision}}}
         addresses: {source: file, file: addresses.json}
         """))
     assert (cfg.policies_dir, cfg.prices_file) == (tmp_path / "policies", tmp_path / "prices.yaml")
@@ -73,6 +73,7 @@ def test_every_path_the_file_gives_is_relative_to_it_and_the_defaults_stay(tmp_p
         tmp_path / "pb/node.yml", tmp_path / "runs", tmp_path / "keys/id")
     assert cfg.ansible.known_hosts_file == Path("/etc/known_hosts")
     assert cfg.http.token_file == tmp_path / "token" and cfg.addresses.file == tmp_path / "addresses.json"
+    assert cfg.http.team_tokens["vision"].file == tmp_path / "tokens/vision"
     plain = load_config(write(tmp_path, "policies_dir: policies\nterraform: {aws_endpoint: http://x}\n"))
     assert plain.terraform.workdir == Path(".gpu-autoscaler/terraform"), "a default is not given"
     assert plain.ansible.runs_dir == Path(".gpu-autoscaler/ansible-runs") and plain.prices_file is None
