@@ -84,6 +84,11 @@ def replay(name: str, workload: Workload, team: TeamPolicy, base: Pool, config: 
     return summarize(run)
 
 
+
+def _ratio(x: float, y: float) -> str:
+    """x / y for the targets line; a short window can leave y at 0 (no wait at all)."""
+    return f"{x / y:.2f}" if y else ("1.00" if not x else "inf")
+
 def main() -> int:
     parser = bench_sim.trace_parser(__doc__)
     parser.add_argument("--trace", type=Path, help="pod list CSV (default: bench_sim's)")
@@ -108,8 +113,8 @@ def main() -> int:
     ours = res["ours"]
     a, b, c = (res[n].cost_usd for n in ("ours", "spot_only", "karpenter_like"))
     d, e, f = (res[n].wait_p95_s for n in ("ours", "ca_like_fallback", "spot_only"))
-    console.print(f"targets: a <= 1.25 b {a <= 1.25 * b} ({a / b:.2f}); a <= 0.6 c {a <= 0.6 * c} "
-                  f"({a / c:.2f}); d <= e {d <= e}; d <= 0.2 f {d <= 0.2 * f} ({d / f:.2f})")
+    console.print(f"targets: a <= 1.25 b {a <= 1.25 * b} ({_ratio(a, b)}); a <= 0.6 c {a <= 0.6 * c} "
+                  f"({_ratio(a, c)}); d <= e {d <= e}; d <= 0.2 f {d <= 0.2 * f} ({_ratio(d, f)})")
     print(f"cost_ours={a:.0f} cost_spot_only={b:.0f} cost_karpenter_like={c:.0f} p95_wait_ours_s={d:.1f} "
           f"p95_wait_ca_like_fallback_s={e:.1f} p95_wait_spot_only_s={f:.1f} "
           f"od_share_ours={ours.on_demand_share:.3f} moves_to_spot={ours.moves_to_spot}")
