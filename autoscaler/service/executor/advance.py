@@ -110,15 +110,21 @@ class Step:
     def move(self, name: str, to: NodeState, reason: str, *, fields: NodeFields | None = None,
              progress: ProgressChange | None = None, cooldown: Cooldown = None) -> Node | None:
         """Write a transition (checked and committed); None when the node moved meanwhile."""
-        change = Move(name, to, reason, fields or NodeFields(), progress, cooldown)
+        return self._write_move(Move(name, to, reason, fields or NodeFields(), progress, cooldown))
+
+    def _write_move(self, change: Move) -> Node | None:
         try:
             [node] = self.store.apply([change], self.now())
         except (IllegalTransitionError, StoreError) as exc:
-            self.error("store", f"{name}: not moved to {to}: {exc}")
+            self.error("store", f"{change.node}: not moved to {change.to}: {exc}")
             return None
-        self.report.changes.append(Change(node=name, to=to, reason=reason))
-        log.info("%s -> %s: %s", name, to, reason)
+        self._moved(change)
         return node
+
+    def _moved(self, change: Move) -> None:
+        """A written transition, reported and logged."""
+        self.report.changes.append(Change(node=change.node, to=change.to, reason=change.reason))
+        log.info("%s -> %s: %s", change.node, change.to, change.reason)
 
     def move_all(self, moves: Sequence[Move]) -> list[Node | None]:
         """Several transitions in ONE store write (one transaction, not one per node);
@@ -129,11 +135,9 @@ class Step:
         try:
             written: list[Node | None] = list(self.store.apply(moves, self.now()))
         except (IllegalTransitionError, StoreError):
-            return [self.move(m.node, m.to, m.reason, fields=m.fields, progress=m.progress,
-                              cooldown=m.cooldown) for m in moves]
+            return [self._write_move(m) for m in moves]
         for m in moves:
-            self.report.changes.append(Change(node=m.node, to=m.to, reason=m.reason))
-            log.info("%s -> %s: %s", m.node, m.to, m.reason)
+            self._moved(m)
         return written
 
     def patch_all(self, patches: Sequence[Patch]) -> list[Node]:
