@@ -132,8 +132,10 @@ class Reconciler:
                 continue
             here = [n for n in nodes if (n.cloud, n.region) == (cloud, region)]
             self._compare(cloud, region, here, instances, policies, report)
-        self._check_states(self.store.nodes(), report)
+        # Collected before this run starts new checks: a check's findings are always in the
+        # next run's report, however fast the worker ran it.
         self._collect_state_checks(report)
+        self._check_states(self.store.nodes(), report)
         if snapshot is not None:
             self._check_scheduler(self.store.nodes(states=[S.READY]), snapshot, report)
         return report
