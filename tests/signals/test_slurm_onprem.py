@@ -137,6 +137,4 @@ def test_hybrid_jobs_fill_on_prem_first_and_only_the_overflow_bursts(hybrid: Slu
         assert {hybrid.node_state(n) for n in ("gpu01", "gpu02")} <= {"mixed", "allocated"}
     finally:
         hybrid.run(["scancel", *jobs])
-        hybrid.stop_slurmd("vision-gpu-1")
-        wait_until(lambda: hybrid.scontrol("delete", "nodename=vision-gpu-1").returncode == 0
-                   or "vision-gpu-1" not in hybrid.node_names(), 30, "the cloud node deleted")
+        hybrid.delete_dynamic("vision-gpu-1")

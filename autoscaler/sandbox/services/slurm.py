@@ -339,6 +339,23 @@ class SlurmCluster:
                 os.kill(pid, signal.SIGKILL)
         stop_pids(steps, timeout=5.0)
 
+    def delete_dynamic(self, name: str, timeout: float = 30) -> None:
+        """Stop a dynamic node's slurmd and delete it from slurmctld. A job cancelled just
+        before keeps the node COMPLETING, and slurmctld refuses to delete a node with a job,
+        so the node is set DOWN (which ends the completion) before each retry."""
+        self.stop_slurmd(name)
+
+        def deleted() -> bool:
+            if name not in self.node_names():
+                return True
+            if self.scontrol("delete", f"nodename={name}").returncode == 0:
+                return True
+            self.run(["scontrol", "update", f"nodename={name}", "state=DOWN",
+                      "reason=sandbox node deleted"])
+            return False
+
+        wait_until(deleted, timeout, f"{name} deleted from slurmctld", interval=0.5)
+
     def job_processes(self, node: str | None = None) -> list[int]:
         """This cluster's job processes (their environment names its slurm.conf), of
         ``node`` or of every node, with the slurmstepd above them."""
