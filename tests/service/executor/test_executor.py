@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from autoscaler.actuators.ansible import HostStatus
 from autoscaler.actuators.terraform import StateLockedError, TerraformError
+from autoscaler.clouds.base import CloudUnreachableError
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import CancelDrain, Plan, Replace, ReportJob
 from autoscaler.model.progress import InterruptionRecord, NodeProgress, ProgressUpdate
@@ -103,6 +104,20 @@ def test_apply_errors_not_tied_to_a_node_fail_it_after_a_few_attempts(rig: Rig) 
         assert any("provider crashed" in e for e in report.errors)
         assert rig.state(name) is (S.PROVISION_FAILED if attempt == 3 else S.PROVISIONING)
     assert "3 applies of vision/gpu failed" in rig.node(name).reason
+
+
+def test_a_cloud_that_does_not_answer_before_the_apply_fails_no_node(rig: Rig) -> None:
+    """At 1,000 nodes the endpoint timed out on the stray check before the apply: three
+    such ticks failed every node of the pool. No apply ran, so no attempt is counted."""
+    names = rig.submit(launch(count=3))
+    for _ in range(4):
+        rig.tf.next_error = CloudUnreachableError("ec2 describe_instances: read timeout")
+        report = rig.advance()
+        assert any("cloud did not answer, retrying next tick" in e for e in report.errors)
+        assert {rig.state(n) for n in names} == {S.PROVISIONING}
+        assert {rig.node(n).progress.provision_failures for n in names} == {0}
+    rig.advance()
+    assert {rig.state(n) for n in names} != {S.PROVISIONING}
 
 
 def test_a_state_lock_held_by_another_run_is_waited_out(rig: Rig) -> None:
