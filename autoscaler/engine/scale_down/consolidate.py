@@ -14,6 +14,9 @@ are left to settle); one node per pool per tick (a restart is never a surprise t
 jobs at once); the same floor, budget and cooldown as idle scale-down. Free room is
 counted conservatively from what the scheduler lists: a job share may sit on its own GPU,
 so only GPUs no job can be on count as free.
+
+A pool of a placement group also looks at the group's other pools (``elsewhere``, see
+consolidate_group.py): after its own free GPUs and before a cheaper type of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Protocol
 
 from autoscaler.engine.binpack import EPS, Bin, LazyBins
 from autoscaler.engine.context import PoolContext
@@ -33,6 +37,24 @@ from autoscaler.model.snapshot import RunningJob, SchedulerNode
 from autoscaler.policy.duration import format_duration
 
 
+class Elsewhere(Protocol):
+    """The other pools of a placement group, as consolidation may use them."""
+
+    def moving(self, node: Node) -> bool:
+        """Whether a replacement of ``node`` in another pool is on its way or READY."""
+        ...
+
+    def drain(self, node: Node, jobs: list[RunningJob], budget: Budget, why: str,
+              then: str) -> Action | None:
+        """The node's drain if its jobs fit on free GPUs of the other pools."""
+        ...
+
+    def replace(self, node: Node, jobs: list[RunningJob], here: Offer | None, budget: Budget,
+                why: str, then: str) -> Action | None:
+        """A cheaper node for its jobs in another pool (cheaper than ``here`` too)."""
+        ...
+
+
 def _free_bin(node: Node, total: int, jobs: list[RunningJob], allocated: float) -> Bin:
     if not all(0 <= g < math.inf for g in (allocated, *(j.gpus for j in jobs))):
         return Bin(free=[], node=node)  # what is in use is unknown: no room to move jobs to
@@ -40,7 +62,8 @@ def _free_bin(node: Node, total: int, jobs: list[RunningJob], allocated: float) 
     return Bin(free=[1.0] * max(0, total - taken), node=node)
 
 
-def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
+def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
+               elsewhere: Elsewhere | None = None) -> list[Action]:
     sd = ctx.pool.scale_down
     below = sd.consolidate_below
     if below is None:
@@ -54,6 +77,8 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
         sched = ctx.observation(node).scheduler
         if sched is None or sched.cordoned or not sched.places_jobs or node.name in leaving:
             continue
+        if elsewhere is not None and elsewhere.moving(node):
+            continue  # it leaves once its replacement in another pool is READY
         total = prices.node_gpus(node)
         share = 100 * sched.gpus_allocated / total if total else 100.0
         if (sched.jobs and share < below
@@ -87,7 +112,12 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
                         f"{node.instance_type} {node.market.value} at "
                         f"${per_gpu(prices, node):.3f}/GPU-h; {then}"),
             )]
+        if elsewhere is not None and (moved := elsewhere.drain(node, jobs, budget, why, then)) is not None:
+            return [moved]
         smaller = _cheaper_home(ctx, prices, node, jobs)
+        if (elsewhere is not None
+                and (moved := elsewhere.replace(node, jobs, smaller, budget, why, then)) is not None):
+            return [moved]
         if smaller is not None:
             budget.swap(node)
             return [Replace(
