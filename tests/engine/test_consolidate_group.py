@@ -186,3 +186,15 @@ def test_the_reason_names_both_pools_and_their_prices():
     (drain,) = changes(plan_of(policy(), nodes, SEEN, offerings=offers))
     assert ("vision/east p3.8xlarge on-demand $3.06/GPU-h -> vision/west $0.92/GPU-h (already paid for)"
             in drain.reason)
+
+
+def test_free_gpus_taken_by_one_move_are_no_room_for_the_next():
+    # west-1 has one GPU free; east-1's job takes it, so west-2's job does not fit there
+    # any more and west-2 goes to a cheaper type of its own pool instead.
+    nodes = [*NODES, west("west-2")]
+    seen = {"east-1": on(4, 1), "west-1": on(4, 1, 1, 1), "west-2": on(4, 1)}
+    plan = plan_of(policy(), nodes, seen)
+    drains = [a for a in changes(plan) if isinstance(a, Drain)]
+    assert [(d.pool, d.node) for d in drains] == [(EAST, "east-1")]
+    (replace,) = [a for a in changes(plan) if isinstance(a, Replace)]
+    assert (replace.pool, replace.node, replace.instance_type) == (WEST, "west-2", P32)

@@ -44,6 +44,18 @@ class Elsewhere(Protocol):
         """Whether a replacement of ``node`` in another pool is on its way or READY."""
         ...
 
+    def received(self, node: Node) -> bool:
+        """Whether jobs were moved onto ``node`` this tick (it is no candidate then)."""
+        ...
+
+    def home(self, node: Node, total: int, sched: SchedulerNode) -> Bin:
+        """The node's free room, shared by the pools of the group this tick."""
+        ...
+
+    def placed(self, jobs: list[RunningJob], homes: list[Bin]) -> None:
+        """``jobs`` move onto ``homes`` of the pool itself: their room is taken."""
+        ...
+
     def drain(self, node: Node, jobs: list[RunningJob], budget: Budget, why: str,
               then: str) -> Action | None:
         """The node's drain if its jobs fit on free GPUs of the other pools."""
@@ -84,15 +96,16 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
         if (sched.jobs and share < below
                 and node.ready_at is not None and node.ready_at <= settled
                 and all(j.gpus > 0 and j.started_at is not None and j.started_at <= settled
-                        for j in sched.jobs)):
+                        for j in sched.jobs)
+                and (elsewhere is None or not elsewhere.received(node))):
             fragmented[node] = (total, share, sorted(sched.jobs, key=lambda j: (-j.gpus, j.id)))
         homes.append((node, total, sched))
     if not fragmented:
         return []
     # The free room of each home, in the serving order, built only as far as the jobs'
     # first-fit searches reach: a few jobs usually fit on the first few of thousands.
-    room = LazyBins(_free_bin(node, total, sched.jobs, sched.gpus_allocated)
-                    for node, total, sched in homes)
+    room = LazyBins(_free_bin(node, total, sched.jobs, sched.gpus_allocated) if elsewhere is None
+                    else elsewhere.home(node, total, sched) for node, total, sched in homes)
     can_drain = _load_fits_without_one(ctx, budget)
     for node in removal_order(ctx, prices, fragmented):
         if not budget.can_swap(node):
@@ -106,6 +119,8 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
         hosts = _hosts(jobs, room, without=node)
         if hosts is not None and can_drain and budget.can_shrink(node):
             budget.shrink(node)
+            if elsewhere is not None:
+                elsewhere.placed(jobs, [b for b in room if b.node is not node])
             return [Drain(
                 pool=ctx.key, node=node.name, trigger="consolidate",
                 reason=(f"{why}; its {len(jobs)} job(s) fit on free GPUs of {', '.join(hosts)}; "

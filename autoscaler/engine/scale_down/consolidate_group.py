@@ -45,7 +45,7 @@ from autoscaler.engine.scale_down.order import per_gpu
 from autoscaler.engine.spread import ZoneSpread
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Hold, Launch
-from autoscaler.model.snapshot import RunningJob
+from autoscaler.model.snapshot import RunningJob, SchedulerNode
 from autoscaler.policy.models import Market, pool_key
 
 TRIGGER = "consolidate-move"
@@ -70,6 +70,7 @@ class FreeRoom:
     prices: Prices
     bins: dict[str, Bin] = field(default_factory=dict)  # by node name, built when first read
     load: dict[str, float] = field(default_factory=dict)  # util % moved into a pool, by key
+    received: set[str] = field(default_factory=set)  # nodes jobs were moved onto this tick
 
     def of(self, mate: Mate, model: str, moving: set[str]) -> Iterator[Bin]:
         ctx = mate.ctx
@@ -77,17 +78,23 @@ class FreeRoom:
         for node in ctx.free:
             if node.name in mate.budget.taken or node.name in sick or node.name in moving:
                 continue
-            b = self.bins.get(node.name)
-            if b is None:
-                sched = ctx.observation(node).scheduler
-                gpus, kind = self.prices.node_type(node)
-                usable = sched is not None and not sched.cordoned and sched.places_jobs
-                b = self.bins[node.name] = (
-                    _free_bin(node, gpus, sched.jobs, sched.gpus_allocated) if usable and sched
-                    else Bin(free=[], node=node))
-                b.gpu_model = kind
+            sched = ctx.observation(node).scheduler
+            if sched is None or sched.cordoned or not sched.places_jobs:
+                continue
+            b = self.bin(node, self.prices.node_gpus(node), sched)
             if b.gpu_model == model and b.free:
                 yield b
+
+    def bin(self, node: Node, total: int, sched: SchedulerNode) -> Bin:
+        b = self.bins.get(node.name)
+        if b is None:
+            b = self.bins[node.name] = _free_bin(node, total, sched.jobs, sched.gpus_allocated)
+            b.gpu_model = self.prices.gpu_model(node)
+        return b
+
+    def take(self, filled: dict[str, Bin]) -> None:
+        self.bins.update(filled)
+        self.received.update(filled)
 
 
 class Elsewhere:
@@ -113,6 +120,17 @@ class Elsewhere:
     def moving(self, node: Node) -> bool:
         return node.name in self._moving
 
+    def received(self, node: Node) -> bool:
+        return node.name in self.room.received
+
+    def home(self, node: Node, total: int, sched: SchedulerNode) -> Bin:
+        return self.room.bin(node, total, sched)
+
+    def placed(self, jobs: list[RunningJob], homes: list[Bin]) -> None:
+        filled = _place(jobs, homes)
+        if filled is not None:
+            self.room.take(filled)
+
     def drain(self, node: Node, jobs: list[RunningJob], budget: Budget, why: str,
               then: str) -> Action | None:
         takers = [m for m in self.mates if not m.wanted]
@@ -135,7 +153,7 @@ class Elsewhere:
         hosts = [self.room.bins[name] for name in filled]
         there = sum(per_gpu(self.prices, b.node) for b in hosts if b.node) / len(hosts)
         budget.shrink(node)
-        self.room.bins.update(filled)
+        self.room.take(filled)
         for key in into:
             self.room.load[key] = self.room.load.get(key, 0.0) + load
         work = sum(j.gpus for j in jobs)
