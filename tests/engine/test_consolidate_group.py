@@ -198,3 +198,19 @@ def test_free_gpus_taken_by_one_move_are_no_room_for_the_next():
     assert [(d.pool, d.node) for d in drains] == [(EAST, "east-1")]
     (replace,) = [a for a in changes(plan) if isinstance(a, Replace)]
     assert (replace.pool, replace.node, replace.instance_type) == (WEST, "west-2", P32)
+
+
+def test_a_replacement_still_booting_counts_as_a_drain_to_come():
+    # east-1's replacement boots in west: with max_draining_percent 50 of east's 2 nodes,
+    # east-2 stays, whether its job could go to free GPUs or to a cheaper node
+    booting = west("west-9", instance_type=P32, state=NodeState.BOOTSTRAPPING, age=timedelta(minutes=3),
+                   ready_for=None, replaces="east-1", launched_for="consolidate-move")
+    nodes = [east("east-1"), east("east-2"), west("west-1"), booting]
+    seen = {"east-1": on(4, 1), "east-2": on(4, 1), "west-1": on(4, 1, 1)}
+    assert changes(plan_of(policy(), nodes, seen)) == []
+    full = {**seen, "west-1": on(4, 1, 1, 1, 1)}
+    assert changes(plan_of(policy(), nodes, full, offerings=WEST_CHEAP)) == []
+    # with room in the budget for both, east-2 moves
+    wide = policy(east={"scale_down": {"consolidate_below": 50, "max_draining_percent": 100}})
+    (drain,) = changes(plan_of(wide, nodes, seen))
+    assert drain.node == "east-2" and "fit on free GPUs of vision/west" in drain.reason

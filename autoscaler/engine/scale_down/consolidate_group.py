@@ -134,7 +134,7 @@ class Elsewhere:
     def drain(self, node: Node, jobs: list[RunningJob], budget: Budget, why: str,
               then: str) -> Action | None:
         takers = [m for m in self.mates if not m.wanted]
-        if not takers or not budget.can_shrink(node) or not self._leaves_room(node, budget):
+        if not takers or not self._may_leave(node, budget):
             return None
         model = self.prices.gpu_model(node)
         bins = LazyBins(chain.from_iterable(self.room.of(m, model, self._moving) for m in takers))
@@ -169,8 +169,7 @@ class Elsewhere:
         ctx = self.ctx
         if node.fallback_from_spot and ctx.pool.capacity.return_to_spot is not None:
             return None  # the return to spot moves it, to spot (see consolidate._cheaper_home)
-        if (not self.mates or not budget.can_shrink(node) or budget.concurrent - self.booting <= 0
-                or not self._leaves_room(node, budget)):
+        if not self.mates or not self._may_leave(node, budget):
             return None
         found = self._cheapest(node, jobs, here)
         if found is None:
@@ -217,10 +216,13 @@ class Elsewhere:
                     best = (rank, mate, o)
         return None if best is None else (best[1], best[2])
 
-    def _leaves_room(self, node: Node, budget: Budget) -> bool:
-        """The old pool, without the node and its load, stays under its scale-up threshold
-        (an unknown load stays in the pool)."""
+    def _may_leave(self, node: Node, budget: Budget) -> bool:
+        """The old pool's budget and floor allow one more node to leave (replacements still
+        booting are drains to come), and without the node and its load the pool stays under
+        its scale-up threshold (an unknown load stays in the pool)."""
         ctx = self.ctx
+        if not budget.can_shrink(node) or budget.concurrent - self.booting <= 0:
+            return False
         rest = max(0.0, ctx.util_sum - _load(ctx, node, 0.0))
         return len(ctx.serving) - len(budget.taken) - 1 >= ctx.nodes_for(rest)
 
