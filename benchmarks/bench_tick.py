@@ -12,14 +12,18 @@ report one pending 4-GPU job per wanted node.
 Ticks: one with nothing to do (warm-up), then the launch tick (every pool's jobs pending at
 once: it records and submits N launches), ``--ticks`` more while the applies are held (the
 N nodes PROVISIONING), then the applies are released and ``--ticks`` more run (the nodes
-settle: BOOTSTRAPPING, bootstrap, READY). Each tick prints its stages (``TickReport.stages``:
-wall and the tick thread's CPU seconds) and its SQL statements (the tick thread's only, not
-the workers').
+settle: BOOTSTRAPPING, bootstrap, READY). Then the drain: the jobs are gone and every node
+reports idle GPUs; once the nodes have been READY for the pools' ``idle_for`` the drain
+tick records and submits a Drain of every node at once (``drain_*`` on the last line: that
+tick, its submit stage, its statements, and how many nodes it moved to DRAINING). Each tick
+prints its stages (``TickReport.stages``: wall and the tick thread's CPU seconds) and its
+SQL statements (the tick thread's only, not the workers').
 
     python benchmarks/bench_tick.py [--nodes 200] [--pools 4] [--sqlite] [--leader]
 
 Last line: nodes=<n> launch_tick_s=<a> launch_tick_cpu_s=<b> launch_submit_s=<c>
-launch_statements=<d> inflight_tick_s_max=<e> settle_tick_s_max=<f>
+launch_statements=<d> inflight_tick_s_max=<e> settle_tick_s_max=<f> drained=<g>
+drain_tick_s=<h> drain_tick_cpu_s=<i> drain_submit_s=<j> drain_statements=<k>
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,7 +56,7 @@ from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import Executor, ExecutorSettings
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.wiring import Overrides, build_service
-from tests.builders import pending
+from tests.builders import idle, pending
 from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeTerraform
 from tests.service.service_fakes import FakePrices, FakeSignals
 
@@ -175,6 +179,7 @@ def run(args: argparse.Namespace) -> None:
             print(line(f"{phase} (launching after: {launching})", report, wall,
                        counted.count - before), flush=True)
 
+        drained = 0
         try:
             tick("warm-up")
             signals.pools = {f"{TEAM}/p{i}": PoolObservation(pending=pending(*[GPUS] * size))
@@ -189,6 +194,7 @@ def run(args: argparse.Namespace) -> None:
                 time.sleep(args.gap)
                 tick("settle")
                 executor.wait(120)
+            drained = drain(store, signals, tick)
         finally:
             held.go.set()
             executor.close()
@@ -200,7 +206,33 @@ def run(args: argparse.Namespace) -> None:
               f"launch_submit_s={submit.seconds if submit else float('nan'):.3f} "
               f"launch_statements={statements} "
               f"inflight_tick_s_max={max((r[0] for r in results.get('in flight', [])), default=0):.3f} "
-              f"settle_tick_s_max={max((r[0] for r in results.get('settle', [])), default=0):.3f}")
+              f"settle_tick_s_max={max((r[0] for r in results.get('settle', [])), default=0):.3f} "
+              f"{drain_figures(results.get('drain', []), drained)}")
+
+
+IDLE_FOR_S = 10  # write_policy's scale_down.idle_for
+
+
+def drain(store: FleetStore, signals: FakeSignals, tick: Callable[[str], None]) -> int:
+    """No jobs, every node idle; once the READY nodes are past ``idle_for``, the drain tick
+    (Drain of every one of them in one plan). Returns how many it moved to DRAINING."""
+    ready = store.nodes(states=[S.READY])
+    signals.pools = {key: PoolObservation() for key in signals.pools}
+    signals.nodes = {n.name: idle(0.0, GPUS) for n in ready}
+    last_ready = max((n.ready_at for n in ready if n.ready_at), default=utc_now())
+    time.sleep(max(0.0, (last_ready - utc_now()).total_seconds() + IDLE_FOR_S + 1.5))
+    tick("drain")
+    return len(store.nodes(states=[S.DRAINING, S.DRAINED, S.TERMINATING, S.TERMINATED]))
+
+
+def drain_figures(ticks: list[tuple[float, float, int, TickReport]], drained: int) -> str:
+    if not ticks:
+        return "drained=0"
+    [(wall, cpu, statements, report)] = ticks
+    submit = report.stages.get("submit")
+    return (f"drained={drained} drain_tick_s={wall:.3f} drain_tick_cpu_s={cpu:.3f} "
+            f"drain_submit_s={submit.seconds if submit else float('nan'):.3f} "
+            f"drain_statements={statements}")
 
 
 def main() -> None:
