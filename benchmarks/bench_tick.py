@@ -12,12 +12,13 @@ report one pending 4-GPU job per wanted node.
 Ticks: one with nothing to do (warm-up), then the launch tick (every pool's jobs pending at
 once: it records and submits N launches), ``--ticks`` more while the applies are held (the
 N nodes PROVISIONING), then the applies are released and ``--ticks`` more run (the nodes
-settle: BOOTSTRAPPING, bootstrap, READY). Then the drain: the jobs are gone and every node
-reports idle GPUs; once the nodes have been READY for the pools' ``idle_for`` the drain
-tick records and submits a Drain of every node at once (``drain_*`` on the last line: that
-tick, its submit stage, its statements, and how many nodes it moved to DRAINING). Each tick
-prints its stages (``TickReport.stages``: wall and the tick thread's CPU seconds) and its
-SQL statements (the tick thread's only, not the workers').
+settle: BOOTSTRAPPING, bootstrap). Then the drain: "ready" ticks until every node is READY
+(each reported running its job), then the jobs are gone and every node reports idle GPUs;
+once the nodes have been READY for the pools' ``idle_for``, the drain tick records and
+submits a Drain of every node at once (``drain_*`` on the last line: that tick, its submit
+stage, its statements, and how many nodes it and the drain steps it started took past
+READY). Each tick prints its stages (``TickReport.stages``: wall and the tick thread's CPU
+seconds) and its SQL statements (the tick thread's only, not the workers').
 
     python benchmarks/bench_tick.py [--nodes 200] [--pools 4] [--sqlite] [--leader]
 
@@ -56,7 +57,7 @@ from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import Executor, ExecutorSettings
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.wiring import Overrides, build_service
-from tests.builders import idle, pending
+from tests.builders import busy, idle, pending
 from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeTerraform
 from tests.service.service_fakes import FakePrices, FakeSignals
 
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> None:
                 time.sleep(args.gap)
                 tick("settle")
                 executor.wait(120)
-            drained = drain(store, signals, tick)
+            drained = drain(store, signals, tick, executor, args.gap)
         finally:
             held.go.set()
             executor.close()
@@ -211,13 +212,24 @@ def run(args: argparse.Namespace) -> None:
 
 
 IDLE_FOR_S = 10  # write_policy's scale_down.idle_for
+READY_WAIT_S = 300
+LAUNCHING = [S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING]
 
 
-def drain(store: FleetStore, signals: FakeSignals, tick: Callable[[str], None]) -> int:
-    """No jobs, every node idle; once the READY nodes are past ``idle_for``, the drain tick
-    (Drain of every one of them in one plan). Returns how many it moved to DRAINING."""
-    ready = store.nodes(states=[S.READY])
+def drain(store: FleetStore, signals: FakeSignals, tick: Callable[[str], None],
+          executor: Executor, gap: float) -> int:
+    """The nodes made READY (each runs its job, so none is idle yet: "ready" ticks until none
+    is launching, at most READY_WAIT_S), then no jobs and every node idle; once the READY
+    nodes are past ``idle_for``, the drain tick (Drain of every one of them in one plan).
+    Returns how many nodes that tick and the drain steps it started took past READY."""
     signals.pools = {key: PoolObservation() for key in signals.pools}
+    signals.nodes = {n.name: busy(95.0, GPUS) for n in store.nodes()}
+    deadline = time.monotonic() + READY_WAIT_S
+    while store.nodes(states=LAUNCHING) and time.monotonic() < deadline:
+        time.sleep(gap)
+        tick("ready")
+        executor.wait(120)
+    ready = store.nodes(states=[S.READY])
     signals.nodes = {n.name: idle(0.0, GPUS) for n in ready}
     last_ready = max((n.ready_at for n in ready if n.ready_at), default=utc_now())
     time.sleep(max(0.0, (last_ready - utc_now()).total_seconds() + IDLE_FOR_S + 1.5))
