@@ -13,12 +13,13 @@ Ticks: one with nothing to do (warm-up), then the launch tick (every pool's jobs
 once: it records and submits N launches), ``--ticks`` more while the applies are held (the
 N nodes PROVISIONING), then the applies are released and ``--ticks`` more run (the nodes
 settle: BOOTSTRAPPING, bootstrap). Then the drain: "ready" ticks until every node is READY
-(each reported running its job), then the jobs are gone and every node reports idle GPUs;
-once the nodes have been READY for the pools' ``idle_for``, the drain tick records and
-submits a Drain of every node at once (``drain_*`` on the last line: that tick, its submit
-stage, its statements, and how many nodes it and the drain steps it started took past
-READY). Each tick prints its stages (``TickReport.stages``: wall and the tick thread's CPU
-seconds) and its SQL statements (the tick thread's only, not the workers').
+(each joined the fake cluster and reported running its job), then the jobs are gone and
+every node reports idle GPUs; once the nodes have been READY for the pools' ``idle_for``,
+the drain tick records and submits a Drain of every node at once (``drain_*`` on the last
+line: that tick, its submit stage, its statements, and how many nodes it and the drain
+steps it started took past READY). Each tick prints its stages (``TickReport.stages``: wall
+and the tick thread's CPU seconds) and its SQL statements (the tick thread's only, not the
+workers').
 
     python benchmarks/bench_tick.py [--nodes 200] [--pools 4] [--sqlite] [--leader]
 
@@ -58,7 +59,7 @@ from autoscaler.service.executor import Executor, ExecutorSettings
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.wiring import Overrides, build_service
 from tests.builders import busy, idle, pending
-from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeTerraform
+from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeScheduler, FakeTerraform
 from tests.service.service_fakes import FakePrices, FakeSignals
 
 S = NodeState
@@ -139,8 +140,9 @@ def build(url: str, work: Path, sizes: list[int], leader: bool) -> tuple[Any, ..
                                    "bootstrap": settings.bootstrap_parallelism,
                                    "drain": settings.drain_parallelism})
     policies: dict[str, Any] = {}
+    k8s = FakeDrainer("kubernetes")
     executor = Executor(store, lambda: policies["now"](), tf, ansible,
-                        {"kubernetes": FakeDrainer("kubernetes"), "none": no_drainer()},
+                        {"kubernetes": k8s, "none": no_drainer()},
                         lambda node: "127.0.0.1" if node.instance_id else None, settings,
                         default_catalog(), utc_now, runner=runner)
     reconciler = Reconciler(store, tf, lambda cloud_, region: cloud, settings, utc_now,
@@ -150,7 +152,7 @@ def build(url: str, work: Path, sizes: list[int], leader: bool) -> tuple[Any, ..
         signals=signals, prices=FakePrices(), store=store, executor=executor,
         reconciler=reconciler))
     policies["now"] = service.loop.policies
-    return service, store, signals, held, executor
+    return service, store, signals, held, executor, k8s.scheduler
 
 
 def line(name: str, report: TickReport, wall: float, statements: int) -> str:
@@ -163,7 +165,8 @@ def run(args: argparse.Namespace) -> None:
              for i in range(args.pools)]
     with tempfile.TemporaryDirectory(prefix="bench-tick-") as tmp, \
             store_url(args.sqlite, Path(tmp)) as (url, what):
-        service, store, signals, held, executor = build(url, Path(tmp), sizes, args.leader)
+        service, store, signals, held, executor, cluster = build(url, Path(tmp), sizes,
+                                                                   args.leader)
         counted = Statements(store)
         print(f"{sum(sizes)} nodes over {len(sizes)} pools {sizes}; store: {what}; leader "
               f"fence: {'on' if args.leader else 'off'}; load average "
@@ -195,7 +198,7 @@ def run(args: argparse.Namespace) -> None:
                 time.sleep(args.gap)
                 tick("settle")
                 executor.wait(120)
-            drained = drain(store, signals, tick, executor, args.gap)
+            drained = drain(store, signals, cluster, tick, executor, args.gap)
         finally:
             held.go.set()
             executor.close()
@@ -216,14 +219,17 @@ READY_WAIT_S = 300
 LAUNCHING = [S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING]
 
 
-def drain(store: FleetStore, signals: FakeSignals, tick: Callable[[str], None],
-          executor: Executor, gap: float) -> int:
-    """The nodes made READY (each runs its job, so none is idle yet: "ready" ticks until none
-    is launching, at most READY_WAIT_S), then no jobs and every node idle; once the READY
-    nodes are past ``idle_for``, the drain tick (Drain of every one of them in one plan).
-    Returns how many nodes that tick and the drain steps it started took past READY."""
+def drain(store: FleetStore, signals: FakeSignals, cluster: FakeScheduler,
+          tick: Callable[[str], None], executor: Executor, gap: float) -> int:
+    """The nodes made READY (each joined the cluster and runs its job, so none is idle yet:
+    "ready" ticks until none is launching, at most READY_WAIT_S), then no jobs and every
+    node idle; once the READY nodes are past ``idle_for``, the drain tick (Drain of every
+    one of them in one plan). Returns how many nodes that tick and the drain steps it
+    started took past READY."""
     signals.pools = {key: PoolObservation() for key in signals.pools}
     signals.nodes = {n.name: busy(95.0, GPUS) for n in store.nodes()}
+    for name in signals.nodes:
+        cluster.join(name, GPUS)
     deadline = time.monotonic() + READY_WAIT_S
     while store.nodes(states=LAUNCHING) and time.monotonic() < deadline:
         time.sleep(gap)
