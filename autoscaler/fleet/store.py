@@ -423,9 +423,11 @@ class FleetStore:
                                         table.c.state == bindparam("b_from"))
                     .values({c: bindparam(f"v_{c}", type_=table.c[c].type) for c in columns}))
             if s.execute(stmt, params).rowcount != len(params):  # type: ignore[attr-defined]
+                names = [p["b_name"] for p in params]
                 raise ConcurrentUpdateError(
-                    f"{len(params)} nodes moved, but not all from the state they were read in "
-                    f"(one of {', '.join(p['b_name'] for p in params)} changed concurrently)")
+                    f"{len(params)} nodes moved, but not all from the state they were read in: "
+                    f"one of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} changed "
+                    "concurrently")
         s.execute(insert(TransitionRow), transitions)
         for key in sorted(cooled):
             self._history(s, key).last_scale_down_at = now
