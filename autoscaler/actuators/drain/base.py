@@ -67,6 +67,9 @@ class Readiness:
     # GPUs the scheduler offers on the node (Slurm's Gres); None where the scheduler's own
     # check compares them with the instance type already (Kubernetes) or none are counted.
     gpus: float | None = None
+    # False: the scheduler did not answer (unreachable, timed out, a server error), so
+    # nothing is known about the node; the executor fails no node on it.
+    known: bool = True
 
 
 class SchedulerOps(Protocol):

@@ -219,9 +219,10 @@ class KubernetesOps:
         except ApiException as exc:
             if exc.status == 404:
                 return Readiness(False, f"kubernetes has no node {node} yet")
-            return Readiness(False, f"kubernetes: {exc.status} {exc.reason}")
+            return Readiness(False, f"kubernetes: {exc.status} {exc.reason}",
+                             known=not (exc.status == 429 or (exc.status or 0) >= 500))
         except DrainError as exc:
-            return Readiness(False, str(exc))
+            return Readiness(False, str(exc), known=False)
         conditions = (obj.status.conditions or []) if obj.status else []
         ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
         if not ready:

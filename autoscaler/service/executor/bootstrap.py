@@ -148,12 +148,18 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
         return
     waits = measured_waits(step.store.nodes())
     ready: list[Move] = []  # written together, after the loop
+    unknown: list[str] = []
     for node in booting:
         ok_at = node.progress.bootstrap.ok_at
         assert ok_at is not None
         seen, why = _seen(step, node, step.cluster_kind(node), snapshot)
         if seen:
             ready.append(Move(node.name, S.READY, f"bootstrapped; {why}"))
+            continue
+        if why.startswith(UNKNOWN):
+            # No answer is no evidence against the node (at 1,000 nodes the API server's
+            # timeouts failed nodes that had joined); BOOTSTRAPPING's own limit bounds this.
+            unknown.append(f"{node.name} ({why.removeprefix(UNKNOWN)[:200]})")
             continue
         limit, how = ready_wait(step.settings, waits.get((node.team, node.pool), []))
         if step.now() - ok_at > limit:
@@ -162,6 +168,10 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
                       f"ready after {format_duration(limit)} ({how}): {why}; {node.instance_type} "
                       f"in {where}")
     step.move_all(ready)
+    if unknown:
+        step.error("readiness", f"{len(unknown)} bootstrapped node(s) kept waiting, the "
+                   f"scheduler did not answer for them: {', '.join(unknown[:3])}"
+                   + (" ..." if len(unknown) > 3 else ""))
 
 
 # The last this many READY nodes of a pool measure its wait, and a node gets this many
@@ -192,6 +202,9 @@ def ready_wait(settings: ExecutorSettings, waits: list[timedelta]) -> tuple[time
                    f"..{format_duration(ceiling)}")
 
 
+UNKNOWN = "no answer from the scheduler: "
+
+
 def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None) -> tuple[bool, str]:
     if kind == "none":
         return True, "no scheduler to join"
@@ -201,7 +214,9 @@ def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None) -> tuple
     try:
         ready = drainer.readiness(node)
     except Exception as exc:
-        return False, f"{kind}: {exc}"
+        return False, f"{UNKNOWN}{kind}: {exc}"
+    if not ready.known:
+        return False, f"{UNKNOWN}{ready.why}"
     if not ready.ready:
         return False, ready.why
     want = step.type_gpus(node)

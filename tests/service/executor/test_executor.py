@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from autoscaler.actuators.ansible import HostStatus
+from autoscaler.actuators.drain import DrainError
 from autoscaler.actuators.terraform import StateLockedError, TerraformError
 from autoscaler.clouds.base import CloudUnreachableError
 from autoscaler.model.lifecycle import NodeState
@@ -208,6 +209,23 @@ def test_a_node_slurm_offers_fewer_gpus_than_its_type_is_failed_with_its_type_an
     assert "slurm offers 3 of the 4 GPU(s) of p3.8xlarge" in node.reason
     assert "ready_wait_timeout; no node of the pool measured yet" in node.reason
     assert node.reason.endswith(f"; p3.8xlarge in {node.zone or node.region}")
+
+
+def test_a_scheduler_that_does_not_answer_fails_no_bootstrapped_node(rig: Rig) -> None:
+    """At 1,000 nodes the API server timed out on readiness reads, and nodes that had
+    joined were failed at the ready wait: no answer concludes nothing. An answer does."""
+    [name] = rig.submit(launch(instance_type="p3.8xlarge"))
+    rig.advance()
+    for _ in range(3):
+        rig.clock.tick(5 * 60)  # past ready_wait_timeout each time
+        rig.slurm.scheduler.next_error = DrainError("slurm: scontrol timed out")
+        report = rig.advance()
+        assert rig.state(name) is S.BOOTSTRAPPING
+        assert any(f"1 bootstrapped node(s) kept waiting, the scheduler did not answer for "
+                   f"them: {name} (" in e and "scontrol timed out)" in e
+                   for e in report.errors), report.errors
+    rig.advance()  # it answers: not joined, past the wait
+    assert rig.state(name) is S.BOOTSTRAP_FAILED and "not joined yet" in rig.node(name).reason
 
 
 def test_the_gpu_wait_is_derived_from_how_long_the_pools_nodes_took(rig: Rig) -> None:
