@@ -124,6 +124,8 @@ class Drainer(Protocol):
 
     def readiness(self, node: Node) -> Readiness: ...
 
+    def readiness_many(self, nodes: Sequence[Node]) -> dict[str, Readiness]: ...
+
     def forget(self, node: Node) -> None: ...
 
     def signal_jobs(self, node: Node, job_ids: Sequence[str], signal: str) -> bool: ...
@@ -151,6 +153,15 @@ class PhasedDrainer:
 
     def readiness(self, node: Node) -> Readiness:
         return self.ops.readiness(node.name)
+
+    def readiness_many(self, nodes: Sequence[Node]) -> dict[str, Readiness]:
+        """Every node's readiness, by name: in one read where the scheduler offers one
+        (Kubernetes lists its nodes once instead of a GET per booting node)."""
+        many = getattr(self.ops, "readiness_many", None)
+        if many is not None:
+            answers: dict[str, Readiness] = many([n.name for n in nodes])
+            return answers
+        return {n.name: self.ops.readiness(n.name) for n in nodes}
 
     def forget(self, node: Node) -> None:
         self.ops.forget(node.name)

@@ -219,10 +219,29 @@ class KubernetesOps:
         except ApiException as exc:
             if exc.status == 404:
                 return Readiness(False, f"kubernetes has no node {node} yet")
-            return Readiness(False, f"kubernetes: {exc.status} {exc.reason}",
-                             known=not (exc.status == 429 or (exc.status or 0) >= 500))
+            return _no_answer(exc)
         except DrainError as exc:
             return Readiness(False, str(exc), known=False)
+        return self._readiness_of(obj)
+
+    def readiness_many(self, nodes: Sequence[str]) -> dict[str, Readiness]:
+        """One LIST of the cluster's nodes (from the API server's cache) for many booting
+        nodes: at 1,000 nodes a GET each took the advance 424 s against the API server."""
+        if len(nodes) <= 1:
+            return {n: self.readiness(n) for n in nodes}
+        try:
+            listed = self._call("list nodes", self.api().list_node, resource_version="0")
+        except ApiException as exc:
+            return dict.fromkeys(nodes, _no_answer(exc))
+        except DrainError as exc:
+            return dict.fromkeys(nodes, Readiness(False, str(exc), known=False))
+        wanted = set(nodes)
+        found = {o.metadata.name: o for o in (listed.items or [])
+                 if o.metadata is not None and o.metadata.name in wanted}
+        return {n: self._readiness_of(found[n]) if n in found
+                else Readiness(False, f"kubernetes has no node {n} yet") for n in nodes}
+
+    def _readiness_of(self, obj: client.V1Node) -> Readiness:
         conditions = (obj.status.conditions or []) if obj.status else []
         ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
         if not ready:
@@ -281,6 +300,12 @@ class KubernetesOps:
             if exc.status != 404:
                 raise DrainError(f"kubernetes: cannot delete node {node}: "
                                  f"{exc.status} {exc.reason}") from None
+
+
+def _no_answer(exc: ApiException) -> Readiness:
+    """A refusal that says nothing about the node (throttled, a server error) is unknown."""
+    return Readiness(False, f"kubernetes: {exc.status} {exc.reason}",
+                     known=not (exc.status == 429 or (exc.status or 0) >= 500))
 
 
 def _node_bound(meta: client.V1ObjectMeta) -> bool:

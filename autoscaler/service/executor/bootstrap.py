@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus
+from autoscaler.actuators.drain import Readiness
 from autoscaler.model.changes import Move, Patch
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
@@ -149,10 +150,11 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     waits = measured_waits(step.store.nodes())
     ready: list[Move] = []  # written together, after the loop
     unknown: list[str] = []
+    answers = _answers(step, booting)
     for node in booting:
         ok_at = node.progress.bootstrap.ok_at
         assert ok_at is not None
-        seen, why = _seen(step, node, step.cluster_kind(node), snapshot)
+        seen, why = _seen(step, node, step.cluster_kind(node), snapshot, answers.get(node.name))
         if seen:
             ready.append(Move(node.name, S.READY, f"bootstrapped; {why}"))
             continue
@@ -205,14 +207,32 @@ def ready_wait(settings: ExecutorSettings, waits: list[timedelta]) -> tuple[time
 UNKNOWN = "no answer from the scheduler: "
 
 
-def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None) -> tuple[bool, str]:
+def _answers(step: Step, booting: list[Node]) -> dict[str, Readiness]:
+    """Readiness of the booting nodes in one read per scheduler where there are several."""
+    by_kind: dict[str, list[Node]] = {}
+    for node in booting:
+        by_kind.setdefault(step.cluster_kind(node), []).append(node)
+    out: dict[str, Readiness] = {}
+    for kind, nodes in by_kind.items():
+        drainer = step.drainers.get(kind) if kind != "none" else None
+        if drainer is None or len(nodes) < 2:
+            continue
+        try:
+            out.update(drainer.readiness_many(nodes))
+        except Exception as exc:  # each node is asked on its own below
+            step.error("readiness", f"{kind}: reading {len(nodes)} nodes at once failed: {exc}")
+    return out
+
+
+def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None,
+          answer: Readiness | None = None) -> tuple[bool, str]:
     if kind == "none":
         return True, "no scheduler to join"
     drainer = step.drainer(kind)
     if drainer is None:
         return False, f"no {kind} drainer configured to check the node"
     try:
-        ready = drainer.readiness(node)
+        ready = answer if answer is not None else drainer.readiness(node)
     except Exception as exc:
         return False, f"{UNKNOWN}{kind}: {exc}"
     if not ready.known:
