@@ -162,8 +162,12 @@ class KubernetesOps:
 
     def _exec(self, key: str, container: str, command: list[str]) -> None:
         namespace, name = _split(key)
+        # stream() swaps its client's call_api for a websocket one while it runs: on the
+        # shared client, other threads' calls (cordons, evictions, readiness) went over
+        # the websocket and failed ("0 Handshake status 200 OK", seen at 1,000 nodes).
+        own = client.ApiClient(self.api().api_client.configuration)
         try:
-            ws = stream(self.api().connect_get_namespaced_pod_exec, name, namespace,
+            ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, name, namespace,
                         command=command, container=container, stdin=False, stdout=True,
                         stderr=True, tty=False, _preload_content=False,
                         _request_timeout=self.timeout_s)
@@ -175,6 +179,8 @@ class KubernetesOps:
             raise DrainError(f"kubernetes: exec in {key}: {exc.status} {exc.reason}") from None
         except Exception as exc:  # websocket errors have no common base
             raise DrainError(f"kubernetes: exec in {key} failed ({type(exc).__name__})") from None
+        finally:
+            own.close()  # type: ignore[no-untyped-call]
         if code:
             raise DrainError(f"kubernetes: {' '.join(command)} in {key}/{container} exited {code}")
 
@@ -303,9 +309,11 @@ class KubernetesOps:
 
 
 def _no_answer(exc: ApiException) -> Readiness:
-    """A refusal that says nothing about the node (throttled, a server error) is unknown."""
+    """A refusal that says nothing about the node (throttled, a server error, no answer at
+    all) is unknown."""
+    status = exc.status or 0  # 0: the client failed before any answer
     return Readiness(False, f"kubernetes: {exc.status} {exc.reason}",
-                     known=not (exc.status == 429 or (exc.status or 0) >= 500))
+                     known=400 <= status < 500 and status != 429)
 
 
 def _node_bound(meta: client.V1ObjectMeta) -> bool:
