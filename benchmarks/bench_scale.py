@@ -312,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
         config["store"] = {"url": url}
         config.setdefault("executor", {})["cloud_list_interval"] = args.cloud_list_interval
         config["clouds"]["aws"]["read_timeout"] = args.aws_read_timeout
+        config["signals"]["kubernetes"]["timeout"] = args.kube_timeout
         write_yaml(root / "service.yaml", config)
         env = {**os.environ, **stack.env(), "PYTHONPATH": os.pathsep.join(
             [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
@@ -482,6 +483,9 @@ def main() -> int:
     parser.add_argument("--cloud-list-interval", default="0s",
                         help="executor.cloud_list_interval: the reconciler's full listing; "
                         "moto renders ~20 ms of CPU per instance listed")
+    parser.add_argument("--kube-timeout", default="5s",
+                        help="signals.kubernetes.timeout, the drainer's too (the project's "
+                        "API server lists 1,000 nodes in more than 5 s on a loaded machine)")
     parser.add_argument("--aws-read-timeout", default="10s",
                         help="clouds.aws.read_timeout (a 1,000-instance listing from moto "
                         "takes ~20 s on 2 cores)")
