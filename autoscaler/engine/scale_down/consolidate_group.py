@@ -39,7 +39,7 @@ from itertools import chain
 from autoscaler.engine.binpack import EPS, Bin, LazyBins
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Offer, Prices
-from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.scale_down.budget import Budget, drain_replaced
 from autoscaler.engine.scale_down.consolidate import _free_bin, _hosts
 from autoscaler.engine.scale_down.order import per_gpu
 from autoscaler.engine.spread import ZoneSpread
@@ -246,20 +246,9 @@ def finish(ctx: PoolContext, budgets: dict[str, Budget], mates: Iterable[PoolCon
         why = (f"{home.key}: {new.name} of {ctx.key} ({new.instance_type} {new.market.value} in "
                f"{new.zone or ctx.pool.region}) is READY in place of {old.name}, which "
                "consolidation moves there")
-        if home.data_missing:
-            out.append(Hold(pool=home.key, what="scale-down", reason=(
-                f"{why}; its drain waits: {home.data_missing}")))
-            continue
-        if not budget.can_swap(old):
-            out.append(Hold(pool=home.key, what="scale-down", reason=(
-                f"{why}; its drain waits: max_draining_percent "
-                f"{home.pool.scale_down.max_draining_percent:g} reached")))
-            continue
-        budget.swap(old)
-        sd = home.pool.scale_down
-        out.append(Drain(pool=home.key, node=old.name, trigger="consolidate", reason=(
-            f"{why}; draining {old.name}: its jobs get {sd.checkpoint_signal} and restart on "
-            f"{new.name}")))
+        out.append(drain_replaced(
+            home, old, budget, why, "consolidate",
+            f": its jobs get {home.pool.scale_down.checkpoint_signal} and restart on {new.name}"))
     return out
 
 
