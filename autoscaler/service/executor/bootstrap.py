@@ -154,14 +154,15 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     for node in booting:
         ok_at = node.progress.bootstrap.ok_at
         assert ok_at is not None
-        seen, why = _seen(step, node, step.cluster_kind(node), snapshot, answers.get(node.name))
-        if seen:
+        seen = _seen(step, node, step.cluster_kind(node), snapshot, answers.get(node.name))
+        why = seen.why
+        if seen.ready:
             ready.append(Move(node.name, S.READY, f"bootstrapped; {why}"))
             continue
-        if why.startswith(UNKNOWN):
+        if not seen.known:
             # No answer is no evidence against the node (at 1,000 nodes the API server's
             # timeouts failed nodes that had joined); BOOTSTRAPPING's own limit bounds this.
-            unknown.append(f"{node.name} ({why.removeprefix(UNKNOWN)[:200]})")
+            unknown.append(f"{node.name} ({why[:200]})")
             continue
         limit, how = ready_wait(step.settings, waits.get((node.team, node.pool), []))
         if step.now() - ok_at > limit:
@@ -204,9 +205,6 @@ def ready_wait(settings: ExecutorSettings, waits: list[timedelta]) -> tuple[time
                    f"..{format_duration(ceiling)}")
 
 
-UNKNOWN = "no answer from the scheduler: "
-
-
 def _answers(step: Step, booting: list[Node]) -> dict[str, Readiness]:
     """Readiness of the booting nodes in one read per scheduler where there are several."""
     by_kind: dict[str, list[Node]] = {}
@@ -225,30 +223,28 @@ def _answers(step: Step, booting: list[Node]) -> dict[str, Readiness]:
 
 
 def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None,
-          answer: Readiness | None = None) -> tuple[bool, str]:
+          answer: Readiness | None = None) -> Readiness:
     if kind == "none":
-        return True, "no scheduler to join"
+        return Readiness(True, "no scheduler to join")
     drainer = step.drainer(kind)
     if drainer is None:
-        return False, f"no {kind} drainer configured to check the node"
+        return Readiness(False, f"no {kind} drainer configured to check the node")
     try:
         ready = answer if answer is not None else drainer.readiness(node)
     except Exception as exc:
-        return False, f"{UNKNOWN}{kind}: {exc}"
-    if not ready.known:
-        return False, f"{UNKNOWN}{ready.why}"
+        return Readiness(False, f"{kind}: {exc}", known=False)
     if not ready.ready:
-        return False, ready.why
+        return ready
     want = step.type_gpus(node)
     if ready.gpus is not None and want is not None and ready.gpus < want:
-        return False, (f"{ready.why}, but {kind} offers {ready.gpus:g} of the {want} GPU(s) of "
-                       f"{node.instance_type}")
+        return Readiness(False, f"{ready.why}, but {kind} offers {ready.gpus:g} of the {want} "
+                         f"GPU(s) of {node.instance_type}")
     if snapshot is not None and step.settings.ready_requires_metrics:
         obs = snapshot.nodes.get(node.name)
         if obs is None or obs.metrics is None:
-            return False, f"{ready.why}; no GPU metrics yet"
-        return True, f"{ready.why}; GPU metrics arriving"
-    return True, ready.why
+            return Readiness(False, f"{ready.why}; no GPU metrics yet")
+        return Readiness(True, f"{ready.why}; GPU metrics arriving")
+    return ready
 
 
 __all__ = ["bootstrap", "promote"]
