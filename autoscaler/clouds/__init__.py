@@ -32,9 +32,8 @@ def connect(cloud: str, region: str, *, endpoint: str | None = None,
     if cloud == "aws":
         from autoscaler.clouds.aws import AwsCloud, AwsSettings
 
-        settings = AwsSettings(endpoint_url=endpoint)
-        if read_timeout is not None:
-            settings = AwsSettings(endpoint_url=endpoint, read_timeout=read_timeout)
+        settings = AwsSettings(endpoint_url=endpoint, read_timeout=AwsSettings.read_timeout
+                               if read_timeout is None else read_timeout)
         return AwsCloud(region, settings=settings, catalog=catalog)
     if cloud == "alicloud":
         from autoscaler.clouds.alicloud import AlicloudCloud, AlicloudSettings
