@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,10 +20,12 @@ from autoscaler.sandbox.hosts import netns
 from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
+from autoscaler.sandbox.stack.config import prometheus_section
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.sandbox.stack.state import alive, read_state
 from autoscaler.service.config.addresses import read_address_file
 from autoscaler.service.config.load import load_config
+from autoscaler.signals.config import PrometheusConfig
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -104,6 +107,29 @@ def test_prometheus_can_be_taken_away_and_brought_back(stack):
         stack.prometheus.query("up")
     stack.start_prometheus()
     assert stack.prometheus.ready()
+
+
+def test_a_large_fleet_is_scraped_slower_and_read_through_the_recording_rules(stack):
+    """What bench_scale's 1,000 nodes use: the rules the service would print load in the
+    stack's Prometheus, and the service config reads them."""
+    stack.options.recording_rules, stack.options.scrape_interval = True, "15s"
+    try:
+        stack.stop_prometheus()
+        stack.start_prometheus()
+        config = json.loads(stack.prometheus.config_path.read_text())
+        assert config["global"]["scrape_interval"] == "15s"
+        with urllib.request.urlopen(f"{stack.prometheus.url}/api/v1/rules", timeout=10) as r:
+            groups = json.load(r)["data"]["groups"]
+        rules = [rule for g in groups for rule in g["rules"]]
+        assert rules and {rule["health"] for rule in rules} <= {"ok", "unknown"}
+        assert {g["interval"] for g in groups} == {15}
+        section = prometheus_section(stack.options, stack.prometheus.url)
+        read = PrometheusConfig(**section)
+        assert read.recording_rules and read.rules_interval.total_seconds() == 15
+    finally:
+        stack.options.recording_rules, stack.options.scrape_interval = False, "1s"
+        stack.stop_prometheus()
+        stack.start_prometheus()
 
 
 def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -70,6 +70,15 @@ def _regions(policies: Mapping[str, TeamPolicy]) -> list[str]:
                   or {"us-east-1"})
 
 
+def prometheus_section(opts: Any, url: str) -> dict[str, Any]:
+    """How the service reads the sandbox's Prometheus: raw series, or the recording rules
+    the stack loaded (evaluated at the scrape interval)."""
+    section: dict[str, Any] = {"url": url, "timeout": "3s"}
+    if opts.recording_rules:
+        section |= {"recording_rules": True, "rules_interval": opts.scrape_interval}
+    return section
+
+
 def render_service_config(stack: WiredStack) -> dict[str, Any]:
     """A service config wired to this sandbox's endpoints (written as service.yaml)."""
     opts, d, ep = stack.options, stack.dir, stack.state.endpoints
@@ -77,7 +86,7 @@ def render_service_config(stack: WiredStack) -> dict[str, Any]:
     slurm_conf = ep.get("slurm_conf")
     extra_vars: dict[str, Any] = {}
     signals: dict[str, Any] = {
-        "prometheus": {"url": ep["prometheus"], "timeout": "3s"},
+        "prometheus": prometheus_section(opts, ep["prometheus"]),
         "scheduler": ["slurm"] if slurm_conf else [],
     }
     # ControlPersist: one SSH connection per host for the whole play (a task costs ~0.1 s

@@ -36,6 +36,7 @@ from autoscaler.sandbox.services.moto_server import SANDBOX_ENV, MotoSandbox
 from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
 from autoscaler.sandbox.stack.config import (
     MUNGE_KEY_ENV,
+    prometheus_section,
     render_env,
     render_service_config,
     slurm_node_specs,
@@ -50,6 +51,8 @@ from autoscaler.sandbox.stack.state import (
     write_state,
 )
 from autoscaler.sandbox.stack.targets import Followed, InstanceFollower
+from autoscaler.signals.config import PrometheusConfig
+from autoscaler.signals.rules import RuleSet, recording_rules
 
 log = logging.getLogger(__name__)
 PLACEHOLDER_ADDR = "169.254.77.253"  # NodeAddr of a declared node until it registers
@@ -87,6 +90,11 @@ class StackOptions:
     slurm_names_per_pool: int = 12
     http_port: int = 0
     executor: dict[str, Any] = field(default_factory=dict)
+    # Every second suits a handful of nodes; a fleet of hundreds is scraped as in production
+    # (15-30 s) and read through the recording rules, or Prometheus and the exporter take
+    # the machine's two cores.
+    scrape_interval: str = "1s"
+    recording_rules: bool = False
 
 
 class SandboxStack:
@@ -203,10 +211,11 @@ class SandboxStack:
         self._stop_prometheus()
 
     def start_prometheus(self) -> None:
+        """Back (or restarted) on the same port and data, with the options as they are now."""
         if self.prometheus is None:
             raise SandboxError("prometheus was never started")
-        self.prometheus.start()
-        self._record()
+        self.prometheus.stop()
+        self._start_prometheus(self.prometheus.port)
 
     # -- components ----------------------------------------------------------------------------
     def _start_moto(self) -> None:
@@ -234,8 +243,16 @@ class SandboxStack:
             self.dcgm.stop()
             self.dcgm = None
 
-    def _start_prometheus(self) -> None:
-        self.prometheus = PrometheusServer(self.dir / "prometheus", file_sd=[self.file_sd]).start()
+    def _start_prometheus(self, port: int | None = None) -> None:
+        rules = None
+        if self.options.recording_rules:
+            read = PrometheusConfig(**prometheus_section(self.options, "http://127.0.0.1"))
+            pools = [p for t in self.policies.values() for p in t.pools]
+            rules = recording_rules(RuleSet.of(pools, read.node_label, read.stale_after),
+                                    self.options.scrape_interval)
+        self.prometheus = PrometheusServer(
+            self.dir / "prometheus", file_sd=[self.file_sd], port=port,
+            scrape_interval=self.options.scrape_interval, rules=rules).start()
         self.state.endpoints["prometheus"] = self.prometheus.url
         self._record()
 
