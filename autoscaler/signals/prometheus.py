@@ -164,6 +164,13 @@ class PrometheusReader:
         return self._guarded(lambda client: client.custom_query(
             query, params={"time": f"{now.timestamp():.3f}", "timeout": f"{timeout:g}s"}))
 
+    def active_targets(self) -> list[dict[str, Any]]:
+        """Prometheus' active scrape targets (``/api/v1/targets``), as answered: Prometheus
+        itself has this API, not every server that answers queries does."""
+        answer = self._guarded(lambda client: client.get_targets(state="active"))
+        targets = answer.get("activeTargets") if isinstance(answer, dict) else None
+        return [t for t in targets if isinstance(t, dict)] if isinstance(targets, list) else []
+
     def query_range(self, query: str, start: datetime, end: datetime,
                     step: timedelta) -> list[dict[str, Any]]:
         """A range query (``/api/v1/query_range``), with the same timeout and errors."""

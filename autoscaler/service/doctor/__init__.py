@@ -35,7 +35,9 @@ CHECKS: tuple[Check[Context], ...] = (
           "init in a workspace of the doctor's own (provider from the plugin mirror, backend "
           "opened), then a plan of no nodes that takes and releases the state lock."),
     Check("prometheus", signals.prometheus, 20, help="The tick's own read for every ready "
-          "or draining node in the store: each has recent DCGM utilization samples."),
+          "or draining node in the store: each has recent DCGM utilization samples. And "
+          "every pool's window and idle_for hold two scrapes of the DCGM targets (their "
+          "interval from Prometheus' targets API)."),
     Check("slurm", schedulers.slurm, 30, help="scontrol ping is UP, the pools' partitions "
           "exist, squeue and scancel run, and the command user may drain nodes."),
     Check("kubernetes", schedulers.kubernetes, 20, help="Nodes and pods are listed; a "

@@ -30,6 +30,7 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.progress import LaunchSpec
 from autoscaler.policy.models import Market
 from autoscaler.sandbox.fakes.kube import FakeKube
+from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.moto_server import SANDBOX_ENV
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.service.doctor import CHECKS, Result, Status, diagnose
@@ -275,10 +276,28 @@ def test_ready_nodes_of_the_store_need_their_dcgm_series(world: World) -> None:
     try:
         world.stack.prometheus.wait_for_series(f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{node.name}"}}')
         rows = world.run("ready node with series", path, ("prometheus",))
+        assert rows["prometheus"].status is Status.OK, rows["prometheus"].reason
+        assert "all 1 ready node(s) have recent DCGM series" in rows["prometheus"].reason
+        assert rows["prometheus windows"].status is Status.OK, rows["prometheus windows"].reason
+        assert "(job dcgm, every 1s)" in rows["prometheus windows"].reason
+        # Scraped every 3m, the policy's default 5m window holds one sample at most.
+        world.stack.options.scrape_interval = "3m"
+        world.stack.start_prometheus()
+
+        def windows_fail() -> bool:
+            rows.update(world.run("windows under two scrapes", path, ("prometheus",)))
+            return rows["prometheus windows"].status is Status.FAIL
+
+        wait_until(windows_fail, 30, "the windows row to see the 3m scrape")
+        reason = rows["prometheus windows"].reason
+        assert reason.startswith("2 window(s) shorter than two scrapes of job dcgm (every 3m): "
+                                 "doc/train scale_up.window 5m, doc/serve scale_up.window 5m. "), reason
+        assert "Make it at least 6m" in reason
     finally:
         world.stack.exporter.call("remove", node=node.name)
-    assert rows["prometheus"].status is Status.OK, rows["prometheus"].reason
-    assert "all 1 ready node(s) have recent DCGM series" in rows["prometheus"].reason
+        if world.stack.options.scrape_interval != "1s":
+            world.stack.options.scrape_interval = "1s"
+            world.stack.start_prometheus()
 
 
 def test_a_broken_run_through_the_command_line_exits_1_and_names_it(world: World) -> None:
