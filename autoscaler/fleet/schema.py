@@ -141,7 +141,7 @@ def read(conn: Connection) -> SchemaState:
 
 def _lock(conn: Connection) -> None:
     """Begin the connection's transaction holding the database's schema lock. Waits are
-    bounded: SQLite's busy_timeout (fleet/store.make_engine), PostgreSQL's lock_timeout."""
+    bounded: SQLite's busy_timeout (fleet/database.make_engine), PostgreSQL's lock_timeout."""
     if conn.in_transaction():
         conn.rollback()
     if conn.dialect.name == "sqlite":

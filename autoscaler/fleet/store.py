@@ -15,21 +15,29 @@ it at the head revision; any other store must be at head already.
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, create_engine, event, insert, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autoscaler.fleet import lease, schema
+from autoscaler.fleet.database import make_engine
 from autoscaler.fleet.lease import Fenced, LeaseToken
+from autoscaler.fleet.node_rows import (
+    NAMES_PER_QUERY,
+    free_names,
+    lock_rows,
+    meta_column,
+    new_row,
+    row_values,
+    runs,
+    to_node,
+)
 from autoscaler.fleet.schema import SchemaError
 from autoscaler.fleet.tables import (
     ActionRow,
@@ -40,12 +48,11 @@ from autoscaler.fleet.tables import (
     PoolHistoryRow,
     TransitionRow,
 )
-from autoscaler.model.changes import Adopt, Create, Move, NodeChange, Patch, ProgressChange
-from autoscaler.model.lifecycle import FAILED, INITIAL, TERMINAL, NodeState, check_transition
+from autoscaler.model.changes import Adopt, Create, Move, NodeChange, Patch
+from autoscaler.model.lifecycle import INITIAL, TERMINAL, NodeState, check_transition
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.plan import Hold, Plan, subject_of
-from autoscaler.model.progress import NodeProgress
-from autoscaler.policy.models import Market, pool_key
+from autoscaler.policy.models import pool_key
 
 DEFAULT_URL = "sqlite:///gpu-autoscaler.db"
 class StoreError(Exception):
@@ -85,162 +92,12 @@ class StoreUnavailableError(StoreError):
         self.driver_error: BaseException = getattr(error, "orig", None) or error
 
 
-# Keys of the JSON column that are the Node's own facts, not its progress (replaces,
-# launched_for and fallback_from_spot: written once, when the node is created).
-NODE_FACTS = ("replaces", "trigger", "fallback_from_spot")
-
-
-_EMPTY = NodeProgress().model_dump(mode="json")
-
-
-def _progress_of(meta: dict[str, Any] | None) -> NodeProgress:
-    return NodeProgress.model_validate(meta or {})
-
-
-def _meta(previous: dict[str, Any] | None, progress: NodeProgress) -> dict[str, Any]:
-    """The JSON column for ``progress``: the node's facts and keys this version does not
-    know (a newer one's) are kept; fields still at their default are left out."""
-    out = {k: v for k, v in (previous or {}).items() if k not in NodeProgress.model_fields}
-    out.update({k: v for k, v in progress.model_dump(mode="json").items() if v != _EMPTY[k]})
-    return out
-
-
-def _to_node(row: NodeRow) -> Node:
-    meta = row.meta or {}
-    return Node(
-        name=row.name, team=row.team, pool=row.pool, cloud=row.cloud, region=row.region,
-        zone=row.zone, instance_type=row.instance_type, market=Market(row.market),
-        state=NodeState(row.state), state_since=row.state_since, created_at=row.created_at,
-        ready_at=row.ready_at, instance_id=row.instance_id, address=row.address,
-        reason=row.reason or "", drain_trigger=row.drain_trigger,
-        replacement_requested=bool(row.replacement_requested),
-        replaces=meta.get("replaces"), launched_for=meta.get("trigger"),
-        fallback_from_spot=bool(meta.get("fallback_from_spot", False)),
-        progress=_progress_of(meta),
-    )
-
-
-def _lock_rows(s: Session, names: set[str]) -> dict[str, NodeRow]:
-    """The rows of ``names`` locked FOR UPDATE in one query per :data:`NAMES_PER_QUERY`
-    (in name order: two writers never deadlock on them); a name not stored is left out."""
-    wanted = sorted(names)
-    out: dict[str, NodeRow] = {}
-    for part in range(0, len(wanted), NAMES_PER_QUERY):
-        q = (select(NodeRow).where(NodeRow.name.in_(wanted[part:part + NAMES_PER_QUERY]))
-             .order_by(NodeRow.name).with_for_update())
-        out.update((row.name, row) for row in s.scalars(q))
-    return out
-
-
-def _runs(changes: Sequence[NodeChange]) -> Iterator[list[NodeChange]]:
-    """``changes`` in order, as runs written together: consecutive creates; consecutive
-    moves of distinct nodes (a node moved twice starts a new run); any other change alone."""
-    run: list[NodeChange] = []
-    for change in changes:
-        joins = run and type(change) is type(run[0]) and (
-            isinstance(change, Create) or (isinstance(change, Move) and change.node not in {
-                m.node for m in run if isinstance(m, Move)}))
-        if run and not joins:
-            yield run
-            run = []
-        run.append(change)
-        if not isinstance(change, Create | Move):
-            yield run
-            run = []
-    if run:
-        yield run
-
 
 def _row(s: Session, name: str, locked: dict[str, NodeRow]) -> NodeRow:
     row = locked.get(name) or s.get(NodeRow, name, with_for_update=True)
     if row is None:
         raise UnknownNodeError(f"no node named {name!r} in the store")
     return row
-
-
-def _values(change: Move | Patch, row: NodeRow) -> dict[str, Any]:
-    """The columns ``change`` writes besides the state: its fields and, when its progress
-    changes (or it fails the node, remembered like ready_at for READY), ``meta``."""
-    values: dict[str, Any] = change.fields.given()
-    failed = isinstance(change, Move) and change.to in FAILED
-    if change.progress is not None or failed:
-        progress = _progress_of(row.meta)
-        if change.progress is not None:
-            progress = _updated(progress, change.progress)
-        if isinstance(change, Move) and failed:
-            progress = progress.model_copy(update={"failure": f"{change.to}: {change.reason}"})
-        values["meta"] = _meta(row.meta, progress)
-    return values
-
-
-def _new_row(change: Create, name: str, now: datetime) -> dict[str, Any]:
-    """The ``nodes`` row of a new REQUESTED node, as column values."""
-    launch = change.launch
-    facts = {"replaces": change.replaces, "trigger": launch.trigger,
-             "fallback_from_spot": launch.fallback_from_spot or None}
-    return {
-        "name": name, "team": change.team, "pool": change.pool, "cloud": change.cloud,
-        "region": change.region, "zone": launch.zone, "instance_type": launch.instance_type,
-        "market": launch.market.value, "state": INITIAL.value, "state_since": now,
-        "created_at": now, "ready_at": None, "instance_id": None, "address": None,
-        "reason": launch.reason, "drain_trigger": None,
-        "meta": _meta({k: v for k, v in facts.items() if v is not None}, change.progress),
-        "replacement_requested": False, "attempts": 0,
-    }
-
-
-def _free_names(s: Session, team: str, pool: str, hist: PoolHistoryRow, count: int,
-                taken: set[str]) -> list[str]:
-    """The next ``count`` names ``<team>-<pool>-<n>`` from the pool's counter (locked by
-    the caller), which moves past them. "<team>-<pool>-<n>" can read the same for two
-    pools (a-b/c and a/b-c): a name already held, or ``taken`` by this write, is skipped,
-    so a name is never handed out twice (rows are kept)."""
-    out: list[str] = []
-    seq = hist.next_seq
-    while len(out) < count:
-        want = [f"{team}-{pool}-{seq + i}"
-                for i in range(min(count - len(out), NAMES_PER_QUERY))]
-        held = taken | set(s.scalars(select(NodeRow.name).where(NodeRow.name.in_(want))))
-        out += [name for name in want if name not in held]
-        seq += len(want)
-    hist.next_seq = seq
-    return out
-
-
-# Names bound in one ``IN (...)`` (SQLite before 3.32 allowed 999 parameters a statement).
-NAMES_PER_QUERY = 500
-SQLITE_BUSY_S = 30  # the longest a SQLite connection waits for another one's lock
-
-
-def _enable_wal(dbapi_conn: sqlite3.Connection) -> None:
-    """Switch a new database to WAL (the mode is kept in the file). SQLite answers "database
-    is locked" at once, without its busy handler, when another connection holds a lock during
-    the switch: two instances opening one new file both see that, so it is retried, bounded."""
-    deadline = time.monotonic() + SQLITE_BUSY_S
-    while True:
-        try:
-            if dbapi_conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                dbapi_conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
-
-
-def make_engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_S})
-
-        @event.listens_for(engine, "connect")
-        def _wal(dbapi_conn: Any, _: Any) -> None:
-            dbapi_conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
-            # WAL lets the status API read while the loop writes.
-            if ":memory:" not in url:
-                _enable_wal(dbapi_conn)
-
-        return engine
-    return create_engine(url, pool_pre_ping=True)
 
 
 class FleetStore:
@@ -306,7 +163,7 @@ class FleetStore:
     def get(self, name: str) -> Node | None:
         with self.session() as s:
             row = s.get(NodeRow, name)
-            return _to_node(row) if row else None
+            return to_node(row) if row else None
 
     def meta(self, name: str) -> dict[str, Any]:
         """The node's JSON column as stored (diagnostics and tests; code reads
@@ -331,9 +188,9 @@ class FleetStore:
             q = q.where(NodeRow.team == team, NodeRow.pool == name)
         with self.session() as s:
             if names is None:
-                return [_to_node(r) for r in s.scalars(q)]
+                return [to_node(r) for r in s.scalars(q)]
             wanted = sorted(set(names))
-            found = [_to_node(r) for part in range(0, len(wanted), NAMES_PER_QUERY)
+            found = [to_node(r) for part in range(0, len(wanted), NAMES_PER_QUERY)
                      for r in s.scalars(q.where(NodeRow.name.in_(
                          wanted[part:part + NAMES_PER_QUERY])))]
             return found  # each part is sorted, and the parts are in name order
@@ -370,9 +227,9 @@ class FleetStore:
         # SQLite, without row locks, takes its write lock up front with BEGIN IMMEDIATE), so
         # the tick, the operation workers and the notice loop never lose each other's fields.
         with self._write(read_first=any(isinstance(c, Move | Patch) for c in changes)) as s:
-            locked = _lock_rows(s, {c.node for c in changes if isinstance(c, Move | Patch)})
+            locked = lock_rows(s, {c.node for c in changes if isinstance(c, Move | Patch)})
             out: list[Node] = []
-            for run in _runs(changes):  # a run is of one kind: the filters keep all of it
+            for run in runs(changes):  # a run is of one kind: the filters keep all of it
                 first = run[0]
                 if isinstance(first, Create):
                     out += self._create_all(s, [c for c in run if isinstance(c, Create)], now)
@@ -388,9 +245,9 @@ class FleetStore:
         if isinstance(change, Adopt):
             return self._adopt(s, change)
         row = _row(s, change.node, locked)
-        for key, value in _values(change, row).items():
+        for key, value in row_values(change, row).items():
             setattr(row, key, value)
-        return _to_node(row)
+        return to_node(row)
 
     def _move_all(self, s: Session, moves: Sequence[Move], now: datetime,
                   locked: dict[str, NodeRow]) -> list[Node]:
@@ -406,7 +263,7 @@ class FleetStore:
         for change, row in zip(moves, rows, strict=True):
             current = NodeState(row.state)
             check_transition(change.node, current, change.to)
-            values = _values(change, row)
+            values = row_values(change, row)
             values.update(state=change.to.value, state_since=now, reason=change.reason)
             if change.to is NodeState.READY and "ready_at" not in values and row.ready_at is None:
                 values["ready_at"] = now
@@ -434,8 +291,8 @@ class FleetStore:
         s.flush()
         for row in rows:
             s.expire(row)
-        fresh = _lock_rows(s, {m.node for m in moves})  # read back (locked already)
-        return [_to_node(fresh[m.node]) for m in moves]
+        fresh = lock_rows(s, {m.node for m in moves})  # read back (locked already)
+        return [to_node(fresh[m.node]) for m in moves]
 
     def _create_all(self, s: Session, creates: Sequence[Create], now: datetime) -> list[Node]:
         """REQUESTED nodes with their pools' next names, in the order given: each pool's
@@ -449,17 +306,17 @@ class FleetStore:
         names: dict[int, str] = {}
         for (team, pool), indexes in sorted(by_pool.items()):
             hist = self._history(s, pool_key(team, pool), lock=True)
-            fresh = _free_names(s, team, pool, hist, len(indexes), set(names.values()))
+            fresh = free_names(s, team, pool, hist, len(indexes), set(names.values()))
             names.update(zip(indexes, fresh, strict=True))
             if any(creates[i].cooldown == "up" for i in indexes):
                 hist.last_scale_up_at = now
         s.flush()  # the counters, before the rows that use them
-        rows = [_new_row(change, names[i], now) for i, change in enumerate(creates)]
+        rows = [new_row(change, names[i], now) for i, change in enumerate(creates)]
         s.execute(insert(NodeRow), rows)
         s.execute(insert(TransitionRow), [
             {"node": row["name"], "from_state": None, "to_state": INITIAL.value, "at": now,
              "reason": row["reason"]} for row in rows])
-        return [_to_node(NodeRow(**row)) for row in rows]
+        return [to_node(NodeRow(**row)) for row in rows]
 
     def _adopt(self, s: Session, change: Adopt) -> Node:
         node = change.node
@@ -470,14 +327,14 @@ class FleetStore:
             region=node.region, zone=node.zone, instance_type=node.instance_type,
             market=node.market.value, state=node.state.value, state_since=node.state_since,
             created_at=node.created_at, ready_at=node.ready_at, instance_id=node.instance_id,
-            address=node.address, reason=change.reason, meta=_meta({}, node.progress),
+            address=node.address, reason=change.reason, meta=meta_column({}, node.progress),
             attempts=0, replacement_requested=False,
         )
         s.add(row)
         s.add(TransitionRow(node=node.name, from_state=None, to_state=node.state.value,
                             at=node.state_since, reason=change.reason))
         s.flush()
-        return _to_node(row)
+        return to_node(row)
 
     @staticmethod
     def _history(s: Session, key: str, *, lock: bool = False) -> PoolHistoryRow:
@@ -564,11 +421,6 @@ class FleetStore:
     def lease(self, name: str) -> LeaseRow | None:
         with self.session() as s:
             return s.get(LeaseRow, name)
-
-
-def _updated(progress: NodeProgress, change: ProgressChange) -> NodeProgress:
-    update = change if not callable(change) else change(progress)
-    return update.applied_to(progress)
 
 
 __all__ = ["NAMES_PER_QUERY", "ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken",

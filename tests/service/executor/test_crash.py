@@ -18,7 +18,7 @@ import pytest
 
 from autoscaler.actuators.ansible import BootstrapRun
 from autoscaler.clouds.base import Interruption, InterruptionKind
-from autoscaler.fleet.store import NODE_FACTS
+from autoscaler.fleet.node_rows import NODE_FACTS
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.progress import NodeProgress
