@@ -356,17 +356,35 @@ def run(args: argparse.Namespace) -> int:
                              node_selector={POOL_LABEL: f"p{i}"})
                 pods[f"{TEAM}/job-p{i}-{j}"] = f"p{i}"
         peak = 0
+        resubmitted: list[str] = []
+
+        def resubmit_orphans() -> None:
+            """A pod evicted by a drain, or bound to a Node object that is gone (a node
+            replaced as broken), is submitted again, pending, as pod GC and a Job
+            controller would."""
+            for key, pool in pods.items():
+                pod = kube.pods.get(key)
+                node = pod["spec"].get("nodeName") if pod else None
+                if pod is None or (node and node not in kube.nodes):
+                    if pod is not None:
+                        kube.delete_pod(key)
+                    kube.add_pod(key.split("/", 1)[1], TEAM, gpus=GPUS,
+                                 node_selector={POOL_LABEL: pool})
+                    resubmitted.append(f"{key} (was on {node or 'a drained node'})")
 
         def all_ready() -> bool:
             nonlocal peak
+            resubmit_orphans()
             ready = count([S.READY])
             peak = max(peak, ready)
-            bound = sum(1 for k in pods if kube.pods[k]["spec"].get("nodeName"))
+            bound = sum(1 for k in pods if (kube.pods.get(k) or {}).get("spec", {}).get("nodeName"))
             return ready >= n and bound >= n
 
         wait_until(all_ready, args.timeout, f"{n} nodes READY and {n} pods bound", interval=1.0)
         ready_s = time.monotonic() - ramp
-        print(f"ramp: {n} READY, every pod bound, in {ready_s:.1f}s", flush=True)
+        print(f"ramp: {n} READY, every pod bound, in {ready_s:.1f}s; {len(resubmitted)} pod(s) "
+              f"submitted again after their node was removed: {', '.join(resubmitted[:10])}",
+              flush=True)
 
         # Hold: /status latency and RSS at peak.
         hold_end = time.monotonic() + args.hold

@@ -21,11 +21,12 @@ from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
 from autoscaler.sandbox.stack.config import prometheus_section
-from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, mig_layouts, privileged
 from autoscaler.sandbox.stack.state import alive, read_state
 from autoscaler.service.config.addresses import read_address_file
 from autoscaler.service.config.load import load_config
 from autoscaler.signals.config import PrometheusConfig
+from tests.builders import make_policy
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -40,9 +41,9 @@ def stack(tmp_path_factory) -> Iterator[SandboxStack]:
         yield st
 
 
-def launch(stack: SandboxStack, node: str, itype: str = "p3.2xlarge") -> str:
+def launch(stack: SandboxStack, node: str, itype: str = "p3.2xlarge", pool: str = "v100") -> str:
     tags = [{"Key": "managed-by", "Value": "gpu-autoscaler"}, {"Key": "node", "Value": node},
-            {"Key": "team", "Value": "demo"}, {"Key": "pool", "Value": "v100"}]
+            {"Key": "team", "Value": "demo"}, {"Key": "pool", "Value": pool}]
     out = stack.ec2().run_instances(ImageId=MOTO_AMI, InstanceType=itype, MinCount=1, MaxCount=1,
                                     UserData=SANDBOX_USER_DATA,
                                     TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
@@ -75,12 +76,32 @@ def test_instances_become_targets_and_hosts_and_go_away_again(stack):
         namespace = host.hosts["demo-v100-1"].slot.netns
         assert namespace in read_state(stack.dir).namespaces
     stack.ec2().terminate_instances(InstanceIds=[iid])
+    if stack.privileged:
+        # A node of a sharing: mig pool boots with its GPUs in MIG mode, the pool's layout.
+        stack.follower.mig_layouts[("demo", "slices")] = ("3g.20gb", "3g.20gb")
+        mig_iid = launch(stack, "demo-slices-1", "p4d.24xlarge", pool="slices")
+        wait_until(lambda: "demo-slices-1" in read_address_file(stack.address_file), 60, "address")
+        host = stack.follower.followed["demo-slices-1"].host
+        host.run("demo-slices-1", ["sh", "-c", f"mkdir -p $(dirname {LOADED_FLAG}) && touch {LOADED_FLAG}"])
+        listed = host.run("demo-slices-1", ["nvidia-smi", "-L"]).stdout
+        assert listed.count("MIG 3g.20gb") == 16 and listed.count("GPU ") == 8, listed
+        stack.ec2().terminate_instances(InstanceIds=[mig_iid])
+        wait_until(lambda: "demo-slices-1" not in stack.follower.followed, 30, "MIG node gone")
     # The follower forgets the node first and rewrites its files after: wait for all three.
     wait_until(lambda: "demo-v100-1" not in stack.follower.followed
                and json.loads(stack.file_sd.read_text()) == []
                and read_address_file(stack.address_file) == {}, 30, "instance forgotten")
     if stack.privileged:
         assert not (netns.NETNS_DIR / namespace).exists()
+
+
+def test_the_mig_layout_of_each_sharing_mig_pool() -> None:
+    mig = {"sharing": "mig", "mig_profiles": ["3g.20gb", "3g.20gb"]}
+    pools = [{"name": n, "cloud": "aws", "region": "us-east-1", "max_nodes": 2,
+              "instance_types": ["p4d.24xlarge"], "bootstrap": b}
+             for n, b in (("slices", mig), ("whole", {}), ("shared", {"sharing": "mps"}))]
+    policy = make_policy(team="vision", pools=pools)
+    assert mig_layouts({policy.team: policy}) == {("vision", "slices"): ("3g.20gb", "3g.20gb")}
 
 
 def test_the_service_config_it_writes_is_valid_and_points_at_it(stack):

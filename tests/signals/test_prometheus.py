@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -470,6 +471,47 @@ def test_live_prometheus_evaluates_the_printed_rules(tmp_path: Path) -> None:
     assert (busy.util_mean, idle.util_mean) == (35.0, 2.0)
     assert busy.util_max_idle_window is None and idle.util_max_idle_window == 2.0
     assert (busy.ecc_dbe_errors, idle.ecc_dbe_errors, busy.row_remap_failures) == (2, 0, 0)
+
+
+FAST = make_policy("vision", pools=[{
+    "name": "fast", "cloud": "aws", "region": "us-east-1", "instance_types": ["p3.8xlarge"],
+    "max_nodes": 10, "scale_up": {"window": "3s"}, "scale_down": {"idle_for": "4s"}}]).pools[0]
+
+
+def test_a_node_whose_scrapes_fail_is_dated_not_taken_for_silent_since_it_joined(
+        tmp_path: Path) -> None:
+    """A failed scrape marks the node's series stale at once, and a short window empties in
+    seconds: the mean and the newest-sample series are gone. The rules then date the node
+    with its newest sample, so it reads as seen seconds ago; undated, the engine would count
+    its silence from READY (an hour for a node READY an hour) and replace it."""
+    sd = tmp_path / "targets.json"
+    dcgm = SyntheticDcgm(Constant(35))
+    rules = recording_rules(RuleSet.of([FAST], "Hostname", STALE_AFTER), "1s")
+    with DcgmExporterServer(dcgm) as exporter:
+        dcgm.on_nodes_changed = lambda nodes: write_file_sd(sd, exporter.address, nodes)
+        dcgm.add_node("vision-fast-1", gpus=2)
+        with PrometheusServer(tmp_path, file_sd=[sd], rules=rules) as prom:
+            reader = PrometheusReader(PrometheusConfig(url=prom.url, recording_rules=True,
+                                                       rules_interval="1s"))
+            nodes = {"vision-fast-1": FAST}
+            seen: list[MetricsReading] = []
+
+            def node(when: datetime | None = None) -> Any:
+                seen.append(reader.read(nodes, [FAST], when or datetime.now(UTC)))
+                return seen[-1].nodes.get("vision-fast-1")
+
+            try:
+                wait_until(lambda: (o := node()) is not None and o.metrics is not None
+                           and o.metrics.util_mean == 35.0, 60, "the node's mean", interval=0.5)
+                dcgm.set_dropout("vision-fast-1")
+                wait_until(lambda: (o := node()) is None or o.metrics is None
+                           or o.metrics.util_mean is None, 30, "the window empty", interval=0.5)
+                blip = node()
+            finally:
+                reader.close()
+    assert blip is not None and blip.metrics is not None, blip
+    assert not blip.metrics_silent and blip.metrics_missing is None, blip
+    assert blip.metrics.sample_age_s is not None and 3 <= blip.metrics.sample_age_s < 30
 
 
 def test_fail_fast_on_a_server_that_never_answers(tmp_path: Path) -> None:

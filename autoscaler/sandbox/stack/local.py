@@ -97,6 +97,13 @@ class StackOptions:
     recording_rules: bool = False
 
 
+def mig_layouts(policies: dict[str, TeamPolicy]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(team, pool) -> each GPU's MIG profiles, for the pools with ``sharing: mig``."""
+    return {(policy.team, pool.name): tuple(pool.bootstrap.mig_profiles)
+            for policy in policies.values() for pool in policy.pools
+            if pool.bootstrap.sharing == "mig" and pool.bootstrap.mig_profiles}
+
+
 class SandboxStack:
     def __init__(self, state_dir: Path, options: StackOptions | None = None):
         self.dir = Path(state_dir).resolve()
@@ -308,7 +315,7 @@ class SandboxStack:
             hosts_dir=self.dir / "hosts" if self.privileged else None,
             routes=(CONTROLLER_ADDR,) if self.slurm is not None or self.kube is not None else (),
             on_change=self._followed_changed,
-            keep=self._each_pass).start()
+            keep=self._each_pass, mig_layouts=mig_layouts(self.policies)).start()
 
     def _each_pass(self) -> None:
         """Before every follower pass: record processes started since (a rebooted node's

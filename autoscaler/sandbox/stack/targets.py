@@ -24,7 +24,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ class Followed:
     instance_type: str
     gpus: int
     model: str
+    mig: tuple[str, ...] = ()  # each GPU's MIG instances, as its pool's bootstrap lays them out
     address: str | None = None
     host: Any = None  # SshHosts of this node (one host each, so they come and go alone)
 
@@ -65,8 +66,12 @@ class InstanceFollower:
     def __init__(self, ec2: Any, exporter: ExporterControl, address_file: Path, catalog: Catalog,
                  *, hosts_dir: Path | None = None, routes: tuple[str, ...] = (),
                  on_change: Callable[[dict[str, Followed]], None] | None = None,
-                 keep: Callable[[], None] | None = None, interval: float = 1.0):
+                 keep: Callable[[], None] | None = None, interval: float = 1.0,
+                 mig_layouts: Mapping[tuple[str, str], tuple[str, ...]] | None = None):
         self.ec2, self.exporter, self.catalog = ec2, exporter, catalog
+        # (team, pool) -> the MIG profiles of each GPU: a host of that pool boots with its
+        # fake GPUs in MIG mode, as the pool's bootstrap leaves a real node.
+        self.mig_layouts = dict(mig_layouts or {})
         self.address_file = Path(address_file)
         self.hosts_dir = hosts_dir
         self.routes = routes
@@ -119,7 +124,9 @@ class InstanceFollower:
 
     def _add(self, name: str, inst: dict[str, Any]) -> None:
         gpus, model = self._gpus(inst["InstanceType"])
-        item = Followed(name, inst["InstanceId"], inst["InstanceType"], gpus, model)
+        tags = {t.get("Key"): t.get("Value") for t in inst.get("Tags", [])}
+        mig = self.mig_layouts.get((tags.get("team"), tags.get("pool")), ())
+        item = Followed(name, inst["InstanceId"], inst["InstanceType"], gpus, model, mig)
         self.followed[name] = item
         self.exporter.call("add", node=name, gpus=gpus, model=model)
         if self.hosts_dir is not None:
@@ -135,7 +142,8 @@ class InstanceFollower:
 
         if self.hosts_dir is None:
             raise RuntimeError("SSH hosts are disabled")
-        gpu = FakeGpu(name=GPU_MODELS[item.model][0], memory_mib=GPU_MODELS[item.model][1])
+        gpu = FakeGpu(name=GPU_MODELS[item.model][0], memory_mib=GPU_MODELS[item.model][1],
+                      mig=item.mig)
         files = [*node_files([gpu] * item.gpus), NodeFile("/etc/hostname", f"{item.node}\n"),
                  *fake_kubeadm.node_files(),  # what the image would hold for a Kubernetes join
                  *first_boot.node_files(first_boot.user_data_of(self.ec2, item.instance_id))]
