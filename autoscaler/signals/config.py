@@ -88,8 +88,8 @@ class PrometheusConfig(_Model):
         if self.stale_after < timedelta(seconds=1):
             raise ValueError("stale_after must be at least 1s")
         # Recorded samples must stay within Prometheus' 5 m lookback between evaluations,
-        # and the rules date only the nodes absent at an evaluation (signals/rules.py): one
-        # interval later a node present then must still be fresh.
+        # and the rules date only the nodes not fresh at an evaluation (signals/rules.py):
+        # one interval later a node fresh then must still be fresh.
         if not timedelta(seconds=1) <= self.rules_interval <= timedelta(minutes=2):
             raise ValueError("rules_interval must be between 1s and 2m")
         if self.recording_rules and self.rules_interval > self.stale_after / 2:

@@ -13,11 +13,12 @@ decides with crosses the wire:
 * only for the nodes that matter: the max over its pool's idle span when below the
   highest idle threshold using that span, temperature above the lowest
   ``max_gpu_temperature``, XID errors in its window, thermal throttling, and the newest
-  sample's timestamp of every node whose newest-sample series is absent at an evaluation
-  (the reader turns it into an age). One failed scrape is enough: Prometheus marks the
-  target's series stale at once, and the mean goes with them, so without its date a
-  healthy node READY for an hour would read as silent for that hour. ``rules_interval`` is
-  at most ``stale_after / 2``, so a node present at the last evaluation is not yet stale.
+  sample's timestamp of every node not fresh at an evaluation: silent for
+  ``min(60 s, stale_after / 2)``, or with its newest-sample series absent (the reader turns
+  it into an age). One failed scrape is enough to be absent: Prometheus marks the target's
+  series stale at once, and a short window's mean goes with them, so undated, a healthy
+  node READY for an hour would read as silent for that hour. ``rules_interval`` is at most
+  ``stale_after / 2``, so a node fresh at the last evaluation is not yet stale.
 
 Prometheus does not know which pool a node is in: a window's series are recorded for
 the hosts named like the nodes of a pool using it (the fleet names nodes
@@ -81,6 +82,9 @@ PREFIX = "gpu_autoscaler"
 GROUP_PREFIX = "gpu-autoscaler"
 MARKER = f"{PREFIX}:rules_loaded"  # one per group: {rule_group, digest}
 TEMP = "DCGM_FI_DEV_GPU_TEMP"
+# Nodes whose newest sample is older than this, or absent at an evaluation, are dated
+# exactly (sparse in a healthy fleet); the others are fresh.
+DATED_AFTER_S = 60
 
 
 class RulesError(RuntimeError):
@@ -154,6 +158,13 @@ class RuleSet:
             horizon_s=max(spans),
         )
 
+    @property
+    def dated_s(self) -> int:
+        """Nodes silent for longer get their newest sample's timestamp recorded. The config
+        keeps ``rules_interval <= stale_after / 2``, so a node undated at the last
+        evaluation is still fresh when read."""
+        return min(DATED_AFTER_S, self.stale_s // 2)
+
     def metrics(self) -> list[str]:
         return sorted({m for m, _ in self.means} | {m for m, _, _ in self.peaks})
 
@@ -171,11 +182,12 @@ class RuleSet:
             raw = self._sel(UTIL_METRICS[m][0])
             rules += [
                 {"record": newest_rule(m), "expr": f"max {by} (timestamp({raw}))"},
-                # Absent now (a failed scrape writes stale markers at once): the newest
-                # sample in the horizon, so a blip is never taken for silence.
+                # Dated unless fresh now: a node whose newest sample is old, and one absent
+                # now (a failed scrape writes stale markers at once), so a blip is never
+                # taken for silence.
                 {"record": newest_rule(m, self.horizon_s),
-                 "expr": f"max_over_time({newest_rule(m)}[{self.horizon_s}s])"
-                         f" unless on ({self.label}) {newest_rule(m)}"},
+                 "expr": f"max_over_time({newest_rule(m)}[{self.horizon_s}s]) unless on "
+                         f"({self.label}) ({newest_rule(m)} >= time() - {self.dated_s})"},
             ]
         thermal = THERMAL_BITS_EXPR.format(v=self._sel(THROTTLE))
         rules.append({"record": TEMP_RULE, "expr": f"max {by} ({self._sel(TEMP)}) > {self.hot_c:g}"})
