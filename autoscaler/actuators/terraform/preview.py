@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from autoscaler.actuators.node_map import NodeMap, PoolMaps
 from autoscaler.actuators.terraform import shards
 from autoscaler.actuators.terraform.errors import TerraformError
-from autoscaler.actuators.terraform.planfile import NodeChange, PoolPlan
+from autoscaler.actuators.terraform.planfile import (
+    NodeChange,
+    PoolPlan,
+    without_unset_image,
+)
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.actuators.terraform.workspace import PoolWorkspace
 from autoscaler.model.pool import PoolRef
@@ -42,6 +46,12 @@ class PoolPreview(BaseModel):
                                   description="One saved plan per shard that changes.")
     error: str | None = None
     reasons: list[str] = Field(default_factory=list)
+    image: str | None = Field(None, description="Baked pools: the image new nodes launch "
+                              "from (id and bootstrap hash), or that it is stale.")
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_unset_image(handler(self))
 
     @property
     def delta(self) -> float:
@@ -94,6 +104,7 @@ def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: PriceBook,
     pool_dir = Path(settings.workdir).resolve() / ref.team / ref.pool
     changes: list[NodeChange] = []
     files: list[str] = []
+    image: str | None = None
     try:
         existing = {k: workspace(settings, ref, k) for k in sorted({0, *shards.existing(pool_dir)})}
         held = shards.held({k: ws.applied_nodes() for k, ws in existing.items()})
@@ -106,9 +117,10 @@ def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: PriceBook,
             plan = ws.plan(node_map)
             changes += plan.changes
             files.append(str(plan.plan_file))
+            image = plan.image.describe() if plan.image is not None else image
     except TerraformError as exc:
         return PoolPreview(status="error", error=str(exc), **base)
     if not files:
         return PoolPreview(status="unchanged", **base)
     return PoolPreview(status="planned", changes=sorted(changes, key=lambda c: (c.action, c.node)),
-                       plan_files=files, **base)
+                       plan_files=files, image=image, **base)
