@@ -11,6 +11,7 @@ import pytest
 
 from autoscaler.actuators.node_map import NodeMap, PoolMaps
 from autoscaler.actuators.terraform import BakedImage, ImageChoice, PoolPlan, TerraformSettings
+from autoscaler.actuators.terraform.bake import bake_tf
 from autoscaler.actuators.terraform.preview import preview_pool
 from autoscaler.actuators.terraform.rootmodule import HASH_TAG, main_tf, tfvars
 from autoscaler.cli.plan_render import _pool_markdown
@@ -114,3 +115,18 @@ def test_the_plan_command_prints_the_image_line_only_for_baked_pools() -> None:
                         lambda s, r, k=0: BakedFake(ONE, None))
     assert f"- **image**: {choice.describe()}" in _pool_markdown(baked)
     assert not any("image" in line for line in _pool_markdown(base))
+
+
+def test_the_bake_root_module_images_the_builder_only_when_asked(tmp_path: Path) -> None:
+    settings = TerraformSettings(workdir=tmp_path, aws_endpoint="http://127.0.0.1:5000")
+    main = bake_tf(settings, "vision", "v100", "us-east-1",
+                   INPUTS.model_copy(update={"ami": "ami-${x}"}), HASH, "p3.2xlarge", "img-1")
+    builder = main["resource"]["aws_instance"]["builder"]
+    assert builder["ami"] == "ami-$${x}" and builder["subnet_id"] == "subnet-1"
+    assert builder["tags"][HASH_TAG] == HASH and builder["tags"]["gpu-autoscaler/role"] == "builder"
+    image = main["resource"]["aws_ami_from_instance"]["image"]
+    assert image["count"] == "${var.make_image ? 1 : 0}"
+    assert image["source_instance_id"] == "${aws_instance.builder.id}"
+    assert image["tags"][HASH_TAG] == HASH and image["name"] == "img-1"
+    assert main["terraform"]["backend"] == {"local": {"path": "terraform.tfstate"}}
+    assert "TOKEN=abc" not in json.dumps(main)  # no user data on the builder

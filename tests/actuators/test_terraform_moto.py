@@ -6,6 +6,7 @@ plan is then refused as stale), a capacity error and the fallback retry, refresh
 instance vanished, destroy. Then a baked pool (bootstrap.image: baked) in one scenario:
 it launches from the newest image tagged with its bootstrap hash, a driver change makes
 the image stale (full: the base image; hold: a launch is refused, a removal is not).
+Last, the bake's own root module: builder, tagged image, builder destroyed, image kept.
 Terraform costs ~5 s per provider start here, so steps share one workspace.
 """
 
@@ -34,6 +35,7 @@ from autoscaler.actuators.terraform import (
     StateLockedError,
     TerraformError,
 )
+from autoscaler.actuators.terraform.bake import BakeWorkspace
 from autoscaler.actuators.terraform.preview import preview_pool
 from autoscaler.actuators.terraform.rootmodule import HASH_TAG
 from autoscaler.catalog import default_catalog
@@ -269,3 +271,28 @@ def test_a_baked_pool_launches_from_its_image_and_a_driver_change_makes_it_stale
     ws.destroy_all()
     assert image_of() == {}
 
+
+def test_the_bake_module_images_a_builder_with_the_hash_and_destroys_only_the_builder(
+        moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> None:  # noqa: F811
+    settings = sandbox_settings(moto, tmp_path_factory.mktemp("tf-bake"))
+    ec2 = moto.client()
+    h = baked_hash("470")  # a hash no other test made an image for
+    bake = BakeWorkspace(settings, "vision", "bake", "us-east-1", hash_=h,
+                         instance_type="g4dn.xlarge", clock=lambda: AT)
+    try:
+        builder = bake.launch_builder()
+        (inst,) = [i for r in ec2.describe_instances(InstanceIds=[builder])["Reservations"]
+                   for i in r["Instances"]]
+        tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+        assert inst["ImageId"] == MOTO_AMI and inst["State"]["Name"] == "running"
+        assert tags["gpu-autoscaler/role"] == "builder" and tags[HASH_TAG] == h
+        image = bake.make_image()
+    finally:
+        bake.destroy_builder()
+    (img,) = ec2.describe_images(ImageIds=[image])["Images"]
+    assert {t["Key"]: t["Value"] for t in img["Tags"]}[HASH_TAG] == h
+    assert img["Name"] == f"gpu-autoscaler-vision-bake-{h}-20261130120000"
+    state = ec2.describe_instances(InstanceIds=[builder])["Reservations"][0]["Instances"][0]
+    assert state["State"]["Name"] in ("shutting-down", "terminated")
+    bake.destroy_builder()  # again: nothing left to do, the image stays
+    assert ec2.describe_images(ImageIds=[image])["Images"]

@@ -98,7 +98,7 @@ def main_tf(settings: TerraformSettings, workdir: Path, team: str, pool: str, cl
             "required_providers": {cloud: PROVIDERS[cloud]},
             "backend": literal(_backend(settings, team, pool, shard)),
         },
-        "provider": {cloud: literal(_provider(settings, cloud, region))},
+        "provider": {cloud: literal(provider_config(settings, cloud, region))},
         "variable": {
             "nodes": {"type": NODES_TYPE, "default": {}},
             "user_data": {"type": "string", "default": "", "sensitive": True},
@@ -160,7 +160,8 @@ def tfvars(nodes: NodeMap, inputs: RegionInputs, image: BakedImage | None = None
     return out
 
 
-def _provider(settings: TerraformSettings, cloud: str, region: str) -> dict[str, Any]:
+def provider_config(settings: TerraformSettings, cloud: str, region: str) -> dict[str, Any]:
+    """The provider block of a root module (endpoints and skipped checks for moto)."""
     if cloud != "aws":
         return {"region": region}
     provider: dict[str, Any] = {"region": region, "max_retries": settings.aws_max_retries}
