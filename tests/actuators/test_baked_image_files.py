@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from autoscaler.actuators.node_map import NodeMap, PoolMaps
-from autoscaler.actuators.terraform import BakedImage, ImageChoice, PoolPlan, TerraformSettings
+from autoscaler.actuators.terraform import (
+    BakedImage,
+    ImageChoice,
+    PoolPlan,
+    PoolWorkspace,
+    TerraformSettings,
+)
 from autoscaler.actuators.terraform.bake import bake_tf
 from autoscaler.actuators.terraform.preview import preview_pool
 from autoscaler.actuators.terraform.rootmodule import HASH_TAG, main_tf, tfvars
@@ -130,3 +136,17 @@ def test_the_bake_root_module_images_the_builder_only_when_asked(tmp_path: Path)
     assert image["tags"][HASH_TAG] == HASH and image["name"] == "img-1"
     assert main["terraform"]["backend"] == {"local": {"path": "terraform.tfstate"}}
     assert "TOKEN=abc" not in json.dumps(main)  # no user data on the builder
+
+
+def test_a_hold_left_by_a_plan_does_not_reach_a_refresh_or_destroy(tmp_path: Path) -> None:
+    ws = PoolWorkspace(TerraformSettings(workdir=tmp_path, regions={"aws/us-east-1": INPUTS}),
+                       "vision", "v100", "aws", "us-east-1", image=BakedImage(HASH, "hold"))
+    tfvars = ws.dir / "terraform.tfvars.json"
+    ws.write_config(TWO)  # what plan() and converge() write: TWO launches
+    assert json.loads(tfvars.read_text())["hold_if_stale"] is True
+    ws.write_config()  # what init() writes before refresh() and destroy_all()
+    assert json.loads(tfvars.read_text()) == {**tfvars_of(TWO), "hold_if_stale": False}
+
+
+def tfvars_of(nodes: NodeMap) -> dict[str, object]:
+    return json.loads(json.dumps(tfvars(nodes, INPUTS)))

@@ -111,11 +111,19 @@ class PoolWorkspace:
                                   self.region, self.inputs, self.shard, self.image)
         _write_if_changed(self.dir / "main.tf.json", json.dumps(main, indent=2) + "\n")
         _write_if_changed(self.dir / "terraformrc", rootmodule.cli_config(self.settings))
-        if nodes is not None or not (self.dir / "terraform.tfvars.json").exists():
+        tfvars = self.dir / "terraform.tfvars.json"
+        if nodes is not None or not tfvars.exists():
             launching = bool(set(nodes or {}) - set(self.applied_nodes()))
-            rootmodule.write_private(self.dir / "terraform.tfvars.json", json.dumps(
+            rootmodule.write_private(tfvars, json.dumps(
                 rootmodule.tfvars(nodes or {}, self.inputs, self.image, launching),
                 indent=2) + "\n")
+        elif self.image is not None:
+            # A refresh or destroy launches nothing: a hold left by the last plan must not
+            # fail it (when_stale: hold).
+            values = json.loads(tfvars.read_text())
+            if values.get("hold_if_stale"):
+                values["hold_if_stale"] = False
+                rootmodule.write_private(tfvars, json.dumps(values, indent=2) + "\n")
 
     def applied_nodes(self) -> NodeMap:
         path = self.dir / "applied-nodes.json"
