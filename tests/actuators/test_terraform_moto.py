@@ -260,14 +260,15 @@ def test_a_baked_pool_launches_from_its_image_and_a_driver_change_makes_it_stale
     assert ws.apply(ws.pending_plan()).ok
     assert image_of() == {"vision-baked-1": made["newer"], "vision-baked-2": MOTO_AMI}
 
-    # 3. when_stale: hold refuses a plan that launches, naming the hash; a removal still goes.
+    # 3. when_stale: hold: a removal still plans; a plan that launches is refused, naming
+    # the hash; the refused plan's hold does not stop the pool's destroy.
     ws = workspace(h535, "hold")
-    three = {**two, "vision-baked-3": NodeSpec(instance_type="g4dn.xlarge", market=OD)}
-    with pytest.raises(TerraformError, match=f"stale: no image tagged {HASH_TAG}={h535}"):
-        ws.plan(three)
     plan = ws.plan(one)  # planned, not applied: an apply costs ~15 s of CPU
     assert [(c.node, c.action) for c in plan.changes] == [("vision-baked-2", "destroy")]
     assert plan.image is not None and plan.image.stale
+    three = {**two, "vision-baked-3": NodeSpec(instance_type="g4dn.xlarge", market=OD)}
+    with pytest.raises(TerraformError, match=f"stale: no image tagged {HASH_TAG}={h535}"):
+        ws.plan(three)
     ws.destroy_all()
     assert image_of() == {}
 
