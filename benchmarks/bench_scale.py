@@ -310,6 +310,9 @@ def run(args: argparse.Namespace) -> int:
         kube = stack.kube.kube
         config = render_service_config(stack)
         config["store"] = {"url": url}
+        config.setdefault("executor", {})["cloud_list_interval"] = args.cloud_list_interval
+        config["clouds"]["aws"]["read_timeout"] = args.aws_read_timeout
+        config["signals"]["kubernetes"]["timeout"] = args.kube_timeout
         write_yaml(root / "service.yaml", config)
         env = {**os.environ, **stack.env(), "PYTHONPATH": os.pathsep.join(
             [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
@@ -477,6 +480,15 @@ def main() -> int:
                         "pools of 250 among 20): instead of --nodes split evenly over --pools")
     parser.add_argument("--tick", default="2s", help="the service's tick interval")
     parser.add_argument("--hold", type=float, default=30.0, help="seconds at peak")
+    parser.add_argument("--cloud-list-interval", default="0s",
+                        help="executor.cloud_list_interval: the reconciler's full listing; "
+                        "moto renders ~20 ms of CPU per instance listed")
+    parser.add_argument("--kube-timeout", default="5s",
+                        help="signals.kubernetes.timeout, the drainer's too (the project's "
+                        "API server lists 1,000 nodes in more than 5 s on a loaded machine)")
+    parser.add_argument("--aws-read-timeout", default="10s",
+                        help="clouds.aws.read_timeout (a 1,000-instance listing from moto "
+                        "takes ~20 s on 2 cores)")
     parser.add_argument("--keep", type=float, default=0.1,
                         help="share of each pool's nodes whose pods keep running in the drain")
     parser.add_argument("--timeout", type=float, default=1200.0, help="per phase, seconds")

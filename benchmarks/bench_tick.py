@@ -12,14 +12,20 @@ report one pending 4-GPU job per wanted node.
 Ticks: one with nothing to do (warm-up), then the launch tick (every pool's jobs pending at
 once: it records and submits N launches), ``--ticks`` more while the applies are held (the
 N nodes PROVISIONING), then the applies are released and ``--ticks`` more run (the nodes
-settle: BOOTSTRAPPING, bootstrap, READY). Each tick prints its stages (``TickReport.stages``:
-wall and the tick thread's CPU seconds) and its SQL statements (the tick thread's only, not
-the workers').
+settle: BOOTSTRAPPING, bootstrap). Then the drain: "ready" ticks until every node is READY
+(each joined the fake cluster and reported running its job), then the jobs are gone and
+every node reports idle GPUs; once the nodes have been READY for the pools' ``idle_for``,
+the drain tick records and submits a Drain of every node at once (``drain_*`` on the last
+line: that tick, its submit stage, its statements, and how many nodes it and the drain
+steps it started took past READY). Each tick prints its stages (``TickReport.stages``: wall
+and the tick thread's CPU seconds) and its SQL statements (the tick thread's only, not the
+workers').
 
     python benchmarks/bench_tick.py [--nodes 200] [--pools 4] [--sqlite] [--leader]
 
 Last line: nodes=<n> launch_tick_s=<a> launch_tick_cpu_s=<b> launch_submit_s=<c>
-launch_statements=<d> inflight_tick_s_max=<e> settle_tick_s_max=<f>
+launch_statements=<d> inflight_tick_s_max=<e> settle_tick_s_max=<f> drained=<g>
+drain_tick_s=<h> drain_tick_cpu_s=<i> drain_submit_s=<j> drain_statements=<k>
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,8 +58,8 @@ from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import Executor, ExecutorSettings
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.wiring import Overrides, build_service
-from tests.builders import pending
-from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeTerraform
+from tests.builders import busy, idle, pending
+from tests.fakes import FakeAnsible, FakeCloud, FakeDrainer, FakeScheduler, FakeTerraform
 from tests.service.service_fakes import FakePrices, FakeSignals
 
 S = NodeState
@@ -134,8 +140,9 @@ def build(url: str, work: Path, sizes: list[int], leader: bool) -> tuple[Any, ..
                                    "bootstrap": settings.bootstrap_parallelism,
                                    "drain": settings.drain_parallelism})
     policies: dict[str, Any] = {}
+    k8s = FakeDrainer("kubernetes")
     executor = Executor(store, lambda: policies["now"](), tf, ansible,
-                        {"kubernetes": FakeDrainer("kubernetes"), "none": no_drainer()},
+                        {"kubernetes": k8s, "none": no_drainer()},
                         lambda node: "127.0.0.1" if node.instance_id else None, settings,
                         default_catalog(), utc_now, runner=runner)
     reconciler = Reconciler(store, tf, lambda cloud_, region: cloud, settings, utc_now,
@@ -145,7 +152,7 @@ def build(url: str, work: Path, sizes: list[int], leader: bool) -> tuple[Any, ..
         signals=signals, prices=FakePrices(), store=store, executor=executor,
         reconciler=reconciler))
     policies["now"] = service.loop.policies
-    return service, store, signals, held, executor
+    return service, store, signals, held, executor, k8s.scheduler
 
 
 def line(name: str, report: TickReport, wall: float, statements: int) -> str:
@@ -158,7 +165,8 @@ def run(args: argparse.Namespace) -> None:
              for i in range(args.pools)]
     with tempfile.TemporaryDirectory(prefix="bench-tick-") as tmp, \
             store_url(args.sqlite, Path(tmp)) as (url, what):
-        service, store, signals, held, executor = build(url, Path(tmp), sizes, args.leader)
+        service, store, signals, held, executor, cluster = build(url, Path(tmp), sizes,
+                                                                   args.leader)
         counted = Statements(store)
         print(f"{sum(sizes)} nodes over {len(sizes)} pools {sizes}; store: {what}; leader "
               f"fence: {'on' if args.leader else 'off'}; load average "
@@ -175,6 +183,7 @@ def run(args: argparse.Namespace) -> None:
             print(line(f"{phase} (launching after: {launching})", report, wall,
                        counted.count - before), flush=True)
 
+        drained = 0
         try:
             tick("warm-up")
             signals.pools = {f"{TEAM}/p{i}": PoolObservation(pending=pending(*[GPUS] * size))
@@ -189,6 +198,7 @@ def run(args: argparse.Namespace) -> None:
                 time.sleep(args.gap)
                 tick("settle")
                 executor.wait(120)
+            drained = drain(store, signals, cluster, tick, executor, args.gap)
         finally:
             held.go.set()
             executor.close()
@@ -200,7 +210,47 @@ def run(args: argparse.Namespace) -> None:
               f"launch_submit_s={submit.seconds if submit else float('nan'):.3f} "
               f"launch_statements={statements} "
               f"inflight_tick_s_max={max((r[0] for r in results.get('in flight', [])), default=0):.3f} "
-              f"settle_tick_s_max={max((r[0] for r in results.get('settle', [])), default=0):.3f}")
+              f"settle_tick_s_max={max((r[0] for r in results.get('settle', [])), default=0):.3f} "
+              f"{drain_figures(results.get('drain', []), drained)}")
+
+
+IDLE_FOR_S = 10  # write_policy's scale_down.idle_for
+READY_WAIT_S = 300
+LAUNCHING = [S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING]
+
+
+def drain(store: FleetStore, signals: FakeSignals, cluster: FakeScheduler,
+          tick: Callable[[str], None], executor: Executor, gap: float) -> int:
+    """The nodes made READY (each joined the cluster and runs its job, so none is idle yet:
+    "ready" ticks until none is launching, at most READY_WAIT_S), then no jobs and every
+    node idle; once the READY nodes are past ``idle_for``, the drain tick (Drain of every
+    one of them in one plan). Returns how many nodes that tick and the drain steps it
+    started took past READY."""
+    signals.pools = {key: PoolObservation() for key in signals.pools}
+    signals.nodes = {n.name: busy(95.0, GPUS) for n in store.nodes()}
+    for name in signals.nodes:
+        cluster.join(name, GPUS)
+    deadline = time.monotonic() + READY_WAIT_S
+    while store.nodes(states=LAUNCHING) and time.monotonic() < deadline:
+        time.sleep(gap)
+        tick("ready")
+        executor.wait(120)
+    ready = store.nodes(states=[S.READY])
+    signals.nodes = {n.name: idle(0.0, GPUS) for n in ready}
+    last_ready = max((n.ready_at for n in ready if n.ready_at), default=utc_now())
+    time.sleep(max(0.0, (last_ready - utc_now()).total_seconds() + IDLE_FOR_S + 1.5))
+    tick("drain")
+    return len(store.nodes(states=[S.DRAINING, S.DRAINED, S.TERMINATING, S.TERMINATED]))
+
+
+def drain_figures(ticks: list[tuple[float, float, int, TickReport]], drained: int) -> str:
+    if not ticks:
+        return "drained=0"
+    [(wall, cpu, statements, report)] = ticks
+    submit = report.stages.get("submit")
+    return (f"drained={drained} drain_tick_s={wall:.3f} drain_tick_cpu_s={cpu:.3f} "
+            f"drain_submit_s={submit.seconds if submit else float('nan'):.3f} "
+            f"drain_statements={statements}")
 
 
 def main() -> None:

@@ -26,12 +26,15 @@ from autoscaler.clouds.base import (
 
 
 def connect(cloud: str, region: str, *, endpoint: str | None = None,
-            catalog: Catalog | None = None) -> CloudMarket:
-    """The adapter for ``cloud`` in ``region``; ``endpoint`` overrides the API endpoint."""
+            catalog: Catalog | None = None, read_timeout: float | None = None) -> CloudMarket:
+    """The adapter for ``cloud`` in ``region``; ``endpoint`` overrides the API endpoint,
+    ``read_timeout`` (seconds) the AWS adapter's."""
     if cloud == "aws":
         from autoscaler.clouds.aws import AwsCloud, AwsSettings
 
-        return AwsCloud(region, settings=AwsSettings(endpoint_url=endpoint), catalog=catalog)
+        settings = AwsSettings(endpoint_url=endpoint, read_timeout=AwsSettings.read_timeout
+                               if read_timeout is None else read_timeout)
+        return AwsCloud(region, settings=settings, catalog=catalog)
     if cloud == "alicloud":
         from autoscaler.clouds.alicloud import AlicloudCloud, AlicloudSettings
 

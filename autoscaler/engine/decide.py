@@ -24,6 +24,7 @@ from autoscaler.engine.quota import Ledger
 from autoscaler.engine.scale_down import (
     broken,
     consolidate,
+    consolidate_group,
     expired,
     idle,
     over_max,
@@ -112,12 +113,18 @@ class _Decision:
         self.launched: dict[str, list[NewNode]] = {}
         self.blocked: dict[str, int] = {}
         self.evidence: return_to_spot.SpotEvidence | None = None  # built when a pool asks
+        # Pools of a placement group whose consolidation waits for every pool's own
+        # scale-down: the group's free room is known only then.
+        self.consolidating: list[PoolContext] = []
+        self.moved_in: dict[str, int] = {}  # consolidate-move launches into a pool this tick
+        self.free_room: consolidate_group.FreeRoom | None = None  # built when a pool asks
 
     def run(self) -> Plan:
         growth = {c.key: self._isolated([c], "scale-up", self._scale_up, c) or Growth()
                   for c in self.contexts}
         for ctx in self.contexts:
             self._isolated([ctx], "scale-down", self._scale_down, ctx, growth[ctx.key])
+        self._consolidate_groups(growth)
         by_team: dict[str, list[PoolContext]] = {}
         for ctx in self.contexts:
             by_team.setdefault(ctx.team, []).append(ctx)
@@ -202,7 +209,8 @@ class _Decision:
                     f"({move.evidence}): its replacement is refused by {refused}")))
 
     def _room(self, ctx: PoolContext) -> int:
-        return ctx.pool.max_nodes - ctx.size - len(self.launched.get(ctx.key, []))
+        return (ctx.pool.max_nodes - ctx.size - len(self.launched.get(ctx.key, []))
+                - self.moved_in.get(ctx.key, 0))
 
     def _group_mates(self, ctx: PoolContext) -> list[PoolContext]:
         """The other pools of ctx's placement group that are decided this tick."""
@@ -274,7 +282,7 @@ class _Decision:
             return
         for action in expired.candidates(ctx, self.prices, self.now, budget):
             self._replace(ctx, action, budget)
-        if g.new or g.cancels or g.has_demand:
+        if _wants(g):
             return  # capacity is wanted here; idle nodes will take the pending jobs
         last = max((t for t in (ctx.history.last_scale_up_at, ctx.history.last_scale_down_at)
                     if t is not None), default=None)
@@ -287,11 +295,41 @@ class _Decision:
                             f"{format_duration(cooldown)} since the last scaling at {last:%H:%M:%S}")))
             return
         self.actions += idle.candidates(ctx, self.prices, self.now, budget)
-        for move in consolidate.candidates(ctx, self.prices, self.now, budget):
+        if ctx.pool.scale_down.consolidate_below is not None and self._group_mates(ctx):
+            self.consolidating.append(ctx)  # after every pool's own scale-down
+            return
+        self._consolidate(ctx, budget, None)
+
+    def _consolidate(self, ctx: PoolContext, budget: Budget,
+                     elsewhere: consolidate_group.Elsewhere | None) -> None:
+        for move in consolidate.candidates(ctx, self.prices, self.now, budget, elsewhere):
             if isinstance(move, Replace):
                 self._replace(ctx, move, budget)
             else:
                 self.actions.append(move)
+                if isinstance(move, Launch):
+                    self.moved_in[move.pool] = self.moved_in.get(move.pool, 0) + 1
+
+    def _consolidate_groups(self, growth: dict[str, Growth]) -> None:
+        """Placement-group pools: drains of nodes whose replacement in another pool of the
+        group is READY, then consolidation that may use the group's other pools."""
+        grouped = [c for c in self.contexts if self._groups[c.key] is not None]
+        for ctx in grouped:
+            self._isolated([ctx], "consolidation", self._finish_moves, ctx)
+        for ctx in self.consolidating:
+            self._isolated([ctx], "consolidation", self._consolidate_across, ctx, growth)
+
+    def _finish_moves(self, ctx: PoolContext) -> None:
+        self.actions += consolidate_group.finish(ctx, self.budgets, self._group_mates(ctx))
+
+    def _consolidate_across(self, ctx: PoolContext, growth: dict[str, Growth]) -> None:
+        if self.free_room is None:
+            self.free_room = consolidate_group.FreeRoom(self.prices)
+        mates = [consolidate_group.Mate(c, self.budgets[c.key], self._room(c), _wants(growth[c.key]))
+                 for c in self._group_mates(ctx)]
+        elsewhere = consolidate_group.Elsewhere(ctx, mates, self.prices, self.free_room,
+                                                partial(self.ledger.admit, ctx.team))
+        self._consolidate(ctx, self.budgets[ctx.key], elsewhere)
 
     def _replace(self, ctx: PoolContext, action: Replace, budget: Budget) -> None:
         node = budget.taken[action.node]
@@ -399,6 +437,11 @@ class _Decision:
                 broken_held=len(ctx.sick) if self.broken_held is not None else 0,
             )
         return out
+
+
+def _wants(g: Growth) -> bool:
+    """Whether the pool's pending jobs or floors want capacity this tick."""
+    return bool(g.new or g.cancels or g.has_demand)
 
 
 def _launches(key: str, new: list[NewNode]) -> list[Launch]:

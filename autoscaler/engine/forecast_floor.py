@@ -19,6 +19,7 @@ from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
+from autoscaler.model.plan import MOVES
 from autoscaler.model.snapshot import ForecastFloor
 
 
@@ -31,7 +32,7 @@ def raise_floor(ctx: PoolContext, forecast: ForecastFloor | None, prices: Prices
 
 def raise_headroom(ctx: PoolContext, prices: Prices) -> None:
     """Free GPUs: whole free GPUs of busy serving nodes (as the scheduler reports them;
-    none without a report) and in-flight nodes' GPUs (not a return-to-spot replacement's,
+    none without a report) and in-flight nodes' GPUs (not a make-before-break replacement's,
     promised to the jobs it moves), less what the pending jobs ask for."""
     want = ctx.pool.scale_up.headroom_gpus
     if want <= 0:
@@ -60,7 +61,7 @@ def _busy(ctx: PoolContext) -> list[Node]:
 
 def _whole_free(ctx: PoolContext, node: Node, prices: Prices) -> int:
     if node.state is not NodeState.READY:
-        return 0 if node.launched_for == "return-to-spot" else prices.node_gpus(node)
+        return 0 if node.launched_for in MOVES else prices.node_gpus(node)
     sched = ctx.observation(node).scheduler
     if sched is None or not sched.places_jobs:
         return 0

@@ -44,11 +44,11 @@ from itertools import chain
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Offer, Prices
-from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.scale_down.budget import Budget, drain_replaced
 from autoscaler.engine.spread import ZoneSpread
 from autoscaler.model.lifecycle import FAILED, GRANTED, NodeState
 from autoscaler.model.node import Node
-from autoscaler.model.plan import Action, Drain, Hold, Launch
+from autoscaler.model.plan import Action, Launch
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market, ReturnToSpot
@@ -144,18 +144,8 @@ def finish(ctx: PoolContext, budgets: dict[str, Budget],
         where = "" if home is ctx else f" of {ctx.key}"
         why = (f"{home.key}: {new.name}{where} ({new.instance_type} spot in {new.zone}) is READY "
                f"in place of fallback on-demand {old.name}")
-        if home.data_missing:
-            out.append(Hold(pool=home.key, what="scale-down", reason=(
-                f"{why}; its drain waits: {home.data_missing}")))
-            continue
-        if not budget.can_swap(old):
-            out.append(Hold(pool=home.key, what="scale-down", reason=(
-                f"{why}; its drain waits: max_draining_percent "
-                f"{home.pool.scale_down.max_draining_percent:g} reached")))
-            continue
-        budget.swap(old)
-        out.append(Drain(pool=home.key, node=old.name, trigger="spot-returned", reason=(
-            f"{why}; draining {old.name} (checkpoint signal now, its jobs restart on spot)")))
+        out.append(drain_replaced(home, old, budget, why, "spot-returned",
+                                  " (checkpoint signal now, its jobs restart on spot)"))
     return out
 
 

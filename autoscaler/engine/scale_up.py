@@ -20,6 +20,7 @@ from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down import unhealthy
 from autoscaler.engine.spread import ZoneSpread
 from autoscaler.model.node import Node
+from autoscaler.model.plan import MOVES
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market
 
@@ -122,7 +123,7 @@ def live_bins(ctx: PoolContext, prices: Prices) -> Iterator[Bin]:
             yield Bin.observed(sched.gpus_total, sched.gpus_allocated, sched.gpus_free,
                                most=gpus, node=node, gpu_model=model)
     for node in ctx.in_flight:
-        if node.launched_for != "return-to-spot":  # promised to the jobs it moves
+        if node.launched_for not in MOVES:  # promised to the jobs it moves
             gpus, model = prices.node_type(node)
             yield Bin.empty(gpus, node=node, gpu_model=model)
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import create_engine, event, insert, select, update
+from sqlalchemy import Table, bindparam, create_engine, event, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -130,6 +130,47 @@ def _lock_rows(s: Session, names: set[str]) -> dict[str, NodeRow]:
              .order_by(NodeRow.name).with_for_update())
         out.update((row.name, row) for row in s.scalars(q))
     return out
+
+
+def _runs(changes: Sequence[NodeChange]) -> Iterator[list[NodeChange]]:
+    """``changes`` in order, as runs written together: consecutive creates; consecutive
+    moves of distinct nodes (a node moved twice starts a new run); any other change alone."""
+    run: list[NodeChange] = []
+    for change in changes:
+        joins = run and type(change) is type(run[0]) and (
+            isinstance(change, Create) or (isinstance(change, Move) and change.node not in {
+                m.node for m in run if isinstance(m, Move)}))
+        if run and not joins:
+            yield run
+            run = []
+        run.append(change)
+        if not isinstance(change, Create | Move):
+            yield run
+            run = []
+    if run:
+        yield run
+
+
+def _row(s: Session, name: str, locked: dict[str, NodeRow]) -> NodeRow:
+    row = locked.get(name) or s.get(NodeRow, name, with_for_update=True)
+    if row is None:
+        raise UnknownNodeError(f"no node named {name!r} in the store")
+    return row
+
+
+def _values(change: Move | Patch, row: NodeRow) -> dict[str, Any]:
+    """The columns ``change`` writes besides the state: its fields and, when its progress
+    changes (or it fails the node, remembered like ready_at for READY), ``meta``."""
+    values: dict[str, Any] = change.fields.given()
+    failed = isinstance(change, Move) and change.to in FAILED
+    if change.progress is not None or failed:
+        progress = _progress_of(row.meta)
+        if change.progress is not None:
+            progress = _updated(progress, change.progress)
+        if isinstance(change, Move) and failed:
+            progress = progress.model_copy(update={"failure": f"{change.to}: {change.reason}"})
+        values["meta"] = _meta(row.meta, progress)
+    return values
 
 
 def _new_row(change: Create, name: str, now: datetime) -> dict[str, Any]:
@@ -322,62 +363,79 @@ class FleetStore:
 
         Consecutive creates are written together: a pool's counter is locked and read
         once, the names checked in one query and the rows inserted in one statement each
-        (a launch of 100 nodes is a handful of statements, not 400)."""
+        (a launch of 100 nodes is a handful of statements, not 400). Consecutive moves of
+        distinct nodes too: one compare-and-set UPDATE for all of them (per set of columns
+        written), their transitions in one INSERT (a drain of 100 nodes, likewise)."""
         # Progress is read-modify-written: the row is locked from the read on (FOR UPDATE;
         # SQLite, without row locks, takes its write lock up front with BEGIN IMMEDIATE), so
         # the tick, the operation workers and the notice loop never lose each other's fields.
         with self._write(read_first=any(isinstance(c, Move | Patch) for c in changes)) as s:
             locked = _lock_rows(s, {c.node for c in changes if isinstance(c, Move | Patch)})
             out: list[Node] = []
-            creates: list[Create] = []
-            for change in changes:
-                if isinstance(change, Create):
-                    creates.append(change)
-                    continue
-                out += self._create_all(s, creates, now)
-                creates = []
-                out.append(self._apply_one(s, change, now, locked))
-            out += self._create_all(s, creates, now)
+            for run in _runs(changes):  # a run is of one kind: the filters keep all of it
+                first = run[0]
+                if isinstance(first, Create):
+                    out += self._create_all(s, [c for c in run if isinstance(c, Create)], now)
+                elif isinstance(first, Move):
+                    out += self._move_all(s, [m for m in run if isinstance(m, Move)], now, locked)
+                else:
+                    out.append(self._apply_one(s, first, now, locked))
             s.flush()
             return out
 
-    def _apply_one(self, s: Session, change: Move | Patch | Adopt, now: datetime,
+    def _apply_one(self, s: Session, change: Patch | Adopt, now: datetime,
                    locked: dict[str, NodeRow]) -> Node:
         if isinstance(change, Adopt):
             return self._adopt(s, change)
-        row = locked.get(change.node) or s.get(NodeRow, change.node, with_for_update=True)
-        if row is None:
-            raise UnknownNodeError(f"no node named {change.node!r} in the store")
-        values: dict[str, Any] = change.fields.given()
-        failed = isinstance(change, Move) and change.to in FAILED
-        if change.progress is not None or failed:
-            progress = _progress_of(row.meta)
-            if change.progress is not None:
-                progress = _updated(progress, change.progress)
-            if isinstance(change, Move) and failed:
-                # Like ready_at for READY: a failure is remembered after the node is gone.
-                progress = progress.model_copy(update={"failure": f"{change.to}: {change.reason}"})
-            values["meta"] = _meta(row.meta, progress)
-        if isinstance(change, Patch):
-            for key, value in values.items():
-                setattr(row, key, value)
-            return _to_node(row)
-        current = NodeState(row.state)
-        check_transition(change.node, current, change.to)
-        values.update(state=change.to.value, state_since=now, reason=change.reason)
-        if change.to is NodeState.READY and "ready_at" not in values and row.ready_at is None:
-            values["ready_at"] = now
-        result = s.execute(update(NodeRow).where(NodeRow.name == change.node,
-                                                 NodeRow.state == current.value).values(**values))
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            raise ConcurrentUpdateError(f"node {change.node} changed state concurrently")
-        s.add(TransitionRow(node=change.node, from_state=current.value, to_state=change.to.value,
-                            at=now, reason=change.reason))
-        if change.to is NodeState.DRAINING and change.cooldown == "down":
-            self._history(s, pool_key(row.team, row.pool)).last_scale_down_at = now
+        row = _row(s, change.node, locked)
+        for key, value in _values(change, row).items():
+            setattr(row, key, value)
+        return _to_node(row)
+
+    def _move_all(self, s: Session, moves: Sequence[Move], now: datetime,
+                  locked: dict[str, NodeRow]) -> list[Node]:
+        """Moves of distinct nodes, each checked against the lifecycle table and
+        compare-and-set on the state it leaves, in one UPDATE per set of columns written
+        (executemany), the transitions in one INSERT, and each pool whose scale-down
+        cooldown restarts written once; the rows are read back in one query."""
+        s.flush()  # what this write changed before (a patch) first
+        rows = [_row(s, m.node, locked) for m in moves]
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        transitions: list[dict[str, Any]] = []
+        cooled: set[str] = set()
+        for change, row in zip(moves, rows, strict=True):
+            current = NodeState(row.state)
+            check_transition(change.node, current, change.to)
+            values = _values(change, row)
+            values.update(state=change.to.value, state_since=now, reason=change.reason)
+            if change.to is NodeState.READY and "ready_at" not in values and row.ready_at is None:
+                values["ready_at"] = now
+            groups.setdefault(tuple(sorted(values)), []).append(
+                {"b_name": change.node, "b_from": current.value,
+                 **{f"v_{k}": v for k, v in values.items()}})
+            transitions.append({"node": change.node, "from_state": current.value,
+                                "to_state": change.to.value, "at": now, "reason": change.reason})
+            if change.to is NodeState.DRAINING and change.cooldown == "down":
+                cooled.add(pool_key(row.team, row.pool))
+        table = cast(Table, NodeRow.__table__)
+        for columns, params in groups.items():
+            stmt = (update(table).where(table.c.name == bindparam("b_name"),
+                                        table.c.state == bindparam("b_from"))
+                    .values({c: bindparam(f"v_{c}", type_=table.c[c].type) for c in columns}))
+            if s.execute(stmt, params).rowcount != len(params):  # type: ignore[attr-defined]
+                names = [p["b_name"] for p in params]
+                raise ConcurrentUpdateError(
+                    f"{len(params)} nodes moved, but not all from the state they were read in: "
+                    f"one of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} changed "
+                    "concurrently")
+        s.execute(insert(TransitionRow), transitions)
+        for key in sorted(cooled):
+            self._history(s, key).last_scale_down_at = now
         s.flush()
-        s.expire(row)
-        return _to_node(s.get(NodeRow, change.node))  # type: ignore[arg-type]
+        for row in rows:
+            s.expire(row)
+        fresh = _lock_rows(s, {m.node for m in moves})  # read back (locked already)
+        return [_to_node(fresh[m.node]) for m in moves]
 
     def _create_all(self, s: Session, creates: Sequence[Create], now: datetime) -> list[Node]:
         """REQUESTED nodes with their pools' next names, in the order given: each pool's
@@ -465,9 +523,19 @@ class FleetStore:
                     for r in s.scalars(q)]
 
     def set_action_status(self, action_id: int, status: str, now: datetime, detail: str = "") -> None:
+        self.set_action_statuses({action_id: (status, detail)}, now)
+
+    def set_action_statuses(self, statuses: Mapping[int, tuple[str, str]], now: datetime) -> None:
+        """Several actions' (status, detail) in one transaction and one statement."""
+        if not statuses:
+            return
+        table = cast(Table, ActionRow.__table__)
         with self._write() as s:
-            s.execute(update(ActionRow).where(ActionRow.id == action_id)
-                      .values(status=status, detail=detail, updated_at=now))
+            s.execute(update(table).where(table.c.id == bindparam("b_id"))
+                      .values(status=bindparam("b_status"), detail=bindparam("b_detail"),
+                              updated_at=now),
+                      [{"b_id": action_id, "b_status": status, "b_detail": detail}
+                       for action_id, (status, detail) in statuses.items()])
 
     def audit(self, event_name: str, detail: str, now: datetime, *, actor: str = "autoscaler",
               pool: str | None = None, node: str | None = None) -> None:

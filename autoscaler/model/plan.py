@@ -27,14 +27,22 @@ class Launch(_Action):
     gpus_per_node: int
     hourly_usd: float = Field(description="Price of one node, $/h.")
     # return-to-spot: a spot node for a fallback on-demand node (``replaces``), drained once
-    # this one is READY (engine/return_to_spot.py)
-    trigger: Literal["pending", "utilization", "floor", "interruption", "return-to-spot"]
+    # this one is READY (engine/return_to_spot.py); consolidate-move: a cheaper node in
+    # another pool of the placement group for a fragmented node (``replaces``), drained
+    # once this one is READY (engine/scale_down/consolidate_group.py)
+    trigger: Literal["pending", "utilization", "floor", "interruption", "return-to-spot",
+                     "consolidate-move"]
     replaces: list[str] = Field(
         default_factory=list, description="Interrupted nodes this launch stands in for."
     )
     fallback_from_spot: bool = Field(
         False, description="On-demand because spot was refused or the jobs waited max_wait: "
         "a candidate to move back to spot.")
+
+
+# Launches promised to the jobs of the node they replace (make-before-break moves): while
+# they boot, they are no room for other pending jobs.
+MOVES = frozenset({"return-to-spot", "consolidate-move"})
 
 
 class Drain(_Action):

@@ -69,9 +69,10 @@ class Markets:
             return AwsCloud(region, catalog=self.catalog, settings=AwsSettings(
                 endpoint_url=aws.endpoint_url, queue_url=aws.sqs_queue_urls[region],
                 dead_letter_url=aws.dead_letter_queue_urls.get(region),
-                account_id=aws.account_id, notice_regions=aws.notice_regions()))
+                account_id=aws.account_id, notice_regions=aws.notice_regions(),
+                read_timeout=aws.read_timeout.total_seconds()))
         return connect(cloud, region, endpoint=self.config.clouds.endpoint(cloud),
-                       catalog=self.catalog)
+                       catalog=self.catalog, read_timeout=aws.read_timeout.total_seconds())
 
     def interruption_clouds(self) -> list[CloudMarket]:
         """Regions whose spot notices are read: AWS regions with a queue, Alibaba regions."""

@@ -192,11 +192,14 @@ def test_a_dynamic_node_slurm_will_not_delete_is_set_down_and_said(
     cluster.wait_node_state(name, {"idle"}, 30)
     job = cluster.submit("sleep 600", gpus=1, nodelist=name, name="pinned")
     cluster.wait_job_state(job, {"RUNNING"}, 30)
+    # The instance is gone (forget's premise), its job still counted by slurmctld. A live
+    # slurmd would re-register and ReturnToService=2 would make the node idle again (this
+    # test was flaky under load while the slurmd ran on).
+    cluster.stop_slurmd(name)
     with pytest.raises(DrainError, match=f"{name} set DOWN; slurmctld refused to delete it"):
         dynamic.forget(make_node(name))
     assert cluster.node_state(name).startswith("down")  # nothing new is scheduled there
     cluster.run(["scancel", job], check=True)
-    cluster.stop_slurmd(name)
     wait_until(lambda: cluster.job_state(job) in {"CANCELLED", "UNKNOWN"}, 30, "the job to end")
     dynamic.forget(make_node(name))  # a later forget deletes it
     assert name not in cluster.node_names()

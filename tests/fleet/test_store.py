@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.engine import decide
 from autoscaler.fleet.store import ConcurrentUpdateError, Fenced, FleetStore, LeaseToken
-from autoscaler.model.changes import Adopt, Create
+from autoscaler.model.changes import Adopt, Create, Move, NodeFields, Patch
 from autoscaler.model.lifecycle import IllegalTransitionError, NodeState
 from autoscaler.model.plan import Drain, Hold, Plan
 from autoscaler.model.progress import LaunchSpec, NodeProgress
@@ -237,3 +237,39 @@ def test_audit_log(store):
     store.audit("policy-error", "vision.yaml:3:1: bad", NOW, pool="vision/train")
     (row,) = store.audit_log()
     assert row.event == "policy-error" and row.pool == "vision/train"
+
+
+def test_a_batch_of_moves_is_a_few_statements_whatever_its_size(store):
+    """Moves of distinct nodes are one compare-and-set UPDATE, their transitions one
+    INSERT, the rows read back in one query (a drain of 100 nodes is not 400 statements)."""
+    made = store.apply([launch_of("vision", "train") for _ in range(122)], NOW)
+    names = [n.name for n in made]
+
+    def moves(part):
+        return [Move(n, NodeState.TERMINATING, f"cancelled {n}") for n in part]
+
+    with counted(store) as small:
+        store.apply(moves(names[:2]), NOW)
+    with counted(store) as big:
+        moved = store.apply(moves(names[2:]), NOW)
+    assert len(big) <= len(small)
+    assert [n.name for n in moved] == names[2:]  # in the order given
+    assert {n.state for n in moved} == {NodeState.TERMINATING}
+    assert store.transitions(names[50])[-1].reason == f"cancelled {names[50]}"
+
+
+def test_moves_and_patches_of_one_node_in_one_batch_apply_in_order(store):
+    name = new(store).name
+    out = store.apply([Move(name, NodeState.PROVISIONING, "apply"),
+                       Patch(name, NodeFields(instance_id="i-9")),
+                       Move(name, NodeState.BOOTSTRAPPING, "created", NodeFields(address="10.0.0.9"))],
+                      NOW)
+    assert [n.state for n in out] == [NodeState.PROVISIONING, NodeState.PROVISIONING,
+                                      NodeState.BOOTSTRAPPING]
+    assert out[-1].instance_id == "i-9" and out[-1].address == "10.0.0.9"
+    assert [t.to_state for t in store.transitions(name)] == ["REQUESTED", "PROVISIONING",
+                                                             "BOOTSTRAPPING"]
+    with pytest.raises(IllegalTransitionError):  # all or none: the first move is undone too
+        store.apply([Move(name, NodeState.READY, "joined"), Move(name, NodeState.READY, "again")],
+                    NOW)
+    assert store.get(name).state is NodeState.BOOTSTRAPPING

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from autoscaler.sandbox.fakes.nvidia_smi import mig_minors
+
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
                                 reason="ansible-playbook not installed")
 
@@ -43,18 +45,6 @@ LCI = """\
 |   1      2       MIG 3g.40gb          2         0          0:3     |
 +--------------------------------------------------------------------+
 """
-
-
-def mig_minors(gpus: int) -> str:
-    """/proc/driver/nvidia-caps/mig-minors as the driver writes it (15 GPU instances of 8
-    compute instances per GPU)."""
-    lines, minor = ["config 1", "monitor 2"], 3
-    for gpu in range(gpus):
-        for gi in range(15):
-            lines.append(f"gpu{gpu}/gi{gi}/access {minor}")
-            lines += [f"gpu{gpu}/gi{gi}/ci{ci}/access {minor + 1 + ci}" for ci in range(8)]
-            minor += 9
-    return "\n".join(lines) + "\n"
 
 
 PLAYBOOK = """\

@@ -1,9 +1,11 @@
 """playbooks/gpu-node.yml over real SSH on booted fresh Debian 12 hosts, joining a real Slurm.
 
-Five test hosts, each the sandbox's minimal node image booted with systemd in its own
+Six test hosts, each the sandbox's minimal node image booted with systemd in its own
 network namespace: gpu-a/b/c (Slurm pool, 4 fake T4 GPUs each), gpu-d (Slurm pool, but its
-fake nvidia-smi reports 2 of the instance type's 4 GPUs) and gpu-e (Kubernetes pool, with
-a fake kubeadm). The fixture, never the roles, places the fake NVIDIA stack and kubeadm.
+fake nvidia-smi reports 2 of the instance type's 4 GPUs), gpu-e (Kubernetes pool, with
+a fake kubeadm) and gpu-m (Slurm MIG pool: 8 fake A100 40GB in MIG mode, an image that
+already blacklists nouveau; it joins as a dynamic node, the others are declared in
+slurm.conf). The fixture, never the roles, places the fake NVIDIA stack and kubeadm.
 Tasks tagged gpu-hardware (NVIDIA hardware or repositories) and external-repo (pkgs.k8s.io)
 are skipped; everything else runs, services through systemd, and the nvidia_driver role's
 reboot: the fake driver loads only after a boot with nouveau blacklisted.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,14 +33,14 @@ from autoscaler.catalog.catalog import default_catalog
 from autoscaler.engine import decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView, Node
-from autoscaler.model.plan import Replace
-from autoscaler.model.snapshot import NodeObservation, Snapshot
+from autoscaler.model.plan import Launch, Replace
+from autoscaler.model.snapshot import NodeObservation, PoolObservation, Snapshot
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fakes import nvidia_smi
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
 from autoscaler.sandbox.hosts.gpu_nodes import CONTROLLER_ADDRESS, SandboxGpuNodes, controller_address
 from autoscaler.sandbox.hosts.procs import wait_until
-from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
+from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
 from autoscaler.sandbox.services.slurm import SlurmCluster
 from autoscaler.schedulers.slurm.client import SlurmConfig
 from autoscaler.signals.readings import pools_in_priority_order
@@ -54,6 +57,10 @@ pytestmark = [
 CONTROLLER = CONTROLLER_ADDRESS
 SLURM_HOSTS = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
 K8S_HOST = "gpu-e"
+MIG_HOST = "gpu-m"
+# p4d.24xlarge: 8 A100 40GB, each in MIG mode with two 3g.20gb instances (the pool's layout).
+MIG_LAYOUT = ("3g.20gb", "3g.20gb")
+A100_MIG = FakeGpu("NVIDIA A100-SXM4-40GB", memory_mib=40960, mig=MIG_LAYOUT)
 K8S_TOKEN = "abcdef.0123456789abcdef"
 FAKE_KUBEADM = """#!/bin/sh
 # Fake kubeadm placed by the test: checks the join configuration and "joins".
@@ -70,6 +77,7 @@ echo "$*" >> /var/log/fake-kubeadm.log
 class Lab:
     nodes_lab: SandboxGpuNodes
     actuator: AnsibleActuator
+    dynamic: AnsibleActuator  # the same, registering Slurm nodes dynamically (slurmd -Z)
     policies: dict[str, TeamPolicy]
     nodes: dict[str, Node]
     secrets: dict[str, str]
@@ -100,6 +108,10 @@ def _policies() -> dict[str, TeamPolicy]:
          "instance_types": ["g4dn.12xlarge"],
          "bootstrap": {"sharing": "time-slicing", "time_slicing_replicas": 4},
          "cluster": {"kind": "kubernetes", "labels": {"workload": "inference"}}},
+        {"name": "slices", "cloud": "aws", "region": "us-east-1", "max_nodes": 2,
+         "instance_types": ["p4d.24xlarge"],
+         "bootstrap": {"sharing": "mig", "mig_profiles": list(MIG_LAYOUT)},
+         "cluster": {"kind": "slurm", "partition": "mig"}},
     ]
     return {"vision": make_policy(team="vision", pools=pools)}
 
@@ -110,21 +122,30 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     t4 = FakeGpu("Tesla T4")
     # g4dn.12xlarge has 4 T4s; gpu-d's nvidia-smi reports only 2 of them.
     gpus = {name: [t4] * (2 if name == "gpu-d" else 4) for name in [*SLURM_HOSTS, K8S_HOST]}
+    gpus[MIG_HOST] = [A100_MIG] * 8
+    # gpu-m's image already blacklists nouveau (a baked image): its driver loads at first
+    # boot and its bootstrap needs no reboot (~30 s less; gpu-a/b/c test the reboot).
+    baked = {MIG_HOST: [NodeFile("/etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\n")]}
     with controller_address() as controller, SandboxGpuNodes(
             work, gpus, declared_gpus={"gpu-d": 4}, slurm_nodes=SLURM_HOSTS,
-            controller=controller) as nodes_lab:
+            dynamic_partitions=["mig"], files=baked, controller=controller) as nodes_lab:
         nodes_lab.hosts.write_file(K8S_HOST, "/usr/bin/kubeadm", FAKE_KUBEADM, 0o755)
         settings = nodes_lab.ansible_settings(
             work / "runs",
             extra_vars={"cluster_join_k8s_api_endpoint": f"{controller}:6443",
                         "cluster_join_k8s_ca_cert_hash": "sha256:" + "0" * 64})
         actuator = AnsibleActuator(settings, nodes_lab.address_of, catalog=default_catalog())
+        dynamic = AnsibleActuator(nodes_lab.ansible_settings(
+            work / "runs", extra_vars={"cluster_join_slurm_registration": "dynamic"}),
+            nodes_lab.address_of, catalog=default_catalog())
         nodes = {n: make_node(n, pool="train", instance_type="g4dn.12xlarge",
                               state=NodeState.BOOTSTRAPPING) for n in SLURM_HOSTS}
         nodes[K8S_HOST] = make_node(K8S_HOST, pool="infer", instance_type="g4dn.12xlarge",
                                     state=NodeState.BOOTSTRAPPING)
+        nodes[MIG_HOST] = make_node(MIG_HOST, pool="slices", instance_type="p4d.24xlarge",
+                                    state=NodeState.BOOTSTRAPPING)
         secrets = {**nodes_lab.secrets(), "cluster_join_k8s_token": K8S_TOKEN}
-        yield Lab(nodes_lab, actuator, _policies(), nodes, secrets, work / "runs")
+        yield Lab(nodes_lab, actuator, dynamic, _policies(), nodes, secrets, work / "runs")
 
 
 @pytest.fixture(scope="module")
@@ -357,6 +378,43 @@ def test_kubernetes_join_passes_the_token_securely_and_labels_the_node(
     assert "joined with" in lab.hosts.read_file(K8S_HOST, "/etc/kubernetes/kubelet.conf")
     plugin = lab.hosts.read_file(K8S_HOST, "/etc/nvidia-device-plugin/config.yaml")
     assert "version: v1" in plugin and "renameByDefault: true" in plugin  # nvidia.com/gpu.shared
+
+
+def test_a_mig_job_launches_the_mig_type_and_runs_on_a_slice_of_the_joined_node(
+        lab: Lab) -> None:
+    """Issue 34: a job asking for a MIG slice (--gres=gpu:3g.20gb:1) pends in partition mig,
+    which has no node yet; the real Slurm reader makes it demand of the MIG pool and
+    decide() launches that pool's p4d.24xlarge. gpu-m, that node (8 fake A100 40GB in MIG
+    mode), bootstraps through the real playbook, registers as a dynamic node with the gres
+    the role read from `nvidia-smi mig -lci` and the driver's mig-minors, and the job runs
+    on one slice and completes."""
+    job = lab.cluster.submit("echo slices=$SLURM_GPUS_ON_NODE", gpus=1, gpu_type="3g.20gb",
+                             partition="mig")
+    refs = pools_in_priority_order(lab.policies, default_catalog(), "slurm")
+    reading = SlurmReader(SlurmConfig(env=lab.cluster.env())).read(refs)
+    assert reading.error is None, reading.error
+    assert [(j.id, j.gpus) for j in reading.pending["vision/slices"]] == [(job, 0.5)]
+    now = datetime.now(UTC)
+    pools = {r.key: PoolObservation(pending=reading.pending.get(r.key, [])) for r in refs}
+    plan = decide(lab.policies, FleetView(nodes=[]), Snapshot(taken_at=now, pools=pools), now,
+                  catalog=default_catalog())
+    launches = [(a.pool, a.instance_type, a.count) for a in plan.actions if isinstance(a, Launch)]
+    assert launches == [("vision/slices", "p4d.24xlarge", 1)], plan.actions
+
+    run = lab.dynamic.bootstrap([lab.nodes[MIG_HOST]], lab.policies, secrets=lab.secrets)
+    assert run.hosts[MIG_HOST].status is HostStatus.OK, run.hosts
+    assert lab.hosts.boots(MIG_HOST) == 1  # its driver was loaded: no reboot
+    lab.cluster.wait_job_state(job, {"COMPLETED"}, timeout=90)
+    node = lab.cluster.scontrol("show", "node", MIG_HOST).stdout
+    assert re.search(r"^\s*Gres=gpu:3g.20gb:16$", node, re.M) and "Partitions=mig" in node, node
+    assert "DYNAMIC_NORM" in node, node  # registered by slurmd -Z, not declared
+    detail = lab.cluster.scontrol("show", "job", "-d", job).stdout
+    assert "JOB_GRES=gpu:3g.20gb:1" in detail and f"NodeList={MIG_HOST}" in detail, detail
+    assert lab.hosts.read_file(MIG_HOST, f"/tmp/slurm-{job}.out").strip() == "slices=1"
+    gres = lab.hosts.read_file(MIG_HOST, "/etc/slurm/gres.conf")
+    assert (f"NodeName={MIG_HOST} Name=gpu Type=3g.20gb MultipleFiles=/dev/nvidia7,"
+            "/dev/nvidia-caps/nvidia-cap957,/dev/nvidia-caps/nvidia-cap958") in gres
+    assert gres.count("Type=3g.20gb") == 16
 
 
 def test_no_secret_in_any_kept_log_or_result(lab: Lab, first_run: BootstrapRun) -> None:

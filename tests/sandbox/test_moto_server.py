@@ -103,6 +103,23 @@ def test_running_instances_skips_terminated_and_filters_tags(ec2: Any) -> None:
     assert running_instances(ec2, pool="other") == []
 
 
+def test_tags_read_from_the_resource_answer_as_moto_does(ec2: Any) -> None:
+    """The patched lookup (moto scanned every tag per instance: quadratic over a describe)
+    gives the same tags, sees added and deleted ones, and filters by them."""
+    a, b = launch(ec2, "g4dn.xlarge"), launch(ec2, "g4dn.xlarge")
+    ec2.create_tags(Resources=[a["InstanceId"]], Tags=[{"Key": "pool", "Value": "tagcheck"},
+                                                       {"Key": "node", "Value": "n-1"}])
+    ec2.create_tags(Resources=[b["InstanceId"]], Tags=[{"Key": "pool", "Value": "tagcheck"}])
+    ec2.delete_tags(Resources=[b["InstanceId"]], Tags=[{"Key": "pool"}])
+    found = ec2.describe_instances(Filters=[{"Name": "tag:pool", "Values": ["tagcheck"]}])
+    [inst] = [i for r in found["Reservations"] for i in r["Instances"]]
+    assert inst["InstanceId"] == a["InstanceId"]
+    assert {t["Key"]: t["Value"] for t in inst["Tags"]} == {"pool": "tagcheck", "node": "n-1"}
+    described = ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [a["InstanceId"]]}])
+    assert {(t["Key"], t["Value"], t["ResourceType"]) for t in described["Tags"]} == {
+        ("pool", "tagcheck", "instance"), ("node", "n-1", "instance")}
+
+
 def test_stop_ends_the_process(tmp_path: Path) -> None:
     sb = MotoSandbox(tmp_path).start()
     proc = sb._proc

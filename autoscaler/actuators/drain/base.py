@@ -67,6 +67,9 @@ class Readiness:
     # GPUs the scheduler offers on the node (Slurm's Gres); None where the scheduler's own
     # check compares them with the instance type already (Kubernetes) or none are counted.
     gpus: float | None = None
+    # False: the scheduler did not answer (unreachable, timed out, a server error), so
+    # nothing is known about the node; the executor fails no node on it.
+    known: bool = True
 
 
 class SchedulerOps(Protocol):
@@ -121,6 +124,8 @@ class Drainer(Protocol):
 
     def readiness(self, node: Node) -> Readiness: ...
 
+    def readiness_many(self, nodes: Sequence[Node]) -> dict[str, Readiness]: ...
+
     def forget(self, node: Node) -> None: ...
 
     def signal_jobs(self, node: Node, job_ids: Sequence[str], signal: str) -> bool: ...
@@ -148,6 +153,15 @@ class PhasedDrainer:
 
     def readiness(self, node: Node) -> Readiness:
         return self.ops.readiness(node.name)
+
+    def readiness_many(self, nodes: Sequence[Node]) -> dict[str, Readiness]:
+        """Every node's readiness, by name: in one read where the scheduler offers one
+        (Kubernetes lists its nodes once instead of a GET per booting node)."""
+        many = getattr(self.ops, "readiness_many", None)
+        if many is not None:
+            answers: dict[str, Readiness] = many([n.name for n in nodes])
+            return answers
+        return {n.name: self.ops.readiness(n.name) for n in nodes}
 
     def forget(self, node: Node) -> None:
         self.ops.forget(node.name)

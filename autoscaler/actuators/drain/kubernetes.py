@@ -162,8 +162,12 @@ class KubernetesOps:
 
     def _exec(self, key: str, container: str, command: list[str]) -> None:
         namespace, name = _split(key)
+        # stream() swaps its client's call_api for a websocket one while it runs: on the
+        # shared client, other threads' calls (cordons, evictions, readiness) went over
+        # the websocket and failed ("0 Handshake status 200 OK", seen at 1,000 nodes).
+        own = client.ApiClient(self.api().api_client.configuration)
         try:
-            ws = stream(self.api().connect_get_namespaced_pod_exec, name, namespace,
+            ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, name, namespace,
                         command=command, container=container, stdin=False, stdout=True,
                         stderr=True, tty=False, _preload_content=False,
                         _request_timeout=self.timeout_s)
@@ -175,6 +179,8 @@ class KubernetesOps:
             raise DrainError(f"kubernetes: exec in {key}: {exc.status} {exc.reason}") from None
         except Exception as exc:  # websocket errors have no common base
             raise DrainError(f"kubernetes: exec in {key} failed ({type(exc).__name__})") from None
+        finally:
+            own.close()  # type: ignore[no-untyped-call]
         if code:
             raise DrainError(f"kubernetes: {' '.join(command)} in {key}/{container} exited {code}")
 
@@ -219,9 +225,29 @@ class KubernetesOps:
         except ApiException as exc:
             if exc.status == 404:
                 return Readiness(False, f"kubernetes has no node {node} yet")
-            return Readiness(False, f"kubernetes: {exc.status} {exc.reason}")
+            return _no_answer(exc)
         except DrainError as exc:
-            return Readiness(False, str(exc))
+            return Readiness(False, str(exc), known=False)
+        return self._readiness_of(obj)
+
+    def readiness_many(self, nodes: Sequence[str]) -> dict[str, Readiness]:
+        """One LIST of the cluster's nodes (from the API server's cache) for many booting
+        nodes: at 1,000 nodes a GET each took the advance 424 s against the API server."""
+        if len(nodes) <= 1:
+            return {n: self.readiness(n) for n in nodes}
+        try:
+            listed = self._call("list nodes", self.api().list_node, resource_version="0")
+        except ApiException as exc:
+            return dict.fromkeys(nodes, _no_answer(exc))
+        except DrainError as exc:
+            return dict.fromkeys(nodes, Readiness(False, str(exc), known=False))
+        wanted = set(nodes)
+        found = {o.metadata.name: o for o in (listed.items or [])
+                 if o.metadata is not None and o.metadata.name in wanted}
+        return {n: self._readiness_of(found[n]) if n in found
+                else Readiness(False, f"kubernetes has no node {n} yet") for n in nodes}
+
+    def _readiness_of(self, obj: client.V1Node) -> Readiness:
         conditions = (obj.status.conditions or []) if obj.status else []
         ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
         if not ready:
@@ -280,6 +306,14 @@ class KubernetesOps:
             if exc.status != 404:
                 raise DrainError(f"kubernetes: cannot delete node {node}: "
                                  f"{exc.status} {exc.reason}") from None
+
+
+def _no_answer(exc: ApiException) -> Readiness:
+    """A refusal that says nothing about the node (throttled, a server error, no answer at
+    all) is unknown."""
+    status = exc.status or 0  # 0: the client failed before any answer
+    return Readiness(False, f"kubernetes: {exc.status} {exc.reason}",
+                     known=400 <= status < 500 and status != 429)
 
 
 def _node_bound(meta: client.V1ObjectMeta) -> bool:

@@ -170,7 +170,7 @@ class SlurmOps:
         except SlurmCommandError as exc:
             if _matches(exc, _UNKNOWN_NODE):
                 return Readiness(False, f"slurm does not know {node}")
-            return Readiness(False, f"slurm: {exc}")
+            return Readiness(False, f"slurm: {exc}", known=False)
         return slurm_readiness(out)
 
     def forget(self, node: str) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Drain, Hold
 
 
 @dataclass(slots=True)
@@ -41,3 +43,20 @@ class Budget:
     def swap(self, node: Node) -> None:
         self.concurrent -= 1
         self.taken[node.name] = node
+
+
+def drain_replaced(home: PoolContext, old: Node, budget: Budget, why: str,
+                   trigger: Literal["spot-returned", "consolidate"],
+                   then: str) -> Action:
+    """The drain of ``old`` once its make-before-break replacement is READY (return to
+    spot, a consolidation move), on its own pool's budget; a Hold saying why it waits."""
+    if home.data_missing:
+        return Hold(pool=home.key, what="scale-down",
+                    reason=f"{why}; its drain waits: {home.data_missing}")
+    if not budget.can_swap(old):
+        return Hold(pool=home.key, what="scale-down", reason=(
+            f"{why}; its drain waits: max_draining_percent "
+            f"{home.pool.scale_down.max_draining_percent:g} reached"))
+    budget.swap(old)
+    return Drain(pool=home.key, node=old.name, trigger=trigger,
+                 reason=f"{why}; draining {old.name}{then}")

@@ -14,6 +14,9 @@ are left to settle); one node per pool per tick (a restart is never a surprise t
 jobs at once); the same floor, budget and cooldown as idle scale-down. Free room is
 counted conservatively from what the scheduler lists: a job share may sit on its own GPU,
 so only GPUs no job can be on count as free.
+
+A pool of a placement group also looks at the group's other pools (``elsewhere``, see
+consolidate_group.py): after its own free GPUs and before a cheaper type of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Protocol
 
 from autoscaler.engine.binpack import EPS, Bin, LazyBins
 from autoscaler.engine.context import PoolContext
@@ -33,6 +37,36 @@ from autoscaler.model.snapshot import RunningJob, SchedulerNode
 from autoscaler.policy.duration import format_duration
 
 
+class Elsewhere(Protocol):
+    """The other pools of a placement group, as consolidation may use them."""
+
+    def moving(self, node: Node) -> bool:
+        """Whether a replacement of ``node`` in another pool is on its way or READY."""
+        ...
+
+    def received(self, node: Node) -> bool:
+        """Whether jobs were moved onto ``node`` this tick (it is no candidate then)."""
+        ...
+
+    def home(self, node: Node, total: int, sched: SchedulerNode) -> Bin:
+        """The node's free room, shared by the pools of the group this tick."""
+        ...
+
+    def placed(self, jobs: list[RunningJob], homes: list[Bin]) -> None:
+        """``jobs`` move onto ``homes`` of the pool itself: their room is taken."""
+        ...
+
+    def drain(self, node: Node, jobs: list[RunningJob], budget: Budget, why: str,
+              then: str) -> Action | None:
+        """The node's drain if its jobs fit on free GPUs of the other pools."""
+        ...
+
+    def replace(self, node: Node, jobs: list[RunningJob], here: Offer | None, budget: Budget,
+                why: str, then: str) -> Action | None:
+        """A cheaper node for its jobs in another pool (cheaper than ``here`` too)."""
+        ...
+
+
 def _free_bin(node: Node, total: int, jobs: list[RunningJob], allocated: float) -> Bin:
     if not all(0 <= g < math.inf for g in (allocated, *(j.gpus for j in jobs))):
         return Bin(free=[], node=node)  # what is in use is unknown: no room to move jobs to
@@ -40,7 +74,8 @@ def _free_bin(node: Node, total: int, jobs: list[RunningJob], allocated: float) 
     return Bin(free=[1.0] * max(0, total - taken), node=node)
 
 
-def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
+def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
+               elsewhere: Elsewhere | None = None) -> list[Action]:
     sd = ctx.pool.scale_down
     below = sd.consolidate_below
     if below is None:
@@ -54,20 +89,23 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
         sched = ctx.observation(node).scheduler
         if sched is None or sched.cordoned or not sched.places_jobs or node.name in leaving:
             continue
+        if elsewhere is not None and elsewhere.moving(node):
+            continue  # it leaves once its replacement in another pool is READY
         total = prices.node_gpus(node)
         share = 100 * sched.gpus_allocated / total if total else 100.0
         if (sched.jobs and share < below
                 and node.ready_at is not None and node.ready_at <= settled
                 and all(j.gpus > 0 and j.started_at is not None and j.started_at <= settled
-                        for j in sched.jobs)):
+                        for j in sched.jobs)
+                and (elsewhere is None or not elsewhere.received(node))):
             fragmented[node] = (total, share, sorted(sched.jobs, key=lambda j: (-j.gpus, j.id)))
         homes.append((node, total, sched))
     if not fragmented:
         return []
     # The free room of each home, in the serving order, built only as far as the jobs'
     # first-fit searches reach: a few jobs usually fit on the first few of thousands.
-    room = LazyBins(_free_bin(node, total, sched.jobs, sched.gpus_allocated)
-                    for node, total, sched in homes)
+    room = LazyBins(_free_bin(node, total, sched.jobs, sched.gpus_allocated) if elsewhere is None
+                    else elsewhere.home(node, total, sched) for node, total, sched in homes)
     can_drain = _load_fits_without_one(ctx, budget)
     for node in removal_order(ctx, prices, fragmented):
         if not budget.can_swap(node):
@@ -81,13 +119,20 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
         hosts = _hosts(jobs, room, without=node)
         if hosts is not None and can_drain and budget.can_shrink(node):
             budget.shrink(node)
+            if elsewhere is not None:
+                elsewhere.placed(jobs, [b for b in room if b.node is not node])
             return [Drain(
                 pool=ctx.key, node=node.name, trigger="consolidate",
                 reason=(f"{why}; its {len(jobs)} job(s) fit on free GPUs of {', '.join(hosts)}; "
                         f"{node.instance_type} {node.market.value} at "
                         f"${per_gpu(prices, node):.3f}/GPU-h; {then}"),
             )]
+        if elsewhere is not None and (moved := elsewhere.drain(node, jobs, budget, why, then)) is not None:
+            return [moved]
         smaller = _cheaper_home(ctx, prices, node, jobs)
+        if (elsewhere is not None
+                and (moved := elsewhere.replace(node, jobs, smaller, budget, why, then)) is not None):
+            return [moved]
         if smaller is not None:
             budget.swap(node)
             return [Replace(

@@ -54,22 +54,30 @@ class SandboxGpuNodes:
     ``declared_gpus`` overrides what slurm.conf (the instance type) promises for a host,
     e.g. to make a host whose nvidia-smi reports fewer GPUs than its type has.
     ``slurm_nodes``: the hosts declared in slurm.conf (default: all).
+    ``dynamic_partitions``: partitions that take dynamic nodes (``slurmd -Z``), e.g. a
+    host left out of ``slurm_nodes`` bootstrapped with registration dynamic.
+    ``files``: more files per host, placed in its overlay before its first boot.
     """
 
     def __init__(self, workdir: Path, gpus: Mapping[str, Sequence[FakeGpu]], *,
                  declared_gpus: Mapping[str, int] | None = None,
                  slurm_nodes: Sequence[str] | None = None,
+                 dynamic_partitions: Sequence[str] = (),
+                 files: Mapping[str, Sequence[NodeFile]] | None = None,
                  controller: str = CONTROLLER_ADDRESS):
         self.workdir = Path(workdir).resolve()
         self.gpus = {name: list(g) for name, g in gpus.items()}
         self.declared = dict(declared_gpus or {})
         self.slurm_nodes = list(self.gpus) if slurm_nodes is None else list(slurm_nodes)
         self.controller = controller
+        self.dynamic_partitions = list(dynamic_partitions)
         self.slurm_dir = self.workdir / "slurm"
-        files = {name: [*node_files(g), NodeFile("/etc/hostname", f"{name}\n")]
-                 for name, g in self.gpus.items()}
+        extra = dict(files or {})
+        placed = {name: [*node_files(g), NodeFile("/etc/hostname", f"{name}\n"),
+                         *extra.get(name, [])]
+                  for name, g in self.gpus.items()}
         self.hosts = SshHosts(list(self.gpus), self.workdir / "hosts", routes=[controller],
-                              files=files)
+                              files=placed)
         self.cluster: SlurmCluster | None = None
         self._stack = contextlib.ExitStack()
 
@@ -81,7 +89,8 @@ class SandboxGpuNodes:
                                    addr=self.hosts.address_of(name))
                      for name, g in self.gpus.items() if name in self.slurm_nodes]
             self.cluster = self._stack.enter_context(
-                SlurmCluster(self.slurm_dir, specs, controller_addr=self.controller))
+                SlurmCluster(self.slurm_dir, specs, controller_addr=self.controller,
+                             dynamic_partitions=self.dynamic_partitions))
         except BaseException:
             self.stop()
             raise

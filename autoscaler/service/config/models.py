@@ -90,6 +90,10 @@ class AwsCloudConfig(_Model):
         default_factory=dict, description="Per region, an SQS queue that keeps the messages "
         "the interruption queue's reader refuses (malformed or forged), for inspection. "
         "Without one they are deleted once logged and counted.")
+    read_timeout: Duration = Field(
+        timedelta(seconds=10), description="How long an AWS API call may take to answer "
+        "before it is an error (the tick concludes nothing from it). A slow endpoint in front "
+        "of a large fleet (moto with 1,000 instances takes ~20 s per full listing) needs more.")
     account_id: str | None = Field(
         None, pattern=r"^[0-9]{12}$", description="The fleet's AWS account: a spot notice "
         "from another account is refused. Unset: the account of the service's credentials "

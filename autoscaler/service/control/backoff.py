@@ -4,9 +4,10 @@ cause is held, as Cluster Autoscaler backs off a node group.
 The rule (documented in docs/concepts/loop.md, "Launch backoff"): the n-th failure in a row of the same
 cause holds launches into that (pool, type, zone, market) for ``5 min x 2^(n-1)``, at most
 30 min, counted from the failure. Failures are nodes that went to PROVISION_FAILED or
-BOOTSTRAP_FAILED; the cause is the Ansible task that failed, the cloud's error code, or
-the kind of failure. A node of the same key reaching READY resets the count, and so does
-a change of the pool's policy (only nodes launched under the current policy count: each
+BOOTSTRAP_FAILED (those of one cause less than 30 s apart are one failure: one apply or
+bootstrap batch fails its nodes together); the cause is the Ansible task that failed, the
+cloud's error code, or the kind of failure. A node of the same key reaching READY resets
+the count, and so does a change of the pool's policy (only nodes launched under the current policy count: each
 node records its pool's policy fingerprint when it is created). A different cause starts
 a new count at 1.
 
@@ -36,6 +37,10 @@ CAP = timedelta(minutes=30)
 FAILED = {NodeState.PROVISION_FAILED: "provision", NodeState.BOOTSTRAP_FAILED: "bootstrap"}
 LOOKBACK = timedelta(hours=6)  # older failures no longer hold anything (CAP << LOOKBACK)
 CODE = "launch-backoff"
+_DOUBLINGS = (CAP // FIRST).bit_length() + 1
+# One apply or one bootstrap batch fails many nodes at once: same-cause failures this close
+# together are one failure, so a failed 250-node apply counts 1, not 250 in a row.
+SAME_FAILURE = timedelta(seconds=30)
 _TASK = re.compile(r"at task '([^']{1,120})'")
 _ERROR_CODE = re.compile(r"\b([A-Z][A-Za-z]{3,60}(?:Capacity|Exceeded|Limit|Error|Unavailable|"
                          r"NotFound|Unsupported))\b")
@@ -43,6 +48,8 @@ _ERROR_CODE = re.compile(r"\b([A-Z][A-Za-z]{3,60}(?:Capacity|Exceeded|Limit|Erro
 
 def delay(count: int) -> timedelta:
     """How long the ``count``-th failure in a row holds launches."""
+    if count > _DOUBLINGS:  # 5 min x 2^249 overflows timedelta; the cap came long before
+        return CAP
     return min(FIRST * (1 << max(count - 1, 0)), CAP)
 
 
@@ -103,7 +110,12 @@ def launch_backoffs(store: FleetStore, policies: Mapping[str, TeamPolicy], now: 
             continue
         cause = cause_of(FAILED[event.state], event.reason)
         seen = running.get(key)
-        count = seen.count + 1 if seen is not None and seen.cause == cause else 1
+        if seen is None or seen.cause != cause:
+            count = 1
+        elif event.at - seen.last_at < SAME_FAILURE:
+            count = seen.count  # the same batch's failure, written a moment later
+        else:
+            count = seen.count + 1
         running[key] = Backoff(pool=key[0], cloud=key[1], region=key[2], instance_type=key[3],
                                zone=key[4], market=key[5], cause=cause, count=count,
                                last_at=event.at, next_try=event.at + delay(count))

@@ -109,6 +109,7 @@ class Reconciler:
         self.repair = repair  # the executor's: promised replacements a crash left uncreated
         self._misses: dict[str, int] = {}
         self._state_checked: dict[str, datetime] = {}
+        self._listed: dict[tuple[str, str], datetime] = {}  # (cloud, region) -> last listing
         self._removals = 0  # LOST marks and destroys in this run (max_removals_per_tick)
         self._snapshot: Observed | None = None
         self.runner = runner  # None: state checks run inline, in the run that finds them due
@@ -125,11 +126,15 @@ class Reconciler:
         self._timeouts(policies, report)
         nodes = self.store.nodes()
         for cloud, region in sorted(_regions(nodes, policies)):
+            last = self._listed.get((cloud, region))
+            if last is not None and report.at - last < self.settings.cloud_list_interval:
+                continue  # listed recently: compared again at the interval, never on old data
             try:
                 instances = self.clouds(cloud, region).managed_instances()
             except Exception as exc:  # no cloud answer, no conclusions about this region
                 report.errors.append(f"{cloud}/{region}: cannot list instances: {exc}")
                 continue
+            self._listed[(cloud, region)] = report.at
             here = [n for n in nodes if (n.cloud, n.region) == (cloud, region)]
             self._compare(cloud, region, here, instances, policies, report)
         # Collected before this run starts new checks: a check's findings are always in the

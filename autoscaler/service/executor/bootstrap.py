@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus
+from autoscaler.actuators.drain import Readiness
 from autoscaler.model.changes import Move, Patch
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
@@ -148,12 +149,20 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
         return
     waits = measured_waits(step.store.nodes())
     ready: list[Move] = []  # written together, after the loop
+    unknown: list[str] = []
+    answers = _answers(step, booting)
     for node in booting:
         ok_at = node.progress.bootstrap.ok_at
         assert ok_at is not None
-        seen, why = _seen(step, node, step.cluster_kind(node), snapshot)
-        if seen:
+        seen = _seen(step, node, step.cluster_kind(node), snapshot, answers.get(node.name))
+        why = seen.why
+        if seen.ready:
             ready.append(Move(node.name, S.READY, f"bootstrapped; {why}"))
+            continue
+        if not seen.known:
+            # No answer is no evidence against the node (at 1,000 nodes the API server's
+            # timeouts failed nodes that had joined); BOOTSTRAPPING's own limit bounds this.
+            unknown.append(f"{node.name} ({why[:200]})")
             continue
         limit, how = ready_wait(step.settings, waits.get((node.team, node.pool), []))
         if step.now() - ok_at > limit:
@@ -162,6 +171,10 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
                       f"ready after {format_duration(limit)} ({how}): {why}; {node.instance_type} "
                       f"in {where}")
     step.move_all(ready)
+    if unknown:
+        step.error("readiness", f"{len(unknown)} bootstrapped node(s) kept waiting, the "
+                   f"scheduler did not answer for them: {', '.join(unknown[:3])}"
+                   + (" ..." if len(unknown) > 3 else ""))
 
 
 # The last this many READY nodes of a pool measure its wait, and a node gets this many
@@ -192,28 +205,46 @@ def ready_wait(settings: ExecutorSettings, waits: list[timedelta]) -> tuple[time
                    f"..{format_duration(ceiling)}")
 
 
-def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None) -> tuple[bool, str]:
+def _answers(step: Step, booting: list[Node]) -> dict[str, Readiness]:
+    """Readiness of the booting nodes in one read per scheduler where there are several."""
+    by_kind: dict[str, list[Node]] = {}
+    for node in booting:
+        by_kind.setdefault(step.cluster_kind(node), []).append(node)
+    out: dict[str, Readiness] = {}
+    for kind, nodes in by_kind.items():
+        drainer = step.drainers.get(kind) if kind != "none" else None
+        if drainer is None or len(nodes) < 2:
+            continue
+        try:
+            out.update(drainer.readiness_many(nodes))
+        except Exception as exc:  # each node is asked on its own below
+            step.error("readiness", f"{kind}: reading {len(nodes)} nodes at once failed: {exc}")
+    return out
+
+
+def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None,
+          answer: Readiness | None = None) -> Readiness:
     if kind == "none":
-        return True, "no scheduler to join"
+        return Readiness(True, "no scheduler to join")
     drainer = step.drainer(kind)
     if drainer is None:
-        return False, f"no {kind} drainer configured to check the node"
+        return Readiness(False, f"no {kind} drainer configured to check the node")
     try:
-        ready = drainer.readiness(node)
+        ready = answer if answer is not None else drainer.readiness(node)
     except Exception as exc:
-        return False, f"{kind}: {exc}"
+        return Readiness(False, f"{kind}: {exc}", known=False)
     if not ready.ready:
-        return False, ready.why
+        return ready
     want = step.type_gpus(node)
     if ready.gpus is not None and want is not None and ready.gpus < want:
-        return False, (f"{ready.why}, but {kind} offers {ready.gpus:g} of the {want} GPU(s) of "
-                       f"{node.instance_type}")
+        return Readiness(False, f"{ready.why}, but {kind} offers {ready.gpus:g} of the {want} "
+                         f"GPU(s) of {node.instance_type}")
     if snapshot is not None and step.settings.ready_requires_metrics:
         obs = snapshot.nodes.get(node.name)
         if obs is None or obs.metrics is None:
-            return False, f"{ready.why}; no GPU metrics yet"
-        return True, f"{ready.why}; GPU metrics arriving"
-    return True, ready.why
+            return Readiness(False, f"{ready.why}; no GPU metrics yet")
+        return Readiness(True, f"{ready.why}; GPU metrics arriving")
+    return ready
 
 
 __all__ = ["bootstrap", "promote"]

@@ -29,7 +29,8 @@ from dataclasses import replace
 
 from autoscaler.actuators.node_map import NodeMap, desired_maps
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedError
-from autoscaler.model.changes import Move, NodeFields
+from autoscaler.clouds.base import CloudUnreachableError
+from autoscaler.model.changes import Move, NodeFields, Patch
 from autoscaler.model.lifecycle import INSTANCE_STATES, REMOVING, WAITING, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
@@ -87,6 +88,12 @@ def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runne
             # not this node's failure. The PROVISIONING timeout still bounds the wait.
             own.error("terraform", f"pool {ref.key}: state locked by another run, retrying "
                       f"next tick: {exc}")
+        except CloudUnreachableError as exc:
+            # The cloud did not answer the stray check before the apply (at 1,000 nodes a
+            # loaded endpoint timed out; AWS throttles the same way): no apply ran, so it
+            # is not the nodes' failure. The PROVISIONING timeout still bounds the wait.
+            own.error("terraform", f"pool {ref.key}: cloud did not answer, retrying next "
+                      f"tick: {exc}")
         except Exception as exc:  # a failed apply is retried next advance
             own.error("terraform", f"pool {ref.key}: {type(exc).__name__}: {exc}")
             _count_failure(own, ref, str(exc))
@@ -226,10 +233,15 @@ def _count_failure(step: Step, ref: PoolRef, why: str,
     pool's apply, which holds its key, writes ``provision_failures``.)"""
     if nodes is None:
         nodes = step.store.nodes(states=[S.PROVISIONING], pool=ref.key)
-    for node in nodes:
+    failed: list[Move] = []
+    counted: list[Patch] = []
+    for node in nodes:  # one write each way, not one per node (a pool may hold hundreds)
         count = node.progress.provision_failures + 1
         if count >= step.settings.provision_attempts:
-            step.move(node.name, S.PROVISION_FAILED,
-                      f"{count} applies of {ref.key} failed; last: {why[:300]}")
+            failed.append(Move(node.name, S.PROVISION_FAILED,
+                               f"{count} applies of {ref.key} failed; last: {why[:300]}"))
         else:
-            step.patch(node.name, progress=ProgressUpdate(provision_failures=count))
+            counted.append(Patch(node.name, NodeFields(),
+                                 ProgressUpdate(provision_failures=count)))
+    step.move_all(failed)
+    step.patch_all(counted)

@@ -98,6 +98,12 @@ class ExecutorSettings(BaseModel):
     max_removals_per_tick: int = Field(
         10, ge=1, description="Fleet-wide: nodes the reconciler may mark LOST plus unknown "
         "instances it may destroy in one run; the rest wait for the next run.")
+    cloud_list_interval: Duration = Field(
+        timedelta(0), description="How often the reconciler lists each region's instances to "
+        "find lost nodes and unknown instances (0: every tick). Listing costs a paginated "
+        "describe of the whole fleet; at 1,000 nodes a longer interval (Karpenter's garbage "
+        "collection lists every 2 min) keeps it out of most ticks. Runs in between compare "
+        "nothing, so a LOST mark takes its misses x this interval.")
     state_check_interval: Duration = Field(
         timedelta(minutes=5), description="How often each pool's Terraform state is compared "
         "with the store (reads the state: ~1 s per pool, on a worker, not in the tick).")

@@ -30,10 +30,10 @@ from autoscaler.fleet.intents import (
     intents_of,
 )
 from autoscaler.fleet.store import RecordedAction
-from autoscaler.model.changes import Create, NodeChange, NodeFields, Patch
+from autoscaler.model.changes import Create, Move, NodeChange, NodeFields, Patch
 from autoscaler.model.lifecycle import GONE, TERMINABLE, NodeState
 from autoscaler.model.node import Node
-from autoscaler.model.plan import Action, Launch, Plan, Replace
+from autoscaler.model.plan import Action, Drain, Launch, Plan, Replace, Terminate
 from autoscaler.model.progress import LaunchSpec, LongJob, NodeProgress, ProgressUpdate
 from autoscaler.policy.models import find_pool
 from autoscaler.service.control.backoff import fingerprint
@@ -62,9 +62,15 @@ def rows_for(step: Step, plan: Plan, plan_id: int | None
 
 
 def submit(step: Step, plan: Plan, plan_id: int | None) -> list[str]:
+    """Each action still to do, in order; the Drain and Terminate actions (one move of one
+    node each) together at the end, as a batch (:func:`_submit_moves`)."""
     created: list[str] = []
+    moves: list[tuple[Drain | Terminate, str, RecordedAction | None]] = []
     for action, key, row in rows_for(step, plan, plan_id):
         if row is not None and row.status not in ("planned", "submitting"):
+            continue
+        if isinstance(action, Drain | Terminate):
+            moves.append((action, key, row))
             continue
         resumed = row is not None and row.status == "submitting"
         if row is not None and not resumed:
@@ -78,7 +84,55 @@ def submit(step: Step, plan: Plan, plan_id: int | None) -> list[str]:
             step.error("submit", f"{action.kind} {getattr(action, 'node', action.pool)}: {exc}")
         if row is not None:
             step.store.set_action_status(row.id, status, step.now(), detail)
+    _submit_moves(step, moves)
     return created
+
+
+def _submit_moves(step: Step, batch: list[tuple[Drain | Terminate, str, RecordedAction | None]]
+                  ) -> None:
+    """Drains and terminations in a bounded number of store writes, whatever their number:
+    their rows ``submitting`` (one write), their nodes read (one query), the moves in one
+    transaction (:meth:`Step.move_all`: when it is refused, each on its own, so a node that
+    moved meanwhile fails only its action), the rows' outcomes (one write). A node in the
+    wrong state fails its action with the reason, as one at a time did. A crash leaves the
+    rows ``submitting`` and the moves all written or none: resubmitting the plan finds each
+    node READY (moved now) or draining for this action (done: submitted)."""
+    if not batch:
+        return
+    step.store.set_action_statuses({row.id: ("submitting", "") for _, _, row in batch
+                                    if row is not None and row.status == "planned"}, step.now())
+    names = [i.node for action, key, _ in batch for i in intents_of(action, key)
+             if isinstance(i, StartDrain | Remove)]
+    nodes = {n.name: n for n in step.store.nodes(names=names, include_terminated=True)}
+    outcome: dict[int, tuple[str, str]] = {}
+    planned: list[tuple[Move, RecordedAction | None, Drain | Terminate]] = []
+    for action, key, row in batch:
+        try:
+            for intent in intents_of(action, key):
+                move = (_move_of(step, intent, nodes.get(intent.node),
+                                 resumed=row is not None and row.status == "submitting")
+                        if isinstance(intent, StartDrain | Remove) else None)
+                if move is not None:
+                    planned.append((move, row, action))
+        except SubmitError as exc:
+            _failed(step, action, exc, row, outcome)
+            continue
+        if row is not None:
+            outcome[row.id] = ("submitted", "")
+    written = step.move_all([move for move, *_ in planned])
+    for (move, row, action), node in zip(planned, written, strict=True):
+        if node is None:  # moved meanwhile: Step.move_all logged why
+            what = "drained" if move.to is S.DRAINING else "terminated"
+            _failed(step, action, SubmitError(f"{move.node} changed state; not {what}"), row,
+                    outcome)
+    step.store.set_action_statuses(outcome, step.now())
+
+
+def _failed(step: Step, action: Action, exc: SubmitError, row: RecordedAction | None,
+            outcome: dict[int, tuple[str, str]]) -> None:
+    step.error("submit", f"{action.kind} {getattr(action, 'node', action.pool)}: {exc}")
+    if row is not None:
+        outcome[row.id] = ("failed", str(exc))
 
 
 def _apply(step: Step, action: Action, intents: list[Intent], action_id: int | None,
@@ -88,12 +142,8 @@ def _apply(step: Step, action: Action, intents: list[Intent], action_id: int | N
     if isinstance(action, Replace):
         return _replace(step, intents, action_id, resumed)
     for intent in intents:
-        if isinstance(intent, StartDrain):
-            _drain(step, intent)
-        elif isinstance(intent, StopDrain):
+        if isinstance(intent, StopDrain):
             _cancel_drain(step, intent)
-        elif isinstance(intent, Remove):
-            _terminate(step, intent)
         elif isinstance(intent, FlagLongJob):
             _report_job(step, intent)
     return []
@@ -235,16 +285,30 @@ def repair_replacements(step: Step) -> list[str]:
 
 # -- drains and terminations ------------------------------------------------------------------
 
-def _drain(step: Step, action: StartDrain) -> None:
-    node = _node(step, action.node)
+def _move_of(step: Step, intent: StartDrain | Remove, node: Node | None, *,
+             resumed: bool) -> Move | None:
+    """The move a StartDrain (READY -> DRAINING, with the pool's drain) or a Remove
+    (-> TERMINATING; nothing for a node already gone) makes of ``node`` as read; raises
+    SubmitError when the node is missing or in a state it cannot leave that way. ``resumed``
+    (the action was being submitted when the process stopped): a node already draining for
+    this very drain (its trigger and reason) was moved by it, so nothing is left to do."""
+    if node is None:
+        raise SubmitError(f"no node named {intent.node}")
+    if isinstance(intent, Remove):
+        if node.state in GONE:
+            return None
+        if node.state not in TERMINABLE:
+            raise SubmitError(f"{node.name} is {node.state}: drain it before terminating")
+        return Move(node.name, S.TERMINATING, intent.reason)
+    if resumed and node.state is S.DRAINING and node.drain_trigger == intent.trigger and (
+            node.progress.drain is not None and node.progress.drain.reason == intent.reason):
+        return None
     if node.state is not S.READY:
         raise SubmitError(f"{node.name} is {node.state}, not READY: not drained")
     progress = ProgressUpdate(
-        drain=step.drain_progress(node, action.reason, step.now(), action.trigger))
-    moved = step.move(node.name, S.DRAINING, action.reason, progress=progress,
-                      fields=NodeFields(drain_trigger=action.trigger), cooldown=action.cooldown)
-    if moved is None:
-        raise SubmitError(f"{node.name} changed state; not drained")
+        drain=step.drain_progress(node, intent.reason, step.now(), intent.trigger))
+    return Move(node.name, S.DRAINING, intent.reason, NodeFields(drain_trigger=intent.trigger),
+                progress, intent.cooldown)
 
 
 def _cancel_drain(step: Step, action: StopDrain) -> None:
@@ -257,13 +321,3 @@ def _cancel_drain(step: Step, action: StopDrain) -> None:
                       progress=ProgressUpdate(drain=None))
     if moved is None:
         raise SubmitError(f"{node.name} changed state; drain not cancelled")
-
-
-def _terminate(step: Step, action: Remove) -> None:
-    node = _node(step, action.node)
-    if node.state in GONE:
-        return
-    if node.state not in TERMINABLE:
-        raise SubmitError(f"{node.name} is {node.state}: drain it before terminating")
-    if step.move(node.name, S.TERMINATING, action.reason) is None:
-        raise SubmitError(f"{node.name} changed state; not terminated")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from textwrap import dedent
 
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from autoscaler.cli import app
 from autoscaler.service.config.load import ConfigError, load_config
+from autoscaler.service.config.models import ServiceConfig
 
 REPO = Path(__file__).resolve().parents[3]
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
@@ -184,3 +186,17 @@ def test_spot_notice_trust_reaches_the_aws_adapter(tmp_path):
     assert cloud.notice_trust().account == "210987654321"  # no STS call when configured
     bad = write(tmp_path, "policies_dir: policies\nclouds: {aws: {account_id: '12345'}}\n")
     assert any("account_id" in e for e in errors_of(bad))
+
+
+def test_the_aws_read_timeout_reaches_every_adapter_the_service_makes():
+    from autoscaler.catalog import default_catalog
+    from autoscaler.service.wiring import Markets
+
+    config = ServiceConfig.model_validate({"policies_dir": "policies", "clouds": {"aws": {
+        "regions": ["us-east-1"], "read_timeout": "2m",
+        "sqs_queue_urls": {"us-west-2": "http://127.0.0.1:9/q"}}}})
+    markets = Markets(config, default_catalog())
+    assert [markets("aws", r).settings.read_timeout for r in ("us-east-1", "us-west-2")] == [
+        120.0, 120.0]
+    assert ServiceConfig.model_validate({"policies_dir": "p"}).clouds.aws.read_timeout == \
+        timedelta(seconds=10)

@@ -31,7 +31,8 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
 
 def test_the_rule() -> None:
     assert set(FAILED) == lifecycle.FAILED  # every failed state has a kind, and only those
-    assert [delay(n) for n in (1, 2, 3, 4, 9)] == [timedelta(minutes=m) for m in (5, 10, 20, 30, 30)]
+    assert [delay(n) for n in (1, 2, 3, 4, 9, 250, 10**6)] == [
+        timedelta(minutes=m) for m in (5, 10, 20, 30, 30, 30, 30)]  # 2^249 x 5 min overflowed
     assert allowed_launches(30) == 3  # at 0, 5 and 15 min; the next would be at 35
     assert cause_of("bootstrap", "bootstrap failed 3 time(s); last: failed at task 'x y': boom") \
         == "bootstrap failed at task 'x y'"
@@ -79,3 +80,23 @@ def test_counting_same_cause_in_a_row_success_and_policy_change_reset(rig: Rig) 
     assert b.count == 1
     rig.policies = {"vision": floor_policy(bootstrap={"timeout": "11m"})}  # the team fixed it
     assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []
+
+
+def test_the_nodes_of_one_failed_batch_are_one_failure(rig: Rig) -> None:
+    """A 250-node apply that fails writes 250 failures within moments of each other: one
+    failure, held 5 minutes (counting each node took the count to 250 and crashed the tick
+    on a 5 min x 2^249 delay, at 1,000 nodes)."""
+    pool = rig.policies["vision"].pools[0]
+    for _ in range(40):
+        node = create_node(rig.store, cooldown="up", now=rig.clock(),
+                           progress=NodeProgress(policy=fingerprint(pool)))
+        transition(rig.store, node.name, S.PROVISIONING, rig.clock(), "step")
+        transition(rig.store, node.name, S.PROVISION_FAILED, rig.clock(),
+                   "terraform apply failed: InsufficientInstanceCapacity: none")
+        rig.clock.tick(0.5)
+    [b] = launch_backoffs(rig.store, rig.policies, rig.clock())
+    assert b.count == 1 and b.next_try == b.last_at + delay(1)
+    rig.clock.tick(60)
+    outcome(rig, S.PROVISION_FAILED, "terraform apply failed: InsufficientInstanceCapacity: none")
+    [b] = launch_backoffs(rig.store, rig.policies, rig.clock())
+    assert b.count == 2  # a later apply's failure is the next one in a row

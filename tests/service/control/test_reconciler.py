@@ -94,6 +94,24 @@ def test_node_whose_instance_vanished_is_lost_after_two_misses_then_terminated(r
     assert [i.node for i in rig.cloud.live()] == [b]  # LOST is never recreated
 
 
+def test_the_cloud_is_listed_at_its_interval_and_a_lost_node_still_found(rig: Rig) -> None:
+    """cloud_list_interval: runs in between list nothing and conclude nothing; the misses
+    that mark a node LOST come from listings, one per interval."""
+    rig.settings = ExecutorSettings(cloud_list_interval="2m")
+    [name] = rig.ready_nodes()
+    rig.cloud.terminate(rig.node(name).instance_id or "")
+    rec = rig.reconciler()
+    listings = lambda: sum(1 for c in rig.cloud.calls if c[0] == "managed_instances")  # noqa: E731
+    before = listings()
+    assert [f.node for f in rec.run().of("missing")] == [name]
+    for _ in range(3):
+        rig.clock.tick(30)
+        assert rec.run().of("missing") == [] and rig.state(name) is S.READY
+    assert listings() == before + 1
+    rig.clock.tick(30)
+    assert [f.node for f in rec.run().of("lost")] == [name] and listings() == before + 2
+
+
 def test_cloud_errors_conclude_nothing(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     rig.cloud.terminate(rig.node(name).instance_id or "")

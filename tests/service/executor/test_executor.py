@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from autoscaler.actuators.ansible import HostStatus
+from autoscaler.actuators.drain import DrainError
 from autoscaler.actuators.terraform import StateLockedError, TerraformError
+from autoscaler.clouds.base import CloudUnreachableError
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import CancelDrain, Plan, Replace, ReportJob
 from autoscaler.model.progress import InterruptionRecord, NodeProgress, ProgressUpdate
@@ -105,6 +107,20 @@ def test_apply_errors_not_tied_to_a_node_fail_it_after_a_few_attempts(rig: Rig) 
     assert "3 applies of vision/gpu failed" in rig.node(name).reason
 
 
+def test_a_cloud_that_does_not_answer_before_the_apply_fails_no_node(rig: Rig) -> None:
+    """At 1,000 nodes the endpoint timed out on the stray check before the apply: three
+    such ticks failed every node of the pool. No apply ran, so no attempt is counted."""
+    names = rig.submit(launch(count=3))
+    for _ in range(4):
+        rig.tf.next_error = CloudUnreachableError("ec2 describe_instances: read timeout")
+        report = rig.advance()
+        assert any("cloud did not answer, retrying next tick" in e for e in report.errors)
+        assert {rig.state(n) for n in names} == {S.PROVISIONING}
+        assert {rig.node(n).progress.provision_failures for n in names} == {0}
+    rig.advance()
+    assert {rig.state(n) for n in names} != {S.PROVISIONING}
+
+
 def test_a_state_lock_held_by_another_run_is_waited_out(rig: Rig) -> None:
     """A dead leader's terraform can hold the pool's lock for a while after a failover."""
     [name] = rig.submit(launch())
@@ -193,6 +209,23 @@ def test_a_node_slurm_offers_fewer_gpus_than_its_type_is_failed_with_its_type_an
     assert "slurm offers 3 of the 4 GPU(s) of p3.8xlarge" in node.reason
     assert "ready_wait_timeout; no node of the pool measured yet" in node.reason
     assert node.reason.endswith(f"; p3.8xlarge in {node.zone or node.region}")
+
+
+def test_a_scheduler_that_does_not_answer_fails_no_bootstrapped_node(rig: Rig) -> None:
+    """At 1,000 nodes the API server timed out on readiness reads, and nodes that had
+    joined were failed at the ready wait: no answer concludes nothing. An answer does."""
+    [name] = rig.submit(launch(instance_type="p3.8xlarge"))
+    rig.advance()
+    for _ in range(3):
+        rig.clock.tick(5 * 60)  # past ready_wait_timeout each time
+        rig.slurm.scheduler.next_error = DrainError("slurm: scontrol timed out")
+        report = rig.advance()
+        assert rig.state(name) is S.BOOTSTRAPPING
+        assert any(f"1 bootstrapped node(s) kept waiting, the scheduler did not answer for "
+                   f"them: {name} (" in e and "scontrol timed out)" in e
+                   for e in report.errors), report.errors
+    rig.advance()  # it answers: not joined, past the wait
+    assert rig.state(name) is S.BOOTSTRAP_FAILED and "not joined yet" in rig.node(name).reason
 
 
 def test_the_gpu_wait_is_derived_from_how_long_the_pools_nodes_took(rig: Rig) -> None:
