@@ -24,6 +24,10 @@ partition, taints); team and pool names
 
 Pre-pulled container images are not part of it yet: the policy has no field for them and
 no role pulls them.
+
+:func:`baked_images` gives every Terraform workspace of a baked pool (the service's
+provisioner and tick preview, ``gpu-autoscaler plan``) its :class:`BakedImage`; it is
+computed from the policies it is given, so a policy reload changes it on the next call.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from autoscaler.actuators.ansible.inventory import pool_vars
-from autoscaler.policy.models import Pool
+from autoscaler.actuators.ansible.settings import AnsibleSettings
+from autoscaler.actuators.terraform.rootmodule import BakedImage
+from autoscaler.actuators.terraform.settings import TerraformSettings
+from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 
 # The roles gpu-node.yml runs under --tags image (with their dependencies and helpers).
 IMAGE_ROLES = ("nvidia_cuda_repo", "nvidia_driver", "cuda_toolkit", "container_toolkit",
@@ -85,9 +92,36 @@ def read_role_files(roles_dir: Path) -> dict[str, bytes]:
     return out
 
 
+def _run_vars(team: str, pool: Pool, extra_vars: Mapping[str, object]) -> dict[str, object]:
+    """The role variables a bootstrap run passes for ``pool``: the operator's extra vars win,
+    as they do in Ansible."""
+    return {**pool_vars(team, pool), **extra_vars}
+
+
 def pool_bootstrap_hash(team: str, pool: Pool, base_image: str,
                         extra_vars: Mapping[str, object], roles_dir: Path) -> str:
-    """A pool's hash, from the same role variables its bootstrap runs pass (the operator's
-    extra vars win, as they do in Ansible)."""
-    return bootstrap_hash(base_image, {**pool_vars(team, pool), **extra_vars},
+    """A pool's hash, from the same role variables its bootstrap runs pass."""
+    return bootstrap_hash(base_image, _run_vars(team, pool, extra_vars),
                           read_role_files(roles_dir))
+
+
+def baked_images(policies: Mapping[str, TeamPolicy], terraform: TerraformSettings,
+                 ansible: AnsibleSettings) -> dict[str, BakedImage]:
+    """Pool key -> the image each pool with ``bootstrap.image: baked`` launches from: the
+    hash of its region's base image (``terraform.regions``), its role variables with
+    ``ansible.extra_vars`` over them and the image-time roles beside ``ansible.playbook``,
+    and its ``when_stale``. Base pools are absent (``.get`` gives None), and so is a baked
+    pool in a region without Terraform inputs (Terraform does not plan it at all). The role
+    files are read once per call, and only if a pool is baked."""
+    baked = [(t.team, p) for t in policies.values() for p in t.pools
+             if p.bootstrap.image == "baked"]
+    if not baked:
+        return {}
+    files = read_role_files(ansible.roles_dir())
+    out: dict[str, BakedImage] = {}
+    for team, pool in baked:
+        inputs = terraform.inputs_for(pool.cloud, pool.region)
+        if inputs is not None:
+            digest = bootstrap_hash(inputs.ami, _run_vars(team, pool, ansible.extra_vars), files)
+            out[pool_key(team, pool.name)] = BakedImage(digest, pool.bootstrap.when_stale)
+    return out

@@ -22,6 +22,7 @@ from autoscaler.actuators.terraform.planfile import (
     PoolPlan,
     without_unset_image,
 )
+from autoscaler.actuators.terraform.rootmodule import BakedImage
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.actuators.terraform.workspace import PoolWorkspace
 from autoscaler.model.pool import PoolRef
@@ -69,8 +70,18 @@ class Workspace(Protocol):
 WorkspaceFactory = Callable[[TerraformSettings, PoolRef, int], Workspace]
 
 
-def default_workspace(settings: TerraformSettings, ref: PoolRef, shard: int = 0) -> Workspace:
-    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, shard=shard)
+def default_workspace(settings: TerraformSettings, ref: PoolRef, shard: int = 0,
+                      image: BakedImage | None = None) -> Workspace:
+    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, shard=shard,
+                         image=image)
+
+
+def baked_workspace(images: Mapping[str, BakedImage]) -> WorkspaceFactory:
+    """The default workspace, with the image of each baked pool (pool key -> BakedImage,
+    from ``bootstrap_hash.baked_images``; a pool not in it is a base pool)."""
+    def make(settings: TerraformSettings, ref: PoolRef, shard: int = 0) -> Workspace:
+        return default_workspace(settings, ref, shard, images.get(ref.key))
+    return make
 
 
 def map_cost(ref: PoolRef, nodes: NodeMap, prices: PriceBook) -> tuple[float, list[str]]:
