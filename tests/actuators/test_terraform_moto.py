@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from autoscaler.actuators.ansible.settings import DEFAULT_PLAYBOOK
-from autoscaler.actuators.bootstrap_hash import pool_bootstrap_hash
+from autoscaler.actuators.bootstrap_hash import baked_images, pool_bootstrap_hash
 from autoscaler.actuators.node_map import NodeSpec, PoolMaps
 from autoscaler.actuators.terraform import (
     BakedImage,
@@ -36,15 +36,19 @@ from autoscaler.actuators.terraform import (
     TerraformError,
 )
 from autoscaler.actuators.terraform.bake import BakeWorkspace
-from autoscaler.actuators.terraform.preview import preview_pool
+from autoscaler.actuators.terraform.preview import baked_workspace, preview_pool
+from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
 from autoscaler.actuators.terraform.rootmodule import HASH_TAG
 from autoscaler.catalog import default_catalog
+from autoscaler.cli.apply import apply_one, pending_plans
 from autoscaler.engine.pricing import Prices
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import Snapshot
-from autoscaler.policy.models import Market
+from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
+from autoscaler.service.config.models import ServiceConfig
+from autoscaler.service.wiring import pool_images
 from tests.actuators.terraform_fixtures import (  # noqa: F401 (fixture)
     FAKE_SECRET,
     moto,
@@ -215,9 +219,20 @@ def baked_hash(driver: str) -> str:
     return pool_bootstrap_hash("vision", pool, MOTO_AMI, {}, DEFAULT_PLAYBOOK.parent / "roles")
 
 
+def baked_policies(driver: str, when_stale: str) -> dict[str, TeamPolicy]:
+    return {"vision": make_policy(name="baked", bootstrap={
+        "driver": driver, "image": "baked", "when_stale": when_stale})}
+
+
 def test_a_baked_pool_launches_from_its_image_and_a_driver_change_makes_it_stale(
         moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> None:  # noqa: F811
+    """Each workspace is the one the real callers make, from the policies of the moment:
+    the service's provisioner (1, 3), the preview of `gpu-autoscaler plan` (2) and the
+    workspace `gpu-autoscaler apply` makes from the saved plan (2)."""
     settings = sandbox_settings(moto, tmp_path_factory.mktemp("tf-baked"))
+    config = ServiceConfig(policies_dir=tmp_path_factory.mktemp("policies"), terraform=settings)
+    current = baked_policies("550", "full")
+    provisioner = TerraformProvisioner(settings, images=pool_images(config, lambda: current))
     ec2 = moto.client()
     h550, h535 = baked_hash("550"), baked_hash("535")
     assert h550 != h535
@@ -235,34 +250,39 @@ def test_a_baked_pool_launches_from_its_image_and_a_driver_change_makes_it_stale
     def image_of() -> dict[str, str]:
         return {name: inst["ImageId"] for name, inst in by_node(moto, "baked").items()}
 
-    def workspace(hash_: str, when_stale: str) -> PoolWorkspace:
-        return PoolWorkspace(settings, "vision", "baked", "aws", "us-east-1", clock=lambda: AT,
-                             image=BakedImage(hash_, when_stale))  # type: ignore[arg-type]
-
+    ref = PoolRef("vision", "baked", "aws", "us-east-1")
     one = {"vision-baked-1": NodeSpec(instance_type="g4dn.xlarge", market=OD)}
     two = {**one, "vision-baked-2": NodeSpec(instance_type="g4dn.xlarge", market=OD)}
     # 1. The image with the pool's hash, the newest of them, is what new nodes launch from.
-    ws = workspace(h550, "full")
+    ws = provisioner.workspace(ref)
+    assert ws.image == BakedImage(h550, "full")
     plan = ws.plan(one)
     assert plan.image == ImageChoice(id=made["newer"], hash=h550, stale=False, when_stale="full")
     assert ws.apply(plan).ok and image_of() == {"vision-baked-1": made["newer"]}
 
     # 2. The driver changes: no image has the new hash. The preview says so; with
     # when_stale: full the new node launches from the base image, the running one stays.
-    ws = workspace(h535, "full")
-    ref = PoolRef("vision", "baked", "aws", "us-east-1")
+    current = baked_policies("535", "full")
     prices = Prices(default_catalog(), Snapshot(taken_at=AT), AT)
-    preview = preview_pool(PoolMaps(ref, one, two), settings, prices, lambda s, r, k=0: ws)
+    images = baked_images(current, settings, config.ansible)
+    preview = preview_pool(PoolMaps(ref, one, two), settings, prices, baked_workspace(images))
     assert preview.status == "planned" and preview.image == (
         f"stale: no image for bootstrap hash {h535}; new nodes launch from the base image "
         f"{MOTO_AMI} with the full bootstrap")
     assert [(c.node, c.action) for c in preview.changes] == [("vision-baked-2", "create")]
-    assert ws.apply(ws.pending_plan()).ok
+    (saved,) = pending_plans(settings, [ref.key])
+    assert apply_one(settings, saved).ok
     assert image_of() == {"vision-baked-1": made["newer"], "vision-baked-2": MOTO_AMI}
+    # apply's workspace kept the root module the plan was made with (not the base pool's).
+    main = json.loads((ws.dir / "main.tf.json").read_text())
+    assert main["locals"]["bootstrap_hash"] == h535
 
     # 3. when_stale: hold: a removal still plans; a plan that launches is refused, naming
-    # the hash; the refused plan's hold does not stop the pool's destroy.
-    ws = workspace(h535, "hold")
+    # the hash; the refused plan's hold does not stop the pool's destroy. The reload made
+    # the provisioner's workspace anew, with the new image.
+    current = baked_policies("535", "hold")
+    ws = provisioner.workspace(ref)
+    assert ws.image == BakedImage(h535, "hold")
     plan = ws.plan(one)  # planned, not applied: an apply costs ~15 s of CPU
     assert [(c.node, c.action) for c in plan.changes] == [("vision-baked-2", "destroy")]
     assert plan.image is not None and plan.image.stale
