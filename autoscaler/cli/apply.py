@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from autoscaler.actuators.terraform import (
     ApplyResult,
+    BakedImage,
     PoolPlan,
     PoolWorkspace,
     TerraformError,
@@ -41,11 +42,19 @@ def pending_plans(settings: TerraformSettings, only: list[str]) -> list[PoolPlan
     return [p for p in plans if not only or p.pool in only]
 
 
-def apply_one(settings: TerraformSettings, pool_plan: PoolPlan) -> ApplyResult:
+def plan_workspace(settings: TerraformSettings, pool_plan: PoolPlan) -> PoolWorkspace:
+    """The workspace a saved plan was made in. A baked pool's gets the image the plan
+    recorded (its hash and when_stale): the check before the apply writes the root module
+    again, and it must stay the one that was planned, not fall back to the base image's."""
     team, pool = pool_plan.pool.split("/", 1)
-    ws = PoolWorkspace(settings, team, pool, pool_plan.cloud, pool_plan.region,
-                       shard=pool_plan.shard)
-    return ws.apply(pool_plan)
+    chosen = pool_plan.image
+    image = None if chosen is None else BakedImage(chosen.hash, chosen.when_stale)
+    return PoolWorkspace(settings, team, pool, pool_plan.cloud, pool_plan.region,
+                         shard=pool_plan.shard, image=image)
+
+
+def apply_one(settings: TerraformSettings, pool_plan: PoolPlan) -> ApplyResult:
+    return plan_workspace(settings, pool_plan).apply(pool_plan)
 
 
 def _print_result(label: str, result: ApplyResult) -> None:

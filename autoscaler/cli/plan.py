@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
+from autoscaler.actuators.ansible.settings import AnsibleSettings
+from autoscaler.actuators.bootstrap_hash import baked_images
 from autoscaler.actuators.node_map import PreviewError, preview_maps
-from autoscaler.actuators.terraform.preview import PoolPreview, preview_pools
+from autoscaler.actuators.terraform.preview import PoolPreview, baked_workspace, preview_pools
 from autoscaler.actuators.terraform.settings import TerraformSettings, load_settings
 from autoscaler.catalog import Catalog
 from autoscaler.cli.common import PoliciesOption, PricesOption, catalog_from, console, fail
@@ -31,6 +36,7 @@ from autoscaler.engine.snapshot_file import SnapshotFileError, parse_decision_in
 from autoscaler.model.prices import PriceBook
 from autoscaler.policy import PolicyLoadError, load_policies
 from autoscaler.policy.models import TeamPolicy, pool_key
+from autoscaler.policy.paths import relative_to
 
 SNAPSHOT_HELP = (
     "Recorded engine input (JSON): {now, fleet: {nodes, history}, snapshot: {...}}. "
@@ -42,7 +48,9 @@ SETTINGS_HELP = (
     "{ami, subnet_ids, ...}}). When given, every pool whose node map changes gets a "
     "`terraform plan -out` in its own workspace, and the preview shows the Terraform "
     "changes and the $/h delta; `gpu-autoscaler apply` applies exactly those plans. "
-    "Without it, only the engine's decision is shown and Terraform is not run."
+    "Without it, only the engine's decision is shown and Terraform is not run. A whole "
+    "service config works too: its terraform section, and its ansible section (playbook, "
+    "extra_vars) for the bootstrap hash of pools with bootstrap.image baked."
 )
 
 
@@ -76,19 +84,39 @@ def terraform_settings(path: Path | None, workdir: Path | None) -> TerraformSett
     return settings.model_copy(update={"workdir": workdir}) if workdir else settings
 
 
+def ansible_settings(path: Path | None) -> AnsibleSettings:
+    """The ``ansible:`` section of a --settings file that is a whole service config: its
+    playbook's roles and its extra vars make a baked pool's bootstrap hash. Otherwise the
+    defaults (the playbook next to the package, no extra vars)."""
+    if path is None:
+        return AnsibleSettings()
+    try:
+        data = YAML(typ="safe").load(path.read_text()) or {}
+        section = data.get("ansible") if isinstance(data, dict) else None
+        if not isinstance(section, dict):
+            return AnsibleSettings()
+        return AnsibleSettings.model_validate(section, context=relative_to(path.parent))
+    except (OSError, YAMLError, ValidationError) as exc:
+        fail(f"invalid ansible settings in {path}: {exc}")
+
+
 def terraform_preview(policies: dict[str, TeamPolicy], data: DecisionInput, result: Plan,
-                      catalog: Catalog, settings: TerraformSettings) -> list[PoolPreview]:
+                      catalog: Catalog, settings: TerraformSettings,
+                      ansible: AnsibleSettings) -> list[PoolPreview]:
+    """Each changed pool's terraform plan; a baked pool's with its image (the hash from
+    ``ansible``'s roles and extra vars, as the service computes it)."""
     pools = {pool_key(t.team, p.name): p for t in policies.values() for p in t.pools}
     try:
         maps = preview_maps(data.fleet.nodes, result, catalog, pools)
     except PreviewError as exc:
         fail(str(exc))
-    return preview_pools(maps, settings, PriceBook(catalog, data.snapshot))
+    images = baked_images(policies, settings, ansible)
+    return preview_pools(maps, settings, PriceBook(catalog, data.snapshot), baked_workspace(images))
 
 
 def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Catalog,
                                       EngineSettings, TerraformSettings | None,
-                                      dict[str, dict[str, Any]]]:
+                                      dict[str, dict[str, Any]], AnsibleSettings]:
     """One tick's reading of the live sources, without the lease, the executor or the store
     being written; with each predictive pool's forecast from the store's demand history."""
     from autoscaler.service.wiring import build_service
@@ -109,7 +137,7 @@ def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Cata
         service.close()
     tf = cfg.terraform if cfg.terraform.regions else None
     return (DecisionInput(now=now, fleet=fleet, snapshot=snapshot), policies, service.catalog,
-            cfg.engine, tf, forecasts)
+            cfg.engine, tf, forecasts, cfg.ansible)
 
 
 def plan(
@@ -149,13 +177,14 @@ def plan(
         fail("--save-input needs --config")
     tf_settings = terraform_settings(settings_file, terraform_dir)
     if config is not None:
-        data, team_policies, catalog, engine, live_tf, forecasts = live_input(config)
+        data, team_policies, catalog, engine, live_tf, forecasts, ansible = live_input(config)
         tf_settings = tf_settings or live_tf
         if save_input is not None:
             save_input.write_text(data.model_dump_json(indent=1))
     else:
         assert snapshot is not None
         forecasts = {}
+        ansible = ansible_settings(settings_file)
         catalog = catalog_from(prices)
         data = load_input(snapshot)
         team_policies = _policies(policies, catalog)
@@ -166,7 +195,7 @@ def plan(
     result = decide(team_policies, data.fleet, data.snapshot, data.now, catalog=catalog,
                     settings=engine)
     previews = None if tf_settings is None else terraform_preview(
-        team_policies, data, result, catalog, tf_settings)
+        team_policies, data, result, catalog, tf_settings, ansible)
     if json_out:
         payload = {"plan": result.model_dump(mode="json"),
                    "pools": None if previews is None else

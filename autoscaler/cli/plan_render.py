@@ -63,6 +63,8 @@ def _pool_detail(p: PoolPreview) -> Table:
         table.add_row(c.node, f"[{style}]{c.action}[/]", c.describe())
     if p.error:
         table.add_row("-", "[red]error[/]", p.error.splitlines()[0])
+    if p.image:
+        table.add_row("", "[dim]image[/]", p.image)
     for reason in p.reasons:
         table.add_row("", "[dim]why[/]", reason)
     if p.unpriced:
@@ -98,6 +100,8 @@ def _pool_markdown(p: PoolPreview) -> list[str]:
     lines += [f"- **{c.action}** `{c.node}`: {c.describe()}" for c in p.changes]
     if p.error:
         lines.append(f"- **error**: {p.error.splitlines()[0]}")
+    if p.image:
+        lines.append(f"- **image**: {p.image}")
     if p.reasons:
         lines += ["", "Why:"] + [f"- {r}" for r in p.reasons]
     return [*lines, ""]

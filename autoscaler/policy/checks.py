@@ -11,7 +11,7 @@ from autoscaler.catalog import Catalog
 from autoscaler.catalog.mig import layout_problems
 from autoscaler.catalog.regions import region_problem, zone_problem
 from autoscaler.policy.cron import cron_problem
-from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.policy.models import Cloud, Pool, TeamPolicy
 
 Problem = tuple[list[int | str], str]
 # Node names are "<team>-<pool>-<suffix>" and must stay valid hostnames (63 characters).
@@ -131,6 +131,9 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
         yield ["bootstrap", "mig_profiles"], "sharing: mig needs at least one MIG profile, e.g. ['3g.20gb']"
     elif pool.bootstrap.sharing == "mig":
         yield from _check_mig(pool, catalog)
+    if pool.bootstrap.image == "baked" and pool.cloud is not Cloud.AWS:
+        yield (["bootstrap", "image"], f"image: baked is supported on aws only for now (the "
+               f"{pool.cloud.value} pool module has no baked-image lookup); use image: base")
     if pool.cluster.quota_from == "resourcequota" and pool.cluster.kind != "kubernetes":
         yield ["cluster", "quota_from"], "quota_from: resourcequota needs cluster.kind: kubernetes"
     c = pool.cluster

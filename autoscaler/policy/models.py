@@ -350,6 +350,18 @@ class Bootstrap(_Strict):
         "containerd", description="Nodes' container runtime.")
     dcgm_diag_level: int = Field(1, ge=1, le=3, description="dcgmi diag -r level.")
     timeout: Duration = Field(timedelta(minutes=30), description="Time limit of a node's bootstrap.")
+    image: Literal["base", "baked"] = Field(
+        "base", description="base: new nodes launch from the region's base image. baked "
+        "(aws only): the pool's Terraform root module launches new nodes from the newest "
+        "image of the account tagged with the pool's bootstrap hash (base image, driver, CUDA, "
+        "container runtime, the image-time roles), see when_stale. Nothing bakes images yet "
+        "and nodes still run the whole playbook (docs/integrations/terraform-ansible.md).")
+    images_kept: int = Field(3, ge=1, le=100, description="baked: how many of the pool's "
+                             "images to keep (not enforced yet: nothing deregisters images).")
+    when_stale: Literal["full", "hold"] = Field(
+        "full", description="baked, and no image has the pool's bootstrap hash (a setting "
+        "changed since the last bake): full launches from the base image; hold refuses a plan "
+        "that would launch a node (removals still apply) until an image exists.")
 
 
 START_WITHIN = at_least(timedelta(seconds=30), "Slurm starts a job that fits within a few "

@@ -10,13 +10,16 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from autoscaler.actuators.ansible import AnsibleActuator
-from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
+from autoscaler.actuators.bootstrap_hash import baked_images
+from autoscaler.actuators.terraform import BakedImage
+from autoscaler.actuators.terraform.provisioner import ImagesFor, TerraformProvisioner
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.clouds import connect
 from autoscaler.clouds.base import CloudMarket
 from autoscaler.fleet.store import FleetStore, SchemaError, StoreUnavailableError
 from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.model.clock import utc_now
+from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot_parts import PriceView
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.app import Service, ServiceError, one_line
@@ -128,6 +131,19 @@ def build_prices(config: ServiceConfig, markets: Markets,
     return PriceSignals(markets, clock=clock)
 
 
+def pool_images(config: ServiceConfig, policies: Callable[[], Mapping[str, TeamPolicy]]) -> ImagesFor:
+    """A pool's baked image (None: base), from the policies of the moment: a reload that
+    changes a baked pool's driver changes the hash its next apply looks for."""
+    def image_of(ref: PoolRef) -> BakedImage | None:
+        return baked_images(policies(), config.terraform, config.ansible).get(ref.key)
+    return image_of
+
+
+def preview_images(config: ServiceConfig) -> Callable[[Mapping[str, TeamPolicy]], dict[str, BakedImage]]:
+    """The tick preview's baked images (``tick.preview: terraform``), from the tick's policies."""
+    return lambda policies: baked_images(policies, config.terraform, config.ansible)
+
+
 def build_actuators(config: ServiceConfig, store: FleetStore,
                     policies: Callable[[], dict[str, TeamPolicy]], address_of: AddressOf,
                     catalog: Catalog, clock: Callable[[], datetime], markets: Markets, *,
@@ -136,7 +152,8 @@ def build_actuators(config: ServiceConfig, store: FleetStore,
     Spot notices are read by the reconciler unless the service's notice loop takes them
     (``notices_in_reconciler=False``): never by both."""
     settings = config.executor
-    provisioner = TerraformProvisioner(config.terraform, cloud_for=markets, clock=clock)
+    provisioner = TerraformProvisioner(config.terraform, cloud_for=markets, clock=clock,
+                                       images=pool_images(config, policies))
     # A Slurm node registers the way the drainer deletes it: one setting for both.
     bootstrapper = AnsibleActuator(config.ansible, address_of, catalog=catalog, clock=clock,
                                    play_vars={"cluster_join_slurm_registration":
@@ -228,6 +245,7 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                        interval_s=config.tick.interval.total_seconds(), executor=executor,
                        reconciler=reconciler, terraform_preview=config.terraform
                        if config.tick.preview == "terraform" else None,
+                       preview_images=preview_images(config),
                        forecasts=build_forecasts(config, store),
                        state_limits=config.executor.state_limits, held=held)
     notices = None

@@ -3,7 +3,10 @@
 One pool's lifecycle, in order (each step starts from the state the previous one left):
 create 3 nodes, plan again (no changes), remove one (exactly one destroy, and the old
 plan is then refused as stale), a capacity error and the fallback retry, refresh after an
-instance vanished, destroy.
+instance vanished, destroy. Then a baked pool (bootstrap.image: baked) in one scenario:
+it launches from the newest image tagged with its bootstrap hash, a driver change makes
+the image stale (full: the base image; hold: a launch is refused, a removal is not).
+Last, the bake's own root module: builder, tagged image, builder destroyed, image kept.
 Terraform costs ~5 s per provider start here, so steps share one workspace.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,22 +23,39 @@ from typing import Any
 
 import pytest
 
-from autoscaler.actuators.node_map import NodeSpec
+from autoscaler.actuators.ansible.settings import DEFAULT_PLAYBOOK
+from autoscaler.actuators.bootstrap_hash import baked_images, pool_bootstrap_hash
+from autoscaler.actuators.node_map import NodeSpec, PoolMaps
 from autoscaler.actuators.terraform import (
+    BakedImage,
+    ImageChoice,
     PoolWorkspace,
     S3Backend,
     StalePlanError,
     StateLockedError,
+    TerraformError,
 )
-from autoscaler.policy.models import Market
+from autoscaler.actuators.terraform.bake import BakeWorkspace
+from autoscaler.actuators.terraform.preview import baked_workspace, preview_pool
+from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
+from autoscaler.actuators.terraform.rootmodule import HASH_TAG
+from autoscaler.catalog import default_catalog
+from autoscaler.cli.apply import apply_one, pending_plans
+from autoscaler.engine.pricing import Prices
+from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import Snapshot
+from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.sandbox.hosts.procs import wait_until
-from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
+from autoscaler.service.config.models import ServiceConfig
+from autoscaler.service.wiring import pool_images
 from tests.actuators.terraform_fixtures import (  # noqa: F401 (fixture)
     FAKE_SECRET,
     moto,
     needs_terraform,
     sandbox_settings,
 )
+from tests.builders import make_policy
 
 pytestmark = [pytest.mark.slow, needs_terraform]
 
@@ -54,9 +75,9 @@ def ws(moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> PoolWorks
     return PoolWorkspace(settings, "vision", "v100", "aws", "us-east-1", clock=lambda: AT)
 
 
-def by_node(moto: MotoSandbox) -> dict[str, dict[str, Any]]:  # noqa: F811
+def by_node(moto: MotoSandbox, pool: str = "v100") -> dict[str, dict[str, Any]]:  # noqa: F811
     out = {}
-    for inst in running_instances(moto.client(), pool="v100"):
+    for inst in running_instances(moto.client(), pool=pool):
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
         out[tags["node"]] = {**inst, "tags": tags}
     return out
@@ -191,3 +212,108 @@ def test_concurrent_plan_on_one_pool_is_refused(s3_settings: Any, moto: MotoSand
         thread.join(timeout=300)
     assert not thread.is_alive() and errors == []
     assert not locked()  # released by the first plan
+
+
+def baked_hash(driver: str) -> str:
+    pool = make_policy(bootstrap={"driver": driver, "image": "baked"}).pools[0]
+    return pool_bootstrap_hash("vision", pool, MOTO_AMI, {}, DEFAULT_PLAYBOOK.parent / "roles")
+
+
+def baked_policies(driver: str, when_stale: str) -> dict[str, TeamPolicy]:
+    return {"vision": make_policy(name="baked", bootstrap={
+        "driver": driver, "image": "baked", "when_stale": when_stale})}
+
+
+def test_a_baked_pool_launches_from_its_image_and_a_driver_change_makes_it_stale(
+        moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> None:  # noqa: F811
+    """Each workspace is the one the real callers make, from the policies of the moment:
+    the service's provisioner (1, 3), the preview of `gpu-autoscaler plan` (2) and the
+    workspace `gpu-autoscaler apply` makes from the saved plan (2)."""
+    settings = sandbox_settings(moto, tmp_path_factory.mktemp("tf-baked"))
+    config = ServiceConfig(policies_dir=tmp_path_factory.mktemp("policies"), terraform=settings)
+    current = baked_policies("550", "full")
+    provisioner = TerraformProvisioner(settings, images=pool_images(config, lambda: current))
+    ec2 = moto.client()
+    h550, h535 = baked_hash("550"), baked_hash("535")
+    assert h550 != h535
+    # Images as a bake leaves them: made from a builder instance, tagged with the hash.
+    # moto dates images to the second: the newer one is made a second later.
+    builder = ec2.run_instances(ImageId=MOTO_AMI, MinCount=1, MaxCount=1,
+                                InstanceType="t3.micro")["Instances"][0]["InstanceId"]
+    made = {}
+    for name, tag in (("older", h550), ("other-hash", "ffffffffffff"), ("newer", h550)):
+        made[name] = ec2.create_image(InstanceId=builder, Name=f"bake-{name}")["ImageId"]
+        ec2.create_tags(Resources=[made[name]], Tags=[{"Key": HASH_TAG, "Value": tag}])
+        time.sleep(1.1)
+    ec2.terminate_instances(InstanceIds=[builder])
+
+    def image_of() -> dict[str, str]:
+        return {name: inst["ImageId"] for name, inst in by_node(moto, "baked").items()}
+
+    ref = PoolRef("vision", "baked", "aws", "us-east-1")
+    one = {"vision-baked-1": NodeSpec(instance_type="g4dn.xlarge", market=OD)}
+    two = {**one, "vision-baked-2": NodeSpec(instance_type="g4dn.xlarge", market=OD)}
+    # 1. The image with the pool's hash, the newest of them, is what new nodes launch from.
+    ws = provisioner.workspace(ref)
+    assert ws.image == BakedImage(h550, "full")
+    plan = ws.plan(one)
+    assert plan.image == ImageChoice(id=made["newer"], hash=h550, stale=False, when_stale="full")
+    assert ws.apply(plan).ok and image_of() == {"vision-baked-1": made["newer"]}
+
+    # 2. The driver changes: no image has the new hash. The preview says so; with
+    # when_stale: full the new node launches from the base image, the running one stays.
+    current = baked_policies("535", "full")
+    prices = Prices(default_catalog(), Snapshot(taken_at=AT), AT)
+    images = baked_images(current, settings, config.ansible)
+    preview = preview_pool(PoolMaps(ref, one, two), settings, prices, baked_workspace(images))
+    assert preview.status == "planned" and preview.image == (
+        f"stale: no image for bootstrap hash {h535}; new nodes launch from the base image "
+        f"{MOTO_AMI} with the full bootstrap")
+    assert [(c.node, c.action) for c in preview.changes] == [("vision-baked-2", "create")]
+    (saved,) = pending_plans(settings, [ref.key])
+    assert apply_one(settings, saved).ok
+    assert image_of() == {"vision-baked-1": made["newer"], "vision-baked-2": MOTO_AMI}
+    # apply's workspace kept the root module the plan was made with (not the base pool's).
+    main = json.loads((ws.dir / "main.tf.json").read_text())
+    assert main["locals"]["bootstrap_hash"] == h535
+
+    # 3. when_stale: hold: a removal still plans; a plan that launches is refused, naming
+    # the hash; the refused plan's hold does not stop the pool's destroy. The reload made
+    # the provisioner's workspace anew, with the new image.
+    current = baked_policies("535", "hold")
+    ws = provisioner.workspace(ref)
+    assert ws.image == BakedImage(h535, "hold")
+    plan = ws.plan(one)  # planned, not applied: an apply costs ~15 s of CPU
+    assert [(c.node, c.action) for c in plan.changes] == [("vision-baked-2", "destroy")]
+    assert plan.image is not None and plan.image.stale
+    three = {**two, "vision-baked-3": NodeSpec(instance_type="g4dn.xlarge", market=OD)}
+    with pytest.raises(TerraformError, match=f"stale: no image tagged {HASH_TAG}={h535}"):
+        ws.plan(three)
+    ws.destroy_all()
+    assert image_of() == {}
+
+
+def test_the_bake_module_images_a_builder_with_the_hash_and_destroys_only_the_builder(
+        moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> None:  # noqa: F811
+    settings = sandbox_settings(moto, tmp_path_factory.mktemp("tf-bake"))
+    ec2 = moto.client()
+    h = baked_hash("470")  # a hash no other test made an image for
+    bake = BakeWorkspace(settings, "vision", "bake", "us-east-1", hash_=h,
+                         instance_type="g4dn.xlarge", clock=lambda: AT)
+    try:
+        builder = bake.launch_builder()
+        (inst,) = [i for r in ec2.describe_instances(InstanceIds=[builder])["Reservations"]
+                   for i in r["Instances"]]
+        tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+        assert inst["ImageId"] == MOTO_AMI and inst["State"]["Name"] == "running"
+        assert tags["gpu-autoscaler/role"] == "builder" and tags[HASH_TAG] == h
+        image = bake.make_image()
+    finally:
+        bake.destroy_builder()
+    (img,) = ec2.describe_images(ImageIds=[image])["Images"]
+    assert {t["Key"]: t["Value"] for t in img["Tags"]}[HASH_TAG] == h
+    assert img["Name"] == f"gpu-autoscaler-vision-bake-{h}-20261130120000"
+    state = ec2.describe_instances(InstanceIds=[builder])["Reservations"][0]["Instances"][0]
+    assert state["State"]["Name"] in ("shutting-down", "terminated")
+    bake.destroy_builder()  # again: nothing left to do, the image stays
+    assert ec2.describe_images(ImageIds=[image])["Images"]

@@ -89,7 +89,8 @@ class Shards:
         self.made: dict[int, ShardWorkspace] = {}
 
     def __call__(self, settings: TerraformSettings, ref: PoolRef, *rest: Any) -> ShardWorkspace:
-        shard = rest[-1] if rest and isinstance(rest[-1], int) else 0
+        # (clock, shard, image) from the provisioner, (shard,) from a preview
+        shard = next((r for r in rest if isinstance(r, int)), 0)
         if shard not in self.made:
             self.made[shard] = ShardWorkspace(settings, ref, shard)
         return self.made[shard]

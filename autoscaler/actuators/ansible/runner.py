@@ -174,7 +174,7 @@ class AnsibleActuator:
             "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
             "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_ROLES_PATH": str(s.playbook.resolve().parent / "roles"),
+            "ANSIBLE_ROLES_PATH": str(s.roles_dir()),
             "ANSIBLE_LOCAL_TEMP": str(private / "tmp"),
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(private / "cp"),
         }

@@ -50,6 +50,10 @@ class AnsibleSettings(BaseModel):
         "They reach the play as extra variables in the run's private directory, which is "
         "deleted after the run, and are masked in results and kept logs.")
 
+    def roles_dir(self) -> Path:
+        """The roles the playbooks run (ANSIBLE_ROLES_PATH), next to the bootstrap playbook."""
+        return self.playbook.resolve().parent / "roles"
+
     def known_hosts(self) -> Path:
         return self.known_hosts_file or self.runs_dir / "known_hosts"
 

@@ -9,7 +9,8 @@ from autoscaler.actuators.terraform.errors import (
     StateLockedError,
     TerraformError,
 )
-from autoscaler.actuators.terraform.planfile import NodeChange, PoolPlan
+from autoscaler.actuators.terraform.planfile import ImageChoice, NodeChange, PoolPlan
+from autoscaler.actuators.terraform.rootmodule import BakedImage
 from autoscaler.actuators.terraform.settings import (
     LocalBackend,
     RegionInputs,
@@ -22,6 +23,8 @@ from autoscaler.actuators.terraform.workspace import ApplyResult, NodeOutput, Po
 __all__ = [
     "CAPACITY_CODES",
     "ApplyResult",
+    "BakedImage",
+    "ImageChoice",
     "LocalBackend",
     "NodeChange",
     "NodeOutput",

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from autoscaler.actuators.node_map import NodeSpec
 from autoscaler.policy.models import Market
@@ -36,6 +36,30 @@ class NodeChange(_Model):
         return ""
 
 
+class ImageChoice(_Model):
+    """Which image a baked pool's new nodes launch from (the root module's ``image`` output)."""
+
+    id: str = Field(description="The image new nodes launch from.")
+    hash: str = Field(description="The pool's bootstrap hash.")
+    stale: bool = Field(description="No image has the hash: id is the base image.")
+    when_stale: Literal["full", "hold"]
+
+    def describe(self) -> str:
+        if not self.stale:
+            return f"baked image {self.id} (bootstrap hash {self.hash})"
+        then = ("new nodes launch from the base image " + self.id + " with the full bootstrap"
+                if self.when_stale == "full" else "no node is launched (when_stale: hold)")
+        return f"stale: no image for bootstrap hash {self.hash}; {then}"
+
+
+def without_unset_image(data: dict[str, Any]) -> dict[str, Any]:
+    """A pool with ``bootstrap.image: base`` has no image choice: its records are written
+    as they were before baked images existed."""
+    if data.get("image") is None:
+        data.pop("image", None)
+    return data
+
+
 class PoolPlan(_Model):
     """A saved ``terraform plan -out`` for one pool, with what is needed to apply it safely."""
 
@@ -51,6 +75,11 @@ class PoolPlan(_Model):
     state_lineage: str | None = None
     planned_at: datetime
     seconds: float = 0.0
+    image: ImageChoice | None = Field(None, description="Baked pools: the image new nodes get.")
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_unset_image(handler(self))
 
     @property
     def label(self) -> str:
@@ -62,6 +91,15 @@ class PoolPlan(_Model):
 
     def count(self, action: ChangeKind) -> int:
         return sum(1 for c in self.changes if c.action == action)
+
+
+def image_choice(shown: dict[str, Any], when_stale: Literal["full", "hold"]) -> ImageChoice | None:
+    """The ``image`` output of a saved plan (``terraform show -json``), if it has one."""
+    value = shown.get("planned_values", {}).get("outputs", {}).get("image", {}).get("value")
+    if not isinstance(value, dict):
+        return None
+    return ImageChoice(id=value["id"], hash=value["hash"], stale=value["stale"],
+                       when_stale=when_stale)
 
 
 def node_changes(events: list[dict[str, Any]], nodes: dict[str, NodeSpec],

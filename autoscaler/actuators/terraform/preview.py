@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from autoscaler.actuators.node_map import NodeMap, PoolMaps
 from autoscaler.actuators.terraform import shards
 from autoscaler.actuators.terraform.errors import TerraformError
-from autoscaler.actuators.terraform.planfile import NodeChange, PoolPlan
+from autoscaler.actuators.terraform.planfile import (
+    NodeChange,
+    PoolPlan,
+    without_unset_image,
+)
+from autoscaler.actuators.terraform.rootmodule import BakedImage
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.actuators.terraform.workspace import PoolWorkspace
 from autoscaler.model.pool import PoolRef
@@ -42,6 +47,12 @@ class PoolPreview(BaseModel):
                                   description="One saved plan per shard that changes.")
     error: str | None = None
     reasons: list[str] = Field(default_factory=list)
+    image: str | None = Field(None, description="Baked pools: the image new nodes launch "
+                              "from (id and bootstrap hash), or that it is stale.")
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_unset_image(handler(self))
 
     @property
     def delta(self) -> float:
@@ -59,8 +70,18 @@ class Workspace(Protocol):
 WorkspaceFactory = Callable[[TerraformSettings, PoolRef, int], Workspace]
 
 
-def default_workspace(settings: TerraformSettings, ref: PoolRef, shard: int = 0) -> Workspace:
-    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, shard=shard)
+def default_workspace(settings: TerraformSettings, ref: PoolRef, shard: int = 0,
+                      image: BakedImage | None = None) -> Workspace:
+    return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, shard=shard,
+                         image=image)
+
+
+def baked_workspace(images: Mapping[str, BakedImage]) -> WorkspaceFactory:
+    """The default workspace, with the image of each baked pool (pool key -> BakedImage,
+    from ``bootstrap_hash.baked_images``; a pool not in it is a base pool)."""
+    def make(settings: TerraformSettings, ref: PoolRef, shard: int = 0) -> Workspace:
+        return default_workspace(settings, ref, shard, images.get(ref.key))
+    return make
 
 
 def map_cost(ref: PoolRef, nodes: NodeMap, prices: PriceBook) -> tuple[float, list[str]]:
@@ -94,6 +115,7 @@ def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: PriceBook,
     pool_dir = Path(settings.workdir).resolve() / ref.team / ref.pool
     changes: list[NodeChange] = []
     files: list[str] = []
+    image: str | None = None
     try:
         existing = {k: workspace(settings, ref, k) for k in sorted({0, *shards.existing(pool_dir)})}
         held = shards.held({k: ws.applied_nodes() for k, ws in existing.items()})
@@ -106,9 +128,10 @@ def preview_pool(pm: PoolMaps, settings: TerraformSettings, prices: PriceBook,
             plan = ws.plan(node_map)
             changes += plan.changes
             files.append(str(plan.plan_file))
+            image = plan.image.describe() if plan.image is not None else image
     except TerraformError as exc:
         return PoolPreview(status="error", error=str(exc), **base)
     if not files:
         return PoolPreview(status="unchanged", **base)
     return PoolPreview(status="planned", changes=sorted(changes, key=lambda c: (c.action, c.node)),
-                       plan_files=files, **base)
+                       plan_files=files, image=image, **base)

@@ -20,6 +20,11 @@ already hold the instances it did create (verified with terraform 1.11 against m
 Reading the outputs lost such an instance: its node was marked TERMINATED while it ran.
 ``leftovers`` is the cloud's word on nodes the state holds nothing for.
 
+A pool with ``bootstrap.image: baked`` gets its :class:`BakedImage` from ``images`` (the
+service passes one computed from the current policies, ``bootstrap_hash.baked_images``) each
+time its workspace is asked for: a cached workspace whose image differs (a reload changed
+the driver, say) is replaced, so the next apply writes the new hash into the root module.
+
 ``mark_stale(ref)`` leaves a marker in the workspace: the next advance applies the pool
 even though its node map did not change (the state and the store disagree).
 
@@ -42,6 +47,7 @@ from typing import Any
 from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.actuators.terraform import (
     ApplyResult,
+    BakedImage,
     NodeOutput,
     PoolWorkspace,
     StateLockedError,
@@ -57,7 +63,9 @@ from autoscaler.model.pool import PoolRef
 STALE_MARKER = "gpu-autoscaler-stale"
 RESOURCES = {"aws": "aws_instance", "alicloud": "alicloud_instance"}
 CloudFor = Callable[[str, str], CloudMarket]
-WorkspaceFactory = Callable[[TerraformSettings, PoolRef, Callable[[], datetime], int], PoolWorkspace]
+WorkspaceFactory = Callable[[TerraformSettings, PoolRef, Callable[[], datetime], int,
+                             BakedImage | None], PoolWorkspace]
+ImagesFor = Callable[[PoolRef], BakedImage | None]  # None: a base pool
 Imports = dict[str, tuple[str, NodeSpec]]  # map key -> (instance id, spec)
 _LOCK_ID = re.compile(r"^\s*ID:\s*(\S+)", re.MULTILINE)
 _LOCK_CREATED = re.compile(r"^\s*Created:\s*(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)", re.MULTILINE)
@@ -69,10 +77,15 @@ def stray_key(node: str | None, instance_id: str) -> str:
     return f"{base}-stray-{instance_id.removeprefix('i-')[-12:]}".lower()
 
 
-def default_workspace(settings: TerraformSettings, ref: PoolRef,
-                      clock: Callable[[], datetime], shard: int = 0) -> PoolWorkspace:
+def default_workspace(settings: TerraformSettings, ref: PoolRef, clock: Callable[[], datetime],
+                      shard: int = 0, image: BakedImage | None = None) -> PoolWorkspace:
     return PoolWorkspace(settings, ref.team, ref.pool, ref.cloud, ref.region, clock=clock,
-                         shard=shard)
+                         shard=shard, image=image)
+
+
+def base_images(ref: PoolRef) -> BakedImage | None:
+    """Every pool launches from its region's base image."""
+    return None
 
 
 def lock_of(error: StateLockedError) -> tuple[str, datetime] | None:
@@ -112,24 +125,29 @@ class TerraformProvisioner:
     def __init__(self, settings: TerraformSettings, *, cloud_for: CloudFor | None = None,
                  clock: Callable[[], datetime] = utc_now,
                  stale_lock_after: timedelta | None = None,
-                 workspace: WorkspaceFactory = default_workspace):
+                 workspace: WorkspaceFactory = default_workspace,
+                 images: ImagesFor = base_images):
         self.settings = settings
         self.cloud_for = cloud_for
         self.clock = clock
         self.stale_lock_after = stale_lock_after or timedelta(
             seconds=settings.command_timeout_s + 300)
         self._make_workspace = workspace
-        self._workspaces: dict[tuple[str, int], PoolWorkspace] = {}
+        self._images = images
+        # (pool key, shard) -> (the image it was made with, the workspace)
+        self._workspaces: dict[tuple[str, int], tuple[BakedImage | None, PoolWorkspace]] = {}
         self._guard = threading.Lock()
         self.imported: list[tuple[str, str, str]] = []  # (pool, key, instance id), for status
         self.unlocked: list[tuple[str, str]] = []  # (pool, lock id) of stale locks released
 
     def workspace(self, ref: PoolRef, shard: int = 0) -> PoolWorkspace:
+        image = self._images(ref)
         with self._guard:
-            if (ref.key, shard) not in self._workspaces:
-                self._workspaces[(ref.key, shard)] = self._make_workspace(
-                    self.settings, ref, self.clock, shard)
-            return self._workspaces[(ref.key, shard)]
+            made = self._workspaces.get((ref.key, shard))
+            if made is None or made[0] != image:
+                made = (image, self._make_workspace(self.settings, ref, self.clock, shard, image))
+                self._workspaces[(ref.key, shard)] = made
+            return made[1]
 
     def shards(self, ref: PoolRef) -> list[PoolWorkspace]:
         """The pool's shards that have a workspace (shard 0 always: the pool's own)."""

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from autoscaler.actuators.node_map import NodeMap
 from autoscaler.actuators.terraform.settings import (
@@ -43,6 +44,21 @@ _SKIP_CHECKS = {
 }
 
 
+# The tag a baked image carries: the bootstrap hash of what was baked into it
+# (autoscaler/actuators/bootstrap_hash.py). Images are shared by every pool of the account
+# whose hash is the same.
+HASH_TAG = "gpu-autoscaler/bootstrap-hash"
+
+
+@dataclass(frozen=True)
+class BakedImage:
+    """A pool with ``bootstrap.image: baked``: the hash its image must carry, and what a
+    launch does when no image has it (``bootstrap.when_stale``)."""
+
+    hash: str
+    when_stale: Literal["full", "hold"]
+
+
 def cli_config(settings: TerraformSettings) -> str:
     """Providers only from the filesystem mirror: nothing is downloaded, ever."""
     return (
@@ -58,9 +74,12 @@ def cli_config(settings: TerraformSettings) -> str:
 
 
 def main_tf(settings: TerraformSettings, workdir: Path, team: str, pool: str, cloud: str,
-            region: str, inputs: RegionInputs, shard: int = 0) -> dict[str, Any]:
+            region: str, inputs: RegionInputs, shard: int = 0,
+            image: BakedImage | None = None) -> dict[str, Any]:
     if cloud not in MODULES:
         raise ValueError(f"no Terraform module for cloud {cloud!r} (known: {sorted(MODULES)})")
+    if image is not None and cloud != "aws":
+        raise ValueError(f"baked images are looked up on aws only, not {cloud!r}")
     source = os.path.relpath(settings.modules_dir / MODULES[cloud], workdir)
     values: dict[str, Any] = literal({
         "team": team, "pool": pool, "region": region,
@@ -74,12 +93,12 @@ def main_tf(settings: TerraformSettings, workdir: Path, team: str, pool: str, cl
         "source": source if source.startswith(".") else f"./{source}",
         **values, "nodes": "${var.nodes}", "user_data": "${var.user_data}",
     }
-    return {
+    root: dict[str, Any] = {
         "terraform": {
             "required_providers": {cloud: PROVIDERS[cloud]},
             "backend": literal(_backend(settings, team, pool, shard)),
         },
-        "provider": {cloud: literal(_provider(settings, cloud, region))},
+        "provider": {cloud: literal(provider_config(settings, cloud, region))},
         "variable": {
             "nodes": {"type": NODES_TYPE, "default": {}},
             "user_data": {"type": "string", "default": "", "sensitive": True},
@@ -87,6 +106,36 @@ def main_tf(settings: TerraformSettings, workdir: Path, team: str, pool: str, cl
         "module": {"pool": module},
         "output": {"nodes": {"value": "${module.pool.nodes}"}},
     }
+    if image is not None:
+        _baked(root, image, inputs.ami)
+    return root
+
+
+def _baked(root: dict[str, Any], image: BakedImage, base_ami: str) -> None:
+    """New nodes launch from the newest image of the account tagged with the hash (aws_ami_ids
+    sorts newest first), else from the base image; with ``when_stale: hold`` a plan that
+    launches a node (``var.hold_if_stale``, set by tfvars) fails instead. The ``image``
+    output says which image and whether it was stale."""
+    hold = (f"stale: no image tagged {HASH_TAG}={image.hash}; bootstrap.when_stale is hold, "
+            "so no node is launched until an image with this hash is baked")
+    root["data"] = {"aws_ami_ids": {"baked": {
+        "owners": ["self"],
+        "filter": [{"name": f"tag:{HASH_TAG}", "values": [literal(image.hash)]},
+                   {"name": "state", "values": ["available"]}],
+        "lifecycle": [{"postcondition": [{
+            "condition": "${length(self.ids) > 0 || !var.hold_if_stale}",
+            "error_message": literal(hold)}]}],
+    }}}
+    root["locals"] = {
+        "base_ami": literal(base_ami), "bootstrap_hash": literal(image.hash),
+        "baked_ami": '${try(data.aws_ami_ids.baked.ids[0], "")}',
+        "ami": '${local.baked_ami != "" ? local.baked_ami : local.base_ami}',
+    }
+    root["variable"]["hold_if_stale"] = {"type": "bool", "default": False}
+    root["module"]["pool"]["ami"] = "${local.ami}"
+    root["output"]["image"] = {"value": {
+        "id": "${local.ami}", "hash": "${local.bootstrap_hash}",
+        "stale": '${local.baked_ami == ""}'}}
 
 
 def literal(value: Any) -> Any:
@@ -100,12 +149,19 @@ def literal(value: Any) -> Any:
     return value
 
 
-def tfvars(nodes: NodeMap, inputs: RegionInputs) -> dict[str, Any]:
-    return {"nodes": {name: spec.tf() for name, spec in sorted(nodes.items())},
-            "user_data": inputs.user_data}
+def tfvars(nodes: NodeMap, inputs: RegionInputs, image: BakedImage | None = None,
+           launching: bool = False) -> dict[str, Any]:
+    """The node map and user data; for a baked pool also whether a stale image must hold
+    this run (``when_stale: hold`` and the map launches a node)."""
+    out: dict[str, Any] = {"nodes": {name: spec.tf() for name, spec in sorted(nodes.items())},
+                           "user_data": inputs.user_data}
+    if image is not None:
+        out["hold_if_stale"] = image.when_stale == "hold" and launching
+    return out
 
 
-def _provider(settings: TerraformSettings, cloud: str, region: str) -> dict[str, Any]:
+def provider_config(settings: TerraformSettings, cloud: str, region: str) -> dict[str, Any]:
+    """The provider block of a root module (endpoints and skipped checks for moto)."""
     if cloud != "aws":
         return {"region": region}
     provider: dict[str, Any] = {"region": region, "max_retries": settings.aws_max_retries}

@@ -33,7 +33,13 @@ from autoscaler.actuators.terraform.errors import (
     capacity_errors,
     classify,
 )
-from autoscaler.actuators.terraform.planfile import PoolPlan, node_changes, state_nodes
+from autoscaler.actuators.terraform.planfile import (
+    ImageChoice,
+    PoolPlan,
+    image_choice,
+    node_changes,
+    state_nodes,
+)
 from autoscaler.actuators.terraform.runner import FLAG, Result, Runner
 from autoscaler.actuators.terraform.settings import LocalBackend, RegionInputs, TerraformSettings
 from autoscaler.model.clock import Clock, utc_now
@@ -69,8 +75,9 @@ class ApplyResult(BaseModel):
 class PoolWorkspace:
     def __init__(self, settings: TerraformSettings, team: str, pool: str, cloud: str,
                  region: str, *, inputs: RegionInputs | None = None, clock: Clock = utc_now,
-                 shard: int = 0):
+                 shard: int = 0, image: rootmodule.BakedImage | None = None):
         self.settings = settings
+        self.image = image  # None: bootstrap.image base (the region's ami, as always)
         self.team, self.pool, self.cloud, self.region = team, pool, cloud, region
         self.shard = shard
         found = inputs or settings.inputs_for(cloud, region)
@@ -101,12 +108,22 @@ class PoolWorkspace:
     def write_config(self, nodes: NodeMap | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         main = rootmodule.main_tf(self.settings, self.dir, self.team, self.pool, self.cloud,
-                                  self.region, self.inputs, self.shard)
+                                  self.region, self.inputs, self.shard, self.image)
         _write_if_changed(self.dir / "main.tf.json", json.dumps(main, indent=2) + "\n")
         _write_if_changed(self.dir / "terraformrc", rootmodule.cli_config(self.settings))
-        if nodes is not None or not (self.dir / "terraform.tfvars.json").exists():
-            rootmodule.write_private(self.dir / "terraform.tfvars.json", json.dumps(
-                rootmodule.tfvars(nodes or {}, self.inputs), indent=2) + "\n")
+        tfvars = self.dir / "terraform.tfvars.json"
+        if nodes is not None or not tfvars.exists():
+            launching = bool(set(nodes or {}) - set(self.applied_nodes()))
+            rootmodule.write_private(tfvars, json.dumps(
+                rootmodule.tfvars(nodes or {}, self.inputs, self.image, launching),
+                indent=2) + "\n")
+        elif self.image is not None:
+            # A refresh or destroy launches nothing: a hold left by the last plan must not
+            # fail it (when_stale: hold).
+            values = json.loads(tfvars.read_text())
+            if values.get("hold_if_stale"):
+                values["hold_if_stale"] = False
+                rootmodule.write_private(tfvars, json.dumps(values, indent=2) + "\n")
 
     def applied_nodes(self) -> NodeMap:
         path = self.dir / "applied-nodes.json"
@@ -157,9 +174,17 @@ class PoolWorkspace:
             pool=self.key, shard=self.shard, cloud=self.cloud, region=self.region, plan_file=out,
             plan_sha256=_sha256(out), nodes=nodes, changes=changes,
             state_serial=state.get("serial"), state_lineage=state.get("lineage"),
-            planned_at=self.clock(), seconds=result.seconds)
+            planned_at=self.clock(), seconds=result.seconds, image=self._image_choice(out))
         rootmodule.write_private(self.plan_json_path, pool_plan.model_dump_json(indent=2))
         return pool_plan
+
+    def _image_choice(self, plan_file: Path) -> ImageChoice | None:
+        """Baked pools: which image the plan launches from. The plan's JSON events do not
+        carry output values, so this costs one ``terraform show`` (baked pools only)."""
+        if self.image is None:
+            return None
+        shown = self.runner.run("show", str(plan_file), json=FLAG)
+        return image_choice(json.loads(shown.stdout), self.image.when_stale)
 
     def pending_plan(self) -> PoolPlan:
         if not self.plan_json_path.exists():

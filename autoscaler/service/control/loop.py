@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol, TypeVar
 
+from autoscaler.actuators.terraform.rootmodule import BakedImage
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
 from autoscaler.engine import EngineSettings, Plan, decide
@@ -121,6 +122,8 @@ class PricesLike(Protocol):
 
 # (fleet nodes, now) -> node -> the capacity request holding it (request_keeper.py)
 HeldNodes = Callable[[Sequence[Node], datetime], Mapping[str, str]]
+# The tick's policies -> pool key -> the BakedImage of each baked pool (base pools absent).
+PreviewImages = Callable[[Mapping[str, TeamPolicy]], Mapping[str, BakedImage]]
 
 
 class TickError(Exception):
@@ -182,7 +185,8 @@ class ServiceLoop:
                  clock: Callable[[], datetime] = utc_now, dry_run: bool = False,
                  interval_s: float = 30.0, terraform_preview: TerraformSettings | None = None,
                  forecasts: PoolForecasts | None = None, state_limits: StateLimits | None = None,
-                 held: HeldNodes | None = None):
+                 held: HeldNodes | None = None,
+                 preview_images: PreviewImages | None = None):
         if executor is None and not dry_run:
             raise ValueError("a live loop needs an executor (or run with dry_run=True)")
         self.store, self.reloader, self.signals = store, reloader, signals
@@ -191,6 +195,7 @@ class ServiceLoop:
         self.engine = engine or EngineSettings()
         self.clock, self.dry_run = clock, dry_run
         self.terraform_preview = terraform_preview
+        self.preview_images = preview_images  # baked pools' images for terraform_preview
         self.forecasts = forecasts  # demand history + forecasts (service/observe/forecasts.py)
         self.held = held  # None: no capacity requests (no team tokens)
         # The reconciler's settings (``executor:``), so the state-timeout ratio it exports
@@ -392,8 +397,11 @@ class ServiceLoop:
     def _preview(self, plan: Plan, fleet: FleetView, policies: dict[str, TeamPolicy],
                  snapshot: Snapshot, now: datetime) -> None:
         try:
+            images = (self.preview_images(policies)
+                      if self.preview_images and self.terraform_preview else None)
             deltas = preview(plan, fleet, policies, self.catalog, snapshot, now,
-                             self.terraform_preview, next_seq=next_seq_by_pool(self.store))
+                             self.terraform_preview, next_seq=next_seq_by_pool(self.store),
+                             images=images)
         except Exception as exc:  # a preview is for people; it never stops the tick
             log.exception("preview failed")
             self.count_step_errors({"preview": 1}, [f"preview: {type(exc).__name__}: {exc}"])

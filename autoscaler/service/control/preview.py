@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from autoscaler.actuators.node_map import PoolMaps, PreviewError, preview_maps
-from autoscaler.actuators.terraform.preview import map_cost, preview_pools
+from autoscaler.actuators.terraform.preview import baked_workspace, map_cost, preview_pools
+from autoscaler.actuators.terraform.rootmodule import BakedImage
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
 from autoscaler.model.node import FleetView
@@ -70,9 +71,12 @@ def _named(pm: PoolMaps, next_seq: int | None) -> None:
 
 def preview(plan: Plan, fleet: FleetView, policies: Mapping[str, TeamPolicy], catalog: Catalog,
             snapshot: Snapshot, now: datetime, terraform: TerraformSettings | None = None,
-            next_seq: Mapping[str, int] | None = None) -> list[PoolDelta]:
+            next_seq: Mapping[str, int] | None = None,
+            images: Mapping[str, BakedImage] | None = None) -> list[PoolDelta]:
     """One PoolDelta per pool whose node map the plan changes. ``next_seq`` (pool key ->
-    the store's next node number) names new nodes as they will be named."""
+    the store's next node number) names new nodes as they will be named; ``images`` (pool
+    key -> BakedImage, ``bootstrap_hash.baked_images``) gives baked pools' terraform plans
+    their image."""
     pools = {pool_key(t.team, p.name): p for t in policies.values() for p in t.pools}
     try:
         maps = preview_maps(fleet.nodes, plan, catalog, pools)
@@ -87,9 +91,11 @@ def preview(plan: Plan, fleet: FleetView, policies: Mapping[str, TeamPolicy], ca
     prices = PriceBook(catalog, snapshot)
     outcome: dict[str, str] = {}
     if terraform is not None:
-        for pv in preview_pools(changed, terraform, prices):
+        for pv in preview_pools(changed, terraform, prices, baked_workspace(images or {})):
             outcome[pv.pool] = (f"terraform plan: {len(pv.changes)} change(s)" if pv.status ==
                                 "planned" else f"terraform {pv.status}: {pv.error or ''}".strip())
+            if pv.image:
+                outcome[pv.pool] += f"; {pv.image}"
     out = []
     for key, pm in sorted(changed.items()):
         created = sorted(set(pm.after) - set(pm.before))

@@ -82,7 +82,7 @@ def provisioner(tmp_path: Path, cloud: FakeCloud | None, ws: FakeWorkspace,
                 clock: Callable[[], datetime] = lambda: NOW) -> TerraformProvisioner:
     return TerraformProvisioner(TerraformSettings(workdir=tmp_path), clock=clock,
                                 cloud_for=(lambda c, r: cloud) if cloud else None,  # type: ignore[arg-type,return-value]
-                                workspace=lambda s, ref, clk, shard=0: ws)  # type: ignore[arg-type,return-value]
+                                workspace=lambda s, ref, clk, shard=0, image=None: ws)  # type: ignore[arg-type,return-value]
 
 
 def test_instances_the_state_lost_are_imported_before_the_apply(tmp_path: Path) -> None:

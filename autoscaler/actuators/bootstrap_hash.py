@@ -1,0 +1,127 @@
+"""The bootstrap hash: which baked image a pool's nodes may launch from.
+
+A baked image is the pool's base image with gpu-node.yml's image-time part (``--tags
+image``) applied. Everything that decides what that part installs goes into the hash, and
+nothing else, so an image is stale exactly when one of these changed:
+
+============================================  ========  ==================================
+input                                         hashed    why
+============================================  ========  ==================================
+base image (the region's ``ami``)             yes       the image is built on it
+image-time role variables: ``nvidia_driver_*``  yes     driver branch and source, CUDA
+``nvidia_cuda_repo_*`` ``cuda_toolkit_*``               version, container runtime and
+``container_toolkit_*`` ``dcgm_exporter_*``             toolkit version, DCGM package,
+(policy ``bootstrap.driver``, ``.cuda``,                dcgm-exporter binary URL/checksum
+``.container_runtime``; the operator's
+``ansible.extra_vars``)
+every file of the image-time roles            yes       a role change makes images stale
+``dcgm_exporter_node_name``                   no        set per node, at node time
+node-time settings: ``bootstrap.sharing``,    no        the node-time part (``--tags
+``mig_profiles``, ``mps``, ``dcgm_diag_level``,         node``) applies them on every node
+``timeout``; health; cluster (join, labels,
+partition, taints); team and pool names
+============================================  ========  ==================================
+
+Pre-pulled container images are not part of it yet: the policy has no field for them and
+no role pulls them.
+
+:func:`baked_images` gives every Terraform workspace of a baked pool (the service's
+provisioner and tick preview, ``gpu-autoscaler plan``) its :class:`BakedImage`; it is
+computed from the policies it is given, so a policy reload changes it on the next call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from autoscaler.actuators.ansible.inventory import pool_vars
+from autoscaler.actuators.ansible.settings import AnsibleSettings
+from autoscaler.actuators.terraform.rootmodule import BakedImage
+from autoscaler.actuators.terraform.settings import TerraformSettings
+from autoscaler.policy.models import Pool, TeamPolicy, pool_key
+
+# The roles gpu-node.yml runs under --tags image (with their dependencies and helpers).
+IMAGE_ROLES = ("nvidia_cuda_repo", "nvidia_driver", "cuda_toolkit", "container_toolkit",
+               "dcgm_exporter", "node_service")
+_IMAGE_VAR_PREFIXES = tuple(f"{role}_" for role in IMAGE_ROLES)
+# Variables of the image-time roles whose value is the node's own: never in an image.
+NODE_TIME_VARS = frozenset({"dcgm_exporter_node_name"})
+# Hex digits kept: short enough for a tag and a message, 48 bits against collisions
+# among one account's images.
+HASH_LENGTH = 12
+# Changing how the hash is made changes every hash (old images become stale).
+_FORMAT = 1
+
+
+def image_vars(variables: Mapping[str, object]) -> dict[str, object]:
+    """The image-time role variables among ``variables`` (role variable name -> value)."""
+    return {name: value for name, value in sorted(variables.items())
+            if name.startswith(_IMAGE_VAR_PREFIXES) and name not in NODE_TIME_VARS}
+
+
+def bootstrap_hash(base_image: str, variables: Mapping[str, object],
+                   role_files: Mapping[str, bytes]) -> str:
+    """The short sha256 of a bake's inputs (see the table above).
+
+    ``variables``: the role variables a bootstrap run would pass (the pool's, then the
+    operator's extra vars over them); only the image-time ones count. ``role_files``: path
+    (relative to the roles directory) -> content, of the image-time roles
+    (:func:`read_role_files`).
+    """
+    doc = {
+        "format": _FORMAT,
+        "base_image": base_image,
+        "vars": image_vars(variables),
+        "files": {path: hashlib.sha256(content).hexdigest()
+                  for path, content in sorted(role_files.items())},
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def read_role_files(roles_dir: Path) -> dict[str, bytes]:
+    """Every file of the image-time roles under ``roles_dir``, by relative path."""
+    out: dict[str, bytes] = {}
+    for role in IMAGE_ROLES:
+        for path in sorted((roles_dir / role).rglob("*")):
+            if path.is_file():
+                out[path.relative_to(roles_dir).as_posix()] = path.read_bytes()
+    return out
+
+
+def _run_vars(team: str, pool: Pool, extra_vars: Mapping[str, object]) -> dict[str, object]:
+    """The role variables a bootstrap run passes for ``pool``: the operator's extra vars win,
+    as they do in Ansible."""
+    return {**pool_vars(team, pool), **extra_vars}
+
+
+def pool_bootstrap_hash(team: str, pool: Pool, base_image: str,
+                        extra_vars: Mapping[str, object], roles_dir: Path) -> str:
+    """A pool's hash, from the same role variables its bootstrap runs pass."""
+    return bootstrap_hash(base_image, _run_vars(team, pool, extra_vars),
+                          read_role_files(roles_dir))
+
+
+def baked_images(policies: Mapping[str, TeamPolicy], terraform: TerraformSettings,
+                 ansible: AnsibleSettings) -> dict[str, BakedImage]:
+    """Pool key -> the image each pool with ``bootstrap.image: baked`` launches from: the
+    hash of its region's base image (``terraform.regions``), its role variables with
+    ``ansible.extra_vars`` over them and the image-time roles beside ``ansible.playbook``,
+    and its ``when_stale``. Base pools are absent (``.get`` gives None), and so is a baked
+    pool in a region without Terraform inputs (Terraform does not plan it at all). The role
+    files are read once per call, and only if a pool is baked."""
+    baked = [(t.team, p) for t in policies.values() for p in t.pools
+             if p.bootstrap.image == "baked"]
+    if not baked:
+        return {}
+    files = read_role_files(ansible.roles_dir())
+    out: dict[str, BakedImage] = {}
+    for team, pool in baked:
+        inputs = terraform.inputs_for(pool.cloud, pool.region)
+        if inputs is not None:
+            digest = bootstrap_hash(inputs.ami, _run_vars(team, pool, ansible.extra_vars), files)
+            out[pool_key(team, pool.name)] = BakedImage(digest, pool.bootstrap.when_stale)
+    return out
