@@ -9,17 +9,10 @@ import pytest
 
 from autoscaler.catalog import default_catalog
 from autoscaler.policy import load_file
+from tests.hostile_files import GOOD_POLICY
 
 CATALOG = default_catalog()
-AWS = """\
-team: vision
-pools:
-  - name: train
-    cloud: aws
-    region: us-east-1
-    instance_types: [p3.2xlarge]
-    max_nodes: 4
-"""
+AWS = GOOD_POLICY
 ALICLOUD = AWS.replace("aws", "alicloud").replace("us-east-1", "cn-hangzhou") \
     .replace("p3.2xlarge", "ecs.gn6i-c4g1.xlarge")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -430,40 +431,52 @@ def test_live_a_silent_node_is_replaced_and_a_blind_fleet_is_not(
 # ------------------------------------------------------- fail fast, auth
 
 
-def test_live_prometheus_evaluates_the_printed_rules(tmp_path: Path) -> None:
-    """The rule file loads in a real Prometheus, and the one recorded query reads it."""
+@contextmanager
+def live_rules(tmp_path: Path, pool: Any, setup: Callable[[SyntheticDcgm], None],
+               ) -> Iterator[tuple[SyntheticDcgm, PrometheusReader]]:
+    """A synthetic exporter (35% load) set up by ``setup``, a real Prometheus scraping it
+    with ``pool``'s recording rules evaluated every second, and a reader of those rules."""
     sd = tmp_path / "targets.json"
     dcgm = SyntheticDcgm(Constant(35))
-    rules = recording_rules(RuleSet.of([VISION], "Hostname", STALE_AFTER), "1s")
+    rules = recording_rules(RuleSet.of([pool], "Hostname", STALE_AFTER), "1s")
     with DcgmExporterServer(dcgm) as exporter:
         dcgm.on_nodes_changed = lambda nodes: write_file_sd(sd, exporter.address, nodes)
+        setup(dcgm)
+        with PrometheusServer(tmp_path, file_sd=[sd], rules=rules) as prom:
+            reader = PrometheusReader(PrometheusConfig(url=prom.url, recording_rules=True,
+                                                       rules_interval="1s"))
+            try:
+                yield dcgm, reader
+            finally:
+                reader.close()
+
+
+def test_live_prometheus_evaluates_the_printed_rules(tmp_path: Path) -> None:
+    """The rule file loads in a real Prometheus, and the one recorded query reads it."""
+    def setup(dcgm: SyntheticDcgm) -> None:
         dcgm.add_node("vision-gpu-1", gpus=2)
         dcgm.add_node("vision-gpu-2", gpus=2)
         dcgm.set_util(2, node="vision-gpu-2")
         dcgm.inject_ecc("vision-gpu-1", gpu=1, double=2)
-        with PrometheusServer(tmp_path, file_sd=[sd], rules=rules) as prom:
-            reader = PrometheusReader(PrometheusConfig(url=prom.url, recording_rules=True,
-                                                       rules_interval="1s"))
-            nodes = {"vision-gpu-1": VISION, "vision-gpu-2": VISION}
-            readings: list[MetricsReading] = []
 
-            def settled() -> bool:
-                readings.append(reader.read(nodes, [VISION], datetime.now(UTC)))
-                got = readings[-1]
-                # Each rule group (node facts, 5m window, 15m window) is evaluated on its
-                # own schedule: wait until every one has run once.
-                idle = got.nodes.get("vision-gpu-2")
-                return got.error is None and all(
-                    o.metrics is not None and o.metrics.gpus_reporting == 2
-                    and o.metrics.util_mean is not None for o in got.nodes.values()) \
-                    and idle is not None and idle.metrics is not None \
-                    and idle.metrics.util_max_idle_window is not None \
-                    and got.nodes["vision-gpu-1"].metrics is not None \
-                    and got.nodes["vision-gpu-1"].metrics.ecc_dbe_errors == 2
-            try:
-                wait_until(settled, 60, "recorded series for both nodes", interval=1)
-            finally:
-                reader.close()
+    with live_rules(tmp_path, VISION, setup) as (_, reader):
+        nodes = {"vision-gpu-1": VISION, "vision-gpu-2": VISION}
+        readings: list[MetricsReading] = []
+
+        def settled() -> bool:
+            readings.append(reader.read(nodes, [VISION], datetime.now(UTC)))
+            got = readings[-1]
+            # Each rule group (node facts, 5m window, 15m window) is evaluated on its
+            # own schedule: wait until every one has run once.
+            idle = got.nodes.get("vision-gpu-2")
+            return got.error is None and all(
+                o.metrics is not None and o.metrics.gpus_reporting == 2
+                and o.metrics.util_mean is not None for o in got.nodes.values()) \
+                and idle is not None and idle.metrics is not None \
+                and idle.metrics.util_max_idle_window is not None \
+                and got.nodes["vision-gpu-1"].metrics is not None \
+                and got.nodes["vision-gpu-1"].metrics.ecc_dbe_errors == 2
+        wait_until(settled, 60, "recorded series for both nodes", interval=1)
     result = readings[-1]
     assert result.queries == 1
     busy, idle = result.nodes["vision-gpu-1"].metrics, result.nodes["vision-gpu-2"].metrics
@@ -484,31 +497,18 @@ def test_a_node_whose_scrapes_fail_is_dated_not_taken_for_silent_since_it_joined
     seconds: the mean and the newest-sample series are gone. The rules then date the node
     with its newest sample, so it reads as seen seconds ago; undated, the engine would count
     its silence from READY (an hour for a node READY an hour) and replace it."""
-    sd = tmp_path / "targets.json"
-    dcgm = SyntheticDcgm(Constant(35))
-    rules = recording_rules(RuleSet.of([FAST], "Hostname", STALE_AFTER), "1s")
-    with DcgmExporterServer(dcgm) as exporter:
-        dcgm.on_nodes_changed = lambda nodes: write_file_sd(sd, exporter.address, nodes)
-        dcgm.add_node("vision-fast-1", gpus=2)
-        with PrometheusServer(tmp_path, file_sd=[sd], rules=rules) as prom:
-            reader = PrometheusReader(PrometheusConfig(url=prom.url, recording_rules=True,
-                                                       rules_interval="1s"))
-            nodes = {"vision-fast-1": FAST}
-            seen: list[MetricsReading] = []
+    with live_rules(tmp_path, FAST, lambda d: d.add_node("vision-fast-1", gpus=2)) \
+            as (dcgm, reader):
+        def node() -> Any:
+            return reader.read({"vision-fast-1": FAST}, [FAST],
+                               datetime.now(UTC)).nodes.get("vision-fast-1")
 
-            def node(when: datetime | None = None) -> Any:
-                seen.append(reader.read(nodes, [FAST], when or datetime.now(UTC)))
-                return seen[-1].nodes.get("vision-fast-1")
-
-            try:
-                wait_until(lambda: (o := node()) is not None and o.metrics is not None
-                           and o.metrics.util_mean == 35.0, 60, "the node's mean", interval=0.5)
-                dcgm.set_dropout("vision-fast-1")
-                wait_until(lambda: (o := node()) is None or o.metrics is None
-                           or o.metrics.util_mean is None, 30, "the window empty", interval=0.5)
-                blip = node()
-            finally:
-                reader.close()
+        wait_until(lambda: (o := node()) is not None and o.metrics is not None
+                   and o.metrics.util_mean == 35.0, 60, "the node's mean", interval=0.5)
+        dcgm.set_dropout("vision-fast-1")
+        wait_until(lambda: (o := node()) is None or o.metrics is None
+                   or o.metrics.util_mean is None, 30, "the window empty", interval=0.5)
+        blip = node()
     assert blip is not None and blip.metrics is not None, blip
     assert not blip.metrics_silent and blip.metrics_missing is None, blip
     assert blip.metrics.sample_age_s is not None and 3 <= blip.metrics.sample_age_s < 30

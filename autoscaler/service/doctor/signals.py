@@ -16,6 +16,9 @@ from autoscaler.signals.promql import UTIL_METRICS
 
 SHOWN = 5  # node names listed in a reason
 MAX_SCRAPE = timedelta(hours=1)  # an answer above is not a scrape interval
+# Every utilization series a pool may scale on (DCGM_FI_DEV_GPU_UTIL, ...PROF_GR_ENGINE_ACTIVE).
+_NAMES = "|".join(sorted(m for m, _ in UTIL_METRICS.values()))
+DCGM_UTIL = f'{{__name__=~"{_NAMES}"}}'
 
 
 def prometheus(ctx: Context) -> list[Result]:
@@ -41,9 +44,7 @@ def _windows(ctx: Context, reader: PrometheusReader) -> Result:
     holds no sample: the pool's mean is missing, and its nodes are never taken as idle."""
     name = "prometheus windows"
     try:
-        jobs = dcgm_jobs(reader.query(
-            f"count by (job) ({'or '.join(f'{m} ' for m, _ in UTIL_METRICS.values())})",
-            utc_now()))
+        jobs = dcgm_jobs(reader.query(f"count by (job) ({DCGM_UTIL})", utc_now()))
         targets = reader.active_targets() if jobs else []
     except PrometheusReadError as exc:
         return skip(name, f"scrape interval not known: {exc}")
@@ -111,9 +112,8 @@ def _read(ctx: Context, reader: PrometheusReader) -> Result:
         if node.state in METERED and pool is not None:
             metered[node.name] = pool
     if not metered:
-        names = "|".join(sorted(metric for metric, _ in UTIL_METRICS.values()))
         try:
-            series = reader.query(f'count by (__name__) ({{__name__=~"{names}"}})', now)
+            series = reader.query(f"count by (__name__) ({DCGM_UTIL})", now)
         except PrometheusReadError as exc:
             return fail(name, str(exc))
         counts = {s.get("metric", {}).get("__name__", "?"): s.get("value", [0, "0"])[1]
