@@ -4,7 +4,8 @@
 * :class:`FakeTerraform`: the executor's ``Provisioner``: per-pool state over a FakeCloud,
   capacity errors, stray import before apply and refresh (an instance gone from the cloud
   is dropped from the state and recreated if still wanted), like the real workspace;
-* :class:`FakeAnsible`: ``Bootstrapper`` with per-node failures;
+* :class:`FakeAnsible`: ``Bootstrapper`` with per-node failures; the tags of each run (and
+  a mixed batch refused) as the real actuator's ``bootstrap_tags``;
 * :class:`FakeDrainer`: the real drain phases (``PhasedDrainer``) over a fake scheduler
   (:class:`FakeScheduler`) with nodes, jobs and readiness.
 
@@ -20,7 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostResult, HostStatus
+from autoscaler.actuators.ansible import (
+    BootstrapCancelled,
+    BootstrapRun,
+    HostResult,
+    HostStatus,
+    bootstrap_tags,
+)
 from autoscaler.actuators.drain import DrainError, PhasedDrainer, Readiness, Work
 from autoscaler.actuators.node_map import NodeMap, NodeSpec
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput
@@ -110,8 +117,9 @@ class FakeCloud(_Raises):
 
 # -- terraform --------------------------------------------------------------------------
 
-def _output(inst: CloudInstance) -> NodeOutput:
-    return NodeOutput(id=inst.instance_id, private_ip=inst.private_ip, lifecycle=inst.market.value)
+def _output(inst: CloudInstance, baked: str | None = None) -> NodeOutput:
+    return NodeOutput(id=inst.instance_id, private_ip=inst.private_ip, lifecycle=inst.market.value,
+                      image=baked, baked=baked is not None)
 
 
 class FakeTerraform(_Raises):
@@ -123,6 +131,9 @@ class FakeTerraform(_Raises):
         self.no_capacity: set[tuple[str, Market]] = set()
         self.calls: list[tuple[str, str, Any]] = []
         self.on_apply: Any = None  # called with (ref, nodes) before an apply does anything
+        # node -> the baked image its instance is launched from (as the real provisioner
+        # marks it: NodeOutput.baked); other nodes launch from an unknown base image.
+        self.baked: dict[str, str] = {}
 
     def applied(self, ref: PoolRef) -> NodeMap | None:
         if ref.key in self.stale:
@@ -169,7 +180,7 @@ class FakeTerraform(_Raises):
                                           instance_type=spec.instance_type, zone=spec.zone or None,
                                           code="InsufficientInstanceCapacity", at=FAKE_NOW))
                 continue
-            state[name] = _output(self.cloud.launch(ref, name, spec))
+            state[name] = _output(self.cloud.launch(ref, name, spec), self.baked.get(name))
             created.append(name)
         ok = not failed
         self.applied_maps[ref.key] = dict(nodes) if ok else {n: nodes[n] for n in state if n in nodes}
@@ -205,6 +216,7 @@ class FakeAnsible(_Raises):
     fail: dict[str, tuple[HostStatus, str, str]] = field(default_factory=dict)
     fail_once: dict[str, tuple[HostStatus, str, str]] = field(default_factory=dict)
     calls: list[list[str]] = field(default_factory=list)
+    tags: list[str | None] = field(default_factory=list)  # per bootstrap run, as the real one's
     next_error: BaseException | None = None
     cancelled: bool = False
     # The periodic health check: its runs, and nodes whose check fails (as ``fail``).
@@ -233,6 +245,7 @@ class FakeAnsible(_Raises):
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
         names = [n.name for n in nodes]
         self.calls.append(names)
+        self.tags.append(bootstrap_tags(nodes))  # a mixed batch raises, as in the real one
         if self.cancelled:
             raise BootstrapCancelled("the fake Ansible is stopping")
         self._maybe_raise()
@@ -245,7 +258,8 @@ class FakeAnsible(_Raises):
                 status, task, message = failure
                 hosts[name] = HostResult(name, status, task, message)
         status = "successful" if all(h.status is HostStatus.OK for h in hosts.values()) else "failed"
-        return BootstrapRun(f"fake-{len(self.calls)}", Path("/nonexistent"), status, 0.01, hosts)
+        return BootstrapRun(f"fake-{len(self.calls)}", Path("/nonexistent"), status, 0.01, hosts,
+                            self.tags[-1])
 
 
 # -- scheduler --------------------------------------------------------------------------

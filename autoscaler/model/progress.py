@@ -205,6 +205,9 @@ class NodeProgress(_Record):
     long_jobs: dict[str, LongJob] = {}
     adopted: str | None = None  # the instance id the reconciler adopted it from
     request: str | None = None  # the capacity request it was launched for
+    # The baked image its instance was launched from: its bootstrap runs only the node-time
+    # part of the playbook (--tags node). None: the full bootstrap.
+    baked_image: str | None = None
     # "PROVISION_FAILED: <reason>": kept after the node is cleaned up, so whoever looks
     # later (a capacity request's keeper) still says why it failed.
     failure: str | None = None
@@ -232,6 +235,7 @@ class ProgressUpdate(BaseModel):
     long_jobs: dict[str, LongJob] | None = None
     adopted: str | None = None
     request: str | None = None
+    baked_image: str | None = None
     failure: str | None = None
 
     _newest = field_validator("long_jobs")(

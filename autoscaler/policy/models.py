@@ -354,8 +354,10 @@ class Bootstrap(_Strict):
         "base", description="base: new nodes launch from the region's base image. baked "
         "(aws only): the pool's Terraform root module launches new nodes from the newest "
         "image of the account tagged with the pool's bootstrap hash (base image, driver, CUDA, "
-        "container runtime, the image-time roles), see when_stale. Nothing bakes images yet "
-        "and nodes still run the whole playbook (docs/integrations/terraform-ansible.md).")
+        "container runtime, the image-time roles), see when_stale; a node launched from "
+        "that image runs only the node-time part of the playbook (--tags node), one launched "
+        "from the base image (stale) the whole of it. Nothing bakes images yet "
+        "(docs/integrations/terraform-ansible.md).")
     images_kept: int = Field(3, ge=1, le=100, description="baked: how many of the pool's "
                              "images to keep (not enforced yet: nothing deregisters images).")
     when_stale: Literal["full", "hold"] = Field(

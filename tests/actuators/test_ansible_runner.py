@@ -1,9 +1,11 @@
 """The actuator's run mechanics over real SSH with a tiny playbook: secrets, time limit,
-shared SSH connections closed at the end of the run, run directories kept and rotated."""
+shared SSH connections closed at the end of the run, run directories kept and rotated; and,
+with ansible-runner replaced, the tags a batch runs with (node-time on a baked image)."""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -13,17 +15,22 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import ansible_runner
 import pytest
 
 from autoscaler.actuators.ansible import (
     AnsibleActuator,
+    AnsibleError,
     AnsibleSettings,
     BootstrapCancelled,
     BootstrapRun,
     HostStatus,
 )
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.progress import NodeProgress
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 from tests.builders import make_node, make_policy
@@ -179,3 +186,49 @@ def test_old_run_directories_are_rotated(tmp_path: Path) -> None:
     runs = [actuator.bootstrap([NODE], POLICIES) for _ in range(3)]
     kept = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert kept == sorted(r.run_id for r in runs[1:])
+
+
+BAKED_NODE = make_node("run-b", state=NodeState.BOOTSTRAPPING,
+                       progress=NodeProgress(baked_image="ami-0baked"))
+
+
+@pytest.fixture
+def recorded_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """ansible_runner.run replaced: the keyword arguments of each run; every host ok."""
+    runs: list[dict[str, Any]] = []
+
+    def run(**kwargs: Any) -> SimpleNamespace:
+        runs.append(kwargs)
+        hosts = dict.fromkeys(("run-a", "run-b"), 1)
+        stats = {"event": "playbook_on_stats", "event_data": {"processed": hosts, "ok": hosts}}
+        artifacts = tmp_path / "artifacts"
+        artifacts.mkdir(exist_ok=True)
+        return SimpleNamespace(events=[stats], status="successful",
+                               config=SimpleNamespace(artifact_dir=str(artifacts)))
+
+    monkeypatch.setattr(ansible_runner, "run", run)
+    return runs
+
+
+def test_a_batch_on_a_baked_image_runs_only_the_node_time_part(
+        tmp_path: Path, recorded_runs: list[dict[str, Any]]) -> None:
+    playbook = tmp_path / "gpu-node.yml"
+    playbook.write_text(PLAYBOOK)
+    settings = AnsibleSettings(playbook=playbook, runs_dir=tmp_path / "runs",
+                               skip_tags=["gpu-hardware"])
+    actuator = AnsibleActuator(settings, lambda node: "192.0.2.10")
+    baked = actuator.bootstrap([BAKED_NODE], POLICIES)
+    full = actuator.bootstrap([NODE], POLICIES)
+    assert [(r["tags"], r["skip_tags"]) for r in recorded_runs] == [
+        ("node", "gpu-hardware"), (None, "gpu-hardware")]
+    assert (baked.hosts["run-b"].status, full.hosts["run-a"].status) == (HostStatus.OK,) * 2
+    # The kept results say which part ran.
+    assert json.loads((baked.run_dir / "results.json").read_text())["tags"] == "node"
+    assert json.loads((full.run_dir / "results.json").read_text())["tags"] is None
+    # One run is one part or the other: a mixed batch is refused before anything runs.
+    with pytest.raises(AnsibleError, match=r"baked image \(run-b\).*full bootstrap \(run-a\)"):
+        actuator.bootstrap([NODE, BAKED_NODE], POLICIES)
+    assert len(recorded_runs) == 2
+    # The health check runs its own playbook whole, whatever the node was launched from.
+    actuator.health_check([BAKED_NODE], POLICIES)
+    assert recorded_runs[-1]["tags"] is None

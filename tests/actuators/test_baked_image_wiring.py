@@ -2,7 +2,9 @@
 run): the service's provisioner, the tick preview, ``gpu-autoscaler plan`` and ``apply``
 each make a baked pool's workspace with the BakedImage of the pool's bootstrap hash, and a
 base pool's with None. The hash is bootstrap_hash.pool_bootstrap_hash's, from the current
-policies, the region's base image and the operator's Ansible settings."""
+policies, the region's base image and the operator's Ansible settings. The nodes the
+provisioner returns say which image each instance runs, and ``baked`` for a baked pool's
+instance on its baked image (what the executor bootstraps with ``--tags node``)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,19 @@ import pytest
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.actuators.bootstrap_hash import baked_images, pool_bootstrap_hash
 from autoscaler.actuators.node_map import PoolMaps
-from autoscaler.actuators.terraform import BakedImage, ImageChoice, PoolPlan, TerraformSettings
+from autoscaler.actuators.terraform import (
+    BakedImage,
+    ImageChoice,
+    NodeOutput,
+    PoolPlan,
+    TerraformSettings,
+)
 from autoscaler.actuators.terraform.preview import PoolPreview, baked_workspace
-from autoscaler.actuators.terraform.provisioner import TerraformProvisioner
+from autoscaler.actuators.terraform.provisioner import (
+    TerraformProvisioner,
+    mark_baked,
+    state_outputs,
+)
 from autoscaler.catalog import load_catalog
 from autoscaler.cli import plan as plan_cli
 from autoscaler.cli.apply import plan_workspace
@@ -31,6 +43,7 @@ from autoscaler.service.config.models import ServiceConfig, StoreSettings
 from autoscaler.service.wiring import Markets, build_actuators, pool_images, preview_images
 from tests.actuators.test_terraform_files import AT, INPUTS
 from tests.builders import NOW, make_policy, make_pool_dict
+from tests.service.executor.test_executor_terraform import FakeWorkspace
 
 BAKED = PoolRef("vision", "baked", "aws", "us-east-1")
 BASE = PoolRef("vision", "base", "aws", "us-east-1")
@@ -148,3 +161,49 @@ def test_apply_makes_the_workspace_with_the_image_its_plan_recorded(tmp_path: Pa
     assert plan_workspace(terraform(tmp_path), saved).image == image
     base = saved.model_copy(update={"pool": BASE.key, "image": None})
     assert plan_workspace(terraform(tmp_path), base).image is None
+
+
+def _instance(rtype: str, key: str, **attrs: object) -> dict[str, Any]:
+    return {"module": "module.pool", "mode": "managed", "type": rtype, "name": "node",
+            "instances": [{"index_key": key, "attributes": attrs}]}
+
+
+def test_the_state_says_which_image_each_instance_was_launched_from() -> None:
+    state = {"resources": [
+        _instance("aws_instance", "aws-1", id="i-1", ami="ami-0baked"),
+        _instance("alicloud_instance", "ali-1", id="i-2", image_id="ubuntu_22_04_x64"),
+        _instance("aws_instance", "old-1", id="i-3")]}  # a state without it: unknown
+    images = {key: out.image for key, out in state_outputs(state).items()}
+    assert images == {"aws-1": "ami-0baked", "ali-1": "ubuntu_22_04_x64", "old-1": None}
+    assert not any(out.baked for out in state_outputs(state).values())  # the provisioner's word
+
+
+@pytest.mark.parametrize(("baked_pool", "image", "baked"), [
+    (False, "ami-0baked", False),  # a base pool
+    (True, INPUTS.ami, False),  # stale: launched from the base image, full bootstrap
+    (True, None, False),  # not known: the full bootstrap is always safe
+    (True, "ami-0baked", True),  # the only other image the module launches from
+])
+def test_a_node_is_baked_only_on_a_baked_pools_image_other_than_the_base_one(
+        baked_pool: bool, image: str | None, baked: bool) -> None:
+    out = NodeOutput(id="i-1", lifecycle="spot", image=image)
+    assert mark_baked({"n": out}, baked_pool, INPUTS.ami) == {
+        "n": NodeOutput(id="i-1", lifecycle="spot", image=image, baked=baked)}
+
+
+def test_the_provisioner_marks_baked_nodes_of_baked_pools_in_applies_and_reads(
+        tmp_path: Path) -> None:
+    held = {"vision-baked-1": NodeOutput(id="i-1", lifecycle="on-demand", image="ami-0baked"),
+            "vision-baked-2": NodeOutput(id="i-2", lifecycle="on-demand", image=INPUTS.ami)}
+    ws = FakeWorkspace(tmp_path / "ws", held)
+    image = BakedImage("0123456789ab", "full")
+    prov = TerraformProvisioner(terraform(tmp_path), images=lambda ref: image if ref == BAKED else None,
+                                workspace=lambda *args: ws)  # type: ignore[arg-type]
+    want = {"vision-baked-1": True, "vision-baked-2": False}
+    assert {n: out.baked for n, out in prov.instances(BAKED).items()} == want
+    applied = prov.apply(BAKED, {})
+    assert {n: (out.image, out.baked) for n, out in applied.nodes.items()} == {
+        "vision-baked-1": ("ami-0baked", True), "vision-baked-2": (INPUTS.ami, False)}
+    # The same instances in a base pool: nothing is baked.
+    assert not any(out.baked for out in prov.instances(BASE).values())
+    assert not any(out.baked for out in prov.apply(BASE, {}).nodes.values())

@@ -9,7 +9,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.progress import BootstrapProgress, DrainPhase, DrainProgress, LongJob
+from autoscaler.model.progress import (
+    BootstrapProgress,
+    DrainPhase,
+    DrainProgress,
+    LongJob,
+    NodeProgress,
+    ProgressUpdate,
+)
 from tests.builders import NOW, make_node
 
 LATER = NOW + timedelta(minutes=5)
@@ -59,3 +66,11 @@ def test_a_node_with_the_instance_a_launch_reported() -> None:
     assert changed(node, node.with_instance(instance_id="i-1", address="10.0.0.1")) == {
         "instance_id": "i-1", "address": "10.0.0.1"}
     assert node.with_instance(instance_id="i-1", address=None).address is None
+
+
+def test_the_baked_image_a_node_was_launched_from_is_written_and_cleared_and_old_records_read() -> None:
+    old = NodeProgress.model_validate({"cluster": "slurm", "bootstrap": {"attempts": 1}})
+    assert old.baked_image is None  # written before the field existed: the full bootstrap
+    baked = ProgressUpdate(baked_image="ami-0baked").applied_to(old)
+    assert changed(old, baked) == {"baked_image": "ami-0baked"}
+    assert ProgressUpdate(baked_image=None).applied_to(baked) == old

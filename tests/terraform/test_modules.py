@@ -64,7 +64,7 @@ def test_both_modules_output_the_node_map() -> None:
         outputs = blocks(module, "output")
         assert set(outputs) == {"nodes"}
         value = outputs["nodes"]["value"]
-        for field in ("id", "private_ip", "lifecycle"):
+        for field in ("id", "private_ip", "lifecycle", "image"):
             assert f"{field} " in value or f"{field}=" in value, (module.name, field)
 
 

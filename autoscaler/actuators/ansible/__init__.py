@@ -7,6 +7,7 @@ from autoscaler.actuators.ansible.runner import (
     AnsibleError,
     BootstrapCancelled,
     Bootstrapper,
+    bootstrap_tags,
     ready_to_bootstrap,
 )
 from autoscaler.actuators.ansible.settings import AnsibleSettings
@@ -21,6 +22,7 @@ __all__ = [
     "Bootstrapper",
     "HostResult",
     "HostStatus",
+    "bootstrap_tags",
     "build_inventory",
     "pool_vars",
     "ready_to_bootstrap",

@@ -43,6 +43,7 @@ class BootstrapRun:
     status: str  # ansible-runner's: successful, failed, timeout, canceled
     duration_s: float
     hosts: dict[str, HostResult] = field(default_factory=dict)
+    tags: str | None = None  # the playbook tags it ran with ("node": node-time); None: all
 
     @property
     def ok(self) -> list[str]:
@@ -57,7 +58,7 @@ class BootstrapRun:
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "run_dir": str(self.run_dir), "status": self.status,
-                "duration_s": round(self.duration_s, 3),
+                "duration_s": round(self.duration_s, 3), "tags": self.tags,
                 "hosts": {n: r.to_json() for n, r in sorted(self.hosts.items())}}
 
 

@@ -57,6 +57,11 @@ from autoscaler.policy.models import TeamPolicy
 _KEPT_ARTIFACTS = ("stdout", "status", "rc")
 
 
+# The tag of the playbook's node-time part (playbooks/gpu-node.yml): all a node launched
+# from its pool's baked image still needs.
+NODE_TIME_TAG = "node"
+
+
 class AnsibleError(RuntimeError):
     pass
 
@@ -79,6 +84,20 @@ class Bootstrapper(Protocol):
     def cancel(self) -> None:
         """Stop the runs in progress and refuse new ones (they raise BootstrapCancelled)."""
         ...
+
+
+def bootstrap_tags(nodes: Sequence[Node]) -> str | None:
+    """The tags a batch's bootstrap runs with: ``node`` when every node was launched from a
+    baked image (``progress.baked_image``), None (the whole playbook) when none was. A
+    mixed batch is refused: one run is one or the other (the executor never makes one)."""
+    baked = sorted(n.name for n in nodes if n.progress.baked_image is not None)
+    if not baked:
+        return None
+    if len(baked) < len(nodes):
+        full = sorted(n.name for n in nodes if n.progress.baked_image is None)
+        raise AnsibleError(f"a batch mixes nodes on a baked image ({', '.join(baked)}) with "
+                           f"nodes that need the full bootstrap ({', '.join(full)})")
+    return NODE_TIME_TAG
 
 
 def ready_to_bootstrap(fleet: FleetView) -> list[Node]:
@@ -105,15 +124,20 @@ class AnsibleActuator:
 
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
-        """Run the playbook once for ``nodes``; one result per node, never raises per host."""
-        return self._play(self.settings.playbook, nodes, policies, secrets)
+        """Run the playbook once for ``nodes``; one result per node, never raises per host.
+        Nodes launched from a baked image run only its node-time part (``--tags node``);
+        a batch mixing them with other nodes raises AnsibleError (:func:`bootstrap_tags`)."""
+        return self._play(self.settings.playbook, nodes, policies, secrets,
+                          tags=bootstrap_tags(nodes))
 
     def health_check(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy]) -> BootstrapRun:
         """Run the health check playbook once for ``nodes``; one result per node."""
         return self._play(self.settings.health_playbook, nodes, policies, None)
 
     def _play(self, playbook: Path, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
-              secrets: Mapping[str, str] | None) -> BootstrapRun:
+              secrets: Mapping[str, str] | None, *, tags: str | None = None) -> BootstrapRun:
+        """One ansible-runner run of ``playbook`` for ``nodes``; ``tags`` limits it to the
+        tasks with those tags (``settings.skip_tags`` are skipped either way)."""
         if len({n.name for n in nodes}) != len(nodes):
             raise AnsibleError("a batch lists the same node twice")
         if self._cancelled.is_set():
@@ -134,13 +158,13 @@ class AnsibleActuator:
         names = list(inventory["all"]["hosts"])
         if names:
             status, events = self._run(playbook, run_id, inventory, all_secrets, timeout,
-                                       run_dir, redact)
+                                       run_dir, redact, tags)
             if status == "canceled":
                 raise BootstrapCancelled(f"run {run_id} stopped: the service is stopping")
             hosts = host_results(names, events, status, timeout, redact)
         for miss in unresolved:
             hosts[miss.node] = HostResult(miss.node, HostStatus.UNREACHABLE, None, miss.reason)
-        run = BootstrapRun(run_id, run_dir, status, time.monotonic() - started, hosts)
+        run = BootstrapRun(run_id, run_dir, status, time.monotonic() - started, hosts, tags)
         _write_json(run_dir / "inventory.json", inventory, redact)
         _write_json(run_dir / "results.json", run.to_json(), redact)
         self._rotate()
@@ -181,7 +205,7 @@ class AnsibleActuator:
 
     def _run(self, playbook: Path, run_id: str, inventory: dict[str, Any],
              secrets: Mapping[str, str], timeout: float, run_dir: Path,
-             redact: Redactor) -> tuple[str, list[dict[str, Any]]]:
+             redact: Redactor, tags: str | None) -> tuple[str, list[dict[str, Any]]]:
         s = self.settings
         if not playbook.is_file():
             raise AnsibleError(f"playbook {playbook} does not exist")
@@ -196,7 +220,7 @@ class AnsibleActuator:
             runner = ansible_runner.run(
                 private_data_dir=str(private), ident=run_id, playbook=str(playbook.resolve()),
                 inventory=str(hosts_file),
-                envvars=self._envvars(private), forks=s.forks,
+                envvars=self._envvars(private), forks=s.forks, tags=tags,
                 skip_tags=",".join(s.skip_tags) or None, timeout=int(max(1, timeout)),
                 quiet=True, rotate_artifacts=1,
                 # Without a callback ansible-runner sets its own SIGTERM/SIGINT handlers in

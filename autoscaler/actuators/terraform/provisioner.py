@@ -24,6 +24,9 @@ A pool with ``bootstrap.image: baked`` gets its :class:`BakedImage` from ``image
 service passes one computed from the current policies, ``bootstrap_hash.baked_images``) each
 time its workspace is asked for: a cached workspace whose image differs (a reload changed
 the driver, say) is replaced, so the next apply writes the new hash into the root module.
+The nodes ``apply`` and ``instances`` return carry the image each instance was launched
+from, and ``baked`` for a baked pool's instance on another image than the region's base one
+(:func:`mark_baked`): the executor bootstraps those with the node-time part only.
 
 ``mark_stale(ref)`` leaves a marker in the workspace: the next advance applies the pool
 even though its node map did not change (the state and the store disagree).
@@ -112,8 +115,32 @@ def state_outputs(state: Mapping[str, Any]) -> dict[str, NodeOutput]:
             spot = attrs.get("instance_lifecycle") == "spot" or attrs.get("spot_strategy") in (
                 "SpotAsPriceGo", "SpotWithPriceLimit")
             out[key] = NodeOutput(id=attrs["id"], private_ip=attrs.get("private_ip") or None,
-                                  lifecycle="spot" if spot else "on-demand")
+                                  lifecycle="spot" if spot else "on-demand",
+                                  image=attrs.get("ami") or attrs.get("image_id") or None)
     return out
+
+
+def mark_baked(outputs: Mapping[str, NodeOutput], baked_pool: bool,
+               base_image: str | None) -> dict[str, NodeOutput]:
+    """``outputs`` with ``baked`` set on the instances launched from the pool's baked image.
+
+    ==========================================  ========
+    pool, instance image                        baked
+    ==========================================  ========
+    base pool (``bootstrap.image: base``)       False
+    baked pool, the region's base image         False (stale: launched for a full bootstrap)
+    baked pool, image unknown (None)            False (the full bootstrap is always safe)
+    baked pool, any other image                 True
+    ==========================================  ========
+
+    The root module of a baked pool sets only two images: the base one and the newest one
+    tagged with the pool's bootstrap hash (``rootmodule._baked``), so any other image is the
+    baked one. (An instance launched before a reload changed the hash keeps its older baked
+    image: the module ignores ``ami`` changes.)
+    """
+    return {name: out.model_copy(update={"baked": baked_pool and out.image is not None
+                                         and out.image != base_image})
+            for name, out in outputs.items()}
 
 
 def pool_instances(cloud: CloudMarket, ref: PoolRef) -> list[CloudInstance]:
@@ -179,7 +206,13 @@ class TerraformProvisioner:
         out: dict[str, NodeOutput] = {}
         for ws in self.shards(ref):
             out.update(self._held(ws))
-        return out
+        return self._marked(ref, out)
+
+    def _marked(self, ref: PoolRef, outputs: Mapping[str, NodeOutput]) -> dict[str, NodeOutput]:
+        """``outputs`` with ``baked`` set (:func:`mark_baked`)."""
+        inputs = self.settings.inputs_for(ref.cloud, ref.region)
+        return mark_baked(outputs, self._images(ref) is not None,
+                          inputs.ami if inputs is not None else None)
 
     def leftovers(self, ref: PoolRef, names: Iterable[str]) -> dict[str, list[str]]:
         """Node name -> ids of live cloud instances tagged with it that the pool's state
@@ -220,7 +253,8 @@ class TerraformProvisioner:
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shard") as pool:
                 results = list(pool.map(one, todo))
-        return _merged(ref, results)
+        merged = _merged(ref, results)
+        return merged.model_copy(update={"nodes": self._marked(ref, merged.nodes)})
 
     def _changed(self, ws: PoolWorkspace, node_map: NodeMap) -> bool:
         return (ws.dir / STALE_MARKER).exists() or ws.applied_nodes() != node_map

@@ -48,11 +48,18 @@ from autoscaler.policy.models import pool_key
 
 
 class NodeOutput(BaseModel):
+    """One node's instance, from the pool module's ``nodes`` output or the state."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str
     private_ip: str | None = None
     lifecycle: str
+    image: str | None = Field(None, description="The AMI (aws) or ECS image id (alicloud) the "
+                              "instance was launched from; None where it is not known.")
+    baked: bool = Field(False, description="Launched from its pool's baked image: set by the "
+                        "provisioner (TerraformProvisioner), never by the module; such a node "
+                        "runs only the node-time part of the bootstrap (``--tags node``).")
 
 
 class ApplyResult(BaseModel):

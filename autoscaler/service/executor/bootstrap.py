@@ -5,6 +5,9 @@ instance yet) and its retry backoff has passed. The attempt is counted in the st
 *before* ansible runs, so a crash loop cannot retry forever; roles are idempotent, so a
 run cut short is simply run again. After ``bootstrap_retries`` failed runs the node goes
 to BOOTSTRAP_FAILED with the failed task and message (the engine then terminates it).
+A node launched from its pool's baked image (``progress.baked_image``, recorded by
+provision.py) runs only the node-time part of the playbook; batches never mix such nodes
+with full-bootstrap ones (:func:`batches`).
 
 READY needs: cluster kind ``none``, or the scheduler reporting the node ready (Slurm:
 responding, idle/mixed/allocated, not drained, its Gres offering every GPU of its type;
@@ -21,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus
+from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus, bootstrap_tags
 from autoscaler.actuators.drain import Readiness
 from autoscaler.model.changes import Move, Patch
 from autoscaler.model.lifecycle import NodeState
@@ -50,6 +53,13 @@ def _due(step: Step, node: Node, address_of: Callable[[Node], str | None]) -> bo
         return False
 
 
+def bootstrap_part(baked_image: str | None) -> str:
+    """What a node's bootstrap runs, for its reasons: the node-time part on a baked image."""
+    if baked_image is None:
+        return "full bootstrap"
+    return f"baked image {baked_image} (node-time bootstrap)"
+
+
 def boot_key(node: str) -> str:
     """The operation key of a node's bootstrap: never two Ansible runs on one node."""
     return f"boot:{node}"
@@ -59,9 +69,7 @@ def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node
               runner: Runner) -> None:
     due = [n for n in step.store.nodes(states=[S.BOOTSTRAPPING])
            if not runner.busy(boot_key(n.name)) and _due(step, n, address_of)]
-    size = step.settings.bootstrap_batch_size
-    for start in range(0, len(due), size):
-        nodes = due[start:start + size]
+    for nodes in batches(due, step.settings.bootstrap_batch_size):
         keys = [boot_key(n.name) for n in nodes]
         # The attempt is counted before the batch is handed over: a crash while Ansible
         # runs in a worker still counts it (a crash loop cannot retry forever).
@@ -70,9 +78,22 @@ def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node
         def work(report: AdvanceReport, b: list[Node] = nodes, a: Started = started) -> None:
             _run_batch(replace(step, report=report), bootstrapper, b, a)
 
-        if runner.start("bootstrap", keys, f"ansible {', '.join(n.name for n in nodes)}", work,
+        tags = bootstrap_tags(nodes)  # homogeneous: never raises here
+        what = f"ansible --tags {tags}" if tags else "ansible"
+        if runner.start("bootstrap", keys, f"{what} {', '.join(n.name for n in nodes)}", work,
                         step.report):
             step.report.started += keys
+
+
+def batches(due: list[Node], size: int) -> list[list[Node]]:
+    """``due`` in batches of at most ``size`` nodes, each homogeneous: nodes launched from a
+    baked image (``progress.baked_image``) run only the node-time part of the playbook
+    (``--tags node``), the others the whole of it, and one run is one or the other."""
+    out: list[list[Node]] = []
+    for baked in (False, True):
+        group = [n for n in due if (n.progress.baked_image is not None) is baked]
+        out += [group[start:start + size] for start in range(0, len(group), size)]
+    return out
 
 
 Started = dict[str, BootstrapProgress]  # node -> its bootstrap record as this attempt began
@@ -157,7 +178,8 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
         seen = _seen(step, node, step.cluster_kind(node), snapshot, answers.get(node.name))
         why = seen.why
         if seen.ready:
-            ready.append(Move(node.name, S.READY, f"bootstrapped; {why}"))
+            ready.append(Move(node.name, S.READY, f"bootstrapped, "
+                              f"{bootstrap_part(node.progress.baked_image)}; {why}"))
             continue
         if not seen.known:
             # No answer is no evidence against the node (at 1,000 nodes the API server's

@@ -8,8 +8,10 @@ TERMINATING, LOST):
 2. the pool is applied with the map built from the store *after* that write; pools are
    applied in parallel (own state, own lock), new applies stop after the time budget;
 3. the outcome is settled per node: an instance in the state -> BOOTSTRAPPING with its id
-   and address; a node the apply named as failed -> PROVISION_FAILED with the error (and
-   the capacity error goes back to the engine); TERMINATING/LOST nodes no longer in the
+   and address (and, launched from its pool's baked image, that image in its progress:
+   ``baked_image``, so its bootstrap runs only the node-time part); a node the apply
+   named as failed -> PROVISION_FAILED with the error (and the capacity error goes back
+   to the engine); TERMINATING/LOST nodes no longer in the
    state -> TERMINATED (the scheduler forgets them first) once the cloud lists no instance
    tagged with them either. Settling reads the nodes again after the apply (a node may
    have moved while it ran); a leaving node keeps the id of any instance seen for it, and
@@ -36,6 +38,7 @@ from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.progress import ProgressUpdate
 from autoscaler.service.executor.advance import AdvanceReport, PoolApply, Step
+from autoscaler.service.executor.bootstrap import bootstrap_part
 from autoscaler.service.executor.collaborators import Provisioner
 from autoscaler.service.executor.operations import Runner
 
@@ -148,8 +151,11 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
         if node.state is S.PROVISIONING:
             if out is not None:
                 address = _address(step, node, out, address_of)
-                created.append(Move(node.name, S.BOOTSTRAPPING, f"instance {out.id} created",
-                                    NodeFields(instance_id=out.id, address=address)))
+                baked = out.image if out.baked else None
+                created.append(Move(node.name, S.BOOTSTRAPPING,
+                                    f"instance {out.id} created; {bootstrap_part(baked)}",
+                                    NodeFields(instance_id=out.id, address=address),
+                                    ProgressUpdate(baked_image=baked)))
             elif node.name in failed:
                 step.move(node.name, S.PROVISION_FAILED, f"terraform apply failed: {failed[node.name]}")
             elif result is not None and not result.ok:

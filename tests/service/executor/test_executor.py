@@ -45,6 +45,27 @@ def test_launch_goes_requested_provisioning_bootstrapping_ready(rig: Rig) -> Non
                      ("PROVISIONING", "BOOTSTRAPPING"), ("BOOTSTRAPPING", "READY")]
 
 
+def test_nodes_on_a_baked_image_run_the_node_time_part_in_batches_of_their_own(rig: Rig) -> None:
+    rig.tf.baked = {"vision-gpu-1": "ami-0baked", "vision-gpu-3": "ami-0baked"}
+    names = rig.submit(launch(3))
+    rig.advance()
+    assert {n: rig.node(n).progress.baked_image for n in names} == {
+        "vision-gpu-1": "ami-0baked", "vision-gpu-2": None, "vision-gpu-3": "ami-0baked"}
+    # Never one run for both parts (the fake, like the real actuator, refuses a mixed batch).
+    assert dict(zip(rig.ansible.tags, rig.ansible.calls, strict=True)) == {
+        None: ["vision-gpu-2"], "node": ["vision-gpu-1", "vision-gpu-3"]}
+    for name in names:
+        rig.slurm.scheduler.join(name)
+    rig.advance()
+    reasons = {n: [(t.to_state, t.reason) for t in rig.store.transitions(n)][-2:] for n in names}
+    baked = "baked image ami-0baked (node-time bootstrap)"
+    assert reasons["vision-gpu-1"][0] == ("BOOTSTRAPPING", f"instance {rig.node('vision-gpu-1').instance_id} "
+                                          f"created; {baked}")
+    assert reasons["vision-gpu-1"][1][1].startswith(f"bootstrapped, {baked}; ")
+    assert reasons["vision-gpu-2"][0][1].endswith("created; full bootstrap")
+    assert reasons["vision-gpu-2"][1][1].startswith("bootstrapped, full bootstrap; ")
+
+
 def test_state_is_written_before_terraform_and_ansible_run(rig: Rig) -> None:
     seen: dict[str, object] = {}
     rig.tf.on_apply = lambda ref, nodes: seen.update(

@@ -63,7 +63,7 @@ class FakeWorkspace:
                                "name": "node", "instances": [
                                    {"index_key": key, "attributes": {
                                        "id": out.id, "private_ip": out.private_ip,
-                                       "instance_lifecycle": "spot" if out.lifecycle == "spot"
+                                       "ami": out.image, "instance_lifecycle": "spot" if out.lifecycle == "spot"
                                        else ""}} for key, out in self.held.items()]}]}
 
     def applied_nodes(self) -> NodeMap:
