@@ -293,27 +293,42 @@ def test_a_baked_pool_launches_from_its_image_and_a_driver_change_makes_it_stale
     assert image_of() == {}
 
 
-def test_the_bake_module_images_a_builder_with_the_hash_and_destroys_only_the_builder(
+def test_the_bake_module_images_a_builder_keeps_the_newest_images_and_destroys_the_builder(
         moto: MotoSandbox, tmp_path_factory: pytest.TempPathFactory) -> None:  # noqa: F811
     settings = sandbox_settings(moto, tmp_path_factory.mktemp("tf-bake"))
     ec2 = moto.client()
     h = baked_hash("470")  # a hash no other test made an image for
-    bake = BakeWorkspace(settings, "vision", "bake", "us-east-1", hash_=h,
-                         instance_type="g4dn.xlarge", clock=lambda: AT)
+    later = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    first = BakeWorkspace(settings, "vision", "bake", "us-east-1", hash_=h,
+                          instance_type="g4dn.xlarge", clock=lambda: AT)
+    second = BakeWorkspace(settings, "vision", "bake", "us-east-1", hash_=h,
+                           instance_type="g4dn.xlarge", clock=lambda: later)
+
+    def tags_of(item: dict[str, Any]) -> dict[str, str]:
+        return {t["Key"]: t["Value"] for t in item.get("Tags", [])}
+
     try:
-        builder = bake.launch_builder()
-        (inst,) = [i for r in ec2.describe_instances(InstanceIds=[builder])["Reservations"]
-                   for i in r["Instances"]]
-        tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+        builder = first.launch_builder()
+        (inst,) = [i for r in ec2.describe_instances(
+            InstanceIds=[builder.instance_id])["Reservations"] for i in r["Instances"]]
         assert inst["ImageId"] == MOTO_AMI and inst["State"]["Name"] == "running"
-        assert tags["gpu-autoscaler/role"] == "builder" and tags[HASH_TAG] == h
-        image = bake.make_image()
+        assert tags_of(inst)["gpu-autoscaler/role"] == "builder" and tags_of(inst)[HASH_TAG] == h
+        assert tags_of(inst)["node"] == "vision-bake-builder-20261130120000"
+        assert builder.private_ip == inst["PrivateIpAddress"]
+        old = first.make_image(builder)
+        # A second bake (its own time, so its own name) of the same builder: two images.
+        new = second.make_image(builder)
+        assert [i.id for i in second.images()] == [old, new]
     finally:
-        bake.destroy_builder()
-    (img,) = ec2.describe_images(ImageIds=[image])["Images"]
-    assert {t["Key"]: t["Value"] for t in img["Tags"]}[HASH_TAG] == h
-    assert img["Name"] == f"gpu-autoscaler-vision-bake-{h}-20261130120000"
-    state = ec2.describe_instances(InstanceIds=[builder])["Reservations"][0]["Instances"][0]
+        gone = second.finish(keep=1)
+    assert [i.id for i in gone] == [old]
+    (img,) = ec2.describe_images(ImageIds=[new])["Images"]
+    assert tags_of(img)[HASH_TAG] == h and tags_of(img)["gpu-autoscaler/builder"] == \
+        builder.instance_id
+    assert img["Name"] == f"gpu-autoscaler-vision-bake-{h}-20261201080000"
+    assert [i["ImageId"] for i in ec2.describe_images(
+        Filters=[{"Name": f"tag:{HASH_TAG}", "Values": [h]}])["Images"]] == [new]
+    state = ec2.describe_instances(InstanceIds=[builder.instance_id])["Reservations"][0]["Instances"][0]
     assert state["State"]["Name"] in ("shutting-down", "terminated")
-    bake.destroy_builder()  # again: nothing left to do, the image stays
-    assert ec2.describe_images(ImageIds=[image])["Images"]
+    assert second.finish(keep=1) == []  # again: nothing left to do, the image stays
+    assert [i.id for i in second.images()] == [new]

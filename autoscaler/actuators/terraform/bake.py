@@ -1,24 +1,28 @@
-"""The bake's Terraform: a builder instance from the pool's base image, an image made of it
+"""The bake's Terraform: a builder instance from the pool's base image, images made of it
 (``aws_ami_from_instance``) tagged with the pool's bootstrap hash, and the builder destroyed.
 
 Its own root module and local state in ``settings.workdir/<team>/<pool>/bake/``: a bake never
-touches the pool's state or lock. Three steps, each one Terraform run:
+touches the pool's state or lock. The state holds the builder (``var.builder``) and every
+image the pool's bakes made and keep (``var.images``: name -> the builder it was made of and
+its hash), so images are made and deregistered through Terraform like everything else:
 
-1. :meth:`BakeWorkspace.launch_builder`: the builder instance (``make_image = false``).
-   The image-time part of gpu-node.yml (``--tags image``) is to run on it here; that
-   step is not wired yet, so nothing calls these steps outside the tests.
-2. :meth:`BakeWorkspace.make_image`: the image of the builder (``make_image = true``),
-   tagged ``gpu-autoscaler/bootstrap-hash=<hash>``; it then leaves the state
-   (``terraform state rm``), so that
-3. :meth:`BakeWorkspace.destroy_builder` destroys the builder and nothing else: the image
-   outlives the bake. Safe to run after a failure at any step, and twice.
+1. :meth:`BakeWorkspace.launch_builder`: the builder instance. The image-time part of
+   gpu-node.yml (``--tags image``) runs on it next (``actuators/image_bake.py``).
+2. :meth:`BakeWorkspace.make_image`: one more image, of the builder, tagged
+   ``gpu-autoscaler/bootstrap-hash=<hash>`` and ``gpu-autoscaler/builder=<instance id>``.
+3. :meth:`BakeWorkspace.finish`: the builder destroyed and, given ``keep``, only the
+   newest ``keep`` images kept: the older ones leave the map and are deregistered (with
+   their snapshots) by the same apply. Safe after a failure at any step, and twice.
 
+The images the state keeps are read back from its ``images`` output at each step, so a
+bake killed between two steps loses no image and the next bake finishes its builder.
 AWS only (the Alibaba Cloud custom image is not written).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,14 +32,36 @@ from autoscaler.actuators.terraform.runner import FLAG, Runner
 from autoscaler.actuators.terraform.settings import RegionInputs, TerraformSettings
 from autoscaler.model.clock import Clock, utc_now
 
-_IMAGE = "aws_ami_from_instance.image[0]"
+ROLE_TAG = "gpu-autoscaler/role"
+BUILDER_TAG = "gpu-autoscaler/builder"  # on an image: the builder instance it was made of
+IMAGES_TYPE = "map(object({source = string, hash = string}))"
+
+
+@dataclass(frozen=True)
+class Builder:
+    instance_id: str
+    private_ip: str | None
+
+
+@dataclass(frozen=True)
+class KeptImage:
+    name: str  # gpu-autoscaler-<team>-<pool>-<hash>-<UTC time of the bake>
+    id: str
+    source: str  # the builder instance it was made of
+    hash: str
+
+
+def builder_name(team: str, pool: str, started: datetime) -> str:
+    """The builder's node name (its ``node`` tag and SSH host key alias): never a node's,
+    whose names end in a number, and new for each bake, as its host key is."""
+    return f"{team}-{pool}-builder-{started:%Y%m%d%H%M%S}"
 
 
 def bake_tf(settings: TerraformSettings, team: str, pool: str, region: str,
             inputs: RegionInputs, hash_: str, instance_type: str, name: str) -> dict[str, Any]:
-    """The bake's root module (every written value literal, as in rootmodule.py)."""
-    tags = {"team": team, "pool": pool, "managed-by": "gpu-autoscaler",
-            rootmodule.HASH_TAG: hash_}
+    """The bake's root module (every written value literal, as in rootmodule.py); ``name``
+    is the builder's node name."""
+    tags = {"team": team, "pool": pool, "managed-by": "gpu-autoscaler"}
     builder: dict[str, Any] = {
         "ami": inputs.ami, "instance_type": instance_type,
         "subnet_id": inputs.subnet_ids[0] if inputs.subnet_ids else None,
@@ -44,22 +70,31 @@ def bake_tf(settings: TerraformSettings, team: str, pool: str, region: str,
         "root_block_device": [{"volume_size": inputs.root_volume_gb, "volume_type": "gp3",
                                "delete_on_termination": True}],
         "metadata_options": [{"http_tokens": "required"}],
-        "tags": {**tags, "Name": f"{team}-{pool}-builder", "gpu-autoscaler/role": "builder"},
+        "tags": {**tags, "Name": name, "node": name, ROLE_TAG: "builder",
+                 rootmodule.HASH_TAG: hash_},
     }
-    image = {"name": name, "tags": {**tags, "Name": name}}
+    image_tags = {**rootmodule.literal(tags), "Name": "${each.key}",
+                  rootmodule.HASH_TAG: "${each.value.hash}", BUILDER_TAG: "${each.value.source}"}
     return {
         "terraform": {"required_providers": {"aws": rootmodule.PROVIDERS["aws"]},
                       "backend": {"local": {"path": rootmodule.LOCAL_STATE}}},
         "provider": {"aws": rootmodule.literal(rootmodule.provider_config(settings, "aws", region))},
-        "variable": {"make_image": {"type": "bool", "default": False}},
+        "variable": {"builder": {"type": "bool", "default": False},
+                     "images": {"type": IMAGES_TYPE, "default": {}}},
         "resource": {
-            "aws_instance": {"builder": rootmodule.literal(builder)},
+            "aws_instance": {"builder": {**rootmodule.literal(builder),
+                                         "count": "${var.builder ? 1 : 0}"}},
             "aws_ami_from_instance": {"image": {
-                **rootmodule.literal(image), "count": "${var.make_image ? 1 : 0}",
-                "source_instance_id": "${aws_instance.builder.id}"}},
+                "for_each": "${var.images}", "name": "${each.key}",
+                "source_instance_id": "${each.value.source}", "tags": image_tags}},
         },
-        "output": {"builder": {"value": "${aws_instance.builder.id}"},
-                   "image": {"value": '${try(aws_ami_from_instance.image[0].id, "")}'}},
+        "output": {
+            "builder": {"value": '${try(aws_instance.builder[0].id, "")}'},
+            "builder_ip": {"value": '${try(aws_instance.builder[0].private_ip, "")}'},
+            "images": {"value": "${{for k, v in aws_ami_from_instance.image : k => "
+                                "{id = v.id, source = var.images[k].source, "
+                                "hash = var.images[k].hash}}}"},
+        },
     }
 
 
@@ -71,10 +106,13 @@ class BakeWorkspace:
         if found is None:
             raise ValueError(f"no Terraform inputs for aws/{region}")
         started: datetime = clock()
-        name = f"gpu-autoscaler-{team}-{pool}-{hash_}-{started:%Y%m%d%H%M%S}"
+        self.hash = hash_
+        self.builder_name = builder_name(team, pool, started)
+        self.image_name = f"gpu-autoscaler-{team}-{pool}-{hash_}-{started:%Y%m%d%H%M%S}"
         self.settings = settings
         self.dir = (Path(settings.workdir) / team / pool / "bake").resolve()
-        self.main = bake_tf(settings, team, pool, region, found, hash_, instance_type, name)
+        self.main = bake_tf(settings, team, pool, region, found, hash_, instance_type,
+                            self.builder_name)
         self.runner = Runner(self.dir, self.dir / "terraformrc", settings.terraform_bin,
                              settings.command_timeout_s)
         self._initialized = False
@@ -88,27 +126,40 @@ class BakeWorkspace:
         self.runner.run("init", input=False)
         self._initialized = True
 
-    def _apply(self, make_image: bool) -> dict[str, str]:
-        self._init()
-        self._set(make_image)
-        self.runner.run("apply", auto_approve=FLAG, input=False)
+    def _outputs(self) -> dict[str, Any]:
         shown = self.runner.run("output", json=FLAG)
-        return {k: v["value"] for k, v in json.loads(shown.stdout).items()}
+        return {k: v["value"] for k, v in json.loads(shown.stdout or "{}").items()}
 
-    def launch_builder(self) -> str:
-        """The builder's instance id."""
-        return self._apply(make_image=False)["builder"]
-
-    def make_image(self) -> str:
-        """The new image's id; the image is no longer in the bake's state afterwards."""
-        image = self._apply(make_image=True)["image"]
-        self.runner.run("state rm", _IMAGE)
-        return image
-
-    def destroy_builder(self) -> None:
+    def images(self) -> list[KeptImage]:
+        """The images the pool's bakes made and keep, oldest first (by the bake's time,
+        the end of the name)."""
         self._init()
-        self._set(make_image=False)
-        self.runner.run("destroy", auto_approve=FLAG, input=False)
+        found = [KeptImage(name, v["id"], v["source"], v["hash"])
+                 for name, v in (self._outputs().get("images") or {}).items()]
+        return sorted(found, key=lambda i: (i.name.rsplit("-", 1)[-1], i.name))
 
-    def _set(self, make_image: bool) -> None:
-        (self.dir / "terraform.tfvars.json").write_text(json.dumps({"make_image": make_image}))
+    def _apply(self, builder: bool, images: list[KeptImage]) -> dict[str, Any]:
+        self._init()
+        tfvars = {"builder": builder,
+                  "images": {i.name: {"source": i.source, "hash": i.hash} for i in images}}
+        (self.dir / "terraform.tfvars.json").write_text(json.dumps(tfvars, indent=2))
+        self.runner.run("apply", auto_approve=FLAG, input=False)
+        return self._outputs()
+
+    def launch_builder(self) -> Builder:
+        out = self._apply(True, self.images())
+        return Builder(out["builder"], out.get("builder_ip") or None)
+
+    def make_image(self, builder: Builder) -> str:
+        """The id of a new image of ``builder``, tagged with the hash."""
+        new = KeptImage(self.image_name, "", builder.instance_id, self.hash)
+        kept = [i for i in self.images() if i.name != new.name]
+        return str(self._apply(True, [*kept, new])["images"][new.name]["id"])
+
+    def finish(self, keep: int | None = None) -> list[KeptImage]:
+        """Destroy the builder; with ``keep``, deregister all but the newest ``keep``
+        images. Returns the images deregistered."""
+        images = self.images()
+        kept = images if keep is None else images[max(0, len(images) - keep):]
+        self._apply(False, kept)
+        return [i for i in images if i not in kept]
