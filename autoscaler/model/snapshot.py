@@ -46,6 +46,10 @@ class GpuMetrics(_Model):
     sample_age_s: float | None = None
 
 
+# A placement group has a handful of pools; more is a hostile snapshot, not a fleet.
+MAX_POOL_OPTIONS = 64
+
+
 class RunningJob(_Model):
     id: str
     gpus: float = 0
@@ -53,6 +57,12 @@ class RunningJob(_Model):
     name: str = ""
     ends_at: datetime | None = Field(
         None, description="When the scheduler expects it to end (its time limit), if known.")
+    pools: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        None, max_length=MAX_POOL_OPTIONS,
+        description="The pools (team/pool) of its node's placement group it may run in, by "
+        "its node selectors and affinity (Kubernetes) or partition and constraint (Slurm): "
+        "consolidation moves it only onto room of these. None: no narrowing known, any pool "
+        "the pool-level rules allow. Entries outside the node's team and group are ignored.")
 
 
 _NO_NEW_JOBS = frozenset({"down", "drained", "draining"})
@@ -99,10 +109,6 @@ class NodeObservation(_Model):
         None, description="Why the scheduler's view of the node is absent: it reported the "
         "impossible (more GPUs than the node's type has, NaN, a negative count).")
     health_check_failed: str | None = None
-
-
-# A placement group has a handful of pools; more is a hostile snapshot, not a fleet.
-MAX_POOL_OPTIONS = 64
 
 
 class PoolOption(_Model):

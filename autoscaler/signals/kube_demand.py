@@ -45,7 +45,7 @@ class PodRecord:
     started_at: datetime | None = None
     ends_at: datetime | None = None  # startTime + activeDeadlineSeconds, if it has one
     priority: int = 0
-    needs: PodNeeds | None = None  # pending pods only
+    needs: PodNeeds | None = None  # None: the spec of a running pod could not be read
     pvcs: tuple[str, ...] = ()
     spreads: tuple[Spread, ...] = ()
 
@@ -72,6 +72,11 @@ def pod_record(obj: Obj) -> PodRecord | None:
     if not gpus or not meta.get("name") or not meta.get("namespace"):
         return None
     pending = unschedulable(obj)
+    needs: PodNeeds | None
+    if pending:
+        needs, pvcs = pod_needs(spec, gpus, None), tuple(pvc_names(spec))
+    else:
+        needs, pvcs = _placement(spec, gpus)
     spreads = tuple(Spread(int(c.get("maxSkew") or 1), dict((c.get("labelSelector") or {})
                                                             .get("matchLabels") or {}))
                     for c in spec.get("topologySpreadConstraints") or []
@@ -82,8 +87,16 @@ def pod_record(obj: Obj) -> PodRecord | None:
         labels=dict(meta.get("labels") or {}), created_at=_time(meta.get("creationTimestamp")),
         started_at=_time(status.get("startTime")), ends_at=_deadline(spec, status),
         priority=int(spec.get("priority") or 0),
-        needs=pod_needs(spec, gpus, None) if pending else None,
-        pvcs=tuple(pvc_names(spec)) if pending else (), spreads=spreads if pending else ())
+        needs=needs, pvcs=pvcs, spreads=spreads if pending else ())
+
+
+def _placement(spec: Obj, gpus: dict[str, float]) -> tuple[PodNeeds | None, tuple[str, ...]]:
+    """A running pod's needs and volume claims, where its pools are read from: an odd spec
+    leaves them unknown (the pod stays where it runs) rather than its GPUs and its node."""
+    try:
+        return pod_needs(spec, gpus, None), tuple(pvc_names(spec))
+    except (AttributeError, TypeError, ValueError, KeyError):
+        return None, ()
 
 
 class Demand:
@@ -159,12 +172,40 @@ class Demand:
         if home.group is None:
             return
         yield home, _option(home, got)
-        for ref in later:
-            if ref.group != home.group:
-                continue
+        for ref, there in self._fitting(needs, [r for r in later if r.group == home.group], got.gpus):
+            yield ref, _option(ref, there)
+
+    def _fitting(self, needs: PodNeeds, refs: list[ClusterPool], gpus: float
+                 ) -> Iterator[tuple[ClusterPool, Fit]]:
+        """The pools of ``refs`` whose nodes could run the pod, as ``gpus`` GPUs there too."""
+        for ref in refs:
             there = fit(needs, self.shapes[ref.key])
-            if there.failed is None and there.gpus == got.gpus:
-                yield ref, _option(ref, there)
+            if there.failed is None and math.isclose(there.gpus, gpus, rel_tol=1e-9, abs_tol=1e-9):
+                yield ref, there
+
+    def group_of(self, home: ClusterPool) -> list[ClusterPool]:
+        """The pools of ``home``'s team and placement group, ``home`` among them (none: [])."""
+        if home.group is None:
+            return []
+        return [r for r in self.refs if r.team == home.team and r.group == home.group]
+
+    def running_pools(self, pod: PodRecord, home: ClusterPool, gpus: float) -> list[str] | None:
+        """The pools of ``home``'s placement group a pod running on a node of ``home`` could
+        run in (``RunningJob.pools``), by the fit a pending pod's options get: its
+        nodeSelector, required node affinity, tolerations and bound volumes' zones against
+        each pool's nodes, at the same GPUs. None: ``home`` is in no group. Topology spread
+        is left out: where the pod may go again depends on where its peers run then. A spec
+        that was not read keeps it where it runs."""
+        group = self.group_of(home)
+        if not group:
+            return None
+        if pod.needs is None:
+            return [home.key]
+        needs = pod.needs
+        zones = self.volume_zones(pod)
+        if zones is not None:
+            needs = replace(needs, zones=zones)
+        return [ref.key for ref, _ in self._fitting(needs, group, gpus)]
 
     def volume_zones(self, pod: PodRecord) -> frozenset[str] | None:
         """Zones every bound volume of the pod allows (None: unconstrained)."""

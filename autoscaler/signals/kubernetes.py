@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -92,6 +92,11 @@ def _unready(cond: Obj | None) -> tuple[str, datetime | None]:
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     return (f"{status}: {reason}" if reason else status), since
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    """The same objects in the same order (records are replaced, never changed in place)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _pvc_volume(obj: Obj) -> str | None:
@@ -246,23 +251,25 @@ class KubernetesReader:
         """The node's view, rebuilt only when its record, its pods or its pool changed
         (records are immutable and replaced on every watch event)."""
         shape = demand.shape_of_node(rec.labels)
-        pool = shape.ref.pool if shape else None
+        # its pool and the pools of its group (its jobs' pools are fit against them)
+        pools = (tuple(r.pool for r in demand.group_of(shape.ref)) or (shape.ref.pool,)) if shape else ()
         hit = self._nodes.get(rec.name)
-        if hit is not None and hit[0] is rec and hit[1] is pool and len(hit[2]) == len(pods) \
-                and all(a is b for a, b in zip(hit[2], pods, strict=True)):
+        if hit is not None and hit[0] is rec and _same(hit[1], pools) and _same(hit[2], pods):
             cached: SchedulerNode = hit[3]
             return cached
-        view = self._node(rec, pods, shape)
-        self._nodes[rec.name] = (rec, pool, pods, view)
+        view = self._node(rec, pods, shape, demand)
+        self._nodes[rec.name] = (rec, pools, pods, view)
         return view
 
     @staticmethod
-    def _node(rec: NodeRecord, pods: list[PodRecord], shape: PoolShape | None) -> SchedulerNode:
+    def _node(rec: NodeRecord, pods: list[PodRecord], shape: PoolShape | None,
+              demand: Demand) -> SchedulerNode:
         jobs = []
         for pod in pods:
             gpus = shape.capacity(pod.gpus) if shape else pod.gpus.get(GPU, 0.0)
             jobs.append(RunningJob(id=pod.key, gpus=gpus, started_at=pod.started_at, name=pod.name,
-                                   ends_at=pod.ends_at))
+                                   ends_at=pod.ends_at,
+                                   pools=demand.running_pools(pod, shape.ref, gpus) if shape else None))
         total = shape.capacity(rec.allocatable) if shape else rec.allocatable.get(GPU, 0.0)
         allocated = sum(j.gpus for j in jobs)
         if not rec.ready:

@@ -4,7 +4,8 @@ Pending GPU jobs become ``PendingJob`` (GPUs per node from the gres request, GPU
 the gres type: ``gpu:t4:2`` -> 2 x T4) and are attributed to a pool by partition, account,
 qos, user and constraint (``slurm_match.py``): the first such pool (high priority first)
 whose GPU model fits; a job those leave no pool for is unserved, with the reason. Running
-jobs are listed per node. Slurm node names are fleet node names. Each command has a
+jobs are listed per node, each with the pools of its node's placement group those same
+terms admit it to (``RunningJob.pools``). Slurm node names are fleet node names. Each command has a
 timeout; any failure makes the whole source missing for this tick.
 """
 
@@ -33,14 +34,20 @@ from autoscaler.schedulers.slurm.parse import (
     time_limit,
 )
 from autoscaler.signals import slurm_gres
-from autoscaler.signals.readings import ClusterPool, SchedulerReading, first_fitting, group_options
+from autoscaler.signals.readings import (
+    ClusterPool,
+    SchedulerReading,
+    first_fitting,
+    group_options,
+    key_by_name_prefix,
+)
 from autoscaler.signals.slurm_match import (
     PoolTerms,
     Refused,
     Served,
     Submission,
-    claimants,
-    fitting,
+    admitted,
+    running_pools,
 )
 from autoscaler.signals.slurm_onprem import on_prem_capacity
 
@@ -202,16 +209,10 @@ def _demand(job: SlurmJob, by_partition: dict[str, list[PoolTerms]],
             rank: dict[str, int]) -> tuple[ClusterPool | Refused | None, list[PendingJob]]:
     """The pool the job is demand for (None: no pool has its partition; Refused: why no
     pool serves it) and its pending jobs (one per array task)."""
-    candidates = [t for p in job.partition.split(",") for t in by_partition.get(p, [])]
     model = gpu_model(job.gpu_type)
-    served: list[Served] = []
-    if candidates:
-        candidates.sort(key=lambda t: rank[t.ref.key])
-        claimed = claimants(job.submission, candidates, job.partition)
-        fits = claimed if isinstance(claimed, Refused) else fitting(job.submission, claimed)
-        if isinstance(fits, Refused):
-            return fits, []
-        served = fits
+    served = admitted(job.submission, job.partition, by_partition, rank)
+    if isinstance(served, Refused):
+        return served, []
     if slurm_gres.shared(job.gres):
         return _shared_demand(job, served)
     ref = first_fitting([s.ref for s in served], model)
@@ -302,6 +303,8 @@ def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPoo
         by_partition.setdefault(ref.pool.cluster.partition, []).append(PoolTerms.of(ref))
     rank = {ref.key: i for i, ref in enumerate(refs)}
     pool_of = slurm_gres.pool_by_name(refs)
+    ref_by_key = {ref.key: ref for ref in refs}
+    key_of = key_by_name_prefix(ref_by_key)
     pending: dict[str, list[PendingJob]] = {ref.key: [] for ref in refs}
     unattributed: list[PendingJob] = []
     unserved: list[UnservedJob] = []
@@ -315,15 +318,20 @@ def assemble(jobs: list[SlurmJob], nodes: list[SlurmNode], refs: list[ClusterPoo
             else:
                 (pending[owner.key] if owner else unattributed).extend(demand)
         elif job.state in RUNNING_STATES:
+            may_run: dict[str, list[str] | None] = {}  # by home pool key
             for i, host in enumerate(job.nodes):
                 gpus = job.node_gpus[i] if job.node_gpus else job.gpus_per_node
                 gres = job.node_gres[i] if job.node_gres else job.gres
                 pool = pool_of(host)
                 if pool is not None and slurm_gres.shared(gres):
                     gpus = slurm_gres.gpus_on(pool, gres) or gpus
+                home = ref_by_key.get(key_of(host) or "")
+                if home is not None and home.key not in may_run:
+                    may_run[home.key] = running_pools(job.submission, job.partition, job.gpu_type,
+                                                      job.gres, home, by_partition, rank)
                 running.setdefault(host, []).append(
                     RunningJob(id=job.id, gpus=gpus, started_at=job.started_at, name=job.name,
-                               ends_at=job.ends_at))
+                               ends_at=job.ends_at, pools=may_run[home.key] if home else None))
     sched = {n.name: _scheduler_node(n, running.get(n.name, []), pool_of(n.name)) for n in nodes}
     return SchedulerReading(nodes=sched, pending=pending, unattributed=unattributed,
                             unserved=unserved, source=source,

@@ -19,6 +19,9 @@ account, qos, user          of those, the pools whose ``cluster.accounts``, ``qo
                             unserved, with what each pool offers)
 ==========================  =======================================================
 
+A running job on a node of a placement-group pool is told the pools of that group the same
+terms admit it to (``running_pools``): consolidation moves it only there.
+
 A pool's nodes carry the Slurm features ``team-<team>``, ``pool-<pool>``,
 ``partition-<partition>``, the instance type, the market (``spot``, ``on-demand``), the zone
 when the pool lists zones, and the GPU model in lower case (``t4``, ``a10g``). The engine has
@@ -38,7 +41,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.policy.syntax import SLURM_NAME, SLURM_USER
-from autoscaler.schedulers.slurm.parse import Constraint, ConstraintError, absent, parse_constraint
+from autoscaler.schedulers.slurm.parse import (
+    Constraint,
+    ConstraintError,
+    Gres,
+    absent,
+    gpu_model,
+    parse_constraint,
+)
+from autoscaler.signals import slurm_gres
 from autoscaler.signals.readings import ClusterPool
 
 _NAME, _USER = re.compile(SLURM_NAME), re.compile(SLURM_USER)
@@ -215,3 +226,38 @@ def fitting(job: Submission, pools: list[PoolTerms]) -> list[Served] | Refused:
     return Refused(team, f"constraint {job.constraint}",
                    "no pool's nodes could run it: "
                    + "; ".join(f"{t.ref.key}: {why}" for t, why in got))
+
+
+def admitted(job: Submission, partitions: str, by_partition: dict[str, list[PoolTerms]],
+             rank: dict[str, int]) -> list[Served] | Refused:
+    """The pools the job's partitions (comma-separated), account, qos, user and constraint
+    admit, high priority (``rank``) first; none when its partitions are no pool's; or why
+    none does."""
+    candidates = [t for p in partitions.split(",") for t in by_partition.get(p, [])]
+    if not candidates:
+        return []
+    candidates.sort(key=lambda t: rank[t.ref.key])
+    claimed = claimants(job, candidates, partitions)
+    return claimed if isinstance(claimed, Refused) else fitting(job, claimed)
+
+
+def running_pools(job: Submission, partition: str, gpu_type: str | None, gres: Sequence[Gres],
+                  home: ClusterPool, by_partition: dict[str, list[PoolTerms]],
+                  rank: dict[str, int]) -> list[str] | None:
+    """The pools of ``home``'s placement group a job running on a node of ``home`` could run
+    in (``RunningJob.pools``), ``home`` first: those a pending job with its partition,
+    account, qos, user, constraint and GPU type (or MIG/shard gres, at the same GPUs) could
+    go to. None: ``home`` is in no group. A job those admit to no pool (its partition is no
+    pool's, its constraint unreadable) stays where it runs: [home]."""
+    if home.group is None:
+        return None
+    served = admitted(job, partition, by_partition, rank)
+    if isinstance(served, Refused):
+        return [home.key]
+    model, share = gpu_model(gpu_type), slurm_gres.shared(gres)
+    here = slurm_gres.gpus_on(home.pool, gres) if share else None
+    others = [s.ref.key for s in served
+              if s.ref.key != home.key and s.ref.team == home.team and s.ref.group == home.group
+              and (not share or slurm_gres.gpus_on(s.ref.pool, gres) == here)
+              and (share or not model or model in s.ref.gpu_models)]
+    return [home.key, *others]

@@ -295,3 +295,53 @@ def test_a_placement_group_lists_every_pool_whose_nodes_could_run_the_pod(kube: 
     assert jobs["vision/pinned"].options == []  # its region's pool is the only one
     assert [o.pool for o in jobs["vision/v100"].options] == ["vision/east", "vision/west"]
     assert "vision/pinned" in [j.id for j in reading.pending["vision/west"]]
+
+
+def test_a_running_pod_is_told_the_pools_of_its_group_it_could_run_in(kube: FakeKube) -> None:
+    """RunningJob.pools, by the fit a pending pod's options get: a region nodeSelector keeps
+    a pod running in us-east-1 to that region's pools; a pool in no group narrows nothing."""
+    west = {**pool("west", ["p3.2xlarge"]), "region": "us-west-2"}
+    group = {"vision": make_policy("vision", pools=[pool("east", ["p3.2xlarge"]), west,
+                                                   pool("t4", ["g4dn.xlarge"]), pool("solo", ["p3.2xlarge"])]
+                                   ).model_copy(update={"placement_groups": {"any": ["east", "west", "t4"]}})}
+    labels = {"gpu-autoscaler/team": "vision", "gpu-autoscaler/pool": "east"}
+    kube.add_node("vision-east-1", gpus=4, labels=labels)
+    kube.add_node("vision-solo-1", gpus=4, labels={**labels, "gpu-autoscaler/pool": "solo"})
+    kube.add_node("stray-1", gpus=4)  # no pool's labels
+    kube.add_pod("any", "vision", node="vision-east-1", gpus=1)
+    kube.add_pod("pinned", "vision", node="vision-east-1", gpus=1,
+                 node_selector={"topology.kubernetes.io/region": "us-east-1"})
+    kube.add_pod("v100", "vision", node="vision-east-1", gpus=1,
+                 node_selector={"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"})
+    kube.add_pod("alone", "vision", node="vision-solo-1", gpus=1,
+                 node_selector={"topology.kubernetes.io/region": "us-east-1"})
+    kube.add_pod("stray", "vision", node="stray-1", gpus=1)
+    reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="3s"))
+    try:
+        reading = reader.read(pools_in_priority_order(group, default_catalog(), "kubernetes"))
+    finally:
+        reader.close()
+    pools = {j.id: j.pools for n in reading.nodes.values() for j in n.jobs}
+    assert pools == {
+        "vision/any": ["vision/east", "vision/west", "vision/t4"],
+        "vision/pinned": ["vision/east", "vision/t4"],  # not west: another region
+        "vision/v100": ["vision/east", "vision/west"],
+        "vision/alone": None,  # its pool is in no group
+        "vision/stray": None,  # its node is no pool's
+    }
+
+
+def test_a_running_pod_whose_spec_cannot_be_read_stays_where_it_runs() -> None:
+    from autoscaler.signals.kube_demand import Demand, pod_record
+    group = {"vision": make_policy("vision", pools=[pool("east", ["p3.2xlarge"]), pool("west", ["p3.2xlarge"])]
+                                   ).model_copy(update={"placement_groups": {"any": ["east", "west"]}})}
+    refs = pools_in_priority_order(group, default_catalog(), "kubernetes")
+    demand = Demand(KubernetesConfig(host="http://unused"), default_catalog(), refs, {}, {})
+    spec: dict[str, Any] = {"nodeName": "vision-east-1", "nodeSelector": ["not", "a", "map"],
+                            "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    odd = {"metadata": {"name": "p", "namespace": "vision"}, "spec": spec}
+    rec = pod_record(odd)
+    assert rec is not None and rec.needs is None and rec.gpus == {"nvidia.com/gpu": 1.0}
+    assert demand.running_pools(rec, refs[0], 1.0) == ["vision/east"]
+    fine = pod_record({**odd, "spec": {**spec, "nodeSelector": {"topology.kubernetes.io/region": "us-east-1"}}})
+    assert fine is not None and demand.running_pools(fine, refs[0], 1.0) == ["vision/east", "vision/west"]

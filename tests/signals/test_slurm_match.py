@@ -187,3 +187,35 @@ def test_a_placement_group_lists_every_pool_that_can_run_the_job() -> None:
     assert [(o.pool, o.zones) for o in v100.options] == [("ml/east", None), ("ml/west", None)]
     assert pending["2"].options == []  # only east has the zone
     assert [o.pool for o in pending["3"].options] == ["ml/east", "ml/west", "ml/t4"]
+
+
+def test_a_running_job_is_told_the_pools_of_its_group_it_could_run_in() -> None:
+    """What consolidation may move it to (RunningJob.pools): the terms a pending job's
+    options come from, read for the job where it runs (the home pool first)."""
+    west = {**spool("west", ["p3.2xlarge"], zones=["us-west-2a"]), "region": "us-west-2"}
+    group = {"ml": make_policy("ml", pools=[
+        spool("east", ["p3.2xlarge"], zones=["us-east-1a"]), west, spool("t4", ["g4dn.xlarge"]),
+        spool("solo", ["p3.2xlarge"])],
+        ).model_copy(update={"placement_groups": {"any": ["east", "west", "t4"]}})}
+    refs = pools_in_priority_order(group, default_catalog(), "slurm")
+
+    def running(jid: int, host: str, **kw: Any) -> dict[str, Any]:
+        return job(jid, **{"job_state": "RUNNING", "nodes": host, "start_time": 0, **kw})
+
+    answers = {"squeue --json": json.dumps({"jobs": [
+        running(1, "ml-east-1"), running(2, "ml-east-2", tres="gres:gpu:v100:1"),
+        running(3, "ml-east-3", features="us-east-1a"), running(4, "ml-east-4", partition="other"),
+        running(5, "ml-solo-1"), running(6, "ml-east-5", features="a&&")]}),
+        "sinfo --all": json.dumps({"nodes": [
+            {"name": f"ml-east-{i}", "state": "MIXED", "gres": "gpu:v100:1"} for i in range(1, 6)]
+            + [{"name": "ml-solo-1", "state": "MIXED", "gres": "gpu:v100:1"}]})}
+    reading = SlurmReader(SlurmConfig(), lambda argv, timeout, env: answers[" ".join(argv[:2])]).read(refs)
+    pools = {j.id: j.pools for n in reading.nodes.values() for j in n.jobs}
+    assert pools == {
+        "1": ["ml/east", "ml/west", "ml/t4"],  # any GPU, any zone: every pool of the group
+        "2": ["ml/east", "ml/west"],  # a V100: not the T4 pool
+        "3": ["ml/east"],  # only east has the zone (a region pin)
+        "4": ["ml/east"],  # its partition is no pool's: it stays where it runs
+        "5": None,  # a pool in no group: no narrowing
+        "6": ["ml/east"],  # an unreadable constraint: it stays where it runs
+    }

@@ -32,7 +32,7 @@ from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
 from autoscaler.model.node import Node
-from autoscaler.model.plan import Action, Drain, Replace
+from autoscaler.model.plan import Action, Drain, Hold, Replace
 from autoscaler.model.snapshot import RunningJob, SchedulerNode
 from autoscaler.policy.duration import format_duration
 
@@ -46,6 +46,10 @@ class Elsewhere(Protocol):
 
     def received(self, node: Node) -> bool:
         """Whether jobs were moved onto ``node`` this tick (it is no candidate then)."""
+        ...
+
+    def refused(self, node: Node) -> str | None:
+        """Why a move of ``node``'s jobs to another pool was refused for a job's pin."""
         ...
 
     def home(self, node: Node, total: int, sched: SchedulerNode) -> Bin:
@@ -107,9 +111,10 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
     room = LazyBins(_free_bin(node, total, sched.jobs, sched.gpus_allocated) if elsewhere is None
                     else elsewhere.home(node, total, sched) for node, total, sched in homes)
     can_drain = _load_fits_without_one(ctx, budget)
+    held: list[Action] = []  # nodes a job's pin kept from moving to another pool
     for node in removal_order(ctx, prices, fragmented):
         if not budget.can_swap(node):
-            return []
+            return held
         total, share, jobs = fragmented[node]
         why = (f"{ctx.key}: consolidating {node.name}: {share * total / 100:g} of {total} GPUs "
                f"allocated ({share:.0f}% < {below:g}%), no job started there for "
@@ -121,27 +126,31 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
             budget.shrink(node)
             if elsewhere is not None:
                 elsewhere.placed(jobs, [b for b in room if b.node is not node])
-            return [Drain(
+            return [*held, Drain(
                 pool=ctx.key, node=node.name, trigger="consolidate",
                 reason=(f"{why}; its {len(jobs)} job(s) fit on free GPUs of {', '.join(hosts)}; "
                         f"{node.instance_type} {node.market.value} at "
                         f"${per_gpu(prices, node):.3f}/GPU-h; {then}"),
             )]
         if elsewhere is not None and (moved := elsewhere.drain(node, jobs, budget, why, then)) is not None:
-            return [moved]
+            return [*held, moved]
         smaller = _cheaper_home(ctx, prices, node, jobs)
         if (elsewhere is not None
                 and (moved := elsewhere.replace(node, jobs, smaller, budget, why, then)) is not None):
-            return [moved]
+            return [*held, moved]
+        pinned = elsewhere.refused(node) if elsewhere is not None else None
         if smaller is not None:
             budget.swap(node)
-            return [Replace(
+            not_moved = f"; not moved to another pool of its group: {pinned}" if pinned else ""
+            return [*held, Replace(
                 pool=ctx.key, node=node.name, instance_type=smaller.instance_type,
                 market=smaller.market, zone=smaller.zone, trigger="consolidate",
                 reason=(f"{why}; its {len(jobs)} job(s) fit on one {smaller.describe()} instead of "
-                        f"{node.instance_type} at ${prices.node_hourly(node):.2f}/h; {then}"),
+                        f"{node.instance_type} at ${prices.node_hourly(node):.2f}/h{not_moved}; {then}"),
             )]
-    return []
+        if pinned:
+            held.append(Hold(pool=ctx.key, what="scale-down", reason=f"{why}; {pinned}"))
+    return held
 
 
 def _cheaper_home(ctx: PoolContext, prices: Prices, node: Node, jobs: list[RunningJob]) -> Offer | None:

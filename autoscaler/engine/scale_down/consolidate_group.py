@@ -22,6 +22,15 @@ region. Free room of a pool with pending demand is left to that demand. A replac
 room under the target's ``max_nodes`` and the team quota, and its spot offers keep the
 target's zone spread.
 
+Which pools may take each job: a running job may carry the pools of its group it may run in
+(``RunningJob.pools``: signals read them from its node selectors and affinity, or its
+partition and constraint, as for a pending job's options). Its jobs move only onto free GPUs
+of their own lists' pools, and a replacement goes only to a pool in every job's list. The
+list comes from a snapshot, which is untrusted: entries naming pools outside the node's
+team and group are ignored (a list of only those pins the job to nothing: it stays). When
+a pin alone refuses a move, the reason says which job may run where (the pool's own
+cheaper type, if any, still replaces the node; otherwise a Hold says so).
+
 Budgets: the drain is the old node's own pool's, on its budget (the pool shrinks, so its
 floor counts too); a replacement still booting counts as a drain to come. Consolidation's
 load check holds on both sides: the old pool without the node's load, and a pool that
@@ -105,6 +114,8 @@ class Elsewhere:
         self.ctx, self.prices, self.room, self.admit = ctx, prices, room, admit
         mates = list(mates)
         pool, forbidden = ctx.pool, set(ctx.policy.forbid_clouds)
+        self.group = frozenset({ctx.key, *(m.ctx.key for m in mates)})  # what a pin may name
+        self.pinned: dict[str, str] = {}  # node -> why a pin refused its move this tick
         self.mates = [m for m in mates if m.ctx.data_missing is None
                       and m.ctx.pool.cloud not in forbidden
                       and (not pool.pin_region
@@ -123,6 +134,9 @@ class Elsewhere:
     def received(self, node: Node) -> bool:
         return node.name in self.room.received
 
+    def refused(self, node: Node) -> str | None:
+        return self.pinned.get(node.name)
+
     def home(self, node: Node, total: int, sched: SchedulerNode) -> Bin:
         return self.room.bin(node, total, sched)
 
@@ -138,8 +152,15 @@ class Elsewhere:
             return None
         model = self.prices.gpu_model(node)
         bins = LazyBins(chain.from_iterable(self.room.of(m, model, self._moving) for m in takers))
-        filled = _place(jobs, bins)
+        allowed = [self._pools(j) for j in jobs]
+        filled = _place(jobs, bins, allowed)
         if filled is None:
+            unpinned = _place(jobs, bins) if any(a is not None for a in allowed) else None
+            if unpinned is not None:
+                pools = sorted({pool_key(b.node.team, b.node.pool) for b in unpinned.values() if b.node})
+                self.pinned[node.name] = (
+                    f"its jobs would fit on free GPUs of {', '.join(pools)} of its placement "
+                    f"group, but the move is refused for a pin: {_pins(jobs, allowed)}")
             return None
         load = _load(self.ctx, node, FULL_LOAD)
         by_key = {m.ctx.key: m for m in takers}
@@ -171,8 +192,15 @@ class Elsewhere:
             return None  # the return to spot moves it, to spot (see consolidate._cheaper_home)
         if not self.mates or not self._may_leave(node, budget):
             return None
-        found = self._cheapest(node, jobs, here)
+        allowed = [self._pools(j) for j in jobs]
+        free = [m for m in self.mates if all(a is None or m.ctx.key in a for a in allowed)]
+        found = self._cheapest(free, node, jobs, here)
         if found is None:
+            barred = [m for m in self.mates if m not in free]
+            if barred and (there := self._cheapest(barred, node, jobs, here)) is not None:
+                self.pinned.setdefault(node.name, (
+                    f"a cheaper node in {there[0].ctx.key} ({there[1].describe()}) would hold its "
+                    f"jobs, but the move is refused for a pin: {_pins(jobs, allowed)}"))
             return None
         mate, offer = found
         now_usd = self.prices.node_hourly(node)
@@ -183,26 +211,29 @@ class Elsewhere:
                 f"{why}; {offer.describe()} in {target} would cost less, but the replacement "
                 f"is refused by {refused}"))
         budget.shrink(node)
+        pinned = self.pinned.get(node.name)
         own = f" (its own pool's cheapest: {here.describe()})" if here is not None else ""
+        own += f"; {pinned}" if pinned else ""  # free GPUs there, but not of its pools
         return Launch(
             pool=mate.ctx.key, instance_type=offer.instance_type, market=offer.market,
             zone=offer.zone, count=1, gpus_per_node=offer.gpus, hourly_usd=offer.hourly_usd,
             trigger=TRIGGER, replaces=[node.name], reason=(
                 f"{why}; its {len(jobs)} job(s), {sum(j.gpus for j in jobs):g} GPUs of work, fit "
-                f"on no free GPUs of its placement group, but on a cheaper node in {target}: "
+                f"on no free GPUs of its placement group{' they may use' if pinned else ''}, but "
+                f"on a cheaper node in {target}: "
                 f"{ctx.key} {node.instance_type} {node.market.value} ${now_usd:.2f}/h "
                 f"(${per_gpu(self.prices, node):.2f}/GPU-h) -> {mate.ctx.key} {offer.describe()}, "
                 f"saves ${now_usd - offer.hourly_usd:.2f}/h{own}; launching it, {node.name} "
                 f"drains once it is READY; {then}"))
 
-    def _cheapest(self, node: Node, jobs: list[RunningJob], here: Offer | None
+    def _cheapest(self, mates: list[Mate], node: Node, jobs: list[RunningJob], here: Offer | None
                   ) -> tuple[Mate, Offer] | None:
-        """The cheapest offer of another pool (same market and GPU model) that holds all
+        """The cheapest offer of one of ``mates`` (same market and GPU model) that holds all
         ``jobs`` and costs less per hour than ``node`` and than ``here``."""
         ceiling = min(self.prices.node_hourly(node), here.hourly_usd if here else math.inf) - 1e-9
         model = self.prices.gpu_model(node) or None
         best: tuple[tuple[float, int, str, str], Mate, Offer] | None = None
-        for i, mate in enumerate(self.mates):
+        for i, mate in enumerate(mates):
             if mate.room <= 0:
                 continue
             c = mate.ctx
@@ -215,6 +246,10 @@ class Elsewhere:
                         and _hosts(jobs, [Bin.empty(o.gpus, node=node)]) is not None):
                     best = (rank, mate, o)
         return None if best is None else (best[1], best[2])
+
+    def _pools(self, job: RunningJob) -> frozenset[str] | None:
+        """The pools of the group the job may run in (entries outside it ignored); None: any."""
+        return None if job.pools is None else frozenset(p for p in job.pools if p in self.group)
 
     def _may_leave(self, node: Node, budget: Budget) -> bool:
         """The old pool's budget and floor allow one more node to leave (replacements still
@@ -252,13 +287,18 @@ def finish(ctx: PoolContext, budgets: dict[str, Budget], mates: Iterable[PoolCon
     return out
 
 
-def _place(jobs: list[RunningJob], bins: Iterable[Bin]) -> dict[str, Bin] | None:
+def _place(jobs: list[RunningJob], bins: Iterable[Bin],
+           allowed: list[frozenset[str] | None] | None = None) -> dict[str, Bin] | None:
     """First-fit-decreasing of ``jobs`` over ``bins`` on copies: the filled copies by node
-    name, or None if one job does not fit (the bins stay as they are)."""
+    name, or None if one job does not fit (the bins stay as they are). ``allowed``: per
+    job, the pools whose bins it may take (None: any)."""
     copies: dict[str, Bin] = {}
-    for job in jobs:
+    for i, job in enumerate(jobs):
+        pools = allowed[i] if allowed is not None else None
         for b in bins:
             if b.node is None:
+                continue
+            if pools is not None and pool_key(b.node.team, b.node.pool) not in pools:
                 continue
             mine = copies.get(b.node.name, b)
             if mine.fits(job.gpus):
@@ -270,6 +310,14 @@ def _place(jobs: list[RunningJob], bins: Iterable[Bin]) -> dict[str, Bin] | None
         else:
             return None
     return copies
+
+
+def _pins(jobs: list[RunningJob], allowed: list[frozenset[str] | None], shown: int = 3) -> str:
+    """``job a may run only in vision/east; ...`` for the pinned jobs, the first ``shown``."""
+    said = [f"job {j.id} may run only in {', '.join(sorted(a)) or 'no pool of its group'}"
+            for j, a in zip(jobs, allowed, strict=True) if a is not None]
+    more = f" (and {len(said) - shown} more)" if len(said) > shown else ""
+    return "; ".join(said[:shown]) + more
 
 
 def _load(ctx: PoolContext, node: Node, unknown: float) -> float:
