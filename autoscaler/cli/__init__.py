@@ -41,6 +41,7 @@ COMMANDS = {
     "sandbox": "autoscaler.cli.sandbox",
     "dashboards": "autoscaler.cli.dashboards",
     "store": "autoscaler.cli.store",
+    "image": "autoscaler.cli.image",
 }
 
 

@@ -60,6 +60,8 @@ _KEPT_ARTIFACTS = ("stdout", "status", "rc")
 # The tag of the playbook's node-time part (playbooks/gpu-node.yml): all a node launched
 # from its pool's baked image still needs.
 NODE_TIME_TAG = "node"
+# Its image-time part: what a bake runs on the builder (actuators/image_bake.py).
+IMAGE_TIME_TAG = "image"
 
 
 class AnsibleError(RuntimeError):
@@ -134,16 +136,25 @@ class AnsibleActuator:
         """Run the health check playbook once for ``nodes``; one result per node."""
         return self._play(self.settings.health_playbook, nodes, policies, None)
 
+    def bake(self, builder: Node, policies: Mapping[str, TeamPolicy]) -> BootstrapRun:
+        """Run the image-time part of the playbook (``--tags image``) on a bake's builder,
+        with its pool's variables. No secret is passed: nothing of a secret may end up in
+        an image (the join, which needs them, is node time)."""
+        return self._play(self.settings.playbook, [builder], policies, None,
+                          tags=IMAGE_TIME_TAG, env_secrets=False)
+
     def _play(self, playbook: Path, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
-              secrets: Mapping[str, str] | None, *, tags: str | None = None) -> BootstrapRun:
+              secrets: Mapping[str, str] | None, *, tags: str | None = None,
+              env_secrets: bool = True) -> BootstrapRun:
         """One ansible-runner run of ``playbook`` for ``nodes``; ``tags`` limits it to the
         tasks with those tags (``settings.skip_tags`` are skipped either way)."""
         if len({n.name for n in nodes}) != len(nodes):
             raise AnsibleError("a batch lists the same node twice")
         if self._cancelled.is_set():
             raise BootstrapCancelled("the Ansible actuator is stopping")
-        all_secrets = {**self._env_secrets(), **(secrets or {})}
-        redact = Redactor(all_secrets.values())
+        known = self._env_secrets()
+        all_secrets = {**(known if env_secrets else {}), **(secrets or {})}
+        redact = Redactor([*known.values(), *all_secrets.values()])  # masked even if not passed
         inventory, unresolved = build_inventory(nodes, policies, self.settings,
                                                 self.address_of, self.catalog)
         timeout = self.settings.run_timeout(

@@ -44,6 +44,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from autoscaler.actuators.node_map import desired_maps
+from autoscaler.actuators.terraform.bake import ROLE_TAG
 from autoscaler.clouds.base import CloudInstance, CloudMarket
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.changes import Adopt, Move
@@ -75,7 +76,7 @@ S = NodeState
 
 
 class Finding(BaseModel):
-    kind: str  # unknown-instance, adopted, destroying, lost, missing, timeout, state-only,
+    kind: str  # unknown-instance, bake-builder, adopted, destroying, lost, missing, timeout, state-only,
     # state-missing, scheduler-down
     detail: str
     node: str | None = None
@@ -192,7 +193,7 @@ class Reconciler:
         known = {n.instance_id for n in nodes if n.instance_id}
         awaiting = {n.name for n in nodes if n.state in INSTANCE_PENDING and not n.instance_id}
         unknown = [i for i in instances if i.instance_id not in known and i.node not in awaiting]
-        self._unknown(cloud, region, unknown, policies, report, nodes)
+        self._unknown(cloud, region, self._builders(unknown, report), policies, report, nodes)
         frozen = frozen_pools(nodes, set(live), self.settings)
         for pool, why in frozen.items():
             report.frozen[pool] = why
@@ -234,6 +235,23 @@ class Reconciler:
             return False
         self._removals += 1
         return True
+
+    def _builders(self, instances: list[CloudInstance],
+                  report: ReconcileReport) -> list[CloudInstance]:
+        """Reports the builders of image bakes and returns the other instances: a builder
+        belongs to its bake's own Terraform state, which destroys it when the bake ends;
+        adopting or destroying it here would break a bake under way."""
+        others = []
+        for inst in instances:
+            if inst.tags.get(ROLE_TAG) != "builder":
+                others.append(inst)
+                continue
+            pool = f"{inst.team}/{inst.pool}"
+            self._find(report, "bake-builder", f"{inst.instance_id} is the builder of an image "
+                       f"bake of {pool} (launched {inst.launched_at}); its bake destroys it. "
+                       f"If no bake runs, `gpu-autoscaler image bake {pool}` finishes it",
+                       instance_id=inst.instance_id, node=inst.node, pool=pool)
+        return others
 
     def _unknown(self, cloud: str, region: str, instances: list[CloudInstance],
                  policies: Mapping[str, TeamPolicy], report: ReconcileReport,

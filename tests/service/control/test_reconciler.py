@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from autoscaler.actuators.node_map import NodeSpec
+from autoscaler.actuators.terraform.bake import ROLE_TAG
 from autoscaler.fleet.intents import NewNode, interpret
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Plan
@@ -54,6 +56,23 @@ def test_unknown_instance_destroyed_through_terraform(rig: Rig) -> None:
     assert apply_call[2] == {"nodes": {name: SPEC}, "destroy": [leaked]}
     assert [i.node for i in rig.cloud.live()] == [name]  # only the stray is gone
     assert rig.reconciler().run().of("unknown-instance") == []
+
+
+def test_a_bake_builder_is_reported_never_destroyed_nor_adopted(rig: Rig) -> None:
+    """A bake's builder carries our tags but belongs to the bake's own state, which
+    destroys it: destroying or adopting it here would break the bake under way."""
+    for mode in ("destroy", "adopt"):
+        rig.settings = ExecutorSettings(unknown_instances=mode)
+        builder = rig.cloud.launch(POOL, f"vision-gpu-builder-{mode}", SPEC)
+        rig.cloud.instances[builder.instance_id] = replace(
+            builder, tags={**builder.tags, ROLE_TAG: "builder"})
+        report = rig.reconciler().run()
+        [found] = [f for f in report.of("bake-builder") if f.instance_id == builder.instance_id]
+        assert "gpu-autoscaler image bake vision/gpu" in found.detail
+        assert report.of("unknown-instance") == report.of("destroying") == []
+        assert report.of("adopted") == [] and rig.store.get(builder.node or "") is None
+    assert [c for c in rig.tf.calls if c[0] == "apply"] == []
+    assert len(rig.cloud.live()) == 2
 
 
 def test_unknown_instance_adopted_into_store_and_terraform_state(rig: Rig) -> None:

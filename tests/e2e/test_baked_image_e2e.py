@@ -1,0 +1,156 @@
+"""End to end: ``gpu-autoscaler image bake`` on the sandbox, then a node launched from the
+image next to a cold one, every component real.
+
+moto + the terraform binary and AWS provider, the real playbook through ansible-runner over
+SSH to booted test hosts (the follower boots the builder too), a real Slurm cluster, and the
+executor as the service wires it (the lifecycle e2e's ``Loop``).
+
+1. The bake: a builder launched by Terraform, the image-time part (``--tags image``) run on
+   it, an image of it tagged with the pool's bootstrap hash, the builder destroyed; the
+   sandbox keeps the builder's disk as the image's layer. ``image list`` calls it current.
+2. Floors of 1 in a baked and a base pool of the same type: the baked node launches from
+   the image and runs only the node-time part (``--tags node``): no image-time task, no
+   driver reboot (its image blacklists nouveau). The cold node runs the whole playbook and
+   reboots once. Both join Slurm; the baked one is READY sooner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.actuators.terraform.rootmodule import HASH_TAG
+from autoscaler.catalog import default_catalog
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.policy import load_dir
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox.services.moto_server import MOTO_AMI
+from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
+from tests.actuators.terraform_fixtures import needs_terraform
+from tests.e2e.test_lifecycle_e2e import Loop
+
+pytestmark = [
+    pytest.mark.slow, needs_terraform,
+    pytest.mark.skipif(not privileged(), reason="needs root, network namespaces and Slurm"),
+]
+S = NodeState
+POOL = """\
+  - name: {name}
+    cloud: aws
+    region: us-east-1
+    instance_types: [g4dn.xlarge]
+    capacity: {{on_demand_base: 1, spot_percent: 0}}
+    min_nodes: {floor}
+    max_nodes: 1
+    scale_up: {{pending_jobs: false}}
+    bootstrap: {{timeout: 6m{bootstrap}}}
+    cluster: {{kind: slurm, partition: gpu}}
+"""
+# Tasks of the image-time part only: a node from the baked image never runs them.
+IMAGE_ONLY = {"Pin the NVIDIA driver to its branch", "Blacklist the nouveau driver",
+              "Write the dcgm-exporter counters", "Reboot to load the NVIDIA driver"}
+
+
+def write_policy(directory: Path, floor: int) -> dict[str, TeamPolicy]:
+    directory.mkdir(parents=True, exist_ok=True)
+    text = "apiVersion: gpu-autoscaler/v1\nteam: e2e\npriority: high\npools:\n" + "".join(
+        POOL.format(name=name, floor=floor, bootstrap=extra) for name, extra in (
+            ("baked", ", image: baked, images_kept: 1"), ("cold", "")))
+    (directory / "e2e.yaml").write_text(text)
+    policies, errors = load_dir(directory, default_catalog())
+    assert not errors, errors
+    return policies
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[SandboxStack]:
+    write_policy(tmp_path / "policies", 0)
+    with SandboxStack(tmp_path / "sandbox", StackOptions(policies_dir=tmp_path / "policies")) as s:
+        yield s
+
+
+def cli(stack: SandboxStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoscaler", "image", *args, "e2e/baked",
+                           "--config", str(stack.config_file)],
+                          env={**os.environ, **stack.env(), "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=600)
+
+
+def runs(stack: SandboxStack) -> dict[str, dict[str, Any]]:
+    """Node -> its bootstrap run: the tags it ran with and the tasks that ran on it."""
+    out = {}
+    for run_dir in sorted((stack.dir / "ansible-runs").iterdir()):
+        result = json.loads((run_dir / "results.json").read_text())
+        tasks = set()
+        for line in (run_dir / "events.jsonl").read_text().splitlines():
+            data = json.loads(line).get("event_data") or {}
+            if data.get("task") and json.loads(line).get("event", "").startswith("runner_on_"):
+                tasks.add(data["task"])
+        for node in result["hosts"]:
+            out[node] = {"tags": result.get("tags"), "tasks": tasks, "dir": run_dir}
+    return out
+
+
+def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_one(
+        stack: SandboxStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[Any]) -> None:
+    for key, value in stack.env().items():
+        monkeypatch.setenv(key, value)
+    ec2 = stack.ec2()
+    # 1. The bake.
+    baked = cli(stack, "bake")
+    assert baked.returncode == 0, baked.stdout + baked.stderr
+    assert "image-time part ran on e2e-baked-builder-" in baked.stdout
+    (image,) = ec2.describe_images(Owners=["self"], Filters=[
+        {"Name": "tag:team", "Values": ["e2e"]}])["Images"]
+    tags = {t["Key"]: t["Value"] for t in image["Tags"]}
+    assert f"baked {image['ImageId']} for e2e/baked (bootstrap hash {tags[HASH_TAG]})" \
+        in baked.stdout
+    builder_run = next(r for n, r in runs(stack).items() if n.startswith("e2e-baked-builder-"))
+    assert builder_run["tags"] == "image"
+    assert builder_run["tasks"] >= IMAGE_ONLY, builder_run["tasks"]
+    assert "Install the cluster's munge key (base64)" not in builder_run["tasks"]  # no secret
+    builder = ec2.describe_instances(InstanceIds=[tags["gpu-autoscaler/builder"]])
+    assert builder["Reservations"][0]["Instances"][0]["State"]["Name"] in (
+        "shutting-down", "terminated")
+    listed = cli(stack, "list")
+    assert listed.returncode == 0 and f"{image['ImageId']}" in listed.stdout, listed.stdout
+    assert "(current)" in listed.stdout and "stale:" not in listed.stdout
+
+    # 2. A baked node and a cold node, launched in the same tick.
+    loop = Loop(stack, write_policy(tmp_path / "policies", 1))
+    loop.until(lambda: list(loop.states().values()).count(S.READY) == 2, 480, "both READY")
+    nodes = {n.pool: n for n in loop.store.nodes()}
+    hot, cold = nodes["baked"], nodes["cold"]
+    described = {i["InstanceId"]: i for r in ec2.describe_instances(
+        InstanceIds=[hot.instance_id, cold.instance_id])["Reservations"] for i in r["Instances"]}
+    assert described[hot.instance_id]["ImageId"] == image["ImageId"]
+    assert described[cold.instance_id]["ImageId"] == MOTO_AMI
+    assert hot.progress.baked_image == image["ImageId"] and cold.progress.baked_image is None
+    done = runs(stack)
+    assert done[hot.name]["tags"] == "node" and done[cold.name]["tags"] is None
+    assert done[hot.name]["tasks"].isdisjoint(IMAGE_ONLY), done[hot.name]["tasks"]
+    assert done[cold.name]["tasks"] >= IMAGE_ONLY
+    assert "Check the loaded driver branch" in done[hot.name]["tasks"]
+    hosts = {name: stack.follower.followed[name].host for name in (hot.name, cold.name)}
+    assert hosts[hot.name].boots(hot.name) == 1, "the baked image needs no driver reboot"
+    assert hosts[cold.name].boots(cold.name) == 2
+    # The node is its own machine, not a copy of the builder.
+    assert hosts[hot.name].run(hot.name, ["hostname"]).stdout.strip() == hot.name
+    assert hosts[hot.name].read_file(hot.name, "/etc/gpu-autoscaler/user-data-ran")
+    assert stack.slurm is not None
+    assert [stack.slurm.node_state(n) for n in (hot.name, cold.name)] == ["idle", "idle"]
+    at = {(t.node, t.to_state): t.at for t in loop.store.transitions()}
+    hot_s, cold_s = ((at[(n, "READY")] - at[(n, "REQUESTED")]).total_seconds()
+                     for n in (hot.name, cold.name))
+    assert hot_s < cold_s, (hot_s, cold_s)
+    with capsys.disabled():
+        print(f"\nbaked image e2e: boot_to_ready_cold_s={cold_s:.1f} "
+              f"boot_to_ready_baked_s={hot_s:.1f}")
