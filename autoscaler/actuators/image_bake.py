@@ -74,7 +74,8 @@ def wait_for_port(address: str, port: int, timeout_s: float, *,
 def bake_pool(policies: Mapping[str, TeamPolicy], team: str, pool_name: str, *,
               terraform: TerraformSettings, ansible: AnsibleActuator, address_of: AddressOf,
               instance_type: str | None = None, clock: Clock = utc_now,
-              say: Callable[[str], None] = log.info) -> BakeResult:
+              say: Callable[[str], None] = log.info,
+              workspace: Callable[..., BakeWorkspace] = BakeWorkspace) -> BakeResult:
     """Bake ``team/pool_name``'s image (module docstring). Raises BakeError with the step
     that failed; the builder is gone either way."""
     key = pool_key(team, pool_name)
@@ -89,8 +90,8 @@ def bake_pool(policies: Mapping[str, TeamPolicy], team: str, pool_name: str, *,
         raise BakeError(f"no Terraform inputs for {pool.cloud.value}/{pool.region} "
                         "(terraform.regions): no base image to bake from")
     itype = instance_type or pool.instance_types[0]
-    ws = BakeWorkspace(terraform, team, pool_name, pool.region, hash_=image.hash,
-                       instance_type=itype, clock=clock)
+    ws = workspace(terraform, team, pool_name, pool.region, hash_=image.hash,
+                   instance_type=itype, clock=clock)
     result = BakeResult(pool=key, hash=image.hash)
     say(f"baking {key}: bootstrap hash {image.hash}, builder {ws.builder_name} "
         f"({itype}) from the base image")
