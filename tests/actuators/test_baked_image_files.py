@@ -123,17 +123,23 @@ def test_the_plan_command_prints_the_image_line_only_for_baked_pools() -> None:
     assert not any("image" in line for line in _pool_markdown(base))
 
 
-def test_the_bake_root_module_images_the_builder_only_when_asked(tmp_path: Path) -> None:
+def test_the_bake_root_module_keeps_its_images_in_a_map_and_its_builder_behind_a_flag(
+        tmp_path: Path) -> None:
     settings = TerraformSettings(workdir=tmp_path, aws_endpoint="http://127.0.0.1:5000")
     main = bake_tf(settings, "vision", "v100", "us-east-1",
-                   INPUTS.model_copy(update={"ami": "ami-${x}"}), HASH, "p3.2xlarge", "img-1")
+                   INPUTS.model_copy(update={"ami": "ami-${x}"}), HASH, "p3.2xlarge",
+                   "vision-v100-builder-1")
     builder = main["resource"]["aws_instance"]["builder"]
     assert builder["ami"] == "ami-$${x}" and builder["subnet_id"] == "subnet-1"
+    assert builder["count"] == "${var.builder ? 1 : 0}"
     assert builder["tags"][HASH_TAG] == HASH and builder["tags"]["gpu-autoscaler/role"] == "builder"
+    assert builder["tags"]["node"] == "vision-v100-builder-1"
     image = main["resource"]["aws_ami_from_instance"]["image"]
-    assert image["count"] == "${var.make_image ? 1 : 0}"
-    assert image["source_instance_id"] == "${aws_instance.builder.id}"
-    assert image["tags"][HASH_TAG] == HASH and image["name"] == "img-1"
+    assert image["for_each"] == "${var.images}" and image["name"] == "${each.key}"
+    assert image["source_instance_id"] == "${each.value.source}"
+    assert image["tags"][HASH_TAG] == "${each.value.hash}"
+    assert image["tags"]["gpu-autoscaler/builder"] == "${each.value.source}"
+    assert image["tags"]["team"] == "vision" and image["tags"]["managed-by"] == "gpu-autoscaler"
     assert main["terraform"]["backend"] == {"local": {"path": "terraform.tfstate"}}
     assert "TOKEN=abc" not in json.dumps(main)  # no user data on the builder
 
