@@ -198,8 +198,11 @@ class _Decision:
             self.evidence = return_to_spot.SpotEvidence(self.contexts, self.snapshot)
         elsewhere = {c.key: (c, self._room(c)) for c in mates if not ctx.pool.pin_region
                      or (c.pool.cloud, c.pool.region) == (ctx.pool.cloud, ctx.pool.region)}
-        for move in return_to_spot.start(ctx, self.prices, self.evidence, self.now, budget,
-                                         self.snapshot.held, self._room(ctx), elsewhere):
+        moves, pinned = return_to_spot.start(ctx, self.prices, self.evidence, self.now, budget,
+                                             self.snapshot.held, self._room(ctx), elsewhere,
+                                             group=[c.key for c in mates])
+        self.actions += pinned
+        for move in moves:
             refused = self.ledger.admit(ctx.team, move.offer.gpus, move.offer.hourly_usd)
             if refused is None:
                 self.actions.append(return_to_spot.launch_of(ctx, move, self.now))

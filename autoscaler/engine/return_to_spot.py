@@ -29,6 +29,13 @@ on-demand age so far (a node that has run that long is taken to run as long agai
 saving left must be at least ``min_saving`` $/h. A job the scheduler expects to end
 before the move pays back (at least ``ENDS_SOON``) keeps the node where it is.
 
+**Another pool of its placement group** (of a ``pin_region`` pool: only in its region):
+when no move to spot in its own pool is found, the node may move to spot in the first other
+pool of the group with room where spot is back, with the same GPUs, make-before-break as
+above, if every running job on it may run in that pool (``RunningJob.pools``, untrusted
+input read as engine/pins.py says; a job without a list may run in any). A move a pin alone
+refused leaves the node on-demand, and a Hold says which job's pin refused which pool.
+
 Guard rails: ``max_moves_per_hour`` per pool (replacements launched in the last hour), the
 pool's disruption budget (``max_draining_percent``, with moves whose replacement is still
 booting counted as drains to come), ``max_nodes`` and the team quota (the replacement runs
@@ -37,18 +44,19 @@ next to the old node for a while), held nodes and nodes the scheduler does not r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import chain
 
+from autoscaler.engine import pins
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget, drain_replaced
 from autoscaler.engine.spread import ZoneSpread
 from autoscaler.model.lifecycle import FAILED, GRANTED, NodeState
 from autoscaler.model.node import Node
-from autoscaler.model.plan import Action, Launch
+from autoscaler.model.plan import Action, Hold, Launch
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market, ReturnToSpot
@@ -151,14 +159,17 @@ def finish(ctx: PoolContext, budgets: dict[str, Budget],
 
 def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetime,
           budget: Budget, held: Iterable[str], room: int,
-          elsewhere: dict[str, tuple[PoolContext, int]] | None = None) -> list[Move]:
+          elsewhere: dict[str, tuple[PoolContext, int]] | None = None,
+          group: Collection[str] = ()) -> tuple[list[Move], list[Hold]]:
     """Phase 1: the moves to start this tick, best net saving first, within the guard rails
     (``room``: nodes the pool may still add under max_nodes). ``elsewhere``: the other pools
     of its placement group, each with its room: when spot is not back here, a node may move
-    to spot there, with the same GPUs (a pool launches only what its policy lists)."""
+    to spot there, with the same GPUs (a pool launches only what its policy lists), if every
+    job's pin admits that pool (``group``: the group's pool keys a pin may name, see pins.py).
+    Also a Hold for each node that stays because a pin alone refused such a move."""
     rule = ctx.pool.capacity.return_to_spot
     if rule is None or ctx.data_missing:
-        return []
+        return [], []
     # Replacements of this pool's nodes, here or in another pool of its group.
     own = {n.name for n in ctx.serving}
     live = [n for c in (ctx, *(m for m, _ in (elsewhere or {}).values()))
@@ -170,19 +181,19 @@ def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetim
     started = sum(now - n.created_at < timedelta(hours=1) for n in live if n.state not in FAILED)
     left = min(rule.max_moves_per_hour - started, budget.concurrent - len(booting), room)
     if left <= 0:
-        return []
+        return [], []
     held = set(held)
     spread = ZoneSpread(ctx.pool, chain(ctx.serving, ctx.in_flight), ctx.interrupted)
-    found = []
+    found, pinned = [], []
     for node in ctx.serving:
         if (node.fallback_from_spot and node.market is Market.ON_DEMAND and node.name not in moving
                 and node.name not in held and node.name not in budget.taken
                 and now - node.created_at >= rule.after):
             move = _move(ctx, prices, evidence, rule, node, now, spread)
-            for mate, mate_room in (elsewhere or {}).values():
-                if move is not None or mate_room <= 0:
-                    continue
-                move = _move(ctx, prices, evidence, rule, node, now, _spread(mate), mate)
+            if move is None and elsewhere:
+                move, refused = _across(ctx, prices, evidence, rule, node, now, elsewhere,
+                                        frozenset({ctx.key, *group}))
+                pinned += [refused] if refused is not None else []
             if move is not None:
                 found.append(move)
     found.sort(key=lambda m: (-m.net, m.node.name))
@@ -203,11 +214,39 @@ def start(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, now: datetim
             if target is not None:
                 rooms[target.key] -= 1
             chosen.append(move)
-    return chosen
+    return chosen, pinned
 
 
 def _spread(ctx: PoolContext) -> ZoneSpread:
     return ZoneSpread(ctx.pool, chain(ctx.serving, ctx.in_flight), ctx.interrupted)
+
+
+def _across(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: ReturnToSpot,
+            node: Node, now: datetime, elsewhere: dict[str, tuple[PoolContext, int]],
+            group: frozenset[str]) -> tuple[Move | None, Hold | None]:
+    """The first move of ``node`` to spot in another pool of its group (with room) that every
+    job's pin admits; without one, a Hold if a pin alone refused such a move."""
+    sched = ctx.observation(node).scheduler
+    jobs = sched.jobs if sched is not None else []
+    allowed = pins.allowed(jobs, group)
+    barred: Move | None = None
+    for mate, mate_room in elsewhere.values():
+        admitted = pins.admits(allowed, mate.key)
+        if mate_room <= 0 or (not admitted and barred is not None):
+            continue
+        move = _move(ctx, prices, evidence, rule, node, now, _spread(mate), mate)
+        if move is not None and admitted:
+            return move, None
+        barred = barred or move
+    if barred is None or barred.target is None:
+        return None, None
+    there = barred.target
+    return None, Hold(pool=ctx.key, what="scale-down", reason=(
+        f"{ctx.key}: fallback on-demand {node.name} stays on-demand: spot is not back for it "
+        f"in {ctx.pool.region} but is in {there.key} ({there.pool.region}) of its placement "
+        f"group ({barred.evidence}; {barred.offer.describe()} would save "
+        f"${barred.saving:.2f}/h), but the move is refused for a pin: "
+        f"{pins.said(jobs, allowed, refusing=there.key)}"))
 
 
 def _move(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: ReturnToSpot,

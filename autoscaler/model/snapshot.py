@@ -61,8 +61,9 @@ class RunningJob(_Model):
         None, max_length=MAX_POOL_OPTIONS,
         description="The pools (team/pool) of its node's placement group it may run in, by "
         "its node selectors and affinity (Kubernetes) or partition and constraint (Slurm): "
-        "consolidation moves it only onto room of these. None: no narrowing known, any pool "
-        "the pool-level rules allow. Entries outside the node's team and group are ignored.")
+        "consolidation and the return to spot move it only to these. None: no narrowing "
+        "known, any pool the pool-level rules allow. Entries outside the node's team and "
+        "group are ignored.")
 
 
 _NO_NEW_JOBS = frozenset({"down", "drained", "draining"})

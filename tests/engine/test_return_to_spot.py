@@ -20,8 +20,8 @@ from autoscaler.model.snapshot import (
     RunningJob,
     SchedulerNode,
 )
-from autoscaler.policy.models import Capacity, Market
-from tests.builders import NOW, busy, fleet, make_node, make_policy, snapshot
+from autoscaler.policy.models import Capacity, Market, TeamPolicy
+from tests.builders import NOW, busy, fleet, make_node, make_policy, make_pool_dict, snapshot
 
 S = NodeState
 KEY = "vision/gpu"
@@ -217,3 +217,95 @@ def test_a_move_respects_max_spot_share_per_zone():
     assert moves(plan_for(od(), granted(), granted("vision-gpu-8", age=older), rule=RULE,
                           capacity_extra=share)) == []
     assert len(moves(plan_for(od(), granted(), granted("vision-gpu-8", age=older), rule=RULE))) == 1
+
+
+# -- across a placement group: the pools each running job may run in (RunningJob.pools) ----
+
+EAST, WEST = "vision/east", "vision/west"
+GROUP_CAPACITY = {"on_demand_base": 0, "spot_percent": 100, "spot_fallback": "on-demand"}
+IN_STOCK = {  # spot is back in the pool's one zone
+    EAST: Offering(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone="us-east-1a",
+                   in_stock=True, spot_usd=1.20),
+    WEST: Offering(cloud="aws", region="us-west-2", instance_type="p3.2xlarge", zone="us-west-2a",
+                   in_stock=True, spot_usd=0.92),
+}
+FALLBACK = make_node("vision-east-1", pool="east", zone="us-east-1a", age=timedelta(hours=2),
+                     ready_for=timedelta(hours=1, minutes=50), fallback_from_spot=True)
+
+
+def group_pool(name: str, region: str, **kw: Any) -> dict[str, Any]:
+    return make_pool_dict(name, region=region, zones=[f"{region}a"], instance_types=["p3.2xlarge"],
+                          placement_group="v100", **kw)
+
+
+def group_policies() -> dict[str, TeamPolicy]:
+    """vision's east (return to spot on) and west share a group; search has a pool named west
+    in a group of the same name."""
+    return {"vision": make_policy(pools=[
+        group_pool("east", "us-east-1", capacity={**GROUP_CAPACITY, "return_to_spot": RULE}),
+        group_pool("west", "us-west-2", capacity=GROUP_CAPACITY)]),
+        "search": make_policy("search", pools=[group_pool("west", "us-west-2", capacity=GROUP_CAPACITY)])}
+
+
+def running(**jobs: list[str] | None) -> NodeObservation:
+    """A busy 1-GPU node running ``jobs`` (id: the pools it may run in), started 1h ago."""
+    return NodeObservation(metrics=busy(util=50).metrics, scheduler=SchedulerNode(
+        state="allocated", gpus_total=1, gpus_allocated=1, jobs=[
+            RunningJob(id=job, gpus=1 / len(jobs), started_at=NOW - timedelta(hours=1), pools=pools)
+            for job, pools in jobs.items()]))
+
+
+def group_plan(seen: NodeObservation, back_in: tuple[str, ...] = (WEST,)) -> Plan:
+    return decide(group_policies(), fleet(FALLBACK), snapshot(
+        nodes={FALLBACK.name: seen}, offerings=[IN_STOCK[k] for k in back_in]), NOW)
+
+
+def pin_holds(plan: Plan) -> list[str]:
+    return [a.reason for a in plan.actions if isinstance(a, Hold) and "refused for a pin" in a.reason]
+
+
+def test_a_job_pinned_to_its_region_does_not_return_to_spot_in_another_regions_pool() -> None:
+    # the unpinned twin moves to spot in west, the only pool of the group where spot is back
+    plan = group_plan(running(train=None))
+    (launch,) = moves(plan)
+    assert (launch.pool, launch.market, launch.zone, launch.replaces) == (
+        WEST, Market.SPOT, "us-west-2a", ["vision-east-1"])
+    assert "spot is not back in us-east-1 but is in vision/west (us-west-2)" in launch.reason
+    assert pin_holds(plan) == []
+    # its job may run only in east (a region nodeSelector): it stays on-demand, and says why
+    plan = group_plan(running(train=[EAST]))
+    assert [a for a in plan.actions if isinstance(a, Launch | Drain)] == []
+    (why,) = pin_holds(plan)
+    assert why.startswith("vision/east: fallback on-demand vision-east-1 stays on-demand: spot is "
+                          "not back for it in us-east-1 but is in vision/west (us-west-2) of its "
+                          "placement group (p3.2xlarge spot is in stock in us-west-2a; ")
+    assert why.endswith("would save $2.14/h), but the move is refused for a pin: "
+                        "job train may run only in vision/east")
+    # of two jobs, only the one whose pin refuses west is named
+    (why,) = pin_holds(group_plan(running(train=[EAST], evals=None, tune=[EAST, WEST])))
+    assert why.endswith("refused for a pin: job train may run only in vision/east")
+    # a list naming west lets it go there
+    (launch,) = moves(group_plan(running(train=[EAST, WEST])))
+    assert launch.pool == WEST
+    # spot back in its own pool too: it returns there, pinned or not, and nothing is held
+    for pools in ([EAST], None):
+        plan = group_plan(running(train=pools), back_in=(EAST, WEST))
+        (launch,) = moves(plan)
+        assert (launch.pool, launch.zone, launch.replaces) == (EAST, "us-east-1a", ["vision-east-1"])
+        assert pin_holds(plan) == []
+
+
+def test_pins_naming_pools_outside_the_team_or_group_are_ignored_by_the_return_to_spot() -> None:
+    # search/west is another team's real pool: it names no pool of vision's group
+    hostile = running(train=["search/west", "vision/ghost", "../west"])
+    plan = group_plan(hostile)
+    assert moves(plan) == []
+    (why,) = pin_holds(plan)
+    assert why.endswith("refused for a pin: job train may run only in no pool of its group")
+    assert "search" not in why and "ghost" not in why
+    # a pool of the group among them still counts
+    (launch,) = moves(group_plan(running(train=["search/west", WEST])))
+    assert (launch.pool, launch.zone) == (WEST, "us-west-2a")
+    # pinned to nothing: its own pool still takes it back to spot
+    (launch,) = moves(group_plan(hostile, back_in=(EAST, WEST)))
+    assert (launch.pool, launch.zone) == (EAST, "us-east-1a")

@@ -26,8 +26,9 @@ Which pools may take each job: a running job may carry the pools of its group it
 (``RunningJob.pools``: signals read them from its node selectors and affinity, or its
 partition and constraint, as for a pending job's options). Its jobs move only onto free GPUs
 of their own lists' pools, and a replacement goes only to a pool in every job's list. The
-list comes from a snapshot, which is untrusted: entries naming pools outside the node's
-team and group are ignored (a list of only those pins the job to nothing: it stays). When
+list comes from a snapshot, which is untrusted (engine/pins.py, shared with the return to
+spot): entries naming pools outside the node's team and group are ignored (a list of only
+those pins the job to nothing: it stays). When
 a pin alone refuses a move, the reason says which job may run where (the pool's own
 cheaper type, if any, still replaces the node; otherwise a Hold says so).
 
@@ -45,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 
+from autoscaler.engine import pins
 from autoscaler.engine.binpack import EPS, Bin, LazyBins
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Offer, Prices
@@ -152,7 +154,7 @@ class Elsewhere:
             return None
         model = self.prices.gpu_model(node)
         bins = LazyBins(chain.from_iterable(self.room.of(m, model, self._moving) for m in takers))
-        allowed = [self._pools(j) for j in jobs]
+        allowed = pins.allowed(jobs, self.group)
         filled = _place(jobs, bins, allowed)
         if filled is None:
             unpinned = _place(jobs, bins) if any(a is not None for a in allowed) else None
@@ -160,7 +162,7 @@ class Elsewhere:
                 pools = sorted({pool_key(b.node.team, b.node.pool) for b in unpinned.values() if b.node})
                 self.pinned[node.name] = (
                     f"its jobs would fit on free GPUs of {', '.join(pools)} of its placement "
-                    f"group, but the move is refused for a pin: {_pins(jobs, allowed)}")
+                    f"group, but the move is refused for a pin: {pins.said(jobs, allowed)}")
             return None
         load = _load(self.ctx, node, FULL_LOAD)
         by_key = {m.ctx.key: m for m in takers}
@@ -192,15 +194,15 @@ class Elsewhere:
             return None  # the return to spot moves it, to spot (see consolidate._cheaper_home)
         if not self.mates or not self._may_leave(node, budget):
             return None
-        allowed = [self._pools(j) for j in jobs]
-        free = [m for m in self.mates if all(a is None or m.ctx.key in a for a in allowed)]
+        allowed = pins.allowed(jobs, self.group)
+        free = [m for m in self.mates if pins.admits(allowed, m.ctx.key)]
         found = self._cheapest(free, node, jobs, here)
         if found is None:
             barred = [m for m in self.mates if m not in free]
             if barred and (there := self._cheapest(barred, node, jobs, here)) is not None:
                 self.pinned.setdefault(node.name, (
                     f"a cheaper node in {there[0].ctx.key} ({there[1].describe()}) would hold its "
-                    f"jobs, but the move is refused for a pin: {_pins(jobs, allowed)}"))
+                    f"jobs, but the move is refused for a pin: {pins.said(jobs, allowed)}"))
             return None
         mate, offer = found
         now_usd = self.prices.node_hourly(node)
@@ -247,10 +249,6 @@ class Elsewhere:
                     best = (rank, mate, o)
         return None if best is None else (best[1], best[2])
 
-    def _pools(self, job: RunningJob) -> frozenset[str] | None:
-        """The pools of the group the job may run in (entries outside it ignored); None: any."""
-        return None if job.pools is None else frozenset(p for p in job.pools if p in self.group)
-
     def _may_leave(self, node: Node, budget: Budget) -> bool:
         """The old pool's budget and floor allow one more node to leave (replacements still
         booting are drains to come), and without the node and its load the pool stays under
@@ -288,7 +286,7 @@ def finish(ctx: PoolContext, budgets: dict[str, Budget], mates: Iterable[PoolCon
 
 
 def _place(jobs: list[RunningJob], bins: Iterable[Bin],
-           allowed: list[frozenset[str] | None] | None = None) -> dict[str, Bin] | None:
+           allowed: list[pins.Allowed] | None = None) -> dict[str, Bin] | None:
     """First-fit-decreasing of ``jobs`` over ``bins`` on copies: the filled copies by node
     name, or None if one job does not fit (the bins stay as they are). ``allowed``: per
     job, the pools whose bins it may take (None: any)."""
@@ -310,14 +308,6 @@ def _place(jobs: list[RunningJob], bins: Iterable[Bin],
         else:
             return None
     return copies
-
-
-def _pins(jobs: list[RunningJob], allowed: list[frozenset[str] | None], shown: int = 3) -> str:
-    """``job a may run only in vision/east; ...`` for the pinned jobs, the first ``shown``."""
-    said = [f"job {j.id} may run only in {', '.join(sorted(a)) or 'no pool of its group'}"
-            for j, a in zip(jobs, allowed, strict=True) if a is not None]
-    more = f" (and {len(said) - shown} more)" if len(said) > shown else ""
-    return "; ".join(said[:shown]) + more
 
 
 def _load(ctx: PoolContext, node: Node, unknown: float) -> float:
