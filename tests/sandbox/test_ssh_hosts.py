@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,11 +73,27 @@ def ssh(hosts: SshHosts, name: str, command: str, timeout: float = 30
         capture_output=True, text=True, timeout=timeout)
 
 
+def baked_layer(root: Path) -> Path:
+    """A baked image's layer: a file of its own, one alpha's upper overrides, a directory
+    of its own mode and a whiteout (char device 0/0, as overlayfs writes) of an image file."""
+    (root / "opt/baked").mkdir(parents=True)
+    (root / "opt/baked").chmod(0o750)
+    (root / "opt/baked/from-layer").write_text("layer\n")
+    (root / "usr/local/bin").mkdir(parents=True)
+    (root / "usr/local/bin/hello").write_text("#!/bin/sh\necho hi from the layer\n")
+    (root / "etc").mkdir()
+    os.mknod(root / "etc/motd", 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+    return root
+
+
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHosts]:
     files = {"alpha": [NodeFile("/etc/hostname", "alpha\n"),
-                       NodeFile("/usr/local/bin/hello", "#!/bin/sh\necho hi from alpha\n", 0o755)]}
-    with SshHosts(["alpha", "beta"], tmp_path_factory.mktemp("ssh-hosts"), files=files) as h:
+                       NodeFile("/usr/local/bin/hello", "#!/bin/sh\necho hi from alpha\n", 0o755),
+                       NodeFile("/opt/baked/placed", "alpha's own\n")]}
+    layers = {"alpha": [baked_layer(tmp_path_factory.mktemp("baked-layer"))]}
+    with SshHosts(["alpha", "beta"], tmp_path_factory.mktemp("ssh-hosts"), files=files,
+                  layers=layers) as h:
         yield h
 
 
@@ -94,6 +111,19 @@ def test_each_host_is_a_booted_debian_12_with_systemd_and_sshd(hosts: SshHosts) 
     assert ssh(hosts, "alpha", "hello").stdout.strip() == "hi from alpha"  # placed before boot
     assert hosts.address_of("alpha") != hosts.address_of("beta")
     assert hosts.host_key("alpha") != hosts.host_key("beta")
+
+
+@pytest.mark.slow
+@needs_root
+def test_a_host_with_a_baked_layer_sees_it_under_its_own_files(hosts: SshHosts) -> None:
+    out = ssh(hosts, "alpha", "cat /opt/baked/from-layer; hello; stat -c %a /opt/baked; "
+                              "test -e /etc/motd || echo whited-out")
+    assert out.stdout.split("\n")[:4] == ["layer", "hi from alpha", "750", "whited-out"], out.stderr
+    assert ssh(hosts, "beta", "test -e /opt/baked || test ! -e /etc/motd").returncode == 1
+    mounts = hosts.read_file("alpha", "/proc/self/mountinfo")
+    root = next(line for line in mounts.splitlines() if line.split()[4] == "/")
+    assert f"lowerdir={hosts.hosts['alpha'].layers[0]}:{hosts.image}" in root
+    assert "/opt/baked/placed" in hosts.placed("alpha") and "/etc/hostname" in hosts.placed("alpha")
 
 
 @pytest.mark.slow

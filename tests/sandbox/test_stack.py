@@ -12,17 +12,22 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from autoscaler.actuators.terraform.bake import BUILDER_TAG, ROLE_TAG
+from autoscaler.actuators.terraform.rootmodule import HASH_TAG
 from autoscaler.sandbox.fakes.nvidia_smi import LOADED_FLAG
-from autoscaler.sandbox.hosts import netns
+from autoscaler.sandbox.hosts import first_boot, netns
 from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
+from autoscaler.sandbox.stack.baked_images import PER_INSTANCE
 from autoscaler.sandbox.stack.config import prometheus_section
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, mig_layouts, privileged
 from autoscaler.sandbox.stack.state import alive, read_state
+from autoscaler.sandbox.stack.targets import Followed
 from autoscaler.service.config.addresses import read_address_file
 from autoscaler.service.config.load import load_config
 from autoscaler.signals.config import PrometheusConfig
@@ -41,10 +46,12 @@ def stack(tmp_path_factory) -> Iterator[SandboxStack]:
         yield st
 
 
-def launch(stack: SandboxStack, node: str, itype: str = "p3.2xlarge", pool: str = "v100") -> str:
+def launch(stack: SandboxStack, node: str, itype: str = "p3.2xlarge", pool: str = "v100",
+           image: str = MOTO_AMI, extra_tags: dict[str, str] | None = None) -> str:
     tags = [{"Key": "managed-by", "Value": "gpu-autoscaler"}, {"Key": "node", "Value": node},
-            {"Key": "team", "Value": "demo"}, {"Key": "pool", "Value": pool}]
-    out = stack.ec2().run_instances(ImageId=MOTO_AMI, InstanceType=itype, MinCount=1, MaxCount=1,
+            {"Key": "team", "Value": "demo"}, {"Key": "pool", "Value": pool},
+            *({"Key": k, "Value": v} for k, v in (extra_tags or {}).items())]
+    out = stack.ec2().run_instances(ImageId=image, InstanceType=itype, MinCount=1, MaxCount=1,
                                     UserData=SANDBOX_USER_DATA,
                                     TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
     return str(out["Instances"][0]["InstanceId"])
@@ -93,6 +100,58 @@ def test_instances_become_targets_and_hosts_and_go_away_again(stack):
                and read_address_file(stack.address_file) == {}, 30, "instance forgotten")
     if stack.privileged:
         assert not (netns.NETNS_DIR / namespace).exists()
+
+
+def followed(stack: SandboxStack) -> dict[str, Followed]:
+    if stack.follower is None:
+        raise RuntimeError("the stack follows no instances")
+    return stack.follower.followed
+
+
+def booted(stack: SandboxStack, node: str) -> Any:
+    wait_until(lambda: node in read_address_file(stack.address_file), 90, f"{node}'s host")
+    return followed(stack)[node].host
+
+
+def test_a_builders_disk_becomes_the_baked_images_layer_its_nodes_boot_with(
+        stack: SandboxStack) -> None:
+    """The bake's builder (the image-time part written on it), its image, its destroy: the
+    layer holds what the play wrote and nothing of the instance's own; a node launched from
+    the image boots with it, loads its driver at first boot and runs its own user_data."""
+    if not stack.privileged:
+        pytest.skip("booted hosts need root")
+    ec2, hash_, builder = stack.ec2(), "0123abcd", "demo-v100-builder-20261204"
+    iid = launch(stack, builder, extra_tags={ROLE_TAG: "builder", HASH_TAG: hash_})
+    host = booted(stack, builder)
+    host.write_file(builder, "/etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\n")
+    host.write_file(builder, "/opt/baked/tool", "#!/bin/sh\necho baked\n", 0o755)
+    placed = followed(stack)[builder].placed
+    assert "/etc/hostname" in placed and first_boot.USER_DATA in placed
+    image = ec2.create_image(InstanceId=iid, Name=f"{builder}-image", TagSpecifications=[
+        {"ResourceType": "image", "Tags": [{"Key": HASH_TAG, "Value": hash_},
+                                           {"Key": BUILDER_TAG, "Value": iid}]}])["ImageId"]
+    ec2.terminate_instances(InstanceIds=[iid])
+    layer = stack.images_dir / hash_
+    wait_until(lambda: builder not in followed(stack), 60, "the builder gone")
+    assert layer.is_dir() and (layer / "etc/modprobe.d/blacklist-nouveau.conf").is_file()
+    assert (layer / "opt/baked/tool").stat().st_mode & 0o777 == 0o755
+    for own in [*placed, *PER_INSTANCE]:
+        assert not list(layer.glob(own.lstrip("/"))), own
+    assert [p.name for p in stack.images_dir.iterdir()] == [hash_]  # no half copy left
+
+    node = "demo-v100-7"
+    nid = launch(stack, node, image=image)
+    host = booted(stack, node)
+    assert followed(stack)[node].layer == layer
+    assert host.run(node, ["/opt/baked/tool"]).stdout.strip() == "baked"
+    # The blacklist came with the image: the fake driver loaded at the node's first boot.
+    assert host.run(node, ["test", "-e", LOADED_FLAG], check=False).returncode == 0
+    assert host.run(node, ["hostname"]).stdout.strip() == node
+    boot_id = host.read_file(node, "/proc/sys/kernel/random/boot_id").strip()
+    ran = host.read_file(node, "/etc/gpu-autoscaler/user-data-ran")
+    assert ran.strip() == f"first boot {boot_id}"  # its own user_data, not the builder's run
+    ec2.terminate_instances(InstanceIds=[nid])
+    wait_until(lambda: node not in followed(stack), 30, "the node gone")
 
 
 def test_the_mig_layout_of_each_sharing_mig_pool() -> None:

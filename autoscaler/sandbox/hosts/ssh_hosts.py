@@ -9,6 +9,10 @@ Each host (RECIPES.md, "Booted test hosts") is what a cloud instance is to the r
   private overlay whose upper layer is ``<workdir>/<name>/upper``: everything the play
   writes lands there, the image stays clean, and nothing comes from this machine's own
   root filesystem (host files nspawn would copy in, resolv.conf and the time zone, are off);
+* optionally, per host, extra read-only layers between the image and the upper layer
+  (``layers``: a baked image's image-time part, ``stack/baked_images.py``), booted as
+  ``--overlay=<image>:<layer>...:<upper>:/`` (the left-most is the lowest): the host sees
+  the layer's files and its whiteouts hide image files, its own writes still win;
 * sshd as the image's ``ssh.service`` on ``port``, with the host's own key and the client's
   authorized key: both, and any ``files`` the caller passes (a fake nvidia-smi, fake GPU
   device links), are placed into the upper layer before the first boot.
@@ -100,6 +104,8 @@ class SshHost:
     booted_at: float = 0.0  # monotonic time nspawn was last started
     boot_seconds: float | None = None  # first boot: nspawn started -> sshd answering
     reachable: bool = True
+    layers: tuple[Path, ...] = ()  # read-only, between the image and the upper (lowest first)
+    placed: tuple[str, ...] = ()  # node paths of the files placed in the upper before boot
 
     @property
     def address(self) -> str:
@@ -137,12 +143,14 @@ class SshHosts:
 
     ``routes``: extra addresses routed from each namespace to the machine (e.g. the shared
     controller address slurmd reaches slurmctld on). ``files``: per host name, files placed
-    in its overlay before it boots.
+    in its overlay before it boots. ``layers``: per host name, read-only directories stacked
+    on the image, lowest first (a baked image's layer), below the host's own upper layer.
     """
 
     def __init__(self, names: Sequence[str], workdir: Path, *, port: int = SSH_PORT,
                  routes: Iterable[str] = (),
-                 files: Mapping[str, Sequence[NodeFile]] | None = None):
+                 files: Mapping[str, Sequence[NodeFile]] | None = None,
+                 layers: Mapping[str, Sequence[Path]] | None = None):
         if len(set(names)) != len(names) or not names:
             raise SshHostError(f"host names must be unique and non-empty: {list(names)}")
         self.names = list(names)
@@ -151,6 +159,11 @@ class SshHosts:
         self.user = SSH_USER
         self.routes = list(routes)
         self.files = {n: list(f) for n, f in (files or {}).items()}
+        self.layers = {n: tuple(Path(p).resolve() for p in ls) for n, ls in (layers or {}).items()}
+        for name, paths in self.layers.items():
+            missing = [str(p) for p in paths if not p.is_dir()]
+            if ":" in "".join(map(str, paths)) or missing:
+                raise SshHostError(f"layers of {name} must be directories without ':': {missing}")
         self.hosts: dict[str, SshHost] = {}
         self.image: Path | None = None
         self._route: IO[str] | None = None  # our use of the blackhole route
@@ -171,6 +184,11 @@ class SshHosts:
     def host_key(self, name: str) -> str:
         """The host's public SSH key (``ssh-ed25519 AAAA...``), for a known_hosts line."""
         return (self._host(name).directory / "ssh_host_ed25519_key.pub").read_text().strip()
+
+    def placed(self, name: str) -> tuple[str, ...]:
+        """Node paths of every file placed in the host's upper layer before its first boot
+        (its SSH keys and drop-in, and the caller's ``files``): the instance's, not an image's."""
+        return self._host(name).placed
 
     def start(self) -> SshHosts:
         node_image.check_requirements()
@@ -283,7 +301,8 @@ class SshHosts:
         with netns.allocation_lock():
             for name, slot in zip(self.names, netns.allocate_slots(len(self.names)), strict=True):
                 netns.create(slot)
-                self.hosts[name] = SshHost(name, slot, self.workdir / name)
+                self.hosts[name] = SshHost(name, slot, self.workdir / name,
+                                           layers=self.layers.get(name, ()))
                 for dest in self.routes:
                     netns.add_ns_route(slot, dest)
 
@@ -306,6 +325,7 @@ class SshHosts:
         ]
         for item in files:
             self._place(host, item)
+        host.placed = tuple(item.path for item in files)
         # journald keeps every boot's journal when this directory exists, so a unit that
         # failed before a reboot can still be read after it (see _keep_evidence).
         self._make_parents(host, Path(JOURNAL_DIR))
@@ -322,24 +342,28 @@ class SshHosts:
         target.chmod(item.mode)
 
     def _make_parents(self, host: SshHost, path: Path) -> None:
-        """Directories in the upper layer mask the image's: give them the image's modes
-        (/root stays 0700, /etc 0755), or 0755 for directories the image lacks."""
+        """Directories in the upper layer mask the lower ones': give them the modes of the
+        topmost lower layer that has them, else the image's (/root stays 0700, /etc 0755), or
+        0755 for directories no lower layer has."""
         if self.image is None:
             raise SshHostError("the node image is not ready")
+        lowers = [*reversed(host.layers), self.image]
         for part in [*reversed(path.parents[:-1]), path] if str(path) != "/" else []:
-            upper = host.upper / str(part).lstrip("/")
+            rel = str(part).lstrip("/")
+            upper = host.upper / rel
             if upper.is_dir():
                 continue
-            lower = self.image / str(part).lstrip("/")
-            mode = lower.stat().st_mode & 0o7777 if lower.is_dir() else 0o755
+            lower = next((d / rel for d in lowers if (d / rel).is_dir()), None)
+            mode = lower.stat().st_mode & 0o7777 if lower is not None else 0o755
             upper.mkdir()
             upper.chmod(mode)
 
     def _boot(self, host: SshHost) -> None:
         if self.image is None:
             raise SshHostError("the node image is not ready")
+        overlay = ":".join(map(str, [self.image, *host.layers, host.upper, "/"]))
         argv = ["systemd-nspawn", "--quiet", f"--directory={self.image}",
-                f"--overlay={self.image}:{host.upper}:/", "--register=no", "--keep-unit",
+                f"--overlay={overlay}", "--register=no", "--keep-unit",
                 "--boot", f"--network-namespace-path={host.slot.netns_path}",
                 f"--machine={host.name}", "--resolv-conf=off", "--timezone=off",
                 "--link-journal=no"]

@@ -126,6 +126,8 @@ class SandboxStack:
         self.file_sd = self.dir / "prometheus" / "file_sd" / "dcgm.json"
         self.address_file = self.dir / "addresses.json"
         self.config_file = self.dir / "service.yaml"
+        # Baked images' layers (stack/baked_images.py): in the stack dir, nowhere else.
+        self.images_dir = self.dir / "baked-images"
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> SandboxStack:
@@ -313,9 +315,12 @@ class SandboxStack:
         self.follower = InstanceFollower(
             self.ec2(), self.exporter, self.address_file, self.catalog,
             hosts_dir=self.dir / "hosts" if self.privileged else None,
+            images_dir=self.images_dir if self.privileged else None,
             routes=(CONTROLLER_ADDR,) if self.slurm is not None or self.kube is not None else (),
             on_change=self._followed_changed,
             keep=self._each_pass, mig_layouts=mig_layouts(self.policies)).start()
+        if self.privileged:  # shown by `sandbox status`; `down` keeps it (a cache, in this dir)
+            self.state.endpoints["baked_images"] = str(self.images_dir)
 
     def _each_pass(self) -> None:
         """Before every follower pass: record processes started since (a rebooted node's
@@ -342,7 +347,8 @@ class SandboxStack:
 
     def _followed_changed(self, followed: dict[str, Followed]) -> None:
         self.state.nodes = {n: {"instance_id": f.instance_id, "address": f.address or "",
-                                "instance_type": f.instance_type} for n, f in followed.items()}
+                                "instance_type": f.instance_type, "image_id": f.image_id}
+                            for n, f in followed.items()}
         names = []
         for item in followed.values():
             if item.host is not None:

@@ -11,10 +11,18 @@ Terraform creates instances in moto; nothing real boots. This follower polls mot
   same GPUs, its host name and its user_data (run once at first boot, as cloud-init does;
   ``first_boot.py``) and a fake ``kubeadm`` (``fake_kubeadm.py``) placed in its overlay
   before the first boot;
+* when the instance was launched from a baked image (an image tagged with a bootstrap
+  hash), boots its host with that image's layer, ``<images_dir>/<hash>``, on the node image
+  (``baked_images.py``; a missing layer is logged and the node boots the plain image);
 * writes ``{node: address}`` to the address file the service's ``addresses: {source: file}``
   resolver reads. The address is the namespace host's, never moto's 172.31.x.x.
 
-When the instance is terminated, all three are removed again.
+When the instance is terminated, all three are removed again. A bake's *builder* (tag
+``gpu-autoscaler/role: builder``) leaves something behind first: for each image moto holds of
+it (tag ``gpu-autoscaler/builder: <instance id>``) whose hash has no layer yet, what its host
+wrote over the node image, less the instance's own files, becomes that hash's layer. Real
+AWS snapshots the disk at CreateImage; here the copy is taken when the builder goes, which
+gives the same disk, as the bake runs nothing on the builder between the image and the destroy.
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from autoscaler.actuators.terraform.bake import ROLE_TAG
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.clouds.base import MANAGED_TAG_KEY, MANAGED_TAG_VALUE
 from autoscaler.sandbox.fakes import kubeadm as fake_kubeadm
@@ -36,6 +47,7 @@ from autoscaler.sandbox.fakes.dcgm_exporter import GPU_MODELS, ExporterControl
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu, node_files
 from autoscaler.sandbox.hosts import first_boot
 from autoscaler.sandbox.services.moto_server import running_instances
+from autoscaler.sandbox.stack import baked_images
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +62,10 @@ class Followed:
     mig: tuple[str, ...] = ()  # each GPU's MIG instances, as its pool's bootstrap lays them out
     address: str | None = None
     host: Any = None  # SshHosts of this node (one host each, so they come and go alone)
+    image_id: str = ""  # the AMI it was launched from
+    role: str = ""  # "builder" for a bake's builder instance
+    layer: Path | None = None  # the baked image's layer its host boots with
+    placed: tuple[str, ...] = ()  # node paths the sandbox placed in its host (not an image's)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -64,7 +80,8 @@ class InstanceFollower:
     """``sync()`` once, or ``start()`` a thread that syncs every ``interval`` seconds."""
 
     def __init__(self, ec2: Any, exporter: ExporterControl, address_file: Path, catalog: Catalog,
-                 *, hosts_dir: Path | None = None, routes: tuple[str, ...] = (),
+                 *, hosts_dir: Path | None = None, images_dir: Path | None = None,
+                 routes: tuple[str, ...] = (),
                  on_change: Callable[[dict[str, Followed]], None] | None = None,
                  keep: Callable[[], None] | None = None, interval: float = 1.0,
                  mig_layouts: Mapping[tuple[str, str], tuple[str, ...]] | None = None):
@@ -74,6 +91,9 @@ class InstanceFollower:
         self.mig_layouts = dict(mig_layouts or {})
         self.address_file = Path(address_file)
         self.hosts_dir = hosts_dir
+        # Baked images' layers, by bootstrap hash (baked_images.py); only with hosts.
+        self.images_dir = images_dir if images_dir is not None or hosts_dir is None \
+            else Path(hosts_dir).parent / "baked-images"
         self.routes = routes
         self.on_change = on_change
         self.keep = keep  # run before every pass (e.g. re-add a shared address someone removed)
@@ -124,18 +144,51 @@ class InstanceFollower:
 
     def _add(self, name: str, inst: dict[str, Any]) -> None:
         gpus, model = self._gpus(inst["InstanceType"])
-        tags = {t.get("Key"): t.get("Value") for t in inst.get("Tags", [])}
-        mig = self.mig_layouts.get((tags.get("team"), tags.get("pool")), ())
-        item = Followed(name, inst["InstanceId"], inst["InstanceType"], gpus, model, mig)
+        tags = {str(t.get("Key")): str(t.get("Value")) for t in inst.get("Tags", [])}
+        mig = self.mig_layouts.get((tags.get("team", ""), tags.get("pool", "")), ())
+        item = Followed(name, inst["InstanceId"], inst["InstanceType"], gpus, model, mig,
+                        image_id=inst.get("ImageId") or "", role=tags.get(ROLE_TAG) or "")
         self.followed[name] = item
         self.exporter.call("add", node=name, gpus=gpus, model=model)
         if self.hosts_dir is not None:
             try:
+                item.layer = self._layer(item)
                 item.host, item.address = self._host(item)
+                item.placed = item.host.placed(name)
             except Exception:
                 log.exception("sandbox: no SSH host for %s", name)
         log.info("sandbox: following %s (%s %s, %d x %s) at %s", name, item.instance_id,
                  item.instance_type, gpus, model, item.address or "no address")
+
+    def _layer(self, item: Followed) -> Path | None:
+        """The layer of the baked image the instance was launched from (None: plain image)."""
+        try:
+            hash_ = baked_images.hash_of_image(self.ec2, item.image_id)
+        except (BotoCoreError, ClientError) as exc:  # deregistered meanwhile
+            log.warning("sandbox: image %s of %s not found (%s); it boots the plain node image",
+                        item.image_id, item.node, exc)
+            return None
+        if hash_ is None or self.images_dir is None:
+            return None
+        layer = baked_images.layer_path(self.images_dir, hash_)
+        if not layer.is_dir():
+            log.warning("sandbox: no layer for image %s (bootstrap hash %s) in %s: %s boots the "
+                        "plain node image", item.image_id, hash_, self.images_dir, item.node)
+            return None
+        return layer
+
+    def _capture(self, item: Followed) -> None:
+        """A gone builder's images: its host's upper layer becomes each new hash's layer."""
+        if item.host is None or self.images_dir is None:
+            return
+        upper = item.host.hosts[item.node].upper
+        for hash_, image_ids in baked_images.hashes_of_builder(self.ec2, item.instance_id).items():
+            if baked_images.layer_path(self.images_dir, hash_).is_dir():
+                continue
+            layer = baked_images.capture(upper, self.images_dir, hash_, item.placed)
+            log.info("sandbox: builder %s (%s) captured as the layer of image %s (bootstrap hash "
+                     "%s): %d files in %s", item.node, item.instance_id, ", ".join(image_ids),
+                     hash_, baked_images.files_in(layer), layer)
 
     def _host(self, item: Followed) -> tuple[Any, str]:
         from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
@@ -147,8 +200,8 @@ class InstanceFollower:
         files = [*node_files([gpu] * item.gpus), NodeFile("/etc/hostname", f"{item.node}\n"),
                  *fake_kubeadm.node_files(),  # what the image would hold for a Kubernetes join
                  *first_boot.node_files(first_boot.user_data_of(self.ec2, item.instance_id))]
-        hosts = SshHosts([item.node], self.hosts_dir, routes=self.routes,
-                         files={item.node: files}).start()
+        hosts = SshHosts([item.node], self.hosts_dir, routes=self.routes, files={item.node: files},
+                         layers={item.node: [item.layer]} if item.layer else None).start()
         return hosts, hosts.address_of(item.node)
 
     def _remove(self, item: Followed) -> None:
@@ -157,6 +210,11 @@ class InstanceFollower:
             self.exporter.call("remove", node=item.node)
         except OSError:
             log.warning("sandbox: exporter did not answer while removing %s", item.node)
+        if item.role == "builder":
+            try:
+                self._capture(item)
+            except Exception:
+                log.exception("sandbox: builder %s: its image's layer was not captured", item.node)
         if item.host is not None:
             item.host.stop()
         log.info("sandbox: %s (%s) is gone; target and host removed", item.node, item.instance_id)
