@@ -140,6 +140,7 @@ def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_on
     assert done[hot.name]["tasks"].isdisjoint(IMAGE_ONLY), done[hot.name]["tasks"]
     assert done[cold.name]["tasks"] >= IMAGE_ONLY
     assert "Check the loaded driver branch" in done[hot.name]["tasks"]
+    assert stack.follower is not None
     hosts = {name: stack.follower.followed[name].host for name in (hot.name, cold.name)}
     assert hosts[hot.name].boots(hot.name) == 1, "the baked image needs no driver reboot"
     assert hosts[cold.name].boots(cold.name) == 2
