@@ -8,7 +8,8 @@ already blacklists nouveau; it joins as a dynamic node, the others are declared 
 slurm.conf). The fixture, never the roles, places the fake NVIDIA stack and kubeadm.
 Tasks tagged gpu-hardware (NVIDIA hardware or repositories) and external-repo (pkgs.k8s.io)
 are skipped; everything else runs, services through systemd, and the nvidia_driver role's
-reboot: the fake driver loads only after a boot with nouveau blacklisted.
+reboot: the fake driver loads only after a boot with nouveau blacklisted. The joined
+gpu-a/b/c also serve as a hybrid pool's on-prem nodes (issue 34), with no boot of their own.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView, Node
 from autoscaler.model.plan import Launch, Replace
 from autoscaler.model.snapshot import NodeObservation, PoolObservation, Snapshot
+from autoscaler.model.snapshot_parts import assemble
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fakes import nvidia_smi
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
@@ -43,6 +45,8 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
 from autoscaler.sandbox.services.slurm import SlurmCluster
 from autoscaler.schedulers.slurm.client import SlurmConfig
+from autoscaler.signals.config import SignalsConfig
+from autoscaler.signals.reader import SignalReader
 from autoscaler.signals.readings import pools_in_priority_order
 from autoscaler.signals.slurm import SlurmReader
 from tests.builders import make_node, make_policy
@@ -169,6 +173,76 @@ def test_first_run_bootstraps_all_hosts_and_they_join_slurm_idle_with_gres(
     job = lab.cluster.submit("echo gpus=$CUDA_VISIBLE_DEVICES", gpus=2, nodelist="gpu-b")
     lab.cluster.wait_job_state(job, {"COMPLETED"}, timeout=60)
     assert lab.hosts.read_file("gpu-b", f"/tmp/slurm-{job}.out").strip() == "gpus=0,1"
+
+
+def test_hybrid_jobs_fill_the_booted_on_prem_hosts_first_and_only_the_overflow_bursts(
+        lab: Lab, first_run: BootstrapRun) -> None:
+    """Issue 34, hybrid burst on booted hosts: gpu-a, gpu-b and gpu-c, joined by the
+    playbook, are a cloud pool's on-prem nodes (cluster.on_prem) in partition gpu; gpu-c is
+    drained by hand (in maintenance: no room), gpu-a and gpu-b are partly busy. Through
+    the real SignalReader and decide(): jobs that fit the free on-prem GPUs start there
+    and launch nothing; a 4-GPU job that does not fit launches exactly one g4dn.12xlarge,
+    its reason naming the on-prem nodes; no action names an on-prem node (they are not
+    fleet nodes). Every job is cancelled and gpu-c resumed: later tests find them idle."""
+    on_prem = ["gpu-a", "gpu-b", "gpu-c"]
+    policy = make_policy(team="vision", instance_types=["g4dn.xlarge", "g4dn.12xlarge"],
+                         cluster={"kind": "slurm", "partition": "gpu",
+                                  "on_prem": {"nodes": ",".join(on_prem)}})
+    policies = {"vision": policy}
+    reader = SignalReader(SignalsConfig(scheduler=["slurm"]), default_catalog(),
+                          slurm=SlurmReader(SlurmConfig(env=lab.cluster.env())))
+    c = lab.cluster
+    jobs: list[str] = []
+
+    def plan_now() -> tuple[list[Launch], set[str], list[tuple[str, int, float]]]:
+        now = datetime.now(UTC)
+        observed = reader.read(policies, [], now)
+        seen = observed.pools["vision/gpu"]
+        plan = decide(policies, FleetView(nodes=[]), assemble(observed), now,
+                      catalog=default_catalog())
+        named = {n for a in plan.actions
+                 for n in [getattr(a, "node", None), *getattr(a, "replaces", [])] if n}
+        launches = [a for a in plan.actions if isinstance(a, Launch)]
+        return launches, named, [(n.name, n.gpus, n.allocated) for n in seen.on_prem or []]
+
+    try:
+        c.drain("gpu-c", reason="maintenance")
+        # One CPU a job, two a node: one busy job and one more fit on each.
+        jobs += [c.submit("sleep 600", gpus=3, nodelist="gpu-a", name="busy"),
+                 c.submit("sleep 600", gpus=2, nodelist="gpu-b", name="busy")]
+        for job in jobs:
+            c.wait_job_state(job, {"RUNNING"}, 30)
+        launches, named, room = plan_now()
+        assert room == [("gpu-a", 4, 3), ("gpu-b", 4, 2)]  # gpu-c drained: no room
+        assert (launches, named & {*on_prem, "gpu-d"}) == ([], set())
+        # The free 1 + 2 GPUs: the 2-GPU job first, so only gpu-b can take it.
+        fits = [c.submit("sleep 600", gpus=2, gpu_type="t4", name="fits"),
+                c.submit("sleep 600", gpus=1, gpu_type="t4", name="fits")]
+        jobs += fits
+        for job, host in zip(fits, ["gpu-b", "gpu-a"], strict=True):
+            c.wait_job_state(job, {"RUNNING"}, 30)
+            assert f"NodeList={host}" in c.scontrol("show", "job", job).stdout
+        launches, named, room = plan_now()
+        assert room == [("gpu-a", 4, 4), ("gpu-b", 4, 4)]
+        assert (launches, named & {*on_prem, "gpu-d"}) == ([], set())
+
+        big = c.submit("sleep 600", gpus=4, gpu_type="t4", name="overflow")
+        jobs.append(big)
+        wait_until(lambda: c.run(["squeue", "-h", "-j", big, "-o", "%r"]).stdout.strip()
+                   == "Resources", 30, "the 4-GPU job pending for Resources", interval=0.5)
+        launches, named, room = plan_now()
+        assert [(a.instance_type, a.count, a.gpus_per_node) for a in launches] == [
+            ("g4dn.12xlarge", 1, 4)], launches
+        assert ("0 of 1 pending job part(s) fit on-prem gpu-a,gpu-b,gpu-c (0 of 8 GPUs free)"
+                in launches[0].reason), launches[0].reason
+        assert named & {*on_prem, "gpu-d"} == set()
+        assert [c.node_state(n) for n in on_prem] == ["allocated", "allocated", "idle+drain"]
+    finally:
+        if jobs:
+            c.run(["scancel", *jobs])
+        c.resume("gpu-c")
+        for name in on_prem:
+            c.wait_node_state(name, {"idle"}, timeout=60)
 
 
 def test_roles_wrote_the_node_configuration(lab: Lab, first_run: BootstrapRun) -> None:
