@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -36,6 +37,7 @@ from autoscaler.clouds.base import (
     CloudUnreachableError,
     InstanceState,
     Interruption,
+    MachineImage,
     SpotPrice,
     TtlCache,
     ZoneOffering,
@@ -55,6 +57,9 @@ _AUTH_CODES = {
 }
 _UNREACHABLE = (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTimeoutError,
                 bex.ConnectionClosedError)
+# An AMI id as AWS makes them (ami- and 8 or 17 hex digits); anything else in an answer is
+# not used (it would end up in a launch and in messages).
+_IMAGE_ID = re.compile(r"ami-[0-9a-f]{8,32}")
 _NOT_AWS = (ResponseParserError, ValueError, KeyError, AttributeError, TypeError, RecursionError)
 
 
@@ -250,6 +255,26 @@ class AwsCloud:
         # The filter is applied by the API; checking again keeps a lax endpoint honest.
         return sorted((i for i in out if i.state in wanted), key=lambda i: i.instance_id)
 
+    # -- images ---------------------------------------------------------------------
+    def images_tagged(self, key: str, value: str) -> list[MachineImage]:
+        """The account's own available images tagged ``key=value`` (a baked pool's bootstrap
+        hash), newest first by CreationDate (one without a readable date last). The answer
+        is checked: an image whose id is not an AMI id, or whose tags or state do not match
+        what was asked (a lax endpoint), is left out and logged."""
+        filters = [{"Name": f"tag:{key}", "Values": [value]},
+                   {"Name": "state", "Values": ["available"]}]
+        out: list[MachineImage] = []
+        for page in self._pages("describe_images", Owners=["self"], Filters=filters):
+            rows = page.get("Images", [])
+            for raw in rows if isinstance(rows, list) else []:
+                image = _image(raw, key, value)
+                if image is None:
+                    log.warning("aws %s: an image in the answer for %s=%s is not used: %.120r",
+                                self.region, key, value, raw)
+                else:
+                    out.append(image)
+        return sorted(out, key=_newest_first)
+
     # -- permissions (gpu-autoscaler doctor) ----------------------------------------
     def allowed(self, operation: str, **params: Any) -> bool:
         """Whether these credentials may call the EC2 ``operation`` with ``params``, asked
@@ -310,6 +335,29 @@ class AwsCloud:
             return []
         with aws_errors(f"sqs receive from {self.settings.queue_url}", self.settings.endpoint_url):
             return queue.drain()
+
+
+def _image(raw: object, key: str, value: str) -> MachineImage | None:
+    """The image of one DescribeImages row, or None if the row is not what was asked for."""
+    if not isinstance(raw, dict):
+        return None
+    image_id, tags = raw.get("ImageId"), raw.get("Tags")
+    if not isinstance(image_id, str) or not _IMAGE_ID.fullmatch(image_id):
+        return None
+    if raw.get("State") != "available" or not isinstance(tags, list) or not any(
+            isinstance(t, dict) and t.get("Key") == key and t.get("Value") == value for t in tags):
+        return None
+    created = raw.get("CreationDate")
+    try:
+        at = datetime.fromisoformat(created) if isinstance(created, str) and len(created) < 40 else None
+    except ValueError:
+        at = None
+    return MachineImage(image_id, at if at is None or at.tzinfo is not None else None)
+
+
+def _newest_first(image: MachineImage) -> tuple[bool, float, str]:
+    at = image.created_at
+    return (at is None, -at.timestamp() if at is not None else 0.0, image.image_id)
 
 
 def _instance(raw: dict[str, Any]) -> CloudInstance:

@@ -102,6 +102,14 @@ class CloudInstance:
 
 
 @dataclass(frozen=True)
+class MachineImage:
+    """One of the account's own images, as the cloud lists it (baked images)."""
+
+    image_id: str
+    created_at: datetime | None  # None: the cloud gave no readable creation time
+
+
+@dataclass(frozen=True)
 class Interruption:
     instance_id: str
     kind: InterruptionKind

@@ -34,6 +34,7 @@ from autoscaler.engine.scale_down import (
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.stale_image import held_for, hold_stale
 from autoscaler.engine.survey import survey
 from autoscaler.model.lifecycle import IN_FLIGHT, OUT_OF_SERVICE, NodeState
 from autoscaler.model.node import FleetView, Node
@@ -145,8 +146,9 @@ class _Decision:
                 f"{c.key}: its pending jobs stay here, not compared with the rest of its "
                 f"placement group: {self.placement_error}")) for c in self.contexts
                 if any(len(j.options) > 1 for j in c.obs.pending)]
+        actions = hold_stale(self._without_failed(), {c.key: (c.pool, c.obs) for c in self.contexts})
         return Plan(decided_at=self.now,
-                    actions=keep_held(self._without_failed(), self.snapshot.held),
+                    actions=keep_held(actions, self.snapshot.held),
                     pools=self._summaries(growth), unserved=self.unserved,
                     placements=self.placements)
 
@@ -212,6 +214,9 @@ class _Decision:
                     f"({move.evidence}): its replacement is refused by {refused}")))
 
     def _room(self, ctx: PoolContext) -> int:
+        """Nodes ``ctx`` may still add this tick (none while its stale image holds launches)."""
+        if held_for(ctx.pool, ctx.obs) is not None:
+            return 0
         return (ctx.pool.max_nodes - ctx.size - len(self.launched.get(ctx.key, []))
                 - self.moved_in.get(ctx.key, 0))
 
@@ -237,9 +242,14 @@ class _Decision:
             self.actions.append(CancelDrain(
                 pool=ctx.key, node=node.name,
                 reason=f"{ctx.key}: un-draining {node.name} before launching anything: {why}"))
+        # Launches stale_image.py will hold take no quota from the others and add no node.
+        held = held_for(ctx.pool, ctx.obs) is not None
         admitted: list[NewNode] = []
         for new in sorted(g.new, key=lambda n: TRIGGER_ORDER[n.trigger]):
             gpus, usd = new.offer.gpus, new.offer.hourly_usd
+            if held:
+                admitted.append(new)
+                continue
             refused = self.ledger.admit(ctx.team, gpus, usd)
             if refused is None:
                 admitted.append(new)
@@ -247,7 +257,7 @@ class _Decision:
             refusals.append(f"{new.trigger} node refused by {refused}")
             if new.trigger == "pending" and self.ledger.fleet_blocks(ctx.team, gpus, usd):
                 self.blocked[ctx.key] = self.blocked.get(ctx.key, 0) + gpus
-        self.launched[ctx.key] = admitted
+        self.launched[ctx.key] = [] if held else admitted
         self.actions += _launches(ctx.key, admitted)
         for why in g.holds + sorted(set(refusals)):
             self.actions.append(Hold(pool=ctx.key, what="scale-up", reason=f"{ctx.key}: {why}"))

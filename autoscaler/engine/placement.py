@@ -9,7 +9,8 @@ Before any pool grows, each such job is moved to one pool:
    the node launched for it boots;
 2. otherwise the pool whose next launch for it is cheapest per GPU-hour: the pool's next
    market (its mix), offers its refusals and stock leave, then on-demand where the pool
-   falls back. A spot offer in a (type, zone) with an interruption notice under way ranks
+   falls back (a pool whose stale image holds its launches, engine/stale_image.py, has
+   none). A spot offer in a (type, zone) with an interruption notice under way ranks
    after every other pool's offers: the zone is being reclaimed and its next launch is
    likely refused. Ties keep the job where signals listed it.
 
@@ -28,6 +29,7 @@ from autoscaler.engine.binpack import Bin, LazyBins, first_fit, part_wait
 from autoscaler.engine.context import DEMAND_REASONS, PoolContext
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_up import Picker, live_bins
+from autoscaler.engine.stale_image import held_for
 from autoscaler.model.plan import PlacementChoice
 from autoscaler.model.snapshot import PendingJob, PoolOption
 from autoscaler.policy.models import Market
@@ -80,6 +82,9 @@ class _Group:
     def quote(self, key: str, job: PendingJob, option: PoolOption) -> _Quote:
         ctx = self.ctxs[key]
         pool = ctx.pool
+        held = held_for(pool, ctx.obs)
+        if held is not None:
+            return _Quote(ctx, option, None, f"launches held: {held}")
         room = min(pool.scale_up.max_step, pool.max_nodes - ctx.size) - self.taken[key]
         if room < job.nodes:
             return _Quote(ctx, option, None, f"no room (max_nodes {pool.max_nodes}, "

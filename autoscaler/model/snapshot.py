@@ -205,6 +205,22 @@ class OnPremNode(_Model):
         return self
 
 
+class ImageObservation(_Model):
+    """What the cloud says of a baked pool's image (``bootstrap.image: baked``): the
+    bootstrap hash its image must carry and the newest available image having it."""
+
+    hash: str = Field(pattern=r"^[0-9a-f]{1,64}$", description="The pool's bootstrap hash "
+                      "(actuators/bootstrap_hash.py), the value of the image tag "
+                      "gpu-autoscaler/bootstrap-hash.")
+    image_id: str | None = Field(
+        None, pattern=r"^[a-z]{1,8}-[0-9a-z]{1,64}$", description="The newest available "
+        "image of the account tagged with the hash; None: no image has it (stale).")
+
+    @property
+    def stale(self) -> bool:
+        return self.image_id is None
+
+
 class PoolObservation(_Model):
     pending: list[PendingJob] = Field(default_factory=list)
     on_prem: list[OnPremNode] | None = Field(
@@ -215,6 +231,10 @@ class PoolObservation(_Model):
         "reads both; the simulator fills this one).")
     metrics_missing: str | None = None
     scheduler_missing: str | None = None
+    image: ImageObservation | None = Field(
+        None, description="A baked pool's image as the cloud lists it (stale: no image has "
+        "its hash). None: a base pool, or not known (not read, or the read failed): the engine "
+        "then decides as usual and the Terraform plan's own check guards when_stale: hold.")
 
 
 class CapacityError(_Model):

@@ -16,6 +16,8 @@ capacity_errors         ``PriceView.capacity_errors``, then    signals/prices.py
 forecasts               forecast floors, pool -> floor         service/observe/forecasts.py (mode
                                                                scale)
 held                    node -> the request holding it         service/control/request_keeper.py
+pools[key].image        baked pools' images, pool -> image     signals/images.py (DescribeImages
+                        (absent: base pool, or not known)      by bootstrap hash, cached)
 ======================  =====================================  ===============================
 
 A spot notice is not a part: the notice intake (or the simulator's cluster) moves the node
@@ -35,6 +37,7 @@ from autoscaler.model.snapshot import (
     CapacityError,
     ClusterQuota,
     ForecastFloor,
+    ImageObservation,
     NodeObservation,
     Offering,
     PoolObservation,
@@ -73,15 +76,31 @@ NO_PRICES = PriceView([], [], [])
 def assemble(observed: Observed, *, market: PriceView | None = None,
              backoffs: Sequence[CapacityError] = (),
              forecasts: Mapping[str, ForecastFloor] | None = None,
-             held: Mapping[str, str] | None = None) -> Snapshot:
+             held: Mapping[str, str] | None = None,
+             images: Mapping[str, ImageObservation] | None = None) -> Snapshot:
     """The Snapshot of these parts (the table above); an absent part adds nothing."""
     market = market or NO_PRICES
     return Snapshot(
-        taken_at=observed.taken_at, nodes=observed.nodes, pools=observed.pools,
+        taken_at=observed.taken_at, nodes=observed.nodes, pools=_with_images(observed.pools, images),
         capacity_errors=[*market.capacity_errors, *backoffs], offerings=market.offerings,
         missing=[*observed.missing, *(m for m in market.missing if m not in observed.missing)],
         unserved=observed.unserved, cluster_quotas=observed.cluster_quotas,
         held=dict(held or {}), forecasts=dict(forecasts or {}))
 
+
+
+def _with_images(pools: dict[str, PoolObservation],
+                 images: Mapping[str, ImageObservation] | None) -> dict[str, PoolObservation]:
+    """``pools`` with each baked pool's image set (a pool nothing was observed for gets an
+    observation of its image only)."""
+    if not images:
+        return pools
+    out = dict(pools)
+    for key, image in images.items():
+        out[key] = out.get(key, _NOTHING_SEEN).model_copy(update={"image": image})
+    return out
+
+
+_NOTHING_SEEN = PoolObservation()
 
 __all__ = ["NO_PRICES", "Observed", "PriceView", "assemble"]

@@ -362,8 +362,10 @@ class Bootstrap(_Strict):
                              "images to keep (not enforced yet: nothing deregisters images).")
     when_stale: Literal["full", "hold"] = Field(
         "full", description="baked, and no image has the pool's bootstrap hash (a setting "
-        "changed since the last bake): full launches from the base image; hold refuses a plan "
-        "that would launch a node (removals still apply) until an image exists.")
+        "changed since the last bake): full launches from the base image; hold launches "
+        "nothing (the engine turns the pool's launches into a Hold when the cloud lists no "
+        "such image, and the Terraform plan refuses one that would launch a node); removals "
+        "still apply, until an image exists.")
 
 
 START_WITHIN = at_least(timedelta(seconds=30), "Slurm starts a job that fits within a few "

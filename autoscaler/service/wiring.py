@@ -13,6 +13,7 @@ from autoscaler.actuators.ansible import AnsibleActuator
 from autoscaler.actuators.bootstrap_hash import baked_images
 from autoscaler.actuators.terraform import BakedImage
 from autoscaler.actuators.terraform.provisioner import ImagesFor, TerraformProvisioner
+from autoscaler.actuators.terraform.rootmodule import HASH_TAG
 from autoscaler.catalog import Catalog, load_catalog
 from autoscaler.clouds import connect
 from autoscaler.clouds.base import CloudMarket
@@ -31,6 +32,7 @@ from autoscaler.service.control.leader import Leadership
 from autoscaler.service.control.loop import (
     ExecutorLike,
     HeldNodes,
+    ImagesLike,
     PricesLike,
     ReconcilerLike,
     ServiceLoop,
@@ -43,6 +45,7 @@ from autoscaler.service.executor.operations import Inline, WorkerPools
 from autoscaler.service.observe.forecasts import PoolForecasts
 from autoscaler.service.observe.metrics import ServiceMetrics
 from autoscaler.signals.demand import Bins, load_demand
+from autoscaler.signals.images import BakedImageReader
 from autoscaler.signals.prices import PriceSignals
 from autoscaler.signals.prometheus import PrometheusReader
 from autoscaler.signals.reader import SignalReader
@@ -144,6 +147,17 @@ def preview_images(config: ServiceConfig) -> Callable[[Mapping[str, TeamPolicy]]
     return lambda policies: baked_images(policies, config.terraform, config.ansible)
 
 
+def build_images(config: ServiceConfig, markets: Markets,
+                 clock: Callable[[], datetime]) -> BakedImageReader:
+    """The baked pools' images for the snapshot: each pool's hash from the policies of the
+    tick (as its Terraform apply computes it), looked up through the region's AWS adapter."""
+    def hashes(policies: Mapping[str, TeamPolicy]) -> dict[str, str]:
+        return {key: image.hash for key, image in
+                baked_images(policies, config.terraform, config.ansible).items()}
+    return BakedImageReader(hashes, lambda region: markets("aws", region), tag=HASH_TAG,
+                            interval=config.clouds.aws.image_check_interval, clock=clock)
+
+
 def build_actuators(config: ServiceConfig, store: FleetStore,
                     policies: Callable[[], dict[str, TeamPolicy]], address_of: AddressOf,
                     catalog: Catalog, clock: Callable[[], datetime], markets: Markets, *,
@@ -211,6 +225,7 @@ class Overrides:
     prices: PricesLike | None = None
     address_of: AddressOf | None = None
     store: FleetStore | None = None
+    images: ImagesLike | None = None
 
 
 def build_service(config: ServiceConfig, *, dry_run: bool = False,
@@ -247,7 +262,8 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                        if config.tick.preview == "terraform" else None,
                        preview_images=preview_images(config),
                        forecasts=build_forecasts(config, store),
-                       state_limits=config.executor.state_limits, held=held)
+                       state_limits=config.executor.state_limits, held=held,
+                       images=o.images if o.images is not None else build_images(config, markets, clock))
     notices = None
     if intake is not None and isinstance(executor, Executor):
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from autoscaler.actuators.ansible.settings import AnsibleSettings
@@ -39,10 +40,17 @@ from autoscaler.model.node import FleetView
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.service.config.models import ServiceConfig, StoreSettings
-from autoscaler.service.wiring import Markets, build_actuators, pool_images, preview_images
+from autoscaler.service.config.models import AwsCloudConfig, CloudsConfig, ServiceConfig, StoreSettings
+from autoscaler.service.wiring import (
+    Markets,
+    build_actuators,
+    build_images,
+    pool_images,
+    preview_images,
+)
 from tests.actuators.test_terraform_files import AT, INPUTS
 from tests.builders import NOW, make_policy, make_pool_dict
+from tests.clouds.helpers import moto, moto_url  # noqa: F401 (fixtures)
 from tests.service.executor.test_executor_terraform import FakeWorkspace
 
 BAKED = PoolRef("vision", "baked", "aws", "us-east-1")
@@ -207,3 +215,22 @@ def test_the_provisioner_marks_baked_nodes_of_baked_pools_in_applies_and_reads(
     # The same instances in a base pool: nothing is baked.
     assert not any(out.baked for out in prov.instances(BASE).values())
     assert not any(out.baked for out in prov.apply(BASE, {}).nodes.values())
+
+
+def test_the_services_image_reader_asks_the_cloud_for_each_baked_pools_hash(
+        tmp_path: Path, moto: str) -> None:  # noqa: F811 (the fixture)
+    config = ServiceConfig(policies_dir=tmp_path, terraform=terraform(tmp_path),
+                           ansible=AnsibleSettings(extra_vars=EXTRA),
+                           clouds=CloudsConfig(aws=AwsCloudConfig(endpoint_url=moto)))
+    images = build_images(config, Markets(config, load_catalog(None)), utc_now)
+    digest = expected(policies(), config.ansible).hash
+    got = images.observe(policies())
+    assert list(got) == [BAKED.key] and got[BAKED.key].hash == digest and got[BAKED.key].stale
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto)
+    instance = ec2.run_instances(ImageId="ami-1e749f67", MinCount=1, MaxCount=1,
+                                 InstanceType="g4dn.xlarge")["Instances"][0]["InstanceId"]
+    made = ec2.create_image(InstanceId=instance, Name="baked", TagSpecifications=[
+        {"ResourceType": "image", "Tags": [{"Key": "gpu-autoscaler/bootstrap-hash", "Value": digest}]}])
+    fresh = build_images(config, Markets(config, load_catalog(None)), utc_now)  # no cached answer
+    assert fresh.observe(policies())[BAKED.key].image_id == made["ImageId"]
+    assert images.observe(policies())[BAKED.key].stale  # the first kept its answer (interval)

@@ -12,6 +12,7 @@ from autoscaler.model.snapshot import (
     CapacityError,
     ClusterQuota,
     ForecastFloor,
+    ImageObservation,
     Offering,
     PoolObservation,
     Snapshot,
@@ -37,6 +38,8 @@ BACKOFF = CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlar
                         until=NOW + timedelta(minutes=5))
 FLOORS = {"vision/gpu": ForecastFloor(gpus=8, reason="forecast p80 for Mon 12:00-12:15")}
 HELD = {"vision-gpu-1": "request ci-4711 (team vision, atomic, 1 x 4 GPUs)"}
+IMAGES = {"vision/gpu": ImageObservation(hash="0123456789ab"),
+          "vision/cpu": ImageObservation(hash="0123456789ab", image_id="ami-0abc1234")}
 
 
 def test_every_part_lands_in_its_fields() -> None:
@@ -60,12 +63,22 @@ def test_what_was_observed_keeps_its_field_names() -> None:
     ({"backoffs": [BACKOFF]}, {"capacity_errors"}),
     ({"forecasts": FLOORS}, {"forecasts"}),
     ({"held": HELD}, {"held"}),
+    ({"images": IMAGES}, {"pools"}),
 ])
 def test_each_part_fills_only_its_own_fields(part: dict[str, Any], fields: set[str]) -> None:
     alone, more = assemble(OBSERVED), assemble(OBSERVED, **part)
     assert {f for f in Snapshot.model_fields if getattr(more, f) != getattr(alone, f)} == fields
 
 
+def test_a_baked_pools_image_joins_what_was_observed_of_the_pool() -> None:
+    snap = assemble(OBSERVED, images=IMAGES)
+    assert snap.pools == {
+        "vision/gpu": PoolObservation(pending=pending(4), image=IMAGES["vision/gpu"]),
+        "vision/cpu": PoolObservation(image=IMAGES["vision/cpu"])}  # nothing else observed
+    assert OBSERVED.pools["vision/gpu"].image is None  # the observed part is not changed
+
+
 def test_the_assembled_snapshot_is_what_plan_snapshot_replays() -> None:
-    snap = assemble(OBSERVED, market=MARKET, backoffs=[BACKOFF], forecasts=FLOORS, held=HELD)
+    snap = assemble(OBSERVED, market=MARKET, backoffs=[BACKOFF], forecasts=FLOORS, held=HELD,
+                    images=IMAGES)
     assert Snapshot.model_validate_json(snap.model_dump_json()) == snap

@@ -3,13 +3,17 @@ an atomic request rolled back after a capacity error, ttl expiry (fake executor)
 
 from __future__ import annotations
 
+import logging
+
 from autoscaler.fleet.requests import RequestBook
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Drain, Terminate
 from autoscaler.model.request_spec import Condition
+from autoscaler.model.snapshot import ImageObservation
 from tests.fleet.writes import create_node, transition
 from tests.requests.conftest import BODY, VISION
 from tests.requests.test_requests_api import call
+from tests.service.service_fakes import write_policy
 
 S = NodeState
 
@@ -216,3 +220,38 @@ def test_the_keeper_reads_its_requests_nodes_not_every_node_the_store_ever_held(
     service.keeper.run()
     assert read == [names]
     assert RequestBook(service.store).get(rid).condition is Condition.PROVISIONED
+
+
+class StaleImages:
+    """The loop's image reader: every pool named has this image."""
+
+    def __init__(self, found):
+        self.found = found
+
+    def observe(self, policies):
+        return self.found
+
+
+def test_a_request_in_a_baked_pool_whose_image_is_stale_waits_with_when_stale_hold(
+        service, tmp_path, caplog):
+    write_policy(tmp_path / "policies", "vision", name="train", max_nodes=4,
+                 bootstrap={"image": "baked", "when_stale": "hold"})
+    stale = ImageObservation(hash="0123456789ab")
+    service.loop.images = StaleImages({"vision/train": stale})
+    service.tick()  # the baked policy is loaded and the stale image seen
+    assert service.loop.last_snapshot.pools["vision/train"].image == stale
+    url = service.api.url + "/v1/requests"
+    rid = call(url, "POST", VISION, BODY)[1]["id"]
+    with caplog.at_level(logging.INFO, logger="autoscaler.service.control.request_keeper"):
+        service.tick()
+        service.tick()
+    book = RequestBook(service.store)
+    assert book.get(rid).nodes == {} and book.get(rid).condition is Condition.ACCEPTED
+    waits = [r.getMessage() for r in caplog.records if "waits" in r.getMessage()]
+    assert len(waits) == 1  # logged when the wait starts
+    assert "vision/train: stale image: no image has bootstrap hash 0123456789ab" in waits[0]
+    service.loop.images = StaleImages({"vision/train": ImageObservation(
+        hash="0123456789ab", image_id="ami-0abc1234")})
+    service.tick()  # the loop sees the image; the keeper ran on the last tick's snapshot
+    service.tick()
+    assert len(book.get(rid).nodes) == 2

@@ -94,6 +94,11 @@ class AwsCloudConfig(_Model):
         timedelta(seconds=10), description="How long an AWS API call may take to answer "
         "before it is an error (the tick concludes nothing from it). A slow endpoint in front "
         "of a large fleet (moto with 1,000 instances takes ~20 s per full listing) needs more.")
+    image_check_interval: Duration = Field(
+        timedelta(minutes=5), description="How often the images of each baked pool's "
+        "bootstrap hash are listed (DescribeImages, once per region and hash; a failure is "
+        "kept as long): a pool with when_stale: hold holds its launches while none has the "
+        "hash, so after a bake it may wait up to this long before it launches.")
     account_id: str | None = Field(
         None, pattern=r"^[0-9]{12}$", description="The fleet's AWS account: a spot notice "
         "from another account is refused. Unset: the account of the service's credentials "

@@ -11,7 +11,8 @@ once: the job has ``max_instances=1``). In order:
    scheduler's observations keep a busy node from being called LOST);
 5. read the fleet again and build the tick's Snapshot once, from the observations and the
    parts that follow the fleet as the reconciler left it: prices, launch backoffs,
-   forecast floors and the nodes capacity requests hold (model/snapshot_parts.py);
+   forecast floors, the nodes capacity requests hold and the baked pools' images
+   (model/snapshot_parts.py);
 6. ``decide()`` with ``now`` from the injected clock; record the plan and its reasons in
    the store and log one line per action;
 7. hand the plan to the executor (``submit``, store writes only), then ``advance``: it
@@ -56,7 +57,7 @@ from autoscaler.model.clock import utc_now
 from autoscaler.model.lifecycle import BILLABLE, StateLimits
 from autoscaler.model.node import FleetView, Node
 from autoscaler.model.plan import Hold
-from autoscaler.model.snapshot import CapacityError, ForecastFloor, Snapshot
+from autoscaler.model.snapshot import CapacityError, ForecastFloor, ImageObservation, Snapshot
 from autoscaler.model.snapshot_parts import Observed, PriceView, assemble
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.config.reload import PolicyReloader
@@ -112,6 +113,10 @@ class ReconcilerLike(Protocol):
 class SignalsLike(Protocol):
     def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
              now: datetime) -> Observed: ...
+
+
+class ImagesLike(Protocol):
+    def observe(self, policies: Mapping[str, TeamPolicy]) -> Mapping[str, ImageObservation]: ...
 
 
 class PricesLike(Protocol):
@@ -186,7 +191,8 @@ class ServiceLoop:
                  interval_s: float = 30.0, terraform_preview: TerraformSettings | None = None,
                  forecasts: PoolForecasts | None = None, state_limits: StateLimits | None = None,
                  held: HeldNodes | None = None,
-                 preview_images: PreviewImages | None = None):
+                 preview_images: PreviewImages | None = None,
+                 images: ImagesLike | None = None):
         if executor is None and not dry_run:
             raise ValueError("a live loop needs an executor (or run with dry_run=True)")
         self.store, self.reloader, self.signals = store, reloader, signals
@@ -198,6 +204,8 @@ class ServiceLoop:
         self.preview_images = preview_images  # baked pools' images for terraform_preview
         self.forecasts = forecasts  # demand history + forecasts (service/observe/forecasts.py)
         self.held = held  # None: no capacity requests (no team tokens)
+        self.images = images  # baked pools' images (signals/images.py); None: not read
+        self._images_error: str | None = None  # the last failure logged
         # The reconciler's settings (``executor:``), so the state-timeout ratio it exports
         # divides by the limit the reconciler acts on.
         self.state_limits = state_limits or ExecutorSettings().state_limits
@@ -330,8 +338,8 @@ class ServiceLoop:
     def _snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView, observed: Observed,
                   now: datetime, record: bool) -> Snapshot:
         """The Snapshot of ``observed`` and of the parts that follow ``fleet``: prices,
-        launch backoffs, forecast floors and held nodes (``record=False``: the demand
-        history is read, not written)."""
+        launch backoffs, forecast floors, held nodes and baked pools' images
+        (``record=False``: the demand history is read, not written)."""
         market = self.prices.observe(policies) if self.prices is not None else None
         backoffs = launch_backoffs(self.store, policies, now)
         self.metrics.set_backoffs({(b.pool, b.instance_type, b.zone or "", b.market.value): b.count
@@ -340,7 +348,28 @@ class ServiceLoop:
         return assemble(observed, market=market,
                         backoffs=[b.as_capacity_error() for b in backoffs],
                         forecasts=self._forecast(policies, fleet, observed, now, record),
-                        held=self.held(fleet.nodes, now) if self.held is not None else None)
+                        held=self.held(fleet.nodes, now) if self.held is not None else None,
+                        images=self._images(policies))
+
+    def _images(self, policies: dict[str, TeamPolicy]) -> dict[str, ImageObservation]:
+        """The baked pools' images; a failure leaves them all unknown (the engine then
+        decides as usual, the Terraform plan's own check guards) and is logged once until
+        it changes."""
+        if self.images is None:
+            return {}
+        try:
+            found = dict(self.images.observe(policies))
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if text != self._images_error:
+                self._images_error = text
+                log.warning("baked images not read (decided as if not known): %s", text,
+                            exc_info=exc)
+            return {}
+        if self._images_error is not None:
+            self._images_error = None
+            log.info("baked images read again")
+        return found
 
     def _forecast(self, policies: dict[str, TeamPolicy], fleet: FleetView, observed: Observed,
                   now: datetime, record: bool) -> dict[str, ForecastFloor]:

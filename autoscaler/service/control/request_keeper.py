@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.admission import booked
 from autoscaler.engine.request_progress import RequestStep, progress
+from autoscaler.engine.stale_image import held_for
 from autoscaler.fleet.requests import RequestBook, held_nodes
 from autoscaler.model.changes import Create
 from autoscaler.model.lifecycle import NodeState
@@ -45,6 +46,8 @@ class RequestKeeper:
     ended_links: Callable[[list[Link]], frozenset[str]] = lambda links: frozenset()
     # the last tick's snapshot: which request nodes run jobs (None: no evidence)
     observed: Callable[[], Snapshot | None] = lambda: None
+    # request id -> why its launch waits, as last logged (a wait is logged when it starts)
+    _waiting: dict[str, str] = field(default_factory=dict, init=False)
 
     def run(self) -> list[str]:
         """One step for every request that is not done; returns the steps' reasons."""
@@ -66,6 +69,8 @@ class RequestKeeper:
             step = progress(view, nodes, now, ended, unused)
             if step.kind == "wait":
                 continue
+            if step.kind == "launch" and self._launch_held(view, snapshot):
+                continue
             lines.append(step.reason)
             leaving += self._apply(view, step, nodes, now)
         if leaving:
@@ -74,6 +79,33 @@ class RequestKeeper:
         for line in lines:
             log.info("%s", line)
         return lines
+
+    def _launch_held(self, view: RequestView, snapshot: Snapshot | None) -> bool:
+        """Whether the request's nodes wait: a pool it is placed in is a baked pool whose
+        image the last tick saw stale, with ``when_stale: hold`` (engine/stale_image.py).
+        The request stays Accepted (its ``valid_until`` still applies); the wait is logged
+        when it starts."""
+        why = self._held_why(view, snapshot)
+        if why is None:
+            self._waiting.pop(view.id, None)
+            return False
+        if self._waiting.get(view.id) != why:
+            self._waiting[view.id] = why
+            log.info("%s", why)
+        return True
+
+    def _held_why(self, view: RequestView, snapshot: Snapshot | None) -> str | None:
+        if snapshot is None:
+            return None
+        live = self.policies()
+        for placed in booked([view], live, self.catalog):
+            team, _, name = placed.pool.partition("/")
+            pool, obs = find_pool(live, team, name), snapshot.pools.get(placed.pool)
+            held = held_for(pool, obs) if pool is not None and obs is not None else None
+            if held is not None:
+                return (f"{view.label()} waits: {placed.pool}: {held}; its nodes launch once "
+                        f"`gpu-autoscaler image bake {placed.pool}` makes one")
+        return None
 
     def _unused(self, view: RequestView, snapshot: Snapshot | None, now: datetime) -> bool:
         """Record a first job on the nodes as the claim; True only when the scheduler read

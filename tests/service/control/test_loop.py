@@ -10,7 +10,7 @@ from autoscaler.fleet.demand_history import DemandHistory, bin_start
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Drain, Hold, Launch, Replace
 from autoscaler.model.progress import NodeProgress
-from autoscaler.model.snapshot import CapacityError, PoolObservation
+from autoscaler.model.snapshot import CapacityError, ImageObservation, PoolObservation
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Market
 from autoscaler.service.control import loop as loop_module
@@ -287,3 +287,46 @@ def test_broken_nodes_held_by_the_unhealthy_budget_show_in_the_metric(kit):
     kit.loop.tick()
     text = kit.loop.metrics.exposition().decode()
     assert 'gpu_autoscaler_unhealthy_budget_held{pool="vision/train"} 0.0' in text
+
+
+class FakeImages:
+    def __init__(self, found: dict[str, ImageObservation] | None = None,
+                 error: Exception | None = None):
+        self.found, self.error, self.calls = found or {}, error, 0
+
+    def observe(self, policies):
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return self.found
+
+
+def test_a_stale_baked_pool_s_image_reaches_the_snapshot_and_its_launches_are_held(tmp_path):
+    write_policy(tmp_path / "policies", "vision", name="train", max_nodes=4,
+                 bootstrap={"image": "baked", "when_stale": "hold"})
+    kit = make_loop(tmp_path)
+    stale = ImageObservation(hash="0123456789ab")
+    kit.loop.images = FakeImages({"vision/train": stale})
+    demand(kit, 1)
+    report = kit.loop.tick()
+    assert report.error is None
+    assert kit.loop.last_snapshot.pools["vision/train"] == PoolObservation(pending=pending(1), image=stale)
+    assert [a.kind for a in report.plan.actions] == ["hold"]
+    assert "no image has bootstrap hash 0123456789ab" in report.plan.actions[0].reason
+    assert kit.executor.submitted and report.created == []
+    kit.store.close()
+
+
+def test_a_failing_image_read_leaves_images_unknown_and_is_logged_once(tmp_path, caplog):
+    write_policy(tmp_path / "policies", "vision", name="train", max_nodes=4,
+                 bootstrap={"image": "baked", "when_stale": "hold"})
+    kit = make_loop(tmp_path)
+    kit.loop.images = FakeImages(error=OSError("roles directory not found"))
+    demand(kit, 1)
+    with caplog.at_level(logging.WARNING, logger="autoscaler.service.control.loop"):
+        first, second = kit.loop.tick(), kit.loop.tick()
+    assert first.error is None and second.error is None
+    assert kit.loop.last_snapshot.pools["vision/train"].image is None
+    assert [a.kind for a in first.plan.actions] == ["launch"]  # unknown: decided as usual
+    assert len([r for r in caplog.records if "roles directory" in r.getMessage()]) == 1
+    kit.store.close()
