@@ -16,10 +16,6 @@ executor as the service wires it (the lifecycle e2e's ``Loop``).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,46 +23,16 @@ from typing import Any
 import pytest
 
 from autoscaler.actuators.terraform.rootmodule import HASH_TAG
-from autoscaler.catalog import default_catalog
-from autoscaler.model.lifecycle import NodeState
-from autoscaler.policy import load_dir
-from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from tests.actuators.terraform_fixtures import needs_terraform
+from tests.e2e.bake_rig import IMAGE_ONLY, S, boot_to_ready, cli, runs, write_policy
 from tests.e2e.test_lifecycle_e2e import Loop
 
 pytestmark = [
     pytest.mark.slow, needs_terraform,
     pytest.mark.skipif(not privileged(), reason="needs root, network namespaces and Slurm"),
 ]
-S = NodeState
-POOL = """\
-  - name: {name}
-    cloud: aws
-    region: us-east-1
-    instance_types: [g4dn.xlarge]
-    capacity: {{on_demand_base: 1, spot_percent: 0}}
-    min_nodes: {floor}
-    max_nodes: 1
-    scale_up: {{pending_jobs: false}}
-    bootstrap: {{timeout: 6m{bootstrap}}}
-    cluster: {{kind: slurm, partition: gpu}}
-"""
-# Tasks of the image-time part only: a node from the baked image never runs them.
-IMAGE_ONLY = {"Pin the NVIDIA driver to its branch", "Blacklist the nouveau driver",
-              "Write the dcgm-exporter counters", "Reboot to load the NVIDIA driver"}
-
-
-def write_policy(directory: Path, floor: int) -> dict[str, TeamPolicy]:
-    directory.mkdir(parents=True, exist_ok=True)
-    text = "apiVersion: gpu-autoscaler/v1\nteam: e2e\npriority: high\npools:\n" + "".join(
-        POOL.format(name=name, floor=floor, bootstrap=extra) for name, extra in (
-            ("baked", ", image: baked, images_kept: 1"), ("cold", "")))
-    (directory / "e2e.yaml").write_text(text)
-    policies, errors = load_dir(directory, default_catalog())
-    assert not errors, errors
-    return policies
 
 
 @pytest.fixture
@@ -74,29 +40,6 @@ def stack(tmp_path: Path) -> Iterator[SandboxStack]:
     write_policy(tmp_path / "policies", 0)
     with SandboxStack(tmp_path / "sandbox", StackOptions(policies_dir=tmp_path / "policies")) as s:
         yield s
-
-
-def cli(stack: SandboxStack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "autoscaler.cli", "image", *args, "e2e/baked",
-                           "--config", str(stack.config_file)],
-                          env={**os.environ, **stack.env(), "COLUMNS": "200"},
-                          capture_output=True, text=True, timeout=600)
-
-
-def runs(stack: SandboxStack) -> dict[str, dict[str, Any]]:
-    """Node -> its bootstrap run: the tags it ran with and the tasks that ran on it."""
-    out = {}
-    for run_dir in sorted((stack.dir / "ansible-runs").glob("*/results.json")):
-        result = json.loads(run_dir.read_text())
-        run_dir = run_dir.parent
-        tasks = set()
-        for line in (run_dir / "events.jsonl").read_text().splitlines():
-            data = json.loads(line).get("event_data") or {}
-            if data.get("task") and json.loads(line).get("event", "").startswith("runner_on_"):
-                tasks.add(data["task"])
-        for node in result["hosts"]:
-            out[node] = {"tags": result.get("tags"), "tasks": tasks, "dir": run_dir}
-    return out
 
 
 def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_one(
@@ -149,12 +92,8 @@ def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_on
     assert hosts[hot.name].read_file(hot.name, "/etc/gpu-autoscaler/user-data-ran")
     assert stack.slurm is not None
     assert [stack.slurm.node_state(n) for n in (hot.name, cold.name)] == ["idle", "idle"]
-    # Boot to ready: from the instance's creation (BOOTSTRAPPING) to READY; the Terraform
-    # applies before it are the same for both.
-    at = {(t.node, t.to_state): t.at for t in loop.store.transitions()}
-    steps = {n: {s: round((at[(n, s)] - at[(n, "REQUESTED")]).total_seconds(), 1)
-                 for s in ("PROVISIONING", "BOOTSTRAPPING", "READY")} for n in (hot.name, cold.name)}
-    hot_s, cold_s = (steps[n]["READY"] - steps[n]["BOOTSTRAPPING"] for n in (hot.name, cold.name))
+    steps = boot_to_ready(loop.store, [hot.name, cold.name])
+    hot_s, cold_s = (steps[n]["boot_to_ready"] for n in (hot.name, cold.name))
     assert hot_s < cold_s, steps
     with capsys.disabled():
         print(f"\nbaked image e2e: boot_to_ready_cold_s={cold_s:.1f} "

@@ -1,0 +1,90 @@
+"""The baked-image scenario on the sandbox stack, shared by its e2e test and
+``benchmarks/bench_warm.py``: a team with a baked pool and a base pool of the same type on
+one Slurm partition, the ``gpu-autoscaler image`` CLI against the stack's service config,
+and what each bootstrap run did (its tags, the tasks that ran)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from autoscaler.catalog import default_catalog
+from autoscaler.fleet.store import FleetStore
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.policy import load_dir
+from autoscaler.policy.models import TeamPolicy
+from autoscaler.sandbox.stack.local import SandboxStack
+
+S = NodeState
+POOL = """\
+  - name: {name}
+    cloud: aws
+    region: us-east-1
+    instance_types: [g4dn.xlarge]
+    capacity: {{on_demand_base: 1, spot_percent: 0}}
+    min_nodes: {floor}
+    max_nodes: 1
+    scale_up: {{pending_jobs: false}}
+    bootstrap: {{timeout: 6m{bootstrap}}}
+    cluster: {{kind: slurm, partition: gpu}}
+"""
+# Tasks of the image-time part only: a node from the baked image never runs them.
+IMAGE_ONLY = {"Pin the NVIDIA driver to its branch", "Blacklist the nouveau driver",
+              "Write the dcgm-exporter counters", "Reboot to load the NVIDIA driver"}
+
+
+def write_policy(directory: Path, floor: int) -> dict[str, TeamPolicy]:
+    directory.mkdir(parents=True, exist_ok=True)
+    text = "apiVersion: gpu-autoscaler/v1\nteam: e2e\npriority: high\npools:\n" + "".join(
+        POOL.format(name=name, floor=floor, bootstrap=extra) for name, extra in (
+            ("baked", ", image: baked, images_kept: 1"), ("cold", "")))
+    (directory / "e2e.yaml").write_text(text)
+    policies, errors = load_dir(directory, default_catalog())
+    assert not errors, errors
+    return policies
+
+
+def cli(stack: SandboxStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autoscaler.cli", "image", *args, "e2e/baked",
+                           "--config", str(stack.config_file)],
+                          env={**os.environ, **stack.env(), "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=600)
+
+
+def runs(stack: SandboxStack) -> dict[str, dict[str, Any]]:
+    """Node -> its bootstrap run: the tags it ran with and the tasks that ran on it. Of a
+    node's runs (a retried attempt, periodic health checks), the one that ran most tasks."""
+    out: dict[str, dict[str, Any]] = {}
+    for run_dir in sorted((stack.dir / "ansible-runs").glob("*/results.json")):
+        result = json.loads(run_dir.read_text())
+        run_dir = run_dir.parent
+        tasks = set()
+        for line in (run_dir / "events.jsonl").read_text().splitlines():
+            data = json.loads(line).get("event_data") or {}
+            if data.get("task") and json.loads(line).get("event", "").startswith("runner_on_"):
+                tasks.add(data["task"])
+        for node in result["hosts"]:
+            if len(tasks) >= len(out.get(node, {}).get("tasks", ())):
+                out[node] = {"tags": result.get("tags"), "tasks": tasks, "dir": run_dir}
+    return out
+
+
+def boot_to_ready(store: FleetStore, names: Iterable[str]) -> dict[str, dict[str, float]]:
+    """Per node, seconds since REQUESTED of its PROVISIONING, BOOTSTRAPPING and READY, and
+    ``boot_to_ready``: from the instance's creation (BOOTSTRAPPING) to READY (the Terraform
+    apply before it is the same for a baked and a cold node). The newest life of each name."""
+    at = {(t.node, t.to_state): t.at for t in store.transitions()}
+    out = {}
+    for n in names:
+        steps = {s: round((at[(n, s)] - at[(n, "REQUESTED")]).total_seconds(), 1)
+                 for s in ("PROVISIONING", "BOOTSTRAPPING", "READY")}
+        out[n] = {**steps, "boot_to_ready": round(steps["READY"] - steps["BOOTSTRAPPING"], 1)}
+    return out
+
+
+__all__ = ["IMAGE_ONLY", "S", "boot_to_ready", "cli", "runs", "write_policy"]
