@@ -1,21 +1,21 @@
-"""``decide()``: the whole engine. Pure: no I/O, no clock, no randomness.
+"""``decide()``: the whole engine's flow. Pure: no I/O, no clock, no randomness.
 
 Rules run in the order of DESIGN.md "Decisions": stale data freezes scale-down, demand
 first, capacity mix and fallback, quotas and priority, then scale-down, health and
-lifetime. Every action carries a reason naming the numbers that triggered it.
+lifetime. Every action carries a reason naming the numbers that triggered it. The nodes
+of removed pools are decided in removed_pools.py; the Plan's records are made in
+plan_parts.py.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from itertools import groupby
 from typing import Any, TypeVar
 
 from autoscaler.catalog import Catalog, default_catalog
-from autoscaler.engine import long_jobs, placement, preempt, return_to_spot
+from autoscaler.engine import long_jobs, placement, plan_parts, preempt, removed_pools, return_to_spot
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
 from autoscaler.engine.forecast_floor import raise_floor, raise_headroom
 from autoscaler.engine.held import keep_held
@@ -36,8 +36,7 @@ from autoscaler.engine.scale_up import TRIGGER_ORDER, Growth, NewNode, grow
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.stale_image import held_for, hold_stale
 from autoscaler.engine.survey import survey
-from autoscaler.model.lifecycle import IN_FLIGHT, OUT_OF_SERVICE, NodeState
-from autoscaler.model.node import FleetView, Node
+from autoscaler.model.node import FleetView
 from autoscaler.model.plan import (
     Action,
     CancelDrain,
@@ -45,7 +44,6 @@ from autoscaler.model.plan import (
     Hold,
     Launch,
     Plan,
-    PoolSummary,
     Replace,
     Terminate,
 )
@@ -140,17 +138,18 @@ class _Decision:
         for ctx in self.contexts:
             self._isolated([ctx], "clean-up", self._terminate, ctx, growth[ctx.key])
             self._isolated([ctx], "the job report", self._report_jobs, ctx)
-        self._orphans()
+        self.actions += removed_pools.actions(self.orphans, self.policies, self.snapshot, self.settings)
         if self.placement_error is not None:
             self.actions += [Hold(pool=c.key, what="scale-up", reason=(
                 f"{c.key}: its pending jobs stay here, not compared with the rest of its "
                 f"placement group: {self.placement_error}")) for c in self.contexts
                 if any(len(j.options) > 1 for j in c.obs.pending)]
-        actions = hold_stale(self._without_failed(), {c.key: (c.pool, c.obs) for c in self.contexts})
+        actions = hold_stale(plan_parts.without_failed(self.actions, self.contexts),
+                             {c.key: (c.pool, c.obs) for c in self.contexts})
         return Plan(decided_at=self.now,
                     actions=keep_held(actions, self.snapshot.held),
-                    pools=self._summaries(growth), unserved=self.unserved,
-                    placements=self.placements)
+                    pools=plan_parts.summaries(self.contexts, self.launched, growth, self.broken_held),
+                    unserved=self.unserved, placements=self.placements)
 
     # -- per-pool isolation --------------------------------------------------------
     def _isolated(self, ctxs: list[PoolContext], what: str, rule: Callable[..., T],
@@ -170,14 +169,6 @@ class _Decision:
             for ctx in live:
                 ctx.error = rule_error(what, exc)
             return None
-
-    def _without_failed(self) -> list[Action]:
-        failed = {c.key: c.error for c in self.contexts if c.error is not None}
-        out = [a for a in self.actions if a.pool not in failed]
-        out += [Hold(pool=key, what="all", reason=f"{key}: nothing decided for this pool this "
-                     f"tick (its nodes are kept as they are): {error}")
-                for key, error in failed.items()]
-        return out
 
     def _over_quota(self, team: str, team_ctxs: list[PoolContext]) -> None:
         ok = [c for c in team_ctxs if c.error is None]
@@ -258,7 +249,7 @@ class _Decision:
             if new.trigger == "pending" and self.ledger.fleet_blocks(ctx.team, gpus, usd):
                 self.blocked[ctx.key] = self.blocked.get(ctx.key, 0) + gpus
         self.launched[ctx.key] = [] if held else admitted
-        self.actions += _launches(ctx.key, admitted)
+        self.actions += plan_parts.launches(ctx.key, admitted)
         for why in g.holds + sorted(set(refusals)):
             self.actions.append(Hold(pool=ctx.key, what="scale-up", reason=f"{ctx.key}: {why}"))
         return g
@@ -379,93 +370,8 @@ class _Decision:
     def _report_jobs(self, ctx: PoolContext) -> None:
         self.actions += long_jobs.reports(ctx, self.now, self.settings.long_job_release_exempt)
 
-    def _orphans(self) -> None:
-        """Nodes of pools no policy defines: kept unless drain_removed_pools, and even then
-        never on absence of evidence and never faster than the removed-pool budgets."""
-        frozen = self._orphans_frozen()
-        fleet_left = self.settings.removed_pool_drains_per_tick
-        for key, group in groupby(self.orphans, key=lambda n: n.pool_key):
-            nodes = list(group)
-            if not self.settings.drain_removed_pools:
-                self.actions.append(Hold(
-                    pool=key, what="scale-down",
-                    reason=(f"{key}: no policy defines this pool any more; its {len(nodes)} node(s) "
-                            "are kept until drain_removed_pools is enabled")))
-                continue
-            if frozen is not None:
-                self.actions.append(Hold(pool=key, what="scale-down", reason=(
-                    f"{key}: the pool's policy was removed, but its {len(nodes)} node(s) are "
-                    f"kept: {frozen}")))
-                continue
-            fleet_left -= self._drain_orphans(key, nodes, fleet_left)
-
-    def _orphans_frozen(self) -> str | None:
-        """Why no removed pool may lose a node this tick, or None."""
-        if not self.policies:
-            return ("no policy is loaded at all (an empty or unreadable policy directory is "
-                    "taken as a mistake, not as the removal of every team)")
-        if self.snapshot.missing:
-            return f"signals are missing ({', '.join(sorted(self.snapshot.missing))})"
-        return None
-
-    def _drain_orphans(self, key: str, nodes: list[Node], fleet_left: int) -> int:
-        """Drain/terminate within the pool's share and the fleet-wide count; returns the
-        removals used."""
-        why = f"{key}: the pool's policy was removed and drain_removed_pools is on"
-        leaving = sum(n.state is NodeState.DRAINING for n in nodes)
-        share = max(1, math.floor(len(nodes) * self.settings.removed_pool_drain_percent / 100))
-        left = min(share - leaving, fleet_left)
-        used, kept = 0, 0
-        for node in nodes:
-            removes = node.state is NodeState.READY or node.state in IN_FLIGHT
-            if removes and used >= left:
-                kept += 1
-                continue
-            if node.state is NodeState.READY:
-                self.actions.append(Drain(pool=key, node=node.name, trigger="pool-removed", reason=why))
-            elif node.state in IN_FLIGHT or node.state in OUT_OF_SERVICE:
-                self.actions.append(Terminate(pool=key, node=node.name, reason=why))
-            used += removes
-        if kept:
-            self.actions.append(Hold(pool=key, what="scale-down", reason=(
-                f"{key}: {kept} node(s) of the removed pool wait: at most "
-                f"{self.settings.removed_pool_drain_percent}% of it drains at once "
-                f"({leaving} draining) and {self.settings.removed_pool_drains_per_tick} "
-                "removed-pool node(s) leave per tick fleet-wide")))
-        return used
-
-    def _summaries(self, growth: dict[str, Growth]) -> dict[str, PoolSummary]:
-        out = {}
-        for ctx in self.contexts:
-            new = self.launched.get(ctx.key, [])
-            out[ctx.key] = PoolSummary(
-                nodes=ctx.size + len(new),
-                gpus=ctx.active_gpus + sum(n.offer.gpus for n in new),
-                hourly_usd=round(ctx.billable_usd + sum(n.offer.hourly_usd for n in new), 4),
-                floor=ctx.floor,
-                util_mean=ctx.util_mean(),
-                pending_gpus=growth[ctx.key].pending_gpus,
-                data_missing=ctx.data_missing,
-                error=ctx.error,
-                broken_held=len(ctx.sick) if self.broken_held is not None else 0,
-            )
-        return out
-
 
 def _wants(g: Growth) -> bool:
     """Whether the pool's pending jobs or floors want capacity this tick."""
     return bool(g.new or g.cancels or g.has_demand)
 
-
-def _launches(key: str, new: list[NewNode]) -> list[Launch]:
-    out = []
-    for (offer, trigger, why, fallback), group in groupby(
-            new, key=lambda n: (n.offer, n.trigger, n.why, n.fallback_from_spot)):
-        items = list(group)
-        out.append(Launch(
-            pool=key, instance_type=offer.instance_type, market=offer.market, zone=offer.zone,
-            count=len(items), gpus_per_node=offer.gpus, hourly_usd=offer.hourly_usd, trigger=trigger,
-            replaces=sorted({r for n in items for r in n.replaces}), fallback_from_spot=fallback,
-            reason=f"{key}: {why}; launching {len(items)} x {offer.describe()}",
-        ))
-    return out

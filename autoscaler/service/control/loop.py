@@ -40,13 +40,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Protocol, TypeVar
 
-from autoscaler.actuators.terraform.rootmodule import BakedImage
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.catalog import Catalog
 from autoscaler.engine import EngineSettings, Plan, decide
@@ -55,18 +52,34 @@ from autoscaler.fleet.queries import next_seq_by_pool
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.clock import utc_now
 from autoscaler.model.lifecycle import BILLABLE, StateLimits
-from autoscaler.model.node import FleetView, Node
+from autoscaler.model.node import FleetView
 from autoscaler.model.plan import Hold
-from autoscaler.model.snapshot import CapacityError, ForecastFloor, ImageObservation, Snapshot
-from autoscaler.model.snapshot_parts import Observed, PriceView, assemble
+from autoscaler.model.snapshot import ForecastFloor, ImageObservation, Snapshot
+from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.config.reload import PolicyReloader
 from autoscaler.service.control.backoff import launch_backoffs
+from autoscaler.service.control.collaborators import (
+    ExecutorLike,
+    HeldNodes,
+    ImagesLike,
+    PreviewImages,
+    PricesLike,
+    ReconcilerLike,
+    SignalsLike,
+)
 from autoscaler.service.control.leader import Leadership
 from autoscaler.service.control.preview import preview
 from autoscaler.service.control.reconciler import ReconcileReport
+from autoscaler.service.control.tick_report import (
+    StageTime,
+    TickError,
+    TickReport,
+    advance_lines,
+    describe_stages,
+    run_stage,
+)
 from autoscaler.service.executor.advance import AdvanceReport
-from autoscaler.service.executor.operations import Operation
 from autoscaler.service.executor.settings import ExecutorSettings
 from autoscaler.service.http.status import LoopState, describe_action
 from autoscaler.service.observe.forecasts import PoolForecasts
@@ -74,110 +87,12 @@ from autoscaler.service.observe.metrics import ServiceMetrics
 from autoscaler.service.observe.metrics_fleet import FleetObserver
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 ACTIVITY = 20  # activity lines kept for /status and the demo's view
 
-
-def advance_lines(advance: AdvanceReport) -> list[str]:
-    """What an executor report did, in a few lines (applies, bootstraps, errors)."""
-    lines = []
-    for a in advance.applies:
-        done = [f"created {', '.join(a.created)}" if a.created else "",
-                f"destroyed {', '.join(a.destroyed)}" if a.destroyed else "",
-                f"failed {', '.join(a.failed)}" if a.failed else ""]
-        what = "; ".join(d for d in done if d) or "no change"
-        lines.append(f"terraform apply {a.pool}: {what} ({a.seconds:.0f}s)")
-    if advance.bootstrapped:
-        lines.append(f"ansible bootstrapped {', '.join(advance.bootstrapped)}")
-    for node, why in advance.bootstrap_failed.items():
-        lines.append(f"ansible failed on {node}: {why.splitlines()[0][:160]}")
-    return lines
-
-
-class ExecutorLike(Protocol):
-    def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]: ...
-
-    def advance(self, snapshot: Snapshot | None = None) -> AdvanceReport: ...
-
-    def running(self) -> list[Operation]: ...
-
-    def wait(self, timeout: float) -> bool: ...
-
-    def stop_bootstraps(self) -> None: ...
-
-
-class ReconcilerLike(Protocol):
-    def run(self, snapshot: Observed | None = None) -> ReconcileReport: ...
-
-
-class SignalsLike(Protocol):
-    def read(self, policies: Mapping[str, TeamPolicy], fleet_nodes: Sequence[Node],
-             now: datetime) -> Observed: ...
-
-
-class ImagesLike(Protocol):
-    def observe(self, policies: Mapping[str, TeamPolicy]) -> Mapping[str, ImageObservation]: ...
-
-
-class PricesLike(Protocol):
-    def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceView: ...
-
-    def record_capacity_error(self, error: CapacityError) -> None: ...
-
-
-# (fleet nodes, now) -> node -> the capacity request holding it (request_keeper.py)
-HeldNodes = Callable[[Sequence[Node], datetime], Mapping[str, str]]
-# The tick's policies -> pool key -> the BakedImage of each baked pool (base pools absent).
-PreviewImages = Callable[[Mapping[str, TeamPolicy]], Mapping[str, BakedImage]]
-
-
-class TickError(Exception):
-    def __init__(self, stage: str, cause: BaseException):
-        super().__init__(f"{stage}: {type(cause).__name__}: {cause}")
-        self.stage = stage
-        self.cause = cause
-
-
-@dataclass(frozen=True)
-class StageTime:
-    """What one stage of a tick took: wall seconds and the tick thread's CPU seconds (the
-    difference is waiting: the database, the cloud, other threads, the machine's load)."""
-
-    seconds: float = 0.0
-    cpu_seconds: float = 0.0
-
-    def __add__(self, other: StageTime) -> StageTime:
-        return StageTime(self.seconds + other.seconds, self.cpu_seconds + other.cpu_seconds)
-
-
-def describe_stages(stages: Mapping[str, StageTime]) -> str:
-    """``reconcile 20.1s (cpu 0.4s), submit 8.0s (cpu 6.1s), ...``, slowest first."""
-    return ", ".join(f"{name} {t.seconds:.1f}s (cpu {t.cpu_seconds:.1f}s)" for name, t in
-                     sorted(stages.items(), key=lambda kv: -kv[1].seconds))
-
-
-@dataclass
-class TickReport:
-    started_at: datetime
-    leader: bool = False
-    plan_id: int | None = None
-    plan: Plan | None = None
-    created: list[str] = field(default_factory=list)
-    advance: AdvanceReport | None = None
-    reconcile: ReconcileReport | None = None
-    stopped_early: bool = False
-    error: TickError | None = None
-    stages: dict[str, StageTime] = field(default_factory=dict)  # in the order they ran
-
-    @contextmanager
-    def timed(self, stage: str) -> Iterator[None]:
-        """Add what the block takes to ``stages[stage]`` (also when it raises)."""
-        wall, cpu = time.monotonic(), time.thread_time()
-        try:
-            yield
-        finally:
-            took = StageTime(time.monotonic() - wall, time.thread_time() - cpu)
-            self.stages[stage] = self.stages.get(stage, StageTime()) + took
+# Its public names before tick_report.py and collaborators.py took their code: importers keep them.
+__all__ = ["ACTIVITY", "ExecutorLike", "HeldNodes", "ImagesLike", "PreviewImages", "PricesLike",
+           "ReconcilerLike", "ServiceLoop", "SignalsLike", "StageTime", "TickError", "TickReport",
+           "advance_lines", "describe_stages"]
 
 
 class ServiceLoop:
@@ -247,7 +162,7 @@ class ServiceLoop:
             return report
 
     def _run(self, report: TickReport) -> None:
-        stage = self._stage
+        stage = run_stage
         report.leader = stage(report, "leader", self.leadership.renew)
         self.metrics.leader.set(1 if report.leader else 0)
         reload = stage(report, "reload", self.reloader.refresh)
@@ -289,17 +204,6 @@ class ServiceLoop:
         self._feed_capacity_errors(report.advance)
         self._note(advance_lines(report.advance))
         self.count_step_errors(report.advance.step_errors, report.advance.errors)
-
-    @staticmethod
-    def _stage(report: TickReport, stage: str, fn: Callable[[], T],
-               timed_as: str | None = None) -> T:
-        """Run ``fn`` timed into ``report.stages`` (as ``timed_as``, else ``stage``); an
-        exception becomes a :class:`TickError` of ``stage`` (the tick_errors label)."""
-        with report.timed(timed_as or stage):
-            try:
-                return fn()
-            except Exception as exc:
-                raise TickError(stage, exc) from exc
 
     def _should_stop(self, report: TickReport) -> bool:
         if self.stopping:
