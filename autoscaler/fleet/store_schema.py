@@ -10,8 +10,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from autoscaler.fleet import schema
+from autoscaler.fleet.database import make_engine
 from autoscaler.fleet.schema import SchemaState
-from autoscaler.fleet.store import StoreUnavailableError, make_engine
+from autoscaler.fleet.store import StoreUnavailableError
 
 T = TypeVar("T")
 
