@@ -30,6 +30,7 @@ POOL = """\
     min_nodes: {floor}
     max_nodes: 1
     scale_up: {{pending_jobs: false}}
+    scale_down: {{gpu_utilization_below: 10, idle_for: 1s, cooldown: 1s, max_draining_percent: 100}}
     bootstrap: {{timeout: 6m{bootstrap}}}
     cluster: {{kind: slurm, partition: gpu}}
 """
