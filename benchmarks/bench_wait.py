@@ -1,0 +1,300 @@
+"""Benchmark (issue 33): p95 job wait and cost of ours against the Cluster-Autoscaler-like
+baseline on every window, seed, spot market and policy variant, not only on bench_sim's.
+
+    python benchmarks/bench_wait.py [--data DIR] [--windows all] [--seeds 0,1,2] [--spot all]
+                                    [--variants base,fallback,predictive] [--cross] [--workers 2]
+
+Each row replays one case twice over the same jobs, spot market and seed: ours (decide()
+with benchmarks/policies) and the CA-like baseline (``ca_like``) under the same market
+rules. Cases (``--windows``, ``--seeds``, ``--spot``, ``--variants`` select subsets):
+
+* windows: ``pod:A-B``, the default pod list (bench_sim's file) in 20-day windows from
+  day 0 (0-20, 20-40, ..., 140-149; the trace ends during day 149), jobs of ``load_pod_list``;
+  ``genai:K``, the GenAI duty-cycle data. It is **not a job trace**: 143 containers, each a
+  60 s duty-cycle series over the same ~22.8 h, none arriving or leaving as jobs do. The
+  replay uses it as the jobs' GPU use (as bench_sim does: each job draws a series and an
+  offset from the seed), which is what the idle and utilization rules read. So its windows
+  are its 6-hour slices (K = 0..3: samples [360K, 360K + 360) of every series; the last is
+  4.8 h), each replayed as the duty cycles of the reference pod window (``REF_WINDOW``,
+  pod:120-140, the busiest). Pod windows use the whole duty-cycle data.
+* seeds: ``SimConfig.seed`` (job-to-duty-series draw, boot times, interruption draws).
+* spot markets: every SkyPilot trace under ``spot-traces-skypilot``, one market per
+  (folder, region, file suffix), e.g. ``availability/1-node/aws-10-26-2022:us-west-2:v100_1``
+  (17 markets; a folder with several instance kinds per zone gives one market each). The
+  trace's zones, in name order, stand for the bench pool's first zones (us-east-1a, c, d,
+  f; the pool keeps only that many), prices stay the pool's (us-east-1 list, the same as
+  us-east-2 and us-west-2 for p3);
+  any non-zero value is "no spot capacity" (sim/spot.py's reading, also for the preemption
+  and 16-node traces, whose values count instances). The default market is bench_sim's
+  (``availability/1-node/aws-02-15-2023:us-east-1:v100_1``).
+* variants: ``base``, the bench policy as is (``spot_fallback: none``) against ``ca_like``
+  with the same rule; ``fallback``, bench_spot's variant (``spot_fallback: on-demand``,
+  ``return_to_spot`` as in the policy file, ``headroom_gpus: 1``) against CA-like with
+  the same on-demand fallback (bench_spot's ``ca_like_fallback``); ``predictive``, the
+  bench policy with ``predictive: {mode: scale}`` (bench_predictive's strategy, trained on
+  the pod list before the window) against the base CA-like.
+
+The default matrix is a star around the reference case, not the full product (which
+``--cross`` replays: 8+4 windows x 3 seeds x 17 markets x 3 variants, GenAI windows without
+predictive: ~1,600 cases, ~14 h here; one case takes ~30 s of wall time with 2 workers):
+every window x every seed on the default market, variant base; every market on the
+reference window, seed 0, variant fallback (a spot-only policy never runs a job on a
+market that is always dry, e.g. the GCP preemption trace); every non-base variant on
+every pod window, seed 0, default market: 68 cases, ~35 min on the shared 2-core machine,
+so under the issue's 30 minutes only in parts (benchmarks/README.md#bench_wait gives
+three commands whose cases add up to the default's). With ``--variants base`` alone the
+market axis replays ``base`` instead of ``fallback``: pass ``--spot`` to restrict it.
+(``--seed`` comes with bench_sim's shared parser and is not read here: use ``--seeds``.)
+Rows are printed as they finish (stderr), then the table in order, then the last line::
+
+    windows=<n> p95_le_ca_windows=<m> cost_le_ca_windows=<k> worst_p95_ratio=<r>
+    worst_cost_ratio=<c> spot_cost_per_delivered_vs_ca_fallback=<s>
+
+(one line). n: rows; m: rows where ours' p95 job wait (bench_sim's: arrival to first
+start, jobs arriving in the window) <= CA-like's; k: rows where ours' total cost (USD,
+every node billed from launch request to termination) <= CA-like's; r, c: the largest
+ours / CA-like ratio of p95 wait and of cost over the rows (0 / 0 counts as 1.0, x / 0 as
+inf); s: over the ``fallback`` rows, the largest ratio of ours' cost per delivered
+GPU-hour to CA-like-with-fallback's (``StrategyResult.cost_per_delivered``, bench_sim's:
+the whole bill, spot plus fallback on-demand, over the GPU-hours of job progress made in
+the window), nan without fallback rows. Targets (issue 33): m == n, k == n, r <= 1.0,
+c <= 1.0, s <= 0.6.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_sim
+import bench_spot
+
+from autoscaler.catalog import default_catalog
+from autoscaler.policy import load_policies
+from autoscaler.policy.models import Pool, Predictive, TeamPolicy
+from autoscaler.sim.replay import Replay, SimConfig
+from autoscaler.sim.results import StrategyResult, summarize
+from autoscaler.sim.run import build_strategies, select_pool
+from autoscaler.sim.spot import SpotMarket, ZoneTrace, load_spot_traces
+from autoscaler.traces import DAY, DutyCycles, Workload, load_duty_cycles, load_pod_list
+
+WINDOW_DAYS = 20
+DUTY_WINDOW_SAMPLES = 360  # 6 h of 60 s samples
+REF_WINDOW = "pod:120-140"
+REF_MARKET = "availability/1-node/aws-02-15-2023:us-east-1:v100_1"
+VARIANTS = ("base", "fallback", "predictive")
+SPOT_ROOT = "spot-traces-skypilot"
+
+
+@dataclass(frozen=True)
+class Case:
+    window: str
+    seed: int
+    market: str
+    variant: str
+
+
+@dataclass(frozen=True)
+class Row:
+    case: Case
+    ours: StrategyResult
+    ca: StrategyResult
+
+    def ratio(self, what: str) -> float:
+        x, y = getattr(self.ours, what), getattr(self.ca, what)
+        if x is None or y is None:
+            return math.inf
+        return x / y if y else (1.0 if not x else math.inf)
+
+
+@dataclass
+class Inputs:
+    """Everything a replay reads, loaded once before the workers fork."""
+
+    data: Path
+    team: TeamPolicy
+    pool: Pool
+    duty: DutyCycles
+    markets: dict[str, list[Path]]
+
+
+INPUTS: Inputs | None = None  # set in main() before the process pool forks
+
+
+def pod_windows(data: Path) -> list[str]:
+    end = load_pod_list(data / bench_sim.POD_LIST).trace_end / DAY
+    return [f"pod:{d}-{min(d + WINDOW_DAYS, math.floor(end))}" for d in range(0, math.ceil(end), WINDOW_DAYS)]
+
+
+def duty_window(duty: DutyCycles, k: int) -> DutyCycles:
+    lo = k * DUTY_WINDOW_SAMPLES
+    cut = [s[lo:lo + DUTY_WINDOW_SAMPLES] for s in duty.series]
+    return DutyCycles(series=tuple(s for s in cut if len(s) >= 10), step=duty.step)
+
+
+def duty_windows(duty: DutyCycles) -> list[str]:
+    longest = max(len(s) for s in duty.series)
+    return [f"genai:{k}" for k in range(math.ceil(longest / DUTY_WINDOW_SAMPLES))
+            if any(len(s) >= k * DUTY_WINDOW_SAMPLES + 10 for s in duty.series)]
+
+
+def spot_markets(root: Path) -> dict[str, list[Path]]:
+    """(folder, region, suffix) -> its zone files; the zone is the name up to the first ``_``."""
+    out: dict[str, list[Path]] = {}
+    for f in sorted(root.rglob("*.json")):
+        zone, _, suffix = f.stem.partition("_")
+        region = zone[:-1].rstrip("-")
+        out.setdefault(f"{f.parent.relative_to(root)}:{region}:{suffix}", []).append(f)
+    return out
+
+
+def market_for(files: list[Path], pool: Pool) -> tuple[SpotMarket, Pool]:
+    """The market with its zones renamed to the pool's first zones, and the pool cut to them."""
+    traces = [t for f in files for t in load_spot_traces(f).zones.values()]
+    zones = list(pool.zones)[:len(traces)]
+    renamed = {z: ZoneTrace(zone=z, gap=t.gap, unavailable=t.unavailable)
+               for z, t in zip(zones, traces, strict=False)}
+    return SpotMarket(zones=renamed), pool.model_copy(update={"zones": zones})
+
+
+def workload_for(inputs: Inputs, window: str, variant: str) -> tuple[Workload, DutyCycles]:
+    kind, _, name = window.partition(":")
+    if kind == "genai":
+        window, duty = REF_WINDOW, duty_window(inputs.duty, int(name))
+    else:
+        duty = inputs.duty
+    lo, hi = (float(x) for x in window.partition(":")[2].split("-"))
+    workload = load_pod_list(inputs.data / bench_sim.POD_LIST, lo, hi - lo)
+    if variant == "predictive":
+        workload.before = load_pod_list(inputs.data / bench_sim.POD_LIST, 0, lo).jobs if lo > 0 else []
+    return workload, duty
+
+
+def replay(case: Case, side: str) -> StrategyResult:
+    """One side of a case: ``ours`` (the variant) or ``ca`` (CA-like under the same rules)."""
+    if INPUTS is None:
+        raise RuntimeError("bench_wait: inputs not loaded")
+    workload, duty = workload_for(INPUTS, case.window, case.variant)
+    spot, pool = market_for(INPUTS.markets[case.market], INPUTS.pool)
+    team, catalog, config = INPUTS.team, default_catalog(), SimConfig(seed=case.seed)
+    if case.variant == "fallback":
+        name = "ours" if side == "ours" else "ca_like_fallback"
+        return bench_spot.replay(name, workload, team, pool, config, spot, duty)
+    name = "ca_like"
+    if side == "ours":
+        name = "predictive" if case.variant == "predictive" else "ours"
+        if case.variant == "predictive":
+            pool = pool.model_copy(update={"predictive": Predictive(mode="scale")})
+            team = team.model_copy(update={"pools": [pool]})
+    strategy = build_strategies([name], team, pool, catalog, workload, config)[0]
+    run = Replay(workload, pool, catalog, config, strategy, spot=spot, duty=duty)
+    run.run()
+    return summarize(run)
+
+
+def cases(windows: Sequence[str], seeds: Sequence[int], markets: Sequence[str], variants: Sequence[str],
+          cross: bool) -> list[Case]:
+    if cross:
+        out = [Case(w, s, m, v) for v in variants for m in markets for w in windows for s in seeds
+               if not (v == "predictive" and w.startswith("genai:"))]
+        return out
+    ref_seed = seeds[0]
+    out = []
+    if "base" in variants:
+        out += [Case(w, s, REF_MARKET, "base") for w in windows for s in seeds]
+    spot_variant = "fallback" if "fallback" in variants else variants[0]
+    out += [Case(REF_WINDOW, ref_seed, m, spot_variant) for m in markets
+            if m != REF_MARKET or spot_variant != "base"]
+    out += [Case(w, ref_seed, REF_MARKET, v) for v in variants if v != "base" for w in windows
+            if w.startswith("pod:") and not (v == spot_variant and w == REF_WINDOW)]
+    return list(dict.fromkeys(out))
+
+
+def _fmt_ratio(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.3f}"
+
+
+def row_line(r: Row) -> str:
+    c = r.case
+    return (f"| {c.window} | {c.seed} | {c.market} | {c.variant} | {r.ours.wait_p95_s:,.0f} / "
+            f"{r.ca.wait_p95_s:,.0f} s ({_fmt_ratio(r.ratio('wait_p95_s'))}) | ${r.ours.cost_usd:,.0f} / "
+            f"${r.ca.cost_usd:,.0f} ({_fmt_ratio(r.ratio('cost_usd'))}) | "
+            f"{r.ours.delivered_share:.1%} / {r.ca.delivered_share:.1%} |")
+
+
+def summary(rows: list[Row]) -> str:
+    p95 = [r.ratio("wait_p95_s") for r in rows]
+    cost = [r.ratio("cost_usd") for r in rows]
+    spot = [r.ratio("cost_per_delivered") for r in rows if r.case.variant == "fallback"]
+    s = _fmt_ratio(max(spot)) if spot else "nan"
+    return (f"windows={len(rows)} p95_le_ca_windows={sum(x <= 1.0 for x in p95)} "
+            f"cost_le_ca_windows={sum(x <= 1.0 for x in cost)} "
+            f"worst_p95_ratio={_fmt_ratio(max(p95, default=1.0))} "
+            f"worst_cost_ratio={_fmt_ratio(max(cost, default=1.0))} "
+            f"spot_cost_per_delivered_vs_ca_fallback={s}")
+
+
+def _pick(arg: str, known: list[str], what: str) -> list[str]:
+    if arg == "all":
+        return known
+    picked = [k for a in arg.split(",") for k in known if k == a or k.startswith(a)]
+    if not picked:
+        raise SystemExit(f"--{what} {arg!r} matches none of: {', '.join(known)}")
+    return list(dict.fromkeys(picked))
+
+
+def main() -> int:
+    global INPUTS
+    parser = bench_sim.trace_parser(__doc__)
+    parser.add_argument("--windows", default="all",
+                        help="comma-separated prefixes (pod:120-140, genai, pod) or all")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--spot", default="all",
+                        help="comma-separated market prefixes (see the docstring) or all")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--cross", action="store_true", help="the full product of the selected axes")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    console = Console(stderr=True, width=200)
+    began = time.perf_counter()
+    catalog = default_catalog()
+    team, pool, _ = select_pool(load_policies(args.policies, catalog), None)
+    duty = load_duty_cycles(args.data / bench_sim.DUTY)
+    INPUTS = Inputs(data=args.data, team=team, pool=pool, duty=duty,
+                    markets=spot_markets(args.data / SPOT_ROOT))
+    windows = _pick(args.windows, pod_windows(args.data) + duty_windows(duty), "windows")
+    markets = _pick(args.spot, list(INPUTS.markets), "spot")
+    variants = _pick(args.variants, list(VARIANTS), "variants")
+    todo = cases(windows, [int(s) for s in args.seeds.split(",")], markets, variants, args.cross)
+    console.print(f"{len(todo)} cases, {2 * len(todo)} replays, {args.workers} workers")
+    results: dict[tuple[Case, str], StrategyResult] = {}
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as ex:
+        futures = {ex.submit(replay, c, side): (c, side) for c in todo for side in ("ours", "ca")}
+        for fut in as_completed(futures):
+            c, side = futures[fut]
+            results[(c, side)] = fut.result()
+            if (c, "ours") in results and (c, "ca") in results:
+                console.print(f"[{time.perf_counter() - began:,.0f} s] "
+                              f"{row_line(Row(c, results[(c, 'ours')], results[(c, 'ca')]))}")
+    rows = [Row(c, results[(c, "ours")], results[(c, "ca")]) for c in todo]
+    print("| window | seed | spot market | variant | p95 wait ours / CA-like | cost ours / CA-like | "
+          "delivered ours / CA-like |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(row_line(r))
+    console.print(f"wall {time.perf_counter() - began:,.0f} s")
+    print(summary(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
