@@ -6,6 +6,8 @@ fleet, zero moto instances and a teardown that leaves no process or namespace be
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections import defaultdict
 
 import pytest
@@ -25,7 +27,9 @@ class Watcher:
 
     def __init__(self) -> None:
         self.slurm_states: dict[str, set[str]] = defaultdict(set)
-        # name -> the namespace's inode: slot names are reused by other runs on this machine
+        # name -> an open descriptor of the namespace. Slot names are reused by runs in
+        # parallel, and so are namespace inode numbers once a namespace is freed: holding it
+        # open keeps its number from going to another run's namespace of the same name.
         self.namespaces: dict[str, int] = {}
         self.children: set[Proc] = set()
         self.booted: dict[str, tuple[int, str]] = {}  # node -> (boots, user_data marker)
@@ -35,8 +39,9 @@ class Watcher:
         if stack is None or run.service is None:
             return
         for name in stack.state.namespaces:
-            if name not in self.namespaces and (netns.NETNS_DIR / name).exists():
-                self.namespaces[name] = (netns.NETNS_DIR / name).stat().st_ino
+            if name not in self.namespaces:
+                with contextlib.suppress(FileNotFoundError):
+                    self.namespaces[name] = os.open(netns.NETNS_DIR / name, os.O_RDONLY)
         self.children |= set(stack.state.children)
         for node in run.service.store.nodes():
             if stack.slurm is not None and node.state.value in ("READY", "DRAINING"):
@@ -48,6 +53,19 @@ class Watcher:
                 marker = host.run(node.name, ["cat", "/etc/gpu-autoscaler/user-data-ran"],
                                   check=False).stdout
                 self.booted[node.name] = (host.boots(node.name), marker)
+
+    def left_behind(self) -> list[str]:
+        """Names still bound to the namespace this run created; closes the descriptors."""
+        left = []
+        for name, fd in self.namespaces.items():
+            try:
+                if (netns.NETNS_DIR / name).stat().st_ino == os.fstat(fd).st_ino:
+                    left.append(name)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(fd)
+        return left
 
 
 @pytest.mark.skipif(not privileged(), reason="needs root (Slurm, booted test hosts)")
@@ -89,9 +107,6 @@ def test_demo_scales_up_on_load_and_back_to_an_empty_fleet(tmp_path):
     finally:
         run.stop()
     assert watcher.namespaces, "the SSH hosts lived in network namespaces"
-    for name, inode in watcher.namespaces.items():
-        path = netns.NETNS_DIR / name
-        # Another run may have taken the freed slot name since: only the same namespace counts.
-        assert not (path.exists() and path.stat().st_ino == inode), f"namespace {name} left behind"
+    assert watcher.left_behind() == [], "namespaces left behind"
     left = [p for p in watcher.children if alive(p)]
     assert left == [], f"processes left behind: {left}"
