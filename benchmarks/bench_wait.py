@@ -45,6 +45,12 @@ so under the issue's 30 minutes only in parts (benchmarks/README.md#bench_wait g
 three commands whose cases add up to the default's). With ``--variants base`` alone the
 market axis replays ``base`` instead of ``fallback``: pass ``--spot`` to restrict it.
 (``--seed`` comes with bench_sim's shared parser and is not read here: use ``--seeds``.)
+
+``--ablate KEY=VALUE`` (repeatable) changes ours' side only, to find which cause explains
+which share of the gap (issue 33 item 2; CA-like is replayed unchanged): ``tick=SECONDS``
+(how often decide() runs; CA-like scans every 10 s), ``backoff=DURATION`` (the pool's
+``capacity_error_backoff``), ``types=A,B`` (the pool's instance types: node size against
+interruption exposure), ``max_step=N``. The ablation is printed before the rows.
 Rows are printed as they finish (stderr), then the table in order, then the last line::
 
     windows=<n> p95_le_ca_windows=<m> cost_le_ca_windows=<k> worst_p95_ratio=<r>
@@ -68,7 +74,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -80,6 +86,7 @@ import bench_spot
 
 from autoscaler.catalog import default_catalog
 from autoscaler.policy import load_policies
+from autoscaler.policy.duration import parse_duration
 from autoscaler.policy.models import Pool, Predictive, TeamPolicy
 from autoscaler.sim.replay import Replay, SimConfig
 from autoscaler.sim.results import StrategyResult, summarize
@@ -125,6 +132,29 @@ class Inputs:
     pool: Pool
     duty: DutyCycles
     markets: dict[str, list[Path]]
+    ablate: dict[str, str] = field(default_factory=dict)
+
+
+ABLATIONS = ("tick", "backoff", "types", "max_step")
+
+
+def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: Pool,
+            ) -> tuple[SimConfig, TeamPolicy, Pool]:
+    """Ours' replay settings with ``--ablate``'s changes, the pool validated again."""
+    if "tick" in ablate:
+        config = replace(config, tick=float(ablate["tick"]))
+    raw = pool.model_dump(mode="json", exclude_unset=True)
+    if "backoff" in ablate:
+        parse_duration(ablate["backoff"])
+        raw.setdefault("capacity", {})["capacity_error_backoff"] = ablate["backoff"]
+    if "types" in ablate:
+        raw["instance_types"] = ablate["types"].split(",")
+    if "max_step" in ablate:
+        raw.setdefault("scale_up", {})["max_step"] = int(ablate["max_step"])
+    if raw != pool.model_dump(mode="json", exclude_unset=True):
+        pool = Pool.model_validate(raw)
+        team = team.model_copy(update={"pools": [pool]})
+    return config, team, pool
 
 
 INPUTS: Inputs | None = None  # set in main() before the process pool forks
@@ -186,6 +216,8 @@ def replay(case: Case, side: str) -> StrategyResult:
     workload, duty = workload_for(INPUTS, case.window, case.variant)
     spot, pool = market_for(INPUTS.markets[case.market], INPUTS.pool)
     team, catalog, config = INPUTS.team, default_catalog(), SimConfig(seed=case.seed)
+    if side == "ours":
+        config, team, pool = ablated(INPUTS.ablate, config, team, pool)
     if case.variant == "fallback":
         name = "ours" if side == "ours" else "ca_like_fallback"
         return bench_spot.replay(name, workload, team, pool, config, spot, duty)
@@ -263,19 +295,26 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--cross", action="store_true", help="the full product of the selected axes")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--ablate", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"change ours' side only: {', '.join(ABLATIONS)} (see the docstring)")
     args = parser.parse_args()
+    ablate = dict(a.partition("=")[::2] for a in args.ablate)
+    if unknown := sorted(set(ablate) - set(ABLATIONS)):
+        parser.error(f"--ablate: unknown key(s) {', '.join(unknown)}; known: {', '.join(ABLATIONS)}")
     console = Console(stderr=True, width=200)
     began = time.perf_counter()
     catalog = default_catalog()
     team, pool, _ = select_pool(load_policies(args.policies, catalog), None)
     duty = load_duty_cycles(args.data / bench_sim.DUTY)
     INPUTS = Inputs(data=args.data, team=team, pool=pool, duty=duty,
-                    markets=spot_markets(args.data / SPOT_ROOT))
+                    markets=spot_markets(args.data / SPOT_ROOT), ablate=ablate)
+    ablated(ablate, SimConfig(), team, pool)  # a bad value fails here, not in a worker
     windows = _pick(args.windows, pod_windows(args.data) + duty_windows(duty), "windows")
     markets = _pick(args.spot, list(INPUTS.markets), "spot")
     variants = _pick(args.variants, list(VARIANTS), "variants")
     todo = cases(windows, [int(s) for s in args.seeds.split(",")], markets, variants, args.cross)
-    console.print(f"{len(todo)} cases, {2 * len(todo)} replays, {args.workers} workers")
+    console.print(f"{len(todo)} cases, {2 * len(todo)} replays, {args.workers} workers"
+                  + (f"; ours ablated: {ablate}" if ablate else ""))
     results: dict[tuple[Case, str], StrategyResult] = {}
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as ex:
         futures = {ex.submit(replay, c, side): (c, side) for c in todo for side in ("ours", "ca")}

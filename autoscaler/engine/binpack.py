@@ -92,7 +92,7 @@ Part = tuple[str, float, str | None, frozenset[str] | None, frozenset[str] | Non
 @dataclass(slots=True)
 class PartGroup:
     """The pending jobs of one (priority, GPUs per node) class: higher priority first
-    (Kubernetes PriorityClass), so caps and max_step leave out the lower ones; then largest
+    (Kubernetes PriorityClass), so caps and max_nodes leave out the lower ones; then largest
     first; parts in id order within, read only as far as the packer reads them.
 
     ``uniform``: every shape of the group has the first one's model, zones and instance

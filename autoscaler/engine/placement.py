@@ -85,10 +85,9 @@ class _Group:
         held = held_for(pool, ctx.obs)
         if held is not None:
             return _Quote(ctx, option, None, f"launches held: {held}")
-        room = min(pool.scale_up.max_step, pool.max_nodes - ctx.size) - self.taken[key]
-        if room < job.nodes:
-            return _Quote(ctx, option, None, f"no room (max_nodes {pool.max_nodes}, "
-                          f"max_step {pool.scale_up.max_step})")
+        # A pending job is demand evidence: only max_nodes holds it back, not max_step.
+        if pool.max_nodes - ctx.size - self.taken[key] < job.nodes:
+            return _Quote(ctx, option, None, f"no room (max_nodes {pool.max_nodes})")
         picker = self.picker(key)
         market = picker.mix.peek()
         zones, types = _set(option.zones), _set(option.instance_types)

@@ -166,7 +166,7 @@ class _Grower:
     def __init__(self, ctx: PoolContext, prices: Prices):
         self.ctx, self.prices = ctx, prices
         self.out = Growth()
-        self.room = min(ctx.pool.scale_up.max_step, ctx.pool.max_nodes - ctx.size)
+        self.added = 0  # nodes launched or un-drained this tick
         self.picker = Picker(ctx, prices)
         # Built only as far as jobs need placing: most pools have none.
         self.live = LazyBins(live_bins(ctx, prices))
@@ -180,6 +180,13 @@ class _Grower:
             self._cancellable = _cancellable_bins(self.ctx, self.prices)
         return self._cancellable
 
+    def room(self, evidence: bool) -> int:
+        """Nodes the pool may still add this tick. ``max_step`` paces growth without demand
+        evidence (utilization, floors); pending jobs and interrupted nodes' work are held back
+        only by ``max_nodes``: a burst of 600 jobs launches for all of them in one tick."""
+        left = self.ctx.pool.max_nodes - self.ctx.size - self.added
+        return left if evidence else min(left, self.ctx.pool.scale_up.max_step - self.added)
+
     def room_why(self) -> str:
         pool = self.ctx.pool
         if self.have() >= pool.max_nodes:
@@ -191,7 +198,7 @@ class _Grower:
 
     def add(self, offer: Offer, trigger: str, why: str, replaces: list[str] | None = None,
             fallback: bool = False) -> Bin:
-        self.room -= 1
+        self.added += 1
         self.out.new.append(NewNode(offer, trigger, why, list(replaces or []), fallback))
         itype = self.prices.itype(self.ctx.pool.cloud.value, offer.instance_type)
         b = Bin.empty(offer.gpus, offer=offer, gpu_model=itype.gpu_model if itype else "")
@@ -201,7 +208,7 @@ class _Grower:
     def cancel(self, b: Bin, why: str) -> None:
         if b.node is None:
             return
-        self.room -= 1
+        self.added += 1
         self.cancellable.remove(b)
         self.live.append(b)
         self.out.cancels.append((b.node, why))
@@ -209,7 +216,7 @@ class _Grower:
     def extend(self, trigger: str, count: int, why: str) -> None:
         """Add ``count`` nodes: un-drain first, then launch."""
         for _ in range(count):
-            if self.room <= 0:
+            if self.room(evidence=False) <= 0:
                 self.out.holds.append(f"{trigger}: {why}; {self.room_why()}")
                 return
             if self.cancellable:
@@ -269,7 +276,7 @@ class _Grower:
             self._stand_in(node, prices.node_gpus(node), prices.gpu_model(node) or None, what)
 
     def _stand_in(self, node: Node, gpus: float, model: str | None, what: str) -> Bin | None:
-        if self.room <= 0:
+        if self.room(evidence=True) <= 0:
             self.out.holds.append(f"no stand-in for interrupted {node.name}: {self.room_why()}")
             return None
         pool = self.ctx.pool
@@ -345,11 +352,12 @@ class _Grower:
         if b is not None:
             b.place(job, gpus)
             return None
-        if self.room > 0 and (b := first_fit(self.cancellable, gpus, model, zones, types)) is not None:
+        room = self.room(evidence=True)
+        if room > 0 and (b := first_fit(self.cancellable, gpus, model, zones, types)) is not None:
             self.cancel(b, f"pending job {job} needs {gpus:g} GPUs and fits on it")
             b.place(job, gpus)
             return None
-        if self.room <= 0:
+        if room <= 0:
             return f" ({gpus:g} GPUs): {self.room_why()}"
         # A shape the picker refused stays refused: a refusal changes no state.
         offer, note, fallback = ((None, run.refused, False) if run.refused is not None

@@ -215,7 +215,9 @@ class ScaleUp(_Strict):
         timedelta(minutes=3), description="Minimum time between utilization-driven scale-ups "
         "(at least 1s)."
     )
-    max_step: int = Field(4, ge=1, le=MAX_NODES, description="Most nodes launched in one tick for this pool.")
+    max_step: int = Field(4, ge=1, le=MAX_NODES, description=(
+        "Most nodes launched in one tick without demand evidence (GPU utilization, floors, "
+        "headroom). Pending jobs and interrupted nodes' work are held back only by max_nodes."))
     headroom_gpus: int = Field(
         0, ge=0, le=100_000, description="Whole GPUs kept free for the next jobs, beyond what "
         "pending jobs take: a floor that launches the pool's smallest type when they are used "

@@ -127,14 +127,27 @@ def test_min_nodes_floor_launches():
     assert launch.count == 2 and launch.trigger == "floor" and "min_nodes is 2" in launch.reason
 
 
-def test_max_step_and_max_nodes_bound_launches():
-    policy = make_policy(max_nodes=3, scale_up={"max_step": 2})
-    plan = run(policy, pools={KEY: PoolObservation(pending=pending(1, 1, 1, 1, 1))})
-    assert sum(a.count for a in launches(plan)) == 2
-    plan = run(policy, [make_node("n0"), make_node("n1")], {"n0": busy(), "n1": busy()},
-               {KEY: PoolObservation(pending=pending(1, 1, 1))})
+def test_max_nodes_bounds_pending_launches_and_max_step_only_growth_without_demand():
+    """A burst of pending jobs launches for all of them in one tick, up to max_nodes
+    (issue 33: max_step held a 3,123-job burst to 120 nodes a minute); utilization and
+    floors, which carry no demand evidence, are paced by max_step."""
+    policy = make_policy(max_nodes=30, scale_up={"max_step": 2})
+    plan = run(policy, pools={KEY: PoolObservation(pending=pending(*[1] * 25))})
+    assert sum(a.count for a in launches(plan)) == 25
+    assert not any(isinstance(a, Hold) for a in plan.actions)
+    plan = run(make_policy(max_nodes=3, scale_up={"max_step": 2}), [make_node("n0"), make_node("n1")],
+               {"n0": busy(), "n1": busy()}, {KEY: PoolObservation(pending=pending(1, 1, 1))})
     assert sum(a.count for a in launches(plan)) == 1
-    assert any(isinstance(a, Hold) and "max_nodes" in a.reason for a in plan.actions)
+    assert any(isinstance(a, Hold) and "max_nodes (3)" in a.reason for a in plan.actions)
+    # ceil(4 * 99 / 80) = 5 wanted of 4; at 20 nodes, 25 wanted: max_step 2 of the 5 more
+    nodes = [make_node(f"n{i}") for i in range(20)]
+    plan = run(policy, nodes, {n.name: busy(99) for n in nodes})
+    (launch,) = launches(plan)
+    assert launch.count == 2 and launch.trigger == "utilization"
+    assert any(isinstance(a, Hold) and "max_step (2) nodes per tick reached" in a.reason
+               for a in plan.actions)
+    floor = run(make_policy(min_nodes=5, scale_up={"max_step": 2}))
+    assert sum(a.count for a in launches(floor)) == 2
 
 
 def test_scheduler_missing_means_no_pending_demand():
@@ -154,11 +167,11 @@ def test_a_backlog_is_packed_in_id_order_and_counted_whole():
     ids = [f"j{i:05d}" for i in range(4000)]
     random.Random(7).shuffle(ids)
     jobs = [PendingJob(id=i, gpus=4 if n < 1000 else 1) for n, i in enumerate(ids)]
-    plan = run(make_policy(max_nodes=3, scale_up={"max_step": 2}), pools={KEY: PoolObservation(pending=jobs)})
+    plan = run(make_policy(max_nodes=2), pools={KEY: PoolObservation(pending=jobs)})
     assert [(a.instance_type, a.count) for a in launches(plan)] == [("p3.8xlarge", 2)]
     big = sorted(j.id for j in jobs if j.gpus == 4)
     assert _hold(plan) == (f"{KEY}: 3998 pending job(s) not placed: " + "; ".join(
-        f"{i} (4 GPUs): max_step (2) nodes per tick reached" for i in big[2:5]))
+        f"{i} (4 GPUs): pool is at max_nodes (2)" for i in big[2:5]))
 
 
 def test_jobs_of_one_size_with_different_models_are_not_counted_as_one_shape():
