@@ -48,7 +48,8 @@ market axis replays ``base`` instead of ``fallback``: pass ``--spot`` to restric
 
 ``--ablate KEY=VALUE`` (repeatable) changes ours' side only, to find which cause explains
 which share of the gap (issue 33 item 2; CA-like is replayed unchanged): ``tick=SECONDS``
-(how often decide() runs; CA-like scans every 10 s), ``backoff=DURATION`` (the pool's
+(how often decide() runs; CA-like scans every 10 s), ``wake=SECONDS`` (a tick this long
+after the last when a job arrives or a spot notice comes between ticks), ``backoff=DURATION`` (the pool's
 ``capacity_error_backoff``), ``types=A,B`` (the pool's instance types: node size against
 interruption exposure), ``max_step=N``. The ablation is printed before the rows.
 Rows are printed as they finish (stderr), then the table in order, then the last line::
@@ -135,7 +136,7 @@ class Inputs:
     ablate: dict[str, str] = field(default_factory=dict)
 
 
-ABLATIONS = ("tick", "backoff", "types", "max_step")
+ABLATIONS = ("tick", "wake", "backoff", "types", "max_step")
 
 
 def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: Pool,
@@ -143,6 +144,8 @@ def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: P
     """Ours' replay settings with ``--ablate``'s changes, the pool validated again."""
     if "tick" in ablate:
         config = replace(config, tick=float(ablate["tick"]))
+    if "wake" in ablate:
+        config = replace(config, wake_after=float(ablate["wake"]))
     raw = pool.model_dump(mode="json", exclude_unset=True)
     if "backoff" in ablate:
         parse_duration(ablate["backoff"])

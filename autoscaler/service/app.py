@@ -30,6 +30,7 @@ from autoscaler.service.control.loop import (
     TickReport,
     describe_stages,
 )
+from autoscaler.service.control.wake import TickWaker
 from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.http.status import build_status, plan_json
 
@@ -64,6 +65,7 @@ class Service:
         self._tick_started: float | None = None
         self._started = time.monotonic()
         self._scheduler: BackgroundScheduler | None = None
+        self.waker = TickWaker(config.tick.wake_after, self._tick_sooner, lambda: datetime.now(UTC))
 
     # -- what the API serves ----------------------------------------------------------
     def health(self) -> Health:
@@ -152,6 +154,7 @@ class Service:
     def tick(self) -> TickReport:
         """One tick, tracked for /healthz (what the scheduler job runs)."""
         started = self._tick_started = time.monotonic()
+        self.waker.started()
         report: TickReport | None = None
         keeping = TickReport(started_at=self.loop.clock())  # the request steps' time
         try:
@@ -165,6 +168,7 @@ class Service:
             return report
         finally:
             self._tick_started = None
+            self.waker.ended()
             if report is not None and self.keeper is not None:
                 report.stages["requests"] = keeping.stages["requests"]
             took, interval = time.monotonic() - started, self.config.tick.interval.total_seconds()
@@ -217,7 +221,7 @@ class Service:
         if self.notices is not None:
             # Spot notices do not wait for a tick (nor for the apply a tick started).
             every = self.config.executor.notice_interval.total_seconds()
-            sched.add_job(self.notices.run_once, "interval", seconds=every, id="notices",
+            sched.add_job(self._notices_pass, "interval", seconds=every, id="notices",
                           name="notices", max_instances=1, coalesce=True,
                           next_run_time=datetime.now(UTC))
         if self.leadership.enabled:
@@ -227,6 +231,23 @@ class Service:
                           name="lease", max_instances=1, coalesce=True,
                           next_run_time=datetime.now(UTC))
         return sched
+
+    def _notices_pass(self) -> None:
+        """The notice job: interrupted nodes' stand-ins are decided by the next tick, woken."""
+        assert self.notices is not None
+        report = self.notices.run_once()
+        if report.interrupted:
+            self.waker.wake(f"spot notice for {len(report.interrupted)} node(s)")
+
+    def _tick_sooner(self, at: datetime) -> datetime | None:
+        """Move the next tick to ``at`` if it is due later (the waker's reschedule)."""
+        sched = self._scheduler
+        job = sched.get_job("tick") if sched is not None else None
+        due = job.next_run_time if job is not None else None
+        if sched is None or due is None or due <= at:
+            return None
+        sched.modify_job("tick", next_run_time=at)
+        return due
 
     def request_reload(self) -> None:
         """SIGHUP (``systemctl reload``): every policy file's content is compared at the next

@@ -46,6 +46,7 @@ from autoscaler.service.observe.forecasts import PoolForecasts
 from autoscaler.service.observe.metrics import ServiceMetrics
 from autoscaler.signals.demand import Bins, load_demand
 from autoscaler.signals.images import BakedImageReader
+from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.prices import PriceSignals
 from autoscaler.signals.prometheus import PrometheusReader
 from autoscaler.signals.reader import SignalReader
@@ -269,6 +270,9 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,
                              loop.count_step_errors, loop.metrics)
     service = Service(config, loop, store, catalog, closers, notices)
+    kube = getattr(signals, "kubernetes", None)
+    if isinstance(kube, KubernetesReader):  # pending GPU pods on the watch wake a tick
+        kube.on_demand = service.waker.wake
     if config.http.team_tokens:
         service.keep_requests(executor)
     return service

@@ -144,6 +144,9 @@ class KubernetesReader:
         self._informers: dict[str, Informer] = {}
         self._reported: set[str] = set()  # unserved pods already logged
         self._nodes: dict[str, tuple[Any, ...]] = {}  # name -> (record, pool, pods, view)
+        # Told of each GPU pod that becomes unschedulable on the watch (the service wakes a
+        # tick): called from the watch thread, so it must be quick and thread-safe.
+        self.on_demand: Callable[[str], None] | None = None
 
     def _connect(self) -> client.CoreV1Api:
         if self._api is not None:
@@ -153,18 +156,25 @@ class KubernetesReader:
 
     # -- caches -----------------------------------------------------------------------
     def _informer(self, what: str, list_fn: Callable[..., Any],
-                  transform: Callable[[Obj], Any]) -> Informer:
+                  transform: Callable[[Obj], Any],
+                  on_change: Callable[[Any | None, Any | None], None] | None = None) -> Informer:
         if what not in self._informers:
-            self._informers[what] = Informer(what, list_fn, transform,
+            self._informers[what] = Informer(what, list_fn, transform, on_change=on_change,
                                              timeout_s=self.config.timeout.total_seconds()).start()
         return self._informers[what]
+
+    def _pod_changed(self, old: Any | None, new: Any | None) -> None:
+        if (self.on_demand is not None and isinstance(new, PodRecord) and new.pending
+                and new.gpus and not (isinstance(old, PodRecord) and old.pending)):
+            self.on_demand(f"GPU pod {new.namespace}/{new.name} unschedulable")
 
     def _caches(self, refs: list[ClusterPool]) -> list[Informer]:
         api = self._connect()
         out = [
             self._informer("nodes", api.list_node, _tolerant("node", node_record)),
             self._informer("pods", lambda **kw: api.list_pod_for_all_namespaces(
-                field_selector=NOT_DONE, **kw), _tolerant("pod", pod_record, _unreadable_pod)),
+                field_selector=NOT_DONE, **kw), _tolerant("pod", pod_record, _unreadable_pod),
+                self._pod_changed),
             self._informer("persistentvolumeclaims",
                            api.list_persistent_volume_claim_for_all_namespaces,
                            _tolerant("persistentvolumeclaim", _pvc_volume)),

@@ -38,6 +38,9 @@ class SimError(Exception):
 @dataclass(frozen=True)
 class SimConfig:
     tick: float = 30.0  # the service's loop interval: how often decide() runs
+    # The service's tick.wake_after: a tick this long after the last one when demand
+    # appears between ticks (an arrival, a spot notice); None: ticks only every ``tick``.
+    wake_after: float | None = None
     boot_delay: float = 240.0  # provisioning + bootstrap until a node takes jobs
     boot_jitter: float = 0.25  # each boot takes boot_delay x U(1 - j, 1 + j)
     # One provisioning attempt (the executor's terraform plan + apply): a refused launch is
@@ -65,6 +68,7 @@ class RunStats:
     cpu_seconds: float = 0.0
     ticks: int = 0
     interruptions: int = 0
+    wakes: int = 0  # ticks woken by demand between regular ticks (SimConfig.wake_after)
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -75,6 +79,8 @@ class Replay:
         self.strategy, self.spot, self.duty = strategy, spot or ALWAYS_AVAILABLE, duty
         self.start, self.end = workload.start, workload.end
         self.clock = Clock(self.start)
+        self._last_tick = self._next_tick = self.start
+        self._wake_at: float | None = None
         self.cluster = Cluster(self.clock, config.checkpoint_interval)
         if config.on_prem_nodes:
             self.cluster.add_static(self.itype(config.on_prem_type), config.on_prem_nodes, self.start)
@@ -188,6 +194,7 @@ class Replay:
                 continue
             if node.state in (S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAPPING):
                 self.stats.interruptions += 1
+                self._wake(now)
                 self.cluster.move(node, S.INTERRUPTED, now, reason="spot interruption notice")
                 self.clock.at(now + self.config.spot_notice, Kind.NODE, partial(self._reclaim, node))
             elif node.state in (S.REQUESTED, S.PROVISIONING) and node.reason != "capacity-error":
@@ -200,13 +207,33 @@ class Replay:
             self.cluster.terminate(node, now, "spot")
 
     def _tick(self, now: float) -> None:
+        self._decide(now)
+        nxt = self._next_tick = now + self.strategy.interval
+        if nxt < self.end:
+            self.clock.at(nxt, Kind.TICK, self._tick)
+
+    def _decide(self, now: float) -> None:
         self.cluster.schedule(now)
         self.strategy.tick(self, now)
         self.stats.ticks += 1
+        self._last_tick = now
         self.cluster.schedule(now)
-        nxt = now + self.strategy.interval
-        if nxt < self.end:
-            self.clock.at(nxt, Kind.TICK, self._tick)
+
+    def _wake(self, now: float) -> None:
+        """Demand appeared between ticks: decide ``wake_after`` after the last tick, unless
+        the regular tick comes first (the service's loop does the same)."""
+        gap = self.strategy.wake_after
+        if gap is None or self._wake_at is not None:
+            return
+        at = max(now, self._last_tick + gap)
+        if at < self._next_tick:
+            self._wake_at = at
+            self.clock.at(at, Kind.TICK, self._woken)
+
+    def _woken(self, now: float) -> None:
+        self._wake_at = None
+        self.stats.wakes += 1
+        self._decide(now)
 
     def _sample(self, now: float) -> None:
         self.series.record(self, now)
@@ -231,6 +258,8 @@ class Replay:
             if event.kind in (Kind.FINISH, Kind.NODE, Kind.ARRIVAL) and (
                     self.clock.next_time() != event.at):
                 self.cluster.schedule(event.at)
+                if event.kind is Kind.ARRIVAL and self.cluster.pending_count():
+                    self._wake(event.at)
             if progress is not None and event.at - report_at >= 3600:
                 progress(event.at)
                 report_at = event.at

@@ -92,7 +92,7 @@ def build_strategies(names: Sequence[str], policy: TeamPolicy, pool: Pool, catal
     quota = policy.quota.max_gpus
     make: dict[str, Callable[[], Strategy]] = {
         "ours": lambda: EngineStrategy(policy, pool, catalog, interval=config.tick,
-                                       settings=EngineSettings()),
+                                       settings=EngineSettings(), wake_after=config.wake_after),
         "static": lambda: StaticFleet.for_workload(workload, pool, catalog, quota),
         "ca_like": lambda: ClusterAutoscalerLike(quota_gpus=quota),
         "karpenter_like": lambda: KarpenterLike(quota_gpus=quota),

@@ -151,6 +151,28 @@ def test_list_once_then_watch_no_calls_per_tick(kube: FakeKube) -> None:
         reader.close()
 
 
+def test_a_gpu_pod_that_becomes_unschedulable_on_the_watch_is_told_once(kube: FakeKube) -> None:
+    """What wakes the service's next tick (tick.wake_after): only new unschedulable GPU pods."""
+    kube.add_node("n1")
+    kube.add_pod("old", "search", gpus=1)  # pending before the list: the first tick sees it
+    reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="3s"))
+    told: list[str] = []
+    reader.on_demand = told.append
+    try:
+        reader.read(refs())
+        wait_for(lambda: sum(m == "WATCH" for m, _ in kube.requests) == 4)
+        kube.add_pod("cpu", "search", gpus=0)  # no GPU
+        kube.add_pod("running", "search", gpus=1, node="n1")
+        kube.add_pod("new", "search", gpus=1)
+        wait_for(lambda: told == ["GPU pod search/new unschedulable"])
+        kube.annotate_pod("search/new", {"seen": "again"})  # still pending: not new demand
+        kube.bind_pod("search/new", "n1")
+        wait_for(lambda: "search/new" not in {j.id for j in reader.read(refs()).pending.get("search/t4", [])})
+        assert told == ["GPU pod search/new unschedulable"]
+    finally:
+        reader.close()
+
+
 def test_gone_relists(kube: FakeKube) -> None:
     kube.add_node("n1")
     reader = KubernetesReader(KubernetesConfig(host=kube.url, timeout="3s"))

@@ -35,8 +35,11 @@ class Gone(Exception):
 
 class Informer:
     def __init__(self, what: str, list_fn: ListFn, transform: Callable[[Obj], Any | None],
-                 *, timeout_s: float, watch_s: int = 300, retry_s: float = 2.0):
+                 *, timeout_s: float, watch_s: int = 300, retry_s: float = 2.0,
+                 on_change: Callable[[Any | None, Any | None], None] | None = None):
         self.what = what
+        # (old, new) records of each watch event, after the cache has it (not on lists)
+        self.on_change = on_change
         self._list, self._transform = list_fn, transform
         self.timeout_s, self.watch_s, self.retry_s = timeout_s, watch_s, retry_s
         self.items: dict[str, Any] = {}
@@ -150,11 +153,17 @@ class Informer:
             key = object_key(obj)
             value = None if kind == "DELETED" else self._transform(obj)
             with self._lock:
+                old = self.items.get(key)
                 if value is None:
                     self.items.pop(key, None)
                 else:
                     self.items[key] = value
                 self.changed += 1
+            if self.on_change is not None:
+                try:
+                    self.on_change(old, value)
+                except Exception:  # a listener's trouble must not stop the watch
+                    log.exception("kubernetes %s watch: change listener failed", self.what)
         if version:
             self.version = version
         self.error, self.failure = None, None

@@ -34,6 +34,11 @@ class _Model(BaseModel):
 
 class TickSettings(_Model):
     interval: Duration = Field(timedelta(seconds=30), description="Time between ticks.")
+    wake_after: Duration | None = Field(
+        timedelta(seconds=10), description="When demand appears between ticks (a pending GPU "
+        "pod on the Kubernetes watch, a spot notice), the next tick starts this long after "
+        "the last one began instead of at its interval (arrivals in between share it); null: "
+        "only every interval. Cluster Autoscaler scans every 10s.")
     preview: Literal["map", "terraform"] = Field(
         "map", description="How each changed pool is previewed before the executor acts: "
         "map (the node-map diff and its $/h delta, no Terraform run) or terraform (also a "
@@ -44,6 +49,13 @@ class TickSettings(_Model):
     def _positive(cls, value: timedelta) -> timedelta:
         if value < timedelta(seconds=1):
             raise ValueError("tick.interval must be at least 1s")
+        return value
+
+    @field_validator("wake_after")
+    @classmethod
+    def _not_busy(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(seconds=1):
+            raise ValueError("tick.wake_after must be at least 1s (or null: off)")
         return value
 
 

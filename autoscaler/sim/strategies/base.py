@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 class Strategy:
     name: str = "strategy"
     interval: float = 30.0  # seconds between ticks
+    wake_after: float | None = None  # see SimConfig.wake_after; baselines keep their scan
     description: str = ""
 
     def begin(self, replay: Replay, now: float) -> None:

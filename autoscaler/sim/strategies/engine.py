@@ -33,9 +33,10 @@ class EngineStrategy(Strategy):
     description = "gpu-autoscaler's decide() with the team policy"
 
     def __init__(self, policy: TeamPolicy, pool: Pool, catalog: Catalog, interval: float = 30.0,
-                 settings: EngineSettings | None = None):
+                 settings: EngineSettings | None = None, wake_after: float | None = None):
         self.policies = {policy.team: policy.model_copy(update={"pools": [pool]})}
         self.pool, self.catalog, self.interval = pool, catalog, interval
+        self.wake_after = wake_after
         self.settings = settings or EngineSettings()
         self.observer = Observer(policy.team, pool, pool.cloud.value, pool.region)
         self.history = PoolHistory()
@@ -47,7 +48,8 @@ class EngineStrategy(Strategy):
         self.cpu: defaultdict[str, float] = defaultdict(float)
 
     def parameters(self) -> dict[str, object]:
-        return {"tick_s": self.interval, "policy": self.pool.model_dump(mode="json")}
+        return {"tick_s": self.interval, "wake_after_s": self.wake_after,
+                "policy": self.pool.model_dump(mode="json")}
 
     def observe(self, replay: Replay, now: float) -> tuple[FleetView, Snapshot]:
         nodes = list(replay.cluster.nodes.values())

@@ -1,0 +1,108 @@
+"""tick.wake_after: demand between ticks moves the next tick, never runs two at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from autoscaler.service.control.wake import TickWaker, wake_time
+
+T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+def test_wake_time_is_wake_after_past_the_last_tick_or_now():
+    after = timedelta(seconds=10)
+    assert wake_time(T0, None, after) == T0
+    assert wake_time(T0, T0 - timedelta(seconds=3), after) == T0 + timedelta(seconds=7)
+    assert wake_time(T0, T0 - timedelta(seconds=30), after) == T0
+
+
+class Rig:
+    def __init__(self, after: timedelta | None, due: datetime | None) -> None:
+        self.now, self.due, self.moved = T0, due, []
+        self.waker = TickWaker(after, self.reschedule, lambda: self.now)
+
+    def reschedule(self, at: datetime) -> datetime | None:
+        if self.due is None or self.due <= at:
+            return None
+        self.moved.append(at)
+        due, self.due = self.due, at
+        return due
+
+
+def test_a_wake_moves_the_next_tick_and_a_later_regular_tick_is_left_alone(caplog):
+    rig = Rig(timedelta(seconds=10), T0 + timedelta(seconds=30))
+    rig.waker.started()
+    rig.waker.ended()
+    rig.now = T0 + timedelta(seconds=2)
+    with caplog.at_level("INFO"):
+        rig.waker.wake("GPU pod a/b unschedulable")
+    assert rig.moved == [T0 + timedelta(seconds=10)] and rig.waker.wakes == 1
+    assert "GPU pod a/b unschedulable: next tick at 12:00:10 instead of 12:00:30" in caplog.text
+    rig.waker.wake("another pod")  # already sooner: nothing moves
+    assert rig.moved == [T0 + timedelta(seconds=10)] and rig.waker.wakes == 1
+
+
+def test_demand_during_a_tick_wakes_one_after_it_ends():
+    rig = Rig(timedelta(seconds=10), T0 + timedelta(seconds=30))
+    rig.waker.started()
+    rig.waker.wake("pod 1")
+    rig.waker.wake("pod 2")
+    assert rig.moved == []
+    rig.now = T0 + timedelta(seconds=12)
+    rig.waker.ended()
+    assert rig.moved == [T0 + timedelta(seconds=12)]
+
+
+def test_off_and_a_failing_reschedule_wake_nothing(caplog):
+    off = Rig(None, T0 + timedelta(seconds=30))
+    off.waker.wake("pod")
+    assert off.moved == []
+
+    def broken(at: datetime) -> datetime | None:
+        raise RuntimeError("scheduler shut down")
+
+    waker = TickWaker(timedelta(seconds=10), broken, lambda: T0)
+    waker.wake("pod")  # logged, not raised into the watch thread
+    assert waker.wakes == 0 and "could not start the next tick sooner (pod)" in caplog.text
+
+
+def test_the_services_scheduler_runs_a_woken_tick_once_and_keeps_its_interval():
+    """The real APScheduler job, as Service.scheduler() adds it: an hour's interval."""
+    from autoscaler.service.app import Service
+
+    ran: list[float] = []
+    done = threading.Event()
+    sched = BackgroundScheduler(timezone=UTC)
+
+    def tick() -> None:
+        ran.append(time.monotonic())
+        done.set()
+
+    sched.add_job(tick, "interval", seconds=3600, id="tick", max_instances=1, coalesce=True,
+                  next_run_time=datetime.now(UTC) + timedelta(seconds=3600))
+    svc = Service.__new__(Service)  # only the scheduler hook: no loop, store or API
+    svc._scheduler = sched
+    sched.start()
+    try:
+        waker = TickWaker(timedelta(seconds=1), svc._tick_sooner, lambda: datetime.now(UTC))
+        waker.wake("GPU pod a/b unschedulable")
+        assert done.wait(10), "the woken tick did not run"
+        assert len(ran) == 1 and waker.wakes == 1
+        due = sched.get_job("tick").next_run_time
+        assert due - datetime.now(UTC) > timedelta(seconds=3000)  # back on its interval
+    finally:
+        sched.shutdown(wait=True)
+
+
+def test_wake_after_below_a_second_is_refused():
+    from autoscaler.service.config.models import TickSettings
+
+    with pytest.raises(ValueError, match="wake_after must be at least 1s"):
+        TickSettings(wake_after="500ms")
+    assert TickSettings(wake_after=None).wake_after is None
+    assert TickSettings().wake_after == timedelta(seconds=10)
