@@ -243,7 +243,7 @@ class Service:
         """Move the next tick to ``at`` if it is due later (the waker's reschedule)."""
         sched = self._scheduler
         job = sched.get_job("tick") if sched is not None else None
-        due = job.next_run_time if job is not None else None
+        due: datetime | None = job.next_run_time if job is not None else None
         if sched is None or due is None or due <= at:
             return None
         sched.modify_job("tick", next_run_time=at)
