@@ -49,9 +49,10 @@ market axis replays ``base`` instead of ``fallback``: pass ``--spot`` to restric
 ``--ablate KEY=VALUE`` (repeatable) changes ours' side only, to find which cause explains
 which share of the gap (issue 33 item 2; CA-like is replayed unchanged): ``tick=SECONDS``
 (how often decide() runs; CA-like scans every 10 s), ``wake=SECONDS`` (a tick this long
-after the last when a job arrives or a spot notice comes between ticks), ``backoff=DURATION`` (the pool's
-``capacity_error_backoff``), ``types=A,B`` (the pool's instance types: node size against
-interruption exposure), ``max_step=N``. The ablation is printed before the rows.
+after the last when a job arrives or a spot notice comes between ticks),
+``backoff=DURATION`` (the pool's ``capacity_error_backoff``), ``types=A,B`` (the pool's
+instance types: node size against interruption exposure), ``max_step=N``, ``headroom=N``
+(``scale_up.headroom_gpus``). The ablation is printed before the rows.
 Rows are printed as they finish (stderr), then the table in order, then the last line::
 
     windows=<n> p95_le_ca_windows=<m> cost_le_ca_windows=<k> worst_p95_ratio=<r>
@@ -136,7 +137,7 @@ class Inputs:
     ablate: dict[str, str] = field(default_factory=dict)
 
 
-ABLATIONS = ("tick", "wake", "backoff", "types", "max_step")
+ABLATIONS = ("tick", "wake", "backoff", "types", "max_step", "headroom")
 
 
 def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: Pool,
@@ -154,6 +155,8 @@ def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: P
         raw["instance_types"] = ablate["types"].split(",")
     if "max_step" in ablate:
         raw.setdefault("scale_up", {})["max_step"] = int(ablate["max_step"])
+    if "headroom" in ablate:
+        raw.setdefault("scale_up", {})["headroom_gpus"] = int(ablate["headroom"])
     if raw != pool.model_dump(mode="json", exclude_unset=True):
         pool = Pool.model_validate(raw)
         team = team.model_copy(update={"pools": [pool]})

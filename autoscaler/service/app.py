@@ -209,8 +209,15 @@ class Service:
 
         admit = service_admitter(book, self.loop.policies, self.catalog, self.config.engine,
                                  quotas)
-        return RequestsApi(book, teams, admit, self.loop.clock,
-                           self.config.http.token()).handle
+        api = RequestsApi(book, teams, admit, self.loop.clock, self.config.http.token())
+
+        def handle(method: str, path: str, authorization: str, body: bytes) -> tuple[int, Any]:
+            status, answer = api.handle(method, path, authorization, body)
+            if method == "POST" and status == 201:  # a new request: the keeper moves it at the tick
+                self.waker.wake(f"capacity request {answer.get('id', '?')} created")
+            return status, answer
+
+        return handle
 
     def scheduler(self) -> BackgroundScheduler:
         interval = self.config.tick.interval.total_seconds()

@@ -36,7 +36,7 @@ class TickSettings(_Model):
     interval: Duration = Field(timedelta(seconds=30), description="Time between ticks.")
     wake_after: Duration | None = Field(
         timedelta(seconds=10), description="When demand appears between ticks (a pending GPU "
-        "pod on the Kubernetes watch, a spot notice), the next tick starts this long after "
+        "pod on the Kubernetes watch, a spot notice, a new capacity request), the next tick starts this long after "
         "the last one began instead of at its interval (arrivals in between share it); null: "
         "only every interval. Cluster Autoscaler scans every 10s.")
     preview: Literal["map", "terraform"] = Field(

@@ -106,3 +106,22 @@ def test_wake_after_below_a_second_is_refused():
         TickSettings(wake_after="500ms")
     assert TickSettings(wake_after=None).wake_after is None
     assert TickSettings().wake_after == timedelta(seconds=10)
+
+
+def test_a_created_capacity_request_wakes_the_tick_and_a_repeated_one_does_not(tmp_path):
+    import json
+
+    from tests.requests.conftest import BODY
+    from tests.service.http.hostile import exchange, post_spec, running_service
+
+    with running_service(tmp_path) as svc:
+        woken: list[str] = []
+        svc.waker.wake = woken.append  # type: ignore[method-assign]
+        assert svc.api is not None
+        body = json.dumps({**BODY, "idempotency_key": "ci-4711-1"}).encode()
+        first = exchange(svc.api.address, post_spec(body))
+        assert first.code == 201, first.body[:300]
+        again = exchange(svc.api.address, post_spec(body))
+        assert again.code == 200
+        rid = json.loads(first.body)["id"]
+        assert woken == [f"capacity request {rid} created"]
