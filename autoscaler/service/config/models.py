@@ -36,9 +36,9 @@ class TickSettings(_Model):
     interval: Duration = Field(timedelta(seconds=30), description="Time between ticks.")
     wake_after: Duration | None = Field(
         timedelta(seconds=10), description="When demand appears between ticks (a pending GPU "
-        "pod on the Kubernetes watch, a spot notice, a new capacity request), the next tick starts this long after "
-        "the last one began instead of at its interval (arrivals in between share it); null: "
-        "only every interval. Cluster Autoscaler scans every 10s.")
+        "pod on the Kubernetes watch, a spot notice, a new capacity request), the next tick "
+        "starts this long after the last one began instead of at its interval (arrivals in "
+        "between share it); null: only every interval. Cluster Autoscaler scans every 10s.")
     preview: Literal["map", "terraform"] = Field(
         "map", description="How each changed pool is previewed before the executor acts: "
         "map (the node-map diff and its $/h delta, no Terraform run) or terraform (also a "
