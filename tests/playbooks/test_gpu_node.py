@@ -10,6 +10,7 @@ Tasks tagged gpu-hardware (NVIDIA hardware or repositories) and external-repo (p
 are skipped; everything else runs, services through systemd, and the nvidia_driver role's
 reboot: the fake driver loads only after a boot with nouveau blacklisted. The joined
 gpu-a/b/c also serve as a hybrid pool's on-prem nodes (issue 34), with no boot of their own.
+Last, gpu-a/b/c rejoin as 15 dynamic nodes of partition burst in turn, each removed again.
 """
 
 from __future__ import annotations
@@ -65,6 +66,16 @@ MIG_HOST = "gpu-m"
 # p4d.24xlarge: 8 A100 40GB, each in MIG mode with two 3g.20gb instances (the pool's layout).
 MIG_LAYOUT = ("3g.20gb", "3g.20gb")
 A100_MIG = FakeGpu("NVIDIA A100-SXM4-40GB", memory_mib=40960, mig=MIG_LAYOUT)
+# A partition only dynamic nodes join (its Nodeset): no node name of it is in slurm.conf.
+BURST_PARTITION = "burst"
+# A bootstrapped host joining again under a new node name: the cluster_join role alone.
+JOIN_PLAYBOOK = """- name: Join the cluster
+  hosts: all
+  become: "{{ gpu_node_become | default(true) }}"
+  gather_facts: false
+  roles:
+    - role: cluster_join
+"""
 K8S_TOKEN = "abcdef.0123456789abcdef"
 FAKE_KUBEADM = """#!/bin/sh
 # Fake kubeadm placed by the test: checks the join configuration and "joins".
@@ -132,7 +143,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     baked = {MIG_HOST: [NodeFile("/etc/modprobe.d/blacklist-nouveau.conf", "blacklist nouveau\n")]}
     with controller_address() as controller, SandboxGpuNodes(
             work, gpus, declared_gpus={"gpu-d": 4}, slurm_nodes=SLURM_HOSTS,
-            dynamic_partitions=["mig"], files=baked, controller=controller) as nodes_lab:
+            dynamic_partitions=["mig", BURST_PARTITION], files=baked, controller=controller) as nodes_lab:
         nodes_lab.hosts.write_file(K8S_HOST, "/usr/bin/kubeadm", FAKE_KUBEADM, 0o755)
         settings = nodes_lab.ansible_settings(
             work / "runs",
@@ -367,9 +378,11 @@ def test_a_node_back_from_a_reboot_with_fewer_gpus_is_failed_by_the_watchdog(
         assert ": slurm state IDLE+NOT_RESPONDING; g4dn.12xlarge in " in node.reason
         assert node.reason.endswith(f"; g4dn.12xlarge in {node.zone or node.region}")
         rig.store.close()
-    finally:  # the files only: no later test needs gpu-c's GPUs
+    finally:  # its 4 GPUs back without a reboot: the files, then the device files
         for item in healthy.values():
             lab.hosts.write_file("gpu-c", item.path, item.content, item.mode)
+        lab.hosts.run("gpu-c", ["systemd-tmpfiles", "--create",
+                                *[p for p in healthy if "/tmpfiles.d/" in p]])
 
 
 def test_a_second_run_changes_nothing_and_a_mixed_batch_fails_only_the_bad_hosts(
@@ -489,6 +502,72 @@ def test_a_mig_job_launches_the_mig_type_and_runs_on_a_slice_of_the_joined_node(
     assert (f"NodeName={MIG_HOST} Name=gpu Type=3g.20gb MultipleFiles=/dev/nvidia7,"
             "/dev/nvidia-caps/nvidia-cap957,/dev/nvidia-caps/nvidia-cap958") in gres
     assert gres.count("Type=3g.20gb") == 16
+
+
+def test_fifteen_dynamic_names_join_and_leave_a_slurmctld_that_declares_none(
+        lab: Lab, first_run: BootstrapRun, tmp_path: Path) -> None:
+    """Issue 34: a pool of partition burst, which slurm.conf gives only a Nodeset (no node
+    name), joins and removes 15 nodes in sequence, more than the 12 names a pre-declared
+    pool had: five rounds of three, each giving booted gpu-a/b/c new node names. A node
+    joins through the actuator running the playbook's cluster_join role alone (all a
+    bootstrapped host needs to register slurmd -Z under another name; the whole node-time
+    part would cost ~35 s a round), and leaves as the executor removes it: its instance
+    gone (slurmd stopped), then the Slurm drainer's forget(), which deletes a dynamic node.
+    After every join and every removal `scontrol show nodes` lists exactly the declared
+    nodes, gpu-m and the live ones; at the end none of the 15. Runs after every test that
+    needs gpu-a/b/c as declared nodes: it leaves their slurmd stopped."""
+    c = lab.cluster
+    names = [f"vision-burst-{i}" for i in range(1, 16)]
+    conf = c.slurm_conf.read_text()
+    assert "State=CLOUD" not in conf and not [n for n in names if n in conf]
+    assert f"Nodeset={BURST_PARTITION}_cloud Feature=partition-{BURST_PARTITION}" in conf
+    before = set(c.node_names())  # declared, and gpu-m once the MIG test registered it
+    assert set(SLURM_HOSTS) <= before <= {*SLURM_HOSTS, MIG_HOST}, before
+    hosts = ["gpu-a", "gpu-b", "gpu-c"]
+    policies = {"vision": make_policy(team="vision", pools=[
+        {"name": "burst", "cloud": "aws", "region": "us-east-1", "max_nodes": len(hosts),
+         "instance_types": ["g4dn.12xlarge"],
+         "bootstrap": {"sharing": "mps", "mps": {"active_thread_percentage": 50}},
+         "cluster": {"kind": "slurm", "partition": BURST_PARTITION}}])}
+    (tmp_path / "roles").symlink_to(lab.dynamic.settings.roles_dir())
+    (tmp_path / "join.yml").write_text(JOIN_PLAYBOOK)
+    host_of: dict[str, str] = {}
+    settings = lab.nodes_lab.ansible_settings(
+        lab.runs_dir, playbook=tmp_path / "join.yml",
+        extra_vars={"cluster_join_slurm_registration": "dynamic"})
+    actuator = AnsibleActuator(settings, lambda node: lab.hosts.address_of(host_of[node.name]),
+                               catalog=default_catalog())
+    drainer = PhasedDrainer(SlurmOps(SlurmConfig(env=c.env(), registration="dynamic")))
+    live: dict[str, Node] = {}
+
+    def remove(node: Node) -> None:
+        lab.hosts.run(host_of[node.name], ["systemctl", "stop", "slurmd"])  # instance gone
+        drainer.forget(node)  # what the executor does once the cloud lists no instance
+        del live[node.name]
+
+    try:
+        for start in range(0, len(names), len(hosts)):
+            batch = [make_node(n, pool="burst", instance_type="g4dn.12xlarge",
+                               state=NodeState.BOOTSTRAPPING)
+                     for n in names[start:start + len(hosts)]]
+            host_of.update(zip([n.name for n in batch], hosts, strict=True))
+            run = actuator.bootstrap(batch, policies, secrets=lab.secrets)
+            assert {n: r.status for n, r in run.hosts.items()} == \
+                dict.fromkeys([n.name for n in batch], HostStatus.OK), run.hosts
+            live.update((n.name, n) for n in batch)
+            assert set(c.node_names()) == before | live.keys()
+            for node in batch:
+                shown = c.scontrol("--oneliner", "show", "node", node.name).stdout
+                assert "DYNAMIC_NORM" in shown and f"Partitions={BURST_PARTITION}" in shown, shown
+            for node in batch:
+                remove(node)
+                assert set(c.node_names()) == before | live.keys()
+        assert set(c.node_names()) == before
+    finally:  # every slurmd the runs started, and every name still registered
+        for host in hosts:
+            lab.hosts.run(host, ["systemctl", "stop", "slurmd"], check=False)
+        for node in list(live.values()):
+            drainer.forget(node)
 
 
 def test_no_secret_in_any_kept_log_or_result(lab: Lab, first_run: BootstrapRun) -> None:
