@@ -89,6 +89,10 @@ def simulate(
     days: Annotated[float | None, typer.Option("--days", help="Days replayed (default: to the end).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of boot jitter, spot draws and duty cycles.")] = 0,
     tick: Annotated[str, typer.Option(help="The service loop interval: decide() runs this often.")] = "30s",
+    wake_after: Annotated[str, typer.Option("--wake-after", help="The service's tick.wake_after: "
+                                            "a job arriving or a spot notice between ticks runs "
+                                            "decide() this long after the last tick; 'off': "
+                                            "only every --tick.")] = "10s",
     boot_delay: Annotated[str, typer.Option("--boot-delay", help="Provisioning + bootstrap time of a "
                                             "node (jittered +-25%).")] = "4m",
     checkpoint: Annotated[str, typer.Option(help="A killed job keeps the work of its last checkpoint "
@@ -127,9 +131,12 @@ def simulate(
     """
     config = SimConfig(tick=_seconds(tick, "--tick"), boot_delay=_seconds(boot_delay, "--boot-delay"),
                        checkpoint_interval=_seconds(checkpoint, "--checkpoint"), seed=seed,
-                       launch_attempt=_seconds(launch_attempt, "--launch-attempt"))
+                       launch_attempt=_seconds(launch_attempt, "--launch-attempt"),
+                       wake_after=None if wake_after == "off" else _seconds(wake_after, "--wake-after"))
     if config.tick <= 0:
         fail("--tick must be greater than 0s")
+    if config.wake_after is not None and config.wake_after <= 0:
+        fail("--wake-after must be greater than 0s, or off")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     write_plots = _plot_writer() if out is not None else None
     report = _run(trace, policies, prices, pool, start_day, days, config, spot_trace, duty_cycles, names,
