@@ -156,3 +156,17 @@ def test_static_on_prem_nodes_are_filled_first_never_billed_and_burst_waits() ->
     assert b_plain.launches == 1 and b_plain.cost_usd > 0  # b bought a node
     assert b_hybrid.launches == 0 and b_hybrid.cost_usd == 0  # on-prem is never billed
     assert b_hybrid.jobs_finished == 2 and b_hybrid.wait_p95_s == pytest.approx(290, abs=15)
+
+
+def test_an_arrival_between_ticks_wakes_decide_wake_after_past_the_last_tick() -> None:
+    """Job at t=5 s: woken at 10 s (10 s after the tick at 0), ready at 250, waits 245 s;
+    with the wake off it waits for the tick at 30 s: ready at 270, 265 s. One wake."""
+    from dataclasses import replace
+
+    pol = policy()
+    jobs = workload([Job("a", 5, 3600, 1.0)])
+    woken = run_all(jobs, pol, pol.pools[0], CATALOG, replace(EXACT, wake_after=10.0), strategies=("ours",))
+    ticks = run_all(jobs, pol, pol.pools[0], CATALOG, replace(EXACT, wake_after=None), strategies=("ours",))
+    assert woken.result("ours").wait_p50_s == 245
+    assert ticks.result("ours").wait_p50_s == 265
+    assert woken.result("ours").parameters["wake_after_s"] == 10.0
