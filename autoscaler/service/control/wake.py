@@ -21,9 +21,16 @@ log = logging.getLogger(__name__)
 Reschedule = Callable[[datetime], datetime | None]
 
 
+# A woken tick starts at least this far ahead: the scheduler counts the ending tick as
+# running until it has returned, and would skip (not delay) a run due before that.
+LEAD = timedelta(seconds=1)
+
+
 def wake_time(now: datetime, last_start: datetime | None, after: timedelta) -> datetime:
-    """When a tick woken at ``now`` starts: ``after`` past the last tick's start, or now."""
-    return now if last_start is None else max(now, last_start + after)
+    """When a tick woken at ``now`` starts: ``after`` past the last tick's start, or now
+    (plus ``LEAD``)."""
+    soonest = now + LEAD
+    return soonest if last_start is None else max(soonest, last_start + after)
 
 
 class TickWaker:

@@ -9,16 +9,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from autoscaler.service.control.wake import TickWaker, wake_time
+from autoscaler.service.control.wake import LEAD, TickWaker, wake_time
 
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
 
 def test_wake_time_is_wake_after_past_the_last_tick_or_now():
     after = timedelta(seconds=10)
-    assert wake_time(T0, None, after) == T0
+    assert wake_time(T0, None, after) == T0 + LEAD
     assert wake_time(T0, T0 - timedelta(seconds=3), after) == T0 + timedelta(seconds=7)
-    assert wake_time(T0, T0 - timedelta(seconds=30), after) == T0
+    assert wake_time(T0, T0 - timedelta(seconds=30), after) == T0 + LEAD
 
 
 class Rig:
@@ -55,7 +55,7 @@ def test_demand_during_a_tick_wakes_one_after_it_ends():
     assert rig.moved == []
     rig.now = T0 + timedelta(seconds=12)
     rig.waker.ended()
-    assert rig.moved == [T0 + timedelta(seconds=12)]
+    assert rig.moved == [T0 + timedelta(seconds=12) + LEAD]
 
 
 def test_off_and_a_failing_reschedule_wake_nothing(caplog):
@@ -95,6 +95,40 @@ def test_the_services_scheduler_runs_a_woken_tick_once_and_keeps_its_interval():
         assert len(ran) == 1 and waker.wakes == 1
         due = sched.get_job("tick").next_run_time
         assert due - datetime.now(UTC) > timedelta(seconds=3000)  # back on its interval
+    finally:
+        sched.shutdown(wait=True)
+
+
+def test_demand_during_a_long_tick_runs_one_more_tick_after_it_and_none_is_skipped():
+    """The tick took longer than wake_after: the woken one is due at once, while the
+    scheduler still counts the ending tick as running (max_instances=1)."""
+    from autoscaler.service.app import Service
+
+    ran: list[float] = []
+    second = threading.Event()
+    sched = BackgroundScheduler(timezone=UTC)
+    svc = Service.__new__(Service)
+    svc._scheduler = sched
+    waker = TickWaker(timedelta(seconds=1), svc._tick_sooner, lambda: datetime.now(UTC))
+
+    def tick() -> None:
+        waker.started()
+        try:
+            ran.append(time.monotonic())
+            if len(ran) == 1:
+                waker.wake("GPU pod a/b unschedulable")  # seen while this tick runs
+                time.sleep(1.5)  # longer than wake_after
+            else:
+                second.set()
+        finally:
+            waker.ended()
+
+    sched.add_job(tick, "interval", seconds=3600, id="tick", max_instances=1, coalesce=True,
+                  next_run_time=datetime.now(UTC))
+    sched.start()
+    try:
+        assert second.wait(10), "the tick woken during the first was skipped"
+        assert len(ran) == 2 and waker.wakes == 1
     finally:
         sched.shutdown(wait=True)
 
