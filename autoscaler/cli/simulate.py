@@ -92,7 +92,8 @@ def simulate(
     wake_after: Annotated[str, typer.Option("--wake-after", help="The service's tick.wake_after: "
                                             "a job arriving or a spot notice between ticks runs "
                                             "decide() this long after the last tick; 'off': "
-                                            "only every --tick.")] = "10s",
+                                            "only every --tick (the default, as the "
+                                            "service's).")] = "off",
     boot_delay: Annotated[str, typer.Option("--boot-delay", help="Provisioning + bootstrap time of a "
                                             "node (jittered +-25%).")] = "4m",
     checkpoint: Annotated[str, typer.Option(help="A killed job keeps the work of its last checkpoint "

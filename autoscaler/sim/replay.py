@@ -38,9 +38,9 @@ class SimError(Exception):
 @dataclass(frozen=True)
 class SimConfig:
     tick: float = 30.0  # the service's loop interval: how often decide() runs
-    # The service's tick.wake_after (default 10 s): a tick this long after the last one
+    # The service's tick.wake_after (off by default): a tick this long after the last one
     # when demand appears between ticks (an arrival, a spot notice); None: only every tick.
-    wake_after: float | None = 10.0
+    wake_after: float | None = None
     boot_delay: float = 240.0  # provisioning + bootstrap until a node takes jobs
     boot_jitter: float = 0.25  # each boot takes boot_delay x U(1 - j, 1 + j)
     # One provisioning attempt (the executor's terraform plan + apply): a refused launch is

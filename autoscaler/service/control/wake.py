@@ -1,10 +1,11 @@
-"""Demand between ticks starts the next tick sooner (``tick.wake_after``).
+"""Demand between ticks starts the next tick sooner (``tick.wake_after``, off by default).
 
 A pending GPU pod seen by the Kubernetes watch, a spot notice or a new capacity request
 would wait for the next tick, up to ``tick.interval``: the simulator put that wait at a
-large share of the p95 gap to a 10 s scan (docs/designs/benchmark-misses.md#wait). The next tick then starts
-``wake_after`` after the last one began (bursts of arrivals share one tick, and a tick is
-never run twice at once), unless the regular tick comes sooner. Demand seen while a tick
+large share of the p95 gap to a 10 s scan on most windows, but waking raised it on the
+busiest (docs/designs/benchmark-misses.md#wait), hence off by default. The next tick
+starts ``wake_after`` after the last one began (bursts of arrivals share one tick, and a
+tick is never run twice at once), unless the regular tick comes sooner. Demand seen while a tick
 runs wakes one after it ends: that tick may have read the scheduler before it came.
 """
 

@@ -139,7 +139,8 @@ def test_wake_after_below_a_second_is_refused():
     with pytest.raises(ValueError, match="wake_after must be at least 1s"):
         TickSettings(wake_after="500ms")
     assert TickSettings(wake_after=None).wake_after is None
-    assert TickSettings().wake_after == timedelta(seconds=10)
+    assert TickSettings().wake_after is None  # off unless asked for
+    assert TickSettings(wake_after="10s").wake_after == timedelta(seconds=10)
 
 
 def test_a_created_capacity_request_wakes_the_tick_and_a_repeated_one_does_not(tmp_path):
