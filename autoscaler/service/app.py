@@ -261,8 +261,8 @@ class Service:
         tick, which starts now unless one is running (then it is the next one)."""
         log.info("reload requested: every policy file is read again at the next tick")
         self.loop.reloader.reread()
-        if self._scheduler is not None and self._tick_started is None:
-            self._scheduler.modify_job("tick", next_run_time=datetime.now(UTC))
+        if self._tick_started is None:
+            self._tick_sooner(datetime.now(UTC))
 
     def run(self, stop: threading.Event) -> None:
         """Tick until ``stop`` is set; then finish the current step and shut down."""

@@ -258,7 +258,8 @@ class Replay:
             if event.kind in (Kind.FINISH, Kind.NODE, Kind.ARRIVAL) and (
                     self.clock.next_time() != event.at):
                 self.cluster.schedule(event.at)
-                if event.kind is Kind.ARRIVAL and self.cluster.pending_count():
+                if (event.kind is Kind.ARRIVAL and self.strategy.wake_after is not None
+                        and self.cluster.pending_count()):
                     self._wake(event.at)
             if progress is not None and event.at - report_at >= 3600:
                 progress(event.at)

@@ -5,8 +5,8 @@ would wait for the next tick, up to ``tick.interval``: the simulator put that wa
 large share of the p95 gap to a 10 s scan on most windows, but waking raised it on the
 busiest (docs/designs/benchmark-misses.md#wait), hence off by default. The next tick
 starts ``wake_after`` after the last one began (bursts of arrivals share one tick, and a
-tick is never run twice at once), unless the regular tick comes sooner. Demand seen while a tick
-runs wakes one after it ends: that tick may have read the scheduler before it came.
+tick is never run twice at once), unless the regular tick comes sooner. Demand seen while
+a tick runs wakes one after it ends: that tick may have read the scheduler before it came.
 """
 
 from __future__ import annotations
