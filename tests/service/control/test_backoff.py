@@ -14,6 +14,7 @@ import pytest
 from autoscaler.model import lifecycle
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.progress import NodeProgress
+from autoscaler.policy.models import Market
 from autoscaler.service.control.backoff import FAILED, cause_of, delay, fingerprint, launch_backoffs
 from tests.fleet.writes import create_node, transition
 from tests.service.executor_rig import Rig
@@ -51,10 +52,10 @@ def test_always_failing_bootstrap_is_bounded_by_the_rule_and_the_hold_says_why(r
     assert backoff.next_try == backoff.last_at + delay(backoff.count)
 
 
-def outcome(rig: Rig, to: NodeState, reason: str = "") -> None:
+def outcome(rig: Rig, to: NodeState, reason: str = "", market: Market = Market.ON_DEMAND) -> None:
     """A node of the pool launched under the current policy that ends in ``to``."""
     pool = rig.policies["vision"].pools[0]
-    node = create_node(rig.store, cooldown="up", now=rig.clock(),
+    node = create_node(rig.store, cooldown="up", now=rig.clock(), market=market,
                        progress=NodeProgress(policy=fingerprint(pool)))
     path = {S.READY: [S.PROVISIONING, S.BOOTSTRAPPING, S.READY],
             S.BOOTSTRAP_FAILED: [S.PROVISIONING, S.BOOTSTRAPPING, S.BOOTSTRAP_FAILED],
@@ -80,6 +81,22 @@ def test_counting_same_cause_in_a_row_success_and_policy_change_reset(rig: Rig) 
     assert b.count == 1
     rig.policies = {"vision": floor_policy(bootstrap={"timeout": "11m"})}  # the team fixed it
     assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []
+
+
+def test_spot_out_of_stock_is_left_to_the_pools_capacity_error_backoff(rig: Rig) -> None:
+    """A dry spot zone is the spot strategy's to retry (capacity_error_backoff, fallback,
+    return to spot): refusals for want of stock never build a launch backoff; a spot quota
+    error, and the same refusal on-demand, still do."""
+    for code in ("InsufficientInstanceCapacity", "OperationDenied.NoStock"):
+        for _ in range(3):
+            outcome(rig, S.PROVISION_FAILED, f"terraform apply failed: {code}: none", Market.SPOT)
+    assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []
+    outcome(rig, S.PROVISION_FAILED, "terraform apply failed: MaxSpotInstanceCountExceeded: x", Market.SPOT)
+    [b] = launch_backoffs(rig.store, rig.policies, rig.clock())
+    assert (b.market, b.cause) == (Market.SPOT, "provision failed: MaxSpotInstanceCountExceeded")
+    outcome(rig, S.PROVISION_FAILED, "terraform apply failed: InsufficientInstanceCapacity: none")
+    assert {(b.market, b.count) for b in launch_backoffs(rig.store, rig.policies, rig.clock())} == {
+        (Market.SPOT, 1), (Market.ON_DEMAND, 1)}
 
 
 def test_the_nodes_of_one_failed_batch_are_one_failure(rig: Rig) -> None:
