@@ -78,6 +78,7 @@ class PoolContext:
     silent: list[tuple[Node, timedelta, str]] = field(default_factory=list)
     silent_kept: str | None = None  # why silent nodes past their grace are not replaced
     reporting: int = 0  # serving nodes with fresh GPU metrics
+    fallbacks: int = 0  # serving nodes on-demand because spot was refused (the return to spot's)
     long_jobs: list[tuple[Node, RunningJob]] = field(default_factory=list)
     expired: list[Node] = field(default_factory=list)  # serving, past max_node_age
     free: list[Node] = field(default_factory=list)  # serving, the scheduler has GPUs unallocated
