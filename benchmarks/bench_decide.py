@@ -96,7 +96,8 @@ def measure(nodes: int, teams: int, pools_per_team: int, repeat: int) -> tuple[f
         start = time.process_time()
         plan = decide(policies, fleet, snap, NOW)
         times.append((time.process_time() - start) * 1000)
-    return statistics.median(times), len(plan.actions), hashlib.sha256(plan.model_dump_json().encode()).hexdigest()
+    digest = hashlib.sha256(plan.model_dump_json().encode()).hexdigest()
+    return statistics.median(times), len(plan.actions), digest
 
 
 def main() -> None:
