@@ -1,6 +1,8 @@
 """decide() at fleet scale: 10,000 nodes in 500 pools of 100 teams, and 1,000 for scaling.
 
 Prints one line per size, then `decide_ms_median=<x> scaling_ratio_10k_over_1k=<y>`.
+With ``--plan-hash`` each size's line also gives a sha256 of its plan's JSON, to show that a
+change meant only to make decide() faster decides exactly the same.
 Both sizes are measured in the same run (machines here are noisy; the ratio is what counts);
 times are CPU time of the deciding process, so other load on the machine does not count.
 
@@ -14,6 +16,7 @@ rules themselves.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import random
 import statistics
 import time
@@ -83,7 +86,7 @@ def world(nodes: int, teams: int, pools_per_team: int, seed: int = 7):
     return policies, FleetView(nodes=fleet_nodes, history=history), snap
 
 
-def measure(nodes: int, teams: int, pools_per_team: int, repeat: int) -> tuple[float, int]:
+def measure(nodes: int, teams: int, pools_per_team: int, repeat: int) -> tuple[float, int, str]:
     policies, fleet, snap = world(nodes, teams, pools_per_team)
     decide(policies, fleet, snap, NOW)  # warm caches (croniter parsing, imports)
     times = []
@@ -93,17 +96,21 @@ def measure(nodes: int, teams: int, pools_per_team: int, repeat: int) -> tuple[f
         start = time.process_time()
         plan = decide(policies, fleet, snap, NOW)
         times.append((time.process_time() - start) * 1000)
-    return statistics.median(times), len(plan.actions)
+    digest = hashlib.sha256(plan.model_dump_json().encode()).hexdigest()
+    return statistics.median(times), len(plan.actions), digest
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--plan-hash", action="store_true", help="also print a sha256 of each size's plan")
     args = parser.parse_args()
-    small, n_small = measure(1_000, 10, 5, args.repeat)
-    big, n_big = measure(10_000, 100, 5, args.repeat)
-    print(f"1k nodes / 50 pools / 10 teams: median {small:.1f} ms ({n_small} actions)")
-    print(f"10k nodes / 500 pools / 100 teams: median {big:.1f} ms ({n_big} actions)")
+    small, n_small, h_small = measure(1_000, 10, 5, args.repeat)
+    big, n_big, h_big = measure(10_000, 100, 5, args.repeat)
+    print(f"1k nodes / 50 pools / 10 teams: median {small:.1f} ms ({n_small} actions)"
+          + (f" plan_sha256={h_small}" if args.plan_hash else ""))
+    print(f"10k nodes / 500 pools / 100 teams: median {big:.1f} ms ({n_big} actions)"
+          + (f" plan_sha256={h_big}" if args.plan_hash else ""))
     print(f"decide_ms_median={big:.1f} scaling_ratio_10k_over_1k={big / small:.2f}")
 
 

@@ -1,6 +1,6 @@
 """Benchmark: replay speed of ours at fleet scale, on a generated trace of about 3,000 nodes.
 
-    python benchmarks/bench_sim_scale.py [--nodes 3000] [--hours 2] [--seed 0] [--profile FILE]
+    python benchmarks/bench_sim_scale.py [--nodes 3000] [--hours 2] [--seed 0] [--profile FILE] [--plan-hash]
 
 The workload is generated in code (``autoscaler.sim.generate.fleet_workload``: seeded,
 no data file), at steady state from its first second: about ``--nodes`` nodes needed
@@ -27,12 +27,18 @@ last line is::
 g: simulated seconds / CPU seconds of the replay (time.process_time: the machine is shared);
 d: decide()'s CPU per call; s: the simulator's own CPU per tick (all but decide). The
 first key is named for 3,000 nodes whatever ``--nodes`` says.
+
+``--plan-hash`` also prints ``plan_sha256=<h>``: a sha256 over every plan of the run (its
+JSON, actions and pool summaries), so a change meant only to make things faster can show
+that it decides exactly the same (same seed, same hours). It is taken in ``apply``, so
+that part's CPU is inflated when it is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import statistics
 import sys
 import time
@@ -68,10 +74,11 @@ class Measured(EngineStrategy):
     """ours, counting the ticks whose plan was empty and those after which nothing in the
     cluster had changed by the next one (no job arrived, started or ended, no node moved)."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, plan_hash: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.empty_plans = self.unchanged = 0
         self._seen = -1
+        self.plans = hashlib.sha256() if plan_hash else None
 
     def tick(self, replay: Replay, now: float) -> None:
         self.unchanged += replay.cluster.version == self._seen
@@ -80,6 +87,8 @@ class Measured(EngineStrategy):
 
     def apply(self, replay: Replay, plan: Plan, now: float) -> None:
         self.empty_plans += not plan.actions
+        if self.plans is not None:
+            self.plans.update(plan.model_dump_json().encode())
         super().apply(replay, plan, now)
 
 
@@ -126,6 +135,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policies", type=Path, default=ROOT / "benchmarks" / "policies")
     parser.add_argument("--profile", type=Path, help="also write a cProfile (CPU time) of the replay here")
+    parser.add_argument("--plan-hash", action="store_true", help="also print a sha256 of every plan")
     args = parser.parse_args()
 
     catalog = default_catalog()
@@ -134,7 +144,7 @@ def main() -> int:
     pool = team.pools[0]
     workload = fleet_workload(args.nodes, seed=args.seed, hours=args.hours)
     config = SimConfig(seed=args.seed)
-    strategy = Measured(team, pool, catalog, interval=config.tick)
+    strategy = Measured(team, pool, catalog, interval=config.tick, plan_hash=args.plan_hash)
     replay = Replay(workload, pool, catalog, config, strategy)
     marks: list[Mark] = []
     warm = workload.start + args.warmup * 3600
@@ -164,6 +174,8 @@ def main() -> int:
           f"where nothing in the cluster changed: {strategy.unchanged}", file=sys.stderr)
     print(f"sim_replay_x_3000_nodes={g:.1f} decide_ms_per_call={decide_ms:.1f} sim_ms_per_tick={sim_ms:.2f} "
           f"sim_replay_x_whole={g_all:.1f}")
+    if strategy.plans is not None:
+        print(f"plan_sha256={strategy.plans.hexdigest()}")
     return 0
 
 

@@ -185,7 +185,7 @@ class _Decision:
         mates = self._group_mates(ctx)
         self.actions += return_to_spot.finish(ctx, self.budgets, mates)
         # start() moves only serving fallback nodes: a pool without one has nothing to move.
-        if ctx.pool.capacity.return_to_spot is None or not any(n.fallback_from_spot for n in ctx.serving):
+        if ctx.pool.capacity.return_to_spot is None or not ctx.fallbacks:
             return
         if self.evidence is None:
             self.evidence = return_to_spot.SpotEvidence(self.contexts, self.snapshot)

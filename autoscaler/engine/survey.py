@@ -41,8 +41,10 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
                                   if job.started_at is not None and job.started_at < started_before]
     # Sums stay in locals until the end: attribute updates on ctx per node cost more.
     util_sum, util_count, idle_load = ctx.util_sum, ctx.util_count, ctx.idle_load
-    reporting = 0
+    reporting = fallbacks = 0
     for node in ctx.serving:
+        if node.fallback_from_spot:
+            fallbacks += 1
         if born_before is not None and node.created_at < born_before:
             ctx.expired.append(node)
         obs = observed.get(node.name)
@@ -91,7 +93,7 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
                 or (m.temperature_max_c is not None and m.temperature_max_c > too_hot)):
             _check_health(ctx, node, obs)
     ctx.util_sum, ctx.util_count, ctx.idle_load = util_sum, util_count, idle_load
-    ctx.reporting = reporting
+    ctx.reporting, ctx.fallbacks = reporting, fallbacks
 
 
 def _check_health(ctx: PoolContext, node: Node, obs: NodeObservation) -> None:

@@ -26,6 +26,7 @@ class PriceBook:
         self._types: dict[tuple[str, str], InstanceType | None] = {}
         self._listed: dict[tuple[str, str, str], Price | None] = {}
         self._costs: dict[tuple[str, str, str, str | None, Market], tuple[int, float]] = {}
+        self._gpus: dict[tuple[str, str], int] = {}
 
     def itype(self, cloud: str, name: str) -> InstanceType | None:
         key = (cloud, name)
@@ -97,7 +98,15 @@ class PriceBook:
         return self.node_cost(node)[1]
 
     def node_gpus(self, node: Node) -> int:
-        return self.node_cost(node)[0]
+        """The GPUs of the node's type (0 for a type the catalog does not know), as
+        ``node_cost`` counts them. Keyed by type alone: rules ask it for every node of a
+        pool, and building ``node_cost``'s five-part key cost more than the answer."""
+        key = (node.cloud, node.instance_type)
+        gpus = self._gpus.get(key)
+        if gpus is None:
+            itype = self.itype(*key)
+            gpus = self._gpus[key] = itype.gpus if itype else 0
+        return gpus
 
     def gpu_model(self, node: Node) -> str:
         """The node's GPU model, "" for a type the catalog does not know."""

@@ -89,13 +89,15 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
     homes: list[tuple[Node, int, SchedulerNode]] = []
     # Nodes leaving this tick or due for replacement are no home for moved jobs.
     leaving = set(budget.taken) | {n.name for n, _ in ctx.sick}
+    observed, gpus_of = ctx.node_obs, prices.node_gpus  # bound once: read for every serving node
     for node in ctx.serving:
-        sched = ctx.observation(node).scheduler
+        obs = observed.get(node.name)
+        sched = obs.scheduler if obs is not None else None
         if sched is None or sched.cordoned or not sched.places_jobs or node.name in leaving:
             continue
         if elsewhere is not None and elsewhere.moving(node):
             continue  # it leaves once its replacement in another pool is READY
-        total = prices.node_gpus(node)
+        total = gpus_of(node)
         share = 100 * sched.gpus_allocated / total if total else 100.0
         if (sched.jobs and share < below
                 and node.ready_at is not None and node.ready_at <= settled
