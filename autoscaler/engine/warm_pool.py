@@ -3,8 +3,9 @@ it launches cold ones, as EC2 Auto Scaling warm pools keep them (stopped state: 
 volume is billed). Three decisions, each with its numbers in the reason:
 
 * :func:`target`: how many warm nodes the pool keeps: ``size`` N, or with ``size:
-  forecast`` the pool's forecast (the predictive floor's quantile, ``Snapshot.forecasts``)
-  minus the GPUs running or on their way, in nodes of the pool's smallest type; in [0, max].
+  forecast`` the pool's forecast peak over the next ``WARM_AHEAD`` (the predictive floor's
+  model and quantile) minus the GPUs running or on their way, in nodes of the pool's
+  smallest type; in [0, max].
 * :func:`serve`: of a plan's launches, which start warm nodes (same type and market,
   youngest first: a started node serves longest before max_node_age) and how many stay cold.
 * :func:`refresh`: which warm nodes are retired (stale image, past max_node_age, above max)
@@ -20,12 +21,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from autoscaler.model.plan import Launch
 from autoscaler.model.snapshot import ForecastFloor
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market, Pool
+
+# How far ahead the warm target looks. The floor (predictive: scale) already holds the
+# forecast for the next lead (one boot); at the same quantile over the same window, a warm
+# target would be the floor again and keep no node. A warm node takes a cold boot to get
+# warm, and the forecaster re-forecasts every hour: the warm pool stands ready for the
+# peaks of the hour ahead that the floor does not hold yet.
+WARM_AHEAD = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,8 @@ class Refresh:
 
 def target(pool: Pool, forecast: ForecastFloor | None, running_gpus: float,
            gpus_per_node: int) -> Target:
-    """The pool's warm target; 0 without a warm pool."""
+    """The pool's warm target; 0 without a warm pool. ``forecast``: the pool's forecast
+    over the next ``WARM_AHEAD``."""
     warm = pool.warm_pool
     if warm is None:
         return Target(0, "no warm pool")

@@ -338,10 +338,10 @@ class WarmPool(_Strict):
     simulate` only so far: the service refuses to start with one."""
 
     size: int | Literal["forecast"] = Field(
-        description="Warm nodes kept: a number, or forecast: the pool's forecast (its "
-        "predictive quantile and lead, so predictive.mode must be forecast-only or scale) "
-        "minus the GPUs running or on their way, in nodes of the pool's smallest type; "
-        "always at most max.")
+        description="Warm nodes kept: a number, or forecast: the peak of the pool's "
+        "forecast over the next hour (its predictive model and quantile, so predictive.mode "
+        "must be forecast-only or scale) minus the GPUs running or on their way, in nodes "
+        "of the pool's smallest type; always at most max.")
     max: int = Field(ge=1, le=MAX_NODES, description="Most warm nodes kept at once.")
 
     @field_validator("size", mode="before")

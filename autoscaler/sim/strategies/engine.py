@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from autoscaler.catalog import Catalog
 from autoscaler.engine import decide
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.warm_pool import WARM_AHEAD
 from autoscaler.fleet.intents import NewNode, Remove, StartDrain, StopDrain, interpret
 from autoscaler.forecast.predictive import Forecaster
 from autoscaler.model.lifecycle import NodeState
@@ -85,7 +86,7 @@ class EngineStrategy(Strategy):
             self.warm.plan(plan, now)
         self.apply(replay, plan, now)
         if self.warm is not None:
-            self.warm.refill(replay, self.forecast(now), now)
+            self.warm.refill(replay, self.warm_forecast(now), now)
         self.cpu["sample"] += sampled - cpu
         self.cpu["observe"] += observed - sampled
         self.cpu["decide"] += decided - observed
@@ -141,8 +142,11 @@ class EngineStrategy(Strategy):
         if up or down:
             self.scaled(up, down, now)
 
-    def forecast(self, now: float) -> ForecastFloor | None:
-        return self.forecaster.floor(now, to_datetime(now)) if self.forecaster is not None else None
+    def warm_forecast(self, now: float) -> ForecastFloor | None:
+        """The pool's forecast over the warm pool's horizon (engine/warm_pool.py)."""
+        if self.forecaster is None:
+            return None
+        return self.forecaster.floor(now, to_datetime(now), WARM_AHEAD.total_seconds())
 
     def launch(self, replay: Replay, intent: NewNode, now: float) -> SimNode:
         if self.warm is not None:
