@@ -2,7 +2,7 @@
 
 Replays the benchmark trace (the Alibaba v2023 pod list from day 110, bench_sim.py's data,
 policy, spot and duty-cycle traces) three times, boot times by path as sim/boot.py states
-their sources (cold 240 s, warm 67.2 s, each jittered +-25%):
+their sources (cold 240 s, warm 67 s, each jittered +-25%):
 
 * d = p95_wait_cold_s: "ours" with the benchmark policy, every launch cold;
 * "predictive": the same policy with ``predictive: {mode: scale}`` (bench_predictive.py's);

@@ -26,4 +26,4 @@ from __future__ import annotations
 
 COLD_BOOT_S = 240.0
 BAKED_BOOT_S = 120.0
-WARM_BOOT_S = 30.0 + 37.2
+WARM_BOOT_S = 30.0 + 37.0  # the sandbox's 37.2 s, to the second
