@@ -7,7 +7,10 @@ volume is billed). Three decisions, each with its numbers in the reason:
   model and quantile) minus the GPUs running or on their way, in nodes of the pool's
   smallest type; in [0, max].
 * :func:`serve`: of a plan's launches, which start warm nodes (same type and market,
-  youngest first: a started node serves longest before max_node_age) and how many stay cold.
+  youngest first: a started node serves longest before max_node_age) and how many are
+  launched cold: none while warm nodes of the pool are starting (issue 37: the warm nodes
+  rejoin, pass the health check and are READY, and only then is a cold launch made for
+  what is left; the next plans see them and ask for what they did not cover).
 * :func:`refresh`: which warm nodes are retired (stale image, past max_node_age, above max)
   and how many are launched to refill the pool to its target.
 
@@ -60,6 +63,7 @@ class Starts:
 
     start: tuple[str, ...]
     cold: int
+    held: int  # cold launches not made: warm nodes of the pool are starting
     reason: str
 
 
@@ -98,8 +102,9 @@ def target(pool: Pool, forecast: ForecastFloor | None, running_gpus: float,
     return Target(nodes, why)
 
 
-def serve(launches: Sequence[Launch], warm: Sequence[WarmNode]) -> list[Starts]:
-    """Each launch's warm starts, in the plan's order: a warm node serves one launch only."""
+def serve(launches: Sequence[Launch], warm: Sequence[WarmNode], starting: int = 0) -> list[Starts]:
+    """Each launch's warm starts, in the plan's order: a warm node serves one launch only.
+    ``starting``: warm nodes of the pool started earlier and not READY yet."""
     free = sorted((w for w in warm if w.ready), key=lambda w: (w.launched_at, w.name), reverse=True)
     out = []
     for launch in launches:
@@ -107,14 +112,20 @@ def serve(launches: Sequence[Launch], warm: Sequence[WarmNode]) -> list[Starts]:
         chosen = fits[:launch.count]
         taken = {w.name for w in chosen}
         free = [w for w in free if w.name not in taken]
-        cold = launch.count - len(chosen)
+        starting += len(chosen)
+        rest = launch.count - len(chosen)
+        held = rest if starting else 0
         what = f"{launch.count} x {launch.instance_type} {launch.market.value}"
-        if not chosen:
-            why = f"{what}: all cold (no warm {launch.instance_type} {launch.market.value} node stopped)"
-        else:
+        if chosen:
             why = (f"{len(chosen)} of {launch.count} launch(es) of {what} start warm nodes "
-                   f"({', '.join(w.name for w in chosen)}); {cold} cold")
-        out.append(Starts(tuple(w.name for w in chosen), cold, why))
+                   f"({', '.join(w.name for w in chosen)})")
+        else:
+            why = f"{what}: no warm {launch.instance_type} {launch.market.value} node stopped"
+        if held:
+            why += f"; {held} cold held until the {starting} warm node(s) starting are READY"
+        else:
+            why += f"; {rest} cold"
+        out.append(Starts(tuple(w.name for w in chosen), rest - held, held, why))
     return out
 
 

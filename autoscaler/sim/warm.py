@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from autoscaler.catalog import InstanceType
 from autoscaler.catalog.volumes import stopped_hourly_usd
 from autoscaler.engine.warm_pool import WarmNode, refresh, serve, target
-from autoscaler.model.lifecycle import ACTIVE
+from autoscaler.model.lifecycle import ACTIVE, IN_FLIGHT
 from autoscaler.model.plan import Launch, Plan
 from autoscaler.model.snapshot import ForecastFloor
 from autoscaler.policy.models import Market, Pool
@@ -60,9 +60,11 @@ class WarmPoolSim:
         self.nodes: list[SimWarm] = []
         self._seq = 0
         self._queued: defaultdict[tuple[str, Market], list[str]] = defaultdict(list)
+        self._held: defaultdict[tuple[str, Market], int] = defaultdict(int)
+        self.started: set[str] = set()  # fleet nodes started from warm ones, in flight
         self.cost_closed = 0.0
         self.counts = {"warm_launches": 0, "warm_starts": 0, "warm_start_refused": 0,
-                       "warm_retired": 0}
+                       "warm_retired": 0, "cold_held": 0}
         self.last_reason = ""
 
     def records(self, now: float) -> list[WarmNode]:
@@ -70,11 +72,29 @@ class WarmPoolSim:
                          ready=w.stopped_at <= now) for w in self.nodes]
 
     def plan(self, plan: Plan, now: float) -> None:
-        """Which of the plan's launches start warm nodes (taken by :meth:`start`)."""
+        """Which of the plan's launches start warm nodes (taken by :meth:`start`) and which
+        cold ones wait for them (:meth:`holds`)."""
         self._queued.clear()
+        self._held.clear()
         launches = [a for a in plan.actions if isinstance(a, Launch)]
-        for launch, starts in zip(launches, serve(launches, self.records(now)), strict=True):
-            self._queued[(launch.instance_type, launch.market)].extend(starts.start)
+        nodes = self.cluster.nodes
+        self.started = {name for name in self.started
+                        if (n := nodes.get(name)) is not None and n.state in IN_FLIGHT}
+        starting = len(self.started)
+        for launch, starts in zip(launches, serve(launches, self.records(now), starting), strict=True):
+            key = (launch.instance_type, launch.market)
+            self._queued[key].extend(starts.start)
+            self._held[key] += starts.held
+        self.counts["cold_held"] += sum(self._held.values())
+
+    def holds(self, type_name: str, market: Market) -> bool:
+        """A cold launch the plan asked for waits for the pool's warm nodes starting: the
+        next plans see them, and launch what they did not cover once they are READY."""
+        key = (type_name, market)
+        if self._queued.get(key) or not self._held.get(key):
+            return False
+        self._held[key] -= 1
+        return True
 
     def start(self, replay: Replay, type_name: str, market: Market, zone: str | None,
               now: float) -> SimNode | None:
@@ -89,6 +109,7 @@ class WarmPoolSim:
             self.counts["warm_start_refused"] += 1
             return node  # refused like a launch; the warm node stays stopped
         self._close(warm, now)
+        self.started.add(node.name)
         self.counts["warm_starts"] += 1
         return node
 

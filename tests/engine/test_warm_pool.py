@@ -58,17 +58,22 @@ def test_launches_start_warm_nodes_first_youngest_first_then_cold():
     nodes = [warm("w-old", 5), warm("w-new", 1), warm("w-mid", 3), warm("w-od", 1, market=OD),
              warm("w-boot", 0.1, ready=False)]
     first, second = serve([launch(2), launch(3)], nodes)
-    assert first.start == ("w-new", "w-mid") and first.cold == 0
+    assert (first.start, first.cold, first.held) == (("w-new", "w-mid"), 0, 0)
     assert first.reason == ("2 of 2 launch(es) of 2 x p3.2xlarge spot start warm nodes "
                             "(w-new, w-mid); 0 cold")
-    assert second.start == ("w-old",) and second.cold == 2  # w-boot is not stopped yet
-    assert "1 of 3 launch(es)" in second.reason and "; 2 cold" in second.reason
+    # w-boot is not stopped yet; what is left waits for the three warm nodes
+    assert (second.start, second.cold, second.held) == (("w-old",), 0, 2)
+    assert second.reason == ("1 of 3 launch(es) of 3 x p3.2xlarge spot start warm nodes "
+                             "(w-old); 2 cold held until the 3 warm node(s) starting are READY")
 
 
-def test_a_launch_of_another_type_or_market_stays_cold():
+def test_a_launch_of_another_type_or_market_is_cold_unless_warm_nodes_are_starting():
     [od], [big] = serve([launch(1, market=OD)], [warm("w1")]), serve([launch(1, "p3.8xlarge")], [warm("w1")])
-    assert (od.start, od.cold, big.start, big.cold) == ((), 1, (), 1)
-    assert big.reason == "1 x p3.8xlarge spot: all cold (no warm p3.8xlarge spot node stopped)"
+    assert (od.start, od.cold, od.held, big.start, big.cold, big.held) == ((), 1, 0, (), 1, 0)
+    assert big.reason == "1 x p3.8xlarge spot: no warm p3.8xlarge spot node stopped; 1 cold"
+    [waits] = serve([launch(2, "p3.8xlarge")], [warm("w1")], starting=1)
+    assert (waits.start, waits.cold, waits.held) == ((), 0, 2)
+    assert waits.reason.endswith("; 2 cold held until the 1 warm node(s) starting are READY")
 
 
 def test_stale_and_old_warm_nodes_are_retired_and_refilled():

@@ -46,3 +46,14 @@ def test_the_report_cost_counts_the_warm_bills() -> None:
     # the started node serves 180 s sooner, so it is idle and gone 180 s sooner too
     assert warm.cost_usd - cold.cost_usd == pytest.approx(warm.extra["warm_cost_usd"] - OD * 180 / 3600,
                                                           abs=0.005)
+
+
+def test_what_the_warm_nodes_leave_is_launched_cold_once_they_are_ready() -> None:
+    pol = policy(warm_pool={"size": 1, "max": 1})
+    jobs = [Job("a", 590, 3600, 1.0), Job("b", 590, 3600, 1.0)]
+    warm = run_all(workload(jobs, end=7200), pol, pol.pools[0], CATALOG, CONFIG,
+                   strategies=("ours",)).result("ours")
+    # a: the warm node started at 600 is READY at 660 (waits 70 s); b's cold launch waits
+    # until then and is READY at 900 (waits 310 s): p50 is their mean
+    assert warm.wait_p50_s == pytest.approx((70 + 310) / 2)
+    assert warm.launches == 2 and warm.extra["cold_held"] >= 2

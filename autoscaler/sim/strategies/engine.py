@@ -117,6 +117,8 @@ class EngineStrategy(Strategy):
         down: set[str] = set()
         for intent in interpret(plan, nodes):
             if isinstance(intent, NewNode):
+                if self.warm is not None and self.warm.holds(intent.instance_type, intent.market):
+                    continue
                 new = self.launch(replay, intent, now)
                 new.replaces, new.launched_for = intent.replaces, intent.trigger
                 new.fallback_from_spot = intent.fallback_from_spot
