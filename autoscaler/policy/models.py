@@ -334,7 +334,7 @@ class Predictive(_Strict):
 
 class WarmPool(_Strict):
     """Stopped, bootstrapped instances a launch starts before it launches cold ones
-    (docs/integrations/terraform-ansible.md#warm-pools). Modelled by `gpu-autoscaler
+    (docs/integrations/terraform-ansible.md, Warm pools). Modelled by `gpu-autoscaler
     simulate` only so far: the service refuses to start with one."""
 
     size: int | Literal["forecast"] = Field(
