@@ -16,11 +16,15 @@ Target (issue 37): b <= 0.5 x a. What the sandbox cannot show: its image-time pa
 no driver, CUDA or DCGM (they are ``gpu-hardware`` tasks, skipped without GPUs), so the cold
 node pays only the file tasks and one reboot of a container that boots in seconds; on a GPU
 instance the skipped installs take minutes, all of which a baked node saves. Warm pools
-(``boot_to_ready_warm_s``) do not exist yet. Needs root, Slurm and Terraform.
+run in the simulator only (``--sim``, benchmarks/warm_sim.py): the service has no executor
+for them yet. The sandbox half needs root, Slurm and Terraform.
 
     sudo python benchmarks/bench_warm.py [--rounds 3]
+    python benchmarks/bench_warm.py --sim [--days 40] [--seed 0] [--warm-max 8]
 
 Last line: boot_to_ready_cold_s=<a> boot_to_ready_baked_s=<b> baked_over_cold=<b/a> bake_s=<s>
+(--sim: p95_wait_cold_s=<d> p95_wait_warm_forecast_s=<e> p50_wait_warm_forecast_s=<f>
+cost_ratio_warm_over_predictive=<g>, see warm_sim.py)
 """
 
 from __future__ import annotations
@@ -37,16 +41,31 @@ from pathlib import Path
 
 # The benchmark drives the e2e rig in tests/: run from anywhere, import it from the repo.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
-from tests.e2e.bake_rig import S, boot_to_ready, cli, write_policy
-from tests.e2e.test_lifecycle_e2e import Loop
+from bench_sim import START_DAY, trace_parser  # the same window and data
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = trace_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="baked + cold launches (default 3)")
+    parser.add_argument("--sim", action="store_true", help="warm pools in the simulator (no root)")
+    parser.add_argument("--days", type=int, default=40, help=f"--sim: days from day {START_DAY} (default 40)")
+    parser.add_argument("--warm-max", type=int, default=8, help="--sim: warm_pool.max (default 8)")
+    parser.add_argument("--workers", type=int, default=2, help="--sim: replays at once")
     args = parser.parse_args(argv)
+    if args.sim:
+        from warm_sim import run  # the simulator half: no sandbox, Slurm or root
+
+        return run(args)
+    return sandbox(args)
+
+
+def sandbox(args: argparse.Namespace) -> int:
+    from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
+    from tests.e2e.bake_rig import S, boot_to_ready, cli, write_policy
+    from tests.e2e.test_lifecycle_e2e import Loop
+
     if not privileged() or shutil.which("terraform") is None:
         print("needs root (network namespaces, booted hosts), Slurm and terraform", file=sys.stderr)
         return 2

@@ -96,6 +96,9 @@ def simulate(
                                             "service's).")] = "off",
     boot_delay: Annotated[str, typer.Option("--boot-delay", help="Provisioning + bootstrap time of a "
                                             "node (jittered +-25%).")] = "4m",
+    warm_boot_delay: Annotated[str, typer.Option(
+        "--warm-boot-delay", help="A warm_pool node's start to READY: the instance started, "
+        "rejoined and health-checked (jittered +-25%; sources in autoscaler/sim/boot.py).")] = "67s",
     checkpoint: Annotated[str, typer.Option(help="A killed job keeps the work of its last checkpoint "
                                             "taken this often (0s: restarts from scratch).")] = "30m",
     spot_trace: Annotated[Path | None, typer.Option("--spot-trace", help="SkyPilot spot trace: a JSON "
@@ -133,6 +136,7 @@ def simulate(
     config = SimConfig(tick=_seconds(tick, "--tick"), boot_delay=_seconds(boot_delay, "--boot-delay"),
                        checkpoint_interval=_seconds(checkpoint, "--checkpoint"), seed=seed,
                        launch_attempt=_seconds(launch_attempt, "--launch-attempt"),
+                       warm_boot_delay=_seconds(warm_boot_delay, "--warm-boot-delay"),
                        wake_after=None if wake_after == "off" else _seconds(wake_after, "--wake-after"))
     if config.tick <= 0:
         fail("--tick must be greater than 0s")

@@ -91,10 +91,12 @@ class Forecaster:
             return None
         return float(band[0, first - origin]), float(band[1, first - origin])
 
-    def floor(self, now: float, at: datetime) -> ForecastFloor | None:
-        """GPUs to hold now for the demand up to ``now + lead`` (``at``: now as a date)."""
+    def floor(self, now: float, at: datetime, ahead_s: float | None = None) -> ForecastFloor | None:
+        """GPUs to hold now for the demand up to ``now + lead`` (``at``: now as a date);
+        ``ahead_s`` looks that far ahead instead (a warm pool's horizon)."""
         step = self.series.step
-        first, last = self.series.bin_of(now), self.series.bin_of(now + self.lead_s)
+        ahead = self.lead_s if ahead_s is None else ahead_s
+        first, last = self.series.bin_of(now), self.series.bin_of(now + ahead)
         if not 1 <= first <= len(self.series):
             return None  # no complete bin yet, or a time the history does not reach
         origin = first - first % REFRESH_BINS
@@ -110,7 +112,7 @@ class Forecaster:
         mape = f"MAPE {self.choice.mape:.0f}%" if self.choice.mape is not None else "MAPE n/a"
         why = (f"forecast p{self.policy.quantile * 100:.0f} for {start:%a %H:%M}-{end:%H:%M} is "
                f"{gpus:g} GPUs ({self.choice.model} model, {mape} over "
-               f"{self.backtest_days:.0f} d; {format_duration(self.lead)} ahead)")
+               f"{self.backtest_days:.0f} d; {format_duration(timedelta(seconds=ahead))} ahead)")
         if gpus > cap:
             why += (f", capped at {cap:g} (max_extra_gpus {self.policy.max_extra_gpus} above the "
                     f"{current:g} requested)")

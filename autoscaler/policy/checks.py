@@ -134,6 +134,7 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
     if pool.bootstrap.image == "baked" and pool.cloud is not Cloud.AWS:
         yield (["bootstrap", "image"], f"image: baked is supported on aws only for now (the "
                f"{pool.cloud.value} pool module has no baked-image lookup); use image: base")
+    yield from _check_warm_pool(pool)
     if pool.cluster.quota_from == "resourcequota" and pool.cluster.kind != "kubernetes":
         yield ["cluster", "quota_from"], "quota_from: resourcequota needs cluster.kind: kubernetes"
     c = pool.cluster
@@ -153,3 +154,15 @@ def _check_mig(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
         for why in layout_problems(itype.gpu_model, itype.gpu_memory_gib,
                                    list(pool.bootstrap.mig_profiles)):
             yield ["instance_types", j], f"sharing: mig on {name}: {why}"
+
+
+def _check_warm_pool(pool: Pool) -> Iterator[Problem]:
+    warm = pool.warm_pool
+    if warm is None:
+        return
+    if warm.max > pool.max_nodes:
+        yield (["warm_pool", "max"], f"warm_pool.max ({warm.max}) is above max_nodes "
+               f"({pool.max_nodes}): a started warm node is one of the pool's nodes")
+    if warm.size == "forecast" and pool.predictive.mode == "off":
+        yield (["warm_pool", "size"], "size: forecast follows the pool's forecast: set "
+               "predictive.mode to forecast-only (warm nodes only) or scale (also a floor)")

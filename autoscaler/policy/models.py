@@ -332,6 +332,36 @@ class Predictive(_Strict):
                                 "holds above the GPUs jobs request now.")
 
 
+class WarmPool(_Strict):
+    """Stopped, bootstrapped instances a launch starts before it launches cold ones
+    (docs/integrations/terraform-ansible.md, Warm pools). Modelled by `gpu-autoscaler
+    simulate` only so far: the service refuses to start with one."""
+
+    size: int | Literal["forecast"] = Field(
+        description="Warm nodes kept: a number, or forecast: the peak of the pool's "
+        "forecast over the next hour (its predictive model and quantile, so predictive.mode "
+        "must be forecast-only or scale) minus the GPUs running or on their way, in nodes "
+        "of the pool's smallest type; always at most max.")
+    max: int = Field(ge=1, le=MAX_NODES, description="Most warm nodes kept at once.")
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _size_bounded(cls, value: object) -> object:
+        # One message for both spellings (the union would report each member's own).
+        number = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_NODES
+        if value != "forecast" and not number:
+            raise ValueError(f"size is a number of warm nodes (0 to {MAX_NODES}) or forecast, "
+                             f"not {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _size_within_max(self) -> WarmPool:
+        if isinstance(self.size, int) and self.size > self.max:
+            raise ValueError(f"size ({self.size}) is above max ({self.max}): max is the most "
+                             "warm nodes kept")
+        return self
+
+
 class MpsSettings(_Strict):
     active_thread_percentage: Percent = Field(100, description="Default share of SMs per MPS client.")
     pinned_device_mem_limit_mib: int | None = Field(
@@ -459,6 +489,10 @@ class Pool(_Strict):
     bootstrap: Bootstrap = Bootstrap()
     cluster: Cluster = Cluster()
     predictive: Predictive = Predictive()
+    warm_pool: WarmPool | None = Field(
+        None, description="Keep up to max bootstrapped instances stopped (paying for their "
+        "volumes only); a launch starts them before it launches cold nodes. Off by default. "
+        "Simulator only so far: `gpu-autoscaler run` refuses a policy with one.")
     placement_group: Name | None = Field(
         None, description="Pools of the team with the same placement group serve the same work: "
         "each pending job goes to the group's pool that can run it (GPU model and count, "

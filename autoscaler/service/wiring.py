@@ -22,11 +22,13 @@ from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.model.clock import utc_now
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot_parts import PriceView
+from autoscaler.policy.loader import load_dir
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.app import Service, ServiceError, one_line
 from autoscaler.service.config.addresses import AddressOf, make_resolver
 from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.config.reload import PolicyReloader
+from autoscaler.service.config.warm_pools import refusal
 from autoscaler.service.control.interruptions import InterruptionIntake, NoticeLoop, sources_for
 from autoscaler.service.control.leader import Leadership
 from autoscaler.service.control.loop import (
@@ -234,6 +236,9 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                   overrides: Overrides | None = None) -> Service:
     o = overrides or Overrides()
     catalog = load_catalog(config.prices_file)
+    refused = refusal(load_dir(config.policies_dir, catalog)[0])
+    if refused:  # before the store opens: nothing runs for a policy the service cannot follow
+        raise ServiceError(refused)
     markets = Markets(config, catalog)
     store = o.store or open_store(config)
     closers: list[Callable[[], None]] = [] if o.store else [store.close]

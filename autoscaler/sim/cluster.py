@@ -16,6 +16,7 @@ import bisect
 import heapq
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autoscaler.catalog import InstanceType
@@ -156,6 +157,8 @@ class Cluster:
         # Static on-prem nodes (hybrid burst): always READY, never billed, never in the
         # fleet a strategy manages; Slurm's weights put jobs on them first.
         self.static: list[SimNode] = []
+        # Open bills of instances outside the fleet (a warm pool's, sim/warm.py): $ at now.
+        self.stopped_bills: Callable[[float], float] | None = None
 
     # -- nodes ---------------------------------------------------------------------
     def new_node(self, itype: InstanceType, market: Market, zone: str | None, hourly: float,
@@ -212,6 +215,8 @@ class Cluster:
             if node.state in SIM_BILLABLE and node.reason != "capacity-error":
                 usd += node.hourly * (now - node.created_at) / 3600
                 gpu_s[node.market.value] += node.gpus * (now - node.created_at)
+        if self.stopped_bills is not None:
+            usd += self.stopped_bills(now)
         return usd, gpu_s
 
     def drain(self, node: SimNode, now: float, trigger: str) -> None:

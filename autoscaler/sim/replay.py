@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
 from autoscaler.model.lifecycle import REPORTING, NodeState
 from autoscaler.policy.models import Market, Pool
+from autoscaler.sim.boot import BAKED_BOOT_S, COLD_BOOT_S, WARM_BOOT_S
 from autoscaler.sim.clock import Clock, Kind
 from autoscaler.sim.cluster import Cluster, SimJob, SimNode
 from autoscaler.sim.series import Series
@@ -41,7 +42,10 @@ class SimConfig:
     # The service's tick.wake_after (off by default): a tick this long after the last one
     # when demand appears between ticks (an arrival, a spot notice); None: only every tick.
     wake_after: float | None = None
-    boot_delay: float = 240.0  # provisioning + bootstrap until a node takes jobs
+    boot_delay: float = COLD_BOOT_S  # provisioning + bootstrap until a node takes jobs (sim/boot.py)
+    # A node of a pool with bootstrap.image: baked, and a warm node started (sim/boot.py).
+    baked_boot_delay: float = BAKED_BOOT_S
+    warm_boot_delay: float = WARM_BOOT_S
     boot_jitter: float = 0.25  # each boot takes boot_delay x U(1 - j, 1 + j)
     # One provisioning attempt (the executor's terraform plan + apply): a refused launch is
     # learned only when it has passed, and is in flight (counted against the pool) until
@@ -107,10 +111,11 @@ class Replay:
         return self.spot.available(zone, now - self.start)
 
     def launch(self, type_name: str, market: Market, zone: str | None, now: float,
-               pool: str | None = None) -> SimNode:
+               pool: str | None = None, boot: float | None = None) -> SimNode:
         """Request a node, for every strategy alike: a spot launch into a zone without
         capacity is refused ``launch_attempt`` seconds later (never billed); until then it is
-        in flight like any launch. A launch that succeeds is ready after the boot delay.
+        in flight like any launch. A launch that succeeds is ready after the boot delay
+        (``boot``, e.g. a warm node's start, or the pool's cold or baked path).
         ``pool`` ("team/pool") is kept with the node where a strategy buys for a placement
         group; its region is the zone's (zone names are unique across regions), and jobs
         run on any pool's node, as in one Slurm partition spanning the group."""
@@ -121,11 +126,16 @@ class Replay:
             self.clock.at(now + self.config.launch_attempt, Kind.NODE, lambda t: self._fail(node, t))
             return node
         jitter = self.config.boot_jitter
-        delay = self.config.boot_delay * self.rng.uniform(1 - jitter, 1 + jitter)
+        delay = (self.boot_delay() if boot is None else boot) * self.rng.uniform(1 - jitter, 1 + jitter)
         self.clock.at(now + 0.4 * delay, Kind.NODE, lambda t: self._step(node, S.PROVISIONING,
                                                                           S.BOOTSTRAPPING, t))
         self.clock.at(now + delay, Kind.NODE, lambda t: self._step(node, S.BOOTSTRAPPING, S.READY, t))
         return node
+
+    def boot_delay(self) -> float:
+        """A new node's boot-to-READY time before jitter: the pool's cold or baked path."""
+        baked = self.pool.bootstrap.image == "baked"
+        return self.config.baked_boot_delay if baked else self.config.boot_delay
 
     def drain(self, node: SimNode, now: float, trigger: str, timeout: float) -> None:
         self.cluster.drain(node, now, trigger)

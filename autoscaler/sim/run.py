@@ -12,6 +12,7 @@ from typing import Any
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.forecast.predictive import Forecaster
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 from autoscaler.sim.replay import Replay, SimConfig, SimError
 from autoscaler.sim.results import StrategyResult, summarize
@@ -21,7 +22,7 @@ from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike
 from autoscaler.sim.strategies.engine import EngineStrategy
 from autoscaler.sim.strategies.karpenter_like import KarpenterLike
 from autoscaler.sim.strategies.oracle import oracle
-from autoscaler.sim.strategies.predictive import PredictiveStrategy
+from autoscaler.sim.strategies.predictive import PredictiveStrategy, train
 from autoscaler.sim.strategies.static import StaticFleet
 from autoscaler.sim.strategies.target_tracking import TargetTracking, fitting_type
 from autoscaler.traces import DAY, DutyCycles, TraceError, Workload
@@ -92,7 +93,8 @@ def build_strategies(names: Sequence[str], policy: TeamPolicy, pool: Pool, catal
     quota = policy.quota.max_gpus
     make: dict[str, Callable[[], Strategy]] = {
         "ours": lambda: EngineStrategy(policy, pool, catalog, interval=config.tick,
-                                       settings=EngineSettings(), wake_after=config.wake_after),
+                                       settings=EngineSettings(), wake_after=config.wake_after,
+                                       forecaster=warm_forecaster(pool, workload, config)),
         "static": lambda: StaticFleet.for_workload(workload, pool, catalog, quota),
         "ca_like": lambda: ClusterAutoscalerLike(quota_gpus=quota),
         "karpenter_like": lambda: KarpenterLike(quota_gpus=quota),
@@ -103,6 +105,14 @@ def build_strategies(names: Sequence[str], policy: TeamPolicy, pool: Pool, catal
     if unknown:
         raise SimError(f"unknown strategy {', '.join(unknown)} (known: {', '.join(make)})")
     return [make[n]() for n in names]
+
+
+def warm_forecaster(pool: Pool, workload: Workload, config: SimConfig) -> Forecaster | None:
+    """For warm_pool.size forecast: the pool's forecast (predictive settings), which the warm
+    target follows; "ours" holds no floor from it (that is the "predictive" strategy)."""
+    if pool.warm_pool is None or pool.warm_pool.size != "forecast":
+        return None
+    return train(pool.predictive, workload, config)
 
 
 def _replay_one(name: str, *, workload: Workload, policy: TeamPolicy, pool: Pool, catalog: Catalog,
@@ -116,6 +126,9 @@ def _replay_one(name: str, *, workload: Workload, policy: TeamPolicy, pool: Pool
         result.extra.update(decide_calls=strategy.decisions,
                             decide_seconds=round(strategy.decide_seconds, 3),
                             actions=dict(sorted(strategy.actions.items())))
+        if strategy.warm is not None:
+            result.extra.update(strategy.warm.counts, warm_cost_usd=round(
+                strategy.warm.cost_closed + strategy.warm.open_cost(workload.end), 2))
     if progress:
         progress(name, workload.end)
     return result

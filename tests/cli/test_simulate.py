@@ -108,3 +108,15 @@ def test_simulate_fixture_day_writes_report_and_plots(tmp_path: Path, policies: 
                             "interrupt_share": 1.0}
     assert (out / "demand_vs_capacity.png").stat().st_size > 10_000
     assert (out / "cumulative_cost.png").stat().st_size > 10_000
+
+
+def test_simulate_runs_a_policy_with_a_warm_pool(tmp_path: Path, policies: Path) -> None:
+    (policies / "sim.yaml").write_text(POLICY + "    warm_pool: {size: 2, max: 2}\n")
+    trace = write_pods(tmp_path / "pods.csv", [
+        pod(f"p{i}", 86400 + 3600 * i, 86400 + 3600 * i, 86400 + 3600 * i + 1200) for i in range(4)])
+    result = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", str(policies),
+                                 "--start-day", "1", "--days", "1", "--json", "--no-progress",
+                                 "--strategies", "ours", "--warm-boot-delay", "1m"])
+    assert result.exit_code == 0, result.output
+    ours = json.loads(result.stdout)["strategies"][0]
+    assert ours["extra"]["warm_starts"] >= 1 and ours["extra"]["warm_cost_usd"] > 0

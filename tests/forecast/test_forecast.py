@@ -82,6 +82,11 @@ def test_floor_covers_now_to_lead_with_a_reason_and_the_cap():
     assert capped is not None and capped.gpus == pytest.approx(series.values[int(now // STEP) - 1] + 2)
     assert "capped" in capped.reason
     assert f.floor(5 * WEEK_BINS * STEP, at + timedelta(weeks=1)) is None  # past the history
+    # a warm pool's horizon: the same model and quantile an hour ahead, never below the lead's
+    early, early_at = now - 1800, at - timedelta(minutes=30)
+    hour, lead = f.floor(early, early_at, ahead_s=3600), f.floor(early, early_at)
+    assert hour is not None and lead is not None and hour.gpus >= 19 > lead.gpus
+    assert "07:25-08:30 is" in hour.reason and "1h ahead)" in hour.reason
 
 
 def test_no_forecast_without_a_day_of_history():

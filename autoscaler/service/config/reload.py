@@ -21,6 +21,7 @@ from autoscaler.policy.loader import load_file, name_clash, policy_files
 from autoscaler.policy.locate import format_path
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.policy.untrusted import MAX_BYTES
+from autoscaler.service.config.warm_pools import warm_pool_errors
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,8 @@ class PolicyReloader:
             log.exception("cannot load %s; the team keeps its last good policy", path)
             policy, errors = None, [PolicyError(str(path), 1, 1, "", "this file could not be "
                                                 f"read ({type(exc).__name__}); see the service log")]
+        if policy is not None and not errors:
+            errors = warm_pool_errors(str(path), policy)
         if errors:
             for err in errors:
                 log.error("policy error (team keeps its last good policy): %s", err)

@@ -14,16 +14,19 @@ from collections import Counter, defaultdict
 from autoscaler.catalog import Catalog
 from autoscaler.engine import decide
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.warm_pool import WARM_AHEAD
 from autoscaler.fleet.intents import NewNode, Remove, StartDrain, StopDrain, interpret
+from autoscaler.forecast.predictive import Forecaster
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView, PoolHistory
 from autoscaler.model.plan import Plan
-from autoscaler.model.snapshot import CapacityError, Snapshot
+from autoscaler.model.snapshot import CapacityError, ForecastFloor, Snapshot
 from autoscaler.policy.models import Pool, TeamPolicy
 from autoscaler.sim.cluster import SimNode
 from autoscaler.sim.observe import Observer, to_datetime
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
+from autoscaler.sim.warm import WarmPoolSim
 
 S = NodeState
 
@@ -33,7 +36,8 @@ class EngineStrategy(Strategy):
     description = "gpu-autoscaler's decide() with the team policy"
 
     def __init__(self, policy: TeamPolicy, pool: Pool, catalog: Catalog, interval: float = 30.0,
-                 settings: EngineSettings | None = None, wake_after: float | None = None):
+                 settings: EngineSettings | None = None, wake_after: float | None = None,
+                 forecaster: Forecaster | None = None):
         self.policies = {policy.team: policy.model_copy(update={"pools": [pool]})}
         self.pool, self.catalog, self.interval = pool, catalog, interval
         self.wake_after = wake_after
@@ -46,6 +50,14 @@ class EngineStrategy(Strategy):
         self.decisions = 0
         # CPU seconds of each part of a tick (time.process_time), for the benchmarks
         self.cpu: defaultdict[str, float] = defaultdict(float)
+        # The pool's forecast: a floor in the Snapshot for "predictive"; for any strategy
+        # with warm_pool.size forecast, what the warm target follows.
+        self.forecaster = forecaster
+        self.warm: WarmPoolSim | None = None
+
+    def begin(self, replay: Replay, now: float) -> None:
+        if self.pool.warm_pool is not None:
+            self.warm = WarmPoolSim(self.pool, replay.cluster)
 
     def parameters(self) -> dict[str, object]:
         return {"tick_s": self.interval, "wake_after_s": self.wake_after,
@@ -70,7 +82,11 @@ class EngineStrategy(Strategy):
         self.decide_seconds += time.perf_counter() - began
         decided = time.process_time()
         self.decisions += 1
+        if self.warm is not None:
+            self.warm.plan(plan, now)
         self.apply(replay, plan, now)
+        if self.warm is not None:
+            self.warm.refill(replay, self.warm_forecast(now), now)
         self.cpu["sample"] += sampled - cpu
         self.cpu["observe"] += observed - sampled
         self.cpu["decide"] += decided - observed
@@ -101,6 +117,8 @@ class EngineStrategy(Strategy):
         down: set[str] = set()
         for intent in interpret(plan, nodes):
             if isinstance(intent, NewNode):
+                if self.warm is not None and self.warm.holds(intent.instance_type, intent.market):
+                    continue
                 new = self.launch(replay, intent, now)
                 new.replaces, new.launched_for = intent.replaces, intent.trigger
                 new.fallback_from_spot = intent.fallback_from_spot
@@ -126,7 +144,17 @@ class EngineStrategy(Strategy):
         if up or down:
             self.scaled(up, down, now)
 
+    def warm_forecast(self, now: float) -> ForecastFloor | None:
+        """The pool's forecast over the warm pool's horizon (engine/warm_pool.py)."""
+        if self.forecaster is None:
+            return None
+        return self.forecaster.floor(now, to_datetime(now), WARM_AHEAD.total_seconds())
+
     def launch(self, replay: Replay, intent: NewNode, now: float) -> SimNode:
+        if self.warm is not None:
+            started = self.warm.start(replay, intent.instance_type, intent.market, intent.zone, now)
+            if started is not None:
+                return started
         return replay.launch(intent.instance_type, intent.market, intent.zone, now)
 
     def scaled(self, up: set[str], down: set[str], now: float) -> None:

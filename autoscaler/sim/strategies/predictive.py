@@ -26,14 +26,21 @@ def demand_series(before: list[Job], workload: Workload) -> DemandSeries:
     return from_intervals(((j.arrival, j.arrival + j.duration, j.gpus) for j in jobs), workload.end)
 
 
+def train(settings: Predictive, workload: Workload, config: SimConfig) -> Forecaster:
+    """The pool's forecaster on the trace's own demand history; lead defaults to the
+    replay's boot delay, the boot-to-ready time every node takes here."""
+    lead = settings.lead.total_seconds() if settings.lead else config.boot_delay
+    return Forecaster.train(demand_series(workload.before, workload), workload.start, settings, lead)
+
+
 class PredictiveStrategy(EngineStrategy):
     name = "predictive"
     description = "decide() with the pool's forecast floor (predictive: mode scale)"
 
     def __init__(self, policy: TeamPolicy, pool: Pool, catalog: Catalog, forecaster: Forecaster,
                  interval: float = 30.0, settings: EngineSettings | None = None):
-        super().__init__(policy, pool, catalog, interval, settings)
-        self.forecaster = forecaster
+        super().__init__(policy, pool, catalog, interval, settings, forecaster=forecaster)
+        self.forecaster: Forecaster = forecaster
         self.key = f"{policy.team}/{pool.name}"
 
     @classmethod
@@ -42,10 +49,7 @@ class PredictiveStrategy(EngineStrategy):
         """The pool's ``predictive:`` settings (mode scale with defaults when it is off); lead
         defaults to the replay's boot delay, the boot-to-ready time every node takes here."""
         settings = pool.predictive if pool.predictive.mode == "scale" else Predictive(mode="scale")
-        lead = settings.lead.total_seconds() if settings.lead else config.boot_delay
-        series = demand_series(workload.before, workload)
-        forecaster = Forecaster.train(series, workload.start, settings, lead)
-        return cls(policy, pool, catalog, forecaster, config.tick)
+        return cls(policy, pool, catalog, train(settings, workload, config), config.tick)
 
     def parameters(self) -> dict[str, object]:
         return {**super().parameters(), "model": self.forecaster.choice.model,
