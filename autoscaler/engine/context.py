@@ -33,8 +33,12 @@ _EMPTY_POOL = PoolObservation()
 _NAME = attrgetter("name")
 # The members _file compares every node with, bound once: reading an enum member through
 # its class (NodeState.READY) costs about 0.1 us in CPython 3.11, several per node a tick.
-_READY, _TERMINATED, _INTERRUPTED = NodeState.READY, NodeState.TERMINATED, NodeState.INTERRUPTED
-_DRAINING, _DRAINED, _ON_DEMAND = NodeState.DRAINING, NodeState.DRAINED, Market.ON_DEMAND
+_READY = NodeState.READY
+_TERMINATED = NodeState.TERMINATED
+_INTERRUPTED = NodeState.INTERRUPTED
+_DRAINING = NodeState.DRAINING
+_DRAINED = NodeState.DRAINED
+_ON_DEMAND = Market.ON_DEMAND
 
 
 # Slots: 500 pools a tick, and a __dict__ each is one more object for the GC to walk.
