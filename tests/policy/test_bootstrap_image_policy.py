@@ -7,32 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.catalog import default_catalog
-from autoscaler.policy import load_file
 from tests.hostile_files import GOOD_POLICY
+from tests.policy.loading import load_text
 
-CATALOG = default_catalog()
 AWS = GOOD_POLICY
 ALICLOUD = AWS.replace("aws", "alicloud").replace("us-east-1", "cn-hangzhou") \
     .replace("p3.2xlarge", "ecs.gn6i-c4g1.xlarge")
 
 
-def load(tmp_path: Path, text: str) -> tuple[object, list[tuple[str, str]]]:
-    path = tmp_path / "v.yaml"
-    path.write_text(text)
-    policy, errors = load_file(path, CATALOG)
-    return policy, [(e.path, e.message) for e in errors]
-
-
 def test_defaults_are_todays_base_image_bootstrap(tmp_path: Path) -> None:
-    policy, errors = load(tmp_path, AWS)
+    policy, errors = load_text(tmp_path, AWS)
     assert errors == []
     boot = policy.pools[0].bootstrap  # type: ignore[attr-defined]
     assert (boot.image, boot.images_kept, boot.when_stale) == ("base", 3, "full")
 
 
 def test_baked_settings_are_read(tmp_path: Path) -> None:
-    policy, errors = load(tmp_path, AWS + "    bootstrap: {image: baked, images_kept: 5, when_stale: hold}\n")
+    policy, errors = load_text(tmp_path, AWS + "    bootstrap: {image: baked, images_kept: 5, when_stale: hold}\n")
     assert errors == []
     boot = policy.pools[0].bootstrap  # type: ignore[attr-defined]
     assert (boot.image, boot.images_kept, boot.when_stale) == ("baked", 5, "hold")
@@ -47,12 +38,12 @@ def test_baked_settings_are_read(tmp_path: Path) -> None:
 ])
 def test_bad_values_are_errors_with_their_path(tmp_path: Path, extra: str, path: str,
                                                needle: str) -> None:
-    _, errors = load(tmp_path, AWS + f"    bootstrap: {extra}\n")
+    _, errors = load_text(tmp_path, AWS + f"    bootstrap: {extra}\n")
     assert [(p, needle in m) for p, m in errors] == [(path, True)], errors
 
 
 def test_baked_is_refused_on_alicloud_until_its_module_can_look_images_up(tmp_path: Path) -> None:
-    _, errors = load(tmp_path, ALICLOUD + "    bootstrap: {image: baked}\n")
+    _, errors = load_text(tmp_path, ALICLOUD + "    bootstrap: {image: baked}\n")
     assert [p for p, _ in errors] == ["pools[0].bootstrap.image"]
     assert "aws only" in errors[0][1]
-    assert load(tmp_path, ALICLOUD + "    bootstrap: {image: base}\n")[1] == []
+    assert load_text(tmp_path, ALICLOUD + "    bootstrap: {image: base}\n")[1] == []

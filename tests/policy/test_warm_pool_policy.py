@@ -6,22 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.catalog import default_catalog
-from autoscaler.policy import load_file
 from tests.hostile_files import GOOD_POLICY
-
-CATALOG = default_catalog()
-
-
-def load(tmp_path: Path, text: str) -> tuple[object, list[tuple[str, str]]]:
-    path = tmp_path / "w.yaml"
-    path.write_text(text)
-    policy, errors = load_file(path, CATALOG)
-    return policy, [(e.path, e.message) for e in errors]
+from tests.policy.loading import load_text
 
 
 def test_off_by_default(tmp_path: Path) -> None:
-    policy, errors = load(tmp_path, GOOD_POLICY)
+    policy, errors = load_text(tmp_path, GOOD_POLICY)
     assert errors == []
     assert policy.pools[0].warm_pool is None  # type: ignore[attr-defined]
 
@@ -33,7 +23,7 @@ def test_off_by_default(tmp_path: Path) -> None:
     ("    predictive: {mode: scale}\n    warm_pool: {size: forecast, max: 4}\n", "forecast"),
 ])
 def test_sizes_are_read(tmp_path: Path, extra: str, size: object) -> None:
-    policy, errors = load(tmp_path, GOOD_POLICY + extra)
+    policy, errors = load_text(tmp_path, GOOD_POLICY + extra)
     assert errors == []
     assert policy.pools[0].warm_pool.size == size  # type: ignore[attr-defined]
 
@@ -51,6 +41,6 @@ def test_sizes_are_read(tmp_path: Path, extra: str, size: object) -> None:
 ])
 def test_bad_values_are_errors_with_their_path(tmp_path: Path, extra: str, path: str,
                                                needle: str) -> None:
-    _, errors = load(tmp_path, GOOD_POLICY + f"    warm_pool: {extra}\n")
+    _, errors = load_text(tmp_path, GOOD_POLICY + f"    warm_pool: {extra}\n")
     assert [p for p, _ in errors] == [path], errors
     assert needle in errors[0][1], errors
