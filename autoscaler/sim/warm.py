@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING
 from autoscaler.catalog import InstanceType
 from autoscaler.catalog.volumes import stopped_hourly_usd
 from autoscaler.engine.warm_pool import WarmNode, refresh, serve, target
-from autoscaler.model.lifecycle import ACTIVE, IN_FLIGHT
+from autoscaler.model.lifecycle import IN_FLIGHT
 from autoscaler.model.plan import Launch, Plan
 from autoscaler.model.snapshot import ForecastFloor
 from autoscaler.policy.models import Market, Pool
 from autoscaler.sim.observe import to_datetime
+from autoscaler.sim.strategies.common import active_nodes
 
 if TYPE_CHECKING:
     from autoscaler.sim.cluster import Cluster, SimNode
@@ -117,7 +118,7 @@ class WarmPoolSim:
         """Retire stale, old and surplus warm nodes; launch new ones up to the target."""
         pool = self.pool
         itype = smallest(replay, pool)
-        running = sum(n.gpus for n in replay.cluster.nodes.values() if n.state in ACTIVE)
+        running = sum(n.gpus for n in active_nodes(replay))
         goal = target(pool, forecast, running, itype.gpus)
         decision = refresh(pool, self.records(now), goal, self.image, to_datetime(now))
         self.last_reason = decision.reason
