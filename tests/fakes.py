@@ -86,6 +86,16 @@ class FakeCloud(_Raises):
         inst = self.instances[instance_id]
         self.instances[instance_id] = replace(inst, state=InstanceState.TERMINATED)
 
+    def power(self, instance_id: str, power: str) -> bool:
+        """Stop or start an instance (a warm-pool node); True when its state changed."""
+        inst = self.instances[instance_id]
+        want = InstanceState.STOPPED if power == "stopped" else InstanceState.RUNNING
+        if inst.state is want:
+            return False
+        self.instances[instance_id] = replace(inst, state=want)
+        self.calls.append(("power", (instance_id, power)))
+        return True
+
     def live(self) -> list[CloudInstance]:
         return [i for i in self.instances.values() if i.state in LIVE_STATES]
 
@@ -182,6 +192,9 @@ class FakeTerraform(_Raises):
                 continue
             state[name] = _output(self.cloud.launch(ref, name, spec), self.baked.get(name))
             created.append(name)
+        for name, spec in sorted(nodes.items()):  # aws_ec2_instance_state: warm-pool nodes
+            if spec.power and name in state:
+                self.cloud.power(state[name].id, spec.power)
         ok = not failed
         self.applied_maps[ref.key] = dict(nodes) if ok else {n: nodes[n] for n in state if n in nodes}
         self.stale.discard(ref.key)

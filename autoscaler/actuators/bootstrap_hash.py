@@ -125,3 +125,21 @@ def baked_images(policies: Mapping[str, TeamPolicy], terraform: TerraformSetting
             digest = bootstrap_hash(inputs.ami, _run_vars(team, pool, ansible.extra_vars), files)
             out[pool_key(team, pool.name)] = BakedImage(digest, pool.bootstrap.when_stale)
     return out
+
+
+def warm_pool_hashes(policies: Mapping[str, TeamPolicy], terraform: TerraformSettings,
+                     ansible: AnsibleSettings) -> dict[str, str]:
+    """Pool key -> the bootstrap hash of each pool with a warm pool, computed as a bake
+    computes it: a warm node warmed with another hash is stale and is replaced. A pool in a
+    region without Terraform inputs is absent (nothing launches there)."""
+    warm = [(t.team, p) for t in policies.values() for p in t.pools if p.warm_pool is not None]
+    if not warm:
+        return {}
+    files = read_role_files(ansible.roles_dir())
+    out: dict[str, str] = {}
+    for team, pool in warm:
+        inputs = terraform.inputs_for(pool.cloud, pool.region)
+        if inputs is not None:
+            out[pool_key(team, pool.name)] = bootstrap_hash(
+                inputs.ami, _run_vars(team, pool, ansible.extra_vars), files)
+    return out

@@ -1,20 +1,24 @@
 """The Terraform node map of each pool, built from the fleet, and what an engine Plan
 would make of it.
 
-``nodes = { "<node-name>" = { instance_type, market, zone } }`` is the whole input that
-changes between applies; a pool whose map equals its last applied map is not planned.
+``nodes = { "<node-name>" = { instance_type, market, zone[, power] } }`` is the whole input
+that changes between applies; a pool whose map equals its last applied map is not planned.
+``power`` is set for warm-pool nodes only ("stopped" while the node is STOPPING or WARM,
+"running" otherwise): the module gives those an ``aws_ec2_instance_state``, so every other
+pool's map and plan stay what they were.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from autoscaler.catalog import Catalog, CatalogError
-from autoscaler.fleet.intents import NewNode, Remove, interpret
-from autoscaler.model.lifecycle import INSTANCE_STATES
+from autoscaler.fleet.intents import NewNode, Remove, Wake, interpret
+from autoscaler.model.lifecycle import INSTANCE_STATES, WARM_POOL
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Plan
 from autoscaler.model.pool import PoolRef
@@ -27,13 +31,18 @@ class NodeSpec(BaseModel):
     instance_type: str
     market: Market
     zone: str = ""  # "" = any zone of the region
+    power: Literal["", "running", "stopped"] = ""  # "": not a warm-pool node
 
     def tf(self) -> dict[str, str]:
-        return {"instance_type": self.instance_type, "market": self.market.value,
-                "zone": self.zone}
+        out = {"instance_type": self.instance_type, "market": self.market.value,
+               "zone": self.zone}
+        if self.power:
+            out["power"] = self.power
+        return out
 
     def describe(self) -> str:
-        return f"{self.instance_type} {self.market.value}" + (f" {self.zone}" if self.zone else "")
+        return (f"{self.instance_type} {self.market.value}" + (f" {self.zone}" if self.zone else "")
+                + (f" ({self.power})" if self.power else ""))
 
 
 NodeMap = dict[str, NodeSpec]
@@ -50,7 +59,11 @@ class PoolMaps:
 
 
 def spec_of(node: Node) -> NodeSpec:
-    return NodeSpec(instance_type=node.instance_type, market=node.market, zone=node.zone or "")
+    power: Literal["", "running", "stopped"] = ""
+    if node.progress.warm is not None:
+        power = "stopped" if node.state in WARM_POOL else "running"
+    return NodeSpec(instance_type=node.instance_type, market=node.market, zone=node.zone or "",
+                    power=power)
 
 
 def desired_maps(nodes: Iterable[Node]) -> dict[str, NodeMap]:
@@ -88,9 +101,9 @@ def preview_maps(fleet_nodes: Iterable[Node], plan: Plan, catalog: Catalog,
     """Apply ``plan`` hypothetically to the node maps, for ``gpu-autoscaler plan``.
 
     Launch adds placeholder nodes ``<team>-<pool>-new<k>``; Terminate removes the node;
-    Replace adds one new node (the old one stays until it is drained). Drains change no
-    map: a draining node keeps its instance. ``pools`` (policy by pool key) locates pools
-    that have no node yet.
+    Replace adds one new node (the old one stays until it is drained); StartWarm powers a
+    stopped node on. Drains change no map: a draining node keeps its instance. ``pools``
+    (policy by pool key) locates pools that have no node yet.
     """
     nodes = list(fleet_nodes)
     refs = pool_refs(nodes, pools)
@@ -100,7 +113,7 @@ def preview_maps(fleet_nodes: Iterable[Node], plan: Plan, catalog: Catalog,
     counters: dict[str, int] = {}
     explained: set[str] = set()
     for intent in interpret(plan):  # the executor's reading of the plan (fleet/intents.py)
-        if not isinstance(intent, NewNode | Remove):
+        if not isinstance(intent, NewNode | Remove | Wake):
             continue
         pm = _pool_maps(maps, intent.pool)
         if intent.key not in explained:
@@ -108,10 +121,14 @@ def preview_maps(fleet_nodes: Iterable[Node], plan: Plan, catalog: Catalog,
             pm.reasons.append(intent.reason)
         if isinstance(intent, Remove):
             pm.after.pop(intent.node, None)
+        elif isinstance(intent, Wake):
+            if intent.node in pm.after:
+                pm.after[intent.node] = pm.after[intent.node].model_copy(update={"power": "running"})
         else:
             _check_type(catalog, pm.ref, intent.instance_type)
             pm.after[_new_name(pm, counters)] = NodeSpec(
-                instance_type=intent.instance_type, market=intent.market, zone=intent.zone or "")
+                instance_type=intent.instance_type, market=intent.market, zone=intent.zone or "",
+                power="running" if intent.trigger == "warm-pool" else "")
     return maps
 
 

@@ -10,6 +10,7 @@ from autoscaler.model.plan import Action, Plan, target_of
 _STYLE = {
     "launch": "green", "cancel_drain": "green", "drain": "yellow", "replace": "yellow",
     "terminate": "red", "hold": "dim", "report_job": "cyan",
+    "start_warm": "green",
 }
 
 

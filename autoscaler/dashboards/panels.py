@@ -98,6 +98,9 @@ FLEET = Dashboard(
             q(f'max by (team) ({P}_team_quota_gpus{{team=~"$team"}})', "quota {{team}}"))),
         Panel("$/h by pool", (q(f"max by (pool) ({P}_pool_hourly_usd)", "{{pool}}"),),
               unit="currencyUSD", stacked=True),
+        Panel("Warm pools: stopped nodes' $/h (volumes only)", (
+            q(f"max by (pool) ({P}_warm_pool_hourly_usd)", "{{pool}}"),),
+            unit="currencyUSD", stacked=True),
         Panel("Launches, drains and terminations by trigger", (q(
             f'sum by (kind, trigger) (increase({P}_actions_total{{mode="live", '
             f'kind=~"launch|drain|terminate|replace|cancel_drain"}}[$__rate_interval]))',

@@ -11,6 +11,7 @@ from autoscaler.model.plan import (
     Plan,
     Replace,
     ReportJob,
+    StartWarm,
     Terminate,
 )
 from autoscaler.model.snapshot import DecisionInput, Snapshot
@@ -27,6 +28,7 @@ __all__ = [
     "Replace",
     "ReportJob",
     "Snapshot",
+    "StartWarm",
     "Terminate",
     "decide",
 ]

@@ -8,7 +8,8 @@ fakes all read a plan through :func:`interpret`, so they agree on what an action
 * ``Replace`` -> :class:`StartDrain` of the node (``replaced``) and a :class:`NewNode` like
   the action says (``replaces`` the node);
 * ``CancelDrain`` -> :class:`StopDrain`; ``Terminate`` -> :class:`Remove`;
-  ``ReportJob`` -> :class:`FlagLongJob`; ``Hold`` -> nothing.
+  ``ReportJob`` -> :class:`FlagLongJob`; ``StartWarm`` -> :class:`Wake` of a WARM node;
+  ``Hold`` -> nothing.
 
 Every intent carries its action's stable key (:func:`action_keys`: kind, pool and target,
 plus an ordinal among equal ones), so a recorded plan's rows are matched to actions by
@@ -35,6 +36,7 @@ from autoscaler.model.lifecycle import (
     DRAINABLE,
     GONE,
     REPLACEABLE,
+    STARTABLE,
     TERMINABLE,
     NodeState,
 )
@@ -47,6 +49,7 @@ from autoscaler.model.plan import (
     Plan,
     Replace,
     ReportJob,
+    StartWarm,
     Terminate,
     subject_of,
     target_of,
@@ -118,6 +121,7 @@ class NewNode:
     replaces: str | None = None
     trigger: str | None = None  # the action's trigger, kept with the node (Node.launched_for)
     fallback_from_spot: bool = False  # kept with the node: a candidate for return to spot
+    image: str | None = None  # a warm-pool node: the bootstrap hash it is warmed with
 
     def launch(self, action: int | None = None) -> LaunchSpec:
         """This slot as the store writes it (``action``: the recorded plan action's id, so
@@ -125,7 +129,7 @@ class NewNode:
         return LaunchSpec(pool=self.pool, instance_type=self.instance_type, market=self.market,
                           zone=self.zone, reason=self.reason, action=action, index=self.slot,
                           cooldown=self.cooldown, trigger=self.trigger,
-                          fallback_from_spot=self.fallback_from_spot)
+                          fallback_from_spot=self.fallback_from_spot, image=self.image)
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,16 @@ class StartDrain:
 
 @dataclass(frozen=True)
 class StopDrain:
+    key: str
+    pool: str
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Wake:
+    """WARM -> STARTING: the next apply starts the stopped instance."""
+
     key: str
     pool: str
     node: str
@@ -174,7 +188,7 @@ class Refused:
     why: str
 
 
-Intent = NewNode | StartDrain | StopDrain | Remove | FlagLongJob | Refused
+Intent = NewNode | StartDrain | StopDrain | Remove | FlagLongJob | Wake | Refused
 
 
 def interpret(plan: Plan, fleet: Mapping[str, Stateful] | None = None) -> list[Intent]:
@@ -192,7 +206,7 @@ def intents_of(action: Action, key: str, fleet: Mapping[str, Stateful] | None = 
         return [NewNode(key, i, action.pool, action.instance_type, action.market, action.zone,
                         action.reason, cooldown_of(action) if i == 0 else None,
                         replaces[i] if i < len(replaces) else None, action.trigger,
-                        action.fallback_from_spot) for i in range(action.count)]
+                        action.fallback_from_spot, action.image) for i in range(action.count)]
     node_name = subject_of(action).node or ""
     refused = _refused(action, key, fleet.get(node_name) if fleet is not None else None, fleet)
     if refused is not None:
@@ -209,6 +223,8 @@ def intents_of(action: Action, key: str, fleet: Mapping[str, Stateful] | None = 
         return [StopDrain(key, action.pool, action.node, action.reason)]
     if isinstance(action, Terminate):
         return [Remove(key, action.pool, action.node, action.reason)]
+    if isinstance(action, StartWarm):
+        return [Wake(key, action.pool, action.node, action.reason)]
     if isinstance(action, ReportJob):
         return [FlagLongJob(key, action.pool, action.node, action.job, action.signal, action.reason,
                             action.release, action.started_at)]
@@ -222,7 +238,7 @@ def _refused(action: Action, key: str, node: Stateful | None,
     if node is None:
         return Refused(key, action.pool, f"no node named {getattr(action, 'node', '?')}")
     allowed = {Drain: DRAINABLE, CancelDrain: CANCELLABLE, Replace: REPLACEABLE,
-               Terminate: TERMINABLE | GONE}.get(type(action))
+               Terminate: TERMINABLE | GONE, StartWarm: STARTABLE}.get(type(action))
     if allowed is not None and node.state not in allowed:
         return Refused(key, action.pool, f"{node.name} is {node.state}, not "
                        f"{'/'.join(sorted(s.value for s in allowed))}")

@@ -31,6 +31,11 @@ class NodeState(StrEnum):
     BOOTSTRAP_FAILED = "BOOTSTRAP_FAILED"
     INTERRUPTED = "INTERRUPTED"
     LOST = "LOST"
+    # The warm pool (policy warm_pool): a bootstrapped node whose instance is being
+    # stopped, stopped (only its volume billed), and being started for a launch.
+    STOPPING = "STOPPING"
+    WARM = "WARM"
+    STARTING = "STARTING"
 
 
 S = NodeState
@@ -40,7 +45,10 @@ TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
     # removes it from the pool's map cleans up anything half-created.
     S.REQUESTED: frozenset({S.PROVISIONING, S.PROVISION_FAILED, S.TERMINATING, S.LOST}),
     S.PROVISIONING: frozenset({S.BOOTSTRAPPING, S.PROVISION_FAILED, S.TERMINATING, S.LOST}),
-    S.BOOTSTRAPPING: frozenset({S.READY, S.BOOTSTRAP_FAILED, S.INTERRUPTED, S.TERMINATING, S.LOST}),
+    # BOOTSTRAPPING -> STOPPING: a warm-pool node ran the image-time part; it is stopped,
+    # not joined.
+    S.BOOTSTRAPPING: frozenset({S.READY, S.BOOTSTRAP_FAILED, S.INTERRUPTED, S.TERMINATING, S.LOST,
+                                S.STOPPING}),
     S.READY: frozenset({S.DRAINING, S.INTERRUPTED, S.LOST}),
     S.DRAINING: frozenset({S.DRAINED, S.READY, S.INTERRUPTED, S.LOST}),
     S.DRAINED: frozenset({S.TERMINATING, S.READY, S.INTERRUPTED, S.LOST}),
@@ -49,6 +57,10 @@ TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
     S.BOOTSTRAP_FAILED: frozenset({S.BOOTSTRAPPING, S.TERMINATING, S.LOST}),
     S.INTERRUPTED: frozenset({S.TERMINATING, S.LOST}),
     S.LOST: frozenset({S.TERMINATED}),
+    S.STOPPING: frozenset({S.WARM, S.PROVISION_FAILED, S.TERMINATING, S.LOST}),
+    S.WARM: frozenset({S.STARTING, S.TERMINATING, S.LOST}),
+    # STARTING -> WARM: the start was refused (no capacity); the instance stays stopped.
+    S.STARTING: frozenset({S.BOOTSTRAPPING, S.WARM, S.PROVISION_FAILED, S.TERMINATING, S.LOST}),
     S.TERMINATED: frozenset(),
 }
 
@@ -57,8 +69,12 @@ INITIAL = S.REQUESTED
 # -- the named state sets: one meaning per name ---------------------------------------------
 # No exits: the node's history is complete.
 TERMINAL = frozenset({S.TERMINATED})
-# Launched and on its way to serving: the engine counts these toward the pool's size.
-IN_FLIGHT = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING})
+# Launched and on its way to serving: the engine counts these toward the pool's size. (A
+# warm-pool node on its way to being stopped is not: the service hands decide() the fleet
+# without the warm pool, service/control/warm.py.)
+IN_FLIGHT = frozenset({S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.STARTING})
+# The warm pool's own states: stopping, stopped. Never capacity.
+WARM_POOL = frozenset({S.STOPPING, S.WARM})
 # Takes jobs.
 SERVING = frozenset({S.READY})
 # Serving or on its way: what the simulator's baseline strategies count as a pool's nodes.
@@ -86,7 +102,7 @@ SIM_BILLABLE = BILLABLE - {S.PROVISION_FAILED}
 # left behind.
 INSTANCE_STATES = frozenset({
     S.REQUESTED, S.PROVISIONING, S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED,
-    S.INTERRUPTED, S.BOOTSTRAP_FAILED,
+    S.INTERRUPTED, S.BOOTSTRAP_FAILED, S.STOPPING, S.WARM, S.STARTING,
 })
 # The apply that creates the instance has not settled: an instance may exist that the store
 # has no id for yet (the reconciler does not call a tagged instance of these unknown).
@@ -94,8 +110,11 @@ INSTANCE_PENDING = frozenset({S.REQUESTED, S.PROVISIONING})
 # Its key has left the pool's map: the next apply destroys (or forgets) its instance, then
 # the node is TERMINATED.
 REMOVING = frozenset({S.TERMINATING, S.LOST})
-# The pool needs an apply for these: their instance is still to be created or removed.
-WAITING = INSTANCE_PENDING | REMOVING
+# The instance is to be stopped or started by the next apply (aws_ec2_instance_state).
+POWER_PENDING = frozenset({S.STOPPING, S.STARTING})
+# The pool needs an apply for these: their instance is still to be created, removed,
+# stopped or started.
+WAITING = INSTANCE_PENDING | REMOVING | POWER_PENDING
 # Terminating, lost or terminated: a Terminate of it is a no-op, and the reconciler no
 # longer looks for its instance in the cloud.
 GONE = REMOVING | TERMINAL
@@ -105,11 +124,16 @@ EXPLAINED = GONE | {S.INTERRUPTED}
 # The cloud created the instance and has not taken it back: spot capacity existed when it
 # launched (engine/return_to_spot.py).
 GRANTED = frozenset({S.BOOTSTRAPPING, S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAP_FAILED})
+# An instance the cloud lists as stopped belongs to one of these (the reconciler does not
+# call a stopped instance of any other node healthy).
+STOPPED_OK = frozenset({S.STOPPING, S.WARM, S.STARTING})
 # What each action of a plan may start from (fleet/intents.py refuses the rest).
 DRAINABLE = SERVING
 CANCELLABLE = frozenset({S.DRAINING, S.DRAINED})
 REPLACEABLE = frozenset({S.READY, S.DRAINING, S.DRAINED, S.INTERRUPTED})
-TERMINABLE = IN_FLIGHT | FAILED | {S.DRAINED, S.INTERRUPTED}
+TERMINABLE = IN_FLIGHT | FAILED | WARM_POOL | {S.DRAINED, S.INTERRUPTED}
+# A warm node a launch may start.
+STARTABLE = frozenset({S.WARM})
 # Nodes that run the DCGM exporter and are read every tick (bootstrapped, not yet gone).
 METERED = frozenset({S.READY, S.DRAINING, S.DRAINED})
 # The simulator reports metrics and scheduler state for these (a bootstrapping node has not
@@ -165,6 +189,10 @@ TIMEOUTS: dict[NodeState, Timeout] = {
                 "spot interruption deadline reached"),
         Timeout(S.TERMINATING, timedelta(minutes=20), S.LOST,
                 "destroy did not confirm; the reconciler checks the cloud"),
+        Timeout(S.STOPPING, timedelta(minutes=20), S.PROVISION_FAILED,
+                "the instance did not stop"),
+        Timeout(S.STARTING, timedelta(minutes=20), S.PROVISION_FAILED,
+                "the instance did not start"),
     )
 }
 

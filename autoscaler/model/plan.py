@@ -30,14 +30,19 @@ class Launch(_Action):
     # this one is READY (engine/return_to_spot.py); consolidate-move: a cheaper node in
     # another pool of the placement group for a fragmented node (``replaces``), drained
     # once this one is READY (engine/scale_down/consolidate_group.py)
+    # warm-pool: a node for the pool's warm pool (engine/warm_pool.py), stopped once
+    # bootstrapped with the image-time part; never capacity until a launch starts it
     trigger: Literal["pending", "utilization", "floor", "interruption", "return-to-spot",
-                     "consolidate-move"]
+                     "consolidate-move", "warm-pool"]
     replaces: list[str] = Field(
         default_factory=list, description="Interrupted nodes this launch stands in for."
     )
     fallback_from_spot: bool = Field(
         False, description="On-demand because spot was refused or the jobs waited max_wait: "
         "a candidate to move back to spot.")
+    image: str | None = Field(
+        None, description="warm-pool launches: the pool's bootstrap hash the node is warmed "
+        "with (a warm node with another is stale and retired).")
 
 
 # Launches promised to the jobs of the node they replace (make-before-break moves): while
@@ -75,6 +80,18 @@ class Replace(_Action):
     trigger: Literal["unhealthy", "expired", "consolidate"]
 
 
+class StartWarm(_Action):
+    """Start ``node``, a stopped node of the pool's warm pool, for (part of) a launch: it
+    runs the node-time bootstrap and is READY sooner than a cold node."""
+
+    kind: Literal["start_warm"] = "start_warm"
+    node: str
+    instance_type: str
+    market: Market
+    gpus_per_node: int
+    hourly_usd: float = Field(description="Price of the node once started, $/h.")
+
+
 class Hold(_Action):
     """Nothing was done for ``what`` in this pool, and why (so nobody is surprised)."""
 
@@ -96,7 +113,7 @@ class ReportJob(_Action):
 
 
 Action = Annotated[
-    Launch | Drain | CancelDrain | Terminate | Replace | Hold | ReportJob,
+    Launch | Drain | CancelDrain | Terminate | Replace | Hold | ReportJob | StartWarm,
     Field(discriminator="kind"),
 ]
 
@@ -122,6 +139,8 @@ def target_of(action: Action) -> str:
         return f"{action.node} -> {action.instance_type} {action.market.value}"
     if isinstance(action, ReportJob):
         return f"job {action.job} on {action.node}"
+    if isinstance(action, StartWarm):
+        return f"{action.node} ({action.instance_type} {action.market.value}, warm)"
     if isinstance(action, Hold):
         return action.what
     return subject_of(action).node or ""

@@ -8,6 +8,8 @@ another region's stands in, ``price_source`` says so, for reasons and previews.
 from __future__ import annotations
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType, Price
+from autoscaler.catalog.volumes import stopped_hourly_usd
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import Offering, Snapshot
 from autoscaler.policy.models import Market
@@ -83,7 +85,10 @@ class PriceBook:
 
     def node_cost(self, node: Node) -> tuple[int, float]:
         """GPUs and $/h of a node; unknown prices count as 0 so a missing price file never
-        blocks scale-down (launches are refused separately)."""
+        blocks scale-down (launches are refused separately). A stopped warm node (WARM)
+        offers no GPU and bills its volume only (catalog/volumes.py)."""
+        if node.state is NodeState.WARM:
+            return 0, stopped_hourly_usd()
         key = (node.cloud, node.region, node.instance_type, node.zone, node.market)
         cost = self._costs.get(key)
         if cost is None:

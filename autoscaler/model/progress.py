@@ -49,6 +49,8 @@ class LaunchSpec(_Record):
     cooldown: Cooldown = None
     trigger: str | None = None
     fallback_from_spot: bool = False
+    image: str | None = Field(None, description="A warm-pool launch: the bootstrap hash the "
+                              "node is warmed with (its refresh compares it with the pool's).")
 
     @model_validator(mode="before")
     @classmethod
@@ -189,6 +191,21 @@ def _newest_long_jobs(jobs: dict[str, LongJob]) -> dict[str, LongJob]:
     return dict(sorted(jobs.items(), key=lambda kv: kv[1].reported_at)[-LONG_JOBS_KEPT:])
 
 
+class WarmProgress(_Record):
+    """A node launched for its pool's warm pool (policy ``warm_pool``): bootstrapped with
+    the image-time part, then stopped until a launch starts it. Not capacity until then."""
+
+    image: str = Field(description="The pool's bootstrap hash it was warmed with.")
+    stopped_at: datetime | None = None  # WARM since: billed its volume only from here
+    started_at: datetime | None = None  # a launch started it: an ordinary node from here
+    started_for: str | None = None  # the launch's reason
+
+    @property
+    def in_pool(self) -> bool:
+        """Still in the warm pool: not started yet."""
+        return self.started_at is None
+
+
 class NodeProgress(_Record):
     """Everything the executor keeps about one node beyond its columns."""
 
@@ -211,6 +228,12 @@ class NodeProgress(_Record):
     # "PROVISION_FAILED: <reason>": kept after the node is cleaned up, so whoever looks
     # later (a capacity request's keeper) still says why it failed.
     failure: str | None = None
+    warm: WarmProgress | None = None  # launched for the warm pool
+
+    @property
+    def in_warm_pool(self) -> bool:
+        """A warm-pool node not started yet: never capacity, never in decide()'s fleet."""
+        return self.warm is not None and self.warm.in_pool
 
     _newest = field_validator("long_jobs")(_newest_long_jobs)
 
@@ -237,6 +260,7 @@ class ProgressUpdate(BaseModel):
     request: str | None = None
     baked_image: str | None = None
     failure: str | None = None
+    warm: WarmProgress | None = None
 
     _newest = field_validator("long_jobs")(
         lambda jobs: None if jobs is None else _newest_long_jobs(jobs))

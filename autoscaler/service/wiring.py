@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from autoscaler.actuators.ansible import AnsibleActuator
-from autoscaler.actuators.bootstrap_hash import baked_images
+from autoscaler.actuators.bootstrap_hash import baked_images, warm_pool_hashes
 from autoscaler.actuators.terraform import BakedImage
 from autoscaler.actuators.terraform.provisioner import ImagesFor, TerraformProvisioner
 from autoscaler.actuators.terraform.rootmodule import HASH_TAG
@@ -269,7 +269,9 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                        preview_images=preview_images(config),
                        forecasts=build_forecasts(config, store),
                        state_limits=config.executor.state_limits, held=held,
-                       images=o.images if o.images is not None else build_images(config, markets, clock))
+                       images=o.images if o.images is not None else build_images(config, markets, clock),
+                       warm_hashes=lambda policies: warm_pool_hashes(policies, config.terraform,
+                                                                     config.ansible))
     notices = None
     if intake is not None and isinstance(executor, Executor):
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,

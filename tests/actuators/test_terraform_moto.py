@@ -168,6 +168,34 @@ class TestPoolLifecycle:
         # recreate the node under the same name on the next unchanged tick.
         assert "vision-v100-2" in ws.applied_nodes()
 
+    def test_a_warm_node_is_stopped_and_started_in_place(self, ws: PoolWorkspace,
+                                                         moto: MotoSandbox) -> None:  # noqa: F811
+        # A warm-pool node (policy warm_pool): created running, stopped once bootstrapped,
+        # started for a launch; the same instance throughout, and only it is touched.
+        kept = dict(ws.applied_nodes())  # (the refresh above left vision-v100-2 to recreate)
+        warm = NodeSpec(instance_type="g4dn.xlarge", market=OD, zone="us-east-1a", power="running")
+        result = ws.apply(ws.plan({**kept, "vision-v100-9": warm}))
+        assert result.ok and "vision-v100-9" in result.created
+        first = result.nodes["vision-v100-9"].id
+
+        def state() -> str:
+            [r] = moto.client().describe_instances(InstanceIds=[first])["Reservations"]
+            return str(r["Instances"][0]["State"]["Name"])
+
+        assert state() == "running"
+        for power, expected in (("stopped", "stopped"), ("running", "running")):
+            want = {**kept, "vision-v100-9": warm.model_copy(update={"power": power})}
+            plan = ws.plan(want)
+            assert [(c.node, c.action) for c in plan.changes] == [("vision-v100-9", "update")]
+            assert plan.changes[0].describe().endswith(f"({power})")
+            result = ws.apply(plan)
+            assert result.ok and result.created == [] and result.destroyed == []
+            assert result.nodes["vision-v100-9"].id == first and state() == expected
+            assert ws.applied_nodes()["vision-v100-9"].power == power
+        assert ws.plan({**kept, "vision-v100-9": warm}).changes == []
+        result = ws.apply(ws.plan(kept))
+        assert result.ok and result.destroyed == ["vision-v100-9"]
+
     def test_destroy_all_leaves_no_instances(self, ws: PoolWorkspace, moto: MotoSandbox) -> None:  # noqa: F811
         ws.destroy_all()
         assert by_node(moto) == {}

@@ -27,10 +27,13 @@ from typing import Any
 
 import pytest
 
+from autoscaler.actuators.bootstrap_hash import warm_pool_hashes
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
+from autoscaler.engine.pricing import Prices
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.plan import Plan
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, Snapshot
 from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy import load_dir
@@ -39,6 +42,7 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.service.config.addresses import make_resolver
 from autoscaler.service.config.load import load_config
+from autoscaler.service.control import warm
 from autoscaler.service.wiring import Markets, build_actuators
 from autoscaler.signals.readings import pools_in_priority_order
 from autoscaler.signals.slurm import SlurmReader
@@ -100,6 +104,7 @@ class Loop:
             self.catalog, lambda: datetime.now(UTC), Markets(self.config, self.catalog))
         self.slurm = SlurmReader(self.config.signals.slurm)
         self.log: list[str] = []
+        self.last_plan: Plan | None = None
 
     def observe(self, now: datetime) -> Observed:
         refs = pools_in_priority_order(self.policies, self.catalog, "slurm")
@@ -123,7 +128,13 @@ class Loop:
         self.reconciler.run()
         now = datetime.now(UTC)
         snap = self.snapshot(now)
-        plan = decide(self.policies, self.store.fleet_view(), snap, now, catalog=self.catalog)
+        # As the service decides: the warm pools out of decide()'s fleet, then their step.
+        fleet, warm_nodes = warm.split(self.store.fleet_view())
+        plan = decide(self.policies, fleet, snap, now, catalog=self.catalog)
+        plan = warm.apply(plan, self.policies, fleet, warm_nodes, Prices(self.catalog, snap, now),
+                          {}, lambda policies: warm_pool_hashes(
+                              policies, self.config.terraform, self.config.ansible), now)
+        self.last_plan = plan
         plan_id = self.store.record_plan(plan)
         self.executor.submit(plan, plan_id)
         report = self.executor.advance(snap)

@@ -26,12 +26,14 @@ from typing import Any, Literal
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import decide
+from autoscaler.engine.pricing import Prices
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.changes import Adopt, Create, Move, NodeChange
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode, Snapshot
-from autoscaler.policy.models import TeamPolicy
+from autoscaler.policy.models import TeamPolicy, pool_key
+from autoscaler.service.control import warm
 from autoscaler.service.control.interruptions import InterruptionIntake, InterruptionSource
 from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import AdvanceReport, Executor, ExecutorSettings
@@ -305,8 +307,14 @@ class Scenario:
         self.ticks += 1
         self.now += timedelta(seconds=self.step_s)
         self.reconciler.run()
-        plan = decide(self.world.policies, self.raw_store.fleet_view(), self.snapshot(), self.now,
-                      catalog=default_catalog())
+        # The service's decide: the warm pools out of decide()'s fleet, then their step.
+        fleet, warm_nodes = warm.split(self.raw_store.fleet_view())
+        snapshot = self.snapshot()
+        plan = decide(self.world.policies, fleet, snapshot, self.now, catalog=default_catalog())
+        plan = warm.apply(plan, self.world.policies, fleet, warm_nodes,
+                          Prices(default_catalog(), snapshot, self.now), {},
+                          lambda policies: {pool_key(t, p.name): "h1" for t, pol in policies.items()
+                                            for p in pol.pools if p.warm_pool}, self.now)
         plan_id = self.store.record_plan(plan)
         self.executor.submit(plan, plan_id)
         self.executor.advance()

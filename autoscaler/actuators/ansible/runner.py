@@ -88,18 +88,29 @@ class Bootstrapper(Protocol):
         ...
 
 
+def node_tags(node: Node) -> str | None:
+    """What one node's bootstrap runs: ``image`` for a warm-pool node not started yet (it
+    is stopped afterwards; the join is node time), ``node`` for a node launched from a
+    baked image (``progress.baked_image``) or started from the warm pool, None (the whole
+    playbook) for the rest."""
+    warm = node.progress.warm
+    if warm is not None and warm.in_pool:
+        return IMAGE_TIME_TAG
+    if warm is not None or node.progress.baked_image is not None:
+        return NODE_TIME_TAG
+    return None
+
+
 def bootstrap_tags(nodes: Sequence[Node]) -> str | None:
-    """The tags a batch's bootstrap runs with: ``node`` when every node was launched from a
-    baked image (``progress.baked_image``), None (the whole playbook) when none was. A
-    mixed batch is refused: one run is one or the other (the executor never makes one)."""
-    baked = sorted(n.name for n in nodes if n.progress.baked_image is not None)
-    if not baked:
-        return None
-    if len(baked) < len(nodes):
-        full = sorted(n.name for n in nodes if n.progress.baked_image is None)
-        raise AnsibleError(f"a batch mixes nodes on a baked image ({', '.join(baked)}) with "
-                           f"nodes that need the full bootstrap ({', '.join(full)})")
-    return NODE_TIME_TAG
+    """The tags a batch's bootstrap runs with (:func:`node_tags`, the same for every node).
+    A mixed batch is refused: one run is one part (the executor never makes one)."""
+    parts = {node_tags(n) for n in nodes}
+    if len(parts) > 1:
+        named = "; ".join(f"{part or 'full'}: " + ", ".join(sorted(n.name for n in nodes
+                                                               if node_tags(n) == part))
+                          for part in sorted(parts, key=lambda p: p or ""))
+        raise AnsibleError(f"a batch mixes nodes that run different parts of the playbook ({named})")
+    return parts.pop() if parts else None
 
 
 def ready_to_bootstrap(fleet: FleetView) -> list[Node]:

@@ -13,7 +13,8 @@ from autoscaler.actuators.node_map import NodeSpec
 from autoscaler.policy.models import Market
 
 ChangeKind = Literal["create", "destroy", "replace", "update"]
-_NODE_ADDR = re.compile(r'^module\.pool\.[a-z_]+\.node\["([^"]+)"\]$')
+# A node's instance, or (warm-pool nodes) its power state: aws_ec2_instance_state.power.
+_NODE_ADDR = re.compile(r'^module\.pool\.[a-z_0-9]+\.(node|power)\["([^"]+)"\]$')
 
 
 class _Model(BaseModel):
@@ -119,7 +120,14 @@ def node_changes(events: list[dict[str, Any]], nodes: dict[str, NodeSpec],
         kind = _KINDS.get(change.get("action", ""))
         if not match or kind is None:
             continue
-        name = match.group(1)
+        resource, name = match.groups()
+        if resource == "power":
+            # Starting or stopping the instance: an update of the node, unless its instance
+            # itself is created or destroyed in the same plan (that change says more).
+            if name not in changes and kind != "destroy":
+                changes[name] = NodeChange(node=name, action="update", after=nodes.get(name),
+                                           before=current.get(name))
+            continue
         changes[name] = NodeChange(
             node=name, action=kind,
             after=None if kind == "destroy" else nodes.get(name),

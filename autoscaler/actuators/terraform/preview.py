@@ -25,6 +25,7 @@ from autoscaler.actuators.terraform.planfile import (
 from autoscaler.actuators.terraform.rootmodule import BakedImage
 from autoscaler.actuators.terraform.settings import TerraformSettings
 from autoscaler.actuators.terraform.workspace import PoolWorkspace
+from autoscaler.catalog.volumes import stopped_hourly_usd
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.prices import PriceBook
 from autoscaler.policy.models import Market
@@ -88,6 +89,9 @@ def map_cost(ref: PoolRef, nodes: NodeMap, prices: PriceBook) -> tuple[float, li
     """$/h of a node map (observed offerings first, then the catalog) and unpriced nodes."""
     total, unpriced = 0.0, []
     for name, spec in sorted(nodes.items()):
+        if spec.power == "stopped":  # a warm node: its volume only (catalog/volumes.py)
+            total += stopped_hourly_usd()
+            continue
         lookup = prices.spot if spec.market is Market.SPOT else prices.on_demand
         price = lookup(ref.cloud, ref.region, spec.instance_type, spec.zone or None)
         if price is None:

@@ -33,7 +33,8 @@ PROVIDERS = {
     "aws": {"source": "hashicorp/aws", "version": ">= 5.0, < 6.0"},
     "alicloud": {"source": "aliyun/alicloud", "version": ">= 1.200.0"},
 }
-NODES_TYPE = "map(object({instance_type = string, market = string, zone = string}))"
+NODES_TYPE = ("map(object({instance_type = string, market = string, zone = string, "
+              "power = optional(string, \"\")}))")
 # AWS APIs the provider and the S3 backend may call; all go to the one endpoint if set.
 _AWS_SERVICES = ("ec2", "sts", "iam", "s3", "autoscaling")
 _SKIP_CHECKS = {

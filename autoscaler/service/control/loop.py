@@ -13,8 +13,10 @@ once: the job has ``max_instances=1``). In order:
    parts that follow the fleet as the reconciler left it: prices, launch backoffs,
    forecast floors, the nodes capacity requests hold and the baked pools' images
    (model/snapshot_parts.py);
-6. ``decide()`` with ``now`` from the injected clock; record the plan and its reasons in
-   the store and log one line per action;
+6. ``decide()`` with ``now`` from the injected clock, on the fleet without the warm pools'
+   nodes, then the warm pools' step (service/control/warm.py: launches start stopped warm
+   nodes first; stale, old or surplus ones are retired and the pools refilled); record the
+   plan and its reasons in the store and log one line per action;
 7. hand the plan to the executor (``submit``, store writes only), then ``advance``: it
    hands the side effects (Terraform applies, Ansible batches, drain steps) to bounded
    workers and returns at once, so a tick keeps its cadence whatever they take (DESIGN.md
@@ -58,6 +60,7 @@ from autoscaler.model.snapshot import ForecastFloor, ImageObservation, Snapshot
 from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.config.reload import PolicyReloader
+from autoscaler.service.control import warm
 from autoscaler.service.control.backoff import launch_backoffs
 from autoscaler.service.control.collaborators import (
     ExecutorLike,
@@ -107,7 +110,7 @@ class ServiceLoop:
                  forecasts: PoolForecasts | None = None, state_limits: StateLimits | None = None,
                  held: HeldNodes | None = None,
                  preview_images: PreviewImages | None = None,
-                 images: ImagesLike | None = None):
+                 images: ImagesLike | None = None, warm_hashes: warm.WarmHashes | None = None):
         if executor is None and not dry_run:
             raise ValueError("a live loop needs an executor (or run with dry_run=True)")
         self.store, self.reloader, self.signals = store, reloader, signals
@@ -120,6 +123,7 @@ class ServiceLoop:
         self.forecasts = forecasts  # demand history + forecasts (service/observe/forecasts.py)
         self.held = held  # None: no capacity requests (no team tokens)
         self.images = images  # baked pools' images (signals/images.py); None: not read
+        self.warm_hashes = warm_hashes  # warm pools' bootstrap hashes (their refresh)
         self._images_error: str | None = None  # the last failure logged
         # The reconciler's settings (``executor:``), so the state-timeout ratio it exports
         # divides by the limit the reconciler acts on.
@@ -180,8 +184,7 @@ class ServiceLoop:
             fleet = stage(report, "fleet", self.store.fleet_view)  # interruptions, LOST nodes
         snapshot = stage(report, "signals", lambda: self._snapshot(
             policies, fleet, observed, now, record=True), timed_as="snapshot")
-        plan = stage(report, "decide", lambda: decide(policies, fleet, snapshot, now,
-                                                      catalog=self.catalog, settings=self.engine))
+        plan = stage(report, "decide", lambda: self.decide(policies, fleet, snapshot, now))
         report.plan = plan
         report.plan_id = stage(report, "record",
                                lambda: self.store.record_plan(plan, dry_run=self.dry_run))
@@ -204,6 +207,17 @@ class ServiceLoop:
         self._feed_capacity_errors(report.advance)
         self._note(advance_lines(report.advance))
         self.count_step_errors(report.advance.step_errors, report.advance.errors)
+
+    def decide(self, policies: dict[str, TeamPolicy], fleet: FleetView, snapshot: Snapshot,
+               now: datetime) -> Plan:
+        """decide() on the fleet without its warm-pool nodes, then the warm pools' step."""
+        engine_fleet, warm_nodes = warm.split(fleet)
+        plan = decide(policies, engine_fleet, snapshot, now, catalog=self.catalog,
+                      settings=self.engine)
+        views = self.forecasts.views if self.forecasts is not None else {}
+        floors = {k: v.warm_floor for k, v in views.items() if v.warm_floor is not None}
+        return warm.apply(plan, policies, engine_fleet, warm_nodes,
+                          Prices(self.catalog, snapshot, now), floors, self.warm_hashes, now)
 
     def _should_stop(self, report: TickReport) -> bool:
         if self.stopping:

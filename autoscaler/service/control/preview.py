@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from autoscaler.actuators.node_map import PoolMaps, PreviewError, preview_maps
@@ -37,6 +37,7 @@ class PoolDelta:
     hourly_before: float
     hourly_after: float
     terraform: str = "node map"  # or the terraform plan's outcome
+    power: list[str] = field(default_factory=list)  # warm-pool nodes started or stopped
 
     @property
     def delta(self) -> float:
@@ -48,6 +49,8 @@ class PoolDelta:
             parts.append(f"create {len(self.create)} ({', '.join(self.create)})")
         if self.destroy:
             parts.append(f"destroy {len(self.destroy)} ({', '.join(self.destroy)})")
+        if self.power:
+            parts.append(f"warm pool: {', '.join(self.power)}")
         return (f"preview {self.pool}: {'; '.join(parts) or 'no instance change'}; $/h "
                 f"{self.hourly_before:.3f} -> {self.hourly_after:.3f} ({self.delta:+.3f}) "
                 f"[{self.terraform}]")
@@ -100,8 +103,12 @@ def preview(plan: Plan, fleet: FleetView, policies: Mapping[str, TeamPolicy], ca
     for key, pm in sorted(changed.items()):
         created = sorted(set(pm.after) - set(pm.before))
         destroyed = sorted(set(pm.before) - set(pm.after))
+        powered = [f"{'start' if pm.after[n].power == 'running' else 'stop'} {n}"
+                   for n in sorted(set(pm.before) & set(pm.after))
+                   if pm.before[n].power != pm.after[n].power]
         out.append(PoolDelta(
             pool=key, create=_describe(pm, created, True), destroy=_describe(pm, destroyed, False),
+            power=powered,
             hourly_before=map_cost(pm.ref, pm.before, prices)[0],
             hourly_after=map_cost(pm.ref, pm.after, prices)[0],
             terraform=outcome.get(key, "node map")))

@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus, bootstrap_tags
+from autoscaler.actuators.ansible.runner import node_tags
 from autoscaler.actuators.drain import Readiness
 from autoscaler.model.changes import Move, Patch
 from autoscaler.model.lifecycle import NodeState
@@ -86,12 +87,12 @@ def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node
 
 
 def batches(due: list[Node], size: int) -> list[list[Node]]:
-    """``due`` in batches of at most ``size`` nodes, each homogeneous: nodes launched from a
-    baked image (``progress.baked_image``) run only the node-time part of the playbook
-    (``--tags node``), the others the whole of it, and one run is one or the other."""
+    """``due`` in batches of at most ``size`` nodes, each homogeneous in the part of the
+    playbook it runs (``node_tags``): the whole of it, the node-time part (baked image,
+    started warm node) or the image-time part (a warm-pool node before it is stopped)."""
     out: list[list[Node]] = []
-    for baked in (False, True):
-        group = [n for n in due if (n.progress.baked_image is not None) is baked]
+    for part in (None, "node", "image"):
+        group = [n for n in due if node_tags(n) == part]
         out += [group[start:start + size] for start in range(0, len(group), size)]
     return out
 
@@ -166,6 +167,11 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     its type and zone are in the reason)."""
     booting = [n for n in step.store.nodes(states=[S.BOOTSTRAPPING])
                if n.progress.bootstrap.ok_at is not None and not runner.busy(boot_key(n.name))]
+    # A warm-pool node never joins before it is stopped: its image-time part is done.
+    step.move_all([Move(n.name, S.STOPPING, "image-time bootstrap done; the next apply stops "
+                        "the instance for the warm pool")
+                   for n in booting if n.progress.in_warm_pool])
+    booting = [n for n in booting if not n.progress.in_warm_pool]
     if not booting:
         return
     waits = measured_waits(step.store.nodes())
@@ -178,8 +184,10 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
         seen = _seen(step, node, step.cluster_kind(node), snapshot, answers.get(node.name))
         why = seen.why
         if seen.ready:
-            ready.append(Move(node.name, S.READY, f"bootstrapped, "
-                              f"{bootstrap_part(node.progress.baked_image)}; {why}"))
+            part = ("started from the warm pool (node-time bootstrap)"
+                    if node.progress.warm is not None
+                    else bootstrap_part(node.progress.baked_image))
+            ready.append(Move(node.name, S.READY, f"bootstrapped, {part}; {why}"))
             continue
         if not seen.known:
             # No answer is no evidence against the node (at 1,000 nodes the API server's

@@ -13,7 +13,9 @@ TERMINATING, LOST):
    named as failed -> PROVISION_FAILED with the error (and the capacity error goes back
    to the engine); TERMINATING/LOST nodes no longer in the
    state -> TERMINATED (the scheduler forgets them first) once the cloud lists no instance
-   tagged with them either. Settling reads the nodes again after the apply (a node may
+   tagged with them either; warm-pool nodes: STOPPING -> WARM once an apply stopped the
+   instance, STARTING -> BOOTSTRAPPING (node-time part) once one started it, and back to
+   WARM when the start was refused. Settling reads the nodes again after the apply (a node may
    have moved while it ran); a leaving node keeps the id of any instance seen for it, and
    instances the cloud still runs for it are destroyed through Terraform first (imported
    under a spare key): the store never forgets an instance that may still be billed.
@@ -33,7 +35,13 @@ from autoscaler.actuators.node_map import NodeMap, desired_maps
 from autoscaler.actuators.terraform import ApplyResult, NodeOutput, StateLockedError
 from autoscaler.clouds.base import CloudUnreachableError
 from autoscaler.model.changes import Move, NodeFields, Patch
-from autoscaler.model.lifecycle import INSTANCE_STATES, REMOVING, WAITING, NodeState
+from autoscaler.model.lifecycle import (
+    INSTANCE_STATES,
+    POWER_PENDING,
+    REMOVING,
+    WAITING,
+    NodeState,
+)
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.progress import ProgressUpdate
@@ -152,8 +160,10 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
             if out is not None:
                 address = _address(step, node, out, address_of)
                 baked = out.image if out.baked else None
+                part = ("image-time bootstrap for the warm pool, then stopped"
+                        if node.progress.in_warm_pool else bootstrap_part(baked))
                 created.append(Move(node.name, S.BOOTSTRAPPING,
-                                    f"instance {out.id} created; {bootstrap_part(baked)}",
+                                    f"instance {out.id} created; {part}",
                                     NodeFields(instance_id=out.id, address=address),
                                     ProgressUpdate(baked_image=baked)))
             elif node.name in failed:
@@ -162,6 +172,10 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
                 _count_failure(step, ref, "; ".join(result.errors) or "apply failed", [node])
             else:
                 provisioner.mark_stale(ref, [node.name])  # state and applied map disagree
+        elif node.state in POWER_PENDING and out is not None:
+            move = _powered(step, node, out, result, address_of)
+            if move is not None:
+                created.append(move)
         elif node.state in REMOVING:
             if out is None:
                 gone.append(node)
@@ -177,6 +191,27 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
     step.move_all(created)
     if gone:
         _terminated(step, provisioner, ref, nodes, gone)
+
+
+def _powered(step: Step, node: Node, out: NodeOutput, result: ApplyResult | None,
+             address_of: AddressOf) -> Move | None:
+    """A warm-pool node whose instance the apply (or an earlier one: ``result`` None means
+    the applied map already held its power) stopped or started; None: not yet."""
+    warm = node.progress.warm
+    failed = result.failed.get(node.name) if result is not None else None
+    if failed is not None and node.state is S.STARTING:
+        again = warm.model_copy(update={"started_at": None, "started_for": None}) if warm else None
+        return Move(node.name, S.WARM, f"start of {out.id} refused: {failed}; it stays stopped",
+                    progress=ProgressUpdate(warm=again))
+    if result is not None and not result.ok:
+        return None  # the next apply tries again; STOPPING/STARTING's limit bounds it
+    if node.state is S.STOPPING:
+        stopped = warm.model_copy(update={"stopped_at": step.now()}) if warm else None
+        return Move(node.name, S.WARM, f"instance {out.id} stopped: in the warm pool, billed "
+                    "for its volume only", progress=ProgressUpdate(warm=stopped))
+    address = _address(step, node, out, address_of)
+    return Move(node.name, S.BOOTSTRAPPING, f"instance {out.id} started from the warm pool; "
+                "node-time bootstrap", NodeFields(instance_id=out.id, address=address))
 
 
 def _terminated(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],

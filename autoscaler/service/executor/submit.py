@@ -4,7 +4,9 @@ Launch creates REQUESTED nodes (names from the store), Drain moves READY -> DRAI
 CancelDrain DRAINING/DRAINED -> READY (the scheduler resume is owed: ``drain_trigger`` is
 ``"cancelled"`` until advance() did it),
 Terminate -> TERMINATING, Replace drains the node and creates one like it; a Launch that
-``replaces`` interrupted nodes flags them ``replacement_requested``.
+``replaces`` interrupted nodes flags them ``replacement_requested``; a warm-pool Launch
+creates nodes that carry ``progress.warm``; StartWarm moves a WARM node to STARTING (its
+bootstrap record cleared: the node-time part runs once the instance is up again).
 
 Resubmitting a recorded plan (same ``plan_id``) after a crash creates nothing twice: an
 action row goes ``planned -> submitting -> submitted``, and the nodes a launch creates
@@ -26,6 +28,7 @@ from autoscaler.fleet.intents import (
     Remove,
     StartDrain,
     StopDrain,
+    Wake,
     action_keys,
     intents_of,
 )
@@ -34,7 +37,14 @@ from autoscaler.model.changes import Create, Move, NodeChange, NodeFields, Patch
 from autoscaler.model.lifecycle import GONE, TERMINABLE, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Launch, Plan, Replace, Terminate
-from autoscaler.model.progress import LaunchSpec, LongJob, NodeProgress, ProgressUpdate
+from autoscaler.model.progress import (
+    BootstrapProgress,
+    LaunchSpec,
+    LongJob,
+    NodeProgress,
+    ProgressUpdate,
+    WarmProgress,
+)
 from autoscaler.policy.models import find_pool
 from autoscaler.service.control.backoff import fingerprint
 from autoscaler.service.executor.advance import Step, SubmitError
@@ -146,7 +156,27 @@ def _apply(step: Step, action: Action, intents: list[Intent], action_id: int | N
             _cancel_drain(step, intent)
         elif isinstance(intent, FlagLongJob):
             _report_job(step, intent)
+        elif isinstance(intent, Wake):
+            _wake(step, intent)
     return []
+
+
+def _wake(step: Step, intent: Wake) -> None:
+    """WARM -> STARTING. A resubmitted plan finds the node STARTING (or further) for this
+    very start and leaves it."""
+    node = _node(step, intent.node)
+    warm = node.progress.warm
+    if warm is None:
+        raise SubmitError(f"{node.name} is not a warm-pool node")
+    if node.state is not S.WARM:
+        if warm.started_for == intent.reason:
+            return
+        raise SubmitError(f"{node.name} is {node.state}, not WARM: not started")
+    started = warm.model_copy(update={"started_at": step.now(), "started_for": intent.reason})
+    moved = step.move(node.name, S.STARTING, intent.reason,
+                      progress=ProgressUpdate(warm=started, bootstrap=BootstrapProgress()))
+    if moved is None:
+        raise SubmitError(f"{node.name} changed state; not started")
 
 
 def _report_job(step: Step, action: FlagLongJob) -> None:
@@ -239,7 +269,9 @@ def new_node(step: Step, spec: LaunchSpec, replaces: str | None = None) -> Creat
         raise SubmitError(f"pool {spec.pool} has no policy: cannot tell its cloud and region")
     # The policy fingerprint: a policy change resets the launch backoff.
     progress = NodeProgress(cluster=pool.cluster.kind, action=spec.action, index=spec.index,
-                            policy=fingerprint(pool))
+                            policy=fingerprint(pool),
+                            warm=WarmProgress(image=spec.image or "")
+                            if spec.trigger == "warm-pool" else None)
     return Create(team, pool_name, pool.cloud.value, pool.region, spec, progress, replaces)
 
 

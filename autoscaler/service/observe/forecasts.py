@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from autoscaler.engine.warm_pool import WARM_AHEAD
 from autoscaler.fleet.demand_history import STEP, DemandBin, DemandHistory, bin_start
 from autoscaler.fleet.queries import recent_boots
 from autoscaler.fleet.store import FleetStore
@@ -76,6 +77,8 @@ class PoolForecast:
     backtest_mape: float | None = None
     rolling_mape: float | None = None
     floor: ForecastFloor | None = None
+    # warm_pool size: forecast: the forecast over the warm pool's horizon (WARM_AHEAD)
+    warm_floor: ForecastFloor | None = None
     note: str = ""  # why there is no forecast
 
     def line(self) -> str:
@@ -198,7 +201,9 @@ class PoolForecasts:
                          "the model needs a day (288 bins)")
         return _with(view, p50_gpus=round(band[0], 3), quantile_gpus=round(band[1], 3),
                      model=fc.choice.model, backtest_mape=fc.choice.mape,
-                     rolling_mape=hist.rolling_mape(), floor=fc.floor(hist.seconds(now), now))
+                     rolling_mape=hist.rolling_mape(), floor=fc.floor(hist.seconds(now), now),
+                     warm_floor=fc.floor(hist.seconds(now), now, WARM_AHEAD.total_seconds())
+                     if pool.warm_pool is not None and pool.warm_pool.size == "forecast" else None)
 
     def _fit(self, key: str, pool: Pool, now: datetime) -> _Fit:
         """The pool's fitted model, refit when due; its history re-read once per bin."""

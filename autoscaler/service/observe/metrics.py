@@ -37,7 +37,8 @@ def action_trigger(action: Action) -> str:
     what = getattr(action, "what", None)
     if what:
         return str(what)
-    return {"cancel_drain": "demand", "terminate": "cleanup", "report_job": "max-job-runtime"}.get(
+    return {"cancel_drain": "demand", "terminate": "cleanup", "report_job": "max-job-runtime",
+             "start_warm": "warm-pool"}.get(
         action.kind, "")
 
 
@@ -120,6 +121,9 @@ class ServiceMetrics:
                                ["team"], registry=r)
         self.team_hourly = Gauge(f"{PREFIX}_team_hourly_usd", "$/h of the team's billable nodes.",
                                  ["team"], registry=r)
+        self.warm_hourly = Gauge(f"{PREFIX}_warm_pool_hourly_usd", "$/h of the pool's stopped "
+                                 "warm nodes: their volumes only (catalog/volumes.py); also in "
+                                 "team_hourly_usd.", ["pool"], registry=r)
         self.team_quota_gpus = Gauge(f"{PREFIX}_team_quota_gpus", "The team's quota.max_gpus.",
                                      ["team"], registry=r)
         self.team_quota_hourly = Gauge(f"{PREFIX}_team_quota_hourly_usd",

@@ -79,10 +79,15 @@ class FleetObserver:
                policies: Mapping[str, TeamPolicy], prices: Prices) -> None:
         gpus: dict[Labels, float] = {(t,): 0 for t in policies}
         usd: dict[Labels, float] = {(t,): 0.0 for t in policies}
+        warm: dict[Labels, float] = {}
         for n in nodes:
             if n.state in BILLABLE:
-                gpus[(n.team,)] = gpus.get((n.team,), 0) + prices.node_gpus(n)
-                usd[(n.team,)] = round(usd.get((n.team,), 0.0) + prices.node_hourly(n), 4)
+                n_gpus, hourly = prices.node_cost(n)  # a stopped warm node: 0 GPUs, its volume
+                gpus[(n.team,)] = gpus.get((n.team,), 0) + n_gpus
+                usd[(n.team,)] = round(usd.get((n.team,), 0.0) + hourly, 4)
+                if n.state is NodeState.WARM:
+                    warm[(n.pool_key,)] = round(warm.get((n.pool_key,), 0.0) + hourly, 4)
+        self._set("warm_usd", metrics.warm_hourly, warm)
         self._set("team_gpus", metrics.team_gpus, gpus)
         self._set("team_usd", metrics.team_hourly, usd)
         self._set("quota_gpus", metrics.team_quota_gpus, {

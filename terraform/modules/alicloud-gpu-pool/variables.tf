@@ -31,10 +31,16 @@ variable "nodes" {
   description = "Instances of the pool, keyed by node name. Removing a key destroys exactly that node."
   type = map(object({
     instance_type = string
-    market        = string # "spot" | "on-demand"
-    zone          = string # "" = any zone of the region
+    market        = string               # "spot" | "on-demand"
+    zone          = string               # "" = any zone of the region
+    power         = optional(string, "") # warm pools: not on Alibaba Cloud yet (see below)
   }))
   default = {}
+
+  validation {
+    condition     = alltrue([for n in values(var.nodes) : n.power == ""])
+    error_message = "Warm pools (a node's power) are not supported on Alibaba Cloud yet."
+  }
 
   validation {
     condition     = alltrue([for n in values(var.nodes) : contains(["spot", "on-demand"], n.market)])

@@ -37,9 +37,11 @@ resource "aws_instance" "node" {
     for_each = each.value.market == "spot" ? [1] : []
     content {
       market_type = "spot"
+      # A warm-pool node must survive being stopped: EC2 stops only persistent spot
+      # requests whose interruption behaviour is stop.
       spot_options {
-        spot_instance_type             = "one-time"
-        instance_interruption_behavior = "terminate"
+        spot_instance_type             = each.value.power == "" ? "one-time" : "persistent"
+        instance_interruption_behavior = each.value.power == "" ? "terminate" : "stop"
         max_price                      = var.spot_max_price
       }
     }
@@ -68,4 +70,15 @@ resource "aws_instance" "node" {
       error_message = "Node ${each.key} asks for zone ${each.value.zone}, but no subnet in var.subnet_ids is in that zone."
     }
   }
+}
+
+# Warm-pool nodes (policy warm_pool): bootstrapped, then stopped until a launch starts them;
+# a stopped instance bills its volumes only. Ordinary nodes get no resource here, so their
+# plans are unchanged. Destroying this resource leaves the instance as it is: the instance
+# itself goes with aws_instance.node.
+resource "aws_ec2_instance_state" "power" {
+  for_each = { for name, n in var.nodes : name => n if n.power != "" }
+
+  instance_id = aws_instance.node[each.key].id
+  state       = each.value.power
 }

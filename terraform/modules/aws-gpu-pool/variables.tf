@@ -32,6 +32,9 @@ variable "nodes" {
     instance_type = string
     market        = string # "spot" | "on-demand"
     zone          = string # "" = any zone of the region
+    # Warm-pool nodes only: "running" | "stopped" (aws_ec2_instance_state). Absent or "":
+    # an ordinary node, which gets no state resource.
+    power = optional(string, "")
   }))
   default = {}
 
@@ -42,6 +45,10 @@ variable "nodes" {
   validation {
     condition     = alltrue([for name in keys(var.nodes) : can(regex("^[a-z0-9][a-z0-9-]{0,62}$", name))])
     error_message = "Node names must be lowercase letters, digits and dashes (at most 63 characters): they become host names."
+  }
+  validation {
+    condition     = alltrue([for n in values(var.nodes) : contains(["", "running", "stopped"], n.power)])
+    error_message = "A node's power must be \"running\", \"stopped\" or empty."
   }
   validation {
     condition     = alltrue([for n in values(var.nodes) : length(trimspace(n.instance_type)) > 0])

@@ -1,5 +1,5 @@
-"""The service has no executor for warm pools: it refuses to start with one, and a reload
-that adds one keeps the team on its last good policy."""
+"""Warm pools run on AWS only: the service refuses to start with one on Alibaba Cloud, and a
+reload that adds one there keeps the team on its last good policy; on AWS both go through."""
 
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ WARM = {"size": 1, "max": 2}
 
 def test_the_service_refuses_to_start_and_names_the_pool(tmp_path: Path) -> None:
     path = write(tmp_path, f"policies_dir: policies\nstore: {{url: 'sqlite:///{tmp_path}/fleet.db'}}\n")
-    write_policy(tmp_path / "policies", "vision", name="train", warm_pool=WARM)
-    write_policy(tmp_path / "policies", "search", name="infer")
+    write_policy(tmp_path / "policies", "vision", name="train", warm_pool=WARM,
+                 cloud="alicloud", region="cn-hangzhou", instance_types=["ecs.gn6i-c4g1.xlarge"])
+    write_policy(tmp_path / "policies", "search", name="infer", warm_pool=WARM)
     result = CliRunner().invoke(app, ["run", "--once", "--dry-run", "--config", str(path)])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 1 and len(lines) == 1, result.output
     assert "vision/train" in lines[0] and "search/infer" not in lines[0]
-    assert "`gpu-autoscaler simulate` only" in lines[0]
+    assert "warm pools run on AWS only so far" in lines[0]
     assert not (tmp_path / "fleet.db").exists()  # refused before the store opens
 
 
@@ -33,9 +34,15 @@ def test_a_reload_that_adds_a_warm_pool_keeps_the_last_good_policy(tmp_path: Pat
     write_policy(pdir, "vision", name="train", max_nodes=4)
     reloader = PolicyReloader(pdir, default_catalog())
     reloader.refresh()
-    write_policy(pdir, "vision", name="train", max_nodes=6, warm_pool=WARM)
+    write_policy(pdir, "vision", name="train", max_nodes=6, warm_pool=WARM, cloud="alicloud",
+                 region="cn-hangzhou", instance_types=["ecs.gn6i-c4g1.xlarge"])
     reloader.reread()
     result = reloader.refresh()
     assert reloader.policies["vision"].pools[0].max_nodes == 4 and not result.changed
-    assert [(e.path, "vision/train" in e.message, "simulate" in e.message)
+    assert [(e.path, "vision/train" in e.message, "AWS only" in e.message)
             for e in result.errors] == [("pools[0].warm_pool", True, True)]
+    write_policy(pdir, "vision", name="train", max_nodes=6, warm_pool=WARM)  # on AWS: taken
+    reloader.reread()
+    result = reloader.refresh()
+    assert result.changed and not result.errors
+    assert reloader.policies["vision"].pools[0].warm_pool is not None

@@ -1,0 +1,135 @@
+"""A plan with the warm pools applied: what the service does after ``decide()``, with the
+rules of engine/warm_pool.py (the simulator applies the same rules, sim/warm.py).
+
+* Each launch of a pool with stopped warm nodes of its type and market becomes a
+  :class:`StartWarm` per warm node it takes; the rest of it is launched cold, or held (a
+  Hold with the reason) while warm nodes of the pool are starting: they are READY sooner
+  than a cold node, and the next plans ask for what they did not cover.
+* Launches that stand in for named nodes (interruption replacements, return to spot,
+  consolidation moves) are left as they are: their slots are promised to those nodes.
+* Every pool holding warm nodes gets its refresh: stale (the pool's bootstrap hash moved
+  on), too old (``lifetime.max_node_age``) or surplus warm nodes are terminated, and the
+  pool is refilled to its target with ``warm-pool`` launches. A pool whose policy or
+  ``warm_pool`` is gone has its warm nodes terminated.
+
+Pure: the caller hands in the warm nodes (stopped or on their way), the pool's started
+warm nodes not READY yet, the forecasts, the running GPUs and ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from autoscaler.engine.pricing import Prices
+from autoscaler.engine.warm_pool import WarmNode, refresh, serve, target
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.node import Node
+from autoscaler.model.plan import Action, Hold, Launch, Plan, StartWarm, Terminate
+from autoscaler.model.snapshot import ForecastFloor
+from autoscaler.policy.models import Market, Pool, TeamPolicy, pool_key
+
+
+@dataclass(frozen=True)
+class WarmInputs:
+    """What the warm pools are decided from, besides the plan."""
+
+    warm: Sequence[Node]  # nodes in their warm pool (progress.in_warm_pool), not gone
+    starting: Mapping[str, int] = field(default_factory=dict)  # pool -> started, not READY
+    running_gpus: Mapping[str, float] = field(default_factory=dict)  # pool -> GPUs on their way or serving
+    forecasts: Mapping[str, ForecastFloor] = field(default_factory=dict)  # over WARM_AHEAD
+    images: Mapping[str, str] = field(default_factory=dict)  # pool -> its bootstrap hash now
+
+
+def warm_node(node: Node) -> WarmNode:
+    warm = node.progress.warm
+    return WarmNode(node.name, node.instance_type, node.market, node.created_at,
+                    warm.image if warm is not None else "", ready=node.state is NodeState.WARM)
+
+
+def with_warm_pools(plan: Plan, policies: Mapping[str, TeamPolicy], inputs: WarmInputs,
+                    prices: Prices, now: datetime) -> Plan:
+    pools = {pool_key(team, p.name): p for team, policy in policies.items() for p in policy.pools}
+    warm_by_pool: dict[str, list[Node]] = {}
+    for node in inputs.warm:
+        warm_by_pool.setdefault(node.pool_key, []).append(node)
+    actions: list[Action] = []
+    for action in plan.actions:
+        pool = pools.get(action.pool)
+        if (not isinstance(action, Launch) or action.replaces or pool is None
+                or pool.warm_pool is None or action.trigger == "warm-pool"):
+            actions.append(action)
+            continue
+        actions += _served(action, warm_by_pool.get(action.pool, []),
+                           inputs.starting.get(action.pool, 0))
+        taken = {a.node for a in actions if isinstance(a, StartWarm)}
+        warm_by_pool[action.pool] = [n for n in warm_by_pool.get(action.pool, [])
+                                     if n.name not in taken]
+    for key in sorted(set(warm_by_pool) | {k for k, p in pools.items() if p.warm_pool}):
+        actions += _refreshed(key, pools.get(key), warm_by_pool.get(key, []), inputs, prices, now)
+    return plan.model_copy(update={"actions": actions})
+
+
+def _served(launch: Launch, warm: list[Node], starting: int) -> list[Action]:
+    [starts] = serve([launch], [warm_node(n) for n in warm], starting)
+    by_name = {n.name: n for n in warm}
+    out: list[Action] = [
+        StartWarm(pool=launch.pool, node=name, instance_type=launch.instance_type,
+                  market=launch.market, gpus_per_node=launch.gpus_per_node,
+                  hourly_usd=launch.hourly_usd,
+                  reason=f"{starts.reason} (for: {launch.reason}); {by_name[name].zone or 'its zone'}")
+        for name in starts.start]
+    if starts.cold:
+        out.append(launch.model_copy(update={
+            "count": starts.cold, "reason": f"{launch.reason}; {starts.reason}"}))
+    if starts.held:
+        out.append(Hold(pool=launch.pool, what="scale-up", reason=f"{launch.reason}; {starts.reason}"))
+    return out
+
+
+def _refreshed(key: str, pool: Pool | None, warm: list[Node], inputs: WarmInputs,
+               prices: Prices, now: datetime) -> list[Action]:
+    if pool is None:
+        return [Terminate(pool=key, node=n.name, reason=f"{n.name}: warm node of {key}, whose "
+                          "policy is gone") for n in warm]
+    image = inputs.images.get(key)
+    if image is None and pool.warm_pool is not None:
+        # Without the pool's hash, staleness cannot be told: keep what is there, add none.
+        return [Hold(pool=key, what="scale-up", reason=f"{key}: warm pool not refreshed: the "
+                     "pool's bootstrap hash is not known this tick")] if warm else []
+    itype = _smallest(pool, prices)
+    goal = target(pool, inputs.forecasts.get(key), inputs.running_gpus.get(key, 0.0),
+                  itype[1] if itype else 1)
+    decision = refresh(pool, [warm_node(n) for n in warm], goal, image or "", now)
+    out: list[Action] = [Terminate(pool=key, node=name, reason=f"{name}: retired from the warm "
+                                   f"pool: {why}") for name, why in decision.retire]
+    if decision.refill and itype is not None:
+        market = pool.capacity.markets()[0]
+        hourly = _hourly(prices, pool, itype[0], market)
+        out.append(Launch(pool=key, instance_type=itype[0], market=market,
+                          count=decision.refill, gpus_per_node=itype[1], hourly_usd=hourly,
+                          trigger="warm-pool", image=image, reason=decision.reason))
+    return out
+
+
+def _smallest(pool: Pool, prices: Prices) -> tuple[str, int] | None:
+    """The pool's type with the fewest GPUs (what its floor launches): the warm nodes' type."""
+    found = [(itype.gpus, i, name) for i, name in enumerate(pool.instance_types)
+             if (itype := prices.itype(pool.cloud.value, name)) is not None]
+    if not found:
+        return None
+    gpus, _, name = min(found)
+    return name, gpus
+
+
+def _hourly(prices: Prices, pool: Pool, type_name: str, market: Market) -> float:
+    """What a warm node costs while it bootstraps (stopped, its volume: catalog/volumes.py)."""
+    cloud, region = pool.cloud.value, pool.region
+    od = prices.on_demand(cloud, region, type_name, None) or 0.0
+    if market is Market.SPOT:
+        return prices.spot(cloud, region, type_name, None) or od
+    return od
+
+
+__all__ = ["WarmInputs", "warm_node", "with_warm_pools"]
