@@ -21,7 +21,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from autoscaler.actuators.ansible.settings import AnsibleSettings
-from autoscaler.actuators.bootstrap_hash import baked_images
+from autoscaler.actuators.bootstrap_hash import baked_images, warm_pool_hashes
 from autoscaler.actuators.node_map import PreviewError, preview_maps
 from autoscaler.actuators.terraform.preview import PoolPreview, baked_workspace, preview_pools
 from autoscaler.actuators.terraform.settings import TerraformSettings, load_settings
@@ -31,12 +31,14 @@ from autoscaler.cli.plan_render import preview_markdown, preview_tables
 from autoscaler.cli.render import actions_table, placements_table, pools_table
 from autoscaler.cli.run import read_config
 from autoscaler.engine import DecisionInput, EngineSettings, Plan, decide
+from autoscaler.engine.pricing import Prices
 from autoscaler.engine.snapshot_file import MAX_BYTES as SNAPSHOT_MAX_BYTES
 from autoscaler.engine.snapshot_file import SnapshotFileError, parse_decision_input
 from autoscaler.model.prices import PriceBook
 from autoscaler.policy import PolicyLoadError, load_policies
 from autoscaler.policy.models import TeamPolicy, pool_key
 from autoscaler.policy.paths import relative_to
+from autoscaler.service.control import warm
 
 SNAPSHOT_HELP = (
     "Recorded engine input (JSON): {now, fleet: {nodes, history}, snapshot: {...}}. "
@@ -192,8 +194,16 @@ def plan(
     if max_gpus is not None or max_hourly_usd is not None:
         engine = engine.model_copy(update={k: v for k, v in (
             ("max_gpus", max_gpus), ("max_hourly_usd", max_hourly_usd)) if v is not None})
-    result = decide(team_policies, data.fleet, data.snapshot, data.now, catalog=catalog,
+    # As the service decides: the warm pools' nodes out of decide()'s fleet, then their step
+    # (a forecast-sized warm pool shows no refill here: the preview has no warm forecast).
+    engine_fleet, warm_nodes = warm.split(data.fleet)
+    result = decide(team_policies, engine_fleet, data.snapshot, data.now, catalog=catalog,
                     settings=engine)
+    tf_for_hashes = tf_settings
+    result = warm.apply(result, team_policies, engine_fleet, warm_nodes,
+                        Prices(catalog, data.snapshot, data.now), {},
+                        None if tf_for_hashes is None else
+                        lambda p: warm_pool_hashes(p, tf_for_hashes, ansible), data.now)
     previews = None if tf_settings is None else terraform_preview(
         team_policies, data, result, catalog, tf_settings, ansible)
     if json_out:
