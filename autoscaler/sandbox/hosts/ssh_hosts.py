@@ -19,7 +19,9 @@ Each host (RECIPES.md, "Booted test hosts") is what a cloud instance is to the r
 
 Each boot runs in a cgroup of its own (``cgroups.py``: hosts sharing one tree raced on
 each other's unit cgroups). ``systemctl reboot`` inside a host makes nspawn exit with
-status 133; a watcher thread boots the same overlay again, as a VM reboots. Teardown
+status 133; a watcher thread boots the same overlay again, as a VM reboots. ``power_off``
+and ``power_on`` are a stopped and started EC2 instance: the container goes, its upper
+layer (the EBS volume) and namespace (the private IP) stay for the next boot. Teardown
 stops each container by its nspawn PID (SIGTERM is an orderly poweroff, SIGKILL after a
 deadline), kills whatever is left in its namespace and its cgroup, deletes namespaces,
 veths, cgroups and overlays, and removes the blackhole route only if this object added it.
@@ -248,6 +250,38 @@ class SshHosts:
         self.run(name, ["systemctl", "start", "ssh.service"])
         self._wait_ssh(self._host(name))
 
+    def running(self, name: str) -> bool:
+        node = self._host(name).node
+        return node is not None and node.alive()
+
+    def power_off(self, name: str) -> float:
+        """Shut the host down as EC2 stops an instance; returns the seconds it took. Its
+        upper layer, namespace and address are kept for ``power_on``."""
+        with self._lock:
+            host = self._host(name)
+            began = time.monotonic()
+            status = self._halt(host)
+            took = time.monotonic() - began
+        if status == 0:
+            log.info("sandbox: %s powered off in %.1f s", name, took)
+        else:  # SIGKILL after STOP_TIMEOUT_S: its disk may miss what was not synced
+            log.warning("sandbox: %s did not power off cleanly (nspawn exit %s) in %.1f s",
+                        name, status, took)
+        return took
+
+    def power_on(self, name: str) -> float:
+        """Boot a powered-off host again from its kept upper layer in its kept namespace;
+        returns the seconds from nspawn's start until sshd answered."""
+        with self._lock:
+            host = self._host(name)
+            if host.node is not None:
+                raise SshHostError(f"host {name} is running; power it off first")
+            if not host.slot.netns_path.exists() or not host.upper.is_dir():
+                raise SshHostError(f"host {name} has no namespace or overlay left to boot")
+            self._boot(host)
+        self._wait_ssh(host)  # not under the lock: the watcher keeps serving the others
+        return time.monotonic() - host.booted_at
+
     def set_reachable(self, name: str, reachable: bool) -> None:
         """Link down: connections fail at once with 'no route to host'; state is kept."""
         host = self._host(name)
@@ -418,13 +452,21 @@ class SshHosts:
                     else:
                         log.warning("sandbox: %s powered off (nspawn exit %s)", host.name, status)
 
-    def _stop_host(self, host: SshHost) -> None:
+    def _halt(self, host: SshHost) -> int | None:
+        """End the running boot: SIGTERM makes nspawn ask systemd for an orderly poweroff
+        (exit 0), SIGKILL follows after STOP_TIMEOUT_S. Returns nspawn's exit status."""
+        status = None
         if host.node is not None:
             with contextlib.suppress(ProcessError, OSError, subprocess.SubprocessError):
                 host.node.stop(timeout=STOP_TIMEOUT_S)
+            status = host.node.returncode()
         host.node = None
         stop_pids(netns.pids_in(host.slot), timeout=5.0)  # what nspawn left behind
         self._end_boot(host)
+        return status
+
+    def _stop_host(self, host: SshHost) -> None:
+        self._halt(host)
         netns.delete(host.slot)
         _keep_evidence(host)
         shutil.rmtree(host.upper, ignore_errors=True)
