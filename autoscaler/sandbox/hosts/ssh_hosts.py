@@ -15,7 +15,7 @@ Each host (RECIPES.md, "Booted test hosts") is what a cloud instance is to the r
   the layer's files and its whiteouts hide image files, its own writes still win;
 * sshd as the image's ``ssh.service`` on ``port``, with the host's own key and the client's
   authorized key: both, and any ``files`` the caller passes (a fake nvidia-smi, fake GPU
-  device links), are placed into the upper layer before the first boot.
+  device links), are placed into the upper layer before the first boot (``overlay.py``).
 
 Each boot runs in a cgroup of its own (``cgroups.py``: hosts sharing one tree raced on
 each other's unit cgroups). ``systemctl reboot`` inside a host makes nspawn exit with
@@ -43,7 +43,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from autoscaler.sandbox.hosts import cgroups, netns, node_image
+from autoscaler.sandbox.hosts import cgroups, netns, node_image, overlay
+from autoscaler.sandbox.hosts.overlay import NodeFile
 from autoscaler.sandbox.hosts.procs import (
     ManagedProcess,
     ProcessError,
@@ -55,7 +56,6 @@ from autoscaler.sandbox.hosts.procs import (
 
 log = logging.getLogger(__name__)
 SSH_PORT = 2222
-JOURNAL_DIR = "/var/log/journal"
 SSH_USER = "root"
 BOOT_TIMEOUT_S = 120.0  # systemd reaches ssh.service in ~5 s alone; many boots share 2 cores
 STOP_TIMEOUT_S = 20.0
@@ -84,17 +84,6 @@ class SshHostError(RuntimeError):
     pass
 
 
-@dataclass(frozen=True)
-class NodeFile:
-    """A file the sandbox places in a node's overlay before it boots (absolute node path);
-    with ``link`` a symbolic link whose target is ``content`` (e.g. enabling a unit)."""
-
-    path: str
-    content: str
-    mode: int = 0o644
-    link: bool = False
-
-
 @dataclass
 class SshHost:
     name: str
@@ -116,23 +105,6 @@ class SshHost:
     @property
     def upper(self) -> Path:
         return self.directory / "upper"
-
-
-def _keep_evidence(host: SshHost) -> None:
-    """A unit failed to start in some boot of this host (the console says so): keep the
-    host's journal beside its console log before its overlay goes, to read with
-    ``journalctl -D DIR``. (That is how a fake driver unit's failure after a reboot under
-    load was traced to hosts sharing one cgroup tree: hosts/cgroups.py.)"""
-    try:
-        failed = b"Failed to start" in (host.directory / "console.log").read_bytes()
-    except OSError:
-        return
-    journal = host.upper / JOURNAL_DIR.lstrip("/")
-    if failed and journal.is_dir():
-        with contextlib.suppress(OSError, shutil.Error):
-            shutil.copytree(journal, host.directory / "journal", dirs_exist_ok=True)
-            log.warning("sandbox: a unit failed to start on %s; its journal is kept in %s",
-                        host.name, host.directory / "journal")
 
 
 def _keygen(path: Path) -> None:
@@ -342,9 +314,9 @@ class SshHosts:
 
     def _prepare_overlay(self, host: SshHost) -> None:
         """Host key, authorized key, sshd drop-in and the caller's files, in the upper layer."""
+        if self.image is None:
+            raise SshHostError("the node image is not ready")
         host.directory.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(host.upper, ignore_errors=True)  # a fresh machine every start
-        host.upper.mkdir(mode=0o755)
         key = host.directory / "ssh_host_ed25519_key"
         if not key.exists():
             _keygen(key)
@@ -357,40 +329,7 @@ class SshHosts:
                      self.private_key.with_suffix(".pub").read_text(), 0o600),
             *self.files.get(host.name, []),
         ]
-        for item in files:
-            self._place(host, item)
-        host.placed = tuple(item.path for item in files)
-        # journald keeps every boot's journal when this directory exists, so a unit that
-        # failed before a reboot can still be read after it (see _keep_evidence).
-        self._make_parents(host, Path(JOURNAL_DIR))
-
-    def _place(self, host: SshHost, item: NodeFile) -> None:
-        if not item.path.startswith("/") or ".." in item.path.split("/"):
-            raise SshHostError(f"node file path must be absolute and plain: {item.path!r}")
-        target = host.upper / item.path.lstrip("/")
-        self._make_parents(host, Path(item.path).parent)
-        if item.link:
-            target.symlink_to(item.content)
-            return
-        target.write_text(item.content)
-        target.chmod(item.mode)
-
-    def _make_parents(self, host: SshHost, path: Path) -> None:
-        """Directories in the upper layer mask the lower ones': give them the modes of the
-        topmost lower layer that has them, else the image's (/root stays 0700, /etc 0755), or
-        0755 for directories no lower layer has."""
-        if self.image is None:
-            raise SshHostError("the node image is not ready")
-        lowers = [*reversed(host.layers), self.image]
-        for part in [*reversed(path.parents[:-1]), path] if str(path) != "/" else []:
-            rel = str(part).lstrip("/")
-            upper = host.upper / rel
-            if upper.is_dir():
-                continue
-            lower = next((d / rel for d in lowers if (d / rel).is_dir()), None)
-            mode = lower.stat().st_mode & 0o7777 if lower is not None else 0o755
-            upper.mkdir()
-            upper.chmod(mode)
+        host.placed = overlay.prepare(host.upper, [*reversed(host.layers), self.image], files)
 
     def _boot(self, host: SshHost) -> None:
         if self.image is None:
@@ -468,5 +407,5 @@ class SshHosts:
     def _stop_host(self, host: SshHost) -> None:
         self._halt(host)
         netns.delete(host.slot)
-        _keep_evidence(host)
+        overlay.keep_journal(host.name, host.directory, host.upper)
         shutil.rmtree(host.upper, ignore_errors=True)

@@ -249,7 +249,8 @@ class InstanceFollower:
                      hash_, baked_images.files_in(layer), layer)
 
     def _host(self, item: Followed) -> tuple[Any, str]:
-        from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
+        from autoscaler.sandbox.hosts.overlay import NodeFile
+        from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 
         if self.hosts_dir is None:
             raise RuntimeError("SSH hosts are disabled")
