@@ -101,7 +101,9 @@ def test_a_stopped_instance_keeps_its_disk_and_address_and_boots_from_them_again
     assert node not in stack.dcgm.dcgm.nodes() and node not in stack.file_sd.read_text()
     assert read_address_file(stack.address_file) == {node: address}  # EC2 keeps the private IP
     assert (netns.NETNS_DIR / namespace).exists() and (upper / "root/kept").is_file()
-    assert namespace in read_state(stack.dir).namespaces  # what `sandbox down` removes
+    # What `sandbox down` removes after a crash (state.cleanup): the recorded namespaces and
+    # the overlays under the stack's directory.
+    assert namespace in read_state(stack.dir).namespaces and upper in stack.dir.glob("hosts/*/upper")
 
     ec2.start_instances(InstanceIds=[iid])
     started = time.monotonic()
@@ -111,6 +113,7 @@ def test_a_stopped_instance_keeps_its_disk_and_address_and_boots_from_them_again
     again = ssh(hosts, node, "cat /root/kept /proc/sys/kernel/random/boot_id "
                              "/etc/gpu-autoscaler/user-data-ran; "
                              f"systemctl show -P ConditionResult {first_boot.UNIT}")
+    assert again.returncode == 0, again.stderr
     kept, new_boot_id, ran_again, condition = again.stdout.split("\n", 3)
     assert (kept, ran_again) == ("kept", f"first boot {boot_id}")  # the same disk
     assert new_boot_id != boot_id and condition.strip() == "no"  # user_data ran once only
@@ -118,9 +121,11 @@ def test_a_stopped_instance_keeps_its_disk_and_address_and_boots_from_them_again
     nspawn = hosts.node_pid(node)
     recorded = [p for p in read_state(stack.dir).children if p.pid == nspawn]
     assert recorded and alive(recorded[0]), "the new boot's nspawn is stopped by PID on down"
+    said = [r.getMessage() for r in caplog.records if node in r.getMessage()]
+    assert any("is stopped in moto" in m and f"address {address} are kept" in m for m in said)
+    assert any("is started again" in m and "sshd answered" in m for m in said), said
     print(f"\nfirst boot to sshd: {first_boot_s:.1f} s; start_instances to ssh: "
           f"{restart_to_ssh:.1f} s (the follower polls each second)")
-    print("\n".join(r.getMessage() for r in caplog.records if node in r.getMessage()))
 
     ec2.stop_instances(InstanceIds=[iid])
     wait_until(lambda: node_state(stack, node) == "stopped", WITHIN_S, "stopped again")
