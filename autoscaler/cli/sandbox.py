@@ -142,11 +142,11 @@ def _print_state(state: StackState | None, directory: Path) -> None:
     console.print(procs)
     if state.nodes:
         nodes = Table(title="Sandbox instances")
-        for col in ("node", "instance", "type", "SSH host"):
+        for col in ("node", "instance", "type", "state", "SSH host"):
             nodes.add_column(col)
         for name, info in sorted(state.nodes.items()):
             nodes.add_row(name, info.get("instance_id", ""), info.get("instance_type", ""),
-                          info.get("address", "") or "-")
+                          info.get("state", "running"), info.get("address", "") or "-")
         console.print(nodes)
 
 

@@ -42,8 +42,9 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.fakes import nvidia_smi
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
 from autoscaler.sandbox.hosts.gpu_nodes import CONTROLLER_ADDRESS, SandboxGpuNodes, controller_address
+from autoscaler.sandbox.hosts.overlay import NodeFile
 from autoscaler.sandbox.hosts.procs import wait_until
-from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
+from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 from autoscaler.sandbox.services.slurm import SlurmCluster
 from autoscaler.schedulers.slurm.client import SlurmConfig
 from autoscaler.signals.config import SignalsConfig

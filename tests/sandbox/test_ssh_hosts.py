@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from autoscaler.sandbox.hosts import cgroups, netns, node_image
-from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHost, SshHostError, SshHosts, _keep_evidence
+from autoscaler.sandbox.hosts.overlay import NodeFile, keep_journal
+from autoscaler.sandbox.hosts.ssh_hosts import SshHostError, SshHosts
 
 
 def test_slots_use_their_own_slash_30_and_never_the_shared_controller_address() -> None:
@@ -236,12 +237,12 @@ def test_teardown_stops_the_container_and_removes_namespace_veth_and_overlay(
 
 @pytest.mark.parametrize("console", ["Failed to start Fake NVIDIA driver", "Started everything"])
 def test_a_hosts_journal_is_kept_when_a_unit_failed_to_start(tmp_path: Path, console: str) -> None:
-    host = SshHost("gpu-x", netns.Slot(9), tmp_path / "gpu-x")
-    (host.upper / "var/log/journal/abc").mkdir(parents=True)
-    (host.upper / "var/log/journal/abc/system.journal").write_text("entries")
-    (host.directory / "console.log").write_text(f"[  OK  ] ...\n[FAILED] {console}\n")
-    _keep_evidence(host)
-    kept = host.directory / "journal" / "abc" / "system.journal"
+    directory = tmp_path / "gpu-x"
+    (directory / "upper/var/log/journal/abc").mkdir(parents=True)
+    (directory / "upper/var/log/journal/abc/system.journal").write_text("entries")
+    (directory / "console.log").write_text(f"[  OK  ] ...\n[FAILED] {console}\n")
+    keep_journal("gpu-x", directory, directory / "upper")
+    kept = directory / "journal" / "abc" / "system.journal"
     assert kept.exists() is console.startswith("Failed")
 
 

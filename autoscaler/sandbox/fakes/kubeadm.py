@@ -20,7 +20,7 @@ reads is data: nothing is run through a shell.
 
 from __future__ import annotations
 
-from autoscaler.sandbox.hosts.ssh_hosts import NodeFile
+from autoscaler.sandbox.hosts.overlay import NodeFile
 
 INSTALL_PATH = "/usr/local/bin/kubeadm"
 

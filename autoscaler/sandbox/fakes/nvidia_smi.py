@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass
 
 from autoscaler.catalog.mig import MEMORY_SLICES
-from autoscaler.sandbox.hosts.ssh_hosts import NodeFile
+from autoscaler.sandbox.hosts.overlay import NodeFile
 
 INSTALL_PATH = "/usr/bin/nvidia-smi"
 LOADED_FLAG = "/run/gpu-autoscaler-fake-nvidia/loaded"

@@ -14,7 +14,7 @@ import base64
 import binascii
 from typing import Any
 
-from autoscaler.sandbox.hosts.ssh_hosts import NodeFile
+from autoscaler.sandbox.hosts.overlay import NodeFile
 
 USER_DATA = "/var/lib/cloud/instance/user-data.txt"
 DONE = "/var/lib/cloud/instance/boot-finished"

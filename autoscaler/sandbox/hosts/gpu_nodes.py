@@ -26,7 +26,8 @@ from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.model.node import Node
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu, node_files
 from autoscaler.sandbox.hosts import netns
-from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
+from autoscaler.sandbox.hosts.overlay import NodeFile
+from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 
 CONTROLLER_ADDRESS = netns.CONTROLLER_ADDRESS

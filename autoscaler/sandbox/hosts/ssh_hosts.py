@@ -15,11 +15,13 @@ Each host (RECIPES.md, "Booted test hosts") is what a cloud instance is to the r
   the layer's files and its whiteouts hide image files, its own writes still win;
 * sshd as the image's ``ssh.service`` on ``port``, with the host's own key and the client's
   authorized key: both, and any ``files`` the caller passes (a fake nvidia-smi, fake GPU
-  device links), are placed into the upper layer before the first boot.
+  device links), are placed into the upper layer before the first boot (``overlay.py``).
 
 Each boot runs in a cgroup of its own (``cgroups.py``: hosts sharing one tree raced on
 each other's unit cgroups). ``systemctl reboot`` inside a host makes nspawn exit with
-status 133; a watcher thread boots the same overlay again, as a VM reboots. Teardown
+status 133; a watcher thread boots the same overlay again, as a VM reboots. ``power_off``
+and ``power_on`` are a stopped and started EC2 instance: the container goes, its upper
+layer (the EBS volume) and namespace (the private IP) stay for the next boot. Teardown
 stops each container by its nspawn PID (SIGTERM is an orderly poweroff, SIGKILL after a
 deadline), kills whatever is left in its namespace and its cgroup, deletes namespaces,
 veths, cgroups and overlays, and removes the blackhole route only if this object added it.
@@ -41,7 +43,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from autoscaler.sandbox.hosts import cgroups, netns, node_image
+from autoscaler.sandbox.hosts import cgroups, netns, node_image, overlay
+from autoscaler.sandbox.hosts.overlay import NodeFile
 from autoscaler.sandbox.hosts.procs import (
     ManagedProcess,
     ProcessError,
@@ -53,7 +56,6 @@ from autoscaler.sandbox.hosts.procs import (
 
 log = logging.getLogger(__name__)
 SSH_PORT = 2222
-JOURNAL_DIR = "/var/log/journal"
 SSH_USER = "root"
 BOOT_TIMEOUT_S = 120.0  # systemd reaches ssh.service in ~5 s alone; many boots share 2 cores
 STOP_TIMEOUT_S = 20.0
@@ -82,17 +84,6 @@ class SshHostError(RuntimeError):
     pass
 
 
-@dataclass(frozen=True)
-class NodeFile:
-    """A file the sandbox places in a node's overlay before it boots (absolute node path);
-    with ``link`` a symbolic link whose target is ``content`` (e.g. enabling a unit)."""
-
-    path: str
-    content: str
-    mode: int = 0o644
-    link: bool = False
-
-
 @dataclass
 class SshHost:
     name: str
@@ -114,23 +105,6 @@ class SshHost:
     @property
     def upper(self) -> Path:
         return self.directory / "upper"
-
-
-def _keep_evidence(host: SshHost) -> None:
-    """A unit failed to start in some boot of this host (the console says so): keep the
-    host's journal beside its console log before its overlay goes, to read with
-    ``journalctl -D DIR``. (That is how a fake driver unit's failure after a reboot under
-    load was traced to hosts sharing one cgroup tree: hosts/cgroups.py.)"""
-    try:
-        failed = b"Failed to start" in (host.directory / "console.log").read_bytes()
-    except OSError:
-        return
-    journal = host.upper / JOURNAL_DIR.lstrip("/")
-    if failed and journal.is_dir():
-        with contextlib.suppress(OSError, shutil.Error):
-            shutil.copytree(journal, host.directory / "journal", dirs_exist_ok=True)
-            log.warning("sandbox: a unit failed to start on %s; its journal is kept in %s",
-                        host.name, host.directory / "journal")
 
 
 def _keygen(path: Path) -> None:
@@ -248,6 +222,38 @@ class SshHosts:
         self.run(name, ["systemctl", "start", "ssh.service"])
         self._wait_ssh(self._host(name))
 
+    def running(self, name: str) -> bool:
+        node = self._host(name).node
+        return node is not None and node.alive()
+
+    def power_off(self, name: str) -> float:
+        """Shut the host down as EC2 stops an instance; returns the seconds it took. Its
+        upper layer, namespace and address are kept for ``power_on``."""
+        with self._lock:
+            host = self._host(name)
+            began = time.monotonic()
+            status = self._halt(host)
+            took = time.monotonic() - began
+        if status == 0:
+            log.info("sandbox: %s powered off in %.1f s", name, took)
+        else:  # SIGKILL after STOP_TIMEOUT_S: its disk may miss what was not synced
+            log.warning("sandbox: %s did not power off cleanly (nspawn exit %s) in %.1f s",
+                        name, status, took)
+        return took
+
+    def power_on(self, name: str) -> float:
+        """Boot a powered-off host again from its kept upper layer in its kept namespace;
+        returns the seconds from nspawn's start until sshd answered."""
+        with self._lock:
+            host = self._host(name)
+            if host.node is not None:
+                raise SshHostError(f"host {name} is running; power it off first")
+            if not host.slot.netns_path.exists() or not host.upper.is_dir():
+                raise SshHostError(f"host {name} has no namespace or overlay left to boot")
+            self._boot(host)
+        self._wait_ssh(host)  # not under the lock: the watcher keeps serving the others
+        return time.monotonic() - host.booted_at
+
     def set_reachable(self, name: str, reachable: bool) -> None:
         """Link down: connections fail at once with 'no route to host'; state is kept."""
         host = self._host(name)
@@ -308,9 +314,9 @@ class SshHosts:
 
     def _prepare_overlay(self, host: SshHost) -> None:
         """Host key, authorized key, sshd drop-in and the caller's files, in the upper layer."""
+        if self.image is None:
+            raise SshHostError("the node image is not ready")
         host.directory.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(host.upper, ignore_errors=True)  # a fresh machine every start
-        host.upper.mkdir(mode=0o755)
         key = host.directory / "ssh_host_ed25519_key"
         if not key.exists():
             _keygen(key)
@@ -323,40 +329,7 @@ class SshHosts:
                      self.private_key.with_suffix(".pub").read_text(), 0o600),
             *self.files.get(host.name, []),
         ]
-        for item in files:
-            self._place(host, item)
-        host.placed = tuple(item.path for item in files)
-        # journald keeps every boot's journal when this directory exists, so a unit that
-        # failed before a reboot can still be read after it (see _keep_evidence).
-        self._make_parents(host, Path(JOURNAL_DIR))
-
-    def _place(self, host: SshHost, item: NodeFile) -> None:
-        if not item.path.startswith("/") or ".." in item.path.split("/"):
-            raise SshHostError(f"node file path must be absolute and plain: {item.path!r}")
-        target = host.upper / item.path.lstrip("/")
-        self._make_parents(host, Path(item.path).parent)
-        if item.link:
-            target.symlink_to(item.content)
-            return
-        target.write_text(item.content)
-        target.chmod(item.mode)
-
-    def _make_parents(self, host: SshHost, path: Path) -> None:
-        """Directories in the upper layer mask the lower ones': give them the modes of the
-        topmost lower layer that has them, else the image's (/root stays 0700, /etc 0755), or
-        0755 for directories no lower layer has."""
-        if self.image is None:
-            raise SshHostError("the node image is not ready")
-        lowers = [*reversed(host.layers), self.image]
-        for part in [*reversed(path.parents[:-1]), path] if str(path) != "/" else []:
-            rel = str(part).lstrip("/")
-            upper = host.upper / rel
-            if upper.is_dir():
-                continue
-            lower = next((d / rel for d in lowers if (d / rel).is_dir()), None)
-            mode = lower.stat().st_mode & 0o7777 if lower is not None else 0o755
-            upper.mkdir()
-            upper.chmod(mode)
+        host.placed = overlay.prepare(host.upper, [*reversed(host.layers), self.image], files)
 
     def _boot(self, host: SshHost) -> None:
         if self.image is None:
@@ -418,13 +391,21 @@ class SshHosts:
                     else:
                         log.warning("sandbox: %s powered off (nspawn exit %s)", host.name, status)
 
-    def _stop_host(self, host: SshHost) -> None:
+    def _halt(self, host: SshHost) -> int | None:
+        """End the running boot: SIGTERM makes nspawn ask systemd for an orderly poweroff
+        (exit 0), SIGKILL follows after STOP_TIMEOUT_S. Returns nspawn's exit status."""
+        status = None
         if host.node is not None:
             with contextlib.suppress(ProcessError, OSError, subprocess.SubprocessError):
                 host.node.stop(timeout=STOP_TIMEOUT_S)
+            status = host.node.returncode()
         host.node = None
         stop_pids(netns.pids_in(host.slot), timeout=5.0)  # what nspawn left behind
         self._end_boot(host)
+        return status
+
+    def _stop_host(self, host: SshHost) -> None:
+        self._halt(host)
         netns.delete(host.slot)
-        _keep_evidence(host)
+        overlay.keep_journal(host.name, host.directory, host.upper)
         shutil.rmtree(host.upper, ignore_errors=True)

@@ -124,8 +124,13 @@ class MotoSandbox:
 
 
 def running_instances(ec2: Any, **filters: str) -> list[dict[str, Any]]:
-    """Instances not terminated (moto lists terminated ones and pages at 100)."""
-    flt = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    """Instances pending or running (moto lists terminated ones and pages at 100)."""
+    return instances(ec2, ("pending", "running"), **filters)
+
+
+def instances(ec2: Any, states: Sequence[str], **filters: str) -> list[dict[str, Any]]:
+    """Instances in one of ``states`` (EC2's ``instance-state-name``) with the tags ``filters``."""
+    flt = [{"Name": "instance-state-name", "Values": list(states)}]
     flt += [{"Name": f"tag:{k}", "Values": [v]} for k, v in filters.items()]
     out: list[dict[str, Any]] = []
     for page in ec2.get_paginator("describe_instances").paginate(Filters=flt):

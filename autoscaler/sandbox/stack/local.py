@@ -347,7 +347,8 @@ class SandboxStack:
 
     def _followed_changed(self, followed: dict[str, Followed]) -> None:
         self.state.nodes = {n: {"instance_id": f.instance_id, "address": f.address or "",
-                                "instance_type": f.instance_type, "image_id": f.image_id}
+                                "instance_type": f.instance_type, "image_id": f.image_id,
+                                "state": "stopped" if f.stopped else "running"}
                             for n, f in followed.items()}
         names = []
         for item in followed.values():

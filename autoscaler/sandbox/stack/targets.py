@@ -17,6 +17,14 @@ Terraform creates instances in moto; nothing real boots. This follower polls mot
 * writes ``{node: address}`` to the address file the service's ``addresses: {source: file}``
   resolver reads. The address is the namespace host's, never moto's 172.31.x.x.
 
+When the instance is stopped (StopInstances: Terraform's ``aws_ec2_instance_state`` with
+``state = "stopped"``, a warm pool's node), it stays followed as EC2 keeps it: its target
+goes (a stopped node has no metrics) and its host's container is shut down, but the host's
+overlay (the EBS volume) and namespace (the private IP) stay, and so does its line in the
+address file. Started again, the host boots from the same overlay at the same address (its
+user_data does not run again: ``first_boot.py``'s marker is on that disk) and the target
+comes back.
+
 When the instance is terminated, all three are removed again. A bake's *builder* (tag
 ``gpu-autoscaler/role: builder``) leaves something behind first: for each image moto holds of
 it (tag ``gpu-autoscaler/builder: <instance id>``) whose hash has no layer yet, what its host
@@ -46,10 +54,12 @@ from autoscaler.sandbox.fakes import kubeadm as fake_kubeadm
 from autoscaler.sandbox.fakes.dcgm_exporter import GPU_MODELS, ExporterControl
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu, node_files
 from autoscaler.sandbox.hosts import first_boot
-from autoscaler.sandbox.services.moto_server import running_instances
+from autoscaler.sandbox.services.moto_server import instances
 from autoscaler.sandbox.stack import baked_images
 
 log = logging.getLogger(__name__)
+RUNNING = ("pending", "running")  # followed with a target and a booted host
+STOPPED = ("stopping", "stopped")  # followed with the host's disk and address only
 
 
 @dataclass
@@ -66,6 +76,11 @@ class Followed:
     role: str = ""  # "builder" for a bake's builder instance
     layer: Path | None = None  # the baked image's layer its host boots with
     placed: tuple[str, ...] = ()  # node paths the sandbox placed in its host (not an image's)
+    stopped: bool = False  # stopped in moto: no target, its host powered off (disk kept)
+
+
+def state_of(inst: Mapping[str, Any]) -> str:
+    return str((inst.get("State") or {}).get("Name", ""))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -113,11 +128,18 @@ class InstanceFollower:
             live = self._live()
             changes: list[str] = []
             for name, item in list(self.followed.items()):
-                if live.get(name, {}).get("InstanceId") != item.instance_id:
+                inst = live.get(name, {})
+                if inst.get("InstanceId") != item.instance_id:
                     self._remove(item)
                     changes.append(f"-{name}")
+                elif state_of(inst) in STOPPED and not item.stopped:
+                    self._power_off(item)
+                    changes.append(f"~{name} stopped")
+                elif state_of(inst) in RUNNING and item.stopped:
+                    self._power_on(item)
+                    changes.append(f"~{name} started")
             for name, inst in sorted(live.items()):
-                if name not in self.followed:
+                if name not in self.followed and state_of(inst) in RUNNING:
                     self._add(name, inst)
                     changes.append(f"+{name}")
             if changes:
@@ -128,11 +150,14 @@ class InstanceFollower:
             return changes
 
     def _live(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for inst in running_instances(self.ec2, **{MANAGED_TAG_KEY: MANAGED_TAG_VALUE}):
-            tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-            if tags.get("node"):
-                out[tags["node"]] = inst
+        """Each node's instance; a running one wins over a stopped one of the same name
+        (the stopped one is then no longer followed: a node name has one host)."""
+        out: dict[str, dict[str, Any]] = {}
+        found = instances(self.ec2, (*RUNNING, *STOPPED), **{MANAGED_TAG_KEY: MANAGED_TAG_VALUE})
+        for inst in found:
+            node = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}.get("node")
+            if node and (node not in out or state_of(inst) in RUNNING):
+                out[node] = inst
         return out
 
     def _gpus(self, instance_type: str) -> tuple[int, str]:
@@ -157,8 +182,41 @@ class InstanceFollower:
                 item.placed = item.host.placed(name)
             except Exception:
                 log.exception("sandbox: no SSH host for %s", name)
-        log.info("sandbox: following %s (%s %s, %d x %s) at %s", name, item.instance_id,
-                 item.instance_type, gpus, model, item.address or "no address")
+        first = item.host.hosts[name].boot_seconds if item.host is not None else None
+        log.info("sandbox: following %s (%s %s, %d x %s) at %s%s", name, item.instance_id,
+                 item.instance_type, gpus, model, item.address or "no address",
+                 f", sshd answered {first:.1f} s after its first boot began" if first else "")
+
+    def _power_off(self, item: Followed) -> None:
+        """A stopped instance: no metrics and no container, but EC2 keeps its EBS volume and
+        private IP, so the host's overlay, namespace and address stay for a start."""
+        item.stopped = True
+        self._remove_target(item)
+        took = ""
+        if item.host is not None:
+            try:
+                took = f" in {item.host.power_off(item.node):.1f} s"
+            except Exception:
+                log.exception("sandbox: %s: its host did not power off", item.node)
+        log.info("sandbox: %s (%s) is stopped in moto: target removed, host powered off%s; "
+                 "its overlay and address %s are kept until it is started or terminated",
+                 item.node, item.instance_id, took, item.address or "(none)")
+
+    def _power_on(self, item: Followed) -> None:
+        """Started again: the same disk boots at the same address, then metrics return."""
+        item.stopped = False  # a failed boot is not retried every pass: it is logged
+        took = ""
+        if item.host is not None:
+            try:
+                first = item.host.hosts[item.node].boot_seconds or 0.0
+                took = f"; sshd answered {item.host.power_on(item.node):.1f} s after its " \
+                       f"boot began (first boot: {first:.1f} s)"
+            except Exception:
+                log.exception("sandbox: %s: its host did not boot again", item.node)
+        self.exporter.call("add", node=item.node, gpus=item.gpus, model=item.model)
+        log.info("sandbox: %s (%s) is started again in moto: host booted from its kept overlay "
+                 "at %s%s; target back", item.node, item.instance_id, item.address or "(none)",
+                 took)
 
     def _layer(self, item: Followed) -> Path | None:
         """The layer of the baked image the instance was launched from (None: plain image)."""
@@ -191,7 +249,8 @@ class InstanceFollower:
                      hash_, baked_images.files_in(layer), layer)
 
     def _host(self, item: Followed) -> tuple[Any, str]:
-        from autoscaler.sandbox.hosts.ssh_hosts import NodeFile, SshHosts
+        from autoscaler.sandbox.hosts.overlay import NodeFile
+        from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 
         if self.hosts_dir is None:
             raise RuntimeError("SSH hosts are disabled")
@@ -204,20 +263,29 @@ class InstanceFollower:
                          layers={item.node: [item.layer]} if item.layer else None).start()
         return hosts, hosts.address_of(item.node)
 
-    def _remove(self, item: Followed) -> None:
-        self.followed.pop(item.node, None)
+    def _remove_target(self, item: Followed) -> None:
         try:
             self.exporter.call("remove", node=item.node)
         except OSError:
             log.warning("sandbox: exporter did not answer while removing %s", item.node)
-        if item.role == "builder":
-            try:
-                self._capture(item)
-            except Exception:
-                log.exception("sandbox: builder %s: its image's layer was not captured", item.node)
-        if item.host is not None:
-            item.host.stop()
-        log.info("sandbox: %s (%s) is gone; target and host removed", item.node, item.instance_id)
+
+    def _remove(self, item: Followed) -> None:
+        self._remove_target(item)  # again for a stopped one: the exporter's remove is idempotent
+        try:
+            if item.role == "builder":
+                try:
+                    self._capture(item)
+                except Exception:
+                    log.exception("sandbox: builder %s: its image's layer was not captured",
+                                  item.node)
+            if item.host is not None:
+                item.host.stop()
+        finally:
+            # Forgotten last: a node no longer followed has its layer captured and its host
+            # gone (a test that waited for the first saw no layer yet under load).
+            self.followed.pop(item.node, None)
+        log.info("sandbox: %s (%s) is gone%s; target and host removed", item.node,
+                 item.instance_id, " (it was stopped)" if item.stopped else "")
 
     # -- background thread ----------------------------------------------------------------
     def start(self) -> InstanceFollower:
@@ -233,7 +301,8 @@ class InstanceFollower:
                 log.exception("sandbox: following instances failed")
 
     def stop(self) -> None:
-        """Stop following and remove every host (their namespaces) this follower made."""
+        """Stop following and remove every host (their namespaces) this follower made,
+        the stopped instances' powered-off hosts too."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
