@@ -11,18 +11,25 @@ ticked until both are READY, and destroyed again.
 * b = boot_to_ready_baked_s: the same for the node from the baked image: ``--tags node``
   only, no reboot;
 * bake_s: the bake's wall time (builder, ``--tags image``, image, builder destroyed).
+* c = boot_to_ready_warm_s: then a warm pool of 2 (``tests/e2e/test_warm_pool_e2e.py``'s
+  policy) fills; a pending Slurm job starts a stopped warm node (the same instance,
+  booted again from its disk): its instance started (STARTING -> BOOTSTRAPPING) -> READY,
+  the same span as a and b, median of up to 2 starts (the pool's max_nodes). What the
+  start's own apply adds (STARTING -> BOOTSTRAPPING, the ``aws_ec2_instance_state``
+  change) is printed beside it, as a's and b's creates are not counted either.
 
-Target (issue 37): b <= 0.5 x a. What the sandbox cannot show: its image-time part installs
-no driver, CUDA or DCGM (they are ``gpu-hardware`` tasks, skipped without GPUs), so the cold
-node pays only the file tasks and one reboot of a container that boots in seconds; on a GPU
-instance the skipped installs take minutes, all of which a baked node saves. Warm pools
-run in the simulator only (``--sim``, benchmarks/warm_sim.py): the service has no executor
-for them yet. The sandbox half needs root, Slurm and Terraform.
+Targets (issue 37): b <= 0.5 x a, c <= 0.25 x a. What the sandbox cannot show: its
+image-time part installs no driver, CUDA or DCGM (they are ``gpu-hardware`` tasks, skipped
+without GPUs), so the cold node pays only the file tasks and one reboot of a container that
+boots in seconds; on a GPU instance the skipped installs take minutes, all of which a baked
+or warm node saves. ``--sim`` replays warm pools on the benchmark trace
+(benchmarks/warm_sim.py). The sandbox half needs root, Slurm and Terraform.
 
     sudo python benchmarks/bench_warm.py [--rounds 3]
     python benchmarks/bench_warm.py --sim [--days 40] [--seed 0] [--warm-max 8]
 
-Last line: boot_to_ready_cold_s=<a> boot_to_ready_baked_s=<b> baked_over_cold=<b/a> bake_s=<s>
+Last line: boot_to_ready_cold_s=<a> boot_to_ready_baked_s=<b> boot_to_ready_warm_s=<c>
+baked_over_cold=<b/a> warm_over_cold=<c/a> bake_s=<s>
 (--sim: p95_wait_cold_s=<d> p95_wait_warm_forecast_s=<e> p50_wait_warm_forecast_s=<f>
 cost_ratio_warm_over_predictive=<g>, see warm_sim.py)
 """
@@ -65,6 +72,7 @@ def sandbox(args: argparse.Namespace) -> int:
     from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
     from tests.e2e.bake_rig import S, boot_to_ready, cli, write_policy
     from tests.e2e.test_lifecycle_e2e import Loop
+    from tests.e2e.test_warm_pool_e2e import write_policy as warm_policy
 
     if not privileged() or shutil.which("terraform") is None:
         print("needs root (network namespaces, booted hosts), Slurm and terraform", file=sys.stderr)
@@ -96,12 +104,38 @@ def sandbox(args: argparse.Namespace) -> int:
                 print(f"round {n}: cold {cold[-1]:.1f} s, baked {hot[-1]:.1f} s ({steps})")
                 loop.policies = write_policy(root / "policies", 0)
                 loop.until(lambda: not loop.store.nodes(), 600, "both destroyed")
+            warm, start_apply = warm_starts(stack, loop, warm_policy, root, min(args.rounds, 2))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    a, b = statistics.median(cold), statistics.median(hot)
-    print(f"boot_to_ready_cold_s={a:.1f} boot_to_ready_baked_s={b:.1f} "
-          f"baked_over_cold={b / a:.2f} bake_s={bake_s:.0f}")
+    a, b, c = statistics.median(cold), statistics.median(hot), statistics.median(warm)
+    print(f"warm starts: {warm} s after their start applies of {start_apply} s")
+    print(f"boot_to_ready_cold_s={a:.1f} boot_to_ready_baked_s={b:.1f} boot_to_ready_warm_s={c:.1f} "
+          f"baked_over_cold={b / a:.2f} warm_over_cold={c / a:.2f} bake_s={bake_s:.0f}")
     return 0
+
+
+def warm_starts(stack, loop, warm_policy, root: Path, rounds: int) -> tuple[list[float], list[float]]:
+    """Fill a warm pool of 2, then start its nodes one pending job at a time: per start, its
+    instance started -> READY, and the start's apply (STARTING -> BOOTSTRAPPING)."""
+    from tests.e2e.bake_rig import S
+
+    loop.policies = warm_policy(root / "policies", 0)
+    loop.until(lambda: sum(1 for n in loop.store.nodes() if n.state is S.WARM) == 2, 600,
+               "two WARM nodes")
+    ready, applies = [], []
+    for n in range(1, rounds + 1):
+        stack.slurm.submit("sleep 900", gpus=1, partition="gpu", name=f"bench-warm-{n}")
+        loop.until(lambda n=n: sum(1 for x in loop.store.nodes() if x.pool == "warm"
+                                   and x.state is S.READY) == n, 600, f"{n} started warm node(s) READY")
+        at = {(t.node, t.to_state): t.at for t in loop.store.transitions()}
+        started = sorted((x for x in loop.store.nodes() if x.pool == "warm" and x.state is S.READY),
+                         key=lambda x: at[(x.name, "READY")])[-1].name
+        booted = max(t for (node, state), t in at.items() if node == started and state == "BOOTSTRAPPING")
+        ready.append(round((at[(started, "READY")] - booted).total_seconds(), 1))
+        applies.append(round((booted - at[(started, "STARTING")]).total_seconds(), 1))
+        print(f"warm start {n}: {started} READY {ready[-1]} s after its instance started "
+              f"(start apply {applies[-1]} s)")
+    return ready, applies
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ rules of engine/warm_pool.py (the simulator applies the same rules, sim/warm.py)
 * Every pool holding warm nodes gets its refresh: stale (the pool's bootstrap hash moved
   on), too old (``lifetime.max_node_age``) or surplus warm nodes are terminated, and the
   pool is refilled to its target with ``warm-pool`` launches. A pool whose policy or
-  ``warm_pool`` is gone has its warm nodes terminated.
+  ``warm_pool`` is gone has its warm nodes terminated. While warm nodes of the pool are
+  starting, its refresh waits: a start is one apply of the pool, and an instance created
+  or destroyed in that apply would hold the start until it is done (Terraform applies a
+  workspace's changes together; 20 s more per start on the sandbox).
 
 Pure: the caller hands in the warm nodes (stopped or on their way), the pool's started
 warm nodes not READY yet, the forecasts, the running GPUs and ``now``.
@@ -66,7 +69,14 @@ def with_warm_pools(plan: Plan, policies: Mapping[str, TeamPolicy], inputs: Warm
         taken = {a.node for a in actions if isinstance(a, StartWarm)}
         warm_by_pool[action.pool] = [n for n in warm_by_pool.get(action.pool, [])
                                      if n.name not in taken]
+    starting = {a.pool for a in actions if isinstance(a, StartWarm)} | {
+        k for k, n in inputs.starting.items() if n}
     for key in sorted(set(warm_by_pool) | {k for k, p in pools.items() if p.warm_pool}):
+        if key in starting and key in pools:
+            actions.append(Hold(pool=key, what="scale-up", reason=(
+                f"{key}: warm pool refreshed once its warm nodes starting are READY (a start "
+                "waits for every instance created or destroyed in the same apply)")))
+            continue
         actions += _refreshed(key, pools.get(key), warm_by_pool.get(key, []), inputs, prices, now)
     return plan.model_copy(update={"actions": actions})
 

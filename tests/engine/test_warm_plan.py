@@ -70,10 +70,15 @@ def test_a_pending_job_starts_a_stopped_node_and_holds_the_cold_rest():
     assert [s.node for s in starts] == ["w2", "w1"]  # youngest first
     assert all(s.instance_type == "g4dn.xlarge" and s.market is Market.ON_DEMAND for s in starts)
     assert "start warm nodes (w2, w1)" in starts[0].reason
-    [held] = [a for a in plan.actions if isinstance(a, Hold)]
+    [held] = [a for a in plan.actions if isinstance(a, Hold) and "cold held" in a.reason]
     assert "1 cold held until the 2 warm node(s) starting are READY" in held.reason
     assert not [a for a in plan.actions if isinstance(a, Launch) and a.trigger != "warm-pool"]
-    # The pool refills behind them: 1 warm node left (w3), target 3.
+    # The pool refills behind them once they are READY, not in the apply that starts them.
+    assert not [a for a in plan.actions if isinstance(a, Launch) and a.trigger == "warm-pool"]
+    assert any("refreshed once its warm nodes starting are READY" in a.reason
+               for a in plan.actions if isinstance(a, Hold))
+    ready = [warm_node("w3", S.BOOTSTRAPPING)]  # w1, w2 serving: READY, out of the warm pool
+    plan = run(policies(size=3, max_nodes=10), ready)
     [fill] = [a for a in plan.actions if isinstance(a, Launch) and a.trigger == "warm-pool"]
     assert fill.count == 2
 
