@@ -17,7 +17,7 @@ from autoscaler.catalog import Catalog
 from autoscaler.fleet import queries
 from autoscaler.fleet.operations import OperationLog
 from autoscaler.fleet.store import FleetStore
-from autoscaler.model.lifecycle import BILLABLE
+from autoscaler.model.lifecycle import BILLABLE, NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, target_of
 from autoscaler.model.prices import PriceBook
@@ -121,14 +121,18 @@ def fleet_json(nodes: Iterable[Node], catalog: Catalog, snapshot: Snapshot | Non
     for node in nodes:
         hourly = prices.node_hourly(node) if node.state in BILLABLE else 0.0
         rows.append(node_json(node, hourly, snapshot.nodes.get(node.name) if snapshot else None))
-        pool = pools.setdefault(node.pool_key, {"nodes": 0, "hourly_usd": 0.0, "states": Counter()})
+        pool = pools.setdefault(node.pool_key, {"nodes": 0, "hourly_usd": 0.0, "states": Counter(),
+                                                "warm_hourly_usd": 0.0})
         pool["nodes"] += 1
         pool["hourly_usd"] = round(pool["hourly_usd"] + hourly, 4)
+        if node.state is NodeState.WARM:  # stopped warm nodes: their volumes (in hourly_usd too)
+            pool["warm_hourly_usd"] = round(pool["warm_hourly_usd"] + hourly, 4)
         pool["states"][node.state.value] += 1
     for pool in pools.values():
         pool["states"] = dict(sorted(pool["states"].items()))
     return {"nodes": rows, "pools": dict(sorted(pools.items())),
-            "hourly_usd": round(sum(p["hourly_usd"] for p in pools.values()), 4)}
+            "hourly_usd": round(sum(p["hourly_usd"] for p in pools.values()), 4),
+            "warm_hourly_usd": round(sum(p["warm_hourly_usd"] for p in pools.values()), 4)}
 
 
 def open_requests(store: FleetStore) -> list[dict[str, Any]]:

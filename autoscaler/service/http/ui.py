@@ -129,8 +129,11 @@ def _pools(status: Mapping[str, Any], plan: Plan | None) -> str:
         util = f"{s.util_mean:.0f}%" if s is not None and s.util_mean is not None else "–"
         pending = f"{s.pending_gpus:g}" if s is not None else "–"
         data = f'<span class="bad">{e(missing[key])}</span>' if key in missing else "ok"
+        hourly = f"{p['hourly_usd']:.2f}"
+        if p.get("warm_hourly_usd"):  # stopped warm nodes bill their volumes only
+            hourly += f" (warm, stopped: {p['warm_hourly_usd']:.3f})"
         rows.append([e(key), e(p["nodes"]), _states(p.get("states") or {}),
-                     e(f"{p['hourly_usd']:.2f}"), e(util), e(pending), data])
+                     e(hourly), e(util), e(pending), data])
     return _table(["pool", "nodes", "states", "$/h", "GPU util", "pending GPUs", "data"], rows,
                   "No pools yet.", numeric=(1, 3, 4, 5))
 

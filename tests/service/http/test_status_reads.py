@@ -38,3 +38,27 @@ def test_status_and_the_page_take_as_many_queries_for_20_nodes_as_for_2(tmp_path
         store.close()
     assert sizes == {2: 2, 20: 20}
     assert sent[2] == sent[20]
+
+
+def test_stopped_warm_nodes_are_priced_at_their_volume_in_status_and_on_the_page():
+    from autoscaler.catalog.volumes import stopped_hourly_usd
+    from autoscaler.model.progress import NodeProgress, WarmProgress
+    from autoscaler.service.http.status import fleet_json
+    from tests.builders import make_node
+
+    warm = NodeProgress(warm=WarmProgress(image="h1"))
+    nodes = [make_node("vision-gpu-1", instance_type="g4dn.xlarge"),
+             make_node("vision-gpu-2", instance_type="g4dn.xlarge", state=NodeState.WARM,
+                       progress=warm),
+             make_node("vision-gpu-3", instance_type="g4dn.xlarge", state=NodeState.WARM,
+                       progress=warm)]
+    fleet = fleet_json(nodes, default_catalog(), None, NOW)
+    pool = fleet["pools"]["vision/gpu"]
+    assert pool["states"] == {"READY": 1, "WARM": 2}
+    each = round(stopped_hourly_usd(), 4)  # rounded per node, as every row is
+    assert pool["warm_hourly_usd"] == 2 * each == fleet["warm_hourly_usd"]
+    assert pool["hourly_usd"] == round(0.526 + 2 * each, 4)
+    assert [n["hourly_usd"] for n in fleet["nodes"]] == [0.526, round(stopped_hourly_usd(), 4),
+                                                         round(stopped_hourly_usd(), 4)]
+    page = status_page({"fleet": fleet}).body.decode()
+    assert "0.55 (warm, stopped: 0.022)" in page
