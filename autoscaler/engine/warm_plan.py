@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.warm_pool import WarmNode, refresh, serve, target
+from autoscaler.engine.warm_pool import WarmNode, refresh, serve, target, warm_market
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Hold, Launch, Plan, StartWarm, Terminate
@@ -115,7 +115,7 @@ def _refreshed(key: str, pool: Pool | None, warm: list[Node], inputs: WarmInputs
     out: list[Action] = [Terminate(pool=key, node=name, reason=f"{name}: retired from the warm "
                                    f"pool: {why}") for name, why in decision.retire]
     if decision.refill and itype is not None:
-        market = pool.capacity.markets()[0]
+        market = warm_market(pool)
         hourly = _hourly(prices, pool, itype[0], market)
         out.append(Launch(pool=key, instance_type=itype[0], market=market,
                           count=decision.refill, gpus_per_node=itype[1], hourly_usd=hourly,

@@ -51,6 +51,15 @@ class WarmNode:
     ready: bool = True  # bootstrapped and stopped; False: still bootstrapping
 
 
+def warm_market(pool: Pool) -> Market:
+    """The market of the pool's warm nodes: on-demand when the pool launches on-demand at
+    all (EC2 stops a spot instance only as a persistent request; warm pools of EC2 Auto
+    Scaling take on-demand only), else spot (the simulator models spot-only warm pools;
+    the service refuses them, service/config/warm_pools.py)."""
+    markets = pool.capacity.markets()
+    return Market.ON_DEMAND if Market.ON_DEMAND in markets else markets[0]
+
+
 @dataclass(frozen=True)
 class Target:
     nodes: int

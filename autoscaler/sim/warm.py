@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from autoscaler.catalog import InstanceType
 from autoscaler.catalog.volumes import stopped_hourly_usd
-from autoscaler.engine.warm_pool import WarmNode, refresh, serve, target
+from autoscaler.engine.warm_pool import WarmNode, refresh, serve, target, warm_market
 from autoscaler.model.lifecycle import IN_FLIGHT
 from autoscaler.model.plan import Launch, Plan
 from autoscaler.model.snapshot import ForecastFloor
@@ -126,7 +126,7 @@ class WarmPoolSim:
         for warm in [w for w in self.nodes if w.name in gone]:
             self._close(warm, now)
             self.counts["warm_retired"] += 1
-        market = pool.capacity.markets()[0]
+        market = warm_market(pool)
         jitter = replay.config.boot_jitter
         for _ in range(decision.refill):
             self._seq += 1

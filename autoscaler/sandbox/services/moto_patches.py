@@ -6,7 +6,9 @@ autoscaler.sandbox.services.moto_server``), never in the product:
 1. p3 types are missing from moto's instance catalog, and the AWS provider calls
    DescribeInstanceTypes on every read, so an apply fails and taints the resource.
 2. ``RunInstances`` with spot ``InstanceMarketOptions`` registers no spot request, so the
-   provider sees no ``SpotInstanceRequestId`` and every plan replaces every spot node.
+   provider sees no ``SpotInstanceRequestId`` and every plan replaces every spot node. The
+   request keeps the type and interruption behaviour asked for: read back as
+   one-time/terminate, every plan of a persistent request would replace its instance.
 3. A fault file makes chosen (type, zone, market) launches fail with a capacity error code,
    the way EC2 does when it is out of stock.
 4. A resource's tags are read by scanning every tag of the region (moto's describe_tags
@@ -65,16 +67,17 @@ def _make_spot_request_class() -> type:
     from moto.ec2.models.spot_requests import SpotInstanceRequest
 
     class AdoptedSpotRequest(SpotInstanceRequest):
-        """A fulfilled one-time spot request for an instance RunInstances already made."""
+        """A fulfilled spot request for an instance RunInstances already made."""
 
         def __init__(self, ec2_backend: Any, request_id: str, instance: Any,
-                     max_price: str | None) -> None:
+                     max_price: str | None, spot_type: str | None = None,
+                     behavior: str | None = None) -> None:
             self._adopted = instance
             super().__init__(
-                ec2_backend, request_id, max_price or "", instance.image_id, "one-time",
-                None, None, None, None, instance.key_name, [], None, instance.instance_type,
-                instance.placement, None, None, False, instance.subnet_id, {}, None,
-                "terminate",
+                ec2_backend, request_id, max_price or "", instance.image_id,
+                spot_type or "one-time", None, None, None, None, instance.key_name, [], None,
+                instance.instance_type, instance.placement, None, None, False,
+                instance.subnet_id, {}, None, behavior or "terminate",
             )
 
         def launch_instance(self) -> Any:
@@ -138,9 +141,12 @@ def patch_run_instances(fault_file: Path | None) -> None:
         result = original(self)
         if market == "spot":
             max_price = self._get_param("InstanceMarketOptions.SpotOptions.MaxPrice")
+            spot_type = self._get_param("InstanceMarketOptions.SpotOptions.SpotInstanceType")
+            behavior = self._get_param(
+                "InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior")
             for instance in getattr(result.result, "instances", []):
                 request = spot_request_cls(self.ec2_backend, random_spot_request_id(),
-                                           instance, max_price)
+                                           instance, max_price, spot_type, behavior)
                 self.ec2_backend.spot_instance_requests[request.id] = request
                 instance.spot_instance_request_id = request.id
                 instance.lifecycle = "spot"

@@ -37,11 +37,9 @@ resource "aws_instance" "node" {
     for_each = each.value.market == "spot" ? [1] : []
     content {
       market_type = "spot"
-      # A warm-pool node must survive being stopped: EC2 stops only persistent spot
-      # requests whose interruption behaviour is stop.
       spot_options {
-        spot_instance_type             = each.value.power == "" ? "one-time" : "persistent"
-        instance_interruption_behavior = each.value.power == "" ? "terminate" : "stop"
+        spot_instance_type             = "one-time"
+        instance_interruption_behavior = "terminate"
         max_price                      = var.spot_max_price
       }
     }
@@ -72,12 +70,13 @@ resource "aws_instance" "node" {
   }
 }
 
-# Warm-pool nodes (policy warm_pool): bootstrapped, then stopped until a launch starts them;
-# a stopped instance bills its volumes only. Ordinary nodes get no resource here, so their
-# plans are unchanged. Destroying this resource leaves the instance as it is: the instance
-# itself goes with aws_instance.node.
+# Warm-pool nodes (policy warm_pool, on-demand only: EC2 stops a spot instance only as a
+# persistent request, which a destroy leaves behind to launch again): bootstrapped, then
+# stopped until a launch starts them; a stopped instance bills its volumes only. Ordinary
+# nodes get no resource here, so their plans are unchanged. Destroying this resource leaves
+# the instance as it is: the instance itself goes with aws_instance.node.
 resource "aws_ec2_instance_state" "power" {
-  for_each = { for name, n in var.nodes : name => n if n.power != "" }
+  for_each = { for name, n in var.nodes : name => n if n.power != "" && n.market == "on-demand" }
 
   instance_id = aws_instance.node[each.key].id
   state       = each.value.power

@@ -46,3 +46,13 @@ def test_a_reload_that_adds_a_warm_pool_keeps_the_last_good_policy(tmp_path: Pat
     result = reloader.refresh()
     assert result.changed and not result.errors
     assert reloader.policies["vision"].pools[0].warm_pool is not None
+
+
+def test_a_warm_pool_whose_nodes_would_be_spot_is_refused_with_what_to_change(tmp_path: Path) -> None:
+    path = write(tmp_path, f"policies_dir: policies\nstore: {{url: 'sqlite:///{tmp_path}/fleet.db'}}\n")
+    write_policy(tmp_path / "policies", "vision", name="train", warm_pool=WARM,
+                 capacity={"on_demand_base": 0, "spot_percent": 100, "spot_fallback": "none"})
+    result = CliRunner().invoke(app, ["run", "--once", "--dry-run", "--config", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "vision/train" in result.output and "persistent" in result.output
+    assert "spot_fallback: on-demand" in result.output
