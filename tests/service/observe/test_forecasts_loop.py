@@ -121,3 +121,24 @@ def test_the_status_page_and_the_status_command_show_the_forecast(kit):
     out.print(status_view(doc))
     text = out.export_text()
     assert "Forecasts (predictive capacity)" in text and f"{held}: forecast p80" in text
+
+
+def test_a_forecast_sized_warm_pool_follows_the_forecast_of_the_next_hour(tmp_path):
+    write_policy(tmp_path / "policies", "vision", name="train", max_nodes=10,
+                 capacity={"spot_percent": 0}, warm_pool={"size": "forecast", "max": 3},
+                 predictive={"mode": "forecast-only", "lead": "10m"})
+    kit = make_loop(tmp_path)
+    try:
+        kit.loop.forecasts = PoolForecasts(kit.store)
+        kit.loop.warm_hashes = lambda policies: {KEY: "h1"}
+        start = bin_start(NOW) - timedelta(days=14)
+        DemandHistory(kit.store).fill(KEY, [(start + i * STEP, daily(start + i * STEP))
+                                            for i in range(14 * DAY_BINS)])
+        report = kit.loop.tick()
+        assert report.error is None
+        [fill] = [a for a in report.plan.actions if isinstance(a, Launch) and a.trigger == "warm-pool"]
+        assert fill.count == 3 and fill.image == "h1" and fill.market.value == "on-demand"
+        assert "warm target 3 = forecast p80 8" in fill.reason and "(capped from 8)" in fill.reason
+        # (what the executor makes of it: tests/service/executor/test_crash_warm.py)
+    finally:
+        kit.store.close()
