@@ -5,6 +5,8 @@ rules of engine/warm_pool.py (the simulator applies the same rules, sim/warm.py)
   :class:`StartWarm` per warm node it takes; the rest of it is launched cold, or held (a
   Hold with the reason) while warm nodes of the pool are starting: they are READY sooner
   than a cold node, and the next plans ask for what they did not cover.
+* A warm node whose zone refused its type and market within the pool's
+  ``capacity_error_backoff`` (a start refused, or any launch) is not started meanwhile.
 * Launches that stand in for named nodes (interruption replacements, return to spot,
   consolidation moves) are left as they are: their slots are promised to those nodes.
 * Every pool holding warm nodes gets its refresh: stale (the pool's bootstrap hash moved
@@ -64,8 +66,11 @@ def with_warm_pools(plan: Plan, policies: Mapping[str, TeamPolicy], inputs: Warm
                 or pool.warm_pool is None or action.trigger == "warm-pool"):
             actions.append(action)
             continue
-        actions += _served(action, warm_by_pool.get(action.pool, []),
-                           inputs.starting.get(action.pool, 0))
+        # A warm node in a zone that refused its type lately stays stopped: a start there
+        # would be refused again (the launch goes cold, elsewhere, by the engine's offers).
+        usable = [n for n in warm_by_pool.get(action.pool, [])
+                  if prices.capacity_error(pool, n.instance_type, n.zone, n.market) is None]
+        actions += _served(action, usable, inputs.starting.get(action.pool, 0))
         taken = {a.node for a in actions if isinstance(a, StartWarm)}
         warm_by_pool[action.pool] = [n for n in warm_by_pool.get(action.pool, [])
                                      if n.name not in taken]

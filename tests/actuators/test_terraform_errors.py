@@ -118,3 +118,11 @@ def test_stale_saved_plan_is_a_stale_plan_error() -> None:
 def test_other_failures_keep_their_diagnostics() -> None:
     err = classify("terraform plan failed", [Diagnostic("error", "Invalid value", "bad ami")])
     assert type(err) is TerraformError and "bad ami" in str(err)
+
+
+def test_a_refused_start_of_a_warm_node_names_the_node():
+    start = Diagnostic("error", "starting EC2 Instance: InsufficientInstanceCapacity",
+                       address='module.pool.aws_ec2_instance_state.power["vision-gpu-3"]')
+    assert start.node == "vision-gpu-3"
+    assert Diagnostic("error", "x", address='module.pool.aws_instance.node["a-b-1"]').node == "a-b-1"
+    assert Diagnostic("error", "x", address="module.pool.data.aws_subnet.pool").node is None

@@ -108,3 +108,21 @@ def test_pools_without_warm_pool_are_untouched():
     plan = decide(pols, FleetView(), Snapshot(taken_at=NOW), NOW, catalog=CATALOG)
     same = with_warm_pools(plan, pols, WarmInputs(warm=[]), Prices(CATALOG, Snapshot(taken_at=NOW), NOW), NOW)
     assert same == plan
+
+
+def test_a_warm_node_in_a_zone_that_refused_its_type_stays_stopped():
+    from autoscaler.model.snapshot import CapacityError
+
+    nodes = [warm_node("w-a", hours=1).model_copy(update={"zone": "us-east-1a"}),
+             warm_node("w-b", hours=3).model_copy(update={"zone": "us-east-1b"})]
+    pols = policies(size=2, max_nodes=10, zones=["us-east-1a", "us-east-1b"])
+    fleet, warm = service_warm.split(FleetView(nodes=nodes))
+    refused = CapacityError(cloud="aws", region="us-east-1", instance_type="g4dn.xlarge",
+                            zone="us-east-1a", market=Market.ON_DEMAND,
+                            code="InsufficientInstanceCapacity", at=NOW - timedelta(minutes=1))
+    snapshot = Snapshot.model_validate({"taken_at": NOW, "capacity_errors": [refused.model_dump()],
+                                        "pools": {"vision/gpu": {"pending": [{"id": "j", "gpus": 1}]}}})
+    plan = decide(pols, fleet, snapshot, NOW, catalog=CATALOG)
+    plan = service_warm.apply(plan, pols, fleet, warm, Prices(CATALOG, snapshot, NOW), {},
+                              lambda _: {"vision/gpu": "h1"}, NOW)
+    assert [a.node for a in plan.actions if isinstance(a, StartWarm)] == ["w-b"]

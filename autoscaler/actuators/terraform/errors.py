@@ -53,7 +53,8 @@ CAPACITY_CODES = (
 _CODE_RE = re.compile(
     r"(?<![A-Za-z.])(" + "|".join(re.escape(c) for c in CAPACITY_CODES) + r")(?![A-Za-z])"
 )
-_NODE_RE = re.compile(r'\.node\["([^"]+)"\]')
+# A node's instance, or a warm-pool node's power state (a start the cloud refused).
+_NODE_RE = re.compile(r'\.(?:node|power)\["([^"]+)"\]')
 
 _LOCK_MARKERS = ("Error acquiring the state lock", "Error locking state")
 _STALE_MARKERS = ("Saved plan is stale",)
