@@ -46,14 +46,17 @@ class Prices(PriceBook):
         super().__init__(catalog, snapshot)
         self.now = now
         self._offers: dict[tuple[object, ...], tuple[Pool, list[Offer], list[str]]] = {}
-        # Newest error per (cloud, region, type, market, zone): a fleet that keeps hitting
-        # a dry zone reports thousands, and every offer consults them.
-        self._errors: dict[tuple[str, str, str, Market], dict[str | None, CapacityError]] = {}
+        # Per (cloud, region, type, market, zone) the newest error and the held one (``until``,
+        # the launch backoff) that ends last: a fleet that keeps hitting a dry zone reports
+        # thousands, and every offer consults them. Kept apart, a refusal reported with the
+        # backoff's own time does not hide the backoff (it holds longer).
+        self._errors: dict[tuple[str, str, str, Market], dict[tuple[str | None, bool], CapacityError]] = {}
         for err in snapshot.capacity_errors:
             by_zone = self._errors.setdefault((err.cloud, err.region, err.instance_type, err.market), {})
-            seen = by_zone.get(err.zone)
-            if seen is None or err.at > seen.at:
-                by_zone[err.zone] = err
+            slot = (err.zone, err.until is not None)
+            seen = by_zone.get(slot)
+            if seen is None or _ends_later(err, seen):
+                by_zone[slot] = err
 
     def node_type(self, node: Node) -> tuple[int, str]:
         """``node_gpus`` and ``gpu_model`` from one catalog lookup (the type's GPUs, as
@@ -67,7 +70,9 @@ class Prices(PriceBook):
             return None
         backoff = pool.capacity.capacity_error_backoff
         # An error without a zone covers every zone; a pool without zones is hit by any.
-        matching = by_zone.values() if zone is None else (by_zone.get(zone), by_zone.get(None))
+        matching = by_zone.values() if zone is None else (
+            by_zone.get((zone, False)), by_zone.get((zone, True)),
+            by_zone.get((None, False)), by_zone.get((None, True)))
         recent = [e for e in matching if e is not None and (
             self.now < e.until if e.until is not None else self.now - e.at < backoff)]
         if not recent:
@@ -160,3 +165,10 @@ class Prices(PriceBook):
                 out.append(Offer(name, zone, market, price, itype.gpus, stand_in))
         out.sort(key=lambda o: (o.per_gpu, o.gpus, o.hourly_usd, o.instance_type, o.zone or ""))
         return out, skipped
+
+
+def _ends_later(err: CapacityError, seen: CapacityError) -> bool:
+    """Of two errors of one slot: a held one by its end, another by its time."""
+    if err.until is not None and seen.until is not None:
+        return err.until > seen.until
+    return err.at > seen.at

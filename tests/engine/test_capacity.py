@@ -63,6 +63,24 @@ def test_capacity_error_expires_after_backoff():
     assert launched(plan) == [("p3.2xlarge", "spot", None)]
 
 
+def test_a_refusal_reported_at_the_backoffs_own_time_does_not_hide_the_backoff():
+    """The service reports a counted spot refusal twice: the signals' capacity error (held
+    capacity_error_backoff) and the launch backoff's (held until its next try), often with
+    the same time. The longer hold wins, whichever comes first."""
+    policy = make_policy(capacity={"spot_percent": 100, "spot_fallback": "none",
+                                   "capacity_error_backoff": "3m"}, instance_types=["p3.2xlarge"])
+    at = NOW - timedelta(minutes=4)
+    plain = CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone=None,
+                          market=Market.SPOT, code="InsufficientInstanceCapacity", at=at)
+    held = plain.model_copy(update={"code": "launch-backoff", "until": at + timedelta(minutes=10)})
+    pools = {KEY: PoolObservation(pending=pending(1))}
+    for errors in ([plain, held], [held, plain]):
+        plan = plan_for(policy, pools=pools, capacity_errors=errors)
+        assert launched(plan) == []
+        assert any(isinstance(a, Hold) and "launch-backoff" in a.reason for a in plan.actions)
+    assert launched(plan_for(policy, pools=pools, capacity_errors=[plain])) == [("p3.2xlarge", "spot", None)]
+
+
 def test_no_fallback_holds_with_reason():
     policy = make_policy(capacity={"spot_percent": 100, "spot_fallback": "none"},
                          instance_types=["p3.2xlarge"])

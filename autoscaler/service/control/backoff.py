@@ -6,7 +6,10 @@ cause holds launches into that (pool, type, zone, market) for ``5 min x 2^(n-1)`
 30 min, counted from the failure. Failures are nodes that went to PROVISION_FAILED or
 BOOTSTRAP_FAILED (those of one cause less than 30 s apart are one failure: one apply or
 bootstrap batch fails its nodes together); the cause is the Ansible task that failed, the
-cloud's error code, or the kind of failure. A node of the same key reaching READY resets
+cloud's error code, or the kind of failure (the schedule and the counting are
+``model/backoff.py``'s, which the simulator replays). A spot launch refused for want of
+stock counts only where the pool goes on-demand at once (``refusal_escalates``); elsewhere
+the pool's ``capacity_error_backoff`` alone holds it. A node of the same key reaching READY resets
 the count, and so does a change of the pool's policy (only nodes launched under the current policy count: each
 node records its pool's policy fingerprint when it is created). A different cause starts
 a new count at 1.
@@ -29,35 +32,18 @@ from datetime import datetime, timedelta
 from autoscaler.actuators.terraform.errors import capacity_code
 from autoscaler.fleet.queries import LaunchOutcome, launch_outcomes
 from autoscaler.fleet.store import FleetStore
+from autoscaler.model.backoff import CAP, SPOT_NO_STOCK, Streak, delay, first, refusal_escalates
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool
 
-FIRST = timedelta(minutes=5)
-CAP = timedelta(minutes=30)
 FAILED = {NodeState.PROVISION_FAILED: "provision", NodeState.BOOTSTRAP_FAILED: "bootstrap"}
 LOOKBACK = timedelta(hours=6)  # older failures no longer hold anything (CAP << LOOKBACK)
+__all__ = ["CAP", "delay", "fingerprint", "launch_backoffs"]  # delay: the rule's schedule, model/backoff.py
 CODE = "launch-backoff"
-# A spot (type, zone) out of stock is the spot strategy's to retry: the engine avoids it for
-# the pool's capacity_error_backoff, falls back and returns as the policy says, and that is
-# what the spot benchmarks measured. Counted here too, a dry zone stayed out for up to 30 min
-# after its outage ended: bench_sim seed 0 replayed with that rule waited 3,646 s at p95
-# against 2,694 s without (docs/designs/benchmark-misses.md#wait).
-_SPOT_NO_STOCK = frozenset({"InsufficientInstanceCapacity", "OperationDenied.NoStock"})
-_DOUBLINGS = (CAP // FIRST).bit_length() + 1
-# One apply or one bootstrap batch fails many nodes at once: same-cause failures this close
-# together are one failure, so a failed 250-node apply counts 1, not 250 in a row.
-SAME_FAILURE = timedelta(seconds=30)
 _TASK = re.compile(r"at task '([^']{1,120})'")
 _ERROR_CODE = re.compile(r"\b([A-Z][A-Za-z]{3,60}(?:Capacity|Exceeded|Limit|Error|Unavailable|"
                          r"NotFound|Unsupported))\b")
-
-
-def delay(count: int) -> timedelta:
-    """How long the ``count``-th failure in a row holds launches."""
-    if count > _DOUBLINGS:  # 5 min x 2^249 overflows timedelta; the cap came long before
-        return CAP
-    return min(FIRST * (1 << max(count - 1, 0)), CAP)
 
 
 def fingerprint(pool: Pool) -> str:
@@ -111,23 +97,20 @@ def launch_backoffs(store: FleetStore, policies: Mapping[str, TeamPolicy], now: 
         pool = find_pool(policies, event.team, event.pool)
         if pool is None or event.policy != fingerprint(pool):
             continue  # no policy, or launched under another one: the policy was changed
-        if event.market is Market.SPOT and capacity_code(event.reason) in _SPOT_NO_STOCK:
-            continue
+        if (event.market is Market.SPOT and capacity_code(event.reason) in SPOT_NO_STOCK
+                and not refusal_escalates(pool.capacity, policies[event.team].priority)):
+            continue  # the pool's jobs wait for spot: capacity_error_backoff holds the zone
         key = _key(event)
         if event.state is NodeState.READY:
             running.pop(key, None)
             continue
         cause = cause_of(FAILED[event.state], event.reason)
         seen = running.get(key)
-        if seen is None or seen.cause != cause:
-            count = 1
-        elif event.at - seen.last_at < SAME_FAILURE:
-            count = seen.count  # the same batch's failure, written a moment later
-        else:
-            count = seen.count + 1
+        streak = (first(cause, event.at) if seen is None
+                  else Streak(seen.cause, seen.count, seen.last_at).then(cause, event.at))
         running[key] = Backoff(pool=key[0], cloud=key[1], region=key[2], instance_type=key[3],
-                               zone=key[4], market=key[5], cause=cause, count=count,
-                               last_at=event.at, next_try=event.at + delay(count))
+                               zone=key[4], market=key[5], cause=cause, count=streak.count,
+                               last_at=event.at, next_try=streak.next_try)
     return sorted((b for b in running.values() if b.next_try > now),
                   key=lambda b: (b.pool, b.instance_type, b.zone or "", b.market.value))
 

@@ -4,12 +4,20 @@ Nothing here re-implements a rule: the strategy observes (FleetView + Snapshot),
 ``autoscaler.engine.decide`` and applies the Plan through the executor's own interpreter
 (``fleet.intents``). The pool history that cooldowns read comes from the same intents, so
 it is the store's: which actions count as a scale-up or a scale-down is decided there.
+
+A refused launch is what the service's signals report (a capacity error, held for the
+pool's ``capacity_error_backoff``) and, where the service's launch backoff counts it
+(``model/backoff.py``: a spot refusal only where the pool goes on-demand at once), the
+backoff's held error too, counted with the same :class:`~autoscaler.model.backoff.Streak`
+and reset when a node of the key becomes READY. ``escalate_refusals=False`` replays the
+capacity error alone (the rule before issue 33 item 2).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from datetime import datetime, timedelta
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine import decide
@@ -17,18 +25,23 @@ from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.warm_pool import WARM_AHEAD
 from autoscaler.fleet.intents import NewNode, Remove, StartDrain, StopDrain, interpret
 from autoscaler.forecast.predictive import Forecaster
+from autoscaler.model.backoff import Streak, first, refusal_escalates
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView, PoolHistory
 from autoscaler.model.plan import Plan
 from autoscaler.model.snapshot import CapacityError, ForecastFloor, Snapshot
-from autoscaler.policy.models import Pool, TeamPolicy
+from autoscaler.policy.models import Market, Pool, TeamPolicy
 from autoscaler.sim.cluster import SimNode
-from autoscaler.sim.observe import Observer, to_datetime
+from autoscaler.sim.observe import EPOCH, Observer, to_datetime
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.warm import WarmPoolSim
 
 S = NodeState
+_REFUSED = "InsufficientInstanceCapacity"  # one of model/backoff.SPOT_NO_STOCK
+_CAUSE = f"provision failed: {_REFUSED}"  # service/control/backoff.cause_of of the refusal
+_HELD = "launch-backoff"  # service/control/backoff.CODE
+StreakKey = tuple[str, str, str | None, Market]  # pool name, type, zone, market
 
 
 class EngineStrategy(Strategy):
@@ -37,8 +50,11 @@ class EngineStrategy(Strategy):
 
     def __init__(self, policy: TeamPolicy, pool: Pool, catalog: Catalog, interval: float = 30.0,
                  settings: EngineSettings | None = None, wake_after: float | None = None,
-                 forecaster: Forecaster | None = None):
+                 forecaster: Forecaster | None = None, escalate_refusals: bool = True):
         self.policies = {policy.team: policy.model_copy(update={"pools": [pool]})}
+        self.priority = policy.priority
+        self.escalate_refusals = escalate_refusals
+        self.streaks: dict[StreakKey, Streak] = {}  # refusals in a row the backoff counts
         self.pool, self.catalog, self.interval = pool, catalog, interval
         self.wake_after = wake_after
         self.settings = settings or EngineSettings()
@@ -65,8 +81,7 @@ class EngineStrategy(Strategy):
 
     def observe(self, replay: Replay, now: float) -> tuple[FleetView, Snapshot]:
         nodes = list(replay.cluster.nodes.values())
-        backoff = self.pool.capacity.capacity_error_backoff
-        self.errors = [e for e in self.errors if to_datetime(now) - e.at < backoff]
+        self.forget_errors(replay, now, self.pool.capacity.capacity_error_backoff)
         fleet = self.observer.fleet(nodes, self.history)
         return fleet, self.observer.snapshot(nodes, replay.cluster, self.errors, now)
 
@@ -92,16 +107,58 @@ class EngineStrategy(Strategy):
         self.cpu["decide"] += decided - observed
         self.cpu["apply"] += time.process_time() - decided
 
-    def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
-        # One error per (type, zone, market), the latest: what the engine checks is whether
-        # one happened within the back-off, and a refused batch of 40 nodes is one event.
-        pool = self.pool_of(node)
+    def forget_errors(self, replay: Replay, now: float, backoff: timedelta) -> None:
+        """Drop the errors that hold nothing at ``now``, and the streaks (with their held
+        errors) of keys where a node became READY since their last refusal."""
+        at = to_datetime(now)
+        if self.streaks:
+            self._reset_streaks(replay)
         self.errors = [e for e in self.errors
-                       if (e.instance_type, e.zone, e.market) != (node.itype.name, node.zone, node.market)]
+                       if (at < e.until if e.until is not None else at - e.at < backoff)]
+
+    def _reset_streaks(self, replay: Replay) -> None:
+        last = {k: (s.last_at - EPOCH).total_seconds() for k, s in self.streaks.items()}
+        for node in replay.cluster.nodes.values():
+            if node.ready_at is None:
+                continue
+            key = (self.pool_of(node).name, node.itype.name, node.zone, node.market)
+            refused = last.get(key)
+            if refused is not None and node.ready_at > refused:
+                del self.streaks[key], last[key]
+                self._drop_held(self.pool_of(node), key)
+
+    def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
+        # One error per (type, zone, market) and kind, the latest: what the engine checks is
+        # whether one happened within the back-off, and a refused batch of 40 nodes is one event.
+        pool = self.pool_of(node)
+        at = to_datetime(now)
+        where = (node.itype.name, node.zone, node.market)
+        self.errors = [e for e in self.errors
+                       if e.until is not None or (e.instance_type, e.zone, e.market) != where]
         self.errors.append(CapacityError.model_construct(
             cloud=pool.cloud.value, region=pool.region, instance_type=node.itype.name,
-            zone=node.zone, market=node.market, code="InsufficientInstanceCapacity",
-            at=to_datetime(now), message="no spot capacity in the zone (spot trace)"))
+            zone=node.zone, market=node.market, code=_REFUSED, at=at, until=None,
+            message="no spot capacity in the zone (spot trace)"))
+        if (self.escalate_refusals and node.market is Market.SPOT
+                and refusal_escalates(pool.capacity, self.priority)):
+            self._count_refusal(pool, node, at)
+
+    def _count_refusal(self, pool: Pool, node: SimNode, at: datetime) -> None:
+        """The service's launch backoff of the refusal (service/control/backoff.py)."""
+        key = (pool.name, node.itype.name, node.zone, node.market)
+        seen = self.streaks.get(key)
+        streak = self.streaks[key] = first(_CAUSE, at) if seen is None else seen.then(_CAUSE, at)
+        self._drop_held(pool, key)
+        self.errors.append(CapacityError.model_construct(
+            cloud=pool.cloud.value, region=pool.region, instance_type=node.itype.name,
+            zone=node.zone, market=node.market, code=_HELD, at=at, until=streak.next_try,
+            message=f"{_CAUSE}, {streak.count} time(s) in a row; next try {streak.next_try:%H:%M:%S}"))
+
+    def _drop_held(self, pool: Pool, key: StreakKey) -> None:
+        """Forget the key's launch-backoff error (a new count replaces it, a READY ends it)."""
+        self.errors = [e for e in self.errors if not (
+            e.until is not None and e.region == pool.region
+            and (e.instance_type, e.zone, e.market) == key[1:])]
 
     def pool_of(self, node: SimNode) -> Pool:
         """The pool a node was launched for (its region is where a refusal happened)."""

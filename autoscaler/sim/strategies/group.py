@@ -65,8 +65,7 @@ class GroupEngineStrategy(EngineStrategy):
         by_pool: dict[str, list[SimNode]] = {k: [] for k in self.pools}
         for node in replay.cluster.nodes.values():
             by_pool[node.pool or self.home].append(node)
-        backoff = max(p.capacity.capacity_error_backoff for p in self.pools.values())
-        self.errors = [e for e in self.errors if to_datetime(now) - e.at < backoff]
+        self.forget_errors(replay, now, max(p.capacity.capacity_error_backoff for p in self.pools.values()))
         pending = self._pending_jobs(replay.cluster)
         nodes, obs, pools = [], {}, {}
         for key, observer in self.observers.items():

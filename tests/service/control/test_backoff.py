@@ -117,3 +117,31 @@ def test_the_nodes_of_one_failed_batch_are_one_failure(rig: Rig) -> None:
     outcome(rig, S.PROVISION_FAILED, "terraform apply failed: InsufficientInstanceCapacity: none")
     [b] = launch_backoffs(rig.store, rig.policies, rig.clock())
     assert b.count == 2  # a later apply's failure is the next one in a row
+
+
+@pytest.mark.parametrize(("priority", "fallback", "counted"), [
+    ("high", "on-demand", True),  # max_wait 0: the jobs go on-demand at once
+    ("medium", "on-demand", False),  # max_wait 10 min: the jobs wait for spot first
+    ("high", "none", False),  # spot only: the jobs can only wait
+])
+def test_spot_out_of_stock_escalates_only_where_the_pool_goes_on_demand_at_once(
+        rig: Rig, priority: str, fallback: str, counted: bool) -> None:
+    """model/backoff.refusal_escalates, the rule the simulator replays: where a refused
+    zone's jobs go on-demand at once, refusals in a row hold it 5, 10, 20 min..., and a
+    spot node of the key reaching READY resets the count."""
+    rig.policies = {"vision": floor_policy(priority=priority, capacity={
+        "on_demand_base": 0, "spot_percent": 100, "spot_fallback": fallback})}
+    refused = "terraform apply failed: InsufficientInstanceCapacity: none"
+    outcome(rig, S.PROVISION_FAILED, "terraform apply failed: OperationDenied.NoStock: none", Market.SPOT)
+    assert bool(launch_backoffs(rig.store, rig.policies, rig.clock())) is counted
+    for _ in range(3):
+        outcome(rig, S.PROVISION_FAILED, refused, Market.SPOT)
+    backoffs = launch_backoffs(rig.store, rig.policies, rig.clock())
+    if not counted:
+        assert backoffs == []
+        return
+    [b] = backoffs
+    assert (b.market, b.count, b.cause) == (Market.SPOT, 3, "provision failed: InsufficientInstanceCapacity")
+    assert b.next_try == b.last_at + timedelta(minutes=20)
+    outcome(rig, S.READY, market=Market.SPOT)
+    assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []

@@ -10,6 +10,7 @@ from autoscaler.engine.binpack import shapes_of
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView
 from autoscaler.model.snapshot import GpuMetrics, PendingJob, PendingShape, Snapshot
+from autoscaler.policy.models import Market, Priority, TeamPolicy
 from autoscaler.sim.observe import to_datetime
 from autoscaler.sim.replay import Replay
 from autoscaler.sim.run import run_all
@@ -200,3 +201,58 @@ def test_views_built_without_validation_are_what_validation_builds() -> None:
     ours = CheckedViews(pol, pol.pools[0], CATALOG)
     replay_for(jobs, strategy=ours, end=4 * 3600).run()
     assert ours.checked > 500
+
+
+def _refused(replay: Replay, ours: EngineStrategy, zone: str, now: float) -> None:
+    """A spot launch into ``zone`` refused at ``now`` (the replay's own report of it)."""
+    itype = CATALOG.get("aws", "p3.2xlarge")
+    node = replay.cluster.new_node(itype, Market.SPOT, zone, replay.hourly(itype, Market.SPOT), now)
+    replay.cluster.move(node, NodeState.PROVISION_FAILED, now, reason="capacity-error")
+    ours.capacity_error(replay, node, now)
+
+
+@pytest.mark.parametrize(("fallback", "priority", "held"), [
+    ("on-demand", Priority.HIGH, [5, 10, 20, 30, 30]),  # on-demand at once: the backoff escalates
+    ("on-demand", Priority.MEDIUM, []),  # jobs wait 10 min for spot first
+    ("none", Priority.HIGH, []),  # spot only: capacity_error_backoff alone
+])
+def test_spot_refusals_escalate_only_where_the_pool_goes_on_demand_at_once(
+        fallback: str, priority: Priority, held: list[int]) -> None:
+    """model/backoff.py's rule, as the service's launch backoff applies it: refusals in a
+    row (a minute apart) hold the zone 5, 10, 20, 30 min; the plain refusal stays held for
+    capacity_error_backoff either way."""
+    base = policy(zones=["us-east-1a"], capacity={"spot_percent": 100, "spot_fallback": fallback,
+                                                  "capacity_error_backoff": "3m"})
+    pol = TeamPolicy.model_validate({**base.model_dump(), "priority": priority})
+    ours = EngineStrategy(pol, pol.pools[0], CATALOG)
+    replay = replay_for([], strategy=ours)
+    seen = []
+    for i in range(5):
+        _refused(replay, ours, "us-east-1a", 60.0 * i)
+        until = [e.until for e in ours.errors if e.until is not None]
+        seen += [round((u - to_datetime(60.0 * i)).total_seconds() / 60) for u in until]
+        assert sum(e.until is None for e in ours.errors) == 1  # the newest refusal, once
+    assert seen == held
+
+
+def test_a_spot_node_ready_resets_the_refusals_in_a_row_and_the_switch_turns_them_off() -> None:
+    base = policy(zones=["us-east-1a"], capacity={"spot_percent": 100, "spot_fallback": "on-demand",
+                                                  "capacity_error_backoff": "3m"})
+    pol = TeamPolicy.model_validate({**base.model_dump(), "priority": Priority.HIGH})
+    ours = EngineStrategy(pol, pol.pools[0], CATALOG)
+    replay = replay_for([], strategy=ours)
+    _refused(replay, ours, "us-east-1a", 0)
+    _refused(replay, ours, "us-east-1a", 60)
+    assert [s.count for s in ours.streaks.values()] == [2]
+    ours.observe(replay, 300)  # nothing became READY: the 10-min hold stays
+    assert [e.until for e in ours.errors if e.until is not None] == [to_datetime(660)]
+    ready_node(replay, now=400, market=Market.SPOT, zone="us-east-1a")
+    ours.observe(replay, 420)
+    assert ours.streaks == {} and ours.errors == []  # reset; the plain refusal is 6 min old
+    _refused(replay, ours, "us-east-1a", 500)
+    assert [s.count for s in ours.streaks.values()] == [1]
+
+    off = EngineStrategy(pol, pol.pools[0], CATALOG, escalate_refusals=False)
+    replay = replay_for([], strategy=off)
+    _refused(replay, off, "us-east-1a", 0)
+    assert off.streaks == {} and [e.until for e in off.errors] == [None]
