@@ -111,7 +111,10 @@ def test_simulate_fixture_day_writes_report_and_plots(tmp_path: Path, policies: 
 
 
 def test_simulate_runs_a_policy_with_a_warm_pool(tmp_path: Path, policies: Path) -> None:
-    (policies / "sim.yaml").write_text(POLICY + "    warm_pool: {size: 2, max: 2}\n")
+    # Spot-only: the warm nodes are spot, as the launches (with an on-demand fallback the
+    # warm nodes would be on-demand, engine/warm_pool.warm_market, and serve its launches).
+    spot_only = POLICY.replace("spot_fallback: on-demand", "spot_fallback: none")
+    (policies / "sim.yaml").write_text(spot_only + "    warm_pool: {size: 2, max: 2}\n")
     trace = write_pods(tmp_path / "pods.csv", [
         pod(f"p{i}", 86400 + 3600 * i, 86400 + 3600 * i, 86400 + 3600 * i + 1200) for i in range(4)])
     result = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", str(policies),

@@ -25,7 +25,10 @@ WIRED_ELSEWHERE = {"gpu_autoscaler_step_errors_total": "async actuation counts s
                    # A forecast needs a day of a predictive pool's history (tests/service/
                    # test_forecasts_loop.py exports both); the scenario runs for minutes.
                    "gpu_autoscaler_forecast_gpus": "a predictive pool's forecast",
-                   "gpu_autoscaler_forecast_mape": "a predictive pool's scored forecasts"}
+                   "gpu_autoscaler_forecast_mape": "a predictive pool's scored forecasts",
+                   # No pool of the scenario keeps a warm pool (tests/service/observe/
+                   # test_metrics_fleet.py exports it for a stopped warm node).
+                   "gpu_autoscaler_warm_pool_hourly_usd": "a warm pool's stopped nodes"}
 
 
 def range_query(s: Scenario, expr: str) -> dict[str, Any]:

@@ -180,3 +180,22 @@ def test_a_draining_node_gets_its_checkpoint_grace_and_margin(store):
     observer.gauges(metrics, store.nodes(), policies, LIMITS, Prices(default_catalog(), snap, now),
                     snap, now)
     assert ratio(metrics, a, "DRAINING") == 0.8  # 24m of 20m + 5m grace + 5m margin
+
+
+def test_a_stopped_warm_node_counts_its_volume_and_no_gpu(store):
+    from autoscaler.catalog.volumes import stopped_hourly_usd
+
+    metrics, observer = ServiceMetrics(), FleetObserver(store)
+    policies = {"vision": make_policy(capacity={"spot_percent": 0},
+                                      warm_pool={"size": 1, "max": 1})}
+    a = new_node(store, market=Market.ON_DEMAND)
+    walk(store, a, (0, S.PROVISIONING, {}), (30, S.BOOTSTRAPPING, {}), (60, S.STOPPING, {}),
+         (90, S.WARM, {}))
+    now = NOW + timedelta(minutes=5)
+    snap = Snapshot(taken_at=now)
+    observer.gauges(metrics, store.nodes(), policies, LIMITS, Prices(default_catalog(), snap, now),
+                    snap, now)
+    volume = round(stopped_hourly_usd(), 4)
+    assert value(metrics, "gpu_autoscaler_warm_pool_hourly_usd", pool="vision/gpu") == volume
+    assert value(metrics, "gpu_autoscaler_team_hourly_usd", team="vision") == volume
+    assert value(metrics, "gpu_autoscaler_team_gpus", team="vision") == 0
