@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from autoscaler.actuators.ansible.inventory import pool_vars
@@ -113,18 +113,10 @@ def baked_images(policies: Mapping[str, TeamPolicy], terraform: TerraformSetting
     and its ``when_stale``. Base pools are absent (``.get`` gives None), and so is a baked
     pool in a region without Terraform inputs (Terraform does not plan it at all). The role
     files are read once per call, and only if a pool is baked."""
-    baked = [(t.team, p) for t in policies.values() for p in t.pools
-             if p.bootstrap.image == "baked"]
-    if not baked:
-        return {}
-    files = read_role_files(ansible.roles_dir())
-    out: dict[str, BakedImage] = {}
-    for team, pool in baked:
-        inputs = terraform.inputs_for(pool.cloud, pool.region)
-        if inputs is not None:
-            digest = bootstrap_hash(inputs.ami, _run_vars(team, pool, ansible.extra_vars), files)
-            out[pool_key(team, pool.name)] = BakedImage(digest, pool.bootstrap.when_stale)
-    return out
+    hashes = _hashes(policies, terraform, ansible, lambda p: p.bootstrap.image == "baked")
+    pools = {pool_key(t.team, p.name): p for t in policies.values() for p in t.pools}
+    return {key: BakedImage(digest, pools[key].bootstrap.when_stale)
+            for key, digest in hashes.items()}
 
 
 def warm_pool_hashes(policies: Mapping[str, TeamPolicy], terraform: TerraformSettings,
@@ -132,12 +124,19 @@ def warm_pool_hashes(policies: Mapping[str, TeamPolicy], terraform: TerraformSet
     """Pool key -> the bootstrap hash of each pool with a warm pool, computed as a bake
     computes it: a warm node warmed with another hash is stale and is replaced. A pool in a
     region without Terraform inputs is absent (nothing launches there)."""
-    warm = [(t.team, p) for t in policies.values() for p in t.pools if p.warm_pool is not None]
-    if not warm:
+    return _hashes(policies, terraform, ansible, lambda p: p.warm_pool is not None)
+
+
+def _hashes(policies: Mapping[str, TeamPolicy], terraform: TerraformSettings,
+            ansible: AnsibleSettings, wanted: Callable[[Pool], bool]) -> dict[str, str]:
+    """Pool key -> bootstrap hash of the ``wanted`` pools with Terraform inputs for their
+    region; the role files are read once, and only if a pool is wanted."""
+    chosen = [(t.team, p) for t in policies.values() for p in t.pools if wanted(p)]
+    if not chosen:
         return {}
     files = read_role_files(ansible.roles_dir())
     out: dict[str, str] = {}
-    for team, pool in warm:
+    for team, pool in chosen:
         inputs = terraform.inputs_for(pool.cloud, pool.region)
         if inputs is not None:
             out[pool_key(team, pool.name)] = bootstrap_hash(

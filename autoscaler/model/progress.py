@@ -205,6 +205,16 @@ class WarmProgress(_Record):
         """Still in the warm pool: not started yet."""
         return self.started_at is None
 
+    def stopped(self, now: datetime) -> WarmProgress:
+        return self.model_copy(update={"stopped_at": now})
+
+    def started(self, now: datetime, why: str) -> WarmProgress:
+        return self.model_copy(update={"started_at": now, "started_for": why})
+
+    def start_refused(self) -> WarmProgress:
+        """Back in the pool: the cloud refused the start."""
+        return self.model_copy(update={"started_at": None, "started_for": None})
+
 
 class NodeProgress(_Record):
     """Everything the executor keeps about one node beyond its columns."""

@@ -200,13 +200,13 @@ def _powered(step: Step, node: Node, out: NodeOutput, result: ApplyResult | None
     warm = node.progress.warm
     failed = result.failed.get(node.name) if result is not None else None
     if failed is not None and node.state is S.STARTING:
-        again = warm.model_copy(update={"started_at": None, "started_for": None}) if warm else None
+        again = warm.start_refused() if warm else None
         return Move(node.name, S.WARM, f"start of {out.id} refused: {failed}; it stays stopped",
                     progress=ProgressUpdate(warm=again))
     if result is not None and not result.ok:
         return None  # the next apply tries again; STOPPING/STARTING's limit bounds it
     if node.state is S.STOPPING:
-        stopped = warm.model_copy(update={"stopped_at": step.now()}) if warm else None
+        stopped = warm.stopped(step.now()) if warm else None
         return Move(node.name, S.WARM, f"instance {out.id} stopped: in the warm pool, billed "
                     "for its volume only", progress=ProgressUpdate(warm=stopped))
     address = _address(step, node, out, address_of)

@@ -172,7 +172,7 @@ def _wake(step: Step, intent: Wake) -> None:
         if warm.started_for == intent.reason:
             return
         raise SubmitError(f"{node.name} is {node.state}, not WARM: not started")
-    started = warm.model_copy(update={"started_at": step.now(), "started_for": intent.reason})
+    started = warm.started(step.now(), intent.reason)
     moved = step.move(node.name, S.STARTING, intent.reason,
                       progress=ProgressUpdate(warm=started, bootstrap=BootstrapProgress()))
     if moved is None:
