@@ -21,19 +21,29 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.stack.local import SandboxStack
 
 S = NodeState
-POOL = """\
+_POOL = """\
   - name: {name}
     cloud: aws
     region: us-east-1
     instance_types: [g4dn.xlarge]
     capacity: {{on_demand_base: 1, spot_percent: 0}}
     min_nodes: {floor}
-    max_nodes: 1
-    scale_up: {{pending_jobs: false}}
-    scale_down: {{gpu_utilization_below: 10, idle_for: 1s, cooldown: 1s, max_draining_percent: 100}}
+    max_nodes: {most}
+    scale_up: {{pending_jobs: {pending}}}
+    scale_down: {{gpu_utilization_below: 10, idle_for: {idle_for}, cooldown: 1s, max_draining_percent: 100}}
     bootstrap: {{timeout: 6m{bootstrap}}}
     cluster: {{kind: slurm, partition: gpu}}
 """
+
+
+def pool_yaml(name: str, floor: int, *, most: int = 1, pending: bool = False, idle_for: str = "1s",
+              bootstrap: str = "") -> str:
+    """One on-demand g4dn.xlarge pool of team e2e on the sandbox's Slurm partition
+    (``bootstrap``: more keys of its bootstrap block, after a comma)."""
+    return _POOL.format(name=name, floor=floor, most=most, pending=str(pending).lower(),
+                        idle_for=idle_for, bootstrap=bootstrap)
+
+
 # Tasks of the image-time part only: a node from the baked image never runs them.
 IMAGE_ONLY = {"Pin the NVIDIA driver to its branch", "Blacklist the nouveau driver",
               "Write the dcgm-exporter counters", "Reboot to load the NVIDIA driver"}
@@ -42,7 +52,7 @@ IMAGE_ONLY = {"Pin the NVIDIA driver to its branch", "Blacklist the nouveau driv
 def write_policy(directory: Path, floor: int) -> dict[str, TeamPolicy]:
     directory.mkdir(parents=True, exist_ok=True)
     text = "apiVersion: gpu-autoscaler/v1\nteam: e2e\npriority: high\npools:\n" + "".join(
-        POOL.format(name=name, floor=floor, bootstrap=extra) for name, extra in (
+        pool_yaml(name, floor, bootstrap=extra) for name, extra in (
             ("baked", ", image: baked, images_kept: 1"), ("cold", "")))
     (directory / "e2e.yaml").write_text(text)
     policies, errors = load_dir(directory, default_catalog())

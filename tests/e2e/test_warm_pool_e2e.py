@@ -34,7 +34,7 @@ from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.service.control.preview import preview
 from tests.actuators.terraform_fixtures import needs_terraform
-from tests.e2e.bake_rig import IMAGE_ONLY, S, runs
+from tests.e2e.bake_rig import IMAGE_ONLY, S, pool_yaml, runs
 from tests.e2e.test_lifecycle_e2e import Loop
 
 pytestmark = [
@@ -42,26 +42,10 @@ pytestmark = [
     pytest.mark.skipif(not privileged(), reason="needs root, network namespaces and Slurm"),
 ]
 
-POOL = """\
-  - name: {name}
-    cloud: aws
-    region: us-east-1
-    instance_types: [g4dn.xlarge]
-    capacity: {{on_demand_base: 1, spot_percent: 0}}
-    min_nodes: {floor}
-    max_nodes: {most}
-    scale_up: {{pending_jobs: {pending}}}
-    scale_down: {{gpu_utilization_below: 10, idle_for: 1h, cooldown: 1s}}
-    bootstrap: {{timeout: 6m}}
-    cluster: {{kind: slurm, partition: gpu}}
-"""
-
-
 def write_policy(directory: Path, cold_floor: int) -> dict[str, TeamPolicy]:
     directory.mkdir(parents=True, exist_ok=True)
-    warm = POOL.format(name="warm", floor=0, most=2, pending="true") + \
-        "    warm_pool: {size: 2, max: 2}\n"
-    cold = POOL.format(name="cold", floor=cold_floor, most=1, pending="false")
+    warm = pool_yaml("warm", 0, most=2, pending=True, idle_for="1h") + "    warm_pool: {size: 2, max: 2}\n"
+    cold = pool_yaml("cold", cold_floor)
     (directory / "e2e.yaml").write_text(
         "apiVersion: gpu-autoscaler/v1\nteam: e2e\npriority: high\npools:\n" + warm + cold)
     policies, errors = load_dir(directory, default_catalog())
