@@ -11,6 +11,7 @@ usage box exits 2, which ``request wait`` uses for "still waiting at the deadlin
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Iterator, MutableMapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -48,7 +49,21 @@ COMMANDS = {
 def load(name: str) -> click.Command:
     sub = typer.Typer(rich_markup_mode="rich", pretty_exceptions_show_locals=False)
     importlib.import_module(COMMANDS[name]).register(sub)
-    return typer.main.get_group(sub).commands[name]
+    command = typer.main.get_group(sub).commands[name]
+    _short_help_on_one_line(command)
+    return command
+
+
+def _short_help_on_one_line(command: click.Command) -> None:
+    """A command list shows each command's first help paragraph, and in rich markup mode
+    it keeps that paragraph's line breaks, which are only the docstring's wrapping: join
+    them, here and in the command's subcommands."""
+    if command.short_help is None and command.help:
+        first = inspect.cleandoc(command.help).split("\n\n")[0]
+        if "\n" in first:
+            command.short_help = " ".join(first.split())
+    for sub in getattr(command, "commands", {}).values():
+        _short_help_on_one_line(sub)
 
 
 class CommandMap(MutableMapping[str, click.Command]):
