@@ -150,17 +150,19 @@ def main() -> None:
     parser.add_argument("--views", action="store_true",
                         help="also decide on slotted stand-ins of the per-node records (see above)")
     args = parser.parse_args()
-    small, n_small, h_small = measure(1_000, 10, 5, args.repeat)
-    big, n_big, h_big = measure(10_000, 100, 5, args.repeat)
-    for label, ms, n, digest, size in (("1k nodes / 50 pools / 10 teams", small, n_small, h_small, 1_000),
-                                       ("10k nodes / 500 pools / 100 teams", big, n_big, h_big, 10_000)):
+    medians = []
+    for label, nodes, teams in (("1k nodes / 50 pools / 10 teams", 1_000, 10),
+                                ("10k nodes / 500 pools / 100 teams", 10_000, 100)):
+        ms, n, digest = measure(nodes, teams, 5, args.repeat)
+        medians.append(ms)
         line = f"{label}: median {ms:.1f} ms ({n} actions)"
         line += f" plan_sha256={digest}" if args.plan_hash else ""
         if args.views:
-            v_ms, _, v_digest = measure(size, size // 100, 5, args.repeat, as_views=True)
+            v_ms, _, v_digest = measure(nodes, teams, 5, args.repeat, as_views=True)
             line += (f"; on slotted views {v_ms:.1f} ms ({v_ms / ms:.2f}x), plan "
                      + ("the same" if v_digest == digest else "DIFFERENT"))
         print(line)
+    small, big = medians
     print(f"decide_ms_median={big:.1f} scaling_ratio_10k_over_1k={big / small:.2f}")
 
 
