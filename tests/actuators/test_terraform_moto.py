@@ -79,6 +79,7 @@ def by_node(moto: MotoSandbox, pool: str = "v100") -> dict[str, dict[str, Any]]:
     out = {}
     for inst in running_instances(moto.client(), pool=pool):
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        assert tags["node"] not in out, f"two instances run for {tags['node']}"
         out[tags["node"]] = {**inst, "tags": tags}
     return out
 
@@ -92,6 +93,9 @@ class TestPoolLifecycle:
         assert result.ok and result.created == sorted(THREE)
         seen = by_node(moto)
         assert sorted(seen) == sorted(THREE)
+        # The provider's SDK gives each launch a token it keeps across retries (moto's
+        # default is "ABCDE"): a retried launch is answered, not launched again.
+        assert len({seen[n]["ClientToken"] for n in THREE} - {"ABCDE", ""}) == len(THREE)
         for name, spec in THREE.items():
             inst = seen[name]
             assert inst["InstanceType"] == spec.instance_type

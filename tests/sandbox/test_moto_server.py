@@ -103,6 +103,23 @@ def test_running_instances_skips_terminated_and_filters_tags(ec2: Any) -> None:
     assert running_instances(ec2, pool="other") == []
 
 
+def test_a_repeated_client_token_gets_the_first_reservation_back_as_from_ec2(ec2: Any) -> None:
+    """The SDKs keep a RunInstances' token across their retries: a retry launches nothing."""
+    kw: dict[str, Any] = {"ImageId": MOTO_AMI, "MinCount": 1, "MaxCount": 1,
+                          "InstanceType": "g4dn.xlarge",
+                          "TagSpecifications": [{"ResourceType": "instance", "Tags": [
+                              {"Key": "pool", "Value": "retried"}]}]}
+    first = ec2.run_instances(ClientToken="retry-1", **kw)
+    again = ec2.run_instances(ClientToken="retry-1", **kw)
+    assert again["ReservationId"] == first["ReservationId"]
+    assert [i["InstanceId"] for i in again["Instances"]] == [
+        i["InstanceId"] for i in first["Instances"]]
+    other = ec2.run_instances(**kw)  # botocore fills in a token of its own
+    assert other["Instances"][0]["ClientToken"] not in ("", "retry-1", "ABCDE")
+    assert sorted(i["InstanceId"] for i in running_instances(ec2, pool="retried")) == sorted(
+        [first["Instances"][0]["InstanceId"], other["Instances"][0]["InstanceId"]])
+
+
 def test_tags_read_from_the_resource_answer_as_moto_does(ec2: Any) -> None:
     """The patched lookup (moto scanned every tag per instance: quadratic over a describe)
     gives the same tags, sees added and deleted ones, and filters by them."""

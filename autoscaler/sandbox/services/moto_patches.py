@@ -15,6 +15,11 @@ autoscaler.sandbox.services.moto_server``), never in the product:
    with a resource-id filter), once per instance a filter or a response touches: a
    DescribeInstances over 1,000 tagged instances took 20 s, so the 1,000-node scale
    scenario timed out against it. They are read from the resource's own entry instead.
+5. ``RunInstances`` ignores its ``ClientToken``. The SDKs (botocore, the Go SDK under the
+   AWS provider) fill one in and keep it across their retries, and EC2 answers a repeated
+   token with the reservation it made the first time. moto made a second instance
+   instead: a retry under load left an instance no state held (seen once in CI, a
+   baked pool's node still running after ``terraform destroy``).
 """
 
 from __future__ import annotations
@@ -117,6 +122,7 @@ def _launch_zone(response: Any) -> str:
 
 
 def patch_run_instances(fault_file: Path | None) -> None:
+    from moto.core.responses import ActionResult
     from moto.ec2.exceptions import EC2ClientError
     from moto.ec2.responses.instances import InstanceResponse
     from moto.ec2.utils import random_spot_request_id
@@ -128,6 +134,11 @@ def patch_run_instances(fault_file: Path | None) -> None:
     faults = _Faults(fault_file)
 
     def run_instances(self: Any) -> Any:
+        token = self._get_param("ClientToken")
+        if token:
+            for reservation in list(self.ec2_backend.reservations.values()):
+                if any(i.client_token == token for i in reservation.instances):
+                    return ActionResult(reservation)
         market = "spot" if self._get_param("InstanceMarketOptions.MarketType") == "spot" \
             else "on-demand"
         itype = self._get_param("InstanceType", "m1.small")
