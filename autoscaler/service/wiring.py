@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from autoscaler.actuators.ansible import AnsibleActuator
 from autoscaler.actuators.bootstrap_hash import baked_images, warm_pool_hashes
@@ -52,6 +53,9 @@ from autoscaler.signals.kubernetes import KubernetesReader
 from autoscaler.signals.prices import PriceSignals
 from autoscaler.signals.prometheus import PrometheusReader
 from autoscaler.signals.reader import SignalReader
+
+if TYPE_CHECKING:
+    from autoscaler.actuators.drain.kubernetes import NodeCache
 
 
 class Markets:
@@ -164,10 +168,12 @@ def build_images(config: ServiceConfig, markets: Markets,
 def build_actuators(config: ServiceConfig, store: FleetStore,
                     policies: Callable[[], dict[str, TeamPolicy]], address_of: AddressOf,
                     catalog: Catalog, clock: Callable[[], datetime], markets: Markets, *,
-                    notices_in_reconciler: bool = True) -> tuple[Executor, Reconciler]:
+                    notices_in_reconciler: bool = True,
+                    kube_nodes: NodeCache | None = None) -> tuple[Executor, Reconciler]:
     """The executor and reconciler (issue 6) wired to Terraform, Ansible and the drainers.
     Spot notices are read by the reconciler unless the service's notice loop takes them
-    (``notices_in_reconciler=False``): never by both."""
+    (``notices_in_reconciler=False``): never by both. ``kube_nodes``: the signal reader's
+    watch cache of Kubernetes nodes, for the readiness of booting nodes."""
     settings = config.executor
     provisioner = TerraformProvisioner(config.terraform, cloud_for=markets, clock=clock,
                                        images=pool_images(config, policies))
@@ -175,7 +181,8 @@ def build_actuators(config: ServiceConfig, store: FleetStore,
     bootstrapper = AnsibleActuator(config.ansible, address_of, catalog=catalog, clock=clock,
                                    play_vars={"cluster_join_slurm_registration":
                                               config.signals.slurm.registration})
-    drainers = drainers_for(config.signals, checkpoint_scope=settings.checkpoint_scope)
+    drainers = drainers_for(config.signals, checkpoint_scope=settings.checkpoint_scope,
+                            kube_nodes=kube_nodes)
     runner = Inline(clock) if settings.operations == "inline" else WorkerPools(clock, {
         "apply": settings.apply_parallelism, "bootstrap": settings.bootstrap_parallelism,
         "drain": settings.drain_parallelism, "state": 1})
@@ -254,9 +261,11 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     intake = None
     if executor is None and not dry_run:
         address_of = o.address_of or make_resolver(config.addresses)
-        built_executor, built = build_actuators(config, store, lambda: reloader.policies,
-                                                address_of, catalog, clock, markets,
-                                                notices_in_reconciler=False)
+        kube = getattr(signals, "kubernetes", None)
+        built_executor, built = build_actuators(
+            config, store, lambda: reloader.policies, address_of, catalog, clock, markets,
+            notices_in_reconciler=False,
+            kube_nodes=kube.node_records if isinstance(kube, KubernetesReader) else None)
         executor, reconciler = built_executor, reconciler or built
         closers.append(built_executor.close)
         intake = build_intake(config, store, lambda: reloader.policies, clock, markets)

@@ -21,8 +21,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -36,12 +34,11 @@ from autoscaler.schedulers.kubernetes.client import KubernetesConfig, connect
 from autoscaler.schedulers.kubernetes.objects import (
     GPU,
     ZONE,
+    NodeRecord,
     Obj,
-    gpu_resources,
-    node_ready,
+    node_record,
     pv_zones,
     quantity,
-    ready_condition,
 )
 from autoscaler.schedulers.kubernetes.watch import Informer, object_key
 from autoscaler.secrets import SecretError
@@ -53,45 +50,6 @@ from autoscaler.signals.readings import ClusterPool, SchedulerReading
 __all__ = ["KubernetesReader", "gpu_model_of", "quantity"]
 log = logging.getLogger(__name__)
 NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
-
-
-@dataclass(frozen=True)
-class NodeRecord:
-    name: str
-    ready: bool
-    cordoned: bool
-    labels: dict[str, str]
-    allocatable: dict[str, float]
-    unready: str | None = None  # "NotReady: KubeletNotReady" when not Ready
-    unready_since: datetime | None = None  # the Ready condition's lastTransitionTime
-
-
-def node_record(obj: Obj) -> NodeRecord | None:
-    meta = obj.get("metadata") or {}
-    if not meta.get("name"):
-        return None
-    ready = node_ready(obj)
-    unready, since = (None, None) if ready else _unready(ready_condition(obj))
-    return NodeRecord(meta["name"], ready, bool((obj.get("spec") or {}).get("unschedulable")),
-                      dict(meta.get("labels") or {}),
-                      gpu_resources((obj.get("status") or {}).get("allocatable")),
-                      unready, since)
-
-
-def _unready(cond: Obj | None) -> tuple[str, datetime | None]:
-    """Why a node is not Ready, in the kubelet's words, and since when (a time without a
-    zone is UTC, as the API server writes them)."""
-    if cond is None:
-        return "NotReady: no Ready condition posted", None
-    status = "NotReady" if cond.get("status") == "False" else f"Ready={str(cond.get('status'))[:20]}"
-    reason = str(cond.get("reason") or "")[:100]
-    try:
-        since = datetime.fromisoformat(str(cond.get("lastTransitionTime") or ""))
-    except ValueError:
-        since = None
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)
-    return (f"{status}: {reason}" if reason else status), since
 
 
 def _same(a: Sequence[object], b: Sequence[object]) -> bool:
@@ -185,6 +143,17 @@ class KubernetesReader:
             out.append(self._informer("resourcequotas", api.list_resource_quota_for_all_namespaces,
                                       _tolerant("resourcequota", quota_record)))
         return out
+
+    def node_records(self) -> dict[str, NodeRecord] | None:
+        """The nodes as the watch cache holds them now, by name: what the drainer checks
+        booting nodes against (``actuators/drain/kubernetes.NodeCache``) instead of listing
+        1,000 nodes a tick. None before the cache has listed and while its watch fails:
+        the drainer then asks the API server."""
+        informer = self._informers.get("nodes")
+        if informer is None or not informer.synced or informer.error:
+            return None
+        items, _ = informer.snapshot()
+        return {rec.name: rec for rec in items.values() if isinstance(rec, NodeRecord)}
 
     def close(self) -> None:
         for informer in self._informers.values():

@@ -11,11 +11,14 @@ import pytest
 
 from autoscaler.actuators.drain import DrainOutcome, DrainPhase, DrainProgress, PhasedDrainer
 from autoscaler.actuators.drain.base import DrainError
-from autoscaler.actuators.drain.kubernetes import DO_NOT_DISRUPT, KubernetesOps
+from autoscaler.actuators.drain.kubernetes import DO_NOT_DISRUPT, REPLICAS, KubernetesOps
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.sandbox.fakes.kube import FakeKube
+from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
+from autoscaler.schedulers.kubernetes.objects import TYPE
+from autoscaler.signals.kubernetes import KubernetesReader
 from tests.builders import NOW, make_node
 
 NAME = "vision-gpu-1"
@@ -149,6 +152,41 @@ def test_many_nodes_are_read_in_one_list_with_the_same_answers(kube: FakeKube,
                                                                timeout="2s")))
     assert {(r.ready, r.known) for r in down.readiness_many(nodes).values()} == {(False, False)}
     assert not down.readiness(node()).known
+
+
+def test_booting_nodes_are_read_from_the_signal_readers_watch_cache_without_a_list(
+        kube: FakeKube, drainer: PhasedDrainer) -> None:
+    """The service hands the drainer the signal reader's node cache: promote's readiness
+    of every booting node makes no API call, answers what the LIST answers, sees a change
+    on the watch, and falls back to the LIST while the cache cannot be trusted."""
+    kube.add_node("vision-gpu-3", gpus=2, labels={TYPE: "g4dn.12xlarge"})  # 4 GPUs: not yet
+    kube.add_node("vision-gpu-4", gpus=4, labels={TYPE: "g4dn.12xlarge", REPLICAS: "x"})
+    reader = KubernetesReader(KubernetesConfig(host=kube.url))
+    try:
+        cached = PhasedDrainer(KubernetesOps(config=KubernetesConfig(host=kube.url),
+                                             cached=reader.node_records))
+        assert reader.node_records() is None  # nothing listed yet: the LIST answers
+        nodes = [node(), node("vision-gpu-2"), node("vision-gpu-3"), node("vision-gpu-4"),
+                 node("vision-gpu-9")]
+        assert cached.readiness_many(nodes) == drainer.readiness_many(nodes)
+        assert reader.read([]).error is None
+        drainer.step(node("vision-gpu-2"), progress(), NOW)  # cordoned
+        wait_until(lambda: (reader.node_records() or {}).get("vision-gpu-2", None) is not None
+                   and reader.node_records()["vision-gpu-2"].cordoned,  # type: ignore[index]
+                   10, "the cordon on the watch")
+        before = len(kube.requests)
+        many = cached.readiness_many(nodes)
+        assert kube.requests[before:] == []  # no LIST, no GET
+        assert many == drainer.readiness_many(nodes)
+        assert [(r.ready, r.known) for r in many.values()] == [
+            (True, True), (False, True), (False, True), (False, True), (False, True)]
+        assert "cordoned" in many["vision-gpu-2"].why
+        assert "advertises 2 nvidia.com/gpu; g4dn.12xlarge has 4" in many["vision-gpu-3"].why
+        assert "nvidia.com/gpu.replicas='x' is not a number" in many["vision-gpu-4"].why
+        assert "has no node" in many["vision-gpu-9"].why
+    finally:
+        reader.close()
+    assert reader.node_records() is None  # closed: no cache to trust
 
 
 def test_signal_jobs_execs_kill_into_each_container(kube: FakeKube) -> None:

@@ -20,7 +20,10 @@
   ``nvidia.com/gpu``, shared replicas (``nvidia.com/gpu.replicas`` from GPU feature
   discovery) or the same MIG slices on every GPU. Until then it stays in flight, so no
   second node is bought for the same pods (the device plugin starts about a minute
-  after the kubelet);
+  after the kubelet). The booting nodes of a tick are checked against the signal
+  reader's watch cache of nodes when the service hands one over (``cached``), as
+  Cluster Autoscaler and Karpenter read nodes from their informers: no API call. Without
+  it, or while that cache is not listed or its watch fails, one LIST answers for all;
 * when the instance is gone its Node object is deleted (there is no cloud controller
   manager to do it in the sandbox, and the autoscaler knows first).
 
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client
@@ -42,7 +45,14 @@ from urllib3.exceptions import HTTPError
 from autoscaler.actuators.drain.base import DrainError, PhasedDrainer, Readiness, Work
 from autoscaler.catalog import Catalog, CatalogError, default_catalog
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig, connect
-from autoscaler.schedulers.kubernetes.objects import GPU, MIG_PREFIX, SHARED, TYPE, quantity
+from autoscaler.schedulers.kubernetes.objects import (
+    GPU,
+    MIG_PREFIX,
+    SHARED,
+    TYPE,
+    NodeRecord,
+    gpu_resources,
+)
 
 DO_NOT_DISRUPT = "gpu-autoscaler/do-not-disrupt"
 # Karpenter's spelling, so pods already marked for it are protected here too.
@@ -50,6 +60,9 @@ PROTECTING = (DO_NOT_DISRUPT, "karpenter.sh/do-not-disrupt")
 MIRROR = "kubernetes.io/config.mirror"
 NOT_DONE = "status.phase!=Succeeded,status.phase!=Failed"
 REPLICAS = "nvidia.com/gpu.replicas"
+# The nodes a watch cache holds now, by name; None while it cannot be trusted (not listed
+# yet, or its watch failing). The service passes the signal reader's.
+NodeCache = Callable[[], Mapping[str, NodeRecord] | None]
 SIGNAL = re.compile(r"^(SIG)?[A-Z][A-Z0-9]{1,7}$")  # USR1, SIGTERM: one argv word, never split
 
 
@@ -66,7 +79,8 @@ class KubernetesOps:
     kind = "kubernetes"
 
     def __init__(self, api: client.CoreV1Api | None = None, config: KubernetesConfig | None = None,
-                 timeout_s: float = 10.0, catalog: Catalog | None = None):
+                 timeout_s: float = 10.0, catalog: Catalog | None = None,
+                 cached: NodeCache | None = None):
         if api is None and config is None:
             raise ValueError("give the Kubernetes drainer an API client or a KubernetesConfig")
         self._api = api
@@ -75,6 +89,7 @@ class KubernetesOps:
         self.evictions: list[str] = []  # pods evicted or deleted, for status and tests
         self.catalog = catalog or default_catalog()  # GPU counts only: prices do not matter
         self.signalled: list[str] = []  # "pod/container SIGNAL", for status and tests
+        self.cached = cached
 
     def api(self) -> client.CoreV1Api:
         if self._api is None:
@@ -220,6 +235,9 @@ class KubernetesOps:
         return None
 
     def readiness(self, node: str) -> Readiness:
+        records = self.cached() if self.cached is not None else None
+        if records is not None:
+            return self._cached_readiness(records, node)
         try:
             obj = self._call(f"read node {node}", self.api().read_node, node)
         except ApiException as exc:
@@ -228,11 +246,15 @@ class KubernetesOps:
             return _no_answer(exc)
         except DrainError as exc:
             return Readiness(False, str(exc), known=False)
-        return self._readiness_of(obj)
+        return self._readiness_of(_record(obj))
 
     def readiness_many(self, nodes: Sequence[str]) -> dict[str, Readiness]:
-        """One LIST of the cluster's nodes (from the API server's cache) for many booting
-        nodes: at 1,000 nodes a GET each took the advance 424 s against the API server."""
+        """Many booting nodes at once: from the watch cache where there is one that is
+        listed and watching, else one LIST of the cluster's nodes (from the API server's
+        cache): at 1,000 nodes a GET each took the advance 424 s against the API server."""
+        records = self.cached() if self.cached is not None else None
+        if records is not None:
+            return {n: self._cached_readiness(records, n) for n in nodes}
         if len(nodes) <= 1:
             return {n: self.readiness(n) for n in nodes}
         try:
@@ -242,29 +264,29 @@ class KubernetesOps:
         except DrainError as exc:
             return dict.fromkeys(nodes, Readiness(False, str(exc), known=False))
         wanted = set(nodes)
-        found = {o.metadata.name: o for o in (listed.items or [])
+        found = {o.metadata.name: _record(o) for o in (listed.items or [])
                  if o.metadata is not None and o.metadata.name in wanted}
         return {n: self._readiness_of(found[n]) if n in found
                 else Readiness(False, f"kubernetes has no node {n} yet") for n in nodes}
 
-    def _readiness_of(self, obj: client.V1Node) -> Readiness:
-        conditions = (obj.status.conditions or []) if obj.status else []
-        ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-        if not ready:
+    def _cached_readiness(self, records: Mapping[str, NodeRecord], node: str) -> Readiness:
+        rec = records.get(node)
+        return self._readiness_of(rec) if rec is not None else Readiness(
+            False, f"kubernetes has no node {node} yet")
+
+    def _readiness_of(self, node: NodeRecord) -> Readiness:
+        if not node.ready:
             return Readiness(False, "node not Ready")
-        if obj.spec is not None and obj.spec.unschedulable:
+        if node.cordoned:
             return Readiness(False, "node is cordoned")
-        labels = (obj.metadata.labels or {}) if obj.metadata else {}
-        allocatable = (obj.status.allocatable or {}) if obj.status else {}
-        problem = self._advertised(labels, allocatable)
+        problem = self._advertised(node.labels, node.allocatable)
         if problem:
             return Readiness(False, f"node Ready but {problem}")
         return Readiness(True, "node Ready, GPUs advertised")
 
-    def _advertised(self, labels: dict[str, str], allocatable: dict[str, str]) -> str | None:
-        """Why the advertised GPU resources are not (yet) what the instance type has."""
-        amounts = {k: quantity(v) for k, v in allocatable.items()
-                   if k in (GPU, SHARED) or k.startswith(MIG_PREFIX)}
+    def _advertised(self, labels: dict[str, str], amounts: dict[str, float]) -> str | None:
+        """Why the advertised GPU resources (parsed: ``gpu_resources``) are not (yet) what
+        the instance type has."""
         odd = sorted(k for k, v in amounts.items() if not 0 <= v < math.inf)
         if odd:  # "nan", "inf", "-1": never what a device plugin advertises
             return f"it advertises {', '.join(f'{amounts[k]:g} {k}' for k in odd)}: not a number of GPUs"
@@ -275,7 +297,10 @@ class KubernetesOps:
         gpus = self._gpus_of(type_name) if type_name else None
         if gpus is None:
             return None  # unknown type: any advertised GPU resource will do
-        replicas = int(labels.get(REPLICAS) or 1)
+        label = labels.get(REPLICAS) or "1"
+        replicas = int(label) if label.isdigit() and len(label) <= 3 else 0
+        if replicas < 1:  # a label is input: "x" or "0" is no number of replicas
+            return f"its label {REPLICAS}={label[:20]!r} is not a number of replicas"
         mig = {k: v for k, v in res.items() if k.startswith(MIG_PREFIX)}
         if mig:
             uneven = sorted(k for k, v in mig.items() if v % gpus)
@@ -308,6 +333,18 @@ class KubernetesOps:
                                  f"{exc.status} {exc.reason}") from None
 
 
+def _record(obj: client.V1Node) -> NodeRecord:
+    """A Node the client read, as the watch cache keeps it (only what readiness reads)."""
+    conditions = (obj.status.conditions or []) if obj.status else []
+    meta = obj.metadata
+    return NodeRecord(
+        name=(meta.name if meta is not None else None) or "",
+        ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
+        cordoned=bool(obj.spec is not None and obj.spec.unschedulable),
+        labels=dict((meta.labels if meta is not None else None) or {}),
+        allocatable=gpu_resources(obj.status.allocatable if obj.status else None))
+
+
 def _no_answer(exc: ApiException) -> Readiness:
     """A refusal that says nothing about the node (throttled, a server error, no answer at
     all) is unknown."""
@@ -324,5 +361,6 @@ def _node_bound(meta: client.V1ObjectMeta) -> bool:
 
 
 def kubernetes_drainer(api: client.CoreV1Api | None = None,
-                       config: KubernetesConfig | None = None) -> PhasedDrainer:
-    return PhasedDrainer(KubernetesOps(api, config))
+                       config: KubernetesConfig | None = None,
+                       cached: NodeCache | None = None) -> PhasedDrainer:
+    return PhasedDrainer(KubernetesOps(api, config, cached=cached))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.utils import parse_quantity
@@ -193,3 +194,45 @@ def ready_condition(node: Obj) -> Obj | None:
 def node_taints(node: Obj) -> list[tuple[str, str, str]]:
     return [(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
             for t in (node.get("spec") or {}).get("taints") or []]
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """What the watch cache keeps of a Node: the demand reader's view of it and the
+    drainer's readiness check read the same record."""
+
+    name: str
+    ready: bool
+    cordoned: bool
+    labels: dict[str, str]
+    allocatable: dict[str, float]
+    unready: str | None = None  # "NotReady: KubeletNotReady" when not Ready
+    unready_since: datetime | None = None  # the Ready condition's lastTransitionTime
+
+
+def node_record(obj: Obj) -> NodeRecord | None:
+    meta = obj.get("metadata") or {}
+    if not meta.get("name"):
+        return None
+    ready = node_ready(obj)
+    unready, since = (None, None) if ready else _unready(ready_condition(obj))
+    return NodeRecord(meta["name"], ready, bool((obj.get("spec") or {}).get("unschedulable")),
+                      dict(meta.get("labels") or {}),
+                      gpu_resources((obj.get("status") or {}).get("allocatable")),
+                      unready, since)
+
+
+def _unready(cond: Obj | None) -> tuple[str, datetime | None]:
+    """Why a node is not Ready, in the kubelet's words, and since when (a time without a
+    zone is UTC, as the API server writes them)."""
+    if cond is None:
+        return "NotReady: no Ready condition posted", None
+    status = "NotReady" if cond.get("status") == "False" else f"Ready={str(cond.get('status'))[:20]}"
+    reason = str(cond.get("reason") or "")[:100]
+    try:
+        since = datetime.fromisoformat(str(cond.get("lastTransitionTime") or ""))
+    except ValueError:
+        since = None
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    return (f"{status}: {reason}" if reason else status), since

@@ -13,6 +13,7 @@ from autoscaler.actuators.terraform import ApplyResult, NodeOutput
 from autoscaler.model.pool import PoolRef
 
 if TYPE_CHECKING:
+    from autoscaler.actuators.drain.kubernetes import NodeCache
     from autoscaler.signals.config import SignalsConfig
 
 
@@ -49,8 +50,11 @@ class Provisioner(Protocol):
 
 
 def drainers_for(signals: SignalsConfig, *,
-                 checkpoint_scope: Literal["batch", "full"] = "batch") -> dict[str, Drainer]:
-    """One drainer per cluster kind the configuration can reach ("none" always)."""
+                 checkpoint_scope: Literal["batch", "full"] = "batch",
+                 kube_nodes: NodeCache | None = None) -> dict[str, Drainer]:
+    """One drainer per cluster kind the configuration can reach ("none" always).
+    ``kube_nodes``: the signal reader's watch cache of Kubernetes nodes, which answers the
+    readiness of booting nodes without a LIST."""
     # Imported here: the scheduler clients (the kubernetes package) load only in the
     # process that builds real drainers, not wherever the executor is imported.
     from autoscaler.actuators.drain.kubernetes import kubernetes_drainer
@@ -59,7 +63,7 @@ def drainers_for(signals: SignalsConfig, *,
     out: dict[str, Drainer] = {"none": no_drainer(),
                                "slurm": slurm_drainer(signals.slurm, scope=checkpoint_scope)}
     if signals.kubernetes is not None:
-        out["kubernetes"] = kubernetes_drainer(config=signals.kubernetes)
+        out["kubernetes"] = kubernetes_drainer(config=signals.kubernetes, cached=kube_nodes)
     return out
 
 
