@@ -10,7 +10,7 @@ numbers, never queued forever.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoscaler.catalog import Catalog
 from autoscaler.catalog.catalog import InstanceType
@@ -190,15 +190,33 @@ def _limits(request: RequestView, policy: TeamPolicy, placements: list[Placement
 
 
 def booked(requests: Iterable[RequestView], policies: Mapping[str, TeamPolicy],
-           catalog: Catalog) -> list[Placement]:
-    """Where the Accepted requests (no nodes yet) will go, to count them against limits."""
+           catalog: Catalog, fleet: Iterable[Node] = ()) -> list[Placement]:
+    """Where the Accepted requests will go, to count them against limits: what is not in
+    ``fleet`` yet. An Accepted request stays Accepted until its nodes are READY, and its
+    nodes are made one by one: the ones made are in the fleet and count there, so they are
+    taken off its placements (counted twice, a second request that fits was refused)."""
+    made: dict[tuple[str, str], int] = {}  # (request, pool) -> its live nodes
+    for node in fleet:
+        if node.progress.request is not None:
+            key = (node.progress.request, pool_key(node.team, node.pool))
+            made[key] = made.get(key, 0) + 1
     out: list[Placement] = []
     for r in requests:
         policy = policies.get(r.team)
         if r.condition is not Condition.ACCEPTED or policy is None:
             continue
         pools = [p for p in policy.pools if r.spec.pool in (None, p.name)]
-        out.extend(p for s in r.spec.node_sets if (p := _place(s, policy, pools, catalog)[0]))
+        for s in r.spec.node_sets:
+            placed = _place(s, policy, pools, catalog)[0]
+            if placed is None:
+                continue
+            there = min(made.get((r.id, placed.pool), 0), placed.nodes)
+            if there:
+                made[(r.id, placed.pool)] -= there
+                if there == placed.nodes:
+                    continue
+                placed = replace(placed, nodes=placed.nodes - there)
+            out.append(placed)
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.admission import admit, booked
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.request_spec import Condition, RequestSpec, RequestView
 from autoscaler.model.snapshot import ClusterQuota
 from tests.builders import NOW, make_node, make_policy
@@ -78,6 +79,33 @@ def test_accepted_requests_not_yet_provisioned_count_against_the_quota():
     assert [(p.pool, p.nodes) for p in held] == [("vision/gpu", 2)]
     got = admit(request(), policy, CATALOG, [], EngineSettings(), booked=held)
     assert not got.ok and got.reason.endswith("GPU cap 12 (holds 8, +8 would exceed)")
+
+
+def test_an_accepted_requests_nodes_count_once_while_they_are_made_and_boot():
+    """An Accepted request keeps its condition until its nodes are READY; the nodes it has
+    made are in the fleet, so only the rest is booked (counted twice, a second CI job that
+    fits was refused: "max_nodes 4 (holds 4, +2 would exceed)" with 2 nodes in the pool)."""
+    from autoscaler.model.progress import NodeProgress
+
+    policy = make_policy(max_nodes=4)
+    first = request(node_sets=[{"instance_type": "p3.8xlarge", "gpus": 4, "nodes": 2}]
+                    ).model_copy(update={"id": "req-0", "condition": Condition.ACCEPTED})
+
+    def made(n: int) -> list:
+        return [make_node(f"vision-gpu-{i}", instance_type="p3.8xlarge",
+                          state=NodeState.PROVISIONING, progress=NodeProgress(request="req-0"))
+                for i in range(n)] + [make_node("vision-gpu-9", instance_type="p3.8xlarge",
+                                                progress=NodeProgress(request="req-other"))]
+
+    for n, left in ((0, [("vision/gpu", 2)]), (1, [("vision/gpu", 1)]), (2, [])):
+        fleet = made(n)
+        held = booked([first], {"vision": policy}, CATALOG, fleet)
+        assert [(p.pool, p.nodes) for p in held] == left, n
+        got = admit(request(node_sets=[{"instance_type": "p3.8xlarge", "gpus": 4, "nodes": 1}]),
+                    policy, CATALOG, fleet, EngineSettings(), booked=held)
+        assert got.ok, (n, got.reason)  # 1 other + 2 for req-0 + 1 = 4
+        two = admit(request(), policy, CATALOG, fleet, EngineSettings(), booked=held)
+        assert not two.ok and two.reason.endswith("max_nodes 4 (holds 3, +2 would exceed)"), n
 
 
 def test_the_tier_defaults_to_the_teams_and_may_not_rise_above_it():

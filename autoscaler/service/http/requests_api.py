@@ -178,10 +178,10 @@ def service_admitter(book: RequestBook, policies: Callable[[], Mapping[str, Team
     """The engine's admission over the store's live fleet and the Accepted requests."""
     def admit_now(view: RequestView) -> Admission:
         live = policies()
+        fleet = book.store.nodes()
         held = booked((r for r in book.list(include_final=False) if r.id != view.id), live,
-                      catalog)
-        return admit(view, live.get(view.team), catalog, book.store.nodes(), settings,
-                     quotas(), held)
+                      catalog, fleet)
+        return admit(view, live.get(view.team), catalog, fleet, settings, quotas(), held)
     return admit_now
 
 
