@@ -104,7 +104,8 @@ class PriceBook:
 
     def node_gpus(self, node: Node) -> int:
         """The GPUs of the node's type (0 for a type the catalog does not know), as
-        ``node_cost`` counts them. Keyed by type alone: rules ask it for every node of a
+        ``node_cost`` counts them for a running node (a stopped warm node's are its type's
+        here, 0 there: quotas count ``node_cost``). Keyed by type alone: rules ask it for every node of a
         pool, and building ``node_cost``'s five-part key cost more than the answer."""
         key = (node.cloud, node.instance_type)
         gpus = self._gpus.get(key)

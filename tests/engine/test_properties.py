@@ -152,7 +152,8 @@ def test_launches_respect_max_nodes_and_quotas(world):
         if not new_actions and not reps:
             continue
         held = [n for c in ctxs.values() if c.team == team for n in c.billable()]
-        gpus = sum(prices.node_gpus(n) for n in held) + sum(a.count * a.gpus_per_node for a in new_actions)
+        # node_cost, as the quota counts: a stopped warm node offers no GPU, bills its volume
+        gpus = sum(prices.node_cost(n)[0] for n in held) + sum(a.count * a.gpus_per_node for a in new_actions)
         usd = sum(prices.node_hourly(n) for n in held) + sum(a.count * a.hourly_usd for a in new_actions)
         for r in reps:
             node = next(n for n in held if n.name == r.node)
@@ -162,6 +163,24 @@ def test_launches_respect_max_nodes_and_quotas(world):
             assert gpus <= policy.quota.max_gpus
         if policy.quota.max_hourly_usd is not None:
             assert usd <= policy.quota.max_hourly_usd + 1e-6
+
+
+def test_a_stopped_warm_node_holds_no_gpu_of_the_quota():
+    """The case hypothesis found (CI, 2026-12-05): a quota of 5 GPUs, a TERMINATING 4-GPU
+    node and a WARM (stopped) one of 4. The stopped one offers no GPU, so the pool's floor
+    of 1 launches a 1-GPU node: 4 + 0 + 1 <= 5."""
+    from tests.builders import make_node, make_policy
+
+    policy = make_policy(team="t0", quota={"max_gpus": 5}, min_nodes=1, max_nodes=1,
+                         instance_types=["p3.8xlarge", "p3.2xlarge"], capacity={"spot_percent": 0})
+    nodes = [make_node("t0-gpu-1", "t0", instance_type="p3.8xlarge", state=NodeState.TERMINATING),
+             make_node("t0-gpu-2", "t0", instance_type="p3.8xlarge", state=NodeState.WARM)]
+    snap = Snapshot(taken_at=NOW, pools={"t0/gpu": PoolObservation()})
+    plan = decide({"t0": policy}, FleetView(nodes=nodes), snap, NOW)
+    [launch] = [a for a in plan.actions if isinstance(a, Launch)]
+    assert (launch.instance_type, launch.count) == ("p3.2xlarge", 1)
+    prices = Prices(_catalog(), snap, NOW)
+    assert [prices.node_cost(n)[0] for n in nodes] == [4, 0]
 
 
 @PROPS
