@@ -251,6 +251,8 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     closers: list[Callable[[], None]] = [] if o.store else [store.close]
     reloader = PolicyReloader(config.policies_dir, catalog)
     signals = o.signals or build_signals(config, catalog, closers)
+    kube = getattr(signals, "kubernetes", None)
+    kube = kube if isinstance(kube, KubernetesReader) else None
     # Capacity requests are made only through the team-token API: without it nothing is held.
     held = build_held(store) if config.http.team_tokens else None
     prices = o.prices or build_prices(config, markets, clock)
@@ -261,11 +263,9 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     intake = None
     if executor is None and not dry_run:
         address_of = o.address_of or make_resolver(config.addresses)
-        kube = getattr(signals, "kubernetes", None)
         built_executor, built = build_actuators(
             config, store, lambda: reloader.policies, address_of, catalog, clock, markets,
-            notices_in_reconciler=False,
-            kube_nodes=kube.node_records if isinstance(kube, KubernetesReader) else None)
+            notices_in_reconciler=False, kube_nodes=kube.node_records if kube is not None else None)
         executor, reconciler = built_executor, reconciler or built
         closers.append(built_executor.close)
         intake = build_intake(config, store, lambda: reloader.policies, clock, markets)
@@ -286,8 +286,7 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
         notices = NoticeLoop(intake, executor.drain_now, leadership.is_leader,
                              loop.count_step_errors, loop.metrics)
     service = Service(config, loop, store, catalog, closers, notices)
-    kube = getattr(signals, "kubernetes", None)
-    if isinstance(kube, KubernetesReader):  # pending GPU pods on the watch wake a tick
+    if kube is not None:  # pending GPU pods on the watch wake a tick
         kube.on_demand = service.waker.wake
     if config.http.team_tokens:
         service.keep_requests(executor)
