@@ -222,21 +222,24 @@ class Service:
     def scheduler(self) -> BackgroundScheduler:
         interval = self.config.tick.interval.total_seconds()
         sched = BackgroundScheduler(timezone=UTC)
+        # misfire_grace_time=None: a run the scheduler starts late (a starved process,
+        # a paused VM) still runs, once (coalesce); APScheduler would skip one more than
+        # its grace late, and a lease renewal skipped that way lets the lease lapse.
         sched.add_job(self.tick, "interval", seconds=interval, id="tick", name="tick",
                       next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
-                      misfire_grace_time=max(1, int(interval)))
+                      misfire_grace_time=None)
         if self.notices is not None:
             # Spot notices do not wait for a tick (nor for the apply a tick started).
             every = self.config.executor.notice_interval.total_seconds()
             sched.add_job(self._notices_pass, "interval", seconds=every, id="notices",
                           name="notices", max_instances=1, coalesce=True,
-                          next_run_time=datetime.now(UTC))
+                          misfire_grace_time=None, next_run_time=datetime.now(UTC))
         if self.leadership.enabled:
             # Often enough that a follower takes over soon after the TTL runs out.
             every = max(0.5, self.config.leader.ttl.total_seconds() / 6)
             sched.add_job(self.renew_lease, "interval", seconds=every, id="lease",
                           name="lease", max_instances=1, coalesce=True,
-                          next_run_time=datetime.now(UTC))
+                          misfire_grace_time=None, next_run_time=datetime.now(UTC))
         return sched
 
     def _notices_pass(self) -> None:

@@ -7,6 +7,7 @@ two hosts would have), one clock skewed by more than the lease TTL.
 * A takeover waits for a fenced write in flight; every write after it is refused.
 * The lease job keeps renewing while a tick is stuck in a long action, and once
   renewals fail the instance stops acting before its lease can run out.
+* A renewal the scheduler starts late (a starved host) still runs: the lease holds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from apscheduler.executors.pool import ThreadPoolExecutor
 
 from autoscaler.actuators.drain import no_drainer
 from autoscaler.catalog import default_catalog
@@ -203,6 +205,37 @@ def test_the_lease_is_renewed_through_a_long_action_and_acting_stops_when_renewa
         assert executor.advanced == 0, "the rest of the tick was skipped: no side effects"
     finally:
         release.set()
+        sched.shutdown(wait=True)
+
+
+class LateExecutor(ThreadPoolExecutor):
+    """Every run starts ``LATE_S`` after it was due, as on a starved host."""
+
+    def _do_submit_job(self, job, run_times):  # type: ignore[no-untyped-def]
+        time.sleep(LATE_S)
+        super()._do_submit_job(job, run_times)
+
+
+LATE_S = 1.2  # more than APScheduler's default 1 s grace, less than the TTL
+
+
+def test_renewals_the_scheduler_starts_late_still_run_and_the_lease_holds(world):
+    _, make = world
+    a = make("a")
+    sched = a.service.scheduler()
+    sched.add_executor(LateExecutor(), "default")
+    sched.start()
+    try:
+        deadline = time.monotonic() + 30
+        while a.store.lease("gpu-autoscaler") is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        expiry = a.store.lease("gpu-autoscaler").expires_at
+        time.sleep(TTL_S * 3)  # only renewals that run late keep the lease this long
+        lease = a.store.lease("gpu-autoscaler")
+        assert (lease.holder, lease.epoch) == ("a", 1), "the lease lapsed between late renewals"
+        assert lease.expires_at > expiry + timedelta(seconds=TTL_S)
+        assert a.service.leadership.is_leader()
+    finally:
         sched.shutdown(wait=True)
 
 
