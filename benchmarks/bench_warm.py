@@ -61,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sim", action="store_true", help="warm pools in the simulator (no root)")
     parser.add_argument("--days", type=int, default=40, help=f"--sim: days from day {START_DAY} (default 40)")
     parser.add_argument("--warm-max", type=int, default=8, help="--sim: warm_pool.max (default 8)")
+    parser.add_argument("--warm-size", type=int, default=None,
+                        help="--sim: a fixed warm_pool.size instead of forecast (e and f then "
+                        "describe that size, not the forecast)")
+    parser.add_argument("--capacity", choices=("bench", "fallback", "on-demand"), default="bench",
+                        help="--sim: the pool's market in every replay. bench (default): the "
+                        "benchmark's spot-only pool, whose warm nodes are spot, which the service "
+                        "refuses; fallback: spot_fallback on-demand; on-demand: spot_percent 0. "
+                        "The last two have on-demand warm nodes, as the service runs them")
     parser.add_argument("--workers", type=int, default=2, help="--sim: replays at once")
     args = parser.parse_args(argv)
     if args.sim:

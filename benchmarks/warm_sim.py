@@ -11,6 +11,12 @@ their sources (cold 240 s, warm 67 s, each jittered +-25%):
   volume included) over predictive's.
 
 Targets (issue 37): e <= 0.5 x d, f == 0, g <= 1.03.
+
+``--capacity`` changes the pool's market in all three: the benchmark pool is spot-only, so
+its warm nodes are spot, which the service refuses (EC2 stops a spot instance only as a
+persistent request); ``fallback`` (spot first, on-demand when refused) and ``on-demand``
+give it the on-demand warm nodes the service runs. A warm node serves only launches of its
+own market, so under ``fallback`` it serves the on-demand launches alone.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ from autoscaler.sim.results import StrategyResult
 from autoscaler.sim.run import run_all, select_pool
 from autoscaler.sim.spot import load_spot_traces
 from autoscaler.traces import load_duty_cycles, load_pod_list
+
+# --capacity: the benchmark pool is spot-only, so its warm nodes are spot, which the service
+# refuses (service/config/warm_pools.py); these give it on-demand warm nodes.
+CAPACITY: dict[str, dict[str, object]] = {
+    "fallback": {"spot_fallback": "on-demand"},  # spot first; warm nodes serve the fallback
+    "on-demand": {"spot_percent": 0},  # every launch on-demand; warm nodes serve them all
+}
 
 
 def describe(name: str, r: StrategyResult) -> str:
@@ -48,8 +61,12 @@ def run(args: argparse.Namespace) -> int:
     config = SimConfig(seed=args.seed)
     console.print(f"{len(workload.jobs)} jobs, days {START_DAY}-{START_DAY + args.days}; boot "
                   f"cold {config.boot_delay:g} s, warm {config.warm_boot_delay:g} s (sim/boot.py)")
+    if args.capacity != "bench":  # on-demand warm nodes, the only ones the service runs
+        pool = pool.model_copy(update={"capacity": pool.capacity.model_copy(
+            update=CAPACITY[args.capacity])})
     predictive = pool.model_copy(update={"predictive": Predictive(mode="scale")})
-    warm = predictive.model_copy(update={"warm_pool": WarmPool(size="forecast", max=args.warm_max)})
+    size = "forecast" if args.warm_size is None else args.warm_size
+    warm = predictive.model_copy(update={"warm_pool": WarmPool(size=size, max=args.warm_max)})
 
     def replay(p: Pool, names: tuple[str, ...]) -> dict[str, StrategyResult]:
         pol = team.model_copy(update={"pools": [p]})
