@@ -31,6 +31,7 @@ from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Plan
 from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import PoolObservation
+from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.service.app import Service
 from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
@@ -198,14 +199,16 @@ def test_the_lease_is_renewed_through_a_long_action_and_acting_stops_when_renewa
         with pytest.raises(Fenced, match="does not hold"):
             a.store.fence()
         release.set()
-        deadline = time.monotonic() + 30
-        while a.service.loop.state.ticks < 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: a.service.loop.state.ticks >= 1, 30, "the tick to finish",
+                   interval=0.1)
         assert a.service.loop.state.ticks == 1 and executor.submitted
         assert executor.advanced == 0, "the rest of the tick was skipped: no side effects"
     finally:
         release.set()
         sched.shutdown(wait=True)
+
+
+LATE_S = 1.2  # more than APScheduler's default 1 s grace, less than the TTL
 
 
 class LateExecutor(ThreadPoolExecutor):
@@ -216,9 +219,6 @@ class LateExecutor(ThreadPoolExecutor):
         super()._do_submit_job(job, run_times)
 
 
-LATE_S = 1.2  # more than APScheduler's default 1 s grace, less than the TTL
-
-
 def test_renewals_the_scheduler_starts_late_still_run_and_the_lease_holds(world):
     _, make = world
     a = make("a")
@@ -226,9 +226,8 @@ def test_renewals_the_scheduler_starts_late_still_run_and_the_lease_holds(world)
     sched.add_executor(LateExecutor(), "default")
     sched.start()
     try:
-        deadline = time.monotonic() + 30
-        while a.store.lease("gpu-autoscaler") is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: a.store.lease("gpu-autoscaler") is not None, 30,
+                   "the first lease", interval=0.1)
         expiry = a.store.lease("gpu-autoscaler").expires_at
         time.sleep(TTL_S * 3)  # only renewals that run late keep the lease this long
         lease = a.store.lease("gpu-autoscaler")
