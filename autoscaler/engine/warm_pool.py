@@ -4,8 +4,8 @@ volume is billed). Three decisions, each with its numbers in the reason:
 
 * :func:`target`: how many warm nodes the pool keeps: ``size`` N, or with ``size:
   forecast`` the pool's forecast peak over the next ``WARM_AHEAD`` (the predictive floor's
-  model and quantile) minus the GPUs running or on their way, in nodes of the pool's
-  smallest type; in [0, max].
+  model at ``warm_pool.quantile``) minus the GPUs running or on their way, in nodes of the
+  pool's smallest type; in [0, max].
 * :func:`serve`: of a plan's launches, which start warm nodes (same type and market,
   youngest first: a started node serves longest before max_node_age) and how many are
   launched cold: none while warm nodes of the pool are starting (issue 37: the warm nodes
@@ -35,8 +35,14 @@ from autoscaler.policy.models import Market, Pool
 # forecast for the next lead (one boot); at the same quantile over the same window, a warm
 # target would be the floor again and keep no node. A warm node takes a cold boot to get
 # warm, and the forecaster re-forecasts every hour: the warm pool stands ready for the
-# peaks of the hour ahead that the floor does not hold yet.
+# peaks of the hour ahead that the floor does not hold yet, at its own, higher quantile.
 WARM_AHEAD = timedelta(hours=1)
+
+
+def forecast_quantile(pool: Pool) -> float | None:
+    """The quantile a ``size: forecast`` warm pool needs forecast; None: it needs none."""
+    warm = pool.warm_pool
+    return warm.quantile if warm is not None and warm.size == "forecast" else None
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ def target(pool: Pool, forecast: ForecastFloor | None, running_gpus: float,
     missing = forecast.gpus - running_gpus
     wanted = max(0, math.ceil(missing / per_node - 1e-9))
     nodes = min(wanted, warm.max)
-    quantile = f"p{pool.predictive.quantile * 100:.0f}"
+    quantile = f"p{warm.quantile * 100:.10g}"
     why = (f"warm target {nodes} = forecast {quantile} {forecast.gpus:g} GPUs - "
            f"{running_gpus:g} running")
     if per_node > 1:

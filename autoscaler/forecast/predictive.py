@@ -4,7 +4,8 @@
 of it at most, as AWS predictive scaling does) and keeps the winner, or the hour-of-week
 baseline when the learned model does not beat it or the history is shorter than the
 policy's ``min_history``. ``floor`` re-forecasts once an hour from the bins known so far
-and returns the GPUs to hold for ``[now, now + lead]``, with its reason.
+and returns the GPUs to hold for ``[now, now + lead]``, with its reason; ``warm`` the
+peak a warm pool stands ready for, at its own quantile.
 """
 
 from __future__ import annotations
@@ -39,31 +40,36 @@ class Forecaster:
     lead_s: float
     choice: Score
     backtest_days: float
+    # warm_pool size: forecast: its quantile, forecast beside the policy's (warm()).
+    warm_quantile: float | None = None
     _cache: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def train(cls, series: DemandSeries, until: float, policy: Predictive,
-              lead_s: float) -> Forecaster:
-        """Choose the model on the bins before ``until`` only."""
+              lead_s: float, warm_quantile: float | None = None) -> Forecaster:
+        """Choose the model on the bins before ``until`` only. ``warm_quantile``: also
+        forecast that quantile, for a warm pool (``warm``)."""
         known = series.before(until)
         test = min(BACKTEST_DAYS * DAY_BINS, len(known) // 2)
         enough = len(known) * series.step >= policy.min_history.total_seconds()
         models = tuple(MODELS) if enough else (BASELINE,)
         with one_blas_thread():
             result = backtest(known, len(known) - test, models=models)
-        return cls(series, policy, lead_s, result.chosen(), test / DAY_BINS)
+        return cls(series, policy, lead_s, result.chosen(), test / DAY_BINS, warm_quantile)
 
     @property
     def lead(self) -> timedelta:
         return timedelta(seconds=self.lead_s)
 
     @property
-    def quantiles(self) -> tuple[float, float]:
-        """p50 (what MAPE scores) and the policy quantile (what the floor holds)."""
-        return (0.5, self.policy.quantile)
+    def quantiles(self) -> tuple[float, ...]:
+        """p50 (what MAPE scores), the policy quantile (what the floor holds) and the warm
+        pool's, if any (each quantile is computed on its own: the first two do not move)."""
+        warm = () if self.warm_quantile is None else (self.warm_quantile,)
+        return (0.5, self.policy.quantile, *warm)
 
     def band(self, origin: int) -> np.ndarray | None:
-        """``quantiles`` for HORIZON bins from ``origin``, shape (2, HORIZON); None: too
+        """``quantiles`` for HORIZON bins from ``origin``, shape (2 or 3, HORIZON); None: too
         little history."""
         if origin not in self._cache:
             try:
@@ -74,11 +80,6 @@ class Forecaster:
                 return None
             self._cache = {origin: fc}
         return self._cache[origin]
-
-    def forecast(self, origin: int) -> np.ndarray | None:
-        """The policy quantile for HORIZON bins from ``origin`` (None: too little history)."""
-        band = self.band(origin)
-        return None if band is None else band[1]
 
     def at(self, now: float) -> tuple[float, float] | None:
         """The (p50, policy quantile) forecast for the bin holding ``now``."""
@@ -91,26 +92,34 @@ class Forecaster:
             return None
         return float(band[0, first - origin]), float(band[1, first - origin])
 
-    def floor(self, now: float, at: datetime, ahead_s: float | None = None) -> ForecastFloor | None:
-        """GPUs to hold now for the demand up to ``now + lead`` (``at``: now as a date);
-        ``ahead_s`` looks that far ahead instead (a warm pool's horizon)."""
+    def floor(self, now: float, at: datetime) -> ForecastFloor | None:
+        """GPUs to hold now for the demand up to ``now + lead`` (``at``: now as a date)."""
+        return self._peak(now, at, self.lead_s, 1, self.policy.quantile)
+
+    def warm(self, now: float, at: datetime, ahead_s: float) -> ForecastFloor | None:
+        """A warm pool's forecast: the peak at ``warm_quantile`` up to ``now + ahead_s``."""
+        if self.warm_quantile is None:
+            raise ValueError("this forecaster was trained without a warm quantile")
+        return self._peak(now, at, ahead_s, 2, self.warm_quantile)
+
+    def _peak(self, now: float, at: datetime, ahead: float, row: int,
+              quantile: float) -> ForecastFloor | None:
         step = self.series.step
-        ahead = self.lead_s if ahead_s is None else ahead_s
         first, last = self.series.bin_of(now), self.series.bin_of(now + ahead)
         if not 1 <= first <= len(self.series):
             return None  # no complete bin yet, or a time the history does not reach
         origin = first - first % REFRESH_BINS
-        fc = self.forecast(origin)
-        if fc is None or last - origin >= HORIZON:
+        band = self.band(origin)
+        if band is None or last - origin >= HORIZON:
             return None
-        window = fc[first - origin:last - origin + 1]
+        window = band[row, first - origin:last - origin + 1]
         gpus = float(np.ceil(window.max() - 1e-9))
         current = float(self.series.values[first - 1])  # the last complete bin
         cap = current + self.policy.max_extra_gpus
         start = at - timedelta(seconds=now - self.series.start_of(first))
         end = start + timedelta(seconds=(last - first + 1) * step)
         mape = f"MAPE {self.choice.mape:.0f}%" if self.choice.mape is not None else "MAPE n/a"
-        why = (f"forecast p{self.policy.quantile * 100:.0f} for {start:%a %H:%M}-{end:%H:%M} is "
+        why = (f"forecast {percentile(quantile)} for {start:%a %H:%M}-{end:%H:%M} is "
                f"{gpus:g} GPUs ({self.choice.model} model, {mape} over "
                f"{self.backtest_days:.0f} d; {format_duration(timedelta(seconds=ahead))} ahead)")
         if gpus > cap:
@@ -118,3 +127,8 @@ class Forecaster:
                     f"{current:g} requested)")
             gpus = cap
         return ForecastFloor(gpus=gpus, reason=why)
+
+
+def percentile(quantile: float) -> str:
+    """0.8 -> p80, 0.995 -> p99.5."""
+    return f"p{quantile * 100:.10g}"

@@ -12,6 +12,7 @@ from typing import Any
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.warm_pool import forecast_quantile
 from autoscaler.forecast.predictive import Forecaster
 from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 from autoscaler.sim.replay import Replay, SimConfig, SimError
@@ -110,9 +111,10 @@ def build_strategies(names: Sequence[str], policy: TeamPolicy, pool: Pool, catal
 def warm_forecaster(pool: Pool, workload: Workload, config: SimConfig) -> Forecaster | None:
     """For warm_pool.size forecast: the pool's forecast (predictive settings), which the warm
     target follows; "ours" holds no floor from it (that is the "predictive" strategy)."""
-    if pool.warm_pool is None or pool.warm_pool.size != "forecast":
+    quantile = forecast_quantile(pool)
+    if quantile is None:
         return None
-    return train(pool.predictive, workload, config)
+    return train(pool.predictive, workload, config, quantile)
 
 
 def _replay_one(name: str, *, workload: Workload, policy: TeamPolicy, pool: Pool, catalog: Catalog,

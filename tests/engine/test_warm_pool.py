@@ -18,8 +18,11 @@ SPOT, OD = Market.SPOT, Market.ON_DEMAND
 
 
 def pool(size: int | str = 2, most: int = 6, **kw: object) -> Pool:
-    predictive = {"mode": "forecast-only", "quantile": 0.9} if size == "forecast" else {}
-    return make_policy(warm_pool={"size": size, "max": most}, predictive=predictive, **kw).pools[0]
+    predictive = {"mode": "forecast-only", "quantile": 0.8} if size == "forecast" else {}
+    # the warm pool's own quantile, not the floor's, names the forecast
+    quantile = {"quantile": 0.95} if size == "forecast" else {}
+    return make_policy(warm_pool={"size": size, "max": most, **quantile}, predictive=predictive,
+                       **kw).pools[0]
 
 
 def forecast(gpus: float) -> ForecastFloor:
@@ -38,11 +41,11 @@ def launch(count: int, itype: str = "p3.2xlarge", market: Market = SPOT) -> Laun
 
 @pytest.mark.parametrize(("size", "most", "fc", "running", "per_node", "nodes", "reason"), [
     (2, 6, None, 0, 1, 2, "warm target 2 (warm_pool.size), max 6"),
-    ("forecast", 6, 12, 8, 1, 4, "warm target 4 = forecast p90 12 GPUs - 8 running, max 6"),
-    ("forecast", 6, 20, 8, 1, 6, "warm target 6 = forecast p90 20 GPUs - 8 running, max 6 (capped from 12)"),
-    ("forecast", 6, 12, 8, 4, 1, "warm target 1 = forecast p90 12 GPUs - 8 running, in 4-GPU nodes, max 6"),
-    ("forecast", 6, 13, 8, 4, 2, "warm target 2 = forecast p90 13 GPUs - 8 running, in 4-GPU nodes, max 6"),
-    ("forecast", 6, 6, 8, 1, 0, "warm target 0 = forecast p90 6 GPUs - 8 running, max 6"),
+    ("forecast", 6, 12, 8, 1, 4, "warm target 4 = forecast p95 12 GPUs - 8 running, max 6"),
+    ("forecast", 6, 20, 8, 1, 6, "warm target 6 = forecast p95 20 GPUs - 8 running, max 6 (capped from 12)"),
+    ("forecast", 6, 12, 8, 4, 1, "warm target 1 = forecast p95 12 GPUs - 8 running, in 4-GPU nodes, max 6"),
+    ("forecast", 6, 13, 8, 4, 2, "warm target 2 = forecast p95 13 GPUs - 8 running, in 4-GPU nodes, max 6"),
+    ("forecast", 6, 6, 8, 1, 0, "warm target 0 = forecast p95 6 GPUs - 8 running, max 6"),
     ("forecast", 6, None, 8, 1, 0, "warm target 0: no forecast for the pool yet (size: forecast), max 6"),
 ])
 def test_the_target(size, most, fc, running, per_node, nodes, reason):

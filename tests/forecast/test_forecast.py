@@ -82,11 +82,28 @@ def test_floor_covers_now_to_lead_with_a_reason_and_the_cap():
     assert capped is not None and capped.gpus == pytest.approx(series.values[int(now // STEP) - 1] + 2)
     assert "capped" in capped.reason
     assert f.floor(5 * WEEK_BINS * STEP, at + timedelta(weeks=1)) is None  # past the history
-    # a warm pool's horizon: the same model and quantile an hour ahead, never below the lead's
-    early, early_at = now - 1800, at - timedelta(minutes=30)
-    hour, lead = f.floor(early, early_at, ahead_s=3600), f.floor(early, early_at)
+    with pytest.raises(ValueError, match="without a warm quantile"):
+        f.warm(now, at, 3600)
+
+
+def test_a_warm_pool_forecasts_its_own_quantile_an_hour_ahead_and_the_floor_does_not_move():
+    series = DemandSeries(weekly(4, noise=0.1))
+    policy = Predictive(mode="scale", quantile=0.8, max_extra_gpus=64)
+    plain = Forecaster.train(series, 3 * WEEK_BINS * STEP, policy, lead_s=600)
+    f = Forecaster.train(series, 3 * WEEK_BINS * STEP, policy, lead_s=600, warm_quantile=0.99)
+    now = (3 * WEEK_BINS + 8 * 12) * STEP - 1920  # Monday 07:28
+    at = datetime(2024, 1, 22, 7, 28, tzinfo=UTC)
+    origin = int(now // STEP) - int(now // STEP) % 12
+    assert np.array_equal(f.band(origin)[:2], plain.band(origin))  # quantiles computed alone
+    assert f.floor(now, at) == plain.floor(now, at)
+    lead, hour = f.floor(now, at), f.warm(now, at, 3600)
+    # the hour holds the 08:00 ramp the 10-minute lead does not reach yet
     assert hour is not None and lead is not None and hour.gpus >= 19 > lead.gpus
-    assert "07:25-08:30 is" in hour.reason and "1h ahead)" in hour.reason
+    assert hour.reason.startswith("forecast p99 for Mon 07:25-08:30 is")
+    assert "1h ahead)" in hour.reason
+    at_p80 = Forecaster.train(series, 3 * WEEK_BINS * STEP, policy, 600, warm_quantile=0.8)
+    low = at_p80.warm(now, at, 3600)
+    assert low is not None and hour.gpus >= low.gpus and low.reason.startswith("forecast p80 ")
 
 
 def test_no_forecast_without_a_day_of_history():

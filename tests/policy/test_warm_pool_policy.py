@@ -26,6 +26,14 @@ def test_sizes_are_read(tmp_path: Path, extra: str, size: object) -> None:
     policy, errors = load_text(tmp_path, GOOD_POLICY + extra)
     assert errors == []
     assert policy.pools[0].warm_pool.size == size  # type: ignore[attr-defined]
+    assert policy.pools[0].warm_pool.quantile == 0.99  # type: ignore[attr-defined]
+
+
+def test_the_quantile_is_read(tmp_path: Path) -> None:
+    policy, errors = load_text(tmp_path, GOOD_POLICY + "    predictive: {mode: scale}\n"
+                               "    warm_pool: {size: forecast, max: 4, quantile: 0.95}\n")
+    assert errors == []
+    assert policy.pools[0].warm_pool.quantile == 0.95  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("extra", "path", "needle"), [
@@ -38,6 +46,9 @@ def test_sizes_are_read(tmp_path: Path, extra: str, size: object) -> None:
     ("{size: 1, max: 2, state: hibernated}", "pools[0].warm_pool.state", "unknown key"),
     ("{size: 1, max: 5}", "pools[0].warm_pool.max", "above max_nodes (4)"),
     ("{size: forecast, max: 2}", "pools[0].warm_pool.size", "set predictive.mode"),
+    ("{size: 1, max: 2, quantile: 1.0}", "pools[0].warm_pool.quantile", "less than or equal to 0.999"),
+    ("{size: 1, max: 2, quantile: 0.2}", "pools[0].warm_pool.quantile", "greater than or equal to 0.5"),
+    ("{size: 1, max: 2, quantile: .nan}", "pools[0].warm_pool.quantile", ""),
 ])
 def test_bad_values_are_errors_with_their_path(tmp_path: Path, extra: str, path: str,
                                                needle: str) -> None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoscaler.engine.warm_pool import WARM_AHEAD
+from autoscaler.engine.warm_pool import WARM_AHEAD, forecast_quantile
 from autoscaler.fleet.demand_history import STEP, DemandBin, DemandHistory, bin_start
 from autoscaler.fleet.queries import recent_boots
 from autoscaler.fleet.store import FleetStore
@@ -111,6 +111,7 @@ class PoolForecast:
 @dataclass
 class _Fit:
     settings: Predictive
+    warm_quantile: float | None  # warm_pool size: forecast's quantile, fitted beside
     lead_s: float
     lead_source: str
     trained_at: datetime
@@ -119,6 +120,10 @@ class _Fit:
     bin_at: datetime  # the bin the history was read up to (exclusive)
     rows: list[DemandBin]  # the stored bins read so far
     waiting: bool = False  # not fitted yet: other pools took this tick's fit
+
+    @property
+    def wanted(self) -> tuple[Predictive, float | None]:
+        return self.settings, self.warm_quantile
 
 
 class PoolForecasts:
@@ -202,19 +207,20 @@ class PoolForecasts:
         return _with(view, p50_gpus=round(band[0], 3), quantile_gpus=round(band[1], 3),
                      model=fc.choice.model, backtest_mape=fc.choice.mape,
                      rolling_mape=hist.rolling_mape(), floor=fc.floor(hist.seconds(now), now),
-                     warm_floor=fc.floor(hist.seconds(now), now, WARM_AHEAD.total_seconds())
-                     if pool.warm_pool is not None and pool.warm_pool.size == "forecast" else None)
+                     warm_floor=fc.warm(hist.seconds(now), now, WARM_AHEAD.total_seconds())
+                     if fc.warm_quantile is not None else None)
 
     def _fit(self, key: str, pool: Pool, now: datetime) -> _Fit:
         """The pool's fitted model, refit when due; its history re-read once per bin."""
         fit, current = self._fits.get(key), bin_start(now)
-        due = (fit is None or fit.settings != pool.predictive or now - fit.trained_at >= REFIT
+        wanted = (pool.predictive, forecast_quantile(pool))
+        due = (fit is None or fit.wanted != wanted or now - fit.trained_at >= REFIT
                or now < fit.trained_at)
         if due and self._budget > 0:
             self._budget -= 1
-            return self._train(key, pool.predictive, now)
-        if fit is None or fit.settings != pool.predictive:
-            return _Fit(pool.predictive, 0.0, "not fitted yet", now, None, None, current, [],
+            return self._train(key, *wanted, now)
+        if fit is None or fit.wanted != wanted:
+            return _Fit(*wanted, 0.0, "not fitted yet", now, None, None, current, [],
                         waiting=True)
         if current > fit.bin_at:
             # Only the bins since the last read (the last one read may have been partial).
@@ -228,18 +234,20 @@ class PoolForecasts:
                 fit.forecaster.series = fit.history.series
         return fit
 
-    def _train(self, key: str, settings: Predictive, now: datetime) -> _Fit:
+    def _train(self, key: str, settings: Predictive, warm_quantile: float | None,
+               now: datetime) -> _Fit:
         self.history.prune(key, now)
         lead_s, source = self._lead(key, settings)
         rows = self.history.bins(key, now - self.history.retention, bin_start(now) + STEP)
         hist = to_series(rows, now)
         fc = None
         if hist is not None:
-            fc = Forecaster.train(hist.series, hist.seconds(now), settings, lead_s)
+            fc = Forecaster.train(hist.series, hist.seconds(now), settings, lead_s, warm_quantile)
             log.info("forecast model of %s: %s (backtest MAPE %s) on %d stored bins%s", key,
                      fc.choice.model, fc.choice.mape, hist.stored,
                      f" ({hist.dropped} outside the window or not a demand)" if hist.dropped else "")
-        fit = self._fits[key] = _Fit(settings, lead_s, source, now, fc, hist, bin_start(now), rows)
+        fit = self._fits[key] = _Fit(settings, warm_quantile, lead_s, source, now, fc, hist,
+                                     bin_start(now), rows)
         return fit
 
     def _lead(self, key: str, settings: Predictive) -> tuple[float, str]:

@@ -203,9 +203,9 @@ class EngineStrategy(Strategy):
 
     def warm_forecast(self, now: float) -> ForecastFloor | None:
         """The pool's forecast over the warm pool's horizon (engine/warm_pool.py)."""
-        if self.forecaster is None:
+        if self.forecaster is None or self.forecaster.warm_quantile is None:
             return None
-        return self.forecaster.floor(now, to_datetime(now), WARM_AHEAD.total_seconds())
+        return self.forecaster.warm(now, to_datetime(now), WARM_AHEAD.total_seconds())
 
     def launch(self, replay: Replay, intent: NewNode, now: float) -> SimNode:
         if self.warm is not None:

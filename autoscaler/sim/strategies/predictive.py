@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from autoscaler.catalog import Catalog
 from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.warm_pool import forecast_quantile
 from autoscaler.forecast.predictive import Forecaster
 from autoscaler.forecast.series import DemandSeries, from_intervals
 from autoscaler.model.node import FleetView
@@ -26,11 +27,13 @@ def demand_series(before: list[Job], workload: Workload) -> DemandSeries:
     return from_intervals(((j.arrival, j.arrival + j.duration, j.gpus) for j in jobs), workload.end)
 
 
-def train(settings: Predictive, workload: Workload, config: SimConfig) -> Forecaster:
+def train(settings: Predictive, workload: Workload, config: SimConfig,
+          warm_quantile: float | None = None) -> Forecaster:
     """The pool's forecaster on the trace's own demand history; lead defaults to the
     replay's boot delay, the boot-to-ready time every node takes here."""
     lead = settings.lead.total_seconds() if settings.lead else config.boot_delay
-    return Forecaster.train(demand_series(workload.before, workload), workload.start, settings, lead)
+    return Forecaster.train(demand_series(workload.before, workload), workload.start, settings,
+                            lead, warm_quantile)
 
 
 class PredictiveStrategy(EngineStrategy):
@@ -49,7 +52,8 @@ class PredictiveStrategy(EngineStrategy):
         """The pool's ``predictive:`` settings (mode scale with defaults when it is off); lead
         defaults to the replay's boot delay, the boot-to-ready time every node takes here."""
         settings = pool.predictive if pool.predictive.mode == "scale" else Predictive(mode="scale")
-        return cls(policy, pool, catalog, train(settings, workload, config), config.tick)
+        return cls(policy, pool, catalog,
+                   train(settings, workload, config, forecast_quantile(pool)), config.tick)
 
     def parameters(self) -> dict[str, object]:
         return {**super().parameters(), "model": self.forecaster.choice.model,

@@ -125,7 +125,8 @@ def test_the_status_page_and_the_status_command_show_the_forecast(kit):
 
 def test_a_forecast_sized_warm_pool_follows_the_forecast_of_the_next_hour(tmp_path):
     write_policy(tmp_path / "policies", "vision", name="train", max_nodes=10,
-                 capacity={"spot_percent": 0}, warm_pool={"size": "forecast", "max": 3},
+                 capacity={"spot_percent": 0},
+                 warm_pool={"size": "forecast", "max": 3, "quantile": 0.95},
                  predictive={"mode": "forecast-only", "lead": "10m"})
     kit = make_loop(tmp_path)
     try:
@@ -138,7 +139,7 @@ def test_a_forecast_sized_warm_pool_follows_the_forecast_of_the_next_hour(tmp_pa
         assert report.error is None
         [fill] = [a for a in report.plan.actions if isinstance(a, Launch) and a.trigger == "warm-pool"]
         assert fill.count == 3 and fill.image == "h1" and fill.market.value == "on-demand"
-        assert "warm target 3 = forecast p80 8" in fill.reason and "(capped from 8)" in fill.reason
+        assert "warm target 3 = forecast p95 8" in fill.reason and "(capped from 8)" in fill.reason
         # (what the executor makes of it: tests/service/executor/test_crash_warm.py)
     finally:
         kit.store.close()
