@@ -36,6 +36,7 @@ from autoscaler.service.http.status import build_status, plan_json
 
 log = logging.getLogger(__name__)
 HEALTH_FACTOR = 3  # healthy while the last tick is younger than 3 intervals
+FOLLOWED = ("apply", "bootstrap")  # worker kinds whose end starts a tick sooner
 STUCK_AFTER = timedelta(minutes=30)  # a tick running longer than this is unhealthy
 SHUTDOWN_WAIT = timedelta(seconds=60)  # for running applies/bootstraps at stop
 FAILED_TICKS = 3  # unhealthy after this many failed ticks in a row
@@ -65,7 +66,8 @@ class Service:
         self._tick_started: float | None = None
         self._started = time.monotonic()
         self._scheduler: BackgroundScheduler | None = None
-        self.waker = TickWaker(config.tick.wake_after, self._tick_sooner, lambda: datetime.now(UTC))
+        self.waker = TickWaker(config.tick.wake_after, self._tick_sooner, lambda: datetime.now(UTC),
+                               follow_up=config.tick.follow_up)
 
     # -- what the API serves ----------------------------------------------------------
     def health(self) -> Health:
@@ -241,6 +243,13 @@ class Service:
                           name="lease", max_instances=1, coalesce=True,
                           misfire_grace_time=None, next_run_time=datetime.now(UTC))
         return sched
+
+    def work_finished(self, kind: str, why: str) -> None:
+        """An executor worker finished: an apply or a bootstrap moves its nodes on only at
+        the next advance, so that tick comes sooner (``tick.follow_up``). Drain steps and
+        state checks, which run every tick while they last, wait for the interval."""
+        if kind in FOLLOWED:
+            self.waker.follow_up(why)
 
     def _notices_pass(self) -> None:
         """The notice job: interrupted nodes' stand-ins are decided by the next tick, woken."""

@@ -288,6 +288,8 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     service = Service(config, loop, store, catalog, closers, notices)
     if kube is not None:  # pending GPU pods on the watch wake a tick
         kube.on_demand = service.waker.wake
+    if isinstance(executor, Executor) and isinstance(executor.runner, WorkerPools):
+        executor.runner.on_done = service.work_finished
     if config.http.team_tokens:
         service.keep_requests(executor)
     return service

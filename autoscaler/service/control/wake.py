@@ -1,12 +1,18 @@
-"""Demand between ticks starts the next tick sooner (``tick.wake_after``, off by default).
+"""Events between ticks start the next tick sooner.
 
-A pending GPU pod seen by the Kubernetes watch, a spot notice or a new capacity request
-would wait for the next tick, up to ``tick.interval``: the simulator put that wait at a
-large share of the p95 gap to a 10 s scan on most windows, but waking raised it on the
-busiest (docs/designs/benchmark-misses.md#wait), hence off by default. The next tick
-starts ``wake_after`` after the last one began (bursts of arrivals share one tick, and a
-tick is never run twice at once), unless the regular tick comes sooner. Demand seen while
-a tick runs wakes one after it ends: that tick may have read the scheduler before it came.
+* Demand (``tick.wake_after``, off by default): a pending GPU pod seen by the Kubernetes
+  watch, a spot notice or a new capacity request would wait for the next tick, up to
+  ``tick.interval``: the simulator put that wait at a large share of the p95 gap to a 10 s
+  scan on most windows, but waking raised it on the busiest
+  (docs/designs/benchmark-misses.md#wait), hence off by default.
+* Finished work (``tick.follow_up``, 10 s by default): an apply, bootstrap or drain the
+  executor ran in a worker moves its node on only at the next tick's advance (the apply's
+  node to its bootstrap, the bootstrapped node to READY). At a 30 s interval a node waited
+  up to a whole interval at each of those steps, with nothing left to do.
+
+The next tick starts that long after the last one began (bursts share one tick, and a tick
+is never run twice at once), unless the regular tick comes sooner. An event seen while a
+tick runs wakes one after it ends: that tick may have read the world before it came.
 """
 
 from __future__ import annotations
@@ -35,12 +41,16 @@ def wake_time(now: datetime, last_start: datetime | None, after: timedelta) -> d
 
 
 class TickWaker:
-    def __init__(self, after: timedelta | None, reschedule: Reschedule, now: Callable[[], datetime]):
-        self.after, self._reschedule, self._now = after, reschedule, now
+    def __init__(self, after: timedelta | None, reschedule: Reschedule, now: Callable[[], datetime],
+                 follow_up: timedelta | None = None):
+        self.after, self.follow_up_after = after, follow_up
+        self._reschedule, self._now = reschedule, now
         self._lock = threading.Lock()
         self.last_start: datetime | None = None
         self.running = False
-        self.waiting: str | None = None  # why a tick is wanted once the running one ends
+        # why a tick is wanted once the running one ends, how long after the last start, and
+        # which setting says so
+        self.waiting: tuple[str, timedelta, str] | None = None
         self.wakes = 0
 
     def started(self) -> None:
@@ -50,23 +60,32 @@ class TickWaker:
     def ended(self) -> None:
         with self._lock:
             self.running = False
-            why, self.waiting = self.waiting, None
-        if why is not None:
-            self._wake(why)
+            waiting, self.waiting = self.waiting, None
+        if waiting is not None:
+            self._wake(*waiting)
 
     def wake(self, why: str) -> None:
-        """Called from watch and notice threads; never raises into them."""
-        if self.after is None:
+        """Demand (``tick.wake_after``). Called from watch and notice threads; never raises
+        into them."""
+        self._event(why, self.after, "tick.wake_after")
+
+    def follow_up(self, why: str) -> None:
+        """Finished work (``tick.follow_up``). Called from worker threads; never raises."""
+        self._event(why, self.follow_up_after, "tick.follow_up")
+
+    def _event(self, why: str, after: timedelta | None, setting: str) -> None:
+        if after is None:
             return
+        what = (why, after, setting)
         with self._lock:
             if self.running:
-                self.waiting = self.waiting or why
+                if self.waiting is None or after < self.waiting[1]:
+                    self.waiting = what
                 return
-        self._wake(why)
+        self._wake(*what)
 
-    def _wake(self, why: str) -> None:
-        assert self.after is not None
-        at = wake_time(self._now(), self.last_start, self.after)
+    def _wake(self, why: str, after: timedelta, setting: str) -> None:
+        at = wake_time(self._now(), self.last_start, after)
         try:
             due = self._reschedule(at)
         except Exception:  # the regular tick still comes
@@ -74,5 +93,5 @@ class TickWaker:
             return
         if due is not None:
             self.wakes += 1
-            log.info("%s: next tick at %s instead of %s (tick.wake_after %ss)", why,
-                     f"{at:%H:%M:%S}", f"{due:%H:%M:%S}", f"{self.after.total_seconds():g}")
+            log.info("%s: next tick at %s instead of %s (%s %ss)", why, f"{at:%H:%M:%S}",
+                     f"{due:%H:%M:%S}", setting, f"{after.total_seconds():g}")

@@ -1,4 +1,5 @@
-"""tick.wake_after: demand between ticks moves the next tick, never runs two at once."""
+"""tick.wake_after and tick.follow_up: demand and finished work between ticks move the next
+tick, never run two at once."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ def test_wake_time_is_wake_after_past_the_last_tick_or_now():
 
 
 class Rig:
-    def __init__(self, after: timedelta | None, due: datetime | None) -> None:
+    def __init__(self, after: timedelta | None, due: datetime | None,
+                 follow_up: timedelta | None = None) -> None:
         self.now, self.due, self.moved = T0, due, []
-        self.waker = TickWaker(after, self.reschedule, lambda: self.now)
+        self.waker = TickWaker(after, self.reschedule, lambda: self.now, follow_up=follow_up)
 
     def reschedule(self, at: datetime) -> datetime | None:
         if self.due is None or self.due <= at:
@@ -56,6 +58,31 @@ def test_demand_during_a_tick_wakes_one_after_it_ends():
     rig.now = T0 + timedelta(seconds=12)
     rig.waker.ended()
     assert rig.moved == [T0 + timedelta(seconds=12) + LEAD]
+
+
+def test_finished_work_follows_up_on_its_own_delay_even_with_wake_after_off(caplog):
+    rig = Rig(None, T0 + timedelta(seconds=30), follow_up=timedelta(seconds=5))
+    rig.waker.started()
+    rig.waker.ended()
+    rig.now = T0 + timedelta(seconds=2)
+    rig.waker.wake("GPU pod a/b unschedulable")  # wake_after off: demand waits
+    assert rig.moved == []
+    with caplog.at_level("INFO"):
+        rig.waker.follow_up("terraform apply vision/gpu finished")
+    assert rig.moved == [T0 + timedelta(seconds=5)] and rig.waker.wakes == 1
+    assert ("terraform apply vision/gpu finished: next tick at 12:00:05 instead of 12:00:30 "
+            "(tick.follow_up 5s)") in caplog.text
+
+
+def test_seen_during_a_tick_the_sooner_of_the_two_delays_wins():
+    rig = Rig(timedelta(seconds=10), T0 + timedelta(seconds=30), follow_up=timedelta(seconds=3))
+    rig.waker.started()
+    rig.waker.wake("pod 1")
+    rig.waker.follow_up("ansible w1 finished")
+    rig.waker.wake("pod 2")
+    rig.now = T0 + timedelta(seconds=1)
+    rig.waker.ended()
+    assert rig.moved == [T0 + timedelta(seconds=3)]
 
 
 def test_off_and_a_failing_reschedule_wake_nothing(caplog):
@@ -141,6 +168,10 @@ def test_wake_after_below_a_second_is_refused():
     assert TickSettings(wake_after=None).wake_after is None
     assert TickSettings().wake_after is None  # off unless asked for
     assert TickSettings(wake_after="10s").wake_after == timedelta(seconds=10)
+    assert TickSettings().follow_up == timedelta(seconds=10)  # on unless turned off
+    assert TickSettings(follow_up=None).follow_up is None
+    with pytest.raises(ValueError, match="follow_up must be at least 1s"):
+        TickSettings(follow_up="0s")
 
 
 def test_a_created_capacity_request_wakes_the_tick_and_a_repeated_one_does_not(tmp_path):

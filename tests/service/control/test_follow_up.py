@@ -1,0 +1,109 @@
+"""tick.follow_up on the service as build_service wires it (APScheduler, WorkerPools): an
+apply or bootstrap that finishes between ticks starts the next tick soon, so a new node goes
+from its launch to READY in seconds while the interval is an hour. Off, it waits."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from autoscaler.actuators.drain import no_drainer
+from autoscaler.catalog import default_catalog
+from autoscaler.fleet.store import FleetStore
+from autoscaler.model.clock import utc_now
+from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import PoolObservation
+from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.service.app import Service
+from autoscaler.service.config.models import ServiceConfig
+from autoscaler.service.executor import Executor, ExecutorSettings
+from autoscaler.service.executor.operations import WorkerPools
+from autoscaler.service.wiring import Overrides, build_service
+from tests.fakes import FakeAnsible, FakeCloud, FakeTerraform
+from tests.service.service_fakes import FakePrices, FakeSignals, write_policy
+
+S = NodeState
+
+
+def service(tmp: Path, follow_up: str | None) -> tuple[Service, FleetStore, WorkerPools]:
+    write_policy(tmp / "policies", "lead", name="gpu", min_nodes=1, max_nodes=1,
+                 instance_types=["p3.2xlarge"], cluster={"kind": "none"})
+    config = ServiceConfig.model_validate({
+        "policies_dir": str(tmp / "policies"), "store": {"url": f"sqlite:///{tmp / 'fleet.db'}"},
+        "http": {"enabled": False}, "tick": {"interval": "1h", "follow_up": follow_up}})
+    store = FleetStore(config.store.url)
+    signals = FakeSignals()
+    signals.pools = {"lead/gpu": PoolObservation()}  # the floor node only
+    runner = WorkerPools(utc_now, {"apply": 1, "bootstrap": 1, "drain": 1, "state": 1})
+    box: dict[str, Service] = {}
+    executor = Executor(store, lambda: box["service"].loop.policies(), FakeTerraform(FakeCloud()),
+                        FakeAnsible(), {"none": no_drainer()}, lambda node: "127.0.0.1",
+                        ExecutorSettings(ready_requires_metrics=False), default_catalog(),
+                        utc_now, runner=runner)
+    box["service"] = build_service(config, overrides=Overrides(
+        store=store, executor=executor, signals=signals, prices=FakePrices()))
+    return box["service"], store, runner
+
+
+def states(store: FleetStore) -> list[S]:
+    return [n.state for n in store.nodes()]
+
+
+def test_finished_applies_and_bootstraps_tick_the_node_to_ready_within_seconds(tmp_path, caplog):
+    svc, store, runner = service(tmp_path, "1s")
+    assert runner.on_done is not None  # wired by build_service
+    sched = svc._scheduler = svc.scheduler()
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="autoscaler.service.control.wake"):
+        sched.start()
+        try:
+            wait_until(lambda: states(store) == [S.READY], 20, "the floor node READY")
+        finally:
+            sched.shutdown(wait=True)
+            runner.close()
+            store.close()
+    took = time.monotonic() - started
+    # launch, apply (worker), bootstrap (worker), READY: one regular tick and one per
+    # finished operation, each 1 s after the last began, where the interval was an hour
+    assert took < 20 and svc.loop.state.ticks >= 3 and svc.waker.wakes >= 2
+    assert "terraform apply lead/gpu finished: next tick at" in caplog.text
+    assert "(tick.follow_up 1s)" in caplog.text
+    assert "ansible " in caplog.text and " finished: next tick at" in caplog.text
+
+
+def test_off_a_finished_apply_waits_for_the_interval(tmp_path):
+    svc, store, runner = service(tmp_path, None)
+    done: list[str] = []
+    svc_finished = svc.work_finished
+
+    def seen(kind: str, why: str) -> None:
+        done.append(kind)
+        svc_finished(kind, why)
+
+    runner.on_done = seen
+    sched = svc._scheduler = svc.scheduler()
+    sched.start()
+    try:
+        wait_until(lambda: "apply" in done, 20, "the launch's apply to finish")
+        time.sleep(2)  # what a follow-up of 1 s would have used
+        assert svc.loop.state.ticks == 1 and svc.waker.wakes == 0
+        assert states(store) != [S.READY]
+    finally:
+        sched.shutdown(wait=True)
+        runner.close()
+        store.close()
+
+
+def test_drain_steps_and_state_checks_do_not_follow_up(tmp_path):
+    svc, store, runner = service(tmp_path, "1s")
+    woken: list[str] = []
+    svc.waker.follow_up = woken.append  # type: ignore[method-assign]
+    try:
+        svc.work_finished("drain", "drain step lead-gpu-1 finished")
+        svc.work_finished("state", "terraform state check lead/gpu finished")
+        svc.work_finished("bootstrap", "health check lead-gpu-1 finished")
+        assert woken == ["health check lead-gpu-1 finished"]
+    finally:
+        runner.close()
+        store.close()
