@@ -21,6 +21,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from autoscaler.catalog import Catalog
 from autoscaler.fleet.store import Fenced, FleetStore
+from autoscaler.model.lifecycle import NodeState
 from autoscaler.service import sd_notify
 from autoscaler.service.config.models import HttpSettings, ServiceConfig
 from autoscaler.service.control.interruptions import NoticeLoop
@@ -31,12 +32,12 @@ from autoscaler.service.control.loop import (
     describe_stages,
 )
 from autoscaler.service.control.wake import TickWaker
+from autoscaler.service.executor.advance import AdvanceReport
 from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.http.status import build_status, plan_json
 
 log = logging.getLogger(__name__)
 HEALTH_FACTOR = 3  # healthy while the last tick is younger than 3 intervals
-FOLLOWED = ("apply", "bootstrap")  # worker kinds whose end starts a tick sooner
 STUCK_AFTER = timedelta(minutes=30)  # a tick running longer than this is unhealthy
 SHUTDOWN_WAIT = timedelta(seconds=60)  # for running applies/bootstraps at stop
 FAILED_TICKS = 3  # unhealthy after this many failed ticks in a row
@@ -244,11 +245,15 @@ class Service:
                           misfire_grace_time=None, next_run_time=datetime.now(UTC))
         return sched
 
-    def work_finished(self, kind: str, why: str) -> None:
-        """An executor worker finished: an apply or a bootstrap moves its nodes on only at
-        the next advance, so that tick comes sooner (``tick.follow_up``). Drain steps and
-        state checks, which run every tick while they last, wait for the interval."""
-        if kind in FOLLOWED:
+    def work_finished(self, why: str, report: AdvanceReport) -> None:
+        """An executor worker finished. Its nodes move on only at the next advance: an
+        instance created or started (BOOTSTRAPPING) gets its bootstrap, a bootstrapped node
+        its READY; for those, that tick comes sooner (``tick.follow_up``). Nothing else
+        does: a refused launch is decided again at the interval (in the simulator, deciding
+        sooner after a refusal sent spot-only pools into the next dry zone sooner and
+        lengthened their waits, docs/designs/benchmark-misses.md#wait), and drain steps
+        run every tick while they last."""
+        if report.moved(NodeState.BOOTSTRAPPING) or report.bootstrapped:
             self.waker.follow_up(why)
 
     def _notices_pass(self) -> None:

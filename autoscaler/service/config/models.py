@@ -42,11 +42,12 @@ class TickSettings(_Model):
         "wait on 20 of 27 windows and raised it on the busiest (docs/designs/"
         "benchmark-misses.md#wait).")
     follow_up: Duration | None = Field(
-        timedelta(seconds=10), description="When an apply, bootstrap or drain the executor "
-        "runs in the background finishes between ticks, start the next tick this long after "
-        "the last one began, so its node moves on (to its bootstrap, to READY, to "
-        "termination) without waiting out the interval; null: only every interval. It only "
-        "moves a tick earlier: with an interval no longer than it, it changes nothing.")
+        timedelta(seconds=10), description="When an apply that created or started a node, "
+        "or a bootstrap that went through, finishes between ticks, start the next tick this "
+        "long after the last one began, so the node moves on (to its bootstrap, to READY) "
+        "without waiting out the interval; null: only every interval. Refused launches do "
+        "not (docs/operators/running.md). It only moves a tick earlier: with an interval no "
+        "longer than it, it changes nothing.")
     preview: Literal["map", "terraform"] = Field(
         "map", description="How each changed pool is previewed before the executor acts: "
         "map (the node-map diff and its $/h delta, no Terraform run) or terraform (also a "

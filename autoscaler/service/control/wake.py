@@ -5,10 +5,11 @@
   ``tick.interval``: the simulator put that wait at a large share of the p95 gap to a 10 s
   scan on most windows, but waking raised it on the busiest
   (docs/designs/benchmark-misses.md#wait), hence off by default.
-* Finished work (``tick.follow_up``, 10 s by default): an apply, bootstrap or drain the
-  executor ran in a worker moves its node on only at the next tick's advance (the apply's
-  node to its bootstrap, the bootstrapped node to READY). At a 30 s interval a node waited
-  up to a whole interval at each of those steps, with nothing left to do.
+* Finished work (``tick.follow_up``, 10 s by default): a node whose apply created or
+  started it, or whose bootstrap went through, in an executor worker moves on only at the
+  next tick's advance (to its bootstrap, to READY). At a 30 s interval it waited up to a
+  whole interval at each of those steps, with nothing left to do (the service decides
+  which work follows up: ``Service.work_finished``).
 
 The next tick starts that long after the last one began (bursts share one tick, and a tick
 is never run twice at once), unless the regular tick comes sooner. An event seen while a

@@ -182,9 +182,9 @@ class WorkerPools(Inline):
                        for kind, n in sizes.items()}
         self._done: list[AdvanceReport] = []
         self._done_lock = threading.Lock()
-        # Told (kind, "<what> finished") after each operation: the service starts the next
-        # tick sooner, as the operation's node moves on only at an advance.
-        self.on_done: Callable[[Kind, str], None] | None = None
+        # Told "<what> finished" and the operation's report after each operation: the
+        # service starts the next tick sooner when its nodes have a next step.
+        self.on_done: Callable[[str, AdvanceReport], None] | None = None
 
     def start(self, kind: Kind, keys: Sequence[str], what: str, work: Work,
               report: AdvanceReport) -> bool:
@@ -215,7 +215,7 @@ class WorkerPools(Inline):
             self._done.append(report)
         if self.on_done is not None:
             try:
-                self.on_done(op.kind, f"{op.what} {'failed' if error else 'finished'}")
+                self.on_done(f"{op.what} {'failed' if error else 'finished'}", report)
             except Exception:  # the next regular tick collects it anyway
                 log.exception("could not report the end of %s %s", op.kind, op.what)
 

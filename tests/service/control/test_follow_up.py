@@ -1,6 +1,7 @@
 """tick.follow_up on the service as build_service wires it (APScheduler, WorkerPools): an
-apply or bootstrap that finishes between ticks starts the next tick soon, so a new node goes
-from its launch to READY in seconds while the interval is an hour. Off, it waits."""
+apply that created a node or a bootstrap that went through starts the next tick soon, so a
+new node goes from its launch to READY in seconds while the interval is an hour. Off, it
+waits; a refused launch or a drain step never follows up."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from autoscaler.catalog import default_catalog
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.clock import utc_now
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.snapshot import PoolObservation
+from autoscaler.model.snapshot import CapacityError, PoolObservation
+from autoscaler.policy.models import Market
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.service.app import Service
 from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
+from autoscaler.service.executor.advance import AdvanceReport, Change
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.wiring import Overrides, build_service
 from tests.fakes import FakeAnsible, FakeCloud, FakeTerraform
@@ -75,35 +78,48 @@ def test_finished_applies_and_bootstraps_tick_the_node_to_ready_within_seconds(t
 def test_off_a_finished_apply_waits_for_the_interval(tmp_path):
     svc, store, runner = service(tmp_path, None)
     done: list[str] = []
-    svc_finished = svc.work_finished
+    finished = svc.work_finished
 
-    def seen(kind: str, why: str) -> None:
-        done.append(kind)
-        svc_finished(kind, why)
+    def seen(why: str, report: AdvanceReport) -> None:
+        done.append(why)
+        finished(why, report)
 
     runner.on_done = seen
     sched = svc._scheduler = svc.scheduler()
     sched.start()
     try:
-        wait_until(lambda: "apply" in done, 20, "the launch's apply to finish")
+        wait_until(lambda: "terraform apply lead/gpu finished" in done, 20,
+                   "the launch's apply to finish")
         time.sleep(2)  # what a follow-up of 1 s would have used
         assert svc.loop.state.ticks == 1 and svc.waker.wakes == 0
-        assert states(store) != [S.READY]
+        assert states(store) == [S.BOOTSTRAPPING]
     finally:
         sched.shutdown(wait=True)
         runner.close()
         store.close()
 
 
-def test_drain_steps_and_state_checks_do_not_follow_up(tmp_path):
+def report(**fields: object) -> AdvanceReport:
+    return AdvanceReport(started_at=utc_now(), **fields)
+
+
+def test_only_work_that_gave_its_node_a_next_step_follows_up(tmp_path):
     svc, store, runner = service(tmp_path, "1s")
     woken: list[str] = []
     svc.waker.follow_up = woken.append  # type: ignore[method-assign]
+    created = Change(node="lead-gpu-1", to=S.BOOTSTRAPPING, reason="instance i-1 created")
+    refused = CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlarge",
+                            zone="us-east-1a", market=Market.SPOT,
+                            code="InsufficientInstanceCapacity", at=utc_now())
     try:
-        svc.work_finished("drain", "drain step lead-gpu-1 finished")
-        svc.work_finished("state", "terraform state check lead/gpu finished")
-        svc.work_finished("bootstrap", "health check lead-gpu-1 finished")
-        assert woken == ["health check lead-gpu-1 finished"]
+        svc.work_finished("terraform apply lead/gpu finished", report(changes=[created]))
+        svc.work_finished("ansible lead-gpu-1 finished", report(bootstrapped=["lead-gpu-1"]))
+        # a refused launch is decided again at the interval, a drain step every tick
+        svc.work_finished("terraform apply lead/gpu finished", report(capacity_errors=[refused]))
+        svc.work_finished("drain step lead-gpu-1 finished",
+                          report(drain_steps={"lead-gpu-1": "2 jobs running"}))
+        svc.work_finished("terraform apply lead/gpu failed", report(errors=["apply failed"]))
+        assert woken == ["terraform apply lead/gpu finished", "ansible lead-gpu-1 finished"]
     finally:
         runner.close()
         store.close()
