@@ -64,11 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-size", type=int, default=None,
                         help="--sim: a fixed warm_pool.size instead of forecast (e and f then "
                         "describe that size, not the forecast)")
-    parser.add_argument("--capacity", choices=("bench", "fallback", "on-demand"), default="bench",
-                        help="--sim: the pool's market in every replay. bench (default): the "
-                        "benchmark's spot-only pool, whose warm nodes are spot, which the service "
-                        "refuses; fallback: spot_fallback on-demand; on-demand: spot_percent 0. "
-                        "The last two have on-demand warm nodes, as the service runs them")
+    parser.add_argument("--capacity", choices=("on-demand", "fallback", "bench"),
+                        default="on-demand",
+                        help="--sim: the pool's market in every replay. on-demand (default): "
+                        "spot_percent 0; fallback: spot_fallback on-demand. Both have the "
+                        "on-demand warm nodes the service runs. bench: the benchmark's spot-only "
+                        "pool, whose warm nodes are spot, which the service refuses (the default "
+                        "before 2026-12-05)")
     parser.add_argument("--workers", type=int, default=2, help="--sim: replays at once")
     args = parser.parse_args(argv)
     if args.sim:

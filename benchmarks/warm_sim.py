@@ -12,11 +12,12 @@ their sources (cold 240 s, warm 67 s, each jittered +-25%):
 
 Targets (issue 37): e <= 0.5 x d, f == 0, g <= 1.03.
 
-``--capacity`` changes the pool's market in all three: the benchmark pool is spot-only, so
-its warm nodes are spot, which the service refuses (EC2 stops a spot instance only as a
-persistent request); ``fallback`` (spot first, on-demand when refused) and ``on-demand``
-give it the on-demand warm nodes the service runs. A warm node serves only launches of its
-own market, so under ``fallback`` it serves the on-demand launches alone.
+``--capacity`` sets the pool's market in all three. ``on-demand`` (the default) and
+``fallback`` (spot first, on-demand when refused) give it the on-demand warm nodes the
+service runs; ``bench`` keeps the benchmark pool spot-only, so its warm nodes are spot,
+which the service refuses (EC2 stops a spot instance only as a persistent request). A warm
+node serves only launches of its own market, so under ``fallback`` it serves the on-demand
+launches alone.
 """
 
 from __future__ import annotations
