@@ -345,9 +345,8 @@ class WarmPool(_Strict):
         "way, in nodes of the pool's smallest type; always at most max.")
     max: int = Field(ge=1, le=MAX_NODES, description="Most warm nodes kept at once.")
     # A stopped node costs its volume only, so the warm pool can stand ready for a tail the
-    # floor (predictive.quantile, running GPUs) would pay full price to hold: on the
-    # benchmark trace p80 kept the p95 wait at 267 s, p95 at 184 s, p99 at 95 s, each at
-    # +0.1-0.2% cost (docs/integrations/terraform-ansible.md, Sizing).
+    # floor (predictive.quantile, running GPUs) would pay full price to hold; at the
+    # floor's quantile it would keep nothing (docs/integrations/terraform-ansible.md, Sizing).
     quantile: float = Field(0.99, ge=0.5, le=0.999, description="size: forecast: the "
                             "forecast quantile warm nodes stand ready for (above "
                             "predictive.quantile: warm nodes cost only their volumes).")
