@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from autoscaler.model.plan import Launch
 from autoscaler.model.snapshot import ForecastFloor
 from autoscaler.policy.duration import format_duration
-from autoscaler.policy.models import Market, Pool
+from autoscaler.policy.models import Market, Pool, percentile
 
 # How far ahead the warm target looks. The floor (predictive: scale) already holds the
 # forecast for the next lead (one boot); at the same quantile over the same window, a warm
@@ -106,8 +106,7 @@ def target(pool: Pool, forecast: ForecastFloor | None, running_gpus: float,
     missing = forecast.gpus - running_gpus
     wanted = max(0, math.ceil(missing / per_node - 1e-9))
     nodes = min(wanted, warm.max)
-    quantile = f"p{warm.quantile * 100:.10g}"
-    why = (f"warm target {nodes} = forecast {quantile} {forecast.gpus:g} GPUs - "
+    why = (f"warm target {nodes} = forecast {percentile(warm.quantile)} {forecast.gpus:g} GPUs - "
            f"{running_gpus:g} running")
     if per_node > 1:
         why += f", in {per_node}-GPU nodes"

@@ -21,7 +21,7 @@ from autoscaler.forecast.models import BASELINE, MODELS
 from autoscaler.forecast.series import DAY_BINS, DemandSeries
 from autoscaler.model.snapshot import ForecastFloor
 from autoscaler.policy.duration import format_duration
-from autoscaler.policy.models import Predictive
+from autoscaler.policy.models import Predictive, percentile
 
 BACKTEST_DAYS = 14
 
@@ -127,8 +127,3 @@ class Forecaster:
                     f"{current:g} requested)")
             gpus = cap
         return ForecastFloor(gpus=gpus, reason=why)
-
-
-def percentile(quantile: float) -> str:
-    """0.8 -> p80, 0.995 -> p99.5."""
-    return f"p{quantile * 100:.10g}"

@@ -332,6 +332,11 @@ class Predictive(_Strict):
                                 "holds above the GPUs jobs request now.")
 
 
+def percentile(quantile: float) -> str:
+    """How reasons name a forecast quantile: 0.8 -> p80, 0.995 -> p99.5."""
+    return f"p{quantile * 100:.10g}"
+
+
 class WarmPool(_Strict):
     """Stopped, bootstrapped instances a launch starts before it launches cold ones
     (docs/integrations/terraform-ansible.md, Warm pools). The service runs them on AWS with
