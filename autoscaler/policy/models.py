@@ -538,6 +538,13 @@ class TeamPolicy(_Strict):
                 return group
         return next((p.placement_group for p in self.pools if p.name == pool), None)
 
+    def group_mates(self, pool: str) -> list[str]:
+        """The other pools of ``pool``'s placement group ([] when it is decided alone)."""
+        group = self.group_of(pool)
+        if group is None:
+            return []
+        return [p.name for p in self.pools if p.name != pool and self.group_of(p.name) == group]
+
     def pool(self, name: str) -> Pool:
         for pool in self.pools:
             if pool.name == name:

@@ -248,13 +248,29 @@ class Service:
     def work_finished(self, why: str, report: AdvanceReport) -> None:
         """An executor worker finished. Its nodes move on only at the next advance: an
         instance created or started (BOOTSTRAPPING) gets its bootstrap, a bootstrapped node
-        its READY; for those, that tick comes sooner (``tick.follow_up``). Nothing else
-        does: a refused launch is decided again at the interval (in the simulator, deciding
-        sooner after a refusal sent spot-only pools into the next dry zone sooner and
-        lengthened their waits, docs/designs/benchmark-misses.md#wait), and drain steps
-        run every tick while they last."""
+        its READY; for those, that tick comes sooner (``tick.follow_up``). So does a
+        launch the cloud refused in a pool whose placement group has other pools: the
+        next decide spills the work to one of them. A refused launch in a pool decided
+        alone waits for the interval (in the simulator, deciding sooner after such a
+        refusal sent spot-only pools into the next dry zone sooner and lengthened their
+        waits, docs/designs/benchmark-misses.md#wait), and drain steps run every tick while
+        they last."""
         if report.moved(NodeState.BOOTSTRAPPING) or report.bootstrapped:
             self.waker.follow_up(why)
+        elif report.capacity_errors and (spill := self._grouped(report)):
+            self.waker.follow_up(f"{why}: capacity refused in {', '.join(spill)}, whose "
+                                 "placement group has other pools")
+
+    def _grouped(self, report: AdvanceReport) -> list[str]:
+        """The pools of the report's failed applies that have placement-group mates."""
+        policies = self.loop.policies()
+        out = []
+        for apply in report.applies:
+            team, _, name = apply.pool.partition("/")
+            policy = policies.get(team)
+            if not apply.ok and policy is not None and policy.group_mates(name):
+                out.append(apply.pool)
+        return out
 
     def _notices_pass(self) -> None:
         """The notice job: interrupted nodes' stand-ins are decided by the next tick, woken."""

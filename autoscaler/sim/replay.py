@@ -230,9 +230,13 @@ class Replay:
         self.cluster.schedule(now)
 
     def _wake(self, now: float) -> None:
-        """Demand appeared between ticks: decide ``wake_after`` after the last tick, unless
-        the regular tick comes first (the service's loop does the same)."""
-        gap = self.strategy.wake_after
+        """Demand appeared between ticks: decide ``wake_after`` after the last tick."""
+        self.wake(now, self.strategy.wake_after)
+
+    def wake(self, now: float, gap: float | None) -> None:
+        """Decide ``gap`` after the last tick (at ``now`` if that has passed) instead of at
+        the next regular tick, unless that or another wake comes first: the service's tick
+        waker (``tick.wake_after`` on demand, ``tick.follow_up`` on finished work)."""
         if gap is None or self._wake_at is not None:
             return
         at = max(now, self._last_tick + gap)

@@ -168,6 +168,8 @@ def test_policy_checks_groups_and_forbidden_clouds():
     assert loc[0] == "pools"
     assert "mixes cluster kinds" in msg
     assert pol.group_of("east") == "other" and pol.group_of("ali") == "v100"
+    assert pol.group_mates("east") == [] and pol.group_mates("ali") == ["west"]
+    assert mixed.group_mates("a") == ["b"]
 
 
 def test_the_plan_command_and_the_status_page_show_the_pools_compared(tmp_path):

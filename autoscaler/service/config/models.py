@@ -45,8 +45,10 @@ class TickSettings(_Model):
         timedelta(seconds=10), description="When an apply that created or started a node, "
         "or a bootstrap that went through, finishes between ticks, start the next tick this "
         "long after the last one began, so the node moves on (to its bootstrap, to READY) "
-        "without waiting out the interval; null: only every interval. Refused launches do "
-        "not (docs/operators/running.md). It only moves a tick earlier: with an interval no "
+        "without waiting out the interval; the same after a launch the cloud refused in a "
+        "pool whose placement group has other pools, so the work spills to one of them; "
+        "null: only every interval. Other refused launches do not (docs/operators/"
+        "running.md). It only moves a tick earlier: with an interval no "
         "longer than it, it changes nothing.")
     preview: Literal["map", "terraform"] = Field(
         "map", description="How each changed pool is previewed before the executor acts: "

@@ -12,7 +12,9 @@ observe and where a launch goes:
   engine's placement (``engine/placement.py``) moves each to a pool before growth.
   ``PendingShape`` carries no options, so the by-shape fast path is not used here;
 * a refused launch is reported with its pool's region, so the engine backs off that
-  region's (type, zone) only.
+  region's (type, zone) only, and the next decide comes ``follow_up`` after the last
+  tick instead of at the next one, as the service's ``tick.follow_up`` does for a pool
+  with placement-group mates (``Service.work_finished``): the work spills sooner.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class GroupEngineStrategy(EngineStrategy):
     description = "gpu-autoscaler's decide() with the team's pools of one placement group"
 
     def __init__(self, policy: TeamPolicy, pools: list[Pool], catalog: Catalog, interval: float = 30.0,
-                 settings: EngineSettings | None = None):
+                 settings: EngineSettings | None = None, follow_up: float | None = 10.0):
         if not pools:
             raise SimError("a placement group needs at least one pool")
         super().__init__(policy, pools[0], catalog, interval, settings)
@@ -54,9 +56,15 @@ class GroupEngineStrategy(EngineStrategy):
                         for k in self.pools]
         self._pending: dict[str, tuple[float, PendingJob]] = {}
         self.launched: Counter[tuple[str, str]] = Counter()  # (pool, market) -> nodes launched
+        self.follow_up = follow_up if len(pools) > 1 else None  # the service's default, 10 s
 
     def parameters(self) -> dict[str, object]:
-        return {"tick_s": self.interval, "group": [p.model_dump(mode="json") for p in self.pools.values()]}
+        return {"tick_s": self.interval, "follow_up_s": self.follow_up,
+                "group": [p.model_dump(mode="json") for p in self.pools.values()]}
+
+    def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
+        super().capacity_error(replay, node, now)
+        replay.wake(now, self.follow_up)
 
     def pool_of(self, node: SimNode) -> Pool:
         return self.pools[node.pool or self.home]

@@ -1,13 +1,16 @@
 """tick.follow_up on the service as build_service wires it (APScheduler, WorkerPools): an
 apply that created a node or a bootstrap that went through starts the next tick soon, so a
 new node goes from its launch to READY in seconds while the interval is an hour. Off, it
-waits; a refused launch or a drain step never follows up."""
+waits; a drain step never follows up, a refused launch only in a pool with placement-group
+mates (the next decide spills the work to one of them)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from pathlib import Path
+
+from ruamel.yaml import YAML
 
 from autoscaler.actuators.drain import no_drainer
 from autoscaler.catalog import default_catalog
@@ -20,9 +23,10 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.service.app import Service
 from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.executor import Executor, ExecutorSettings
-from autoscaler.service.executor.advance import AdvanceReport, Change
+from autoscaler.service.executor.advance import AdvanceReport, Change, PoolApply
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.wiring import Overrides, build_service
+from tests.builders import make_pool_dict
 from tests.fakes import FakeAnsible, FakeCloud, FakeTerraform
 from tests.service.service_fakes import FakePrices, FakeSignals, write_policy
 
@@ -32,6 +36,15 @@ S = NodeState
 def service(tmp: Path, follow_up: str | None) -> tuple[Service, FleetStore, WorkerPools]:
     write_policy(tmp / "policies", "lead", name="gpu", min_nodes=1, max_nodes=1,
                  instance_types=["p3.2xlarge"], cluster={"kind": "none"})
+    # A second team, not launched by any test here: two regions' pools in one placement group
+    # and a third pool decided alone.
+    pools = [make_pool_dict(name, region=region, instance_types=["p3.2xlarge"], max_nodes=2,
+                            cluster={"kind": "none"}, **group)
+             for name, region, group in [("east", "us-east-1", {"placement_group": "v100"}),
+                                         ("west", "us-west-2", {"placement_group": "v100"}),
+                                         ("solo", "us-east-2", {})]]
+    YAML(typ="safe").dump({"apiVersion": "gpu-autoscaler/v1", "team": "spill", "priority": "high",
+                           "pools": pools}, tmp / "policies" / "spill.yaml")
     config = ServiceConfig.model_validate({
         "policies_dir": str(tmp / "policies"), "store": {"url": f"sqlite:///{tmp / 'fleet.db'}"},
         "http": {"enabled": False}, "tick": {"interval": "1h", "follow_up": follow_up}})
@@ -120,6 +133,33 @@ def test_only_work_that_gave_its_node_a_next_step_follows_up(tmp_path):
                           report(drain_steps={"lead-gpu-1": "2 jobs running"}))
         svc.work_finished("terraform apply lead/gpu failed", report(errors=["apply failed"]))
         assert woken == ["terraform apply lead/gpu finished", "ansible lead-gpu-1 finished"]
+    finally:
+        runner.close()
+        store.close()
+
+
+def test_a_refused_launch_follows_up_only_where_a_group_mate_can_take_the_work(tmp_path, caplog):
+    svc, store, runner = service(tmp_path, "1s")
+    svc.loop.tick()  # loads the policies (and launches lead's floor node)
+    assert svc.loop.policies()["spill"].group_mates("east") == ["west"]
+    woken: list[str] = []
+    svc.waker.follow_up = woken.append  # type: ignore[method-assign]
+
+    def refused(pool: str, region: str) -> AdvanceReport:
+        return report(applies=[PoolApply(pool=pool, ok=False, failed={f"{pool}-1": "refused"})],
+                      capacity_errors=[CapacityError(
+                          cloud="aws", region=region, instance_type="p3.2xlarge",
+                          zone=f"{region}a", market=Market.SPOT,
+                          code="InsufficientInstanceCapacity", at=utc_now())])
+    try:
+        svc.work_finished("terraform apply spill/east finished", refused("spill/east", "us-east-1"))
+        # alone: waits for the interval; in the group but failed for another reason: too
+        svc.work_finished("terraform apply spill/solo finished", refused("spill/solo", "us-east-2"))
+        svc.work_finished("terraform apply spill/west failed", report(
+            applies=[PoolApply(pool="spill/west", ok=False, failed={"spill-west-1": "boom"})],
+            errors=["apply failed"]))
+        assert woken == ["terraform apply spill/east finished: capacity refused in spill/east, "
+                         "whose placement group has other pools"]
     finally:
         runner.close()
         store.close()

@@ -52,8 +52,13 @@ def test_the_group_spills_to_the_other_regions_spot_when_its_zone_is_dry(tmp_pat
     # after one attempt, and never replaced by an on-demand node
     assert group.launched == {(EAST, "spot"): 1, (WEST, "spot"): 1}
     assert run.cluster.totals.failed_launches == 1
-    # one attempt (36 s) + the next tick + the boot (240 s)
-    assert job.wait <= EXACT.launch_attempt + 30 + EXACT.boot_delay
+    # The refusal, 36 s in, is followed up 10 s after the last tick (30 s; the service's
+    # tick.follow_up), not at the next one (60 s): the west launch boots from 40 s.
+    assert job.wait == 30 + 10 + EXACT.boot_delay and run.stats.wakes == 1
+    waits = GroupEngineStrategy(pol, pol.pools, CATALOG, interval=30, follow_up=None)
+    late = one_job(waits, pol.pools[0], dry_east(tmp_path))
+    assert late.jobs[0].wait == 60 + EXACT.boot_delay and late.stats.wakes == 0
+    assert waits.launched == group.launched
 
 
 def test_the_region_alone_falls_back_to_on_demand(tmp_path: Path) -> None:
