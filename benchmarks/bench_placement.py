@@ -10,7 +10,9 @@ are named per region, so one market serves all three. Five replays of the same j
 
 * group: decide() with the three region pools in one placement group
   (``sim/strategies/group.py``): each pending job is listed under us-east-1 with the three
-  pools as options, and the engine's placement picks the pool for each launch;
+  pools as options, and the engine's placement picks the pool for each launch; a refused
+  launch is decided again 10 s after the last tick, as the service's ``tick.follow_up``
+  does in a pool with placement-group mates;
 * alone_<region>: decide() with that region's pool only (``sim/strategies/engine.py``);
   the best of the three is the cheapest, and its p95 wait is the one compared;
 * failover: SkyPilot-like (``sim/strategies/failover.py``): CA-like scaling, regions tried
