@@ -120,6 +120,26 @@ def test_a_repeated_client_token_gets_the_first_reservation_back_as_from_ec2(ec2
         [first["Instances"][0]["InstanceId"], other["Instances"][0]["InstanceId"]])
 
 
+def test_a_repeated_create_image_gets_the_first_image_and_a_used_name_is_refused(ec2: Any) -> None:
+    """CreateImage has no token: a repeat from the same instance (in the sandbox, an SDK
+    retry) gets the first image back; another instance's image under that name is refused
+    with EC2's code."""
+    a, b = launch(ec2, "g4dn.xlarge"), launch(ec2, "g4dn.xlarge")
+    tags = [{"ResourceType": "image", "Tags": [{"Key": "bake", "Value": "retried"}]}]
+    first = ec2.create_image(InstanceId=a["InstanceId"], Name="bake-retried-1",
+                             TagSpecifications=tags)["ImageId"]
+    again = ec2.create_image(InstanceId=a["InstanceId"], Name="bake-retried-1",
+                             TagSpecifications=tags)["ImageId"]
+    assert again == first
+    with pytest.raises(ClientError, match=r"InvalidAMIName\.Duplicate"):
+        ec2.create_image(InstanceId=b["InstanceId"], Name="bake-retried-1")
+    other = ec2.create_image(InstanceId=a["InstanceId"], Name="bake-retried-2",
+                             TagSpecifications=tags)["ImageId"]
+    found = ec2.describe_images(Owners=["self"], Filters=[
+        {"Name": "tag:bake", "Values": ["retried"]}])["Images"]
+    assert sorted(i["ImageId"] for i in found) == sorted([first, other])
+
+
 def test_tags_read_from_the_resource_answer_as_moto_does(ec2: Any) -> None:
     """The patched lookup (moto scanned every tag per instance: quadratic over a describe)
     gives the same tags, sees added and deleted ones, and filters by them."""

@@ -20,6 +20,12 @@ autoscaler.sandbox.services.moto_server``), never in the product:
    token with the reservation it made the first time. moto made a second instance
    instead: a retry under load left an instance no state held (seen once in CI, a
    baked pool's node still running after ``terraform destroy``).
+6. ``CreateImage`` made a second image of the same name. It has no token; EC2 refuses a
+   name already in use in the region (``InvalidAMIName.Duplicate``). Here a repeat of the
+   same name from the same instance gets the first image back: in the sandbox such a
+   repeat is only an SDK retry of an answer moto lost under load (seen once in CI: an
+   image with the bake's hash that no state held), which EC2 would not have lost.
+   Another instance's image under a used name is refused, as by EC2.
 """
 
 from __future__ import annotations
@@ -213,8 +219,30 @@ def patch_tag_lookup() -> None:
     TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
 
 
+def patch_create_image() -> None:
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.models.amis import AmiBackend
+
+    original = AmiBackend.create_image
+    if getattr(original, "_gpu_autoscaler", False):
+        return
+
+    def create_image(self: Any, instance_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        for ami in list(self.amis.values()):
+            if ami.name == name and ami.owner_id == self.account_id:
+                if ami.instance_id == instance_id:
+                    return ami
+                raise EC2ClientError("InvalidAMIName.Duplicate",
+                                     f"AMI name {name} is already in use by AMI {ami.id}")
+        return original(self, instance_id, name, *args, **kwargs)
+
+    create_image._gpu_autoscaler = True  # type: ignore[attr-defined]
+    AmiBackend.create_image = create_image  # type: ignore[method-assign]
+
+
 def apply_all(fault_file: Path | None) -> None:
     add_p3_types()
     patch_tag_lookup()
     patch_run_instances(fault_file)
+    patch_create_image()
     patch_iam_batch_actions()
