@@ -2,7 +2,7 @@
 alone and a SkyPilot-like failover, on bench_sim's window and workload.
 
     python benchmarks/bench_placement.py [--data DIR] [--seed 0] [--start-day N --days M]
-                                         [--spot-trace DIR] [--workers 2]
+                                         [--spot-trace DIR] [--workers 2] [--follow-up 10]
 
 The spot market is the SkyPilot V100 (p3.2xlarge) availability traces of February 2023, one
 file per zone, of us-east-1 (a, c, d, f), us-east-2 (a, b) and us-west-2 (a, b, c); zones
@@ -127,11 +127,12 @@ def spill_room(spot: SpotMarket, seconds: float) -> tuple[float, float]:
     return dry / steps, spill / max(1, dry)
 
 
-def strategy(name: str, team: TeamPolicy, pools: list[Pool], tick: float) -> tuple[Strategy, Pool]:
+def strategy(name: str, team: TeamPolicy, pools: list[Pool], tick: float,
+             follow_up: float | None = 10.0) -> tuple[Strategy, Pool]:
     """The variant's strategy and the pool its replay is set up with (the first it buys for)."""
     catalog = default_catalog()
     if name == "group":
-        return GroupEngineStrategy(team, pools, catalog, interval=tick), pools[0]
+        return GroupEngineStrategy(team, pools, catalog, interval=tick, follow_up=follow_up), pools[0]
     if name == "failover":
         regions = [Region(f"{team.team}/{p.name}", tuple(p.zones)) for p in pools]
         return SkyPilotFailover(regions, quota_gpus=team.quota.max_gpus), pools[0]
@@ -142,8 +143,9 @@ def strategy(name: str, team: TeamPolicy, pools: list[Pool], tick: float) -> tup
 
 
 def replay(name: str, workload: Workload, team: TeamPolicy, pools: list[Pool], config: SimConfig,
-           spot: SpotMarket, duty: DutyCycles) -> tuple[StrategyResult, dict[str, Any]]:
-    strat, pool = strategy(name, team, pools, config.tick)
+           spot: SpotMarket, duty: DutyCycles,
+           follow_up: float | None = 10.0) -> tuple[StrategyResult, dict[str, Any]]:
+    strat, pool = strategy(name, team, pools, config.tick, follow_up)
     run = Replay(workload, pool, default_catalog(), config, strat, spot=spot, duty=duty)
     run.run()
     extra: dict[str, Any] = {}
@@ -161,6 +163,9 @@ def main() -> int:
     parser.add_argument("--days", type=float, default=bench_sim.DAYS)
     parser.add_argument("--spot-trace", type=Path, help="spot availability directory (default: bench_sim's)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--follow-up", type=float, default=10.0, help="seconds after the last "
+                        "tick at which the group decides again after a refused launch (the "
+                        "service's tick.follow_up; 0: at the next tick)")
     parser.add_argument("--max-wait", help="capacity.max_wait of every pool, e.g. 10m (default: the "
                         "team priority's, 0s for the bench team)")
     args = parser.parse_args()
@@ -184,8 +189,8 @@ def main() -> int:
     console.print(f"spot trace over the window: every us-east-1 zone dry {dry:.1%} of the time; another "
                   f"region has spot during {spill:.1%} of that")
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as pool_exec:
-        futures = {n: pool_exec.submit(replay, n, workload, team, pools, config, spot, duty)
-                   for n in VARIANTS}
+        futures = {n: pool_exec.submit(replay, n, workload, team, pools, config, spot, duty,
+                                       args.follow_up or None) for n in VARIANTS}
         out = {n: f.result() for n, f in futures.items()}
     res = {n: r for n, (r, _) in out.items()}
     for n, (r, extra) in out.items():
