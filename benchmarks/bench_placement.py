@@ -128,7 +128,7 @@ def spill_room(spot: SpotMarket, seconds: float) -> tuple[float, float]:
 
 
 def strategy(name: str, team: TeamPolicy, pools: list[Pool], tick: float,
-             follow_up: float | None = 10.0) -> tuple[Strategy, Pool]:
+             follow_up: float | None) -> tuple[Strategy, Pool]:
     """The variant's strategy and the pool its replay is set up with (the first it buys for)."""
     catalog = default_catalog()
     if name == "group":
@@ -144,7 +144,7 @@ def strategy(name: str, team: TeamPolicy, pools: list[Pool], tick: float,
 
 def replay(name: str, workload: Workload, team: TeamPolicy, pools: list[Pool], config: SimConfig,
            spot: SpotMarket, duty: DutyCycles,
-           follow_up: float | None = 10.0) -> tuple[StrategyResult, dict[str, Any]]:
+           follow_up: float | None) -> tuple[StrategyResult, dict[str, Any]]:
     strat, pool = strategy(name, team, pools, config.tick, follow_up)
     run = Replay(workload, pool, default_catalog(), config, strat, spot=spot, duty=duty)
     run.run()
