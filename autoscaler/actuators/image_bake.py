@@ -10,7 +10,9 @@ bootstraps its nodes, so the two never drift apart.
 3. Terraform makes an image of it, tagged with the pool's bootstrap hash.
 4. The builder is destroyed, on success and on failure, and the pool's images beyond its
    ``bootstrap.images_kept`` are deregistered, newest kept (only after a successful bake:
-   a failed one never costs an image).
+   a failed one never costs an image). An image of the pool that no state holds (a
+   CreateImage whose answer was lost) is adopted and counted with the others
+   (``terraform/bake.py``), so it is never paid for forever.
 
 A pool whose hash matches the new image launches from it at its next apply; its nodes run
 only the node-time part. A bake killed midway leaves its builder in the bake's state:
@@ -51,6 +53,7 @@ class BakeResult:
     builder: str | None = None
     run: BootstrapRun | None = None
     deregistered: list[KeptImage] = field(default_factory=list)
+    adopted: list[KeptImage] = field(default_factory=list)  # untracked images found
     kept: list[KeptImage] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # step -> wall seconds
 
@@ -123,8 +126,15 @@ def bake_pool(policies: Mapping[str, TeamPolicy], team: str, pool_name: str, *,
                                 f"{result.builder} could not be destroyed: {exc}; run the "
                                 "bake again to finish it") from exc
         result.seconds["finish"] = time.monotonic() - started
+        result.adopted = list(ws.adopted)
+        if result.adopted:
+            log.warning("bake of %s: adopted %d image(s) of the pool that no state held "
+                        "(left by a CreateImage whose answer was lost): %s", key,
+                        len(result.adopted), ", ".join(f"{i.id} ({i.name})" for i in result.adopted))
     result.kept = ws.images()
     say(f"builder {result.builder} destroyed; {len(result.kept)} image(s) kept"
+        + (f", adopted untracked {', '.join(i.id for i in result.adopted)}"
+           if result.adopted else "")
         + (f", deregistered {', '.join(i.id for i in result.deregistered)}"
            if result.deregistered else ""))
     return result

@@ -85,8 +85,10 @@ def list_images(pool_ref: PoolArg, config: ConfigOption) -> None:
     """The pool's bootstrap hash and the images its bakes keep.
 
     Newest last. The pool's nodes launch from the newest image with the current hash; with
-    none, the pool is stale and does what bootstrap.when_stale says. Reads the bake's
-    Terraform state (terraform output): no cloud call."""
+    none, the pool is stale and does what bootstrap.when_stale says. Also lists the pool's
+    images that no state held when its last bake ended (a CreateImage whose answer was
+    lost): the next bake adopts them and counts them in bootstrap.images_kept. Reads the
+    bake's Terraform state (terraform output): no cloud call."""
     cfg, _, policies, team, pool = _load(config, pool_ref)
     image = baked_images({team: policies[team]}, cfg.terraform, cfg.ansible).get(
         f"{team}/{pool.name}")
@@ -97,7 +99,7 @@ def list_images(pool_ref: PoolArg, config: ConfigOption) -> None:
     ws = BakeWorkspace(cfg.terraform, team, pool.name, pool.region, hash_=image.hash,
                        instance_type=pool.instance_types[0])
     try:
-        kept = ws.images()
+        kept, untracked = ws.images(), ws.untracked()
     except TerraformError as exc:
         fail(f"cannot read the bake state of {pool_ref}: {exc}")
     console.print(f"{pool_ref}: bootstrap hash {image.hash}, images kept "
@@ -105,7 +107,11 @@ def list_images(pool_ref: PoolArg, config: ConfigOption) -> None:
                   highlight=False)
     for item in kept:
         mark = "current" if item.hash == image.hash else "stale"
+        mark += ", adopted: no state held it" if item.adopted else ""
         console.print(f"  {item.id}  {item.name}  hash {item.hash}  ({mark})", highlight=False)
+    if untracked:
+        console.print(f"untracked (in no state when the last bake ended; the next bake adopts "
+                      f"them): {', '.join(untracked)}", highlight=False)
     if not any(i.hash == image.hash for i in kept):
         console.print(f"stale: no image of this pool's bakes has hash {image.hash}; run "
                       f"`gpu-autoscaler image bake {pool_ref}`", highlight=False)

@@ -34,6 +34,7 @@ class Workspace:
         KeptImage(f"img-{n}", f"ami-{n}", "i-old", "0ld") for n in (1, 2)])
     calls: list[Any] = field(default_factory=list)
     fail_image: bool = False
+    adopted: list[KeptImage] = field(default_factory=list)
 
     def launch_builder(self) -> Builder:
         self.calls.append("launch")
@@ -41,7 +42,9 @@ class Workspace:
 
     def make_image(self, builder: Builder) -> str:
         self.calls.append(("image", builder.instance_id))
-        if self.fail_image:
+        if self.fail_image:  # as when the answer is lost: an image in no state is left
+            self.adopted = [KeptImage("img-lost", "ami-lost", builder.instance_id, self.hash_,
+                                      adopted=True)]
             raise RuntimeError("CreateImage refused")
         self.images_.append(KeptImage("img-3", "ami-3", builder.instance_id, self.hash_))
         return "ami-3"
@@ -122,11 +125,14 @@ def test_a_failed_image_time_part_destroys_the_builder_and_deregisters_nothing(l
     assert [i.id for i in made[0].images_] == ["ami-1", "ami-2"]
 
 
-def test_a_failed_image_still_destroys_the_builder(listening: int) -> None:
+def test_a_failed_image_still_destroys_the_builder_and_says_what_it_adopted(
+        listening: int, caplog: pytest.LogCaptureFixture) -> None:
     made: list[Workspace] = []
     with pytest.raises(RuntimeError, match="CreateImage refused"):
         bake(Ansible(listening), made, fail_image=True)
     assert made[0].calls == ["launch", ("image", "i-builder"), ("finish", None)]
+    assert "adopted 1 image(s) of the pool that no state held (left by a CreateImage whose " \
+        "answer was lost): ami-lost (img-lost)" in caplog.text
 
 
 def test_a_base_pool_or_an_unknown_pool_is_refused_before_anything_runs(listening: int) -> None:

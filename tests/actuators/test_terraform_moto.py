@@ -347,12 +347,26 @@ def test_the_bake_module_images_a_builder_keeps_the_newest_images_and_destroys_t
         assert tags_of(inst)["node"] == "vision-bake-builder-20261130120000"
         assert builder.private_ip == inst["PrivateIpAddress"]
         old = first.make_image(builder)
+        # An image of the pool in no state, as a CreateImage whose answer was lost leaves
+        # it (bake.py's docstring), between the two bakes' times.
+        stray_name = f"gpu-autoscaler-vision-bake-{h}-20261201070000"
+        stray = ec2.create_image(InstanceId=builder.instance_id, Name=stray_name, TagSpecifications=[
+            {"ResourceType": "image", "Tags": [
+                {"Key": k, "Value": v} for k, v in {
+                    "team": "vision", "pool": "bake", "managed-by": "gpu-autoscaler",
+                    "Name": stray_name, HASH_TAG: h,
+                    "gpu-autoscaler/builder": builder.instance_id}.items()]}])["ImageId"]
         # A second bake (its own time, so its own name) of the same builder: two images.
         new = second.make_image(builder)
         assert [i.id for i in second.images()] == [old, new]
+        assert second.untracked() == [stray]  # seen by the apply's plan, not yet adopted
     finally:
         gone = second.finish(keep=1)
-    assert [i.id for i in gone] == [old]
+    # Adopted, then counted by its time: older than the new image, so deregistered too.
+    assert [(i.id, i.name, i.source, i.hash) for i in second.adopted] == [
+        (stray, stray_name, builder.instance_id, h)]
+    assert sorted(i.id for i in gone) == sorted([old, stray])
+    assert second.untracked() == []
     (img,) = ec2.describe_images(ImageIds=[new])["Images"]
     assert tags_of(img)[HASH_TAG] == h and tags_of(img)["gpu-autoscaler/builder"] == \
         builder.instance_id

@@ -67,6 +67,7 @@ def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_on
     listed = cli(stack, "list")
     assert listed.returncode == 0 and f"{image['ImageId']}" in listed.stdout, listed.stdout
     assert "(current)" in listed.stdout and "stale: no image" not in listed.stdout
+    assert "untracked" not in listed.stdout and "adopted" not in listed.stdout
 
     # 2. A baked node and a cold node, launched in the same tick.
     loop = Loop(stack, write_policy(tmp_path / "policies", 1))

@@ -14,6 +14,14 @@ its hash), so images are made and deregistered through Terraform like everything
    newest ``keep`` images kept: the older ones leave the map and are deregistered (with
    their snapshots) by the same apply. Safe after a failure at any step, and twice.
 
+An image of the pool that no state holds (tagged with its team, pool and a builder) is
+adopted by ``finish`` before it counts: imported into ``aws_ami.adopted`` (var.adopted, by
+id; ``aws_ami_from_instance`` has no importer) and from then on kept or deregistered by the
+same count, by the time in its name. Such an image is left when CreateImage succeeded but
+its answer was lost: the provider's SDK retries, EC2 refuses the repeat as a duplicate
+name, the apply fails and the first image is in no state. Without adoption it would be
+paid for and never deregistered.
+
 The images the state keeps are read back from its ``images`` output at each step, so a
 bake killed between two steps loses no image and the next bake finishes its builder.
 AWS only (the Alibaba Cloud custom image is not written).
@@ -49,6 +57,7 @@ class KeptImage:
     id: str
     source: str  # the builder instance it was made of
     hash: str
+    adopted: bool = False  # found untracked and imported (aws_ami.adopted), not made here
 
 
 def builder_name(team: str, pool: str, started: datetime) -> str:
@@ -75,18 +84,31 @@ def bake_tf(settings: TerraformSettings, team: str, pool: str, region: str,
     }
     image_tags = {**rootmodule.literal(tags), "Name": "${each.key}",
                   rootmodule.HASH_TAG: "${each.value.hash}", BUILDER_TAG: "${each.value.source}"}
+    # Every image a bake of this pool made, in a state or not. Read after the images
+    # changed (depends_on), so an apply's own new and deregistered images are not strays.
+    made_here = {"owners": ["self"], "depends_on": ["aws_ami_from_instance.image", "aws_ami.adopted"],
+                 "filter": [
+        {"name": f"tag:{k}", "values": [rootmodule.literal(v)]} for k, v in tags.items()] + [
+        {"name": "tag-key", "values": [BUILDER_TAG]}]}
     return {
         "terraform": {"required_providers": {"aws": rootmodule.PROVIDERS["aws"]},
                       "backend": {"local": {"path": rootmodule.LOCAL_STATE}}},
         "provider": {"aws": rootmodule.literal(rootmodule.provider_config(settings, "aws", region))},
         "variable": {"builder": {"type": "bool", "default": False},
-                     "images": {"type": IMAGES_TYPE, "default": {}}},
+                     "images": {"type": IMAGES_TYPE, "default": {}},
+                     "adopted": {"type": "set(string)", "default": []}},
+        "data": {"aws_ami_ids": {"made": made_here}},
+        "import": [{"for_each": "${var.adopted}", "to": "aws_ami.adopted[each.key]",
+                    "id": "${each.value}"}],
         "resource": {
             "aws_instance": {"builder": {**rootmodule.literal(builder),
                                          "count": "${var.builder ? 1 : 0}"}},
             "aws_ami_from_instance": {"image": {
                 "for_each": "${var.images}", "name": "${each.key}",
                 "source_instance_id": "${each.value.source}", "tags": image_tags}},
+            # The state holds what the import read; the configuration is never applied.
+            "aws_ami": {"adopted": {"for_each": "${var.adopted}", "name": "${each.key}",
+                                    "lifecycle": {"ignore_changes": "all"}}},
         },
         "output": {
             "builder": {"value": '${try(aws_instance.builder[0].id, "")}'},
@@ -94,6 +116,12 @@ def bake_tf(settings: TerraformSettings, team: str, pool: str, region: str,
             "images": {"value": "${{for k, v in aws_ami_from_instance.image : k => "
                                 "{id = v.id, source = var.images[k].source, "
                                 "hash = var.images[k].hash}}}"},
+            "adopted": {"value": "${{for k, v in aws_ami.adopted : k => {name = v.name, "
+                                 f'source = lookup(v.tags, "{BUILDER_TAG}", ""), '
+                                 f'hash = lookup(v.tags, "{rootmodule.HASH_TAG}", "")}}}}}}'},
+            "untracked": {"value": "${sort(setsubtract(data.aws_ami_ids.made.ids, concat("
+                                   "values(aws_ami_from_instance.image)[*].id, "
+                                   "values(aws_ami.adopted)[*].id)))}"},
         },
     }
 
@@ -116,6 +144,7 @@ class BakeWorkspace:
         self.runner = Runner(self.dir, self.dir / "terraformrc", settings.terraform_bin,
                              settings.command_timeout_s)
         self._initialized = False
+        self.adopted: list[KeptImage] = []  # by the last finish()
 
     def _init(self) -> None:
         if self._initialized:
@@ -131,17 +160,27 @@ class BakeWorkspace:
         return {k: v["value"] for k, v in json.loads(shown.stdout or "{}").items()}
 
     def images(self) -> list[KeptImage]:
-        """The images the pool's bakes made and keep, oldest first (by the bake's time,
-        the end of the name)."""
+        """The images the pool's bakes made and keep, adopted ones included, oldest first
+        (by the bake's time, the end of the name)."""
         self._init()
+        out = self._outputs()
         found = [KeptImage(name, v["id"], v["source"], v["hash"])
-                 for name, v in (self._outputs().get("images") or {}).items()]
+                 for name, v in (out.get("images") or {}).items()]
+        found += [KeptImage(v["name"], id_, v["source"], v["hash"], adopted=True)
+                  for id_, v in (out.get("adopted") or {}).items()]
         return sorted(found, key=lambda i: (i.name.rsplit("-", 1)[-1], i.name))
+
+    def untracked(self) -> list[str]:
+        """Ids of the pool's images in no state, as the last apply left them."""
+        self._init()
+        return [str(i) for i in self._outputs().get("untracked") or []]
 
     def _apply(self, builder: bool, images: list[KeptImage]) -> dict[str, Any]:
         self._init()
         tfvars = {"builder": builder,
-                  "images": {i.name: {"source": i.source, "hash": i.hash} for i in images}}
+                  "images": {i.name: {"source": i.source, "hash": i.hash}
+                             for i in images if not i.adopted},
+                  "adopted": sorted(i.id for i in images if i.adopted)}
         (self.dir / "terraform.tfvars.json").write_text(json.dumps(tfvars, indent=2))
         self.runner.run("apply", auto_approve=FLAG, input=False)
         return self._outputs()
@@ -158,8 +197,22 @@ class BakeWorkspace:
 
     def finish(self, keep: int | None = None) -> list[KeptImage]:
         """Destroy the builder; with ``keep``, deregister all but the newest ``keep``
-        images. Returns the images deregistered."""
+        images. Then adopt the pool's untracked images, if the apply's plan saw any, and
+        count them too (so a failed bake adopts what it left, and the next one counts it).
+        Returns the images deregistered; ``self.adopted``: those adopted."""
+        gone = self._keep(keep, always=True)
+        strays = self.untracked()
+        self.adopted = []
+        if strays:
+            self._apply(False, [*self.images(), *(KeptImage("", id_, "", "", adopted=True)
+                                                  for id_ in strays)])
+            self.adopted = [i for i in self.images() if i.id in strays]
+            gone += self._keep(keep, always=False)
+        return gone
+
+    def _keep(self, keep: int | None, *, always: bool) -> list[KeptImage]:
         images = self.images()
         kept = images if keep is None else images[max(0, len(images) - keep):]
-        self._apply(False, kept)
+        if always or kept != images:
+            self._apply(False, kept)
         return [i for i in images if i not in kept]
