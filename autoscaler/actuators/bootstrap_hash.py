@@ -11,9 +11,9 @@ base image (the region's ``ami``)             yes       the image is built on it
 image-time role variables: ``nvidia_driver_*``  yes     driver branch and source, CUDA
 ``nvidia_cuda_repo_*`` ``cuda_toolkit_*``               version, container runtime and
 ``container_toolkit_*`` ``dcgm_exporter_*``             toolkit version, DCGM package,
-(policy ``bootstrap.driver``, ``.cuda``,                dcgm-exporter binary URL/checksum
-``.container_runtime``; the operator's
-``ansible.extra_vars``)
+``image_prepull_*`` (policy ``bootstrap.driver``,       dcgm-exporter binary URL/checksum,
+``.cuda``, ``.container_runtime``, ``.prepull``;        the pre-pulled container images
+the operator's ``ansible.extra_vars``)
 every file of the image-time roles            yes       a role change makes images stale
 ``dcgm_exporter_node_name``                   no        set per node, at node time
 node-time settings: ``bootstrap.sharing``,    no        the node-time part (``--tags
@@ -22,8 +22,8 @@ node-time settings: ``bootstrap.sharing``,    no        the node-time part (``--
 partition, taints); team and pool names
 ============================================  ========  ==================================
 
-Pre-pulled container images are not part of it yet: the policy has no field for them and
-no role pulls them.
+A pre-pulled image is hashed by its reference: a tag that a registry moves to new content
+does not make the image stale (pin a digest, ``name@sha256:...``, to bake exactly that).
 
 :func:`baked_images` gives every Terraform workspace of a baked pool (the service's
 provisioner and tick preview, ``gpu-autoscaler plan``) its :class:`BakedImage`; it is
@@ -45,7 +45,7 @@ from autoscaler.policy.models import Pool, TeamPolicy, pool_key
 
 # The roles gpu-node.yml runs under --tags image (with their dependencies and helpers).
 IMAGE_ROLES = ("nvidia_cuda_repo", "nvidia_driver", "cuda_toolkit", "container_toolkit",
-               "dcgm_exporter", "node_service")
+               "dcgm_exporter", "image_prepull", "node_service")
 _IMAGE_VAR_PREFIXES = tuple(f"{role}_" for role in IMAGE_ROLES)
 # Variables of the image-time roles whose value is the node's own: never in an image.
 NODE_TIME_VARS = frozenset({"dcgm_exporter_node_name"})

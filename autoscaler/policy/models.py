@@ -6,12 +6,14 @@ editors use is generated from these classes, so the two never disagree.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -383,6 +385,27 @@ class MpsSettings(_Strict):
                           "plugin advertises as nvidia.com/gpu.shared.")
 
 
+# A fully qualified image reference: registry host (with a dot or a port, or localhost, as
+# the docker CLI tells a host from a name), path, then a tag, a digest or both. containerd
+# pulls nothing else, and an implicit :latest would make a baked image's content unknown.
+_IMAGE_REF = re.compile(
+    r"^(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+(?=:[0-9]))(?::[0-9]{1,5})?/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+MAX_PREPULL = 20
+
+
+def _image_ref(value: str) -> str:
+    last = value.rsplit("/", 1)[-1]
+    if len(value) > 512 or not _IMAGE_REF.match(value) or (":" not in last and "@" not in last):
+        raise ValueError(
+            f"{value[:100]!r} is not a fully qualified image reference with a tag or digest, "
+            "e.g. nvcr.io/nvidia/pytorch:24.05-py3 or docker.io/library/python@sha256:<64 hex>")
+    return value
+
+
+ImageRef = Annotated[str, AfterValidator(_image_ref)]
+
+
 class Bootstrap(_Strict):
     driver: DriverBranch = Field("550", description="NVIDIA driver branch.")
     cuda: CudaVersion = Field("12.4", description="CUDA toolkit version, major.minor.")
@@ -392,6 +415,14 @@ class Bootstrap(_Strict):
     time_slicing_replicas: int = Field(4, ge=2, le=64, description="time-slicing: replicas offered per GPU.")
     container_runtime: Literal["containerd", "docker"] = Field(
         "containerd", description="Nodes' container runtime.")
+    prepull: list[ImageRef] = Field(
+        default_factory=list, max_length=MAX_PREPULL, description="Container images pulled "
+        "into containerd (namespace k8s.io) by the image-time part of the playbook: a baked "
+        "image carries them, so a node launched from it starts its first containers without "
+        "a pull; a node from the base image pulls them while it bootstraps. Fully qualified, "
+        "with a tag or digest; the registry must allow anonymous pulls (a bake passes no "
+        "secret). Part of the bootstrap hash: a change makes the image stale. containerd "
+        "only.")
     dcgm_diag_level: int = Field(1, ge=1, le=3, description="dcgmi diag -r level.")
     timeout: Duration = Field(timedelta(minutes=30), description="Time limit of a node's bootstrap.")
     image: Literal["base", "baked"] = Field(
@@ -411,6 +442,15 @@ class Bootstrap(_Strict):
         "nothing (the engine turns the pool's launches into a Hold when the cloud lists no "
         "such image, and the Terraform plan refuses one that would launch a node); removals "
         "still apply, until an image exists.")
+
+    @model_validator(mode="after")
+    def _prepull_runtime(self) -> Bootstrap:
+        if self.prepull and self.container_runtime != "containerd":
+            raise ValueError("prepull pulls into containerd; with container_runtime: docker "
+                             "leave prepull empty")
+        if len(set(self.prepull)) != len(self.prepull):
+            raise ValueError("prepull lists an image twice")
+        return self
 
 
 START_WITHIN = at_least(timedelta(seconds=30), "Slurm starts a job that fits within a few "

@@ -53,6 +53,9 @@ IMAGE_TIME: list[tuple[str, dict[str, Any]]] = [
     ("dcgm package", {"extra": {"dcgm_exporter_dcgm_package": "datacenter-gpu-manager-4-cuda12"}}),
     ("dcgm-exporter build", {"extra": {"dcgm_exporter_binary_checksum": "sha256:" + "0" * 64}}),
     ("driver source", {"extra": {"nvidia_driver_source": "distro"}}),
+    ("pre-pulled images", {"pool_kw": {**BASE, "bootstrap": {
+        **BASE["bootstrap"], "prepull": ["nvcr.io/nvidia/pytorch:24.05-py3"]}}}),
+    ("plain-HTTP registries", {"extra": {"image_prepull_plain_http": ["registry.internal"]}}),
 ]
 
 
@@ -94,4 +97,8 @@ def test_an_image_time_role_change_makes_a_new_hash_a_node_time_role_change_does
     changed = pool_hash(roles=roles)
     assert changed != before
     (roles / "dcgm_exporter" / "templates" / "extra.j2").write_text("new file\n")
-    assert pool_hash(roles=roles) not in (before, changed)
+    third = pool_hash(roles=roles)
+    assert third not in (before, changed)
+    with (roles / "image_prepull" / "tasks" / "main.yml").open("a") as fh:
+        fh.write("\n# the pull changed\n")
+    assert pool_hash(roles=roles) not in (before, changed, third)

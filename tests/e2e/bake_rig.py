@@ -49,11 +49,13 @@ IMAGE_ONLY = {"Pin the NVIDIA driver to its branch", "Blacklist the nouveau driv
               "Write the dcgm-exporter counters", "Reboot to load the NVIDIA driver"}
 
 
-def write_policy(directory: Path, floor: int) -> dict[str, TeamPolicy]:
+def write_policy(directory: Path, floor: int, prepull: Iterable[str] = ()) -> dict[str, TeamPolicy]:
+    """The team's policy file; ``prepull``: the baked pool's ``bootstrap.prepull``."""
     directory.mkdir(parents=True, exist_ok=True)
+    pulls = f", prepull: [{', '.join(prepull)}]" if prepull else ""
     text = "apiVersion: gpu-autoscaler/v1\nteam: e2e\npriority: high\npools:\n" + "".join(
         pool_yaml(name, floor, bootstrap=extra) for name, extra in (
-            ("baked", ", image: baked, images_kept: 1"), ("cold", "")))
+            ("baked", ", image: baked, images_kept: 1" + pulls), ("cold", "")))
     (directory / "e2e.yaml").write_text(text)
     policies, errors = load_dir(directory, default_catalog())
     assert not errors, errors

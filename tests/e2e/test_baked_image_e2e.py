@@ -6,12 +6,15 @@ SSH to booted test hosts (the follower boots the builder too), a real Slurm clus
 executor as the service wires it (the lifecycle e2e's ``Loop``).
 
 1. The bake: a builder launched by Terraform, the image-time part (``--tags image``) run on
-   it, an image of it tagged with the pool's bootstrap hash, the builder destroyed; the
-   sandbox keeps the builder's disk as the image's layer. ``image list`` calls it current.
+   it, pulling the pool's ``bootstrap.prepull`` image into containerd from the sandbox's
+   registry, an image of it tagged with the pool's bootstrap hash, the builder destroyed;
+   the sandbox keeps the builder's disk as the image's layer. ``image list`` calls it
+   current.
 2. Floors of 1 in a baked and a base pool of the same type: the baked node launches from
    the image and runs only the node-time part (``--tags node``): no image-time task, no
    driver reboot (its image blacklists nouveau). The cold node runs the whole playbook and
-   reboots once. Both join Slurm; the baked one is READY sooner.
+   reboots once. Both join Slurm; the baked one is READY sooner, with the pre-pulled image
+   already in its containerd.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from typing import Any
 import pytest
 
 from autoscaler.actuators.terraform.rootmodule import HASH_TAG
+from autoscaler.sandbox.hosts.netns import CONTROLLER_ADDRESS
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
+from autoscaler.sandbox.services.registry import Registry, write_image
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from tests.actuators.terraform_fixtures import needs_terraform
 from tests.e2e.bake_rig import IMAGE_ONLY, S, boot_to_ready, cli, runs, write_policy
@@ -42,12 +47,22 @@ def stack(tmp_path: Path) -> Iterator[SandboxStack]:
         yield s
 
 
+@pytest.fixture
+def registry(stack: SandboxStack) -> Iterator[Registry]:
+    """On the address every node routes to the host; stopped by the test."""
+    with Registry(stack.dir / "registry", CONTROLLER_ADDRESS) as r:
+        yield r
+
+
 def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_one(
-        stack: SandboxStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[Any]) -> None:
+        stack: SandboxStack, registry: Registry, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[Any]) -> None:
     for key, value in stack.env().items():
         monkeypatch.setenv(key, value)
     ec2 = stack.ec2()
+    write_image(registry.root, "sandbox/hello", "1", {"hello.txt": b"pre-pulled\n"})
+    pulled = f"{registry.address}/sandbox/hello:1"
+    write_policy(tmp_path / "policies", 0, prepull=[pulled])
     # 1. The bake.
     baked = cli(stack, "bake")
     assert baked.returncode == 0, baked.stdout + baked.stderr
@@ -70,7 +85,7 @@ def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_on
     assert "untracked" not in listed.stdout and "adopted" not in listed.stdout
 
     # 2. A baked node and a cold node, launched in the same tick.
-    loop = Loop(stack, write_policy(tmp_path / "policies", 1))
+    loop = Loop(stack, write_policy(tmp_path / "policies", 1, prepull=[pulled]))
     loop.until(lambda: list(loop.states().values()).count(S.READY) == 2, 480, "both READY")
     nodes = {n.pool: n for n in loop.store.nodes()}
     hot, cold = nodes["baked"], nodes["cold"]
@@ -91,6 +106,9 @@ def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_on
     # The node is its own machine, not a copy of the builder.
     assert hosts[hot.name].run(hot.name, ["hostname"]).stdout.strip() == hot.name
     assert hosts[hot.name].read_file(hot.name, "/etc/gpu-autoscaler/user-data-ran")
+    # The image came with the baked disk: containerd (enabled by the bake) lists it.
+    listed = hosts[hot.name].run(hot.name, ["ctr", "--namespace", "k8s.io", "images", "ls", "-q"])
+    assert pulled in listed.stdout.split(), listed.stdout
     assert stack.slurm is not None
     assert [stack.slurm.node_state(n) for n in (hot.name, cold.name)] == ["idle", "idle"]
     steps = boot_to_ready(loop.store, [hot.name, cold.name])

@@ -60,6 +60,9 @@ IMAGE = [
     "dcgm_exporter : Download dcgm-exporter",
     "dcgm_exporter : Create the dcgm-exporter configuration directory",
     "dcgm_exporter : Write the dcgm-exporter counters",
+    "Start containerd for the pulls",
+    "image_prepull : List the images containerd already has",
+    "image_prepull : Pull the pool's container images",
 ]
 NODE = [
     *BOTH,

@@ -56,6 +56,7 @@ def pool_vars(team: str, pool: Pool) -> dict[str, Any]:
         "nvidia_driver_branch": boot.driver,
         "cuda_toolkit_version": boot.cuda,
         "container_toolkit_runtime": boot.container_runtime,
+        "image_prepull_images": list(boot.prepull),
         "gpu_sharing_mode": boot.sharing,
         "gpu_sharing_mig_profiles": list(boot.mig_profiles),
         "gpu_sharing_mps_active_thread_percentage": _number(boot.mps.active_thread_percentage),

@@ -7,8 +7,9 @@ changes. Nodes never write to it: each boots it through its own overlay (``ssh_h
 
 It holds what a GPU node image carries from the distribution: systemd, openssh-server,
 python3 (for Ansible; with venv for the controller playbook), munge, slurmd and
-slurm-client (the node runs ``scontrol`` when it joins), kmod (``/etc/modprobe.d``) and the
-few tools the roles call. Nothing can be installed in a node later: its network reaches 169.254.77.0/24 only.
+slurm-client (the node runs ``scontrol`` when it joins), containerd (what
+``bootstrap.prepull`` pulls into), kmod (``/etc/modprobe.d``) and the few tools the roles
+call. Nothing can be installed in a node later: its network reaches 169.254.77.0/24 only.
 
 ``python -m autoscaler.sandbox.hosts.node_image`` builds it (``scripts/install.sh`` does) and
 prints its path.
@@ -31,7 +32,7 @@ SUITE = "bookworm"
 VARIANT = "minbase"
 PACKAGES = (
     "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2", "procps", "kmod",
-    "munge", "slurmd", "slurm-client", "ca-certificates",
+    "munge", "slurmd", "slurm-client", "ca-certificates", "containerd",
     # The controller's virtual environment (playbooks/controller.yml): venv and ensurepip.
     "python3-venv",
 )
@@ -40,13 +41,14 @@ PACKAGES = (
 # files (each node's /etc/hostname is placed by the sandbox, as cloud-init would). Each
 # node gets its own SSH host key, so the image keeps none; its munge key would be shared
 # by every node, so it goes too and munge/slurmd stay disabled until the roles configure
-# and enable them. Timers that reach for the network and units with nothing to do in a
+# and enable them (containerd too: only the pre-pull role starts it, so the nodes of other
+# pools do not pay for it). Timers that reach for the network and units with nothing to do in a
 # container are masked.
 CUSTOMIZE = (
     'rm -f "$1"/etc/ssh/ssh_host_* "$1"/etc/munge/munge.key "$1"/etc/hostname',
     'printf "127.0.0.1 localhost\\n::1 localhost ip6-localhost ip6-loopback\\n" > "$1"/etc/hosts',
     ': > "$1"/etc/resolv.conf',
-    'systemctl --root="$1" disable munge.service slurmd.service',
+    'systemctl --root="$1" disable munge.service slurmd.service containerd.service',
     'for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer'
     ' e2scrub_reap.service systemd-timesyncd.service getty@tty1.service; do'
     ' ln -sf /dev/null "$1/etc/systemd/system/$u"; done',

@@ -12,6 +12,7 @@ from ruamel.yaml import YAML
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
+from autoscaler.sandbox.hosts.netns import CONTROLLER_ADDRESS
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
 
 if TYPE_CHECKING:
@@ -84,7 +85,8 @@ def render_service_config(stack: WiredStack) -> dict[str, Any]:
     opts, d, ep = stack.options, stack.dir, stack.state.endpoints
     regions = _regions(stack.policies)
     slurm_conf = ep.get("slurm_conf")
-    extra_vars: dict[str, Any] = {}
+    # A registry the sandbox runs there (sandbox/services/registry.py) has no TLS.
+    extra_vars: dict[str, Any] = {"image_prepull_plain_http": [CONTROLLER_ADDRESS]}
     signals: dict[str, Any] = {
         "prometheus": prometheus_section(opts, ep["prometheus"]),
         "scheduler": ["slurm"] if slurm_conf else [],
