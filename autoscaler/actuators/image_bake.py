@@ -108,6 +108,8 @@ def bake_pool(policies: Mapping[str, TeamPolicy], team: str, pool_name: str, *,
         builder_node = _builder_node(ws, builder, team, pool, itype, clock())
         result.run = _image_time_part(builder_node, pool.bootstrap.timeout.total_seconds(),
                                       policies, ansible, address_of, result, say)
+        if pool.bootstrap.prepull:
+            say(f"pre-pulled into containerd: {', '.join(pool.bootstrap.prepull)}")
         started = time.monotonic()
         result.image = ws.make_image(builder)
         result.seconds["image"] = time.monotonic() - started

@@ -105,6 +105,9 @@ def list_images(pool_ref: PoolArg, config: ConfigOption) -> None:
     console.print(f"{pool_ref}: bootstrap hash {image.hash}, images kept "
                   f"{pool.bootstrap.images_kept}, when stale: {pool.bootstrap.when_stale}",
                   highlight=False)
+    if pool.bootstrap.prepull:
+        console.print(f"pre-pulls (bootstrap.prepull, in the hash): "
+                      f"{', '.join(pool.bootstrap.prepull)}", highlight=False)
     for item in kept:
         mark = "current" if item.hash == image.hash else "stale"
         mark += ", adopted: no state held it" if item.adopted else ""

@@ -83,6 +83,8 @@ def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_on
     assert listed.returncode == 0 and f"{image['ImageId']}" in listed.stdout, listed.stdout
     assert "(current)" in listed.stdout and "stale: no image" not in listed.stdout
     assert "untracked" not in listed.stdout and "adopted" not in listed.stdout
+    assert f"pre-pulls (bootstrap.prepull, in the hash): {pulled}" in listed.stdout
+    assert f"pre-pulled into containerd: {pulled}" in baked.stdout
 
     # 2. A baked node and a cold node, launched in the same tick.
     loop = Loop(stack, write_policy(tmp_path / "policies", 1, prepull=[pulled]))
