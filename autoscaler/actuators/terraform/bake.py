@@ -163,17 +163,12 @@ class BakeWorkspace:
         """The images the pool's bakes made and keep, adopted ones included, oldest first
         (by the bake's time, the end of the name)."""
         self._init()
-        out = self._outputs()
-        found = [KeptImage(name, v["id"], v["source"], v["hash"])
-                 for name, v in (out.get("images") or {}).items()]
-        found += [KeptImage(v["name"], id_, v["source"], v["hash"], adopted=True)
-                  for id_, v in (out.get("adopted") or {}).items()]
-        return sorted(found, key=lambda i: (i.name.rsplit("-", 1)[-1], i.name))
+        return _kept(self._outputs())
 
     def untracked(self) -> list[str]:
         """Ids of the pool's images in no state, as the last apply left them."""
         self._init()
-        return [str(i) for i in self._outputs().get("untracked") or []]
+        return _untracked(self._outputs())
 
     def _apply(self, builder: bool, images: list[KeptImage]) -> dict[str, Any]:
         self._init()
@@ -200,19 +195,37 @@ class BakeWorkspace:
         images. Then adopt the pool's untracked images, if the apply's plan saw any, and
         count them too (so a failed bake adopts what it left, and the next one counts it).
         Returns the images deregistered; ``self.adopted``: those adopted."""
-        gone = self._keep(keep, always=True)
-        strays = self.untracked()
+        images = self.images()
+        kept = _newest(images, keep)
+        out = self._apply(False, kept)
+        gone = [i for i in images if i not in kept]
+        strays = _untracked(out)
         self.adopted = []
         if strays:
-            self._apply(False, [*self.images(), *(KeptImage("", id_, "", "", adopted=True)
-                                                  for id_ in strays)])
-            self.adopted = [i for i in self.images() if i.id in strays]
-            gone += self._keep(keep, always=False)
+            images = _kept(self._apply(False, [*kept, *(KeptImage("", id_, "", "", adopted=True)
+                                                        for id_ in strays)]))
+            self.adopted = [i for i in images if i.id in strays]
+            kept = _newest(images, keep)
+            if kept != images:
+                self._apply(False, kept)
+                gone += [i for i in images if i not in kept]
         return gone
 
-    def _keep(self, keep: int | None, *, always: bool) -> list[KeptImage]:
-        images = self.images()
-        kept = images if keep is None else images[max(0, len(images) - keep):]
-        if always or kept != images:
-            self._apply(False, kept)
-        return [i for i in images if i not in kept]
+
+def _kept(outputs: dict[str, Any]) -> list[KeptImage]:
+    """The kept images in a workspace's outputs, oldest first (by the bake's time, the end
+    of the name)."""
+    found = [KeptImage(name, v["id"], v["source"], v["hash"])
+             for name, v in (outputs.get("images") or {}).items()]
+    found += [KeptImage(v["name"], id_, v["source"], v["hash"], adopted=True)
+              for id_, v in (outputs.get("adopted") or {}).items()]
+    return sorted(found, key=lambda i: (i.name.rsplit("-", 1)[-1], i.name))
+
+
+def _untracked(outputs: dict[str, Any]) -> list[str]:
+    return [str(i) for i in outputs.get("untracked") or []]
+
+
+def _newest(images: list[KeptImage], keep: int | None) -> list[KeptImage]:
+    """All of ``images`` (oldest first) without ``keep``, else the newest ``keep``."""
+    return images if keep is None else images[max(0, len(images) - keep):]
