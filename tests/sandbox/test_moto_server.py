@@ -159,7 +159,7 @@ def test_tags_read_from_the_resource_answer_as_moto_does(ec2: Any) -> None:
 
 def test_stop_ends_the_process(tmp_path: Path) -> None:
     sb = MotoSandbox(tmp_path).start()
-    proc = sb._proc
+    proc = sb.proc
     sb.stop()
     assert proc is not None and not proc.alive()
 

@@ -44,7 +44,7 @@ def test_an_image_is_pulled_by_tag_and_by_digest_and_every_blob_matches_its_dige
             assert answer.status_code == 404, path
             if code is not None:
                 assert answer.json()["errors"][0]["code"] == code
-        proc = registry._proc
+        proc = registry.proc
     assert proc is not None and not proc.alive()  # stopped by PID on the way out
 
 

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 
 class ProcessError(RuntimeError):
@@ -145,3 +146,24 @@ class ManagedProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
         self._log.close()
+
+
+class ServiceProcess:
+    """A sandbox service that runs as one :class:`ManagedProcess` (``proc``): a subclass
+    starts it in ``start()``; ``stop()``, and leaving a ``with`` block, stop it by PID."""
+
+    proc: ManagedProcess | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -14,9 +14,9 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, port_open, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, ServiceProcess, free_port, port_open, wait_until
 
 # Fake credentials: moto accepts any; these keep boto3/Terraform from looking elsewhere.
 SANDBOX_ENV = {
@@ -39,7 +39,7 @@ class CapacityFault:
     code: str = "InsufficientInstanceCapacity"
 
 
-class MotoSandbox:
+class MotoSandbox(ServiceProcess):
     """One moto server process with the project's patches, on a free loopback port."""
 
     def __init__(self, workdir: Path, port: int | None = None):
@@ -48,7 +48,6 @@ class MotoSandbox:
         self.port = port or free_port()
         self.fault_file = self.workdir / "moto-faults.json"
         self.log_path = self.workdir / "moto.log"
-        self._proc: ManagedProcess | None = None
         self._faults: list[CapacityFault] = []
 
     @property
@@ -59,25 +58,14 @@ class MotoSandbox:
         """Environment for boto3 and Terraform: fake keys plus the endpoint."""
         return {**SANDBOX_ENV, "AWS_ENDPOINT_URL": self.endpoint}
 
-    def start(self, timeout: float = 30.0) -> MotoSandbox:
+    def start(self, timeout: float = 30.0) -> Self:
         self.clear_faults()
         argv = ["python3", "-m", "autoscaler.sandbox.services.moto_server", "--port", str(self.port),
                 "--fault-file", str(self.fault_file)]
-        self._proc = ManagedProcess("moto", argv, self.log_path, env=SANDBOX_ENV)
+        self.proc = ManagedProcess("moto", argv, self.log_path, env=SANDBOX_ENV)
         wait_until(lambda: port_open("127.0.0.1", self.port), timeout, "moto server port",
-                   proc=self._proc)
+                   proc=self.proc)
         return self
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.stop()
-            self._proc = None
-
-    def __enter__(self) -> MotoSandbox:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def fail_capacity(self, instance_type: str = "", zone: str = "", market: str = "",
                       code: str = "InsufficientInstanceCapacity") -> None:

@@ -16,9 +16,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from autoscaler.sandbox.hosts.procs import ManagedProcess, ProcessError, free_port, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, ProcessError, ServiceProcess, free_port, wait_until
 
 PROMETHEUS_BIN = "prometheus"
 PROMTOOL_BIN = "promtool"
@@ -100,7 +100,7 @@ def render_config(file_sd: Sequence[Path], scrape_interval: str = "1s",
     }
 
 
-class PrometheusServer:
+class PrometheusServer(ServiceProcess):
     """One Prometheus process on 127.0.0.1:<port>; start/stop by PID, bounded waits.
 
     ``with PrometheusServer(workdir, file_sd=[...]) as prom: prom.url``
@@ -126,7 +126,6 @@ class PrometheusServer:
             json.dumps(render_config(file_sd, scrape_interval, rule_files=rule_files), indent=1))
         self.retention = retention
         self.extra_args = list(extra_args)
-        self.proc: ManagedProcess | None = None
 
     @property
     def url(self) -> str:
@@ -141,7 +140,7 @@ class PrometheusServer:
             "--web.enable-lifecycle", *self.extra_args,
         ]
 
-    def start(self, timeout: float = 60) -> PrometheusServer:
+    def start(self, timeout: float = 60) -> Self:
         self.proc = ManagedProcess("prometheus", self.argv(), self.workdir / "prometheus.log")
         wait_until(self.ready, timeout, f"prometheus ready on {self.url}", proc=self.proc)
         return self
@@ -161,14 +160,3 @@ class PrometheusServer:
         """Until ``promql`` returns at least ``count`` series (first scrape takes ~5 s)."""
         wait_until(lambda: len(self.query(promql)) >= count, timeout,
                    f"{count} series for {promql}", proc=self.proc)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.stop()
-            self.proc = None
-
-    def __enter__(self) -> PrometheusServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -25,13 +25,14 @@ import sys
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, port_open, wait_until
+from autoscaler.sandbox.hosts.procs import ManagedProcess, ServiceProcess, free_port, port_open, wait_until
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -134,7 +135,7 @@ def app(root: Path) -> Starlette:
     ])
 
 
-class Registry:
+class Registry(ServiceProcess):
     """One registry process serving ``root`` on ``host`` (a free port unless given);
     ``address`` is ``host:port``, as image references start."""
 
@@ -142,31 +143,20 @@ class Registry:
         self.root, self.host = Path(root), host
         self.port = port or free_port(host)
         self.log_path = self.root.parent / f"registry-{self.port}.log"
-        self._proc: ManagedProcess | None = None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> Registry:
+    def start(self, timeout: float = 30.0) -> Self:
         self.root.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "autoscaler.sandbox.services.registry", "--dir",
                 str(self.root), "--host", self.host, "--port", str(self.port)]
-        self._proc = ManagedProcess("registry", argv, self.log_path)
+        self.proc = ManagedProcess("registry", argv, self.log_path)
         wait_until(lambda: port_open(self.host, self.port), timeout, "registry port",
-                   proc=self._proc)
+                   proc=self.proc)
         return self
 
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.stop()
-            self._proc = None
-
-    def __enter__(self) -> Registry:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
