@@ -39,6 +39,7 @@ cost_ratio_warm_over_predictive=<g>, see warm_sim.py)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -113,7 +114,9 @@ def sandbox(args: argparse.Namespace) -> int:
                 steps = boot_to_ready(loop.store, nodes.values())
                 cold.append(steps[nodes["cold"]]["boot_to_ready"])
                 hot.append(steps[nodes["baked"]]["boot_to_ready"])
-                print(f"round {n}: cold {cold[-1]:.1f} s, baked {hot[-1]:.1f} s ({steps})")
+                print(f"round {n}: cold {cold[-1]:.1f} s, baked {hot[-1]:.1f} s ({steps}); "
+                      f"cold {playbook_time(stack, nodes['cold'])}, "
+                      f"baked {playbook_time(stack, nodes['baked'])}")
                 loop.policies = write_policy(root / "policies", 0)
                 loop.until(lambda: not loop.store.nodes(), 600, "both destroyed")
             warm, start_apply = warm_starts(stack, loop, warm_policy, root, min(args.rounds, 2))
@@ -150,8 +153,32 @@ def warm_starts(stack, loop, warm_policy, root: Path, rounds: int) -> tuple[list
         ready.append(round((at[(started, "READY")] - booted).total_seconds(), 1))
         applies.append(round((booted - at[(started, "STARTING")]).total_seconds(), 1))
         print(f"warm start {n}: {started} READY {ready[-1]} s after its instance started "
-              f"(start apply {applies[-1]} s)")
+              f"(start apply {applies[-1]} s); {playbook_time(stack, started)}")
     return ready, applies
+
+
+def playbook_time(stack, node: str) -> str:
+    """Where a node's boot went, from the job events of its newest bootstrap run: the part,
+    the run's wall time, how many tasks ran on it and the five slowest."""
+    newest = None
+    for results in sorted((stack.dir / "ansible-runs").glob("*/results.json")):
+        result = json.loads(results.read_text())
+        if node in result["hosts"] and result.get("part") != "health":
+            newest = (results.parent, result)
+    if newest is None:
+        return "no run"
+    run_dir, result = newest
+    tasks: dict[str, float] = {}
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        data = event.get("event_data") or {}
+        if event.get("event", "").startswith("runner_on_") and data.get("host") == node \
+                and "duration" in data:
+            tasks[data["task"]] = tasks.get(data["task"], 0.0) + float(data["duration"])
+    slowest = ", ".join(f"{name} {t:.1f}" for name, t in
+                        sorted(tasks.items(), key=lambda kv: -kv[1])[:5])
+    return (f"part {result.get('part')}: {result['duration_s']:.1f} s, {len(tasks)} tasks "
+            f"{sum(tasks.values()):.1f} s (slowest: {slowest})")
 
 
 if __name__ == "__main__":

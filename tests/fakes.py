@@ -5,7 +5,7 @@
   capacity errors, stray import before apply and refresh (an instance gone from the cloud
   is dropped from the state and recreated if still wanted), like the real workspace;
 * :class:`FakeAnsible`: ``Bootstrapper`` with per-node failures; the tags of each run (and
-  a mixed batch refused) as the real actuator's ``bootstrap_tags``;
+  a mixed batch refused) as the real actuator's ``batch_part``;
 * :class:`FakeDrainer`: the real drain phases (``PhasedDrainer``) over a fake scheduler
   (:class:`FakeScheduler`) with nodes, jobs and readiness.
 
@@ -26,7 +26,7 @@ from autoscaler.actuators.ansible import (
     BootstrapRun,
     HostResult,
     HostStatus,
-    bootstrap_tags,
+    batch_part,
 )
 from autoscaler.actuators.drain import DrainError, PhasedDrainer, Readiness, Work
 from autoscaler.actuators.node_map import NodeMap, NodeSpec
@@ -258,7 +258,7 @@ class FakeAnsible(_Raises):
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
         names = [n.name for n in nodes]
         self.calls.append(names)
-        self.tags.append(bootstrap_tags(nodes))  # a mixed batch raises, as in the real one
+        self.tags.append(batch_part(nodes).tags)  # a mixed batch raises, as in the real one
         if self.cancelled:
             raise BootstrapCancelled("the fake Ansible is stopping")
         self._maybe_raise()

@@ -22,6 +22,14 @@ node-time settings: ``bootstrap.sharing``,    no        the node-time part (``--
 partition, taints); team and pool names
 ============================================  ========  ==================================
 
+A warm node (policy ``warm_pool``) is stopped with all of gpu-node.yml but its start part
+applied. The node-time tasks outside the start part only write what no policy setting
+changes (directories, the exporter's unit, slurmd's options: the node's name); whatever a
+setting or the cluster decides (sharing, slurmd's unit, slurm.conf, the munge key, the
+join) is in the start part. So its **warm hash** (:func:`warm_pool_hashes`) is the
+bootstrap hash over the files of every role instead of the image-time ones: an upgrade
+that changes any role makes the warm nodes stale, and they are replaced.
+
 A pre-pulled image is hashed by its reference: a tag that a registry moves to new content
 does not make the image stale (pin a digest, ``name@sha256:...``, to bake exactly that).
 
@@ -63,16 +71,17 @@ def image_vars(variables: Mapping[str, object]) -> dict[str, object]:
 
 
 def bootstrap_hash(base_image: str, variables: Mapping[str, object],
-                   role_files: Mapping[str, bytes]) -> str:
+                   role_files: Mapping[str, bytes], *, warm: bool = False) -> str:
     """The short sha256 of a bake's inputs (see the table above).
 
     ``variables``: the role variables a bootstrap run would pass (the pool's, then the
-    operator's extra vars over them); only the image-time ones count. ``role_files``: path
-    (relative to the roles directory) -> content, of the image-time roles
-    (:func:`read_role_files`).
+    operator's extra vars over them); only the image-time ones count. ``role_files``:
+    path (relative to the roles directory) -> content, of the image-time roles
+    (:func:`read_role_files`), or of every role for a ``warm`` hash.
     """
     doc = {
         "format": _FORMAT,
+        **({"warm": True} if warm else {}),
         "base_image": base_image,
         "vars": image_vars(variables),
         "files": {path: hashlib.sha256(content).hexdigest()
@@ -82,10 +91,12 @@ def bootstrap_hash(base_image: str, variables: Mapping[str, object],
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
 
 
-def read_role_files(roles_dir: Path) -> dict[str, bytes]:
-    """Every file of the image-time roles under ``roles_dir``, by relative path."""
+def read_role_files(roles_dir: Path, *, every_role: bool = False) -> dict[str, bytes]:
+    """Every file of the image-time roles (or of every role) under ``roles_dir``, by
+    relative path."""
     out: dict[str, bytes] = {}
-    for role in IMAGE_ROLES:
+    roles = sorted(p.name for p in roles_dir.iterdir() if p.is_dir()) if every_role else IMAGE_ROLES
+    for role in roles:
         for path in sorted((roles_dir / role).rglob("*")):
             if path.is_file():
                 out[path.relative_to(roles_dir).as_posix()] = path.read_bytes()
@@ -121,24 +132,25 @@ def baked_images(policies: Mapping[str, TeamPolicy], terraform: TerraformSetting
 
 def warm_pool_hashes(policies: Mapping[str, TeamPolicy], terraform: TerraformSettings,
                      ansible: AnsibleSettings) -> dict[str, str]:
-    """Pool key -> the bootstrap hash of each pool with a warm pool, computed as a bake
-    computes it: a warm node warmed with another hash is stale and is replaced. A pool in a
-    region without Terraform inputs is absent (nothing launches there)."""
-    return _hashes(policies, terraform, ansible, lambda p: p.warm_pool is not None)
+    """Pool key -> the warm hash of each pool with a warm pool (the module's docstring): a
+    warm node warmed with another hash is stale and is replaced. A pool in a region without
+    Terraform inputs is absent (nothing launches there)."""
+    return _hashes(policies, terraform, ansible, lambda p: p.warm_pool is not None, warm=True)
 
 
 def _hashes(policies: Mapping[str, TeamPolicy], terraform: TerraformSettings,
-            ansible: AnsibleSettings, wanted: Callable[[Pool], bool]) -> dict[str, str]:
-    """Pool key -> bootstrap hash of the ``wanted`` pools with Terraform inputs for their
-    region; the role files are read once, and only if a pool is wanted."""
+            ansible: AnsibleSettings, wanted: Callable[[Pool], bool], *,
+            warm: bool = False) -> dict[str, str]:
+    """Pool key -> bootstrap (or ``warm``) hash of the ``wanted`` pools with Terraform
+    inputs for their region; the role files are read once, and only if a pool is wanted."""
     chosen = [(t.team, p) for t in policies.values() for p in t.pools if wanted(p)]
     if not chosen:
         return {}
-    files = read_role_files(ansible.roles_dir())
+    files = read_role_files(ansible.roles_dir(), every_role=warm)
     out: dict[str, str] = {}
     for team, pool in chosen:
         inputs = terraform.inputs_for(pool.cloud, pool.region)
         if inputs is not None:
             out[pool_key(team, pool.name)] = bootstrap_hash(
-                inputs.ami, _run_vars(team, pool, ansible.extra_vars), files)
+                inputs.ami, _run_vars(team, pool, ansible.extra_vars), files, warm=warm)
     return out

@@ -45,7 +45,7 @@ TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
     # removes it from the pool's map cleans up anything half-created.
     S.REQUESTED: frozenset({S.PROVISIONING, S.PROVISION_FAILED, S.TERMINATING, S.LOST}),
     S.PROVISIONING: frozenset({S.BOOTSTRAPPING, S.PROVISION_FAILED, S.TERMINATING, S.LOST}),
-    # BOOTSTRAPPING -> STOPPING: a warm-pool node ran the image-time part; it is stopped,
+    # BOOTSTRAPPING -> STOPPING: a warm-pool node ran all but the start part; it is stopped,
     # not joined.
     S.BOOTSTRAPPING: frozenset({S.READY, S.BOOTSTRAP_FAILED, S.INTERRUPTED, S.TERMINATING, S.LOST,
                                 S.STOPPING}),

@@ -31,7 +31,7 @@ class Launch(_Action):
     # another pool of the placement group for a fragmented node (``replaces``), drained
     # once this one is READY (engine/scale_down/consolidate_group.py)
     # warm-pool: a node for the pool's warm pool (engine/warm_pool.py), stopped once
-    # bootstrapped with the image-time part; never capacity until a launch starts it
+    # bootstrapped but for the start part; never capacity until a launch starts it
     trigger: Literal["pending", "utilization", "floor", "interruption", "return-to-spot",
                      "consolidate-move", "warm-pool"]
     replaces: list[str] = Field(

@@ -193,9 +193,11 @@ def _newest_long_jobs(jobs: dict[str, LongJob]) -> dict[str, LongJob]:
 
 class WarmProgress(_Record):
     """A node launched for its pool's warm pool (policy ``warm_pool``): bootstrapped with
-    the image-time part, then stopped until a launch starts it. Not capacity until then."""
+    all of gpu-node.yml but its start part (the join above all), then stopped until a launch
+    starts it and runs the start part. Not capacity until then."""
 
-    image: str = Field(description="The pool's bootstrap hash it was warmed with.")
+    image: str = Field(description="The pool's warm hash it was warmed with "
+                       "(actuators/bootstrap_hash.py: image-time and node-time settings).")
     stopped_at: datetime | None = None  # WARM since: billed its volume only from here
     started_at: datetime | None = None  # a launch started it: an ordinary node from here
     started_for: str | None = None  # the launch's reason

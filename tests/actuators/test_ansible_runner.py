@@ -30,10 +30,10 @@ from autoscaler.actuators.ansible import (
     HostStatus,
 )
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.progress import NodeProgress
+from autoscaler.model.progress import NodeProgress, WarmProgress
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
-from tests.builders import make_node, make_policy
+from tests.builders import NOW, make_node, make_policy
 
 SECRET = "s3cr3t-VALUE-that-must-never-be-logged"
 PLAYBOOK = """\
@@ -198,7 +198,8 @@ def recorded_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[
     runs: list[dict[str, Any]] = []
 
     def run(**kwargs: Any) -> SimpleNamespace:
-        runs.append(kwargs)
+        extravars = Path(kwargs["private_data_dir"]) / "env" / "extravars"
+        runs.append({**kwargs, "extravars": extravars.read_text()})
         hosts = dict.fromkeys(("run-a", "run-b"), 1)
         stats = {"event": "playbook_on_stats", "event_data": {"processed": hosts, "ok": hosts}}
         artifacts = tmp_path / "artifacts"
@@ -210,13 +211,18 @@ def recorded_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[
     return runs
 
 
-def test_a_batch_on_a_baked_image_runs_only_the_node_time_part(
-        tmp_path: Path, recorded_runs: list[dict[str, Any]]) -> None:
+@pytest.fixture
+def actuator(tmp_path: Path) -> AnsibleActuator:
+    """An actuator that skips the gpu-hardware tasks, for runs recorded by ``recorded_runs``."""
     playbook = tmp_path / "gpu-node.yml"
     playbook.write_text(PLAYBOOK)
     settings = AnsibleSettings(playbook=playbook, runs_dir=tmp_path / "runs",
                                skip_tags=["gpu-hardware"])
-    actuator = AnsibleActuator(settings, lambda node: "192.0.2.10")
+    return AnsibleActuator(settings, lambda node: "192.0.2.10")
+
+
+def test_a_batch_on_a_baked_image_runs_only_the_node_time_part(
+        actuator: AnsibleActuator, recorded_runs: list[dict[str, Any]]) -> None:
     baked = actuator.bootstrap([BAKED_NODE], POLICIES)
     full = actuator.bootstrap([NODE], POLICIES)
     assert [(r["tags"], r["skip_tags"]) for r in recorded_runs] == [
@@ -232,3 +238,22 @@ def test_a_batch_on_a_baked_image_runs_only_the_node_time_part(
     # The health check runs its own playbook whole, whatever the node was launched from.
     actuator.health_check([BAKED_NODE], POLICIES)
     assert recorded_runs[-1]["tags"] is None
+
+
+def test_a_warm_node_runs_all_but_the_start_part_before_its_stop_and_the_start_part_after(
+        actuator: AnsibleActuator, recorded_runs: list[dict[str, Any]]) -> None:
+    warming = NODE.model_copy(update={"progress": NodeProgress(
+        warm=WarmProgress(image="0123456789ab"))})
+    started = NODE.model_copy(update={"progress": NodeProgress(warm=WarmProgress(
+        image="0123456789ab", stopped_at=NOW, started_at=NOW, started_for="pending job"))})
+    entry = actuator.bootstrap([warming], POLICIES)
+    start = actuator.bootstrap([started], POLICIES)
+    assert [(r["tags"], r["skip_tags"]) for r in recorded_runs] == [
+        (None, "gpu-hardware,start"), ("start", "gpu-hardware")]
+    # Only the entry holds the join service off (slurmd would join at the next boot).
+    assert '"cluster_join_hold": true' in recorded_runs[0]["extravars"]
+    assert "cluster_join_hold" not in recorded_runs[1]["extravars"]
+    assert [json.loads((r.run_dir / "results.json").read_text())["part"]
+            for r in (entry, start)] == ["warm", "start"]
+    with pytest.raises(AnsibleError, match=r"different parts .*\(start: run-a; warm: run-b\)"):
+        actuator.bootstrap([started, warming.model_copy(update={"name": "run-b"})], POLICIES)

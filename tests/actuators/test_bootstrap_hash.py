@@ -1,6 +1,6 @@
 """The bootstrap hash: same bake inputs, same hash; any image-time setting or image-time
 role file changed, a new hash; node-time settings (join, labels, sharing, health) never
-change it."""
+change it. The warm hash (warm-pool nodes) is the same over every role's files."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.actuators.ansible.inventory import pool_vars
 from autoscaler.actuators.ansible.settings import DEFAULT_PLAYBOOK
 from autoscaler.actuators.bootstrap_hash import (
     HASH_LENGTH,
@@ -27,8 +28,11 @@ BASE: dict[str, Any] = {"bootstrap": {"driver": "550", "cuda": "12.4"},
 
 def pool_hash(pool_kw: dict[str, Any] | None = None, *, team: str = "vision",
               ami: str = AMI, extra: dict[str, object] | None = None,
-              roles: Path = ROLES) -> str:
+              roles: Path = ROLES, warm: bool = False) -> str:
     policy = make_policy(team=team, **(pool_kw if pool_kw is not None else BASE))
+    if warm:
+        return bootstrap_hash(ami, {**pool_vars(team, policy.pools[0]), **(extra or {})},
+                              read_role_files(roles, every_role=True), warm=True)
     return pool_bootstrap_hash(team, policy.pools[0], ami, extra or {}, roles)
 
 
@@ -62,6 +66,7 @@ IMAGE_TIME: list[tuple[str, dict[str, Any]]] = [
 @pytest.mark.parametrize(("what", "change"), IMAGE_TIME, ids=[w for w, _ in IMAGE_TIME])
 def test_an_image_time_setting_changes_the_hash(what: str, change: dict[str, Any]) -> None:
     assert pool_hash(**change) != pool_hash(), what
+    assert pool_hash(**change, warm=True) != pool_hash(warm=True), what
 
 
 NODE_TIME: list[tuple[str, dict[str, Any]]] = [
@@ -81,6 +86,8 @@ NODE_TIME: list[tuple[str, dict[str, Any]]] = [
 @pytest.mark.parametrize(("what", "change"), NODE_TIME, ids=[w for w, _ in NODE_TIME])
 def test_a_node_time_setting_keeps_the_hash(what: str, change: dict[str, Any]) -> None:
     assert pool_hash(**change) == pool_hash(), what
+    # A warm node's entry writes nothing a node-time setting decides (the start part does).
+    assert pool_hash(**change, warm=True) == pool_hash(warm=True), what
 
 
 def test_an_image_time_role_change_makes_a_new_hash_a_node_time_role_change_does_not(
@@ -89,9 +96,13 @@ def test_an_image_time_role_change_makes_a_new_hash_a_node_time_role_change_does
     shutil.copytree(ROLES, roles)
     before = pool_hash(roles=roles)
     assert before == pool_hash()
+    warm = pool_hash(roles=roles, warm=True)
+    assert warm != before  # never taken for a baked image's hash
     with (roles / "cluster_join" / "tasks" / "main.yml").open("a") as fh:
         fh.write("\n# a node-time change\n")
     assert pool_hash(roles=roles) == before
+    # A warm node's entry ran every role: any role's change makes it stale.
+    assert pool_hash(roles=roles, warm=True) != warm
     with (roles / "nvidia_driver" / "tasks" / "main.yml").open("a") as fh:
         fh.write("\n# an image-time change\n")
     changed = pool_hash(roles=roles)

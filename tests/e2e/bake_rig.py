@@ -47,6 +47,13 @@ def pool_yaml(name: str, floor: int, *, most: int = 1, pending: bool = False, id
 # Tasks of the image-time part only: a node from the baked image never runs them.
 IMAGE_ONLY = {"Pin the NVIDIA driver to its branch", "Blacklist the nouveau driver",
               "Write the dcgm-exporter counters", "Reboot to load the NVIDIA driver"}
+# Node-time tasks outside the start part: a warm node runs them before it is stopped, never
+# again when it starts.
+PREPARED = {"Declare the directories slurmd and munged need",
+            "Create the Slurm configuration directory", "Write the slurmd options"}
+# Start-part tasks: the health check and the join, never before a warm node is stopped.
+STARTED = {"Query every GPU with nvidia-smi", "Install the cluster's slurm.conf",
+           "Configure slurmd's unit", "Wait until slurmctld hears from slurmd"}
 
 
 def write_policy(directory: Path, floor: int, prepull: Iterable[str] = ()) -> dict[str, TeamPolicy]:
@@ -70,7 +77,7 @@ def cli(stack: SandboxStack, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def runs(stack: SandboxStack) -> dict[str, dict[str, Any]]:
-    """Node -> its bootstrap run: the tags it ran with and the tasks that ran on it. Of a
+    """Node -> its bootstrap run: the tags and part it ran with and the tasks that ran on it. Of a
     node's runs (a retried attempt, periodic health checks), the one that ran most tasks."""
     out: dict[str, dict[str, Any]] = {}
     for run_dir in sorted((stack.dir / "ansible-runs").glob("*/results.json")):
@@ -83,7 +90,8 @@ def runs(stack: SandboxStack) -> dict[str, dict[str, Any]]:
                 tasks.add(data["task"])
         for node in result["hosts"]:
             if len(tasks) >= len(out.get(node, {}).get("tasks", ())):
-                out[node] = {"tags": result.get("tags"), "tasks": tasks, "dir": run_dir}
+                out[node] = {"tags": result.get("tags"), "part": result.get("part"),
+                             "tasks": tasks, "dir": run_dir}
     return out
 
 
@@ -100,4 +108,4 @@ def boot_to_ready(store: FleetStore, names: Iterable[str]) -> dict[str, dict[str
     return out
 
 
-__all__ = ["IMAGE_ONLY", "S", "boot_to_ready", "cli", "runs", "write_policy"]
+__all__ = ["IMAGE_ONLY", "PREPARED", "STARTED", "S", "boot_to_ready", "cli", "runs", "write_policy"]

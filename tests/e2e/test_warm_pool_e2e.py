@@ -5,12 +5,13 @@ instances), the real playbook through ansible-runner over SSH to booted test hos
 Slurm cluster, and the executor as the service wires it (the lifecycle e2e's ``Loop``, which
 decides as the service does: the warm pools out of decide()'s fleet, then their step).
 
-1. The pool fills: two nodes launched, the image-time part run on them (``--tags image``),
-   never joined to Slurm, then stopped: WARM, their instances ``stopped`` in moto and their
-   hosts shut down with their disks kept. The preview prices them at the volume's $/h.
+1. The pool fills: two nodes launched, all but the start part run on them (``--skip-tags
+   start``, slurmd held off), never joined to Slurm, then stopped: WARM, their instances
+   ``stopped`` in moto and their hosts shut down with their disks kept. The preview prices
+   them at the volume's $/h.
 2. A pending Slurm job and, in the same tick, a floor of 1 in a cold pool of the same type:
    the job starts a warm node (the same instance, booted again from its disk), which runs
-   only the node-time part and joins; from its instance up to READY it takes less than the
+   only the start part (``--tags start``) and joins; from its instance up to READY it takes less than the
    cold node's full bootstrap (the sandbox's cold boot installs no driver: on a GPU
    instance the gap is minutes, benchmarks/bench_warm.py).
 3. The pool refills to 2 once the started node is READY (not in the apply that starts it).
@@ -34,7 +35,7 @@ from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.service.control.preview import preview
 from tests.actuators.terraform_fixtures import needs_terraform
-from tests.e2e.bake_rig import IMAGE_ONLY, S, pool_yaml, runs
+from tests.e2e.bake_rig import IMAGE_ONLY, PREPARED, STARTED, S, pool_yaml, runs
 from tests.e2e.test_lifecycle_e2e import Loop
 
 pytestmark = [
@@ -83,8 +84,9 @@ def test_a_pending_job_starts_a_warm_node_which_is_ready_before_a_cold_one_and_t
         assert node is not None and node.progress.warm is not None
         assert node.progress.warm.stopped_at is not None and node.launched_for == "warm-pool"
         assert moto_state(stack, node.instance_id) == "stopped"
-        assert done[name]["tags"] == "image" and done[name]["tasks"] >= IMAGE_ONLY - {
-            "Reboot to load the NVIDIA driver"}, done[name]
+        assert done[name]["part"] == "warm" and done[name]["tasks"] >= IMAGE_ONLY - {
+            "Reboot to load the NVIDIA driver"} | PREPARED, done[name]
+        assert not done[name]["tasks"] & STARTED, done[name]["tasks"] & STARTED
     assert cluster.node_names() == [], "a warm node never joins before it is started"
     assert loop.last_plan is not None and loop.last_plan.pools["e2e/warm"].nodes == 0
     instance_of = {name: loop.store.get(name).instance_id for name in warm}  # type: ignore[union-attr]
@@ -126,8 +128,9 @@ def test_a_pending_job_starts_a_warm_node_which_is_ready_before_a_cold_one_and_t
     cluster.wait_job_state(job, {"RUNNING"}, 90)
     assert cluster.node_state(started.name) in ("idle", "mixed", "allocated")
     done = runs(stack)
-    assert done[started.name]["tags"] == "node", done[started.name]
-    assert done[started.name]["tasks"].isdisjoint(IMAGE_ONLY)
+    assert done[started.name]["part"] == "start", done[started.name]
+    assert done[started.name]["tasks"].isdisjoint(IMAGE_ONLY | PREPARED)
+    assert done[started.name]["tasks"] >= STARTED, STARTED - done[started.name]["tasks"]
     host = stack.follower.followed[started.name].host
     assert host.run(started.name, ["hostname"]).stdout.strip() == started.name
 

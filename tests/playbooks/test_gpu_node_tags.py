@@ -1,6 +1,8 @@
 """gpu-node.yml's split into an image-time part (``--tags image``: what a baked image
 carries) and a node-time part (``--tags node``: what a node launched from it still runs),
-read from ``ansible-playbook --list-tasks`` (no host is contacted).
+and the node-time part's start part (``--tags start``: what a warm node runs when a launch
+starts it), read from ``ansible-playbook --list-tasks`` (no host is contacted; the tasks a
+role includes at run time are not listed, only the include).
 
 A task in both parts runs at bake time and again on every node; a run without --tags (the
 full bootstrap) runs every task, so every task must be in at least one part.
@@ -64,13 +66,11 @@ IMAGE = [
     "image_prepull : List the images containerd already has",
     "image_prepull : Pull the pool's container images",
 ]
-NODE = [
-    *BOTH,
+START = [
     "nvidia_driver : Read persistence mode",
     "nvidia_driver : Turn persistence mode on",
     "dcgm_exporter : Set the host name to the node name",
     "Start the DCGM host engine",
-    "Write the dcgm-exporter unit",
     "Start dcgm-exporter",
     "gpu_sharing : Check the sharing mode",
     "gpu_sharing : List the GPUs",
@@ -86,8 +86,12 @@ NODE = [
     "gpu_health_check : Run the DCGM diagnostic level {{ gpu_health_check_dcgm_diag_level }}",
     "gpu_health_check : Fail when the DCGM diagnostic fails",
     "cluster_join : Check the cluster kind",
-    "cluster_join : Join the cluster {{ cluster_join_kind }}",
+    "cluster_join : Join the cluster at a warm node's start, {{ cluster_join_kind }}",
 ]
+# What a warm node's entry runs of the node-time part beside the start part: files a stop
+# keeps, and the include of the join's own tasks (each tagged start or not).
+NODE = [*BOTH, *START[:4], "Write the dcgm-exporter unit", *START[4:-1],
+        "cluster_join : Join the cluster {{ cluster_join_kind }}", START[-1]]
 
 
 def list_tasks(*args: str) -> list[tuple[str, set[str]]]:
@@ -101,10 +105,16 @@ def list_tasks(*args: str) -> list[tuple[str, set[str]]]:
 
 def test_image_and_node_tags_split_the_playbook_exactly() -> None:
     with ThreadPoolExecutor(3) as pool:
-        full, image, node = pool.map(lambda a: list_tasks(*a),
-                                     [(), ("--tags", "image"), ("--tags", "node")])
+        full, image, node, start, entry = pool.map(
+            lambda a: list_tasks(*a), [(), ("--tags", "image"), ("--tags", "node"),
+                                       ("--tags", "start"), ("--skip-tags", "start")])
     assert [name for name, _ in image] == IMAGE
     assert [name for name, _ in node] == NODE
+    # A warm node: its entry and its start together run the full bootstrap, each task once.
+    assert [name for name, _ in start] == START
+    assert all("node" in tags for _, tags in start)
+    entered = [name for name, _ in entry]
+    assert sorted([*entered, *START]) == sorted(name for name, _ in full)
     # The full bootstrap is unchanged: every task, in its order, and each in a part.
     shared = [name for name in NODE if name in IMAGE]
     assert shared == [*BOTH, "Start the DCGM host engine"]

@@ -7,7 +7,7 @@ from autoscaler.actuators.ansible.runner import (
     AnsibleError,
     BootstrapCancelled,
     Bootstrapper,
-    bootstrap_tags,
+    batch_part,
     ready_to_bootstrap,
 )
 from autoscaler.actuators.ansible.settings import AnsibleSettings
@@ -22,7 +22,7 @@ __all__ = [
     "Bootstrapper",
     "HostResult",
     "HostStatus",
-    "bootstrap_tags",
+    "batch_part",
     "build_inventory",
     "pool_vars",
     "ready_to_bootstrap",

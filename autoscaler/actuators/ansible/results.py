@@ -44,6 +44,7 @@ class BootstrapRun:
     duration_s: float
     hosts: dict[str, HostResult] = field(default_factory=dict)
     tags: str | None = None  # the playbook tags it ran with ("node": node-time); None: all
+    part: str = "full"  # runner.Part's name: full, node, warm, start, image (a bake), health
 
     @property
     def ok(self) -> list[str]:
@@ -59,6 +60,7 @@ class BootstrapRun:
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "run_dir": str(self.run_dir), "status": self.status,
                 "duration_s": round(self.duration_s, 3), "tags": self.tags,
+                "part": self.part,
                 "hosts": {n: r.to_json() for n, r in sorted(self.hosts.items())}}
 
 

@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,6 +63,35 @@ _KEPT_ARTIFACTS = ("stdout", "status", "rc")
 NODE_TIME_TAG = "node"
 # Its image-time part: what a bake runs on the builder (actuators/image_bake.py).
 IMAGE_TIME_TAG = "image"
+# The start part: what a prepared node needs again at every boot (host name, persistence
+# mode, services, MIG instances, health check, the join); the rest of the node-time part
+# only writes files, which a stopped instance keeps.
+START_TAG = "start"
+
+
+@dataclass(frozen=True)
+class Part:
+    """The part of gpu-node.yml one run applies: ``tags`` and ``skip`` (beside the
+    operator's ``skip_tags``), and ``hold``: keep the join service off for a stop."""
+
+    name: str
+    tags: str | None = None
+    skip: tuple[str, ...] = ()
+    hold: bool = False
+
+    def describe(self) -> str:
+        """How a log line names it: the ansible-playbook options it runs with."""
+        return " ".join([*([f"--tags {self.tags}"] if self.tags else []),
+                         *([f"--skip-tags {','.join(self.skip)}"] if self.skip else [])])
+
+
+FULL = Part("full")
+BAKED = Part("node", tags=NODE_TIME_TAG)  # a node launched from a baked image
+# A warm-pool node before it is stopped: everything but the start part, so that a start
+# runs only what does not survive the stop (as EC2 Auto Scaling runs its launch lifecycle
+# hook when an instance enters the warm pool, not when it leaves it).
+WARM_ENTRY = Part("warm", skip=(START_TAG,), hold=True)
+WARM_START = Part("start", tags=START_TAG)  # a warm node started by a launch
 
 
 class AnsibleError(RuntimeError):
@@ -88,29 +118,28 @@ class Bootstrapper(Protocol):
         ...
 
 
-def node_tags(node: Node) -> str | None:
-    """What one node's bootstrap runs: ``image`` for a warm-pool node not started yet (it
-    is stopped afterwards; the join is node time), ``node`` for a node launched from a
-    baked image (``progress.baked_image``) or started from the warm pool, None (the whole
-    playbook) for the rest."""
+def node_part(node: Node) -> Part:
+    """What one node's bootstrap runs: :data:`WARM_ENTRY` for a warm-pool node not started
+    yet, :data:`WARM_START` for one a launch started, :data:`BAKED` for a node launched
+    from a baked image (``progress.baked_image``), :data:`FULL` for the rest."""
     warm = node.progress.warm
-    if warm is not None and warm.in_pool:
-        return IMAGE_TIME_TAG
-    if warm is not None or node.progress.baked_image is not None:
-        return NODE_TIME_TAG
-    return None
+    if warm is not None:
+        return WARM_ENTRY if warm.in_pool else WARM_START
+    if node.progress.baked_image is not None:
+        return BAKED
+    return FULL
 
 
-def bootstrap_tags(nodes: Sequence[Node]) -> str | None:
-    """The tags a batch's bootstrap runs with (:func:`node_tags`, the same for every node).
+def batch_part(nodes: Sequence[Node]) -> Part:
+    """The part a batch's bootstrap runs (:func:`node_part`, the same for every node).
     A mixed batch is refused: one run is one part (the executor never makes one)."""
-    parts = {node_tags(n) for n in nodes}
+    parts = {node_part(n) for n in nodes}
     if len(parts) > 1:
-        named = "; ".join(f"{part or 'full'}: " + ", ".join(sorted(n.name for n in nodes
-                                                               if node_tags(n) == part))
-                          for part in sorted(parts, key=lambda p: p or ""))
+        named = "; ".join(f"{part.name}: " + ", ".join(sorted(n.name for n in nodes
+                                                              if node_part(n) == part))
+                          for part in sorted(parts, key=lambda p: p.name))
         raise AnsibleError(f"a batch mixes nodes that run different parts of the playbook ({named})")
-    return parts.pop() if parts else None
+    return parts.pop() if parts else FULL
 
 
 def ready_to_bootstrap(fleet: FleetView) -> list[Node]:
@@ -138,27 +167,29 @@ class AnsibleActuator:
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
         """Run the playbook once for ``nodes``; one result per node, never raises per host.
-        Nodes launched from a baked image run only its node-time part (``--tags node``);
-        a batch mixing them with other nodes raises AnsibleError (:func:`bootstrap_tags`)."""
+        Each batch runs one :class:`Part` (:func:`batch_part`): a node launched from a
+        baked image only the node-time part, a warm node its entry or its start; a batch
+        mixing parts raises AnsibleError."""
         return self._play(self.settings.playbook, nodes, policies, secrets,
-                          tags=bootstrap_tags(nodes))
+                          part=batch_part(nodes))
 
     def health_check(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy]) -> BootstrapRun:
         """Run the health check playbook once for ``nodes``; one result per node."""
-        return self._play(self.settings.health_playbook, nodes, policies, None)
+        return self._play(self.settings.health_playbook, nodes, policies, None,
+                          part=Part("health"))
 
     def bake(self, builder: Node, policies: Mapping[str, TeamPolicy]) -> BootstrapRun:
         """Run the image-time part of the playbook (``--tags image``) on a bake's builder,
         with its pool's variables. No secret is passed: nothing of a secret may end up in
         an image (the join, which needs them, is node time)."""
         return self._play(self.settings.playbook, [builder], policies, None,
-                          tags=IMAGE_TIME_TAG, env_secrets=False)
+                          part=Part("image", tags=IMAGE_TIME_TAG), env_secrets=False)
 
     def _play(self, playbook: Path, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
-              secrets: Mapping[str, str] | None, *, tags: str | None = None,
+              secrets: Mapping[str, str] | None, *, part: Part = FULL,
               env_secrets: bool = True) -> BootstrapRun:
-        """One ansible-runner run of ``playbook`` for ``nodes``; ``tags`` limits it to the
-        tasks with those tags (``settings.skip_tags`` are skipped either way)."""
+        """One ansible-runner run of ``playbook`` for ``nodes``; ``part`` limits it to some
+        of its tasks (``settings.skip_tags`` are skipped either way)."""
         if len({n.name for n in nodes}) != len(nodes):
             raise AnsibleError("a batch lists the same node twice")
         if self._cancelled.is_set():
@@ -180,13 +211,14 @@ class AnsibleActuator:
         names = list(inventory["all"]["hosts"])
         if names:
             status, events = self._run(playbook, run_id, inventory, all_secrets, timeout,
-                                       run_dir, redact, tags)
+                                       run_dir, redact, part)
             if status == "canceled":
                 raise BootstrapCancelled(f"run {run_id} stopped: the service is stopping")
             hosts = host_results(names, events, status, timeout, redact)
         for miss in unresolved:
             hosts[miss.node] = HostResult(miss.node, HostStatus.UNREACHABLE, None, miss.reason)
-        run = BootstrapRun(run_id, run_dir, status, time.monotonic() - started, hosts, tags)
+        run = BootstrapRun(run_id, run_dir, status, time.monotonic() - started, hosts,
+                           part.tags, part.name)
         _write_json(run_dir / "inventory.json", inventory, redact)
         _write_json(run_dir / "results.json", run.to_json(), redact)
         self._rotate()
@@ -227,7 +259,7 @@ class AnsibleActuator:
 
     def _run(self, playbook: Path, run_id: str, inventory: dict[str, Any],
              secrets: Mapping[str, str], timeout: float, run_dir: Path,
-             redact: Redactor, tags: str | None) -> tuple[str, list[dict[str, Any]]]:
+             redact: Redactor, part: Part) -> tuple[str, list[dict[str, Any]]]:
         s = self.settings
         if not playbook.is_file():
             raise AnsibleError(f"playbook {playbook} does not exist")
@@ -236,14 +268,16 @@ class AnsibleActuator:
             # ansible-runner reads env/extravars itself (-e @file). Inventory and secrets
             # have every string tagged !unsafe: never rendered as a template. The operator's
             # own extra_vars (service config) are passed as written.
-            write_extravars(private / "env" / "extravars", {**s.extra_vars, **self.play_vars},
-                            secrets)
+            hold = {"cluster_join_hold": True} if part.hold else {}
+            write_extravars(private / "env" / "extravars",
+                            {**s.extra_vars, **self.play_vars, **hold}, secrets)
             hosts_file = write_unsafe(private / "inventory" / "hosts.yml", inventory)
             runner = ansible_runner.run(
                 private_data_dir=str(private), ident=run_id, playbook=str(playbook.resolve()),
                 inventory=str(hosts_file),
-                envvars=self._envvars(private), forks=s.forks, tags=tags,
-                skip_tags=",".join(s.skip_tags) or None, timeout=int(max(1, timeout)),
+                envvars=self._envvars(private), forks=s.forks, tags=part.tags,
+                skip_tags=",".join([*s.skip_tags, *part.skip]) or None,
+                timeout=int(max(1, timeout)),
                 quiet=True, rotate_artifacts=1,
                 # Without a callback ansible-runner sets its own SIGTERM/SIGINT handlers in
                 # the main thread and never restores them: the service (or any caller) would

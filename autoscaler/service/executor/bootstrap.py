@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus, bootstrap_tags
-from autoscaler.actuators.ansible.runner import node_tags
+from autoscaler.actuators.ansible import BootstrapCancelled, BootstrapRun, HostStatus, batch_part
+from autoscaler.actuators.ansible.runner import BAKED, FULL, WARM_ENTRY, WARM_START, node_part
 from autoscaler.actuators.drain import Readiness
 from autoscaler.model.changes import Move, Patch
 from autoscaler.model.lifecycle import NodeState
@@ -79,8 +79,8 @@ def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node
         def work(report: AdvanceReport, b: list[Node] = nodes, a: Started = started) -> None:
             _run_batch(replace(step, report=report), bootstrapper, b, a)
 
-        tags = bootstrap_tags(nodes)  # homogeneous: never raises here
-        what = f"ansible --tags {tags}" if tags else "ansible"
+        options = batch_part(nodes).describe()  # homogeneous: never raises here
+        what = f"ansible {options}" if options else "ansible"
         if runner.start("bootstrap", keys, f"{what} {', '.join(n.name for n in nodes)}", work,
                         step.report):
             step.report.started += keys
@@ -88,11 +88,11 @@ def bootstrap(step: Step, bootstrapper: Bootstrapper, address_of: Callable[[Node
 
 def batches(due: list[Node], size: int) -> list[list[Node]]:
     """``due`` in batches of at most ``size`` nodes, each homogeneous in the part of the
-    playbook it runs (``node_tags``): the whole of it, the node-time part (baked image,
-    started warm node) or the image-time part (a warm-pool node before it is stopped)."""
+    playbook it runs (``node_part``): the whole of it, the node-time part (baked image),
+    a warm-pool node's entry (all but the start part, before it is stopped) or its start."""
     out: list[list[Node]] = []
-    for part in (None, "node", "image"):
-        group = [n for n in due if node_tags(n) == part]
+    for part in (FULL, BAKED, WARM_START, WARM_ENTRY):
+        group = [n for n in due if node_part(n) == part]
         out += [group[start:start + size] for start in range(0, len(group), size)]
     return out
 
@@ -167,9 +167,9 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
     its type and zone are in the reason)."""
     booting = [n for n in step.store.nodes(states=[S.BOOTSTRAPPING])
                if n.progress.bootstrap.ok_at is not None and not runner.busy(boot_key(n.name))]
-    # A warm-pool node never joins before it is stopped: its image-time part is done.
-    step.move_all([Move(n.name, S.STOPPING, "image-time bootstrap done; the next apply stops "
-                        "the instance for the warm pool")
+    # A warm-pool node never joins before it is stopped: all but its start part is done.
+    step.move_all([Move(n.name, S.STOPPING, "bootstrap done but for the start part (the join "
+                        "held off); the next apply stops the instance for the warm pool")
                    for n in booting if n.progress.in_warm_pool])
     booting = [n for n in booting if not n.progress.in_warm_pool]
     if not booting:
@@ -184,7 +184,7 @@ def promote(step: Step, snapshot: Snapshot | None, runner: Runner) -> None:
         seen = _seen(step, node, step.cluster_kind(node), snapshot, answers.get(node.name))
         why = seen.why
         if seen.ready:
-            part = ("started from the warm pool (node-time bootstrap)"
+            part = ("started from the warm pool (its start part: --tags start)"
                     if node.progress.warm is not None
                     else bootstrap_part(node.progress.baked_image))
             ready.append(Move(node.name, S.READY, f"bootstrapped, {part}; {why}"))

@@ -160,7 +160,7 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
             if out is not None:
                 address = _address(step, node, out, address_of)
                 baked = out.image if out.baked else None
-                part = ("image-time bootstrap for the warm pool, then stopped"
+                part = ("bootstrap for the warm pool but the start part, then stopped"
                         if node.progress.in_warm_pool else bootstrap_part(baked))
                 created.append(Move(node.name, S.BOOTSTRAPPING,
                                     f"instance {out.id} created; {part}",

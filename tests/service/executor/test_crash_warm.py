@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from autoscaler.actuators.ansible import BootstrapRun
-from autoscaler.actuators.ansible.runner import node_tags
+from autoscaler.actuators.ansible.runner import WARM_ENTRY, node_part
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.policy.models import TeamPolicy
@@ -40,20 +40,20 @@ def policy(floor: int, warm: int, most: int = 1) -> TeamPolicy:
 
 
 class TaggedAnsible(FakeAnsible):
-    """Records the part of the playbook each node ran; a node-time run joins Slurm."""
+    """Records the part of the playbook each node ran; any but a warm entry joins Slurm."""
 
     def __init__(self, drainer: FakeDrainer):
         super().__init__()
         self.scheduler = drainer.scheduler
-        self.parts: list[tuple[str, str | None]] = []
+        self.parts: list[tuple[str, str]] = []
 
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
         run = super().bootstrap(nodes, policies, secrets=secrets)
         for node in nodes:
             if node.name in run.ok:
-                self.parts.append((node.name, node_tags(node)))
-                if node_tags(node) != "image":
+                self.parts.append((node.name, node_part(node).name))
+                if node_part(node) != WARM_ENTRY:
                     self.scheduler.join(node.name)
         return run
 
@@ -99,8 +99,9 @@ class WarmLife:
         doubled = {n: ids for n, ids in per_node.items() if len(ids) != 1}
         assert not doubled, f"doubled instances: {doubled}"
         parts = {(n, p) for n, p in self.ansible.parts}
-        assert (first, "image") in parts and (first, "node") in parts, parts
-        assert (first, None) not in parts, "a warm node never runs the whole playbook"
+        # Entry (all but the start part, join held off), then its start part.
+        assert (first, "warm") in parts and (first, "start") in parts, parts
+        assert (first, "full") not in parts, "a warm node never runs the whole playbook"
         stops = [c for c in self.cloud.calls if c[0] == "power" and c[1][1] == "stopped"]
         starts = [c for c in self.cloud.calls if c[0] == "power" and c[1][1] == "running"]
         assert len(starts) == 1 and len(stops) == 2, (starts, stops)
