@@ -14,8 +14,14 @@ image-time role variables: ``nvidia_driver_*``  yes     driver branch and source
 ``image_prepull_*`` (policy ``bootstrap.driver``,       dcgm-exporter binary URL/checksum,
 ``.cuda``, ``.container_runtime``, ``.prepull``;        the pre-pulled container images
 the operator's ``ansible.extra_vars``)
+``cluster_join_kind`` (``cluster.kind``),       yes       which scheduler's packages the
+``cluster_join_k8s_version``                            image carries (slurmd and munge,
+                                                        or kubeadm and kubelet)
 every file of the image-time roles            yes       a role change makes images stale
 ``dcgm_exporter_node_name``                   no        set per node, at node time
+the join's files (cluster_join)              no        its package tasks run at node time
+                                                        too: a node installs what its
+                                                        image lacks
 node-time settings: ``bootstrap.sharing``,    no        the node-time part (``--tags
 ``mig_profiles``, ``mps``, ``dcgm_diag_level``,         node``) applies them on every node
 ``timeout``; health; cluster (join, labels,
@@ -57,6 +63,8 @@ IMAGE_ROLES = ("nvidia_cuda_repo", "nvidia_driver", "cuda_toolkit", "container_t
 _IMAGE_VAR_PREFIXES = tuple(f"{role}_" for role in IMAGE_ROLES)
 # Variables of the image-time roles whose value is the node's own: never in an image.
 NODE_TIME_VARS = frozenset({"dcgm_exporter_node_name"})
+# The join's variables that decide which scheduler packages a bake installs.
+IMAGE_TIME_VARS = frozenset({"cluster_join_kind", "cluster_join_k8s_version"})
 # Hex digits kept: short enough for a tag and a message, 48 bits against collisions
 # among one account's images.
 HASH_LENGTH = 12
@@ -67,7 +75,8 @@ _FORMAT = 1
 def image_vars(variables: Mapping[str, object]) -> dict[str, object]:
     """The image-time role variables among ``variables`` (role variable name -> value)."""
     return {name: value for name, value in sorted(variables.items())
-            if name.startswith(_IMAGE_VAR_PREFIXES) and name not in NODE_TIME_VARS}
+            if (name.startswith(_IMAGE_VAR_PREFIXES) and name not in NODE_TIME_VARS)
+            or name in IMAGE_TIME_VARS}
 
 
 def bootstrap_hash(base_image: str, variables: Mapping[str, object],

@@ -429,8 +429,9 @@ class Bootstrap(_Strict):
         "base", description="base: new nodes launch from the region's base image. baked "
         "(aws only): the pool's Terraform root module launches new nodes from the newest "
         "image of the account tagged with the pool's bootstrap hash (base image, driver, CUDA, "
-        "container runtime, the image-time roles), see when_stale; a node launched from "
-        "that image runs only the node-time part of the playbook (--tags node), one launched "
+        "container runtime, pre-pulls, cluster.kind, the image-time roles), see when_stale; a "
+        "node launched from that image runs only the node-time part of the playbook (--tags "
+        "node), one launched "
         "from the base image (stale) the whole of it. `gpu-autoscaler image bake TEAM/POOL` "
         "makes the image (docs/integrations/terraform-ansible.md).")
     images_kept: int = Field(3, ge=1, le=100, description="baked: how many of the images "
@@ -488,7 +489,8 @@ class OnPrem(_Strict):
 
 
 class Cluster(_Strict):
-    kind: Literal["slurm", "kubernetes", "none"] = Field("none", description="The scheduler the nodes join.")
+    kind: Literal["slurm", "kubernetes", "none"] = Field("none", description="The scheduler the "
+                                                         "nodes join (a baked image carries its packages).")
     partition: PartitionName = Field("gpu", description="Slurm: the partition the pool serves.")
     accounts: list[SlurmName] = Field(
         default_factory=list, max_length=MAX_SLURM_NAMES, description="Slurm: the accounts "

@@ -60,6 +60,9 @@ IMAGE_TIME: list[tuple[str, dict[str, Any]]] = [
     ("pre-pulled images", {"pool_kw": {**BASE, "bootstrap": {
         **BASE["bootstrap"], "prepull": ["nvcr.io/nvidia/pytorch:24.05-py3"]}}}),
     ("plain-HTTP registries", {"extra": {"image_prepull_plain_http": ["registry.internal"]}}),
+    # The bake installs the scheduler's packages: slurmd and munge, or kubeadm and kubelet.
+    ("cluster kind", {"pool_kw": {**BASE, "cluster": {"kind": "kubernetes"}}}),
+    ("kubernetes packages", {"extra": {"cluster_join_k8s_version": "1.31"}}),
 ]
 
 
@@ -74,8 +77,8 @@ NODE_TIME: list[tuple[str, dict[str, Any]]] = [
     ("sharing", {"pool_kw": {**BASE, "bootstrap": {**BASE["bootstrap"], "sharing": "mps"}}}),
     ("diag level and timeout", {"pool_kw": {**BASE, "bootstrap": {
         **BASE["bootstrap"], "dcgm_diag_level": 3, "timeout": "45m"}}}),
-    ("cluster kind and labels", {"pool_kw": {**BASE, "cluster": {
-        "kind": "kubernetes", "labels": {"tier": "batch"}}}}),
+    ("cluster labels", {"pool_kw": {**BASE, "cluster": {
+        "kind": "slurm", "partition": "gpu", "labels": {"tier": "batch"}}}}),
     ("partition", {"pool_kw": {**BASE, "cluster": {"kind": "slurm", "partition": "big"}}}),
     ("health", {"pool_kw": {**BASE, "health": {"max_gpu_temperature": 80}}}),
     ("join secrets and node name", {"extra": {"cluster_join_k8s_token": "abcdef.0123456789abcdef",

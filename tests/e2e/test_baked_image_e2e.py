@@ -76,6 +76,10 @@ def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_on
     assert builder_run["tags"] == "image"
     assert builder_run["tasks"] >= IMAGE_ONLY, builder_run["tasks"]
     assert "Install the cluster's munge key (base64)" not in builder_run["tasks"]  # no secret
+    # The scheduler's packages are baked (checked: the node image has them); nothing joins.
+    assert "Check whether slurmd and munge are installed" in builder_run["tasks"]
+    assert not builder_run["tasks"] & {"Install the cluster's slurm.conf", "Configure slurmd's unit",
+                                       "Wait until slurmctld hears from slurmd"}
     builder = ec2.describe_instances(InstanceIds=[tags["gpu-autoscaler/builder"]])
     assert builder["Reservations"][0]["Instances"][0]["State"]["Name"] in (
         "shutting-down", "terminated")

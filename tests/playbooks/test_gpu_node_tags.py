@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None,
                                 reason="ansible-playbook not installed")
@@ -65,7 +66,12 @@ IMAGE = [
     "Start containerd for the pulls",
     "image_prepull : List the images containerd already has",
     "image_prepull : Pull the pool's container images",
+    # Only to reach the scheduler's package tasks (JOIN_IMAGE_TASKS): the join is node time.
+    "cluster_join : Join the cluster {{ cluster_join_kind }}",
 ]
+# The tasks of the join's files that a bake runs: the scheduler's packages, nothing else.
+JOIN_IMAGE_TASKS = {"Check whether slurmd and munge are installed", "Install slurmd and munge",
+                    "Install kubeadm and kubelet from pkgs.k8s.io"}
 START = [
     "nvidia_driver : Read persistence mode",
     "nvidia_driver : Turn persistence mode on",
@@ -117,7 +123,8 @@ def test_image_and_node_tags_split_the_playbook_exactly() -> None:
     assert sorted([*entered, *START]) == sorted(name for name, _ in full)
     # The full bootstrap is unchanged: every task, in its order, and each in a part.
     shared = [name for name in NODE if name in IMAGE]
-    assert shared == [*BOTH, "Start the DCGM host engine"]
+    assert shared == [*BOTH, "Start the DCGM host engine",
+                      "cluster_join : Join the cluster {{ cluster_join_kind }}"]
     assert len(full) == len(IMAGE) + len(NODE) - len(shared)
     untagged = [name for name, tags in full if not tags & {"image", "node"}]
     assert untagged == []
@@ -125,5 +132,19 @@ def test_image_and_node_tags_split_the_playbook_exactly() -> None:
     baked = {name for name, _ in image}
     assert not baked & {"dcgm_exporter : Set the host name to the node name",
                         "Write the dcgm-exporter unit", "nvidia_driver : Turn persistence mode on"}
-    assert not any(name.startswith(("cluster_join", "gpu_health_check", "gpu_sharing"))
-                   for name in baked)
+    assert not any(name.startswith(("gpu_health_check", "gpu_sharing")) for name in baked)
+    assert [name for name in baked if name.startswith("cluster_join")] == [
+        "cluster_join : Join the cluster {{ cluster_join_kind }}"]
+
+
+def test_the_join_bakes_only_the_schedulers_packages() -> None:
+    """The join's files are included at run time (not listed above): read their tags."""
+    image = set()
+    for path in (PLAYBOOK.parent / "roles" / "cluster_join" / "tasks").glob("*.yml"):
+        if path.name == "main.yml":  # the include, listed above
+            continue
+        for task in yaml.safe_load(path.read_text()) or []:
+            if "image" in task.get("tags", []):
+                image.add(task["name"])
+                assert "start" not in task.get("tags", []), task["name"]
+    assert image == JOIN_IMAGE_TASKS
