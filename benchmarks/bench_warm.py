@@ -160,6 +160,8 @@ def warm_starts(stack, loop, warm_policy, root: Path, rounds: int) -> tuple[list
 def playbook_time(stack, node: str) -> str:
     """Where a node's boot went, from the job events of its newest bootstrap run: the part,
     the run's wall time, how many tasks ran on it and the five slowest."""
+    from tests.e2e.bake_rig import task_events
+
     newest = None
     for results in sorted((stack.dir / "ansible-runs").glob("*/results.json")):
         result = json.loads(results.read_text())
@@ -169,11 +171,8 @@ def playbook_time(stack, node: str) -> str:
         return "no run"
     run_dir, result = newest
     tasks: dict[str, float] = {}
-    for line in (run_dir / "events.jsonl").read_text().splitlines():
-        event = json.loads(line)
-        data = event.get("event_data") or {}
-        if event.get("event", "").startswith("runner_on_") and data.get("host") == node \
-                and "duration" in data:
+    for data in task_events(run_dir):
+        if data.get("host") == node and "duration" in data:
             tasks[data["task"]] = tasks.get(data["task"], 0.0) + float(data["duration"])
     slowest = ", ".join(f"{name} {t:.1f}" for name, t in
                         sorted(tasks.items(), key=lambda kv: -kv[1])[:5])

@@ -197,7 +197,7 @@ class WarmProgress(_Record):
     starts it and runs the start part. Not capacity until then."""
 
     image: str = Field(description="The pool's warm hash it was warmed with "
-                       "(actuators/bootstrap_hash.py: image-time and node-time settings).")
+                       "(actuators/bootstrap_hash.py: image-time settings, every role's files).")
     stopped_at: datetime | None = None  # WARM since: billed its volume only from here
     started_at: datetime | None = None  # a launch started it: an ordinary node from here
     started_for: str | None = None  # the launch's reason

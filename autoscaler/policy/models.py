@@ -431,9 +431,8 @@ class Bootstrap(_Strict):
         "image of the account tagged with the pool's bootstrap hash (base image, driver, CUDA, "
         "container runtime, pre-pulls, cluster.kind, the image-time roles), see when_stale; a "
         "node launched from that image runs only the node-time part of the playbook (--tags "
-        "node), one launched "
-        "from the base image (stale) the whole of it. `gpu-autoscaler image bake TEAM/POOL` "
-        "makes the image (docs/integrations/terraform-ansible.md).")
+        "node), one launched from the base image (stale) the whole of it. `gpu-autoscaler "
+        "image bake TEAM/POOL` makes the image (docs/integrations/terraform-ansible.md).")
     images_kept: int = Field(3, ge=1, le=100, description="baked: how many of the images "
                              "the pool's bakes made are kept; after a good bake the older "
                              "ones are deregistered (with their snapshots).")

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,16 @@ def cli(stack: SandboxStack, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
+def task_events(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """The per-host task results of a kept bootstrap run (its ``runner_on_*`` job events):
+    each event's ``event_data`` (host, task, duration, ...)."""
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        data = event.get("event_data") or {}
+        if data.get("task") and event.get("event", "").startswith("runner_on_"):
+            yield data
+
+
 def runs(stack: SandboxStack) -> dict[str, dict[str, Any]]:
     """Node -> its bootstrap run: the tags and part it ran with and the tasks that ran on it. Of a
     node's runs (a retried attempt, periodic health checks), the one that ran most tasks."""
@@ -83,11 +93,7 @@ def runs(stack: SandboxStack) -> dict[str, dict[str, Any]]:
     for run_dir in sorted((stack.dir / "ansible-runs").glob("*/results.json")):
         result = json.loads(run_dir.read_text())
         run_dir = run_dir.parent
-        tasks = set()
-        for line in (run_dir / "events.jsonl").read_text().splitlines():
-            data = json.loads(line).get("event_data") or {}
-            if data.get("task") and json.loads(line).get("event", "").startswith("runner_on_"):
-                tasks.add(data["task"])
+        tasks = {data["task"] for data in task_events(run_dir)}
         for node in result["hosts"]:
             if len(tasks) >= len(out.get(node, {}).get("tasks", ())):
                 out[node] = {"tags": result.get("tags"), "part": result.get("part"),
@@ -108,4 +114,5 @@ def boot_to_ready(store: FleetStore, names: Iterable[str]) -> dict[str, dict[str
     return out
 
 
-__all__ = ["IMAGE_ONLY", "PREPARED", "STARTED", "S", "boot_to_ready", "cli", "runs", "write_policy"]
+__all__ = ["IMAGE_ONLY", "PREPARED", "STARTED", "S", "boot_to_ready", "cli", "runs", "task_events",
+           "write_policy"]
