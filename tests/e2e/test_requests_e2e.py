@@ -32,6 +32,7 @@ import pytest
 
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.hosts.procs import wait_until
+from autoscaler.sandbox.services.moto_server import running_instances
 from autoscaler.sandbox.stack.local import SandboxStack
 from tests.e2e.request_rig import (
     CHECKPOINTING_JOB,
@@ -276,7 +277,8 @@ def assert_example_ran(stack: SandboxStack, loop: RequestLoop, run: Run, rid: st
         steps = [t.to_state for t in loop.store.transitions(name)]
         assert steps[-4:] == ["DRAINING", "DRAINED", "TERMINATING", "TERMINATED"], steps
         assert loop.store.get(name).drain_trigger == "released"  # type: ignore[union-attr]
-    assert stack.running_instances() == 0
+        # This example's instances only: the other example's may still be draining.
+        assert not running_instances(stack.ec2(), node=name), name
     return nodes, shown
 
 
@@ -313,3 +315,4 @@ def test_the_github_actions_and_gitlab_ci_examples_run_side_by_side_on_the_sandb
                                              gitlab_report)
     assert "JobName=train-01234567" in shown  # the commit's short SHA names the Slurm job
     assert not set(gha_nodes) & set(gitlab_nodes)
+    assert stack.running_instances() == 0
