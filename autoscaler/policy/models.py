@@ -545,7 +545,8 @@ class Pool(_Strict):
     warm_pool: WarmPool | None = Field(
         None, description="Keep up to max bootstrapped instances stopped (paying for their "
         "volumes only); a launch starts them before it launches cold nodes. Off by default. "
-        "Simulator only so far: `gpu-autoscaler run` refuses a policy with one.")
+        "The service runs them on AWS for pools that launch on-demand nodes and refuses "
+        "the rest (Alibaba Cloud, spot-only pools); `gpu-autoscaler simulate` models all.")
     placement_group: Name | None = Field(
         None, description="Pools of the team with the same placement group serve the same work: "
         "each pending job goes to the group's pool that can run it (GPU model and count, "

@@ -101,6 +101,19 @@ def runs(stack: SandboxStack) -> dict[str, dict[str, Any]]:
     return out
 
 
+def runs_by_part(stack: SandboxStack) -> dict[str, dict[str, set[str]]]:
+    """Node -> part it ran (``results.json``'s part: warm, start, full, ...) -> the tasks that
+    ran in that part's runs: a warm node's entry and start apart."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for path in sorted((stack.dir / "ansible-runs").glob("*/results.json")):
+        result = json.loads(path.read_text())
+        events = list(task_events(path.parent))
+        for node in result["hosts"]:
+            out.setdefault(node, {}).setdefault(result.get("part") or "", set()).update(
+                data["task"] for data in events if data.get("host") == node)
+    return out
+
+
 def boot_to_ready(store: FleetStore, names: Iterable[str]) -> dict[str, dict[str, float]]:
     """Per node, seconds since REQUESTED of its PROVISIONING, BOOTSTRAPPING and READY, and
     ``boot_to_ready``: from the instance's creation (BOOTSTRAPPING) to READY (the Terraform
@@ -114,5 +127,5 @@ def boot_to_ready(store: FleetStore, names: Iterable[str]) -> dict[str, dict[str
     return out
 
 
-__all__ = ["IMAGE_ONLY", "PREPARED", "STARTED", "S", "boot_to_ready", "cli", "runs", "task_events",
-           "write_policy"]
+__all__ = ["IMAGE_ONLY", "PREPARED", "STARTED", "S", "boot_to_ready", "cli", "runs", "runs_by_part",
+           "task_events", "write_policy"]

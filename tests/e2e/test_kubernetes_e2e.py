@@ -29,6 +29,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,16 @@ NODE, MIG_NODE = "vision-train-1", "vision-mig-1"
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[SandboxStack, Service]]:
+    with running_service(tmp_path, POLICY) as running:
+        yield running
+
+
+@contextmanager
+def running_service(tmp_path: Path, policy: str) -> Iterator[tuple[SandboxStack, Service]]:
+    """The sandbox stack on Kubernetes and the service as ``build_service`` wires it, run in a
+    thread, with team vision's ``policy``; both stopped on the way out."""
     (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "vision.yaml").write_text(POLICY)
+    (tmp_path / "policies" / "vision.yaml").write_text(policy)
     stack = SandboxStack(tmp_path / "sandbox", StackOptions(policies_dir=tmp_path / "policies",
                                                             tick_interval="2s"))
     saved: dict[str, str | None] = {}
