@@ -52,7 +52,11 @@ which share of the gap (issue 33 item 2; CA-like is replayed unchanged): ``tick=
 after the last when a job arrives or a spot notice comes between ticks),
 ``backoff=DURATION`` (the pool's ``capacity_error_backoff``), ``types=A,B`` (the pool's
 instance types: node size against interruption exposure), ``max_step=N``, ``headroom=N``
-(``scale_up.headroom_gpus``). The ablation is printed before the rows.
+(``scale_up.headroom_gpus``), ``idle_below=PERCENT`` (``scale_down.gpu_utilization_below``:
+the idle window is of utilization, so with the duty cycles' low use a node whose jobs ran
+below it is idle as soon as they end, where CA waits ``idle_for`` from emptiness). One key
+changes CA-like's side instead, for the noise floor of a row: ``ca_scan=SECONDS`` (its
+``scan_interval``, 10 s; base and predictive rows). The ablation is printed before the rows.
 Rows are printed as they finish (stderr), then the table in order, then the last line::
 
     windows=<n> p95_le_ca_windows=<m> cost_le_ca_windows=<k> worst_p95_ratio=<r>
@@ -94,6 +98,7 @@ from autoscaler.sim.replay import Replay, SimConfig
 from autoscaler.sim.results import StrategyResult, summarize
 from autoscaler.sim.run import build_strategies, select_pool
 from autoscaler.sim.spot import SpotMarket, ZoneTrace, load_spot_traces
+from autoscaler.sim.strategies.ca_like import CaSettings, ClusterAutoscalerLike
 from autoscaler.traces import DAY, DutyCycles, Workload, load_duty_cycles, load_pod_list
 
 WINDOW_DAYS = 20
@@ -137,7 +142,7 @@ class Inputs:
     ablate: dict[str, str] = field(default_factory=dict)
 
 
-ABLATIONS = ("tick", "wake", "backoff", "types", "max_step", "headroom")
+ABLATIONS = ("tick", "wake", "backoff", "types", "max_step", "headroom", "idle_below", "ca_scan")
 
 
 def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: Pool,
@@ -157,6 +162,8 @@ def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: P
         raw.setdefault("scale_up", {})["max_step"] = int(ablate["max_step"])
     if "headroom" in ablate:
         raw.setdefault("scale_up", {})["headroom_gpus"] = int(ablate["headroom"])
+    if "idle_below" in ablate:
+        raw.setdefault("scale_down", {})["gpu_utilization_below"] = float(ablate["idle_below"])
     if raw != pool.model_dump(mode="json", exclude_unset=True):
         pool = Pool.model_validate(raw)
         team = team.model_copy(update={"pools": [pool]})
@@ -234,6 +241,9 @@ def replay(case: Case, side: str) -> StrategyResult:
             pool = pool.model_copy(update={"predictive": Predictive(mode="scale")})
             team = team.model_copy(update={"pools": [pool]})
     strategy = build_strategies([name], team, pool, catalog, workload, config)[0]
+    if side == "ca" and "ca_scan" in INPUTS.ablate:
+        strategy = ClusterAutoscalerLike(quota_gpus=team.quota.max_gpus, settings=CaSettings(
+            scan_interval=float(INPUTS.ablate["ca_scan"])))
     run = Replay(workload, pool, catalog, config, strategy, spot=spot, duty=duty)
     run.run()
     return summarize(run)
@@ -315,6 +325,7 @@ def main() -> int:
     INPUTS = Inputs(data=args.data, team=team, pool=pool, duty=duty,
                     markets=spot_markets(args.data / SPOT_ROOT), ablate=ablate)
     ablated(ablate, SimConfig(), team, pool)  # a bad value fails here, not in a worker
+    CaSettings(scan_interval=float(ablate.get("ca_scan", 10)))
     windows = _pick(args.windows, pod_windows(args.data) + duty_windows(duty), "windows")
     markets = _pick(args.spot, list(INPUTS.markets), "spot")
     variants = _pick(args.variants, list(VARIANTS), "variants")
