@@ -43,7 +43,7 @@ from autoscaler.sim.results import StrategyResult, summarize
 from autoscaler.sim.run import select_pool
 from autoscaler.sim.spot import SpotMarket, load_spot_traces
 from autoscaler.sim.strategies.base import Strategy
-from autoscaler.sim.strategies.ca_like import ClusterAutoscalerLike
+from autoscaler.sim.strategies.ca_like import CaSettings, ClusterAutoscalerLike
 from autoscaler.sim.strategies.engine import EngineStrategy
 from autoscaler.sim.strategies.karpenter_like import KarpenterLike
 from autoscaler.traces import DutyCycles, Workload, load_duty_cycles, load_pod_list
@@ -66,19 +66,21 @@ def variant_pool(pool: Pool, fallback: str) -> Pool:
         "scale_up": pool.scale_up.model_copy(update={"headroom_gpus": HEADROOM_GPUS})})
 
 
-def strategy(name: str, team: TeamPolicy, pool: Pool, tick: float) -> Strategy:
+def strategy(name: str, team: TeamPolicy, pool: Pool, tick: float,
+             ca: CaSettings | None = None) -> Strategy:
     quota = team.quota.max_gpus
     if name in ("ours", "spot_only"):
         return EngineStrategy(team, pool, default_catalog(), interval=tick)
     if name == "ca_like_fallback":
-        return ClusterAutoscalerLike(quota_gpus=quota)
+        return ClusterAutoscalerLike(quota_gpus=quota, settings=ca)
     return KarpenterLike(quota_gpus=quota)
 
 
 def replay(name: str, workload: Workload, team: TeamPolicy, base: Pool, config: SimConfig,
-           spot: SpotMarket, duty: DutyCycles) -> StrategyResult:
+           spot: SpotMarket, duty: DutyCycles, ca: CaSettings | None = None) -> StrategyResult:
+    """One variant's replay (``ca``: the CA-like baseline's settings, its defaults if None)."""
     pool = variant_pool(base, "none" if name == "spot_only" else "on-demand")
-    run = Replay(workload, pool, default_catalog(), config, strategy(name, team, pool, config.tick),
+    run = Replay(workload, pool, default_catalog(), config, strategy(name, team, pool, config.tick, ca),
                  spot=spot, duty=duty)
     run.run()
     return summarize(run)

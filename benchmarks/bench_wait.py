@@ -3,6 +3,7 @@ baseline on every window, seed, spot market and policy variant, not only on benc
 
     python benchmarks/bench_wait.py [--data DIR] [--windows all] [--seeds 0,1,2] [--spot all]
                                     [--variants base,fallback,predictive] [--cross] [--workers 2]
+                                    [--ablate KEY=VALUE] [--periods 1]
 
 Each row replays one case twice over the same jobs, spot market and seed: ours (decide()
 with benchmarks/policies) and the CA-like baseline (``ca_like``) under the same market
@@ -57,6 +58,15 @@ the idle window is of utilization, so with the duty cycles' low use a node whose
 below it is idle as soon as they end, where CA waits ``idle_for`` from emptiness). One key
 changes CA-like's side instead, for the noise floor of a row: ``ca_scan=SECONDS`` (its
 ``scan_interval``, 10 s; base and predictive rows). The ablation is printed before the rows.
+
+``--periods K`` (odd; 1 by default) replays each side K times, its period one second
+apart around its own (K = 3: ours' tick 29, 30 and 31 s, CA-like's scan 9, 10 and 11 s),
+and a row compares each side's median replay by p95 (its cost and delivered share are
+that replay's), with every replay's p95 in a last column. On the busy window a single
+replay's p95 is mostly where an all-zone spot outage ends between the probes of each
+side: one second of period moves a row by up to 4x (docs/designs/benchmark-misses.md,
+How much of a row is the tick's phase), so one replay per side compares the phase of two
+clocks more than two strategies. K = 3 takes three times as long.
 Rows are printed as they finish (stderr), then the table in order, then the last line::
 
     windows=<n> p95_le_ca_windows=<m> cost_le_ca_windows=<k> worst_p95_ratio=<r>
@@ -119,9 +129,22 @@ class Case:
 
 @dataclass(frozen=True)
 class Row:
+    """A case's figures: each side's median replay by p95 wait over its periods (one replay
+    without ``--periods``); ``ours_p95s``/``ca_p95s``: every replay's p95, shortest period
+    first."""
+
     case: Case
     ours: StrategyResult
     ca: StrategyResult
+    ours_p95s: tuple[float, ...] = ()
+    ca_p95s: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, case: Case, ours: Sequence[StrategyResult], ca: Sequence[StrategyResult]) -> Row:
+        def median(side: Sequence[StrategyResult]) -> StrategyResult:
+            return sorted(side, key=lambda r: r.wait_p95_s)[(len(side) - 1) // 2]
+        return cls(case, median(ours), median(ca), tuple(r.wait_p95_s for r in ours),
+                   tuple(r.wait_p95_s for r in ca))
 
     def ratio(self, what: str) -> float:
         x, y = getattr(self.ours, what), getattr(self.ca, what)
@@ -222,18 +245,21 @@ def workload_for(inputs: Inputs, window: str, variant: str) -> tuple[Workload, D
     return workload, duty
 
 
-def replay(case: Case, side: str) -> StrategyResult:
-    """One side of a case: ``ours`` (the variant) or ``ca`` (CA-like under the same rules)."""
+def replay(case: Case, side: str, shift: float = 0.0) -> StrategyResult:
+    """One side of a case: ``ours`` (the variant) or ``ca`` (CA-like under the same rules),
+    its period (ours' tick, CA-like's scan interval) ``shift`` seconds longer."""
     if INPUTS is None:
         raise RuntimeError("bench_wait: inputs not loaded")
     workload, duty = workload_for(INPUTS, case.window, case.variant)
     spot, pool = market_for(INPUTS.markets[case.market], INPUTS.pool)
     team, catalog, config = INPUTS.team, default_catalog(), SimConfig(seed=case.seed)
+    ca = CaSettings(scan_interval=float(INPUTS.ablate.get("ca_scan", CaSettings.scan_interval)) + shift)
     if side == "ours":
         config, team, pool = ablated(INPUTS.ablate, config, team, pool)
+        config = replace(config, tick=config.tick + shift)
     if case.variant == "fallback":
         name = "ours" if side == "ours" else "ca_like_fallback"
-        return bench_spot.replay(name, workload, team, pool, config, spot, duty)
+        return bench_spot.replay(name, workload, team, pool, config, spot, duty, ca)
     name = "ca_like"
     if side == "ours":
         name = "predictive" if case.variant == "predictive" else "ours"
@@ -241,9 +267,8 @@ def replay(case: Case, side: str) -> StrategyResult:
             pool = pool.model_copy(update={"predictive": Predictive(mode="scale")})
             team = team.model_copy(update={"pools": [pool]})
     strategy = build_strategies([name], team, pool, catalog, workload, config)[0]
-    if side == "ca" and "ca_scan" in INPUTS.ablate:
-        strategy = ClusterAutoscalerLike(quota_gpus=team.quota.max_gpus, settings=CaSettings(
-            scan_interval=float(INPUTS.ablate["ca_scan"])))
+    if side == "ca":
+        strategy = ClusterAutoscalerLike(quota_gpus=team.quota.max_gpus, settings=ca)
     run = Replay(workload, pool, catalog, config, strategy, spot=spot, duty=duty)
     run.run()
     return summarize(run)
@@ -276,7 +301,12 @@ def row_line(r: Row) -> str:
     return (f"| {c.window} | {c.seed} | {c.market} | {c.variant} | {r.ours.wait_p95_s:,.0f} / "
             f"{r.ca.wait_p95_s:,.0f} s ({_fmt_ratio(r.ratio('wait_p95_s'))}) | ${r.ours.cost_usd:,.0f} / "
             f"${r.ca.cost_usd:,.0f} ({_fmt_ratio(r.ratio('cost_usd'))}) | "
-            f"{r.ours.delivered_share:.1%} / {r.ca.delivered_share:.1%} |")
+            f"{r.ours.delivered_share:.1%} / {r.ca.delivered_share:.1%} |"
+            + (f" {_p95s(r.ours_p95s)} / {_p95s(r.ca_p95s)} s |" if len(r.ours_p95s) > 1 else ""))
+
+
+def _p95s(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:,.0f}" for v in values)
 
 
 def summary(rows: list[Row]) -> str:
@@ -312,8 +342,16 @@ def main() -> int:
     parser.add_argument("--cross", action="store_true", help="the full product of the selected axes")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ablate", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"change ours' side only: {', '.join(ABLATIONS)} (see the docstring)")
+                        help=f"change one side's settings: {', '.join(ABLATIONS)} (ca_scan: "
+                        "CA-like's; the rest: ours'; see the docstring)")
+    parser.add_argument("--periods", type=int, default=1, metavar="K",
+                        help="replay each side at K periods one second apart around its own "
+                        "(K odd; 3: ours' tick 29, 30, 31 s, CA-like's scan 9, 10, 11 s) and "
+                        "compare each side's median replay by p95 (see the docstring)")
     args = parser.parse_args()
+    if args.periods < 1 or args.periods % 2 == 0:
+        parser.error("--periods: an odd number >= 1")
+    shifts = [float(k - args.periods // 2) for k in range(args.periods)]
     ablate = dict(a.partition("=")[::2] for a in args.ablate)
     if unknown := sorted(set(ablate) - set(ABLATIONS)):
         parser.error(f"--ablate: unknown key(s) {', '.join(unknown)}; known: {', '.join(ABLATIONS)}")
@@ -330,21 +368,32 @@ def main() -> int:
     markets = _pick(args.spot, list(INPUTS.markets), "spot")
     variants = _pick(args.variants, list(VARIANTS), "variants")
     todo = cases(windows, [int(s) for s in args.seeds.split(",")], markets, variants, args.cross)
-    console.print(f"{len(todo)} cases, {2 * len(todo)} replays, {args.workers} workers"
-                  + (f"; ours ablated: {ablate}" if ablate else ""))
-    results: dict[tuple[Case, str], StrategyResult] = {}
+    console.print(f"{len(todo)} cases, {2 * len(todo) * len(shifts)} replays, {args.workers} workers"
+                  + (f", periods shifted by {shifts} s" if len(shifts) > 1 else "")
+                  + (f"; ablated: {ablate}" if ablate else ""))
+    results: dict[tuple[Case, str, float], StrategyResult] = {}
+
+    def row(c: Case) -> Row | None:
+        got = [[results.get((c, side, d)) for d in shifts] for side in ("ours", "ca")]
+        if any(r is None for side in got for r in side):
+            return None
+        return Row.of(c, *got)  # type: ignore[arg-type]
+
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as ex:
-        futures = {ex.submit(replay, c, side): (c, side) for c in todo for side in ("ours", "ca")}
+        futures = {ex.submit(replay, c, side, d): (c, side, d)
+                   for c in todo for side in ("ours", "ca") for d in shifts}
         for fut in as_completed(futures):
-            c, side = futures[fut]
-            results[(c, side)] = fut.result()
-            if (c, "ours") in results and (c, "ca") in results:
-                console.print(f"[{time.perf_counter() - began:,.0f} s] "
-                              f"{row_line(Row(c, results[(c, 'ours')], results[(c, 'ca')]))}")
-    rows = [Row(c, results[(c, "ours")], results[(c, "ca")]) for c in todo]
-    print("| window | seed | spot market | variant | p95 wait ours / CA-like | cost ours / CA-like | "
-          "delivered ours / CA-like |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+            c, side, d = futures[fut]
+            results[(c, side, d)] = fut.result()
+            if (done := row(c)) is not None:
+                console.print(f"[{time.perf_counter() - began:,.0f} s] {row_line(done)}")
+    rows = [r for c in todo if (r := row(c)) is not None]
+    head = ("| window | seed | spot market | variant | p95 wait ours / CA-like | cost ours / CA-like | "
+            "delivered ours / CA-like |")
+    if len(shifts) > 1:
+        head += " p95 at each period, ours / CA-like |"
+    print(head)
+    print("| --- " * head.count(" | ") + "| --- |")
     for r in rows:
         print(row_line(r))
     console.print(f"wall {time.perf_counter() - began:,.0f} s")
