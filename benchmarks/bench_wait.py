@@ -108,6 +108,7 @@ from autoscaler.sim.replay import Replay, SimConfig
 from autoscaler.sim.results import StrategyResult, summarize
 from autoscaler.sim.run import build_strategies, select_pool
 from autoscaler.sim.spot import SpotMarket, ZoneTrace, load_spot_traces
+from autoscaler.sim.strategies.base import Strategy
 from autoscaler.sim.strategies.ca_like import CaSettings, ClusterAutoscalerLike
 from autoscaler.traces import DAY, DutyCycles, Workload, load_duty_cycles, load_pod_list
 
@@ -245,6 +246,12 @@ def workload_for(inputs: Inputs, window: str, variant: str) -> tuple[Workload, D
     return workload, duty
 
 
+def ca_settings(ablate: dict[str, str], shift: float = 0.0) -> CaSettings:
+    """CA-like's settings: its scan interval as ``--ablate ca_scan`` sets it (10 s by
+    default), ``shift`` seconds longer."""
+    return CaSettings(scan_interval=float(ablate.get("ca_scan", CaSettings.scan_interval)) + shift)
+
+
 def replay(case: Case, side: str, shift: float = 0.0) -> StrategyResult:
     """One side of a case: ``ours`` (the variant) or ``ca`` (CA-like under the same rules),
     its period (ours' tick, CA-like's scan interval) ``shift`` seconds longer."""
@@ -253,22 +260,21 @@ def replay(case: Case, side: str, shift: float = 0.0) -> StrategyResult:
     workload, duty = workload_for(INPUTS, case.window, case.variant)
     spot, pool = market_for(INPUTS.markets[case.market], INPUTS.pool)
     team, catalog, config = INPUTS.team, default_catalog(), SimConfig(seed=case.seed)
-    ca = CaSettings(scan_interval=float(INPUTS.ablate.get("ca_scan", CaSettings.scan_interval)) + shift)
+    ca = ca_settings(INPUTS.ablate, shift)
     if side == "ours":
         config, team, pool = ablated(INPUTS.ablate, config, team, pool)
         config = replace(config, tick=config.tick + shift)
     if case.variant == "fallback":
         name = "ours" if side == "ours" else "ca_like_fallback"
         return bench_spot.replay(name, workload, team, pool, config, spot, duty, ca)
-    name = "ca_like"
-    if side == "ours":
-        name = "predictive" if case.variant == "predictive" else "ours"
+    if side == "ca":  # the base CA-like, for the predictive variant too
+        strategy: Strategy = ClusterAutoscalerLike(quota_gpus=team.quota.max_gpus, settings=ca)
+    else:
         if case.variant == "predictive":
             pool = pool.model_copy(update={"predictive": Predictive(mode="scale")})
             team = team.model_copy(update={"pools": [pool]})
-    strategy = build_strategies([name], team, pool, catalog, workload, config)[0]
-    if side == "ca":
-        strategy = ClusterAutoscalerLike(quota_gpus=team.quota.max_gpus, settings=ca)
+        name = "predictive" if case.variant == "predictive" else "ours"
+        strategy = build_strategies([name], team, pool, catalog, workload, config)[0]
     run = Replay(workload, pool, catalog, config, strategy, spot=spot, duty=duty)
     run.run()
     return summarize(run)
@@ -363,7 +369,7 @@ def main() -> int:
     INPUTS = Inputs(data=args.data, team=team, pool=pool, duty=duty,
                     markets=spot_markets(args.data / SPOT_ROOT), ablate=ablate)
     ablated(ablate, SimConfig(), team, pool)  # a bad value fails here, not in a worker
-    CaSettings(scan_interval=float(ablate.get("ca_scan", 10)))
+    ca_settings(ablate)
     windows = _pick(args.windows, pod_windows(args.data) + duty_windows(duty), "windows")
     markets = _pick(args.spot, list(INPUTS.markets), "spot")
     variants = _pick(args.variants, list(VARIANTS), "variants")
@@ -374,10 +380,10 @@ def main() -> int:
     results: dict[tuple[Case, str, float], StrategyResult] = {}
 
     def row(c: Case) -> Row | None:
-        got = [[results.get((c, side, d)) for d in shifts] for side in ("ours", "ca")]
-        if any(r is None for side in got for r in side):
+        if any((c, side, d) not in results for side in ("ours", "ca") for d in shifts):
             return None
-        return Row.of(c, *got)  # type: ignore[arg-type]
+        return Row.of(c, [results[(c, "ours", d)] for d in shifts],
+                      [results[(c, "ca", d)] for d in shifts])
 
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as ex:
         futures = {ex.submit(replay, c, side, d): (c, side, d)

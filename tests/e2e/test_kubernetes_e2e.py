@@ -133,6 +133,16 @@ def status(service: Service) -> dict[str, Any]:
         return json.loads(resp.read())
 
 
+def service_until(service: Service, kube: Any, done: Any, timeout: float, what: str) -> None:
+    """``wait_until`` every second; a timeout fails with the fleet, the cluster's nodes and
+    the service's status."""
+    try:
+        wait_until(done, timeout, what, interval=1.0)
+    except Exception as exc:
+        raise AssertionError(f"{exc}; fleet {states(service)}; kube nodes "
+                             f"{sorted(kube.nodes)}; status {status(service)}") from None
+
+
 def test_pending_pod_launches_a_node_that_joins_runs_it_then_drains_and_goes(
         world: tuple[SandboxStack, Service], capsys: pytest.CaptureFixture[Any]) -> None:
     stack, service = world
@@ -147,11 +157,7 @@ def test_pending_pod_launches_a_node_that_joins_runs_it_then_drains_and_goes(
         return kube.pods[pod]["spec"].get("nodeName")
 
     def until(done: Any, timeout: float, what: str) -> None:
-        try:
-            wait_until(done, timeout, what, interval=1.0)
-        except Exception as exc:
-            raise AssertionError(f"{exc}; fleet {states(service)}; kube nodes "
-                                 f"{sorted(kube.nodes)}; status {status(service)}") from None
+        service_until(service, kube, done, timeout, what)
 
     until(lambda: bound() is not None, 900, "the GPU pod bound")  # 344 s at load 34
     assert bound() == NODE  # bound once the Node registers: the join ends the bootstrap

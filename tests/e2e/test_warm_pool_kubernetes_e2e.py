@@ -21,7 +21,13 @@ from typing import Any
 import pytest
 
 from tests.e2e.bake_rig import IMAGE_ONLY, runs_by_part
-from tests.e2e.test_kubernetes_e2e import S, pytestmark, running_service, states  # noqa: F401
+from tests.e2e.test_kubernetes_e2e import (  # noqa: F401
+    S,
+    pytestmark,
+    running_service,
+    service_until,
+    states,
+)
 
 POLICY = """\
 apiVersion: gpu-autoscaler/v1
@@ -54,12 +60,7 @@ def test_a_pending_pod_starts_the_warm_node_which_joins_with_the_start_part_only
         kube = stack.kube.kube
 
         def until(done: Any, timeout: float, what: str) -> None:
-            deadline = time.monotonic() + timeout
-            while not done():
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{what} not within {timeout:.0f}s; fleet "
-                                         f"{states(service)}; kube nodes {sorted(kube.nodes)}")
-                time.sleep(1)
+            service_until(service, kube, done, timeout, what)
 
         # 1. The warm pool fills; its node never joins.
         until(lambda: S.WARM in states(service).values(), 600, "a WARM node")
