@@ -55,7 +55,9 @@ after the last when a job arrives or a spot notice comes between ticks),
 instance types: node size against interruption exposure), ``max_step=N``, ``headroom=N``
 (``scale_up.headroom_gpus``), ``idle_below=PERCENT`` (``scale_down.gpu_utilization_below``:
 the idle window is of utilization, so with the duty cycles' low use a node whose jobs ran
-below it is idle as soon as they end, where CA waits ``idle_for`` from emptiness). One key
+below it is idle as soon as they end, where CA waits ``idle_for`` from emptiness),
+``scarce=ZONES,WITHIN`` (``scale_down.keep_while_spot_scarce``: idle nodes kept while that
+many of the pool's zones refused spot within that long, e.g. ``scarce=3,30m``). One key
 changes CA-like's side instead, for the noise floor of a row: ``ca_scan=SECONDS`` (its
 ``scan_interval``, 10 s; base and predictive rows). The ablation is printed before the rows.
 
@@ -166,7 +168,8 @@ class Inputs:
     ablate: dict[str, str] = field(default_factory=dict)
 
 
-ABLATIONS = ("tick", "wake", "backoff", "types", "max_step", "headroom", "idle_below", "ca_scan")
+ABLATIONS = ("tick", "wake", "backoff", "types", "max_step", "headroom", "idle_below", "scarce",
+             "ca_scan")
 
 
 def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: Pool,
@@ -188,6 +191,10 @@ def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: P
         raw.setdefault("scale_up", {})["headroom_gpus"] = int(ablate["headroom"])
     if "idle_below" in ablate:
         raw.setdefault("scale_down", {})["gpu_utilization_below"] = float(ablate["idle_below"])
+    if "scarce" in ablate:
+        zones, _, within = ablate["scarce"].partition(",")
+        raw.setdefault("scale_down", {})["keep_while_spot_scarce"] = {"zones": int(zones),
+                                                                      "within": within or "30m"}
     if raw != pool.model_dump(mode="json", exclude_unset=True):
         pool = Pool.model_validate(raw)
         team = team.model_copy(update={"pools": [pool]})

@@ -29,6 +29,7 @@ from autoscaler.engine.scale_down import (
     idle,
     over_max,
     over_quota,
+    scarcity,
     unhealthy,
 )
 from autoscaler.engine.scale_down.budget import Budget
@@ -297,6 +298,13 @@ class _Decision:
                     pool=ctx.key, what="scale-down",
                     reason=(f"{ctx.key}: idle nodes kept: scale-down cooldown "
                             f"{format_duration(cooldown)} since the last scaling at {last:%H:%M:%S}")))
+            return
+        if (scarce := scarcity.held(ctx, self.prices)) is not None:
+            idle_n, consolidates = len(idle.idle_nodes(ctx, self.now)), ctx.pool.scale_down.consolidate_below
+            if idle_n or consolidates is not None:
+                waits = " and consolidation waits" if consolidates is not None else ""
+                self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
+                    f"{ctx.key}: {idle_n} idle node(s) kept{waits}: {scarce}")))
             return
         self.actions += idle.candidates(ctx, self.prices, self.now, budget)
         if ctx.pool.scale_down.consolidate_below is not None and self._group_mates(ctx):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from autoscaler.catalog import Catalog
 from autoscaler.model.node import Node
@@ -91,6 +91,19 @@ class Prices(PriceBook):
                 err = self.capacity_error(pool, name, zone, Market.SPOT)
                 if err:
                     out.append(f"{name} spot" + (f" in {zone}" if zone else "") + f": {err}")
+        return out
+
+    def spot_refused_zones(self, pool: Pool, within: timedelta) -> dict[str | None, datetime]:
+        """The newest spot refusal within ``within`` in each of the pool's zones (any zone
+        when it lists none; None: a refusal that named no zone), of any of its types."""
+        out: dict[str | None, datetime] = {}
+        zones = set(pool.zones)
+        for name in pool.instance_types:
+            by_zone = self._errors.get((pool.cloud.value, pool.region, name, Market.SPOT))
+            for (zone, _), err in (by_zone or {}).items():
+                if (not zones or zone in zones) and self.now - err.at < within:
+                    seen = out.get(zone)
+                    out[zone] = err.at if seen is None else max(seen, err.at)
         return out
 
     def offers(

@@ -74,6 +74,16 @@ Duration = Annotated[
 ]
 
 
+def between(minimum: timedelta, maximum: timedelta, why: str) -> AfterValidator:
+    """A range for a Duration field, refused with its reason."""
+    def check(value: timedelta) -> timedelta:
+        if not minimum <= value <= maximum:
+            raise ValueError(f"{format_duration(value)} is not between {format_duration(minimum)} "
+                             f"and {format_duration(maximum)}: {why}")
+        return value
+    return AfterValidator(check)
+
+
 def at_least(minimum: timedelta, why: str) -> AfterValidator:
     """A floor for a Duration field, refused with its reason: ``Annotated[Duration, at_least(...)]``."""
     def check(value: timedelta) -> timedelta:

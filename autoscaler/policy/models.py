@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from autoscaler.policy.duration import Duration, at_least
+from autoscaler.policy.duration import Duration, at_least, between
 from autoscaler.policy.syntax import (
     MAX_SLURM_NAMES,
     CronText,
@@ -95,6 +95,8 @@ DRAIN_TIMEOUT = at_least(timedelta(seconds=30), "Kubernetes gives every pod 30s 
                          "default; a shorter drain is a kill")
 HEALTH_CHECK_INTERVAL = at_least(timedelta(minutes=1), "each check is an Ansible run over SSH "
                                  "on every READY node of the pool")
+SCARCITY_WITHIN = between(timedelta(minutes=1), timedelta(hours=2), "a refusal counts for "
+                          "longer than a tick, and the service keeps capacity errors for two hours")
 MAX_NODE_AGE = at_least(timedelta(hours=1), "a node must outlive its boot (bootstrap.timeout) "
                         "and drain, or nodes are replaced as fast as they come up")
 
@@ -226,6 +228,16 @@ class ScaleUp(_Strict):
         "and keeps idle nodes from scale-down (Cluster Autoscaler users run pause pods for this).")
 
 
+class SpotScarcity(_Strict):
+    """When a spot outage is under way: how many of the pool's zones refused spot, how recently."""
+
+    zones: int = Field(ge=1, le=64, description="Zones of the pool with a spot launch refused "
+                       "for want of capacity; at most the pool's zones when it lists them.")
+    within: Annotated[Duration, SCARCITY_WITHIN] = Field(
+        timedelta(minutes=30), description="How recent a refusal counts (1m to 2h: the "
+        "service keeps capacity errors for two hours).")
+
+
 class ScaleDown(_Strict):
     gpu_utilization_below: Percent = Field(10, description="Idle threshold, below scale_up's threshold.")
     idle_for: Duration = Field(
@@ -244,6 +256,12 @@ class ScaleDown(_Strict):
     )
     checkpoint_grace: Duration = Field(
         timedelta(minutes=2), description="Time after checkpoint_signal until requeue.")
+    keep_while_spot_scarce: SpotScarcity | None = Field(
+        None, description="Opt-in: while at least `zones` of the pool's zones refused a spot "
+        "launch within `within`, idle nodes are kept and consolidation waits: a node removed "
+        "now may not come back before the outage ends, and the jobs that arrive meanwhile "
+        "would wait for it. Removals that replace a node (unhealthy, expired, over max_nodes) "
+        "go on. Off by default: idle nodes are billed while kept.")
     consolidate_below: Percent | None = Field(
         None, description="Opt-in: a node with jobs but fewer than this percent of its GPUs "
         "allocated, no job started on it for idle_for, whose jobs all fit on the free GPUs of "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from autoscaler.engine import Drain, Hold, Launch, Terminate, decide
+from autoscaler.engine import Drain, Hold, Launch, Replace, Terminate, decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import PoolHistory
-from autoscaler.model.snapshot import NodeObservation, PoolObservation
+from autoscaler.model.snapshot import CapacityError, NodeObservation, PoolObservation
 from autoscaler.policy.models import Market
 from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, snapshot
 
@@ -139,3 +139,53 @@ def test_idle_node_is_kept_when_the_rest_would_cross_the_scale_up_threshold():
     plan = run(make_policy(), [make_node("n1"), make_node("n2")], {"n1": idle(2), "n2": busy(95)})
     assert drains(plan) == []
     assert any(isinstance(a, Hold) and "average above the scale-up threshold" in a.reason for a in plan.actions)
+
+
+def _refused(zone: str, ago: timedelta, itype: str = "p3.2xlarge") -> CapacityError:
+    return CapacityError(cloud="aws", region="us-east-1", instance_type=itype, zone=zone,
+                         market=Market.SPOT, code="InsufficientInstanceCapacity", at=NOW - ago)
+
+
+def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones():
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
+    policy = make_policy(zones=zones, scale_down={
+        "consolidate_below": 50, "keep_while_spot_scarce": {"zones": 3, "within": "30m"}})
+    nodes = [make_node("n1", market=Market.SPOT, zone="us-east-1a"),
+             make_node("n2", market=Market.SPOT, zone="us-east-1b")]
+    obs = {"n1": idle(2), "n2": busy(70)}
+    # Three zones refused spot within 30 minutes, by either type (one of them twice): held,
+    # and the reason names each zone's newest refusal and the rule.
+    errors = [_refused("us-east-1a", timedelta(minutes=25)), _refused("us-east-1b", timedelta(minutes=2)),
+              _refused("us-east-1c", timedelta(minutes=12), "p3.8xlarge"),
+              _refused("us-east-1c", timedelta(minutes=14))]
+    plan = run(policy, nodes, obs, capacity_errors=errors)
+    assert drains(plan) == []
+    (hold,) = [a for a in plan.actions if isinstance(a, Hold) and a.what == "scale-down"]
+    assert hold.reason == (
+        f"{KEY}: 1 idle node(s) kept and consolidation waits: spot refused in 3 of 4 zone(s) "
+        "within 30m (us-east-1b at 11:58:00, us-east-1c at 11:48:00, us-east-1a at 11:35:00; "
+        "keep_while_spot_scarce from 3): a node removed now may not come back before the "
+        "outage ends")
+    # Not enough zones: a refusal past the window, one on-demand, one in another region, one
+    # of a type outside the pool: the idle node goes as usual.
+    stale = [errors[1], errors[2], _refused("us-east-1a", timedelta(minutes=31)),
+             errors[0].model_copy(update={"market": Market.ON_DEMAND}),
+             _refused("us-east-1d", timedelta(minutes=1)).model_copy(update={"region": "us-west-2"}),
+             _refused("us-east-1d", timedelta(minutes=1), "p3.16xlarge")]
+    assert drains(run(policy, nodes, obs, capacity_errors=stale)) == ["n1"]
+    # Off by default: the same refusals hold nothing.
+    plain = make_policy(zones=zones)
+    assert drains(run(plain, nodes, obs, capacity_errors=errors)) == ["n1"]
+
+
+def test_a_pool_with_no_scale_down_to_hold_gets_no_hold_and_replacements_go_on():
+    policy = make_policy(zones=["us-east-1a", "us-east-1b"], lifetime={"max_node_age": "24h"},
+                         scale_down={"keep_while_spot_scarce": {"zones": 2}})
+    nodes = [make_node("old", market=Market.SPOT, zone="us-east-1a", age=timedelta(hours=30)),
+             make_node("n2", market=Market.SPOT, zone="us-east-1b")]
+    errors = [_refused("us-east-1a", timedelta(minutes=5)), _refused("us-east-1b", timedelta(minutes=5))]
+    plan = run(policy, nodes, {"old": busy(70), "n2": busy(70)}, capacity_errors=errors)
+    # No idle node and no consolidation: nothing to hold, so no Hold; max_node_age still
+    # replaces, since a replacement removes no capacity.
+    [replace] = plan.actions
+    assert isinstance(replace, Replace) and (replace.node, replace.trigger) == ("old", "expired")

@@ -61,6 +61,9 @@ class EngineStrategy(Strategy):
         self.observer = Observer(policy.team, pool, pool.cloud.value, pool.region)
         self.history = PoolHistory()
         self.errors: list[CapacityError] = []
+        # Refusals older than the back-off hold no offer, but keep_while_spot_scarce counts
+        # them for its window (the service keeps every error for two hours).
+        self.keep_errors = error_window(pool)
         self.actions: Counter[str] = Counter()
         self.decide_seconds = 0.0
         self.decisions = 0
@@ -81,7 +84,7 @@ class EngineStrategy(Strategy):
 
     def observe(self, replay: Replay, now: float) -> tuple[FleetView, Snapshot]:
         nodes = list(replay.cluster.nodes.values())
-        self.forget_errors(replay, now, self.pool.capacity.capacity_error_backoff)
+        self.forget_errors(replay, now, self.keep_errors)
         fleet = self.observer.fleet(nodes, self.history)
         return fleet, self.observer.snapshot(nodes, replay.cluster, self.errors, now)
 
@@ -232,3 +235,10 @@ def _mark_replaced(node: SimNode | None) -> None:
     if node is not None and not node.replacement_requested:
         node.replacement_requested = True
         node.epoch += 1  # the cached Node view must show it
+
+
+def error_window(pool: Pool) -> timedelta:
+    """How long a capacity error counts for the pool: its back-off, or the window of
+    keep_while_spot_scarce when that is longer."""
+    scarce = pool.scale_down.keep_while_spot_scarce
+    return max(pool.capacity.capacity_error_backoff, scarce.within if scarce is not None else timedelta(0))

@@ -30,7 +30,7 @@ from autoscaler.policy.models import Pool, TeamPolicy
 from autoscaler.sim.cluster import Cluster, SimNode
 from autoscaler.sim.observe import Observer, to_datetime
 from autoscaler.sim.replay import Replay, SimError
-from autoscaler.sim.strategies.engine import EngineStrategy
+from autoscaler.sim.strategies.engine import EngineStrategy, error_window
 
 
 class GroupEngineStrategy(EngineStrategy):
@@ -73,7 +73,7 @@ class GroupEngineStrategy(EngineStrategy):
         by_pool: dict[str, list[SimNode]] = {k: [] for k in self.pools}
         for node in replay.cluster.nodes.values():
             by_pool[node.pool or self.home].append(node)
-        self.forget_errors(replay, now, max(p.capacity.capacity_error_backoff for p in self.pools.values()))
+        self.forget_errors(replay, now, max(error_window(p) for p in self.pools.values()))
         pending = self._pending_jobs(replay.cluster)
         nodes, obs, pools = [], {}, {}
         for key, observer in self.observers.items():
