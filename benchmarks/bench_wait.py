@@ -56,8 +56,9 @@ instance types: node size against interruption exposure), ``max_step=N``, ``head
 (``scale_up.headroom_gpus``), ``idle_below=PERCENT`` (``scale_down.gpu_utilization_below``:
 the idle window is of utilization, so with the duty cycles' low use a node whose jobs ran
 below it is idle as soon as they end, where CA waits ``idle_for`` from emptiness),
-``scarce=ZONES,WITHIN`` (``scale_down.keep_while_spot_scarce``: idle nodes kept while that
-many of the pool's zones refused spot within that long, e.g. ``scarce=3,30m``). One key
+``scarce=ZONES,WITHIN[,HEADROOM]`` (``capacity.spot_scarcity``: while that many of the
+pool's zones refused spot within that long, idle nodes are kept and, with HEADROOM, that
+many spare GPUs held; e.g. ``scarce=3,30m,2``). One key
 changes CA-like's side instead, for the noise floor of a row: ``ca_scan=SECONDS`` (its
 ``scan_interval``, 10 s; base and predictive rows). The ablation is printed before the rows.
 
@@ -192,9 +193,10 @@ def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: P
     if "idle_below" in ablate:
         raw.setdefault("scale_down", {})["gpu_utilization_below"] = float(ablate["idle_below"])
     if "scarce" in ablate:
-        zones, _, within = ablate["scarce"].partition(",")
-        raw.setdefault("scale_down", {})["keep_while_spot_scarce"] = {"zones": int(zones),
-                                                                      "within": within or "30m"}
+        parts = ablate["scarce"].split(",")
+        raw.setdefault("capacity", {})["spot_scarcity"] = {
+            "zones": int(parts[0]), "within": parts[1] if len(parts) > 1 else "30m",
+            "headroom_gpus": int(parts[2]) if len(parts) > 2 else 0}
     if raw != pool.model_dump(mode="json", exclude_unset=True):
         pool = Pool.model_validate(raw)
         team = team.model_copy(update={"pools": [pool]})

@@ -88,6 +88,7 @@ class PoolContext:
     free: list[Node] = field(default_factory=list)  # serving, the scheduler has GPUs unallocated
     idle_load: float = 0.0  # util_sum's share from the nodes in ``idle``
     placed: list[str] = field(default_factory=list)  # why jobs of a placement group came here
+    spot_scarce: str | None = None  # the evidence of a spot outage under way (engine/scarcity.py)
 
     @property
     def team(self) -> str:

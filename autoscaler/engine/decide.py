@@ -15,7 +15,15 @@ from functools import partial
 from typing import Any, TypeVar
 
 from autoscaler.catalog import Catalog, default_catalog
-from autoscaler.engine import long_jobs, placement, plan_parts, preempt, removed_pools, return_to_spot
+from autoscaler.engine import (
+    long_jobs,
+    placement,
+    plan_parts,
+    preempt,
+    removed_pools,
+    return_to_spot,
+    scarcity,
+)
 from autoscaler.engine.context import PoolContext, build_contexts, rule_error
 from autoscaler.engine.forecast_floor import raise_floor, raise_headroom
 from autoscaler.engine.held import keep_held
@@ -29,7 +37,6 @@ from autoscaler.engine.scale_down import (
     idle,
     over_max,
     over_quota,
-    scarcity,
     unhealthy,
 )
 from autoscaler.engine.scale_down.budget import Budget
@@ -100,6 +107,7 @@ class _Decision:
                 self._by_key[choice.pool].placed.append(choice.reason)
         for ctx in self.contexts:
             try:  # the highest of the schedule, forecast and headroom floors wins
+                ctx.spot_scarce = scarcity.scarce(ctx, self.prices)
                 raise_floor(ctx, snapshot.forecasts.get(ctx.key), self.prices)
                 raise_headroom(ctx, self.prices)
             except Exception as exc:
@@ -299,12 +307,14 @@ class _Decision:
                     reason=(f"{ctx.key}: idle nodes kept: scale-down cooldown "
                             f"{format_duration(cooldown)} since the last scaling at {last:%H:%M:%S}")))
             return
-        if (scarce := scarcity.held(ctx, self.prices)) is not None:
+        rule = ctx.pool.capacity.spot_scarcity
+        if ctx.spot_scarce is not None and rule is not None and rule.keep_idle:
             idle_n, consolidates = len(idle.idle_nodes(ctx, self.now)), ctx.pool.scale_down.consolidate_below
             if idle_n or consolidates is not None:
                 waits = " and consolidation waits" if consolidates is not None else ""
                 self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
-                    f"{ctx.key}: {idle_n} idle node(s) kept{waits}: {scarce}")))
+                    f"{ctx.key}: {idle_n} idle node(s) kept{waits}: {ctx.spot_scarce}: a node "
+                    "removed now may not come back before the outage ends")))
             return
         self.actions += idle.candidates(ctx, self.prices, self.now, budget)
         if ctx.pool.scale_down.consolidate_below is not None and self._group_mates(ctx):

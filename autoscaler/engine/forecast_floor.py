@@ -35,6 +35,11 @@ def raise_headroom(ctx: PoolContext, prices: Prices) -> None:
     none without a report) and in-flight nodes' GPUs (not a make-before-break replacement's,
     promised to the jobs it moves), less what the pending jobs ask for."""
     want = ctx.pool.scale_up.headroom_gpus
+    label = f"scale_up.headroom_gpus {want}"
+    rule = ctx.pool.capacity.spot_scarcity
+    if rule is not None and rule.headroom_gpus > want and ctx.spot_scarce is not None:
+        want = rule.headroom_gpus
+        label = f"capacity.spot_scarcity.headroom_gpus {want} ({ctx.spot_scarce})"
     if want <= 0:
         return
     busy = _busy(ctx)
@@ -49,7 +54,7 @@ def raise_headroom(ctx: PoolContext, prices: Prices) -> None:
         on_prem = f" ({there} more go on-prem)" if there else ""
     free = sum(_whole_free(ctx, n, prices) for n in busy) - pending
     _raise(ctx, prices, want, free, len(busy),
-           f"scale_up.headroom_gpus {want}: {max(free, 0)} free GPU(s) ready or coming after "
+           f"{label}: {max(free, 0)} free GPU(s) ready or coming after "
            f"{pending} pending{on_prem}")
 
 

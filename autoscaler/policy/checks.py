@@ -88,11 +88,11 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
         yield (["capacity", "max_spot_share_per_zone"],
                f"max_spot_share_per_zone {share:g} needs at least {math.ceil(1 / share - 1e-9)} zones "
                f"listed in the pool (it lists {len(pool.zones)}): otherwise spot could never fill it")
-    scarce = pool.scale_down.keep_while_spot_scarce
+    scarce = pool.capacity.spot_scarcity
     if scarce is not None and pool.zones and scarce.zones > len(pool.zones):
-        yield (["scale_down", "keep_while_spot_scarce", "zones"],
+        yield (["capacity", "spot_scarcity", "zones"],
                f"zones {scarce.zones} is more than the pool's {len(pool.zones)} zones: "
-               "scale-down would never be held")
+               "spot would never count as scarce")
     if pool.scale_down.gpu_utilization_below >= pool.scale_up.gpu_utilization_above:
         yield (["scale_down", "gpu_utilization_below"],
                f"idle threshold ({pool.scale_down.gpu_utilization_below:g}%) must be below the "

@@ -153,6 +153,25 @@ class ReturnToSpot(_Strict):
         return value
 
 
+class SpotScarcity(_Strict):
+    """A spot outage under way, read from the pool's own refusals, and what the pool does
+    while it lasts (capacity.spot_scarcity)."""
+
+    zones: int = Field(ge=1, le=64, description="Zones of the pool with a spot launch refused "
+                       "for want of capacity; at most the pool's zones when it lists them.")
+    within: Annotated[Duration, SCARCITY_WITHIN] = Field(
+        timedelta(minutes=30), description="How recent a refusal counts (1m to 2h: the "
+        "service keeps capacity errors for two hours).")
+    keep_idle: bool = Field(
+        True, description="Idle nodes are kept and consolidation waits: a node removed now "
+        "may not come back before the outage ends. Replacements (unhealthy, expired, over "
+        "max_nodes) go on.")
+    headroom_gpus: int = Field(
+        0, ge=0, le=100_000, description="scale_up.headroom_gpus while it lasts, if higher: "
+        "spare GPUs bought in a zone that still has spot, for the jobs that arrive when the "
+        "last zones go dry.")
+
+
 class Capacity(_Strict):
     on_demand_base: int = Field(0, ge=0, le=MAX_NODES, description="First N nodes of the pool are on-demand.")
     spot_percent: Percent = Field(70, description="Share of nodes above the base that are spot.")
@@ -183,6 +202,11 @@ class Capacity(_Strict):
     return_to_spot: ReturnToSpot | None = Field(
         None, description="Move fallback on-demand nodes back to spot when it returns. Off "
         "by default: a move restarts the node's jobs from their last checkpoint.")
+    spot_scarcity: SpotScarcity | None = Field(
+        None, description="Opt-in: while at least `zones` of the pool's zones refused a spot "
+        "launch within `within`, keep idle nodes (keep_idle) and hold headroom_gpus spare, "
+        "for the jobs that arrive if the outage spreads to the last zones. Off by default: "
+        "the kept and spare nodes are billed.")
 
     @field_validator("max_wait")
     @classmethod
@@ -228,16 +252,6 @@ class ScaleUp(_Strict):
         "and keeps idle nodes from scale-down (Cluster Autoscaler users run pause pods for this).")
 
 
-class SpotScarcity(_Strict):
-    """When a spot outage is under way: how many of the pool's zones refused spot, how recently."""
-
-    zones: int = Field(ge=1, le=64, description="Zones of the pool with a spot launch refused "
-                       "for want of capacity; at most the pool's zones when it lists them.")
-    within: Annotated[Duration, SCARCITY_WITHIN] = Field(
-        timedelta(minutes=30), description="How recent a refusal counts (1m to 2h: the "
-        "service keeps capacity errors for two hours).")
-
-
 class ScaleDown(_Strict):
     gpu_utilization_below: Percent = Field(10, description="Idle threshold, below scale_up's threshold.")
     idle_for: Duration = Field(
@@ -256,12 +270,6 @@ class ScaleDown(_Strict):
     )
     checkpoint_grace: Duration = Field(
         timedelta(minutes=2), description="Time after checkpoint_signal until requeue.")
-    keep_while_spot_scarce: SpotScarcity | None = Field(
-        None, description="Opt-in: while at least `zones` of the pool's zones refused a spot "
-        "launch within `within`, idle nodes are kept and consolidation waits: a node removed "
-        "now may not come back before the outage ends, and the jobs that arrive meanwhile "
-        "would wait for it. Removals that replace a node (unhealthy, expired, over max_nodes) "
-        "go on. Off by default: idle nodes are billed while kept.")
     consolidate_below: Percent | None = Field(
         None, description="Opt-in: a node with jobs but fewer than this percent of its GPUs "
         "allocated, no job started on it for idle_for, whose jobs all fit on the free GPUs of "

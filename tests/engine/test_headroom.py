@@ -6,7 +6,8 @@ from datetime import timedelta
 
 from autoscaler.engine import Drain, Launch, decide
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.snapshot import NodeObservation, PoolObservation, SchedulerNode
+from autoscaler.model.snapshot import CapacityError, NodeObservation, PoolObservation, SchedulerNode
+from autoscaler.policy.models import Market
 from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, pending, snapshot
 
 KEY = "vision/gpu"
@@ -83,3 +84,30 @@ def test_pending_jobs_that_go_on_prem_take_no_cloud_room():
     # One job goes on-prem, the other on the node coming up; one more is the headroom.
     (launch,) = launches(plan)
     assert launch.count == 1 and "after 1 pending (1 more go on-prem)" in launch.reason
+
+
+def test_spot_scarcity_raises_the_headroom_only_while_enough_zones_refused_spot():
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    capacity = {"spot_percent": 100, "spot_scarcity": {"zones": 2, "within": "30m", "headroom_gpus": 2}}
+    nodes, obs = [make_node("n1", market=Market.SPOT, zone="us-east-1a")], {"n1": busy(50)}
+
+    def refused(zone: str, minutes: int) -> CapacityError:
+        return CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone=zone,
+                             market=Market.SPOT, code="InsufficientInstanceCapacity",
+                             at=NOW - timedelta(minutes=minutes))
+
+    def plan(*errors: CapacityError):
+        policy = make_policy(zones=zones, capacity=capacity, scale_up={"max_step": 10})
+        return decide({policy.team: policy}, fleet(*nodes), snapshot(obs, capacity_errors=list(errors)), NOW)
+
+    # Two zones refused within 30 minutes: two spare GPUs, bought in the zone still open
+    # (the others are within capacity_error_backoff), with the evidence in the reason.
+    (launch,) = launches(plan(refused("us-east-1a", 10), refused("us-east-1b", 3)))
+    assert (launch.count, launch.zone, launch.market) == (2, "us-east-1c", Market.SPOT)
+    assert launch.reason.startswith(
+        f"{KEY}: capacity.spot_scarcity.headroom_gpus 2 (spot refused in 2 of 3 zone(s) within 30m "
+        "(us-east-1b at 11:57:00, us-east-1a at 11:50:00; capacity.spot_scarcity from 2)): 0 free "
+        "GPU(s) ready or coming after 0 pending")
+    # One zone, or a refusal past the window: the pool's own headroom (none) holds.
+    assert launches(plan(refused("us-east-1b", 3))) == []
+    assert launches(plan(refused("us-east-1a", 31), refused("us-east-1b", 3))) == []

@@ -148,8 +148,8 @@ def _refused(zone: str, ago: timedelta, itype: str = "p3.2xlarge") -> CapacityEr
 
 def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones():
     zones = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
-    policy = make_policy(zones=zones, scale_down={
-        "consolidate_below": 50, "keep_while_spot_scarce": {"zones": 3, "within": "30m"}})
+    policy = make_policy(zones=zones, scale_down={"consolidate_below": 50}, capacity={
+        "spot_percent": 100, "spot_scarcity": {"zones": 3, "within": "30m"}})
     nodes = [make_node("n1", market=Market.SPOT, zone="us-east-1a"),
              make_node("n2", market=Market.SPOT, zone="us-east-1b")]
     obs = {"n1": idle(2), "n2": busy(70)}
@@ -164,7 +164,7 @@ def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones
     assert hold.reason == (
         f"{KEY}: 1 idle node(s) kept and consolidation waits: spot refused in 3 of 4 zone(s) "
         "within 30m (us-east-1b at 11:58:00, us-east-1c at 11:48:00, us-east-1a at 11:35:00; "
-        "keep_while_spot_scarce from 3): a node removed now may not come back before the "
+        "capacity.spot_scarcity from 3): a node removed now may not come back before the "
         "outage ends")
     # Not enough zones: a refusal past the window, one on-demand, one in another region, one
     # of a type outside the pool: the idle node goes as usual.
@@ -173,14 +173,17 @@ def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones
              _refused("us-east-1d", timedelta(minutes=1)).model_copy(update={"region": "us-west-2"}),
              _refused("us-east-1d", timedelta(minutes=1), "p3.16xlarge")]
     assert drains(run(policy, nodes, obs, capacity_errors=stale)) == ["n1"]
-    # Off by default: the same refusals hold nothing.
-    plain = make_policy(zones=zones)
+    # Off by default, and with keep_idle false: the same refusals hold nothing.
+    plain = make_policy(zones=zones, capacity={"spot_percent": 100})
     assert drains(run(plain, nodes, obs, capacity_errors=errors)) == ["n1"]
+    lets_go = make_policy(zones=zones, capacity={"spot_percent": 100, "spot_scarcity": {
+        "zones": 3, "keep_idle": False}})
+    assert drains(run(lets_go, nodes, obs, capacity_errors=errors)) == ["n1"]
 
 
 def test_a_pool_with_no_scale_down_to_hold_gets_no_hold_and_replacements_go_on():
     policy = make_policy(zones=["us-east-1a", "us-east-1b"], lifetime={"max_node_age": "24h"},
-                         scale_down={"keep_while_spot_scarce": {"zones": 2}})
+                         capacity={"spot_percent": 100, "spot_scarcity": {"zones": 2}})
     nodes = [make_node("old", market=Market.SPOT, zone="us-east-1a", age=timedelta(hours=30)),
              make_node("n2", market=Market.SPOT, zone="us-east-1b")]
     errors = [_refused("us-east-1a", timedelta(minutes=5)), _refused("us-east-1b", timedelta(minutes=5))]

@@ -93,10 +93,10 @@ pools:
         ("    schedule: [{cron: '61 * * * *', min_nodes: 1, duration: 1h}]\n", "pools[0].schedule[0].cron",
          "minute field '61' is outside 0-59"),
         ("    zones: [us-west-2a]\n", "pools[0].zones[0]", "not in region"),
-        ("    zones: [us-east-1a, us-east-1b]\n    scale_down: {keep_while_spot_scarce: {zones: 3}}\n",
-         "pools[0].scale_down.keep_while_spot_scarce.zones", "more than the pool's 2 zones"),
-        ("    scale_down: {keep_while_spot_scarce: {zones: 2, within: 3h}}\n",
-         "pools[0].scale_down.keep_while_spot_scarce.within", "3h is not between 1m and 2h"),
+        ("    zones: [us-east-1a, us-east-1b]\n    capacity: {spot_scarcity: {zones: 3}}\n",
+         "pools[0].capacity.spot_scarcity.zones", "more than the pool's 2 zones"),
+        ("    capacity: {spot_scarcity: {zones: 2, within: 3h}}\n",
+         "pools[0].capacity.spot_scarcity.within", "3h is not between 1m and 2h"),
     ],
 )
 def test_cross_field_checks(tmp_path, extra, path, needle):

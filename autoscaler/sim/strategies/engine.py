@@ -61,7 +61,7 @@ class EngineStrategy(Strategy):
         self.observer = Observer(policy.team, pool, pool.cloud.value, pool.region)
         self.history = PoolHistory()
         self.errors: list[CapacityError] = []
-        # Refusals older than the back-off hold no offer, but keep_while_spot_scarce counts
+        # Refusals older than the back-off hold no offer, but capacity.spot_scarcity counts
         # them for its window (the service keeps every error for two hours).
         self.keep_errors = error_window(pool)
         self.actions: Counter[str] = Counter()
@@ -239,6 +239,6 @@ def _mark_replaced(node: SimNode | None) -> None:
 
 def error_window(pool: Pool) -> timedelta:
     """How long a capacity error counts for the pool: its back-off, or the window of
-    keep_while_spot_scarce when that is longer."""
-    scarce = pool.scale_down.keep_while_spot_scarce
+    capacity.spot_scarcity when that is longer."""
+    scarce = pool.capacity.spot_scarcity
     return max(pool.capacity.capacity_error_backoff, scarce.within if scarce is not None else timedelta(0))

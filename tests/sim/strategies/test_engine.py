@@ -259,14 +259,13 @@ def test_a_spot_node_ready_resets_the_refusals_in_a_row_and_the_switch_turns_the
     assert off.streaks == {} and [e.until for e in off.errors] == [None]
 
 
-def test_keep_while_spot_scarce_keeps_refusals_for_its_window_and_the_idle_node_while_they_count() -> None:
+def test_spot_scarcity_keeps_refusals_for_its_window_and_the_idle_node_while_they_count() -> None:
     """Two zones refused spot at 0 and 60 s; the rule holds scale-down while both count (30
     min), although capacity_error_backoff (3 min) stopped holding the zones long before.
     The idle node goes at the first tick after the window; without the rule, after idle_for."""
-    def run(scale_down: dict[str, object]) -> tuple[EngineStrategy, Replay, SimNode]:
-        pol = policy(zones=["us-east-1a", "us-east-1b"], scale_down={"idle_for": "10m", "cooldown": "1s",
-                                                                    **scale_down},
-                     capacity={"spot_percent": 100, "capacity_error_backoff": "3m"})
+    def run(capacity: dict[str, object]) -> tuple[EngineStrategy, Replay, SimNode]:
+        pol = policy(zones=["us-east-1a", "us-east-1b"],
+                     capacity={"spot_percent": 100, "capacity_error_backoff": "3m", **capacity})
         ours = EngineStrategy(pol, pol.pools[0], CATALOG)
         replay = replay_for([], strategy=ours)
         node = ready_node(replay, now=0, market=Market.SPOT, zone="us-east-1a")
@@ -281,7 +280,7 @@ def test_keep_while_spot_scarce_keeps_refusals_for_its_window_and_the_idle_node_
                 return float(now)
         raise AssertionError("never drained")
 
-    ours, replay, node = run({"keep_while_spot_scarce": {"zones": 2, "within": "30m"}})
+    ours, replay, node = run({"spot_scarcity": {"zones": 2, "within": "30m"}})
     ours.observe(replay, 29 * 60)
     assert sorted(e.zone for e in ours.errors) == ["us-east-1a", "us-east-1b"]
     assert first_drain(ours, replay, node) == 1800  # the refusal at 0 no longer counts: one zone left

@@ -1,0 +1,31 @@
+"""A spot outage under way, read from the pool's own refusals (``capacity.spot_scarcity``).
+
+A zone outage often spreads: on the V100 spot trace the benchmarks replay, with three of
+the four zones dry within the last 30 minutes the fourth goes dry within the next 30 in
+17% of cases, against 7% at any time. An idle node removed then cannot be replaced until
+the outage ends, and the jobs that arrive meanwhile wait for it; kept, or with a few spare
+GPUs bought while a zone still had spot, they start at once. The evidence is the pool's
+own refusals, so it ends by itself ``within`` after the last one (a pool that launches
+nothing is refused nothing)."""
+
+from __future__ import annotations
+
+from autoscaler.engine.context import PoolContext
+from autoscaler.engine.pricing import Prices
+from autoscaler.policy.duration import format_duration
+
+
+def scarce(ctx: PoolContext, prices: Prices) -> str | None:
+    """The evidence that the pool's spot is scarce now, with its numbers; None if not (or
+    the pool does not ask)."""
+    rule = ctx.pool.capacity.spot_scarcity
+    if rule is None:
+        return None
+    refused = prices.spot_refused_zones(ctx.pool, rule.within)
+    if len(refused) < rule.zones:
+        return None
+    of = f" of {len(ctx.pool.zones)}" if ctx.pool.zones else ""
+    where = ", ".join(f"{zone or 'a launch naming no zone'} at {at:%H:%M:%S}"
+                      for zone, at in sorted(refused.items(), key=lambda item: item[1], reverse=True))
+    return (f"spot refused in {len(refused)}{of} zone(s) within {format_duration(rule.within)} "
+            f"({where}; capacity.spot_scarcity from {rule.zones})")
