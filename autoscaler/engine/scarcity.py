@@ -4,7 +4,7 @@ A zone outage often spreads: on the V100 spot trace the benchmarks replay, with 
 the four zones dry within the last 30 minutes the fourth goes dry within the next 30 in
 17% of cases, against 7% at any time. An idle node removed then cannot be replaced until
 the outage ends, and the jobs that arrive meanwhile wait for it; kept, or with a few spare
-GPUs bought while a zone still had spot, they start at once. The evidence is the pool's
+GPUs bought while a zone still has spot, they start at once. The evidence is the pool's
 own refusals, so it ends by itself ``within`` after the last one (a pool that launches
 nothing is refused nothing)."""
 

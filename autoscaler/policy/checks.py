@@ -11,7 +11,7 @@ from autoscaler.catalog import Catalog
 from autoscaler.catalog.mig import layout_problems
 from autoscaler.catalog.regions import region_problem, zone_problem
 from autoscaler.policy.cron import cron_problem
-from autoscaler.policy.models import Cloud, Pool, TeamPolicy
+from autoscaler.policy.models import Cloud, Market, Pool, TeamPolicy
 
 Problem = tuple[list[int | str], str]
 # Node names are "<team>-<pool>-<suffix>" and must stay valid hostnames (63 characters).
@@ -89,7 +89,10 @@ def _check_pool(pool: Pool, catalog: Catalog) -> Iterator[Problem]:
                f"max_spot_share_per_zone {share:g} needs at least {math.ceil(1 / share - 1e-9)} zones "
                f"listed in the pool (it lists {len(pool.zones)}): otherwise spot could never fill it")
     scarce = pool.capacity.spot_scarcity
-    if scarce is not None and pool.zones and scarce.zones > len(pool.zones):
+    if scarce is not None and Market.SPOT not in pool.capacity.markets():
+        yield (["capacity", "spot_scarcity"],
+               "the pool launches no spot (spot_percent 0), so no spot launch is ever refused")
+    elif scarce is not None and pool.zones and scarce.zones > len(pool.zones):
         yield (["capacity", "spot_scarcity", "zones"],
                f"zones {scarce.zones} is more than the pool's {len(pool.zones)} zones: "
                "spot would never count as scarce")

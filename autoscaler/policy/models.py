@@ -168,8 +168,8 @@ class SpotScarcity(_Strict):
         "max_nodes) go on.")
     headroom_gpus: int = Field(
         0, ge=0, le=100_000, description="scale_up.headroom_gpus while it lasts, if higher: "
-        "spare GPUs bought in a zone that still has spot, for the jobs that arrive when the "
-        "last zones go dry.")
+        "spare GPUs for the jobs that arrive when the last zones go dry, bought as the pool "
+        "buys (spot in a zone not refused, else as spot_fallback says).")
 
 
 class Capacity(_Strict):

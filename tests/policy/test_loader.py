@@ -97,6 +97,8 @@ pools:
          "pools[0].capacity.spot_scarcity.zones", "more than the pool's 2 zones"),
         ("    capacity: {spot_scarcity: {zones: 2, within: 3h}}\n",
          "pools[0].capacity.spot_scarcity.within", "3h is not between 1m and 2h"),
+        ("    capacity: {spot_percent: 0, spot_scarcity: {zones: 1}}\n",
+         "pools[0].capacity.spot_scarcity", "the pool launches no spot"),
     ],
 )
 def test_cross_field_checks(tmp_path, extra, path, needle):
