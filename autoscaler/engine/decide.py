@@ -309,12 +309,14 @@ class _Decision:
             return
         rule = ctx.pool.capacity.spot_scarcity
         if ctx.spot_scarce is not None and rule is not None and rule.keep_idle:
-            idle_n, consolidates = len(idle.idle_nodes(ctx, self.now)), ctx.pool.scale_down.consolidate_below
-            if idle_n or consolidates is not None:
-                waits = " and consolidation waits" if consolidates is not None else ""
+            idle_n = len(idle.idle_nodes(ctx, self.now))
+            held = [f"{idle_n} idle node(s) kept"] if idle_n else []
+            if ctx.pool.scale_down.consolidate_below is not None:
+                held.append("consolidation waits")
+            if held:
                 self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
-                    f"{ctx.key}: {idle_n} idle node(s) kept{waits}: {ctx.spot_scarce}: a node "
-                    "removed now may not come back before the outage ends")))
+                    f"{ctx.key}: {' and '.join(held)}: {ctx.spot_scarce}: a node removed now "
+                    "may not come back before the outage ends")))
             return
         self.actions += idle.candidates(ctx, self.prices, self.now, budget)
         if ctx.pool.scale_down.consolidate_below is not None and self._group_mates(ctx):

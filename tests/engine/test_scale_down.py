@@ -179,6 +179,10 @@ def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones
     lets_go = make_policy(zones=zones, capacity={"spot_percent": 100, "spot_scarcity": {
         "zones": 3, "keep_idle": False}})
     assert drains(run(lets_go, nodes, obs, capacity_errors=errors)) == ["n1"]
+    # No idle node: the Hold is consolidation's alone.
+    (hold,) = [a for a in run(policy, nodes, {"n1": busy(30), "n2": busy(70)},
+                              capacity_errors=errors).actions if isinstance(a, Hold)]
+    assert hold.reason.startswith(f"{KEY}: consolidation waits: spot refused in 3 of 4 zone(s)")
 
 
 def test_a_pool_with_no_scale_down_to_hold_gets_no_hold_and_replacements_go_on():
