@@ -8,6 +8,7 @@ from typing import Any
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.snapshot import (
+    CapacityError,
     GpuMetrics,
     NodeObservation,
     PendingJob,
@@ -87,3 +88,10 @@ def snapshot(nodes: dict[str, NodeObservation] | None = None,
 
 def fleet(*nodes: Node, history: dict[str, PoolHistory] | None = None) -> FleetView:
     return FleetView(nodes=list(nodes), history=history or {})
+
+
+def spot_refusal(zone: str | None, itype: str = "p3.2xlarge", *, region: str = "us-east-1",
+                 ago: timedelta = timedelta(minutes=1)) -> CapacityError:
+    """A spot launch of ``itype`` in ``zone`` refused for want of capacity, ``ago`` before NOW."""
+    return CapacityError(cloud="aws", region=region, instance_type=itype, zone=zone,
+                         market=Market.SPOT, code="InsufficientInstanceCapacity", at=NOW - ago)

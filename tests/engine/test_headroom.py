@@ -8,10 +8,11 @@ from autoscaler.engine import Drain, Launch, decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import CapacityError, NodeObservation, PoolObservation, SchedulerNode
 from autoscaler.policy.models import Market
-from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, pending, snapshot
+from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, pending, snapshot, spot_refusal
 
 KEY = "vision/gpu"
 OLD = timedelta(hours=3)
+MINUTE = timedelta(minutes=1)
 
 
 def run(headroom, nodes=(), obs=None, jobs=(), **policy):
@@ -91,23 +92,20 @@ def test_spot_scarcity_raises_the_headroom_only_while_enough_zones_refused_spot(
     capacity = {"spot_percent": 100, "spot_scarcity": {"zones": 2, "within": "30m", "headroom_gpus": 2}}
     nodes, obs = [make_node("n1", market=Market.SPOT, zone="us-east-1a")], {"n1": busy(50)}
 
-    def refused(zone: str, minutes: int) -> CapacityError:
-        return CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone=zone,
-                             market=Market.SPOT, code="InsufficientInstanceCapacity",
-                             at=NOW - timedelta(minutes=minutes))
-
     def plan(*errors: CapacityError):
         policy = make_policy(zones=zones, capacity=capacity, scale_up={"max_step": 10})
         return decide({policy.team: policy}, fleet(*nodes), snapshot(obs, capacity_errors=list(errors)), NOW)
 
     # Two zones refused within 30 minutes: two spare GPUs, bought in the zone still open
     # (the others are within capacity_error_backoff), with the evidence in the reason.
-    (launch,) = launches(plan(refused("us-east-1a", 10), refused("us-east-1b", 3)))
+    (launch,) = launches(plan(spot_refusal("us-east-1a", ago=10 * MINUTE),
+                              spot_refusal("us-east-1b", ago=3 * MINUTE)))
     assert (launch.count, launch.zone, launch.market) == (2, "us-east-1c", Market.SPOT)
     assert launch.reason.startswith(
         f"{KEY}: capacity.spot_scarcity.headroom_gpus 2 (spot refused in 2 of 3 zone(s) within 30m "
         "(us-east-1b at 11:57:00, us-east-1a at 11:50:00; capacity.spot_scarcity from 2)): 0 free "
         "GPU(s) ready or coming after 0 pending")
     # One zone, or a refusal past the window: the pool's own headroom (none) holds.
-    assert launches(plan(refused("us-east-1b", 3))) == []
-    assert launches(plan(refused("us-east-1a", 31), refused("us-east-1b", 3))) == []
+    assert launches(plan(spot_refusal("us-east-1b", ago=3 * MINUTE))) == []
+    assert launches(plan(spot_refusal("us-east-1a", ago=31 * MINUTE),
+                         spot_refusal("us-east-1b", ago=3 * MINUTE))) == []

@@ -22,7 +22,7 @@ from autoscaler.model.snapshot import (
 )
 from autoscaler.policy.checks import check_policy
 from autoscaler.policy.models import Market, TeamPolicy
-from tests.builders import NOW, fleet, make_node, make_pool_dict, snapshot
+from tests.builders import NOW, fleet, make_node, make_pool_dict, snapshot, spot_refusal
 
 EAST, WEST, ALI = "vision/east", "vision/west", "vision/ali"
 SPOT = {"on_demand_base": 0, "spot_percent": 100, "spot_fallback": "on-demand"}
@@ -57,8 +57,7 @@ def job(*options: str, gpus: float = 1, job_id: str = "j1") -> PendingJob:
 
 
 def refused(region: str, zone: str, ago: timedelta = timedelta(minutes=4)) -> CapacityError:
-    return CapacityError(cloud="aws", region=region, instance_type="p3.2xlarge", zone=zone,
-                         market=Market.SPOT, code="InsufficientInstanceCapacity", at=NOW - ago)
+    return spot_refusal(zone, region=region, ago=ago)
 
 
 def plan_for(pol: TeamPolicy, *jobs: PendingJob, nodes: tuple = (), observed: dict | None = None,

@@ -7,9 +7,9 @@ from datetime import timedelta
 from autoscaler.engine import Drain, Hold, Launch, Replace, Terminate, decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import PoolHistory
-from autoscaler.model.snapshot import CapacityError, NodeObservation, PoolObservation
+from autoscaler.model.snapshot import NodeObservation, PoolObservation
 from autoscaler.policy.models import Market
-from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, snapshot
+from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, snapshot, spot_refusal
 
 KEY = "vision/gpu"
 
@@ -141,11 +141,6 @@ def test_idle_node_is_kept_when_the_rest_would_cross_the_scale_up_threshold():
     assert any(isinstance(a, Hold) and "average above the scale-up threshold" in a.reason for a in plan.actions)
 
 
-def _refused(zone: str, ago: timedelta, itype: str = "p3.2xlarge") -> CapacityError:
-    return CapacityError(cloud="aws", region="us-east-1", instance_type=itype, zone=zone,
-                         market=Market.SPOT, code="InsufficientInstanceCapacity", at=NOW - ago)
-
-
 def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones():
     zones = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
     policy = make_policy(zones=zones, scale_down={"consolidate_below": 50}, capacity={
@@ -155,9 +150,10 @@ def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones
     obs = {"n1": idle(2), "n2": busy(70)}
     # Three zones refused spot within 30 minutes, by either type (one of them twice): held,
     # and the reason names each zone's newest refusal and the rule.
-    errors = [_refused("us-east-1a", timedelta(minutes=25)), _refused("us-east-1b", timedelta(minutes=2)),
-              _refused("us-east-1c", timedelta(minutes=12), "p3.8xlarge"),
-              _refused("us-east-1c", timedelta(minutes=14))]
+    errors = [spot_refusal("us-east-1a", ago=timedelta(minutes=25)),
+              spot_refusal("us-east-1b", ago=timedelta(minutes=2)),
+              spot_refusal("us-east-1c", "p3.8xlarge", ago=timedelta(minutes=12)),
+              spot_refusal("us-east-1c", ago=timedelta(minutes=14))]
     plan = run(policy, nodes, obs, capacity_errors=errors)
     assert drains(plan) == []
     (hold,) = [a for a in plan.actions if isinstance(a, Hold) and a.what == "scale-down"]
@@ -168,10 +164,10 @@ def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones
         "outage ends")
     # Not enough zones: a refusal past the window, one on-demand, one in another region, one
     # of a type outside the pool: the idle node goes as usual.
-    stale = [errors[1], errors[2], _refused("us-east-1a", timedelta(minutes=31)),
+    stale = [errors[1], errors[2], spot_refusal("us-east-1a", ago=timedelta(minutes=31)),
              errors[0].model_copy(update={"market": Market.ON_DEMAND}),
-             _refused("us-east-1d", timedelta(minutes=1)).model_copy(update={"region": "us-west-2"}),
-             _refused("us-east-1d", timedelta(minutes=1), "p3.16xlarge")]
+             spot_refusal("us-east-1d", region="us-west-2"),
+             spot_refusal("us-east-1d", "p3.16xlarge")]
     assert drains(run(policy, nodes, obs, capacity_errors=stale)) == ["n1"]
     # Off by default, and with keep_idle false: the same refusals hold nothing.
     plain = make_policy(zones=zones, capacity={"spot_percent": 100})
@@ -190,7 +186,7 @@ def test_a_pool_with_no_scale_down_to_hold_gets_no_hold_and_replacements_go_on()
                          capacity={"spot_percent": 100, "spot_scarcity": {"zones": 2}})
     nodes = [make_node("old", market=Market.SPOT, zone="us-east-1a", age=timedelta(hours=30)),
              make_node("n2", market=Market.SPOT, zone="us-east-1b")]
-    errors = [_refused("us-east-1a", timedelta(minutes=5)), _refused("us-east-1b", timedelta(minutes=5))]
+    errors = [spot_refusal(zone, ago=timedelta(minutes=5)) for zone in ("us-east-1a", "us-east-1b")]
     plan = run(policy, nodes, {"old": busy(70), "n2": busy(70)}, capacity_errors=errors)
     # No idle node and no consolidation: nothing to hold, so no Hold; max_node_age still
     # replaces, since a replacement removes no capacity.

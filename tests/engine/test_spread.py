@@ -7,19 +7,13 @@ from datetime import timedelta
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Hold, Launch, decide
-from autoscaler.model.snapshot import CapacityError, PendingJob, PoolObservation
+from autoscaler.model.snapshot import PendingJob, PoolObservation
 from autoscaler.policy.checks import check_policy
 from autoscaler.policy.models import Market
-from tests.builders import NOW, fleet, make_node, make_policy, snapshot
+from tests.builders import NOW, fleet, make_node, make_policy, snapshot, spot_refusal
 
 KEY = "vision/gpu"
 ZONES = ["us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f"]
-
-
-def refused(zone: str) -> CapacityError:
-    return CapacityError(cloud="aws", region="us-east-1", instance_type="p3.2xlarge", zone=zone,
-                         market=Market.SPOT, code="InsufficientInstanceCapacity",
-                         at=NOW - timedelta(minutes=1))
 
 
 def plan_for(share, zones=ZONES, nodes=(), jobs=1, fallback="on-demand", errors=()):
@@ -59,7 +53,7 @@ def test_nodes_already_serving_and_on_their_way_count():
 def test_when_the_zones_with_room_are_refused_the_pool_falls_back_and_says_why():
     nodes = [make_node(f"n{i}", market=Market.SPOT, zone="us-east-1a") for i in range(2)]
     # 1c is refused; 1a would hold 3 of 3 spot nodes (> ceil(0.5 x 3) = 2).
-    plan = plan_for(0.5, zones=ZONES[:2], nodes=nodes, errors=[refused("us-east-1c")])
+    plan = plan_for(0.5, zones=ZONES[:2], nodes=nodes, errors=[spot_refusal("us-east-1c")])
     assert per_zone(plan) == {(Market.ON_DEMAND, "us-east-1a"): 1}
     (od,) = [a for a in plan.actions if isinstance(a, Launch)]
     assert od.fallback_from_spot
@@ -69,7 +63,7 @@ def test_when_the_zones_with_room_are_refused_the_pool_falls_back_and_says_why()
 
 def test_without_fallback_a_full_pool_holds_with_the_reason():
     nodes = [make_node(f"n{i}", market=Market.SPOT, zone="us-east-1a") for i in range(2)]
-    plan = plan_for(0.5, zones=ZONES[:2], nodes=nodes, fallback="none", errors=[refused("us-east-1c")])
+    plan = plan_for(0.5, zones=ZONES[:2], nodes=nodes, fallback="none", errors=[spot_refusal("us-east-1c")])
     assert per_zone(plan) == {}
     holds = [a.reason for a in plan.actions if isinstance(a, Hold)]
     assert any("max_spot_share_per_zone 0.5" in r for r in holds), holds
