@@ -61,9 +61,6 @@ class EngineStrategy(Strategy):
         self.observer = Observer(policy.team, pool, pool.cloud.value, pool.region)
         self.history = PoolHistory()
         self.errors: list[CapacityError] = []
-        # Refusals older than the back-off hold no offer, but capacity.spot_scarcity counts
-        # them for its window (the service keeps every error for two hours).
-        self.keep_errors = error_window(pool)
         self.actions: Counter[str] = Counter()
         self.decide_seconds = 0.0
         self.decisions = 0
@@ -84,7 +81,7 @@ class EngineStrategy(Strategy):
 
     def observe(self, replay: Replay, now: float) -> tuple[FleetView, Snapshot]:
         nodes = list(replay.cluster.nodes.values())
-        self.forget_errors(replay, now, self.keep_errors)
+        self.forget_errors(replay, now, error_window(self.pool))
         fleet = self.observer.fleet(nodes, self.history)
         return fleet, self.observer.snapshot(nodes, replay.cluster, self.errors, now)
 
@@ -239,6 +236,7 @@ def _mark_replaced(node: SimNode | None) -> None:
 
 def error_window(pool: Pool) -> timedelta:
     """How long a capacity error counts for the pool: its back-off, or the window of
-    capacity.spot_scarcity when that is longer."""
+    capacity.spot_scarcity when that is longer (a refusal past the back-off holds no offer
+    but is still evidence of an outage; the service keeps every error for two hours)."""
     scarce = pool.capacity.spot_scarcity
     return max(pool.capacity.capacity_error_backoff, scarce.within if scarce is not None else timedelta(0))
