@@ -57,7 +57,7 @@ from autoscaler.model.plan import (
 )
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
-from autoscaler.policy.models import TeamPolicy
+from autoscaler.policy.models import Market, TeamPolicy
 
 _DEFAULT_CATALOG = default_catalog()
 T = TypeVar("T")
@@ -307,22 +307,28 @@ class _Decision:
                     reason=(f"{ctx.key}: idle nodes kept: scale-down cooldown "
                             f"{format_duration(cooldown)} since the last scaling at {last:%H:%M:%S}")))
             return
-        rule = ctx.pool.capacity.spot_scarcity
-        if ctx.spot_scarce is not None and rule is not None and rule.keep_idle:
-            idle_n = len(idle.idle_nodes(ctx, self.now))
-            held = [f"{idle_n} idle node(s) kept"] if idle_n else []
-            if ctx.pool.scale_down.consolidate_below is not None:
-                held.append("consolidation waits")
-            if held:
-                self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
-                    f"{ctx.key}: {' and '.join(held)}: {ctx.spot_scarce}: a node removed now "
-                    "may not come back before the outage ends")))
-            return
+        self._scarcity_hold(ctx)
         self.actions += idle.candidates(ctx, self.prices, self.now, budget)
         if ctx.pool.scale_down.consolidate_below is not None and self._group_mates(ctx):
             self.consolidating.append(ctx)  # after every pool's own scale-down
             return
         self._consolidate(ctx, budget, None)
+
+    def _scarcity_hold(self, ctx: PoolContext) -> None:
+        """Say which spot nodes capacity.spot_scarcity keeps (idle.candidates and
+        consolidate.candidates skip them; on-demand nodes go on as usual)."""
+        rule = ctx.pool.capacity.spot_scarcity
+        if ctx.spot_scarce is None or rule is None or not rule.keep_idle:
+            return
+        idle_n = sum(1 for n in idle.idle_nodes(ctx, self.now) if n.market is Market.SPOT)
+        held = [f"{idle_n} idle spot node(s) kept"] if idle_n else []
+        if ctx.pool.scale_down.consolidate_below is not None and any(
+                n.market is Market.SPOT for n in ctx.serving):
+            held.append("spot nodes are not consolidated")
+        if held:
+            self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
+                f"{ctx.key}: {' and '.join(held)}: {ctx.spot_scarce}: a spot node removed now "
+                "may not come back before the outage ends")))
 
     def _consolidate(self, ctx: PoolContext, budget: Budget,
                      elsewhere: consolidate_group.Elsewhere | None) -> None:

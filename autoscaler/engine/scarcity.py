@@ -6,13 +6,18 @@ the four zones dry within the last 30 minutes the fourth goes dry within the nex
 the outage ends, and the jobs that arrive meanwhile wait for it; kept, or with a few spare
 GPUs bought while a zone still has spot, they start at once. The evidence is the pool's
 own refusals, so it ends by itself ``within`` after the last one (a pool that launches
-nothing is refused nothing)."""
+nothing is refused nothing). Only spot nodes are kept: an on-demand node (a fallback pool's)
+can be bought back at any time, and keeping it idle through an outage that can last hours
+only pays for it (on a market where spot is almost never there, 1.33 x CA-like's bill
+instead of 1.01 x; docs/designs/benchmark-misses.md)."""
 
 from __future__ import annotations
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
+from autoscaler.model.node import Node
 from autoscaler.policy.duration import format_duration
+from autoscaler.policy.models import Market
 
 
 def scarce(ctx: PoolContext, prices: Prices) -> str | None:
@@ -29,3 +34,12 @@ def scarce(ctx: PoolContext, prices: Prices) -> str | None:
                       for zone, at in sorted(refused.items(), key=lambda item: item[1], reverse=True))
     return (f"spot refused in {len(refused)}{of} zone(s) within {format_duration(rule.within)} "
             f"({where}; capacity.spot_scarcity from {rule.zones})")
+
+
+def keeps(ctx: PoolContext, node: Node) -> bool:
+    """Whether the outage keeps ``node`` from idle scale-down and consolidation: a spot node
+    while the pool's spot is scarce and its rule keeps idle nodes."""
+    if ctx.spot_scarce is None:
+        return False
+    rule = ctx.pool.capacity.spot_scarcity
+    return rule is not None and rule.keep_idle and node.market is Market.SPOT

@@ -163,9 +163,10 @@ class SpotScarcity(_Strict):
         timedelta(minutes=30), description="How recent a refusal counts (1m to 2h: the "
         "service keeps capacity errors for two hours).")
     keep_idle: bool = Field(
-        True, description="Idle nodes are kept and consolidation waits: a node removed now "
-        "may not come back before the outage ends. Replacements (unhealthy, expired, over "
-        "max_nodes) go on.")
+        True, description="Idle spot nodes are kept and spot nodes are not consolidated: "
+        "one removed now may not come back before the outage ends. On-demand nodes (a "
+        "fallback's) go as usual, since on-demand can be bought back; replacements "
+        "(unhealthy, expired, over max_nodes) go on.")
     headroom_gpus: int = Field(
         0, ge=0, le=100_000, description="scale_up.headroom_gpus while it lasts, if higher: "
         "spare GPUs for the jobs that arrive when the last zones go dry, bought as the pool "

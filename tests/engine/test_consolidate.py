@@ -7,7 +7,8 @@ from datetime import timedelta
 from autoscaler.engine import Drain, Replace, decide
 from autoscaler.model.node import PoolHistory
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PoolObservation, RunningJob, SchedulerNode
-from tests.builders import NOW, fleet, make_node, make_policy, pending, snapshot
+from autoscaler.policy.models import Market
+from tests.builders import NOW, fleet, make_node, make_policy, pending, snapshot, spot_refusal
 
 KEY = "vision/gpu"
 P38 = "p3.8xlarge"  # 4 GPUs
@@ -125,3 +126,22 @@ def test_a_fallback_node_that_may_return_to_spot_is_not_replaced_by_on_demand():
     # its on-demand replacement would carry no fallback mark and stay on-demand for good
     assert not [a for a in plan_with({"after": "1h"}).actions if isinstance(a, Replace)]
     assert [a.node for a in plan_with(None).actions if isinstance(a, Replace)] == ["b"]
+
+
+def test_while_spot_is_scarce_only_on_demand_nodes_are_consolidated():
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
+    pol = make_policy(instance_types=[P38], zones=zones, scale_up={"gpu_utilization_above": 90},
+                      scale_down={"consolidate_below": 50, "max_draining_percent": 50},
+                      capacity={"spot_percent": 50, "spot_scarcity": {"zones": 3}})
+    errors = [spot_refusal(zone, P38, ago=timedelta(minutes=5)) for zone in zones[:3]]
+    obs = {"a": on(4, 1, 1), "b": on(4, 1)}
+
+    def plan(b_market: Market):
+        nodes = [make_node("a", instance_type=P38, market=Market.SPOT, zone="us-east-1a"),
+                 make_node("b", instance_type=P38, market=b_market, zone="us-east-1b")]
+        return decide({pol.team: pol}, fleet(*nodes), snapshot(obs, capacity_errors=errors), NOW)
+
+    # b is spot: it could not be bought back during the outage, so its job stays there.
+    assert consolidations(plan(Market.SPOT)) == []
+    # b is on-demand: it can be, so it is consolidated as usual onto a's free GPUs.
+    assert [d.node for d in consolidations(plan(Market.ON_DEMAND))] == ["b"]

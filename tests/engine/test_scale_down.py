@@ -141,7 +141,7 @@ def test_idle_node_is_kept_when_the_rest_would_cross_the_scale_up_threshold():
     assert any(isinstance(a, Hold) and "average above the scale-up threshold" in a.reason for a in plan.actions)
 
 
-def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones():
+def test_idle_spot_nodes_and_their_consolidation_wait_while_spot_is_refused_in_enough_zones():
     zones = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
     policy = make_policy(zones=zones, scale_down={"consolidate_below": 50}, capacity={
         "spot_percent": 100, "spot_scarcity": {"zones": 3, "within": "30m"}})
@@ -158,10 +158,13 @@ def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones
     assert drains(plan) == []
     (hold,) = [a for a in plan.actions if isinstance(a, Hold) and a.what == "scale-down"]
     assert hold.reason == (
-        f"{KEY}: 1 idle node(s) kept and consolidation waits: spot refused in 3 of 4 zone(s) "
-        "within 30m (us-east-1b at 11:58:00, us-east-1c at 11:48:00, us-east-1a at 11:35:00; "
-        "capacity.spot_scarcity from 3): a node removed now may not come back before the "
-        "outage ends")
+        f"{KEY}: 1 idle spot node(s) kept and spot nodes are not consolidated: spot refused "
+        "in 3 of 4 zone(s) within 30m (us-east-1b at 11:58:00, us-east-1c at 11:48:00, "
+        "us-east-1a at 11:35:00; capacity.spot_scarcity from 3): a spot node removed now may "
+        "not come back before the outage ends")
+    # An idle on-demand node (a fallback's) is not kept: on-demand can be bought back.
+    with_od = [*nodes, make_node("od", zone="us-east-1c")]
+    assert drains(run(policy, with_od, {**obs, "od": idle(1)}, capacity_errors=errors)) == ["od"]
     # Not enough zones: a refusal past the window, one on-demand, one in another region, one
     # of a type outside the pool: the idle node goes as usual.
     stale = [errors[1], errors[2], spot_refusal("us-east-1a", ago=timedelta(minutes=31)),
@@ -178,7 +181,8 @@ def test_idle_nodes_and_consolidation_wait_while_spot_is_refused_in_enough_zones
     # No idle node: the Hold is consolidation's alone.
     (hold,) = [a for a in run(policy, nodes, {"n1": busy(30), "n2": busy(70)},
                               capacity_errors=errors).actions if isinstance(a, Hold)]
-    assert hold.reason.startswith(f"{KEY}: consolidation waits: spot refused in 3 of 4 zone(s)")
+    assert hold.reason.startswith(
+        f"{KEY}: spot nodes are not consolidated: spot refused in 3 of 4 zone(s)")
 
 
 def test_a_pool_with_no_scale_down_to_hold_gets_no_hold_and_replacements_go_on():

@@ -31,6 +31,7 @@ from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
+from autoscaler.engine.scarcity import keeps
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Hold, Replace
 from autoscaler.model.snapshot import RunningJob, SchedulerNode
@@ -103,7 +104,8 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
                 and node.ready_at is not None and node.ready_at <= settled
                 and all(j.gpus > 0 and j.started_at is not None and j.started_at <= settled
                         for j in sched.jobs)
-                and (elsewhere is None or not elsewhere.received(node))):
+                and (elsewhere is None or not elsewhere.received(node))
+                and not keeps(ctx, node)):
             fragmented[node] = (total, share, sorted(sched.jobs, key=lambda j: (-j.gpus, j.id)))
         homes.append((node, total, sched))
     if not fragmented:

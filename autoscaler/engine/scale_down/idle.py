@@ -11,6 +11,7 @@ from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
+from autoscaler.engine.scarcity import keeps
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Hold
 from autoscaler.model.snapshot import NodeObservation
@@ -58,7 +59,7 @@ def _removable(ctx: PoolContext) -> int:
 
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
     sd = ctx.pool.scale_down
-    idle = [n for n in idle_nodes(ctx, now) if n.name not in budget.taken]
+    idle = [n for n in idle_nodes(ctx, now) if n.name not in budget.taken and not keeps(ctx, n)]
     idle_for = format_duration(sd.idle_for)
     actions: list[Action] = []
     removable = _removable(ctx)
