@@ -102,9 +102,10 @@ def region_pools(base: Pool, max_wait: str | None = None) -> list[Pool]:
     pools = []
     for i, (region, zones) in enumerate(REGIONS.items()):
         scale_up = {**ours["scale_up"], "headroom_gpus": bench_spot.HEADROOM_GPUS if i == 0 else 0}
-        pools.append(Pool.model_validate({**ours, "name": f"{base.name}-{region}", "region": region,
-                                          "zones": zones, "placement_group": GROUP, "scale_up": scale_up,
-                                          "capacity": capacity}))
+        pool = bench_spot.in_zones(Pool.model_validate({**ours, "capacity": capacity}), zones)
+        pools.append(Pool.model_validate({**pool.model_dump(), "name": f"{base.name}-{region}",
+                                          "region": region, "placement_group": GROUP,
+                                          "scale_up": scale_up}))
     return pools
 
 

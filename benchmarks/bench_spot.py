@@ -66,6 +66,16 @@ def variant_pool(pool: Pool, fallback: str) -> Pool:
         "scale_up": pool.scale_up.model_copy(update={"headroom_gpus": HEADROOM_GPUS})})
 
 
+def in_zones(pool: Pool, zones: list[str]) -> Pool:
+    """The pool cut to ``zones``. Its ``capacity.spot_scarcity`` counts the bench pool's four
+    us-east-1 zones; in fewer it asks for at most all of them (3 of 4 is more than a
+    two-zone market has, which the service would refuse at load)."""
+    scarce = pool.capacity.spot_scarcity
+    capacity = pool.capacity if scarce is None or scarce.zones <= len(zones) else (
+        pool.capacity.model_copy(update={"spot_scarcity": scarce.model_copy(update={"zones": len(zones)})}))
+    return pool.model_copy(update={"zones": zones, "capacity": capacity})
+
+
 def strategy(name: str, team: TeamPolicy, pool: Pool, tick: float,
              ca: CaSettings | None = None) -> Strategy:
     quota = team.quota.max_gpus

@@ -239,7 +239,7 @@ def market_for(files: list[Path], pool: Pool) -> tuple[SpotMarket, Pool]:
     zones = list(pool.zones)[:len(traces)]
     renamed = {z: ZoneTrace(zone=z, gap=t.gap, unavailable=t.unavailable)
                for z, t in zip(zones, traces, strict=False)}
-    return SpotMarket(zones=renamed), pool.model_copy(update={"zones": zones})
+    return SpotMarket(zones=renamed), bench_spot.in_zones(pool, zones)
 
 
 def workload_for(inputs: Inputs, window: str, variant: str) -> tuple[Workload, DutyCycles]:

@@ -40,7 +40,8 @@ from autoscaler.traces import load_duty_cycles, load_pod_list
 # refuses (service/config/warm_pools.py); these give it on-demand warm nodes.
 CAPACITY: dict[str, dict[str, object]] = {
     "fallback": {"spot_fallback": "on-demand"},  # spot first; warm nodes serve the fallback
-    "on-demand": {"spot_percent": 0},  # every launch on-demand; warm nodes serve them all
+    # every launch on-demand; warm nodes serve them all (no spot refusals: no spot_scarcity)
+    "on-demand": {"spot_percent": 0, "spot_scarcity": None},
 }
 
 
