@@ -91,6 +91,9 @@ def compare(name: str, workload: Workload, train_bins: int, args: argparse.Names
     pool = pool.model_copy(update={"predictive": Predictive(mode="scale", quantile=args.quantile)})
     team = team.model_copy(update={"pools": [pool]})
     series = demand_series(workload.before, workload)
+    # The series keeps only the weeks of history the forecaster reads (forecast/series.py
+    # clip), from bin ``first``: the window starts that many bins into it.
+    train_bins -= series.first
     bt = backtest(series.values, train_bins)
     spot = load_spot_traces(args.data / SPOT)
     duty = load_duty_cycles(args.data / DUTY)
