@@ -57,7 +57,7 @@ from autoscaler.model.plan import (
 )
 from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy.duration import format_duration
-from autoscaler.policy.models import Market, TeamPolicy
+from autoscaler.policy.models import TeamPolicy
 
 _DEFAULT_CATALOG = default_catalog()
 T = TypeVar("T")
@@ -317,13 +317,12 @@ class _Decision:
     def _scarcity_hold(self, ctx: PoolContext) -> None:
         """Say which spot nodes capacity.spot_scarcity keeps (idle.candidates and
         consolidate.candidates skip them; on-demand nodes go on as usual)."""
-        rule = ctx.pool.capacity.spot_scarcity
-        if ctx.spot_scarce is None or rule is None or not rule.keep_idle:
-            return
-        idle_n = sum(1 for n in idle.idle_nodes(ctx, self.now) if n.market is Market.SPOT)
+        if ctx.spot_scarce is None:
+            return  # most pools: no per-node work
+        idle_n = sum(1 for n in idle.idle_nodes(ctx, self.now) if scarcity.keeps(ctx, n))
         held = [f"{idle_n} idle spot node(s) kept"] if idle_n else []
         if ctx.pool.scale_down.consolidate_below is not None and any(
-                n.market is Market.SPOT for n in ctx.serving):
+                scarcity.keeps(ctx, n) for n in ctx.serving):
             held.append("spot nodes are not consolidated")
         if held:
             self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
