@@ -19,6 +19,9 @@ rules. Cases (``--windows``, ``--seeds``, ``--spot``, ``--variants`` select subs
   4.8 h), each replayed as the duty cycles of the reference pod window (``REF_WINDOW``,
   pod:120-140, the busiest). Pod windows use the whole duty-cycle data.
 * seeds: ``SimConfig.seed`` (job-to-duty-series draw, boot times, interruption draws).
+  Both sides of a row draw their boot times from one stream (``SimConfig.shared_boot_draws``,
+  common random numbers): a node that ours and CA-like launch for the same job at the same
+  moment boots in the same time, so a row compares decisions, not two draws.
 * spot markets: every SkyPilot trace under ``spot-traces-skypilot``, one market per
   (folder, region, file suffix), e.g. ``availability/1-node/aws-10-26-2022:us-west-2:v100_1``
   (17 markets; a folder with several instance kinds per zone gives one market each). The
@@ -275,7 +278,8 @@ def replay(case: Case, side: str, shift: float = 0.0) -> StrategyResult:
         raise RuntimeError("bench_wait: inputs not loaded")
     workload, duty = workload_for(INPUTS, case.window, case.variant)
     spot, pool = market_for(INPUTS.markets[case.market], INPUTS.pool)
-    team, catalog, config = INPUTS.team, default_catalog(), SimConfig(seed=case.seed)
+    team, catalog = INPUTS.team, default_catalog()
+    config = SimConfig(seed=case.seed, shared_boot_draws=True)
     ca = ca_settings(INPUTS.ablate, shift)
     if side == "ours":
         config, team, pool = ablated(INPUTS.ablate, config, team, pool)

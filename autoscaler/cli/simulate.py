@@ -88,6 +88,12 @@ def simulate(
     start_day: Annotated[float, typer.Option("--start-day", help="First trace day replayed.")] = 0,
     days: Annotated[float | None, typer.Option("--days", help="Days replayed (default: to the end).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of boot jitter, spot draws and duty cycles.")] = 0,
+    shared_boot_draws: Annotated[bool, typer.Option(
+        "--shared-boot-draws/--own-boot-draws",
+        help="Draw every strategy's boot times from one stream of the seed (common random "
+        "numbers: two strategies launching for the same job at the same moment wait the same "
+        "boot), or each from its own (the default, as the recorded benchmark figures). Use "
+        "the shared stream to compare strategies on a trace of few jobs.")] = False,
     tick: Annotated[str, typer.Option(help="The service loop interval: decide() runs this often.")] = "30s",
     wake_after: Annotated[str, typer.Option("--wake-after", help="The service's tick.wake_after: "
                                             "a job arriving or a spot notice between ticks runs "
@@ -130,11 +136,13 @@ def simulate(
 ) -> None:
     """Replay a trace through the same decide() the service runs, against baselines and an oracle.
 
-    Every strategy sees the same jobs, prices, boot delays and spot interruptions. Reports
-    cost, GPU-hours paid vs used, waits and interruptions per strategy.
+    Every strategy sees the same jobs, prices, spot outages and boot-time distribution
+    (drawn per strategy unless --shared-boot-draws). Reports cost, GPU-hours paid vs used,
+    waits and interruptions per strategy.
     """
     config = SimConfig(tick=_seconds(tick, "--tick"), boot_delay=_seconds(boot_delay, "--boot-delay"),
                        checkpoint_interval=_seconds(checkpoint, "--checkpoint"), seed=seed,
+                       shared_boot_draws=shared_boot_draws,
                        launch_attempt=_seconds(launch_attempt, "--launch-attempt"),
                        warm_boot_delay=_seconds(warm_boot_delay, "--warm-boot-delay"),
                        wake_after=None if wake_after == "off" else _seconds(wake_after, "--wake-after"))

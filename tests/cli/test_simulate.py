@@ -46,6 +46,12 @@ def test_simulate_json_on_a_synthetic_trace(tmp_path: Path, policies: Path) -> N
     assert data["workload"]["jobs"] == 20
     assert {s["name"] for s in data["strategies"]} == {"ours", "static", "ca_like", "target_tracking"}
     assert data["ratios"]["cost_vs_oracle"] >= 1
+    assert data["config"]["shared_boot_draws"] is False
+    shared = runner.invoke(app, ["simulate", "--trace", str(trace), "--policies", str(policies),
+                                 "--start-day", "1", "--days", "1", "--json", "--no-progress",
+                                 "--strategies", "ours", "--shared-boot-draws"])
+    assert shared.exit_code == 0, shared.output
+    assert json.loads(shared.stdout)["config"]["shared_boot_draws"] is True
 
 
 def test_plots_without_matplotlib_say_which_extra_before_replaying(

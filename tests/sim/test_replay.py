@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,24 @@ def test_one_job_by_hand() -> None:
     assert ours.gpu_hours_paid == pytest.approx(4470 / 3600)
     assert ours.launches == 1 and ours.terminations == 1
     assert ours.extra["actions"] == {"launch": 1, "drain": 1, "terminate": 1}
+
+
+def test_shared_boot_draws_give_two_strategies_launching_together_the_same_boot() -> None:
+    """One job at t=0: ours and CA-like both launch a node at once. Each with its own
+    stream, the two boots differ by the draw alone; with shared draws they take the same."""
+    pol = policy()
+
+    def waits(shared: bool) -> dict[str, float]:
+        config = replace(EXACT, boot_jitter=0.25, shared_boot_draws=shared)
+        report = run_all(workload([Job("a", 0, 3600, 1.0)]), pol, pol.pools[0], CATALOG, config,
+                         strategies=("ours", "ca_like"))
+        assert all(r.jobs_waited == 1 for r in report.results)
+        return {r.name: r.wait_p50_s for r in report.results}
+
+    own, shared = waits(False), waits(True)
+    assert own["ours"] != own["ca_like"]
+    assert shared["ours"] == shared["ca_like"]
+    assert 240 * 0.75 <= shared["ours"] <= 240 * 1.25
 
 
 def test_two_half_gpu_jobs_share_one_node() -> None:
