@@ -50,8 +50,8 @@ class SimConfig:
     # Common random numbers: every strategy of a seed draws its boot times from one stream
     # (the k-th node to boot in each replay takes the same draw), so two strategies launching
     # for the same job at the same moment also wait the same boot. Off: a stream per strategy,
-    # as every figure recorded before 2026-12-06 was replayed. On a window of 2-4 jobs the
-    # separate draws alone moved ours' p95 against CA-like's by +-40 s (bench_wait).
+    # as the recorded figures of every benchmark but bench_wait were replayed. Why it
+    # matters on few jobs: docs/designs/benchmark-misses.md#wait.
     shared_boot_draws: bool = False
     # One provisioning attempt (the executor's terraform plan + apply): a refused launch is
     # learned only when it has passed, and is in flight (counted against the pool) until
