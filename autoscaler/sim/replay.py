@@ -9,6 +9,7 @@ assignment is seeded from ``seed`` alone, so all strategies replay the same work
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -40,7 +41,9 @@ class SimError(Exception):
 class SimConfig:
     tick: float = 30.0  # the service's loop interval: how often decide() runs
     # The service's tick.wake_after (off by default): a tick this long after the last one
-    # when demand appears between ticks (an arrival, a spot notice); None: only every tick.
+    # when demand appears between ticks (an arrival, a spot notice, a launch the cloud
+    # refused), but not before the last launch's attempt has passed, as the service runs one
+    # apply per pool at a time; None: only every tick.
     wake_after: float | None = None
     boot_delay: float = COLD_BOOT_S  # provisioning + bootstrap until a node takes jobs (sim/boot.py)
     # A node of a pool with bootstrap.image: baked, and a warm node started (sim/boot.py).
@@ -91,6 +94,7 @@ class Replay:
         self.clock = Clock(self.start)
         self._last_tick = self._next_tick = self.start
         self._wake_at: float | None = None
+        self._last_launch = -math.inf
         self.cluster = Cluster(self.clock, config.checkpoint_interval)
         if config.on_prem_nodes:
             self.cluster.add_static(self.itype(config.on_prem_type), config.on_prem_nodes, self.start)
@@ -127,6 +131,7 @@ class Replay:
         group; its region is the zone's (zone names are unique across regions), and jobs
         run on any pool's node, as in one Slurm partition spanning the group."""
         itype = self.itype(type_name)
+        self._last_launch = now
         node = self.cluster.new_node(itype, market, zone, self.hourly(itype, market), now, pool)
         if market is Market.SPOT and not self.spot_available(zone, now):
             node.reason = "capacity-error"
@@ -211,7 +216,7 @@ class Replay:
                 continue
             if node.state in (S.READY, S.DRAINING, S.DRAINED, S.BOOTSTRAPPING):
                 self.stats.interruptions += 1
-                self._wake(now)
+                self.demand(now)
                 self.cluster.move(node, S.INTERRUPTED, now, reason="spot interruption notice")
                 self.clock.at(now + self.config.spot_notice, Kind.NODE, partial(self._reclaim, node))
             elif node.state in (S.REQUESTED, S.PROVISIONING) and node.reason != "capacity-error":
@@ -236,17 +241,21 @@ class Replay:
         self._last_tick = now
         self.cluster.schedule(now)
 
-    def _wake(self, now: float) -> None:
-        """Demand appeared between ticks: decide ``wake_after`` after the last tick."""
-        self.wake(now, self.strategy.wake_after)
+    def demand(self, now: float) -> None:
+        """Demand appeared between ticks (an arrival, a spot notice, a refused launch):
+        decide ``wake_after`` after the last tick, once the last launch's attempt has passed.
+        The service applies a pool's launches one at a time, so a tick woken while one runs
+        only queues its own behind it, and the apply's end is what starts them."""
+        self.wake(now, self.strategy.wake_after, self._last_launch + self.config.launch_attempt)
 
-    def wake(self, now: float, gap: float | None) -> None:
-        """Decide ``gap`` after the last tick (at ``now`` if that has passed) instead of at
-        the next regular tick, unless that or another wake comes first: the service's tick
-        waker (``tick.wake_after`` on demand, ``tick.follow_up`` on finished work)."""
+    def wake(self, now: float, gap: float | None, not_before: float = -math.inf) -> None:
+        """Decide ``gap`` after the last tick (at ``now`` if that has passed, and not before
+        ``not_before``) instead of at the next regular tick, unless that or another wake
+        comes first: the service's tick waker (``tick.wake_after`` on demand,
+        ``tick.follow_up`` on finished work)."""
         if gap is None or self._wake_at is not None:
             return
-        at = max(now, self._last_tick + gap)
+        at = max(now, self._last_tick + gap, not_before)
         if at < self._next_tick:
             self._wake_at = at
             self.clock.at(at, Kind.TICK, self._woken)
@@ -281,7 +290,7 @@ class Replay:
                 self.cluster.schedule(event.at)
                 if (event.kind is Kind.ARRIVAL and self.strategy.wake_after is not None
                         and self.cluster.pending_count()):
-                    self._wake(event.at)
+                    self.demand(event.at)
             if progress is not None and event.at - report_at >= 3600:
                 progress(event.at)
                 report_at = event.at

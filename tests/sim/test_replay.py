@@ -189,3 +189,40 @@ def test_an_arrival_between_ticks_wakes_decide_wake_after_past_the_last_tick() -
     assert woken.result("ours").wait_p50_s == 245
     assert ticks.result("ours").wait_p50_s == 265
     assert woken.result("ours").parameters["wake_after_s"] == 10.0
+
+
+def test_a_wake_waits_for_the_last_launchs_attempt_as_the_services_one_apply_per_pool() -> None:
+    """Ticks every 60 s. a (t=0) is launched at the tick at 0, its attempt running to 36 s;
+    b arrives at 5 s. The service would only queue b's launch behind a's apply, so the wake
+    comes when that attempt has passed: b is launched at 36 s and waits 271 s (not 245 s, as
+    a wake at 10 s would give, nor 295 s at the next tick)."""
+    pol = policy()
+    jobs = workload([Job("a", 0, 3600, 1.0), Job("b", 5, 3600, 1.0)])
+    config = replace(EXACT, tick=60.0, wake_after=10.0)
+    run = run_all(jobs, pol, pol.pools[0], CATALOG, config, strategies=("ours",)).result("ours")
+    assert run.launches == 2 and run.jobs_waited == 2
+    assert run.wait_p50_s == pytest.approx((240 + 271) / 2)
+    off = run_all(jobs, pol, pol.pools[0], CATALOG, replace(config, wake_after=None),
+                  strategies=("ours",)).result("ours")
+    assert off.wait_p50_s == pytest.approx((240 + 295) / 2)
+
+
+def test_a_refused_launch_wakes_decide_so_the_next_zone_is_tried_sooner(tmp_path: Path) -> None:
+    """Spot only, us-east-1a dry and us-east-1b not. The tick at 0 launches into 1a, refused
+    at 36 s. With wake_after 10 s the refusal is demand again: the next decide comes at 40 s
+    (10 s after the tick at 30), launching into 1b, ready at 280 s. Off: the tick at 60 s
+    does, ready at 300 s."""
+    write_spot(tmp_path / "us-east-1a_v100_1.json", [1] * 100, gap=120)
+    write_spot(tmp_path / "us-east-1b_v100_1.json", [0] * 100, gap=120)
+    pol = policy(zones=["us-east-1a", "us-east-1b"],
+                 capacity={"on_demand_base": 0, "spot_percent": 100})
+    spot = load_spot_traces(tmp_path)
+    jobs = workload([Job("a", 0, 3600, 1.0)])
+
+    def ours(wake: float | None):  # type: ignore[no-untyped-def]
+        return run_all(jobs, pol, pol.pools[0], CATALOG, replace(EXACT, wake_after=wake),
+                       spot=spot, strategies=("ours",)).result("ours")
+
+    woken, ticks = ours(10.0), ours(None)
+    assert woken.failed_launches == ticks.failed_launches == 1
+    assert woken.wait_p50_s == 280 and ticks.wait_p50_s == 300

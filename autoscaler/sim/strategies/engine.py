@@ -142,6 +142,9 @@ class EngineStrategy(Strategy):
         if (self.escalate_refusals and node.market is Market.SPOT
                 and refusal_escalates(pool.capacity, self.priority)):
             self._count_refusal(pool, node, at)
+        # The work is unserved again: with tick.wake_after, the service's waker decides it
+        # sooner (Service.work_finished), rather than at the next tick.
+        replay.demand(now)
 
     def _count_refusal(self, pool: Pool, node: SimNode, at: datetime) -> None:
         """The service's launch backoff of the refusal (service/control/backoff.py)."""
