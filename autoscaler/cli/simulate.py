@@ -96,8 +96,10 @@ def simulate(
         "the shared stream to compare strategies on a trace of few jobs.")] = False,
     tick: Annotated[str, typer.Option(help="The service loop interval: decide() runs this often.")] = "30s",
     wake_after: Annotated[str, typer.Option("--wake-after", help="The service's tick.wake_after: "
-                                            "a job arriving or a spot notice between ticks runs "
-                                            "decide() this long after the last tick; 'off': "
+                                            "a job arriving, a spot notice or a refused launch "
+                                            "between ticks runs decide() this long after the "
+                                            "last tick (not before the last launch's attempt "
+                                            "has passed); 'off': "
                                             "only every --tick (the default, as the "
                                             "service's).")] = "off",
     boot_delay: Annotated[str, typer.Option("--boot-delay", help="Provisioning + bootstrap time of a "

@@ -251,15 +251,18 @@ class Service:
         its READY; for those, that tick comes sooner (``tick.follow_up``). So does a
         launch the cloud refused in a pool whose placement group has other pools: the
         next decide spills the work to one of them. A refused launch in a pool decided
-        alone waits for the interval (in the simulator, deciding sooner after such a
-        refusal sent spot-only pools into the next dry zone sooner and lengthened their
-        waits, docs/designs/benchmark-misses.md#wait), and drain steps run every tick while
-        they last."""
+        alone leaves its work unserved, which is demand (``tick.wake_after``, off by
+        default: the next decide tries the next zone sooner, which the simulator found
+        helps most windows and not all, docs/designs/benchmark-misses.md#wait). Drain
+        steps run every tick while they last."""
         if report.moved(NodeState.BOOTSTRAPPING) or report.bootstrapped:
             self.waker.follow_up(why)
         elif report.capacity_errors and (spill := self._grouped(report)):
             self.waker.follow_up(f"{why}: capacity refused in {', '.join(spill)}, whose "
                                  "placement group has other pools")
+        elif report.capacity_errors:
+            refused = sorted({a.pool for a in report.applies if not a.ok})
+            self.waker.wake(f"{why}: capacity refused in {', '.join(refused) or 'a pool'}")
 
     def _grouped(self, report: AdvanceReport) -> list[str]:
         """The pools of the report's failed applies that have placement-group mates."""

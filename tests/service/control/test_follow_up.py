@@ -2,7 +2,8 @@
 apply that created a node or a bootstrap that went through starts the next tick soon, so a
 new node goes from its launch to READY in seconds while the interval is an hour. Off, it
 waits; a drain step never follows up, a refused launch only in a pool with placement-group
-mates (the next decide spills the work to one of them)."""
+mates (the next decide spills the work to one of them); in a pool decided alone it is
+demand, which wakes a tick only with tick.wake_after."""
 
 from __future__ import annotations
 
@@ -127,7 +128,8 @@ def test_only_work_that_gave_its_node_a_next_step_follows_up(tmp_path):
     try:
         svc.work_finished("terraform apply lead/gpu finished", report(changes=[created]))
         svc.work_finished("ansible lead-gpu-1 finished", report(bootstrapped=["lead-gpu-1"]))
-        # a refused launch is decided again at the interval, a drain step every tick
+        # a refused launch in a pool decided alone is demand (tick.wake_after, off here), a
+        # drain step runs every tick
         svc.work_finished("terraform apply lead/gpu finished", report(capacity_errors=[refused]))
         svc.work_finished("drain step lead-gpu-1 finished",
                           report(drain_steps={"lead-gpu-1": "2 jobs running"}))
@@ -143,7 +145,9 @@ def test_a_refused_launch_follows_up_only_where_a_group_mate_can_take_the_work(t
     svc.loop.tick()  # loads the policies (and launches lead's floor node)
     assert svc.loop.policies()["spill"].group_mates("east") == ["west"]
     woken: list[str] = []
+    demand: list[str] = []
     svc.waker.follow_up = woken.append  # type: ignore[method-assign]
+    svc.waker.wake = demand.append  # type: ignore[method-assign]
 
     def refused(pool: str, region: str) -> AdvanceReport:
         return report(applies=[PoolApply(pool=pool, ok=False, failed={f"{pool}-1": "refused"})],
@@ -153,13 +157,16 @@ def test_a_refused_launch_follows_up_only_where_a_group_mate_can_take_the_work(t
                           code="InsufficientInstanceCapacity", at=utc_now())])
     try:
         svc.work_finished("terraform apply spill/east finished", refused("spill/east", "us-east-1"))
-        # alone: waits for the interval; in the group but failed for another reason: too
+        # alone: demand, not a follow-up; in the group but failed for another reason: neither
         svc.work_finished("terraform apply spill/solo finished", refused("spill/solo", "us-east-2"))
         svc.work_finished("terraform apply spill/west failed", report(
             applies=[PoolApply(pool="spill/west", ok=False, failed={"spill-west-1": "boom"})],
             errors=["apply failed"]))
         assert woken == ["terraform apply spill/east finished: capacity refused in spill/east, "
                          "whose placement group has other pools"]
+        # solo's work is unserved: demand (a tick sooner only with tick.wake_after, which
+        # the waker reads); the failed apply of west is not a refusal
+        assert demand == ["terraform apply spill/solo finished: capacity refused in spill/solo"]
     finally:
         runner.close()
         store.close()
