@@ -19,9 +19,10 @@ rules. Cases (``--windows``, ``--seeds``, ``--spot``, ``--variants`` select subs
   4.8 h), each replayed as the duty cycles of the reference pod window (``REF_WINDOW``,
   pod:120-140, the busiest). Pod windows use the whole duty-cycle data.
 * seeds: ``SimConfig.seed`` (job-to-duty-series draw, boot times, interruption draws).
-  Both sides of a row draw their boot times from one stream (``SimConfig.shared_boot_draws``,
-  common random numbers): a node that ours and CA-like launch for the same job at the same
-  moment boots in the same time, so a row compares decisions, not two draws.
+  Both sides of a row take the same boot-time draws (``SimConfig.shared_boot_draws``,
+  common random numbers, keyed by the minute of the launch): a node that ours and CA-like
+  launch for the same job in the same minute boots in the same time, so a row compares
+  decisions, not two draws.
 * spot markets: every SkyPilot trace under ``spot-traces-skypilot``, one market per
   (folder, region, file suffix), e.g. ``availability/1-node/aws-10-26-2022:us-west-2:v100_1``
   (17 markets; a folder with several instance kinds per zone gives one market each). The

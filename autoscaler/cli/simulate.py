@@ -90,9 +90,10 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed of boot jitter, spot draws and duty cycles.")] = 0,
     shared_boot_draws: Annotated[bool, typer.Option(
         "--shared-boot-draws/--own-boot-draws",
-        help="Draw every strategy's boot times from one stream of the seed (common random "
-        "numbers: two strategies launching for the same job at the same moment wait the same "
-        "boot), or each from its own (the default, as the recorded benchmark figures). Use "
+        help="Give every strategy the same boot-time draws, keyed by the minute of the "
+        "launch (common random numbers: two strategies launching for the same job at about "
+        "the same moment wait the same boot, whatever each launched before), or each its own "
+        "stream (the default, as the recorded benchmark figures). Use "
         "the shared stream to compare strategies on a trace of few jobs.")] = False,
     tick: Annotated[str, typer.Option(help="The service loop interval: decide() runs this often.")] = "30s",
     wake_after: Annotated[str, typer.Option("--wake-after", help="The service's tick.wake_after: "

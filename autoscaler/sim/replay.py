@@ -50,11 +50,12 @@ class SimConfig:
     baked_boot_delay: float = BAKED_BOOT_S
     warm_boot_delay: float = WARM_BOOT_S
     boot_jitter: float = 0.25  # each boot takes boot_delay x U(1 - j, 1 + j)
-    # Common random numbers: every strategy of a seed draws its boot times from one stream
-    # (the k-th node to boot in each replay takes the same draw), so two strategies launching
-    # for the same job at the same moment also wait the same boot. Off: a stream per strategy,
-    # as the recorded figures of every benchmark but bench_wait were replayed. Why it
-    # matters on few jobs: docs/designs/benchmark-misses.md#wait.
+    # Common random numbers: every strategy of a seed takes the same boot-time draws, keyed
+    # by when a node is launched (the k-th launch in each minute of the replay), so two
+    # strategies launching for the same job at about the same moment wait the same boot,
+    # whatever each launched before. Off: a stream per strategy, as the recorded figures of
+    # every benchmark but bench_wait were replayed. Why it matters on few jobs:
+    # docs/designs/benchmark-misses.md#wait.
     shared_boot_draws: bool = False
     # One provisioning attempt (the executor's terraform plan + apply): a refused launch is
     # learned only when it has passed, and is in flight (counted against the pool) until
@@ -98,8 +99,8 @@ class Replay:
         self.cluster = Cluster(self.clock, config.checkpoint_interval)
         if config.on_prem_nodes:
             self.cluster.add_static(self.itype(config.on_prem_type), config.on_prem_nodes, self.start)
-        self.rng = random.Random(f"{config.seed}:boot" if config.shared_boot_draws
-                                 else f"{config.seed}:{strategy.name}:boot")
+        self.rng = random.Random(f"{config.seed}:{strategy.name}:boot")
+        self._draws = (-1, 0)  # shared_boot_draws: the minute of the last draw, draws in it
         self._interrupt_rng = random.Random(f"{config.seed}:{strategy.name}:spot")
         self.jobs = _sim_jobs(workload, duty, config.seed)
         self.series = Series()
@@ -137,12 +138,24 @@ class Replay:
             node.reason = "capacity-error"
             self.clock.at(now + self.config.launch_attempt, Kind.NODE, lambda t: self._fail(node, t))
             return node
-        jitter = self.config.boot_jitter
-        delay = (self.boot_delay() if boot is None else boot) * self.rng.uniform(1 - jitter, 1 + jitter)
+        delay = (self.boot_delay() if boot is None else boot) * self.boot_draw(now)
         self.clock.at(now + 0.4 * delay, Kind.NODE, lambda t: self._step(node, S.PROVISIONING,
                                                                           S.BOOTSTRAPPING, t))
         self.clock.at(now + delay, Kind.NODE, lambda t: self._step(node, S.BOOTSTRAPPING, S.READY, t))
         return node
+
+    def boot_draw(self, now: float) -> float:
+        """A boot time's factor, U(1 - boot_jitter, 1 + boot_jitter): from the strategy's own
+        stream, or with ``shared_boot_draws`` the k-th draw of the minute ``now`` falls in,
+        the same for every strategy of the seed (a draw bound to the k-th node ever
+        launched would pair nodes launched days apart once two fleets differ)."""
+        jitter = self.config.boot_jitter
+        if not self.config.shared_boot_draws:
+            return self.rng.uniform(1 - jitter, 1 + jitter)
+        minute = int((now - self.start) // 60)
+        k = self._draws[1] + 1 if minute == self._draws[0] else 0
+        self._draws = (minute, k)
+        return random.Random(f"{self.config.seed}:boot:{minute}:{k}").uniform(1 - jitter, 1 + jitter)
 
     def boot_delay(self) -> float:
         """A new node's boot-to-READY time before jitter: the pool's cold or baked path."""

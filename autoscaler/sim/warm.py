@@ -127,10 +127,9 @@ class WarmPoolSim:
             self._close(warm, now)
             self.counts["warm_retired"] += 1
         market = warm_market(pool)
-        jitter = replay.config.boot_jitter
         for _ in range(decision.refill):
             self._seq += 1
-            boot = replay.boot_delay() * replay.rng.uniform(1 - jitter, 1 + jitter)
+            boot = replay.boot_delay() * replay.boot_draw(now)
             self.nodes.append(SimWarm(
                 f"w{self._seq:05d}", itype, market, replay.hourly(itype, market),
                 stopped_hourly_usd(), now, now + boot, self.image))

@@ -177,6 +177,31 @@ def test_static_on_prem_nodes_are_filled_first_never_billed_and_burst_waits() ->
     assert b_hybrid.jobs_finished == 2 and b_hybrid.wait_p95_s == pytest.approx(290, abs=15)
 
 
+def test_shared_boot_draws_are_keyed_by_the_minute_not_by_what_was_launched_before() -> None:
+    """Two fleets that differ (one launched a node more on day 0) still draw the same boot
+    for their first launch of a later minute, and for their second launch in it, wherever
+    in the minute each falls; another minute draws anew. Own streams pair nothing."""
+    from autoscaler.sim.replay import Replay
+    from autoscaler.sim.strategies.base import Strategy
+
+    pol = policy()
+
+    def replay(shared: bool) -> Replay:
+        return Replay(workload([Job("a", 0, 60, 1.0)]), pol.pools[0], CATALOG,
+                      replace(EXACT, boot_jitter=0.25, shared_boot_draws=shared), Strategy())
+
+    a, b = replay(True), replay(True)
+    a.boot_draw(5.0)
+    day = 86_400.0
+    first, second = a.boot_draw(day + 1), a.boot_draw(day + 2)
+    assert (first, second) == (b.boot_draw(day + 50), b.boot_draw(day + 59))
+    assert first != second and a.boot_draw(day + 61) not in (first, second)
+    assert all(0.75 <= x <= 1.25 for x in (first, second))
+    own_a, own_b = replay(False), replay(False)
+    own_a.boot_draw(5.0)
+    assert own_a.boot_draw(day) != own_b.boot_draw(day)
+
+
 def test_an_arrival_between_ticks_wakes_decide_wake_after_past_the_last_tick() -> None:
     """Job at t=5 s: woken at 10 s (10 s after the tick at 0), ready at 250, waits 245 s;
     with the wake off it waits for the tick at 30 s: ready at 270, 265 s. One wake."""
