@@ -77,10 +77,10 @@ def in_zones(pool: Pool, zones: list[str]) -> Pool:
 
 
 def strategy(name: str, team: TeamPolicy, pool: Pool, tick: float,
-             ca: CaSettings | None = None) -> Strategy:
+             ca: CaSettings | None = None, wake_after: float | None = None) -> Strategy:
     quota = team.quota.max_gpus
     if name in ("ours", "spot_only"):
-        return EngineStrategy(team, pool, default_catalog(), interval=tick)
+        return EngineStrategy(team, pool, default_catalog(), interval=tick, wake_after=wake_after)
     if name == "ca_like_fallback":
         return ClusterAutoscalerLike(quota_gpus=quota, settings=ca)
     return KarpenterLike(quota_gpus=quota)
@@ -90,8 +90,8 @@ def replay(name: str, workload: Workload, team: TeamPolicy, base: Pool, config: 
            spot: SpotMarket, duty: DutyCycles, ca: CaSettings | None = None) -> StrategyResult:
     """One variant's replay (``ca``: the CA-like baseline's settings, its defaults if None)."""
     pool = variant_pool(base, "none" if name == "spot_only" else "on-demand")
-    run = Replay(workload, pool, default_catalog(), config, strategy(name, team, pool, config.tick, ca),
-                 spot=spot, duty=duty)
+    chosen = strategy(name, team, pool, config.tick, ca, config.wake_after)
+    run = Replay(workload, pool, default_catalog(), config, chosen, spot=spot, duty=duty)
     run.run()
     return summarize(run)
 

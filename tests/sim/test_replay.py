@@ -216,6 +216,19 @@ def test_an_arrival_between_ticks_wakes_decide_wake_after_past_the_last_tick() -
     assert woken.result("ours").parameters["wake_after_s"] == 10.0
 
 
+def test_the_predictive_strategy_wakes_as_ours_does() -> None:
+    """The forecast floor changes what is decided, not when: a job arriving between ticks
+    wakes both engine strategies alike (the service's tick.wake_after does not depend on
+    predictive mode)."""
+    pol = policy()
+    jobs = workload([Job("a", 5, 3600, 1.0)])
+    report = run_all(jobs, pol, pol.pools[0], CATALOG, replace(EXACT, wake_after=10.0),
+                     strategies=("ours", "predictive"))
+    for name in ("ours", "predictive"):
+        assert report.result(name).parameters["wake_after_s"] == 10.0, name
+        assert report.result(name).wait_p50_s == 245, name
+
+
 def test_a_wake_waits_for_the_last_launchs_attempt_as_the_services_one_apply_per_pool() -> None:
     """Ticks every 60 s. a (t=0) is launched at the tick at 0, its attempt running to 36 s;
     b arrives at 5 s. The service would only queue b's launch behind a's apply, so the wake

@@ -41,8 +41,10 @@ class PredictiveStrategy(EngineStrategy):
     description = "decide() with the pool's forecast floor (predictive: mode scale)"
 
     def __init__(self, policy: TeamPolicy, pool: Pool, catalog: Catalog, forecaster: Forecaster,
-                 interval: float = 30.0, settings: EngineSettings | None = None):
-        super().__init__(policy, pool, catalog, interval, settings, forecaster=forecaster)
+                 interval: float = 30.0, settings: EngineSettings | None = None,
+                 wake_after: float | None = None):
+        super().__init__(policy, pool, catalog, interval, settings, wake_after=wake_after,
+                         forecaster=forecaster)
         self.forecaster: Forecaster = forecaster
         self.key = f"{policy.team}/{pool.name}"
 
@@ -53,7 +55,8 @@ class PredictiveStrategy(EngineStrategy):
         defaults to the replay's boot delay, the boot-to-ready time every node takes here."""
         settings = pool.predictive if pool.predictive.mode == "scale" else Predictive(mode="scale")
         return cls(policy, pool, catalog,
-                   train(settings, workload, config, forecast_quantile(pool)), config.tick)
+                   train(settings, workload, config, forecast_quantile(pool)), config.tick,
+                   wake_after=config.wake_after)
 
     def parameters(self) -> dict[str, object]:
         return {**super().parameters(), "model": self.forecaster.choice.model,
