@@ -77,6 +77,10 @@ def main() -> int:
     parser = trace_parser(__doc__)
     parser.add_argument("--out", type=Path, help="also write report.json and plots here")
     parser.add_argument("--workers", type=int, default=2, help="processes replaying strategies at once")
+    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
+                        help="replay ours with the service's tick.wake_after (a tick this long "
+                        "after the last when a job arrives, a spot notice comes or a launch is "
+                        "refused); off by default, as in the service")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
 
@@ -85,7 +89,7 @@ def main() -> int:
     workload = load_pod_list(args.data / POD_LIST, START_DAY, DAYS)
     spot = load_spot_traces(args.data / SPOT)
     duty = load_duty_cycles(args.data / DUTY)
-    config = SimConfig(seed=args.seed)
+    config = SimConfig(seed=args.seed, wake_after=args.wake_after)
     console.print(f"{len(workload.jobs)} jobs, days {workload.start / DAY:g}-{workload.end / DAY:.2f}, "
                   f"demand {workload.demand_gpu_hours():,.0f} GPU-h; spot zones {sorted(spot.zones)}; "
                   f"{len(duty)} duty-cycle series (mean {duty.mean():.1f}%)")

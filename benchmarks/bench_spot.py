@@ -108,6 +108,10 @@ def main() -> int:
     parser.add_argument("--days", type=float, default=bench_sim.DAYS)
     parser.add_argument("--spot-trace", type=Path, help="spot availability directory (default: bench_sim's)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
+                        help="replay ours with the service's tick.wake_after (a tick this long "
+                        "after the last when a job arrives, a spot notice comes or a launch is "
+                        "refused); off by default, as in the service")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
 
@@ -115,7 +119,7 @@ def main() -> int:
     workload = load_pod_list(args.trace or args.data / bench_sim.POD_LIST, args.start_day, args.days)
     spot = load_spot_traces(args.spot_trace or args.data / bench_sim.SPOT).for_pool(list(pool.zones), False)
     duty = load_duty_cycles(args.data / bench_sim.DUTY)
-    config = SimConfig(seed=args.seed)
+    config = SimConfig(seed=args.seed, wake_after=args.wake_after)
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=get_context("fork")) as pool_exec:
         futures = {n: pool_exec.submit(replay, n, workload, team, pool, config, spot, duty) for n in VARIANTS}
         res = {n: f.result() for n, f in futures.items()}
