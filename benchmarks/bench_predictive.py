@@ -97,7 +97,8 @@ def compare(name: str, workload: Workload, train_bins: int, args: argparse.Names
     bt = backtest(series.values, train_bins)
     spot = load_spot_traces(args.data / SPOT)
     duty = load_duty_cycles(args.data / DUTY)
-    report = run_all(workload, team, pool, catalog, SimConfig(seed=args.seed), spot=spot, duty=duty,
+    config = SimConfig(seed=args.seed, wake_after=args.wake_after)
+    report = run_all(workload, team, pool, catalog, config, spot=spot, duty=duty,
                      strategies=("ours", "predictive"), workers=args.workers)
     ours, pred = report.result("ours"), report.result("predictive")
     console.print(f"{name}: {len(workload.jobs)} jobs, days {workload.start / DAY:g}-"
@@ -122,6 +123,10 @@ def main() -> int:
     parser.add_argument("--quantile", type=float, default=0.8, help="predictive.quantile (default 0.8)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--trace", choices=("pod-list", "synthetic-week", "both"), default="both")
+    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
+                        help="replay both sides with the service's tick.wake_after (a tick this "
+                        "long after the last when a job arrives, a spot notice comes or a launch "
+                        "is refused); off by default, as in the service")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
     lines = []
