@@ -129,24 +129,25 @@ def spill_room(spot: SpotMarket, seconds: float) -> tuple[float, float]:
 
 
 def strategy(name: str, team: TeamPolicy, pools: list[Pool], tick: float,
-             follow_up: float | None) -> tuple[Strategy, Pool]:
+             follow_up: float | None, wake_after: float | None = None) -> tuple[Strategy, Pool]:
     """The variant's strategy and the pool its replay is set up with (the first it buys for)."""
     catalog = default_catalog()
     if name == "group":
-        return GroupEngineStrategy(team, pools, catalog, interval=tick, follow_up=follow_up), pools[0]
+        return GroupEngineStrategy(team, pools, catalog, interval=tick, follow_up=follow_up,
+                                   wake_after=wake_after), pools[0]
     if name == "failover":
         regions = [Region(f"{team.team}/{p.name}", tuple(p.zones)) for p in pools]
         return SkyPilotFailover(regions, quota_gpus=team.quota.max_gpus), pools[0]
     pool = pools[list(REGIONS).index(name.removeprefix("alone_"))]
     alone = Pool.model_validate({**pool.model_dump(), "placement_group": None, "scale_up": {
         **pool.scale_up.model_dump(), "headroom_gpus": bench_spot.HEADROOM_GPUS}})
-    return EngineStrategy(team, alone, catalog, interval=tick), alone
+    return EngineStrategy(team, alone, catalog, interval=tick, wake_after=wake_after), alone
 
 
 def replay(name: str, workload: Workload, team: TeamPolicy, pools: list[Pool], config: SimConfig,
            spot: SpotMarket, duty: DutyCycles,
            follow_up: float | None) -> tuple[StrategyResult, dict[str, Any]]:
-    strat, pool = strategy(name, team, pools, config.tick, follow_up)
+    strat, pool = strategy(name, team, pools, config.tick, follow_up, config.wake_after)
     run = Replay(workload, pool, default_catalog(), config, strat, spot=spot, duty=duty)
     run.run()
     extra: dict[str, Any] = {}
@@ -169,6 +170,11 @@ def main() -> int:
                         "service's tick.follow_up; 0: at the next tick)")
     parser.add_argument("--max-wait", help="capacity.max_wait of every pool, e.g. 10m (default: the "
                         "team priority's, 0s for the bench team)")
+    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
+                        help="replay the group and each region alone with the service's "
+                        "tick.wake_after (a tick this long after the last when a job arrives, a "
+                        "spot notice comes or a launch is refused); off by default, as in the "
+                        "service")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
 
@@ -178,7 +184,7 @@ def main() -> int:
     spot = load_spot_traces(args.spot_trace or args.data / bench_sim.SPOT).for_pool(
         [z for p in pools for z in p.zones], False)
     duty = load_duty_cycles(args.data / bench_sim.DUTY)
-    config = SimConfig(seed=args.seed)
+    config = SimConfig(seed=args.seed, wake_after=args.wake_after)
     itype = default_catalog().get("aws", "p3.2xlarge")
     console.print(f"{len(workload.jobs)} jobs, days {args.start_day:g}+{args.days:g}; regions "
                   f"{', '.join(REGIONS)}; prices: one price for every region (p3.2xlarge "

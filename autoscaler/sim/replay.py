@@ -95,7 +95,7 @@ class Replay:
         self.clock = Clock(self.start)
         self._last_tick = self._next_tick = self.start
         self._wake_at: float | None = None
-        self._last_launch = -math.inf
+        self._last_launch: dict[str | None, float] = {}  # per pool ("team/pool"; None: the replay's)
         self.cluster = Cluster(self.clock, config.checkpoint_interval)
         if config.on_prem_nodes:
             self.cluster.add_static(self.itype(config.on_prem_type), config.on_prem_nodes, self.start)
@@ -132,7 +132,7 @@ class Replay:
         group; its region is the zone's (zone names are unique across regions), and jobs
         run on any pool's node, as in one Slurm partition spanning the group."""
         itype = self.itype(type_name)
-        self._last_launch = now
+        self._last_launch[pool] = now
         node = self.cluster.new_node(itype, market, zone, self.hourly(itype, market), now, pool)
         if market is Market.SPOT and not self.spot_available(zone, now):
             node.reason = "capacity-error"
@@ -256,10 +256,15 @@ class Replay:
 
     def demand(self, now: float) -> None:
         """Demand appeared between ticks (an arrival, a spot notice, a refused launch):
-        decide ``wake_after`` after the last tick, once the last launch's attempt has passed.
-        The service applies a pool's launches one at a time, so a tick woken while one runs
-        only queues its own behind it, and the apply's end is what starts them."""
-        self.wake(now, self.strategy.wake_after, self._last_launch + self.config.launch_attempt)
+        decide ``wake_after`` after the last tick, once some pool's last launch attempt has
+        passed. The service applies a pool's launches one at a time, so a tick woken while
+        every pool's runs only queues its own behind them, and an apply's end is what starts
+        them (a placement group's woken tick may still choose a busy pool: launched at once
+        here, queued in the service)."""
+        launching = self._last_launch
+        free = len(launching) < self.strategy.pool_count
+        not_before = -math.inf if free else min(launching.values()) + self.config.launch_attempt
+        self.wake(now, self.strategy.wake_after, not_before)
 
     def wake(self, now: float, gap: float | None, not_before: float = -math.inf) -> None:
         """Decide ``gap`` after the last tick (at ``now`` if that has passed, and not before

@@ -13,6 +13,7 @@ class Strategy:
     name: str = "strategy"
     interval: float = 30.0  # seconds between ticks
     wake_after: float | None = None  # see SimConfig.wake_after; baselines keep their scan
+    pool_count: int = 1  # pools it launches into, each applying one launch at a time
     description: str = ""
 
     def begin(self, replay: Replay, now: float) -> None:

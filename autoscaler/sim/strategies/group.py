@@ -14,7 +14,9 @@ observe and where a launch goes:
 * a refused launch is reported with its pool's region, so the engine backs off that
   region's (type, zone) only, and the next decide comes ``follow_up`` after the last
   tick instead of at the next one, as the service's ``tick.follow_up`` does for a pool
-  with placement-group mates (``Service.work_finished``): the work spills sooner.
+  with placement-group mates (``Service.work_finished``): the work spills sooner;
+* with ``wake_after`` (the service's ``tick.wake_after``), an arrival or a notice wakes a
+  decide once any pool of the group has no launch attempt running (``Replay.demand``).
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ class GroupEngineStrategy(EngineStrategy):
     description = "gpu-autoscaler's decide() with the team's pools of one placement group"
 
     def __init__(self, policy: TeamPolicy, pools: list[Pool], catalog: Catalog, interval: float = 30.0,
-                 settings: EngineSettings | None = None, follow_up: float | None = 10.0):
+                 settings: EngineSettings | None = None, follow_up: float | None = 10.0,
+                 wake_after: float | None = None):
         if not pools:
             raise SimError("a placement group needs at least one pool")
-        super().__init__(policy, pools[0], catalog, interval, settings)
+        super().__init__(policy, pools[0], catalog, interval, settings, wake_after=wake_after)
         team = policy.model_copy(update={"pools": pools})
         groups = {team.group_of(p.name) for p in pools}
         if len(groups) != 1 or None in groups:
@@ -57,14 +60,17 @@ class GroupEngineStrategy(EngineStrategy):
         self._pending: dict[str, tuple[float, PendingJob]] = {}
         self.launched: Counter[tuple[str, str]] = Counter()  # (pool, market) -> nodes launched
         self.follow_up = follow_up if len(pools) > 1 else None  # the service's default, 10 s
+        self.pool_count = len(pools)
 
     def parameters(self) -> dict[str, object]:
-        return {"tick_s": self.interval, "follow_up_s": self.follow_up,
+        return {"tick_s": self.interval, "follow_up_s": self.follow_up, "wake_after_s": self.wake_after,
                 "group": [p.model_dump(mode="json") for p in self.pools.values()]}
 
     def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
-        super().capacity_error(replay, node, now)
+        # The follow-up first: the engine's demand wake (with wake_after) may come later,
+        # and only the first wake asked for is kept.
         replay.wake(now, self.follow_up)
+        super().capacity_error(replay, node, now)
 
     def pool_of(self, node: SimNode) -> Pool:
         return self.pools[node.pool or self.home]

@@ -87,3 +87,29 @@ def test_failover_moves_to_the_next_region_and_never_back(tmp_path: Path) -> Non
     assert failover.buyer.current == 1 and len(failover.buyer.moves) == 1
     live = [n for n in run.cluster.nodes.values() if n.state is not NodeState.PROVISION_FAILED]
     assert all(n.pool == WEST for n in live)
+
+
+def test_with_wake_after_an_arrival_is_decided_while_another_pool_of_the_group_is_free(
+        tmp_path: Path) -> None:
+    """Ticks every 60 s, spot everywhere. a (t=0) is launched at the tick at 0; b arrives at
+    5 s. The group has a pool whose apply is not running, so the wake comes at 10 s and b
+    waits 245 s. A pool decided alone applies one launch at a time: its wake waits for a's
+    attempt (36 s), and b waits 271 s."""
+    from dataclasses import replace
+
+    write_spot(tmp_path / "us-east-1a_v100_1.json", [0])
+    write_spot(tmp_path / "us-west-2a_v100_1.json", [0])
+    spot = load_spot_traces(tmp_path)
+    config = replace(EXACT, tick=60.0, wake_after=10.0)
+    jobs = workload([Job("a", 0, 1800, 1.0), Job("b", 5, 1800, 1.0)], end=1200)
+    pol = group_policy()
+    group = GroupEngineStrategy(pol, pol.pools, CATALOG, interval=60, wake_after=10.0)
+    run = Replay(jobs, pol.pools[0], CATALOG, config, group, spot=spot).run()
+    assert [j.wait for j in run.jobs] == [EXACT.boot_delay, 5 + EXACT.boot_delay]
+    assert run.stats.wakes == 1 and group.parameters()["wake_after_s"] == 10.0
+    east = pol.pools[0]
+    alone = Pool.model_validate({**east.model_dump(), "placement_group": None})
+    team = TeamPolicy.model_validate({"team": "sim", "pools": [alone.model_dump()]})
+    single = EngineStrategy(team, alone, CATALOG, interval=60, wake_after=10.0)
+    one = Replay(jobs, alone, CATALOG, config, single, spot=spot).run()
+    assert [j.wait for j in one.jobs] == [EXACT.boot_delay, 31 + EXACT.boot_delay]
