@@ -170,11 +170,7 @@ def main() -> int:
                         "service's tick.follow_up; 0: at the next tick)")
     parser.add_argument("--max-wait", help="capacity.max_wait of every pool, e.g. 10m (default: the "
                         "team priority's, 0s for the bench team)")
-    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
-                        help="replay the group and each region alone with the service's "
-                        "tick.wake_after (a tick this long after the last when a job arrives, a "
-                        "spot notice comes or a launch is refused); off by default, as in the "
-                        "service")
+    bench_sim.add_wake_after(parser, "the group and each region alone")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
 

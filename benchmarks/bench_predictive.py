@@ -40,7 +40,8 @@ from autoscaler.sim.strategies.predictive import demand_series
 from autoscaler.traces import DAY, Job, Workload, load_duty_cycles, load_pod_list
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sim import DAYS, DUTY, POD_LIST, SPOT, START_DAY, trace_parser  # the same window and data
+# the same window and data
+from bench_sim import DAYS, DUTY, POD_LIST, SPOT, START_DAY, add_wake_after, trace_parser
 
 WEEKS, TRAIN_WEEKS = 5, 3
 WEEKEND_SHARE = 0.25  # share of a weekday's jobs kept on Saturdays and Sundays
@@ -123,10 +124,7 @@ def main() -> int:
     parser.add_argument("--quantile", type=float, default=0.8, help="predictive.quantile (default 0.8)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--trace", choices=("pod-list", "synthetic-week", "both"), default="both")
-    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
-                        help="replay both sides with the service's tick.wake_after (a tick this "
-                        "long after the last when a job arrives, a spot notice comes or a launch "
-                        "is refused); off by default, as in the service")
+    add_wake_after(parser, "both sides")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
     lines = []

@@ -73,14 +73,20 @@ def trace_parser(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def add_wake_after(parser: argparse.ArgumentParser, replays: str) -> None:
+    """``--wake-after SECONDS`` for a benchmark whose ``SimConfig`` takes it; ``replays``
+    names what it applies to ("ours", "both sides", ...)."""
+    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
+                        help=f"replay {replays} with the service's tick.wake_after (a tick this "
+                        "long after the last when a job arrives, a spot notice comes or a launch "
+                        "is refused); off by default, as in the service")
+
+
 def main() -> int:
     parser = trace_parser(__doc__)
     parser.add_argument("--out", type=Path, help="also write report.json and plots here")
     parser.add_argument("--workers", type=int, default=2, help="processes replaying strategies at once")
-    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
-                        help="replay ours with the service's tick.wake_after (a tick this long "
-                        "after the last when a job arrives, a spot notice comes or a launch is "
-                        "refused); off by default, as in the service")
+    add_wake_after(parser, "ours")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
 

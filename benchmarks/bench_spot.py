@@ -108,10 +108,7 @@ def main() -> int:
     parser.add_argument("--days", type=float, default=bench_sim.DAYS)
     parser.add_argument("--spot-trace", type=Path, help="spot availability directory (default: bench_sim's)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
-                        help="replay ours with the service's tick.wake_after (a tick this long "
-                        "after the last when a job arrives, a spot notice comes or a launch is "
-                        "refused); off by default, as in the service")
+    bench_sim.add_wake_after(parser, "ours and spot-only")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
 
