@@ -261,6 +261,8 @@ class Replay:
         every pool's runs only queues its own behind them, and an apply's end is what starts
         them (a placement group's woken tick may still choose a busy pool: launched at once
         here, queued in the service)."""
+        if self.strategy.wake_after is None:  # every refusal and notice comes here
+            return
         launching = self._last_launch
         free = len(launching) < self.strategy.pool_count
         not_before = -math.inf if free else min(launching.values()) + self.config.launch_attempt

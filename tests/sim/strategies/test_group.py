@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,6 @@ def test_with_wake_after_an_arrival_is_decided_while_another_pool_of_the_group_i
     5 s. The group has a pool whose apply is not running, so the wake comes at 10 s and b
     waits 245 s. A pool decided alone applies one launch at a time: its wake waits for a's
     attempt (36 s), and b waits 271 s."""
-    from dataclasses import replace
-
     write_spot(tmp_path / "us-east-1a_v100_1.json", [0])
     write_spot(tmp_path / "us-west-2a_v100_1.json", [0])
     spot = load_spot_traces(tmp_path)
