@@ -76,10 +76,23 @@ def trace_parser(doc: str | None) -> argparse.ArgumentParser:
 def add_wake_after(parser: argparse.ArgumentParser, replays: str) -> None:
     """``--wake-after SECONDS`` for a benchmark whose ``SimConfig`` takes it; ``replays``
     names what it applies to ("ours", "both sides", ...)."""
-    parser.add_argument("--wake-after", type=float, default=None, metavar="SECONDS",
-                        help=f"replay {replays} with the service's tick.wake_after (a tick this "
-                        "long after the last when a job arrives, a spot notice comes or a launch "
-                        "is refused); off by default, as in the service")
+    parser.add_argument("--wake-after", type=_wake_after, default=SimConfig().wake_after,
+                        metavar="SECONDS|off",
+                        help=f"the service's tick.wake_after for {replays}: a tick this long "
+                        "after the last when a job arrives, a spot notice comes or a launch is "
+                        "refused (default %(default)s s, as in the service); off: only every tick")
+
+
+def _wake_after(value: str) -> float | None:
+    if value == "off":
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds or off") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0, or off")
+    return seconds
 
 
 def main() -> int:

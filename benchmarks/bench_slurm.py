@@ -76,7 +76,8 @@ def variant(policy: TeamPolicy, pool: Pool, nodes: int, burst_after: str | None
 def replay(name: str, policy: TeamPolicy, pool: Pool, workload: Workload, config: SimConfig,
            data: Path) -> tuple[str, StrategyResult]:
     catalog = default_catalog()
-    strategy = EngineStrategy(policy, pool, catalog, interval=config.tick, settings=EngineSettings())
+    strategy = EngineStrategy(policy, pool, catalog, interval=config.tick, settings=EngineSettings(),
+                              wake_after=config.wake_after)
     run = Replay(workload, pool, catalog, config, strategy, spot=load_spot_traces(data / SPOT),
                  duty=load_duty_cycles(data / DUTY)).run()
     return name, summarize(run)

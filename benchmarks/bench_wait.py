@@ -53,8 +53,9 @@ market axis replays ``base`` instead of ``fallback``: pass ``--spot`` to restric
 
 ``--ablate KEY=VALUE`` (repeatable) changes ours' side only, to find which cause explains
 which share of the gap (issue 33 item 2; CA-like is replayed unchanged): ``tick=SECONDS``
-(how often decide() runs; CA-like scans every 10 s), ``wake=SECONDS`` (a tick this long
-after the last when a job arrives or a spot notice comes between ticks),
+(how often decide() runs; CA-like scans every 10 s), ``wake=SECONDS`` or ``wake=off`` (a
+tick this long after the last when a job arrives, a spot notice comes or a launch is
+refused between ticks: the service's ``tick.wake_after``, 10 s by default),
 ``backoff=DURATION`` (the pool's ``capacity_error_backoff``), ``types=A,B`` (the pool's
 instance types: node size against interruption exposure), ``max_step=N``, ``headroom=N``
 (``scale_up.headroom_gpus``), ``idle_below=PERCENT`` (``scale_down.gpu_utilization_below``:
@@ -190,7 +191,7 @@ def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: P
     if "tick" in ablate:
         config = replace(config, tick=float(ablate["tick"]))
     if "wake" in ablate:
-        config = replace(config, wake_after=float(ablate["wake"]))
+        config = replace(config, wake_after=None if ablate["wake"] == "off" else float(ablate["wake"]))
     raw = pool.model_dump(mode="json", exclude_unset=True)
     if "backoff" in ablate:
         parse_duration(ablate["backoff"])

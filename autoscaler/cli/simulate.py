@@ -100,9 +100,8 @@ def simulate(
                                             "a job arriving, a spot notice or a refused launch "
                                             "between ticks runs decide() this long after the "
                                             "last tick (not before the last launch's attempt "
-                                            "has passed); 'off': "
-                                            "only every --tick (the default, as the "
-                                            "service's).")] = "off",
+                                            "has passed; the default, as the service's); "
+                                            "'off': only every --tick.")] = "10s",
     boot_delay: Annotated[str, typer.Option("--boot-delay", help="Provisioning + bootstrap time of a "
                                             "node (jittered +-25%).")] = "4m",
     warm_boot_delay: Annotated[str, typer.Option(

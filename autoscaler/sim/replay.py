@@ -40,11 +40,11 @@ class SimError(Exception):
 @dataclass(frozen=True)
 class SimConfig:
     tick: float = 30.0  # the service's loop interval: how often decide() runs
-    # The service's tick.wake_after (off by default): a tick this long after the last one
+    # The service's tick.wake_after (10 s by default): a tick this long after the last one
     # when demand appears between ticks (an arrival, a spot notice, a launch the cloud
     # refused), but not before the last launch's attempt has passed, as the service runs one
     # apply per pool at a time; None: only every tick.
-    wake_after: float | None = None
+    wake_after: float | None = 10.0
     boot_delay: float = COLD_BOOT_S  # provisioning + bootstrap until a node takes jobs (sim/boot.py)
     # A node of a pool with bootstrap.image: baked, and a warm node started (sim/boot.py).
     baked_boot_delay: float = BAKED_BOOT_S
@@ -272,15 +272,18 @@ class Replay:
         """Decide ``gap`` after the last tick (at ``now`` if that has passed, and not before
         ``not_before``) instead of at the next regular tick, unless that or another wake
         comes first: the service's tick waker (``tick.wake_after`` on demand,
-        ``tick.follow_up`` on finished work)."""
-        if gap is None or self._wake_at is not None:
+        ``tick.follow_up`` on finished work), which moves the tick only when that is
+        sooner."""
+        if gap is None:
             return
         at = max(now, self._last_tick + gap, not_before)
-        if at < self._next_tick:
-            self._wake_at = at
+        if at < self._next_tick and (self._wake_at is None or at < self._wake_at):
+            self._wake_at = at  # a later wake already queued finds itself stale and skips
             self.clock.at(at, Kind.TICK, self._woken)
 
     def _woken(self, now: float) -> None:
+        if now != self._wake_at:
+            return
         self._wake_at = None
         self.stats.wakes += 1
         self._decide(now)

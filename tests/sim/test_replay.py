@@ -264,3 +264,35 @@ def test_a_refused_launch_wakes_decide_so_the_next_zone_is_tried_sooner(tmp_path
     woken, ticks = ours(10.0), ours(None)
     assert woken.failed_launches == ticks.failed_launches == 1
     assert woken.wait_p50_s == 280 and ticks.wait_p50_s == 300
+
+
+def test_the_soonest_wake_wins_whichever_was_asked_first() -> None:
+    """The service's waker moves the next tick only when that is sooner, so a wake asked for
+    later but due sooner (a placement group's follow-up after a demand wake held back by a
+    running launch) is the one that runs; the later one finds itself stale and skips. Ticks
+    every 60 s; at 5 s a wake 40 s past the tick of 0 is asked for, then one 20 s past it."""
+    from autoscaler.sim.clock import Kind
+    from autoscaler.sim.replay import Replay
+    from autoscaler.sim.strategies.base import Strategy
+
+    def asks(replay: Replay, now: float) -> None:
+        replay.wake(now, 40.0)
+        replay.wake(now, 20.0)
+        replay.wake(now, 30.0)  # later than the one queued: changes nothing
+
+    class Asks(Strategy):
+        interval = 60.0
+
+        def __init__(self) -> None:
+            self.at: list[float] = []
+
+        def tick(self, replay: Replay, now: float) -> None:
+            self.at.append(now)
+            if now == 0:
+                replay.clock.at(5.0, Kind.NODE, lambda t: asks(replay, t))
+
+    pol = policy()
+    strategy = Asks()
+    run = Replay(workload([Job("a", 0, 60, 1.0)], end=130), pol.pools[0], CATALOG, EXACT, strategy).run()
+    assert strategy.at == [0, 20, 60, 120]
+    assert run.stats.wakes == 1

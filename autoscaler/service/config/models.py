@@ -35,11 +35,11 @@ class _Model(BaseModel):
 class TickSettings(_Model):
     interval: Duration = Field(timedelta(seconds=30), description="Time between ticks.")
     wake_after: Duration | None = Field(
-        None, description="When demand appears between ticks (a pending GPU pod on the "
-        "Kubernetes watch, a spot notice, a new capacity request, a launch the cloud refused "
-        "in a pool without placement-group mates), start the next tick this long after the "
-        "last one began instead of at its interval (arrivals in between share it); null (the "
-        "default): only every interval. In the simulator 10s lowered the p95 wait on most "
+        timedelta(seconds=10), description="When demand appears between ticks (a pending GPU "
+        "pod on the Kubernetes watch, a spot notice, a new capacity request, a launch the "
+        "cloud refused in a pool without placement-group mates), start the next tick this "
+        "long after the last one began instead of at its interval (arrivals in between share "
+        "it); null: only every interval. In the simulator 10s lowered the p95 wait on most "
         "windows and raised it on some of the busiest (docs/designs/benchmark-misses.md#wait).")
     follow_up: Duration | None = Field(
         timedelta(seconds=10), description="When an apply that created or started a node, "

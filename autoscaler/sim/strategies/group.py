@@ -67,8 +67,6 @@ class GroupEngineStrategy(EngineStrategy):
                 "group": [p.model_dump(mode="json") for p in self.pools.values()]}
 
     def capacity_error(self, replay: Replay, node: SimNode, now: float) -> None:
-        # The follow-up first: the engine's demand wake (with wake_after) may come later,
-        # and only the first wake asked for is kept.
         replay.wake(now, self.follow_up)
         super().capacity_error(replay, node, now)
 

@@ -166,8 +166,8 @@ def test_wake_after_below_a_second_is_refused():
     with pytest.raises(ValueError, match="wake_after must be at least 1s"):
         TickSettings(wake_after="500ms")
     assert TickSettings(wake_after=None).wake_after is None
-    assert TickSettings().wake_after is None  # off unless asked for
-    assert TickSettings(wake_after="10s").wake_after == timedelta(seconds=10)
+    assert TickSettings().wake_after == timedelta(seconds=10)  # on unless turned off
+    assert TickSettings(wake_after="30s").wake_after == timedelta(seconds=30)
     assert TickSettings().follow_up == timedelta(seconds=10)  # on unless turned off
     assert TickSettings(follow_up=None).follow_up is None
     with pytest.raises(ValueError, match="follow_up must be at least 1s"):
