@@ -251,7 +251,7 @@ class Service:
         its READY; for those, that tick comes sooner (``tick.follow_up``). So does a
         launch the cloud refused in a pool whose placement group has other pools: the
         next decide spills the work to one of them. A refused launch in a pool decided
-        alone leaves its work unserved, which is demand (``tick.wake_after``, off by
+        alone leaves its work unserved, which is demand (``tick.wake_after``, 10 s by
         default: the next decide tries the next zone sooner, which the simulator found
         helps most windows and not all, docs/designs/benchmark-misses.md#wait). Drain
         steps run every tick while they last."""

@@ -1,11 +1,11 @@
 """Events between ticks start the next tick sooner.
 
-* Demand (``tick.wake_after``, off by default): a pending GPU pod seen by the Kubernetes
+* Demand (``tick.wake_after``, 10 s by default): a pending GPU pod seen by the Kubernetes
   watch, a spot notice, a new capacity request or a launch the cloud refused (in a pool
   decided alone; ``Service.work_finished``) would wait for the next tick, up to
   ``tick.interval``: the simulator put that wait at a large share of the p95 gap to a 10 s
-  scan on most windows, but waking raised it on some of the busiest
-  (docs/designs/benchmark-misses.md#wait), hence off by default.
+  scan on most windows (waking raises it on some of the busiest, none past CA-like's but
+  one already there: docs/designs/benchmark-misses.md#wait).
 * Finished work (``tick.follow_up``, 10 s by default): a node whose apply created or
   started it, or whose bootstrap went through, in an executor worker moves on only at the
   next tick's advance (to its bootstrap, to READY). At a 30 s interval it waited up to a
