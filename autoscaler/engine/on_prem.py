@@ -36,7 +36,7 @@ class OnPremFill:
         if spec is None:
             return None
         nodes = ctx.obs.on_prem or []
-        bins = [Bin.with_allocated(n.gpus, n.allocated, gpu_model=n.gpu_model or "")
+        bins = [Bin.observed(n.gpus, n.allocated, n.gpus_free, most=n.gpus, gpu_model=n.gpu_model or "")
                 for n in sorted(nodes, key=lambda n: n.name)]
         return cls(label=spec.label(), bins=bins, start_within=spec.start_within,
                    burst_after=spec.burst_after, now=now,

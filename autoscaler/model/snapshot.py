@@ -196,12 +196,20 @@ class OnPremNode(_Model):
     name: str = Field(max_length=128)
     gpus: int = Field(ge=0, le=MAX_ON_PREM_GPUS)
     allocated: float = Field(0, ge=0)
+    gpus_free: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(
+        None, max_length=MAX_ON_PREM_GPUS, description="The free share (0..1) of each GPU, "
+        "when the scheduler places shares of a GPU and reports them per device (the simulator "
+        "does), as SchedulerNode.gpus_free. None: only the total is known, and whole GPUs "
+        "are taken as used first.")
     gpu_model: str | None = Field(None, max_length=32)
 
     @model_validator(mode="after")
     def _within(self) -> OnPremNode:
         if self.allocated > self.gpus:
             raise ValueError(f"{self.name}: {self.allocated:g} GPUs allocated of {self.gpus}")
+        if self.gpus_free is not None and len(self.gpus_free) != self.gpus:
+            raise ValueError(f"{self.name}: {len(self.gpus_free)} GPUs' free shares for "
+                             f"{self.gpus} GPUs")
         return self
 
 

@@ -122,6 +122,7 @@ class Observer:
         if self.pool.cluster.on_prem is None:
             return None
         return [OnPremNode.model_construct(name=n.name, gpus=n.gpus, allocated=n.allocated,
+                                           gpus_free=[min(1.0, max(0.0, f)) for f in n.free],
                                            gpu_model=n.itype.gpu_model) for n in cluster.static]
 
     def _evict(self, nodes: list[SimNode], cluster: Cluster) -> None:

@@ -92,3 +92,23 @@ def test_on_prem_needs_one_of_partition_and_nodes_and_a_slurm_pool() -> None:
         OnPremNode(name="x", gpus=2, allocated=3)
     with pytest.raises(ValidationError):
         OnPremNode(name="x", gpus=65)
+
+
+def test_shares_spread_over_every_gpu_leave_no_whole_gpu_where_the_scheduler_says_so() -> None:
+    """Four jobs of 0.3 GPU, one on each GPU of gpu01: 1.2 of 4 allocated. By the total that
+    is 2 whole GPUs free; per device (the simulator reports it, as it does for cloud nodes)
+    none is, so a 1-GPU job is bought for at once instead of pending until start_within.
+    A half-GPU job still fits."""
+    spread = [OnPremNode(name="gpu01", gpus=4, allocated=1.2, gpus_free=[0.7] * 4, gpu_model="V100"),
+              OnPremNode(name="gpu02", gpus=4, allocated=4, gpu_model="V100")]
+    assert launched(plan_for(jobs(1), spread)) == [("p3.2xlarge", 1)]
+    assert launched(plan_for(jobs(0.5), spread)) == []
+    by_total = [n.model_copy(update={"gpus_free": None}) for n in spread]
+    assert launched(plan_for(jobs(1), by_total)) == []
+
+
+def test_free_shares_must_be_one_per_gpu() -> None:
+    with pytest.raises(ValidationError, match="3 GPUs' free shares for 4 GPUs"):
+        OnPremNode(name="gpu01", gpus=4, allocated=1, gpus_free=[1, 1, 1])
+    with pytest.raises(ValidationError):
+        OnPremNode(name="gpu01", gpus=2, allocated=1, gpus_free=[1.5, 0])
