@@ -128,8 +128,8 @@ def test_only_work_that_gave_its_node_a_next_step_follows_up(tmp_path):
     try:
         svc.work_finished("terraform apply lead/gpu finished", report(changes=[created]))
         svc.work_finished("ansible lead-gpu-1 finished", report(bootstrapped=["lead-gpu-1"]))
-        # a refused launch in a pool decided alone is demand (tick.wake_after, off here), a
-        # drain step runs every tick
+        # a refused launch in a pool decided alone is demand (tick.wake_after, the waker's
+        # wake, not its follow-up), a drain step runs every tick
         svc.work_finished("terraform apply lead/gpu finished", report(capacity_errors=[refused]))
         svc.work_finished("drain step lead-gpu-1 finished",
                           report(drain_steps={"lead-gpu-1": "2 jobs running"}))
