@@ -76,14 +76,15 @@ def trace_parser(doc: str | None) -> argparse.ArgumentParser:
 def add_wake_after(parser: argparse.ArgumentParser, replays: str) -> None:
     """``--wake-after SECONDS`` for a benchmark whose ``SimConfig`` takes it; ``replays``
     names what it applies to ("ours", "both sides", ...)."""
-    parser.add_argument("--wake-after", type=_wake_after, default=SimConfig().wake_after,
+    parser.add_argument("--wake-after", type=wake_seconds, default=SimConfig().wake_after,
                         metavar="SECONDS|off",
                         help=f"the service's tick.wake_after for {replays}: a tick this long "
                         "after the last when a job arrives, a spot notice comes or a launch is "
                         "refused (default %(default)s s, as in the service); off: only every tick")
 
 
-def _wake_after(value: str) -> float | None:
+def wake_seconds(value: str) -> float | None:
+    """A wake_after in seconds from the command line, or None for "off"."""
     if value == "off":
         return None
     try:

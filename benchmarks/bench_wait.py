@@ -191,7 +191,7 @@ def ablated(ablate: dict[str, str], config: SimConfig, team: TeamPolicy, pool: P
     if "tick" in ablate:
         config = replace(config, tick=float(ablate["tick"]))
     if "wake" in ablate:
-        config = replace(config, wake_after=None if ablate["wake"] == "off" else float(ablate["wake"]))
+        config = replace(config, wake_after=bench_sim.wake_seconds(ablate["wake"]))
     raw = pool.model_dump(mode="json", exclude_unset=True)
     if "backoff" in ablate:
         parse_duration(ablate["backoff"])

@@ -122,7 +122,7 @@ class Observer:
         if self.pool.cluster.on_prem is None:
             return None
         return [OnPremNode.model_construct(name=n.name, gpus=n.gpus, allocated=n.allocated,
-                                           gpus_free=[min(1.0, max(0.0, f)) for f in n.free],
+                                           gpus_free=_free_shares(n),
                                            gpu_model=n.itype.gpu_model) for n in cluster.static]
 
     def _evict(self, nodes: list[SimNode], cluster: Cluster) -> None:
@@ -230,7 +230,7 @@ class Observer:
             node.state, "idle" if allocated <= 0 else "allocated" if allocated >= node.gpus else "mixed")
         sched = SchedulerNode.model_construct(
             state=state, gpus_total=float(node.gpus), gpus_allocated=float(allocated),
-            gpus_free=[min(1.0, max(0.0, float(f))) for f in node.free],  # float sums: -5e-17
+            gpus_free=_free_shares(node),
             jobs=[self._running_job(j) for j in node.jobs.values()], cordoned=node.state is not S.READY,
             ready=True, unusable=None, unusable_since=None)
         self._sched[node.name] = (key, sched)
@@ -267,3 +267,8 @@ class _Queue:
             self.keys.insert(i, key)
             self.ids.insert(i, job.job.id)
             self.submitted.insert(i, to_datetime(job.pending_since))
+
+
+def _free_shares(node: SimNode) -> list[float]:
+    """Each GPU's free share as a scheduler reports it: within 0..1 (float sums leave -5e-17)."""
+    return [min(1.0, max(0.0, float(f))) for f in node.free]
