@@ -24,6 +24,12 @@ moved to its region and zones. ``scale_up.headroom_gpus`` (one GPU) is set on th
 first pool only: the single pools keep one free GPU for the whole partition, and so does
 the group (three pools with one each would keep three).
 
+Every replay takes the same boot-time draws (``SimConfig.shared_boot_draws``, common random
+numbers keyed by the minute of the launch, as bench_wait's rows do): a node the group and a
+region alone launch in the same minute boots in the same time, so c against d compares
+where and when each launched, not two streams of draws (before 2026-12-06 each replay
+drew from its own stream, in the order of its launches).
+
 Prices: the catalog has one price per instance type (p3.2xlarge on-demand $3.06/h, spot
 = on-demand x (1 - spot_discount)) and no per-region prices, so the three regions cost the
 same here; the placement group can only gain by finding spot capacity (and by waiting less),
@@ -180,7 +186,7 @@ def main() -> int:
     spot = load_spot_traces(args.spot_trace or args.data / bench_sim.SPOT).for_pool(
         [z for p in pools for z in p.zones], False)
     duty = load_duty_cycles(args.data / bench_sim.DUTY)
-    config = SimConfig(seed=args.seed, wake_after=args.wake_after)
+    config = SimConfig(seed=args.seed, wake_after=args.wake_after, shared_boot_draws=True)
     itype = default_catalog().get("aws", "p3.2xlarge")
     console.print(f"{len(workload.jobs)} jobs, days {args.start_day:g}+{args.days:g}; regions "
                   f"{', '.join(REGIONS)}; prices: one price for every region (p3.2xlarge "
