@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import time
 from typing import Any
 
 import pytest
@@ -56,11 +57,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByModuleOrSharedPackage(config, log)
 
 
-# -- CPU per module ------------------------------------------------------------------------
+# -- CPU and wall time per module ------------------------------------------------------------
 # CI is CPU-bound on its two cores, so a module's CPU, not its wall time, is what it costs
 # the budget. Counted per test (setup, call, teardown) as this process's CPU plus that of
 # every child it has reaped: the services, hosts and commands a test starts and stops.
+# Each worker's modules are also timed on the wall clock, so the end of a run shows
+# whether a long module started late and left one worker running alone.
 MODULE_CPU: dict[str, float] = {}
+MODULE_SPAN: dict[str, list[float]] = {}  # module -> [first test began, last test ended]
+WORKER_SPANS: dict[str, dict[str, list[float]]] = {}  # the controller's: worker -> MODULE_SPAN
+STARTED = time.time()
 
 
 def _cpu_now() -> float:
@@ -70,21 +76,24 @@ def _cpu_now() -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    before = _cpu_now()
+    before, began = _cpu_now(), time.time()
     yield
     module = item.nodeid.split("::", 1)[0]
     MODULE_CPU[module] = MODULE_CPU.get(module, 0.0) + _cpu_now() - before
+    MODULE_SPAN.setdefault(module, [began, began])[1] = time.time()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: the controller adds it up
         workeroutput["module_cpu"] = json.dumps(MODULE_CPU)
+        workeroutput["module_span"] = json.dumps(MODULE_SPAN)
 
 
 def pytest_testnodedown(node: Any, error: Any) -> None:
     for module, seconds in json.loads(node.workeroutput.get("module_cpu", "{}")).items():
         MODULE_CPU[module] = MODULE_CPU.get(module, 0.0) + seconds
+    WORKER_SPANS[node.gateway.id] = json.loads(node.workeroutput.get("module_span", "{}"))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -94,3 +103,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_sep("=", f"CPU per module (s; {total:.0f} s in all, the 20 largest)")
     for module, seconds in sorted(MODULE_CPU.items(), key=lambda kv: -kv[1])[:20]:
         terminalreporter.write_line(f"{seconds:8.1f}  {module}")
+    if not WORKER_SPANS:
+        return
+    terminalreporter.write_sep("=", "when each worker finished (s after the start), and its last 3 modules")
+    for worker, spans in sorted(WORKER_SPANS.items()):
+        last = sorted(spans.items(), key=lambda kv: kv[1][1])[-3:]
+        end = last[-1][1][1] - STARTED if last else 0.0
+        tail = ", ".join(f"{m} {b - STARTED:.0f}-{e - STARTED:.0f}" for m, (b, e) in last)
+        terminalreporter.write_line(f"{worker} {end:6.0f}  {tail}")

@@ -51,15 +51,25 @@ def live(moto: MotoSandbox) -> dict[str, str]:  # noqa: F811
 
 def stray(moto: MotoSandbox, like: str, node: str) -> str:  # noqa: F811
     """An instance launched outside the service with the tags of instance ``like`` (one of
-    the pool's own) but node tag ``node``."""
+    the pool's own) but node tag ``node``, as another copy of the service would launch it:
+    with the module's IMDSv2 and root volume, so that adopting it changes nothing but the
+    state (an update in place, e.g. of the volume, would wait 30-40 s on the provider's
+    waiters)."""
     ec2 = moto.client()
     [reservation] = ec2.describe_instances(InstanceIds=[like])["Reservations"]
-    tags: dict[str, Any] = {t["Key"]: t["Value"] for t in reservation["Instances"][0]["Tags"]}
+    [instance] = reservation["Instances"]
+    tags: dict[str, Any] = {t["Key"]: t["Value"] for t in instance["Tags"]}
     tags.update(node=node, Name=node)
+    volume_tags = {k: v for k, v in tags.items() if k != "Name"}
+    [root] = [m for m in instance["BlockDeviceMappings"] if m["DeviceName"] == instance["RootDeviceName"]]
+    [volume] = ec2.describe_volumes(VolumeIds=[root["Ebs"]["VolumeId"]])["Volumes"]
     launched = ec2.run_instances(
         ImageId=MOTO_AMI, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
-        TagSpecifications=[{"ResourceType": "instance",
-                            "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
+        MetadataOptions={"HttpTokens": "required"},
+        BlockDeviceMappings=[{"DeviceName": root["DeviceName"], "Ebs": {
+            "VolumeSize": volume["Size"], "VolumeType": volume["VolumeType"], "DeleteOnTermination": True}}],
+        TagSpecifications=[{"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in t.items()]}
+                           for kind, t in (("instance", tags), ("volume", volume_tags))])
     return str(launched["Instances"][0]["InstanceId"])
 
 
