@@ -1,20 +1,16 @@
 """decide() at fleet scale: 10,000 nodes in 500 pools of 100 teams, and 1,000 for scaling.
 
 Prints one line per size, then `decide_ms_median=<x> scaling_ratio_10k_over_1k=<y>`.
-With ``--views`` each size is also decided on plain slotted stand-ins of the per-node input
-records (Node, NodeObservation, GpuMetrics, SchedulerNode, RunningJob), built before the
-clock starts, and the line says whether that plan is the same: what "slotted views built
-by the reader" (issue 36 item 3) would buy decide() at most, without building them.
 With ``--plan-hash`` each size's line also gives a sha256 of its plan's JSON, to show that a
 change meant only to make decide() faster decides exactly the same.
 Both sizes are measured in the same run (machines here are noisy; the ratio is what counts);
 times are CPU time of the deciding process, so other load on the machine does not count.
 
 For scale: a bare loop over the 10k nodes that only reads the facts decide() needs (node
-name/state/team/pool, GPU metrics, scheduler jobs) and updates a dict already takes about
-30-40 ms of CPU here (pydantic models define __getattr__, so CPython 3.11 does not
-specialize reads of their fields), which leaves the 50 ms target almost nothing for the
-rules themselves.
+name/state/team/pool, GPU metrics, scheduler jobs) and updates a dict took about
+30-40 ms of CPU here while those records were pydantic models (BaseModel defines
+__getattr__, so CPython 3.11 does not specialise reads of their fields); they are slotted
+dataclasses now (autoscaler/model/record.py).
 """
 
 from __future__ import annotations
@@ -25,9 +21,6 @@ import random
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from pydantic import BaseModel
 
 from autoscaler.engine import decide
 from autoscaler.model.lifecycle import NodeState
@@ -93,44 +86,8 @@ def world(nodes: int, teams: int, pools_per_team: int, seed: int = 7):
     return policies, FleetView(nodes=fleet_nodes, history=history), snap
 
 
-# The per-node records decide() reads thousands of times a tick.
-_VIEWED = frozenset({"Node", "NodeObservation", "GpuMetrics", "SchedulerNode", "RunningJob", "NodeProgress"})
-
-
-def _slotted(obj: Any, classes: dict[type, type]) -> Any:
-    """``obj`` with every per-node pydantic record in it copied to a plain slotted class that
-    has the same fields, properties and methods (pydantic's __getattr__ keeps CPython from
-    specialising reads of a model's fields; a slotted class's are specialised)."""
-    if isinstance(obj, list):
-        return [_slotted(x, classes) for x in obj]
-    if not isinstance(obj, BaseModel) or type(obj).__name__ not in _VIEWED:
-        return obj
-    model = type(obj)
-    view = classes.get(model)
-    if view is None:
-        members = {k: v for k, v in vars(model).items()
-                   if isinstance(v, property) or (callable(v) and not k.startswith("__"))}
-        view = classes[model] = type(f"{model.__name__}View", (),
-                                     {"__slots__": tuple(model.model_fields), **members})
-    out = object.__new__(view)
-    for name in model.model_fields:
-        object.__setattr__(out, name, _slotted(getattr(obj, name), classes))
-    return out
-
-
-def views(fleet: FleetView, snap: Snapshot) -> tuple[FleetView, Snapshot]:
-    classes: dict[type, type] = {}
-    nodes = [_slotted(n, classes) for n in fleet.nodes]
-    observed = {k: _slotted(v, classes) for k, v in snap.nodes.items()}
-    return (FleetView.model_construct(nodes=nodes, history=fleet.history),
-            snap.model_copy(update={"nodes": observed}))
-
-
-def measure(nodes: int, teams: int, pools_per_team: int, repeat: int,
-            as_views: bool = False) -> tuple[float, int, str]:
+def measure(nodes: int, teams: int, pools_per_team: int, repeat: int) -> tuple[float, int, str]:
     policies, fleet, snap = world(nodes, teams, pools_per_team)
-    if as_views:
-        fleet, snap = views(fleet, snap)
     decide(policies, fleet, snap, NOW)  # warm caches (croniter parsing, imports)
     times = []
     for _ in range(repeat):
@@ -147,8 +104,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--plan-hash", action="store_true", help="also print a sha256 of each size's plan")
-    parser.add_argument("--views", action="store_true",
-                        help="also decide on slotted stand-ins of the per-node records (see above)")
     args = parser.parse_args()
     medians = []
     for label, nodes, teams in (("1k nodes / 50 pools / 10 teams", 1_000, 10),
@@ -157,10 +112,6 @@ def main() -> None:
         medians.append(ms)
         line = f"{label}: median {ms:.1f} ms ({n} actions)"
         line += f" plan_sha256={digest}" if args.plan_hash else ""
-        if args.views:
-            v_ms, _, v_digest = measure(nodes, teams, 5, args.repeat, as_views=True)
-            line += (f"; on slotted views {v_ms:.1f} ms ({v_ms / ms:.2f}x), plan "
-                     + ("the same" if v_digest == digest else "DIFFERENT"))
         print(line)
     small, big = medians
     print(f"decide_ms_median={big:.1f} scaling_ratio_10k_over_1k={big / small:.2f}")

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.dataclasses import dataclass
 
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.progress import NodeProgress
+from autoscaler.model.record import RECORD
 from autoscaler.policy.models import Market, pool_key
 
 
-class Node(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+# A slotted record (model/record.py): decide() reads it per node.
+@dataclass(frozen=True, slots=True, kw_only=True, config=RECORD)
+class Node:
     name: str
     team: str
     pool: str
@@ -30,17 +33,15 @@ class Node(BaseModel):
     address: str | None = None
     reason: str = ""
     drain_trigger: str | None = Field(
-        None, description="Why a DRAINING/DRAINED node is leaving (idle, unhealthy, ...)."
-    )
+        default=None, description="Why a DRAINING/DRAINED node is leaving (idle, unhealthy, ...).")
     replacement_requested: bool = Field(
-        False, description="A replacement was launched for this node (interruption, Replace)."
-    )
-    replaces: str | None = Field(None, description="The node this one stands in for.")
+        default=False, description="A replacement was launched for this node (interruption, Replace).")
+    replaces: str | None = Field(default=None, description="The node this one stands in for.")
     launched_for: str | None = Field(
-        None, description="The trigger of the launch that made it (pending, interruption, "
+        default=None, description="The trigger of the launch that made it (pending, interruption, "
         "return-to-spot, ...).")
     fallback_from_spot: bool = Field(
-        False, description="Launched on-demand because spot was refused or its jobs waited "
+        default=False, description="Launched on-demand because spot was refused or its jobs waited "
         "max_wait: a candidate to move back to spot (capacity.return_to_spot).")
     progress: NodeProgress = Field(
         default_factory=NodeProgress, description="What the executor keeps about it: "
@@ -53,7 +54,7 @@ class Node(BaseModel):
     def with_instance(self, *, instance_id: str | None, address: str | None) -> Node:
         """The node as a launch reported it, before the store has it: its instance and
         that instance's address."""
-        return self.model_copy(update={"instance_id": instance_id, "address": address})
+        return dataclasses.replace(self, instance_id=instance_id, address=address)
 
     def __hash__(self) -> int:
         # Its progress holds dicts (long jobs): hash what names this version of the node.

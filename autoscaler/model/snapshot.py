@@ -12,8 +12,10 @@ from datetime import datetime
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.dataclasses import dataclass
 
 from autoscaler.model.node import FleetView
+from autoscaler.model.record import RECORD
 from autoscaler.policy.models import Market
 
 
@@ -21,26 +23,27 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class GpuMetrics(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True, config=RECORD)
+class GpuMetrics:
     """Per-node aggregates over the node's GPUs, computed by PromQL."""
 
-    util_mean: float | None = Field(None, description="Mean GPU util %, over scale_up.window.")
+    util_mean: float | None = Field(default=None, description="Mean GPU util %, over scale_up.window.")
     util_max_idle_window: float | None = Field(
-        None, description="Max GPU util % over scale_down.idle_for (idle detection)."
-    )
-    util_max: float | None = Field(None, description="Max of any GPU over scale_up.window.")
+        default=None, description="Max GPU util % over scale_down.idle_for (idle detection).")
+    util_max: float | None = Field(default=None, description="Max of any GPU over scale_up.window.")
     mem_used_mib: float | None = None
     mem_free_mib: float | None = None
     temperature_max_c: float | None = None
     power_w: float | None = None
-    xid_errors: int = Field(0, description="XID errors seen in the window (0 = none).")
+    xid_errors: int = Field(default=0, description="XID errors seen in the window (0 = none).")
     ecc_dbe_errors: int = Field(
-        0, description="Uncorrectable (double-bit) ECC errors since the driver loaded, summed over "
+        default=0, description="Uncorrectable (double-bit) ECC errors since the driver loaded, summed over "
         "the node's GPUs (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL).")
     row_remap_failures: int = Field(
-        0, description="GPUs whose memory row remapping failed (DCGM_FI_DEV_ROW_REMAP_FAILURE).")
+        default=0, description="GPUs whose memory row remapping failed (DCGM_FI_DEV_ROW_REMAP_FAILURE).")
     retired_pages_pending: int = Field(
-        0, description="GPUs with a page retirement waiting for a reset (DCGM_FI_DEV_RETIRED_PENDING).")
+        default=0,
+        description="GPUs with a page retirement waiting for a reset (DCGM_FI_DEV_RETIRED_PENDING).")
     thermal_throttle: bool = False
     gpus_reporting: int = 0
     sample_age_s: float | None = None
@@ -50,15 +53,16 @@ class GpuMetrics(_Model):
 MAX_POOL_OPTIONS = 64
 
 
-class RunningJob(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True, config=RECORD)
+class RunningJob:
     id: str
     gpus: float = 0
     started_at: datetime | None = None
     name: str = ""
     ends_at: datetime | None = Field(
-        None, description="When the scheduler expects it to end (its time limit), if known.")
+        default=None, description="When the scheduler expects it to end (its time limit), if known.")
     pools: list[Annotated[str, Field(max_length=200)]] | None = Field(
-        None, max_length=MAX_POOL_OPTIONS,
+        default=None, max_length=MAX_POOL_OPTIONS,
         description="The pools (team/pool) of its node's placement group it may run in, by "
         "its node selectors and affinity (Kubernetes) or partition and constraint (Slurm): "
         "consolidation and the return to spot move it only to these. None: no narrowing "
@@ -69,14 +73,14 @@ class RunningJob(_Model):
 _NO_NEW_JOBS = frozenset({"down", "drained", "draining"})
 
 
-class SchedulerNode(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True, config=RECORD)
+class SchedulerNode:
     state: str = Field(
-        "unknown", description="idle | mixed | allocated | draining | drained | down | unknown"
-    )
+        default="unknown", description="idle | mixed | allocated | draining | drained | down | unknown")
     gpus_total: float = 0
     gpus_allocated: float = 0
     gpus_free: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(
-        None, max_length=64, description="The free share (0..1) of each GPU, when the scheduler "
+        default=None, max_length=64, description="The free share (0..1) of each GPU, when the scheduler "
         "places shares of a GPU and reports them per device (the simulator does). None: only the total is "
         "known, and the engine assumes whole GPUs are taken first, so three GPUs each 0.9 used "
         "read as one with 0.3 free.")
@@ -84,12 +88,12 @@ class SchedulerNode(_Model):
     cordoned: bool = False
     ready: bool = True
     unusable: str | None = Field(
-        None, max_length=300, description="Why the scheduler will not run jobs here although "
+        default=None, max_length=300, description="Why the scheduler will not run jobs here although "
         "nobody of ours drained it, with its own words (Slurm 'NOT_RESPONDING', 'DOWN: "
         "Not responding', 'DRAIN by alice: bad gpu'; Kubernetes 'NotReady: KubeletNotReady'); "
         "None: usable, or unknown.")
     unusable_since: datetime | None = Field(
-        None, description="When the scheduler says it became unusable (Slurm's reason time, "
+        default=None, description="When the scheduler says it became unusable (Slurm's reason time, "
         "the Ready condition's lastTransitionTime); None: not said.")
 
     @property
@@ -98,16 +102,17 @@ class SchedulerNode(_Model):
         return self.state not in _NO_NEW_JOBS
 
 
-class NodeObservation(_Model):
+@dataclass(frozen=True, slots=True, kw_only=True, config=RECORD)
+class NodeObservation:
     metrics: GpuMetrics | None = None
-    metrics_missing: str | None = Field(None, description="Why metrics are absent or stale.")
+    metrics_missing: str | None = Field(default=None, description="Why metrics are absent or stale.")
     metrics_silent: bool = Field(
-        False, description="The metrics are missing because no sample came (within the "
+        default=False, description="The metrics are missing because no sample came (within the "
         "lookback, or a fresh one), not because what came was impossible or unread: with "
         "the rest of the fleet reporting, the node itself has gone silent.")
     scheduler: SchedulerNode | None = None
     scheduler_missing: str | None = Field(
-        None, description="Why the scheduler's view of the node is absent: it reported the "
+        default=None, description="Why the scheduler's view of the node is absent: it reported the "
         "impossible (more GPUs than the node's type has, NaN, a negative count).")
     health_check_failed: str | None = None
 

@@ -14,6 +14,7 @@ scheduler state is reported.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -252,9 +253,9 @@ def _with_health_checks(nodes: dict[str, NodeObservation],
         failed = node.progress.health.failed
         if failed and node.state is NodeState.READY:
             seen = nodes.get(name)
-            fields = seen.model_dump() if seen is not None else {
-                "metrics_missing": "no GPU metrics were read for it"}
-            nodes[name] = NodeObservation.model_validate({**fields, "health_check_failed": failed})
+            nodes[name] = (dataclasses.replace(seen, health_check_failed=failed) if seen is not None
+                           else NodeObservation(metrics_missing="no GPU metrics were read for it",
+                                                health_check_failed=failed))
     return dict(sorted(nodes.items()))
 
 

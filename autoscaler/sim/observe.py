@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from autoscaler.model.lifecycle import REPORTING, NodeState
 from autoscaler.model.node import FleetView, Node, PoolHistory
 from autoscaler.model.progress import NodeProgress
+from autoscaler.model.record import construct
 from autoscaler.model.snapshot import (
     CapacityError,
     GpuMetrics,
@@ -67,7 +68,7 @@ class Observer:
         cached = self._nodes.get(sim.name)
         if cached is not None and cached[0] == sim.epoch:
             return cached[1]
-        node = Node.model_construct(
+        node = construct(Node,
             name=sim.name, team=self.team, pool=self.pool.name, cloud=self.cloud,
             region=self.region, zone=sim.zone, instance_type=sim.itype.name, market=sim.market,
             state=sim.state, state_since=to_datetime(sim.state_since),
@@ -152,7 +153,7 @@ class Observer:
         key = (job.job.id, job.run_id)
         found = self._running.get(key)
         if found is None:
-            found = RunningJob.model_construct(id=job.job.id, gpus=job.gpus,
+            found = construct(RunningJob, id=job.job.id, gpus=job.gpus,
                                                started_at=to_datetime(job.run_start), name="")
             self._running[key] = found
         return found
@@ -190,7 +191,7 @@ class Observer:
             if cached is not None and cached[0] is metrics and cached[1] is sched:
                 observed[name] = cached[2]
                 continue
-            obs = observed[name] = NodeObservation.model_construct(
+            obs = observed[name] = construct(NodeObservation,
                 metrics=metrics, metrics_missing=None, metrics_silent=False, scheduler=sched,
                 scheduler_missing=None, health_check_failed=None)
             views[name] = (metrics, sched, obs)
@@ -213,7 +214,7 @@ class Observer:
         if metrics is None:
             if len(self._metrics) > 4096:  # util values that vary with a duty cycle
                 self._metrics.clear()
-            metrics = self._metrics[key] = GpuMetrics.model_construct(
+            metrics = self._metrics[key] = construct(GpuMetrics,
                 util_mean=key[0], util_max=key[1], util_max_idle_window=key[2], mem_used_mib=None,
                 mem_free_mib=None, temperature_max_c=None, power_w=None, xid_errors=0,
                 ecc_dbe_errors=0, row_remap_failures=0, retired_pages_pending=0,
@@ -228,7 +229,7 @@ class Observer:
         allocated = node.allocated
         state = {S.DRAINING: "draining", S.DRAINED: "drained", S.INTERRUPTED: "draining"}.get(
             node.state, "idle" if allocated <= 0 else "allocated" if allocated >= node.gpus else "mixed")
-        sched = SchedulerNode.model_construct(
+        sched = construct(SchedulerNode,
             state=state, gpus_total=float(node.gpus), gpus_allocated=float(allocated),
             gpus_free=_free_shares(node),
             jobs=[self._running_job(j) for j in node.jobs.values()], cordoned=node.state is not S.READY,

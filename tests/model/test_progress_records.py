@@ -3,6 +3,7 @@ names and keeps every other one (and the record it is called on)."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -22,10 +23,17 @@ from tests.builders import NOW, make_node
 LATER = NOW + timedelta(minutes=5)
 
 
-def changed(before: BaseModel, after: BaseModel) -> dict[str, Any]:
-    old, new = before.model_dump(), after.model_dump()
+def changed(before: Any, after: Any) -> dict[str, Any]:
+    old, new = _fields(before), _fields(after)
     assert old.keys() == new.keys()
     return {name: new[name] for name in new if new[name] != old[name]}
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A model's or a slotted record's (model/record.py) fields by name."""
+    if isinstance(record, BaseModel):
+        return record.model_dump()
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
 
 
 BOOT = BootstrapProgress(attempts=2, started_at=NOW, next_at=NOW, last_error="unreachable")

@@ -7,6 +7,7 @@ plan is what it is with a sane value, and the engine never sees the value."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -271,7 +272,7 @@ def test_generated_nodes_and_pods_never_raise_nor_exceed_the_catalog() -> None:
                     names.append(name)
                     most[name] = CATALOG.get(like.cloud, like.instance_type).gpus
                     if in_fleet:
-                        fleet_nodes.append(like.model_copy(update={"name": name}))
+                        fleet_nodes.append(dataclasses.replace(like, **{"name": name}))
                 for j, (on, team, resources) in enumerate(pods):
                     kube.add_pod(f"g{run}p{j}", team, resources=dict(resources),
                                  node=names[on % len(names)] if on is not None else None)
