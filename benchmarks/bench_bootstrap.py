@@ -25,19 +25,20 @@ import resource
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from autoscaler.actuators.ansible import AnsibleActuator
 from autoscaler.catalog.catalog import default_catalog
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
-from autoscaler.policy.models import TeamPolicy
+from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.sandbox.fakes.nvidia_smi import FakeGpu
 from autoscaler.sandbox.hosts import netns
 from autoscaler.sandbox.hosts.gpu_nodes import SandboxGpuNodes, controller_address
 from autoscaler.sandbox.hosts.ssh_hosts import SshHosts
 
-NOW_FIELDS = {"state_since": "2026-11-30T12:00:00Z", "created_at": "2026-11-30T12:00:00Z"}
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def policy() -> TeamPolicy:
@@ -50,10 +51,9 @@ def policy() -> TeamPolicy:
 
 
 def node(name: str) -> Node:
-    return Node.model_validate({
-        "name": name, "team": "bench", "pool": "train", "cloud": "aws", "region": "us-east-1",
-        "instance_type": "g4dn.12xlarge", "market": "on-demand",
-        "state": NodeState.BOOTSTRAPPING, **NOW_FIELDS})
+    return Node(name=name, team="bench", pool="train", cloud="aws", region="us-east-1",
+                instance_type="g4dn.12xlarge", market=Market.ON_DEMAND,
+                state=NodeState.BOOTSTRAPPING, state_since=NOW, created_at=NOW)
 
 
 def controller_cpu_s() -> float:

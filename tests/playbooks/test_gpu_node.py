@@ -16,6 +16,7 @@ Last, gpu-a/b/c rejoin as 15 dynamic nodes of partition burst in turn, each remo
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import re
 import shutil
@@ -337,7 +338,7 @@ class AsHost:
         self.kind = inner.kind
 
     def readiness(self, node: Node) -> Readiness:
-        return self.inner.readiness(node.model_copy(update={"name": self.host}))
+        return self.inner.readiness(dataclasses.replace(node, name=self.host))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
