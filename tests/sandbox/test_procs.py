@@ -7,7 +7,16 @@ import sys
 import time
 from pathlib import Path
 
-from autoscaler.sandbox.hosts.procs import ManagedProcess, child_pids, pid_alive, stop_pids, wait_until
+import pytest
+
+from autoscaler.sandbox.hosts.procs import (
+    ManagedProcess,
+    ProcessError,
+    child_pids,
+    pid_alive,
+    stop_pids,
+    wait_until,
+)
 
 IGNORES_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                 "print('ready', flush=True); time.sleep(60)")
@@ -61,3 +70,23 @@ def test_what_is_gone_already_is_not_signalled() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait(10)
     assert stop_pids([child.pid], timeout=5, alive=lambda _pid: child.poll() is None) == []
+
+
+def test_a_wait_that_times_out_says_what_its_check_last_raised() -> None:
+    """A check that raises counts as not yet, but one that can never pass (here a typo'd
+    attribute, as a record's changed API once did for 90 s) is named when the wait ends."""
+    calls = []
+
+    def check() -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionRefusedError("not listening yet")
+        return bool(object().missing)  # type: ignore[attr-defined]
+
+    began = time.monotonic()
+    with pytest.raises(ProcessError, match="waiting for the typo; the last check raised "
+                                           "AttributeError: 'object' object has no attribute 'missing'"):
+        wait_until(check, 0.3, "the typo", interval=0.05)
+    assert len(calls) >= 2 and time.monotonic() - began < 5
+    with pytest.raises(ProcessError, match=r"^timed out after 0s waiting for nothing$"):
+        wait_until(lambda: False, 0.1, "nothing", interval=0.05)

@@ -25,18 +25,25 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str,
                interval: float = 0.2, proc: ManagedProcess | None = None) -> None:
-    """Poll ``predicate`` until true; raise with ``what`` (and the log tail) after ``timeout``."""
+    """Poll ``predicate`` until true; raise with ``what`` (and the log tail) after ``timeout``.
+    A check that raises counts as not yet (a service still starting refuses connections);
+    the last exception it raised is in the timeout's message, since a check that can never
+    pass (a typo, a changed API) would otherwise look like a slow service."""
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while True:
-        with contextlib.suppress(Exception):
+        try:
             if predicate():
                 return
+        except Exception as exc:
+            last = exc
         if proc is not None and not proc.alive():
             raise ProcessError(f"{proc.name} exited ({proc.returncode()}) while waiting for {what}:\n"
                                f"{proc.log_tail()}")
         if time.monotonic() >= deadline:
             tail = f"\n{proc.log_tail()}" if proc is not None else ""
-            raise ProcessError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
+            raised = f"; the last check raised {type(last).__name__}: {last}" if last is not None else ""
+            raise ProcessError(f"timed out after {timeout:.0f}s waiting for {what}{raised}{tail}")
         time.sleep(interval)
 
 
