@@ -71,7 +71,7 @@ def silent(since: timedelta) -> NodeObservation:
 def with_metrics(**fields: object) -> NodeObservation:
     base = healthy()
     assert base.metrics is not None
-    return dataclasses.replace(base, **{"metrics": dataclasses.replace(base.metrics, **fields)})
+    return dataclasses.replace(base, metrics=dataclasses.replace(base.metrics, **fields))
 
 
 def scenarios(t0: datetime) -> dict[str, tuple[Observe, str]]:
@@ -88,8 +88,8 @@ def scenarios(t0: datetime) -> dict[str, tuple[Observe, str]]:
                      "p3.2xlarge"),
         "xid": (lambda _n, since: with_metrics(xid_errors=1), "p3.2xlarge"),
         "ecc": (lambda _n, since: with_metrics(ecc_dbe_errors=1), "p3.2xlarge"),
-        "health_check": (lambda _n, since: dataclasses.replace(healthy(), **{
-            "health_check_failed": "GPU health check failed: GPU 0 above 87 C"}), "p3.2xlarge"),
+        "health_check": (lambda _n, since: dataclasses.replace(
+            healthy(), health_check_failed="GPU health check failed: GPU 0 above 87 C"), "p3.2xlarge"),
         # READY since t0 - 1h: the grace counts from READY, so the first tick already exceeds it
         "gpus_missing": (lambda _n, since: three_of_four, "p3.8xlarge"),
     }

@@ -243,10 +243,10 @@ def test_a_batch_on_a_baked_image_runs_only_the_node_time_part(
 
 def test_a_warm_node_runs_all_but_the_start_part_before_its_stop_and_the_start_part_after(
         actuator: AnsibleActuator, recorded_runs: list[dict[str, Any]]) -> None:
-    warming = dataclasses.replace(NODE, **{"progress": NodeProgress(
-        warm=WarmProgress(image="0123456789ab"))})
-    started = dataclasses.replace(NODE, **{"progress": NodeProgress(warm=WarmProgress(
-        image="0123456789ab", stopped_at=NOW, started_at=NOW, started_for="pending job"))})
+    warming = dataclasses.replace(NODE, progress=NodeProgress(
+        warm=WarmProgress(image="0123456789ab")))
+    started = dataclasses.replace(NODE, progress=NodeProgress(warm=WarmProgress(
+        image="0123456789ab", stopped_at=NOW, started_at=NOW, started_for="pending job")))
     entry = actuator.bootstrap([warming], POLICIES)
     start = actuator.bootstrap([started], POLICIES)
     assert [(r["tags"], r["skip_tags"]) for r in recorded_runs] == [
@@ -257,4 +257,4 @@ def test_a_warm_node_runs_all_but_the_start_part_before_its_stop_and_the_start_p
     assert [json.loads((r.run_dir / "results.json").read_text())["part"]
             for r in (entry, start)] == ["warm", "start"]
     with pytest.raises(AnsibleError, match=r"different parts .*\(start: run-a; warm: run-b\)"):
-        actuator.bootstrap([started, dataclasses.replace(warming, **{"name": "run-b"})], POLICIES)
+        actuator.bootstrap([started, dataclasses.replace(warming, name="run-b")], POLICIES)

@@ -95,7 +95,7 @@ def test_not_when_scheduler_data_is_missing():
 
 def test_jobs_are_not_moved_onto_a_node_due_for_replacement():
     obs = {"a": on(4, 1, 1), "b": on(4, 1)}
-    obs["a"] = dataclasses.replace(obs["a"], **{"metrics": dataclasses.replace(obs["a"].metrics, **{"xid_errors": 1})})
+    obs["a"] = dataclasses.replace(obs["a"], metrics=dataclasses.replace(obs["a"].metrics, xid_errors=1))
     assert consolidations(run(policy(), obs)) == []
 
 

@@ -34,9 +34,9 @@ def replaced(plan) -> dict[str, str]:
 def unusable(said: str, since: timedelta | None, gpus: float = 4) -> NodeObservation:
     base = busy(gpus=4)
     assert base.scheduler is not None
-    return dataclasses.replace(base, **{"scheduler": SchedulerNode(
+    return dataclasses.replace(base, scheduler=SchedulerNode(
         state="down", ready=False, gpus_total=gpus, unusable=said,
-        unusable_since=NOW - since if since is not None else None)})
+        unusable_since=NOW - since if since is not None else None))
 
 
 def silent(age_s: float | None) -> NodeObservation:
@@ -71,7 +71,7 @@ def test_the_grace_is_the_pools_and_the_cause_can_be_turned_off() -> None:
 def test_fewer_gpus_advertised_needs_dcgm_to_agree() -> None:
     base = busy(gpus=4)
     short = SchedulerNode(state="allocated", gpus_total=3, gpus_allocated=3)
-    agreeing = NodeObservation(metrics=dataclasses.replace(base.metrics, **{"gpus_reporting": 3}),
+    agreeing = NodeObservation(metrics=dataclasses.replace(base.metrics, gpus_reporting=3),
                                scheduler=short)
     reasons = replaced(plan_of({"n0": agreeing}, 10, health={"unready_grace": "20m"}))
     assert "advertises 3 of its type's 4 GPUs and DCGM reports 3, READY for 30m > unready_grace 20m" \
@@ -132,7 +132,7 @@ def test_too_few_others_reporting_is_no_comparison_and_says_so() -> None:
 ])
 def test_dcgm_memory_faults_are_replaced_at_once(field: str, needle: str) -> None:
     base = busy(gpus=4)
-    faulty = dataclasses.replace(base, **{"metrics": dataclasses.replace(base.metrics, **{field: 2})})
+    faulty = dataclasses.replace(base, metrics=dataclasses.replace(base.metrics, **{field: 2}))
     assert f"DCGM reports {needle}" in replaced(plan_of({"n0": faulty}, 10))["n0"]
     assert not replaced(plan_of({"n0": faulty}, 10, health={"replace_on_ecc": False}))
 

@@ -19,7 +19,7 @@ def run(policy, nodes, obs, **snap):
 def sick(**metrics) -> NodeObservation:
     base = busy()
     assert base.metrics is not None
-    return dataclasses.replace(base, **{"metrics": dataclasses.replace(base.metrics, **metrics)})
+    return dataclasses.replace(base, metrics=dataclasses.replace(base.metrics, **metrics))
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ def sick(**metrics) -> NodeObservation:
     [
         (sick(xid_errors=3), "3 XID"),
         (sick(temperature_max_c=95), "95°C > 87°C"),
-        (dataclasses.replace(busy(), **{"health_check_failed": "2 of 4 GPUs visible"}), "2 of 4 GPUs"),
+        (dataclasses.replace(busy(), health_check_failed="2 of 4 GPUs visible"), "2 of 4 GPUs"),
     ],
 )
 def test_unhealthy_node_is_replaced(obs, needle):
@@ -46,7 +46,7 @@ def test_throttling_only_when_configured():
 
 def test_unhealthy_is_acted_on_even_with_pool_data_missing():
     from autoscaler.model.snapshot import PoolObservation
-    obs = {"n1": dataclasses.replace(busy(), **{"health_check_failed": "ECC errors"})}
+    obs = {"n1": dataclasses.replace(busy(), health_check_failed="ECC errors")}
     plan = run(make_policy(), [make_node("n1")], obs,
                pools={"vision/gpu": PoolObservation(metrics_missing="timeout")})
     assert any(isinstance(a, Replace) for a in plan.actions)

@@ -109,7 +109,7 @@ def test_removed_pool_drains_within_its_share_and_the_fleet_cap() -> None:
     drains = [a for a in decide(policies, fleet(*nodes), obs, NOW, settings=capped).actions
               if isinstance(a, Drain)]
     assert len(drains) == 3
-    draining = [dataclasses.replace(n, **{"state": NodeState.DRAINING}) if i < 2 else n
+    draining = [dataclasses.replace(n, state=NodeState.DRAINING) if i < 2 else n
                 for i, n in enumerate(orphans(10))]
     plan = decide(policies, fleet(*draining), snapshot({n.name: idle() for n in draining}),
                   NOW, settings=ON)

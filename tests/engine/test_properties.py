@@ -253,21 +253,21 @@ def apply_effect(fleet: FleetView, plan: Plan) -> FleetView:
                                    state=NodeState.REQUESTED, state_since=NOW, created_at=NOW)
             if isinstance(a, Launch):
                 for r in a.replaces:
-                    nodes[r] = dataclasses.replace(nodes[r], **{"replacement_requested": True})
+                    nodes[r] = dataclasses.replace(nodes[r], replacement_requested=True)
             history[a.pool] = PoolHistory(last_scale_up_at=NOW,
                                           last_scale_down_at=history.get(a.pool, PoolHistory()).last_scale_down_at)
         if isinstance(a, Drain | Replace):
             trigger = a.trigger
             node = nodes[a.node]
             new_state = NodeState.TERMINATING if node.state is NodeState.REQUESTED else NodeState.DRAINING
-            nodes[a.node] = dataclasses.replace(node, **{"state": new_state, "drain_trigger": trigger,
-                                                    "replacement_requested": isinstance(a, Replace)})
+            nodes[a.node] = dataclasses.replace(node, state=new_state, drain_trigger=trigger,
+                                                replacement_requested=isinstance(a, Replace))
             history[a.pool] = PoolHistory(last_scale_up_at=history.get(a.pool, PoolHistory()).last_scale_up_at,
                                           last_scale_down_at=NOW)
         if isinstance(a, CancelDrain):
-            nodes[a.node] = dataclasses.replace(nodes[a.node], **{"state": NodeState.READY, "drain_trigger": None})
+            nodes[a.node] = dataclasses.replace(nodes[a.node], state=NodeState.READY, drain_trigger=None)
         if isinstance(a, Terminate):
-            nodes[a.node] = dataclasses.replace(nodes[a.node], **{"state": NodeState.TERMINATING})
+            nodes[a.node] = dataclasses.replace(nodes[a.node], state=NodeState.TERMINATING)
     return FleetView(nodes=list(nodes.values()), history=history)
 
 

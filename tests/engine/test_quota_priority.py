@@ -121,7 +121,7 @@ def test_interrupted_busy_spot_node_gets_a_replacement_once():
     (launch,) = [a for a in plan.actions if isinstance(a, Launch)]
     assert launch.trigger == "interruption" and launch.replaces == ["s1"]
     assert launch.market is Market.ON_DEMAND
-    done = dataclasses.replace(node, **{"replacement_requested": True})
+    done = dataclasses.replace(node, replacement_requested=True)
     plan = decide({"vision": policy}, fleet(done), snapshot({"s1": busy()}), NOW)
     assert launched(plan) == 0
 
@@ -143,8 +143,8 @@ def test_interrupted_nodes_jobs_are_packed_not_replaced_node_for_node():
              for i in (1, 2)] + [make_node("free", market=Market.SPOT)]
     obs = {"s1": busy(30, gpus=4, jobs=1), "s2": busy(30, gpus=4, jobs=1), "free": idle()}
     for name in ("s1", "s2"):  # one 1-GPU job on each 4-GPU node
-        sched = dataclasses.replace(obs[name].scheduler, **{"jobs": [dataclasses.replace(obs[name].scheduler.jobs[0], **{"gpus": 1})]})
-        obs[name] = dataclasses.replace(obs[name], **{"scheduler": sched})
+        sched = dataclasses.replace(obs[name].scheduler, jobs=[dataclasses.replace(obs[name].scheduler.jobs[0], gpus=1)])
+        obs[name] = dataclasses.replace(obs[name], scheduler=sched)
     plan = decide({"vision": policy}, fleet(*nodes), snapshot(obs), NOW)
     stand_ins = [a for a in plan.actions if isinstance(a, Launch)]
     # One job goes to the free GPU of a serving node, the other to one 1-GPU stand-in.

@@ -105,8 +105,8 @@ def test_never_when_the_scheduler_says_a_job_ends_soon():
         state="allocated", gpus_total=1, gpus_allocated=1, jobs=[RunningJob(
             id="j0", gpus=1, started_at=NOW - timedelta(hours=1), ends_at=NOW + timedelta(minutes=5))]))
     assert moves(plan_for(od(), granted(), rule=RULE, obs={"vision-gpu-1": ending})) == []
-    later = dataclasses.replace(ending, **{"scheduler": dataclasses.replace(ending.scheduler, **{"jobs": [
-        dataclasses.replace(ending.scheduler.jobs[0], **{"ends_at": NOW + timedelta(hours=3)})]})})
+    later = dataclasses.replace(ending, scheduler=dataclasses.replace(ending.scheduler, jobs=[
+        dataclasses.replace(ending.scheduler.jobs[0], ends_at=NOW + timedelta(hours=3))]))
     assert moves(plan_for(od(), granted(), rule=RULE, obs={"vision-gpu-1": later}))
 
 
@@ -139,7 +139,7 @@ def test_make_before_break_drains_the_old_node_only_once_its_replacement_is_read
                         age=timedelta(minutes=3), replaces="vision-gpu-1", launched_for="return-to-spot")
     plan = plan_for(od(), granted(), booting, rule=RULE)
     assert moves(plan) == [] and not [a for a in plan.actions if isinstance(a, Drain)]
-    ready = dataclasses.replace(booting, **{"state": S.READY})
+    ready = dataclasses.replace(booting, state=S.READY)
     plan = plan_for(od(), granted(), ready, rule=RULE, obs={"vision-gpu-5": busy(util=0)})
     (drain,) = [a for a in plan.actions if isinstance(a, Drain)]
     assert (drain.node, drain.trigger) == ("vision-gpu-1", "spot-returned")
@@ -198,8 +198,8 @@ def test_probe_is_off_by_default_and_a_boolean():
 def test_a_move_waits_for_a_checkpoint_due_soon_when_staying_until_then_costs_less():
     def job_started(ago: timedelta) -> dict[str, NodeObservation]:
         seen = busy(util=50)
-        sched = dataclasses.replace(seen.scheduler, **{"jobs": [RunningJob(id="j0", gpus=1, started_at=NOW - ago)]})
-        return {"vision-gpu-1": dataclasses.replace(seen, **{"scheduler": sched})}
+        sched = dataclasses.replace(seen.scheduler, jobs=[RunningJob(id="j0", gpus=1, started_at=NOW - ago)])
+        return {"vision-gpu-1": dataclasses.replace(seen, scheduler=sched)}
 
     # drained in 12m at 57m of run: 27m redone, vs 3m more on-demand until its checkpoint
     assert moves(plan_for(od(), granted(), rule=RULE, obs=job_started(timedelta(minutes=45)))) == []

@@ -34,7 +34,7 @@ def test_idle_node_is_drained_with_reason():
 def test_node_with_jobs_or_recent_boot_is_not_idle():
     nodes = [make_node("n1", ready_for=timedelta(minutes=5)), make_node("n2")]
     obs = {"n1": idle(), "n2": idle()}
-    obs["n2"] = dataclasses.replace(obs["n2"], **{"scheduler": busy().scheduler})
+    obs["n2"] = dataclasses.replace(obs["n2"], scheduler=busy().scheduler)
     assert drains(run(make_policy(), nodes, obs)) == []
 
 
@@ -92,7 +92,7 @@ def test_prometheus_missing_globally_freezes_every_pool():
 
 
 def test_stale_node_is_not_a_candidate():
-    obs = {"n1": dataclasses.replace(idle(), **{"metrics_missing": "no sample for 300s"})}
+    obs = {"n1": dataclasses.replace(idle(), metrics_missing="no sample for 300s")}
     assert drains(run(make_policy(), [make_node("n1")], obs)) == []
 
 
@@ -102,7 +102,7 @@ def test_no_metrics_means_not_idle():
 
 def test_slurm_pool_needs_scheduler_evidence():
     policy = make_policy(cluster={"kind": "slurm"})
-    obs = {"n1": dataclasses.replace(idle(), **{"scheduler": None})}
+    obs = {"n1": dataclasses.replace(idle(), scheduler=None)}
     assert drains(run(policy, [make_node("n1")], obs)) == []
 
 

@@ -59,7 +59,8 @@ def test_shares_fit_a_serving_node_by_its_per_gpu_free_shares_when_the_scheduler
         gpus_free, launched):
     node = make_node("n1", instance_type="p3.8xlarge")
     obs = busy(util=40.0, gpus=4, jobs=3)  # below the utilization target: only demand buys
-    obs = dataclasses.replace(obs, **{"scheduler": dataclasses.replace(obs.scheduler, **{"state": "mixed", "gpus_allocated": 3.7, "gpus_free": gpus_free})})
+    obs = dataclasses.replace(obs, scheduler=dataclasses.replace(
+        obs.scheduler, state="mixed", gpus_allocated=3.7, gpus_free=gpus_free))
     plan = run(make_policy(), [node], {"n1": obs}, {KEY: PoolObservation(pending=pending(0.3))})
     assert sum(a.count for a in launches(plan)) == launched
 

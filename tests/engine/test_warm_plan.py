@@ -114,8 +114,8 @@ def test_pools_without_warm_pool_are_untouched():
 def test_a_warm_node_in_a_zone_that_refused_its_type_stays_stopped():
     from autoscaler.model.snapshot import CapacityError
 
-    nodes = [dataclasses.replace(warm_node("w-a", hours=1), **{"zone": "us-east-1a"}),
-             dataclasses.replace(warm_node("w-b", hours=3), **{"zone": "us-east-1b"})]
+    nodes = [dataclasses.replace(warm_node("w-a", hours=1), zone="us-east-1a"),
+             dataclasses.replace(warm_node("w-b", hours=3), zone="us-east-1b")]
     pols = policies(size=2, max_nodes=10, zones=["us-east-1a", "us-east-1b"])
     fleet, warm = service_warm.split(FleetView(nodes=nodes))
     refused = CapacityError(cloud="aws", region="us-east-1", instance_type="g4dn.xlarge",

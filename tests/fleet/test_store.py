@@ -190,7 +190,7 @@ WRITES = {
     "apply(Create)": lambda st, _: new(st),
     "apply(Move)": lambda st, n: transition(st, n, NodeState.PROVISIONING, NOW, "apply"),
     "apply(Patch)": lambda st, n: patch(st, n, NOW, address="10.0.0.9"),
-    "apply(Adopt)": lambda st, n: st.apply([Adopt(dataclasses.replace(st.get(n), **{"name": "x-y-1"}),
+    "apply(Adopt)": lambda st, n: st.apply([Adopt(dataclasses.replace(st.get(n), name="x-y-1"),
                                                   "adopted")], NOW),
     "record_plan": lambda st, _: st.record_plan(decide({}, st.fleet_view(), snapshot(), NOW)),
     "set_action_status": lambda st, _: st.set_action_status(1, "done", NOW),

@@ -42,7 +42,7 @@ def test_launch_then_wait_then_provisioned():
 
 def test_atomic_failure_rolls_back_the_others_with_the_reason():
     nodes = states(("vision-gpu-1", S.READY), ("vision-gpu-2", S.PROVISION_FAILED))
-    nodes["vision-gpu-2"] = dataclasses.replace(nodes["vision-gpu-2"], **{"reason": "InsufficientInstanceCapacity in us-east-1a"})
+    nodes["vision-gpu-2"] = dataclasses.replace(nodes["vision-gpu-2"], reason="InsufficientInstanceCapacity in us-east-1a")
     step = progress(view(), nodes, NOW)
     assert step.kind == "fail" and step.nodes == ("vision-gpu-1",)
     assert step.reason == (f"{LABEL} failed: vision-gpu-2 PROVISION_FAILED: "
@@ -62,9 +62,9 @@ def test_a_failed_node_already_cleaned_up_still_says_why_it_failed():
     """The engine terminates a PROVISION_FAILED node at once: the keeper may first see it
     TERMINATED, and the request's reason still names the failure (its progress keeps it)."""
     nodes = states(("vision-gpu-1", S.READY), ("vision-gpu-2", S.TERMINATED))
-    nodes["vision-gpu-2"] = dataclasses.replace(nodes["vision-gpu-2"], **{
-        "reason": "instance (none) destroyed by terraform",
-        "progress": NodeProgress(failure="PROVISION_FAILED: InsufficientInstanceCapacity")})
+    nodes["vision-gpu-2"] = dataclasses.replace(
+        nodes["vision-gpu-2"], reason="instance (none) destroyed by terraform",
+        progress=NodeProgress(failure="PROVISION_FAILED: InsufficientInstanceCapacity"))
     step = progress(view(), nodes, NOW)
     assert step.kind == "fail" and step.reason == (
         f"{LABEL} failed: vision-gpu-2 PROVISION_FAILED: InsufficientInstanceCapacity; "

@@ -272,7 +272,7 @@ def test_generated_nodes_and_pods_never_raise_nor_exceed_the_catalog() -> None:
                     names.append(name)
                     most[name] = CATALOG.get(like.cloud, like.instance_type).gpus
                     if in_fleet:
-                        fleet_nodes.append(dataclasses.replace(like, **{"name": name}))
+                        fleet_nodes.append(dataclasses.replace(like, name=name))
                 for j, (on, team, resources) in enumerate(pods):
                     kube.add_pod(f"g{run}p{j}", team, resources=dict(resources),
                                  node=names[on % len(names)] if on is not None else None)

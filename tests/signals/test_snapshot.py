@@ -200,7 +200,7 @@ def test_a_ready_node_its_scheduler_does_not_list_is_unusable_from_the_first_tic
     [replace] = [a for a in plan.actions if isinstance(a, Replace)]
     assert "the scheduler says slurm does not list it for 11m > unready_grace 10m" in replace.reason
     # Not READY (still joining, or leaving): not the scheduler's to list yet or any more.
-    joining = dataclasses.replace(ready, **{"state": NodeState.BOOTSTRAPPING})
+    joining = dataclasses.replace(ready, state=NodeState.BOOTSTRAPPING)
     seen = r.read(POLICIES, [joining], later).nodes.get("vision-train-1")
     assert seen is None or seen.scheduler is None
     # Slurm unreadable is no evidence: nothing is said and the count starts again.

@@ -276,7 +276,8 @@ def test_broken_nodes_held_by_the_unhealthy_budget_show_in_the_metric(kit):
     assert len(names) == 4
     base = busy()
     assert base.metrics is not None
-    kit.signals.nodes = {n: dataclasses.replace(base, **{"metrics": dataclasses.replace(base.metrics, **{"xid_errors": 1})}) for n in names}
+    kit.signals.nodes = {n: dataclasses.replace(base, metrics=dataclasses.replace(base.metrics, xid_errors=1))
+                         for n in names}
     report = kit.loop.tick()
     assert not [a for a in report.plan.actions if isinstance(a, Drain | Replace)]
     assert any(isinstance(a, Hold) and "4 of 4 READY nodes look broken" in a.reason
