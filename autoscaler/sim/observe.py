@@ -6,10 +6,11 @@ and util_max over the pool's ``scale_up.window``, util_max_idle_window over
 ``scale_down.idle_for``. The scheduler view lists the node's jobs and allocated GPUs;
 pending jobs are reported by shape (``PendingShape``, reason "Resources"), from an index
 of the queue kept up to date with the jobs the cluster moved in or out of it, so a tick
-costs the shapes and the moves, not the backlog. Models are built with ``model_construct``
-(no re-validation) because the simulator fills them from typed data, and each node's Node
-model is cached until the node changes; running-job views are evicted once their run ends
-(caches stay bounded by what is live).
+costs the shapes and the moves, not the backlog. Records are built without re-validation
+(``model_construct``, and ``record.construct`` for the slotted per-node ones) because the
+simulator fills them from typed data, and each node's Node is cached until the node
+changes; running-job views are evicted once their run ends (caches stay bounded by what is
+live).
 """
 
 from __future__ import annotations
