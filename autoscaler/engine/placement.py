@@ -12,7 +12,9 @@ Before any pool grows, each such job is moved to one pool:
    falls back (a pool whose stale image holds its launches, engine/stale_image.py, has
    none). A spot offer in a (type, zone) with an interruption notice under way ranks
    after every other pool's offers: the zone is being reclaimed and its next launch is
-   likely refused. Ties keep the job where signals listed it.
+   likely refused. Next after them, a spot offer in a zone the cloud scores as unlikely
+   to be met (a low Spot placement score, engine/pricing.py). Ties keep the job where
+   signals listed it.
 
 So a spot refusal in one region moves the next launch to the next-best pool of the group
 in the same decide, before on-demand in the first pool if that costs more. Jobs already
@@ -53,7 +55,9 @@ class _Quote:
         o = self.offer
         zone = f" {o.zone}" if o.zone else ""
         text = f"{where} {o.instance_type} {o.market.value}{zone} ${o.per_gpu:.2f}/GPU-h"
-        return text + (f" ({self.why})" if self.why else "")
+        score = f"spot placement score {o.score}/10" if o.score is not None else ""
+        notes = [n for n in (self.why, score) if n]
+        return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 class _Group:
@@ -178,7 +182,8 @@ def _choose(group: _Group, home: PoolContext, job: PendingJob, options: list[Poo
     quotes = [group.quote(o.pool, job, o) for o in options]
     priced = [q for q in quotes if q.offer is not None]
     order = {o.pool: i for i, o in enumerate(options)}
-    priced.sort(key=lambda q: (q.noticed, q.offer.per_gpu if q.offer else 0.0, order[q.option.pool]))
+    priced.sort(key=lambda q: (q.noticed, q.offer.unlikely if q.offer else False,
+                               q.offer.per_gpu if q.offer else 0.0, order[q.option.pool]))
     compared = [q.words() for q in sorted(quotes, key=lambda q: order[q.option.pool])]
     if not priced:
         return options[0], compared, (f"job {job.id}: no pool of its placement group can launch "

@@ -1,7 +1,9 @@
 """Which (instance type, zone, market) to launch.
 
 Prices come from the model's PriceBook (observed offerings, then the catalog); stock and
-recent capacity errors rule offerings out.
+recent capacity errors rule offerings out. A spot offer in a zone whose Spot placement score
+for the pool's types is low (:data:`LOW_SPOT_SCORE` or less) comes after every other offer
+of the same pool, whatever its price: the cloud says a request there is unlikely to be met.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from autoscaler.model.prices import PriceBook
 from autoscaler.model.snapshot import CapacityError, Snapshot
 from autoscaler.policy.models import Market, Pool
 
+# A Spot placement score at or below this ranks a spot offer last. AWS documents no
+# threshold; 1-3 is the low third of its scale (10: "highly likely", 1: "not likely").
+LOW_SPOT_SCORE = 3
+
 
 @dataclass(frozen=True)
 class Offer:
@@ -25,17 +31,24 @@ class Offer:
     hourly_usd: float
     gpus: int
     stand_in: str | None = None  # "us-east-1 list price used for eu-west-1": no price of its own
+    score: int | None = None  # the zone's Spot placement score for the pool's types (spot only)
 
     @property
     def per_gpu(self) -> float:
         return self.hourly_usd / self.gpus
 
+    @property
+    def unlikely(self) -> bool:
+        """The cloud scores a spot request here as unlikely to be met."""
+        return self.score is not None and self.score <= LOW_SPOT_SCORE
+
     def describe(self) -> str:
         where = f" in {self.zone}" if self.zone else ""
         stand_in = f"; {self.stand_in}" if self.stand_in else ""
+        score = f"; spot placement score {self.score}/10" if self.score is not None else ""
         return (
             f"{self.instance_type} {self.market.value}{where} "
-            f"(${self.hourly_usd:.3f}/h, ${self.per_gpu:.3f}/GPU-h{stand_in})"
+            f"(${self.hourly_usd:.3f}/h, ${self.per_gpu:.3f}/GPU-h{stand_in}{score})"
         )
 
 
@@ -57,6 +70,8 @@ class Prices(PriceBook):
             seen = by_zone.get(slot)
             if seen is None or _ends_later(err, seen):
                 by_zone[slot] = err
+        self._scores = {(s.cloud, s.region, s.zone, frozenset(s.instance_types)): s.score
+                        for s in snapshot.spot_scores}
 
     def node_type(self, node: Node) -> tuple[int, str]:
         """``node_gpus`` and ``gpu_model`` from one catalog lookup (the type's GPUs, as
@@ -105,6 +120,13 @@ class Prices(PriceBook):
                     seen = out.get(zone)
                     out[zone] = err.at if seen is None else max(seen, err.at)
         return out
+
+    def spot_score(self, pool: Pool, zone: str | None) -> int | None:
+        """The zone's Spot placement score for the pool's own set of types, if read (a pool
+        without zones has none: AWS would choose its zone)."""
+        if zone is None or not self._scores:
+            return None
+        return self._scores.get((pool.cloud.value, pool.region, zone, frozenset(pool.instance_types)))
 
     def offers(
         self, pool: Pool, market: Market, min_gpus: float, gpu_model: str | None = None,
@@ -158,8 +180,9 @@ class Prices(PriceBook):
                 if od is None:
                     skipped.append(f"{where}: no price (add it to the price file)")
                     continue
-                price = od
+                price, score = od, None
                 if market is Market.SPOT:
+                    score = self.spot_score(pool, zone)
                     spot = self.spot(cloud, region, name, zone)
                     if spot is None:
                         skipped.append(f"{where}: no spot price (none observed, none in the catalog)")
@@ -175,8 +198,9 @@ class Prices(PriceBook):
                 stand_in = (listed.source if listed is not None and listed.fallback_region
                             and self.price_source(cloud, region, name, zone, market) != "observed"
                             else None)
-                out.append(Offer(name, zone, market, price, itype.gpus, stand_in))
-        out.sort(key=lambda o: (o.per_gpu, o.gpus, o.hourly_usd, o.instance_type, o.zone or ""))
+                out.append(Offer(name, zone, market, price, itype.gpus, stand_in, score))
+        out.sort(key=lambda o: (o.unlikely, o.per_gpu, o.gpus, o.hourly_usd, o.instance_type,
+                                o.zone or ""))
         return out, skipped
 
 

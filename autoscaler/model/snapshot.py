@@ -276,6 +276,20 @@ class Offering(_Model):
     in_stock: bool | None = None
 
 
+class SpotScore(_Model):
+    """How likely a spot request for a pool's instance types is to succeed in a zone now,
+    1 (unlikely) to 10 (very likely): AWS's Spot placement score for one Availability Zone
+    (``GetSpotPlacementScores``), asked for the pool's whole set of types, since AWS scores
+    capacity-optimized requests over several types. A recommendation from the cloud, never
+    a promise: it orders offers, it rules none out."""
+
+    cloud: str = Field(max_length=32)
+    region: str = Field(max_length=64)
+    zone: str = Field(max_length=64)
+    instance_types: list[Annotated[str, Field(max_length=64)]] = Field(min_length=1, max_length=64)
+    score: int = Field(ge=1, le=10)
+
+
 class ForecastFloor(_Model):
     """A pool's forecast demand ahead of now, held as a floor (predictive mode ``scale``).
 
@@ -291,6 +305,9 @@ class Snapshot(_Model):
     pools: dict[str, PoolObservation] = Field(default_factory=dict)
     capacity_errors: list[CapacityError] = Field(default_factory=list)
     offerings: list[Offering] = Field(default_factory=list)
+    spot_scores: list[SpotScore] = Field(
+        default_factory=list, max_length=100_000,
+        description="Spot placement scores per (pool's instance types, zone), where read.")
     missing: list[str] = Field(
         default_factory=list, description="Whole sources that could not be read this tick."
     )

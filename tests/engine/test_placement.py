@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from autoscaler.catalog import default_catalog
 from autoscaler.engine import Launch, decide
+from autoscaler.engine.pricing import LOW_SPOT_SCORE
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Hold, Plan
 from autoscaler.model.snapshot import (
@@ -19,6 +20,8 @@ from autoscaler.model.snapshot import (
     PendingJob,
     PoolObservation,
     PoolOption,
+    Snapshot,
+    SpotScore,
 )
 from autoscaler.policy.checks import check_policy
 from autoscaler.policy.models import Market, TeamPolicy
@@ -33,8 +36,8 @@ def policy(east: dict[str, Any] | None = None, west: dict[str, Any] | None = Non
     pools = [
         make_pool_dict("east", region="us-east-1", instance_types=["p3.2xlarge"], capacity=SPOT,
                        placement_group="v100", **{"zones": ["us-east-1a"], **(east or {})}),
-        make_pool_dict("west", region="us-west-2", zones=["us-west-2a"], instance_types=["p3.2xlarge"],
-                       capacity=SPOT, placement_group="v100", **(west or {})),
+        make_pool_dict("west", region="us-west-2", instance_types=["p3.2xlarge"],
+                       capacity=SPOT, placement_group="v100", **{"zones": ["us-west-2a"], **(west or {})}),
         make_pool_dict("ali", cloud="alicloud", region="cn-hangzhou", zones=["cn-hangzhou-h"],
                        instance_types=["ecs.gn6v-c8g1.2xlarge"], capacity=SPOT, placement_group="v100"),
     ]
@@ -265,3 +268,54 @@ def test_a_pool_that_will_fall_back_for_the_job_is_quoted_on_demand():
     plan = plan_for(policy(east=east), job(EAST, WEST, ALI), offerings=offers,
                     capacity_errors=[refused("us-east-1", "us-east-1a")])
     assert [(a.pool, a.zone) for a in launches(plan)] == [(EAST, "us-east-1b")]
+
+
+def score(region: str, zone: str, value: int, types: tuple[str, ...] = ("p3.2xlarge",)) -> SpotScore:
+    return SpotScore(cloud="aws", region=region, zone=zone, instance_types=list(types), score=value)
+
+
+def test_a_low_spot_placement_score_ranks_a_zone_after_every_other_pool_and_is_named():
+    # us-west-2a is the cheapest, but AWS scores a spot request there 2 of 10.
+    plan = plan_for(policy(), job(EAST, WEST, ALI),
+                    spot_scores=[score("us-west-2", "us-west-2a", 2), score("us-east-1", "us-east-1a", 9)])
+    (launch,) = launches(plan)
+    assert (launch.pool, launch.market) == (ALI, Market.SPOT)
+    (choice,) = plan.placements
+    assert "us-west-2a $0.92/GPU-h (spot placement score 2/10)" in choice.reason
+    assert "us-east-1a $1.20/GPU-h (spot placement score 9/10)" in choice.reason
+    # A score above the low third changes nothing, and a score asked for another set of
+    # types is not the pool's: the cheapest wins as before.
+    for scores in ([score("us-west-2", "us-west-2a", LOW_SPOT_SCORE + 1)],
+                   [score("us-west-2", "us-west-2a", 1, ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge"))]):
+        (launch,) = launches(plan_for(policy(), job(EAST, WEST, ALI), spot_scores=scores))
+        assert launch.pool == WEST
+
+
+def test_a_low_score_zone_is_tried_last_within_a_pool_but_never_ruled_out():
+    two = {"zones": ["us-west-2a", "us-west-2b"]}
+    offers = [*OFFERS, Offering(cloud="aws", region="us-west-2", instance_type="p3.2xlarge",
+                                zone="us-west-2b", spot_usd=0.99, on_demand_usd=3.06, in_stock=True)]
+    pol = policy(west=two)
+    west_job = PendingJob(id="w1", gpus=1, gpu_model="V100", submitted_at=NOW - timedelta(minutes=1))
+
+    def plan(*scores: SpotScore) -> Plan:
+        return decide({pol.team: pol}, fleet(), snapshot(
+            pools={WEST: PoolObservation(pending=[west_job])}, offerings=offers,
+            spot_scores=list(scores)), NOW)
+
+    assert [launch.zone for launch in launches(plan())] == ["us-west-2a"]  # the cheaper zone
+    (launch,) = launches(plan(score("us-west-2", "us-west-2a", 3)))
+    assert (launch.zone, launch.market) == ("us-west-2b", Market.SPOT)
+    assert "spot placement score" not in launch.reason  # 2b has no score: nothing to say
+    # Both zones unlikely: still spot, in the cheaper one (a score is advice, not a refusal).
+    (launch,) = launches(plan(score("us-west-2", "us-west-2a", 1), score("us-west-2", "us-west-2b", 2)))
+    assert (launch.zone, launch.market) == ("us-west-2a", Market.SPOT)
+
+
+@pytest.mark.parametrize("bad", [{"score": 0}, {"score": 11}, {"score": "9"}, {"instance_types": []},
+                                 {"zone": "z" * 65}])
+def test_a_spot_score_outside_what_aws_can_answer_is_refused(bad: dict[str, Any]):
+    raw = {"cloud": "aws", "region": "us-west-2", "zone": "us-west-2a",
+           "instance_types": ["p3.2xlarge"], "score": 5, **bad}
+    with pytest.raises(ValidationError):
+        Snapshot.model_validate({"taken_at": NOW.isoformat(), "spot_scores": [raw]}, strict=True)
