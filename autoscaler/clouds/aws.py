@@ -47,6 +47,10 @@ from autoscaler.policy.models import Market
 
 log = logging.getLogger(__name__)
 
+# AWS: "If you specify one or two instance types ... the returned placement score will
+# always be low", so a set of fewer types is not scored at all.
+MIN_SCORED_TYPES = 3
+
 CREDENTIALS_HINT = (
     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or run with an "
     "instance role)"
@@ -86,6 +90,13 @@ class AwsSettings:
     # AWS's). None: on-demand prices come from the catalog and the price file only.
     price_list_url: str | None = None
     price_list_ttl: timedelta = timedelta(hours=24)
+    # Spot placement scores (GetSpotPlacementScores) per pool's set of types: off unless the
+    # operator turns them on (they need ec2:GetSpotPlacementScores; AWS may limit how many
+    # new request configurations an account asks for in 24 h, so each set is asked with the
+    # same target capacity every time, and kept for spot_score_ttl).
+    spot_scores: bool = False
+    spot_score_ttl: timedelta = timedelta(minutes=10)
+    spot_score_capacity: int = 1
 
 
 @contextlib.contextmanager
@@ -131,7 +142,9 @@ class AwsCloud:
         self._clients: dict[str, Any] = {}
         self._spot: TtlCache[str, list[SpotPrice]] = TtlCache(self.settings.spot_ttl, clock)
         self._offered: TtlCache[str, frozenset[str]] = TtlCache(self.settings.offerings_ttl, clock)
-        self._zones: TtlCache[str, list[str]] = TtlCache(self.settings.offerings_ttl, clock)
+        self._zones: TtlCache[str, dict[str, str]] = TtlCache(self.settings.offerings_ttl, clock)
+        self._scores: TtlCache[tuple[str, ...], dict[str, int]] = TtlCache(
+            self.settings.spot_score_ttl, clock)
         self.api_calls: dict[str, int] = {}  # per operation, for status and tests
         self._account: str | None = self.settings.account_id
         self.price_list = None if self.settings.price_list_url is None else PriceListReader(
@@ -205,17 +218,60 @@ class AwsCloud:
 
     # -- offerings ----------------------------------------------------------------
     def zones(self) -> list[str]:
+        return sorted(set(self._zone_ids().values()))
+
+    def _zone_ids(self) -> dict[str, str]:
+        """The region's available zones, zone id (use1-az1) -> name (us-east-1a): names are
+        per account, ids are what Spot placement scores answer in."""
         cached = self._zones.get(self.region)
         if cached is not None:
             return cached
         with aws_errors(f"ec2 describe_availability_zones in {self.region}",
                         self.settings.endpoint_url):
             resp = self._client("ec2").describe_availability_zones()
+            found = {str(z.get("ZoneId") or z["ZoneName"]): str(z["ZoneName"])
+                     for z in resp.get("AvailabilityZones", [])
+                     if z.get("State", "available") == "available"}
         self.api_calls["describe_availability_zones"] = (
             self.api_calls.get("describe_availability_zones", 0) + 1)
-        found = sorted(z["ZoneName"] for z in resp.get("AvailabilityZones", [])
-                       if z.get("State", "available") == "available")
         self._zones.put(self.region, found)
+        return found
+
+    def spot_placement_scores(self, types: Iterable[str]) -> dict[str, int] | None:
+        """Zone name -> AWS's Spot placement score (1-10) of a capacity-optimized spot request
+        for ``types`` in that one zone, or None where none is asked: scores are off in the
+        settings, or fewer than three types (AWS then always answers a low score). Zones
+        AWS leaves out of its top ten are left out; an answer outside what AWS can say (a
+        score not in 1-10, another region, an unknown zone) is dropped and logged."""
+        wanted = tuple(sorted(set(types)))
+        if not self.settings.spot_scores or len(wanted) < MIN_SCORED_TYPES:
+            return None
+        cached = self._scores.get(wanted)
+        if cached is not None:
+            return cached
+        names = self._zone_ids()
+        found: dict[str, int] = {}
+        dropped = 0
+        try:
+            pages = list(self._pages(
+                "get_spot_placement_scores", InstanceTypes=list(wanted),
+                TargetCapacity=self.settings.spot_score_capacity, TargetCapacityUnitType="units",
+                SingleAvailabilityZone=True, RegionNames=[self.region]))
+        except CloudAuthError as exc:
+            raise CloudAuthError(f"{exc}; Spot placement scores also need ec2:GetSpotPlacementScores "
+                                 "in the service's IAM policy") from None
+        for page in pages:
+            for row in page.get("SpotPlacementScores", []):
+                score, zone = row.get("Score"), names.get(str(row.get("AvailabilityZoneId")))
+                if (row.get("Region") != self.region or zone is None or isinstance(score, bool)
+                        or not isinstance(score, int) or not 1 <= score <= 10):
+                    dropped += 1
+                    continue
+                found[zone] = max(score, found.get(zone, 0))
+        if dropped:
+            log.warning("aws %s: dropped %d Spot placement score row(s) for %s that no AWS answer "
+                        "could hold", self.region, dropped, ", ".join(wanted))
+        self._scores.put(wanted, found)
         return found
 
     def offerings(self, types: Iterable[str]) -> list[ZoneOffering]:

@@ -9,7 +9,7 @@ of the same pool, whatever its price: the cloud says a request there is unlikely
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from autoscaler.catalog import Catalog
@@ -32,6 +32,7 @@ class Offer:
     gpus: int
     stand_in: str | None = None  # "us-east-1 list price used for eu-west-1": no price of its own
     score: int | None = None  # the zone's Spot placement score for the pool's types (spot only)
+    passed: str | None = None  # cheaper offers of the pool ranked after this one for a low score
 
     @property
     def per_gpu(self) -> float:
@@ -46,9 +47,10 @@ class Offer:
         where = f" in {self.zone}" if self.zone else ""
         stand_in = f"; {self.stand_in}" if self.stand_in else ""
         score = f"; spot placement score {self.score}/10" if self.score is not None else ""
+        passed = f"; before the cheaper {self.passed}" if self.passed else ""
         return (
             f"{self.instance_type} {self.market.value}{where} "
-            f"(${self.hourly_usd:.3f}/h, ${self.per_gpu:.3f}/GPU-h{stand_in}{score})"
+            f"(${self.hourly_usd:.3f}/h, ${self.per_gpu:.3f}/GPU-h{stand_in}{score}{passed})"
         )
 
 
@@ -201,7 +203,19 @@ class Prices(PriceBook):
                 out.append(Offer(name, zone, market, price, itype.gpus, stand_in, score))
         out.sort(key=lambda o: (o.unlikely, o.per_gpu, o.gpus, o.hourly_usd, o.instance_type,
                                 o.zone or ""))
+        unlikely = [o for o in out if o.unlikely]
+        if unlikely and len(unlikely) < len(out):
+            out = [o if o.unlikely else replace(o, passed=_passed(o, unlikely)) for o in out]
         return out, skipped
+
+
+def _passed(offer: Offer, unlikely: list[Offer]) -> str | None:
+    """The cheaper offers a low Spot placement score ranked after ``offer``, in words."""
+    cheaper = [u for u in unlikely if u.per_gpu < offer.per_gpu]
+    if not cheaper:
+        return None
+    return ", ".join(f"{u.instance_type} in {u.zone} (spot placement score {u.score}/10)"
+                     for u in cheaper[:3]) + (f" and {len(cheaper) - 3} more" if len(cheaper) > 3 else "")
 
 
 def _ends_later(err: CapacityError, seen: CapacityError) -> bool:

@@ -10,6 +10,7 @@ cluster_quotas                                                 the reconciler, w
 missing                 ``Observed.missing``, then the         the reader; signals/prices.py
                         ``PriceView.missing`` not already in
 offerings               ``PriceView.offerings``                signals/prices.py
+spot_scores             ``PriceView.spot_scores``              signals/prices.py (AWS)
 capacity_errors         ``PriceView.capacity_errors``, then    signals/prices.py (launches the
                         the launch backoffs                    executor saw refused);
                                                                service/control/backoff.py
@@ -42,6 +43,7 @@ from autoscaler.model.snapshot import (
     Offering,
     PoolObservation,
     Snapshot,
+    SpotScore,
     UnservedJob,
 )
 
@@ -68,6 +70,7 @@ class PriceView:
     offerings: list[Offering]
     capacity_errors: list[CapacityError]
     missing: list[str]
+    spot_scores: list[SpotScore] = field(default_factory=list)
 
 
 NO_PRICES = PriceView([], [], [])
@@ -83,6 +86,7 @@ def assemble(observed: Observed, *, market: PriceView | None = None,
     return Snapshot(
         taken_at=observed.taken_at, nodes=observed.nodes, pools=_with_images(observed.pools, images),
         capacity_errors=[*market.capacity_errors, *backoffs], offerings=market.offerings,
+        spot_scores=market.spot_scores,
         missing=[*observed.missing, *(m for m in market.missing if m not in observed.missing)],
         unserved=observed.unserved, cluster_quotas=observed.cluster_quotas,
         held=dict(held or {}), forecasts=dict(forecasts or {}))

@@ -76,14 +76,15 @@ class Markets:
 
     def _make(self, cloud: str, region: str) -> CloudMarket:
         aws = self.config.clouds.aws
-        if cloud == "aws" and region in aws.sqs_queue_urls:
+        if cloud == "aws":
             from autoscaler.clouds.aws import AwsCloud, AwsSettings
 
             return AwsCloud(region, catalog=self.catalog, settings=AwsSettings(
-                endpoint_url=aws.endpoint_url, queue_url=aws.sqs_queue_urls[region],
+                endpoint_url=aws.endpoint_url, queue_url=aws.sqs_queue_urls.get(region),
                 dead_letter_url=aws.dead_letter_queue_urls.get(region),
                 account_id=aws.account_id, notice_regions=aws.notice_regions(),
-                read_timeout=aws.read_timeout.total_seconds()))
+                read_timeout=aws.read_timeout.total_seconds(),
+                spot_scores=aws.spot_placement_scores))
         return connect(cloud, region, endpoint=self.config.clouds.endpoint(cloud),
                        catalog=self.catalog, read_timeout=aws.read_timeout.total_seconds())
 

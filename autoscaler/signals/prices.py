@@ -3,10 +3,12 @@ model/snapshot_parts.py).
 
 For every (cloud, region) the policies use, one market adapter (kept between ticks, so its
 TTL caches work) gives on-demand prices, spot prices and per-zone stock; we return them
-as ``Offering`` records, plus the capacity errors seen recently (kept with their time so
-the engine's backoff applies). A cloud API that fails is logged and named in ``missing``;
-its last good answer is reused for ``KEEP_LAST_GOOD``, and after that the engine falls back
-to the catalog. Nothing here invents a price.
+as ``Offering`` records, with the capacity errors seen recently (kept with their time so
+the engine's backoff applies). Where the adapter gives them (AWS, when turned on), each
+pool's set of types also gets its Spot placement score per zone (``SpotScore``). A cloud
+API that fails is logged and named in ``missing``; its last good answer is reused for
+``KEEP_LAST_GOOD``, and after that the engine falls back to the catalog. Nothing here
+invents a price.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from autoscaler.clouds.base import CloudError, CloudMarket, SpotPrice, ZoneOffering, latest_spot
 from autoscaler.model.clock import Clock, utc_now
-from autoscaler.model.snapshot import CapacityError, Offering
+from autoscaler.model.snapshot import CapacityError, Offering, SpotScore
 from autoscaler.model.snapshot_parts import PriceView
 from autoscaler.policy.models import TeamPolicy
 
@@ -40,12 +43,16 @@ class RegionWant:
     region: str
     types: tuple[str, ...]
     zones: tuple[str, ...] | None  # None: some pool takes any zone
+    # Each pool's own set of types, for pools that list zones: what a Spot placement score
+    # is asked for (a pool without zones launches wherever the cloud puts it).
+    type_sets: tuple[tuple[str, ...], ...] = ()
 
 
 def wants(policies: Mapping[str, TeamPolicy]) -> list[RegionWant]:
     types: dict[tuple[str, str], set[str]] = {}
     zones: dict[tuple[str, str], set[str]] = {}
     any_zone: set[tuple[str, str]] = set()
+    sets: dict[tuple[str, str], set[tuple[str, ...]]] = {}
     for policy in policies.values():
         for pool in policy.pools:
             key = (pool.cloud.value, pool.region)
@@ -53,8 +60,11 @@ def wants(policies: Mapping[str, TeamPolicy]) -> list[RegionWant]:
             zones.setdefault(key, set()).update(pool.zones)
             if not pool.zones:
                 any_zone.add(key)
+            else:
+                sets.setdefault(key, set()).add(tuple(sorted(set(pool.instance_types))))
     return [RegionWant(cloud, region, tuple(sorted(names)),
-                       None if (cloud, region) in any_zone else tuple(sorted(zones[(cloud, region)])))
+                       None if (cloud, region) in any_zone else tuple(sorted(zones[(cloud, region)])),
+                       tuple(sorted(sets.get((cloud, region), ()))))
             for (cloud, region), names in sorted(types.items())]
 
 
@@ -114,6 +124,28 @@ def region_offerings(market: CloudMarket, want: RegionWant, *, strict: bool = Fa
     return build_offerings(want, od, stock, spot), missing
 
 
+def region_scores(market: CloudMarket, want: RegionWant, *, last_good: _LastGood | None = None,
+                  missing: list[str] | None = None) -> list[SpotScore]:
+    """The Spot placement scores of each pool's set of types in the region's listed zones,
+    from a market that gives them (AWS with scores on); none from any other."""
+    scorer: Callable[[list[str]], dict[str, int] | None] | None = getattr(
+        market, "spot_placement_scores", None)
+    if scorer is None or not want.type_sets:
+        return []
+    memo = last_good or _LastGood(timedelta(0), utc_now)
+    gaps = missing if missing is not None else []
+    out: list[SpotScore] = []
+    for names in want.type_sets:
+        got = memo.read(("scores", names), partial(scorer, list(names)),
+                        f"prices {want.cloud}/{want.region}: spot placement scores of "
+                        f"{', '.join(names)}", gaps, False)
+        for zone, score in sorted((got or {}).items()):
+            if want.zones is None or zone in want.zones:
+                out.append(SpotScore(cloud=want.cloud, region=want.region, zone=zone,
+                                     instance_types=list(names), score=score))
+    return out
+
+
 def build_offerings(want: RegionWant, on_demand: Mapping[str, float] | None,
                     stock: Iterable[ZoneOffering] | None,
                     spot: Iterable[SpotPrice] | None) -> list[Offering]:
@@ -163,6 +195,7 @@ class PriceSignals:
 
     def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceView:
         offerings: list[Offering] = []
+        scores: list[SpotScore] = []
         missing: list[str] = []
         for want in wants(policies):
             try:
@@ -176,7 +209,8 @@ class PriceSignals:
             found, gaps = region_offerings(market, want, last_good=memo)
             offerings += found
             missing += gaps
-        return PriceView(offerings, self.capacity_errors(), missing)
+            scores += region_scores(market, want, last_good=memo, missing=missing)
+        return PriceView(offerings, self.capacity_errors(), missing, scores)
 
     def record_capacity_error(self, error: CapacityError) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from moto.core.responses import ActionResult
+from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.responses.spot_instances import SpotInstances
 from moto.server import ThreadedMotoServer
 
@@ -68,6 +69,41 @@ class SpotBook:
         if start + size < len(match):
             result["NextToken"] = str(start + size)
         return ActionResult(result)
+
+
+@dataclass
+class ScoreBook:
+    """Spot placement scores (GetSpotPlacementScores, which moto does not answer) served
+    with real MaxResults/NextToken paging: rows as AWS shapes them, zone ids not names;
+    ``error`` answers every request with that EC2 error code instead. Records each request."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def answer(self, handler: SpotInstances) -> ActionResult:
+        size = int(handler._get_param("MaxResults") or 10)
+        start = int(handler._get_param("NextToken") or 0)
+        self.requests.append({
+            "types": handler._get_param("InstanceTypes", []),
+            "capacity": handler._get_int_param("TargetCapacity"),
+            "unit": handler._get_param("TargetCapacityUnitType"),
+            "single_az": handler._get_bool_param("SingleAvailabilityZone"),
+            "regions": handler._get_param("RegionNames", []), "next_token": start})
+        if self.error is not None:
+            raise EC2ClientError(self.error, "You are not authorized to perform this operation.")
+        result: dict[str, Any] = {"SpotPlacementScores": self.rows[start:start + size]}
+        if start + size < len(self.rows):
+            result["NextToken"] = str(start + size)
+        return ActionResult(result)
+
+
+@pytest.fixture
+def score_book(monkeypatch: pytest.MonkeyPatch) -> ScoreBook:
+    book = ScoreBook()
+    monkeypatch.setattr(SpotInstances, "get_spot_placement_scores",
+                        lambda handler: book.answer(handler), raising=False)
+    return book
 
 
 @pytest.fixture(scope="session")

@@ -306,7 +306,8 @@ def test_a_low_score_zone_is_tried_last_within_a_pool_but_never_ruled_out():
     assert [launch.zone for launch in launches(plan())] == ["us-west-2a"]  # the cheaper zone
     (launch,) = launches(plan(score("us-west-2", "us-west-2a", 3)))
     assert (launch.zone, launch.market) == ("us-west-2b", Market.SPOT)
-    assert "spot placement score" not in launch.reason  # 2b has no score: nothing to say
+    assert launch.reason.endswith("($0.990/h, $0.990/GPU-h; before the cheaper p3.2xlarge in "
+                                  "us-west-2a (spot placement score 3/10))"), launch.reason
     # Both zones unlikely: still spot, in the cheaper one (a score is advice, not a refusal).
     (launch,) = launches(plan(score("us-west-2", "us-west-2a", 1), score("us-west-2", "us-west-2b", 2)))
     assert (launch.zone, launch.market) == ("us-west-2a", Market.SPOT)

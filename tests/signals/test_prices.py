@@ -259,9 +259,51 @@ def test_wants_merge_pools_per_region() -> None:
     a = policies(zones=["us-east-1a"], types=[T4], team="vision", pool="a")
     b = policies(zones=["us-east-1b"], types=[T4X4], team="search", pool="b")
     [want] = wants({**a, **b})
-    assert want == RegionWant("aws", "us-east-1", (T4X4, T4), ("us-east-1a", "us-east-1b"))
+    assert want == RegionWant("aws", "us-east-1", (T4X4, T4), ("us-east-1a", "us-east-1b"),
+                              ((T4X4,), (T4,)))
     c = policies(zones=[], types=[T4], team="infer", pool="c")
-    assert wants({**a, **c})[0].zones is None
+    [want] = wants({**a, **c})
+    assert want.zones is None and want.type_sets == ((T4,),)  # c takes any zone: no score to ask
+
+
+class ScoringMarket(FakeMarket):
+    """A market that also scores spot placement (AWS's adapter with scores on)."""
+
+    def __init__(self, spot: dict[tuple[str, str], float], scores: dict[str, int]):
+        super().__init__(spot)
+        self.scores, self.asked = scores, []  # type: list[tuple[str, ...]]
+
+    def spot_placement_scores(self, types: Iterable[str]) -> dict[str, int] | None:
+        self._check()
+        self.asked.append(tuple(types))
+        return dict(self.scores)
+
+
+def test_each_pool_set_of_types_gets_its_zones_scores_and_a_failure_keeps_the_last() -> None:
+    three = [T4, T4X4, "g4dn.2xlarge"]
+    market = ScoringMarket({(T4, "us-east-1a"): 0.16, (T4, "us-east-1b"): 0.18},
+                           {"us-east-1a": 2, "us-east-1b": 8, "us-east-1c": 9})
+    clock = FakeClock()
+    signals = PriceSignals(lambda c, r: market, clock=clock)
+    pols = policies(zones=["us-east-1a", "us-east-1b"], types=three)
+    view = signals.observe(pols)
+    assert market.asked == [tuple(sorted(three))]
+    # us-east-1c is scored but no pool lists it: left out.
+    assert [(s.zone, s.score, s.instance_types) for s in view.spot_scores] == [
+        ("us-east-1a", 2, sorted(three)), ("us-east-1b", 8, sorted(three))]
+    # The engine reads them: the cheaper zone scores 2 of 10, so the launch goes to 1b.
+    plan = decide(pols, FleetView(), assemble(one_pending_gpu(), market=view), NOW)
+    [launch] = launches(plan)
+    assert launch.zone == "us-east-1b" and launch.market is Market.SPOT
+
+    market.error = CloudUnreachableError("down")
+    clock.advance(timedelta(minutes=10))
+    view = signals.observe(pols)
+    assert [s.score for s in view.spot_scores] == [2, 8]
+    assert any("spot placement scores of" in m and "using the answer from 12:00:00" in m
+               for m in view.missing)
+    # A market that gives no scores (Alibaba, AWS with scores off) adds none.
+    assert PriceSignals(lambda c, r: FakeMarket({})).observe(pols).spot_scores == []
 
 
 def test_build_offerings_per_zone_and_for_any_zone() -> None:

@@ -122,6 +122,13 @@ class AwsCloudConfig(_Model):
         "bootstrap hash are listed (DescribeImages, once per region and hash; a failure is "
         "kept as long): a pool with when_stale: hold holds its launches while none has the "
         "hash, so after a bake it may wait up to this long before it launches.")
+    spot_placement_scores: bool = Field(
+        False, description="Read AWS's Spot placement score (GetSpotPlacementScores, one "
+        "zone at a time) for each pool that lists zones and at least three instance types "
+        "(AWS scores fewer as always low), every 10 minutes per pool's set of types. A zone "
+        "scored 3 or less is tried after every other for spot, and in a placement group "
+        "after every other pool's offers; a score never rules a zone out. Needs "
+        "ec2:GetSpotPlacementScores (the controller module grants it).")
     account_id: str | None = Field(
         None, pattern=r"^[0-9]{12}$", description="The fleet's AWS account: a spot notice "
         "from another account is refused. Unset: the account of the service's credentials "

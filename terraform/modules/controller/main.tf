@@ -123,7 +123,8 @@ resource "aws_s3_bucket_public_access_block" "state" {
 
 # Why each action of controller-policy.json (JSON has no comments):
 # - ec2:DescribeInstances, DescribeSpotPriceHistory, DescribeAvailabilityZones,
-#   DescribeInstanceTypeOfferings: the service's reads (autoscaler/clouds/aws.py).
+#   DescribeInstanceTypeOfferings: the service's reads (autoscaler/clouds/aws.py);
+#   GetSpotPlacementScores too, when clouds.aws.spot_placement_scores is on.
 # - ec2:DescribeImages, DescribeInstanceAttribute, DescribeInstanceTypes, DescribeTags,
 #   DescribeVolumes, DescribeSpotInstanceRequests: the AWS provider's reads when it creates, refreshes and destroys pool
 #   instances (aws-gpu-pool); found by running that path under moto's IAM enforcement
