@@ -13,7 +13,7 @@ from ruamel.yaml import YAML
 
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.cli.common import PricesOption, catalog_from, console, fail
-from autoscaler.clouds import CloudAuthError, CloudError, CloudUnreachableError, connect
+from autoscaler.clouds import CloudAuthError, CloudError, CloudMarket, CloudUnreachableError, connect
 from autoscaler.clouds.aws_pricelist import PriceList, PriceListReader, PriceListSettings, query_prices
 from autoscaler.model.snapshot import Offering
 from autoscaler.policy.models import Cloud
@@ -30,10 +30,13 @@ class PriceRow:
     spot_usd_per_gpu: float | None
     discount: float | None  # 0.7 = spot is 70% below on-demand
     in_stock: bool | None
+    spot_score: int | None = None  # the zone's Spot placement score for all the types asked
 
 
-def price_rows(offerings: list[Offering], catalog: Catalog) -> list[PriceRow]:
-    """One row per (type, zone); the "any zone" summary only for types with no zone data."""
+def price_rows(offerings: list[Offering], catalog: Catalog,
+               scores: dict[str, int] | None = None) -> list[PriceRow]:
+    """One row per (type, zone); the "any zone" summary only for types with no zone data;
+    ``scores``: Spot placement scores by zone."""
     zoned = {o.instance_type for o in offerings if o.zone is not None}
     rows = []
     for off in offerings:
@@ -47,7 +50,7 @@ def price_rows(offerings: list[Offering], catalog: Catalog) -> list[PriceRow]:
             on_demand_usd=od, spot_usd=spot,
             spot_usd_per_gpu=round(spot / gpus, 4) if spot is not None and gpus else None,
             discount=round(1 - spot / od, 4) if spot is not None and od else None,
-            in_stock=off.in_stock))
+            in_stock=off.in_stock, spot_score=(scores or {}).get(off.zone or "")))
     return sorted(rows, key=lambda r: (r.instance_type, r.zone))
 
 
@@ -55,17 +58,18 @@ def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:.4f}"
 
 
-def prices_table(rows: list[PriceRow], title: str) -> Table:
+def prices_table(rows: list[PriceRow], title: str, scores: bool = False) -> Table:
     table = Table(title=title)
     for name in ("type", "zone", "on-demand $/h", "spot $/h", "$/GPU-h (spot)", "discount",
-                 "stock"):
+                 "stock", *(["spot score"] if scores else [])):
         left = name in ("type", "zone")
         table.add_column(name, justify="left" if left else "right", overflow="fold")
     stock = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]?[/]"}
     for r in rows:
+        score = [] if not scores else ["-" if r.spot_score is None else f"{r.spot_score}/10"]
         table.add_row(r.instance_type, r.zone, _usd(r.on_demand_usd), _usd(r.spot_usd),
                       _usd(r.spot_usd_per_gpu),
-                      "-" if r.discount is None else f"{r.discount:.0%}", stock[r.in_stock])
+                      "-" if r.discount is None else f"{r.discount:.0%}", stock[r.in_stock], *score)
     return table
 
 
@@ -140,6 +144,11 @@ def prices(
         "--endpoint", help="API endpoint URL (moto, the fake ECS server, a private endpoint).")] = None,
     prices_file: PricesOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print rows as JSON.")] = False,
+    scores: Annotated[bool, typer.Option(
+        "--scores", help="AWS: also each zone's Spot placement score (1-10) for the --types "
+        "together, as the service reads it with clouds.aws.spot_placement_scores "
+        "(GetSpotPlacementScores; at least three types; needs ec2:GetSpotPlacementScores).",
+    )] = False,
 ) -> None:
     """Show on-demand and spot prices, $/GPU-h and stock per zone, straight from the cloud.
 
@@ -157,11 +166,26 @@ def prices(
     names = tuple(sorted({t.strip() for t in types.split(",") if t.strip()}))
     if not names:
         fail("--types needs at least one instance type")
+    from autoscaler.clouds.aws import MIN_SCORED_TYPES, AwsCloud, AwsSettings  # boto3: here only
+
+    if scores and cloud is not Cloud.AWS:
+        fail("--scores asks AWS's Spot placement scores; Alibaba's stock per zone is in the "
+             "stock column already")
+    if scores and len(names) < MIN_SCORED_TYPES:
+        fail(f"--scores needs at least {MIN_SCORED_TYPES} --types: AWS scores one or two "
+             "types as always low")
     zone_list = tuple(sorted({z.strip() for z in zones.split(",") if z.strip()})) if zones else None
     catalog = catalog_from(prices_file)
     want = RegionWant(cloud.value, region, names, zone_list)
+    by_zone: dict[str, int] | None = None
     try:
-        market = connect(cloud.value, region, endpoint=endpoint, catalog=catalog)
+        if scores:
+            aws = AwsCloud(region, catalog=catalog,
+                           settings=AwsSettings(endpoint_url=endpoint, spot_scores=True))
+            market: CloudMarket = aws
+            by_zone = aws.spot_placement_scores(names)
+        else:
+            market = connect(cloud.value, region, endpoint=endpoint, catalog=catalog)
         offerings, _ = region_offerings(market, want, strict=True)
     except CloudAuthError as exc:
         fail(f"credentials: {exc}")
@@ -171,11 +195,11 @@ def prices(
         fail(str(exc))
     if zone_list is not None:
         offerings = [o for o in offerings if o.zone is None or o.zone in zone_list]
-    rows = price_rows(offerings, catalog)
+    rows = price_rows(offerings, catalog, by_zone)
     if json_out:
         typer.echo(json.dumps([asdict(r) for r in rows], indent=2))
         return
-    console.print(prices_table(rows, f"{cloud.value} {region} prices"))
+    console.print(prices_table(rows, f"{cloud.value} {region} prices", scores))
 
 
 def register(app: typer.Typer) -> None:

@@ -13,9 +13,10 @@ from autoscaler.cli import app
 from autoscaler.sandbox.fakes.ecs import FakeEcsServer
 from autoscaler.sandbox.hosts.procs import free_port
 from tests.clouds import helpers
-from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, SpotBook
+from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, ScoreBook, SpotBook
 
 moto_url, moto, spot_book, ecs = helpers.moto_url, helpers.moto, helpers.spot_book, helpers.ecs
+score_book = helpers.score_book
 
 T4, V100X4 = "ecs.gn6i-c4g1.xlarge", "ecs.gn6v-c8g1.8xlarge"
 ALI_ENV = {"ALIBABA_CLOUD_ACCESS_KEY_ID": ECS_KEY_ID, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": ECS_SECRET,
@@ -193,3 +194,26 @@ def test_write_reads_the_price_list_query_api_page_by_page(tmp_path, monkeypatch
     p3 = [c for c in calls if any(f["Value"] == "p3.2xlarge" for f in c["Filters"])]
     assert len(p3) == 8  # every page of the type was read, one GetProducts call each
     assert {"Type": "TERM_MATCH", "Field": "regionCode", "Value": REGION} in p3[0]["Filters"]
+
+
+def test_scores_add_each_zones_spot_placement_score_for_the_types_together(
+        moto: str, spot_book: SpotBook, score_book: ScoreBook) -> None:
+    spot_book.add("p3.2xlarge", "us-east-1a", 0.92)
+    # moto's us-east-1: use1-az6 is us-east-1a, use1-az1 us-east-1b.
+    score_book.rows = [{"Region": "us-east-1", "AvailabilityZoneId": "use1-az6", "Score": 2},
+                       {"Region": "us-east-1", "AvailabilityZoneId": "use1-az1", "Score": 9}]
+    base = ["prices", "--cloud", "aws", "--region", "us-east-1", "--zones", "us-east-1a,us-east-1b",
+            "--endpoint", moto, "--scores"]
+    result = runner.invoke(app, [*base, "--types", "p3.2xlarge,p3.8xlarge,p3.16xlarge", "--json"])
+    assert result.exit_code == 0, result.output
+    scores = {(r["instance_type"], r["zone"]): r["spot_score"] for r in json.loads(result.stdout)}
+    assert scores[("p3.2xlarge", "us-east-1a")] == 2 and scores[("p3.16xlarge", "us-east-1b")] == 9
+    assert score_book.requests[0]["types"] == ["p3.16xlarge", "p3.2xlarge", "p3.8xlarge"]
+    table = runner.invoke(app, [*base, "--types", "p3.2xlarge,p3.8xlarge,p3.16xlarge"],
+                          env={"COLUMNS": "200"})
+    assert "spot score" in table.stdout and "2/10" in table.stdout and "9/10" in table.stdout
+    few = runner.invoke(app, [*base, "--types", "p3.2xlarge,p3.8xlarge"])
+    assert few.exit_code == 1 and "at least 3 --types" in few.output
+    score_book.error = "UnauthorizedOperation"
+    denied = runner.invoke(app, [*base, "--types", "p3.2xlarge,p3.8xlarge,p3.16xlarge"])
+    assert denied.exit_code == 1 and "ec2:GetSpotPlacementScores" in denied.output

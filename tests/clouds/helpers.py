@@ -75,7 +75,8 @@ class SpotBook:
 class ScoreBook:
     """Spot placement scores (GetSpotPlacementScores, which moto does not answer) served
     with real MaxResults/NextToken paging: rows as AWS shapes them, zone ids not names;
-    ``error`` answers every request with that EC2 error code instead. Records each request."""
+    ``error`` answers every request with that EC2 error code instead, and a DryRun request
+    gets DryRunOperation, as from AWS. Records each request."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -92,6 +93,8 @@ class ScoreBook:
             "regions": handler._get_param("RegionNames", []), "next_token": start})
         if self.error is not None:
             raise EC2ClientError(self.error, "You are not authorized to perform this operation.")
+        if handler._get_bool_param("DryRun"):
+            raise EC2ClientError("DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
         result: dict[str, Any] = {"SpotPlacementScores": self.rows[start:start + size]}
         if start + size < len(self.rows):
             result["NextToken"] = str(start + size)

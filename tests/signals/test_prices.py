@@ -35,10 +35,11 @@ from autoscaler.signals.prices import (
     wants,
 )
 from tests.clouds import helpers
-from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, NOW, FakeClock, SpotBook
+from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, NOW, FakeClock, ScoreBook, SpotBook
 
 # The cloud tests' fixtures: a moto server with a spot price book, a fake ECS endpoint.
 moto_url, moto, spot_book, ecs = helpers.moto_url, helpers.moto, helpers.spot_book, helpers.ecs
+score_book = helpers.score_book
 
 T4, T4X4 = "g4dn.xlarge", "g4dn.12xlarge"
 ALI_T4 = "ecs.gn6i-c4g1.xlarge"
@@ -319,3 +320,27 @@ def test_build_offerings_per_zone_and_for_any_zone() -> None:
     assert got[None].on_demand_usd == 0.526
     none_left = build_offerings(want, None, [ZoneOffering(T4, "us-east-1e", False, "x")], [])
     assert {o.zone: o.in_stock for o in none_left} == {"us-east-1e": False, None: False}
+
+
+def test_the_service_config_turns_scores_on_and_they_reach_the_decision(
+        moto: str, spot_book: SpotBook, score_book: ScoreBook) -> None:
+    """clouds.aws.spot_placement_scores -> the service's market adapters -> the price
+    signals -> the snapshot -> decide(), against moto with GetSpotPlacementScores answered."""
+    from autoscaler.catalog import default_catalog
+    from autoscaler.service.config.models import ServiceConfig
+    from autoscaler.service.wiring import Markets
+
+    three = [T4, T4X4, "g4dn.2xlarge"]
+    for zone, price in (("us-east-1a", 0.16), ("us-east-1b", 0.18)):
+        spot_book.add(T4, zone, price)
+    score_book.rows = [{"Region": "us-east-1", "AvailabilityZoneId": "use1-az6", "Score": 1},  # 1a
+                       {"Region": "us-east-1", "AvailabilityZoneId": "use1-az1", "Score": 7}]  # 1b
+    pols = policies(zones=["us-east-1a", "us-east-1b"], types=three)
+    for on in (False, True):
+        config = ServiceConfig.model_validate({"policies_dir": "p", "clouds": {"aws": {
+            "regions": ["us-east-1"], "endpoint_url": moto, "spot_placement_scores": on}}})
+        view = PriceSignals(Markets(config, default_catalog())).observe(pols)
+        [launch] = launches(decide(pols, FleetView(), assemble(one_pending_gpu(), market=view), NOW))
+        assert launch.zone == ("us-east-1b" if on else "us-east-1a"), launch.reason
+    assert len(score_book.requests) == 1 and score_book.requests[0]["types"] == sorted(three)
+    assert "before the cheaper g4dn.xlarge in us-east-1a (spot placement score 1/10)" in launch.reason

@@ -28,6 +28,8 @@ CHECKS: tuple[Check[Context], ...] = (
     Check("ec2", aws.ec2, 20, help="Per AWS region: RunInstances of the pools' first type "
           "with the region's Terraform inputs, and TerminateInstances of one of our "
           "instances, both with DryRun (nothing is launched or ended)."),
+    Check("spot scores", aws.spot_scores, help="With clouds.aws.spot_placement_scores on: "
+          "per AWS region, GetSpotPlacementScores of a scored pool's types, with DryRun."),
     Check("sqs", aws.queues, help="Per region with spot pools: the interruption queue is "
           "readable and its policy lets EventBridge send; messages are counted, not received."),
     Check("terraform", terraform.binary, help="terraform version of terraform.terraform_bin."),

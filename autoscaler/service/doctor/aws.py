@@ -1,13 +1,14 @@
 """AWS: whose credentials these are, whether they may launch and terminate what the pools
-would (EC2 ``DryRun``: nothing is created or ended), and the spot-notice queues (their
-attributes only: receiving would take notices away from the service)."""
+would (EC2 ``DryRun``: nothing is created or ended) and ask Spot placement scores when
+those are on, and the spot-notice queues (their attributes only: receiving would take
+notices away from the service)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from autoscaler.clouds import MANAGED_TAGS, CloudError
-from autoscaler.clouds.aws import AwsCloud, AwsSettings
+from autoscaler.clouds.aws import MIN_SCORED_TYPES, AwsCloud, AwsSettings
 from autoscaler.policy.models import Pool
 from autoscaler.service.doctor.context import Context
 from autoscaler.service.doctor.report import Result, fail, ok, skip
@@ -97,15 +98,38 @@ def _region_rights(ctx: Context, region: str, pools: list[Pool]) -> list[Result]
 
 
 def _dry_run(cloud: AwsCloud, name: str, operation: str, what: str,
-             params: dict[str, Any]) -> Result:
+             params: dict[str, Any], hint: str = "") -> Result:
     try:
         allowed = cloud.allowed(operation, **params)
     except CloudError as exc:
         return fail(name, str(exc))
     if not allowed:
         return fail(name, f"{operation} of {what} is not allowed for these credentials "
-                          "(UnauthorizedOperation)")
+                          f"(UnauthorizedOperation){hint}")
     return ok(name, f"{operation} of {what} allowed (DryRun)")
+
+
+def spot_scores(ctx: Context) -> list[Result]:
+    """With ``clouds.aws.spot_placement_scores`` on: per region, GetSpotPlacementScores of
+    the first pool that is scored (zones and at least three types), with ``DryRun``."""
+    if not ctx.config.clouds.aws.spot_placement_scores:
+        return [skip("spot scores", "clouds.aws.spot_placement_scores is off")]
+    rows = []
+    for region, pools in _regions(ctx).items():
+        name = f"spot scores {region}"
+        scored = [p for p in pools if p.zones and len(set(p.instance_types)) >= MIN_SCORED_TYPES]
+        if not scored:
+            rows.append(skip(name, f"no pool lists zones and {MIN_SCORED_TYPES} or more instance "
+                                   "types (AWS scores fewer types as always low): none is asked"))
+            continue
+        types = sorted(set(scored[0].instance_types))
+        rows.append(_dry_run(_cloud(ctx, region), name, "get_spot_placement_scores",
+                             f"{', '.join(types)}", {
+                                 "InstanceTypes": types, "TargetCapacity": 1,
+                                 "SingleAvailabilityZone": True, "RegionNames": [region]},
+                             hint=": grant ec2:GetSpotPlacementScores (the controller module's "
+                                  "policy has it) or turn clouds.aws.spot_placement_scores off"))
+    return rows or [skip("spot scores", "no AWS pool")]
 
 
 def queues(ctx: Context) -> list[Result]:
