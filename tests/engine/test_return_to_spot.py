@@ -20,6 +20,7 @@ from autoscaler.model.snapshot import (
     Offering,
     RunningJob,
     SchedulerNode,
+    SpotScore,
 )
 from autoscaler.policy.models import Capacity, Market, TeamPolicy
 from tests.builders import NOW, busy, fleet, make_node, make_policy, make_pool_dict, snapshot
@@ -178,6 +179,22 @@ def test_a_probe_moves_without_evidence_unless_the_offering_was_refused_within_t
     both = [refused.model_copy(update={"zone": z}) for z in ZONES]
     assert moves(plan_for(od(), rule=probe, capacity_errors=both)) == []
     assert moves(plan_for(od(), rule=RULE)) == []  # off by default: evidence only
+
+
+def test_no_probe_where_the_spot_placement_score_is_low_but_a_grant_still_counts():
+    probe = {**RULE, "probe": True}
+
+    def score(zone: str, value: int) -> SpotScore:
+        return SpotScore(cloud="aws", region="us-east-1", zone=zone, instance_types=["p3.2xlarge"],
+                         score=value)
+
+    (launch,) = moves(plan_for(od(), rule=probe, spot_scores=[score("us-east-1a", 2)]))
+    assert launch.zone == "us-east-1c" and "probe" in launch.reason  # 1a scored low: 1c probed
+    low = [score(z, 3) for z in ZONES]
+    assert moves(plan_for(od(), rule=probe, spot_scores=low)) == []
+    # A spot node granted minutes ago in 1c is evidence the score does not overrule.
+    (launch,) = moves(plan_for(od(), granted(), rule=probe, spot_scores=low))
+    assert launch.zone == "us-east-1c" and "was granted in us-east-1c" in launch.reason
 
 
 def test_a_refused_replacement_does_not_count_as_a_move():
