@@ -177,6 +177,10 @@ def main() -> int:
     parser.add_argument("--max-wait", help="capacity.max_wait of every pool, e.g. 10m (default: the "
                         "team priority's, 0s for the bench team)")
     bench_sim.add_wake_after(parser, "the group and each region alone")
+    parser.add_argument("--score-lag", type=float, default=None, metavar="SECONDS",
+                        help="what if: the group and each region alone see a stand-in Spot "
+                        "placement score per zone, 9 where the trace had spot this many seconds "
+                        "before, else 2 (SimConfig.spot_score_lag; the traces carry no score)")
     args = parser.parse_args()
     console = Console(stderr=True, width=160)
 
@@ -186,7 +190,8 @@ def main() -> int:
     spot = load_spot_traces(args.spot_trace or args.data / bench_sim.SPOT).for_pool(
         [z for p in pools for z in p.zones], False)
     duty = load_duty_cycles(args.data / bench_sim.DUTY)
-    config = SimConfig(seed=args.seed, wake_after=args.wake_after, shared_boot_draws=True)
+    config = SimConfig(seed=args.seed, wake_after=args.wake_after, shared_boot_draws=True,
+                       spot_score_lag=args.score_lag)
     itype = default_catalog().get("aws", "p3.2xlarge")
     console.print(f"{len(workload.jobs)} jobs, days {args.start_day:g}+{args.days:g}; regions "
                   f"{', '.join(REGIONS)}; prices: one price for every region (p3.2xlarge "

@@ -33,6 +33,7 @@ from autoscaler.model.snapshot import (
     RunningJob,
     SchedulerNode,
     Snapshot,
+    SpotScore,
 )
 from autoscaler.policy.models import Pool
 from autoscaler.sim.cluster import Cluster, SimJob, SimNode
@@ -99,10 +100,11 @@ class Observer:
         return view
 
     def snapshot(self, nodes: list[SimNode], cluster: Cluster, errors: list[CapacityError],
-                 now: float, pending: list[PendingJob] | None = None) -> Snapshot:
+                 now: float, pending: list[PendingJob] | None = None,
+                 scores: list[SpotScore] | None = None) -> Snapshot:
         """``pending``: the jobs to report one by one instead of the queue by shape (a
         placement group lists each job with its options under one pool, none under the
-        others); the queue is then not followed."""
+        others); the queue is then not followed. ``scores``: Spot placement scores."""
         window = self.pool.scale_up.window.total_seconds()
         idle = self.pool.scale_down.idle_for.total_seconds()
         obs = self._observations(nodes, now - window, now - idle)
@@ -113,7 +115,7 @@ class Observer:
             pools={self.key: PoolObservation.model_construct(
                 pending=pending or [], pending_shapes=shapes, metrics_missing=None,
                 scheduler_missing=None, on_prem=self._on_prem(cluster))},
-            capacity_errors=errors, offerings=[],
+            capacity_errors=errors, offerings=[], spot_scores=scores or [],
             missing=[],
             # Given, not defaulted: pydantic inspects a default factory's signature each time.
             unserved=[], cluster_quotas={}, held={}, forecasts={},

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
 from autoscaler.catalog import Catalog, CatalogError, InstanceType
 from autoscaler.model.lifecycle import REPORTING, NodeState
+from autoscaler.model.snapshot import SpotScore
 from autoscaler.policy.models import Market, Pool
 from autoscaler.sim.boot import BAKED_BOOT_S, COLD_BOOT_S, WARM_BOOT_S
 from autoscaler.sim.clock import Clock, Kind
@@ -71,6 +72,10 @@ class SimConfig:
     # free for every strategy; jobs go on them first, as Slurm's lower weight makes them.
     on_prem_nodes: int = 0
     on_prem_type: str = ""
+    # A stand-in for AWS's Spot placement score, for what-if replays (the spot traces carry
+    # none): "ours" sees each zone of its pools scored 9 when the trace had spot there this
+    # many seconds before, else 2. None: no scores, as the service without them.
+    spot_score_lag: float | None = None
 
 
 _DRAIN_CAUSES = {"consolidate": "consolidation", "spot-returned": "return-to-spot"}
@@ -121,6 +126,17 @@ class Replay:
 
     def spot_available(self, zone: str | None, now: float) -> bool:
         return self.spot.available(zone, now - self.start)
+
+    def spot_scores(self, pools: Iterable[Pool], now: float) -> list[SpotScore]:
+        """The stand-in Spot placement scores of ``SimConfig.spot_score_lag`` for each zone
+        of ``pools`` (none without it)."""
+        lag = self.config.spot_score_lag
+        if lag is None:
+            return []
+        return [SpotScore.model_construct(
+            cloud=p.cloud.value, region=p.region, zone=zone, instance_types=list(p.instance_types),
+            score=9 if self.spot.available(zone, now - lag - self.start) else 2)
+            for p in pools for zone in p.zones]
 
     def launch(self, type_name: str, market: Market, zone: str | None, now: float,
                pool: str | None = None, boot: float | None = None) -> SimNode:

@@ -13,7 +13,7 @@ from autoscaler.sim.report import to_json
 from autoscaler.sim.run import run_all
 from autoscaler.sim.spot import load_spot_traces
 from autoscaler.traces import Job, load_duty_cycles
-from tests.sim.conftest import CATALOG, EXACT, policy, workload, write_spot
+from tests.sim.conftest import CATALOG, EXACT, policy, replay_for, workload, write_spot
 
 OD = 3.06  # p3.2xlarge on-demand $/h
 
@@ -296,3 +296,18 @@ def test_the_soonest_wake_wins_whichever_was_asked_first() -> None:
     run = Replay(workload([Job("a", 0, 60, 1.0)], end=130), pol.pools[0], CATALOG, EXACT, strategy).run()
     assert strategy.at == [0, 20, 60, 120]
     assert run.stats.wakes == 1
+
+
+def test_a_stand_in_spot_score_reads_the_trace_lag_seconds_before(tmp_path: Path) -> None:
+    # Zone a loses its spot at 1200 s for good; scores that lag 600 s see it from 1800 s on.
+    write_spot(tmp_path / "us-east-1a_v100_1.json", [0] * 10 + [1] * 1000, gap=120)
+    write_spot(tmp_path / "us-east-1b_v100_1.json", [0] * 1010, gap=120)
+    spot = load_spot_traces(tmp_path, interrupt_share=1.0)
+    pool = _spot_policy().pools[0]
+    run = replay_for([], pool=pool, config=replace(EXACT, spot_score_lag=600.0), spot=spot)
+    scores = {s.zone: s.score for s in run.spot_scores([pool], 1500.0)}  # the trace at 900 s
+    assert scores == {"us-east-1a": 9, "us-east-1b": 9}
+    scores = {s.zone: s.score for s in run.spot_scores([pool], 1900.0)}  # at 1300 s
+    assert scores == {"us-east-1a": 2, "us-east-1b": 9}
+    assert all(s.instance_types == list(pool.instance_types) for s in run.spot_scores([pool], 0.0))
+    assert replay_for([], pool=pool, spot=spot).spot_scores([pool], 1900.0) == []  # off by default

@@ -83,7 +83,8 @@ class EngineStrategy(Strategy):
         nodes = list(replay.cluster.nodes.values())
         self.forget_errors(replay, now, error_window(self.pool))
         fleet = self.observer.fleet(nodes, self.history)
-        return fleet, self.observer.snapshot(nodes, replay.cluster, self.errors, now)
+        return fleet, self.observer.snapshot(nodes, replay.cluster, self.errors, now,
+                                             scores=replay.spot_scores([self.pool], now))
 
     def tick(self, replay: Replay, now: float) -> None:
         cpu = time.process_time()

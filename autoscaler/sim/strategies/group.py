@@ -89,7 +89,8 @@ class GroupEngineStrategy(EngineStrategy):
         fleet = FleetView.model_construct(nodes=nodes, history=dict(self.histories))
         return fleet, Snapshot.model_construct(
             taken_at=to_datetime(now), nodes=obs, pools=pools, capacity_errors=self.errors,
-            offerings=[], missing=[], unserved=[], cluster_quotas={}, held={}, forecasts={})
+            offerings=[], spot_scores=replay.spot_scores(self.pools.values(), now), missing=[],
+            unserved=[], cluster_quotas={}, held={}, forecasts={})
 
     def _pending_jobs(self, cluster: Cluster) -> list[PendingJob]:
         """Every waiting job with the group's pools as options; a job's record is kept
