@@ -6,7 +6,8 @@ the four zones dry within the last 30 minutes the fourth goes dry within the nex
 the outage ends, and the jobs that arrive meanwhile wait for it; kept, or with a few spare
 GPUs bought while a zone still has spot, they start at once. The evidence is the pool's
 own refusals, so it ends by itself ``within`` after the last one (a pool that launches
-nothing is refused nothing). Only spot nodes are kept: an on-demand node (a fallback pool's)
+nothing is refused nothing), and zones the cloud scores low for spot (a Spot placement
+score of 3 or less), which end with the score. Only spot nodes are kept: an on-demand node (a fallback pool's)
 can be bought back at any time, and keeping it idle through an outage that can last hours
 only pays for it (on a market where spot is almost never there, 1.33 x CA-like's bill
 instead of 1.01 x; docs/designs/benchmark-misses.md)."""
@@ -14,7 +15,7 @@ instead of 1.01 x; docs/designs/benchmark-misses.md)."""
 from __future__ import annotations
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.pricing import Prices
+from autoscaler.engine.pricing import LOW_SPOT_SCORE, Prices
 from autoscaler.model.node import Node
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market
@@ -27,13 +28,22 @@ def scarce(ctx: PoolContext, prices: Prices) -> str | None:
     if rule is None:
         return None
     refused = prices.spot_refused_zones(ctx.pool, rule.within)
-    if len(refused) < rule.zones:
+    # A zone the cloud scores as unlikely to meet a spot request is evidence too: a pool
+    # that avoids such zones (engine/pricing.py) is refused there less, not because spot came back.
+    low = {zone: score for zone in ctx.pool.zones if zone not in refused
+           and (score := prices.spot_score(ctx.pool, zone)) is not None and score <= LOW_SPOT_SCORE}
+    if len(refused) + len(low) < rule.zones:
         return None
     of = f" of {len(ctx.pool.zones)}" if ctx.pool.zones else ""
     where = ", ".join(f"{zone or 'a launch naming no zone'} at {at:%H:%M:%S}"
                       for zone, at in sorted(refused.items(), key=lambda item: item[1], reverse=True))
+    scored = ", ".join(f"{zone} {score}/10" for zone, score in sorted(low.items()))
+    if not refused:
+        return (f"spot placement scored low in {len(low)}{of} zone(s) ({scored}; "
+                f"capacity.spot_scarcity from {rule.zones})")
+    also = f"; scored low: {scored}" if low else ""
     return (f"spot refused in {len(refused)}{of} zone(s) within {format_duration(rule.within)} "
-            f"({where}; capacity.spot_scarcity from {rule.zones})")
+            f"({where}{also}; capacity.spot_scarcity from {rule.zones})")
 
 
 def keeps(ctx: PoolContext, node: Node) -> bool:

@@ -8,7 +8,7 @@ from datetime import timedelta
 from autoscaler.engine import Drain, Hold, Launch, Replace, Terminate, decide
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import PoolHistory
-from autoscaler.model.snapshot import NodeObservation, PoolObservation
+from autoscaler.model.snapshot import NodeObservation, PoolObservation, SpotScore
 from autoscaler.policy.models import Market
 from tests.builders import NOW, busy, fleet, idle, make_node, make_policy, snapshot, spot_refusal
 
@@ -184,6 +184,32 @@ def test_idle_spot_nodes_and_their_consolidation_wait_while_spot_is_refused_in_e
                               capacity_errors=errors).actions if isinstance(a, Hold)]
     assert hold.reason.startswith(
         f"{KEY}: spot nodes are not consolidated: spot refused in 3 of 4 zone(s)")
+
+
+def test_zones_scored_low_for_spot_count_as_scarce_with_the_refused_ones():
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
+    policy = make_policy(zones=zones, capacity={
+        "spot_percent": 100, "spot_scarcity": {"zones": 3, "within": "30m"}})
+    types = list(policy.pools[0].instance_types)
+
+    def score(zone: str, value: int) -> SpotScore:
+        return SpotScore(cloud="aws", region="us-east-1", zone=zone, instance_types=types, score=value)
+
+    nodes = [make_node("n1", market=Market.SPOT, zone="us-east-1a")]
+    obs = {"n1": idle(2)}
+    # One refusal and two zones scored low: three of four, held; the reason names both kinds.
+    plan = run(policy, nodes, obs, capacity_errors=[spot_refusal("us-east-1a", ago=timedelta(minutes=5))],
+               spot_scores=[score("us-east-1b", 2), score("us-east-1c", 3), score("us-east-1d", 8)])
+    assert drains(plan) == []
+    (hold,) = [a for a in plan.actions if isinstance(a, Hold) and a.what == "scale-down"]
+    assert ("spot refused in 1 of 4 zone(s) within 30m (us-east-1a at 11:55:00; scored low: "
+            "us-east-1b 2/10, us-east-1c 3/10; capacity.spot_scarcity from 3)") in hold.reason
+    # Scores alone can hold too; a score above the low third is no evidence.
+    low = [score(z, 1) for z in zones[:3]]
+    (hold,) = [a for a in run(policy, nodes, obs, spot_scores=low).actions if isinstance(a, Hold)]
+    assert "spot placement scored low in 3 of 4 zone(s) (us-east-1a 1/10, us-east-1b 1/10" in hold.reason
+    fine = [score(z, 4) for z in zones]
+    assert drains(run(policy, nodes, obs, spot_scores=fine)) == ["n1"]
 
 
 def test_a_pool_with_no_scale_down_to_hold_gets_no_hold_and_replacements_go_on():
