@@ -259,6 +259,8 @@ class ServiceLoop:
         launch backoffs, forecast floors, held nodes and baked pools' images
         (``record=False``: the demand history is read, not written)."""
         market = self.prices.observe(policies) if self.prices is not None else None
+        if market is not None:
+            self.metrics.set_spot_scores(market.spot_scores)
         backoffs = launch_backoffs(self.store, policies, now)
         self.metrics.set_backoffs({(b.pool, b.instance_type, b.zone or "", b.market.value): b.count
                                    for b in backoffs})

@@ -15,6 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Plan, subject_of
+from autoscaler.model.snapshot import SpotScore
 from autoscaler.policy.errors import PolicyError
 
 PREFIX = "gpu_autoscaler"
@@ -99,6 +100,11 @@ class ServiceMetrics:
                                     "zone and market (0: none); /status has the cause and next try.",
                                     ["pool", "instance_type", "zone", "market"], registry=r)
         self._backoff_labels: set[tuple[str, str, str, str]] = set()
+        self.spot_score = Gauge(f"{PREFIX}_spot_placement_score", "AWS's Spot placement score "
+                                "(1-10) of a pool's set of instance types in a zone, as last read "
+                                "(clouds.aws.spot_placement_scores); 3 or less ranks the zone last.",
+                                ["region", "zone", "instance_types"], registry=r)
+        self._score_labels: set[tuple[str, str, str]] = set()
         self._forecast_metrics(r)
         self._node_labels: set[tuple[str, str, str, str]] = set()
         self._pool_labels: set[str] = set()
@@ -240,6 +246,16 @@ class ServiceMetrics:
         for labels, count in counts.items():
             self.launch_backoff.labels(*labels).set(count)
         self._backoff_labels |= set(counts)
+
+    def set_spot_scores(self, scores: Iterable[SpotScore]) -> None:
+        """The scores of the last read; a series no longer read goes (not 0: no score is not
+        a low one)."""
+        now = {(s.region, s.zone, ",".join(sorted(set(s.instance_types)))): s.score for s in scores}
+        for gone in self._score_labels - set(now):
+            self.spot_score.remove(*gone)
+        for labels, score in now.items():
+            self.spot_score.labels(*labels).set(score)
+        self._score_labels = set(now)
 
     def set_policy_errors(self, errors: Iterable[PolicyError]) -> None:
         per_file = Tally(e.file for e in errors)

@@ -15,3 +15,22 @@ def test_rejected_notices_are_counted_by_reason_from_zero() -> None:
     assert 'gpu_autoscaler_notices_rejected_total{reason="forged"} 2.0' in text
     assert 'gpu_autoscaler_notices_rejected_total{reason="malformed"} 1.0' in text
     assert "made-up" not in text
+
+
+def test_spot_placement_scores_are_gauges_of_the_last_read_and_a_series_not_read_goes() -> None:
+    from autoscaler.model.snapshot import SpotScore
+
+    def score(zone: str, value: int) -> SpotScore:
+        return SpotScore(cloud="aws", region="us-east-1", zone=zone,
+                         instance_types=["p3.8xlarge", "p3.2xlarge", "p3.16xlarge"], score=value)
+
+    metrics = ServiceMetrics()
+    metrics.set_spot_scores([score("us-east-1a", 2), score("us-east-1b", 9)])
+    text = metrics.exposition().decode()
+    labels = 'instance_types="p3.16xlarge,p3.2xlarge,p3.8xlarge",region="us-east-1"'
+    assert f'gpu_autoscaler_spot_placement_score{{{labels},zone="us-east-1a"}} 2.0' in text
+    assert f'gpu_autoscaler_spot_placement_score{{{labels},zone="us-east-1b"}} 9.0' in text
+    metrics.set_spot_scores([score("us-east-1b", 8)])
+    text = metrics.exposition().decode()
+    assert 'zone="us-east-1a"' not in text
+    assert f'gpu_autoscaler_spot_placement_score{{{labels},zone="us-east-1b"}} 8.0' in text
