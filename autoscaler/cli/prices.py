@@ -166,12 +166,12 @@ def prices(
     names = tuple(sorted({t.strip() for t in types.split(",") if t.strip()}))
     if not names:
         fail("--types needs at least one instance type")
-    from autoscaler.clouds.aws import MIN_SCORED_TYPES, AwsCloud, AwsSettings  # boto3: here only
+    from autoscaler.clouds.aws import MIN_SCORED_TYPES, AwsCloud, AwsSettings, scorable  # boto3: here only
 
     if scores and cloud is not Cloud.AWS:
         fail("--scores asks AWS's Spot placement scores; Alibaba's stock per zone is in the "
              "stock column already")
-    if scores and len(names) < MIN_SCORED_TYPES:
+    if scores and not scorable(names):
         fail(f"--scores needs at least {MIN_SCORED_TYPES} --types: AWS scores one or two "
              "types as always low")
     zone_list = tuple(sorted({z.strip() for z in zones.split(",") if z.strip()})) if zones else None

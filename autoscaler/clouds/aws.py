@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 # always be low", so a set of fewer types is not scored at all.
 MIN_SCORED_TYPES = 3
 
+
+def scorable(types: Iterable[str]) -> bool:
+    """Whether a set of instance types is asked for a Spot placement score."""
+    return len(set(types)) >= MIN_SCORED_TYPES
+
 CREDENTIALS_HINT = (
     "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or run with an "
     "instance role)"
@@ -244,7 +249,7 @@ class AwsCloud:
         AWS leaves out of its top ten are left out; an answer outside what AWS can say (a
         score not in 1-10, another region, an unknown zone) is dropped and logged."""
         wanted = tuple(sorted(set(types)))
-        if not self.settings.spot_scores or len(wanted) < MIN_SCORED_TYPES:
+        if not self.settings.spot_scores or not scorable(wanted):
             return None
         cached = self._scores.get(wanted)
         if cached is not None:
@@ -253,10 +258,7 @@ class AwsCloud:
         found: dict[str, int] = {}
         dropped = 0
         try:
-            pages = list(self._pages(
-                "get_spot_placement_scores", InstanceTypes=list(wanted),
-                TargetCapacity=self.settings.spot_score_capacity, TargetCapacityUnitType="units",
-                SingleAvailabilityZone=True, RegionNames=[self.region]))
+            pages = list(self._pages("get_spot_placement_scores", **self.spot_score_request(wanted)))
         except CloudAuthError as exc:
             raise CloudAuthError(f"{exc}; Spot placement scores also need ec2:GetSpotPlacementScores "
                                  "in the service's IAM policy") from None
@@ -273,6 +275,14 @@ class AwsCloud:
                         "could hold", self.region, dropped, ", ".join(wanted))
         self._scores.put(wanted, found)
         return found
+
+    def spot_score_request(self, types: Iterable[str]) -> dict[str, Any]:
+        """GetSpotPlacementScores' parameters for ``types``: one zone at a time, in this
+        region, always the same target capacity, so a set is always the same request
+        configuration (AWS may limit how many new ones an account asks in 24 h)."""
+        return {"InstanceTypes": sorted(set(types)), "TargetCapacity": self.settings.spot_score_capacity,
+                "TargetCapacityUnitType": "units", "SingleAvailabilityZone": True,
+                "RegionNames": [self.region]}
 
     def offerings(self, types: Iterable[str]) -> list[ZoneOffering]:
         """Per zone of the region: is the type offered there (AWS has no stock signal)."""

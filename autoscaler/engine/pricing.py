@@ -23,6 +23,11 @@ from autoscaler.policy.models import Market, Pool
 LOW_SPOT_SCORE = 3
 
 
+def low_spot_score(score: int | None) -> bool:
+    """Whether a Spot placement score says a spot request is unlikely to be met."""
+    return score is not None and score <= LOW_SPOT_SCORE
+
+
 @dataclass(frozen=True)
 class Offer:
     instance_type: str
@@ -41,7 +46,7 @@ class Offer:
     @property
     def unlikely(self) -> bool:
         """The cloud scores a spot request here as unlikely to be met."""
-        return self.score is not None and self.score <= LOW_SPOT_SCORE
+        return low_spot_score(self.score)
 
     def describe(self) -> str:
         where = f" in {self.zone}" if self.zone else ""

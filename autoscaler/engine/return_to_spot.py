@@ -51,7 +51,7 @@ from itertools import chain
 
 from autoscaler.engine import pins
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.pricing import LOW_SPOT_SCORE, Offer, Prices
+from autoscaler.engine.pricing import Offer, Prices, low_spot_score
 from autoscaler.engine.scale_down.budget import Budget, drain_replaced
 from autoscaler.engine.spread import ZoneSpread
 from autoscaler.model.lifecycle import FAILED, GRANTED, NodeState
@@ -105,8 +105,7 @@ class SpotEvidence:
         quiet = refused is None or now - refused >= pool.capacity.capacity_error_backoff
         if self.stock.get(key) and quiet:
             return f"{itype} spot is in stock in {zone or 'the region'}"
-        score = prices.spot_score(pool, zone)
-        if score is not None and score <= LOW_SPOT_SCORE:
+        if low_spot_score(prices.spot_score(pool, zone)):
             return None  # no probe where the cloud scores a spot request as unlikely
         if rule.probe and quiet:
             backoff = format_duration(pool.capacity.capacity_error_backoff)

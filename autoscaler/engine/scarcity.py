@@ -15,7 +15,7 @@ instead of 1.01 x; docs/designs/benchmark-misses.md)."""
 from __future__ import annotations
 
 from autoscaler.engine.context import PoolContext
-from autoscaler.engine.pricing import LOW_SPOT_SCORE, Prices
+from autoscaler.engine.pricing import Prices, low_spot_score
 from autoscaler.model.node import Node
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market
@@ -31,7 +31,7 @@ def scarce(ctx: PoolContext, prices: Prices) -> str | None:
     # A zone the cloud scores as unlikely to meet a spot request is evidence too: a pool
     # that avoids such zones (engine/pricing.py) is refused there less, not because spot came back.
     low = {zone: score for zone in ctx.pool.zones if zone not in refused
-           and (score := prices.spot_score(ctx.pool, zone)) is not None and score <= LOW_SPOT_SCORE}
+           and low_spot_score(score := prices.spot_score(ctx.pool, zone))}
     if len(refused) + len(low) < rule.zones:
         return None
     of = f" of {len(ctx.pool.zones)}" if ctx.pool.zones else ""

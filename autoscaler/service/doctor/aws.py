@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoscaler.clouds import MANAGED_TAGS, CloudError
-from autoscaler.clouds.aws import MIN_SCORED_TYPES, AwsCloud, AwsSettings
+from autoscaler.clouds.aws import MIN_SCORED_TYPES, AwsCloud, AwsSettings, scorable
 from autoscaler.policy.models import Pool
 from autoscaler.service.doctor.context import Context
 from autoscaler.service.doctor.report import Result, fail, ok, skip
@@ -117,16 +117,15 @@ def spot_scores(ctx: Context) -> list[Result]:
     rows = []
     for region, pools in _regions(ctx).items():
         name = f"spot scores {region}"
-        scored = [p for p in pools if p.zones and len(set(p.instance_types)) >= MIN_SCORED_TYPES]
+        scored = [p for p in pools if p.zones and scorable(p.instance_types)]
         if not scored:
             rows.append(skip(name, f"no pool lists zones and {MIN_SCORED_TYPES} or more instance "
                                    "types (AWS scores fewer types as always low): none is asked"))
             continue
-        types = sorted(set(scored[0].instance_types))
-        rows.append(_dry_run(_cloud(ctx, region), name, "get_spot_placement_scores",
-                             f"{', '.join(types)}", {
-                                 "InstanceTypes": types, "TargetCapacity": 1,
-                                 "SingleAvailabilityZone": True, "RegionNames": [region]},
+        cloud = _cloud(ctx, region)
+        request = cloud.spot_score_request(scored[0].instance_types)
+        rows.append(_dry_run(cloud, name, "get_spot_placement_scores",
+                             ", ".join(request["InstanceTypes"]), request,
                              hint=": grant ec2:GetSpotPlacementScores (the controller module's "
                                   "policy has it) or turn clouds.aws.spot_placement_scores off"))
     return rows or [skip("spot scores", "no AWS pool")]
