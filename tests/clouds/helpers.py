@@ -19,6 +19,7 @@ from moto.server import ThreadedMotoServer
 
 from autoscaler.sandbox.fakes.ecs import FakeEcsServer
 from autoscaler.sandbox.fakes.ecs_state import EcsState
+from autoscaler.sandbox.services.moto_patches import spot_placement_scores_answer
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 AWS_TEST_ENV = {
@@ -83,22 +84,16 @@ class ScoreBook:
     error: str | None = None
 
     def answer(self, handler: SpotInstances) -> ActionResult:
-        size = int(handler._get_param("MaxResults") or 10)
-        start = int(handler._get_param("NextToken") or 0)
         self.requests.append({
             "types": handler._get_param("InstanceTypes", []),
             "capacity": handler._get_int_param("TargetCapacity"),
             "unit": handler._get_param("TargetCapacityUnitType"),
             "single_az": handler._get_bool_param("SingleAvailabilityZone"),
-            "regions": handler._get_param("RegionNames", []), "next_token": start})
+            "regions": handler._get_param("RegionNames", []),
+            "next_token": int(handler._get_param("NextToken") or 0)})
         if self.error is not None:
             raise EC2ClientError(self.error, "You are not authorized to perform this operation.")
-        if handler._get_bool_param("DryRun"):
-            raise EC2ClientError("DryRunOperation", "Request would have succeeded, but DryRun flag is set.")
-        result: dict[str, Any] = {"SpotPlacementScores": self.rows[start:start + size]}
-        if start + size < len(self.rows):
-            result["NextToken"] = str(start + size)
-        return ActionResult(result)
+        return spot_placement_scores_answer(handler, self.rows)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The patched moto server: p3 types, adopted spot requests, capacity faults."""
+"""The patched moto server: p3 types, adopted spot requests, capacity faults, Spot placement
+scores."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
+from autoscaler.clouds.aws import AwsCloud, AwsSettings
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, SpotScoreRule, running_instances
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +31,10 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoSandbox]:
 def ec2(sandbox: MotoSandbox) -> Iterator[Any]:
     sandbox.reset()
     sandbox.clear_faults()
+    sandbox.set_spot_scores([])
     yield sandbox.client()
     sandbox.clear_faults()
+    sandbox.set_spot_scores([])
 
 
 def launch(ec2: Any, itype: str, spot: bool = False, zone: str | None = None) -> dict[str, Any]:
@@ -155,6 +159,43 @@ def test_tags_read_from_the_resource_answer_as_moto_does(ec2: Any) -> None:
     described = ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [a["InstanceId"]]}])
     assert {(t["Key"], t["Value"], t["ResourceType"]) for t in described["Tags"]} == {
         ("pool", "tagcheck", "instance"), ("node", "n-1", "instance")}
+
+
+def test_spot_placement_scores_are_answered_as_ec2_shapes_them(
+        sandbox: MotoSandbox, ec2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The score file, by zone name, is answered by zone id, per region, for the set of
+    types asked (a rule naming other types does not count), in pages; the product's adapter
+    reads the region's part back by name. A DryRun is DryRunOperation, as from EC2."""
+    three = ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge")
+    ids = {z["ZoneName"]: z["ZoneId"] for z in ec2.describe_availability_zones()["AvailabilityZones"]}
+    sandbox.set_spot_scores([SpotScoreRule("us-east-1", "us-east-1a", 9),
+                             SpotScoreRule("us-east-1", "us-east-1b", 2, three),
+                             SpotScoreRule("us-east-1", "us-east-1c", 7, ("g4dn.xlarge",)),
+                             SpotScoreRule("us-west-2", "us-west-2a", 5)])
+    ask = {"InstanceTypes": list(three), "TargetCapacity": 1, "SingleAvailabilityZone": True}
+    rows = ec2.get_spot_placement_scores(RegionNames=["us-east-1"], **ask)["SpotPlacementScores"]
+    assert sorted((r["Region"], r["AvailabilityZoneId"], r["Score"]) for r in rows) == sorted([
+        ("us-east-1", ids["us-east-1a"], 9), ("us-east-1", ids["us-east-1b"], 2)])
+    by_region = ec2.get_spot_placement_scores(InstanceTypes=list(three), TargetCapacity=1)
+    assert sorted((r["Region"], r["Score"]) for r in by_region["SpotPlacementScores"]) == [
+        ("us-east-1", 9), ("us-west-2", 5)]
+    # Eleven zones, more than a page (at least 10 rows): each is read once across two pages.
+    zones = [(region, f"{region}{z}") for region in ("us-east-1", "us-east-2", "us-west-2")
+             for z in "abc"]
+    sandbox.set_spot_scores([SpotScoreRule(r, z, 4) for r, z in zones] * 2 + [
+        SpotScoreRule("us-east-1", "us-east-1d", 3), SpotScoreRule("us-east-1", "us-east-1e", 3)])
+    pages = list(ec2.get_paginator("get_spot_placement_scores").paginate(
+        PaginationConfig={"PageSize": 10}, **ask))
+    every = [(r["Region"], r["AvailabilityZoneId"]) for p in pages for r in p["SpotPlacementScores"]]
+    assert len(pages) == 2 and len(every) == len(set(every)) == 11
+    with pytest.raises(ClientError, match="DryRunOperation"):
+        ec2.get_spot_placement_scores(DryRun=True, **ask)
+    for key, value in sandbox.env().items():
+        monkeypatch.setenv(key, value)
+    cloud = AwsCloud("us-east-1", settings=AwsSettings(endpoint_url=sandbox.endpoint,
+                                                       spot_scores=True))
+    assert cloud.spot_placement_scores(three) == {
+        "us-east-1a": 4, "us-east-1b": 4, "us-east-1c": 4, "us-east-1d": 3, "us-east-1e": 3}
 
 
 def test_stop_ends_the_process(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ first what the apply created is checked (rules -> queue, the queue policy's send
 bucket, the instance profile carrying the policy, the controller instance on it); then an
 IAM user bound to that policy runs the service's launch, spot notice, reconcile and
 terminate path (the real executor, reconciler, notice intake and Terraform with its S3
-backend and lock file) with moto's IAM enforcement on; then calls outside the policy are
-refused; then the module is destroyed.
+backend and lock file) with moto's IAM enforcement on, and reads Spot placement scores;
+then calls outside the policy are refused; then the module is destroyed.
 
 What moto's enforcement does not prove (moto/iam/access_control.py, 5.2): conditions are
 not evaluated (an Allow with a condition counts as granted), and EC2 calls are checked
@@ -35,7 +35,12 @@ from autoscaler.actuators.terraform.settings import DEFAULT_MODULES_DIR
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.policy.models import Market
-from autoscaler.sandbox.services.moto_server import MOTO_AMI, MotoSandbox, running_instances
+from autoscaler.sandbox.services.moto_server import (
+    MOTO_AMI,
+    MotoSandbox,
+    SpotScoreRule,
+    running_instances,
+)
 from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
 from tests.builders import NOW, make_policy
 from tests.clouds.helpers import spot_warning
@@ -272,6 +277,12 @@ def test_launch_notice_reconcile_terminate_under_the_policy(
     state_keys = [o["Key"] for o in admin.client(moto, "s3").list_objects_v2(
         Bucket=controller.out("state_bucket"))["Contents"]]
     assert state_keys == [f"gpu-autoscaler/vision/{POOL}/terraform.tfstate"]  # lock released
+
+    # Spot placement scores (clouds.aws.spot_placement_scores) are read under the policy.
+    moto.set_spot_scores([SpotScoreRule(REGION, f"{REGION}a", 8)])
+    scored = AwsCloud(REGION, settings=AwsSettings(endpoint_url=moto.endpoint, spot_scores=True))
+    assert scored.spot_placement_scores(["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"]) == {
+        f"{REGION}a": 8}
 
     # Outside the policy: refused.
     ec2 = keys.client(moto, "ec2")

@@ -26,6 +26,10 @@ autoscaler.sandbox.services.moto_server``), never in the product:
    repeat is only an SDK retry of an answer moto lost under load (seen once in CI: an
    image with the bake's hash that no state held), which EC2 would not have lost.
    Another instance's image under a used name is refused, as by EC2.
+7. ``GetSpotPlacementScores`` is not answered by moto. A score file (zone names and
+   scores, read on every request so tests can change it) is served as EC2 shapes it: zone
+   ids rather than names, ``MaxResults``/``NextToken`` paging, ``DryRunOperation`` for a
+   DryRun. With no file or an empty one the answer holds no rows.
 """
 
 from __future__ import annotations
@@ -240,9 +244,71 @@ def patch_create_image() -> None:
     AmiBackend.create_image = create_image  # type: ignore[method-assign]
 
 
-def apply_all(fault_file: Path | None) -> None:
+def spot_placement_scores_answer(handler: Any, rows: list[dict[str, Any]]) -> Any:
+    """One page of ``rows`` as EC2 answers GetSpotPlacementScores: ``DryRunOperation`` to a
+    DryRun (the caller is allowed, or moto's IAM check would have refused before), else
+    ``MaxResults`` rows (10 by default) from ``NextToken``, with the next token if more."""
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+
+    if handler._get_bool_param("DryRun"):
+        raise EC2ClientError("DryRunOperation",
+                             "Request would have succeeded, but DryRun flag is set.")
+    size = int(handler._get_param("MaxResults") or 10)
+    start = int(handler._get_param("NextToken") or 0)
+    result: dict[str, Any] = {"SpotPlacementScores": rows[start:start + size]}
+    if start + size < len(rows):
+        result["NextToken"] = str(start + size)
+    return ActionResult(result)
+
+
+def score_rows(rules: list[dict[str, Any]], handler: Any) -> list[dict[str, Any]]:
+    """The answer's rows for one request. A rule ``{"region", "zone", "score",
+    "instance_types"?}`` counts when the request asks its region (or no region) and, if it
+    names types, exactly those types, since AWS scores the set asked for, not each type. Per
+    zone, rows carry the zone's id; per region (``SingleAvailabilityZone`` false), the
+    region's best zone."""
+    types = set(handler._get_param("InstanceTypes", []))
+    regions = set(handler._get_param("RegionNames", []))
+    single = handler._get_bool_param("SingleAvailabilityZone")
+    best: dict[tuple[str, str], int] = {}
+    for rule in rules:
+        region, zone, score = rule.get("region"), rule.get("zone"), rule.get("score")
+        if not isinstance(region, str) or not isinstance(score, int):
+            continue
+        if (regions and region not in regions) or (
+                rule.get("instance_types") and set(rule["instance_types"]) != types):
+            continue
+        ids = {z.name: z.zone_id for z in handler.ec2_backend.zones.get(region, [])}
+        if single and zone not in ids:
+            continue
+        key = (region, ids[zone] if single else "")
+        best[key] = max(score, best.get(key, 0))
+    return [{"Region": region, "AvailabilityZoneId": zone_id, "Score": score} if single
+            else {"Region": region, "Score": score}
+            for (region, zone_id), score in sorted(best.items())]
+
+
+def patch_spot_placement_scores(score_file: Path | None) -> None:
+    from moto.ec2.responses.spot_instances import SpotInstances
+
+    if getattr(getattr(SpotInstances, "get_spot_placement_scores", None), "_gpu_autoscaler",
+               False):
+        return
+
+    def get_spot_placement_scores(self: Any) -> Any:
+        text = score_file.read_text() if score_file is not None and score_file.exists() else ""
+        rules = json.loads(text or "[]")
+        return spot_placement_scores_answer(self, score_rows(rules, self))
+
+    get_spot_placement_scores._gpu_autoscaler = True  # type: ignore[attr-defined]
+    SpotInstances.get_spot_placement_scores = get_spot_placement_scores  # type: ignore[attr-defined]
+
+
+def apply_all(fault_file: Path | None, score_file: Path | None = None) -> None:
     add_p3_types()
     patch_tag_lookup()
     patch_run_instances(fault_file)
     patch_create_image()
     patch_iam_batch_actions()
+    patch_spot_placement_scores(score_file)

@@ -1,9 +1,10 @@
 """A patched moto server on 127.0.0.1: the AWS endpoint of tests, benchmarks and the demo.
 
-``python -m autoscaler.sandbox.services.moto_server --port P [--fault-file F]`` applies the patches in
-:mod:`autoscaler.sandbox.services.moto_patches` and serves. :class:`MotoSandbox` starts and stops
-that process (by PID), gives the endpoint and the environment that points boto3 and
-Terraform at it, and switches capacity faults on and off.
+``python -m autoscaler.sandbox.services.moto_server --port P [--fault-file F] [--score-file S]``
+applies the patches in :mod:`autoscaler.sandbox.services.moto_patches` and serves.
+:class:`MotoSandbox` starts and stops that process (by PID), gives the endpoint and the
+environment that points boto3 and Terraform at it, switches capacity faults on and off, and
+sets the Spot placement scores it answers.
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ class CapacityFault:
     code: str = "InsufficientInstanceCapacity"
 
 
+@dataclass(frozen=True)
+class SpotScoreRule:
+    """GetSpotPlacementScores answers ``score`` (1-10) for ``zone`` (a name; the answer
+    gives its id) when asked about ``region`` and, if any are named, exactly those types."""
+
+    region: str
+    zone: str
+    score: int
+    instance_types: tuple[str, ...] = ()
+
+
 class MotoSandbox(ServiceProcess):
     """One moto server process with the project's patches, on a free loopback port."""
 
@@ -47,6 +59,7 @@ class MotoSandbox(ServiceProcess):
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.fault_file = self.workdir / "moto-faults.json"
+        self.score_file = self.workdir / "moto-spot-scores.json"
         self.log_path = self.workdir / "moto.log"
         self._faults: list[CapacityFault] = []
 
@@ -60,8 +73,9 @@ class MotoSandbox(ServiceProcess):
 
     def start(self, timeout: float = 30.0) -> Self:
         self.clear_faults()
+        self.set_spot_scores([])
         argv = ["python3", "-m", "autoscaler.sandbox.services.moto_server", "--port", str(self.port),
-                "--fault-file", str(self.fault_file)]
+                "--fault-file", str(self.fault_file), "--score-file", str(self.score_file)]
         self.proc = ManagedProcess("moto", argv, self.log_path, env=SANDBOX_ENV)
         wait_until(lambda: port_open("127.0.0.1", self.port), timeout, "moto server port",
                    proc=self.proc)
@@ -77,9 +91,11 @@ class MotoSandbox(ServiceProcess):
         self._write_faults()
 
     def _write_faults(self) -> None:
-        tmp = self.fault_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps([asdict(f) for f in self._faults]))
-        tmp.replace(self.fault_file)  # atomic: the server never reads half a file
+        _write_atomically(self.fault_file, [asdict(f) for f in self._faults])
+
+    def set_spot_scores(self, scores: Sequence[SpotScoreRule]) -> None:
+        """What GetSpotPlacementScores answers from now on (nothing by default)."""
+        _write_atomically(self.score_file, [asdict(s) for s in scores])
 
     def enforce_iam(self, unchecked_calls: int = 0) -> None:
         """Check every call from now on against the caller's IAM policies, after the next
@@ -111,6 +127,12 @@ class MotoSandbox(ServiceProcess):
                             aws_session_token="testing")
 
 
+def _write_atomically(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rows))
+    tmp.replace(path)  # the server never reads half a file
+
+
 def running_instances(ec2: Any, **filters: str) -> list[dict[str, Any]]:
     """Instances pending or running (moto lists terminated ones and pages at 100)."""
     return instances(ec2, ("pending", "running"), **filters)
@@ -132,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--fault-file", type=Path, default=None)
+    parser.add_argument("--score-file", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.host not in ("127.0.0.1", "localhost"):
         parser.error("the sandbox serves on loopback only")
@@ -140,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from autoscaler.sandbox.services.moto_patches import apply_all
 
-    apply_all(args.fault_file)
+    apply_all(args.fault_file, args.score_file)
     server.main(["-H", args.host, "-p", str(args.port)])
 
 

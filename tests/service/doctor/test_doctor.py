@@ -50,7 +50,8 @@ pools:
   - name: train
     cloud: aws
     region: us-east-1
-    instance_types: [p3.2xlarge]
+    zones: [us-east-1a, us-east-1b]
+    instance_types: [p3.2xlarge, p3.8xlarge, p3.16xlarge]
     capacity: {on_demand_base: 0, spot_percent: 50}
     max_nodes: 2
     cluster: {kind: slurm, partition: train}
@@ -127,6 +128,7 @@ def _healthy(stack: SandboxStack, slurm: Any, kube: FakeKube) -> dict[str, Any]:
     data["signals"].update(scheduler=["slurm", "kubernetes"], slurm={"env": slurm.env()},
                            kubernetes={"host": kube.url, "timeout": "5s"})
     data["clouds"]["aws"]["sqs_queue_urls"] = {"us-east-1": queue}
+    data["clouds"]["aws"]["spot_placement_scores"] = True  # the sandbox's moto answers them
     data["terraform"]["backend"] = {"kind": "s3", "bucket": BUCKET, "region": "us-east-1",
                                     "endpoint": stack.moto.endpoint}
     return data
@@ -150,14 +152,14 @@ def test_healthy_sandbox_passes_every_check_through_the_command_line(world: Worl
     answer = json.loads(out.stdout)
     rows = {r["name"]: r for r in answer["rows"]}
     assert answer["ok"] is True
-    # The sandbox does not turn Spot placement scores on (moto cannot answer them).
-    assert {n: r["reason"] for n, r in rows.items() if r["status"] != "ok"} == {
-        "spot scores": "clouds.aws.spot_placement_scores is off"}
+    assert {n: r["reason"] for n, r in rows.items() if r["status"] != "ok"} == {}
     for check in ("config", "policies", "store", *(c.name for c in CHECKS)):
         assert any(name.startswith(check) for name in rows), check  # a row for every check
     assert "state lock taken and released" in rows["terraform backend aws/us-east-1"]["reason"]
     assert "allowed (DryRun)" in rows["ec2 launch us-east-1"]["reason"]
     assert "allowed (DryRun)" in rows["ec2 terminate us-east-1"]["reason"]
+    assert rows["spot scores us-east-1"]["reason"] == (
+        "get_spot_placement_scores of p3.16xlarge, p3.2xlarge, p3.8xlarge allowed (DryRun)")
     assert "EventBridge may send" in rows["sqs us-east-1"]["reason"]
     assert "partition(s) train present" in rows["slurm"]["reason"]
     assert "dynamic nodes can join" in rows["slurm"]["reason"]
