@@ -22,6 +22,7 @@ from autoscaler.fleet.store import FleetStore, SchemaError, StoreUnavailableErro
 from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.model.clock import utc_now
 from autoscaler.model.pool import PoolRef
+from autoscaler.model.snapshot import SpotScore
 from autoscaler.model.snapshot_parts import PriceView
 from autoscaler.policy.loader import load_dir
 from autoscaler.policy.models import TeamPolicy
@@ -50,7 +51,7 @@ from autoscaler.service.observe.metrics import ServiceMetrics
 from autoscaler.signals.demand import Bins, load_demand
 from autoscaler.signals.images import BakedImageReader
 from autoscaler.signals.kubernetes import KubernetesReader
-from autoscaler.signals.prices import PriceSignals
+from autoscaler.signals.prices import PriceSignals, region_scores, wants
 from autoscaler.signals.prometheus import PrometheusReader
 from autoscaler.signals.reader import SignalReader
 
@@ -129,16 +130,29 @@ def build_signals(config: ServiceConfig, catalog: Catalog,
 
 
 class CatalogPrices(PriceSignals):
-    """Prices from the catalog only; launch capacity errors are still kept for the engine."""
+    """Prices from the catalog only; launch capacity errors are still kept for the engine,
+    and AWS's Spot placement scores still read where they are turned on: they are a stock
+    signal, asked for separately, not a price (``clouds.aws.spot_placement_scores``)."""
+
+    def __init__(self, markets: Markets, *, clock: Callable[[], datetime], aws_scores: bool):
+        super().__init__(markets, clock=clock)
+        self.aws_scores = aws_scores
 
     def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceView:
-        return PriceView([], self.capacity_errors(), [])
+        scores: list[SpotScore] = []
+        missing: list[str] = []
+        for want in wants(policies) if self.aws_scores else []:
+            if want.cloud == "aws" and want.type_sets:
+                scores += region_scores(self.market("aws", want.region), want,
+                                        last_good=self.last_good(want), missing=missing)
+        return PriceView([], self.capacity_errors(), missing, scores)
 
 
 def build_prices(config: ServiceConfig, markets: Markets,
                  clock: Callable[[], datetime]) -> PriceSignals:
     if not config.clouds.market_prices:
-        return CatalogPrices(markets, clock=clock)
+        return CatalogPrices(markets, clock=clock,
+                             aws_scores=config.clouds.aws.spot_placement_scores)
     return PriceSignals(markets, clock=clock)
 
 

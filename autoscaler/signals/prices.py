@@ -204,13 +204,17 @@ class PriceSignals:
                 log.warning("prices %s/%s: no market adapter: %s", want.cloud, want.region, exc)
                 missing.append(f"prices {want.cloud}/{want.region}: {exc}")
                 continue
-            memo = self._last_good.setdefault((want.cloud, want.region),
-                                              _LastGood(KEEP_LAST_GOOD, self.clock))
+            memo = self.last_good(want)
             found, gaps = region_offerings(market, want, last_good=memo)
             offerings += found
             missing += gaps
             scores += region_scores(market, want, last_good=memo, missing=missing)
         return PriceView(offerings, self.capacity_errors(), missing, scores)
+
+    def last_good(self, want: RegionWant) -> _LastGood:
+        """The region's last good answers, kept across ticks."""
+        return self._last_good.setdefault((want.cloud, want.region),
+                                          _LastGood(KEEP_LAST_GOOD, self.clock))
 
     def record_capacity_error(self, error: CapacityError) -> None:
         with self._lock:

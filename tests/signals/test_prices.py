@@ -328,7 +328,7 @@ def test_the_service_config_turns_scores_on_and_they_reach_the_decision(
     signals -> the snapshot -> decide(), against moto with GetSpotPlacementScores answered."""
     from autoscaler.catalog import default_catalog
     from autoscaler.service.config.models import ServiceConfig
-    from autoscaler.service.wiring import Markets
+    from autoscaler.service.wiring import Markets, build_prices
 
     three = [T4, T4X4, "g4dn.2xlarge"]
     for zone, price in (("us-east-1a", 0.16), ("us-east-1b", 0.18)):
@@ -344,3 +344,16 @@ def test_the_service_config_turns_scores_on_and_they_reach_the_decision(
         assert launch.zone == ("us-east-1b" if on else "us-east-1a"), launch.reason
     assert len(score_book.requests) == 1 and score_book.requests[0]["types"] == sorted(three)
     assert "before the cheaper g4dn.xlarge in us-east-1a (spot placement score 1/10)" in launch.reason
+    # With the catalog's prices (clouds.market_prices off) the scores are still read: they
+    # are stock, not price; with scores off as well, nothing is asked of the cloud.
+    for on in (False, True):
+        config = ServiceConfig.model_validate({"policies_dir": "p", "clouds": {
+            "market_prices": False, "aws": {"regions": ["us-east-1"], "endpoint_url": moto,
+                                            "spot_placement_scores": on}}})
+        view = build_prices(config, Markets(config, default_catalog()), lambda: NOW).observe(pols)
+        assert view.offerings == [] and view.missing == []
+        assert [(s.zone, s.score) for s in view.spot_scores] == (
+            [("us-east-1a", 1), ("us-east-1b", 7)] if on else [])
+        [launch] = launches(decide(pols, FleetView(), assemble(one_pending_gpu(), market=view), NOW))
+        assert launch.zone == ("us-east-1b" if on else "us-east-1a"), launch.reason
+    assert len(score_book.requests) == 2

@@ -151,7 +151,8 @@ class CloudsConfig(_Model):
     market_prices: bool = Field(
         True, description="Read spot/on-demand prices and stock from the cloud APIs each tick "
         "(cached). false: catalog and price-file prices only (no pricing permissions, or a "
-        "test endpoint whose prices are fake).")
+        "test endpoint whose prices are fake); AWS Spot placement scores are still read if "
+        "clouds.aws.spot_placement_scores is on.")
 
     def endpoint(self, cloud: str) -> str | None:
         if cloud == "aws":
