@@ -17,7 +17,7 @@ from autoscaler.fleet.store import FleetStore
 from autoscaler.model.changes import Create, Move, NodeFields
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
-from autoscaler.model.snapshot import CapacityError, NodeObservation, PoolObservation, Snapshot
+from autoscaler.model.snapshot import CapacityError, NodeObservation, PoolObservation, Snapshot, SpotScore
 from autoscaler.model.snapshot_parts import Observed, PriceView
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.service.config.models import LeaderSettings
@@ -76,9 +76,10 @@ class FakeSignals:
 @dataclass
 class FakePrices:
     recorded: list[CapacityError] = field(default_factory=list)
+    scores: list[SpotScore] = field(default_factory=list)
 
     def observe(self, policies: Mapping[str, TeamPolicy]) -> PriceView:
-        return PriceView([], list(self.recorded), [])
+        return PriceView([], list(self.recorded), [], list(self.scores))
 
     def record_capacity_error(self, error: CapacityError) -> None:
         self.recorded.append(error)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from autoscaler.catalog import Catalog
+from autoscaler.engine.pricing import low_spot_score
 from autoscaler.fleet import queries
 from autoscaler.fleet.operations import OperationLog
 from autoscaler.fleet.store import FleetStore
@@ -147,6 +148,16 @@ def open_requests(store: FleetStore) -> list[dict[str, Any]]:
             for v in RequestBook(store).list(include_final=False)]
 
 
+def spot_scores_json(snapshot: Snapshot | None) -> list[dict[str, Any]]:
+    """The last read's Spot placement scores (``clouds.aws.spot_placement_scores``), per
+    zone and pool's set of types; ``low`` ones rank their zone after every other offer."""
+    scores = sorted(snapshot.spot_scores if snapshot else [],
+                    key=lambda s: (s.cloud, s.region, sorted(s.instance_types), s.zone))
+    return [{"cloud": s.cloud, "region": s.region, "zone": s.zone,
+             "instance_types": sorted(s.instance_types), "score": s.score,
+             "low": low_spot_score(s.score)} for s in scores]
+
+
 def loop_json(state: LoopState) -> dict[str, Any]:
     return {"started_at": _iso(state.started_at), "interval_s": state.interval_s,
             "dry_run": state.dry_run, "ticks": state.ticks,
@@ -178,4 +189,5 @@ def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
         "pool_errors": dict(sorted(state.pool_errors.items())),
         "requests": open_requests(store),
         "forecasts": dict(state.forecasts),  # predictive pools (service/observe/forecasts.py)
+        "spot_scores": spot_scores_json(snapshot),
     }

@@ -172,6 +172,16 @@ def _forecasts(status: Mapping[str, Any]) -> str:
                   numeric=(2, 3, 4, 6))
 
 
+def _spot_scores(status: Mapping[str, Any]) -> str:
+    rows = [[e(f"{r.get('cloud')} {r.get('region')}"), e(r.get("zone")),
+             e(", ".join(r.get("instance_types") or [])), e(f"{r.get('score')}/10"),
+             e("low: tried after every other offer" if r.get("low") else "")]
+            for r in status.get("spot_scores") or []]
+    return _table(["region", "zone", "instance types", "score", "effect"], rows,
+                  "None read (clouds.aws.spot_placement_scores is off, or no AWS pool lists "
+                  "zones and three or more instance types).", numeric=(3,))
+
+
 def _transitions(status: Mapping[str, Any]) -> str:
     rows = [[e(t.get("at")), e(t.get("node")), e(t.get("from")), e(t.get("to")), e(t.get("reason"))]
             for t in reversed((status.get("transitions") or [])[-TRANSITIONS:])]
@@ -234,6 +244,7 @@ def status_page(status: Mapping[str, Any], links: Sequence[tuple[str, str]] = ()
     body = (_header(status, links) + "<h2>Fleet per pool</h2>" + _pools(status, plan)
             + "<h2>Last plan</h2>" + actions + "<h2>Holds</h2>" + holds
             + "<h2>Placement groups: where pending jobs launch</h2>" + _placements(plan)
+            + "<h2>Spot placement scores (AWS)</h2>" + _spot_scores(status)
             + "<h2>Policy errors</h2>" + _table(["error (the team keeps its last good policy)"],
                                                 errors, "None.")
             + "<h2>Data missing (scale-down frozen)</h2>"

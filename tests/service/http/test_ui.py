@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 from email.message import Message
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.model.snapshot import PoolObservation
+from autoscaler.model.snapshot import PoolObservation, SpotScore
 from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.http.status import build_status
 from autoscaler.service.http.ui import COOKIE
@@ -38,6 +39,9 @@ def call(url: str, data: bytes | None = None, headers: dict[str, str] | None = N
 @pytest.fixture
 def server(tmp_path):
     kit = make_loop(tmp_path)
+    kit.prices.scores = [SpotScore(cloud="aws", region="us-east-1", zone=zone, score=score,
+                                   instance_types=["p3.2xlarge", "p3.8xlarge", "p3.16xlarge"])
+                         for zone, score in (("us-east-1a", 2), (f"us-east-1b{EVIL}", 9))]
     kit.signals.pools = {"vision/train": PoolObservation(pending=pending(1, 1))}
     kit.loop.tick()
     kit.signals.pools = {"vision/train": PoolObservation(metrics_missing=f"dcgm {EVIL} gone")}
@@ -83,6 +87,21 @@ def test_the_bearer_token_shows_fleet_plan_reasons_holds_and_missing_data(server
     assert "Holds" in body and "scale-down frozen" in body
     assert 'href="http://grafana:3000/d/x"' in body
     assert "request ci-4711 (team vision" in body and "Open capacity requests" in body
+    # The last read's Spot placement scores, the low one with what it does.
+    assert ("<td>aws us-east-1</td><td>us-east-1a</td><td>p3.16xlarge, p3.2xlarge, p3.8xlarge</td>"
+            '<td class="num">2/10</td><td>low: tried after every other offer</td>') in body
+    assert '<td class="num">9/10</td><td></td>' in body
+    _, _, doc = call(f"{url}/status", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert [(r["zone"], r["score"], r["low"]) for r in json.loads(doc)["spot_scores"]] == [
+        ("us-east-1a", 2, True), (f"us-east-1b{EVIL}", 9, False)]
+
+
+def test_without_scores_the_page_says_why_none_are_shown(server):
+    url, kit = server
+    kit.prices.scores = []
+    kit.loop.tick()
+    _, _, body = call(f"{url}/ui", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert "None read (clouds.aws.spot_placement_scores is off" in body and "/10</td>" not in body
 
 
 def login(url: str, token: str = TOKEN) -> tuple[int, Message]:
