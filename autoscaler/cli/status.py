@@ -88,6 +88,18 @@ def forecasts_table(status: StatusDoc) -> Table:
     return table
 
 
+def spot_scores_table(status: StatusDoc) -> Table:
+    """The last read's Spot placement scores: a low one ranks its zone last for spot."""
+    table = Table(title="Spot placement scores", expand=True)
+    for col in ("region", "zone", "instance types", "score"):
+        table.add_column(col, justify="right" if col == "score" else "left", overflow="fold")
+    for s in status.spot_scores:
+        score = f"{s.score}/10" + (" low: tried last" if s.low else "")
+        table.add_row(escape(f"{s.cloud} {s.region}"), escape(s.zone),
+                      escape(", ".join(s.instance_types)), styled(score, "yellow" if s.low else ""))
+    return table
+
+
 def header(status: StatusDoc) -> Text:
     loop, leader = status.loop, status.leader
     role = "leader" if leader.is_leader else f"follower (leader: {leader.lease_holder})"
@@ -121,6 +133,8 @@ def status_view(status: StatusDoc | Mapping[str, Any], holds: bool = False) -> G
     parts: list[RenderableType] = [header(doc), pools_table(doc), nodes_table(doc)]
     if doc.forecasts:
         parts.append(forecasts_table(doc))
+    if doc.spot_scores:
+        parts.append(spot_scores_table(doc))
     return Group(*parts, last_actions(doc, holds))
 
 

@@ -69,6 +69,15 @@ class ForecastDoc(Answer):
     note: Line | None = None
 
 
+class SpotScoreDoc(Answer):
+    cloud: Line
+    region: Line
+    zone: Line
+    instance_types: list[Line] = Field(default_factory=list, max_length=64)
+    score: Annotated[int, Field(ge=1, le=10)]
+    low: bool = False
+
+
 class StatusDoc(Answer):
     loop: LoopDoc  # every /status has these three: a document without them is not one
     leader: LeaderDoc
@@ -78,3 +87,4 @@ class StatusDoc(Answer):
     sources_missing: list[Line] = Field(default_factory=list)
     data_missing: dict[Line, Line] = Field(default_factory=dict)
     forecasts: dict[Line, ForecastDoc] = Field(default_factory=dict)
+    spot_scores: list[SpotScoreDoc] = Field(default_factory=list)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from autoscaler.cli import app
 from autoscaler.cli.status import status_view
 from autoscaler.fleet.store import FleetStore
-from autoscaler.model.snapshot import PoolObservation
+from autoscaler.model.snapshot import PoolObservation, SpotScore
 from autoscaler.sandbox.hosts.procs import ManagedProcess, free_port, wait_until
 from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.wiring import Overrides, build_service
@@ -39,7 +39,10 @@ def running(tmp_path, monkeypatch):
     clock, store = Clock(), FleetStore(config.store.url)
     signals = FakeSignals(pools={"vision/train": PoolObservation(pending=pending(1, 1))})
     svc = build_service(config, clock=clock, overrides=Overrides(
-        signals=signals, prices=FakePrices(), store=store, executor=FakeExecutor(store, clock)))
+        signals=signals, prices=FakePrices(scores=[SpotScore(
+            cloud="aws", region="us-east-1", zone="us-east-1a", score=2,
+            instance_types=["g5.xlarge", "g5.2xlarge", "g5.4xlarge"])]),
+        store=store, executor=FakeExecutor(store, clock)))
     svc.start_api()
     svc.tick()
     yield svc
@@ -55,6 +58,8 @@ def test_status_view_shows_pools_nodes_actions_and_problems(running):
     assert "launch" in text and "pending" in text
     assert "policy error" in text and "broken.yaml" in text
     assert "leader" in text
+    assert "Spot placement scores" in text and "2/10 low: tried last" in text
+    assert "g5.2xlarge, g5.4xlarge, g5.xlarge" in text  # sorted, as /status gives them
 
 
 def test_status_command_uses_the_token_from_the_environment(running):
