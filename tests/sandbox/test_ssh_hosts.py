@@ -14,6 +14,7 @@ import pytest
 
 from autoscaler.sandbox.hosts import cgroups, netns, node_image
 from autoscaler.sandbox.hosts.overlay import NodeFile, keep_journal
+from autoscaler.sandbox.hosts.procs import proc_stat
 from autoscaler.sandbox.hosts.ssh_hosts import SshHostError, SshHosts
 
 
@@ -173,24 +174,15 @@ def test_unreachable_host_fails_fast_and_comes_back_with_its_files(hosts: SshHos
     assert ssh(hosts, "beta", "cat /etc/kept").stdout.strip() == "kept"
 
 
-def comm(pid: int | str) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:     # it ended since the namespace was listed
-        return ""
-
-
 def sshd_cgroups(hosts: SshHosts, name: str, where: cgroups.Hierarchy) -> set[Path | None]:
     """The listening daemon's cgroups: a connection's own sshd, left by an earlier test's ssh
     and still ending, sits in a session scope, and a process may end while it is read."""
     def listener(pid: int) -> bool:
-        if comm(pid) != "sshd":
+        fields = proc_stat(pid)  # None: it ended since the namespace was listed
+        if fields is None or fields[0] != "sshd":
             return False
-        try:
-            ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
-        except (OSError, IndexError):
-            return False
-        return comm(ppid) != "sshd"
+        parent = proc_stat(int(fields[2]))
+        return parent is None or parent[0] != "sshd"
     host = hosts.hosts[name]
     return {cgroups.cgroup_of(pid, where) for pid in netns.pids_in(host.slot) if listener(pid)}
 

@@ -103,6 +103,14 @@ def _make_spot_request_class() -> type:
     return AdoptedSpotRequest
 
 
+def _rules(path: Path | None) -> list[dict[str, Any]]:
+    """The rules a test wrote to ``path``, read on every request so they can change between
+    two calls; none without the file, or in an empty one."""
+    if path is None or not path.exists():
+        return []
+    return list(json.loads(path.read_text() or "[]"))
+
+
 class _Faults:
     """Capacity faults read from a JSON file on every launch (so tests can flip them)."""
 
@@ -110,10 +118,7 @@ class _Faults:
         self.path = path
 
     def match(self, instance_type: str, zone: str, market: str) -> dict[str, str] | None:
-        if self.path is None or not self.path.exists():
-            return None
-        rules = json.loads(self.path.read_text() or "[]")
-        for rule in rules:
+        for rule in _rules(self.path):
             if (rule.get("instance_type") in ("", None, instance_type)
                     and rule.get("zone") in ("", None, zone)
                     and rule.get("market") in ("", None, market)):
@@ -297,9 +302,7 @@ def patch_spot_placement_scores(score_file: Path | None) -> None:
         return
 
     def get_spot_placement_scores(self: Any) -> Any:
-        text = score_file.read_text() if score_file is not None and score_file.exists() else ""
-        rules = json.loads(text or "[]")
-        return spot_placement_scores_answer(self, score_rows(rules, self))
+        return spot_placement_scores_answer(self, score_rows(_rules(score_file), self))
 
     get_spot_placement_scores._gpu_autoscaler = True  # type: ignore[attr-defined]
     SpotInstances.get_spot_placement_scores = get_spot_placement_scores  # type: ignore[attr-defined]
