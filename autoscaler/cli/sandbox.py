@@ -1,4 +1,5 @@
-"""``gpu-autoscaler sandbox up|down|status``: the local stack under one state directory."""
+"""``gpu-autoscaler sandbox up|down|status``: the local stack under one state directory
+(``fault`` and ``scores``: :mod:`autoscaler.cli.sandbox_market`)."""
 
 from __future__ import annotations
 
@@ -151,4 +152,7 @@ def _print_state(state: StackState | None, directory: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from autoscaler.cli import sandbox_market  # it reads this module's options
+
+    sandbox_market.register(sandbox_app)
     app.add_typer(sandbox_app, name="sandbox")

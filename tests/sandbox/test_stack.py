@@ -231,6 +231,7 @@ def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
     assert cli("status", "--dir", str(d)).returncode == 0
     again = cli("up", "--dir", str(d), *mode)
     assert again.returncode == 1 and "already running" in again.stderr
+    check_market_commands(d, state.endpoints["moto"])
     namespaces: list[str] = []
     if privileged():
         import boto3
@@ -255,3 +256,56 @@ def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
     assert list(d.glob("hosts/*/upper")) == []  # the overlays went with their containers
     assert read_state(d).status == "stopped"
     assert cli("status", "--dir", str(d)).returncode == 3
+    gone = cli("fault", "list", "--dir", str(d))
+    assert gone.returncode == 1 and "no running sandbox" in gone.stderr
+
+
+def check_market_commands(d: Path, endpoint: str) -> None:
+    """`sandbox fault|scores` change what the running moto answers, from the next call on
+    (tests/cli/test_sandbox_market.py checks what they refuse)."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint,
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def launch(market: str) -> str:
+        extra = {"InstanceMarketOptions": {"MarketType": "spot"}} if market == "spot" else {}
+        try:  # untagged: the sandbox follows (boots) only the service's instances
+            out = ec2.run_instances(ImageId=MOTO_AMI, InstanceType="p3.2xlarge", MinCount=1,
+                                    MaxCount=1, Placement={"AvailabilityZone": "us-east-1a"},
+                                    **extra)
+        except ClientError as exc:
+            return str(exc.response["Error"]["Code"])
+        ec2.terminate_instances(InstanceIds=[out["Instances"][0]["InstanceId"]])
+        return "launched"
+
+    added = cli("fault", "add", "--type", "p3.2xlarge", "--zone", "us-east-1a", "--market",
+                "spot", "--dir", str(d))
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert "InsufficientInstanceCapacity" in added.stdout and "us-east-1a" in added.stdout
+    assert (launch("spot"), launch("on-demand")) == ("InsufficientInstanceCapacity", "launched")
+    limit = cli("fault", "add", "--zone", "us-east-1a", "--market", "on-demand", "--code",
+                "VcpuLimitExceeded", "--dir", str(d))
+    assert limit.returncode == 0, limit.stderr
+    assert launch("on-demand") == "VcpuLimitExceeded"
+    assert cli("fault", "clear", "--dir", str(d)).returncode == 0
+    assert (launch("spot"), launch("on-demand")) == ("launched", "launched")
+
+    zone_id = {z["ZoneName"]: z["ZoneId"]
+               for z in ec2.describe_availability_zones()["AvailabilityZones"]}
+
+    def scores(*types: str) -> dict[str, int]:
+        answer = ec2.get_spot_placement_scores(InstanceTypes=list(types), TargetCapacity=1,
+                                               RegionNames=["us-east-1"],
+                                               SingleAvailabilityZone=True)
+        return {r["AvailabilityZoneId"]: r["Score"] for r in answer["SpotPlacementScores"]}
+
+    put = cli("scores", "set", "us-east-1", "us-east-1a=9", "us-east-1b=2", "--types",
+              "p3.8xlarge,p3.2xlarge", "--dir", str(d))
+    assert put.returncode == 0, put.stdout + put.stderr
+    # The answer is EC2's: by zone id, and only for exactly the set of types the rule names.
+    assert scores("p3.2xlarge", "p3.8xlarge") == {zone_id["us-east-1a"]: 9, zone_id["us-east-1b"]: 2}
+    assert scores("p3.2xlarge") == {}
+    assert cli("scores", "clear", "--dir", str(d)).returncode == 0
+    assert scores("p3.2xlarge", "p3.8xlarge") == {}

@@ -35,7 +35,6 @@ autoscaler.sandbox.services.moto_server``), never in the product:
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +104,10 @@ def _make_spot_request_class() -> type:
 
 def _rules(path: Path | None) -> list[dict[str, Any]]:
     """The rules a test wrote to ``path``, read on every request so they can change between
-    two calls; none without the file, or in an empty one."""
-    if path is None or not path.exists():
-        return []
-    return list(json.loads(path.read_text() or "[]"))
+    two calls."""
+    from autoscaler.sandbox.services.moto_server import read_rows
+
+    return [] if path is None else read_rows(path)
 
 
 class _Faults:

@@ -61,7 +61,6 @@ class MotoSandbox(ServiceProcess):
         self.fault_file = self.workdir / "moto-faults.json"
         self.score_file = self.workdir / "moto-spot-scores.json"
         self.log_path = self.workdir / "moto.log"
-        self._faults: list[CapacityFault] = []
 
     @property
     def endpoint(self) -> str:
@@ -83,19 +82,14 @@ class MotoSandbox(ServiceProcess):
 
     def fail_capacity(self, instance_type: str = "", zone: str = "", market: str = "",
                       code: str = "InsufficientInstanceCapacity") -> None:
-        self._faults.append(CapacityFault(instance_type, zone, market, code))
-        self._write_faults()
+        add_fault(self.fault_file, CapacityFault(instance_type, zone, market, code))
 
     def clear_faults(self) -> None:
-        self._faults = []
-        self._write_faults()
-
-    def _write_faults(self) -> None:
-        _write_atomically(self.fault_file, [asdict(f) for f in self._faults])
+        write_faults(self.fault_file, [])
 
     def set_spot_scores(self, scores: Sequence[SpotScoreRule]) -> None:
         """What GetSpotPlacementScores answers from now on (nothing by default)."""
-        _write_atomically(self.score_file, [asdict(s) for s in scores])
+        write_scores(self.score_file, scores)
 
     def enforce_iam(self, unchecked_calls: int = 0) -> None:
         """Check every call from now on against the caller's IAM policies, after the next
@@ -125,6 +119,37 @@ class MotoSandbox(ServiceProcess):
         return boto3.client(service, region_name=region, endpoint_url=self.endpoint,
                             aws_access_key_id="testing", aws_secret_access_key="testing",
                             aws_session_token="testing")
+
+
+# The fault and score files are the running server's only input about them (it reads them on
+# every request), so the tests' MotoSandbox and `gpu-autoscaler sandbox fault|scores` both
+# read, change and write the file rather than keep a list of their own.
+def read_faults(path: Path) -> list[CapacityFault]:
+    return [CapacityFault(**row) for row in read_rows(path)]
+
+
+def write_faults(path: Path, faults: Sequence[CapacityFault]) -> None:
+    _write_atomically(path, [asdict(f) for f in faults])
+
+
+def add_fault(path: Path, fault: CapacityFault) -> None:
+    write_faults(path, [*read_faults(path), fault])
+
+
+def read_scores(path: Path) -> list[SpotScoreRule]:
+    return [SpotScoreRule(**{**row, "instance_types": tuple(row.get("instance_types") or ())})
+            for row in read_rows(path)]
+
+
+def write_scores(path: Path, scores: Sequence[SpotScoreRule]) -> None:
+    _write_atomically(path, [asdict(s) for s in scores])
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rules in a fault or score file: none without the file, or in an empty one."""
+    if not path.exists():
+        return []
+    return list(json.loads(path.read_text() or "[]"))
 
 
 def _write_atomically(path: Path, rows: list[dict[str, Any]]) -> None:

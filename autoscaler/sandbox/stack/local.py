@@ -230,6 +230,9 @@ class SandboxStack:
     def _start_moto(self) -> None:
         self.moto = MotoSandbox(self.dir / "moto").start()
         self.state.endpoints["moto"] = self.moto.endpoint
+        # What `gpu-autoscaler sandbox fault|scores` write (the server reads them per request).
+        self.state.endpoints["moto_faults"] = str(self.moto.fault_file)
+        self.state.endpoints["moto_spot_scores"] = str(self.moto.score_file)
         self._record()
 
     def _stop_moto(self) -> None:
