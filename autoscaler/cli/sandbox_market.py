@@ -1,18 +1,22 @@
-"""``gpu-autoscaler sandbox fault|scores``: the running sandbox's spot market, changed live.
+"""``gpu-autoscaler sandbox fault|scores|interrupt``: the running sandbox's spot market,
+changed live.
 
 The sandbox's moto refuses launches that match a capacity fault and answers
 GetSpotPlacementScores from a score file; it reads both files on every request, so a change
-counts from the next launch or read. These commands check what they write the way the
+counts from the next launch or read. ``interrupt`` sends the spot notice EC2 would send to
+the sandbox's interruption queue and, for a warning, reclaims the instance two minutes later
+as EC2 does. These commands check what they write the way the
 service checks a pool (a catalog type, a zone of its region, a code the service treats as a
 capacity error), so a typo is refused here instead of silently matching nothing.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -23,7 +27,10 @@ from autoscaler.catalog.catalog import UnknownInstanceTypeError
 from autoscaler.catalog.regions import REGIONS, region_problem, zone_problem
 from autoscaler.cli.common import console, fail
 from autoscaler.cli.sandbox import DEFAULT_DIR, DirOption, running
+from autoscaler.clouds.aws_events import SPOT_NOTICE
+from autoscaler.policy.duration import parse_duration
 from autoscaler.sandbox.services.moto_server import (
+    SANDBOX_ENV,
     CapacityFault,
     SpotScoreRule,
     add_fault,
@@ -32,7 +39,8 @@ from autoscaler.sandbox.services.moto_server import (
     write_faults,
     write_scores,
 )
-from autoscaler.sandbox.stack.state import read_state
+from autoscaler.sandbox.services.spot_notices import Kind, queues, spot_event
+from autoscaler.sandbox.stack.state import StackState, read_state
 
 fault_app = typer.Typer(
     help="Capacity faults: launches of a type, zone or market that the sandbox's moto "
@@ -52,16 +60,21 @@ class Market(StrEnum):
 Code = StrEnum("Code", {c: c for c in CAPACITY_CODES if "." not in c})  # type: ignore[misc]
 
 
-def _market_file(directory: Path, key: str, name: str) -> Path:
-    """The file a running sandbox in ``directory`` reads; refused when none runs there (its
-    moto clears both files when it starts, so a file written before would not count)."""
-    directory = directory.resolve()
+def _running(directory: Path) -> StackState:
+    """The state of the sandbox running in ``directory``; refused when none runs there (its
+    moto starts with no fault, no score and empty queues, so a change made before would not
+    count)."""
     state = read_state(directory)
-    if not running(state):
+    if state is None or not running(state):
         fail(f"no running sandbox in {directory} (start one: gpu-autoscaler sandbox up --dir "
              f"{directory})")
-    assert state is not None
-    return Path(state.endpoints.get(key) or directory / "moto" / name)
+    return state
+
+
+def _market_file(directory: Path, key: str, name: str) -> Path:
+    """The file a running sandbox in ``directory`` reads."""
+    directory = directory.resolve()
+    return Path(_running(directory).endpoints.get(key) or directory / "moto" / name)
 
 
 def _faults_file(directory: Path) -> Path:
@@ -200,6 +213,102 @@ def scores_clear(directory: DirOption = DEFAULT_DIR) -> None:
     _show_scores(path)
 
 
+def _client(service: str, endpoint: str, region: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name=region, endpoint_url=endpoint,
+                        aws_access_key_id=SANDBOX_ENV["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=SANDBOX_ENV["AWS_SECRET_ACCESS_KEY"],
+                        aws_session_token=SANDBOX_ENV["AWS_SESSION_TOKEN"])
+
+
+def _instance(endpoint: str, regions: Sequence[str], node: str) -> tuple[str, dict[str, Any]]:
+    """The region and the pending or running instance of ``node`` (a node name, or an
+    instance id), among the regions that have a queue."""
+    key = "instance-id" if node.startswith("i-") else "tag:node"
+    found = []
+    for region in regions:
+        pages = _client("ec2", endpoint, region).get_paginator("describe_instances").paginate(
+            Filters=[{"Name": key, "Values": [node]},
+                     {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+        found += [(region, i) for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    if len(found) != 1:
+        fail(f"{len(found) or 'no'} running instances for {node!r} in {', '.join(regions)} "
+             "(gpu-autoscaler sandbox status lists the sandbox's instances)")
+    return found[0]
+
+
+def _reclaim(ec2: Any, instance_id: str, node: str, after_s: float) -> None:
+    """Terminate the instance ``after_s`` from now, as EC2 ends a spot instance after its
+    warning, unless it is gone by then (the service drained and removed it first)."""
+    console.print(f"EC2 reclaims {instance_id} in {after_s:.0f} s (Ctrl-C leaves it running)",
+                  highlight=False)
+    deadline = time.monotonic() + after_s
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 1.0))
+    except KeyboardInterrupt:
+        console.print(f"not reclaimed: {instance_id} keeps running", highlight=False)
+        raise typer.Exit(130) from None
+    state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0][
+        "State"]["Name"]
+    if state in ("shutting-down", "terminated"):
+        console.print(f"{node}: {instance_id} was already {state} (the service removed it "
+                      "before the reclaim)", highlight=False)
+        return
+    ec2.terminate_instances(InstanceIds=[instance_id])
+    console.print(f"{node}: {instance_id} reclaimed (terminated; it was {state})", highlight=False)
+
+
+def interrupt(
+    node: Annotated[str, typer.Argument(help="The node's name (its instance's node tag) or its "
+                                        "instance id.")],
+    rebalance: Annotated[bool, typer.Option(
+        "--rebalance", help="Send a rebalance recommendation (elevated risk, nothing reclaimed) "
+        "instead of an interruption warning.")] = False,
+    reclaim_after: Annotated[str, typer.Option(
+        "--reclaim-after", help="How long after the warning the instance is terminated (EC2: "
+        "2m; 0s: at once).")] = "2m",
+    no_reclaim: Annotated[bool, typer.Option(
+        "--no-reclaim", help="Send the warning only: the instance keeps running.")] = False,
+    directory: DirOption = DEFAULT_DIR,
+) -> None:
+    """Send a spot notice for a node to the sandbox's interruption queue, as EC2 does, and
+    reclaim the instance when the warning runs out. The service reads the queue
+    (clouds.aws.sqs_queue_urls in the sandbox's service.yaml): it drains the node, and decides
+    its replacement."""
+    try:
+        wait = parse_duration(reclaim_after).total_seconds()
+    except ValueError as exc:
+        fail(f"--reclaim-after: {exc}")
+    if not 0 <= wait <= 3600:
+        fail("--reclaim-after must be between 0s and 1h (EC2 reclaims after "
+             f"{SPOT_NOTICE.total_seconds():.0f} s)")
+    directory = directory.resolve()
+    state = _running(directory)
+    urls = queues(state.endpoints)
+    endpoint = state.endpoints.get("moto")
+    if not urls or endpoint is None:
+        fail(f"the sandbox in {directory} has no interruption queue (started by an older "
+             "version: gpu-autoscaler sandbox down, then up)")
+    region, instance = _instance(endpoint, sorted(urls), node)
+    instance_id = str(instance["InstanceId"])
+    if instance.get("InstanceLifecycle") != "spot":
+        fail(f"{node} ({instance_id}) is an on-demand instance: EC2 sends spot notices only for "
+             "spot instances")
+    zone = str(instance.get("Placement", {}).get("AvailabilityZone", region))
+    account = str(_client("sts", endpoint, region).get_caller_identity()["Account"])
+    kind: Kind = "rebalance" if rebalance else "interruption"
+    _client("sqs", endpoint, region).send_message(
+        QueueUrl=urls[region], MessageBody=spot_event(kind, instance_id, region, zone, account))
+    what = "rebalance recommendation" if rebalance else "spot interruption warning"
+    console.print(f"{node}: {what} for {instance_id} ({zone}) sent to {urls[region]}",
+                  highlight=False)
+    if not rebalance and not no_reclaim:
+        _reclaim(_client("ec2", endpoint, region), instance_id, node, wait)
+
+
 def register(sandbox_app: typer.Typer) -> None:
     sandbox_app.add_typer(fault_app, name="fault")
     sandbox_app.add_typer(scores_app, name="scores")
+    sandbox_app.command("interrupt")(interrupt)

@@ -1,6 +1,6 @@
-"""``gpu-autoscaler sandbox fault|scores`` write what the sandbox's moto reads, and refuse what
-could not match a real launch or request (tests/sandbox/test_stack.py runs them against a
-running sandbox's moto)."""
+"""``gpu-autoscaler sandbox fault|scores|interrupt`` write what the sandbox's moto reads, and
+refuse what could not match a real launch, request or notice (tests/sandbox/test_stack.py
+runs them against a running sandbox's moto)."""
 
 from __future__ import annotations
 
@@ -83,8 +83,19 @@ def test_what_could_not_match_is_refused_and_nothing_written(running_sandbox: Pa
     assert not (running_sandbox / "scores.json").exists()
 
 
+@pytest.mark.parametrize(("args", "says"), [
+    (("--reclaim-after", "2h"), "between 0s and 1h"),
+    (("--reclaim-after", "soon"), "not a duration"),
+    ((), "no interruption queue"),  # a sandbox started before the queues were
+])
+def test_an_interrupt_that_could_not_be_sent_is_refused(running_sandbox: Path, args, says) -> None:
+    refused = run("interrupt", "demo-v100-1", *args, "--dir", str(running_sandbox))
+    assert refused.exit_code == 1 and says in refused.output, refused.output
+
+
 @pytest.mark.parametrize("args", [("fault", "list"), ("fault", "clear"),
-                                  ("scores", "set", "us-east-1", "us-east-1a=5")])
+                                  ("scores", "set", "us-east-1", "us-east-1a=5"),
+                                  ("interrupt", "demo-v100-1")])
 def test_without_a_running_sandbox_nothing_is_written(tmp_path: Path, args) -> None:
     # A stopped sandbox's moto clears both files when it starts again: a write would not count.
     write_state(tmp_path, StackState(status="stopped", endpoints={

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from autoscaler.sandbox.hosts import first_boot, netns
 from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
+from autoscaler.sandbox.services.spot_notices import queue_key
 from autoscaler.sandbox.stack.baked_images import PER_INSTANCE
 from autoscaler.sandbox.stack.config import prometheus_section
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, mig_layouts, privileged
@@ -232,6 +234,7 @@ def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
     again = cli("up", "--dir", str(d), *mode)
     assert again.returncode == 1 and "already running" in again.stderr
     check_market_commands(d, state.endpoints["moto"])
+    check_interrupt(d, state.endpoints)
     namespaces: list[str] = []
     if privileged():
         import boto3
@@ -258,6 +261,59 @@ def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
     assert cli("status", "--dir", str(d)).returncode == 3
     gone = cli("fault", "list", "--dir", str(d))
     assert gone.returncode == 1 and "no running sandbox" in gone.stderr
+
+
+def check_interrupt(d: Path, endpoints: dict[str, str]) -> None:
+    """`sandbox interrupt` puts the notice EC2 would send on the queue the service's config
+    names, and reclaims the instance when the warning runs out."""
+    import boto3
+
+    from autoscaler.clouds.aws_events import Trust, parse_event
+    from autoscaler.clouds.base import InterruptionKind
+    from autoscaler.service.config.load import load_config
+
+    queue = endpoints[queue_key("us-east-1")]
+    config = load_config(d / "service.yaml")
+    assert config.clouds.aws.sqs_queue_urls == {"us-east-1": queue}
+    kw = {"region_name": "us-east-1", "endpoint_url": endpoints["moto"],
+          "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    ec2, sqs = boto3.client("ec2", **kw), boto3.client("sqs", **kw)
+
+    def launch(node: str, spot: bool) -> str:
+        # Tagged with a node name only: the sandbox boots just the service's instances.
+        extra = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
+        out = ec2.run_instances(ImageId=MOTO_AMI, InstanceType="p3.2xlarge", MinCount=1, MaxCount=1,
+                                TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                                    {"Key": "node", "Value": node}]}], **extra)
+        return str(out["Instances"][0]["InstanceId"])
+
+    def received() -> list:
+        messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])
+        trust = Trust(account="123456789012", regions=frozenset({"us-east-1"}))
+        return [parse_event(m["Body"], trust, datetime.now(UTC)) for m in messages]
+
+    def state_of(instance: str) -> str:
+        return ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0][
+            "State"]["Name"]
+
+    spot, on_demand = launch("e2e-spot-1", True), launch("e2e-od-1", False)
+    advised = cli("interrupt", "e2e-spot-1", "--rebalance", "--dir", str(d))
+    assert advised.returncode == 0, advised.stdout + advised.stderr
+    [advice] = received()
+    assert (advice.instance_id, advice.kind) == (spot, InterruptionKind.REBALANCE)
+    assert state_of(spot) == "running"
+    warned = cli("interrupt", spot, "--reclaim-after", "1s", "--dir", str(d))
+    assert warned.returncode == 0, warned.stdout + warned.stderr
+    assert "reclaimed" in warned.stdout
+    [warning] = received()
+    assert (warning.instance_id, warning.kind) == (spot, InterruptionKind.INTERRUPTION)
+    assert state_of(spot) in ("shutting-down", "terminated")
+    refused = cli("interrupt", "e2e-od-1", "--dir", str(d))
+    assert refused.returncode == 1 and "on-demand" in refused.stderr, refused.stderr
+    gone = cli("interrupt", "e2e-spot-1", "--dir", str(d))
+    assert gone.returncode == 1 and "no running instances" in gone.stderr, gone.stderr
+    assert received() == []
+    ec2.terminate_instances(InstanceIds=[on_demand])
 
 
 def check_market_commands(d: Path, endpoint: str) -> None:

@@ -14,6 +14,7 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.hosts.netns import CONTROLLER_ADDRESS
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
+from autoscaler.sandbox.services.spot_notices import queue_key
 
 if TYPE_CHECKING:
     from autoscaler.sandbox.services.slurm import SlurmNodeSpec
@@ -66,7 +67,7 @@ def slurm_partitions(policies: Mapping[str, TeamPolicy]) -> list[str]:
                               for pool in policy.pools if pool.cluster.kind == "slurm"))
 
 
-def _regions(policies: Mapping[str, TeamPolicy]) -> list[str]:
+def aws_regions(policies: Mapping[str, TeamPolicy]) -> list[str]:
     return sorted({p.region for t in policies.values() for p in t.pools if p.cloud.value == "aws"}
                   or {"us-east-1"})
 
@@ -83,7 +84,7 @@ def prometheus_section(opts: Any, url: str) -> dict[str, Any]:
 def render_service_config(stack: WiredStack) -> dict[str, Any]:
     """A service config wired to this sandbox's endpoints (written as service.yaml)."""
     opts, d, ep = stack.options, stack.dir, stack.state.endpoints
-    regions = _regions(stack.policies)
+    regions = aws_regions(stack.policies)
     slurm_conf = ep.get("slurm_conf")
     # A registry the sandbox runs there (sandbox/services/registry.py) has no TLS.
     extra_vars: dict[str, Any] = {"image_prepull_plain_http": [CONTROLLER_ADDRESS]}
@@ -111,7 +112,10 @@ def render_service_config(stack: WiredStack) -> dict[str, Any]:
         "store": {"url": f"sqlite:///{d / 'fleet.db'}"},
         "signals": signals,
         # moto's spot price history is one fake row at $0.00001: use the catalog's prices.
-        "clouds": {"aws": {"regions": regions, "endpoint_url": ep["moto"]},
+        "clouds": {"aws": {"regions": regions, "endpoint_url": ep["moto"],
+                           # `gpu-autoscaler sandbox interrupt` sends spot notices there.
+                           "sqs_queue_urls": {r: ep[queue_key(r)] for r in regions
+                                              if queue_key(r) in ep}},
                    "market_prices": False},
         "terraform": {"workdir": str(d / "terraform"), "aws_endpoint": ep["moto"],
                       # Run by each node at its first boot (first_boot.py), as on EC2.

@@ -34,8 +34,10 @@ from autoscaler.sandbox.fakes.dcgm_scenarios import Constant
 from autoscaler.sandbox.hosts import netns, node_image
 from autoscaler.sandbox.services.moto_server import SANDBOX_ENV, MotoSandbox
 from autoscaler.sandbox.services.prometheus import PrometheusServer, write_file_sd
+from autoscaler.sandbox.services.spot_notices import create_queues, queue_key
 from autoscaler.sandbox.stack.config import (
     MUNGE_KEY_ENV,
+    aws_regions,
     prometheus_section,
     render_env,
     render_service_config,
@@ -233,6 +235,9 @@ class SandboxStack:
         # What `gpu-autoscaler sandbox fault|scores` write (the server reads them per request).
         self.state.endpoints["moto_faults"] = str(self.moto.fault_file)
         self.state.endpoints["moto_spot_scores"] = str(self.moto.score_file)
+        moto = self.moto
+        queues = create_queues(lambda region: moto.client("sqs", region), aws_regions(self.policies))
+        self.state.endpoints |= {queue_key(r): url for r, url in queues.items()}
         self._record()
 
     def _stop_moto(self) -> None:
