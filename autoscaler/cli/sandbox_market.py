@@ -30,12 +30,12 @@ from autoscaler.cli.sandbox import DEFAULT_DIR, DirOption, running
 from autoscaler.clouds.aws_events import SPOT_NOTICE
 from autoscaler.policy.duration import parse_duration
 from autoscaler.sandbox.services.moto_server import (
-    SANDBOX_ENV,
     CapacityFault,
     SpotScoreRule,
     add_fault,
     read_faults,
     read_scores,
+    sandbox_client,
     write_faults,
     write_scores,
 )
@@ -213,22 +213,13 @@ def scores_clear(directory: DirOption = DEFAULT_DIR) -> None:
     _show_scores(path)
 
 
-def _client(service: str, endpoint: str, region: str) -> Any:
-    import boto3
-
-    return boto3.client(service, region_name=region, endpoint_url=endpoint,
-                        aws_access_key_id=SANDBOX_ENV["AWS_ACCESS_KEY_ID"],
-                        aws_secret_access_key=SANDBOX_ENV["AWS_SECRET_ACCESS_KEY"],
-                        aws_session_token=SANDBOX_ENV["AWS_SESSION_TOKEN"])
-
-
 def _instance(endpoint: str, regions: Sequence[str], node: str) -> tuple[str, dict[str, Any]]:
     """The region and the pending or running instance of ``node`` (a node name, or an
     instance id), among the regions that have a queue."""
     key = "instance-id" if node.startswith("i-") else "tag:node"
     found = []
     for region in regions:
-        pages = _client("ec2", endpoint, region).get_paginator("describe_instances").paginate(
+        pages = sandbox_client("ec2", endpoint, region).get_paginator("describe_instances").paginate(
             Filters=[{"Name": key, "Values": [node]},
                      {"Name": "instance-state-name", "Values": ["pending", "running"]}])
         found += [(region, i) for page in pages for r in page["Reservations"] for i in r["Instances"]]
@@ -297,15 +288,15 @@ def interrupt(
         fail(f"{node} ({instance_id}) is an on-demand instance: EC2 sends spot notices only for "
              "spot instances")
     zone = str(instance.get("Placement", {}).get("AvailabilityZone", region))
-    account = str(_client("sts", endpoint, region).get_caller_identity()["Account"])
+    account = str(sandbox_client("sts", endpoint, region).get_caller_identity()["Account"])
     kind: Kind = "rebalance" if rebalance else "interruption"
-    _client("sqs", endpoint, region).send_message(
+    sandbox_client("sqs", endpoint, region).send_message(
         QueueUrl=urls[region], MessageBody=spot_event(kind, instance_id, region, zone, account))
     what = "rebalance recommendation" if rebalance else "spot interruption warning"
     console.print(f"{node}: {what} for {instance_id} ({zone}) sent to {urls[region]}",
                   highlight=False)
     if not rebalance and not no_reclaim:
-        _reclaim(_client("ec2", endpoint, region), instance_id, node, wait)
+        _reclaim(sandbox_client("ec2", endpoint, region), instance_id, node, wait)
 
 
 def register(sandbox_app: typer.Typer) -> None:

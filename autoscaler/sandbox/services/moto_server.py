@@ -114,11 +114,17 @@ class MotoSandbox(ServiceProcess):
             resp.read()
 
     def client(self, service: str = "ec2", region: str = "us-east-1") -> Any:
-        import boto3
+        return sandbox_client(service, self.endpoint, region)
 
-        return boto3.client(service, region_name=region, endpoint_url=self.endpoint,
-                            aws_access_key_id="testing", aws_secret_access_key="testing",
-                            aws_session_token="testing")
+
+def sandbox_client(service: str, endpoint: str, region: str) -> Any:
+    """A boto3 client of the sandbox's moto at ``endpoint``, with its fake keys."""
+    import boto3
+
+    return boto3.client(service, region_name=region, endpoint_url=endpoint,
+                        aws_access_key_id=SANDBOX_ENV["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=SANDBOX_ENV["AWS_SECRET_ACCESS_KEY"],
+                        aws_session_token=SANDBOX_ENV["AWS_SESSION_TOKEN"])
 
 
 # The fault and score files are the running server's only input about them (it reads them on
