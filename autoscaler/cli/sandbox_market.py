@@ -219,7 +219,8 @@ def _instance(endpoint: str, regions: Sequence[str], node: str) -> tuple[str, di
     key = "instance-id" if node.startswith("i-") else "tag:node"
     found = []
     for region in regions:
-        pages = sandbox_client("ec2", endpoint, region).get_paginator("describe_instances").paginate(
+        ec2 = sandbox_client("ec2", endpoint, region, attempts=2)
+        pages = ec2.get_paginator("describe_instances").paginate(
             Filters=[{"Name": key, "Values": [node]},
                      {"Name": "instance-state-name", "Values": ["pending", "running"]}])
         found += [(region, i) for page in pages for r in page["Reservations"] for i in r["Instances"]]
@@ -282,21 +283,26 @@ def interrupt(
     if not urls or endpoint is None:
         fail(f"the sandbox in {directory} has no interruption queue (started by an older "
              "version: gpu-autoscaler sandbox down, then up)")
-    region, instance = _instance(endpoint, sorted(urls), node)
-    instance_id = str(instance["InstanceId"])
-    if instance.get("InstanceLifecycle") != "spot":
-        fail(f"{node} ({instance_id}) is an on-demand instance: EC2 sends spot notices only for "
-             "spot instances")
-    zone = str(instance.get("Placement", {}).get("AvailabilityZone", region))
-    account = str(sandbox_client("sts", endpoint, region).get_caller_identity()["Account"])
-    kind: Kind = "rebalance" if rebalance else "interruption"
-    sandbox_client("sqs", endpoint, region).send_message(
-        QueueUrl=urls[region], MessageBody=spot_event(kind, instance_id, region, zone, account))
-    what = "rebalance recommendation" if rebalance else "spot interruption warning"
-    console.print(f"{node}: {what} for {instance_id} ({zone}) sent to {urls[region]}",
-                  highlight=False)
-    if not rebalance and not no_reclaim:
-        _reclaim(sandbox_client("ec2", endpoint, region), instance_id, node, wait)
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        region, instance = _instance(endpoint, sorted(urls), node)
+        instance_id = str(instance["InstanceId"])
+        if instance.get("InstanceLifecycle") != "spot":
+            fail(f"{node} ({instance_id}) is an on-demand instance: EC2 sends spot notices only for "
+                 "spot instances")
+        zone = str(instance.get("Placement", {}).get("AvailabilityZone", region))
+        account = str(sandbox_client("sts", endpoint, region, attempts=2).get_caller_identity()["Account"])
+        kind: Kind = "rebalance" if rebalance else "interruption"
+        sandbox_client("sqs", endpoint, region, attempts=2).send_message(
+            QueueUrl=urls[region], MessageBody=spot_event(kind, instance_id, region, zone, account))
+        what = "rebalance recommendation" if rebalance else "spot interruption warning"
+        console.print(f"{node}: {what} for {instance_id} ({zone}) sent to {urls[region]}",
+                      highlight=False)
+        if not rebalance and not no_reclaim:
+            _reclaim(sandbox_client("ec2", endpoint, region, attempts=2), instance_id, node, wait)
+    except (BotoCoreError, ClientError) as exc:  # moto gone, or an answer it refused
+        fail(f"the sandbox's moto at {endpoint} did not answer: {exc}")
 
 
 def register(sandbox_app: typer.Typer) -> None:

@@ -93,6 +93,17 @@ def test_an_interrupt_that_could_not_be_sent_is_refused(running_sandbox: Path, a
     assert refused.exit_code == 1 and says in refused.output, refused.output
 
 
+def test_an_interrupt_says_so_when_moto_does_not_answer(tmp_path: Path) -> None:
+    from autoscaler.sandbox.hosts.procs import free_port
+    from autoscaler.sandbox.services.spot_notices import queue_key
+
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    write_state(tmp_path, StackState(status="ready", supervisor=proc_of(os.getpid()), endpoints={
+        "moto": gone, queue_key("us-east-1"): f"{gone}/123456789012/q"}))
+    refused = run("interrupt", "demo-v100-1", "--dir", str(tmp_path))
+    assert refused.exit_code == 1 and f"moto at {gone} did not answer" in refused.output, refused.output
+
+
 @pytest.mark.parametrize("args", [("fault", "list"), ("fault", "clear"),
                                   ("scores", "set", "us-east-1", "us-east-1a=5"),
                                   ("interrupt", "demo-v100-1")])

@@ -117,11 +117,16 @@ class MotoSandbox(ServiceProcess):
         return sandbox_client(service, self.endpoint, region)
 
 
-def sandbox_client(service: str, endpoint: str, region: str) -> Any:
-    """A boto3 client of the sandbox's moto at ``endpoint``, with its fake keys."""
+def sandbox_client(service: str, endpoint: str, region: str, *, attempts: int | None = None) -> Any:
+    """A boto3 client of the sandbox's moto at ``endpoint``, with its fake keys; with
+    ``attempts``, a call that finds nothing listening gives up after that many tries
+    (botocore's default retries a refused connection for about 13 s)."""
     import boto3
+    from botocore.config import Config
 
-    return boto3.client(service, region_name=region, endpoint_url=endpoint,
+    config = None if attempts is None else Config(
+        connect_timeout=3, retries={"max_attempts": attempts, "mode": "standard"})
+    return boto3.client(service, region_name=region, endpoint_url=endpoint, config=config,
                         aws_access_key_id=SANDBOX_ENV["AWS_ACCESS_KEY_ID"],
                         aws_secret_access_key=SANDBOX_ENV["AWS_SECRET_ACCESS_KEY"],
                         aws_session_token=SANDBOX_ENV["AWS_SESSION_TOKEN"])
