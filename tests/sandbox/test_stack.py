@@ -23,7 +23,7 @@ from autoscaler.sandbox.fakes.nvidia_smi import LOADED_FLAG
 from autoscaler.sandbox.hosts import first_boot, netns
 from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.hosts.procs import wait_until
-from autoscaler.sandbox.services.moto_server import MOTO_AMI
+from autoscaler.sandbox.services.moto_server import MOTO_AMI, sandbox_client
 from autoscaler.sandbox.services.spot_notices import queue_key
 from autoscaler.sandbox.stack.baked_images import PER_INSTANCE
 from autoscaler.sandbox.stack.config import prometheus_section
@@ -237,10 +237,7 @@ def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
     check_interrupt(d, state.endpoints)
     namespaces: list[str] = []
     if privileged():
-        import boto3
-
-        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=state.endpoints["moto"],
-                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        ec2 = sandbox_client("ec2", state.endpoints["moto"], "us-east-1")
         tags = [{"Key": "managed-by", "Value": "gpu-autoscaler"}, {"Key": "node", "Value": "demo-v100-1"}]
         ec2.run_instances(ImageId=MOTO_AMI, InstanceType="p3.2xlarge", MinCount=1, MaxCount=1,
                           TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
@@ -266,7 +263,6 @@ def test_up_down_status_and_cleanup_after_a_crash(tmp_path):
 def check_interrupt(d: Path, endpoints: dict[str, str]) -> None:
     """`sandbox interrupt` puts the notice EC2 would send on the queue the service's config
     names, and reclaims the instance when the warning runs out."""
-    import boto3
 
     from autoscaler.clouds.aws_events import Trust, parse_event
     from autoscaler.clouds.base import InterruptionKind
@@ -275,9 +271,7 @@ def check_interrupt(d: Path, endpoints: dict[str, str]) -> None:
     queue = endpoints[queue_key("us-east-1")]
     config = load_config(d / "service.yaml")
     assert config.clouds.aws.sqs_queue_urls == {"us-east-1": queue}
-    kw = {"region_name": "us-east-1", "endpoint_url": endpoints["moto"],
-          "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-    ec2, sqs = boto3.client("ec2", **kw), boto3.client("sqs", **kw)
+    ec2, sqs = (sandbox_client(s, endpoints["moto"], "us-east-1") for s in ("ec2", "sqs"))
 
     def launch(node: str, spot: bool) -> str:
         # Tagged with a node name only: the sandbox boots just the service's instances.
@@ -319,11 +313,9 @@ def check_interrupt(d: Path, endpoints: dict[str, str]) -> None:
 def check_market_commands(d: Path, endpoint: str) -> None:
     """`sandbox fault|scores` change what the running moto answers, from the next call on
     (tests/cli/test_sandbox_market.py checks what they refuse)."""
-    import boto3
     from botocore.exceptions import ClientError
 
-    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint,
-                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    ec2 = sandbox_client("ec2", endpoint, "us-east-1")
 
     def launch(market: str) -> str:
         extra = {"InstanceMarketOptions": {"MarketType": "spot"}} if market == "spot" else {}

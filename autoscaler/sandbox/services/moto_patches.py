@@ -38,6 +38,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from autoscaler.sandbox.services.moto_server import read_rows
+
 # (name, vCPU, MiB, GPUs): the p3 family as sold; shape copied from p3dn.24xlarge.
 _P3_TYPES = (("p3.2xlarge", 8, 62464, 1), ("p3.8xlarge", 32, 249856, 4),
              ("p3.16xlarge", 64, 499712, 8))
@@ -105,8 +107,6 @@ def _make_spot_request_class() -> type:
 def _rules(path: Path | None) -> list[dict[str, Any]]:
     """The rules a test wrote to ``path``, read on every request so they can change between
     two calls."""
-    from autoscaler.sandbox.services.moto_server import read_rows
-
     return [] if path is None else read_rows(path)
 
 

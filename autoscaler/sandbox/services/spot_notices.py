@@ -14,14 +14,13 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from autoscaler.clouds.aws_events import CLOUD_SOURCE, REBALANCE, SPOT_WARNING
+from autoscaler.sandbox.services.moto_server import sandbox_client
 
 QUEUE_NAME = "gpu-autoscaler-interruptions"
 Kind = Literal["interruption", "rebalance"]
-
-
 _KEY = "interruptions/"
 
 
@@ -35,10 +34,11 @@ def queues(endpoints: Mapping[str, str]) -> dict[str, str]:
     return {k.removeprefix(_KEY): url for k, url in endpoints.items() if k.startswith(_KEY)}
 
 
-def create_queues(sqs_for: Any, regions: Iterable[str]) -> dict[str, str]:
-    """One interruption queue per region (``sqs_for(region)`` is that region's client):
-    region -> queue URL."""
-    return {r: str(sqs_for(r).create_queue(QueueName=QUEUE_NAME)["QueueUrl"]) for r in regions}
+def create_queues(endpoint: str, regions: Iterable[str]) -> dict[str, str]:
+    """One interruption queue per region in the sandbox's moto at ``endpoint``: region ->
+    queue URL."""
+    return {r: str(sandbox_client("sqs", endpoint, r).create_queue(QueueName=QUEUE_NAME)["QueueUrl"])
+            for r in regions}
 
 
 def spot_event(kind: Kind, instance_id: str, region: str, zone: str, account: str,

@@ -14,7 +14,7 @@ from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.hosts.first_boot import SANDBOX_USER_DATA
 from autoscaler.sandbox.hosts.netns import CONTROLLER_ADDRESS
 from autoscaler.sandbox.services.moto_server import MOTO_AMI
-from autoscaler.sandbox.services.spot_notices import queue_key
+from autoscaler.sandbox.services.spot_notices import queues
 
 if TYPE_CHECKING:
     from autoscaler.sandbox.services.slurm import SlurmNodeSpec
@@ -114,8 +114,7 @@ def render_service_config(stack: WiredStack) -> dict[str, Any]:
         # moto's spot price history is one fake row at $0.00001: use the catalog's prices.
         "clouds": {"aws": {"regions": regions, "endpoint_url": ep["moto"],
                            # `gpu-autoscaler sandbox interrupt` sends spot notices there.
-                           "sqs_queue_urls": {r: ep[queue_key(r)] for r in regions
-                                              if queue_key(r) in ep}},
+                           "sqs_queue_urls": queues(ep)},
                    "market_prices": False},
         "terraform": {"workdir": str(d / "terraform"), "aws_endpoint": ep["moto"],
                       # Run by each node at its first boot (first_boot.py), as on EC2.

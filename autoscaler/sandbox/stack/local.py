@@ -235,8 +235,7 @@ class SandboxStack:
         # What `gpu-autoscaler sandbox fault|scores` write (the server reads them per request).
         self.state.endpoints["moto_faults"] = str(self.moto.fault_file)
         self.state.endpoints["moto_spot_scores"] = str(self.moto.score_file)
-        moto = self.moto
-        queues = create_queues(lambda region: moto.client("sqs", region), aws_regions(self.policies))
+        queues = create_queues(self.moto.endpoint, aws_regions(self.policies))
         self.state.endpoints |= {queue_key(r): url for r, url in queues.items()}
         self._record()
 
