@@ -41,6 +41,7 @@ from autoscaler.signals.promql import (
     mean_key,
     newest_key,
     now_key,
+    sample_value,
     xid_key,
 )
 from autoscaler.signals.rules import RecordedQuery, RulesError, RuleSet
@@ -153,7 +154,34 @@ class PrometheusReader:
                                           windows_of).items():
                 hosts[name] = windows_of(pool)
         nodes = {name: recorded.observe(fields.get(name, {}), w) for name, w in hosts.items()}
-        return MetricsReading(nodes, queries=1)
+        # The rules date a node at their first evaluation after its scrapes fail, but its
+        # window's mean is another group's and may empty first (groups run apart, later under
+        # load): undated for that tick, a node READY for an hour would read as silent for the
+        # hour. The few nodes read as silent are dated from their raw series, as in raw mode.
+        lagging: dict[str, list[str]] = {}
+        for name, obs in nodes.items():
+            if obs.metrics_silent and obs.metrics is None:
+                lagging.setdefault(hosts[name].metric, []).append(name)
+        dated, undated = _cap(lagging)
+        if not dated:
+            return MetricsReading(nodes, queries=1)
+        builder = QueryBuilder({windows_of(p) for p in pools}, self.config.node_label,
+                               self.config.stale_after)
+        followup = builder.followup_query(dated)
+        ages: Fields = {}
+        try:
+            if followup is not None:
+                _collect(self._query(followup, now), self.config.node_label, ages)
+        except PrometheusReadError as exc:
+            return MetricsReading({}, error=str(exc), queries=2)
+        for name in undated:
+            nodes[name] = _undated(hosts[name].metric)
+        for name, values in ages.items():
+            w = hosts.get(name)
+            age = values.get(newest_key(w.metric)) if w is not None else None
+            if w is not None and age is not None:
+                nodes[name] = recorded.observe({**fields.get(name, {}), now_key(w.metric): age}, w)
+        return MetricsReading(nodes, queries=2)
 
     def query(self, query: str, now: datetime) -> list[dict[str, Any]]:
         """An instant query at ``now``, with the reader's timeout and errors."""
@@ -204,11 +232,8 @@ class PrometheusReader:
                 if a is not None]
         if not ages:
             if undated:
-                why = (f"no recent {metric_name} sample (not dated: more than "
-                       f"{MAX_FOLLOWUP_NODES} nodes stopped reporting)")
-            else:
-                why = (f"no {metric_name} sample in the last "
-                       f"{format_duration_s(builder.horizon_s)}")
+                return _undated(w.metric)
+            why = f"no {metric_name} sample in the last {format_duration_s(builder.horizon_s)}"
             return NodeObservation(metrics_missing=why, metrics_silent=True)
         age = max(0.0, ages[0])
         metrics = GpuMetrics(
@@ -279,6 +304,12 @@ def _cap(lagging: dict[str, list[str]]) -> tuple[dict[str, list[str]], set[str]]
     return {m: n for m, n in dated.items() if n}, undated
 
 
+def _undated(metric: str) -> NodeObservation:
+    return NodeObservation(metrics_missing=(
+        f"no recent {UTIL_METRICS[metric][0]} sample (not dated: more than "
+        f"{MAX_FOLLOWUP_NODES} nodes stopped reporting)"), metrics_silent=True)
+
+
 def format_duration_s(secs: int) -> str:
     return format_duration(timedelta(seconds=secs))
 
@@ -311,18 +342,7 @@ def _collect(result: list[dict[str, Any]], label: str, into: Fields) -> None:
         key = labels.get(FIELD_LABEL)
         if not isinstance(node, str) or not isinstance(key, str) or not node or not key:
             continue
-        value = _sample(series.get("value"))
+        value = sample_value(series.get("value"))
         if value is None or math.isnan(value) or math.isinf(value):
             continue  # absent, not zero
         into.setdefault(node, {})[key] = value
-
-
-def _sample(pair: Any) -> float | None:
-    """The value of an instant-vector sample ``[time, "value"]``; None for anything else (a
-    proxy or a broken exporter may answer junk: absent, never a traceback)."""
-    if not isinstance(pair, list | tuple) or len(pair) != 2 or not isinstance(pair[1], str):
-        return None
-    try:
-        return float(pair[1])
-    except ValueError:
-        return None

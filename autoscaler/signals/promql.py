@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from autoscaler.policy.models import Pool
 
@@ -187,3 +188,14 @@ def balanced_or(exprs: list[str]) -> str:
         return exprs[0]
     mid = len(exprs) // 2
     return f"({balanced_or(exprs[:mid])}) or ({balanced_or(exprs[mid:])})"
+
+
+def sample_value(pair: Any) -> float | None:
+    """The value of an instant-vector sample ``[time, "value"]``; None for anything else (a
+    proxy or a broken exporter may answer junk: absent, never a traceback)."""
+    if not isinstance(pair, list | tuple) or len(pair) != 2 or not isinstance(pair[1], str):
+        return None
+    try:
+        return float(pair[1])
+    except ValueError:
+        return None

@@ -4,8 +4,9 @@ With ``prometheus.recording_rules: true`` Prometheus evaluates, every ``rules_in
 one rule group per distinct duration among the pools' ``scale_up.window`` and
 ``scale_down.idle_for`` (``avg_over_time`` / ``max_over_time`` of every GPU's raw series,
 then ``by (<node label>)``) plus one group of per-node instant values. A tick then sends
-ONE instant query, a single selector over the recorded names, and only what the engine
-decides with crosses the wire:
+ONE instant query, a single selector over the recorded names (plus, while some node reads
+as silent with no date, a follow-up that dates those nodes from their raw series), and
+only what the engine decides with crosses the wire:
 
 * for every node, ONE series: the mean utilization over its own pool's
   ``scale_up.window``, labelled ``gpus="<GPUs reporting>"`` (NaN, the mean of an empty
@@ -74,6 +75,7 @@ from autoscaler.signals.promql import (
     mean_key,
     now_key,
     regex_literal,
+    sample_value,
     seconds,
     xid_key,
 )
@@ -297,22 +299,28 @@ class RecordedQuery:
         markers: dict[str, str] = {}
         label = self.rules.label
         for series in result:
-            labels = series["metric"]
+            labels = series.get("metric") if isinstance(series, dict) else None
+            if not isinstance(labels, dict):
+                continue
             name = labels.get("__name__", "")
             node = labels.get(label)
-            if not node:
+            if not isinstance(node, str) or not node:
                 if name == MARKER:
-                    markers[labels.get("rule_group", "")] = labels.get("digest", "")
+                    markers[str(labels.get("rule_group", ""))] = str(labels.get("digest", ""))
                 continue
-            value = float(series["value"][1])
+            value = sample_value(series.get("value"))
+            if value is None:
+                continue  # junk from a proxy: absent, never a traceback
             into = fields.setdefault(node, {})
             if name in self.dated:
-                into[self.dated[name]] = now_s - value
+                if math.isfinite(value):
+                    into[self.dated[name]] = now_s - value
                 continue
             if name in self.means:
                 key, gpus = self.means[name]
-                if GPUS_LABEL in labels:
-                    into[gpus] = float(labels[GPUS_LABEL])
+                count = sample_value([0, labels.get(GPUS_LABEL)])
+                if count is not None and math.isfinite(count):
+                    into[gpus] = count
                 into[key] = value  # NaN: the window is empty (observe tells it from absent)
                 into[ANY_MEAN] = 1.0
             elif name in self.facts and math.isfinite(value):

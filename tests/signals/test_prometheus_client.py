@@ -16,6 +16,7 @@ import pytest
 
 from autoscaler.signals.config import PrometheusConfig
 from autoscaler.signals.prometheus import PrometheusReader, _session
+from autoscaler.signals.rules import MARKER, RuleSet, avg_rule, newest_rule
 from tests.builders import make_policy
 from tests.hostile_answers import HOSTILE, AnswerServer
 
@@ -174,3 +175,42 @@ def test_an_answer_that_is_not_prometheus_is_a_source_error(answer: str, error: 
     finally:
         server.stop()
     assert result.error == f"prometheus answered badly: {error}"
+
+
+def recorded_answer(*series: Any) -> list[Any]:
+    """The markers of POOL's rule groups (so the rules count as loaded), then ``series``."""
+    cfg = PrometheusConfig(url="http://127.0.0.1:1")
+    digests = RuleSet.of([POOL], cfg.node_label, cfg.stale_after).digests()
+    return [*series, *({"metric": {"__name__": MARKER, "rule_group": g, "digest": d},
+                        "value": [NOW.timestamp(), "1"]} for g, d in digests.items())]
+
+
+MEAN = avg_rule("gpu_util", 300)
+
+
+@pytest.mark.parametrize("junk", [
+    {"metric": {"__name__": MEAN, "Hostname": "vision-gpu-2"}, "value": [1, "x"]},
+    {"metric": {"__name__": MEAN, "Hostname": "vision-gpu-2"}, "value": [1, 5]},
+    {"metric": {"__name__": MEAN, "Hostname": "vision-gpu-2"}, "value": "50"},
+    {"metric": {"__name__": MEAN, "Hostname": "vision-gpu-2"}},
+    {"metric": {"__name__": MEAN, "Hostname": "vision-gpu-2", "gpus": "many"}, "value": [1, "50"]},
+    {"metric": {"__name__": MEAN, "Hostname": ["vision-gpu-2"]}, "value": [1, "50"]},
+    {"metric": ["vision-gpu-2"], "value": [1, "50"]},
+    {"metric": {"__name__": newest_rule("gpu_util", 900), "Hostname": "vision-gpu-2"},
+     "value": [1, "+Inf"]},
+    "not a series",
+])
+def test_junk_in_the_recorded_answer_is_absent_and_the_rest_is_read(
+        stub: Stub, junk: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """In recording-rule mode too, junk costs its sample: it once raised out of the tick."""
+    stub.result = recorded_answer(junk, {"metric": {"__name__": MEAN, "Hostname": "vision-gpu-1",
+                                                    "gpus": "4"}, "value": [NOW.timestamp(), "35"]})
+    reader = PrometheusReader(PrometheusConfig(url=stub.url, recording_rules=True))
+    try:
+        result = reader.read({"vision-gpu-1": POOL}, [POOL], NOW)
+    finally:
+        reader.close()
+    assert result.error is None, result.error
+    m = result.nodes["vision-gpu-1"].metrics
+    assert m is not None and (m.util_mean, m.gpus_reporting) == (35.0, 4)
+    assert "Traceback" not in caplog.text
