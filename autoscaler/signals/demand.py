@@ -44,14 +44,29 @@ def load_demand(reader: PrometheusReader, pools: Iterable[str], now: datetime,
     end = bin_start(now)  # a value evaluated at a bin's end covers that bin
     start = end - min(span, MAX_RANGE) + STEP
     result = reader.query_range(demand_query(wanted), start, end, STEP)
+    # Junk is skipped point by point: one bad value must not cost every pool its history.
+    first, last = start.timestamp(), end.timestamp()
     out: Bins = {}
     for series in result:
-        pool = series.get("metric", {}).get("pool")
-        if pool not in wanted:
+        labels = series.get("metric") if isinstance(series, dict) else None
+        pool = labels.get("pool") if isinstance(labels, dict) else None
+        values = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(pool, str) or pool not in wanted or not isinstance(values, list):
             continue
         points = out.setdefault(pool, [])
-        for ts, value in series.get("values", []):
-            v = float(value)
-            if math.isfinite(v) and v >= 0:
-                points.append((datetime.fromtimestamp(float(ts), UTC) - STEP, v))
+        for point in values:
+            ts, v = _number(point, 0), _number(point, 1)
+            if ts is not None and v is not None and first <= ts <= last and v >= 0:
+                points.append((datetime.fromtimestamp(ts, UTC) - STEP, v))
     return out
+
+
+def _number(point: object, i: int) -> float | None:
+    """Item ``i`` of a ``[time, "value"]`` pair as a finite number, else None."""
+    if not isinstance(point, list) or len(point) != 2 or not isinstance(point[i], str | int | float):
+        return None
+    try:
+        n = float(point[i])
+    except ValueError:
+        return None
+    return n if math.isfinite(n) else None

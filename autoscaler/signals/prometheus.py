@@ -189,8 +189,8 @@ class PrometheusReader:
 
     def _query(self, query: str, now: datetime) -> list[dict[str, Any]]:
         timeout = self.config.timeout.total_seconds()
-        return self._guarded(lambda client: client.custom_query(
-            query, params={"time": f"{now.timestamp():.3f}", "timeout": f"{timeout:g}s"}))
+        return _series(self._guarded(lambda client: client.custom_query(
+            query, params={"time": f"{now.timestamp():.3f}", "timeout": f"{timeout:g}s"})))
 
     def active_targets(self) -> list[dict[str, Any]]:
         """Prometheus' active scrape targets (``/api/v1/targets``), as answered: Prometheus
@@ -203,9 +203,9 @@ class PrometheusReader:
                     step: timedelta) -> list[dict[str, Any]]:
         """A range query (``/api/v1/query_range``), with the same timeout and errors."""
         timeout = self.config.timeout.total_seconds()
-        return self._guarded(lambda client: client.custom_query_range(
+        return _series(self._guarded(lambda client: client.custom_query_range(
             query, start_time=start, end_time=end, step=f"{step.total_seconds():g}s",
-            params={"timeout": f"{timeout:g}s"}))
+            params={"timeout": f"{timeout:g}s"})))
 
     def _guarded(self, call: Callable[[PrometheusConnect], Any]) -> list[dict[str, Any]]:
         timeout = self.config.timeout.total_seconds()
@@ -302,6 +302,13 @@ def _cap(lagging: dict[str, list[str]]) -> tuple[dict[str, list[str]], set[str]]
         dated[metric], budget = names[:budget], max(0, budget - len(names))
         undated.update(names[len(dated[metric]):])
     return {m: n for m, n in dated.items() if n}, undated
+
+
+def _series(result: Any) -> list[dict[str, Any]]:
+    """A query's ``data.result``, which the client returns unchecked: a list, or an error."""
+    if not isinstance(result, list):
+        raise PrometheusReadError(f"prometheus answered badly: a result of {type(result).__name__}")
+    return result
 
 
 def _undated(metric: str) -> NodeObservation:

@@ -303,6 +303,8 @@ class RecordedQuery:
             if not isinstance(labels, dict):
                 continue
             name = labels.get("__name__", "")
+            if not isinstance(name, str):
+                continue
             node = labels.get(label)
             if not isinstance(node, str) or not node:
                 if name == MARKER:

@@ -196,6 +196,8 @@ MEAN = avg_rule("gpu_util", 300)
     {"metric": {"__name__": MEAN, "Hostname": "vision-gpu-2", "gpus": "many"}, "value": [1, "50"]},
     {"metric": {"__name__": MEAN, "Hostname": ["vision-gpu-2"]}, "value": [1, "50"]},
     {"metric": ["vision-gpu-2"], "value": [1, "50"]},
+    {"metric": {"__name__": [MEAN], "Hostname": "vision-gpu-1"}, "value": [1, "50"]},
+    {"metric": {"__name__": {"a": MEAN}, "Hostname": "vision-gpu-1"}, "value": [1, "50"]},
     {"metric": {"__name__": newest_rule("gpu_util", 900), "Hostname": "vision-gpu-2"},
      "value": [1, "+Inf"]},
     "not a series",
@@ -214,3 +216,18 @@ def test_junk_in_the_recorded_answer_is_absent_and_the_rest_is_read(
     m = result.nodes["vision-gpu-1"].metrics
     assert m is not None and (m.util_mean, m.gpus_reporting) == (35.0, 4)
     assert "Traceback" not in caplog.text
+
+
+@pytest.mark.parametrize("recording_rules", [False, True])
+@pytest.mark.parametrize("result", [5, None, "vector", {"series": []}])
+def test_a_result_that_is_not_a_list_is_a_source_error(stub: Stub, result: Any,
+                                                       recording_rules: bool) -> None:
+    """The client hands back ``data.result`` as it came: a number raised TypeError."""
+    stub.result = result  # type: ignore[assignment]
+    reader = PrometheusReader(PrometheusConfig(url=stub.url, recording_rules=recording_rules))
+    try:
+        reading = reader.read({"vision-gpu-1": POOL}, [POOL], NOW)
+    finally:
+        reader.close()
+    assert reading.error == f"prometheus answered badly: a result of {type(result).__name__}"
+    assert reading.nodes == {}

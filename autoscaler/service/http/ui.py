@@ -292,7 +292,10 @@ def login(form: bytes, headers: Mapping[str, str] | Message[str, str], client: s
                                                          "Retry-After": f"{max(1, round(wait))}"})
     if token is None:
         return _see_ui()
-    fields = parse_qs(form.decode("utf-8", "replace"), max_num_fields=8)
+    try:
+        fields = parse_qs(form.decode("utf-8", "replace"), max_num_fields=8)
+    except ValueError:  # more fields than a sign-in form has; no token was tried
+        return login_page("Sign in with this server's own form (too many form fields).", code=400)
     given = (fields.get("token") or [""])[0]
     if not hmac.compare_digest(given.encode(), token.encode()):
         throttle.failed(client)

@@ -7,10 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.service.http.api import ApiHandlers, ApiServer, Health
 from autoscaler.service.http.sessions import LoginThrottle, Sessions, same_origin
 from autoscaler.service.http.ui import COOKIE
+from autoscaler.service.http.ui import login as ui_login
 from tests.service.http.test_ui import call
 
 TOKEN = "s3cret-token-value-42"
@@ -156,3 +159,24 @@ def test_repeated_failed_logins_are_slowed_down(ui):
     code, cookie = login(url)  # the right token after the wait: in, and the count restarts
     assert code == 303 and cookie and page(url, cookie) == 200
     assert login(url, "wrong-token")[0] == 401
+
+
+def test_a_form_with_more_fields_than_a_sign_in_is_400_and_not_a_failed_attempt(ui):
+    """parse_qs's field limit raised out of the route: a 500 and a traceback."""
+    url, _, _ = ui
+    form = "&".join(f"f{i}=x" for i in range(9)) + f"&token={TOKEN}"
+    for _ in range(5):  # more than the throttle lets fail in a row
+        code, _, body = call(f"{url}/ui/login", data=form.encode(), headers={"Origin": url})
+        assert code == 400 and "too many form fields" in body
+    assert login(url)[0] == 303
+
+
+@settings(max_examples=80, deadline=None)
+@given(form=st.binary(max_size=200) | st.lists(
+    st.tuples(st.text(max_size=6), st.text(max_size=6)), max_size=16).map(
+        lambda pairs: "&".join(f"{k}={v}" for k, v in pairs).encode()))
+def test_any_form_from_the_page_is_a_sign_in_or_a_refusal(form: bytes) -> None:
+    clock = FakeClock()
+    answer = ui_login(form, {"Origin": "http://h", "Host": "h"}, "c", TOKEN,
+                      Sessions(ttl=60, clock=clock), LoginThrottle(clock=clock))
+    assert answer.code in (303, 400, 401), answer
