@@ -105,12 +105,17 @@ def _gpus_per_node(job: Mapping[str, Any]) -> tuple[float, str | None, list[Gres
     tasks = max(1, _int(job.get("tasks"), 1))
     per = (("tres_per_node", 1.0), ("tres_per_job", 1.0 / nodes), ("tres_per_task", tasks / nodes))
     for key, scale in per:
-        spec = job.get(key) or ""
+        spec = _text(job.get(key))
         gres = slurm_gres.gpu_like(parse_gres(spec))
         if gpu_count(spec) or any(g.name == slurm_gres.SHARD and g.count for g in gres):
             return (gpu_count(spec) * scale, gpu_type(spec),
                     [Gres(g.name, g.type, g.count * scale) for g in gres])
     return 0.0, None, []
+
+
+def _text(value: Any) -> str:
+    """A field squeue gives as text; any other JSON type is no value, not a crash later."""
+    return value if isinstance(value, str) else ""
 
 
 def _int(value: Any, default: int) -> int:
@@ -135,8 +140,9 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
         state = job.get("job_state")
         state = (state[0] if state else "") if isinstance(state, list) else str(state or "")
         gpus, gtype, gres = _gpus_per_node(job)
-        nodes = expand_hostlist(job.get("nodes"))
-        detail = job.get("gres_detail") or []
+        nodes = expand_hostlist(_text(job.get("nodes")))
+        detail = job.get("gres_detail")
+        detail = [_text(d) for d in detail] if isinstance(detail, list) else []
         task = _array_task(job)
         jid = str(job.get("job_id"))
         if task is not None:
@@ -148,7 +154,8 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
             submitted_at=epoch(job.get("submit_time")), started_at=epoch(job.get("start_time")),
             limit=time_limit(job.get("time_limit")),
             nodes=nodes, node_gpus=[gpu_count(d) for d in detail] if len(detail) == len(nodes) else [],
-            array=array_tasks(job.get("array_task_string")) if state.upper() == "PENDING" else [],
+            array=array_tasks(_text(job.get("array_task_string")))
+            if state.upper() == "PENDING" else [],
             submission=Submission.read(job.get("account"), job.get("qos"), job.get("user_name"),
                                        job.get("features")),
             gres=gres, node_gres=[slurm_gres.gpu_like(parse_gres(d)) for d in detail]
@@ -159,8 +166,9 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
 
 def nodes_from_json(doc: Mapping[str, Any]) -> list[SlurmNode]:
     return [SlurmNode(name=n["name"], state=n.get("state") or "unknown",
-                      flags=list(n.get("state_flags") or []), gres=n.get("gres") or "",
-                      gres_used=n.get("gres_used"), reason=str(n.get("reason") or "")[:200],
+                      flags=list(n.get("state_flags") or []), gres=_text(n.get("gres")),
+                      gres_used=n["gres_used"] if isinstance(n.get("gres_used"), str) else None,
+                      reason=str(n.get("reason") or "")[:200],
                       reason_by=str(n.get("reason_set_by_user") or "")[:64],
                       reason_at=epoch(n.get("reason_changed_at")),
                       partitions=[str(x)[:64] for x in (n.get("partitions") or [])][:64])
@@ -377,7 +385,8 @@ class SlurmReader:
                 if "timed out" in str(exc) or "not found" in str(exc):
                     return SchedulerReading(error=f"slurm: {exc}", source="json")
                 json_error = str(exc)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+                # wrong JSON types ([1,2], "nodes": 5) or nesting past the parser's depth
                 json_error = f"unreadable JSON ({type(exc).__name__})"
         try:
             jobs = jobs_from_text(self._cmd("squeue", "-h", "-t", SQUEUE_STATES,

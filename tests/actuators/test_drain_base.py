@@ -115,6 +115,15 @@ def test_slurm_readiness_counts_the_offered_gpus_and_says_slurms_reason() -> Non
     assert down.why == "slurm state DOWN: Not responding"
 
 
+@pytest.mark.parametrize("gres", ["gpu:nan", "gpu:1e400", "gpu:v100:inf", "gpu:-4", "gpu:1.5",
+                                  "gpu:v100:4,gpu:nan"])
+def test_a_gres_count_that_is_no_number_of_gpus_is_not_ready(gres: str) -> None:
+    """NaN compared false with the type's GPUs, so Gres=gpu:nan read as a ready node."""
+    ready = slurm_readiness(f"NodeName=a State=IDLE Gres={gres} Reason=none")
+    assert (ready.ready, ready.gpus) == (False, None)
+    assert ready.why == "slurm state IDLE, but its Gres has a GPU count that is not a whole number from 0 up"
+
+
 def test_slurm_command_failures_are_drain_errors() -> None:
     def broken(argv, timeout, env):  # type: ignore[no-untyped-def]
         raise SlurmCommandError(f"{' '.join(argv)} failed (1): Unable to contact slurm controller")

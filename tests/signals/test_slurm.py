@@ -184,6 +184,73 @@ def test_unreadable_json_also_falls_back() -> None:
     assert SlurmReader(SlurmConfig(), runner).read(refs()).source == "squeue/sinfo formatted"
 
 
+def squeue_line(jid: str, state: str = "PENDING", nodes: str = "") -> str:
+    return (f"{jid}|gpu|{state}|Resources|gres:gpu:v100:2|1|2026-11-30T12:00:00|N/A|{nodes}|"
+            "1:00:00|cv|normal|alice|(null) odd\n")
+
+
+@pytest.mark.parametrize(("line", "pending", "on_gpu1"), [
+    (squeue_line("42_[1-5:0]"), ["2", "42"], ["run"]),  # no tasks read: the job counts once
+    (squeue_line("42_[1-x]"), ["2", "42"], ["run"]),
+    (squeue_line("42_[1-2,4-5:0]"), ["2", "42_1", "42_2"], ["run"]),
+    (squeue_line("7", "RUNNING", "vision-v100-[a-b]"), ["2"], ["run"]),  # on no node
+    (squeue_line("7", "RUNNING", "gpu[1-3-5]"), ["2"], ["run"]),
+    (squeue_line("7", "RUNNING", "gpu[-5]"), ["2"], ["run"]),
+    (squeue_line("7", "RUNNING", "gpu[x,1]"), ["2"], ["run", "odd"]),
+], ids=["42_[1-5:0]", "42_[1-x]", "42_[1-2,4-5:0]", "vision-v100-[a-b]", "gpu[1-3-5]", "gpu[-5]",
+        "gpu[x,1]"])
+def test_a_malformed_range_in_formatted_output_costs_only_its_own_job(
+        line: str, pending: list[str], on_gpu1: list[str]) -> None:
+    """One odd line used to raise ValueError and lose the source for every pool."""
+    runner = FakeRunner({"squeue -h": SQUEUE_TEXT + line, "sinfo -h": SINFO_TEXT})
+    reading = SlurmReader(SlurmConfig(use_json=False), runner).read(refs())
+    assert reading.error is None and reading.source == "squeue/sinfo formatted"
+    assert [j.id for j in reading.pending["vision/v100"]] == pending
+    assert [j.name for j in reading.nodes["gpu1"].jobs] == on_gpu1
+
+
+@pytest.mark.parametrize("answer", [
+    "[1,2]",
+    '{"jobs": ["x"]}',
+    '{"jobs": 5}',
+    pytest.param("[" * 100_000 + "]" * 100_000, id="nested past the parser's depth"),
+])
+def test_json_of_the_wrong_shape_falls_back_to_formatted_output(answer: str) -> None:
+    runner = FakeRunner({"squeue --json": answer, "sinfo --json": "{}",
+                         "squeue -h": SQUEUE_TEXT, "sinfo -h": SINFO_TEXT})
+    reading = SlurmReader(SlurmConfig(), runner).read(refs())
+    assert reading.error is None and reading.source == "squeue/sinfo formatted"
+    assert [j.id for j in reading.pending["vision/v100"]] == ["2"]
+
+
+@pytest.mark.parametrize(("field", "value", "pending", "running", "allocated"), [
+    ("nodes", 5, ["2_1", "2_2"], [], 0),  # no node runs it
+    ("nodes", ["gpu1"], ["2_1", "2_2"], [], 0),
+    ("tres_per_node", 5, [], ["1"], 1),  # no GPUs asked: no demand; gres_detail still counts
+    ("tres_per_node", {"gpu": 2}, [], ["1"], 1),
+    ("gres_detail", 5, ["2_1", "2_2"], ["1"], 1),  # the request's GPUs instead
+    ("gres_detail", [5], ["2_1", "2_2"], ["1"], 0),  # an entry of no gres
+    ("array_task_string", 5, ["2"], ["1"], 1),  # no tasks read: the job counts once
+    ("array_task_string", ["1-2"], ["2"], ["1"], 1),
+])
+def test_json_fields_that_are_not_text_are_absent(field: str, value: object, pending: list[str],
+                                                  running: list[str], allocated: float) -> None:
+    jobs = [job_2205(1, "RUNNING", "gres:gpu:1", nodes="gpu1", detail=["gpu:v100:1(IDX:0)"]),
+            job_2205(2, "PENDING", "gres:gpu:v100:2", reason="Resources", array_job_id=2)]
+    jobs[1]["array_task_string"] = "1-2"
+    for job in jobs:
+        job[field] = value
+    sinfo = {"nodes": [{"name": "gpu1", "state": "mixed", "gres": 5, "gres_used": 7},
+                       {"name": "gpu2", "state": "idle", "gres": "gpu:v100:2", "gres_used": None}]}
+    reading = SlurmReader(SlurmConfig(), json_runner({"jobs": jobs}, sinfo)).read(refs())
+    assert reading.error is None and reading.source == "squeue/sinfo --json"
+    assert [(j.id, j.gpus) for j in reading.pending["vision/v100"]] == [(i, 2) for i in pending]
+    gpu1 = reading.nodes["gpu1"]
+    assert [j.id for j in gpu1.jobs] == running
+    assert (gpu1.gpus_total, gpu1.gpus_allocated) == (0, allocated)  # its gres: 5, used: 7
+    assert reading.nodes["gpu2"].gpus_total == 2
+
+
 def test_timeout_makes_the_source_missing_without_fallback() -> None:
     runner = FakeRunner({"squeue --json": SlurmCommandError("squeue --json timed out after 10s")})
     reading = SlurmReader(SlurmConfig(), runner).read(refs())

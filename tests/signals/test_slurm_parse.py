@@ -24,6 +24,7 @@ from autoscaler.schedulers.slurm.parse import (
     parse_constraint,
     parse_gres,
     time_limit,
+    whole_gpu_count,
 )
 from tests.hostile import SPLIT, TF_DIRECTIVE, TF_FILE, jinja
 
@@ -50,6 +51,16 @@ def test_gres_strings(spec: str | None, count: float, gtype: str | None) -> None
     assert gpu_type(spec) == gtype
 
 
+@pytest.mark.parametrize(("spec", "count"), [
+    ("gpu:v100:4", 4), ("gpu:t4:4(S:0),shard:8", 4), ("(null)", 0), ("gpu", 1),
+    ("gpu:nan", None), ("gpu:1e400", None), ("gpu:v100:inf", None), ("gpu:-4", None),
+    ("gpu:1.5", None), ("gpu:v100:4,gpu:nan", None),
+])
+def test_whole_gpu_count_refuses_counts_that_are_no_number_of_devices(
+        spec: str, count: float | None) -> None:
+    assert whole_gpu_count(spec) == count
+
+
 def test_parse_gres_keeps_other_resources() -> None:
     assert parse_gres("gpu:t4:2(IDX:0,1),mps:100") == [Gres("gpu", "t4", 2), Gres("mps", None, 100)]
 
@@ -71,6 +82,27 @@ def test_gpu_model_names(slurm: str | None, model: str | None) -> None:
 ])
 def test_expand_hostlist(hostlist: str, names: list[str]) -> None:
     assert expand_hostlist(hostlist) == names
+
+
+@pytest.mark.parametrize(("hostlist", "names"), [
+    ("vision-v100-[a-b]", []),
+    ("gpu[1-3-5]", []),
+    ("gpu[-5]", []),
+    ("gpu[1-x]", []),
+    ("gpu[1-2,a-b,5]", ["gpu1", "gpu2", "gpu5"]),  # only the malformed range is dropped
+    ("gpu[x],cpu1,n[1-2]", ["cpu1", "n1", "n2"]),
+    pytest.param("gpu[1-" + "9" * 5000 + "]", [], id="past int()'s digit limit"),
+    pytest.param("gpu[" + "0" * 100_000 + "1-2]", [], id="zero padding as long as the input"),
+    pytest.param("x" * 100_000 + "[1-65536]", [], id="a prefix as long as the input"),
+])
+def test_a_malformed_host_range_yields_no_names_and_spares_the_rest(
+        hostlist: str, names: list[str]) -> None:
+    assert expand_hostlist(hostlist) == names
+
+
+def test_a_huge_host_range_is_cut_at_the_limit() -> None:
+    names = expand_hostlist("gpu[1-999999999]")
+    assert len(names) == 65536 and names[-1] == "gpu65536"
 
 
 @pytest.mark.parametrize(("state", "flags", "expected"), [
@@ -122,6 +154,21 @@ def test_array_tasks() -> None:
     assert array_tasks("0-10:5") == ["0", "5", "10"]
     assert len(array_tasks("1-100000")) == 1000
     assert array_tasks("") == []
+
+
+@pytest.mark.parametrize(("spec", "tasks"), [
+    ("1-5:0", []),  # step 0: range() would raise
+    ("1-x", []),
+    ("1-5:x", []),
+    ("-5", []),
+    ("1-3-5", []),
+    pytest.param("1-" + "9" * 5000, [], id="past int()'s digit limit"),
+    ("1-2,4-6:0,8", ["1", "2", "8"]),  # only the malformed range is dropped
+    pytest.param("0-999999999:2", [str(i) for i in range(0, 2000, 2)], id="cut at the limit"),
+])
+def test_a_malformed_array_range_has_no_tasks_and_spares_the_rest(
+        spec: str, tasks: list[str]) -> None:
+    assert array_tasks(spec) == tasks
 
 
 @pytest.mark.parametrize(("value", "want"), [

@@ -33,7 +33,7 @@ from autoscaler.actuators.drain.base import (
     Work,
 )
 from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
-from autoscaler.schedulers.slurm.parse import NODE_NAME, gpu_count
+from autoscaler.schedulers.slurm.parse import NODE_NAME, whole_gpu_count
 
 RUNNING = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED"
 _UNKNOWN_NODE = ("Invalid node name", "not found", "Invalid nodelist")
@@ -218,7 +218,7 @@ def slurm_readiness(show_node: str) -> Readiness:
         return Readiness(False, "slurm shows no state")
     state = match.group(1).upper()
     gres = re.search(r"\bGres=(\S*)", show_node)
-    gpus = gpu_count(gres.group(1)) if gres else 0.0
+    gpus = whole_gpu_count(gres.group(1)) if gres else 0.0
     if state.endswith("*"):
         return Readiness(False, f"slurmd not responding ({state})", gpus)
     parts = state.split("+")
@@ -227,6 +227,9 @@ def slurm_readiness(show_node: str) -> Readiness:
         why = re.search(r"\bReason=(.*?)(?: \[[^\]]*\])?(?= \w+=|$)", show_node)
         said = f": {why.group(1).strip()[:200]}" if why and why.group(1).strip() else ""
         return Readiness(False, f"slurm state {state}{said}", gpus)
+    if gpus is None:
+        return Readiness(False, f"slurm state {state}, but its Gres has a GPU count that is not "
+                         "a whole number from 0 up")
     return Readiness(True, f"slurm state {state}", gpus)
 
 

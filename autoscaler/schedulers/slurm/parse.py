@@ -9,6 +9,7 @@ lists mixing other gres (``gpu:2,shard:4``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Set
 from dataclasses import dataclass
@@ -20,6 +21,11 @@ GPU_MODELS = {"t4": "T4", "v100": "V100", "a10g": "A10G", "a10": "A10", "a100": 
               "h100": "H100", "l4": "L4", "p100": "P100", "k80": "K80"}
 _NONE = {"", "(null)", "n/a", "none"}
 MAX_HOSTS = 65536  # more nodes than one job of a real cluster spans
+MAX_NAME = 255  # past any host name; with MAX_HOSTS, bounds what one host list expands to
+# One range of a host list or job array: 9 digits is past any node or task index Slurm
+# allows, and keeps int() and the zero padding of a name small.
+_RANGE = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?")
+_ARRAY_RANGE = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9}))?)?")
 # A node name the autoscaler passes to Slurm or believes from it (hostname syntax).
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -87,6 +93,17 @@ def gpu_count(spec: str | None) -> float:
     return sum(g.count for g in parse_gres(spec) if g.name == "gpu")
 
 
+def whole_gpu_count(spec: str | None) -> float | None:
+    """GPUs of ``spec`` when every gpu count in it is a whole number from 0 up, else None.
+
+    For a count held against an instance type's GPUs: NaN compares false both ways, and
+    inf or a fraction is no number of devices, so neither may pass for enough GPUs."""
+    counts = [g.count for g in parse_gres(spec) if g.name == "gpu"]
+    if not all(math.isfinite(c) and c >= 0 and c.is_integer() for c in counts):
+        return None
+    return sum(counts)
+
+
 def gpu_type(spec: str | None) -> str | None:
     for g in parse_gres(spec):
         if g.name == "gpu" and g.type:
@@ -112,8 +129,13 @@ def expand_hostlist(hostlist: str | None, limit: int = MAX_HOSTS) -> list[str]:
             out.append(item)
             continue
         prefix, ranges, suffix = match.groups()
+        if len(prefix) + len(suffix) > MAX_NAME:
+            continue
         for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
+            bounds = _RANGE.fullmatch(part.strip())
+            if bounds is None:  # gpu[a-b], gpu[-5], gpu[1-3-5]: no names, not the whole list
+                continue
+            lo, hi = bounds.group(1), bounds.group(2)
             width = len(lo)
             for i in range(int(lo), min(int(hi or lo) + 1, int(lo) + limit - len(out))):
                 out.append(f"{prefix}{i:0{width}d}{suffix}")
@@ -209,13 +231,11 @@ def array_tasks(spec: str | None, limit: int = 1000) -> list[str]:
         return []
     out: list[str] = []
     for part in spec.split("%", 1)[0].split(","):
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit():
-            continue
-        step = 1
-        if ":" in hi:
-            hi, _, s = hi.partition(":")
-            step = int(s) if s.isdigit() else 1
+        task = _ARRAY_RANGE.fullmatch(part.strip())
+        step = int(task.group(3) or 1) if task else 0
+        if task is None or step < 1:
+            continue  # 1-x, 1-5:0: that range has no tasks; the others still count
+        lo, hi = task.group(1), task.group(2)
         for i in range(int(lo), int(hi or lo) + 1, step):
             out.append(str(i))
             if len(out) >= limit:

@@ -266,7 +266,8 @@ def _seen(step: Step, node: Node, kind: str, snapshot: Snapshot | None,
     if not ready.ready:
         return ready
     want = step.type_gpus(node)
-    if ready.gpus is not None and want is not None and ready.gpus < want:
+    # not >=: a NaN count (from any drainer) is not enough GPUs
+    if ready.gpus is not None and want is not None and not ready.gpus >= want:
         return Readiness(False, f"{ready.why}, but {kind} offers {ready.gpus:g} of the {want} "
                          f"GPU(s) of {node.instance_type}")
     if snapshot is not None and step.settings.ready_requires_metrics:

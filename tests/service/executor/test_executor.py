@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 from autoscaler.actuators.ansible import HostStatus
@@ -230,6 +231,20 @@ def test_a_node_slurm_offers_fewer_gpus_than_its_type_is_failed_with_its_type_an
     assert "slurm offers 3 of the 4 GPU(s) of p3.8xlarge" in node.reason
     assert "ready_wait_timeout; no node of the pool measured yet" in node.reason
     assert node.reason.endswith(f"; p3.8xlarge in {node.zone or node.region}")
+
+
+def test_a_gpu_count_that_is_not_a_number_is_not_enough_gpus(rig: Rig) -> None:
+    """NaN < 4 is False: a drainer's NaN count must not pass for a node's 4 GPUs."""
+    [name] = rig.submit(launch(instance_type="p3.8xlarge"))
+    rig.advance()
+    rig.slurm.scheduler.join(name, gpus=math.nan)
+    rig.advance()
+    assert rig.state(name) is S.BOOTSTRAPPING
+    rig.clock.tick(11 * 60)
+    rig.advance()
+    node = rig.node(name)
+    assert node.state is S.BOOTSTRAP_FAILED
+    assert "slurm offers nan of the 4 GPU(s) of p3.8xlarge" in node.reason
 
 
 def test_a_scheduler_that_does_not_answer_fails_no_bootstrapped_node(rig: Rig) -> None:
