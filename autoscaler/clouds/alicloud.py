@@ -11,9 +11,11 @@ than USD are converted only with a rate the operator configured.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from aliyunsdkecs.request.v20140526.DescribeAvailableResourceRequest import (
     DescribeAvailableResourceRequest,
@@ -92,6 +94,28 @@ class AlicloudCloud:
                 "(currency_rates) or use the operator price file")
         return round(amount * rate, 6)
 
+    # -- answers ----------------------------------------------------------------
+    def _count(self, page: dict[str, Any], key: str, action: str) -> int:
+        """A page counter (TotalCount, NextOffset); absent is 0."""
+        value = page.get(key)
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CloudDataError(f"ECS {action} in {self.region}: {key} {_brief(value)} is not "
+                                 "a count")
+        return value
+
+    def _items(self, page: dict[str, Any], outer: str, inner: str,
+               action: str) -> list[dict[str, Any]]:
+        """parse.items, with the outer wrapper checked (these calls have no _shape guard)."""
+        wrapper = page.get(outer)
+        if wrapper is not None and not isinstance(wrapper, dict):
+            raise CloudDataError(f"ECS {action} in {self.region}: {outer} is not an object")
+        try:
+            return parse.items(page, outer, inner)
+        except CloudDataError as exc:
+            raise CloudDataError(f"ECS {action} in {self.region}: {exc}") from None
+
     # -- prices -----------------------------------------------------------------
     def _price(self, instance_type: str, spot: bool, zone: str | None) -> float:
         req = DescribePriceRequest()
@@ -102,6 +126,12 @@ class AlicloudCloud:
         if zone:
             req.set_ZoneId(zone)
         amount, currency = parse.price(self.api.call(req))
+        # A spot quote of 0 is no market price (it would win every comparison); a
+        # pay-as-you-go price may be 0 (a free trial).
+        if not math.isfinite(amount) or amount < 0 or (spot and amount == 0):
+            raise CloudDataError(f"ECS DescribePrice in {self.region}: {_brief(amount)} for "
+                                 f"{instance_type} is not a price (finite, "
+                                 f"{'above' if spot else 'at least'} 0)")
         return self._usd(amount, currency)
 
     def on_demand_prices(self, types: Iterable[str]) -> dict[str, float]:
@@ -152,7 +182,7 @@ class AlicloudCloud:
     def _fetch_history(self, instance_type: str) -> list[SpotPrice]:
         start = (self.clock() - self.settings.spot_lookback).strftime("%Y-%m-%dT%H:%M:%SZ")
         rows: list[SpotPrice] = []
-        offset = 0
+        offset = dropped = 0
         for _ in range(MAX_PAGES):
             req = DescribeSpotPriceHistoryRequest()
             req.set_InstanceType(instance_type)
@@ -163,12 +193,17 @@ class AlicloudCloud:
             req.set_Offset(offset)
             page = self.api.call(req)
             batch, currency = parse.spot_history(page)
+            kept = [p for p in batch if math.isfinite(p.usd_per_hour) and p.usd_per_hour > 0]
+            dropped += len(batch) - len(kept)
             rows += [SpotPrice(p.instance_type, p.zone, self._usd(p.usd_per_hour, currency), p.at)
-                     for p in batch]
-            next_offset = int(page.get("NextOffset") or 0)
+                     for p in kept]
+            next_offset = self._count(page, "NextOffset", "DescribeSpotPriceHistory")
             if not batch or next_offset <= offset:
                 break
             offset = next_offset
+        if dropped:
+            log.warning("alicloud %s: dropped %d spot price row(s) for %s: not a finite price "
+                        "above 0", self.region, dropped, instance_type)
         log.info("alicloud %s: read %d spot price rows for %s", self.region, len(rows),
                  instance_type)
         return rows
@@ -203,9 +238,10 @@ class AlicloudCloud:
             req.set_PageSize(self.settings.page_size)
             req.set_PageNumber(number)
             page = self.api.call(req)
-            batch = [parse.instance(raw) for raw in parse.items(page, "Instances", "Instance")]
+            batch = [parse.instance(raw)
+                     for raw in self._items(page, "Instances", "Instance", "DescribeInstances")]
             found += batch
-            if not batch or len(found) >= int(page.get("TotalCount") or 0):
+            if not batch or len(found) >= self._count(page, "TotalCount", "DescribeInstances"):
                 break
         return sorted((i for i in found if i.state in wanted), key=lambda i: i.instance_id)
 
@@ -221,10 +257,11 @@ class AlicloudCloud:
             req.set_PageSize(self.settings.page_size)
             req.set_PageNumber(number)
             page = self.api.call(req)
-            events = parse.items(page, "InstanceSystemEventSet", "InstanceSystemEventType")
+            events = self._items(page, "InstanceSystemEventSet", "InstanceSystemEventType",
+                                 "DescribeInstanceHistoryEvents")
             seen += len(events)
             out += [e for e in (parse.interruption_event(raw) for raw in events) if e is not None]
-            if not events or seen >= int(page.get("TotalCount") or 0):
+            if not events or seen >= self._count(page, "TotalCount", "DescribeInstanceHistoryEvents"):
                 break
         return out
 
@@ -238,3 +275,9 @@ class AlicloudCloud:
                     inst.instance_id, InterruptionKind.INTERRUPTION, at=now, deadline=None,
                     source="alicloud:OperationLocks Recycling")
         return sorted(events.values(), key=lambda i: (i.at, i.instance_id))
+
+
+def _brief(value: object) -> str:
+    """An answer's value for a message: short, whatever it holds."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."

@@ -43,6 +43,7 @@ _AUTH_CODES = {
     "InvalidSecurityToken.Expired", "InvalidSecurityToken.MalFormed", "Forbidden.RAM",
     "Forbidden", "Forbidden.AccessKeyDisabled",
 }
+_SDK_READING = (RecursionError, UnicodeDecodeError, TypeError)
 # AccessKeyId as it appears raw, percent-encoded once (URL) or twice (string to sign).
 _KEY_ID_RE = re.compile(r"(AccessKeyId(?:=|%3D|%253D))[^&%\s\"']+", re.IGNORECASE)
 
@@ -152,10 +153,18 @@ class EcsApi:
                 raise CloudUnreachableError(
                     f"ECS {action}: cannot reach {where}: {_network_cause(msg)}") from None
             raise CloudError(f"ECS {action}: {exc.get_error_code()}: {msg}") from None
+        except _SDK_READING as exc:
+            # The SDK decodes every answer itself (for a RequestId, or an error's Code) and
+            # lets these out: JSON nested too deeply, an error body that is not UTF-8 or a
+            # number where it looks for a Code.
+            raise CloudDataError(f"ECS {action}: {where} answered something that is not an "
+                                 f"ECS response ({type(exc).__name__})") from None
         try:
             data = json.loads(body)
         except ValueError:
             raise CloudDataError(f"ECS {action}: answer is not JSON") from None
+        except RecursionError:
+            raise CloudDataError(f"ECS {action}: answer is JSON nested too deeply to read") from None
         if not isinstance(data, dict):
             raise CloudDataError(f"ECS {action}: answer is not a JSON object")
         return data

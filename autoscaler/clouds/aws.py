@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ _UNREACHABLE = (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ReadTi
 # An AMI id as AWS makes them (ami- and 8 or 17 hex digits); anything else in an answer is
 # not used (it would end up in a launch and in messages).
 _IMAGE_ID = re.compile(r"ami-[0-9a-f]{8,32}")
+_STATE_NAMES = frozenset(state.value for state in InstanceState)
 _NOT_AWS = (ResponseParserError, ValueError, KeyError, AttributeError, TypeError, RecursionError)
 
 
@@ -209,15 +211,24 @@ class AwsCloud:
     def _fetch_spot(self, types: list[str]) -> list[SpotPrice]:
         s = self.settings
         out = []
-        for page in self._pages(
-                "describe_spot_price_history", InstanceTypes=types,
-                ProductDescriptions=list(s.product_descriptions),
-                StartTime=self.clock() - s.spot_lookback,
-                PaginationConfig={"PageSize": s.spot_page_size}):
-            for row in page.get("SpotPriceHistory", []):
-                out.append(SpotPrice(instance_type=row["InstanceType"],
-                                     zone=row["AvailabilityZone"],
-                                     usd_per_hour=float(row["SpotPrice"]), at=row["Timestamp"]))
+        dropped = 0
+        # The rows are read in this frame, outside the pages' own aws_errors: a row that
+        # breaks the reading must still be a CloudError, which the price signals tolerate.
+        with aws_errors(f"ec2 describe_spot_price_history in {self.region}", s.endpoint_url):
+            for page in self._pages(
+                    "describe_spot_price_history", InstanceTypes=types,
+                    ProductDescriptions=list(s.product_descriptions),
+                    StartTime=self.clock() - s.spot_lookback,
+                    PaginationConfig={"PageSize": s.spot_page_size}):
+                for row in page.get("SpotPriceHistory", []):
+                    price = _spot_row(row)
+                    if price is None:
+                        dropped += 1
+                    else:
+                        out.append(price)
+        if dropped:
+            log.warning("aws %s: dropped %d spot price row(s) for %s: not a finite price above "
+                        "0 with a type, zone and time", self.region, dropped, ", ".join(types))
         log.info("aws %s: read %d spot price rows for %d types", self.region, len(out), len(types))
         return out
 
@@ -314,10 +325,16 @@ class AwsCloud:
         wanted = sorted(str(s) for s in (states if states is not None else LIVE_STATES))
         filters.append({"Name": "instance-state-name", "Values": wanted})
         out = []
-        for page in self._pages("describe_instances", Filters=filters,
-                                PaginationConfig={"PageSize": self.settings.instances_page_size}):
-            for reservation in page.get("Reservations", []):
-                out += [_instance(raw) for raw in reservation.get("Instances", [])]
+        odd: set[str] = set()
+        what = f"ec2 describe_instances in {self.region}"
+        with aws_errors(what, self.settings.endpoint_url):  # as in _fetch_spot
+            for page in self._pages("describe_instances", Filters=filters,
+                                    PaginationConfig={"PageSize": self.settings.instances_page_size}):
+                for reservation in page.get("Reservations", []):
+                    out += [_instance(raw, what, odd) for raw in reservation.get("Instances", [])]
+        if odd:
+            log.warning("aws %s: instance state(s) %s are not AWS's: those instances are read as "
+                        "pending, not gone", self.region, ", ".join(sorted(odd)))
         # The filter is applied by the API; checking again keeps a lax endpoint honest.
         return sorted((i for i in out if i.state in wanted), key=lambda i: i.instance_id)
 
@@ -426,11 +443,46 @@ def _newest_first(image: MachineImage) -> tuple[bool, float, str]:
     return (at is None, -at.timestamp() if at is not None else 0.0, image.image_id)
 
 
-def _instance(raw: dict[str, Any]) -> CloudInstance:
-    tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
+def _spot_row(row: Any) -> SpotPrice | None:
+    """The price of one DescribeSpotPriceHistory row, or None if the row cannot be one."""
+    if not isinstance(row, dict):
+        return None
+    name, zone, at = row.get("InstanceType"), row.get("AvailabilityZone"), row.get("Timestamp")
+    usd = _positive(row.get("SpotPrice"))
+    if (usd is None or not isinstance(name, str) or not isinstance(zone, str)
+            or not isinstance(at, datetime)):
+        return None
+    return SpotPrice(instance_type=name, zone=zone, usd_per_hour=usd, at=at)
+
+
+def _positive(value: object) -> float | None:
+    """A finite number above 0 (AWS writes prices as decimal strings), else None."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def _instance(raw: Any, what: str, odd: set[str]) -> CloudInstance:
+    """One DescribeInstances row; a state name AWS never sends is added to ``odd``."""
+    instance_id = raw.get("InstanceId") if isinstance(raw, dict) else None
+    if not isinstance(instance_id, str) or not instance_id:
+        # Which instance is left out cannot be told, so the listing as a whole is not
+        # believed (a node missing from it could be taken for a gone one).
+        raise CloudDataError(f"{what}: an instance in the answer has no InstanceId")
+    tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])
+            if isinstance(t.get("Key"), str) and isinstance(t.get("Value"), str)}
     state = raw.get("State", {}).get("Name", "pending")
+    if not isinstance(state, str) or state not in _STATE_NAMES:
+        # Not a reason to think the instance is gone: read as pending, the live state that
+        # claims the least about it.
+        odd.add(repr(state)[:40])
+        state = InstanceState.PENDING
     return CloudInstance(
-        instance_id=raw["InstanceId"],
+        instance_id=instance_id,
         node=tags.get("node"), team=tags.get("team"), pool=tags.get("pool"),
         instance_type=raw.get("InstanceType", ""),
         zone=raw.get("Placement", {}).get("AvailabilityZone"),

@@ -3,8 +3,11 @@ which checks every request's HMAC-SHA1 signature."""
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,7 @@ from autoscaler.policy.models import Market
 from autoscaler.sandbox.fakes.ecs import FakeEcsServer
 from autoscaler.sandbox.hosts.procs import free_port
 from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, NOW, FakeClock
+from tests.hostile_answers import AnswerServer, Reply
 
 T4 = "ecs.gn6i-c4g1.xlarge"
 V100X4 = "ecs.gn6v-c8g1.8xlarge"
@@ -201,3 +205,126 @@ def test_the_sdk_logger_never_prints_the_key_id(caplog: pytest.LogCaptureFixture
     with caplog.at_level(logging.ERROR, logger="aliyunsdkcore.client"):
         sdk_log.error("ServerException: %s", "string to sign is:POST&%2F&AccessKeyId%3DLTAIabc%26")
     assert "LTAIabc" not in caplog.text and "AccessKeyId%3D***" in caplog.text
+
+
+# -- hostile answers: a 127.0.0.1 server answers every call with the same body ---------------
+@pytest.fixture(scope="module")
+def answers() -> Iterator[AnswerServer]:
+    server = AnswerServer(Reply()).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def answering(server: AnswerServer, body: dict[str, Any] | bytes) -> AlicloudCloud:
+    server.reply = Reply(200, body if isinstance(body, bytes) else json.dumps(body).encode())
+    return AlicloudCloud("cn-hangzhou", settings=AlicloudSettings(endpoint=server.url, max_retries=0),
+                         credentials=Credentials(ECS_KEY_ID, ECS_SECRET), clock=FakeClock())
+
+
+def history(price: object, **page: object) -> dict[str, Any]:
+    return {"Currency": "USD", **page, "SpotPrices": {"SpotPriceType": [
+        {"InstanceType": T4, "ZoneId": "cn-hangzhou-i", "SpotPrice": price,
+         "Timestamp": "2026-11-30T12:00:00Z"}]}}
+
+
+INSTANCE = {"InstanceId": "i-abc", "Status": "Running"}
+EVENT = {"InstanceId": "i-abc", "EventType": {"Name": "Instance:PreemptibleInstanceInterruption"},
+         "EventPublishTime": "2026-11-30T12:00:00Z"}
+
+
+@pytest.mark.parametrize(("body", "call", "message"), [
+    (history(0.3, NextOffset="x"), "spot", "ECS DescribeSpotPriceHistory in cn-hangzhou: "
+     "NextOffset 'x' is not a count"),
+    (history(0.3, NextOffset=[1]), "spot", "ECS DescribeSpotPriceHistory in cn-hangzhou: "
+     "NextOffset [1] is not a count"),
+    (history(0.3, NextOffset=-1), "spot", "ECS DescribeSpotPriceHistory in cn-hangzhou: "
+     "NextOffset -1 is not a count"),
+    ({"Instances": {"Instance": [INSTANCE]}, "TotalCount": "many"}, "instances",
+     "ECS DescribeInstances in cn-hangzhou: TotalCount 'many' is not a count"),
+    ({"Instances": {"Instance": [INSTANCE]}, "TotalCount": True}, "instances",
+     "ECS DescribeInstances in cn-hangzhou: TotalCount True is not a count"),
+    ({"Instances": [INSTANCE], "TotalCount": 1}, "instances",
+     "ECS DescribeInstances in cn-hangzhou: Instances is not an object"),
+    ({"Instances": {"Instance": {"a": 1}}, "TotalCount": 1}, "instances",
+     "ECS DescribeInstances in cn-hangzhou: Instances.Instance is not a list"),
+    ({"InstanceSystemEventSet": {"InstanceSystemEventType": [EVENT]}, "TotalCount": {}}, "events",
+     "ECS DescribeInstanceHistoryEvents in cn-hangzhou: TotalCount {} is not a count"),
+    ({"InstanceSystemEventSet": "x", "TotalCount": 1}, "events",
+     "ECS DescribeInstanceHistoryEvents in cn-hangzhou: InstanceSystemEventSet is not an object"),
+], ids=["next-offset-text", "next-offset-list", "next-offset-negative", "total-count-text",
+        "total-count-bool", "instances-list", "instance-not-list", "total-count-object",
+        "event-set-text"])
+def test_page_counters_and_shapes_that_are_not_ecs_are_a_cloud_data_error(
+        answers: AnswerServer, body: dict[str, Any] | bytes, call: str, message: str) -> None:
+    cloud = answering(answers, body)
+    calls = {"spot": lambda: cloud.spot_price_history([T4]), "instances": cloud.managed_instances,
+             "events": cloud.interruption_events}
+    with pytest.raises(CloudDataError) as err:
+        calls[call]()
+    assert str(err.value) == message
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(("status", "body", "error"), [
+    (200, DEEP, "RecursionError"), (500, DEEP, "RecursionError"),
+    (200, b"{" + b'"a":{' * 100_000 + b"}" * 100_001, "RecursionError"),
+    (500, b"5", "TypeError"), (503, bytes(range(256)), "UnicodeDecodeError"),
+], ids=["deep-arrays", "deep-arrays-500", "deep-objects", "error-a-number", "error-not-utf8"])
+def test_an_answer_the_sdk_cannot_read_is_a_cloud_data_error(
+        answers: AnswerServer, status: int, body: bytes, error: str) -> None:
+    cloud = answering(answers, body)
+    answers.reply = Reply(status, body)
+    with pytest.raises(CloudDataError) as err:
+        cloud.managed_instances()
+    host = answers.url.removeprefix("http://")
+    assert str(err.value) == (f"ECS DescribeInstances: {host} answered something that is not an "
+                              f"ECS response ({error})")
+
+
+def test_json_nested_too_deeply_past_the_sdk_is_a_cloud_data_error(answers: AnswerServer) -> None:
+    # The SDK decodes the body too, first; a client that does not is read the same way.
+    cloud = answering(answers, b"{}")
+
+    class Client:
+        def do_action_with_exception(self, request: object) -> bytes:
+            return DEEP
+    cloud.api._client = Client()  # type: ignore[assignment]
+    with pytest.raises(CloudDataError) as err:
+        cloud.managed_instances()
+    assert str(err.value) == "ECS DescribeInstances: answer is JSON nested too deeply to read"
+
+
+@pytest.mark.parametrize("price", [-3, 0, "NaN", "Infinity", "-Infinity", "nan", 1e400])
+def test_a_spot_history_row_without_a_finite_price_above_zero_is_dropped(
+        answers: AnswerServer, price: object, caplog: pytest.LogCaptureFixture) -> None:
+    body = history(price)
+    body["SpotPrices"]["SpotPriceType"].append(
+        {**body["SpotPrices"]["SpotPriceType"][0], "ZoneId": "cn-hangzhou-h", "SpotPrice": 0.31})
+    cloud = answering(answers, body)
+    with caplog.at_level(logging.WARNING, logger="autoscaler.clouds.alicloud"):
+        got = cloud.spot_price_history([T4])
+    assert [(p.zone, p.usd_per_hour) for p in got] == [("cn-hangzhou-h", 0.31)]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"alicloud cn-hangzhou: dropped 1 spot price row(s) for {T4}: not a finite price above 0"]
+
+
+def describe_price(trade: object) -> dict[str, Any]:
+    return {"PriceInfo": {"Price": {"Currency": "USD", "TradePrice": trade}}}
+
+
+@pytest.mark.parametrize(("trade", "shown"), [
+    (-1, "-1.0"), ("nan", "nan"), ("NaN", "nan"), ("Infinity", "inf"), (1e400, "inf")])
+def test_a_describe_price_that_is_not_a_price_is_a_cloud_data_error(
+        answers: AnswerServer, trade: object, shown: str) -> None:
+    with pytest.raises(CloudDataError) as err:
+        answering(answers, describe_price(trade)).on_demand_prices([T4])
+    assert str(err.value) == (f"ECS DescribePrice in cn-hangzhou: {shown} for {T4} is not a price "
+                              "(finite, at least 0)")
+    # A spot quote of 0 too: the engine would take it for free capacity.
+    with pytest.raises(CloudDataError, match=r"0\.0 for .* is not a price \(finite, above 0\)$"):
+        answering(answers, describe_price(0)).spot_quote(T4, "cn-hangzhou-i")
+    assert answering(answers, describe_price(0)).on_demand_prices([T4]) == {T4: 0.0}

@@ -7,23 +7,28 @@ filtering, not AWS's prices.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 
 from autoscaler.catalog import load_catalog
+from autoscaler.clouds import aws
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.clouds.base import (
     CloudAuthError,
+    CloudDataError,
     CloudUnreachableError,
     InstanceState,
     latest_spot,
 )
 from autoscaler.policy.models import Market
 from autoscaler.sandbox.hosts.procs import free_port
-from tests.clouds.helpers import NOW, FakeClock, SpotBook
+from tests.clouds.helpers import AWS_TEST_ENV, NOW, FakeClock, SpotBook
 
 AMI = "ami-1e749f67"
 MANAGED = [{"Key": "managed-by", "Value": "gpu-autoscaler"}, {"Key": "team", "Value": "vision"},
@@ -158,3 +163,94 @@ def test_unreachable_endpoint_fails_fast_and_clearly(moto: str) -> None:
     cloud = make_cloud(dead, max_attempts=1)
     with pytest.raises(CloudUnreachableError, match=f"cannot reach {dead}"):
         cloud.spot_price_history(["g4dn.xlarge"])
+
+
+# -- hostile answers (botocore Stubber: values no AWS endpoint sends, nothing on the network) --
+@pytest.fixture
+def stubbed(monkeypatch: pytest.MonkeyPatch) -> tuple[AwsCloud, Stubber]:
+    for key, value in AWS_TEST_ENV.items():
+        monkeypatch.setenv(key, value)
+    cloud = make_cloud("http://127.0.0.1:9")
+    stubber = Stubber(cloud._client("ec2"))
+    stubber.activate()
+    return cloud, stubber
+
+
+def spot_row(price: object, zone: str = "us-east-1a") -> dict[str, Any]:
+    return {"InstanceType": "p3.2xlarge", "AvailabilityZone": zone, "SpotPrice": price,
+            "Timestamp": NOW}
+
+
+@pytest.mark.parametrize("price", ["abc", "", "nan", "-5", "inf", "1e400", "0", "-0"])
+def test_a_spot_row_without_a_finite_price_above_zero_is_dropped_and_counted(
+        stubbed: tuple[AwsCloud, Stubber], price: str, caplog: pytest.LogCaptureFixture) -> None:
+    cloud, stubber = stubbed
+    stubber.add_response("describe_spot_price_history", {"SpotPriceHistory": [
+        spot_row(price), spot_row(price, "us-east-1c"), spot_row("0.918", "us-east-1b")]})
+    with caplog.at_level(logging.WARNING, logger="autoscaler.clouds.aws"):
+        got = cloud.spot_price_history(["p3.2xlarge"])
+    assert [(p.zone, p.usd_per_hour) for p in got] == [("us-east-1b", 0.918)]
+    # One line per read with the count, not one per row.
+    assert [r.getMessage() for r in caplog.records] == [
+        "aws us-east-1: dropped 2 spot price row(s) for p3.2xlarge: not a finite price above 0 "
+        "with a type, zone and time"]
+
+
+def test_a_spot_row_that_breaks_the_reading_is_a_cloud_data_error(
+        stubbed: tuple[AwsCloud, Stubber], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The price signals keep the last good answer on a CloudError only: any other error
+    # would end the control loop's tick.
+    def broken(row: object) -> None:
+        raise KeyError("SpotPrice")
+    monkeypatch.setattr(aws, "_spot_row", broken)
+    cloud, stubber = stubbed
+    stubber.add_response("describe_spot_price_history", {"SpotPriceHistory": [spot_row("1")]})
+    with pytest.raises(CloudDataError, match=r"^ec2 describe_spot_price_history in us-east-1: "
+                       r"http://127\.0\.0\.1:9 answered something that is not an AWS response "
+                       r"\(KeyError\)$"):
+        cloud.spot_price_history(["p3.2xlarge"])
+
+
+def instances(*raw: dict[str, Any]) -> dict[str, Any]:
+    return {"Reservations": [{"Instances": list(raw)}]}
+
+
+ID = "i-0123456789abcdef0"
+
+
+@pytest.mark.parametrize("name", ["bogus", "", "Running", "terminated\n"])
+def test_a_state_aws_never_sends_is_read_as_pending_not_gone(
+        stubbed: tuple[AwsCloud, Stubber], name: str, caplog: pytest.LogCaptureFixture) -> None:
+    cloud, stubber = stubbed
+    stubber.add_response("describe_instances", instances(
+        {"InstanceId": ID, "State": {"Name": name}},
+        {"InstanceId": "i-0fedcba9876543210", "State": {"Name": "running"}}))
+    with caplog.at_level(logging.WARNING, logger="autoscaler.clouds.aws"):
+        got = cloud.managed_instances()
+    assert [(i.instance_id, i.state) for i in got] == [
+        (ID, InstanceState.PENDING), ("i-0fedcba9876543210", InstanceState.RUNNING)]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"aws us-east-1: instance state(s) {name!r} are not AWS's: those instances are read as "
+        "pending, not gone"]
+
+
+@pytest.mark.parametrize("raw", [{"State": {"Name": "running"}},
+                                 {"InstanceId": "", "State": {"Name": "running"}}])
+def test_an_instance_without_an_id_makes_the_listing_unbelieved(
+        stubbed: tuple[AwsCloud, Stubber], raw: dict[str, Any]) -> None:
+    cloud, stubber = stubbed
+    stubber.add_response("describe_instances", instances(
+        {"InstanceId": ID, "State": {"Name": "running"}}, raw))
+    with pytest.raises(CloudDataError, match=r"^ec2 describe_instances in us-east-1: an instance "
+                       r"in the answer has no InstanceId$"):
+        cloud.managed_instances()
+
+
+def test_a_tag_without_a_value_is_absent(stubbed: tuple[AwsCloud, Stubber]) -> None:
+    cloud, stubber = stubbed
+    stubber.add_response("describe_instances", instances(
+        {"InstanceId": ID, "State": {"Name": "running"},
+         "Tags": [{"Key": "node"}, {"Key": "team", "Value": "vision"}, {"Key": "pool", "Value": ""}]}))
+    (got,) = cloud.managed_instances()
+    assert (got.node, got.team, got.pool) == (None, "vision", "")
+    assert dict(got.tags) == {"team": "vision", "pool": ""}
