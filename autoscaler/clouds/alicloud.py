@@ -105,10 +105,13 @@ class AlicloudCloud:
                                  "a count")
         return value
 
-    def _items(self, page: dict[str, Any], outer: str, inner: str,
-               action: str) -> list[dict[str, Any]]:
-        """parse.items, with the outer wrapper checked (these calls have no _shape guard)."""
+    def _items(self, page: dict[str, Any], outer: str, inner: str, action: str,
+               required: bool = False) -> list[dict[str, Any]]:
+        """parse.items, with the outer wrapper checked (these calls have no _shape guard).
+        ``required``: ECS always sends it, so an answer without it is not an empty list."""
         wrapper = page.get(outer)
+        if wrapper is None and required:
+            raise CloudDataError(f"ECS {action} in {self.region}: the answer has no {outer}")
         if wrapper is not None and not isinstance(wrapper, dict):
             raise CloudDataError(f"ECS {action} in {self.region}: {outer} is not an object")
         try:
@@ -239,7 +242,8 @@ class AlicloudCloud:
             req.set_PageNumber(number)
             page = self.api.call(req)
             batch = [parse.instance(raw)
-                     for raw in self._items(page, "Instances", "Instance", "DescribeInstances")]
+                     for raw in self._items(page, "Instances", "Instance", "DescribeInstances",
+                                             required=True)]
             found += batch
             if not batch or len(found) >= self._count(page, "TotalCount", "DescribeInstances"):
                 break

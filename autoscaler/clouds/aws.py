@@ -330,7 +330,11 @@ class AwsCloud:
         with aws_errors(what, self.settings.endpoint_url):  # as in _fetch_spot
             for page in self._pages("describe_instances", Filters=filters,
                                     PaginationConfig={"PageSize": self.settings.instances_page_size}):
-                for reservation in page.get("Reservations", []):
+                if not isinstance(page.get("Reservations"), list):
+                    # EC2 sends an empty reservationSet when nothing matches: an answer
+                    # without one is no evidence that the instances are gone.
+                    raise CloudDataError(f"{what}: the answer has no Reservations")
+                for reservation in page["Reservations"]:
                     out += [_instance(raw, what, odd) for raw in reservation.get("Instances", [])]
         if odd:
             log.warning("aws %s: instance state(s) %s are not AWS's: those instances are read as "

@@ -253,9 +253,12 @@ EVENT = {"InstanceId": "i-abc", "EventType": {"Name": "Instance:PreemptibleInsta
      "ECS DescribeInstanceHistoryEvents in cn-hangzhou: TotalCount {} is not a count"),
     ({"InstanceSystemEventSet": "x", "TotalCount": 1}, "events",
      "ECS DescribeInstanceHistoryEvents in cn-hangzhou: InstanceSystemEventSet is not an object"),
+    # ECS always sends the wrapper: without it the answer is no evidence that none are left.
+    ({"TotalCount": 0, "RequestId": "r"}, "instances",
+     "ECS DescribeInstances in cn-hangzhou: the answer has no Instances"),
 ], ids=["next-offset-text", "next-offset-list", "next-offset-negative", "total-count-text",
         "total-count-bool", "instances-list", "instance-not-list", "total-count-object",
-        "event-set-text"])
+        "event-set-text", "no-instances-key"])
 def test_page_counters_and_shapes_that_are_not_ecs_are_a_cloud_data_error(
         answers: AnswerServer, body: dict[str, Any] | bytes, call: str, message: str) -> None:
     cloud = answering(answers, body)

@@ -246,6 +246,19 @@ def test_an_instance_without_an_id_makes_the_listing_unbelieved(
         cloud.managed_instances()
 
 
+def test_an_answer_without_reservations_is_no_evidence_that_instances_are_gone(
+        stubbed: tuple[AwsCloud, Stubber]) -> None:
+    """EC2 answers an empty reservationSet when nothing matches; no set at all is read as
+    'none left' by nobody."""
+    cloud, stubber = stubbed
+    stubber.add_response("describe_instances", {})
+    with pytest.raises(CloudDataError, match=r"^ec2 describe_instances in us-east-1: the answer "
+                       r"has no Reservations$"):
+        cloud.managed_instances()
+    stubber.add_response("describe_instances", {"Reservations": []})
+    assert cloud.managed_instances() == []
+
+
 def test_a_tag_without_a_value_is_absent(stubbed: tuple[AwsCloud, Stubber]) -> None:
     cloud, stubber = stubbed
     stubber.add_response("describe_instances", instances(
