@@ -28,6 +28,8 @@ from autoscaler.model.snapshot_parts import PriceView
 from autoscaler.policy.models import TeamPolicy
 
 log = logging.getLogger(__name__)
+# The lowest spot price believed, as a share of on-demand: spot discounts reach about 90%.
+SPOT_FLOOR = 0.05
 
 MarketFactory = Callable[[str, str], CloudMarket]  # (cloud, region) -> adapter
 T = TypeVar("T")
@@ -146,10 +148,29 @@ def region_scores(market: CloudMarket, want: RegionWant, *, last_good: _LastGood
     return out
 
 
+def _plausible(rows: Iterable[SpotPrice], on_demand: Mapping[str, float],
+               want: RegionWant) -> list[SpotPrice]:
+    """Spot rows at or above SPOT_FLOOR of their type's on-demand price: a cloud never
+    discounts that far, and a junk price near zero would win every comparison (a 4-GPU
+    node bought for a 1-GPU job at $0.000001/h). Types without an on-demand price keep
+    every row."""
+    kept, dropped = [], 0
+    for row in rows:
+        od = on_demand.get(row.instance_type)
+        if od is not None and row.usd_per_hour < SPOT_FLOOR * od:
+            dropped += 1
+        else:
+            kept.append(row)
+    if dropped:
+        log.warning("prices %s/%s: dropped %d spot price row(s) below %.0f%% of on-demand: no "
+                    "cloud discounts that far", want.cloud, want.region, dropped, SPOT_FLOOR * 100)
+    return kept
+
+
 def build_offerings(want: RegionWant, on_demand: Mapping[str, float] | None,
                     stock: Iterable[ZoneOffering] | None,
                     spot: Iterable[SpotPrice] | None) -> list[Offering]:
-    latest = latest_spot(spot or [])
+    latest = latest_spot(_plausible(spot or [], on_demand or {}, want))
     stock_map = {(o.instance_type, o.zone): o for o in stock or []}
     known_stock = stock is not None
     zones = sorted({z for _, z in latest} | {z for _, z in stock_map})

@@ -322,6 +322,24 @@ def test_build_offerings_per_zone_and_for_any_zone() -> None:
     assert {o.zone: o.in_stock for o in none_left} == {"us-east-1e": False, None: False}
 
 
+def test_a_spot_price_no_cloud_would_ask_is_dropped_and_the_newest_plausible_one_kept(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """$0.000001/h for a p3.8xlarge bought a 4-GPU node for a 1-GPU job: it won every
+    comparison. Below 5% of on-demand a row is dropped; an older plausible row stands."""
+    want = RegionWant("aws", "us-east-1", (T4,), ("us-east-1a", "us-east-1b"))
+    spot = [SpotPrice(T4, "us-east-1a", 0.2, NOW - timedelta(hours=1)),
+            SpotPrice(T4, "us-east-1a", 0.000001, NOW),
+            SpotPrice(T4, "us-east-1b", 0.03, NOW)]  # 5.7%: a price
+    with caplog.at_level("WARNING", logger="autoscaler.signals.prices"):
+        got = {o.zone: o.spot_usd for o in build_offerings(want, {T4: 0.526}, None, spot)}
+    assert got == {"us-east-1a": 0.2, "us-east-1b": 0.03, None: 0.2}
+    assert caplog.messages == ["prices aws/us-east-1: dropped 1 spot price row(s) below 5% of "
+                               "on-demand: no cloud discounts that far"]
+    # Without an on-demand price there is nothing to hold a row against: every row stays.
+    got = {o.zone: o.spot_usd for o in build_offerings(want, None, None, spot)}
+    assert got["us-east-1a"] == 0.000001
+
+
 def test_the_service_config_turns_scores_on_and_they_reach_the_decision(
         moto: str, spot_book: SpotBook, score_book: ScoreBook) -> None:
     """clouds.aws.spot_placement_scores -> the service's market adapters -> the price
