@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autoscaler.cli.common import console, fail
+from autoscaler.cli.logs import configure
 from autoscaler.cli.status import status_view
 from autoscaler.cli.status_doc import StatusDoc
 from autoscaler.fleet.store import FleetStore
@@ -124,8 +125,7 @@ def demo(
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     log_path = log_file or directory / "demo.log"
-    logging.basicConfig(level=logging.INFO, filename=str(log_path), force=True,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(logging.INFO, filename=str(log_path))
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     run = DemoRun(directory, load=load, phase_timeout_s=phase_timeout)
     result = DemoResult(failed="interrupted")

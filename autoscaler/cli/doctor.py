@@ -13,7 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from autoscaler.cli.common import console, fail
-from autoscaler.cli.run import CONFIG_HELP, LOG_FORMAT
+from autoscaler.cli.logs import configure
+from autoscaler.cli.run import CONFIG_HELP
 from autoscaler.service.doctor import CHECKS, TOTAL_S, Result, Status, diagnose, passed
 
 STYLE = {Status.OK: "green", Status.FAIL: "bold red", Status.SKIP: "dim"}
@@ -37,7 +38,7 @@ def doctor(
         "--only", help="Run only this check (repeatable), after config, policies and store.")] = None,
 ) -> None:
     # Each row reports its failure; the components' own warnings would say it twice.
-    logging.basicConfig(level=logging.ERROR, format=LOG_FORMAT, force=True)
+    configure(logging.ERROR)
     try:
         rows = diagnose(config, only or ())
     except ValueError as exc:

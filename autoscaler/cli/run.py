@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from autoscaler.catalog import CatalogError, load_catalog
 from autoscaler.cli.common import console, fail
+from autoscaler.cli.logs import configure
 from autoscaler.policy import load_dir
 from autoscaler.secrets import SecretError
 from autoscaler.service.config.load import ConfigError, load_config
@@ -27,16 +28,16 @@ if TYPE_CHECKING:
 CONFIG_HELP = ("Service config (YAML): policies_dir, signals, clouds, store, terraform, "
                "ansible, engine caps, tick interval, http. See examples/config-production.yaml; "
                "`gpu-autoscaler sandbox up` writes one for the sandbox.")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    configure(level, stream=sys.stderr)
     # APScheduler logs every run and warns for every tick skipped while a long one runs;
     # the service logs overruns once per tick itself.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     # Alembic logs its dialect at every migration run; fleet/schema.py logs what it changed.
-    for noisy in ("botocore", "urllib3", "kubernetes", "alembic"):
+    # aliyunsdkcore logs every request's parameters at DEBUG (alicloud_api redacts them).
+    for noisy in ("botocore", "urllib3", "kubernetes", "alembic", "aliyunsdkcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -44,8 +44,11 @@ _AUTH_CODES = {
     "Forbidden", "Forbidden.AccessKeyDisabled",
 }
 _SDK_READING = (RecursionError, UnicodeDecodeError, TypeError)
-# AccessKeyId as it appears raw, percent-encoded once (URL) or twice (string to sign).
-_KEY_ID_RE = re.compile(r"(AccessKeyId(?:=|%3D|%253D))[^&%\s\"']+", re.IGNORECASE)
+# AccessKeyId, the STS token and the signature as they appear raw, percent-encoded once (URL)
+# or twice (string to sign), and in the parameter dict the SDK logs at DEBUG.
+_KEY_ID_RE = re.compile(r"((?:AccessKeyId|SecurityToken|Signature)"
+                        r"(?:=|%3D|%253D|'\s*:\s*'|\"\s*:\s*\"))"
+                        r"(?:(?!%26|%2526)[^&\s\"'])+", re.IGNORECASE)  # to the next & (encoded or not)
 
 
 def redact(text: str, *secrets: str | None) -> str:

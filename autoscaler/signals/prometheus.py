@@ -215,7 +215,7 @@ class PrometheusReader:
             if _timed_out(exc):
                 raise PrometheusReadError(f"prometheus timed out after {timeout:g}s") from None
             raise PrometheusReadError(
-                f"prometheus unreachable at {_public_url(self.config.url)}") from None
+                f"prometheus unreachable at {public_url(self.config.url)}") from None
         except PrometheusApiClientException as exc:
             raise PrometheusReadError(f"prometheus query failed: {str(exc)[:300]}") from None
         except (requests.RequestException, ValueError, KeyError, TypeError,
@@ -333,7 +333,7 @@ def _timed_out(exc: BaseException) -> bool:
     return isinstance(reason, urllib3.exceptions.TimeoutError)
 
 
-def _public_url(url: str) -> str:
+def public_url(url: str) -> str:
     """The URL without any user:password part."""
     scheme, _, rest = url.partition("://")
     return f"{scheme}://{rest.rpartition('@')[2]}"

@@ -11,7 +11,7 @@ from autoscaler.policy.duration import format_duration, parse_duration
 from autoscaler.policy.models import Pool
 from autoscaler.service.doctor.context import Context
 from autoscaler.service.doctor.report import Result, fail, ok, skip
-from autoscaler.signals.prometheus import PrometheusReader, PrometheusReadError
+from autoscaler.signals.prometheus import PrometheusReader, PrometheusReadError, public_url
 from autoscaler.signals.promql import UTIL_METRICS
 
 SHOWN = 5  # node names listed in a reason
@@ -120,7 +120,7 @@ def _read(ctx: Context, reader: PrometheusReader) -> Result:
                   for s in series if isinstance(s, dict)}
         seen = ", ".join(f"{n} x{c}" for n, c in sorted(counts.items())) or "no DCGM series yet"
         where = "no ready node in the store" if ctx.nodes is not None else "store unread"
-        return ok(name, f"{reader.config.url} answers; {where}; {seen}")
+        return ok(name, f"{public_url(reader.config.url)} answers; {where}; {seen}")
     reading = reader.read(metered, list(pools.values()), now)
     if reading.error is not None:
         return fail(name, reading.error)
@@ -130,5 +130,5 @@ def _read(ctx: Context, reader: PrometheusReader) -> Result:
         shown = ", ".join(sorted(missing)[:SHOWN]) + (" ..." if len(missing) > SHOWN else "")
         return fail(name, f"{len(missing)} of {len(metered)} ready node(s) without DCGM "
                           f"series: {shown} ({first}: {missing[first]})")
-    return ok(name, f"{reader.config.url}: all {len(metered)} ready node(s) have recent DCGM "
+    return ok(name, f"{public_url(reader.config.url)}: all {len(metered)} ready node(s) have recent DCGM "
                     "series")
