@@ -273,7 +273,10 @@ def _move(ctx: PoolContext, prices: Prices, evidence: SpotEvidence, rule: Return
         redo_gpu_h = 0.0
         for job in sched.jobs:
             gpus = job.gpus or offer.gpus / max(1, len(sched.jobs))
-            redo, to_next = _redo_at(job.started_at or node.created_at, now + lead, rule)
+            started = job.started_at
+            if started is None or started < node.created_at:  # unknown: the node's whole life
+                started = node.created_at
+            redo, to_next = _redo_at(started, now + lead, rule)
             if to_next is not None and to_next * saving < redo * gpus * offer.per_gpu:
                 return None  # staying until its next checkpoint costs less than redoing
             redo_gpu_h += redo * gpus

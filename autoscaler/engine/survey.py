@@ -38,7 +38,8 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
             obs = observed.get(node.name)
             if obs is not None and obs.scheduler is not None:
                 ctx.long_jobs += [(node, job) for job in obs.scheduler.jobs
-                                  if job.started_at is not None and job.started_at < started_before]
+                                  if job.started_at is not None
+                                  and node.created_at <= job.started_at < started_before]
     # Sums stay in locals until the end: attribute updates on ctx per node cost more.
     util_sum, util_count, idle_load = ctx.util_sum, ctx.util_count, ctx.idle_load
     reporting = fallbacks = 0
@@ -55,7 +56,12 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
             if started_before is not None:
                 for job in sched.jobs:
                     started = job.started_at
-                    if started is not None and started < started_before:
+                    # A job cannot have started on the node before it was created: such a
+                    # start is unknown, not clamped to created_at (that would make it as
+                    # old as its node, older than it provably is), so it is never released
+                    # on our own account (long_jobs.py).
+                    if started is not None and started < started_before \
+                            and started >= node.created_at:
                         ctx.long_jobs.append((node, job))
             if sched.gpus_allocated < sched.gpus_total:
                 ctx.free.append(node)

@@ -26,6 +26,9 @@ GPU temperature                     -50 .. 200 °C
 a pending job's GPUs per node       a number (more than any type has: the engine says
                                     no type fits)
 a pending job's nodes               1 .. the pool's max_nodes
+a time a scheduler gives (a node's  now - MAX_AGE .. now + SKEW, with a zone (a time
+unusable_since, a job's started_at  without one is UTC, as the Kubernetes API always
+and submitted_at)                   means): see ``Times``
 ==================================  ===============================================
 
 The node's instance type: its fleet record's; for a host the fleet does not know, the
@@ -36,12 +39,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.catalog.mig import COMPUTE_SLICES
 from autoscaler.model.node import Node
-from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PendingJob, SchedulerNode
+from autoscaler.model.snapshot import (
+    GpuMetrics,
+    NodeObservation,
+    PendingJob,
+    RunningJob,
+    SchedulerNode,
+)
 from autoscaler.policy.models import Pool
 
 # MIG and replica shares add up in floating point, above a whole count; never below zero: a
@@ -187,5 +197,104 @@ def split_pending(jobs: Iterable[PendingJob], pool: Pool) -> tuple[list[PendingJ
     return ok, refused
 
 
-__all__ = ["Bound", "NodeBounds", "checked", "metrics_problem", "pending_problem",
+# A scheduler's clock may run this far ahead of ours; a time later than that is no time.
+SKEW = timedelta(minutes=5)
+# No node stays unusable, no job runs or waits, this long and still matters: an older time
+# is a placeholder (0 = 1970) or a bug, not an age.
+MAX_AGE = timedelta(days=365)
+
+
+class Times:
+    """The times schedulers give, made plausible at the snapshot's ``now``: a time is
+    believed within [now - MAX_AGE, now + SKEW] (a naive one read as UTC); outside, it is
+    unknown, and unknown is read the way that removes nothing and rushes nothing:
+
+    ================  ===========================================================
+    field             not believed
+    ================  ===========================================================
+    started_at        None: the job's age is unknown, so it is never past
+                      max_job_runtime, never consolidated (the engine's meanings)
+    unusable_since    the first tick this reader saw the node unusable with a
+                      time not believed: the grace counts from then, not from a
+                      1970 that replaces at once nor a 9999 that never does
+    submitted_at      (also when not given) the first tick this reader saw the job
+                      pending: it waits burst_after / max_wait from then, so it
+                      never bursts sooner than it really waited, and never hangs
+    ================  ===========================================================
+
+    Those first ticks live in the reader (``since_seen`` / ``pending_seen``, handed to the
+    next tick's ``Times``): a restart counts again, later, never sooner. (The engine, with
+    no clock of its own, adds what needs the fleet: a job start or an unusable-since before
+    its node was created is not about this machine; see ``engine/survey.py`` and
+    ``engine/scale_down/broken.py``.) ``ends_at`` only gets a zone: a far deadline is a real
+    one, and a past one only keeps a node (the return to spot waits for the job).
+    One ``Times`` per tick; the checks are comparisons, allocating only for what they
+    change."""
+
+    def __init__(self, now: datetime, since_seen: Mapping[str, datetime],
+                 pending_seen: Mapping[str, datetime]):
+        self.now = now
+        self.earliest, self.latest = now - MAX_AGE, now + SKEW
+        self._since_seen, self._pending_seen = since_seen, pending_seen
+        self.since_seen: dict[str, datetime] = {}  # node -> first tick seen so (next tick's)
+        self.pending_seen: dict[str, datetime] = {}  # job id -> first tick seen so
+        self.pending_refused = 0  # jobs whose submit time was not given or not believed
+
+    def believe(self, at: datetime | None) -> datetime | None:
+        """``at`` if plausible (naive: UTC), else None."""
+        if at is None:
+            return None
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        return at if self.earliest <= at <= self.latest else None
+
+    def _fine(self, at: datetime) -> bool:
+        return at.tzinfo is not None and self.earliest <= at <= self.latest
+
+    def scheduler(self, name: str, sched: SchedulerNode) -> tuple[SchedulerNode, tuple[str, ...]]:
+        """``sched`` with its times made plausible, and what was not believed."""
+        since = sched.unusable_since
+        if (since is None or sched.unusable is None or self._fine(since)) and all(
+                (j.started_at is None or self._fine(j.started_at))
+                and (j.ends_at is None or j.ends_at.tzinfo is not None) for j in sched.jobs):
+            return sched, ()  # nearly every node, every tick: nothing allocated
+        why: list[str] = []
+        new_since = since
+        if since is not None and sched.unusable is not None and not self._fine(since):
+            new_since = self.believe(since)
+            if new_since is None:
+                self.since_seen[name] = new_since = self._since_seen.get(name, self.now)
+                why.append(f"unusable_since {since.isoformat()} (counted from "
+                           f"{new_since.isoformat()})")
+        jobs = sched.jobs
+        new_jobs: list[RunningJob] | None = None
+        for i, job in enumerate(jobs):
+            started, ends = job.started_at, job.ends_at
+            if (started is None or self._fine(started)) and (ends is None or ends.tzinfo is not None):
+                continue
+            kept = self.believe(started)
+            if kept is None and started is not None:
+                why.append(f"started_at {started.isoformat()} of job {job.id[:80]} (unknown)")
+            if new_jobs is None:
+                new_jobs = list(jobs)
+            new_jobs[i] = replace(job, started_at=kept, ends_at=(
+                ends.replace(tzinfo=UTC) if ends is not None and ends.tzinfo is None else ends))
+        if new_since is since and new_jobs is None:
+            return sched, tuple(why)
+        return replace(sched, unusable_since=new_since,
+                       jobs=jobs if new_jobs is None else new_jobs), tuple(why)
+
+    def pending(self, job: PendingJob) -> PendingJob:
+        """``job`` with a plausible submit time (see the class)."""
+        at = job.submitted_at
+        if at is not None and self._fine(at):
+            return job
+        kept = self.believe(at)
+        if kept is None:
+            self.pending_refused += 1
+            self.pending_seen[job.id] = kept = self._pending_seen.get(job.id, self.now)
+        return job.model_copy(update={"submitted_at": kept})
+
+
+__all__ = ["MAX_AGE", "SKEW", "Bound", "NodeBounds", "Times", "checked", "metrics_problem", "pending_problem",
            "scheduler_problem", "split_pending"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscaler.catalog import Catalog
@@ -51,18 +51,24 @@ class PodRecord:
 
 
 def _time(value: Any) -> datetime | None:
+    """An API time; one without a zone is UTC, as the API server always means."""
     try:
-        return datetime.fromisoformat(str(value)) if value else None
+        at = datetime.fromisoformat(str(value)) if value else None
     except ValueError:
         return None
+    return at.replace(tzinfo=UTC) if at is not None and at.tzinfo is None else at
 
 
 def _deadline(spec: Obj, status: Obj) -> datetime | None:
-    """When the kubelet kills the pod (``activeDeadlineSeconds`` after it started)."""
+    """When the kubelet kills the pod (``activeDeadlineSeconds`` after it started); None
+    past year 9999 (any positive int64 is legal: 10**12 s is 31,000 years, no deadline)."""
     started, seconds = _time(status.get("startTime")), spec.get("activeDeadlineSeconds")
     if started is None or not isinstance(seconds, int) or isinstance(seconds, bool) or seconds <= 0:
         return None
-    return started + timedelta(seconds=seconds)
+    try:
+        return started + timedelta(seconds=seconds)
+    except OverflowError:
+        return None
 
 
 def pod_record(obj: Obj) -> PodRecord | None:

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Protocol
 
 from autoscaler.catalog import Catalog
-from autoscaler.model.bounds import NodeBounds, checked, split_pending
+from autoscaler.model.bounds import NodeBounds, Times, checked, split_pending
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import (
@@ -98,6 +98,10 @@ class SignalReader:
             KubernetesReader(config.kubernetes) if config.kubernetes else None)
         self._refused: dict[str, str] = {}  # node -> why its data was not believed (logged)
         self._absent_since: dict[str, datetime] = {}  # READY node -> first tick found unlisted
+        # Times.since_seen / pending_seen of the last tick (a time not believed, first seen)
+        self._since_seen: dict[str, datetime] = {}
+        self._pending_seen: dict[str, datetime] = {}
+        self._pending_refused = 0  # logged when it changes
 
     def close(self) -> None:
         if self.prometheus is not None:
@@ -123,9 +127,11 @@ class SignalReader:
             missing.add("prometheus")
         sources["prometheus"] = metrics.error or f"ok: {len(metrics.nodes)} nodes"
         scheduled = self._schedulers(policies)
+        times = Times(now, self._since_seen, self._pending_seen)
         pool_obs = {}
         for key, pool in pools.items():
-            wanted, refused = split_pending(scheduled.pending.get(key, []), pool)
+            wanted, refused = split_pending(
+                [times.pending(job) for job in scheduled.pending.get(key, [])], pool)
             scheduled.unserved += [UnservedJob(id=job.id, team=teams[key], constraint=why,
                                                reason=f"{key}: {why}") for job, why in refused]
             pool_obs[key] = PoolObservation(pending=wanted, metrics_missing=metrics.error,
@@ -144,7 +150,8 @@ class SignalReader:
         merged = _with_health_checks(_merge_nodes(metrics_nodes, sched_nodes, node_missing),
                                      fleet_by_name)
         nodes = self._believable(merged, NodeBounds(self.catalog, fleet_by_name, pools,
-                                                    key_by_name_prefix(pools)))
+                                                    key_by_name_prefix(pools)), times)
+        self._remember(times)
         observed = Observed(taken_at=now, nodes=nodes, pools=pool_obs, missing=sorted(missing),
                             unserved=scheduled.unserved, cluster_quotas=scheduled.quotas)
         return SignalsResult(observed, unattributed, sources, metrics.queries)
@@ -172,13 +179,30 @@ class SignalReader:
         self._absent_since = absent
         return out
 
-    def _believable(self, nodes: dict[str, NodeObservation],
-                    bounds: NodeBounds) -> dict[str, NodeObservation]:
+    def _remember(self, times: Times) -> None:
+        self._since_seen, self._pending_seen = times.since_seen, times.pending_seen
+        if times.pending_refused and times.pending_refused != self._pending_refused:
+            log.warning("%d pending job(s) without a believable submit time (none given, or "
+                        "outside %s .. %s): each waits counted from the tick first seen pending",
+                        times.pending_refused, times.earliest.isoformat(), times.latest.isoformat())
+        self._pending_refused = times.pending_refused
+
+    def _believable(self, nodes: dict[str, NodeObservation], bounds: NodeBounds,
+                    times: Times) -> dict[str, NodeObservation]:
         """Each node's observation with what its type makes impossible replaced by the
-        reason (``bounds.py``); each new reason logged once, not once per tick."""
+        reason, and its scheduler's times made plausible (``bounds.py``); each new reason
+        logged once, not once per tick."""
         refused: dict[str, str] = {}
         for name, obs in nodes.items():
+            sched = obs.scheduler
+            timed: tuple[str, ...] = ()
+            if sched is not None:
+                plausible, timed = times.scheduler(name, sched)
+                if plausible is not sched:
+                    obs = nodes[name] = dataclasses.replace(obs, scheduler=plausible)
             kept, why = checked(obs, bounds.of(name))
+            if timed:
+                why = [*why, "times not believed: " + ", ".join(timed)]
             if why:
                 nodes[name] = kept
                 refused[name] = "; ".join(why)

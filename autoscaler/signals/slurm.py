@@ -82,8 +82,14 @@ class SlurmJob:
 
     @property
     def ends_at(self) -> datetime | None:
-        """When Slurm ends the job at the latest (start + time limit), if it has a limit."""
-        return self.started_at + self.limit if self.started_at and self.limit else None
+        """When Slurm ends the job at the latest (start + time limit), if it has a limit;
+        None past year 9999 (a start there is no time: ``model/bounds.Times`` drops it)."""
+        if not self.started_at or not self.limit:
+            return None
+        try:
+            return self.started_at + self.limit
+        except OverflowError:
+            return None
 
 
 @dataclass

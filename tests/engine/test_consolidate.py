@@ -67,6 +67,15 @@ def test_recently_started_jobs_are_left_to_settle():
     assert drain.node == "a"
 
 
+def test_a_job_started_before_its_node_was_created_is_not_known_to_have_settled():
+    """The nodes are 2h old: a start 3h ago is no start (unknown), so b is not moved (a's
+    job has just started: not moved either)."""
+    fresh = on(4, 1, started=timedelta(minutes=3))
+    assert consolidations(run(policy(), {"a": fresh, "b": on(4, 1, started=timedelta(hours=3))})) == []
+    (drain,) = consolidations(run(policy(), {"a": fresh, "b": on(4, 1, started=timedelta(hours=2))}))
+    assert drain.node == "b"
+
+
 def test_one_node_per_pool_per_tick():
     obs = {"a": on(4, 1), "b": on(4, 1), "c": on(4, 1), "d": on(4)}
     assert len(consolidations(run(policy(max_draining_percent=100), obs))) == 1

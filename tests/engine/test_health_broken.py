@@ -62,6 +62,19 @@ def test_unusable_within_its_grace_or_without_a_time_is_kept() -> None:
     assert not replaced(plan_of({"n0": unusable("NOT_RESPONDING", None)}, 10))
 
 
+def test_unusable_since_before_the_node_was_created_counts_from_ready() -> None:
+    """Said of the name before this machine existed (a DOWN slurmctld kept from an earlier
+    machine): the nodes are 2h old and READY for 30m, the scheduler says unusable for 3h."""
+    obs = {"n0": unusable("DOWN by slurm: Not responding", timedelta(hours=3))}
+    assert not replaced(plan_of(obs, 10, health={"unready_grace": "45m"}))
+    reasons = replaced(plan_of(obs, 10, health={"unready_grace": "20m"}))
+    assert "Not responding for 30m > unready_grace 20m" in reasons["n0"]
+    # after its creation: believed as said, even before READY
+    obs = {"n0": unusable("DOWN by slurm: Not responding", timedelta(minutes=50))}
+    assert "Not responding for 50m > unready_grace 45m" in replaced(
+        plan_of(obs, 10, health={"unready_grace": "45m"}))["n0"]
+
+
 def test_the_grace_is_the_pools_and_the_cause_can_be_turned_off() -> None:
     obs = {"n0": unusable("DOWN: x", timedelta(minutes=3))}
     assert replaced(plan_of(obs, 10, health={"unready_grace": "2m"}))

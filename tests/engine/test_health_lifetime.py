@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from autoscaler.engine import Drain, EngineSettings, Replace, ReportJob, decide
+from autoscaler.model.lifecycle import NodeState as S
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, RunningJob, SchedulerNode
 from tests.builders import NOW, busy, fleet, make_node, make_policy, snapshot
 
@@ -78,9 +79,26 @@ def test_long_jobs_reported_and_optionally_signalled():
             RunningJob(id="long", gpus=1, started_at=NOW - timedelta(hours=50)),
             RunningJob(id="short", gpus=0, started_at=NOW - timedelta(hours=1)),
         ]))}
-    plan = run(policy, [make_node("n1")], obs)
+    # the node is older than its job (a job cannot start on a node not yet created)
+    plan = run(policy, [make_node("n1", age=timedelta(hours=60))], obs)
     (rep,) = [a for a in plan.actions if isinstance(a, ReportJob)]
     assert rep.job == "long" and rep.signal and "2d2h" in rep.reason
+
+
+def test_a_job_started_before_its_node_was_created_is_never_a_long_job() -> None:
+    """A start before the node existed is unknown, not the node's age: the job's age is not
+    known to be past max_job_runtime, so it is neither reported nor released."""
+    policy = make_policy(lifetime={"max_job_runtime": "48h", "action": "release"})
+    obs = {"n1": NodeObservation(
+        metrics=GpuMetrics(util_mean=90, util_max_idle_window=95, sample_age_s=3),
+        scheduler=SchedulerNode(state="allocated", gpus_total=1, gpus_allocated=1, jobs=[
+            RunningJob(id="long", gpus=1, started_at=NOW - timedelta(hours=50))]))}
+    assert not [a for a in run(policy, [make_node("n1", age=timedelta(hours=49))], obs).actions
+                if isinstance(a, ReportJob)]
+    for state in (S.READY, S.DRAINING):  # serving or draining, the same
+        (rep,) = [a for a in run(policy, [make_node("n1", age=timedelta(hours=51), state=state)],
+                                 obs).actions if isinstance(a, ReportJob)]
+        assert rep.job == "long" and rep.release
 
 
 def _long_job_plan(priority: str, settings: EngineSettings | None = None, **lifetime: str):
@@ -90,7 +108,7 @@ def _long_job_plan(priority: str, settings: EngineSettings | None = None, **life
         metrics=GpuMetrics(util_mean=90, util_max_idle_window=95, sample_age_s=3),
         scheduler=SchedulerNode(state="allocated", gpus_total=1, gpus_allocated=1, jobs=[
             RunningJob(id="4242", gpus=1, started_at=NOW - timedelta(hours=2, minutes=5))]))}
-    plan = decide({policy.team: policy}, fleet(make_node("n1")), snapshot(obs), NOW,
+    plan = decide({policy.team: policy}, fleet(make_node("n1", age=timedelta(hours=3))), snapshot(obs), NOW,
                   settings=settings)
     (rep,) = [a for a in plan.actions if isinstance(a, ReportJob)]
     return rep

@@ -224,6 +224,20 @@ def test_a_move_waits_for_a_checkpoint_due_soon_when_staying_until_then_costs_le
     assert moves(plan_for(od(), granted(), rule=RULE, obs=job_started(timedelta(minutes=25))))
 
 
+def test_a_job_start_before_its_node_was_created_reads_as_not_given():
+    """The node is 2h old. A start 2h15m ago cannot be (27m to redo at the drain, 3m to its
+    checkpoint: it would stay); like a start not given, the job's work counts from the
+    node's creation (2h12m at the drain: 12m redone, 18m to its checkpoint): it moves."""
+    def job_started(at: Any) -> dict[str, NodeObservation]:
+        seen = busy(util=50)
+        sched = dataclasses.replace(seen.scheduler, jobs=[RunningJob(id="j0", gpus=1, started_at=at)])
+        return {"vision-gpu-1": dataclasses.replace(seen, scheduler=sched)}
+
+    before = moves(plan_for(od(), granted(), rule=RULE, obs=job_started(NOW - timedelta(hours=2, minutes=15))))
+    unknown = moves(plan_for(od(), granted(), rule=RULE, obs=job_started(None)))
+    assert len(before) == 1 and before == unknown
+
+
 def test_a_move_respects_max_spot_share_per_zone():
     """Spot was just granted in 1c. With one spot node in each zone, 1c may take the move
     (2 of 3 <= ceil(0.5 x 3)); with both in 1c it would hold 3 of 3, and the node stays."""

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from autoscaler.catalog import default_catalog
-from autoscaler.model.bounds import NodeBounds, checked, metrics_problem, pending_problem, scheduler_problem
+from autoscaler.model.bounds import (
+    MAX_AGE,
+    SKEW,
+    NodeBounds,
+    Times,
+    checked,
+    metrics_problem,
+    pending_problem,
+    scheduler_problem,
+)
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PendingJob, RunningJob, SchedulerNode
 from autoscaler.signals.readings import key_by_name_prefix
-from tests.builders import make_node, make_policy
+from tests.builders import NOW, make_node, make_policy
 
 CATALOG = default_catalog()
 POOLS = {"vision/gpu": make_policy(instance_types=["p3.2xlarge", "p3.8xlarge"], max_nodes=3).pools[0]}
@@ -80,3 +90,94 @@ def test_pending_jobs_no_node_of_the_pool_could_hold() -> None:
         "asks inf GPUs per node: not a number of GPUs")
     assert pending_problem(PendingJob(id="c", gpus=1, nodes=10**9), pool) == (
         "asks 1000000000 nodes; the pool has at most 3 (max_nodes)")
+
+
+# -- times a scheduler gives (Times): believed within [now - 1 year, now + 5 min] ----------
+
+EPOCH_1 = datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)  # Slurm reason_changed_at / start_time 1
+Y9000 = datetime(9000, 1, 1, tzinfo=UTC)
+Y9999 = datetime(9999, 12, 31, 23, tzinfo=UTC)  # Slurm start_time 253402297200
+
+
+@pytest.mark.parametrize(("at", "believed"), [
+    (NOW - timedelta(minutes=1), NOW - timedelta(minutes=1)),
+    (NOW - MAX_AGE, NOW - MAX_AGE),
+    (NOW + SKEW, NOW + SKEW),
+    (NOW - MAX_AGE - timedelta(seconds=1), None),
+    (NOW + SKEW + timedelta(seconds=1), None),
+    (EPOCH_1, None), (datetime(1970, 1, 1, tzinfo=UTC), None), (Y9000, None), (Y9999, None),
+    (datetime(2026, 11, 30, 11, 0), datetime(2026, 11, 30, 11, 0, tzinfo=UTC)),  # naive: UTC
+    (datetime(1970, 1, 1), None),
+    (None, None),
+])
+def test_a_time_is_believed_within_a_year_back_and_five_minutes_ahead(
+        at: datetime | None, believed: datetime | None) -> None:
+    assert Times(NOW, {}, {}).believe(at) == believed
+
+
+def down_since(at: datetime | None) -> SchedulerNode:
+    return SchedulerNode(state="down", ready=False, gpus_total=1, unusable="DOWN by slurm: Not responding",
+                         unusable_since=at)
+
+
+@pytest.mark.parametrize("at", [EPOCH_1, Y9000])
+def test_an_unusable_since_not_believed_counts_from_the_tick_first_seen_so(at: datetime) -> None:
+    """1970 would replace a node that just went down, 9000 would never replace it: the grace
+    counts from the first tick this reader saw it, and keeps counting from there."""
+    first = Times(NOW, {}, {})
+    sched, why = first.scheduler("n1", down_since(at))
+    assert sched.unusable_since == NOW and first.since_seen == {"n1": NOW}
+    assert why == (f"unusable_since {at.isoformat()} (counted from {NOW.isoformat()})",)
+    later = Times(NOW + timedelta(minutes=11), first.since_seen, {})
+    assert later.scheduler("n1", down_since(at))[0].unusable_since == NOW
+    assert later.since_seen == {"n1": NOW}
+    usable_again = Times(NOW + timedelta(minutes=12), later.since_seen, {})
+    usable_again.scheduler("n1", SchedulerNode(gpus_total=1))
+    assert usable_again.since_seen == {}  # down again later: counted afresh
+
+
+def test_a_believable_scheduler_view_is_kept_as_it_is() -> None:
+    sched = SchedulerNode(gpus_total=1, gpus_allocated=1, unusable="DOWN", unusable_since=NOW,
+                          jobs=[RunningJob(id="7", gpus=1, started_at=NOW - timedelta(hours=1),
+                                           ends_at=datetime(9999, 1, 1, tzinfo=UTC))])
+    times = Times(NOW, {}, {})
+    assert times.scheduler("n1", sched) == (sched, ()) and times.scheduler("n1", sched)[0] is sched
+    assert times.scheduler("n1", down_since(None))[0].unusable_since is None  # not said: as it was
+
+
+@pytest.mark.parametrize("at", [EPOCH_1, Y9999])
+def test_a_job_start_not_believed_is_unknown(at: datetime) -> None:
+    """Unknown, so never past max_job_runtime: not 20787 days old."""
+    sched = SchedulerNode(gpus_total=1, gpus_allocated=1, jobs=[
+        RunningJob(id="7", gpus=1, started_at=at), RunningJob(id="8", gpus=0, started_at=NOW)])
+    kept, why = Times(NOW, {}, {}).scheduler("n1", sched)
+    assert [j.started_at for j in kept.jobs] == [None, NOW]
+    assert why == (f"started_at {at.isoformat()} of job 7 (unknown)",)
+
+
+def test_naive_job_times_are_utc() -> None:
+    naive = datetime(2026, 11, 30, 11, 0)
+    sched = SchedulerNode(gpus_total=1, jobs=[RunningJob(id="7", started_at=naive,
+                                                         ends_at=naive + timedelta(days=3))])
+    (job,) = Times(NOW, {}, {}).scheduler("n1", sched)[0].jobs
+    assert job.started_at == naive.replace(tzinfo=UTC) and job.ends_at == (naive + timedelta(days=3)).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize("at", [Y9000, EPOCH_1, None])
+def test_a_submit_time_not_believed_or_not_given_counts_from_the_tick_first_seen(at: datetime | None) -> None:
+    """Year 9000 never bursts, 1970 bursts at once past burst_after; from the first tick
+    seen pending, the job waits as long as it provably has."""
+    job = PendingJob(id="42", gpus=1, submitted_at=at)
+    first = Times(NOW, {}, {})
+    assert first.pending(job).submitted_at == NOW and first.pending_refused == 1
+    later = Times(NOW + timedelta(hours=1), {}, first.pending_seen)
+    assert later.pending(job).submitted_at == NOW and later.pending_seen == {"42": NOW}
+
+
+def test_a_believable_submit_time_is_kept_and_a_naive_one_is_utc() -> None:
+    times = Times(NOW, {}, {})
+    job = PendingJob(id="1", gpus=1, submitted_at=NOW - timedelta(minutes=1))
+    assert times.pending(job) is job
+    naive = PendingJob(id="2", gpus=1, submitted_at=datetime(2026, 11, 30, 11, 0))
+    assert times.pending(naive).submitted_at == datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
+    assert times.pending_seen == {} and times.pending_refused == 0

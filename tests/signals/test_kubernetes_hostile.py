@@ -11,6 +11,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoscaler.catalog import default_catalog
-from autoscaler.engine import decide
+from autoscaler.engine import Replace, decide
 from autoscaler.model.node import Node
-from autoscaler.model.plan import Plan
+from autoscaler.model.plan import Plan, ReportJob
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation
 from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.sandbox.fakes.kube import FakeKube
@@ -303,3 +304,135 @@ def test_generated_nodes_and_pods_never_raise_nor_exceed_the_catalog() -> None:
             assert seen["refused"] and seen["believed"]  # both kinds of node were generated
         finally:
             reader.close()
+
+
+# -- hostile times (model/bounds.Times in SignalReader; kube_demand._time / _deadline) -----
+
+class Cached:
+    """KubernetesReader.assemble over caches the real watch transforms filled (what the
+    informers hold), without an API server."""
+
+    def __init__(self, pods: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
+        from autoscaler.schedulers.kubernetes.objects import node_record
+        from autoscaler.signals.kube_demand import pod_record
+        from autoscaler.signals.kubernetes import _tolerant, _unreadable_pod
+        self.reader = KubernetesReader(KubernetesConfig(host="http://127.0.0.1:1"), CATALOG)
+        self.caches: dict[str, dict[str, Any]] = {
+            "pods": {}, "nodes": {}, "persistentvolumeclaims": {}, "persistentvolumes": {}}
+        self.set(pods, nodes, _tolerant("pod", pod_record, _unreadable_pod), _tolerant("node", node_record))
+
+    def set(self, pods: list[dict[str, Any]], nodes: list[dict[str, Any]], pod: Any, node: Any) -> None:
+        for p in pods:
+            if (rec := pod(p)) is not None:
+                self.caches["pods"][f"{p['metadata']['namespace']}/{p['metadata']['name']}"] = rec
+        for n in nodes:
+            if (rec := node(n)) is not None:
+                self.caches["nodes"]["/" + n["metadata"]["name"]] = rec
+
+    def read(self, refs: Any) -> Any:
+        return self.reader.assemble(self.caches, refs)
+
+
+TIMES_POLICIES = {"vision": make_policy("vision", pools=[kpool(
+    "v100", ["p3.2xlarge"], health={"unready_grace": "10m"},
+    lifetime={"max_job_runtime": "48h", "action": "release"})])}
+TIMES_FLEET = [make_node(f"vision-v100-{i}", "vision", "v100", age=timedelta(days=10)) for i in (1, 2)]
+
+
+def iso(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def kube_node(name: str, ready: bool = True, transition: str | None = None) -> dict[str, Any]:
+    cond: dict[str, Any] = {"type": "Ready", "status": "True" if ready else "False",
+                            "reason": "KubeletReady" if ready else "KubeletNotReady"}
+    if transition is not None:
+        cond["lastTransitionTime"] = transition
+    return {"metadata": {"name": name, "labels": {TEAM_LABEL: "vision", POOL_LABEL: "v100",
+                                                  TYPE: "p3.2xlarge"}},
+            "spec": {}, "status": {"allocatable": {GPU: "1"}, "conditions": [cond]}}
+
+
+def kube_pod(name: str, node: str | None = None, created: str | None = None, started: str | None = None,
+             **spec: Any) -> dict[str, Any]:
+    pod: dict[str, Any] = {"metadata": {"name": name, "namespace": "vision"},
+                           "spec": {"containers": [{"resources": {"requests": {GPU: "1"}}}], **spec}}
+    if created is not None:
+        pod["metadata"]["creationTimestamp"] = created
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running", **({"startTime": started} if started else {})}
+    else:
+        pod["status"] = {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    return pod
+
+
+class TimesTick:
+    def __init__(self, pods: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
+        self.reader = SignalReader(SignalsConfig(scheduler=["kubernetes"],
+                                                 kubernetes={"host": "http://127.0.0.1:1"}),
+                                   CATALOG, kubernetes=Cached(pods, nodes))
+
+    def __call__(self, now: datetime = NOW) -> tuple[Observed, Plan]:
+        observed = self.reader.read(TIMES_POLICIES, TIMES_FLEET, now)
+        return observed, decide(TIMES_POLICIES, fleet(*TIMES_FLEET), assemble(observed), now,
+                                catalog=CATALOG)
+
+
+def replaced(plan: Plan) -> list[str]:
+    return [a.node for a in plan.actions if isinstance(a, Replace)]
+
+
+@pytest.mark.parametrize("transition", ["1970-01-01T00:00:00Z", "9999-01-01T00:00:00Z"])
+def test_a_not_ready_nodes_transition_in_1970_or_9999_counts_the_grace_from_first_seen(transition: str) -> None:
+    """1970 replaced a node that had just gone NotReady at once; 9999 never replaced it."""
+    busy_pod = kube_pod("busy", node="vision-v100-2", started=iso(NOW - timedelta(hours=1)))
+    tick = TimesTick([busy_pod], [kube_node("vision-v100-1", ready=False, transition=transition),
+                                  kube_node("vision-v100-2")])
+    observed, plan = tick(NOW)
+    assert observed.nodes["vision-v100-1"].scheduler.unusable_since == NOW and replaced(plan) == []
+    assert replaced(tick(NOW + timedelta(minutes=9))[1]) == []
+    plan = tick(NOW + timedelta(minutes=11))[1]
+    assert replaced(plan) == ["vision-v100-1"]
+    assert "NotReady: KubeletNotReady for 11m > unready_grace 10m" in plan.actions[0].reason
+
+
+def test_a_pods_start_in_1970_is_unknown_and_never_past_max_job_runtime() -> None:
+    for started, reported in [("1970-01-01T00:00:00Z", []), (iso(NOW - timedelta(hours=49)), ["vision/train"])]:
+        observed, plan = TimesTick([kube_pod("train", node="vision-v100-2", started=started)],
+                                   [kube_node("vision-v100-1"), kube_node("vision-v100-2")])()
+        (job,) = observed.nodes["vision-v100-2"].scheduler.jobs
+        assert job.started_at == (None if not reported else NOW - timedelta(hours=49))
+        assert [a.job for a in plan.actions if isinstance(a, ReportJob)] == reported
+
+
+def test_a_creation_time_without_a_zone_is_utc_and_the_pool_still_launches() -> None:
+    """A naive creationTimestamp made scale-up raise TypeError (naive - aware): no launch."""
+    from autoscaler.signals.kube_demand import pod_record
+    record = pod_record(kube_pod("want", created="2026-11-30T11:00:00"))
+    assert record is not None and record.created_at == datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
+
+    full = [kube_pod(f"busy{i}", node=f"vision-v100-{i}", started=iso(NOW - timedelta(hours=1))) for i in (1, 2)]
+    observed, plan = TimesTick([kube_pod("want", created="2026-11-30T11:00:00"), *full],
+                               [kube_node("vision-v100-1"), kube_node("vision-v100-2")])()
+    (job,) = observed.pools["vision/v100"].pending
+    assert job.submitted_at == datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
+    assert plan.pools["vision/v100"].error is None
+    assert [(a.pool, a.count) for a in plan.actions if a.kind == "launch"] == [("vision/v100", 1)]
+
+
+def test_an_active_deadline_of_10_to_the_12_seconds_is_no_deadline_not_an_unreadable_pod() -> None:
+    """10**12 s is a legal int64; started + it overflowed, the pod read as NaN GPUs and
+    its node's scheduler view was refused."""
+    from autoscaler.signals.kube_demand import pod_record
+    svc = kube_pod("svc", node="vision-v100-2", started=iso(NOW - timedelta(hours=1)),
+                   activeDeadlineSeconds=10**12)
+    record = pod_record(svc)
+    assert record is not None and record.ends_at is None and record.gpus == {GPU: 1.0}
+
+    observed, _ = TimesTick([svc], [kube_node("vision-v100-1"), kube_node("vision-v100-2")])()
+    node = observed.nodes["vision-v100-2"]
+    assert node.scheduler_missing is None and node.scheduler is not None
+    assert [(j.id, j.gpus, j.started_at, j.ends_at) for j in node.scheduler.jobs] == [
+        ("vision/svc", 1.0, NOW - timedelta(hours=1), None)]

@@ -17,7 +17,7 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig
 from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
-from autoscaler.signals.slurm import SlurmReader, jobs_from_text
+from autoscaler.signals.slurm import SlurmReader, jobs_from_json, jobs_from_text
 from tests.builders import make_policy
 
 T0 = 1_795_000_000
@@ -471,3 +471,128 @@ def test_real_slurm_jobs_go_to_their_accounts_team(slurm: SlurmCluster, use_json
     finally:
         slurm.run(["scancel", *blockers, *waiting.values()])
         slurm.run([*features, "availablefeatures=", "activefeatures="])
+
+
+# -- hostile times: made plausible in SignalReader (model/bounds.Times) before the engine ---
+
+EPOCH_1 = 1  # 1970-01-01T00:00:01Z
+Y9000 = int(datetime(9000, 1, 1, tzinfo=UTC).timestamp())
+Y9999 = 253402297200  # 9999-12-31T23:00:00Z
+
+
+def one_pool(**kw: Any) -> dict[str, Any]:
+    cluster = {"kind": "slurm", "partition": "gpu", **kw.pop("cluster", {})}
+    return {"vision": make_policy("vision", pools=[{
+        **pool("v100", ["p3.2xlarge"], "gpu"), "capacity": {"on_demand_base": 0, "spot_percent": 0},
+        "cluster": cluster, **kw}])}
+
+
+class Tick:
+    """One SignalReader over fake squeue/sinfo answers, kept across ticks, and decide()."""
+
+    def __init__(self, policies: dict[str, Any], nodes: list[Any]) -> None:
+        from autoscaler.signals.config import SignalsConfig
+        from autoscaler.signals.reader import SignalReader
+        self.policies, self.nodes = policies, nodes
+        self.runner = json_runner({"jobs": []}, {"nodes": []})
+        self.reader = SignalReader(SignalsConfig(scheduler=["slurm"]), default_catalog(),
+                                   slurm=SlurmReader(SlurmConfig(), self.runner))
+
+    def __call__(self, squeue: dict[str, Any], sinfo: dict[str, Any], now: datetime) -> tuple[Any, Any]:
+        from autoscaler.engine import decide
+        from autoscaler.model.snapshot_parts import assemble
+        from tests.builders import fleet
+        self.runner.answers = {"squeue --json": json.dumps(squeue), "sinfo --json": json.dumps(sinfo)}
+        observed = self.reader.read(self.policies, self.nodes, now)
+        return observed, decide(self.policies, fleet(*self.nodes), assemble(observed), now,
+                                catalog=default_catalog())
+
+
+def slurm_node(name: str, state: Any = "allocated", **kw: Any) -> dict[str, Any]:
+    used = "gpu:v100:0(IDX:N/A)" if state != "allocated" else "gpu:v100:1(IDX:0)"
+    return {"name": name, "state": state, "state_flags": [], "gres": "gpu:v100:1", "gres_used": used, **kw}
+
+
+@pytest.mark.parametrize("changed_at", [EPOCH_1, Y9000])
+def test_a_down_nodes_reason_time_in_1970_or_9000_counts_the_grace_from_first_seen(changed_at: int) -> None:
+    """1970 replaced a node that had just gone DOWN at once; 9000 never replaced it."""
+    from autoscaler.engine import Replace
+    from tests.builders import NOW, make_node
+
+    nodes = [make_node(f"vision-v100-{i}", "vision", "v100") for i in (1, 2)]
+    sinfo = {"nodes": [slurm_node("vision-v100-1", state=["DOWN"], reason="Not responding",
+                                  reason_set_by_user="slurm", reason_changed_at=changed_at),
+                       slurm_node("vision-v100-2")]}
+    squeue = {"jobs": [job_2205(2, "RUNNING", "gres:gpu:1", nodes="vision-v100-2")]}
+    tick = Tick(one_pool(health={"unready_grace": "10m"}), nodes)
+
+    observed, plan = tick(squeue, sinfo, NOW)
+    assert observed.nodes["vision-v100-1"].scheduler.unusable_since == NOW
+    assert not [a for a in plan.actions if isinstance(a, Replace)]
+    observed, plan = tick(squeue, sinfo, NOW + timedelta(minutes=9))
+    assert observed.nodes["vision-v100-1"].scheduler.unusable_since == NOW
+    assert not [a for a in plan.actions if isinstance(a, Replace)]
+    _, plan = tick(squeue, sinfo, NOW + timedelta(minutes=11))
+    (replace,) = [a for a in plan.actions if isinstance(a, Replace)]
+    assert replace.node == "vision-v100-1" and "for 11m > unready_grace 10m" in replace.reason
+
+
+def test_a_running_jobs_start_in_1970_is_unknown_and_never_past_max_job_runtime() -> None:
+    from autoscaler.model.plan import ReportJob
+    from tests.builders import NOW, make_node
+
+    nodes = [make_node("vision-v100-1", "vision", "v100", age=timedelta(days=10))]
+    sinfo = {"nodes": [slurm_node("vision-v100-1")]}
+    policies = one_pool(lifetime={"max_job_runtime": "48h", "action": "release"})
+    for start, reported in [(EPOCH_1, []), (int((NOW - timedelta(hours=49)).timestamp()), ["7"])]:
+        squeue = {"jobs": [job_2205(7, "RUNNING", "gres:gpu:1", nodes="vision-v100-1", start_time=start)]}
+        observed, plan = Tick(policies, nodes)(squeue, sinfo, NOW)
+        (job,) = observed.nodes["vision-v100-1"].scheduler.jobs
+        assert job.started_at == (None if start == EPOCH_1 else NOW - timedelta(hours=49))
+        assert [a.job for a in plan.actions if isinstance(a, ReportJob)] == reported
+
+
+def test_a_start_in_9999_with_a_time_limit_loses_neither_the_source_nor_its_jobs() -> None:
+    """start + time_limit overflowed past 9999: an OverflowError took all of Slurm away."""
+    from tests.builders import NOW, make_node
+
+    (job,) = jobs_from_json({"jobs": [job_2205(8, "RUNNING", "gres:gpu:1", nodes="vision-v100-1",
+                                                    start_time=Y9999, time_limit=120)]})
+    assert job.started_at == datetime.fromtimestamp(Y9999, UTC) and job.ends_at is None
+    (text,) = jobs_from_text("8|gpu|RUNNING|None|gres:gpu:1|1|2026-11-30T10:00:00|"
+                             "9999-12-31T23:00:00|vision-v100-1|1-00:00:00|a|q|u|(null) job8")
+    assert text.ends_at is None
+
+    nodes = [make_node(f"vision-v100-{i}", "vision", "v100") for i in (1, 2)]
+    squeue = {"jobs": [job_2205(8, "RUNNING", "gres:gpu:1", nodes="vision-v100-1", start_time=Y9999,
+                                time_limit=120),
+                       job_2205(9, "PENDING", "gres:gpu:1", reason="Resources",
+                                submit_time=int(NOW.timestamp()) - 60)]}
+    sinfo = {"nodes": [slurm_node("vision-v100-1"), slurm_node("vision-v100-2", state="idle")]}
+    observed, plan = Tick(one_pool(), nodes)(squeue, sinfo, NOW)
+    assert "slurm" not in observed.missing and observed.pools["vision/v100"].scheduler_missing is None
+    assert [j.id for j in observed.pools["vision/v100"].pending] == ["9"]
+    (running,) = observed.nodes["vision-v100-1"].scheduler.jobs
+    assert (running.id, running.started_at, running.ends_at) == ("8", None, None)
+    assert plan.pools["vision/v100"].error is None
+
+
+@pytest.mark.parametrize("submitted", [EPOCH_1, Y9000])
+def test_a_pending_jobs_submit_time_in_1970_or_9000_waits_burst_after_from_first_seen(submitted: int) -> None:
+    """9000 never burst ("the longest has waited 0s" forever), 1970 burst at once."""
+    from tests.builders import NOW
+
+    policies = one_pool(cluster={"on_prem": {"nodes": "gpu01", "burst_after": "30m"}})
+    sinfo = {"nodes": [{"name": "gpu01", "state": "allocated", "state_flags": [], "gres": "gpu:v100:4",
+                        "gres_used": "gpu:v100:4(IDX:0-3)", "partitions": ["gpu"]}]}
+    squeue = {"jobs": [job_2205(42, "PENDING", "gres:gpu:1", reason="Resources", submit_time=submitted)]}
+    tick = Tick(policies, [])
+
+    def launched(now: datetime) -> int:
+        observed, plan = tick(squeue, sinfo, now)
+        assert [j.submitted_at for j in observed.pools["vision/v100"].pending] == [NOW]
+        return sum(a.count for a in plan.actions if a.kind == "launch")
+
+    assert launched(NOW) == 0
+    assert launched(NOW + timedelta(minutes=29)) == 0
+    assert launched(NOW + timedelta(minutes=31)) == 1

@@ -33,6 +33,14 @@ def unusable(ctx: PoolContext, node: Node, sched: SchedulerNode, metrics: GpuMet
     grace = health.unready_grace
     if sched.unusable is not None:
         since = sched.unusable_since
+        if since is not None and since < node.created_at:
+            # Said of the node's name before this machine existed (a DOWN its scheduler
+            # kept from an earlier machine of that name): how long *this* one has been
+            # unusable is not said. Counted from READY, the latest time it could have
+            # begun for the grace to matter: never sooner than the scheduler's words (as
+            # clamping to created_at would, at once for a boot longer than the grace), and
+            # not never (as unknown would, for a node that stays DOWN).
+            since = node.state_since
         if since is None or now - since <= grace:
             return None  # not said since when, or not long enough yet
         return (f"the scheduler says {sched.unusable} for {format_duration(now - since)} "

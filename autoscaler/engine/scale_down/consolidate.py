@@ -102,7 +102,8 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
         share = 100 * sched.gpus_allocated / total if total else 100.0
         if (sched.jobs and share < below
                 and node.ready_at is not None and node.ready_at <= settled
-                and all(j.gpus > 0 and j.started_at is not None and j.started_at <= settled
+                and all(j.gpus > 0 and j.started_at is not None
+                        and node.created_at <= j.started_at <= settled  # before: unknown
                         for j in sched.jobs)
                 and (elsewhere is None or not elsewhere.received(node))
                 and not keeps(ctx, node)):
