@@ -252,7 +252,7 @@ class AlicloudCloud:
     def interruption_events(self) -> list[Interruption]:
         """Scheduled or executing preemptible-instance interruption events for our instances."""
         out: list[Interruption] = []
-        seen = 0
+        seen, now = 0, self.clock()
         for number in range(1, MAX_PAGES + 1):
             req = DescribeInstanceHistoryEventsRequest()
             req.set_EventType(parse.INTERRUPTION_EVENT)
@@ -264,7 +264,7 @@ class AlicloudCloud:
             events = self._items(page, "InstanceSystemEventSet", "InstanceSystemEventType",
                                  "DescribeInstanceHistoryEvents")
             seen += len(events)
-            out += [e for e in (parse.interruption_event(raw) for raw in events) if e is not None]
+            out += [e for e in (parse.interruption_event(raw, now) for raw in events) if e is not None]
             if not events or seen >= self._count(page, "TotalCount", "DescribeInstanceHistoryEvents"):
                 break
         return out

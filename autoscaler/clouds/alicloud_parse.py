@@ -7,10 +7,12 @@ default price: the engine then falls back to the catalog instead of trusting a g
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 
+from autoscaler.clouds.aws_events import OLDEST, SKEW, excerpt
 from autoscaler.clouds.base import (
     CloudDataError,
     CloudInstance,
@@ -20,6 +22,8 @@ from autoscaler.clouds.base import (
     SpotPrice,
 )
 from autoscaler.policy.models import Market
+
+log = logging.getLogger(__name__)
 
 INTERRUPTION_EVENT = "Instance:PreemptibleInstanceInterruption"
 # StatusCategory values that mean "can be created now" (ClosedWithStock: being retired).
@@ -51,6 +55,17 @@ def parse_time(value: str) -> datetime:
     """ECS times are UTC ISO 8601, sometimes to the minute only (``2017-12-10T04:04Z``)."""
     at = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def _optional_time(value: object) -> datetime | None:
+    """A time the answer may leave out: None also when it is not one (a bad optional field
+    must not make the whole answer unbelieved)."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
 
 
 def items(data: dict[str, Any], outer: str, inner: str) -> list[dict[str, Any]]:
@@ -102,7 +117,6 @@ def instance(raw: dict[str, Any]) -> CloudInstance:
     ips = ((raw.get("VpcAttributes") or {}).get("PrivateIpAddress") or {}).get("IpAddress") or []
     ips = ips or (raw.get("InnerIpAddress") or {}).get("IpAddress") or []
     locks = items(raw, "OperationLocks", "LockReason")
-    created = raw.get("CreationTime")
     return CloudInstance(
         instance_id=raw["InstanceId"],
         node=tags.get("node"), team=tags.get("team"), pool=tags.get("pool"),
@@ -111,21 +125,39 @@ def instance(raw: dict[str, Any]) -> CloudInstance:
         market=Market.SPOT if raw.get("SpotStrategy") in SPOT_STRATEGIES else Market.ON_DEMAND,
         state=_STATES.get(raw.get("Status", ""), InstanceState.PENDING),
         private_ip=ips[0] if ips else None,
-        launched_at=parse_time(created) if created else None,
+        launched_at=_optional_time(raw.get("CreationTime")),
         tags=tags,
         recycling=any(lock.get("LockReason") == "Recycling" for lock in locks),
     )
 
 
 @_shape("DescribeInstanceHistoryEvents")
-def interruption_event(raw: dict[str, Any]) -> Interruption | None:
+def interruption_event(raw: dict[str, Any], now: datetime) -> Interruption | None:
+    """The event's times are bounded as AWS notices are: the event itself is the cloud's own
+    answer, so an implausible time is dropped, never the notice. A NotBefore that cannot be
+    the coming reclaim (unreadable, before the publication or already past) is no deadline:
+    believed, it would terminate the node without its checkpoint drain."""
     if (raw.get("EventType") or {}).get("Name") != INTERRUPTION_EVENT:
         return None
+    instance_id = raw["InstanceId"]
     status = (raw.get("EventCycleStatus") or {}).get("Name", "")
+    published = _optional_time(raw.get("EventPublishTime"))
+    if published is not None and not now - OLDEST <= published <= now + SKEW:
+        published = None
+    if published is None:
+        log.warning("alicloud interruption event for %s: EventPublishTime %r is not a time within "
+                    "%d days before now and %d min after; read as now", excerpt(instance_id, 40),
+                    excerpt(raw.get("EventPublishTime"), 40), OLDEST.days, SKEW.total_seconds() // 60)
     not_before = raw.get("NotBefore")
+    deadline = _optional_time(not_before)
+    if deadline is not None and (deadline < now - SKEW or (published is not None and deadline < published)):
+        deadline = None
+    if not_before and deadline is None:
+        log.warning("alicloud interruption event for %s: NotBefore %r is not a coming reclaim "
+                    "time; the configured drain deadline applies", excerpt(instance_id, 40),
+                    excerpt(not_before, 40))
     return Interruption(
-        instance_id=raw["InstanceId"], kind=InterruptionKind.INTERRUPTION,
-        at=parse_time(raw["EventPublishTime"]),
-        deadline=parse_time(not_before) if not_before else None,
+        instance_id=instance_id, kind=InterruptionKind.INTERRUPTION, at=published or now,
+        deadline=deadline,
         source=f"alicloud:{INTERRUPTION_EVENT} ({status})" if status else f"alicloud:{INTERRUPTION_EVENT}",
     )

@@ -470,6 +470,12 @@ def _positive(value: object) -> float | None:
     return number if math.isfinite(number) and number > 0 else None
 
 
+def _aware(value: object) -> datetime | None:
+    """A timezone-aware time (botocore parses timestamps into them), else None: a naive or
+    non-time value cannot be compared with our clock."""
+    return value if isinstance(value, datetime) and value.utcoffset() is not None else None
+
+
 def _instance(raw: Any, what: str, odd: set[str]) -> CloudInstance:
     """One DescribeInstances row; a state name AWS never sends is added to ``odd``."""
     instance_id = raw.get("InstanceId") if isinstance(raw, dict) else None
@@ -493,6 +499,6 @@ def _instance(raw: Any, what: str, odd: set[str]) -> CloudInstance:
         market=Market.SPOT if raw.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND,
         state=InstanceState(state),
         private_ip=raw.get("PrivateIpAddress"),
-        launched_at=raw.get("LaunchTime"),
+        launched_at=_aware(raw.get("LaunchTime")),
         tags=tags,
     )

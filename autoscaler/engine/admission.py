@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from autoscaler.catalog import Catalog
 from autoscaler.catalog.catalog import InstanceType
@@ -40,6 +41,9 @@ class Admission:
     reason: str
     placements: tuple[Placement, ...] = ()
     tier: Priority | None = None  # the request's, defaulting to its team's priority
+    # Refused for what the request asks, whatever the fleet holds: the body is at fault
+    # (HTTP 422), not a limit that may have room later.
+    invalid: bool = False
 
     @property
     def usd_per_hour(self) -> float:
@@ -123,12 +127,20 @@ def _add(a: tuple[int, float], b: tuple[int, float]) -> tuple[int, float]:
 def admit(request: RequestView, policy: TeamPolicy | None, catalog: Catalog,
           fleet: list[Node], settings: EngineSettings,
           cluster_quotas: Mapping[str, ClusterQuota] | None = None,
-          booked: Iterable[Placement] = ()) -> Admission:
+          booked: Iterable[Placement] = (), now: datetime | None = None) -> Admission:
     """Place every node set and check every limit; the reason names the request.
 
     ``booked``: placements of requests accepted but not provisioned yet (their nodes are
-    not in ``fleet``): they count against the limits, or two requests could share a quota."""
+    not in ``fleet``): they count against the limits, or two requests could share a quota.
+    ``now``: the moment of admission; None is the request's creation (it is admitted as it
+    is made)."""
     label = request.label()
+    now = request.created_at if now is None else now
+    valid_until = request.spec.valid_until
+    if valid_until is not None and valid_until <= now:
+        # Accepted, its nodes would be bought and rolled back at the next tick.
+        return Admission(False, f"{label} refused: valid_until {valid_until.isoformat()} is "
+                                f"not after now ({now.isoformat()})", invalid=True)
     if policy is None:
         return Admission(False, f"{label} refused: team {request.team} has no policy")
     tier = request.spec.tier or policy.priority

@@ -64,14 +64,15 @@ def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
         return _held(view, now, ended, unused)
     if view.condition is not Condition.ACCEPTED:
         return RequestStep("wait", f"{label} is {view.condition.value}")
-    if not view.nodes:
-        return RequestStep("launch", f"{label}: launching its nodes")
-    mine = {n: nodes.get(n) for n in view.nodes}
-    failed = {n: node for n, node in mine.items() if node is None or node.state in FAILED_OR_ENDED}
+    # Before the launch: nodes launched past valid_until are bought only to be rolled back.
     if view.spec.valid_until is not None and now > view.spec.valid_until:
         return RequestStep("fail", f"{label} failed: not met by valid_until "
                            f"{view.spec.valid_until:%Y-%m-%d %H:%M:%S}Z; rolled back",
                            _remove(view, nodes))
+    if not view.nodes:
+        return RequestStep("launch", f"{label}: launching its nodes")
+    mine = {n: nodes.get(n) for n in view.nodes}
+    failed = {n: node for n, node in mine.items() if node is None or node.state in FAILED_OR_ENDED}
     if failed:
         return _failed(view, mine, failed, nodes)
     if all(node is not None and node.state is S.READY for node in mine.values()):

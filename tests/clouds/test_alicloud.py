@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -331,3 +331,54 @@ def test_a_describe_price_that_is_not_a_price_is_a_cloud_data_error(
     with pytest.raises(CloudDataError, match=r"0\.0 for .* is not a price \(finite, above 0\)$"):
         answering(answers, describe_price(0)).spot_quote(T4, "cn-hangzhou-i")
     assert answering(answers, describe_price(0)).on_demand_prices([T4]) == {T4: 0.0}
+
+
+def events(**event: object) -> dict[str, Any]:
+    return {"InstanceSystemEventSet": {"InstanceSystemEventType": [{**EVENT, **event}]}, "TotalCount": 1}
+
+
+@pytest.mark.parametrize("not_before", [
+    "1970-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "2026-11-30T11:59:00Z", "not a time", 12345,
+    ["2026-11-30T12:05:00Z"], "2026-11-30T12:05:00Z" + "0" * 100,
+], ids=["1970", "year-1", "before-publication", "text", "number", "list", "long"])
+def test_a_not_before_that_is_not_a_coming_reclaim_is_no_deadline(
+        answers: AnswerServer, not_before: object) -> None:
+    """Believed, a past NotBefore terminates the node at once, without its checkpoint drain;
+    without a deadline the configured interruption_drain_deadline applies."""
+    [got] = answering(answers, events(NotBefore=not_before)).interruption_events()
+    assert (got.instance_id, got.at, got.deadline) == ("i-abc", NOW, None)
+
+
+@pytest.mark.parametrize(("published", "not_before", "deadline"), [
+    ("2026-11-30T12:00:00Z", "2026-11-30T12:05:00Z", NOW + timedelta(minutes=5)),
+    ("2026-11-30T11:50:00Z", "2026-11-30T11:57:00Z", NOW - timedelta(minutes=3)),  # clock skew
+    ("2026-11-30T12:00:00Z", "2026-11-30T12:05Z", NOW + timedelta(minutes=5)),  # to the minute
+], ids=["five-minutes", "within-skew", "minutes-only"])
+def test_a_not_before_after_publication_is_the_deadline(
+        answers: AnswerServer, published: str, not_before: str, deadline: object) -> None:
+    [got] = answering(answers, events(EventPublishTime=published, NotBefore=not_before)).interruption_events()
+    assert got.deadline == deadline
+
+
+@pytest.mark.parametrize("published", [
+    "1970-01-01T00:00:00Z", "9999-01-01T00:00:00Z", "2026-11-14T12:00:00Z", "2026-11-30T12:06:00Z",
+    "soon", 0, None,
+], ids=["1970", "9999", "16-days-ago", "6-min-ahead", "text", "number", "null"])
+def test_an_implausible_publication_time_is_read_as_now_and_the_notice_kept(
+        answers: AnswerServer, published: object) -> None:
+    """The event is the cloud's own answer: its time is dropped, never the notice."""
+    [got] = answering(answers, events(EventPublishTime=published,
+                                      NotBefore="2026-11-30T12:05:00Z")).interruption_events()
+    assert (got.at, got.deadline) == (NOW, NOW + timedelta(minutes=5))
+
+
+@pytest.mark.parametrize(("created", "launched"), [
+    ("2017-12-10T04:04Z", datetime(2017, 12, 10, 4, 4, tzinfo=UTC)),
+    ("1970-01-01T00:00:00Z", datetime(1970, 1, 1, tzinfo=UTC)),  # bounded by the adopter
+    ("yesterday", None), (12345, None), (["2017-12-10T04:04Z"], None), ("", None),
+], ids=["minutes-only", "1970", "text", "number", "list", "empty"])
+def test_a_creation_time_is_an_aware_time_or_none(
+        answers: AnswerServer, created: object, launched: object) -> None:
+    body = {"Instances": {"Instance": [{**INSTANCE, "CreationTime": created}]}, "TotalCount": 1}
+    [got] = answering(answers, body).managed_instances()
+    assert got.instance_id == "i-abc" and got.launched_at == launched

@@ -8,7 +8,7 @@ filtering, not AWS's prices.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +267,23 @@ def test_a_tag_without_a_value_is_absent(stubbed: tuple[AwsCloud, Stubber]) -> N
     (got,) = cloud.managed_instances()
     assert (got.node, got.team, got.pool) == (None, "vision", "")
     assert dict(got.tags) == {"team": "vision", "pool": ""}
+
+
+@pytest.mark.parametrize("launched", ["1970-01-01T00:00:00Z", datetime(1970, 1, 1),
+                                      datetime(9999, 1, 1)])
+def test_a_launch_time_that_is_not_an_aware_time_is_none(
+        stubbed: tuple[AwsCloud, Stubber], launched: object) -> None:
+    """A string or a naive time cannot be compared with our clock: no launch time at all."""
+    cloud, stubber = stubbed
+    stubber.add_response("describe_instances", instances(
+        {"InstanceId": ID, "State": {"Name": "running"}, "LaunchTime": launched}))
+    (got,) = cloud.managed_instances()
+    assert got.launched_at is None
+
+
+def test_an_aware_launch_time_is_kept(stubbed: tuple[AwsCloud, Stubber]) -> None:
+    cloud, stubber = stubbed
+    stubber.add_response("describe_instances", instances(
+        {"InstanceId": ID, "State": {"Name": "running"}, "LaunchTime": datetime(1970, 1, 1, tzinfo=UTC)}))
+    (got,) = cloud.managed_instances()
+    assert got.launched_at == datetime(1970, 1, 1, tzinfo=UTC)  # its bounds are the adopter's

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+import pytest
+
 from autoscaler.catalog import default_catalog
 from autoscaler.engine.admission import admit, booked
 from autoscaler.engine.settings import EngineSettings
@@ -136,3 +140,24 @@ def test_a_placement_group_places_the_request_in_its_cheapest_pool():
     pools[0]["pin_region"] = True  # the first fitting pool keeps the request in its region
     pinned = TeamPolicy.model_validate({"team": "vision", "pools": pools})
     assert [p.pool for p in admit(request(), pinned, catalog, [], EngineSettings()).placements] == ["vision/east"]
+
+
+@pytest.mark.parametrize("valid_until", ["1970-01-01T00:00:00Z", "0001-01-01T00:00:00+23:59",
+                                         NOW.isoformat(), (NOW - timedelta(seconds=1)).isoformat()],
+                         ids=["1970", "year-1", "now", "a-second-ago"])
+def test_a_valid_until_not_after_now_is_refused_before_anything_is_placed(valid_until):
+    """Accepted, its nodes would be launched and rolled back at the next tick."""
+    got = admit(request(valid_until=valid_until), make_policy(), CATALOG, [], EngineSettings())
+    assert not got.ok and got.invalid and got.placements == ()
+    until = datetime.fromisoformat(valid_until.replace("Z", "+00:00")).isoformat()
+    assert got.reason == ("request ci-4711 (team vision, atomic, 2 x 4 GPUs) refused: valid_until "
+                          f"{until} is not after now (2026-11-30T12:00:00+00:00)")
+
+
+def test_admission_measures_valid_until_against_the_now_it_is_given():
+    soon = request(valid_until=(NOW + timedelta(minutes=10)).isoformat())
+    assert admit(soon, make_policy(), CATALOG, [], EngineSettings()).ok  # now: its creation
+    later = admit(soon, make_policy(), CATALOG, [], EngineSettings(), now=NOW + timedelta(minutes=10))
+    assert not later.ok and later.invalid and "is not after now (2026-11-30T12:10:00+00:00)" in later.reason
+    limited = admit(request(), make_policy(max_nodes=1), CATALOG, [], EngineSettings())
+    assert not limited.ok and not limited.invalid  # a limit, not the body's fault

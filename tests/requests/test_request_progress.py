@@ -94,6 +94,15 @@ def test_ttl_valid_until_and_linked_job_release():
     assert step.kind == "fail" and "valid_until" in step.reason and step.nodes == ("vision-gpu-1",)
 
 
+def test_a_request_past_valid_until_fails_before_launching_anything():
+    """Launched, its nodes would be bought and rolled back at the next tick."""
+    for until in ("1970-01-01T00:00:00Z", (NOW - timedelta(seconds=1)).isoformat()):
+        step = progress(view(nodes=(), valid_until=until), {}, NOW)
+        assert (step.kind, step.nodes) == ("fail", ())
+        assert step.reason.startswith(f"{LABEL} failed: not met by valid_until ")
+    assert progress(view(nodes=(), valid_until=NOW.isoformat()), {}, NOW).kind == "launch"
+
+
 def test_decide_keeps_held_idle_nodes_and_names_the_request():
     nodes = [make_node("vision-gpu-1"), make_node("vision-gpu-2")]
     policy = {"vision": make_policy(min_nodes=0)}

@@ -98,6 +98,20 @@ def test_quota_refusal_dry_run_and_check(service):
     assert second["condition"] == "Failed" and "(holds 2, +3 would exceed)" in second["reason"]
 
 
+def test_a_valid_until_already_past_is_refused_with_422_and_nothing_is_booked(service):
+    url = service.api.url + "/v1/requests"
+    code, late = call(url, "POST", VISION, {**BODY, "valid_until": "1970-01-01T00:00:00Z"})
+    assert code == 422 and late["condition"] == "Failed" and late["reason"] == late["error"]
+    assert late["error"] == ("request ci-4711 (team vision, atomic, 2 x 4 GPUs) refused: "
+                             "valid_until 1970-01-01T00:00:00+00:00 is not after now "
+                             "(2026-11-30T12:00:00+00:00)")
+    assert late["preview"]["add"] == []
+    # Refused, it booked nothing: a request for the whole pool still fits.
+    code, full = call(url, "POST", VISION, {**BODY, "name": "ci-4712", "node_sets": [
+        {"gpu_model": "V100", "gpus": 4, "nodes": 4}], "valid_until": "2026-11-30T13:00:00Z"})
+    assert code == 201 and full["condition"] == "Accepted"
+
+
 def test_bodies_are_bounded_and_strict(service):
     url = service.api.url + "/v1/requests"
     assert call(url, "POST", VISION, raw=b"{not json")[0] == 400

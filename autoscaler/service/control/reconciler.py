@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
@@ -73,6 +73,10 @@ from autoscaler.service.executor.settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
 S = NodeState
+# An adopted node's age drives max_node_age replacement and the scale-down order, so a
+# launch time from the cloud is believed only within these bounds (clocks skew a little).
+OLDEST_LAUNCH = timedelta(days=5 * 365)
+LAUNCH_SKEW = timedelta(minutes=5)
 
 
 class Finding(BaseModel):
@@ -293,15 +297,17 @@ class Reconciler:
                         instance_id=inst.instance_id, pool=ref.key)
             return
         now = self.clock()
+        created_at, odd = adopted_created_at(inst.launched_at, now)
         node = Node(name=name, team=ref.team, pool=ref.pool, cloud=ref.cloud, region=ref.region,
                     zone=inst.zone, instance_type=inst.instance_type, market=inst.market,
-                    state=S.BOOTSTRAPPING, state_since=now, created_at=inst.launched_at or now,
+                    state=S.BOOTSTRAPPING, state_since=now, created_at=created_at,
                     instance_id=inst.instance_id, address=inst.private_ip,
                     progress=NodeProgress(cluster=pool.cluster.kind, adopted=inst.instance_id))
         self.store.apply([Adopt(node, f"adopted {inst.instance_id} found in the cloud")], now)
         self.provisioner.mark_stale(ref, [name])  # the next apply imports it into the state
-        self._find(report, "adopted", f"{inst.instance_id} adopted as {name} (BOOTSTRAPPING)",
-                   node=name, instance_id=inst.instance_id, pool=ref.key)
+        ignored = f"; its launch time {odd}, so its age counts from now" if odd else ""
+        self._find(report, "adopted", f"{inst.instance_id} adopted as {name} (BOOTSTRAPPING)"
+                   f"{ignored}", node=name, instance_id=inst.instance_id, pool=ref.key)
 
     def _destroy(self, ref: PoolRef, ids: list[str], report: ReconcileReport) -> None:
         nodes = self.store.nodes(pool=ref.key)
@@ -388,6 +394,20 @@ class Reconciler:
                            f"reports it {sched.state}", node=node.name, pool=node.pool_key)
 
 
+
+
+def adopted_created_at(launched_at: object, now: datetime) -> tuple[datetime, str | None]:
+    """The creation time an adopted node gets, and why the cloud's launch time was not
+    believed (None: it was). Outside the bounds it would make the node ancient (replaced at
+    once) or from the future (never aged out); ``now`` errs toward keeping the node."""
+    if launched_at is None:
+        return now, None
+    if not isinstance(launched_at, datetime) or launched_at.utcoffset() is None:
+        return now, f"{str(launched_at)[:40]!r} is not a time with a timezone"
+    if not now - OLDEST_LAUNCH <= launched_at <= now + LAUNCH_SKEW:
+        return now, (f"{launched_at.isoformat()} is not within {OLDEST_LAUNCH.days} days before "
+                     f"now and {int(LAUNCH_SKEW.total_seconds() // 60)} min after")
+    return launched_at, None
 
 
 def _regions(nodes: Iterable[Node], policies: Mapping[str, TeamPolicy]) -> set[tuple[str, str]]:

@@ -11,7 +11,8 @@ for every verb, an unknown or missing token 401. Bodies are bounded (``MAX_BODY`
 validated by :class:`~autoscaler.model.request_spec.RequestSpec` (strict: no coercion,
 closed syntax, no extra keys): 400 for a body that is not JSON, 422 for one that is not a
 request, each with a one-line ``error``; validation errors name the field, never echo the
-input.
+input. A ``valid_until`` already past is refused by admission: kept as a Failed request, and
+answered 422 (the body is at fault) where other refusals answer 201 Failed.
 """
 
 from __future__ import annotations
@@ -152,23 +153,27 @@ class RequestsApi:
                 return 409, {"error": str(exc)}
             if not made.created:
                 return 200, view_json(made.request)
-            return 201, view_json(self._decide(made.request))
+            view, admission = self._decide(made.request)
+            if admission.invalid:
+                # Kept as a Failed request like any refusal, but the body is at fault.
+                return 422, {"error": admission.reason, **view_json(view)}
+            return 201, view_json(view)
 
-    def _decide(self, view: RequestView) -> RequestView:
+    def _decide(self, view: RequestView) -> tuple[RequestView, Admission]:
         """Answer at once: refused (Failed), a check or dry run (answered and ended), or
         Accepted for the loop to provision."""
         admission = self.admit(view)
         now, preview = self.clock(), admission.preview()
         if not admission.ok:
             return self.book.set_condition(view.id, Condition.FAILED, now, admission.reason,
-                                           preview=preview)
+                                           preview=preview), admission
         view = self.book.set_condition(view.id, Condition.ACCEPTED, now, admission.reason,
                                        preview=preview)
         if view.spec.dry_run or view.spec.request_class is RequestClass.CHECK:
             kind = "dry run" if view.spec.dry_run else "check"
             view = self.book.set_condition(view.id, Condition.RELEASED, now,
                                            f"{kind}, nothing bought: {admission.reason}")
-        return view
+        return view, admission
 
 
 def service_admitter(book: RequestBook, policies: Callable[[], Mapping[str, TeamPolicy]],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -21,6 +21,7 @@ from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.executor.provision import apply_key
+from tests.builders import NOW
 from tests.fleet.writes import patch, transition
 from tests.service.executor_rig import Rig, drain, launch
 
@@ -88,6 +89,34 @@ def test_unknown_instance_adopted_into_store_and_terraform_state(rig: Rig) -> No
     assert [i.instance_id for i in rig.cloud.live()] == [leaked]
     assert rig.tf.state["vision/gpu"]["vision-gpu-7"].id == leaked
     assert rig.ansible.calls == [["vision-gpu-7"]]
+
+
+@pytest.mark.parametrize("launched", [datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC),
+                                      NOW - timedelta(days=5 * 365, seconds=1),
+                                      NOW + timedelta(minutes=5, seconds=1),
+                                      datetime(1970, 1, 1), "1970-01-01T00:00:00Z"])
+def test_an_adopted_node_with_an_implausible_launch_time_is_aged_from_now(
+        rig: Rig, launched: object) -> None:
+    """1970 would replace the node at once by max_node_age, 9999 would never age it out."""
+    rig.settings = ExecutorSettings(unknown_instances="adopt")
+    leaked = stray(rig)
+    rig.cloud.instances[leaked] = replace(rig.cloud.instances[leaked], launched_at=launched)
+    [adopted] = rig.reconciler().run().of("adopted")
+    assert rig.node("vision-gpu-7").created_at == rig.clock()
+    assert adopted.detail.startswith(f"{leaked} adopted as vision-gpu-7 (BOOTSTRAPPING); its launch "
+                                     "time ")
+    assert adopted.detail.endswith(", so its age counts from now")
+
+
+@pytest.mark.parametrize("launched", [NOW - timedelta(days=5 * 365), NOW - timedelta(hours=1),
+                                      NOW + timedelta(minutes=5)])
+def test_an_adopted_node_with_a_plausible_launch_time_keeps_it(rig: Rig, launched: datetime) -> None:
+    rig.settings = ExecutorSettings(unknown_instances="adopt")
+    leaked = stray(rig)
+    rig.cloud.instances[leaked] = replace(rig.cloud.instances[leaked], launched_at=launched)
+    [adopted] = rig.reconciler().run().of("adopted")
+    assert rig.node("vision-gpu-7").created_at == launched
+    assert adopted.detail == f"{leaked} adopted as vision-gpu-7 (BOOTSTRAPPING)"
 
 
 def test_adoption_refused_without_policy_or_with_a_taken_name(rig: Rig) -> None:
