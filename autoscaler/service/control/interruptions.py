@@ -105,6 +105,8 @@ class InterruptionReport:
     interrupted: list[str] = field(default_factory=list)
     drained: list[str] = field(default_factory=list)  # rebalance handled as a normal drain
     ignored: list[str] = field(default_factory=list)  # duplicates, nodes already leaving
+    # Rebalance recommendations only recorded: the pool had max_draining_percent leaving.
+    held: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)  # instance ids the store does not know
     errors: list[str] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)  # reason (metrics.NOTICE_REJECTIONS) -> count
@@ -119,9 +121,11 @@ class InterruptionIntake:
         self.store, self.sources, self.settings = store, list(sources), settings
         self.clock, self.policies = clock, policies
         self.max_receives, self.timer = max_receives, timer
+        self._rebalanced: Counter[str] = Counter()  # pool -> nodes moved this pass for one
 
     def poll(self) -> InterruptionReport:
         report = InterruptionReport()
+        self._rebalanced.clear()
         for source in self.sources:
             self.store.fence()  # a deposed leader would hide the notices from the new one
             try:
@@ -185,6 +189,9 @@ class InterruptionIntake:
         if action == "ignore" or node.state in SETTLED or node.state not in INTERRUPTIBLE:
             report.ignored.append(node.name)
             return
+        if notice.kind is InterruptionKind.REBALANCE and self._over_budget(node, by_instance):
+            report.held.append(node.name)
+            return
         if action == "drain":
             self._drain(node, detail, report)
             return
@@ -201,6 +208,26 @@ class InterruptionIntake:
 
         self._move(Move(node.name, S.INTERRUPTED, detail, progress=joined), report.interrupted,
                    report)
+
+    def _over_budget(self, node: Node, by_instance: Mapping[str, Node]) -> bool:
+        """A rebalance recommendation is advice, not a reclaim: it moves a node only while
+        the pool has fewer than max_draining_percent of its nodes leaving (at least one), as
+        the engine's scale-down does. A burst of them (10 in a pool of 10) would otherwise
+        drain the whole pool at once; a node the cloud does reclaim gets its 2-minute
+        interruption warning, which is never held."""
+        pool = self._pool(node)
+        percent = pool.scale_down.max_draining_percent if pool is not None else 20
+        mine = [n for n in by_instance.values() if n.pool_key == node.pool_key
+                and n.state in (S.READY, S.DRAINING, S.INTERRUPTED)]
+        leaving = sum(1 for n in mine if n.state is not S.READY) + self._rebalanced[node.pool_key]
+        allowed = max(1, len(mine) * percent // 100)
+        if leaving < allowed:
+            self._rebalanced[node.pool_key] += 1
+            return False
+        log.warning("rebalance recommendation for %s only recorded: %d of %d node(s) of %s "
+                    "already leaving, max_draining_percent %d allows %d", node.name, leaving,
+                    len(mine), node.pool_key, percent, allowed)
+        return True
 
     def _drain(self, node: Node, detail: str, report: InterruptionReport) -> None:
         if node.state is not S.READY:

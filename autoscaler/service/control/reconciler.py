@@ -420,7 +420,7 @@ def _regions(nodes: Iterable[Node], policies: Mapping[str, TeamPolicy]) -> set[t
 def _interruptions(result: InterruptionReport, report: ReconcileReport) -> dict[str, list[str]]:
     report.errors += result.errors
     return {"interrupted": result.interrupted, "drained": result.drained,
-            "ignored": result.ignored, "unknown": result.unknown,
+            "ignored": result.ignored, "held": result.held, "unknown": result.unknown,
             "rejected": [f"{reason}: {n}" for reason, n in sorted(result.rejected.items())]}
 
 

@@ -79,7 +79,9 @@ class ExecutorSettings(BaseModel):
         timedelta(seconds=30), description="Then this long before they are requeued.")
     on_rebalance: Literal["interrupt", "drain", "ignore"] = Field(
         "interrupt", description="An 'Instance Rebalance Recommendation': treat the node as "
-        "interrupted (drain now, replacement launched), drain it normally, or only record it.")
+        "interrupted (drain now, replacement launched), drain it normally, or only record it. "
+        "It is advice, so either move waits while max_draining_percent of the pool's nodes "
+        "are leaving (an interruption warning never waits).")
     # -- reconciliation -----------------------------------------------------------------
     unknown_instances: Literal["report", "adopt", "destroy"] = Field(
         "report", description="A tagged instance the store does not know: only report it, "

@@ -144,6 +144,29 @@ def test_rebalance_recommendation_per_settings(rig: Rig, queue: tuple[Any, SqsIn
         assert progress["deadline"].startswith("2026-11-30T12:10:00")
 
 
+@pytest.mark.parametrize(("mode", "state"), [("interrupt", S.INTERRUPTED), ("drain", S.DRAINING)])
+def test_a_burst_of_rebalance_advice_moves_only_the_pools_draining_budget(
+        rig: Rig, mode: str, state: NodeState) -> None:
+    """Advice, not a reclaim: 10 recommendations in a pool of 10 drained all 10 at once.
+    max_draining_percent 20 lets 2 go; a warning (the cloud reclaiming) is never held."""
+    rig.settings = ExecutorSettings(on_rebalance=mode)  # type: ignore[arg-type]
+    names = rig.ready_nodes(10, market=Market.SPOT)
+    ids = {name: rig.node(name).instance_id or "" for name in names}
+    at = rig.clock()
+    rig.cloud.notices = [Interruption(ids[n], InterruptionKind.REBALANCE, at, None, "aws.ec2")
+                         for n in names]
+    [source] = sources_for([rig.cloud])
+    report = rig.reconciler(sources=[source]).run().interruptions
+    moved = report["interrupted"] + report["drained"]
+    assert len(moved) == 2 and len(report["held"]) == 8
+    assert sorted(n for n in names if rig.node(n).state is state) == sorted(moved)
+    assert all(rig.node(n).state is S.READY for n in report["held"])
+    held = report["held"][0]
+    rig.cloud.notices = [Interruption(ids[held], InterruptionKind.INTERRUPTION, at,
+                                      at + timedelta(minutes=2), "aws.ec2")]
+    assert rig.reconciler(sources=[source]).run().interruptions["interrupted"] == [held]
+
+
 def test_unknown_instances_and_polled_sources(rig: Rig) -> None:
     [name] = rig.ready_nodes(market=Market.SPOT)
     at = rig.clock()
