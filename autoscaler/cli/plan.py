@@ -203,7 +203,8 @@ def plan(
     result = warm.apply(result, team_policies, engine_fleet, warm_nodes,
                         Prices(catalog, data.snapshot, data.now), {},
                         None if tf_for_hashes is None else
-                        lambda p: warm_pool_hashes(p, tf_for_hashes, ansible), data.now)
+                        lambda p: warm_pool_hashes(p, tf_for_hashes, ansible), data.now,
+                        engine, data.snapshot.missing)
     previews = None if tf_settings is None else terraform_preview(
         team_policies, data, result, catalog, tf_settings, ansible)
     if json_out:

@@ -77,6 +77,10 @@ class PoolContext:
     idle: list[Node] = field(default_factory=list)
     idle_max: dict[str, float] = field(default_factory=dict)  # max util proving each idle
     sick: list[tuple[Node, str]] = field(default_factory=list)
+    # The sick nodes found on absence-shaped evidence (the scheduler calls them unusable or
+    # does not list them, fewer GPUs advertised, silent): how long each has looked broken.
+    # Their replacement is held to the pool's scale-down budget, longest first (unhealthy.py).
+    absent: dict[str, timedelta] = field(default_factory=dict)
     # Serving nodes without fresh GPU metrics because none came: (node, silent for at
     # least, how that is known); broken.review files them as sick if the fleet reports.
     silent: list[tuple[Node, timedelta, str]] = field(default_factory=list)

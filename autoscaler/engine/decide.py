@@ -284,8 +284,11 @@ class _Decision:
             self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
                 f"{ctx.key}: {len(ctx.sick)} broken node(s) kept ({names}): {self.broken_held}")))
         else:
-            for action in unhealthy.candidates(ctx, self.prices, self.now, budget):
-                self._replace(ctx, action, budget)
+            for found in unhealthy.candidates(ctx, self.prices, self.now, budget):
+                if isinstance(found, Hold):
+                    self.actions.append(found)
+                else:
+                    self._replace(ctx, found, budget)
         if ctx.silent_kept is not None:
             self.actions.append(Hold(pool=ctx.key, what="scale-down",
                                      reason=f"{ctx.key}: {ctx.silent_kept}"))
@@ -381,8 +384,17 @@ class _Decision:
     # -- clean-up and reports ---------------------------------------------------
     def _terminate(self, ctx: PoolContext, g: Growth) -> None:
         kept = {n.name for n, _ in g.cancels}
+        unconfirmed = self._scheduler_missing(ctx) if ctx.drained else None
+        if unconfirmed is not None:
+            held = [n.name for n in ctx.drained if n.name not in kept]
+            if held:
+                names = ", ".join(held[:5]) + (" ..." if len(held) > 5 else "")
+                self.actions.append(Hold(pool=ctx.key, what="scale-down", reason=(
+                    f"{ctx.key}: {len(held)} drained node(s) kept ({names}): {unconfirmed}, "
+                    "so that no job is left on them cannot be confirmed; terminated once the "
+                    "scheduler is read again")))
         for node in ctx.drained:
-            if node.name not in kept:
+            if node.name not in kept and unconfirmed is None:
                 self.actions.append(Terminate(
                     pool=ctx.key, node=node.name,
                     reason=f"{ctx.key}: {node.name} is drained ({node.drain_trigger or 'no jobs left'}); "
@@ -391,6 +403,18 @@ class _Decision:
             self.actions.append(Terminate(
                 pool=ctx.key, node=node.name,
                 reason=f"{ctx.key}: cleaning up {node.name} after {node.state.value}: {node.reason}"))
+
+    def _scheduler_missing(self, ctx: PoolContext) -> str | None:
+        """Why the pool's scheduler was not read this tick (a drained node's drain is then
+        unconfirmed: it may have been forced DRAINED by a timeout), or None."""
+        kind = ctx.pool.cluster.kind
+        if kind == "none":
+            return None
+        if kind in self.snapshot.missing:
+            return f"{kind} could not be read"
+        if ctx.obs.scheduler_missing:
+            return f"scheduler data missing: {ctx.obs.scheduler_missing}"
+        return None
 
     def _report_jobs(self, ctx: PoolContext) -> None:
         self.actions += long_jobs.reports(ctx, self.now, self.settings.long_job_release_exempt)

@@ -10,10 +10,17 @@ release                   not exempt           checkpoint signal, then after the
                                                evicted (Kubernetes): its GPUs are freed
 release                   exempt (settings)    as report, and the reason says why
 ========================  ==================  =============================================
+
+Releases have a budget: per pool and tick, at most ``max_draining_percent`` of the pool's
+nodes (at least 1) of its jobs past the limit are released, the longest running first; the
+others are reported without release, the reason saying so. A released job runs on through
+its checkpoint grace, stays the oldest, and so is chosen again until it is gone: the limit
+bounds the releases under way, not only those started per tick.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Set
 from datetime import datetime
 
@@ -37,13 +44,42 @@ def reports(ctx: PoolContext, now: datetime, exempt: Set[Priority]) -> list[Repo
         then = f": {ctx.policy.priority.value} priority is exempt from release, reported only"
     else:
         then = ""
+    # None: every job past the limit is released (within the budget, as most ticks).
+    released = _released(ctx, now) if release else None
+    held = _held_why(ctx, len(released)) if released is not None else ""
     out = []
     for node, job in ctx.long_jobs:
         started = job.started_at or now
+        freed = release and (released is None or (node.name, job.id) in released)
         out.append(ReportJob(
             pool=ctx.key, node=node.name, job=job.id, signal=lifetime.signal_long_jobs,
-            release=release, started_at=job.started_at,
+            release=freed, started_at=job.started_at,
             reason=(f"{ctx.key}: job {job.id} on {node.name} has run "
                     f"{format_duration(now - started)}, past max_job_runtime "
-                    f"{format_duration(limit)}{then}")))
+                    f"{format_duration(limit)}{then if freed or not release else held}")))
     return out
+
+
+def release_limit(ctx: PoolContext) -> int:
+    """Jobs the pool may release per tick: its max_draining_percent of its nodes (serving,
+    on their way, draining and drained, as scale_down/budget.py counts them), at least 1."""
+    nodes = ctx.size + len(ctx.draining) + len(ctx.drained)
+    return max(1, math.floor(nodes * ctx.pool.scale_down.max_draining_percent / 100))
+
+
+def _released(ctx: PoolContext, now: datetime) -> set[tuple[str, str]] | None:
+    """The (node, job) pairs released this tick (None: all of them): the longest running
+    first, within release_limit. A released job keeps running through its checkpoint grace
+    and stays the oldest, so the limit also bounds the releases under way."""
+    if len(ctx.long_jobs) <= release_limit(ctx):
+        return None
+    oldest = sorted(ctx.long_jobs, key=lambda nj: (nj[1].started_at or now, nj[0].name, nj[1].id))
+    return {(node.name, job.id) for node, job in oldest[:release_limit(ctx)]}
+
+
+def _held_why(ctx: PoolContext, released: int) -> str:
+    sd = ctx.pool.scale_down
+    nodes = ctx.size + len(ctx.draining) + len(ctx.drained)
+    return (f": reported, its release waits: {released} of {len(ctx.long_jobs)} job(s) past "
+            f"it released this tick, longest running first (at most max_draining_percent "
+            f"{sd.max_draining_percent:g} of the pool's {nodes} node(s), at least 1, per tick)")

@@ -5,6 +5,7 @@ holds them, or drains them within the removed-pool budgets. Pure, like the rest 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from itertools import groupby
 
 from autoscaler.engine.settings import EngineSettings
@@ -41,12 +42,23 @@ def actions(orphans: list[Node], policies: dict[str, TeamPolicy], snapshot: Snap
 
 def _frozen(policies: dict[str, TeamPolicy], snapshot: Snapshot) -> str | None:
     """Why no removed pool may lose a node this tick, or None."""
+    return frozen(policies, snapshot.missing)
+
+
+def frozen(policies: Mapping[str, TeamPolicy], missing: Collection[str]) -> str | None:
+    """Why no removed pool may lose a node this tick (its READY nodes here, its warm nodes
+    in warm_plan.py), or None."""
     if not policies:
         return ("no policy is loaded at all (an empty or unreadable policy directory is "
                 "taken as a mistake, not as the removal of every team)")
-    if snapshot.missing:
-        return f"signals are missing ({', '.join(sorted(snapshot.missing))})"
+    if missing:
+        return f"signals are missing ({', '.join(sorted(missing))})"
     return None
+
+
+def share(nodes: int, settings: EngineSettings) -> int:
+    """How many of a removed pool's ``nodes`` may be leaving at once (at least 1)."""
+    return max(1, math.floor(nodes * settings.removed_pool_drain_percent / 100))
 
 
 def _drain(key: str, nodes: list[Node], fleet_left: int, settings: EngineSettings,
@@ -55,8 +67,7 @@ def _drain(key: str, nodes: list[Node], fleet_left: int, settings: EngineSetting
     returns the removals used."""
     why = f"{key}: the pool's policy was removed and drain_removed_pools is on"
     leaving = sum(n.state is NodeState.DRAINING for n in nodes)
-    share = max(1, math.floor(len(nodes) * settings.removed_pool_drain_percent / 100))
-    left = min(share - leaving, fleet_left)
+    left = min(share(len(nodes), settings) - leaving, fleet_left)
     used, kept = 0, 0
     for node in nodes:
         removes = node.state is NodeState.READY or node.state in IN_FLIGHT

@@ -69,9 +69,10 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
             if unusable or sched.ready:
                 type_gpus = gpus_of(node)
                 if unusable or sched.gpus_total < type_gpus:
-                    why = broken.unusable(ctx, node, sched, obs.metrics, type_gpus, now)
-                    if why is not None:
-                        ctx.sick.append((node, why))
+                    found = broken.unusable(ctx, node, sched, obs.metrics, type_gpus, now)
+                    if found is not None:
+                        ctx.sick.append((node, found[0]))
+                        ctx.absent[node.name] = found[1]
                         continue
         m = obs.metrics
         if obs.metrics_silent:

@@ -10,9 +10,13 @@ rules of engine/warm_pool.py (the simulator applies the same rules, sim/warm.py)
 * Launches that stand in for named nodes (interruption replacements, return to spot,
   consolidation moves) are left as they are: their slots are promised to those nodes.
 * Every pool holding warm nodes gets its refresh: stale (the pool's bootstrap hash moved
-  on), too old (``lifetime.max_node_age``) or surplus warm nodes are terminated, and the
-  pool is refilled to its target with ``warm-pool`` launches. A pool whose policy or
-  ``warm_pool`` is gone has its warm nodes terminated. While warm nodes of the pool are
+  on), too old (``lifetime.max_node_age``) or surplus warm nodes are terminated, at most
+  ``warm_pool.retire_limit`` a tick (the pool's max_draining_percent of them, at least 1),
+  and the pool is refilled to its target with ``warm-pool`` launches. A pool whose
+  ``warm_pool`` is gone has its warm nodes retired so. A pool whose policy is gone has its
+  warm nodes decided as removed_pools.py decides its other nodes: kept unless
+  ``drain_removed_pools``, kept on an empty policy set or missing signals, and otherwise
+  terminated within the removed-pool share and count. While warm nodes of the pool are
   starting, its refresh waits: a start is one apply of the pool, and an instance created
   or destroyed in that apply would hold the start until it is done (Terraform applies a
   workspace's changes together; 20 s more per start on the sandbox).
@@ -27,11 +31,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from autoscaler.engine import removed_pools
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.warm_pool import WarmNode, refresh, serve, target, warm_market
+from autoscaler.engine.settings import EngineSettings
+from autoscaler.engine.warm_pool import (
+    WarmNode,
+    refresh,
+    retire_limit,
+    serve,
+    target,
+    warm_market,
+)
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
-from autoscaler.model.plan import Action, Hold, Launch, Plan, StartWarm, Terminate
+from autoscaler.model.plan import Action, Drain, Hold, Launch, Plan, StartWarm, Terminate
 from autoscaler.model.snapshot import ForecastFloor
 from autoscaler.policy.models import Market, Pool, TeamPolicy, pool_key
 
@@ -45,6 +58,11 @@ class WarmInputs:
     running_gpus: Mapping[str, float] = field(default_factory=dict)  # pool -> GPUs on their way or serving
     forecasts: Mapping[str, ForecastFloor] = field(default_factory=dict)  # over WARM_AHEAD
     images: Mapping[str, str] = field(default_factory=dict)  # pool -> its bootstrap hash now
+    # For the warm nodes of pools no policy defines (removed_pools.py's rules): the engine
+    # settings (drain_removed_pools and its budgets) and the snapshot's missing sources.
+    # The defaults keep such warm nodes (drain_removed_pools is off by default).
+    settings: EngineSettings = field(default_factory=EngineSettings)
+    missing: frozenset[str] = frozenset()
 
 
 def warm_node(node: Node) -> WarmNode:
@@ -76,13 +94,24 @@ def with_warm_pools(plan: Plan, policies: Mapping[str, TeamPolicy], inputs: Warm
                                      if n.name not in taken]
     starting = {a.pool for a in actions if isinstance(a, StartWarm)} | {
         k for k, n in inputs.starting.items() if n}
+    # Removed-pool removals the plan makes already: warm ones share their fleet-wide count.
+    removed_left = inputs.settings.removed_pool_drains_per_tick - sum(
+        1 for a in plan.actions if a.pool not in pools and (
+            isinstance(a, Terminate) or (isinstance(a, Drain) and a.trigger == "pool-removed")))
+    frozen = removed_pools.frozen(policies, inputs.missing)
     for key in sorted(set(warm_by_pool) | {k for k, p in pools.items() if p.warm_pool}):
-        if key in starting and key in pools:
+        if key not in pools:
+            out, used = _orphaned(key, warm_by_pool.get(key, []), inputs.settings, frozen,
+                                  removed_left)
+            actions += out
+            removed_left -= used
+            continue
+        if key in starting:
             actions.append(Hold(pool=key, what="scale-up", reason=(
                 f"{key}: warm pool refreshed once its warm nodes starting are READY (a start "
                 "waits for every instance created or destroyed in the same apply)")))
             continue
-        actions += _refreshed(key, pools.get(key), warm_by_pool.get(key, []), inputs, prices, now)
+        actions += _refreshed(key, pools[key], warm_by_pool.get(key, []), inputs, prices, now)
     return plan.model_copy(update={"actions": actions})
 
 
@@ -103,11 +132,38 @@ def _served(launch: Launch, warm: list[Node], starting: int) -> list[Action]:
     return out
 
 
-def _refreshed(key: str, pool: Pool | None, warm: list[Node], inputs: WarmInputs,
+def _orphaned(key: str, warm: list[Node], settings: EngineSettings, frozen: str | None,
+              fleet_left: int) -> tuple[list[Action], int]:
+    """Warm nodes of a pool no policy defines, as removed_pools.py decides its other nodes:
+    kept unless drain_removed_pools, never on an empty policy set or missing signals, and
+    within the removed-pool share and fleet-wide count (oldest first). Returns the actions
+    and the removals used."""
+    if not warm:
+        return [], 0
+    if not settings.drain_removed_pools:
+        return [Hold(pool=key, what="scale-down", reason=(
+            f"{key}: no policy defines this pool any more; its {len(warm)} warm node(s) are "
+            "kept until drain_removed_pools is enabled"))], 0
+    if frozen is not None:
+        return [Hold(pool=key, what="scale-down", reason=(
+            f"{key}: the pool's policy was removed, but its {len(warm)} warm node(s) are "
+            f"kept: {frozen}"))], 0
+    left = max(0, min(removed_pools.share(len(warm), settings), fleet_left))
+    oldest = sorted(warm, key=lambda n: (n.created_at, n.name))
+    out: list[Action] = [Terminate(pool=key, node=n.name, reason=(
+        f"{n.name}: warm node of {key}: the pool's policy was removed and "
+        "drain_removed_pools is on")) for n in oldest[:left]]
+    if len(warm) > left:
+        out.append(Hold(pool=key, what="scale-down", reason=(
+            f"{key}: {len(warm) - left} warm node(s) of the removed pool wait: at most "
+            f"{settings.removed_pool_drain_percent}% of them ({len(warm)}) are terminated at "
+            f"once and {settings.removed_pool_drains_per_tick} removed-pool node(s) leave per "
+            "tick fleet-wide")))
+    return out, left
+
+
+def _refreshed(key: str, pool: Pool, warm: list[Node], inputs: WarmInputs,
                prices: Prices, now: datetime) -> list[Action]:
-    if pool is None:
-        return [Terminate(pool=key, node=n.name, reason=f"{n.name}: warm node of {key}, whose "
-                          "policy is gone") for n in warm]
     image = inputs.images.get(key)
     if image is None and pool.warm_pool is not None:
         # Without the pool's hash, staleness cannot be told: keep what is there, add none.
@@ -119,6 +175,11 @@ def _refreshed(key: str, pool: Pool | None, warm: list[Node], inputs: WarmInputs
     decision = refresh(pool, [warm_node(n) for n in warm], goal, image or "", now)
     out: list[Action] = [Terminate(pool=key, node=name, reason=f"{name}: retired from the warm "
                                    f"pool: {why}") for name, why in decision.retire]
+    if decision.deferred:
+        out.append(Hold(pool=key, what="scale-down", reason=(
+            f"{key}: {decision.deferred} warm node(s) wait for their retirement: at most "
+            f"{retire_limit(pool, len(warm))} retired per tick (max_draining_percent "
+            f"{pool.scale_down.max_draining_percent:g} of {len(warm)} warm node(s), at least 1)")))
     if decision.refill and itype is not None:
         market = warm_market(pool)
         hourly = _hourly(prices, pool, itype[0], market)

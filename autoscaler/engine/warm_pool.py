@@ -11,8 +11,9 @@ volume is billed). Three decisions, each with its numbers in the reason:
   launched cold: none while warm nodes of the pool are starting (issue 37: the warm nodes
   rejoin, pass the health check and are READY, and only then is a cold launch made for
   what is left; the next plans see them and ask for what they did not cover).
-* :func:`refresh`: which warm nodes are retired (stale image, past max_node_age, above max)
-  and how many are launched to refill the pool to its target.
+* :func:`refresh`: which warm nodes are retired (stale image, past max_node_age, above max),
+  at most :func:`retire_limit` per tick, and how many are launched to refill the pool to
+  its target.
 
 A warm node is never capacity: it is not in the fleet the engine sizes, takes no jobs, and
 counts only once started (then it is an ordinary node on its way to READY). Pure: the
@@ -87,6 +88,13 @@ class Refresh:
     retire: tuple[tuple[str, str], ...]  # (warm node, why)
     refill: int
     reason: str
+    deferred: int = 0  # retirements beyond this tick's retire_limit: next ticks'
+
+
+def retire_limit(pool: Pool, warm: int) -> int:
+    """Warm nodes the pool may retire per tick: its max_draining_percent of them, at least 1
+    (a warm node is no capacity, but no removal path goes without a budget)."""
+    return max(1, math.floor(warm * pool.scale_down.max_draining_percent / 100))
 
 
 def target(pool: Pool, forecast: ForecastFloor | None, running_gpus: float,
@@ -165,8 +173,17 @@ def refresh(pool: Pool, warm: Sequence[WarmNode], goal: Target, image: str,
     for node in kept[:surplus]:  # oldest first
         retire.append((node.name, f"above warm_pool.max {most}"))
     kept = kept[surplus:]
-    refill = max(0, goal.nodes - len(kept))
+    # Stale and old ones (oldest first), then surplus, within the per-tick limit; those
+    # that wait are still there, so the refill counts them (no more than max at once).
+    limit = retire_limit(pool, len(warm))
+    deferred = max(0, len(retire) - limit)
+    retire = retire[:limit]
+    refill = max(0, goal.nodes - len(kept) - deferred)
     why = (f"{goal.reason}; {len(kept)} warm node(s) kept "
            f"({sum(not w.ready for w in kept)} bootstrapping), {len(retire)} retired, "
            f"{refill} launched to refill")
-    return Refresh(tuple(retire), refill, why)
+    if deferred:
+        why += (f"; {deferred} more to retire wait: at most {limit} retired per tick "
+                f"(max_draining_percent {pool.scale_down.max_draining_percent:g} of "
+                f"{len(warm)} warm node(s), at least 1)")
+    return Refresh(tuple(retire), refill, why, deferred)

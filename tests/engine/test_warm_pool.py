@@ -80,7 +80,7 @@ def test_a_launch_of_another_type_or_market_is_cold_unless_warm_nodes_are_starti
 
 
 def test_stale_and_old_warm_nodes_are_retired_and_refilled():
-    p = pool(3, 6, lifetime={"max_node_age": "24h"})
+    p = pool(3, 6, lifetime={"max_node_age": "24h"}, scale_down={"max_draining_percent": 50})
     nodes = [warm("w-stale", 2, image="h0"), warm("w-old", 25), warm("w-ok", 2),
              warm("w-boot", 0.1, ready=False)]
     got = refresh(p, nodes, Target(3, "warm target 3 (warm_pool.size), max 6"), "h1", NOW)

@@ -3,7 +3,10 @@ unusable, or they went silent. Both are absence-shaped evidence, so each waits o
 per-cause grace counted from a time the observers give (never a clock of our own), and
 all broken nodes together stay under a fleet-wide budget (Cluster Autoscaler's
 max-total-unready-percentage / ok-total-unready-count): when many look broken at once, the
-observer is the likelier fault, and replacing stops.
+observer is the likelier fault, and replacing stops. Within that, each pool replaces the
+nodes found here (``ctx.absent``: how long each has looked broken) only within its own
+scale-down budget, longest first (unhealthy.py): a whole pool missing from its scheduler's
+listing is 10 nodes of 30 (under the fleet-wide 45%), not 10 replacements in one tick.
 
 * the scheduler says unusable (Slurm DOWN, NOT_RESPONDING, a drain not ours; Kubernetes
   NotReady): since its reason time / Ready's lastTransitionTime, for health.unready_grace;
@@ -25,8 +28,9 @@ from autoscaler.policy.duration import format_duration
 
 
 def unusable(ctx: PoolContext, node: Node, sched: SchedulerNode, metrics: GpuMetrics | None,
-             type_gpus: int, now: datetime) -> str | None:
-    """Why the scheduler has called this READY node unusable for longer than the grace."""
+             type_gpus: int, now: datetime) -> tuple[str, timedelta] | None:
+    """Why the scheduler has called this READY node unusable for longer than the grace,
+    and for how long (what unhealthy.py orders the pool's budget by, longest first)."""
     health = ctx.pool.health
     if not health.replace_when_unusable:
         return None
@@ -44,7 +48,7 @@ def unusable(ctx: PoolContext, node: Node, sched: SchedulerNode, metrics: GpuMet
         if since is None or now - since <= grace:
             return None  # not said since when, or not long enough yet
         return (f"the scheduler says {sched.unusable} for {format_duration(now - since)} "
-                f"> unready_grace {format_duration(grace)}")
+                f"> unready_grace {format_duration(grace)}"), now - since
     if not sched.ready or not sched.gpus_total < type_gpus or metrics is None:
         return None
     # The device plugin restarting advertises 0 for a moment: only when DCGM, reporting
@@ -56,7 +60,7 @@ def unusable(ctx: PoolContext, node: Node, sched: SchedulerNode, metrics: GpuMet
         return None
     return (f"the scheduler advertises {sched.gpus_total:g} of its type's {type_gpus} GPUs and "
             f"DCGM reports {seen}, READY for {format_duration(ready_for)} > unready_grace "
-            f"{format_duration(grace)}")
+            f"{format_duration(grace)}"), ready_for
 
 
 def silence(node: Node, metrics: GpuMetrics | None, now: datetime) -> tuple[timedelta, str]:
@@ -92,6 +96,7 @@ def review(contexts: list[PoolContext], snapshot: Snapshot, settings: EngineSett
         known = {node.name for node, _ in ctx.sick}
         for node, age, how in ctx.silent:
             if age > grace and node.name not in known:
+                ctx.absent[node.name] = age
                 ctx.sick.append((node, f"no GPU metrics for {format_duration(age)} ({how}) > "
                                        f"silent_grace {format_duration(grace)} while {reporting} "
                                        f"of {serving} READY nodes report"))

@@ -217,7 +217,8 @@ class ServiceLoop:
         views = self.forecasts.views if self.forecasts is not None else {}
         floors = {k: v.warm_floor for k, v in views.items() if v.warm_floor is not None}
         return warm.apply(plan, policies, engine_fleet, warm_nodes,
-                          Prices(self.catalog, snapshot, now), floors, self.warm_hashes, now)
+                          Prices(self.catalog, snapshot, now), floors, self.warm_hashes, now,
+                          self.engine, snapshot.missing)
 
     def _should_stop(self, report: TickReport) -> bool:
         if self.stopping:

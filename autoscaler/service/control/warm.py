@@ -10,10 +10,11 @@ failed stays in that fleet, so the engine terminates it like any failed node.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from autoscaler.engine.pricing import Prices
+from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.warm_plan import WarmInputs, with_warm_pools
 from autoscaler.model.lifecycle import ACTIVE, FAILED, IN_FLIGHT, WARM_POOL
 from autoscaler.model.node import FleetView, Node
@@ -40,8 +41,11 @@ def split(fleet: FleetView) -> tuple[FleetView, list[Node]]:
 
 def apply(plan: Plan, policies: Mapping[str, TeamPolicy], fleet: FleetView, warm: list[Node],
           prices: Prices, forecasts: Mapping[str, ForecastFloor], hashes: WarmHashes | None,
-          now: datetime) -> Plan:
-    """``plan`` with the warm pools' starts, holds, retirements and refills."""
+          now: datetime, settings: EngineSettings | None = None,
+          missing: Iterable[str] = ()) -> Plan:
+    """``plan`` with the warm pools' starts, holds, retirements and refills. ``settings``
+    and ``missing`` decide the warm nodes of pools no policy defines (removed_pools.py's
+    rules); without them those nodes are kept."""
     if not warm and not any(p.warm_pool for t in policies.values() for p in t.pools):
         return plan
     images: dict[str, str] = {}
@@ -59,5 +63,6 @@ def apply(plan: Plan, policies: Mapping[str, TeamPolicy], fleet: FleetView, warm
             starting[node.pool_key] = starting.get(node.pool_key, 0) + 1
     inputs = WarmInputs(warm=[n for n in warm if n.state in IN_FLIGHT | WARM_POOL],
                         starting=starting, running_gpus=running, forecasts=forecasts,
-                        images=images)
+                        images=images, settings=settings or EngineSettings(),
+                        missing=frozenset(missing))
     return with_warm_pools(plan, policies, inputs, prices, now)
