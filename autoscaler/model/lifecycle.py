@@ -184,7 +184,8 @@ TIMEOUTS: dict[NodeState, Timeout] = {
         # state_limit never uses this ``after``: a drain's limit is always a pool's (or the
         # service's) drain timeout plus grace and margin.
         Timeout(S.DRAINING, timedelta(minutes=30), S.DRAINED,
-                "jobs were signalled to checkpoint and requeued at the drain timeout"),
+                "forced only once its jobs were signalled (or its scheduler lists it empty); "
+                "otherwise kept DRAINING and reported drain-stuck"),
         Timeout(S.INTERRUPTED, timedelta(minutes=2), S.TERMINATING,
                 "spot interruption deadline reached"),
         Timeout(S.TERMINATING, timedelta(minutes=20), S.LOST,

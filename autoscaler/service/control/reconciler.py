@@ -10,16 +10,22 @@ state only every ``state_check_interval``, and never drains or waits for anythin
   the pool, or it would launch a second node for the same gap);
 * **timeouts**: a node past its ``model/lifecycle.py`` :func:`state_limit` moves on as its
   TIMEOUTS entry says (REQUESTED or PROVISIONING -> PROVISION_FAILED, BOOTSTRAPPING ->
-  BOOTSTRAP_FAILED, a stuck drain -> DRAINED, INTERRUPTED -> TERMINATING, TERMINATING ->
-  LOST). The limit includes what the executor itself retries and waits (bootstrap retries
-  and ready wait, ``drain_timeout`` + ``checkpoint_grace``), so this only catches what got
-  stuck;
+  BOOTSTRAP_FAILED, INTERRUPTED -> TERMINATING, TERMINATING -> LOST). The limit includes
+  what the executor itself retries and waits (bootstrap retries and ready wait,
+  ``drain_timeout`` + ``checkpoint_grace``), so this only catches what got stuck. A stuck
+  drain is forced to DRAINED (which the engine then terminates) only on evidence: its
+  progress shows the jobs were signalled (SIGNALLED, REQUEUEING, REQUEUED), or this tick's
+  scheduler view lists the node with no work. Otherwise it stays DRAINING and each run
+  reports ``drain-stuck`` ("drain stuck for X: phase P, scheduler S; not forced"): time
+  alone is absence of evidence (a scheduler unreachable for hours never cordoned the node
+  nor signalled its jobs);
 * **cloud**: a node whose instance the cloud no longer lists (``lost_after_misses`` runs
   in a row) becomes LOST; its key leaves the pool's map, the next apply drops it from
   the state and the executor moves it to TERMINATED. Never on absence of evidence
-  (:mod:`autoscaler.service.control.lost_guard`): an answer that lacks a large share of a pool
-  freezes LOST marking for it (``frozen``, alerted), a node the scheduler reports busy is
-  kept, and LOST marks plus destroys are capped fleet-wide per run. A tagged instance the store does
+  (:mod:`autoscaler.service.control.lost_guard`): an answer that lacks a large share of a pool,
+  or more than max(1, 10%) of its region, or lists nothing, freezes LOST marking for it
+  (``frozen``, alerted), a node the scheduler reports busy or does not list is kept, and
+  LOST marks plus destroys are capped fleet-wide per run. A tagged instance the store does
   not know is reported and, per ``unknown_instances``, adopted (a BOOTSTRAPPING node of
   its pool under its ``node`` tag; the next apply imports it into the pool's state) or
   destroyed through Terraform (imported under a spare key and removed by the same
@@ -59,12 +65,19 @@ from autoscaler.model.lifecycle import (
 )
 from autoscaler.model.node import Node
 from autoscaler.model.pool import PoolRef
-from autoscaler.model.progress import NodeProgress
+from autoscaler.model.progress import DrainPhase, NodeProgress
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import TeamPolicy, find_pool
 from autoscaler.service.control.interruptions import InterruptionIntake, InterruptionReport
-from autoscaler.service.control.lost_guard import busy_reason, frozen_pools, strays_kept
+from autoscaler.service.control.lost_guard import (
+    busy_reason,
+    counted,
+    frozen_answer,
+    frozen_pools,
+    scheduler_view,
+    strays_kept,
+)
 from autoscaler.service.executor.advance import AdvanceReport, Change
 from autoscaler.service.executor.collaborators import Provisioner
 from autoscaler.service.executor.operations import Runner
@@ -77,11 +90,16 @@ S = NodeState
 # launch time from the cloud is believed only within these bounds (clocks skew a little).
 OLDEST_LAUNCH = timedelta(days=5 * 365)
 LAUNCH_SKEW = timedelta(minutes=5)
+# Drain phases that show the jobs got their checkpoint signal: past the limit, such a drain
+# may be forced to DRAINED (what still runs has had its signal, and its grace).
+SIGNALLED_PHASES = {DrainPhase.SIGNALLED: "sent SIG{signal} at {at} but not requeued",
+                    DrainPhase.REQUEUEING: "sent SIG{signal} at {at}; their requeue was started",
+                    DrainPhase.REQUEUED: "sent SIG{signal} at {at} and requeued"}
 
 
 class Finding(BaseModel):
-    kind: str  # unknown-instance, bake-builder, adopted, destroying, lost, missing, timeout, state-only,
-    # state-missing, scheduler-down
+    kind: str  # unknown-instance, bake-builder, adopted, destroying, lost, missing, timeout,
+    # drain-stuck, state-only, state-missing, scheduler-down
     detail: str
     node: str | None = None
     instance_id: str | None = None
@@ -185,10 +203,36 @@ class Reconciler:
             stuck = now - node.state_since
             if limit is None or stuck <= limit:
                 continue
+            cause: str | None = timeout.why
+            if node.state is S.DRAINING:
+                cause = self._drain_forced(node, stuck, limit, report)
+                if cause is None:
+                    continue
             why = (f"{node.state} for {format_duration(stuck)}, over {format_duration(limit)}: "
-                   f"{timeout.why}")
+                   f"{cause}")
             if self._move(node, timeout.then, why, report):
                 self._find(report, "timeout", why, node=node.name, pool=node.pool_key)
+
+    def _drain_forced(self, node: Node, stuck: timedelta, limit: timedelta,
+                      report: ReconcileReport) -> str | None:
+        """Why a drain past its limit may be forced to DRAINED (the engine then terminates
+        the node), or None: kept DRAINING and reported, one line, each run."""
+        drain = node.progress.drain
+        empty, says = scheduler_view(node, self._snapshot)
+        if drain is not None and drain.phase in SIGNALLED_PHASES:
+            at = f"{drain.signalled_at:%Y-%m-%d %H:%M:%S}" if drain.signalled_at else "an unrecorded time"
+            done = SIGNALLED_PHASES[drain.phase].format(signal=drain.signal, at=at)
+            return f"the drain reached {drain.phase}: its jobs were {done}; the scheduler {says}"
+        phase = f"phase {drain.phase}" if drain is not None else "no drain progress recorded"
+        if empty:
+            return f"the scheduler {says} (drain at {phase}): nothing left to drain"
+        error = f" (last error: {drain.last_error[:120]})" if drain is not None and drain.last_error else ""
+        text = (f"drain stuck for {format_duration(stuck)} (limit {format_duration(limit)}): "
+                f"{phase}{error}, scheduler {says}; not forced")
+        report.findings.append(Finding(kind="drain-stuck", detail=text, node=node.name,
+                                       pool=node.pool_key))
+        log.warning("%s: %s", node.name, text)
+        return None
 
     # -- cloud ----------------------------------------------------------------------------------
     def _compare(self, cloud: str, region: str, nodes: list[Node], instances: list[CloudInstance],
@@ -198,7 +242,14 @@ class Reconciler:
         awaiting = {n.name for n in nodes if n.state in INSTANCE_PENDING and not n.instance_id}
         unknown = [i for i in instances if i.instance_id not in known and i.node not in awaiting]
         self._unknown(cloud, region, self._builders(unknown, report), policies, report, nodes)
-        frozen = frozen_pools(nodes, set(live), self.settings)
+        whole = frozen_answer(nodes, set(live), f"{cloud}/{region}", self.settings)
+        frozen = {} if whole is not None else frozen_pools(nodes, set(live), self.settings)
+        if whole is not None:  # one line; each pool with a missing instance is alerted
+            self._find(report, "lost-frozen", whole)
+            log.warning("reconcile: LOST marking frozen for %s/%s: %s", cloud, region, whole)
+            for node in counted(nodes):
+                if node.instance_id not in live:
+                    report.frozen.setdefault(node.pool_key, whole)
         for pool, why in frozen.items():
             report.frozen[pool] = why
             self._find(report, "lost-frozen", why, pool=pool)
@@ -208,7 +259,8 @@ class Reconciler:
                 continue
             if node.instance_id in live:
                 self._misses.pop(node.name, None)
-            elif node.pool_key not in frozen:  # an answer not believed counts for nothing
+            elif whole is None and node.pool_key not in frozen:  # an answer not believed
+                # counts for nothing
                 self._missing(node, f"{cloud}/{region}", report)
 
     def _missing(self, node: Node, where: str, report: ReconcileReport) -> None:

@@ -69,7 +69,8 @@ class ExecutorSettings(BaseModel):
         "as well (--full).")
     drain_stuck_margin: Duration = Field(
         timedelta(minutes=5), description="A drain still running this long after its timeout "
-        "plus grace is forced to DRAINED by the reconciler.")
+        "plus grace is forced to DRAINED by the reconciler if its jobs were signalled (or the "
+        "scheduler lists the node empty); otherwise it stays DRAINING, reported drain-stuck.")
     # -- interruptions ------------------------------------------------------------------
     interruption_drain_deadline: Duration = Field(
         timedelta(0), description="An interrupted node's jobs get this long (never past the "
@@ -93,7 +94,8 @@ class ExecutorSettings(BaseModel):
         45, ge=0, le=100, description="A cloud answer that lacks more than this share of a "
         "pool's known instances (and more than lost_freeze_count of them) is not believed: "
         "no node of the pool is marked LOST while it lasts (Cluster Autoscaler's "
-        "max-total-unready-percentage). 100 turns the freeze off.")
+        "max-total-unready-percentage). 100 turns the freeze off, and the whole-answer one "
+        "(an answer lacking more than max(1, 10%) of its region's instances, or empty).")
     lost_freeze_count: int = Field(
         1, ge=0, description="Missing instances a pool may have in one answer before "
         "lost_freeze_percent applies (CA's ok-total-unready-count, 3 there).")

@@ -14,10 +14,11 @@ from autoscaler.model.pool import PoolRef
 from autoscaler.model.snapshot import NodeObservation, PoolObservation, RunningJob, SchedulerNode
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Market
+from autoscaler.service.control.lost_guard import busy_reason, frozen_answer, frozen_pools
 from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.http.status import build_status
-from tests.builders import NOW
+from tests.builders import NOW, make_node
 from tests.fakes import FakeCloud, FakeTerraform
 from tests.fleet.writes import create_node, patch, transition
 from tests.service.executor_rig import Rig
@@ -47,6 +48,11 @@ def busy(*names: str) -> Observed:
         jobs=[RunningJob(id="42", gpus=1)])) for n in names})
 
 
+def idle(*names: str) -> Observed:
+    return Observed(taken_at=NOW, nodes={n: NodeObservation(scheduler=SchedulerNode(
+        state="idle", gpus_total=1, gpus_allocated=0)) for n in names})
+
+
 def test_an_empty_answer_for_a_whole_pool_is_not_believed(rig: Rig) -> None:
     names = rig.ready_nodes(3)
     answer = Answer([])
@@ -54,7 +60,8 @@ def test_an_empty_answer_for_a_whole_pool_is_not_believed(rig: Rig) -> None:
     for _ in range(4):
         report = rec.run()
         assert list(report.frozen) == ["vision/gpu"]
-        assert "lacks 3 of the 3 instances" in report.frozen["vision/gpu"]
+        assert ("the cloud answer for aws/us-east-1 lists no instance while the store knows 3 "
+                "live there") in report.frozen["vision/gpu"]
         assert report.of("lost") == [] and report.of("missing") == []
     assert [rig.state(n) for n in names] == [S.READY] * 3
     answer.instances = rig.cloud.live()  # the answer recovers: nothing was counted meanwhile
@@ -63,12 +70,82 @@ def test_an_empty_answer_for_a_whole_pool_is_not_believed(rig: Rig) -> None:
     assert [f.node for f in rec.run().of("missing")] == [names[0]]  # one gone: believable
 
 
-def test_share_and_count_both_needed_to_freeze(rig: Rig) -> None:
+def test_share_and_count_both_needed_to_freeze_a_pool() -> None:
+    """The per-pool rule alone (the whole-answer rule is the next test's)."""
+    nodes = [make_node(f"n{i}", instance_id=f"i-{i}") for i in range(5)]
+    live = {f"i-{i}" for i in range(5)}
+    settings = ExecutorSettings()
+    assert frozen_pools(nodes, live - {"i-0", "i-1"}, settings) == {}  # 2 of 5, 40%: believed
+    assert frozen_pools(nodes, live - {"i-0"}, ExecutorSettings(lost_freeze_count=0,
+                                                                lost_freeze_percent=10)) != {}
+    [why] = frozen_pools(nodes, live - {"i-0", "i-1", "i-2"}, settings).values()  # 60%
+    assert "lacks 3 of the 5 instances known for vision/gpu" in why
+
+
+def test_an_empty_answer_is_judged_for_the_whole_region_not_pool_by_pool() -> None:
+    """Audit F3: 12 single-node pools and one 10-node pool, an empty answer. Pool by pool,
+    only the 10-node pool looks odd (each small pool lacks 'only one'); the answer as a
+    whole lacks all 22 instances of the region and is not believed."""
+    nodes = [make_node(f"n{i}", pool=f"p{i}", instance_id=f"i-{i:04d}") for i in range(12)]
+    nodes += [make_node(f"big{i}", pool="big", instance_id=f"i-b{i}") for i in range(10)]
+    settings = ExecutorSettings()
+    assert list(frozen_pools(nodes, set(), settings)) == ["vision/big"]  # the gap it fills
+    why = frozen_answer(nodes, set(), "aws/us-east-1", settings)
+    assert why == ("the cloud answer for aws/us-east-1 lists no instance while the store knows "
+                   "22 live there: not believed, no node in aws/us-east-1 is marked LOST this run")
+    # Not empty but lacking more than max(1, 10% of 22 = 2.2): 3 single-node pools gone.
+    all_ids = {n.instance_id or "" for n in nodes}
+    why = frozen_answer(nodes, all_ids - {"i-0000", "i-0001", "i-0002"}, "aws/us-east-1", settings)
+    assert why is not None and "lacks 3 of the 22 instances known there (14%, more than " \
+        "max(1, 10%) = 2.2)" in why
+    assert frozen_answer(nodes, all_ids - {"i-0000", "i-0001"}, "aws/us-east-1", settings) is None
+    assert frozen_answer(nodes, set(), "aws/us-east-1", ExecutorSettings(lost_freeze_percent=100)) \
+        is None  # the documented switch to accept a real mass loss
+
+
+def test_small_pools_are_not_lost_on_an_empty_answer_end_to_end(rig: Rig) -> None:
+    """Audit F3 (b): two empty answers used to mark the 1-node pool's idle READY node LOST."""
+    [name] = rig.ready_nodes(1)
+    rec = reconciler(rig, Answer([]))
+    for _ in range(3):
+        report = rec.run(idle(name))
+        assert "lists no instance while the store knows 1 live" in report.frozen["vision/gpu"]
+        [frozen] = report.of("lost-frozen")
+        assert frozen.detail.startswith("the cloud answer for aws/us-east-1 lists no instance")
+        assert report.of("lost") == [] and report.of("missing") == [] and report.changes == []
+    assert rig.state(name) is S.READY
+
+
+def test_an_answer_lacking_over_a_tenth_of_the_region_freezes_it(rig: Rig) -> None:
     names = rig.ready_nodes(5)
     rig.settings = ExecutorSettings(lost_after_misses=1)
-    two_gone = [i for i in rig.cloud.live() if i.node not in names[:2]]  # 40%: believed
-    report = reconciler(rig, Answer(two_gone)).run()
-    assert report.frozen == {} and sorted(f.node or "" for f in report.of("lost")) == names[:2]
+    two_gone = [i for i in rig.cloud.live() if i.node not in names[:2]]  # 2 of 5 > max(1, 0.5)
+    report = reconciler(rig, Answer(two_gone)).run(idle(*names))
+    assert "lacks 2 of the 5 instances known there (40%" in report.frozen["vision/gpu"]
+    assert report.of("lost") == [] and [rig.state(n) for n in names] == [S.READY] * 5
+    one_gone = [i for i in rig.cloud.live() if i.node != names[0]]  # 1: a believable reclaim
+    report = reconciler(rig, Answer(one_gone)).run(idle(*names))
+    assert report.frozen == {} and [f.node for f in report.of("lost")] == [names[0]]
+
+
+def test_a_node_the_scheduler_does_not_list_is_kept(rig: Rig) -> None:
+    """Absent from the scheduler view is not idle (audit F3): only a listing confirms it."""
+    a, b, _ = rig.ready_nodes(3)
+    rig.settings = ExecutorSettings(lost_after_misses=1)
+    answer = Answer([i for i in rig.cloud.live() if i.node != a])
+    report = reconciler(rig, answer).run(idle(b))  # a: not in the view at all
+    [refused] = report.of("lost-refused")
+    assert refused.node == a and refused.detail.endswith(
+        "not marked LOST: the scheduler does not list it: nothing confirms it is idle")
+    marker = Observed(taken_at=NOW, nodes={a: NodeObservation(scheduler=SchedulerNode(
+        state="unknown", ready=False, unusable="slurm does not list it"))})  # the reader's
+    report = reconciler(rig, answer).run(marker)
+    assert "does not report its state (slurm does not list it)" in report.of("lost-refused")[0].detail
+    unread = Observed(taken_at=NOW, missing=["slurm"])
+    assert "(slurm not read this tick)" in busy_reason(rig.node(a), unread)  # type: ignore[operator]
+    assert rig.state(a) is S.READY
+    report = reconciler(rig, answer).run(idle(a))  # listed, idle: believed
+    assert [f.node for f in report.of("lost")] == [a] and rig.state(a) is S.LOST
 
 
 def test_a_node_with_running_jobs_is_never_lost(rig: Rig) -> None:
@@ -79,7 +156,7 @@ def test_a_node_with_running_jobs_is_never_lost(rig: Rig) -> None:
     [refused] = report.of("lost-refused")
     assert refused.node == a and "1 job(s) running" in refused.detail
     assert rig.state(a) is S.READY and report.changes == []
-    report = reconciler(rig, answer).run(Observed(taken_at=NOW))  # the jobs are gone too
+    report = reconciler(rig, answer).run(idle(a))  # the jobs are gone too
     assert [f.node for f in report.of("lost")] == [a] and rig.state(a) is S.LOST
 
 
@@ -149,7 +226,7 @@ def test_a_frozen_pool_is_alerted_in_metrics_and_status(tmp_path: Path) -> None:
     text = kit.loop.metrics.exposition().decode()
     assert 'gpu_autoscaler_lost_frozen{pool="vision/train"} 1.0' in text
     status = build_status(kit.store, kit.loop.state, {}, [], default_catalog(), None, kit.clock())
-    assert "lacks 3 of the 3 instances" in status["lost_frozen"]["vision/train"]
+    assert "lists no instance while the store knows 3" in status["lost_frozen"]["vision/train"]
     answer.instances = cloud.live()  # the answer recovers: the alert clears
     kit.loop.tick()
     text = kit.loop.metrics.exposition().decode()

@@ -13,8 +13,8 @@ from autoscaler.fleet.intents import NewNode, interpret
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Plan
 from autoscaler.model.pool import PoolRef
-from autoscaler.model.progress import ProgressUpdate
-from autoscaler.model.snapshot import NodeObservation, SchedulerNode
+from autoscaler.model.progress import DrainPhase, ProgressUpdate
+from autoscaler.model.snapshot import NodeObservation, PoolObservation, RunningJob, SchedulerNode
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Market
 from autoscaler.service.control.reconciler import Reconciler
@@ -146,7 +146,7 @@ def test_the_cloud_is_listed_at_its_interval_and_a_lost_node_still_found(rig: Ri
     """cloud_list_interval: runs in between list nothing and conclude nothing; the misses
     that mark a node LOST come from listings, one per interval."""
     rig.settings = ExecutorSettings(cloud_list_interval="2m")
-    [name] = rig.ready_nodes()
+    [name, _] = rig.ready_nodes(2)  # one node of two gone: believable (an empty answer is not)
     rig.cloud.terminate(rig.node(name).instance_id or "")
     rec = rig.reconciler()
     listings = lambda: sum(1 for c in rig.cloud.calls if c[0] == "managed_instances")  # noqa: E731
@@ -193,16 +193,93 @@ def test_stuck_states_time_out_per_the_lifecycle_table(rig: Rig, state: NodeStat
     assert f"{state} for" in rig.node(name).reason
 
 
+def drain_at(rig: Rig, name: str, phase: DrainPhase, signalled: bool) -> None:
+    """The drain's progress as the drainer would have left it at ``phase``."""
+    progress = rig.node(name).progress.drain
+    assert progress is not None
+    at = progress.started_at + timedelta(minutes=10) if signalled else None
+    patch(rig.store, name, rig.clock(), progress=ProgressUpdate(
+        drain=progress.at(phase, signalled_at=at)))
+
+
 def test_drain_timeout_uses_the_pool_limit_plus_grace_and_margin(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     rig.slurm.scheduler.run(name, "1")
     rig.submit(drain(name))
+    drain_at(rig, name, DrainPhase.REQUEUED, signalled=True)  # the drainer did its part
     # Pool: drain_timeout 10m + checkpoint_grace 1m, settings margin 5m.
     rig.clock.tick(15 * 60)
     assert rig.reconciler().run().of("timeout") == []
     rig.clock.tick(61)
     rig.reconciler().run()
     assert rig.state(name) is S.DRAINED
+
+
+def busy_view(rig: Rig, name: str) -> Observed:
+    return Observed(taken_at=rig.clock(), nodes={name: NodeObservation(scheduler=SchedulerNode(
+        state="allocated", gpus_total=1, gpus_allocated=1, cordoned=True,
+        jobs=[RunningJob(id="1", gpus=1)]))})
+
+
+def test_a_drain_that_never_reached_the_scheduler_is_not_forced(rig: Rig) -> None:
+    """Audit F4: slurmctld unreachable for 3 h, no drain step ran (never cordoned, jobs never
+    signalled). Time alone used to force DRAINED (and say the jobs were requeued)."""
+    [name] = rig.ready_nodes()
+    rig.submit(drain(name))
+    rig.clock.tick(3 * 3600)
+    rec = rig.reconciler()
+    report = rec.run(Observed(taken_at=rig.clock(), missing=["slurm"]))
+    node = rig.node(name)
+    assert node.state is S.DRAINING and node.progress.drain is not None
+    assert node.progress.drain.phase is DrainPhase.REQUESTED
+    assert report.of("timeout") == [] and report.changes == []
+    [stuck] = report.of("drain-stuck")
+    assert stuck.node == name and stuck.detail == (
+        "drain stuck for 3h (limit 16m): phase requested, scheduler does not list it (slurm not "
+        "read this tick); not forced")
+    unread = Observed(taken_at=rig.clock(), pools={"vision/gpu": PoolObservation(
+        scheduler_missing="squeue: timed out")})
+    [stuck] = rec.run(unread).of("drain-stuck")
+    assert "phase requested, scheduler cannot be read (squeue: timed out); not forced" in stuck.detail
+    drain_at(rig, name, DrainPhase.CORDONED, signalled=False)  # cordoned, jobs still running
+    [stuck] = rec.run(busy_view(rig, name)).of("drain-stuck")
+    assert "phase cordoned, scheduler reports 1 job(s) running on it; not forced" in stuck.detail
+    [stuck] = rec.run().of("drain-stuck")  # no scheduler view at all: no evidence either
+    assert "scheduler was not read; not forced" in stuck.detail
+    assert rig.state(name) is S.DRAINING
+
+
+@pytest.mark.parametrize(("phase", "says"), [
+    (DrainPhase.SIGNALLED, "its jobs were sent SIGUSR2 at 2026-11-30 12:10:00 but not requeued"),
+    (DrainPhase.REQUEUEING, "its jobs were sent SIGUSR2 at 2026-11-30 12:10:00; their requeue "
+                            "was started"),
+    (DrainPhase.REQUEUED, "its jobs were sent SIGUSR2 at 2026-11-30 12:10:00 and requeued"),
+])
+def test_a_stuck_drain_whose_jobs_were_signalled_is_forced_and_says_so(
+        rig: Rig, phase: DrainPhase, says: str) -> None:
+    [name] = rig.ready_nodes()
+    rig.submit(drain(name))
+    drain_at(rig, name, phase, signalled=True)
+    rig.clock.tick(3 * 3600)
+    report = rig.reconciler().run(Observed(taken_at=rig.clock(), missing=["slurm"]))
+    [timeout] = report.of("timeout")
+    assert rig.state(name) is S.DRAINED and report.of("drain-stuck") == []
+    assert timeout.detail == rig.node(name).reason == (
+        f"DRAINING for 3h, over 16m: the drain reached {phase}: {says}; the scheduler does not "
+        "list it (slurm not read this tick)")
+
+
+def test_a_stuck_drain_the_scheduler_reports_empty_is_forced_and_says_so(rig: Rig) -> None:
+    [name] = rig.ready_nodes()
+    rig.submit(drain(name))
+    rig.clock.tick(3 * 3600)
+    empty = Observed(taken_at=rig.clock(), nodes={name: NodeObservation(
+        scheduler=SchedulerNode(state="idle", gpus_total=1, cordoned=True))})
+    [timeout] = rig.reconciler().run(empty).of("timeout")
+    assert rig.state(name) is S.DRAINED
+    assert timeout.detail == ("DRAINING for 3h, over 16m: the scheduler reports it idle with no "
+                              "jobs (drain at phase requested): nothing left to drain")
+    assert "signalled" not in timeout.detail and "requeued" not in timeout.detail
 
 
 def test_bootstrapping_limit_covers_retries_and_ready_wait(rig: Rig) -> None:
