@@ -35,7 +35,7 @@ def lines() -> Iterator[io.StringIO]:
         root.removeHandler(handler)
 
 
-def test_a_slurm_reason_cannot_forge_a_log_line(lines: io.StringIO) -> None:
+def test_a_slurm_reason_cannot_forge_a_log_line() -> None:
     """A DOWN node's Reason= reaches the replace action's reason, which the loop logs."""
     [node] = nodes_from_json({"nodes": [{
         "name": "n0", "state": ["DOWN"], "reason": FORGED, "reason_set_by_user": "root",
@@ -51,10 +51,25 @@ def test_a_slurm_reason_cannot_forge_a_log_line(lines: io.StringIO) -> None:
                   NOW)
     loop = ServiceLoop.__new__(ServiceLoop)
     loop.dry_run, loop._holds = False, set()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(logging.getLogger(), "level", logging.INFO)
+    # The loop's logger as the service sets it up, whatever other tests in this worker did
+    # to it (a level, a library's dictConfig disabling existing loggers, logging.disable).
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(OneLineFormatter(LOG_FORMAT))
+    logger = logging.getLogger("autoscaler.service.control.loop")
+    saved = (logger.level, logger.disabled, logger.propagate, logging.root.manager.disable)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.disabled, logger.propagate = False, False
+    logging.disable(logging.NOTSET)
+    try:
         ServiceLoop._log_plan(loop, 7, plan)
-    text = lines.getvalue()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.disabled, logger.propagate = saved[1], saved[2]
+        logging.disable(saved[3])
+    text = out.getvalue()
     [replace] = [line for line in text.splitlines() if "replace" in line]
     assert "bad gpu\\n2099-01-01 00:00:00,000 INFO" in replace
     assert "\\x1b[31mRED\\x1b[0m" in replace and "\x1b" not in text
