@@ -20,11 +20,11 @@ bounds the releases under way, not only those started per tick.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Set
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
+from autoscaler.engine.scale_down.budget import pool_nodes, share
 from autoscaler.model.plan import ReportJob
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Priority
@@ -61,25 +61,24 @@ def reports(ctx: PoolContext, now: datetime, exempt: Set[Priority]) -> list[Repo
 
 
 def release_limit(ctx: PoolContext) -> int:
-    """Jobs the pool may release per tick: its max_draining_percent of its nodes (serving,
-    on their way, draining and drained, as scale_down/budget.py counts them), at least 1."""
-    nodes = ctx.size + len(ctx.draining) + len(ctx.drained)
-    return max(1, math.floor(nodes * ctx.pool.scale_down.max_draining_percent / 100))
+    """Jobs the pool may release per tick: its max_draining_percent of its nodes (as
+    scale_down/budget.py counts them), at least 1."""
+    return share(pool_nodes(ctx), ctx.pool.scale_down.max_draining_percent)
 
 
 def _released(ctx: PoolContext, now: datetime) -> set[tuple[str, str]] | None:
     """The (node, job) pairs released this tick (None: all of them): the longest running
     first, within release_limit. A released job keeps running through its checkpoint grace
     and stays the oldest, so the limit also bounds the releases under way."""
-    if len(ctx.long_jobs) <= release_limit(ctx):
+    limit = release_limit(ctx)
+    if len(ctx.long_jobs) <= limit:
         return None
     oldest = sorted(ctx.long_jobs, key=lambda nj: (nj[1].started_at or now, nj[0].name, nj[1].id))
-    return {(node.name, job.id) for node, job in oldest[:release_limit(ctx)]}
+    return {(node.name, job.id) for node, job in oldest[:limit]}
 
 
 def _held_why(ctx: PoolContext, released: int) -> str:
-    sd = ctx.pool.scale_down
-    nodes = ctx.size + len(ctx.draining) + len(ctx.drained)
     return (f": reported, its release waits: {released} of {len(ctx.long_jobs)} job(s) past "
             f"it released this tick, longest running first (at most max_draining_percent "
-            f"{sd.max_draining_percent:g} of the pool's {nodes} node(s), at least 1, per tick)")
+            f"{ctx.pool.scale_down.max_draining_percent:g} of the pool's {pool_nodes(ctx)} "
+            "node(s), at least 1, per tick)")

@@ -4,10 +4,10 @@ holds them, or drains them within the removed-pool budgets. Pure, like the rest 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
 from itertools import groupby
 
+from autoscaler.engine.scale_down.budget import share
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.model.lifecycle import IN_FLIGHT, OUT_OF_SERVICE, NodeState
 from autoscaler.model.node import Node
@@ -56,18 +56,13 @@ def frozen(policies: Mapping[str, TeamPolicy], missing: Collection[str]) -> str 
     return None
 
 
-def share(nodes: int, settings: EngineSettings) -> int:
-    """How many of a removed pool's ``nodes`` may be leaving at once (at least 1)."""
-    return max(1, math.floor(nodes * settings.removed_pool_drain_percent / 100))
-
-
 def _drain(key: str, nodes: list[Node], fleet_left: int, settings: EngineSettings,
            out: list[Action]) -> int:
     """Drain/terminate within the pool's share and the fleet-wide count, into ``out``;
     returns the removals used."""
     why = f"{key}: the pool's policy was removed and drain_removed_pools is on"
     leaving = sum(n.state is NodeState.DRAINING for n in nodes)
-    left = min(share(len(nodes), settings) - leaving, fleet_left)
+    left = min(share(len(nodes), settings.removed_pool_drain_percent) - leaving, fleet_left)
     used, kept = 0, 0
     for node in nodes:
         removes = node.state is NodeState.READY or node.state in IN_FLIGHT

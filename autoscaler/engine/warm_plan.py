@@ -33,6 +33,7 @@ from datetime import datetime
 
 from autoscaler.engine import removed_pools
 from autoscaler.engine.pricing import Prices
+from autoscaler.engine.scale_down.budget import share
 from autoscaler.engine.settings import EngineSettings
 from autoscaler.engine.warm_pool import (
     WarmNode,
@@ -148,7 +149,7 @@ def _orphaned(key: str, warm: list[Node], settings: EngineSettings, frozen: str 
         return [Hold(pool=key, what="scale-down", reason=(
             f"{key}: the pool's policy was removed, but its {len(warm)} warm node(s) are "
             f"kept: {frozen}"))], 0
-    left = max(0, min(removed_pools.share(len(warm), settings), fleet_left))
+    left = max(0, min(share(len(warm), settings.removed_pool_drain_percent), fleet_left))
     oldest = sorted(warm, key=lambda n: (n.created_at, n.name))
     out: list[Action] = [Terminate(pool=key, node=n.name, reason=(
         f"{n.name}: warm node of {key}: the pool's policy was removed and "

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from autoscaler.engine.scale_down.budget import share
 from autoscaler.model.plan import Launch
 from autoscaler.model.snapshot import ForecastFloor
 from autoscaler.policy.duration import format_duration
@@ -94,7 +95,7 @@ class Refresh:
 def retire_limit(pool: Pool, warm: int) -> int:
     """Warm nodes the pool may retire per tick: its max_draining_percent of them, at least 1
     (a warm node is no capacity, but no removal path goes without a budget)."""
-    return max(1, math.floor(warm * pool.scale_down.max_draining_percent / 100))
+    return share(warm, pool.scale_down.max_draining_percent)
 
 
 def target(pool: Pool, forecast: ForecastFloor | None, running_gpus: float,

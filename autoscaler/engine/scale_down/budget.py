@@ -11,6 +11,25 @@ from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Hold
 
 
+def share(count: int, percent: float) -> int:
+    """``percent`` of ``count``, rounded down, at least 1: a budget that slows a removal
+    path without ever stopping it."""
+    return max(1, math.floor(count * percent / 100))
+
+
+def pool_nodes(ctx: PoolContext) -> int:
+    """The nodes max_draining_percent is a share of: serving, on their way, draining and
+    drained (the percentage is of the whole pool, nodes already leaving included)."""
+    return ctx.size + len(ctx.draining) + len(ctx.drained)
+
+
+def draining_limit(ctx: PoolContext) -> int:
+    """Most of the pool's nodes leaving at once: max_draining_percent of them, at least 1
+    while the percent is above 0."""
+    pct = ctx.pool.scale_down.max_draining_percent
+    return share(pool_nodes(ctx), pct) if pct > 0 else 0
+
+
 @dataclass(slots=True)
 class Budget:
     concurrent: int  # more drains allowed by max_draining_percent
@@ -19,13 +38,7 @@ class Budget:
 
     @classmethod
     def for_pool(cls, ctx: PoolContext) -> Budget:
-        leaving = len(ctx.draining) + len(ctx.drained)
-        pct = ctx.pool.scale_down.max_draining_percent
-        # The percentage is of the whole pool, nodes already draining included.
-        limit = math.floor((ctx.size + leaving) * pct / 100)
-        if pct > 0:
-            limit = max(1, limit)
-        return cls(concurrent=limit - len(ctx.draining),
+        return cls(concurrent=draining_limit(ctx) - len(ctx.draining),
                    above_floor=ctx.size - ctx.floor)
 
     def can_shrink(self, node: Node) -> bool:

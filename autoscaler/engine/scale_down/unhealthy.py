@@ -9,12 +9,11 @@ evidence (broken.py) is also held to the pool's max_draining_percent, longest br
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.scale_down.budget import Budget, draining_limit, pool_nodes
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Hold, Replace
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation
@@ -92,13 +91,11 @@ def _within_budget(ctx: PoolContext, sick: list[tuple[Node, str]], budget: Budge
 def _held(ctx: PoolContext, absent: list[Node], kept: list[Node], positive: int,
           budget: Budget) -> Hold:
     pct = ctx.pool.scale_down.max_draining_percent
-    leaving = len(ctx.draining) + len(ctx.drained)
-    limit = max(1, math.floor((ctx.size + leaving) * pct / 100)) if pct > 0 else 0
     names = ", ".join(n.name for n in kept[:5]) + (" ..." if len(kept) > 5 else "")
     faults = f", {positive} with fault counters first" if positive else ""
     return Hold(pool=ctx.key, what="scale-down", reason=(
         f"{ctx.key}: {len(absent) - len(kept)} of {len(absent)} broken node(s) replaced this "
         f"tick, {len(kept)} kept ({names}): max_draining_percent {pct:g} of "
-        f"{ctx.size + leaving} node(s) lets {limit} leave at once, {len(ctx.draining)} "
+        f"{pool_nodes(ctx)} node(s) lets {draining_limit(ctx)} leave at once, {len(ctx.draining)} "
         f"already draining{faults}; absence-shaped evidence (unusable, not listed, "
         "silent) is replaced within the pool's budget, longest broken first"))
