@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from autoscaler.fleet.demand_history import STEP, bin_start
 from autoscaler.signals.prometheus import PrometheusReader
-from autoscaler.signals.promql import regex_literal
+from autoscaler.signals.promql import regex_literal, sample_value
 
 DEMAND_METRIC = "gpu_autoscaler_demand_gpus"
 MAX_RANGE = timedelta(days=14)
@@ -55,18 +55,10 @@ def load_demand(reader: PrometheusReader, pools: Iterable[str], now: datetime,
             continue
         points = out.setdefault(pool, [])
         for point in values:
-            ts, v = _number(point, 0), _number(point, 1)
-            if ts is not None and v is not None and first <= ts <= last and v >= 0:
+            v = sample_value(point)
+            if v is None or not math.isfinite(v) or v < 0:
+                continue
+            ts = point[0]  # a JSON number; NaN and inf fall outside the range
+            if isinstance(ts, int | float) and first <= ts <= last:
                 points.append((datetime.fromtimestamp(ts, UTC) - STEP, v))
     return out
-
-
-def _number(point: object, i: int) -> float | None:
-    """Item ``i`` of a ``[time, "value"]`` pair as a finite number, else None."""
-    if not isinstance(point, list) or len(point) != 2 or not isinstance(point[i], str | int | float):
-        return None
-    try:
-        n = float(point[i])
-    except ValueError:
-        return None
-    return n if math.isfinite(n) else None

@@ -190,12 +190,19 @@ def balanced_or(exprs: list[str]) -> str:
     return f"({balanced_or(exprs[:mid])}) or ({balanced_or(exprs[mid:])})"
 
 
-def sample_value(pair: Any) -> float | None:
-    """The value of an instant-vector sample ``[time, "value"]``; None for anything else (a
-    proxy or a broken exporter may answer junk: absent, never a traceback)."""
-    if not isinstance(pair, list | tuple) or len(pair) != 2 or not isinstance(pair[1], str):
+def number(text: Any) -> float | None:
+    """A number Prometheus wrote as a string (a sample's value, a label); None for anything
+    else (a proxy or a broken exporter may answer junk: absent, never a traceback)."""
+    if not isinstance(text, str):
         return None
     try:
-        return float(pair[1])
+        return float(text)
     except ValueError:
         return None
+
+
+def sample_value(pair: Any) -> float | None:
+    """The value of a sample ``[time, "value"]``, as :func:`number` reads it."""
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        return None
+    return number(pair[1])

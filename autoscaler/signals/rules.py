@@ -74,6 +74,7 @@ from autoscaler.signals.promql import (
     max_key,
     mean_key,
     now_key,
+    number,
     regex_literal,
     sample_value,
     seconds,
@@ -320,7 +321,7 @@ class RecordedQuery:
                 continue
             if name in self.means:
                 key, gpus = self.means[name]
-                count = sample_value([0, labels.get(GPUS_LABEL)])
+                count = number(labels.get(GPUS_LABEL))
                 if count is not None and math.isfinite(count):
                     into[gpus] = count
                 into[key] = value  # NaN: the window is empty (observe tells it from absent)

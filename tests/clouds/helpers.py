@@ -20,6 +20,7 @@ from moto.server import ThreadedMotoServer
 from autoscaler.sandbox.fakes.ecs import FakeEcsServer
 from autoscaler.sandbox.fakes.ecs_state import EcsState
 from autoscaler.sandbox.services.moto_patches import spot_placement_scores_answer
+from tests.hostile_answers import AnswerServer, Reply
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 AWS_TEST_ENV = {
@@ -132,6 +133,16 @@ def spot_book(monkeypatch: pytest.MonkeyPatch) -> SpotBook:
     monkeypatch.setattr(SpotInstances, "describe_spot_price_history",
                         lambda handler: book.answer(handler))
     return book
+
+
+@pytest.fixture(scope="module")
+def answers() -> Iterator[AnswerServer]:
+    """A 127.0.0.1 server that answers every call with its ``reply`` (hostile answers)."""
+    server = AnswerServer(Reply()).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

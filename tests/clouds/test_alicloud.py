@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -208,15 +207,6 @@ def test_the_sdk_logger_never_prints_the_key_id(caplog: pytest.LogCaptureFixture
 
 
 # -- hostile answers: a 127.0.0.1 server answers every call with the same body ---------------
-@pytest.fixture(scope="module")
-def answers() -> Iterator[AnswerServer]:
-    server = AnswerServer(Reply()).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def answering(server: AnswerServer, body: dict[str, Any] | bytes) -> AlicloudCloud:
     server.reply = Reply(200, body if isinstance(body, bytes) else json.dumps(body).encode())
     return AlicloudCloud("cn-hangzhou", settings=AlicloudSettings(endpoint=server.url, max_retries=0),

@@ -19,7 +19,7 @@ KEY_ID, SECRET = "LTAI5tTestKeyId00001", "TestSecretValue00000000000000000"
 STS = "CAIS-test-sts/token+VALUE=1234567890"
 
 
-def test_no_credential_reaches_the_log_at_debug() -> None:
+def test_no_credential_reaches_the_log_at_debug(answers: AnswerServer) -> None:
     """The SDK logs each request's parameters at DEBUG, the STS SecurityToken with them."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
@@ -31,15 +31,14 @@ def test_no_credential_reaches_the_log_at_debug() -> None:
     root.setLevel(logging.DEBUG)
     sdk.setLevel(logging.DEBUG)
     body = json.dumps({"Currency": "USD", "SpotPrices": {"SpotPriceType": []}}).encode()
-    server = AnswerServer(Reply(200, body)).start()
+    answers.reply = Reply(200, body)
     try:
-        cloud = AlicloudCloud("cn-hangzhou", settings=AlicloudSettings(endpoint=server.url,
+        cloud = AlicloudCloud("cn-hangzhou", settings=AlicloudSettings(endpoint=answers.url,
                                                                        max_retries=0),
                               credentials=Credentials(KEY_ID, SECRET, STS), clock=FakeClock())
         with pytest.raises(CloudDataError):  # the answer is no price; the log is what counts
             cloud.on_demand_prices(["ecs.gn6i-c4g1.xlarge"])
     finally:
-        server.stop()
         root.removeHandler(handler)
         root.setLevel(before[0])
         sdk.setLevel(before[1])

@@ -4,40 +4,29 @@ or RecursionError, none of them a BotoCoreError. Each call says so as a CloudDat
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from autoscaler.clouds import CloudDataError
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
-from tests.hostile_answers import HOSTILE, AnswerServer, Reply
+from tests.hostile_answers import HOSTILE, AnswerServer
 
 NOT_AWS = ["html-200", "garbage-bytes", "empty-200", "json-list", "json-deep", "json-huge"]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[AnswerServer]:
-    s = AnswerServer(Reply()).start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
 @pytest.mark.parametrize("answer", NOT_AWS)
 def test_an_answer_that_is_not_aws_is_a_cloud_data_error(
-        server: AnswerServer, answer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        answers: AnswerServer, answer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    server.reply = HOSTILE[answer]
+    answers.reply = HOSTILE[answer]
     cloud = AwsCloud("us-east-1", settings=AwsSettings(
-        endpoint_url=server.url, queue_url=f"{server.url}/123456789012/q", max_attempts=1))
+        endpoint_url=answers.url, queue_url=f"{answers.url}/123456789012/q", max_attempts=1))
     calls = [cloud.account_id, lambda: cloud.allowed("terminate_instances", InstanceIds=["i-1"]),
              lambda: cloud.queue_attributes(["QueueArn"]), cloud.zones]
     for call in calls:
         try:
             call()
         except CloudDataError as exc:
-            assert server.url in str(exc) or "DryRun" in str(exc)
+            assert answers.url in str(exc) or "DryRun" in str(exc)
         else:  # an answer botocore reads as success: it must not look like a real one
             assert call is not cloud.account_id

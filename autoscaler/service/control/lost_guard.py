@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Literal
 
 from autoscaler.clouds.base import CloudInstance
 from autoscaler.model.lifecycle import EXPLAINED
@@ -53,6 +54,7 @@ from autoscaler.model.snapshot_parts import Observed
 from autoscaler.service.executor.settings import ExecutorSettings
 
 _BUSY_STATES = frozenset({"allocated", "mixed"})
+Seen = Literal["empty", "busy", "unseen"]  # scheduler_view's verdict on a node's work
 # One cloud answer may lack at most this share of its region's known live instances (and
 # at least ANSWER_FREEZE_COUNT of them) before it is not believed for the whole region.
 ANSWER_FREEZE_PERCENT = 10
@@ -130,32 +132,33 @@ def strays_kept(nodes: Iterable[Node], strays: Iterable[CloudInstance],
     return out
 
 
-def scheduler_view(node: Node, snapshot: Observed | None) -> tuple[bool, str]:
-    """(whether this tick's scheduler view lists ``node`` with no work on it, what it says).
+def scheduler_view(node: Node, snapshot: Observed | None) -> tuple[Seen, str]:
+    """What this tick's scheduler view says of ``node``: listed with no work on it ("empty"),
+    listed with work ("busy"), or nothing about its work ("unseen"); and the words.
 
     Only a positive report counts as empty: an unreadable scheduler, data not believed, a
     node it does not list (or lists with state unknown, the reader's marker for a READY
     node missing from its answer) say nothing about the node's work. The text completes
     "the scheduler ..."."""
     if snapshot is None:
-        return False, "was not read"
+        return "unseen", "was not read"
     pool = snapshot.pools.get(node.pool_key)
     if pool is not None and pool.scheduler_missing:
-        return False, f"cannot be read ({pool.scheduler_missing})"
+        return "unseen", f"cannot be read ({pool.scheduler_missing})"
     obs = snapshot.nodes.get(node.name)
     if obs is not None and obs.scheduler_missing:
-        return False, f"data is not believed ({obs.scheduler_missing})"
+        return "unseen", f"data is not believed ({obs.scheduler_missing})"
     sched = obs.scheduler if obs is not None else None
     if sched is None:
         unread = f" ({', '.join(snapshot.missing)} not read this tick)" if snapshot.missing else ""
-        return False, f"does not list it{unread}"
+        return "unseen", f"does not list it{unread}"
     if sched.state == "unknown":
-        return False, f"does not report its state ({sched.unusable or 'unknown'})"
+        return "unseen", f"does not report its state ({sched.unusable or 'unknown'})"
     if sched.jobs:
-        return False, f"reports {len(sched.jobs)} job(s) running on it"
+        return "busy", f"reports {len(sched.jobs)} job(s) running on it"
     if sched.gpus_allocated > 0 or sched.state in _BUSY_STATES:
-        return False, f"reports it {sched.state} with {sched.gpus_allocated:g} GPU(s) allocated"
-    return True, f"reports it {sched.state} with no jobs"
+        return "busy", f"reports it {sched.state} with {sched.gpus_allocated:g} GPU(s) allocated"
+    return "empty", f"reports it {sched.state} with no jobs"
 
 
 def busy_reason(node: Node, snapshot: Observed | None) -> str | None:
@@ -166,10 +169,10 @@ def busy_reason(node: Node, snapshot: Observed | None) -> str | None:
     (``cluster: none``) has no view to consult."""
     if snapshot is None:
         return None
-    empty, says = scheduler_view(node, snapshot)
-    if empty:
+    seen, says = scheduler_view(node, snapshot)
+    if seen == "empty":
         return None
-    if says.startswith("reports"):  # it lists the node, with work on it
+    if seen == "busy":
         return f"the scheduler {says}"
     if node.progress.cluster == "none":  # no scheduler to list it: its silence says nothing
         return None

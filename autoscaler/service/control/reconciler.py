@@ -218,13 +218,13 @@ class Reconciler:
         """Why a drain past its limit may be forced to DRAINED (the engine then terminates
         the node), or None: kept DRAINING and reported, one line, each run."""
         drain = node.progress.drain
-        empty, says = scheduler_view(node, self._snapshot)
+        seen, says = scheduler_view(node, self._snapshot)
         if drain is not None and drain.phase in SIGNALLED_PHASES:
             at = f"{drain.signalled_at:%Y-%m-%d %H:%M:%S}" if drain.signalled_at else "an unrecorded time"
             done = SIGNALLED_PHASES[drain.phase].format(signal=drain.signal, at=at)
             return f"the drain reached {drain.phase}: its jobs were {done}; the scheduler {says}"
         phase = f"phase {drain.phase}" if drain is not None else "no drain progress recorded"
-        if empty:
+        if seen == "empty":
             return f"the scheduler {says} (drain at {phase}): nothing left to drain"
         error = f" (last error: {drain.last_error[:120]})" if drain is not None and drain.last_error else ""
         text = (f"drain stuck for {format_duration(stuck)} (limit {format_duration(limit)}): "
