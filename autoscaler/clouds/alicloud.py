@@ -85,6 +85,7 @@ class AlicloudCloud:
         self._quotes: TtlCache[tuple[str, str], float] = TtlCache(s.spot_ttl, clock)
         self._stock: TtlCache[str, dict[str, dict[str, tuple[bool, str]]]] = TtlCache(
             s.stock_ttl, clock)
+        self._said: set[str] = set()  # the events' problems logged while they last
 
     def _usd(self, amount: float, currency: str) -> float:
         rate = self.settings.currency_rates.get(currency or "USD")
@@ -252,6 +253,7 @@ class AlicloudCloud:
     def interruption_events(self) -> list[Interruption]:
         """Scheduled or executing preemptible-instance interruption events for our instances."""
         out: list[Interruption] = []
+        problems: list[str] = []
         seen, now = 0, self.clock()
         for number in range(1, MAX_PAGES + 1):
             req = DescribeInstanceHistoryEventsRequest()
@@ -264,9 +266,16 @@ class AlicloudCloud:
             events = self._items(page, "InstanceSystemEventSet", "InstanceSystemEventType",
                                  "DescribeInstanceHistoryEvents")
             seen += len(events)
-            out += [e for e in (parse.interruption_event(raw, now) for raw in events) if e is not None]
+            out += [e for e in (parse.interruption_event(raw, now, problems) for raw in events)
+                    if e is not None]
             if not events or seen >= self._count(page, "TotalCount", "DescribeInstanceHistoryEvents"):
                 break
+        # An event stays in the answer, problem and all, every poll until the reclaim: say
+        # each problem once while it lasts (kept for this poll only, so the set stays small).
+        for problem in problems:
+            if problem not in self._said:
+                log.warning("%s", problem)
+        self._said = set(problems)
         return out
 
     def interruptions(self) -> list[Interruption]:

@@ -7,7 +7,6 @@ default price: the engine then falls back to the catalog instead of trusting a g
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
@@ -22,8 +21,6 @@ from autoscaler.clouds.base import (
     SpotPrice,
 )
 from autoscaler.policy.models import Market
-
-log = logging.getLogger(__name__)
 
 INTERRUPTION_EVENT = "Instance:PreemptibleInstanceInterruption"
 # StatusCategory values that mean "can be created now" (ClosedWithStock: being retired).
@@ -132,11 +129,14 @@ def instance(raw: dict[str, Any]) -> CloudInstance:
 
 
 @_shape("DescribeInstanceHistoryEvents")
-def interruption_event(raw: dict[str, Any], now: datetime) -> Interruption | None:
+def interruption_event(raw: dict[str, Any], now: datetime,
+                       problems: list[str]) -> Interruption | None:
     """The event's times are bounded as AWS notices are: the event itself is the cloud's own
     answer, so an implausible time is dropped, never the notice. A NotBefore that cannot be
     the coming reclaim (unreadable, before the publication or already past) is no deadline:
-    believed, it would terminate the node without its checkpoint drain."""
+    believed, it would terminate the node without its checkpoint drain. What was dropped is
+    added to ``problems``: the caller logs it once, as the same event is read every poll
+    until the reclaim."""
     if (raw.get("EventType") or {}).get("Name") != INTERRUPTION_EVENT:
         return None
     instance_id = raw["InstanceId"]
@@ -145,17 +145,19 @@ def interruption_event(raw: dict[str, Any], now: datetime) -> Interruption | Non
     if published is not None and not now - OLDEST <= published <= now + SKEW:
         published = None
     if published is None:
-        log.warning("alicloud interruption event for %s: EventPublishTime %r is not a time within "
-                    "%d days before now and %d min after; read as now", excerpt(instance_id, 40),
-                    excerpt(raw.get("EventPublishTime"), 40), OLDEST.days, SKEW.total_seconds() // 60)
+        problems.append(
+            f"alicloud interruption event for {excerpt(instance_id, 40)}: EventPublishTime "
+            f"{excerpt(raw.get('EventPublishTime'), 40)!r} is not a time within {OLDEST.days} days "
+            f"before now and {SKEW.total_seconds() // 60:g} min after; read as now")
     not_before = raw.get("NotBefore")
     deadline = _optional_time(not_before)
     if deadline is not None and (deadline < now - SKEW or (published is not None and deadline < published)):
         deadline = None
     if not_before and deadline is None:
-        log.warning("alicloud interruption event for %s: NotBefore %r is not a coming reclaim "
-                    "time; the configured drain deadline applies", excerpt(instance_id, 40),
-                    excerpt(not_before, 40))
+        problems.append(
+            f"alicloud interruption event for {excerpt(instance_id, 40)}: NotBefore "
+            f"{excerpt(not_before, 40)!r} is not a coming reclaim time; the configured drain "
+            "deadline applies")
     return Interruption(
         instance_id=instance_id, kind=InterruptionKind.INTERRUPTION, at=published or now,
         deadline=deadline,

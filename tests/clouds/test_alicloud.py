@@ -362,6 +362,28 @@ def test_an_implausible_publication_time_is_read_as_now_and_the_notice_kept(
     assert (got.at, got.deadline) == (NOW, NOW + timedelta(minutes=5))
 
 
+def test_an_event_s_problem_is_logged_once_while_the_event_lasts(
+        answers: AnswerServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The same event is read every poll until the reclaim: one warning, not one a poll; a
+    new problem (another value) is said again, and so is one that comes back."""
+    cloud = answering(answers, events(EventPublishTime="soon", NotBefore="later"))
+    with caplog.at_level(logging.WARNING, logger="autoscaler.clouds.alicloud"):
+        for _ in range(3):
+            cloud.interruption_events()
+        said = [r.getMessage() for r in caplog.records]
+        assert len(said) == 2
+        assert "EventPublishTime 'soon' is not a time" in said[0]
+        assert "NotBefore 'later' is not a coming reclaim time" in said[1]
+        answers.reply = Reply(200, json.dumps(events(EventPublishTime="soon")).encode())
+        cloud.interruption_events()
+        assert len(caplog.records) == 2  # the same publication problem: still said once
+        answers.reply = Reply(200, json.dumps(events()).encode())
+        cloud.interruption_events()
+        answers.reply = Reply(200, json.dumps(events(EventPublishTime="soon")).encode())
+        cloud.interruption_events()
+        assert len(caplog.records) == 3  # gone, then back: said again
+
+
 @pytest.mark.parametrize(("created", "launched"), [
     ("2017-12-10T04:04Z", datetime(2017, 12, 10, 4, 4, tzinfo=UTC)),
     ("1970-01-01T00:00:00Z", datetime(1970, 1, 1, tzinfo=UTC)),  # bounded by the adopter
