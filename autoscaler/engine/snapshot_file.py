@@ -6,6 +6,10 @@ UTF-8 JSON, nests deeper than any snapshot, holds NaN or infinities, says ``now:
 time without a zone (strict types: no number is read as a time, no string as a number), has
 a node report what its instance type cannot have (negative or too many GPUs, utilization
 outside 0..100: ``model/bounds.py``), lists a node twice (or in two pools), or repeats a key.
+A pending job's submit time, not given or not believable, is the snapshot's ``taken_at``,
+as the signal reader counts it from the tick it first saw the job (``model/bounds.Times``):
+it waits burst_after and max_wait from there, not never (the engine reads no time as no
+wait at all: it cannot count from a first tick it does not remember).
 Pure: it takes the file's name and bytes, and reads no clock.
 """
 
@@ -21,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from autoscaler.catalog import default_catalog
-from autoscaler.model.bounds import NodeBounds, metrics_problem, scheduler_problem
+from autoscaler.model.bounds import NodeBounds, Times, metrics_problem, scheduler_problem
 from autoscaler.model.snapshot import DecisionInput
 from autoscaler.policy.locate import format_path
 
@@ -172,7 +176,23 @@ def parse_decision_input(name: str, data: bytes) -> DecisionInput:
     problems += [_at(name, text, loc, "not a finite number") for loc in _non_finite(doc)]
     if problems:
         raise SnapshotFileError(problems)
-    return parsed
+    return _dated(parsed)
+
+
+def _dated(data: DecisionInput) -> DecisionInput:
+    """``data`` with its pending jobs' submit times as the reader makes them, at taken_at."""
+    times = Times(data.snapshot.taken_at, {}, {})
+    pools = {}
+    for key, obs in data.snapshot.pools.items():
+        pending = [times.pending(job) for job in obs.pending]
+        shapes = [times.shape(shape) for shape in obs.pending_shapes]
+        if any(a is not b for a, b in zip([*pending, *shapes], [*obs.pending, *obs.pending_shapes],
+                                          strict=True)):
+            pools[key] = obs.model_copy(update={"pending": pending, "pending_shapes": shapes})
+    if not pools:
+        return data
+    return data.model_copy(update={"snapshot": data.snapshot.model_copy(
+        update={"pools": {**data.snapshot.pools, **pools}})})
 
 
 def _non_finite(doc: Any, loc: list[int | str] | None = None) -> Iterator[list[int | str]]:

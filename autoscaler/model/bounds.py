@@ -49,6 +49,7 @@ from autoscaler.model.snapshot import (
     GpuMetrics,
     NodeObservation,
     PendingJob,
+    PendingShape,
     RunningJob,
     SchedulerNode,
 )
@@ -202,6 +203,7 @@ SKEW = timedelta(minutes=5)
 # No node stays unusable, no job runs or waits, this long and still matters: an older time
 # is a placeholder (0 = 1970) or a bug, not an age.
 MAX_AGE = timedelta(days=365)
+UNUSABLE_CHARS = 300  # SchedulerNode.unusable's max_length
 
 
 class Times:
@@ -214,22 +216,28 @@ class Times:
     ================  ===========================================================
     started_at        None: the job's age is unknown, so it is never past
                       max_job_runtime, never consolidated (the engine's meanings)
-    unusable_since    the first tick this reader saw the node unusable with a
-                      time not believed: the grace counts from then, not from a
-                      1970 that replaces at once nor a 9999 that never does
+    unusable_since    (also when not given: a Slurm DOWN without a reason, an
+                      ``idle*``, a NotReady without lastTransitionTime) the first
+                      tick this reader saw the node unusable so: the grace counts
+                      from then, a lower bound of how long it has been unusable,
+                      not from a 1970 that replaces at once nor a 9999 (or none)
+                      that never does; ``unusable`` then says so, for the
+                      engine's reason
     submitted_at      (also when not given) the first tick this reader saw the job
                       pending: it waits burst_after / max_wait from then, so it
                       never bursts sooner than it really waited, and never hangs
     ================  ===========================================================
 
     Those first ticks live in the reader (``since_seen`` / ``pending_seen``, handed to the
-    next tick's ``Times``): a restart counts again, later, never sooner. (The engine, with
-    no clock of its own, adds what needs the fleet: a job start or an unusable-since before
-    its node was created is not about this machine; see ``engine/survey.py`` and
-    ``engine/scale_down/broken.py``.) ``ends_at`` only gets a zone: a far deadline is a real
-    one, and a past one only keeps a node (the return to spot waits for the job).
-    One ``Times`` per tick; the checks are comparisons, allocating only for what they
-    change."""
+    next tick's ``Times``, forgotten once not needed): a restart counts again, later, never
+    sooner. A snapshot file is one tick with nothing remembered: its ``taken_at``
+    (``engine/snapshot_file.py``). Only a time not believed is logged (``why``): a time not
+    given is ordinary scheduler output. (The engine, with no clock of its own, adds what
+    needs the fleet: a job start or an unusable-since before its node was created is not
+    about this machine; see ``engine/survey.py`` and ``engine/scale_down/broken.py``.)
+    ``ends_at`` only gets a zone: a far deadline is a real one, and a past one only keeps a
+    node (the return to spot waits for the job). One ``Times`` per tick; the checks are
+    comparisons, allocating only for what they change."""
 
     def __init__(self, now: datetime, since_seen: Mapping[str, datetime],
                  pending_seen: Mapping[str, datetime]):
@@ -253,19 +261,25 @@ class Times:
 
     def scheduler(self, name: str, sched: SchedulerNode) -> tuple[SchedulerNode, tuple[str, ...]]:
         """``sched`` with its times made plausible, and what was not believed."""
-        since = sched.unusable_since
-        if (since is None or sched.unusable is None or self._fine(since)) and all(
+        since, said = sched.unusable_since, sched.unusable
+        if (said is None or (since is not None and self._fine(since))) and all(
                 (j.started_at is None or self._fine(j.started_at))
                 and (j.ends_at is None or j.ends_at.tzinfo is not None) for j in sched.jobs):
             return sched, ()  # nearly every node, every tick: nothing allocated
         why: list[str] = []
         new_since = since
-        if since is not None and sched.unusable is not None and not self._fine(since):
+        if said is not None and (since is None or not self._fine(since)):
             new_since = self.believe(since)
             if new_since is None:
                 self.since_seen[name] = new_since = self._since_seen.get(name, self.now)
-                why.append(f"unusable_since {since.isoformat()} (counted from "
-                           f"{new_since.isoformat()})")
+                first = new_since.isoformat()
+                if since is None:
+                    note = f" (no time given; first seen so at {first})"
+                else:
+                    note = f" (its time {since.isoformat()} not believed; first seen so at {first})"
+                    why.append(f"unusable_since {since.isoformat()} (counted from {first})")
+                # What the engine's reason quotes: how the time is known.
+                said = said[:UNUSABLE_CHARS - len(note)] + note
         jobs = sched.jobs
         new_jobs: list[RunningJob] | None = None
         for i, job in enumerate(jobs):
@@ -281,7 +295,7 @@ class Times:
                 ends.replace(tzinfo=UTC) if ends is not None and ends.tzinfo is None else ends))
         if new_since is since and new_jobs is None:
             return sched, tuple(why)
-        return replace(sched, unusable_since=new_since,
+        return replace(sched, unusable=said, unusable_since=new_since,
                        jobs=jobs if new_jobs is None else new_jobs), tuple(why)
 
     def pending(self, job: PendingJob) -> PendingJob:
@@ -289,11 +303,22 @@ class Times:
         at = job.submitted_at
         if at is not None and self._fine(at):
             return job
+        return job.model_copy(update={"submitted_at": self._submitted(job.id, at)})
+
+    def shape(self, shape: PendingShape) -> PendingShape:
+        """``shape`` with a plausible submit time for each of its jobs."""
+        if all(at is not None and self._fine(at) for at in shape.submitted_at):
+            return shape
+        return shape.model_copy(update={"submitted_at": [
+            at if at is not None and self._fine(at) else self._submitted(job_id, at)
+            for job_id, at in zip(shape.ids, shape.submitted_at, strict=True)]})
+
+    def _submitted(self, job_id: str, at: datetime | None) -> datetime:
         kept = self.believe(at)
         if kept is None:
             self.pending_refused += 1
-            self.pending_seen[job.id] = kept = self._pending_seen.get(job.id, self.now)
-        return job.model_copy(update={"submitted_at": kept})
+            self.pending_seen[job_id] = kept = self._pending_seen.get(job_id, self.now)
+        return kept
 
 
 __all__ = ["MAX_AGE", "SKEW", "Bound", "NodeBounds", "Times", "checked", "metrics_problem", "pending_problem",

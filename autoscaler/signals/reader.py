@@ -139,8 +139,10 @@ class SignalReader:
                                             on_prem=scheduled.on_prem.get(key))
         missing.update(scheduled.missing)
         sources.update(scheduled.sources)
-        sched_nodes, unattributed = self._with_absent(scheduled, fleet_by_name, pools, now), \
-            scheduled.unattributed
+        sched_nodes = self._with_absent(scheduled, fleet_by_name, pools, now)
+        # Only `gpu-autoscaler signals` reads them (a count), but no time handed on is unbelievable.
+        unattributed = {kind: [times.pending(job) for job in jobs]
+                        for kind, jobs in scheduled.unattributed.items()}
         if metrics.error is not None:
             node_missing = metrics.error
             metrics_nodes = {n: NodeObservation(metrics_missing=metrics.error) for n in node_pools}

@@ -293,8 +293,10 @@ def _unusable(node: SlurmNode, state: str) -> dict[str, Any]:
 
     DOWN and DRAIN carry the reason and its time (``scontrol show node``'s
     ``Reason=... [user@time]``); a node only NOT_RESPONDING (``idle*``) has no time until
-    slurmctld sets it DOWN after SlurmdTimeout, so it has no since-time either: the
-    engine waits for that DOWN rather than count from a guess."""
+    slurmctld sets it DOWN after SlurmdTimeout, and a DOWN without a reason none at all:
+    no since-time here. The signal reader then counts from the first tick it saw the node
+    unusable (``model/bounds.Times``), a lower bound: not replaced sooner than provably
+    due, nor kept forever."""
     if state not in ("down", "draining", "drained", "unknown"):
         return {}
     flags = {f.upper() for f in node.flags} | (

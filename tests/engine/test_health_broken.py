@@ -68,7 +68,8 @@ def test_unusable_since_before_the_node_was_created_counts_from_ready() -> None:
     obs = {"n0": unusable("DOWN by slurm: Not responding", timedelta(hours=3))}
     assert not replaced(plan_of(obs, 10, health={"unready_grace": "45m"}))
     reasons = replaced(plan_of(obs, 10, health={"unready_grace": "20m"}))
-    assert "Not responding for 30m > unready_grace 20m" in reasons["n0"]
+    assert "Not responding for 30m since READY (its time predates this machine) > unready_grace 20m" \
+        in reasons["n0"]
     # after its creation: believed as said, even before READY
     obs = {"n0": unusable("DOWN by slurm: Not responding", timedelta(minutes=50))}
     assert "Not responding for 50m > unready_grace 45m" in replaced(

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autoscaler.catalog import default_catalog
+from autoscaler.engine import Launch, decide
 from autoscaler.engine.snapshot_file import SnapshotFileError, locate_json, parse_decision_input
+from autoscaler.model.snapshot import DecisionInput, OnPremNode, PendingJob, PendingShape, PoolObservation
+from tests.builders import NOW, make_policy, snapshot
 from tests.hostile_files import REPO, snapshot_cases
 
 EXAMPLE = (REPO / "examples" / "snapshot.json").read_bytes()
@@ -75,3 +80,41 @@ def test_locate_json_finds_nested_values() -> None:
     assert locate_json(text, ["a", 1, "b"]) == (3, 11)
     assert locate_json(text, ["c"]) == (4, 8)
     assert locate_json(text, ["a", 5]) == (2, 8)  # the deepest part that exists
+
+
+# -- a pending job's submit time, as the signal reader would make it -----------------------
+
+BURST_ONLY = {"vision": make_policy(cluster={"kind": "slurm", "partition": "gpu",
+                                             "on_prem": {"nodes": "gpu01", "burst_after": "30m"}})}
+FULL = [OnPremNode(name="gpu01", gpus=4, allocated=4)]
+
+
+def _recorded(now: datetime, submitted: datetime | None) -> DecisionInput:
+    pools = {"vision/gpu": PoolObservation(
+        on_prem=FULL, pending=[PendingJob(id="1", gpus=1, submitted_at=submitted)],
+        pending_shapes=[PendingShape(gpus=1, ids=["2"], submitted_at=[submitted])])}
+    data = DecisionInput(now=now, snapshot=snapshot({}, pools))
+    return parse_decision_input("s.json", data.model_dump_json().encode())
+
+
+@pytest.mark.parametrize("submitted", [None, datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC),
+                                       datetime(2026, 11, 30, 12, 0)])
+def test_a_submit_time_not_given_or_not_believed_is_the_snapshots_own(submitted: datetime | None) -> None:
+    """Not "waited forever" (it burst at once past burst_after), nor never (9000): it waits
+    from taken_at, the first tick the snapshot saw it, as the live reader counts; a time
+    without a zone is UTC, as the reader reads it (the engine could not subtract it)."""
+    def launched(now: datetime) -> int:
+        data = _recorded(now, submitted)
+        pool = data.snapshot.pools["vision/gpu"]
+        assert [j.submitted_at for j in pool.pending] == [NOW]
+        assert pool.pending_shapes[0].submitted_at == [NOW]
+        plan = decide(BURST_ONLY, data.fleet, data.snapshot, data.now, catalog=default_catalog())
+        return sum(a.count for a in plan.actions if isinstance(a, Launch))
+
+    assert launched(NOW + timedelta(minutes=29)) == 0
+    assert launched(NOW + timedelta(minutes=31)) > 0
+
+
+def test_a_believable_submit_time_is_kept() -> None:
+    data = _recorded(NOW, NOW - timedelta(minutes=40))
+    assert data.snapshot.pools["vision/gpu"].pending[0].submitted_at == NOW - timedelta(minutes=40)

@@ -19,7 +19,14 @@ from autoscaler.model.bounds import (
     pending_problem,
     scheduler_problem,
 )
-from autoscaler.model.snapshot import GpuMetrics, NodeObservation, PendingJob, RunningJob, SchedulerNode
+from autoscaler.model.snapshot import (
+    GpuMetrics,
+    NodeObservation,
+    PendingJob,
+    PendingShape,
+    RunningJob,
+    SchedulerNode,
+)
 from autoscaler.signals.readings import key_by_name_prefix
 from tests.builders import NOW, make_node, make_policy
 
@@ -128,6 +135,8 @@ def test_an_unusable_since_not_believed_counts_from_the_tick_first_seen_so(at: d
     sched, why = first.scheduler("n1", down_since(at))
     assert sched.unusable_since == NOW and first.since_seen == {"n1": NOW}
     assert why == (f"unusable_since {at.isoformat()} (counted from {NOW.isoformat()})",)
+    assert sched.unusable == (f"DOWN by slurm: Not responding (its time {at.isoformat()} not "
+                              f"believed; first seen so at {NOW.isoformat()})")
     later = Times(NOW + timedelta(minutes=11), first.since_seen, {})
     assert later.scheduler("n1", down_since(at))[0].unusable_since == NOW
     assert later.since_seen == {"n1": NOW}
@@ -142,7 +151,34 @@ def test_a_believable_scheduler_view_is_kept_as_it_is() -> None:
                                            ends_at=datetime(9999, 1, 1, tzinfo=UTC))])
     times = Times(NOW, {}, {})
     assert times.scheduler("n1", sched) == (sched, ()) and times.scheduler("n1", sched)[0] is sched
-    assert times.scheduler("n1", down_since(None))[0].unusable_since is None  # not said: as it was
+    assert times.since_seen == {}
+
+
+@pytest.mark.parametrize("said", ["DOWN", "NOT_RESPONDING", "NotReady: no Ready condition posted",
+                                  "DOWN by slurm: " + "x" * 400], ids=["down", "idle*", "no-condition", "long"])
+def test_an_unusable_node_without_a_time_counts_from_the_tick_first_seen_so(said: str) -> None:
+    """A Slurm DOWN without a reason, an ``idle*``, a NotReady without lastTransitionTime:
+    ordinary output, not a time refused (nothing to log), but not "unusable forever
+    without replacing" either: a lower bound, which ``unusable`` names for the reason."""
+    def down() -> SchedulerNode:
+        return SchedulerNode(state="down", ready=False, gpus_total=1, unusable=said[:300])
+
+    first = Times(NOW, {}, {})
+    sched, why = first.scheduler("n1", down())
+    note = f" (no time given; first seen so at {NOW.isoformat()})"
+    assert why == () and sched.unusable_since == NOW and first.since_seen == {"n1": NOW}
+    assert sched.unusable is not None and sched.unusable.endswith(note) and len(sched.unusable) <= 300
+    assert sched.unusable == said[:300 - len(note)] + note
+    later = Times(NOW + timedelta(minutes=11), first.since_seen, {})
+    assert later.scheduler("n1", down())[0].unusable_since == NOW and later.since_seen == {"n1": NOW}
+    restarted = Times(NOW + timedelta(minutes=11), {}, {})  # a new reader: later, never sooner
+    assert restarted.scheduler("n1", down())[0].unusable_since == NOW + timedelta(minutes=11)
+    usable_again = Times(NOW + timedelta(minutes=12), later.since_seen, {})
+    usable_again.scheduler("n1", SchedulerNode(gpus_total=1))
+    assert usable_again.since_seen == {}  # down again later: counted afresh
+    said_now = Times(NOW + timedelta(minutes=13), later.since_seen, {})  # the scheduler's time wins
+    dated = SchedulerNode(state="down", gpus_total=1, unusable="DOWN", unusable_since=NOW + timedelta(minutes=1))
+    assert said_now.scheduler("n1", dated) == (dated, ()) and said_now.since_seen == {}
 
 
 @pytest.mark.parametrize("at", [EPOCH_1, Y9999])
@@ -172,6 +208,19 @@ def test_a_submit_time_not_believed_or_not_given_counts_from_the_tick_first_seen
     assert first.pending(job).submitted_at == NOW and first.pending_refused == 1
     later = Times(NOW + timedelta(hours=1), {}, first.pending_seen)
     assert later.pending(job).submitted_at == NOW and later.pending_seen == {"42": NOW}
+
+
+def test_a_shapes_submit_times_are_made_plausible_job_by_job() -> None:
+    shape = PendingShape(gpus=1, ids=["a", "b", "c"], submitted_at=[
+        NOW - timedelta(minutes=3), None, datetime(2026, 11, 30, 11, 0)])
+    first = Times(NOW, {}, {})
+    assert first.shape(shape).submitted_at == [
+        NOW - timedelta(minutes=3), NOW, datetime(2026, 11, 30, 11, 0, tzinfo=UTC)]
+    assert first.pending_seen == {"b": NOW} and first.pending_refused == 1
+    later = Times(NOW + timedelta(hours=1), {}, first.pending_seen)
+    assert later.shape(shape).submitted_at[1] == NOW
+    fine = PendingShape(gpus=1, ids=["a"], submitted_at=[NOW])
+    assert later.shape(fine) is fine
 
 
 def test_a_believable_submit_time_is_kept_and_a_naive_one_is_utc() -> None:

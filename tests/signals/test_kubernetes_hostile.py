@@ -384,9 +384,11 @@ def replaced(plan: Plan) -> list[str]:
     return [a.node for a in plan.actions if isinstance(a, Replace)]
 
 
-@pytest.mark.parametrize("transition", ["1970-01-01T00:00:00Z", "9999-01-01T00:00:00Z"])
-def test_a_not_ready_nodes_transition_in_1970_or_9999_counts_the_grace_from_first_seen(transition: str) -> None:
-    """1970 replaced a node that had just gone NotReady at once; 9999 never replaced it."""
+@pytest.mark.parametrize("transition", ["1970-01-01T00:00:00Z", "9999-01-01T00:00:00Z", None])
+def test_a_not_ready_nodes_transition_in_1970_or_9999_counts_the_grace_from_first_seen(
+        transition: str | None) -> None:
+    """1970 replaced a node that had just gone NotReady at once; 9999, or no
+    lastTransitionTime at all, never replaced it. The reason says how the time is known."""
     busy_pod = kube_pod("busy", node="vision-v100-2", started=iso(NOW - timedelta(hours=1)))
     tick = TimesTick([busy_pod], [kube_node("vision-v100-1", ready=False, transition=transition),
                                   kube_node("vision-v100-2")])
@@ -395,7 +397,9 @@ def test_a_not_ready_nodes_transition_in_1970_or_9999_counts_the_grace_from_firs
     assert replaced(tick(NOW + timedelta(minutes=9))[1]) == []
     plan = tick(NOW + timedelta(minutes=11))[1]
     assert replaced(plan) == ["vision-v100-1"]
-    assert "NotReady: KubeletNotReady for 11m > unready_grace 10m" in plan.actions[0].reason
+    how = "no time given" if transition is None else f"its time {transition[:19]}+00:00 not believed"
+    assert (f"NotReady: KubeletNotReady ({how}; first seen so at {NOW.isoformat()}) for 11m "
+            "> unready_grace 10m") in plan.actions[0].reason
 
 
 def test_a_pods_start_in_1970_is_unknown_and_never_past_max_job_runtime() -> None:

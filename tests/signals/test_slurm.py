@@ -537,6 +537,47 @@ def test_a_down_nodes_reason_time_in_1970_or_9000_counts_the_grace_from_first_se
     assert replace.node == "vision-v100-1" and "for 11m > unready_grace 10m" in replace.reason
 
 
+@pytest.mark.parametrize(("state", "flags", "said"), [
+    (["DOWN"], [], "DOWN"),  # no Reason: no time
+    ("idle", ["NOT_RESPONDING"], "NOT_RESPONDING"),  # idle*: no time until slurmctld sets it DOWN
+    (["IDLE", "DRAIN"], [], "DRAIN"),
+])
+def test_an_unusable_node_without_a_time_is_replaced_a_grace_after_first_seen_so(
+        state: Any, flags: list[str], said: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Without a since-time such a node stayed forever. Counted from the first tick the
+    reader saw it unusable, not before the grace has passed since then, with a reason that
+    says so; usable again forgets it, and unusable again counts afresh. Ordinary Slurm
+    output: no "not believed" warning."""
+    from autoscaler.engine import Replace
+    from tests.builders import NOW, make_node
+
+    nodes = [make_node(f"vision-v100-{i}", "vision", "v100") for i in (1, 2)]
+    down = {"nodes": [slurm_node("vision-v100-1", state=state, state_flags=flags),
+                      slurm_node("vision-v100-2")]}
+    usable = {"nodes": [slurm_node("vision-v100-1", state="idle"), slurm_node("vision-v100-2")]}
+    squeue = {"jobs": [job_2205(2, "RUNNING", "gres:gpu:1", nodes="vision-v100-2")]}
+    tick = Tick(one_pool(health={"unready_grace": "10m"}), nodes)
+
+    def replaced(sinfo: dict[str, Any], minutes: int) -> tuple[Any, list[str]]:
+        observed, plan = tick(squeue, sinfo, NOW + timedelta(minutes=minutes))
+        return observed.nodes["vision-v100-1"].scheduler, [
+            a.reason for a in plan.actions if isinstance(a, Replace) and a.node == "vision-v100-1"]
+
+    seen, reasons = replaced(down, 0)
+    assert (seen.unusable_since, reasons) == (NOW, [])
+    assert replaced(down, 9)[1] == []
+    seen, [reason] = replaced(down, 11)
+    assert seen.unusable_since == NOW
+    assert (f"the scheduler says {said} (no time given; first seen so at {NOW.isoformat()}) "
+            "for 11m > unready_grace 10m") in reason
+    seen, reasons = replaced(usable, 12)
+    assert (seen.unusable, seen.unusable_since, reasons) == (None, None, [])
+    assert replaced(down, 13)[0].unusable_since == NOW + timedelta(minutes=13)  # afresh
+    assert replaced(down, 23)[1] == []
+    assert "for 11m > unready_grace 10m" in replaced(down, 24)[1][0]
+    assert not [r for r in caplog.records if "not believed" in r.getMessage()]
+
+
 def test_a_running_jobs_start_in_1970_is_unknown_and_never_past_max_job_runtime() -> None:
     from autoscaler.model.plan import ReportJob
     from tests.builders import NOW, make_node

@@ -211,6 +211,20 @@ def test_a_ready_node_its_scheduler_does_not_list_is_unusable_from_the_first_tic
     assert again is not None and again.unusable_since == later
 
 
+def test_unattributed_pending_jobs_get_the_same_submit_times_as_a_pools() -> None:
+    """No pool buys for them, but what the reader hands on (``gpu-autoscaler signals``) holds
+    no 1970, no naive time: not given or not believed counts from the tick first seen."""
+    naive = datetime(2026, 11, 30, 11, 0)
+    kube = SchedulerReading(nodes={}, source="kubernetes api", unattributed=[
+        PendingJob(id="a", gpus=1), PendingJob(id="b", gpus=1, submitted_at=datetime(1970, 1, 1, tzinfo=UTC)),
+        PendingJob(id="c", gpus=1, submitted_at=naive)])
+    r = reader(kube=kube)
+    for now in (NOW, NOW + timedelta(hours=2)):
+        jobs = r.read_all(POLICIES, NODES, now).unattributed["kubernetes"]
+        assert [(j.id, j.submitted_at) for j in jobs] == [
+            ("a", NOW), ("b", NOW), ("c", naive.replace(tzinfo=UTC))]
+
+
 def test_name_prefix_attribution_prefers_the_longest_prefix() -> None:
     pools = {"a/b-c": POLICIES["vision"].pools[0], "a-b/c": POLICIES["search"].pools[0],
              "a/b": POLICIES["search"].pools[1]}

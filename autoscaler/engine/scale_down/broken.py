@@ -9,7 +9,9 @@ scale-down budget, longest first (unhealthy.py): a whole pool missing from its s
 listing is 10 nodes of 30 (under the fleet-wide 45%), not 10 replacements in one tick.
 
 * the scheduler says unusable (Slurm DOWN, NOT_RESPONDING, a drain not ours; Kubernetes
-  NotReady): since its reason time / Ready's lastTransitionTime, for health.unready_grace;
+  NotReady): since its reason time / Ready's lastTransitionTime, or, not given or not
+  believed, since the signal reader first saw it so (``unusable`` then says so), for
+  health.unready_grace;
 * fewer GPUs advertised than the type has, DCGM agreeing: since READY, unready_grace;
 * no GPU metrics while >= silent_min_reporting other nodes report: since the newest
   sample (else since READY), for health.silent_grace.
@@ -36,7 +38,9 @@ def unusable(ctx: PoolContext, node: Node, sched: SchedulerNode, metrics: GpuMet
         return None
     grace = health.unready_grace
     if sched.unusable is not None:
-        since = sched.unusable_since
+        # The reason says how the time is known: the scheduler's, the reader's first tick
+        # seen so (in ``unusable``'s words, ``model/bounds.Times``), or READY's.
+        since, how = sched.unusable_since, ""
         if since is not None and since < node.created_at:
             # Said of the node's name before this machine existed (a DOWN its scheduler
             # kept from an earlier machine of that name): how long *this* one has been
@@ -44,10 +48,10 @@ def unusable(ctx: PoolContext, node: Node, sched: SchedulerNode, metrics: GpuMet
             # begun for the grace to matter: never sooner than the scheduler's words (as
             # clamping to created_at would, at once for a boot longer than the grace), and
             # not never (as unknown would, for a node that stays DOWN).
-            since = node.state_since
+            since, how = node.state_since, " since READY (its time predates this machine)"
         if since is None or now - since <= grace:
-            return None  # not said since when, or not long enough yet
-        return (f"the scheduler says {sched.unusable} for {format_duration(now - since)} "
+            return None  # not said since when (the reader says; a file may not), or not yet
+        return (f"the scheduler says {sched.unusable} for {format_duration(now - since)}{how} "
                 f"> unready_grace {format_duration(grace)}"), now - since
     if not sched.ready or not sched.gpus_total < type_gpus or metrics is None:
         return None
