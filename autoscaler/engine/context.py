@@ -85,6 +85,7 @@ class PoolContext:
     # least, how that is known); broken.review files them as sick if the fleet reports.
     silent: list[tuple[Node, timedelta, str]] = field(default_factory=list)
     silent_kept: str | None = None  # why silent nodes past their grace are not replaced
+    broken_waiting: int = 0  # absent nodes the pool's draining budget keeps this tick
     reporting: int = 0  # serving nodes with fresh GPU metrics
     fallbacks: int = 0  # serving nodes on-demand because spot was refused (the return to spot's)
     long_jobs: list[tuple[Node, RunningJob]] = field(default_factory=list)

@@ -50,5 +50,6 @@ def summaries(contexts: list[PoolContext], launched: dict[str, list[NewNode]],
             data_missing=ctx.data_missing,
             error=ctx.error,
             broken_held=len(ctx.sick) if broken_held is not None else 0,
+            broken_waiting=ctx.broken_waiting,
         )
     return out

@@ -159,6 +159,9 @@ class PoolSummary(BaseModel):
     error: str | None = Field(None, description="A rule raised: nothing decided for the pool.")
     broken_held: int = Field(0, description="Broken nodes kept because too many look broken "
                              "fleet-wide (the unhealthy-replacement budget).")
+    broken_waiting: int = Field(0, description=(
+        "Broken nodes found on absence-shaped evidence (unusable, not listed, silent) that "
+        "wait for the pool's max_draining_percent: replaced on later ticks, longest first."))
 
 
 class PlacementChoice(BaseModel):

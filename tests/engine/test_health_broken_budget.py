@@ -71,6 +71,9 @@ def test_a_pool_absent_from_its_scheduler_is_replaced_within_its_budget() -> Non
                            "(a2, a3, a4, a5, a6 ...): max_draining_percent 20 of 10 node(s) "
                            "lets 2 leave at once, 0 already draining")
     assert "longest broken first" in hold
+    # Counted for /status and the broken_nodes_waiting gauge; not the fleet-wide hold.
+    assert (plan.pools["vision/a"].broken_waiting, plan.pools["vision/a"].broken_held) == (8, 0)
+    assert plan.pools["vision/b"].broken_waiting == 0
 
 
 def test_a_silent_pool_is_replaced_within_its_budget() -> None:
@@ -114,3 +117,4 @@ def test_within_the_budget_nothing_is_held() -> None:
     plan = three_pools({"a0": absent_from_scheduler(), "a1": silent()})
     assert removals(plan.actions) == ["a0", "a1"]
     assert not [a for a in plan.actions if isinstance(a, Hold) and "broken" in a.reason]
+    assert plan.pools["vision/a"].broken_waiting == 0

@@ -74,6 +74,7 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime,
     if allowed is not None:
         absent = [node for node, _ in sick if node.name in ctx.absent]
         kept = [node for node in absent if node.name not in allowed]
+        ctx.broken_waiting = len(kept)
         if kept:
             actions.append(_held(ctx, absent, kept, len(sick) - len(absent), budget))
     return actions

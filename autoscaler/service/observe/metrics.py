@@ -77,6 +77,10 @@ class ServiceMetrics:
                                     "Broken nodes of a pool not replaced because more of the "
                                     "fleet looks broken than the unhealthy budget allows.",
                                     ["pool"], registry=r)
+        self.broken_waiting = Gauge(f"{PREFIX}_broken_nodes_waiting",
+                                    "Broken nodes of a pool (unusable, not listed, silent) kept "
+                                    "this tick by its max_draining_percent, to be replaced "
+                                    "on later ticks.", ["pool"], registry=r)
         self.policy_errors = Gauge(f"{PREFIX}_policy_errors",
                                    "Policy problems per file (the team keeps its last good policy).",
                                    ["file"], registry=r)
@@ -110,6 +114,7 @@ class ServiceMetrics:
         self._pool_labels: set[str] = set()
         self._missing_pools: set[str] = set()
         self._held_pools: set[str] = set()
+        self._waiting_pools: set[str] = set()
         self._util_pools: set[str] = set()
         self._error_files: set[str] = set()
 
@@ -225,14 +230,17 @@ class ServiceMetrics:
         missing = {p: 1 if s.data_missing else 0 for p, s in plan.pools.items()}
         util = {p: s.util_mean for p, s in plan.pools.items() if s.util_mean is not None}
         held = {p: s.broken_held for p, s in plan.pools.items()}
+        waiting = {p: s.broken_waiting for p, s in plan.pools.items()}
         for gauge, labels, values in ((self.data_missing, self._missing_pools, missing),
                                       (self.gpu_util, self._util_pools, util),
-                                      (self.unhealthy_held, self._held_pools, held)):
+                                      (self.unhealthy_held, self._held_pools, held),
+                                      (self.broken_waiting, self._waiting_pools, waiting)):
             for gone in labels - set(values):
                 gauge.remove(gone)
             for pool, value in values.items():
                 gauge.labels(pool).set(value)
-        self._missing_pools, self._util_pools, self._held_pools = set(missing), set(util), set(held)
+        self._missing_pools, self._util_pools = set(missing), set(util)
+        self._held_pools, self._waiting_pools = set(held), set(waiting)
         unserved = Tally((j.team or "", constraint_kind(j.constraint)) for j in plan.unserved)
         for left in self._unserved_labels - set(unserved):
             self.unserved.remove(*left)

@@ -34,3 +34,30 @@ def test_spot_placement_scores_are_gauges_of_the_last_read_and_a_series_not_read
     text = metrics.exposition().decode()
     assert 'zone="us-east-1a"' not in text
     assert f'gpu_autoscaler_spot_placement_score{{{labels},zone="us-east-1b"}} 8.0' in text
+
+
+def test_broken_nodes_held_and_waiting_are_per_pool_gauges_and_a_pool_gone_goes() -> None:
+    """The fleet-wide hold (BrokenNodesHeld) and a pool's own budget keeping broken nodes
+    for later ticks are two numbers: the second is pacing, not a blind observer."""
+    from datetime import UTC, datetime
+
+    from autoscaler.model.plan import Plan, PoolSummary
+
+    def plan(**pools: PoolSummary) -> Plan:
+        return Plan(decided_at=datetime(2026, 12, 7, tzinfo=UTC),
+                    pools={k.replace("_", "/"): v for k, v in pools.items()})
+
+    metrics = ServiceMetrics()
+    metrics.set_pools(plan(vision_a=PoolSummary(nodes=10, gpus=40, hourly_usd=1, floor=0,
+                                                broken_waiting=8),
+                           vision_b=PoolSummary(nodes=5, gpus=20, hourly_usd=1, floor=0,
+                                                broken_held=5)))
+    text = metrics.exposition().decode()
+    assert 'gpu_autoscaler_broken_nodes_waiting{pool="vision/a"} 8.0' in text
+    assert 'gpu_autoscaler_unhealthy_budget_held{pool="vision/a"} 0.0' in text
+    assert 'gpu_autoscaler_broken_nodes_waiting{pool="vision/b"} 0.0' in text
+    assert 'gpu_autoscaler_unhealthy_budget_held{pool="vision/b"} 5.0' in text
+    metrics.set_pools(plan(vision_b=PoolSummary(nodes=5, gpus=20, hourly_usd=1, floor=0)))
+    text = metrics.exposition().decode()
+    assert 'pool="vision/a"' not in text
+    assert 'gpu_autoscaler_broken_nodes_waiting{pool="vision/b"} 0.0' in text
