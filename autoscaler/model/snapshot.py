@@ -35,7 +35,8 @@ class GpuMetrics:
     mem_free_mib: float | None = None
     temperature_max_c: float | None = None
     power_w: float | None = None
-    xid_errors: int = Field(default=0, description="XID errors seen in the window (0 = none).")
+    xid_errors: int = Field(default=0, description="GPUs with an XID error over scale_up.window "
+                            "(0 = none).")
     ecc_dbe_errors: int = Field(
         default=0, description="Uncorrectable (double-bit) ECC errors since the driver loaded, summed over "
         "the node's GPUs (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL).")

@@ -57,7 +57,7 @@ def test_plan_table_shows_reasons():
                                  "--prices", str(REPO / "examples/prices-alicloud.yaml")],
                            env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
-    assert "unhealthy (2 XID error(s)" in result.output and "Pools after this plan" in result.output
+    assert "unhealthy (2 GPU(s)" in result.output and "Pools after this plan" in result.output
 
 
 def test_plan_refuses_a_broken_snapshot_clearly(tmp_path):

@@ -35,7 +35,7 @@ def test_a_screenshot_per_phase_shows_the_demo_fleet(shots):
     assert "bogus_key" in up  # a broken policy file, shown in every phase
     assert "GPU autoscaler: fleet & money" in up  # dashboard links
     trouble = shots.texts["trouble"]
-    assert "XID error(s)" in trouble and "draining and replacing" in trouble, trouble
+    assert "with an XID error" in trouble and "draining and replacing" in trouble, trouble
     assert "READY nodes look broken" in shots.texts["observer"]  # the held replacements
     assert "interrupted node drained" in shots.texts["interruptions"]
     blind = shots.texts["blind"]

@@ -67,8 +67,15 @@ def test_max_draining_percent_limits_concurrent_drains():
     nodes = [make_node(f"n{i}") for i in range(10)]
     plan = run(policy, nodes, {f"n{i}": idle() for i in range(10)})
     assert len(drains(plan)) == 2
+    [hold] = [a.reason for a in plan.actions if isinstance(a, Hold)]
+    assert hold.endswith("8 idle node(s) kept: max_draining_percent 20 of 10 node(s) lets 2 "
+                         "leave at once, 0 already draining, 2 more this tick"), hold
     nodes[0] = make_node("n0", state=NodeState.DRAINING, drain_trigger="idle")
-    assert len(drains(run(policy, nodes, {f"n{i}": idle() for i in range(10)}))) == 1
+    plan = run(policy, nodes, {f"n{i}": idle() for i in range(10)})
+    assert len(drains(plan)) == 1
+    assert [a.reason.split(": ", 1)[1] for a in plan.actions if isinstance(a, Hold)] == [
+        "8 idle node(s) kept: max_draining_percent 20 of 10 node(s) lets 2 leave at once, "
+        "1 already draining, 1 more this tick"]
 
 
 def test_scale_down_cooldown_after_scale_up():
@@ -139,7 +146,10 @@ def test_the_last_idle_node_goes_when_min_nodes_is_zero():
 def test_idle_node_is_kept_when_the_rest_would_cross_the_scale_up_threshold():
     plan = run(make_policy(), [make_node("n1"), make_node("n2")], {"n1": idle(2), "n2": busy(95)})
     assert drains(plan) == []
-    assert any(isinstance(a, Hold) and "average above the scale-up threshold" in a.reason for a in plan.actions)
+    [hold] = [a.reason for a in plan.actions if isinstance(a, Hold)]
+    # n2 at 95% alone needs 2 nodes to average under 80%: the numbers, not only the rule
+    assert hold.endswith("1 idle node(s) kept: the busy nodes' load needs 2 node(s) to average "
+                         "under the scale-up threshold (80%), 2 left"), hold
 
 
 def test_idle_spot_nodes_and_their_consolidation_wait_while_spot_is_refused_in_enough_zones():

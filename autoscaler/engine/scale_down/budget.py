@@ -30,6 +30,17 @@ def draining_limit(ctx: PoolContext) -> int:
     return share(pool_nodes(ctx), pct) if pct > 0 else 0
 
 
+def draining_said(ctx: PoolContext, budget: Budget | None = None) -> str:
+    """The numbers behind max_draining_percent for a Hold: what it allows of how many, and
+    what spends it (with ``budget``: what this tick's rules took already)."""
+    limit = draining_limit(ctx)
+    said = (f"max_draining_percent {ctx.pool.scale_down.max_draining_percent:g} of "
+            f"{pool_nodes(ctx)} node(s) lets {limit} leave at once, {len(ctx.draining)} "
+            "already draining")
+    taken = limit - len(ctx.draining) - budget.concurrent if budget is not None else 0
+    return said + (f", {taken} more this tick" if taken > 0 else "")
+
+
 @dataclass(slots=True)
 class Budget:
     concurrent: int  # more drains allowed by max_draining_percent
@@ -68,8 +79,7 @@ def drain_replaced(home: PoolContext, old: Node, budget: Budget, why: str,
                     reason=f"{why}; its drain waits: {home.data_missing}")
     if not budget.can_swap(old):
         return Hold(pool=home.key, what="scale-down", reason=(
-            f"{why}; its drain waits: max_draining_percent "
-            f"{home.pool.scale_down.max_draining_percent:g} reached"))
+            f"{why}; its drain waits: {draining_said(home, budget)}"))
     budget.swap(old)
     return Drain(pool=home.key, node=old.name, trigger=trigger,
                  reason=f"{why}; draining {old.name}{then}")

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.scale_down.budget import Budget
+from autoscaler.engine.scale_down.budget import Budget, draining_said
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
 from autoscaler.engine.scarcity import keeps
 from autoscaler.model.node import Node
@@ -53,8 +53,11 @@ def _removable(ctx: PoolContext) -> int:
     """
     # An idle node's own utilization (below the idle threshold, no jobs) is noise that
     # moves nowhere when it leaves, so only the busy nodes' load has to fit the rest.
-    busy = max(0.0, ctx.util_sum - ctx.idle_load)
-    return len(ctx.serving) - ctx.nodes_for(busy)
+    return len(ctx.serving) - ctx.nodes_for(_busy(ctx))
+
+
+def _busy(ctx: PoolContext) -> float:
+    return max(0.0, ctx.util_sum - ctx.idle_load)
 
 
 def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) -> list[Action]:
@@ -65,11 +68,13 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget) 
     removable = _removable(ctx)
     for node in removal_order(ctx, prices, idle):
         if not budget.can_shrink(node) or removable <= 0:
-            why = (f"the pool is at its floor ({ctx.floor})" if budget.above_floor <= 0 else
-                   f"max_draining_percent {sd.max_draining_percent:g}% allows no more drains now"
+            why = (f"the pool is at its floor ({ctx.floor}) with {ctx.size} node(s)"
+                   if budget.above_floor <= 0 else draining_said(ctx, budget)
                    if budget.concurrent <= 0 else
-                   "the remaining nodes would average above the scale-up threshold "
-                   f"({ctx.pool.scale_up.gpu_utilization_above:g}%)")
+                   f"the busy nodes' load needs {ctx.nodes_for(_busy(ctx))} node(s) to average "
+                   f"under the scale-up threshold "
+                   f"({ctx.pool.scale_up.gpu_utilization_above:g}%), "
+                   f"{len(ctx.serving) - len(actions)} left")
             actions.append(Hold(pool=ctx.key, what="scale-down",
                                 reason=f"{ctx.key}: {len(idle) - len(actions)} idle node(s) kept: {why}"))
             break

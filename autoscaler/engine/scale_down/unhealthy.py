@@ -13,10 +13,11 @@ from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.pricing import Prices
-from autoscaler.engine.scale_down.budget import Budget, draining_limit, pool_nodes
+from autoscaler.engine.scale_down.budget import Budget, draining_said
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Hold, Replace
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation
+from autoscaler.policy.duration import format_duration
 
 
 def problem(ctx: PoolContext, obs: NodeObservation) -> str | None:
@@ -27,7 +28,8 @@ def problem(ctx: PoolContext, obs: NodeObservation) -> str | None:
     if m is None or obs.metrics_missing:
         return None
     if m.xid_errors > 0 and health.replace_on_xid:
-        return f"{m.xid_errors} XID error(s) in the window"
+        return (f"{m.xid_errors} GPU(s) with an XID error in the last "
+                f"{format_duration(ctx.pool.scale_up.window)}")
     if health.replace_on_ecc and (faults := _memory_faults(m)):
         return faults
     if m.temperature_max_c is not None and m.temperature_max_c > health.max_gpu_temperature:
@@ -91,12 +93,10 @@ def _within_budget(ctx: PoolContext, sick: list[tuple[Node, str]], budget: Budge
 
 def _held(ctx: PoolContext, absent: list[Node], kept: list[Node], positive: int,
           budget: Budget) -> Hold:
-    pct = ctx.pool.scale_down.max_draining_percent
     names = ", ".join(n.name for n in kept[:5]) + (" ..." if len(kept) > 5 else "")
     faults = f", {positive} with fault counters first" if positive else ""
     return Hold(pool=ctx.key, what="scale-down", reason=(
         f"{ctx.key}: {len(absent) - len(kept)} of {len(absent)} broken node(s) replaced this "
-        f"tick, {len(kept)} kept ({names}): max_draining_percent {pct:g} of "
-        f"{pool_nodes(ctx)} node(s) lets {draining_limit(ctx)} leave at once, {len(ctx.draining)} "
-        f"already draining{faults}; absence-shaped evidence (unusable, not listed, "
+        f"tick, {len(kept)} kept ({names}): {draining_said(ctx)}{faults}; absence-shaped "
+        "evidence (unusable, not listed, "
         "silent) is replaced within the pool's budget, longest broken first"))
