@@ -26,7 +26,7 @@ def sick(**metrics) -> NodeObservation:
 @pytest.mark.parametrize(
     ("obs", "needle"),
     [
-        (sick(xid_errors=3), "3 XID"),
+        (sick(xid_errors=3), "3 GPU(s) with an XID error in the last 5m"),
         (sick(temperature_max_c=95), "95°C > 87°C"),
         (dataclasses.replace(busy(), health_check_failed="2 of 4 GPUs visible"), "2 of 4 GPUs"),
     ],
