@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 HOST = "ctl"
 PORT = 9464
 TOKEN = "ctl-test-token-0123456789abcdef"  # the http token, a credential
+ENV_SECRET = "ctl-test-env-secret-fedcba9876543210"  # a secret of the environment file
 PLAYBOOK_TIMEOUT_S = 600.0
 SERVICE = "gpu-autoscaler"
 # Distributions only an extra brings (plots, dashboards, test): an install without extras
@@ -168,6 +169,10 @@ class Run:
         """Names of the tasks and handlers that changed something."""
         return {d["task"] for d in self._results("runner_on_ok") if d["res"].get("changed")}
 
+    def result(self, task: str) -> dict[str, Any]:
+        """The first result of ``task``."""
+        return next(d["res"] for d in self._results("runner_on_ok") if d["task"] == task)
+
     def failures(self) -> list[str]:
         return [f"{d['task']}: {d['res'].get('msg', '')} {d['res'].get('stderr', '')}"[:800]
                 for d in self._results("runner_on_failed")]
@@ -189,7 +194,8 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Controller]
         "controller_policies_dir": str(work / "policies"),
         "controller_credentials": {"http-token": TOKEN},
         # botocore would ask the instance metadata address for credentials.
-        "controller_environment": {"AWS_EC2_METADATA_DISABLED": "true"},
+        "controller_environment": {"AWS_EC2_METADATA_DISABLED": "true",
+                                   "GPU_AUTOSCALER_TEST_SECRET": ENV_SECRET},
     }
     with SshHosts([HOST], work / "hosts") as hosts:
         ctl = Controller(hosts, work, extra_vars)
@@ -208,6 +214,11 @@ def test_first_run_installs_a_service_that_answers_from_outside_as_its_own_user(
     pid = controller.main_pid()
     assert controller.sh(f"ps -o user= -p {pid}") == "gpu-autoscaler"
     assert controller.sh("id -u gpu-autoscaler") != "0"
+    # Nothing of it runs as root: no capability at all, none to gain; the installed code is
+    # run as the service user by the playbook too (its version), never as root.
+    assert controller.sh(f"grep -E '^Cap(Eff|Prm|Bnd|Amb):' /proc/{pid}/status").split()[1::2] == ["0" * 16] * 4
+    assert controller.sh(f"grep NoNewPrivs /proc/{pid}/status").split() == ["NoNewPrivs:", "1"]
+    assert controller.first_run.result("Read the installed version")["cmd"][:3] == ["runuser", "-u", "gpu-autoscaler"]
     # The release wheel (python -m build: sdist, then the wheel from it) in a new virtual
     # environment on a clean host, without extras: what a release must do (docs/internals/releasing.md).
     venv = "/opt/gpu-autoscaler/venv/bin"
@@ -223,11 +234,19 @@ def test_first_run_installs_a_service_that_answers_from_outside_as_its_own_user(
     assert controller.sh("stat -c '%U %a' /etc/gpu-autoscaler/environment") == "root 400"
     assert TOKEN not in controller.sh("cat /etc/gpu-autoscaler/environment /etc/gpu-autoscaler/config.yaml")
     assert "AWS_EC2_METADATA_DISABLED=true" in controller.sh(f"tr '\\0' '\\n' < /proc/{pid}/environ")
+    # ... and neither the token nor an environment secret shows where others look: the
+    # unit's properties (systemctl show), the command line (ps), the playbook's output.
+    shown = controller.sh(f"systemctl show {SERVICE}; ps -o args= -p {pid}; cat /etc/systemd/system/{SERVICE}.service")
+    assert TOKEN not in shown and ENV_SECRET not in shown
+    assert ENV_SECRET not in json.dumps(controller.first_run.events)
+    assert TOKEN not in json.dumps(controller.first_run.events)
+    assert controller.sh("stat -c '%U %a' /etc/gpu-autoscaler/credentials /etc/gpu-autoscaler/config.yaml").split() \
+        == ["root", "700", "root", "640"]
     # The token guards /status from outside; the store is the service's, in its state directory.
     assert controller.get("/status")[0] == 401
     controller.wait(lambda: controller.last_plan() >= 1, 30, "a plan recorded")
     assert controller.sh("stat -c '%U' /var/lib/gpu-autoscaler/fleet.db") == "gpu-autoscaler"
-    assert TOKEN not in controller.journal()
+    assert TOKEN not in controller.journal() and ENV_SECRET not in controller.journal()
 
 
 def test_a_policy_change_is_a_reload_and_nothing_else_changes(controller: Controller) -> None:
@@ -267,5 +286,8 @@ def test_systemd_rates_the_unit_no_worse_than_ok(controller: Controller) -> None
     unit = controller.sh(f"systemctl cat {SERVICE}")
     for setting in ("User=gpu-autoscaler", "ProtectSystem=strict", "NoNewPrivileges=yes",
                     "StateDirectory=gpu-autoscaler", "Restart=on-failure",
-                    "LoadCredential=http-token:"):
+                    "LoadCredential=http-token:", "PrivateMounts=yes"):
         assert setting in unit, setting
+    # No capability: the port is above 1024, so not even CAP_NET_BIND_SERVICE.
+    shown = controller.sh(f"systemctl show -p CapabilityBoundingSet -p AmbientCapabilities {SERVICE}")
+    assert sorted(shown.splitlines()) == ["AmbientCapabilities=", "CapabilityBoundingSet="], shown
