@@ -22,6 +22,7 @@ from autoscaler.model.snapshot import PendingJob, PoolOption, RunningJob, Schedu
 from autoscaler.policy.models import Pool
 from autoscaler.schedulers.slurm.client import Runner, SlurmCommandError, SlurmConfig, run_command
 from autoscaler.schedulers.slurm.parse import (
+    MAX_HOSTS,
     Gres,
     array_tasks,
     epoch,
@@ -58,6 +59,36 @@ RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"
 SQUEUE_FORMAT = "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%a|%q|%u|%f %j"
 SQUEUE_STATES = "PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
 SINFO_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Partition:"
+# Host and array-task names one squeue reading may expand to, all jobs together: each list
+# is capped (parse.MAX_HOSTS, array_tasks' limit), but a listing of many jobs each naming
+# gpu[1-65535] would still take gigabytes. Past this the reading is refused as a whole:
+# jobs cut short would leave busy nodes looking free.
+MAX_READING_NAMES = 1_000_000
+
+
+class ReadingTooLarge(ValueError):
+    """squeue's host lists and arrays expand to more names than MAX_READING_NAMES."""
+
+
+class _Names:
+    """The names a reading has expanded so far, against MAX_READING_NAMES."""
+
+    def __init__(self) -> None:
+        self.left = MAX_READING_NAMES
+
+    def hosts(self, hostlist: str | None) -> list[str]:
+        # One past what is left: enough to know the budget is spent, never more.
+        return self._spend(expand_hostlist(hostlist, min(MAX_HOSTS, self.left + 1)))
+
+    def tasks(self, spec: str | None) -> list[str]:
+        return self._spend(array_tasks(spec))
+
+    def _spend(self, names: list[str]) -> list[str]:
+        self.left -= len(names)
+        if self.left < 0:
+            raise ReadingTooLarge(f"squeue's node lists and job arrays name more than "
+                                  f"{MAX_READING_NAMES:,} hosts and tasks")
+        return names
 
 
 @dataclass
@@ -141,12 +172,12 @@ def _array_task(job: Mapping[str, Any]) -> int | None:
 
 
 def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
-    out = []
+    out, names = [], _Names()
     for job in doc.get("jobs", []):
         state = job.get("job_state")
         state = (state[0] if state else "") if isinstance(state, list) else str(state or "")
         gpus, gtype, gres = _gpus_per_node(job)
-        nodes = expand_hostlist(_text(job.get("nodes")))
+        nodes = names.hosts(_text(job.get("nodes")))
         detail = job.get("gres_detail")
         detail = [_text(d) for d in detail] if isinstance(detail, list) else []
         task = _array_task(job)
@@ -160,7 +191,7 @@ def jobs_from_json(doc: Mapping[str, Any]) -> list[SlurmJob]:
             submitted_at=epoch(job.get("submit_time")), started_at=epoch(job.get("start_time")),
             limit=time_limit(job.get("time_limit")),
             nodes=nodes, node_gpus=[gpu_count(d) for d in detail] if len(detail) == len(nodes) else [],
-            array=array_tasks(_text(job.get("array_task_string")))
+            array=names.tasks(_text(job.get("array_task_string")))
             if state.upper() == "PENDING" else [],
             submission=Submission.read(job.get("account"), job.get("qos"), job.get("user_name"),
                                        job.get("features")),
@@ -182,7 +213,7 @@ def nodes_from_json(doc: Mapping[str, Any]) -> list[SlurmNode]:
 
 
 def jobs_from_text(text: str) -> list[SlurmJob]:
-    out = []
+    out, names = [], _Names()
     for line in text.splitlines():
         parts = line.split("|", 13)
         if len(parts) < 14:
@@ -193,12 +224,12 @@ def jobs_from_text(text: str) -> list[SlurmJob]:
         array: list[str] = []
         if "_[" in jid:  # a pending array: 123_[1-10%2]
             jid, _, spec = jid.partition("_[")
-            array = array_tasks(spec.rstrip("]"))
+            array = names.tasks(spec.rstrip("]"))
         out.append(SlurmJob(
             id=jid, state=state.upper(), partition=part, reason=reason, name=name,
             gpus_per_node=gpu_count(tres), gpu_type=gpu_type(tres),
             node_count=max(1, _int(count, 1)), submitted_at=epoch(submit),
-            started_at=epoch(start), limit=time_limit(limit), nodes=expand_hostlist(nodelist),
+            started_at=epoch(start), limit=time_limit(limit), nodes=names.hosts(nodelist),
             array=array, submission=Submission.read(account, qos, user, features),
             gres=slurm_gres.gpu_like(parse_gres(tres)),
         ))
@@ -393,6 +424,8 @@ class SlurmReader:
                 if "timed out" in str(exc) or "not found" in str(exc):
                     return SchedulerReading(error=f"slurm: {exc}", source="json")
                 json_error = str(exc)
+            except ReadingTooLarge as exc:  # the formatted listing names the same hosts
+                return SchedulerReading(error=f"slurm: {exc}", source="json")
             except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
                 # wrong JSON types ([1,2], "nodes": 5) or nesting past the parser's depth
                 json_error = f"unreadable JSON ({type(exc).__name__})"
@@ -400,7 +433,7 @@ class SlurmReader:
             jobs = jobs_from_text(self._cmd("squeue", "-h", "-t", SQUEUE_STATES,
                                             "-o", SQUEUE_FORMAT))
             nodes = nodes_from_text(self._cmd("sinfo", "--all", "-h", "-N", "-O", SINFO_FIELDS))
-        except SlurmCommandError as exc:
+        except (SlurmCommandError, ReadingTooLarge) as exc:
             why = f"slurm: {exc}" + (f" (after --json: {json_error})" if json_error else "")
             return SchedulerReading(error=why, source="text")
         return assemble(jobs, nodes, refs, "squeue/sinfo formatted")

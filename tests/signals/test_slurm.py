@@ -17,6 +17,7 @@ from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig
 from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
+from autoscaler.signals import slurm as slurm_module
 from autoscaler.signals.slurm import SlurmReader, jobs_from_json, jobs_from_text
 from tests.builders import make_policy
 
@@ -249,6 +250,33 @@ def test_json_fields_that_are_not_text_are_absent(field: str, value: object, pen
     assert [j.id for j in gpu1.jobs] == running
     assert (gpu1.gpus_total, gpu1.gpus_allocated) == (0, allocated)  # its gres: 5, used: 7
     assert reading.nodes["gpu2"].gpus_total == 2
+
+
+@pytest.mark.parametrize("use_json", [True, False], ids=["json", "formatted"])
+def test_a_reading_that_names_too_many_hosts_in_all_is_refused_not_cut_short(
+        monkeypatch: pytest.MonkeyPatch, use_json: bool) -> None:
+    """Each host list is capped, but many jobs each naming gpu[1-65535] are not one list:
+    past the reading's cap the source is missing (scale-down frozen), rather than running
+    jobs read without their nodes, which would look free."""
+    monkeypatch.setattr(slurm_module, "MAX_READING_NAMES", 1000)
+    jobs = [job_2205(i, "RUNNING", "gres:gpu:1", nodes="gpu[1-400]") for i in range(1, 4)]
+    lines = "".join(squeue_line(str(i), "RUNNING", "gpu[1-400]") for i in range(1, 4))
+    runner = FakeRunner({"squeue --json": json.dumps({"jobs": jobs}), "sinfo --json": "{}",
+                         "squeue -h": lines, "sinfo -h": SINFO_TEXT})
+    reading = SlurmReader(SlurmConfig(use_json=use_json), runner).read(refs())
+    assert reading.error == ("slurm: squeue's node lists and job arrays name more than 1,000 "
+                             "hosts and tasks")
+    # Refused at the first listing: no formatted retry of the same hosts, no sinfo
+    assert [Path(a).name for c in runner.calls for a in c
+            if Path(a).name in ("squeue", "sinfo")] == ["squeue"]
+    # Two such jobs (800 names) are a reading like any other.
+    runner = FakeRunner({"squeue --json": json.dumps({"jobs": jobs[:2]}),
+                         "sinfo --json": json.dumps(SINFO_2205),
+                         "squeue -h": "".join(lines.splitlines(keepends=True)[:2]),
+                         "sinfo -h": SINFO_TEXT})
+    reading = SlurmReader(SlurmConfig(use_json=use_json), runner).read(refs())
+    assert reading.error is None
+    assert [j.id for j in reading.nodes["gpu1"].jobs] == ["1", "2"]
 
 
 def test_timeout_makes_the_source_missing_without_fallback() -> None:
