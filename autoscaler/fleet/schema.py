@@ -141,13 +141,16 @@ def read(conn: Connection) -> SchemaState:
 
 def _lock(conn: Connection) -> None:
     """Begin the connection's transaction holding the database's schema lock. Waits are
-    bounded: SQLite's busy_timeout (fleet/database.make_engine), PostgreSQL's lock_timeout."""
+    bounded: SQLite's busy_timeout (fleet/database.make_engine), PostgreSQL's lock_timeout.
+    A migration's statements are not: rewriting a large table may take longer than the
+    statement_timeout the store's other work runs under."""
     if conn.in_transaction():
         conn.rollback()
     if conn.dialect.name == "sqlite":
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     elif conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_S}s'")
+        conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK_KEY})
 
 

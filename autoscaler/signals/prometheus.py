@@ -5,12 +5,17 @@ the raw series (``promql.py``), or one over gpu-autoscaler's recording rules (``
 The node label (``PrometheusConfig.node_label``: ``Hostname`` by default, ``hostname`` for
 newer dcgm-exporter, or ``instance`` when the scrape config sets it) must carry the fleet
 node name. Fail fast: one short timeout, no retries inside a tick; a failure is reported
-as a reason string, never as zeros.
+as a reason string, never as zeros. The client's timeout bounds each socket read, not the
+answer: a server that sends a byte a second would hold the tick for ever. So each query
+runs on a thread of its own and is waited for at most twice the timeout (the connect and
+the reads each get one); one still running then is left to end by itself, and no query is
+sent until it has.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -77,6 +82,7 @@ class PrometheusReader:
         self.config = config
         self._session_hook = session_hook
         self._client: PrometheusConnect | None = None
+        self._overran: threading.Thread | None = None  # a query still running past its time
 
     def _connect(self) -> PrometheusConnect:
         if self._client is None:
@@ -210,7 +216,7 @@ class PrometheusReader:
     def _guarded(self, call: Callable[[PrometheusConnect], Any]) -> list[dict[str, Any]]:
         timeout = self.config.timeout.total_seconds()
         try:
-            result: list[dict[str, Any]] = call(self._connect())
+            result: list[dict[str, Any]] = self._within(2 * timeout, call)
         except (requests.Timeout, requests.ConnectionError) as exc:
             if _timed_out(exc):
                 raise PrometheusReadError(f"prometheus timed out after {timeout:g}s") from None
@@ -224,6 +230,32 @@ class PrometheusReader:
         except SecretError as exc:
             raise PrometheusReadError(str(exc)) from None
         return result
+
+    def _within(self, limit: float, call: Callable[[PrometheusConnect], Any]) -> Any:
+        """``call``'s answer or exception if it ends within ``limit`` seconds."""
+        if self._overran is not None and self._overran.is_alive():
+            raise PrometheusReadError("prometheus is still sending the answer to a query that "
+                                      "overran its time: no query sent")
+        self._overran = None
+        client = self._connect()
+        outcome: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, call(client)))
+            except BaseException as exc:  # raised again on the caller's thread
+                outcome.append((False, exc))
+
+        worker = threading.Thread(target=run, name="prometheus-query", daemon=True)
+        worker.start()
+        worker.join(limit)
+        if not outcome:
+            self._overran = worker
+            raise PrometheusReadError(f"prometheus did not finish its answer within {limit:g}s")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
 
     def _observe(self, fields: dict[str, float], w: PoolWindows, builder: QueryBuilder,
                  undated: bool = False) -> NodeObservation:

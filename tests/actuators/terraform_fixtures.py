@@ -27,17 +27,23 @@ needs_terraform = pytest.mark.skipif(
     "(scripts/install.sh checks for them)")
 
 
+def moto_running(workdir: Path) -> Iterator[MotoSandbox]:
+    """A fixture body: a patched moto server, stopped by PID at the end, and also when its
+    start fails half way (its process up, the readiness wait failed)."""
+    sandbox = MotoSandbox(workdir)
+    try:
+        yield sandbox.start()
+    finally:
+        sandbox.stop()
+
+
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoSandbox]:
-    sandbox = MotoSandbox(tmp_path_factory.mktemp("moto"))
-    sandbox.start()
-    try:
+    for sandbox in moto_running(tmp_path_factory.mktemp("moto")):
         with pytest.MonkeyPatch.context() as mp:
             for key, value in SANDBOX_ENV.items():
                 mp.setenv(key, value)
             yield sandbox
-    finally:
-        sandbox.stop()
 
 
 def sandbox_settings(moto: MotoSandbox, workdir: Path, **kw: object) -> TerraformSettings:

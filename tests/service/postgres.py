@@ -95,8 +95,8 @@ def running() -> Iterator[Postgres]:
     why = available()
     if why:
         pytest.skip(why)
-    server = Postgres().start()
-    try:
-        yield server
+    server = Postgres()
+    try:  # a start that fails half way (the server up, no database) is stopped too
+        yield server.start()
     finally:
         server.stop()

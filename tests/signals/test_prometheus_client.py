@@ -1,10 +1,14 @@
 """How the Prometheus reader talks HTTP: auth, headers, TLS settings, no retries, no secrets
-in errors. A recording stub server stands in for Prometheus (fast tests)."""
+in errors, an answer that trickles in given up on. A recording stub server stands in for
+Prometheus (fast tests)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -231,3 +235,66 @@ def test_a_result_that_is_not_a_list_is_a_source_error(stub: Stub, result: Any,
         reader.close()
     assert reading.error == f"prometheus answered badly: a result of {type(result).__name__}"
     assert reading.nodes == {}
+
+
+class Trickle:
+    """A server that answers its headers at once, then its body a byte at a time until
+    ``stop`` (each byte well inside the reader's timeout); it counts the requests."""
+
+    def __init__(self, every: float) -> None:
+        self.every, self.requests = every, 0
+        self.stop = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.threads: list[threading.Thread] = []
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.requests += 1
+            thread = threading.Thread(target=self._answer, args=(conn,), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100000\r\n\r\n")
+            while not self.stop.wait(self.every):
+                conn.sendall(b" ")
+
+
+@pytest.fixture
+def trickle() -> Iterator[Trickle]:
+    t = Trickle(every=0.3)
+    accepting = threading.Thread(target=t.serve, daemon=True)
+    accepting.start()
+    try:
+        yield t
+    finally:
+        t.stop.set()
+        t.server.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
+        t.server.close()
+        for thread in [accepting, *t.threads]:
+            thread.join(timeout=5)
+
+
+@pytest.mark.timeout(30)
+def test_an_answer_that_trickles_in_is_given_up_on_at_twice_the_timeout(trickle: Trickle) -> None:
+    reader = PrometheusReader(PrometheusConfig(url=trickle.url, timeout="1s"))
+    try:
+        started = time.monotonic()
+        first = reader.read({"vision-gpu-1": POOL}, [POOL], NOW)
+        assert time.monotonic() - started < 4
+        assert first.error == "prometheus did not finish its answer within 2s"
+        # The overrunning query still holds its connection: no second one is sent meanwhile.
+        second = reader.read({"vision-gpu-1": POOL}, [POOL], NOW)
+        assert second.error is not None and "no query sent" in second.error
+        assert trickle.requests == 1
+    finally:
+        trickle.stop.set()
+        reader.close()

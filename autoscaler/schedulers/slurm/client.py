@@ -3,7 +3,9 @@ environment and timeout; one error type for every way a command fails."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -49,15 +51,36 @@ class SlurmCommandError(RuntimeError):
 
 
 def run_command(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> str:
+    """Run one command within ``timeout``. It runs in a process group of its own, killed
+    whole on timeout: a wrapper script or a ``command_prefix`` (ssh) has children of its
+    own, which killing the direct child alone would leave running."""
     try:
-        result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                                env={**os.environ, **env}, check=False)
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+                                start_new_session=True)
     except FileNotFoundError:
         raise SlurmCommandError(f"{argv[0]} not found") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmCommandError(f"{' '.join(argv[-2:])} timed out after {timeout:g}s") from None
-    if result.returncode != 0:
-        err = (result.stderr or result.stdout).strip().splitlines()
-        raise SlurmCommandError(f"{' '.join(argv)} failed ({result.returncode}): "
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException as exc:  # the timeout, or the caller interrupted
+        _kill_group(proc)
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise SlurmCommandError(f"{' '.join(argv[-2:])} timed out after {timeout:g}s") from None
+        raise
+    if proc.returncode != 0:
+        err = (stderr or stdout).strip().splitlines()
+        raise SlurmCommandError(f"{' '.join(argv)} failed ({proc.returncode}): "
                                 f"{err[-1] if err else 'no output'}")
-    return result.stdout
+    return stdout
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the command's process group; reap it and close our ends of its pipes (not
+    read to their end: a process that left the group, an ssh master, may hold them)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()

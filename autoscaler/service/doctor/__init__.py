@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autoscaler.service.doctor import aws, basics, schedulers, signals, terraform
 from autoscaler.service.doctor.context import Context, load
-from autoscaler.service.doctor.report import Check, Result, Status, passed, run_checks
+from autoscaler.service.doctor.report import Check, Result, Status, in_background, passed, run_checks
 
 CHECKS: tuple[Check[Context], ...] = (
     Check("secrets", basics.secrets, help="Every secret the config names (HTTP and team "
@@ -58,16 +58,13 @@ def diagnose(path: Path, only: Collection[str] = ()) -> list[Result]:
         raise ValueError(f"no check named {', '.join(sorted(unknown))} (known: "
                          f"{', '.join(c.name for c in CHECKS)})")
     checks = [c for c in CHECKS if not only or c.name in only]
-    loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doctor-load")
     try:
-        context, rows = loading.submit(load, path).result(timeout=LOAD_S)
+        context, rows = in_background("doctor-load", load, path).result(timeout=LOAD_S)
     except concurrent.futures.TimeoutError:
         context, rows = None, [Result("store", Status.FAIL, f"config, policies and store not "
                                       f"loaded within {LOAD_S:g}s")]
     except Exception as exc:  # a row, never a traceback: the table is the report
         context, rows = None, [Result("config", Status.FAIL, f"{type(exc).__name__}: {exc}")]
-    finally:
-        loading.shutdown(wait=False)
     if context is None:
         return [*rows, *(Result(c.name, Status.SKIP, "the config or store did not load")
                          for c in checks)]

@@ -3,21 +3,25 @@
 A check is a function of the :class:`Context` that returns its :class:`Result`; a check
 that raises or overruns its deadline is a ``fail`` row saying so, never a traceback. Every
 check also bounds its own I/O (client timeouts below its deadline), so a check that
-overran still ends on its own shortly after the report is printed.
+overran still ends on its own shortly after the report is printed. Its thread is a daemon
+all the same: one whose I/O is bounded per read only (a server that answers a byte at a
+time) never keeps the command from exiting once the report is printed.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 C = TypeVar("C")
+T = TypeVar("T")
 
 
 class Status(StrEnum):
@@ -58,10 +62,8 @@ class Check(Generic[C]):
 
 def run_checks(checks: Sequence[Check[C]], context: C) -> list[Result]:
     """Every check at once on its own thread; rows in the order of ``checks``."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(checks)),
-                                                 thread_name_prefix="doctor")
     started = time.monotonic()
-    futures = [pool.submit(_timed, check, context) for check in checks]
+    futures = [in_background(f"doctor-{check.name}", _timed, check, context) for check in checks]
     rows: list[Result] = []
     for check, future in zip(checks, futures, strict=True):
         left = max(0.0, started + check.timeout_s - time.monotonic())
@@ -74,8 +76,23 @@ def run_checks(checks: Sequence[Check[C]], context: C) -> list[Result]:
             log.debug("doctor check %s", check.name, exc_info=True)
             rows.append(Result(check.name, Status.FAIL, f"unexpected {type(exc).__name__}: "
                                f"{str(exc)[:300]}", round(time.monotonic() - started, 1)))
-    pool.shutdown(wait=False, cancel_futures=True)
     return rows
+
+
+def in_background(name: str, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """``fn(*args)`` on a daemon thread of its own. Not a ThreadPoolExecutor: Python joins
+    its threads at exit, so a check past its deadline would hold the command after its
+    report."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # the caller's result() raises it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 def _timed(check: Check[C], context: C) -> list[Result]:

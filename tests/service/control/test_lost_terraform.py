@@ -28,7 +28,12 @@ from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.sandbox.services.moto_server import MotoSandbox, running_instances
 from autoscaler.service.control.reconciler import Reconciler, ReconcileReport
 from autoscaler.service.executor import ExecutorSettings
-from tests.actuators.terraform_fixtures import moto, needs_terraform, sandbox_settings  # noqa: F401
+from tests.actuators.terraform_fixtures import (  # noqa: F401
+    moto,
+    moto_running,
+    needs_terraform,
+    sandbox_settings,
+)
 from tests.builders import NOW
 from tests.service.crash_harness import Faults, Scenario
 from tests.service.terraform_world import POOL, make_world
@@ -40,11 +45,7 @@ S = NodeState
 @pytest.fixture
 def empty_cloud(tmp_path: Path) -> Iterator[MotoSandbox]:
     """A moto server with no instances: DescribeInstances succeeds and lists nothing."""
-    sandbox = MotoSandbox(tmp_path / "empty-moto").start()
-    try:
-        yield sandbox
-    finally:
-        sandbox.stop()
+    yield from moto_running(tmp_path / "empty-moto")
 
 
 def tick(scn: Scenario, rec: Reconciler, snapshot: Snapshot) -> ReconcileReport:

@@ -4,6 +4,8 @@ is one row and every other check is skipped."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -44,6 +46,29 @@ def test_a_check_past_its_deadline_is_a_fail_row_and_the_others_still_answer() -
     assert time.monotonic() - started < 5
     assert rows[0] == Result("stuck", Status.FAIL, "no answer within 0.5s", 0.5)
     assert (rows[1].status, rows[1].reason) == (Status.FAIL, "refused")
+
+
+# A check whose I/O never ends (bounded per read only, against a server that trickles).
+NEVER_ENDS = """
+import threading
+from autoscaler.service.doctor.report import Check, ok, run_checks
+rows = run_checks([Check("stuck", lambda _: threading.Event().wait() or [], timeout_s=0.5),
+                   Check("quick", lambda _: [ok("quick", "fine")])], None)
+print([r.status.value for r in rows])
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_check_that_never_ends_does_not_keep_the_command_from_exiting() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", NEVER_ENDS], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=Path(__file__).parents[3])
+    try:
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:  # still there: stopped by its PID
+            proc.kill()
+            proc.wait(timeout=10)
+    assert (proc.returncode, out.strip()) == (0, "['fail', 'ok']")
 
 
 def test_a_config_that_does_not_load_is_one_row_and_the_rest_is_skipped(tmp_path: Path) -> None:
