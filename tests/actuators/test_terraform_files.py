@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,26 @@ def test_an_apply_without_its_closing_outputs_asks_terraform_output() -> None:
     assert _applied_outputs([{"type": "outputs", "outputs": {"nodes": {"sensitive": True}}}]) is None
     assert _applied_outputs([planned, closing])["a"].id == "i-1"  # type: ignore[index]
     assert _applied_outputs([planned, {"type": "outputs", "outputs": {"nodes": {"value": {}}}}]) == {}
+
+
+def test_terraform_runs_without_the_services_own_secrets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store password and Ansible's secret_env are none of a provider plugin's
+    business; the cloud's own credentials still reach it."""
+    from autoscaler import secrets
+    from autoscaler.actuators.ansible.runner import AnsibleActuator
+    from autoscaler.actuators.ansible.settings import AnsibleSettings
+
+    monkeypatch.setattr(secrets, "_HELD", set())
+    for name, value in {"GAS_STORE_PW": "pw", "GAS_MUNGE": "munge", "AWS_SECRET_ACCESS_KEY": "aws",
+                        "GAS_UNRELATED": "kept"}.items():
+        monkeypatch.setenv(name, value)
+    runner = Runner(tmp_path, tmp_path / "terraformrc")
+    assert runner.env()["GAS_STORE_PW"] == "pw"  # nothing read as a secret yet
+    assert secrets.read_secret("GAS_STORE_PW", None, "store password") == "pw"
+    AnsibleActuator(AnsibleSettings(secret_env={"cluster_join_munge_key_b64": "GAS_MUNGE"}),
+                    address_of=lambda node: None)
+    env = runner.env()
+    assert "GAS_STORE_PW" not in env and "GAS_MUNGE" not in env
+    assert env["AWS_SECRET_ACCESS_KEY"] == "aws" and env["GAS_UNRELATED"] == "kept"
+    assert "GAS_STORE_PW" in os.environ  # the service itself still has it

@@ -52,6 +52,7 @@ from autoscaler.catalog.catalog import Catalog
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView, Node
 from autoscaler.policy.models import TeamPolicy
+from autoscaler.secrets import hold
 
 # Artifacts worth keeping for operators; "command" is not among them: it holds the whole
 # process environment (cloud credentials of the service included).
@@ -155,6 +156,7 @@ class AnsibleActuator:
         """``play_vars``: what the rest of the service config decides for every play (how
         a Slurm node registers), passed like the operator's ``extra_vars``."""
         self.settings = settings
+        hold(settings.secret_env.values())  # read by the plays, never by Terraform
         self.play_vars = dict(play_vars or {})
         self.address_of = address_of
         self.catalog = catalog

@@ -28,6 +28,7 @@ from autoscaler.actuators.terraform.errors import (
     classify,
     diagnostics_from_text,
 )
+from autoscaler.secrets import child_env
 
 AUTOMATION_ENV = {"CHECKPOINT_DISABLE": "1", "TF_INPUT": "0", "TF_IN_AUTOMATION": "1"}
 FLAG = IsFlagged
@@ -60,7 +61,9 @@ class Runner:
         # plan, apply), and each start builds its whole schema; a lazier Go collector cuts
         # an apply's CPU by ~30% (12 -> 8.4 s against moto) for ~60 MB more per provider
         # process. An operator's own GOGC wins.
-        env = {"GOGC": "400", **os.environ, **AUTOMATION_ENV, **self.extra_env,
+        # Without the service's own secrets (the store password, Ansible's secret_env):
+        # a provider plugin needs its cloud's credentials, not those (secrets.child_env).
+        env = {"GOGC": "400", **child_env(), **AUTOMATION_ENV, **self.extra_env,
                "TF_CLI_CONFIG_FILE": str(self.cli_config)}
         env.pop("TF_LOG", None)  # debug logs would print request bodies
         return env
