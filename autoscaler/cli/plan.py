@@ -28,7 +28,7 @@ from autoscaler.actuators.terraform.settings import TerraformSettings, load_sett
 from autoscaler.catalog import Catalog
 from autoscaler.cli.common import PoliciesOption, PricesOption, catalog_from, console, fail
 from autoscaler.cli.plan_render import preview_markdown, preview_tables
-from autoscaler.cli.render import actions_table, placements_table, pools_table
+from autoscaler.cli.render import actions_table, placements_table, pools_table, unserved_table
 from autoscaler.cli.run import read_config
 from autoscaler.engine import DecisionInput, EngineSettings, Plan, decide
 from autoscaler.engine.pricing import Prices
@@ -221,8 +221,9 @@ def plan(
         console.print(actions_table(result.actions,
                                     title=f"Plan at {result.decided_at:%Y-%m-%d %H:%M:%S %Z}"))
         console.print(pools_table(result))
-        if (placed := placements_table(result)) is not None:
-            console.print(placed)
+        for table in (placements_table(result), unserved_table(result)):
+            if table is not None:
+                console.print(table)
         if previews is not None:
             for renderable in preview_tables(previews):
                 console.print(renderable)

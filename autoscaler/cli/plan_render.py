@@ -89,7 +89,13 @@ def preview_markdown(plan: Plan, previews: Sequence[PoolPreview] | None) -> str:
         lines += _actions_markdown(plan)
     if plan.placements:
         lines += ["", "### Placement groups", ""]
-        lines += [f"- `{c.job}` -> `{c.pool}`: " + "; ".join(c.compared) for c in plan.placements]
+        for c in plan.placements:  # the offers compared, then why one won
+            lines += [f"- `{c.job}` -> `{c.pool}`: " + "; ".join(c.compared),
+                      f"  - why: {c.reason.removeprefix(f'job {c.job}: ')}"]
+    if plan.unserved:  # never bought for: the team should hear why
+        lines += ["", "### Pending jobs no pool can run", ""]
+        lines += [f"- `{j.id}`{f' (team {j.team})' if j.team else ''}: {j.reason}"
+                  for j in plan.unserved]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -47,6 +47,20 @@ def placements_table(plan: Plan) -> Table | None:
     table.add_column("job", ratio=1, overflow="fold")
     table.add_column("pool chosen", ratio=1, overflow="fold")
     table.add_column("pools compared", ratio=3)
+    table.add_column("why", ratio=3)
     for c in plan.placements:
-        table.add_row(escape(c.job), escape(c.pool), escape("\n".join(c.compared)))
+        table.add_row(escape(c.job), escape(c.pool), escape("\n".join(c.compared)), escape(c.reason))
+    return table
+
+
+def unserved_table(plan: Plan) -> Table | None:
+    """Pending jobs no pool's nodes can run: never bought for, each with its why."""
+    if not plan.unserved:
+        return None
+    table = Table(title="Pending jobs no pool can run (not bought for)", show_lines=True, expand=True)
+    table.add_column("job", ratio=1, overflow="fold")
+    table.add_column("team", ratio=1, overflow="fold")
+    table.add_column("why no pool runs it", ratio=4)
+    for j in plan.unserved:
+        table.add_row(escape(j.id), escape(j.team or "-"), escape(j.reason))
     return table

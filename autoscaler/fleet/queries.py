@@ -11,6 +11,7 @@ function                       answers
 ``recent_transitions``         the newest ``limit`` transitions, oldest first
 ``entries``                    when some nodes moved into a state before a transition
 ``latest_plan``                the newest plan recorded, with its id and dry-run flag
+``plan_by_id``                 one recorded plan, with its dry-run flag (None: not kept)
 ``launch_outcomes``            nodes that reached READY or failed to launch since a time
 ``recent_boots``               launch request and READY times of a pool's newest nodes
 =============================  ==========================================================
@@ -137,6 +138,15 @@ def latest_plan(store: FleetStore) -> RecordedPlan | None:
         if row is None:
             return None
         plan_id, dry_run, body = row.id, row.dry_run, row.body
+    return RecordedPlan(id=plan_id, dry_run=dry_run, plan=Plan.model_validate(body))
+
+
+def plan_by_id(store: FleetStore, plan_id: int) -> RecordedPlan | None:
+    with store.session() as s:
+        row = s.get(PlanRow, plan_id)
+        if row is None:
+            return None
+        dry_run, body = row.dry_run, row.body
     return RecordedPlan(id=plan_id, dry_run=dry_run, plan=Plan.model_validate(body))
 
 

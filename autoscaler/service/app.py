@@ -123,7 +123,8 @@ class Service:
                             self.catalog, self.loop.last_snapshot, self.loop.clock())
 
     def plan(self) -> dict[str, Any] | None:
-        return plan_json(self.store)
+        state = self.loop.state  # the engine's last plan, not a capacity request's own
+        return plan_json(self.store, state.last_plan_id if state.is_leader else None)
 
     # -- running ------------------------------------------------------------------------
     def keep_requests(self, executor: ExecutorLike | None) -> None:

@@ -110,6 +110,15 @@ def test_the_latest_plan_with_its_id_and_dry_run_flag(store: FleetStore) -> None
     assert latest is not None and (latest.id, latest.dry_run, latest.plan) == (dry, True, plan)
 
 
+def test_a_plan_by_its_id_and_none_for_one_not_kept(store: FleetStore) -> None:
+    plan = decide({"vision": make_policy(min_nodes=1)}, store.fleet_view(), snapshot(), NOW)
+    first = store.record_plan(plan)
+    store.record_plan(plan.model_copy(update={"actions": []}), dry_run=True)
+    found = queries.plan_by_id(store, first)
+    assert found is not None and (found.id, found.dry_run, found.plan) == (first, False, plan)
+    assert queries.plan_by_id(store, first + 99) is None
+
+
 def test_launch_outcomes_since_a_time_with_where_and_under_which_policy(store: FleetStore) -> None:
     old = new(store, policy="p-old")
     walk(store, old, (S.PROVISIONING, MINUTE), (S.PROVISION_FAILED, 2 * MINUTE), reason="quota")

@@ -73,7 +73,7 @@ from autoscaler.service.control.collaborators import (
 )
 from autoscaler.service.control.leader import Leadership
 from autoscaler.service.control.preview import preview
-from autoscaler.service.control.reconciler import ReconcileReport
+from autoscaler.service.control.reconciler import Finding, ReconcileReport
 from autoscaler.service.control.tick_report import (
     StageTime,
     TickError,
@@ -84,7 +84,7 @@ from autoscaler.service.control.tick_report import (
 )
 from autoscaler.service.executor.advance import AdvanceReport
 from autoscaler.service.executor.settings import ExecutorSettings
-from autoscaler.service.http.status import LoopState, describe_action
+from autoscaler.service.http.status import LoopState, describe_action, public_text
 from autoscaler.service.observe.forecasts import PoolForecasts
 from autoscaler.service.observe.metrics import ServiceMetrics
 from autoscaler.service.observe.metrics_fleet import FleetObserver
@@ -96,6 +96,12 @@ ACTIVITY = 20  # activity lines kept for /status and the demo's view
 __all__ = ["ACTIVITY", "ExecutorLike", "HeldNodes", "ImagesLike", "PreviewImages", "PricesLike",
            "ReconcilerLike", "ServiceLoop", "SignalsLike", "StageTime", "TickError", "TickReport",
            "advance_lines", "describe_stages"]
+
+
+def _finding_line(finding: Finding) -> str:
+    """A reconciler finding for /status and /ui: its kind, what it is about and why."""
+    about = finding.node or finding.instance_id or finding.pool
+    return public_text(f"{finding.kind}{f' {about}' if about else ''}: {finding.detail}")
 
 
 class ServiceLoop:
@@ -131,7 +137,9 @@ class ServiceLoop:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._state_lock = threading.RLock()  # self.state is also written by the notice loop
-        self._holds: set[str] = set()
+        self._holds: set[str] = set()  # logged at INFO when they start, DEBUG while they last
+        self._unserved: set[tuple[str, str]] = set()  # (job, why) as _holds
+        self._backoffs: set[str] = set()  # launch back-offs in force, logged when they start
         self.last_snapshot: Snapshot | None = None
         self._observer = FleetObserver(store)
         self.state = LoopState(started_at=clock(), interval_s=interval_s, dry_run=dry_run)
@@ -240,7 +248,10 @@ class ServiceLoop:
             self.count_step_errors({"reconcile": len(found.errors)}, found.errors)
             frozen = dict(found.frozen)  # the alert: metric and /status
             self.metrics.set_lost_frozen(frozen)
-            self._set_state(lost_frozen=frozen)
+            # Replaced each run, not appended: a finding that lasts (a stuck drain) is found
+            # again every run, so the list is what is true now.
+            self._set_state(lost_frozen=frozen,
+                            reconcile_findings=tuple(map(_finding_line, found.findings)))
             return found
         except Exception:
             self.metrics.tick_errors.labels("reconcile").inc()
@@ -265,7 +276,13 @@ class ServiceLoop:
         backoffs = launch_backoffs(self.store, policies, now)
         self.metrics.set_backoffs({(b.pool, b.instance_type, b.zone or "", b.market.value): b.count
                                    for b in backoffs})
-        self._set_state(launch_backoffs=tuple(b.describe() for b in backoffs))
+        described = tuple(b.describe() for b in backoffs)
+        self._set_state(launch_backoffs=described)
+        if record:  # a tick, not `plan --config`: log each back-off (or its next step) once
+            for line in described:
+                if line not in self._backoffs:
+                    log.info("launch back-off: %s", line)
+            self._backoffs = set(described)
         return assemble(observed, market=market,
                         backoffs=[b.as_capacity_error() for b in backoffs],
                         forecasts=self._forecast(policies, fleet, observed, now, record),
@@ -325,7 +342,7 @@ class ServiceLoop:
             for component, count in counts.items():
                 self.metrics.step_errors.labels(component).inc(count)
                 totals[component] = totals.get(component, 0) + count
-            recent = (self.state.recent_errors + tuple(t[:300] for t in texts))[-ACTIVITY:]
+            recent = (self.state.recent_errors + tuple(public_text(t) for t in texts))[-ACTIVITY:]
             self._set_state(step_errors=totals, recent_errors=recent)
 
     # -- reporting ------------------------------------------------------------------
@@ -341,6 +358,13 @@ class ServiceLoop:
             else:
                 log.info("%s", line)
         self._holds = holds
+        unserved = {(j.id, j.reason) for j in plan.unserved}
+        for job in plan.unserved:  # never bought for: logged like a hold, when it starts
+            log.log(logging.DEBUG if (job.id, job.reason) in self._unserved else logging.INFO,
+                    "%s %d: unserved %s (%s): %s", mode, plan_id, job.id, job.constraint, job.reason)
+        self._unserved = unserved
+        for choice in plan.placements:  # they change every tick while jobs wait
+            log.debug("%s %d: placement %s", mode, plan_id, choice.reason)
         if not plan.changes():
             log.debug("%s %d: no changes", mode, plan_id)
 
@@ -393,7 +417,8 @@ class ServiceLoop:
             ticks=self.state.ticks + 1, last_tick_at=self.clock(),
             last_tick_monotonic=time.monotonic(), last_duration_s=round(seconds, 3),
             last_ok_at=self.state.last_ok_at if err else self.clock(),
-            last_error=str(err) if err else None, last_error_stage=err.stage if err else None,
+            last_error=public_text(str(err), None) if err else None,
+            last_error_stage=err.stage if err else None,
             failed_in_a_row=self.state.failed_in_a_row + 1 if err else 0,
             is_leader=report.leader,
             last_plan_id=report.plan_id if report.plan_id is not None else self.state.last_plan_id)

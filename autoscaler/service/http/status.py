@@ -2,11 +2,17 @@
 
 Built from the store (so a follower reports the same fleet as the leader) plus the loop's
 own state. Only names, states, prices and reasons go in: nothing from the config file,
-the environment or the actuators' logs, so no secret can reach it.
+the environment or the actuators' logs, so no secret can reach it. The one free text from
+outside, errors the actuators, clouds and schedulers returned (Terraform's diagnostics, a
+failed drain, an action's outcome), passes through :func:`public_text` before it is kept or
+shown: secrets are never in the config or user data (config/secret_scan.py) and Terraform
+masks sensitive values, so this is a second line of defence for an error that quotes a
+URL, a header or a ``key=value``.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +33,14 @@ from autoscaler.policy.errors import PolicyError
 
 RECENT_TRANSITIONS = 30
 RECENT_OPERATIONS = 30
+TEXT_LIMIT = 300  # characters of an error or finding kept for /status and /ui
+# Bounded repeats only: the text is from outside, so no pattern may backtrack for long.
+_SECRET_SHAPES = (
+    (re.compile(r"(://[^/\s:@]{0,64}:)[^/\s@]{1,256}@"), r"\1***@"),  # a URL's user:password@
+    (re.compile(r"(?i)\b(bearer|basic)[ \t]{1,4}[\w.~+/=-]{8,}"), r"\1 ***"),  # Authorization
+    (re.compile(r"(?i)((?:password|passwd|secret|token|api[_-]?key|access[_-]?key|signature)"
+                r"[\w-]{0,32}[\"']?[ \t]{0,4}[=:][ \t]{0,4}[\"']?)[^\s&\"',;]+"), r"\1***"),  # key=value
+)
 
 
 @dataclass(frozen=True)
@@ -56,7 +70,16 @@ class LoopState:
     step_errors: dict[str, int] = field(default_factory=dict)  # caught in actuation, by component
     recent_errors: tuple[str, ...] = ()  # the last few of them (newest last)
     launch_backoffs: tuple[str, ...] = ()  # launches held after repeated failures (backoff.py)
+    reconcile_findings: tuple[str, ...] = ()  # the last reconcile run's (what is true now)
     forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)  # pool -> forecast view
+
+
+def public_text(text: str, limit: int | None = TEXT_LIMIT) -> str:
+    """``text`` (an error from outside) for /status and /ui: secret-shaped parts masked,
+    at most ``limit`` characters (None: all)."""
+    for pattern, mask in _SECRET_SHAPES:
+        text = pattern.sub(mask, text)
+    return text[:limit]
 
 
 def describe_action(action: Action) -> str:
@@ -81,14 +104,19 @@ def node_json(node: Node, hourly: float, seen: NodeObservation | None = None) ->
             "drain_trigger": node.drain_trigger, "data_missing": missing}
 
 
-def plan_json(store: FleetStore) -> dict[str, Any] | None:
-    """The newest plan with its reasons, and what the executor did with each action."""
-    recorded = queries.latest_plan(store)
+def plan_json(store: FleetStore, plan_id: int | None = None) -> dict[str, Any] | None:
+    """The plan ``plan_id`` (the engine's last: a capacity request's own plan, recorded
+    after it, must not hide its holds, placements and pools), else the newest plan (a
+    follower, or the plan is no longer kept), with its reasons and what the executor did
+    with each action."""
+    recorded = queries.plan_by_id(store, plan_id) if plan_id is not None else None
+    recorded = recorded or queries.latest_plan(store)
     if recorded is None:
         return None
     plan = recorded.plan
     statuses = [{"kind": a.kind, "pool": a.pool, "node": a.node, "status": a.status,
-                 "detail": a.detail} for a in store.actions(plan_id=recorded.id)]
+                 "detail": public_text(a.detail, None)}
+                for a in store.actions(plan_id=recorded.id)]
     return {"id": recorded.id, "decided_at": _iso(plan.decided_at), "dry_run": recorded.dry_run,
             "changes": len(plan.changes()), "plan": plan.model_dump(mode="json"),
             "unserved": [f"{j.id}: {j.reason}" for j in plan.unserved],
@@ -168,7 +196,8 @@ def loop_json(state: LoopState) -> dict[str, Any]:
             "activity": list(state.activity), "operations": list(state.operations),
             "step_errors": dict(sorted(state.step_errors.items())),
             "recent_errors": list(state.recent_errors),
-            "launch_backoffs": list(state.launch_backoffs)}
+            "launch_backoffs": list(state.launch_backoffs),
+            "reconcile_findings": list(state.reconcile_findings)}
 
 
 def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
@@ -179,7 +208,7 @@ def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],
         "loop": loop_json(state),
         "leader": leader,
         "fleet": fleet_json(store.nodes(), catalog, snapshot, now),
-        "last_plan": plan_json(store),
+        "last_plan": plan_json(store, state.last_plan_id if state.is_leader else None),
         "transitions": recent_transitions(store),
         "operations": recent_operations(store),
         "policy_errors": [str(e) for e in policy_errors],

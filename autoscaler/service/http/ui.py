@@ -1,9 +1,12 @@
 """``/ui``: the status page for people, rendered on the server from the ``/status`` document.
 
 No front-end build and no script: one HTML page with the fleet per pool (states, $/h),
-every node, the last plan with each action's reason and what became of it, holds,
-policy errors, pools whose data is missing, open capacity requests, recent transitions,
-and links to the Grafana dashboards.
+every node, the engine's last plan with each action's reason and what became of it, its
+$/h preview, holds, placement choices and why, pending jobs no pool can run, launch
+back-offs, the last reconcile run's findings, pools where LOST marking is frozen, errors
+caught while acting, running operations, policy errors, pools whose data is missing, open
+capacity requests, recent transitions, and links to the Grafana dashboards. A section with
+nothing to show says so in one line.
 
 Access is the API's token: a bearer header, or the login form, which sets an HttpOnly,
 SameSite=Strict cookie holding a random session id (``sessions.py``: one per login, kept
@@ -209,10 +212,42 @@ def _plan(last: Mapping[str, Any] | None, plan: Plan | None) -> tuple[str, str]:
 
 
 def _placements(plan: Plan | None) -> str:
-    rows = [[e(c.job), e(c.pool), "<br>".join(e(x) for x in c.compared)]
+    rows = [[e(c.job), e(c.pool), "<br>".join(e(x) for x in c.compared), e(c.reason)]
             for c in (plan.placements if plan else [])]
-    return _table(["job", "pool chosen", "pools compared"], rows,
+    return _table(["job", "pool chosen", "pools compared", "why"], rows,
                   "No pending job had a choice between pools.")
+
+
+def _unserved(plan: Plan | None) -> str:
+    rows = [[e(j.id), e(j.team), e(j.constraint), e(j.reason)]
+            for j in (plan.unserved if plan else [])]
+    return _table(["job", "team", "first failed constraint", "why no pool runs it"], rows,
+                  "Every pending job has a pool whose nodes can run it.")
+
+
+def _lines(lines: Iterable[Any], empty: str) -> str:
+    items = "".join(f"<li>{e(x)}</li>" for x in lines)
+    return f"<ul>{items}</ul>" if items else f'<p class="muted">{e(empty)}</p>'
+
+
+def _acting(status: Mapping[str, Any]) -> str:
+    """What the loop met while acting: its reconcile findings, LOST freezes, errors, work."""
+    loop = status.get("loop") or {}
+    frozen = [[e(k), e(v)] for k, v in sorted((status.get("lost_frozen") or {}).items())]
+    counts = loop.get("step_errors") or {}
+    errors = ('<p class="muted">None since the service started.</p>' if not counts else
+              "<p>Since the service started: "
+              + ", ".join(f"{e(k)} {e(v)}" for k, v in counts.items()) + ". The last ones:</p>"
+              + _lines(loop.get("recent_errors") or [], "None kept."))
+    return ("<h2>Launch back-offs</h2>"
+            + _lines(loop.get("launch_backoffs") or [], "No launch is backed off.")
+            + "<h2>Reconciler findings (last run)</h2>"
+            + _lines(loop.get("reconcile_findings") or [], "None.")
+            + "<h2>LOST marking frozen</h2>"
+            + _table(["pool", "why"], frozen, "No pool: missing instances are marked LOST.")
+            + "<h2>Errors caught while acting</h2>" + errors
+            + "<h2>Running operations</h2>"
+            + _lines(loop.get("operations") or [], "None."))
 
 
 def _header(status: Mapping[str, Any], links: Sequence[tuple[str, str]]) -> str:
@@ -242,8 +277,13 @@ def status_page(status: Mapping[str, Any], links: Sequence[tuple[str, str]] = ()
     missing = [[e(k), e(v)] for k, v in sorted((status.get("data_missing") or {}).items())]
     sources = status.get("sources_missing") or []
     body = (_header(status, links) + "<h2>Fleet per pool</h2>" + _pools(status, plan)
-            + "<h2>Last plan</h2>" + actions + "<h2>Holds</h2>" + holds
+            + "<h2>Last plan</h2>" + actions
+            + "<h2>Preview of the last plan ($/h)</h2>"
+            + _lines((status.get("loop") or {}).get("previews") or [], "Nothing to preview.")
+            + "<h2>Holds</h2>" + holds
             + "<h2>Placement groups: where pending jobs launch</h2>" + _placements(plan)
+            + "<h2>Pending jobs no pool can run (not bought for)</h2>" + _unserved(plan)
+            + _acting(status)
             + "<h2>Spot placement scores (AWS)</h2>" + _spot_scores(status)
             + "<h2>Policy errors</h2>" + _table(["error (the team keeps its last good policy)"],
                                                 errors, "None.")

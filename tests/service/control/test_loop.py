@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import logging
 
 import pytest
 
 from autoscaler.fleet.demand_history import DemandHistory, bin_start
 from autoscaler.model.lifecycle import NodeState
-from autoscaler.model.plan import Drain, Hold, Launch, Replace
+from autoscaler.model.plan import Drain, Hold, Launch, PlacementChoice, Plan, Replace
 from autoscaler.model.progress import NodeProgress
-from autoscaler.model.snapshot import CapacityError, ImageObservation, PoolObservation
+from autoscaler.model.snapshot import CapacityError, ImageObservation, PoolObservation, UnservedJob
 from autoscaler.model.snapshot_parts import Observed
 from autoscaler.policy.models import Market
 from autoscaler.service.control import loop as loop_module
 from autoscaler.service.control.backoff import fingerprint
+from autoscaler.service.control.reconciler import Finding, ReconcileReport
+from autoscaler.service.http.status import build_status
+from autoscaler.service.http.ui import status_page
 from autoscaler.service.observe.forecasts import PoolForecasts
 from tests.builders import busy, idle, pending
 from tests.fleet.writes import create_node, transition, walk
@@ -31,6 +35,16 @@ def kit(tmp_path):
 
 def demand(kit, *gpus):
     kit.signals.pools = {"vision/train": PoolObservation(pending=pending(*gpus))}
+
+
+def status_of(kit, leader=True):
+    state = dataclasses.replace(kit.loop.state, is_leader=leader)
+    return build_status(kit.store, state, {"is_leader": leader}, [], kit.loop.catalog,
+                        kit.loop.last_snapshot, kit.clock())
+
+
+def page_of(kit):
+    return status_page(status_of(kit)).body.decode()
 
 
 def test_a_tick_records_the_plan_and_hands_it_to_the_executor(kit, caplog):
@@ -331,3 +345,88 @@ def test_a_failing_image_read_leaves_images_unknown_and_is_logged_once(tmp_path,
     assert [a.kind for a in first.plan.actions] == ["launch"]  # unknown: decided as usual
     assert len([r for r in caplog.records if "roles directory" in r.getMessage()]) == 1
     kit.store.close()
+
+
+def test_the_last_reconcile_run_s_findings_reach_status_and_the_page(kit, monkeypatch):
+    stuck = Finding(kind="drain-stuck", node="vision-train-9", pool="vision/train",
+                    detail="drain stuck for 2h10m (limit 1h): phase requested, scheduler "
+                           "cannot be read (GET https://ops:hunter2@slurm.example/ failed); not forced")
+    region = Finding(kind="lost-frozen", detail="aws/us-east-1 answered with no instance")
+    found = [stuck, region]
+    monkeypatch.setattr(kit.reconciler, "run", lambda snapshot=None: ReconcileReport(
+        at=kit.clock(), findings=list(found)))
+    kit.loop.tick()
+    lines = status_of(kit)["loop"]["reconcile_findings"]
+    assert lines == ["drain-stuck vision-train-9: drain stuck for 2h10m (limit 1h): phase requested, "
+                     "scheduler cannot be read (GET https://ops:***@slurm.example/ failed); not forced",
+                     "lost-frozen: aws/us-east-1 answered with no instance"]
+    page = page_of(kit)
+    assert "Reconciler findings (last run)" in page and "drain stuck for 2h10m" in page
+    assert "hunter2" not in page
+    found.clear()  # replaced each run: what is true now, not a history
+    kit.loop.tick()
+    assert status_of(kit)["loop"]["reconcile_findings"] == []
+    assert "drain stuck for 2h10m" not in page_of(kit)
+
+
+def test_a_job_no_pool_can_run_is_logged_when_it_starts_and_shown_on_the_page(kit, caplog,
+                                                                            monkeypatch):
+    job = UnservedJob(id="ml/resnet-7", team="vision", constraint="taint gpu=a100:NoSchedule",
+                      reason="no pool's nodes could run it: vision/train: taint gpu=a100:NoSchedule "
+                             "not tolerated")
+    read = kit.signals.read
+    monkeypatch.setattr(kit.signals, "read", lambda *args: dataclasses.replace(
+        read(*args), unserved=[job]))
+    with caplog.at_level(logging.DEBUG, logger="autoscaler.service.control.loop"):
+        kit.loop.tick()
+        kit.loop.tick()
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "unserved ml/resnet-7" in r.getMessage()]
+    assert [level for level, _ in said] == [logging.INFO, logging.DEBUG]  # like a hold
+    assert all("(taint gpu=a100:NoSchedule)" in text and job.reason in text for _, text in said)
+    page = page_of(kit)
+    assert "Pending jobs no pool can run" in page
+    assert "<td>ml/resnet-7</td><td>vision</td><td>taint gpu=a100:NoSchedule</td>" in page
+
+
+def test_placement_choices_are_logged_at_debug(kit, caplog):
+    choice = PlacementChoice(job="j1", pool="vision/east", listed_under="vision/east",
+                             compared=["vision/east", "vision/west"],
+                             reason="job j1: vision/east chosen: it fits on capacity already there")
+    with caplog.at_level(logging.DEBUG, logger="autoscaler.service.control.loop"):
+        kit.loop._log_plan(7, Plan(decided_at=kit.clock(), placements=[choice]))
+    [record] = [r for r in caplog.records if "placement" in r.getMessage()]
+    assert record.levelno == logging.DEBUG and record.getMessage() == f"plan 7: placement {choice.reason}"
+
+
+def test_a_launch_backoff_is_logged_once_when_it_starts_and_shown_on_the_page(tmp_path, caplog):
+    kit = make_loop(tmp_path, dry_run=True)  # nothing launched: the back-off lasts
+    S, now = NodeState, kit.clock.now
+    kit.loop.reloader.refresh()
+    launched_under = NodeProgress(policy=fingerprint(kit.loop.policies()["vision"].pools[0]))
+    node = create_node(kit.store, pool="train", now=now, progress=launched_under).name
+    walk(kit.store, node, now, S.PROVISIONING, S.BOOTSTRAPPING)
+    transition(kit.store, node, S.BOOTSTRAP_FAILED, now, "bootstrap failed at task 'nvidia driver'")
+    with caplog.at_level(logging.INFO, logger="autoscaler.service.control.loop"):
+        kit.loop.tick()
+        kit.loop.tick()
+    said = [r.getMessage() for r in caplog.records if "launch back-off" in r.getMessage()]
+    assert len(said) == 1 and "bootstrap failed at task 'nvidia driver', 1 time(s) in a row" in said[0]
+    page = page_of(kit)
+    assert "Launch back-offs" in page and "nvidia driver&#x27;, 1 time(s) in a row" in page
+    kit.store.close()
+
+
+def test_status_and_the_page_show_the_engine_s_plan_not_a_capacity_request_s(kit):
+    demand(kit, 1, 1)
+    engine = kit.loop.tick()
+    launch = engine.plan.actions[0].reason
+    # What RequestKeeper.run records after the tick when a request's ttl ends.
+    keeper = Plan(decided_at=kit.clock(), actions=[Drain(
+        pool="vision/train", node="vision-train-1", trigger="ttl",
+        reason="vision/ci-4711: ttl 2h ended; draining its nodes")])
+    newest = kit.store.record_plan(keeper)
+    last = status_of(kit)["last_plan"]
+    assert last["id"] == engine.plan_id and last["plan"]["pools"]
+    assert html.escape(launch) in page_of(kit)
+    # A follower has no plan of its own: the newest recorded one.
+    assert status_of(kit, leader=False)["last_plan"]["id"] == newest

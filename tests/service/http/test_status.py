@@ -116,3 +116,40 @@ def _plans(tmp_path: Path) -> int:
             return int(db.execute("select coalesce(max(id), 0) from plans").fetchone()[0])
         except sqlite3.OperationalError:
             return 0
+
+
+def test_plan_answers_the_engine_s_plan_not_a_capacity_request_s(running):
+    from autoscaler.model.plan import Drain, Plan
+
+    engine = running.plan()
+    keeper = Plan(decided_at=running.loop.clock(), actions=[Drain(
+        pool="vision/train", node="vision-train-1", trigger="ttl", reason="vision/ci-1: ttl ended")])
+    running.store.record_plan(keeper)
+    assert engine is not None and running.plan()["id"] == engine["id"]
+    assert running.status()["last_plan"]["id"] == engine["id"]
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("GET https://ops:hunter2@state.example/x failed", "GET https://ops:***@state.example/x failed"),
+    ("Authorization: Bearer abcdefghijkl1234 refused", "Authorization: Bearer *** refused"),
+    ("conn password=hunter2&sslmode=require", "conn password=***&sslmode=require"),
+    ('{"SecurityToken": "hunter2"}', '{"SecurityToken": "***"}'),
+    ("vision-train-3: drain step failed: TimeoutError: 30s",
+     "vision-train-3: drain step failed: TimeoutError: 30s"),
+])
+def test_errors_from_outside_are_shown_with_secret_shaped_parts_masked(text, shown):
+    from autoscaler.service.http.status import TEXT_LIMIT, public_text
+
+    assert public_text(text) == shown
+    assert len(public_text("x" * 1000)) == TEXT_LIMIT
+
+
+def test_masking_an_error_takes_linear_time_whatever_the_text():
+    import time
+
+    from autoscaler.service.http.status import public_text
+
+    started = time.monotonic()
+    for hostile in ("password" * 2500, "://a:" * 4000, "bearer " * 3000, "a" * 20_000):
+        public_text(hostile, None)
+    assert time.monotonic() - started < 2  # a backtracking pattern took minutes here

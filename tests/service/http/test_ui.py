@@ -145,3 +145,42 @@ def test_a_huge_form_is_refused_unread(server):
     url, _ = server
     code, _, _ = call(f"{url}/ui/login", data=b"token=" + b"x" * 10_000)
     assert code == 413
+
+
+def test_the_page_shows_what_status_carries_about_acting_each_empty_section_in_one_line():
+    from autoscaler.service.http.ui import status_page
+
+    quiet = status_page({"loop": {}}).body.decode()
+    for line in ("No launch is backed off.", "No pool: missing instances are marked LOST.",
+                 "None since the service started.", "Nothing to preview.",
+                 "Every pending job has a pool whose nodes can run it."):
+        assert line in quiet
+    loop = {"launch_backoffs": [f"vision/train p3.2xlarge on-demand: InsufficientInstanceCapacity{EVIL}, "
+                                "3 time(s) in a row; next try 12:40:00"],
+            "step_errors": {"terraform": 2},
+            "recent_errors": ["terraform apply vision/train: Error: UnauthorizedOperation"],
+            "previews": ["preview vision/train: destroy 1; $/h 15.300 -> 12.240 (-3.060)"],
+            "operations": ["apply vision/train since 12:01:02"],
+            "reconcile_findings": ["unknown-instance i-0abc: tagged ours, not adopted"]}
+    page = status_page({"loop": loop, "lost_frozen": {"vision/train": "4 of 6 instances missing"}}
+                       ).body.decode()
+    assert "3 time(s) in a row; next try 12:40:00" in page and EVIL not in page
+    assert "terraform 2" in page and "UnauthorizedOperation" in page
+    assert "<td>vision/train</td><td>4 of 6 instances missing</td>" in page
+    assert "$/h 15.300 -&gt; 12.240 (-3.060)" in page
+    assert "apply vision/train since 12:01:02" in page
+    assert "unknown-instance i-0abc: tagged ours, not adopted" in page
+
+
+def test_the_page_says_why_a_placement_was_chosen():
+    from datetime import UTC, datetime
+
+    from autoscaler.model.plan import PlacementChoice, Plan
+    from autoscaler.service.http.ui import status_page
+
+    why = "job j1: vision/east chosen: it fits on capacity already there or on its way"
+    plan = Plan(decided_at=datetime(2026, 11, 30, tzinfo=UTC), placements=[PlacementChoice(
+        job="j1", pool="vision/east", listed_under="vision/east",
+        compared=["vision/east", "vision/west"], reason=why)])
+    page = status_page({"last_plan": {"id": 1, "plan": plan.model_dump(mode="json")}}).body.decode()
+    assert f"<td>vision/east<br>vision/west</td><td>{why}</td>" in page
