@@ -1,7 +1,8 @@
 """The baked-image scenario on the sandbox stack, shared by its e2e test and
 ``benchmarks/bench_warm.py``: a team with a baked pool and a base pool of the same type on
 one Slurm partition, the ``gpu-autoscaler image`` CLI against the stack's service config,
-and what each bootstrap run did (its tags, the tasks that ran)."""
+and what each bootstrap run did (its tags, the tasks that ran); and the e2e loop woken when
+an operation ends (``WakingLoop``)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,22 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from autoscaler.catalog import default_catalog
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.lifecycle import NodeState
+from autoscaler.model.snapshot import Snapshot
 from autoscaler.policy import load_dir
 from autoscaler.policy.models import TeamPolicy
 from autoscaler.sandbox.stack.local import SandboxStack
+from autoscaler.service.executor.advance import AdvanceReport
+from autoscaler.service.executor.operations import WorkerPools
+from tests.e2e.test_lifecycle_e2e import Loop
 
 S = NodeState
 _POOL = """\
@@ -67,6 +74,44 @@ def write_policy(directory: Path, floor: int, prepull: Iterable[str] = ()) -> di
     policies, errors = load_dir(directory, default_catalog())
     assert not errors, errors
     return policies
+
+
+class WakingLoop(Loop):
+    """The lifecycle e2e's ``Loop``, woken as the service's tick is: when an apply, an Ansible
+    batch or a drain step ends, the next tick starts at once (its node's next step: the
+    bootstrap after the apply, the stop after the warm part, READY after the join) instead
+    of after the rest of the loop's 2 s wait; so does a tick that moved a node (the engine
+    sees a node READY only at the next tick: the warm pool's refill). Otherwise it waits
+    2 s, as ``Loop`` does."""
+
+    def __init__(self, stack: SandboxStack, policies: dict[str, TeamPolicy]):
+        super().__init__(stack, policies)
+        self.woken = threading.Event()
+        runner = self.executor.runner
+        assert isinstance(runner, WorkerPools), runner
+        runner.on_done = lambda what, report: self.woken.set()
+        advance = self.executor.advance
+
+        def advance_and_wake(snapshot: Snapshot | None = None) -> AdvanceReport:
+            report = advance(snapshot)
+            if report.changes:  # a node moved (READY, say): the engine sees it next tick
+                self.woken.set()
+            return report
+
+        self.executor.advance = advance_and_wake  # type: ignore[method-assign]
+
+    def until(self, done: Callable[[], bool], timeout: float, what: str,
+              during: Callable[[], None] | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; "
+                                     f"fleet {self.states()}; log tail: {self.log[-12:]}")
+            self.woken.clear()  # before the tick: what ends or moves during it wakes the next
+            self.tick()
+            if during is not None:
+                during()
+            self.woken.wait(2)
 
 
 def cli(stack: SandboxStack, *args: str) -> subprocess.CompletedProcess[str]:
@@ -127,5 +172,5 @@ def boot_to_ready(store: FleetStore, names: Iterable[str]) -> dict[str, dict[str
     return out
 
 
-__all__ = ["IMAGE_ONLY", "PREPARED", "STARTED", "S", "boot_to_ready", "cli", "runs", "runs_by_part",
-           "task_events", "write_policy"]
+__all__ = ["IMAGE_ONLY", "PREPARED", "STARTED", "S", "WakingLoop", "boot_to_ready", "cli", "runs",
+           "runs_by_part", "task_events", "write_policy"]

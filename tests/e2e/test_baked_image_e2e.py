@@ -3,7 +3,8 @@ image next to a cold one, every component real.
 
 moto + the terraform binary and AWS provider, the real playbook through ansible-runner over
 SSH to booted test hosts (the follower boots the builder too), a real Slurm cluster, and the
-executor as the service wires it (the lifecycle e2e's ``Loop``).
+executor as the service wires it (the lifecycle e2e's ``Loop``, woken as the service is when an
+operation ends: ``bake_rig.WakingLoop``).
 
 1. The bake: a builder launched by Terraform, the image-time part (``--tags image``) run on
    it, pulling the pool's ``bootstrap.prepull`` image into containerd from the sandbox's
@@ -31,8 +32,7 @@ from autoscaler.sandbox.services.moto_server import MOTO_AMI
 from autoscaler.sandbox.services.registry import Registry, write_image
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from tests.actuators.terraform_fixtures import needs_terraform
-from tests.e2e.bake_rig import IMAGE_ONLY, S, boot_to_ready, cli, runs, write_policy
-from tests.e2e.test_lifecycle_e2e import Loop
+from tests.e2e.bake_rig import IMAGE_ONLY, S, WakingLoop, boot_to_ready, cli, runs, write_policy
 
 pytestmark = [
     pytest.mark.slow, needs_terraform,
@@ -91,7 +91,7 @@ def test_a_baked_node_runs_only_the_node_time_part_and_is_ready_before_a_cold_on
     assert f"pre-pulled into containerd: {pulled}" in baked.stdout
 
     # 2. A baked node and a cold node, launched in the same tick.
-    loop = Loop(stack, write_policy(tmp_path / "policies", 1, prepull=[pulled]))
+    loop = WakingLoop(stack, write_policy(tmp_path / "policies", 1, prepull=[pulled]))
     loop.until(lambda: list(loop.states().values()).count(S.READY) == 2, 480, "both READY")
     nodes = {n.pool: n for n in loop.store.nodes()}
     hot, cold = nodes["baked"], nodes["cold"]

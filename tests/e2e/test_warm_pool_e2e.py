@@ -3,7 +3,8 @@
 moto + the terraform binary and AWS provider (``aws_ec2_instance_state`` stops and starts the
 instances), the real playbook through ansible-runner over SSH to booted test hosts, a real
 Slurm cluster, and the executor as the service wires it (the lifecycle e2e's ``Loop``, which
-decides as the service does: the warm pools out of decide()'s fleet, then their step).
+decides as the service does: the warm pools out of decide()'s fleet, then their step; woken
+as the service is when an operation ends, ``bake_rig.WakingLoop``).
 
 1. The pool fills: two nodes launched, all but the start part run on them (``--skip-tags
    start``, slurmd held off), never joined to Slurm, then stopped: WARM, their instances
@@ -35,8 +36,7 @@ from autoscaler.policy.models import Market, TeamPolicy
 from autoscaler.sandbox.stack.local import SandboxStack, StackOptions, privileged
 from autoscaler.service.control.preview import preview
 from tests.actuators.terraform_fixtures import needs_terraform
-from tests.e2e.bake_rig import IMAGE_ONLY, PREPARED, STARTED, S, pool_yaml, runs
-from tests.e2e.test_lifecycle_e2e import Loop
+from tests.e2e.bake_rig import IMAGE_ONLY, PREPARED, STARTED, S, WakingLoop, pool_yaml, runs
 
 pytestmark = [
     pytest.mark.slow, needs_terraform,
@@ -73,7 +73,7 @@ def test_a_pending_job_starts_a_warm_node_which_is_ready_before_a_cold_one_and_t
         monkeypatch.setenv(key, value)
     cluster = stack.slurm
     assert cluster is not None and stack.follower is not None
-    loop = Loop(stack, write_policy(tmp_path / "policies", 0))
+    loop = WakingLoop(stack, write_policy(tmp_path / "policies", 0))
 
     # 1. The warm pool fills, and its nodes are not capacity.
     loop.until(lambda: list(loop.states().values()).count(S.WARM) == 2, 480, "two WARM nodes")

@@ -41,6 +41,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -307,7 +308,9 @@ class InstanceFollower:
         if self._thread is not None:
             self._thread.join(timeout=30)
         with self._lock:
-            for item in list(self.followed.values()):
-                if item.host is not None:
-                    item.host.stop()
+            items = [item for item in self.followed.values() if item.host is not None]
+            # Side by side: each host is an SshHosts of its own, and a running one may take
+            # its whole teardown deadline to power off.
+            with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+                for item, _ in zip(items, pool.map(lambda i: i.host.stop(), items), strict=True):
                     item.host = None
