@@ -12,6 +12,7 @@ import pytest
 from autoscaler.sandbox.hosts.procs import (
     ManagedProcess,
     ProcessError,
+    ServiceProcess,
     child_pids,
     pid_alive,
     stop_pids,
@@ -90,3 +91,22 @@ def test_a_wait_that_times_out_says_what_its_check_last_raised() -> None:
     assert len(calls) >= 2 and time.monotonic() - began < 5
     with pytest.raises(ProcessError, match=r"^timed out after 0s waiting for nothing$"):
         wait_until(lambda: False, 0.1, "nothing", interval=0.05)
+
+
+def test_a_service_whose_start_fails_half_way_is_stopped_by_its_with(tmp_path: Path) -> None:
+    """Its process is up when its readiness wait fails: ``with`` runs no __exit__ then."""
+    pids: list[int] = []
+
+    class NeverReady(ServiceProcess):
+        def start(self) -> NeverReady:
+            self.proc = proc = ManagedProcess("never-ready", [sys.executable, "-c", SLEEPER],
+                                              tmp_path / "never-ready.log")
+            pids.append(proc.pid)
+            wait_until(lambda: "listening" in proc.log_tail(), 1, "never-ready listening",
+                       proc=proc)
+            return self
+
+    service = NeverReady()
+    with pytest.raises(ProcessError), service:
+        pytest.fail("the block runs only after a start that succeeded")
+    assert service.proc is None and not pid_alive(pids[0])

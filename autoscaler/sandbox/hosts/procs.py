@@ -170,7 +170,13 @@ class ServiceProcess:
             self.proc = None
 
     def __enter__(self) -> Self:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            # A start that failed half way (its process up, its readiness wait failed):
+            # ``with`` runs no __exit__ for it, so it is stopped here, by PID.
+            self.stop()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
