@@ -1,6 +1,9 @@
 """One call to the Alibaba Cloud ECS RPC API through aliyun-python-sdk-core, with the
 SDK's exceptions turned into ours and every trace of the AccessKey scrubbed.
 
+Each call ends within ``EcsApi.limit``: the SDK's timeouts bound each socket read only, and
+an endpoint that trickles its answer would otherwise hold the caller for ever.
+
 The SDK itself logs a rejected signature at ERROR level, and the server's message quotes
 the string it signed, which contains ``AccessKeyId``: a logging filter on the SDK's logger
 and :func:`redact` on our own messages keep the key out of logs and status.
@@ -22,6 +25,7 @@ from aliyunsdkcore.auth.credentials import AccessKeyCredential, StsTokenCredenti
 from aliyunsdkcore.client import AcsClient
 from aliyunsdkcore.request import RpcRequest
 
+from autoscaler.bounded import Bound, Overran, sdk_call_limit
 from autoscaler.clouds.base import (
     CloudApiError,
     CloudAuthError,
@@ -119,7 +123,12 @@ class Endpoint:
 
 
 class EcsApi:
-    """Sends ECS RPC requests for one region; answers parsed JSON or raises a CloudError."""
+    """Sends ECS RPC requests for one region; answers parsed JSON or raises a CloudError.
+
+    Each call is given up on after ``limit`` seconds: per attempt (the first and
+    ``max_retries`` more) the connect timeout and twice the read timeout, and the SDK's
+    longest backoff before each retry; 52 s by default. While a call that overran
+    still runs, the next fails at once (``autoscaler/bounded.py``)."""
 
     def __init__(self, region: str, credentials: Credentials, *, endpoint: Endpoint | None,
                  connect_timeout: float, read_timeout: float, max_retries: int):
@@ -134,6 +143,8 @@ class EcsApi:
                                  auto_retry=max_retries > 0, max_retry_time=max_retries,
                                  connect_timeout=connect_timeout, timeout=read_timeout)
         self.calls: dict[str, int] = {}
+        self.limit = sdk_call_limit(connect_timeout, read_timeout, max_retries + 1)
+        self._bound = Bound("ecs-call")
 
     def call(self, request: RpcRequest) -> dict[str, Any]:
         action = request.get_action_name()
@@ -143,7 +154,12 @@ class EcsApi:
         self.calls[action] = self.calls.get(action, 0) + 1
         where = self.endpoint.host if self.endpoint else f"the {self.region} ECS endpoint"
         try:
-            body = self._client.do_action_with_exception(request)
+            body = self._bound.call("ecs", self.limit,
+                                    lambda: self._client.do_action_with_exception(request))
+        except Overran as exc:
+            why = ("is still sending the answer to a call that overran its time: nothing sent"
+                   if exc.still_running else f"did not finish its answer within {exc.limit:g}s")
+            raise CloudUnreachableError(f"ECS {action}: {where} {why}") from None
         except ServerException as exc:
             code, msg = exc.get_error_code(), redact(exc.get_error_msg() or "", *self._secrets)
             if code in _AUTH_CODES:

@@ -23,7 +23,9 @@ import botocore.exceptions as bex
 from botocore.config import Config
 from botocore.parsers import ResponseParserError
 
+from autoscaler.bounded import Bound, Overran, sdk_call_limit
 from autoscaler.catalog import Catalog, default_catalog
+from autoscaler.clouds.aws_bounded import BoundedClient
 from autoscaler.clouds.aws_events import Trust
 from autoscaler.clouds.aws_pricelist import PriceListReader, PriceListSettings
 from autoscaler.clouds.aws_queue import SqsInterruptionQueue
@@ -123,6 +125,11 @@ def aws_errors(what: str, endpoint: str | None) -> Iterator[None]:
     except _UNREACHABLE as exc:
         where = endpoint or "the AWS endpoint"
         raise CloudUnreachableError(f"{what}: cannot reach {where}: {exc}") from None
+    except Overran as exc:
+        where = endpoint or "the AWS endpoint"
+        why = ("is still sending the answer to a call that overran its time: nothing sent"
+               if exc.still_running else f"did not finish its answer within {exc.limit:g}s")
+        raise CloudUnreachableError(f"{what}: {where} {why}") from None
     except bex.BotoCoreError as exc:
         raise CloudError(f"{what}: {exc}") from None
     except _NOT_AWS as exc:
@@ -146,7 +153,8 @@ class AwsCloud:
         self.catalog = catalog or default_catalog()
         self.clock = clock
         self._session = session or boto3.Session(region_name=region)
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[str, BoundedClient] = {}
+        self._bound = Bound("aws-call")  # per service: at most one call left running past its time
         self._spot: TtlCache[str, list[SpotPrice]] = TtlCache(self.settings.spot_ttl, clock)
         self._offered: TtlCache[str, frozenset[str]] = TtlCache(self.settings.offerings_ttl, clock)
         self._zones: TtlCache[str, dict[str, str]] = TtlCache(self.settings.offerings_ttl, clock)
@@ -160,6 +168,15 @@ class AwsCloud:
             clock=clock)
 
     # -- plumbing ---------------------------------------------------------------
+    def call_limit(self, service: str) -> float:
+        """The longest one API call (one page of a listing) to ``service`` may take before it
+        is given up on (botocore's timeouts bound each socket read, not the answer): per
+        attempt the connect timeout and twice the read timeout (plus the long poll's wait for
+        SQS), and botocore's longest backoff before each retry; 52 s by default, 54 s for SQS."""
+        s = self.settings
+        wait = s.sqs_wait_seconds if service == "sqs" else 0
+        return sdk_call_limit(s.connect_timeout, s.read_timeout, s.max_attempts, wait)
+
     def _client(self, service: str) -> Any:
         if service not in self._clients:
             if self._session.get_credentials() is None:
@@ -167,14 +184,16 @@ class AwsCloud:
             s = self.settings
             config = Config(connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
                             retries={"max_attempts": s.max_attempts, "mode": "standard"})
-            self._clients[service] = self._session.client(
-                service, region_name=self.region, endpoint_url=s.endpoint_url, config=config)
+            raw = self._session.client(service, region_name=self.region,
+                                       endpoint_url=s.endpoint_url, config=config)
+            self._clients[service] = BoundedClient(raw, self._bound, service,
+                                                   self.call_limit(service))
         return self._clients[service]
 
     def _pages(self, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        paginator = self._client("ec2").get_paginator(operation)
+        client = self._client("ec2")
         with aws_errors(f"ec2 {operation} in {self.region}", self.settings.endpoint_url):
-            for page in paginator.paginate(**kwargs):
+            for page in client.pages(operation, **kwargs):
                 self.api_calls[operation] = self.api_calls.get(operation, 0) + 1
                 yield page
 

@@ -15,7 +15,6 @@ sent until it has.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +26,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from autoscaler.bounded import Bound, Overran
 from autoscaler.model.snapshot import GpuMetrics, NodeObservation
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
@@ -82,7 +82,7 @@ class PrometheusReader:
         self.config = config
         self._session_hook = session_hook
         self._client: PrometheusConnect | None = None
-        self._overran: threading.Thread | None = None  # a query still running past its time
+        self._bound = Bound("prometheus-query")  # at most one query left running past its time
 
     def _connect(self) -> PrometheusConnect:
         if self._client is None:
@@ -233,29 +233,14 @@ class PrometheusReader:
 
     def _within(self, limit: float, call: Callable[[PrometheusConnect], Any]) -> Any:
         """``call``'s answer or exception if it ends within ``limit`` seconds."""
-        if self._overran is not None and self._overran.is_alive():
-            raise PrometheusReadError("prometheus is still sending the answer to a query that "
-                                      "overran its time: no query sent")
-        self._overran = None
-        client = self._connect()
-        outcome: list[tuple[bool, Any]] = []
-
-        def run() -> None:
-            try:
-                outcome.append((True, call(client)))
-            except BaseException as exc:  # raised again on the caller's thread
-                outcome.append((False, exc))
-
-        worker = threading.Thread(target=run, name="prometheus-query", daemon=True)
-        worker.start()
-        worker.join(limit)
-        if not outcome:
-            self._overran = worker
-            raise PrometheusReadError(f"prometheus did not finish its answer within {limit:g}s")
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+        try:
+            return self._bound.call("query", limit, lambda: call(self._connect()), "prometheus")
+        except Overran as exc:
+            if exc.still_running:
+                raise PrometheusReadError("prometheus is still sending the answer to a query "
+                                          "that overran its time: no query sent") from None
+            raise PrometheusReadError(
+                f"prometheus did not finish its answer within {limit:g}s") from None
 
     def _observe(self, fields: dict[str, float], w: PoolWindows, builder: QueryBuilder,
                  undated: bool = False) -> NodeObservation:

@@ -3,6 +3,7 @@ decide() picks the (type, zone, market) and says which prices made it choose."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -35,7 +36,16 @@ from autoscaler.signals.prices import (
     wants,
 )
 from tests.clouds import helpers
-from tests.clouds.helpers import ECS_KEY_ID, ECS_SECRET, NOW, FakeClock, ScoreBook, SpotBook
+from tests.clouds.helpers import (
+    AWS_TEST_ENV,
+    ECS_KEY_ID,
+    ECS_SECRET,
+    NOW,
+    FakeClock,
+    ScoreBook,
+    SpotBook,
+)
+from tests.trickle import trickling
 
 # The cloud tests' fixtures: a moto server with a spot price book, a fake ECS endpoint.
 moto_url, moto, spot_book, ecs = helpers.moto_url, helpers.moto, helpers.spot_book, helpers.ecs
@@ -375,3 +385,31 @@ def test_the_service_config_turns_scores_on_and_they_reach_the_decision(
         [launch] = launches(decide(pols, FleetView(), assemble(one_pending_gpu(), market=view), NOW))
         assert launch.zone == ("us-east-1b" if on else "us-east-1a"), launch.reason
     assert len(score_book.requests) == 2
+
+
+@pytest.mark.timeout(30)
+def test_a_market_that_trickles_its_answer_is_missing_within_the_call_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore bounds each socket read, not the answer: a call that overruns its limit is a
+    missing source with the reason, and the tick's next calls to that client fail at once
+    while it still runs (one stuck call per client, not one per tick)."""
+    for key, value in AWS_TEST_ENV.items():
+        monkeypatch.setenv(key, value)
+    with trickling() as trickle:
+        settings = AwsSettings(endpoint_url=trickle.url, connect_timeout=0.5, read_timeout=0.5,
+                               max_attempts=1)
+        markets = {"aws": AwsCloud("us-east-1", settings=settings, clock=FakeClock())}
+        signals = PriceSignals(lambda cloud, region: markets[cloud], clock=FakeClock())
+        markets["aws"]._client("ec2")  # built beforehand: loading botocore's models is not the call
+        started = time.monotonic()
+        view = signals.observe(policies())
+        assert time.monotonic() - started < 1.5 + 1.5
+        stock, spot = view.missing
+        assert stock.startswith("prices aws/us-east-1: stock per zone: ")
+        assert stock.endswith(f"{trickle.url} did not finish its answer within 1.5s")
+        assert "still sending the answer to a call that overran its time: nothing sent" in spot
+        started = time.monotonic()
+        again = signals.observe(policies())
+        assert time.monotonic() - started < 0.5
+        assert all("nothing sent" in m for m in again.missing) and len(again.missing) == 2
+        assert trickle.requests == 1

@@ -114,8 +114,10 @@ class AwsCloudConfig(_Model):
         "the interruption queue's reader refuses (malformed or forged), for inspection. "
         "Without one they are deleted once logged and counted.")
     read_timeout: Duration = Field(
-        timedelta(seconds=10), description="How long an AWS API call may take to answer "
-        "before it is an error (the tick concludes nothing from it). A slow endpoint in front "
+        timedelta(seconds=10), description="How long each read of an AWS API answer may wait "
+        "before the call is an error (the tick concludes nothing from it); the whole call (each "
+        "page of a listing) is given up after the connect timeout plus twice this per attempt, "
+        "plus the SDK's retry waits (52 s by default). A slow endpoint in front "
         "of a large fleet (moto with 1,000 instances takes ~20 s per full listing) needs more.")
     image_check_interval: Duration = Field(
         timedelta(minutes=5), description="How often the images of each baked pool's "

@@ -15,6 +15,8 @@ from typing import Any
 import boto3
 import pytest
 
+from autoscaler.clouds.alicloud import AlicloudCloud, AlicloudSettings
+from autoscaler.clouds.alicloud_api import Credentials
 from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.clouds.aws_queue import SqsInterruptionQueue
 from autoscaler.clouds.base import Interruption, InterruptionKind
@@ -32,8 +34,17 @@ from autoscaler.service.control.interruptions import (
 from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.observe.metrics import ServiceMetrics
 from tests.builders import busy
-from tests.clouds.helpers import moto, moto_url, rebalance, spot_warning  # noqa: F401 (fixtures)
+from tests.clouds.helpers import (  # noqa: F401 (fixtures)
+    AWS_TEST_ENV,
+    ECS_KEY_ID,
+    ECS_SECRET,
+    moto,
+    moto_url,
+    rebalance,
+    spot_warning,
+)
 from tests.service.executor_rig import Rig, make_rig, slurm_policy
+from tests.trickle import trickling
 
 S = NodeState
 
@@ -304,3 +315,59 @@ def test_the_read_budget_ends_a_pass_after_its_batch(
     assert first.unfinished == ["SqsInterruptionQueue"] and sum(first.rejected.values()) == 10
     assert not interrupted(rig, name)
     assert passes_until_interrupted(rig, loop, name, 1) == 1
+
+
+def poll_twice(rig: Rig, source: Any, limit: float) -> tuple[list[str], list[str]]:
+    """Two polls of ``source``: the first within ``limit`` (and some slack), the second at once."""
+    intake = InterruptionIntake(rig.store, [source], rig.settings, rig.clock, lambda: rig.policies)
+    started = time.monotonic()
+    first = intake.poll()
+    assert time.monotonic() - started < limit + 1.5
+    started = time.monotonic()
+    second = intake.poll()
+    assert time.monotonic() - started < 0.5
+    return first.errors, second.errors
+
+
+@pytest.mark.timeout(30)
+def test_a_queue_that_trickles_its_answer_is_the_polls_error_within_the_call_limit(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore bounds each socket read, not the answer: a receive that overruns its limit
+    (the long poll's wait included) is the poll's error, and the next poll fails at once
+    while that receive still runs."""
+    for key, value in AWS_TEST_ENV.items():
+        monkeypatch.setenv(key, value)
+    with trickling() as trickle:
+        cloud = AwsCloud("us-east-1", clock=rig.clock, settings=AwsSettings(
+            endpoint_url=trickle.url, queue_url=f"{trickle.url}/123456789012/interruptions",
+            account_id="123456789012", connect_timeout=0.5, read_timeout=0.5, max_attempts=1))
+        [source] = sources_for([cloud])
+        cloud._client("sqs")  # built beforehand: loading botocore's models is not the call
+        assert cloud.call_limit("sqs") == 0.5 + 1 + 2 * 0.5  # connect, the long poll, reads
+        first, second = poll_twice(rig, source, 2.5)
+        assert first == ["SqsInterruptionQueue: sqs receive_message: did not finish its answer "
+                         "within 2.5s"]
+        assert second == ["SqsInterruptionQueue: sqs receive_message: an earlier call that "
+                          "overran its time still runs: nothing sent"]
+        assert trickle.requests == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_polled_cloud_that_trickles_its_answer_is_the_polls_error_within_the_call_limit(
+        rig: Rig) -> None:
+    """The same for Alibaba Cloud, whose notices are polled (the SDK bounds each read too)."""
+    with trickling() as trickle:
+        cloud = AlicloudCloud("cn-hangzhou", credentials=Credentials(ECS_KEY_ID, ECS_SECRET),
+                              settings=AlicloudSettings(endpoint=trickle.url, connect_timeout=0.5,
+                                                        read_timeout=0.5, max_retries=0))
+        [source] = sources_for([cloud])
+        assert cloud.api.limit == 1.5
+        first, second = poll_twice(rig, source, 1.5)
+        where = trickle.url.removeprefix("http://")
+        [error] = first
+        assert error.startswith("PollingSource: ECS ")
+        assert error.endswith(f"{where} did not finish its answer within 1.5s")
+        [error] = second
+        assert error.endswith("is still sending the answer to a call that overran its time: "
+                              "nothing sent")
+        assert trickle.requests == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -9,6 +10,7 @@ import pytest
 
 from autoscaler.actuators.node_map import NodeSpec
 from autoscaler.actuators.terraform.bake import ROLE_TAG
+from autoscaler.clouds.aws import AwsCloud, AwsSettings
 from autoscaler.fleet.intents import NewNode, interpret
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Plan
@@ -22,8 +24,10 @@ from autoscaler.service.executor import ExecutorSettings
 from autoscaler.service.executor.operations import WorkerPools
 from autoscaler.service.executor.provision import apply_key
 from tests.builders import NOW
+from tests.clouds.helpers import AWS_TEST_ENV
 from tests.fleet.writes import patch, transition
 from tests.service.executor_rig import Rig, drain, launch
+from tests.trickle import trickling
 
 S = NodeState
 POOL = PoolRef("vision", "gpu", "aws", "us-east-1")
@@ -358,3 +362,33 @@ def test_a_replacement_promised_before_a_restart_is_created_before_the_engine_co
     assert new is not None and new.state is S.REQUESTED and new.replaces == old
     assert rig.store.get(old).progress.replacement is None  # type: ignore[union-attr]
     assert rig.reconciler().run().of("replacement-created") == []  # done once
+
+
+@pytest.mark.timeout(30)
+def test_a_cloud_listing_that_trickles_is_a_reconcile_error_within_the_call_limit(
+        rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore bounds each socket read, not the answer: a listing page that overruns its
+    limit is the run's error (nothing concluded, nothing moved), and the next run's listing
+    fails at once while that call still runs."""
+    for key, value in AWS_TEST_ENV.items():
+        monkeypatch.setenv(key, value)
+    [name] = rig.ready_nodes()
+    with trickling() as trickle:
+        cloud = AwsCloud("us-east-1", settings=AwsSettings(
+            endpoint_url=trickle.url, connect_timeout=0.5, read_timeout=0.5, max_attempts=1))
+        reconciler = Reconciler(rig.store, rig.tf, lambda cloud_name, region: cloud,
+                                rig.settings, rig.clock, policies=lambda: rig.policies)
+        cloud._client("ec2")  # built beforehand: loading botocore's models is not the call
+        started = time.monotonic()
+        first = reconciler.run()
+        assert time.monotonic() - started < 1.5 + 1.5
+        assert first.errors == [f"aws/us-east-1: cannot list instances: ec2 describe_instances in "
+                                f"us-east-1: {trickle.url} did not finish its answer within 1.5s"]
+        started = time.monotonic()
+        second = reconciler.run()
+        assert time.monotonic() - started < 0.5
+        [error] = second.errors
+        assert error.endswith("is still sending the answer to a call that overran its time: "
+                              "nothing sent")
+        assert trickle.requests == 1
+    assert first.changes == second.changes == [] and rig.state(name) is S.READY
