@@ -16,8 +16,8 @@ from autoscaler.catalog import default_catalog
 from autoscaler.sandbox.hosts.procs import wait_until
 from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig
-from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
 from autoscaler.signals import slurm as slurm_module
+from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
 from autoscaler.signals.slurm import SlurmReader, jobs_from_json, jobs_from_text
 from tests.builders import make_policy
 
