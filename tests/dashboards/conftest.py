@@ -56,8 +56,8 @@ def scenario(tmp_path_factory):
     shots = UiShots(workdir) if chromium_path() is not None else None
     s = Scenario(workdir, on_phase=shots)
     s.shots = shots  # type: ignore[attr-defined]
-    s.start()
     try:
+        s.start()  # inside: a start that fails half way stops what it started
         if shots is not None:
             shots.open(s)
         s.run()

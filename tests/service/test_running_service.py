@@ -56,8 +56,8 @@ def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[S
     stop = threading.Event()
     thread = threading.Thread(target=svc.run, args=(stop,), name="service", daemon=True)
     thread.start()
-    wait_until(lambda: svc.api is not None, 10, "the HTTP API")
     try:
+        wait_until(lambda: svc.api is not None, 10, "the HTTP API")
         yield svc, signals
     finally:
         stop.set()
