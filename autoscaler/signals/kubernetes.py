@@ -109,7 +109,9 @@ class KubernetesReader:
     def _connect(self) -> client.CoreV1Api:
         if self._api is not None:
             return self._api
-        self._api = connect(self.config)
+        # Unbounded: the informers' lists and watches run on their own threads (a watch's
+        # stream stays open by design), and a tick waits for a list at most its timeout.
+        self._api = connect(self.config, bounded=False)
         return self._api
 
     # -- caches -----------------------------------------------------------------------

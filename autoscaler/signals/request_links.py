@@ -8,8 +8,9 @@ is released when that ends. Only an answer that says so counts:
 * job (batch/v1): a ``Complete`` or ``Failed`` condition that is ``True``;
 * selector: at least one pod matches (in any namespace) and every one has ended.
 
-An error, a timeout or an object that is gone (404) is no evidence either way: the
-request keeps its nodes until its ttl. Names and selectors have a closed syntax
+An error, a timeout (each whole call is bounded: ``schedulers/kubernetes/bounded_api``) or
+an object that is gone (404) is no evidence either way: the request keeps its nodes until
+its ttl. Names and selectors have a closed syntax
 (``fleet/request_spec.py``) and go to the API as path parts and query values only.
 """
 

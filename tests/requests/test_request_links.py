@@ -4,12 +4,15 @@ only an answer that says "ended" counts."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from autoscaler.model.request_spec import Link
 from autoscaler.sandbox.fakes.kube import FakeKube
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig
 from autoscaler.signals.request_links import KubeLinks, LinkWatcher
+from tests.trickle import trickling
 
 
 @pytest.fixture
@@ -61,3 +64,22 @@ def test_slurm_links_go_to_scontrol(tmp_path):
     slurm = SlurmConfig(bin_dir=tmp_path)
     got = LinkWatcher(slurm=slurm)([Link(slurm_job="41"), Link(slurm_job="42")])
     assert got == {"slurm_job=41"}
+
+
+@pytest.mark.timeout(30)
+def test_an_api_server_that_trickles_its_answers_is_no_evidence_within_the_call_limit():
+    """The client bounds each read, not the answer: the first check overruns its limit
+    (2 x the 0.5 s timeout), the others fail at once while it still runs (the tick waits
+    for one stuck call, not one per link)."""
+    links = [Link(kubernetes_pod="ci/train-7"), Link(kubernetes_job="ci/train-8"),
+             Link(kubernetes_selector="app=ci")]
+    with trickling() as trickle:
+        ended = LinkWatcher(kube=KubeLinks.connect(KubernetesConfig(host=trickle.url,
+                                                                    timeout="0.5s")))
+        started = time.monotonic()
+        assert ended(links) == frozenset()
+        assert time.monotonic() - started < 1.0 + 1.5
+        started = time.monotonic()
+        assert ended(links) == frozenset()
+        assert time.monotonic() - started < 0.5
+        assert trickle.requests == 1

@@ -11,6 +11,7 @@ from kubernetes import client, config
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autoscaler.policy.duration import Duration
+from autoscaler.schedulers.kubernetes.bounded_api import BoundedApiClient
 from autoscaler.secrets import read_secret
 
 
@@ -50,25 +51,30 @@ class KubernetesConfig(BaseModel):
         return self
 
 
-def api_client(cfg: KubernetesConfig) -> client.ApiClient:
+def api_client(cfg: KubernetesConfig, *, bounded: bool = True) -> client.ApiClient:
     """A client for the configured API server (kubeconfig, or host + token + CA); the token
-    is read now, from its env var or file."""
-    if cfg.host is None:
-        return config.new_client_from_config(  # type: ignore[no-untyped-call,no-any-return]
-            config_file=str(cfg.kubeconfig))
+    is read now, from its env var or file. ``bounded``: each call ends within a limit
+    derived from ``timeout`` (``bounded_api``), as every call a tick, an executor worker or
+    a request waits on must; False only for the watch caches, whose streams stay open."""
     conf = client.Configuration()
-    conf.host = cfg.host
-    conf.verify_ssl = cfg.verify
-    conf.retries = False  # fail fast: no retries inside a tick
-    if cfg.ca_file is not None:
-        conf.ssl_ca_cert = str(cfg.ca_file)
-    token = read_secret(cfg.token_env, cfg.token_file, "kubernetes token")
-    if token:
-        conf.api_key = {"authorization": token}
-        conf.api_key_prefix = {"authorization": "Bearer"}
+    if cfg.host is None:
+        config.load_kube_config(config_file=str(cfg.kubeconfig),  # type: ignore[no-untyped-call]
+                                client_configuration=conf)
+    else:
+        conf.host = cfg.host
+        conf.verify_ssl = cfg.verify
+        conf.retries = False  # fail fast: no retries inside a tick
+        if cfg.ca_file is not None:
+            conf.ssl_ca_cert = str(cfg.ca_file)
+        token = read_secret(cfg.token_env, cfg.token_file, "kubernetes token")
+        if token:
+            conf.api_key = {"authorization": token}
+            conf.api_key_prefix = {"authorization": "Bearer"}
+    if bounded:
+        return BoundedApiClient(conf, cfg.timeout.total_seconds())
     return client.ApiClient(conf)
 
 
-def connect(cfg: KubernetesConfig) -> client.CoreV1Api:
-    """A CoreV1 client for ``cfg``."""
-    return client.CoreV1Api(api_client(cfg))
+def connect(cfg: KubernetesConfig, *, bounded: bool = True) -> client.CoreV1Api:
+    """A CoreV1 client for ``cfg`` (``bounded``: see :func:`api_client`)."""
+    return client.CoreV1Api(api_client(cfg, bounded=bounded))
