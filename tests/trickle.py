@@ -13,8 +13,8 @@ from collections.abc import Iterator
 class Trickle:
     """Counts the requests it got; stops sending when ``stop`` is set."""
 
-    def __init__(self, every: float) -> None:
-        self.every, self.requests = every, 0
+    def __init__(self, every: float, silent: bool = False) -> None:
+        self.every, self.silent, self.requests = every, silent, 0
         self.stop = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.threads: list[threading.Thread] = []
@@ -34,6 +34,9 @@ class Trickle:
     def _answer(self, conn: socket.socket) -> None:
         with conn, contextlib.suppress(OSError):
             conn.recv(65536)
+            if self.silent:  # not even headers: a handshake that never ends
+                self.stop.wait()
+                return
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\n"
                          b"Content-Length: 100000\r\n\r\n")
             while not self.stop.wait(self.every):
@@ -41,9 +44,10 @@ class Trickle:
 
 
 @contextlib.contextmanager
-def trickling(every: float = 0.2) -> Iterator[Trickle]:
-    """A running :class:`Trickle`, stopped (and its threads joined) on the way out."""
-    t = Trickle(every)
+def trickling(every: float = 0.2, silent: bool = False) -> Iterator[Trickle]:
+    """A running :class:`Trickle`, stopped (and its threads joined) on the way out;
+    ``silent``: it accepts, reads the request and never answers."""
+    t = Trickle(every, silent)
     accepting = threading.Thread(target=t.serve, daemon=True)
     accepting.start()
     try:

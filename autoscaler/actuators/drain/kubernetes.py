@@ -181,14 +181,22 @@ class KubernetesOps:
         # stream() swaps its client's call_api for a websocket one while it runs: on the
         # shared client, other threads' calls (cordons, evictions, readiness) went over
         # the websocket and failed ("0 Handshake status 200 OK", seen at 1,000 nodes).
-        own = client.ApiClient(self.api().api_client.configuration)
-        try:
+        shared = self.api().api_client
+        own = client.ApiClient(shared.configuration)
+
+        def run() -> Any:
             ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, name, namespace,
                         command=command, container=container, stdin=False, stdout=True,
                         stderr=True, tty=False, _preload_content=False,
                         _request_timeout=self.timeout_s)
             ws.run_forever(timeout=self.timeout_s)
-            code = ws.returncode
+            return ws.returncode
+
+        try:
+            # The WebSocket's handshake has no time limit of its own: the whole exec is one
+            # of the client's bounded calls (the handshake, then run_forever's timeout).
+            within = getattr(shared, "within", None)
+            code = within(3 * self.timeout_s, run, f"exec in {key}") if within else run()
         except ApiException as exc:
             if exc.status == 404:
                 return

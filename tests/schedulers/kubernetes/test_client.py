@@ -62,3 +62,23 @@ def test_a_kubeconfig_client_is_bounded_too(tmp_path: Path) -> None:
         assert isinstance(api.api_client, BoundedApiClient)
         assert api.api_client.configuration.host == kube.url
         assert api.read_node("gpu-1", _request_timeout=2).metadata.name == "gpu-1"
+
+
+@pytest.mark.timeout(30)
+def test_an_exec_whose_handshake_is_never_answered_is_a_drain_error_within_the_limit() -> None:
+    """The checkpoint signal's WebSocket handshake has no time limit of its own: an API
+    server that accepts and never answers held the drain step for ever."""
+    from autoscaler.actuators.drain.base import DrainError
+
+    with trickling(silent=True) as silent:
+        ops = KubernetesOps(config=KubernetesConfig(host=silent.url, timeout="0.5s"))
+        ops.api()
+        started = time.monotonic()
+        with pytest.raises(DrainError, match=r"^kubernetes: exec in ml/train-0 failed "
+                                             r"\(ApiCallOverran\)$"):
+            ops._exec("ml/train-0", "main", ["kill", "-USR1", "1"])
+        assert time.monotonic() - started < 1.5 + 1.5  # 3 x the timeout
+        started = time.monotonic()
+        with pytest.raises(DrainError):  # while the first still runs: nothing sent
+            ops._exec("ml/train-1", "main", ["kill", "-USR1", "1"])
+        assert time.monotonic() - started < 0.5 and silent.requests == 1
