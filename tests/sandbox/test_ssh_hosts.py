@@ -15,7 +15,7 @@ import pytest
 from autoscaler.sandbox.hosts import cgroups, netns, node_image
 from autoscaler.sandbox.hosts.overlay import NodeFile, keep_journal
 from autoscaler.sandbox.hosts.procs import proc_stat
-from autoscaler.sandbox.hosts.ssh_hosts import SshHostError, SshHosts
+from autoscaler.sandbox.hosts.ssh_hosts import SshHost, SshHostError, SshHosts
 
 
 def test_slots_use_their_own_slash_30_and_never_the_shared_controller_address() -> None:
@@ -241,6 +241,34 @@ def test_teardown_stops_the_container_and_removes_namespace_veth_and_overlay(
     for pid in [nspawn, *pids]:
         assert not Path(f"/proc/{pid}").exists() or \
             Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+class StubbornNode:
+    """A host's nspawn whose poweroff never ends by itself: stop() returns at the deadline."""
+
+    def __init__(self) -> None:
+        self.deadlines: list[float] = []
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.deadlines.append(timeout)
+
+    def returncode(self) -> int | None:
+        return -9
+
+
+def test_a_power_off_waits_for_an_orderly_poweroff_and_a_teardown_does_not(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # No real namespace: nothing of another test's slot is listed, signalled or deleted.
+    monkeypatch.setattr(netns, "pids_in", lambda slot: [])
+    monkeypatch.setattr(netns, "delete", lambda slot: None)
+    h = SshHosts(["warm"], tmp_path)
+    h.hosts["warm"] = SshHost("warm", netns.Slot(1), tmp_path / "warm")
+    h.hosts["warm"].node = node = StubbornNode()  # type: ignore[assignment]
+    h.power_off("warm")  # a warm node's disk boots again: its poweroff gets the full wait
+    assert node.deadlines == [20.0] and h.hosts["warm"].node is None
+    h.hosts["warm"].node = node  # type: ignore[assignment]
+    h.stop()  # its disk is thrown away: a short wait
+    assert node.deadlines[1:] == [5.0] and h.hosts == {}
 
 
 @pytest.mark.parametrize("console", ["Failed to start Fake NVIDIA driver", "Started everything"])
