@@ -63,13 +63,15 @@ def api_client(cfg: KubernetesConfig, *, bounded: bool = True) -> client.ApiClie
     else:
         conf.host = cfg.host
         conf.verify_ssl = cfg.verify
-        conf.retries = False  # fail fast: no retries inside a tick
         if cfg.ca_file is not None:
             conf.ssl_ca_cert = str(cfg.ca_file)
         token = read_secret(cfg.token_env, cfg.token_file, "kubernetes token")
         if token:
             conf.api_key = {"authorization": token}
             conf.api_key_prefix = {"authorization": "Bearer"}
+    # Fail fast, either way: no retries inside a tick (a kubeconfig client kept urllib3's
+    # three, so a dead server held a call four times its whole-call limit).
+    conf.retries = False
     if bounded:
         return BoundedApiClient(conf, cfg.timeout.total_seconds())
     return client.ApiClient(conf)

@@ -14,7 +14,7 @@ from autoscaler.actuators.drain import DrainOutcome, DrainProgress, PhasedDraine
 from autoscaler.actuators.drain.kubernetes import KubernetesOps
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.sandbox.fakes.kube import FakeKube
-from autoscaler.schedulers.kubernetes.bounded_api import BoundedApiClient
+from autoscaler.schedulers.kubernetes.bounded_api import BoundedApiClient, call_limit
 from autoscaler.schedulers.kubernetes.client import KubernetesConfig, connect
 from tests.builders import NOW, make_node
 from tests.trickle import trickling
@@ -61,6 +61,9 @@ def test_a_kubeconfig_client_is_bounded_too(tmp_path: Path) -> None:
         api = connect(KubernetesConfig(kubeconfig=path, timeout="2s"))
         assert isinstance(api.api_client, BoundedApiClient)
         assert api.api_client.configuration.host == kube.url
+        # No retries, as a host client: one attempt, so the whole-call limit is 2 x 2 s.
+        assert api.api_client.configuration.retries is False
+        assert call_limit(None, 2.0, api.api_client.configuration.retries) == 4.0
         assert api.read_node("gpu-1", _request_timeout=2).metadata.name == "gpu-1"
 
 
