@@ -17,6 +17,7 @@ from datetime import datetime
 
 from autoscaler.engine.context import PoolContext
 from autoscaler.engine.scale_down import broken, idle, unhealthy
+from autoscaler.model.bounds import SKEW
 from autoscaler.model.node import Node
 from autoscaler.model.snapshot import NodeObservation
 
@@ -39,7 +40,7 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
             if obs is not None and obs.scheduler is not None:
                 ctx.long_jobs += [(node, job) for job in obs.scheduler.jobs
                                   if job.started_at is not None
-                                  and node.created_at <= job.started_at < started_before]
+                                  and node.created_at - SKEW <= job.started_at < started_before]
     # Sums stay in locals until the end: attribute updates on ctx per node cost more.
     util_sum, util_count, idle_load = ctx.util_sum, ctx.util_count, ctx.idle_load
     reporting = fallbacks = 0
@@ -59,9 +60,11 @@ def survey(ctx: PoolContext, now: datetime, gpus_of: Callable[[Node], int]) -> N
                     # A job cannot have started on the node before it was created: such a
                     # start is unknown, not clamped to created_at (that would make it as
                     # old as its node, older than it provably is), so it is never released
-                    # on our own account (long_jobs.py).
+                    # on our own account (long_jobs.py). Within SKEW it can: a scheduler's
+                    # times are whole seconds (Slurm, the Kubernetes API) from another
+                    # clock, so a job started in its node's first second reads as before it.
                     if started is not None and started < started_before \
-                            and started >= node.created_at:
+                            and started >= node.created_at - SKEW:
                         ctx.long_jobs.append((node, job))
             if sched.gpus_allocated < sched.gpus_total:
                 ctx.free.append(node)

@@ -101,6 +101,22 @@ def test_a_job_started_before_its_node_was_created_is_never_a_long_job() -> None
         assert rep.job == "long" and rep.release
 
 
+def test_a_job_started_in_its_nodes_first_second_is_a_long_job() -> None:
+    """Slurm's and the Kubernetes API's times are whole seconds from another clock: a job
+    that started 0.4 s after its node was created reads as 0.6 s before it. Read as unknown,
+    it was never released (a flaky Slurm test found it)."""
+    policy = make_policy(lifetime={"max_job_runtime": "6s", "action": "release"})
+    created = NOW - timedelta(seconds=9, milliseconds=400)
+    obs = {"n1": NodeObservation(
+        metrics=GpuMetrics(util_mean=90, util_max_idle_window=95, sample_age_s=3),
+        scheduler=SchedulerNode(state="allocated", gpus_total=1, gpus_allocated=1, jobs=[
+            RunningJob(id="7", gpus=1, started_at=NOW - timedelta(seconds=10))]))}
+    node = make_node("n1", age=NOW - created)
+    assert node.created_at > obs["n1"].scheduler.jobs[0].started_at  # type: ignore[union-attr]
+    (rep,) = [a for a in run(policy, [node], obs).actions if isinstance(a, ReportJob)]
+    assert rep.job == "7" and rep.release
+
+
 def _long_job_plan(priority: str, settings: EngineSettings | None = None, **lifetime: str):
     policy = make_policy(priority=priority, lifetime={"max_job_runtime": "2h", **lifetime},
                          scale_down={"checkpoint_grace": "5m"})
