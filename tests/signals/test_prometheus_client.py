@@ -4,9 +4,7 @@ Prometheus (fast tests)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from autoscaler.signals.prometheus import PrometheusReader, _session
 from autoscaler.signals.rules import MARKER, RuleSet, avg_rule, newest_rule
 from tests.builders import make_policy
 from tests.hostile_answers import HOSTILE, AnswerServer
+from tests.trickle import Trickle, trickling
 
 POOL = make_policy("vision").pools[0]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -237,50 +236,10 @@ def test_a_result_that_is_not_a_list_is_a_source_error(stub: Stub, result: Any,
     assert reading.nodes == {}
 
 
-class Trickle:
-    """A server that answers its headers at once, then its body a byte at a time until
-    ``stop`` (each byte well inside the reader's timeout); it counts the requests."""
-
-    def __init__(self, every: float) -> None:
-        self.every, self.requests = every, 0
-        self.stop = threading.Event()
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.threads: list[threading.Thread] = []
-        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
-
-    def serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.requests += 1
-            thread = threading.Thread(target=self._answer, args=(conn,), daemon=True)
-            self.threads.append(thread)
-            thread.start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 100000\r\n\r\n")
-            while not self.stop.wait(self.every):
-                conn.sendall(b" ")
-
-
 @pytest.fixture
 def trickle() -> Iterator[Trickle]:
-    t = Trickle(every=0.3)
-    accepting = threading.Thread(target=t.serve, daemon=True)
-    accepting.start()
-    try:
+    with trickling(every=0.3) as t:
         yield t
-    finally:
-        t.stop.set()
-        t.server.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
-        t.server.close()
-        for thread in [accepting, *t.threads]:
-            thread.join(timeout=5)
 
 
 @pytest.mark.timeout(30)
