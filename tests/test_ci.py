@@ -3,9 +3,12 @@ parallel and says where the time went (docs/internals/testing.md)."""
 
 from __future__ import annotations
 
+import gc
 import re
 import tomllib
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,3 +43,14 @@ def test_the_test_command_runs_in_parallel_and_prints_the_slowest_tests() -> Non
     assert opts[opts.index("-n") + 1].isdigit() and "--dist" in opts
     assert opts[opts.index("--dist") + 1] == "loadfile"  # module fixtures are started once
     assert any("slow" in marker for marker in config["markers"])
+
+
+@pytest.mark.exhausts_stack
+def test_no_garbage_collection_runs_while_a_test_exhausts_the_stack() -> None:
+    # A collection at the recursion limit runs earlier tests' finalizers with no stack
+    # left: unraisable RecursionErrors that fail the test (tests/conftest.py).
+    assert not gc.isenabled()
+
+
+def test_garbage_collection_runs_in_every_other_test() -> None:
+    assert gc.isenabled()

@@ -16,6 +16,7 @@ from tests.hostile_files import REPO, Case, all_cases, command, place
 runner = CliRunner()
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("case", all_cases(), ids=lambda c: f"{c.kind}-{c.name}")
 def test_refused_with_file_and_line_and_exit_1(case: Case, tmp_path: Path) -> None:
     path = place(case, tmp_path)

@@ -47,6 +47,7 @@ def run(server: AnswerServer, argv: list[str]):
     return runner.invoke(app, with_server(argv, server.url), env=ENV)
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("answer", HOSTILE)
 def test_a_hostile_answer_is_one_line_and_exit_1(server, command, answer):

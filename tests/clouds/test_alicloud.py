@@ -262,6 +262,7 @@ def test_page_counters_and_shapes_that_are_not_ecs_are_a_cloud_data_error(
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize(("status", "body", "error"), [
     (200, DEEP, "RecursionError"), (500, DEEP, "RecursionError"),
     (200, b"{" + b'"a":{' * 100_000 + b"}" * 100_001, "RecursionError"),
@@ -278,6 +279,7 @@ def test_an_answer_the_sdk_cannot_read_is_a_cloud_data_error(
                               f"ECS response ({error})")
 
 
+@pytest.mark.exhausts_stack
 def test_json_nested_too_deeply_past_the_sdk_is_a_cloud_data_error(answers: AnswerServer) -> None:
     # The SDK decodes the body too, first; a client that does not is read the same way.
     cloud = answering(answers, b"{}")

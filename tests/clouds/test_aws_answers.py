@@ -13,6 +13,7 @@ from tests.hostile_answers import HOSTILE, AnswerServer
 NOT_AWS = ["html-200", "garbage-bytes", "empty-200", "json-list", "json-deep", "json-huge"]
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("answer", NOT_AWS)
 def test_an_answer_that_is_not_aws_is_a_cloud_data_error(
         answers: AnswerServer, answer: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,6 +57,7 @@ def test_the_clouds_other_events_are_ignored_not_refused() -> None:
                        TRUST, NOW) is None
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize(("body", "why"), [
     ("[" * 100_000, "too long"),  # the RecursionError, refused on size
     ("[" * 10_000, "recursion limit"),  # and under the size cap, on depth

@@ -146,6 +146,7 @@ def test_another_regions_product_and_conflicting_prices_are_left_out() -> None:
         "g6.xlarge: 2 different on-demand prices (0.05, 0.8048): left out"]
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize(("document", "message"), [
     ("<html>503 Slow Down</html>", "expected '{', found '<'"),
     ('{"products": {"A": tru', "not JSON (or cut short)"),

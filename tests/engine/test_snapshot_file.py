@@ -35,6 +35,7 @@ def test_the_example_is_accepted() -> None:
     assert _refused(EXAMPLE) == []
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("case", snapshot_cases(), ids=lambda c: c.name)
 def test_each_hostile_snapshot_is_refused_at_its_line(case) -> None:  # type: ignore[no-untyped-def]
     problems = _refused(case.data)

@@ -56,6 +56,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
                     | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=40)
 
 
+@pytest.mark.exhausts_stack
 @FAST
 @given(doc=JSON, depth=st.integers(0, 400))
 def test_nested_documents_never_raise(tmp_path: Path, doc: Any, depth: int) -> None:
@@ -73,6 +74,7 @@ CRON_FIELD = st.sampled_from(["*", "0", "59", "60", "31", "29", "30", "2", "*/7"
                               "FEB", "L", "?", "0,30", "7", "*/99999999999", "59-0", "*/0"])
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("case", policy_cases(), ids=lambda c: c.name)
 def test_every_hostile_file_is_refused_at_its_line(tmp_path: Path, case: Case) -> None:
     policy, errors = _load(tmp_path, case.data)

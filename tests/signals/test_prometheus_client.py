@@ -166,6 +166,7 @@ def test_a_junk_sample_is_absent_and_the_rest_is_read(stub: Stub, junk: Any,
     assert "Traceback" not in caplog.text
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize(("answer", "error"), [("json-list", "TypeError"),
                                                ("json-deep", "RecursionError"),
                                                ("garbage-bytes", "JSONDecodeError")])

@@ -210,6 +210,7 @@ def test_a_malformed_range_in_formatted_output_costs_only_its_own_job(
     assert [j.name for j in reading.nodes["gpu1"].jobs] == on_gpu1
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("answer", [
     "[1,2]",
     '{"jobs": ["x"]}',

@@ -54,6 +54,7 @@ def test_any_value_in_any_section(tmp_path: Path, section: str, value: Any) -> N
     _load(tmp_path, text.replace("NaN", ".nan").replace("Infinity", ".inf").encode())
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("case", config_cases(), ids=lambda c: c.name)
 def test_every_hostile_config_is_refused_at_its_line(tmp_path: Path, case: Case) -> None:
     path = tmp_path / case.filename

@@ -14,6 +14,7 @@ from tests.hostile_files import Case, policy_cases
 from tests.service.service_fakes import write_policy
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("case", policy_cases(), ids=lambda c: c.name)
 def test_a_hostile_file_keeps_only_its_team_on_the_last_good_policy(case: Case, tmp_path) -> None:  # type: ignore[no-untyped-def]
     d = tmp_path / "policies"

@@ -64,6 +64,7 @@ def refused(answer: Answer, *codes: int) -> str:
     return reason
 
 
+@pytest.mark.exhausts_stack
 @pytest.mark.parametrize("case", CASES, ids=[c.case for c in CASES])
 def test_malformed_requests_are_4xx_with_a_one_line_reason(send, case: Malformed):
     assert case.says in refused(send(case.data), case.code)
