@@ -2,8 +2,9 @@
 that holds them, read when a client is built.
 
 The variables that held one are remembered for the process, so that the tools it runs
-(Terraform and its provider plugins) are started without them: the store password or
-Ansible's munge key is none of a provider's business (``child_env``)."""
+are started without them: the store password or Ansible's munge key is none of a
+Terraform provider's business (``child_env``), and Ansible, which talks to no cloud API,
+gets neither those nor the clouds' credentials (``blanked``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 _HELD: set[str] = set()  # environment variables this process read a secret from
+# The variables the clouds' SDKs and Terraform providers read credentials from.
+CLOUD_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                     "ALICLOUD_ACCESS_KEY", "ALICLOUD_SECRET_KEY", "ALICLOUD_SECURITY_TOKEN",
+                     "ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+                     "ALIBABA_CLOUD_SECURITY_TOKEN")
 
 
 class SecretError(RuntimeError):
@@ -43,3 +49,11 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without the variables that hold its secrets, plus
     ``extra`` (which may name one again on purpose)."""
     return {**{k: v for k, v in os.environ.items() if k not in _HELD}, **(extra or {})}
+
+
+def blanked(also: Iterable[str] = ()) -> dict[str, str]:
+    """Every variable of this environment that holds a secret, and each of ``also`` that is
+    set, mapped to "": overrides for a child that is handed the whole environment and can
+    only be given more (ansible-runner copies ``os.environ``, adds its ``envvars`` and
+    writes the lot to its artifacts)."""
+    return {name: "" for name in (*_HELD, *also) if os.environ.get(name)}

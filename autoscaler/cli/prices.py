@@ -11,9 +11,11 @@ import typer
 from rich.table import Table
 from ruamel.yaml import YAML
 
+from autoscaler.bounded import Bound, Overran, sdk_call_limit
 from autoscaler.catalog import Catalog, CatalogError
 from autoscaler.cli.common import PricesOption, catalog_from, console, fail
 from autoscaler.clouds import CloudAuthError, CloudError, CloudMarket, CloudUnreachableError, connect
+from autoscaler.clouds.aws_bounded import BoundedClient
 from autoscaler.clouds.aws_pricelist import PriceList, PriceListReader, PriceListSettings, query_prices
 from autoscaler.model.snapshot import Offering
 from autoscaler.policy.models import Cloud
@@ -73,6 +75,10 @@ def prices_table(rows: list[PriceRow], title: str, scores: bool = False) -> Tabl
     return table
 
 
+# connect 10 s, read 30 s, 3 attempts: the longest one GetProducts page may take.
+PRICING_CALL_LIMIT_S = sdk_call_limit(10, 30, 3)
+
+
 def read_price_list(region: str, catalog: Catalog, url: str | None, endpoint: str | None) -> PriceList:
     """The region's on-demand prices: the Query API (GetProducts, credentials from the
     environment), or the public bulk offer file at ``url``."""
@@ -83,9 +89,12 @@ def read_price_list(region: str, catalog: Catalog, url: str | None, endpoint: st
     from botocore.exceptions import BotoCoreError, ClientError
 
     # The Price List Query API answers in us-east-1 (also eu-central-1, ap-south-1).
-    client = boto3.client("pricing", region_name="us-east-1", endpoint_url=endpoint,
-                          config=Config(connect_timeout=10, read_timeout=30,
-                                        retries={"max_attempts": 3}))
+    raw = boto3.client("pricing", region_name="us-east-1", endpoint_url=endpoint,
+                       config=Config(connect_timeout=10, read_timeout=30,
+                                     retries={"max_attempts": 3}))
+    # botocore's timeouts bound each socket read; an endpoint that trickles its answer
+    # would hold the command for ever, so each page's call has a limit of its own.
+    client = BoundedClient(raw, Bound("pricing-call"), "pricing", PRICING_CALL_LIMIT_S)
     gpus = {t.name: t.gpus for t in catalog.types("aws")}
     try:
         return query_prices(client, region, gpus)
@@ -93,6 +102,8 @@ def read_price_list(region: str, catalog: Catalog, url: str | None, endpoint: st
         raise CloudError(f"GetProducts refused: {exc.response.get('Error', {}).get('Code')}") from exc
     except BotoCoreError as exc:
         raise CloudError(f"GetProducts failed: {type(exc).__name__}: {exc}") from exc
+    except Overran as exc:
+        raise CloudError(f"GetProducts: {exc}") from exc
 
 
 def write_price_list(region: str, catalog: Catalog, url: str | None, endpoint: str | None,

@@ -265,8 +265,8 @@ def http_chunks(settings: PriceListSettings) -> Chunks:
         total = 0
         with answer:
             while True:
-                try:
-                    data = answer.read(1 << 20)
+                try:  # read1: one socket read, so the deadline is checked at least every timeout_s
+                    data = answer.read1(1 << 20)
                 except OSError as exc:
                     raise CloudUnreachableError(f"price list {url}: read failed: {exc}") from None
                 if not data:

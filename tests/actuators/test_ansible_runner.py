@@ -22,6 +22,7 @@ from typing import Any
 import ansible_runner
 import pytest
 
+from autoscaler import secrets
 from autoscaler.actuators.ansible import (
     AnsibleActuator,
     AnsibleError,
@@ -49,6 +50,13 @@ PLAYBOOK = """\
         mode: "0600"
       no_log: true
       when: test_secret is defined
+    - name: What the controller's environment holds
+      ansible.builtin.copy:
+        content: "{{ lookup('env', 'GAS_HELD') }}|{{ lookup('env', 'AWS_SECRET_ACCESS_KEY') }}|{{
+          lookup('env', 'GAS_KEPT') }}"
+        dest: /etc/controller-env
+        mode: "0600"
+      when: check_env | default(false)
     - name: Wait
       ansible.builtin.command: sleep {{ test_sleep | default(0) }}
       changed_when: false
@@ -102,14 +110,21 @@ NODE = make_node("run-a", state=NodeState.BOOTSTRAPPING)
 @pytest.mark.slow
 def test_secret_reaches_the_host_but_no_log_or_result_and_ssh_masters_are_closed(
         hosts: SshHosts, actuator_for, tmp_path: Path,  # type: ignore[no-untyped-def]
-        own_tempdir: Path) -> None:
+        own_tempdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = _private_dirs()
     masters_before = set(_ssh_masters())
+    # A secret of the service's own and the cloud's credentials are not in the
+    # environment ansible-playbook runs in (nor in the one ansible-runner writes to disk).
+    monkeypatch.setattr(secrets, "_HELD", set())
+    for name, value in {"GAS_HELD": SECRET, "AWS_SECRET_ACCESS_KEY": SECRET, "GAS_KEPT": "kept"}.items():
+        monkeypatch.setenv(name, value)
+    assert secrets.read_secret("GAS_HELD", None, "the store's password") == SECRET
     # The production default: shared SSH connections (ControlMaster=auto).
-    actuator = actuator_for(control_persist=True)
+    actuator = actuator_for(control_persist=True, extra_vars={"check_env": True})
     run = actuator.bootstrap([NODE], POLICIES, secrets={"test_secret": SECRET})
     assert run.hosts["run-a"].status is HostStatus.OK, run.hosts
     assert hosts.read_file("run-a", "/etc/test-secret") == SECRET
+    assert hosts.read_file("run-a", "/etc/controller-env") == "||kept"
     kept = sorted(p.name for p in run.run_dir.iterdir())
     assert kept == ["events.jsonl", "inventory.json", "rc", "results.json", "status", "stdout"]
     for path in (tmp_path / "runs").rglob("*"):

@@ -196,6 +196,28 @@ def test_write_reads_the_price_list_query_api_page_by_page(tmp_path, monkeypatch
     assert {"Type": "TERM_MATCH", "Field": "regionCode", "Value": REGION} in p3[0]["Filters"]
 
 
+def test_write_from_a_pricing_endpoint_that_trickles_fails_within_the_call_limit(
+        tmp_path, monkeypatch) -> None:
+    """botocore's read timeout bounds each read: a byte every 0.2 s held GetProducts for ever."""
+    import time
+
+    from autoscaler.cli import prices
+    from tests.trickle import trickling
+
+    monkeypatch.setattr(prices, "PRICING_CALL_LIMIT_S", 1.0)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with trickling() as trickle:
+        started = time.monotonic()
+        done = runner.invoke(app, ["prices", "--cloud", "aws", "--region", "us-west-2", "--write",
+                                   str(tmp_path / "prices.yaml"), "--endpoint", trickle.url])
+        took = time.monotonic() - started
+    assert done.exit_code == 1, done.output
+    assert "GetProducts: pricing get_products: did not finish its answer within 1s" in done.output
+    assert took < 5 and trickle.requests == 1
+    assert not (tmp_path / "prices.yaml").exists()
+
+
 def test_scores_add_each_zones_spot_placement_score_for_the_types_together(
         moto: str, spot_book: SpotBook, score_book: ScoreBook) -> None:
     spot_book.add("p3.2xlarge", "us-east-1a", 0.92)

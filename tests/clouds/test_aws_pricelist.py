@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -34,6 +35,7 @@ from tests.clouds.pricelist_fixture import (
     serve_stream,
     text,
 )
+from tests.trickle import trickling
 
 PATH = f"/offers/v1.0/aws/AmazonEC2/current/{REGION}/index.json"
 GPUS = {t.name: t.gpus for t in default_catalog().types("aws")}
@@ -184,6 +186,17 @@ def test_an_endless_answer_stops_at_the_byte_cap() -> None:
             url=url_of(served.url), max_bytes=4 << 20, max_value_chars=8 << 20), fetch=fetch)
         with pytest.raises(CloudDataError, match="larger than 4194304 bytes"):
             reader.read()
+
+
+def test_a_trickling_answer_ends_at_the_deadline_not_at_its_length() -> None:
+    # A byte every 0.2 s, never a read timeout: a read of 1 MiB took 100000 bytes' time.
+    with trickling() as trickle:
+        reader = PriceListReader(REGION, default_catalog(),
+                                 PriceListSettings(url=trickle.url, timeout_s=2, deadline_s=1))
+        started = time.monotonic()
+        with pytest.raises(CloudUnreachableError, match=r"not read within 1 s"):
+            reader.read()
+        assert time.monotonic() - started < 5
 
 
 def test_http_failures_are_typed_cloud_errors() -> None:

@@ -52,7 +52,7 @@ from autoscaler.catalog.catalog import Catalog
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import FleetView, Node
 from autoscaler.policy.models import TeamPolicy
-from autoscaler.secrets import hold
+from autoscaler.secrets import CLOUD_CREDENTIALS, blanked, hold
 
 # Artifacts worth keeping for operators; "command" is not among them: it holds the whole
 # process environment (cloud credentials of the service included).
@@ -245,6 +245,9 @@ class AnsibleActuator:
         known = s.known_hosts().resolve()
         known.parent.mkdir(parents=True, exist_ok=True)
         return {
+            # The plays get their secrets as extra vars; ansible-playbook needs none from
+            # the environment, and ansible-runner writes the environment to disk.
+            **blanked(CLOUD_CREDENTIALS),
             "ANSIBLE_SSH_ARGS": f"{master} -o StrictHostKeyChecking=accept-new -o HashKnownHosts=no "
                                 f"-o UserKnownHostsFile={known} -o ServerAliveInterval=15 "
                                 "-o LogLevel=ERROR",
