@@ -17,12 +17,13 @@ from autoscaler.cli.logs import configure
 from autoscaler.cli.run import CONFIG_HELP
 from autoscaler.service.doctor import CHECKS, TOTAL_S, Result, Status, diagnose, passed
 
-STYLE = {Status.OK: "green", Status.FAIL: "bold red", Status.SKIP: "dim"}
+STYLE = {Status.OK: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.SKIP: "dim"}
 HELP = (
     "Check every dependency of the service once, up front: one row per check with its "
     f"reason; exit status 0 only if no row fails. Checks run side by side, each with its own "
     f"deadline (the whole command takes at most {TOTAL_S:g}s). Secrets are read, never "
-    "printed. A check that does not apply to this config (no Kubernetes pool...) is skip.\n\n"
+    "printed. A check that does not apply to this config (no Kubernetes pool...) is skip; "
+    "one that works but is not how production should run (root logins on nodes) is warn.\n\n"
     "config, policies, store: the config file, the team policies and the store open as "
     "`run` opens them (an empty store is created at the schema's head).\n\n"
     + "\n\n".join(f"{c.name}: {c.help}" for c in CHECKS)
@@ -60,7 +61,10 @@ def _row(row: Result) -> dict[str, object]:
 
 def table(rows: list[Result]) -> Table:
     failed = sum(r.status is Status.FAIL for r in rows)
-    out = Table(title=f"gpu-autoscaler doctor: {'all checks pass' if not failed else f'{failed} failed'}",
+    warned = sum(r.status is Status.WARN for r in rows)
+    verdict = f"{failed} failed" if failed else "all checks pass"
+    out = Table(title=f"gpu-autoscaler doctor: {verdict}"
+                      + (f" ({warned} warning{'s' if warned > 1 else ''})" if warned else ""),
                 title_justify="left", show_lines=False)
     out.add_column("check", no_wrap=True)
     out.add_column("status", no_wrap=True)

@@ -21,6 +21,8 @@ CHECKS: tuple[Check[Context], ...] = (
     Check("secrets", basics.secrets, help="Every secret the config names (HTTP and team "
           "tokens, store password) is readable; an HTTP listen address that is not loopback "
           "has a token."),
+    Check("ssh user", basics.ssh_user, help="ansible.ssh_user: root is a warning (cloud "
+          "images refuse root logins over SSH; use the image's own user, with sudo)."),
     Check("prices", basics.prices, 20, help="A price for every instance type of every pool "
           "(the market's when clouds.market_prices is on, else the catalog and price file)."),
     Check("aws credentials", aws.credentials, help="STS GetCallerIdentity with the standard "

@@ -1,5 +1,5 @@
 """Checks that need no other system: the secrets the config names, the HTTP token rule,
-and a price for every instance type of every pool."""
+the user Ansible logs in to nodes as, and a price for every instance type of every pool."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from autoscaler.catalog import CatalogError
 from autoscaler.clouds import CloudError
 from autoscaler.service.config.models import ServiceConfig
 from autoscaler.service.doctor.context import Context
-from autoscaler.service.doctor.report import Result, fail, ok
+from autoscaler.service.doctor.report import Result, fail, ok, warn
 from autoscaler.service.http.api import is_loopback
 from autoscaler.service.wiring import Markets
 from autoscaler.signals.prices import region_offerings, wants
@@ -29,6 +29,20 @@ def _http_summary(config: ServiceConfig) -> str:
     token = "a token" if http.token_env or http.token_file else "no token"
     where = "loopback" if is_loopback(http.host) else "not loopback"
     return f"http.listen {http.listen} ({where}) with {token}; every named secret readable"
+
+
+def ssh_user(ctx: Context) -> list[Result]:
+    """Logging in to nodes as root is a warning, not a failure: it works where the image
+    allows it (the sandbox's test hosts do), but cloud images refuse root over SSH, and a
+    user of the image's own with sudo (``become``) leaves root logins off on every node."""
+    a = ctx.config.ansible
+    if a.ssh_user == "root":
+        return [warn("ssh user", "ansible.ssh_user is root (the default): nodes must allow "
+                                 "root logins over SSH; set the image's own user (admin on "
+                                 "Debian, ubuntu, ec2-user), which the plays use with sudo")]
+    become = a.become if a.become is not None else True
+    return [ok("ssh user", f"{a.ssh_user}@node:{a.ssh_port}, "
+                           f"{'with sudo (become)' if become else 'without sudo (become: false)'}")]
 
 
 def prices(ctx: Context) -> list[Result]:

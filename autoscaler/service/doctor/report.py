@@ -26,6 +26,7 @@ T = TypeVar("T")
 
 class Status(StrEnum):
     OK = "ok"
+    WARN = "warn"  # works, but not as production should run it; not a failure
     FAIL = "fail"
     SKIP = "skip"  # does not apply to this config (no Slurm pools, no queue...)
 
@@ -40,6 +41,10 @@ class Result:
 
 def ok(name: str, reason: str) -> Result:
     return Result(name, Status.OK, reason)
+
+
+def warn(name: str, reason: str) -> Result:
+    return Result(name, Status.WARN, reason)
 
 
 def fail(name: str, reason: str) -> Result:
@@ -103,5 +108,5 @@ def _timed(check: Check[C], context: C) -> list[Result]:
 
 
 def passed(rows: Sequence[Result]) -> bool:
-    """Exit status 0 only when nothing failed (a skip is not a failure)."""
+    """Exit status 0 only when nothing failed (a skip or a warning is not a failure)."""
     return all(r.status is not Status.FAIL for r in rows)

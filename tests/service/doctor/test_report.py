@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 from autoscaler.service.doctor import CHECKS, diagnose
-from autoscaler.service.doctor.report import Check, Result, Status, fail, ok, passed, run_checks, skip
+from autoscaler.service.doctor.report import (
+    Check,
+    Result,
+    Status,
+    fail,
+    ok,
+    passed,
+    run_checks,
+    skip,
+    warn,
+)
 
 
 def test_rows_keep_the_order_of_the_checks_and_a_raise_is_a_fail_row() -> None:
@@ -28,6 +38,7 @@ def test_rows_keep_the_order_of_the_checks_and_a_raise_is_a_fail_row() -> None:
     assert rows[1].reason == "unexpected RuntimeError: the API said no"
     assert not passed(rows)
     assert passed([rows[0], rows[2]])  # a skip is not a failure
+    assert passed([rows[0], warn("d", "root logins")])  # nor is a warning
 
 
 def test_a_check_past_its_deadline_is_a_fail_row_and_the_others_still_answer() -> None:
