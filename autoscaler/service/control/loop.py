@@ -250,12 +250,15 @@ class ServiceLoop:
             self.metrics.set_lost_frozen(frozen)
             # Replaced each run, not appended: a finding that lasts (a stuck drain) is found
             # again every run, so the list is what is true now.
-            self._set_state(lost_frozen=frozen,
+            self._set_state(lost_frozen=frozen, reconciled_at=found.at, reconcile_error=None,
                             reconcile_findings=tuple(map(_finding_line, found.findings)))
             return found
-        except Exception:
+        except Exception as exc:
             self.metrics.tick_errors.labels("reconcile").inc()
             log.exception("reconciler failed; deciding on the store as it is")
+            # The findings stay those of the last run that ended, and say so: a stuck drain
+            # is not over because the reconciler could not look this time.
+            self._set_state(reconcile_error=public_text(f"{type(exc).__name__}: {exc}"))
             return None
 
     def read_snapshot(self, policies: dict[str, TeamPolicy], fleet: FleetView,

@@ -71,6 +71,8 @@ class LoopState:
     recent_errors: tuple[str, ...] = ()  # the last few of them (newest last)
     launch_backoffs: tuple[str, ...] = ()  # launches held after repeated failures (backoff.py)
     reconcile_findings: tuple[str, ...] = ()  # the last reconcile run's (what is true now)
+    reconciled_at: datetime | None = None  # when the run that found them ran
+    reconcile_error: str | None = None  # why the last run failed (its findings are older)
     forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)  # pool -> forecast view
 
 
@@ -197,7 +199,8 @@ def loop_json(state: LoopState) -> dict[str, Any]:
             "step_errors": dict(sorted(state.step_errors.items())),
             "recent_errors": list(state.recent_errors),
             "launch_backoffs": list(state.launch_backoffs),
-            "reconcile_findings": list(state.reconcile_findings)}
+            "reconcile_findings": list(state.reconcile_findings),
+            "reconciled_at": _iso(state.reconciled_at), "reconcile_error": state.reconcile_error}
 
 
 def build_status(store: FleetStore, state: LoopState, leader: dict[str, Any],

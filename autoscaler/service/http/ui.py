@@ -230,6 +230,17 @@ def _lines(lines: Iterable[Any], empty: str) -> str:
     return f"<ul>{items}</ul>" if items else f'<p class="muted">{e(empty)}</p>'
 
 
+def _reconciled(loop: Mapping[str, Any]) -> str:
+    """Which run the findings are from, and why the last one found nothing new."""
+    at = loop.get("reconciled_at")
+    when = f"From the run at {e(at)}." if at else "No run has ended yet."
+    failed = loop.get("reconcile_error")
+    if failed:
+        return (f'<p class="bad">The last run failed: {e(failed)}. {when} '
+                "Its findings may no longer be true.</p>")
+    return f'<p class="muted">{when}</p>'
+
+
 def _acting(status: Mapping[str, Any]) -> str:
     """What the loop met while acting: its reconcile findings, LOST freezes, errors, work."""
     loop = status.get("loop") or {}
@@ -241,7 +252,7 @@ def _acting(status: Mapping[str, Any]) -> str:
               + _lines(loop.get("recent_errors") or [], "None kept."))
     return ("<h2>Launch back-offs</h2>"
             + _lines(loop.get("launch_backoffs") or [], "No launch is backed off.")
-            + "<h2>Reconciler findings (last run)</h2>"
+            + "<h2>Reconciler findings</h2>" + _reconciled(loop)
             + _lines(loop.get("reconcile_findings") or [], "None.")
             + "<h2>LOST marking frozen</h2>"
             + _table(["pool", "why"], frozen, "No pool: missing instances are marked LOST.")

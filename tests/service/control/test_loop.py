@@ -360,12 +360,31 @@ def test_the_last_reconcile_run_s_findings_reach_status_and_the_page(kit, monkey
     assert lines == ["drain-stuck vision-train-9: drain stuck for 2h10m (limit 1h): phase requested, "
                      "scheduler cannot be read (GET https://ops:***@slurm.example/ failed); not forced",
                      "lost-frozen: aws/us-east-1 answered with no instance"]
+    ran_at = status_of(kit)["loop"]["reconciled_at"]
+    assert ran_at is not None and status_of(kit)["loop"]["reconcile_error"] is None
     page = page_of(kit)
-    assert "Reconciler findings (last run)" in page and "drain stuck for 2h10m" in page
+    assert f"From the run at {ran_at}." in page and "drain stuck for 2h10m" in page
     assert "hunter2" not in page
+
+    # A run that fails keeps the last findings, and both surfaces say they are older.
+    def broken(snapshot=None):  # type: ignore[no-untyped-def]
+        raise RuntimeError("DescribeInstances timed out (token=hunter2)")
+    monkeypatch.setattr(kit.reconciler, "run", broken)
+    kit.loop.tick()
+    loop = status_of(kit)["loop"]
+    assert loop["reconciled_at"] == ran_at and len(loop["reconcile_findings"]) == 2
+    assert loop["reconcile_error"].startswith("RuntimeError: DescribeInstances timed out")
+    page = page_of(kit)
+    assert "The last run failed: RuntimeError: DescribeInstances timed out" in page
+    assert f"From the run at {ran_at}. Its findings may no longer be true." in page
+    assert "hunter2" not in page and "hunter2" not in str(loop)
+
     found.clear()  # replaced each run: what is true now, not a history
+    monkeypatch.setattr(kit.reconciler, "run", lambda snapshot=None: ReconcileReport(
+        at=kit.clock(), findings=list(found)))
     kit.loop.tick()
     assert status_of(kit)["loop"]["reconcile_findings"] == []
+    assert status_of(kit)["loop"]["reconcile_error"] is None
     assert "drain stuck for 2h10m" not in page_of(kit)
 
 
