@@ -423,7 +423,14 @@ class Reconciler:
     def _compare_state(self, ref: PoolRef, nodes: list[Node], held: set[str], wanted: set[str],
                        report: ReconcileReport) -> None:
         states = {n.name: n.state for n in nodes}
-        extra = sorted(k for k in held - wanted if states.get(k) not in REMOVING)
+        # A key with no row at all is not the store's to remove (a restored store): the
+        # cloud check reports or adopts its instance, and the pool's apply waits for that.
+        unknown = sorted(k for k in held - wanted if k not in states)
+        extra = sorted(k for k in held - wanted if k in states and states[k] not in REMOVING)
+        for key in unknown:
+            self._find(report, "state-unknown", f"the state of {ref.key} holds {key}, which the "
+                       "store has no row for: the pool is not applied until it is adopted",
+                       node=key, pool=ref.key)
         missing = sorted(k for k in wanted - held
                          if states.get(k) in INSTANCE_STATES - INSTANCE_PENDING)
         for key in extra:

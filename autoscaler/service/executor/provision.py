@@ -127,6 +127,10 @@ def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runne
 
 
 def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: AddressOf) -> None:
+    held_back = not_the_stores(provisioner, ref, step.store.nodes(pool=ref.key))
+    if held_back:
+        step.error("terraform", f"pool {ref.key}: not applied: {held_back}")
+        return
     step.move_all([Move(node.name, S.PROVISIONING, f"terraform apply of pool {ref.key}")
                    for node in step.store.nodes(states=[S.REQUESTED], pool=ref.key)])
     nodes = step.store.nodes(pool=ref.key)
@@ -146,6 +150,37 @@ def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: A
     # (TERMINATING on a cancel), and a move that assumes its old state would fail and
     # drop the instance id on the floor.
     settle(step, provisioner, ref, step.store.nodes(pool=ref.key), outputs, result, address_of)
+
+
+def not_the_stores(provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node]) -> str | None:
+    """Why the pool must not be applied, or None. An apply makes the state hold exactly the
+    store's nodes, so a node the state holds and the store has no row for would be destroyed
+    (a store restored from a backup, or another store), and one the store has just named
+    again (REQUESTED: names are never reused otherwise) would be handed the old instance.
+    Neither is evidence that the instance may go: the reconciler adopts them
+    (``executor.unknown_instances: adopt``) or reports them, and the apply waits."""
+    applied = provisioner.applied(ref)
+    # The last apply's map is on the controller's disk; without one, the state itself.
+    held = set(applied) if applied else set(provisioner.instances(ref))
+    rows = {n.name: n.state for n in nodes}
+    unknown = sorted(k for k in held if k not in rows)
+    renamed = sorted(k for k in held if rows.get(k) is S.REQUESTED)
+    if not unknown and not renamed:
+        return None
+    parts = []
+    if unknown:
+        parts.append(f"its Terraform state holds {_some(unknown)}, which the store has no row "
+                     "for, and an apply would destroy")
+    if renamed:
+        parts.append(f"the store named new nodes {_some(renamed)} as the state already "
+                     "holds them")
+    return ("; ".join(parts) + " (a store restored from a backup?). Nothing is destroyed: set "
+            "executor.unknown_instances: adopt, or remove the rows and instances by hand")
+
+
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],

@@ -300,17 +300,47 @@ def test_bootstrapping_limit_covers_retries_and_ready_wait(rig: Rig) -> None:
 
 def test_terraform_state_drift_marks_the_pool_stale_at_the_check_interval(rig: Rig) -> None:
     [name] = rig.ready_nodes()
+    rig.tf.no_capacity.add(("p3.2xlarge", Market.SPOT))
+    [old] = rig.submit(launch(market=Market.SPOT))
+    rig.advance()
+    assert rig.state(old) is S.PROVISION_FAILED  # a row that wants no instance
     rec = rig.reconciler()
     assert rec.run().of("state-only") == []
     held = rig.tf.state["vision/gpu"]
-    held["vision-gpu-9"] = held[name].model_copy(update={"id": "i-0000000000000abcd"})
+    held[old] = held[name].model_copy(update={"id": "i-0000000000000abcd"})
     assert rec.run().of("state-only") == []  # checked again only after state_check_interval
     rig.clock.tick(5 * 60 + 1)
     [finding] = rec.run().of("state-only")
-    assert finding.node == "vision-gpu-9" and rig.tf.applied(POOL) is None
-    del held[name]
+    assert finding.node == old and rig.tf.applied(POOL) is None
+    del held[name], held[old]
     rig.clock.tick(5 * 60 + 1)
     assert [f.node for f in rec.run().of("state-missing")] == [name]
+
+
+def test_a_state_key_the_store_has_no_row_for_is_reported_not_applied_away(rig: Rig) -> None:
+    """A store restored from a backup lacks the nodes launched since: the state still holds
+    them. They are not drift to apply away (an apply would destroy running nodes): the
+    pool's apply waits, says why, and a node named anew is not handed their instance."""
+    [name] = rig.ready_nodes()
+    held = rig.tf.state["vision/gpu"]
+    held["vision-gpu-9"] = held[name].model_copy(update={"id": "i-0000000000000abcd"})
+    rig.tf.applied_maps["vision/gpu"]["vision-gpu-9"] = rig.tf.applied_maps["vision/gpu"][name]
+    rec = rig.reconciler()
+    rec.run()
+    rig.clock.tick(5 * 60 + 1)
+    report = rec.run()
+    assert report.of("state-only") == [] and rig.tf.applied(POOL) is not None
+    [finding] = report.of("state-unknown")
+    assert finding.node == "vision-gpu-9" and "not applied until it is adopted" in finding.detail
+    applies = rig.tf.calls.count
+    before = len([c for c in rig.tf.calls if c[0] == "apply"])
+    [new] = rig.submit(launch())
+    advanced = rig.advance()
+    assert len([c for c in rig.tf.calls if c[0] == "apply"]) == before, applies
+    assert rig.state(new) is S.REQUESTED and "vision-gpu-9" in held
+    [error] = [e for e in advanced.errors if "not applied" in e]
+    assert ("its Terraform state holds vision-gpu-9, which the store has no row for, and an "
+            "apply would destroy") in error and "executor.unknown_instances: adopt" in error
 
 
 def test_state_checks_run_on_a_worker_under_the_pools_apply_key(rig: Rig) -> None:
@@ -328,13 +358,13 @@ def test_state_checks_run_on_a_worker_under_the_pools_apply_key(rig: Rig) -> Non
         reads = rig.tf.calls.count(("instances", "vision/gpu", None))
         with runner.claim([apply_key("vision/gpu")]) as claimed:  # the pool is being applied
             assert claimed
-            assert rec.run().of("state-only") == []
+            assert rec.run().of("state-unknown") == []
             assert rig.tf.calls.count(("instances", "vision/gpu", None)) == reads
-        assert rec.run().of("state-only") == []  # started on the worker, not waited for
+        assert rec.run().of("state-unknown") == []  # started on the worker, not waited for
         assert runner.wait(10)
-        [finding] = rec.run().of("state-only")  # collected by the next run
-        assert finding.node == "vision-gpu-9" and rig.tf.applied(POOL) is None
-        assert rec.run().of("state-only") == []  # checked again only after the interval
+        [finding] = rec.run().of("state-unknown")  # collected by the next run
+        assert finding.node == "vision-gpu-9" and rig.tf.applied(POOL) is not None  # no row: kept
+        assert rec.run().of("state-unknown") == []  # checked again only after the interval
     finally:
         runner.close()
 
