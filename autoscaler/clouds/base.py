@@ -166,7 +166,8 @@ class TtlCache(Generic[K, V]):
     def get(self, key: K) -> V | None:
         with self._lock:
             item = self._items.get(key)
-        if item is None or self.clock() - item[0] >= self.ttl:
+        # A negative age (our clock stepped back) is no proof of freshness either.
+        if item is None or not timedelta(0) <= self.clock() - item[0] < self.ttl:
             return None
         return item[1]
 

@@ -152,14 +152,16 @@ def plan_by_id(store: FleetStore, plan_id: int) -> RecordedPlan | None:
 
 def launch_outcomes(store: FleetStore, since: datetime) -> list[LaunchOutcome]:
     """Every move into a ``LAUNCH_OUTCOMES`` state at or after ``since``, in the order
-    they happened (by time, then by id)."""
+    they were written (by id): after a backward step of the wall clock, a move written
+    later is stamped earlier, and sorting by time would put a READY before the failures it
+    follows."""
     with store.session() as s:
         rows = s.execute(
             select(TransitionRow.to_state, TransitionRow.at, TransitionRow.reason, NodeRow)
             .join(NodeRow, NodeRow.name == TransitionRow.node)
             .where(TransitionRow.to_state.in_([st.value for st in LAUNCH_OUTCOMES]),
                    TransitionRow.at >= since)
-            .order_by(TransitionRow.at, TransitionRow.id)).all()
+            .order_by(TransitionRow.id)).all()
         return [LaunchOutcome(at=at, state=NodeState(to), reason=reason or "", team=node.team,
                               pool=node.pool, cloud=node.cloud, region=node.region,
                               instance_type=node.instance_type, zone=node.zone,

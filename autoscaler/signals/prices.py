@@ -89,7 +89,8 @@ class _LastGood:
             if strict:
                 raise
             prior = self.items.get(key)
-            fresh = prior is not None and self.clock() - prior[0] < self.keep
+            # A negative age (our clock stepped back) is no proof of freshness either.
+            fresh = prior is not None and timedelta(0) <= self.clock() - prior[0] < self.keep
             note = f"; using the answer from {prior[0]:%H:%M:%S}" if fresh and prior else ""
             if self.logged.get(key) != str(exc):
                 self.logged[key] = str(exc)

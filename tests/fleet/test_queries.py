@@ -141,6 +141,17 @@ def test_launch_outcomes_since_a_time_with_where_and_under_which_policy(store: F
         S.PROVISION_FAILED, S.READY, S.BOOTSTRAP_FAILED]
 
 
+def test_launch_outcomes_come_in_the_order_they_were_written(store: FleetStore) -> None:
+    """After a backward step of the wall clock a later move is stamped earlier: the order
+    is the writes', so the back-off sees a READY after the failure it follows."""
+    failed = new(store)
+    walk(store, failed, (S.PROVISIONING, 60 * MINUTE), (S.PROVISION_FAILED, 61 * MINUTE))
+    ready = new(store)  # written after the clock stepped back an hour
+    walk(store, ready, (S.PROVISIONING, MINUTE), (S.BOOTSTRAPPING, 2 * MINUTE), (S.READY, 3 * MINUTE))
+    assert [(o.state, o.at) for o in queries.launch_outcomes(store, since=NOW)] == [
+        (S.PROVISION_FAILED, NOW + 61 * MINUTE), (S.READY, NOW + 3 * MINUTE)]
+
+
 def test_boot_times_of_a_pools_newest_ready_nodes(store: FleetStore) -> None:
     for i, boot in enumerate((4, 6, 9)):
         name = new(store, at=NOW + i * MINUTE)

@@ -33,15 +33,22 @@ even though its node map did not change (the state and the store disagree).
 
 A terraform killed with the service (SIGKILL, OOM, node loss) leaves its state lock
 behind on a remote backend (S3 ``.tflock``; the local backend's lock dies with the
-process). A lock older than ``stale_lock_after`` (default: the command timeout plus five
-minutes, longer than any run of ours can hold it, and only the lease holder runs
-Terraform) is released with ``terraform force-unlock`` and the apply is tried once more.
+process). A lock is released with ``terraform force-unlock`` and the apply tried once more
+only when this process has seen it held for ``stale_lock_after`` (default: the command
+timeout plus five minutes, longer than any run of ours can hold it, and only the lease holder
+runs Terraform), on its own monotonic clock, and its ``Created`` is that old too. ``Created``
+alone proves nothing: it is the holder's clock (another host, an operator's laptop, a deposed
+leader) or Go's zero time, and force-unlocking a live lock lets two applies write one state.
+The cost: after a restart, a lock truly left behind is released up to ``stale_lock_after``
+later. The first refusal by a lock is logged with its id and why the apply waits.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -63,6 +70,7 @@ from autoscaler.clouds.base import MANAGED_TAGS, CloudInstance, CloudMarket
 from autoscaler.model.clock import utc_now
 from autoscaler.model.pool import PoolRef
 
+log = logging.getLogger(__name__)
 STALE_MARKER = "gpu-autoscaler-stale"
 RESOURCES = {"aws": "aws_instance", "alicloud": "alicloud_instance"}
 CloudFor = Callable[[str, str], CloudMarket]
@@ -153,10 +161,12 @@ class TerraformProvisioner:
                  clock: Callable[[], datetime] = utc_now,
                  stale_lock_after: timedelta | None = None,
                  workspace: WorkspaceFactory = default_workspace,
-                 images: ImagesFor = base_images):
+                 images: ImagesFor = base_images,
+                 monotonic: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.cloud_for = cloud_for
         self.clock = clock
+        self.monotonic = monotonic
         self.stale_lock_after = stale_lock_after or timedelta(
             seconds=settings.command_timeout_s + 300)
         self._make_workspace = workspace
@@ -166,6 +176,8 @@ class TerraformProvisioner:
         self._guard = threading.Lock()
         self.imported: list[tuple[str, str, str]] = []  # (pool, key, instance id), for status
         self.unlocked: list[tuple[str, str]] = []  # (pool, lock id) of stale locks released
+        # workspace label -> (lock id, monotonic time it first refused us): one per workspace
+        self._locks_seen: dict[str, tuple[str, float]] = {}
 
     def workspace(self, ref: PoolRef, shard: int = 0) -> PoolWorkspace:
         image = self._images(ref)
@@ -293,10 +305,24 @@ class TerraformProvisioner:
 
     def _break_stale_lock(self, ref: PoolRef, ws: PoolWorkspace, exc: StateLockedError) -> bool:
         lock = lock_of(exc)
-        if lock is None or self.clock() - lock[1] < self.stale_lock_after:
+        if lock is None:
             return False
-        ws.runner.run("force-unlock", lock[0], force=FLAG)
-        self.unlocked.append((ws.label, lock[0]))
+        lock_id, created = lock
+        with self._guard:
+            seen = self._locks_seen.get(ws.label)
+            if seen is None or seen[0] != lock_id:
+                seen = self._locks_seen[ws.label] = (lock_id, self.monotonic())
+                log.warning("pool %s: state lock %s (Created %s by its holder's clock) refused "
+                            "the apply; it is force-unlocked only after this process has seen it "
+                            "held for %s and its Created is that old: until then the apply waits",
+                            ws.label, lock_id, created.isoformat(), self.stale_lock_after)
+        held = timedelta(seconds=self.monotonic() - seen[1])
+        if held < self.stale_lock_after or self.clock() - created < self.stale_lock_after:
+            return False
+        ws.runner.run("force-unlock", lock_id, force=FLAG)
+        with self._guard:
+            self._locks_seen.pop(ws.label, None)
+        self.unlocked.append((ws.label, lock_id))
         return True
 
     # -- strays ------------------------------------------------------------------------------

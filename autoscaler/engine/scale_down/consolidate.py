@@ -32,6 +32,7 @@ from autoscaler.engine.pricing import Offer, Prices
 from autoscaler.engine.scale_down.budget import Budget
 from autoscaler.engine.scale_down.order import per_gpu, removal_order
 from autoscaler.engine.scarcity import keeps
+from autoscaler.model.bounds import SKEW
 from autoscaler.model.node import Node
 from autoscaler.model.plan import Action, Drain, Hold, Replace
 from autoscaler.model.snapshot import RunningJob, SchedulerNode
@@ -103,7 +104,9 @@ def candidates(ctx: PoolContext, prices: Prices, now: datetime, budget: Budget,
         if (sched.jobs and share < below
                 and node.ready_at is not None and node.ready_at <= settled
                 and all(j.gpus > 0 and j.started_at is not None
-                        and node.created_at <= j.started_at <= settled  # before: unknown
+                        # A start before the node is unknown; SKEW: the scheduler's clock
+                        # and whole seconds (engine/survey.py).
+                        and node.created_at - SKEW <= j.started_at <= settled
                         for j in sched.jobs)
                 and (elsewhere is None or not elsewhere.received(node))
                 and not keeps(ctx, node)):

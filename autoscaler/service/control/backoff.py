@@ -14,6 +14,12 @@ the count, and so does a change of the pool's policy (only nodes launched under 
 node records its pool's policy fingerprint when it is created). A different cause starts
 a new count at 1.
 
+Outcomes are taken in the order they were written, so a READY written after a backward
+step of the wall clock still resets the failures stamped before it. A failure stamped up to
+``SKEW`` after ``now`` counts as at ``now``; one stamped later (written before the step) counts
+toward the streak but holds nothing by itself: what is read afresh each tick cannot tell how
+long ago it was, and holding it until its stamp would hold the key for as long as the step.
+
 Nothing here is kept in memory: the state is read from the store's transitions every
 tick, so a restart keeps the backoff. It reaches the engine (which stays pure) as a
 :class:`CapacityError` with ``until`` in the snapshot: the engine then falls back to
@@ -33,6 +39,7 @@ from autoscaler.actuators.terraform.errors import capacity_code
 from autoscaler.fleet.queries import LaunchOutcome, launch_outcomes
 from autoscaler.fleet.store import FleetStore
 from autoscaler.model.backoff import CAP, SPOT_NO_STOCK, Streak, delay, first, refusal_escalates
+from autoscaler.model.bounds import SKEW
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import Market, Pool, TeamPolicy, find_pool
@@ -105,12 +112,17 @@ def launch_backoffs(store: FleetStore, policies: Mapping[str, TeamPolicy], now: 
             running.pop(key, None)
             continue
         cause = cause_of(FAILED[event.state], event.reason)
+        # Stamped after now: written before a backward step of our clock. A few seconds
+        # (the tick's now is read before the executor writes) count as now; more, and its
+        # true time is unknown: it counts toward the streak but holds nothing by itself,
+        # or it would hold the key for as long as the step.
+        at = (min(event.at, now) if event.at - now <= SKEW else now - CAP)
         seen = running.get(key)
-        streak = (first(cause, event.at) if seen is None
-                  else Streak(seen.cause, seen.count, seen.last_at).then(cause, event.at))
+        streak = (first(cause, at) if seen is None
+                  else Streak(seen.cause, seen.count, seen.last_at).then(cause, at))
         running[key] = Backoff(pool=key[0], cloud=key[1], region=key[2], instance_type=key[3],
                                zone=key[4], market=key[5], cause=cause, count=streak.count,
-                               last_at=event.at, next_try=streak.next_try)
+                               last_at=at, next_try=streak.next_try)
     return sorted((b for b in running.values() if b.next_try > now),
                   key=lambda b: (b.pool, b.instance_type, b.zone or "", b.market.value))
 

@@ -205,7 +205,7 @@ class Reconciler:
                 continue
             cause: str | None = timeout.why
             if node.state is S.DRAINING:
-                cause = self._drain_forced(node, stuck, limit, report)
+                cause = self._drain_forced(node, stuck, limit, now, report)
                 if cause is None:
                     continue
             why = (f"{node.state} for {format_duration(stuck)}, over {format_duration(limit)}: "
@@ -213,17 +213,29 @@ class Reconciler:
             if self._move(node, timeout.then, why, report):
                 self._find(report, "timeout", why, node=node.name, pool=node.pool_key)
 
-    def _drain_forced(self, node: Node, stuck: timedelta, limit: timedelta,
+    def _drain_forced(self, node: Node, stuck: timedelta, limit: timedelta, now: datetime,
                       report: ReconcileReport) -> str | None:
         """Why a drain past its limit may be forced to DRAINED (the engine then terminates
         the node), or None: kept DRAINING and reported, one line, each run."""
         drain = node.progress.drain
         seen, says = scheduler_view(node, self._snapshot)
-        if drain is not None and drain.phase in SIGNALLED_PHASES:
-            at = f"{drain.signalled_at:%Y-%m-%d %H:%M:%S}" if drain.signalled_at else "an unrecorded time"
-            done = SIGNALLED_PHASES[drain.phase].format(signal=drain.signal, at=at)
-            return f"the drain reached {drain.phase}: its jobs were {done}; the scheduler {says}"
         phase = f"phase {drain.phase}" if drain is not None else "no drain progress recorded"
+        if drain is not None and drain.phase in SIGNALLED_PHASES:
+            # The limit assumes the signal went out at the drain's deadline. One sent later
+            # (the executor or the scheduler was away) still owes the jobs their whole
+            # checkpoint grace, counted from the signal.
+            left = (drain.signalled_at + drain.grace - now if drain.signalled_at is not None
+                    else timedelta(0))
+            if left <= timedelta(0):
+                at = (f"{drain.signalled_at:%Y-%m-%d %H:%M:%S}" if drain.signalled_at
+                      else "an unrecorded time")
+                done = SIGNALLED_PHASES[drain.phase].format(signal=drain.signal, at=at)
+                return f"the drain reached {drain.phase}: its jobs were {done}; the scheduler {says}"
+            if seen != "empty":
+                log.info("%s: DRAINING past its limit, but its jobs were signalled at %s: "
+                         "%s of their checkpoint grace left", node.name,
+                         f"{drain.signalled_at:%H:%M:%S}", format_duration(left))
+                return None
         if seen == "empty":
             return f"the scheduler {says} (drain at {phase}): nothing left to drain"
         error = f" (last error: {drain.last_error[:120]})" if drain is not None and drain.last_error else ""
@@ -382,7 +394,7 @@ class Reconciler:
         refs = {n.pool_key: PoolRef(n.team, n.pool, n.cloud, n.region) for n in nodes}
         for key, ref in sorted(refs.items()):
             last = self._state_checked.get(key)
-            if last is not None and now - last < self.settings.state_check_interval:
+            if last is not None and timedelta(0) <= now - last < self.settings.state_check_interval:
                 continue
             if self.runner is None:
                 if self._check_state(ref, report):

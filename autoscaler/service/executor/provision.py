@@ -127,7 +127,7 @@ def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runne
 
 
 def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: AddressOf) -> None:
-    held_back = not_the_stores(provisioner, ref, step.store.nodes(pool=ref.key))
+    held_back = not_the_stores(step, provisioner, ref, step.store.nodes(pool=ref.key))
     if held_back:
         step.error("terraform", f"pool {ref.key}: not applied: {held_back}")
         return
@@ -152,7 +152,8 @@ def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: A
     settle(step, provisioner, ref, step.store.nodes(pool=ref.key), outputs, result, address_of)
 
 
-def not_the_stores(provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node]) -> str | None:
+def not_the_stores(step: Step, provisioner: Provisioner, ref: PoolRef,
+                   nodes: Sequence[Node]) -> str | None:
     """Why the pool must not be applied, or None. An apply makes the state hold exactly the
     store's nodes, so a node the state holds and the store has no row for would be destroyed
     (a store restored from a backup, or another store), and one the store has just named
@@ -160,8 +161,11 @@ def not_the_stores(provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node]
     Neither is evidence that the instance may go: the reconciler adopts them
     (``executor.unknown_instances: adopt``) or reports them, and the apply waits."""
     applied = provisioner.applied(ref)
-    # The last apply's map is on the controller's disk; without one, the state itself.
-    held = set(applied) if applied else set(provisioner.instances(ref))
+    if applied:  # the last apply's map, on the controller's disk
+        held = set(applied)
+    else:  # else the state itself, read as an apply would: never by a deposed leader
+        step.store.fence()
+        held = set(provisioner.instances(ref))
     rows = {n.name: n.state for n in nodes}
     unknown = sorted(k for k in held if k not in rows)
     renamed = sorted(k for k in held if rows.get(k) is S.REQUESTED)

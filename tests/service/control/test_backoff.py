@@ -145,3 +145,23 @@ def test_spot_out_of_stock_escalates_only_where_the_pool_goes_on_demand_at_once(
     assert b.next_try == b.last_at + timedelta(minutes=20)
     outcome(rig, S.READY, market=Market.SPOT)
     assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []
+
+
+def test_a_failure_stamped_before_a_backward_clock_step_holds_nothing_and_a_ready_resets_it(
+        rig: Rig) -> None:
+    """NTP steps the clock back 5 h after a failure: the failure reads as 5 h ahead. Held
+    until its stamp plus 5 min, it stopped the key's launches for 5 h (audit 8, F2): it now
+    counts toward the streak but holds nothing by itself; the next failure holds as usual.
+    A READY written after the step, though stamped earlier than the failures, still resets
+    the count (outcomes come in the order they were written)."""
+    broken = f"bootstrap failed 3 time(s); last: failed at task '{TASK}': dkms"
+    outcome(rig, S.BOOTSTRAP_FAILED, broken)
+    rig.clock.now -= timedelta(hours=5)
+    assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []
+    rig.clock.tick(60)
+    failed_at = rig.clock()
+    outcome(rig, S.BOOTSTRAP_FAILED, broken)  # the next attempt fails, stamped on time
+    [b] = launch_backoffs(rig.store, rig.policies, rig.clock())
+    assert (b.count, b.last_at, b.next_try) == (2, failed_at, failed_at + delay(2))
+    outcome(rig, S.READY)
+    assert launch_backoffs(rig.store, rig.policies, rig.clock()) == []

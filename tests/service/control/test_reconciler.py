@@ -273,6 +273,27 @@ def test_a_stuck_drain_whose_jobs_were_signalled_is_forced_and_says_so(
         "list it (slurm not read this tick)")
 
 
+def test_a_drain_signalled_late_still_gets_its_whole_checkpoint_grace(rig: Rig) -> None:
+    """Audit 8 F7: the limit (drain_timeout + grace + margin) assumes the signal went out at
+    the deadline. One sent 3 h late (an outage) was forced 90 s after it, and the node
+    terminated inside its jobs' checkpoint grace."""
+    [name] = rig.ready_nodes()
+    rig.submit(drain(name))
+    rig.clock.tick(3 * 3600)
+    late = rig.node(name).progress.drain
+    assert late is not None
+    patch(rig.store, name, rig.clock(), progress=ProgressUpdate(
+        drain=late.at(DrainPhase.SIGNALLED, signalled_at=rig.clock())))
+    rig.clock.tick(30)
+    rec = rig.reconciler()
+    report = rec.run(busy_view(rig, name))
+    assert rig.state(name) is S.DRAINING and report.of("timeout") == []
+    assert report.of("drain-stuck") == []  # inside its grace: not stuck either
+    rig.clock.tick(31)  # the pool's checkpoint_grace (1m) has passed since the signal
+    [timeout] = rec.run(busy_view(rig, name)).of("timeout")
+    assert rig.state(name) is S.DRAINED and "the drain reached signalled" in timeout.detail
+
+
 def test_a_stuck_drain_the_scheduler_reports_empty_is_forced_and_says_so(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     rig.submit(drain(name))

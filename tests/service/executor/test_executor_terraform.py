@@ -79,8 +79,9 @@ class FakeWorkspace:
 
 
 def provisioner(tmp_path: Path, cloud: FakeCloud | None, ws: FakeWorkspace,
-                clock: Callable[[], datetime] = lambda: NOW) -> TerraformProvisioner:
-    return TerraformProvisioner(TerraformSettings(workdir=tmp_path), clock=clock,
+                clock: Callable[[], datetime] = lambda: NOW,
+                monotonic: Callable[[], float] = lambda: 0.0) -> TerraformProvisioner:
+    return TerraformProvisioner(TerraformSettings(workdir=tmp_path), clock=clock, monotonic=monotonic,
                                 cloud_for=(lambda c, r: cloud) if cloud else None,  # type: ignore[arg-type,return-value]
                                 workspace=lambda s, ref, clk, shard=0, image=None: ws)  # type: ignore[arg-type,return-value]
 
@@ -127,15 +128,77 @@ def test_stale_marker_forces_an_apply_until_one_succeeds(tmp_path: Path) -> None
     assert prov.applied(REF) == {}
 
 
-def test_a_stale_lock_is_released_and_the_apply_retried_once(tmp_path: Path) -> None:
+class Monotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def locked(created: str, lock_id: str = "5c2e7b8e-aaaa-bbbb-cccc-0123456789ab") -> StateLockedError:
+    return StateLockedError("terraform apply failed: the state is locked by another run",
+                            f"ID: {lock_id}\nPath: tf-state/pools/vision/gpu\n"
+                            f"Operation: OperationTypeApply\nWho: alice@laptop\nCreated: {created}")
+
+
+def test_a_stale_lock_is_released_and_the_apply_retried_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert lock_of(LOCKED) == ("5c2e7b8e-aaaa-bbbb-cccc-0123456789ab",
                                datetime.fromisoformat("2026-11-30T10:00:00+00:00"))
     ws = FakeWorkspace(tmp_path / "ws", {})
+    mono = Monotonic()
+    prov = provisioner(tmp_path, None, ws, clock=lambda: NOW, monotonic=mono)  # 2 h after the lock
+    for seconds in (0, 20 * 60, 35 * 60 - 1):  # each tick meets it until we have seen it 35 min
+        mono.now = 1000.0 + seconds
+        ws.apply_errors = [LOCKED]
+        with pytest.raises(StateLockedError):
+            prov.apply(REF, {})
+    assert ws.runner.calls == []
+    # One line says why the apply waits, naming the lock; not one per tick.
+    [line] = [r.getMessage() for r in caplog.records if "state lock" in r.getMessage()]
+    assert "5c2e7b8e-aaaa-bbbb-cccc-0123456789ab" in line and "0:35:00" in line
+    mono.now = 1000.0 + 35 * 60
     ws.apply_errors = [LOCKED]
-    prov = provisioner(tmp_path, None, ws, clock=lambda: NOW)  # 2 h after the lock
     assert prov.apply(REF, {}).ok
     assert ws.runner.calls == [("force-unlock", "5c2e7b8e-aaaa-bbbb-cccc-0123456789ab")]
     assert prov.unlocked == [("vision/gpu", "5c2e7b8e-aaaa-bbbb-cccc-0123456789ab")]
+
+
+@pytest.mark.parametrize(("created", "now"), [
+    ("2026-11-30 09:59:00.5 +0000 UTC", NOW),  # a live lock whose holder's clock is 2 h behind
+    ("0001-01-01 00:00:00 +0000 UTC", NOW),  # Go's zero time: a backend that keeps none
+    ("1970-01-01 00:00:00 +0000 UTC", NOW),
+    ("2026-11-30 11:59:30 +0000 UTC", NOW + timedelta(hours=1)),  # our wall clock stepped +1 h
+])
+def test_a_lock_is_never_broken_on_its_created_time_alone(tmp_path: Path, created: str,
+                                                          now: datetime) -> None:
+    """Created is the holder's clock: a lock met for the first time is left alone however
+    old it claims to be, and so is one seen long enough whose id changed (a new run)."""
+    ws = FakeWorkspace(tmp_path / "ws", {})
+    mono = Monotonic()
+    prov = provisioner(tmp_path, None, ws, clock=lambda: now, monotonic=mono)
+    ws.apply_errors = [locked(created)]
+    with pytest.raises(StateLockedError):
+        prov.apply(REF, {})
+    mono.now += 3600
+    ws.apply_errors = [locked(created, lock_id="99999999-aaaa-bbbb-cccc-0123456789ab")]
+    with pytest.raises(StateLockedError):
+        prov.apply(REF, {})
+    assert ws.runner.calls == [] and prov.unlocked == []
+
+
+def test_a_lock_seen_long_enough_but_created_recently_is_left_alone(tmp_path: Path) -> None:
+    ws = FakeWorkspace(tmp_path / "ws", {})
+    mono = Monotonic()
+    soon = datetime.fromisoformat("2026-11-30T10:20:00+00:00")
+    prov = provisioner(tmp_path, None, ws, clock=lambda: soon, monotonic=mono)
+    for _ in range(2):
+        ws.apply_errors = [LOCKED]
+        with pytest.raises(StateLockedError):
+            prov.apply(REF, {})
+        mono.now += 3600
+    assert ws.runner.calls == []
 
 
 def test_a_recent_lock_is_left_alone(tmp_path: Path) -> None:
