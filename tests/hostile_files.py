@@ -154,7 +154,18 @@ def snapshot_cases() -> list[Case]:
         doc["fleet"]["nodes"].append({**doc["fleet"]["nodes"][0], "pool": "t4-infer",
                                       "team": "search"})
     text = json.dumps(base, indent=2)
+    taken_at_line = text[:text.index('"taken_at"')].count("\n") + 1
+
+    def when(key: str, value: str) -> bytes:  # "now" or "taken_at", as the example has it
+        old = f'"{key}": "{base[key] if key == "now" else base["snapshot"][key]}"'
+        assert old in text
+        return text.replace(old, f'"{key}": "{value}"').encode()
     return [
+        # Past datetime's ends in taken_at - MAX_AGE or + SKEW: an OverflowError, not a refusal.
+        Case("taken-at-9999", "snapshot", when("taken_at", "9999-12-31T23:59:00Z"), taken_at_line),
+        Case("taken-at-year-1", "snapshot", when("taken_at", "0001-01-01T00:00:00Z"), taken_at_line),
+        Case("now-9999", "snapshot", when("now", "9999-12-31T23:00:00Z"), 2),
+        Case("now-years-after-taken-at", "snapshot", when("now", "2031-11-30T14:00:00Z"), 2),
         Case("non-utf8", "snapshot", text.encode().replace(b'"now"', b'"n\xffow"', 1), 2),
         Case("naive-now", "snapshot", text.replace('"now": "2026-11-30T14:00:00Z"',
                                                    '"now": "2026-11-30T14:00:00"').encode(), 2),

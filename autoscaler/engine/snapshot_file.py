@@ -3,7 +3,9 @@
 The file may come from anyone (a bug report, another site), and whatever it says changes a
 plan. It is refused, every problem as ``file:line:column: path: reason``, when it is not
 UTF-8 JSON, nests deeper than any snapshot, holds NaN or infinities, says ``now: 5`` or a
-time without a zone (strict types: no number is read as a time, no string as a number), has
+time without a zone (strict types: no number is read as a time, no string as a number), a
+``now`` or ``taken_at`` outside 2000..9000 or a ``now`` more than a year (``MAX_AGE``) from
+``taken_at`` (a time past datetime's ends would raise, not be refused), has
 a node report what its instance type cannot have (negative or too many GPUs, utilization
 outside 0..100: ``model/bounds.py``), lists a node twice (or in two pools), or repeats a key.
 A pending job's submit time, not given or not believable, is the snapshot's ``taken_at``,
@@ -19,13 +21,13 @@ import json
 import math
 import re
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from autoscaler.catalog import default_catalog
-from autoscaler.model.bounds import NodeBounds, Times, metrics_problem, scheduler_problem
+from autoscaler.model.bounds import MAX_AGE, NodeBounds, Times, metrics_problem, scheduler_problem
 from autoscaler.model.snapshot import DecisionInput
 from autoscaler.policy.locate import format_path
 
@@ -33,6 +35,9 @@ MAX_DEPTH = 64
 # A recorded input of 10,000 nodes is ~10 MB; anything far larger is not one.
 MAX_BYTES = 64 * 1024 * 1024
 _DECODER = json.JSONDecoder()
+# The years a snapshot may be taken in: every real one, and far enough from datetime's ends
+# that Times(taken_at) (taken_at -/+ MAX_AGE, SKEW) and the engine's sums stay within them.
+YEARS = (datetime(2000, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC))
 
 
 class SnapshotFileError(ValueError):
@@ -126,6 +131,11 @@ def _problems(data: DecisionInput) -> Iterator[tuple[list[int | str], str]]:
     for loc, when in times:
         if when.tzinfo is None or when.utcoffset() is None:
             yield loc, "a time needs its zone (e.g. 2026-11-30T12:00:00Z); this one has none"
+        elif not YEARS[0] <= when <= YEARS[1]:
+            yield loc, f"{when.isoformat()} is no time a snapshot was taken at (2000..9000)"
+    now, taken = data.now, data.snapshot.taken_at
+    if now.utcoffset() is not None and taken.utcoffset() is not None and abs(now - taken) > MAX_AGE:
+        yield ["now"], f"more than {MAX_AGE.days} days from snapshot.taken_at ({taken.isoformat()})"
     seen: dict[str, int] = {}
     for i, node in enumerate(data.fleet.nodes):
         if node.name in seen:

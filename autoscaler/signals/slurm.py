@@ -59,6 +59,10 @@ RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"
 SQUEUE_FORMAT = "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%a|%q|%u|%f %j"
 SQUEUE_STATES = "PENDING,RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
 SINFO_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Partition:"
+# Formatted output prints times in the zone, and the SLURM_TIME_FORMAT, of the host the
+# command runs on (a login node, over command_prefix): set there, after the prefix, so a
+# time without a zone is UTC (parse.epoch) wherever that host is.
+PINNED_TIME = ("env", "TZ=UTC", "SLURM_TIME_FORMAT=standard")
 # Host and array-task names one squeue reading may expand to, all jobs together: each list
 # is capped (parse.MAX_HOSTS, array_tasks' limit), but a listing of many jobs each naming
 # gpu[1-65535] would still take gigabytes. Past this the reading is refused as a whole:
@@ -391,8 +395,9 @@ class SlurmReader:
         self._run = runner
         self._reported: set[str] = set()  # unserved jobs already logged
 
-    def _cmd(self, name: str, *args: str) -> str:
-        return self._run([*self.config.command(name), *args],
+    def _cmd(self, name: str, *args: str, pinned: bool = False) -> str:
+        *prefix, exe = self.config.command(name)
+        return self._run([*prefix, *(PINNED_TIME if pinned else ()), exe, *args],
                          self.config.timeout.total_seconds(), self.config.env)
 
     def read(self, refs: list[ClusterPool]) -> SchedulerReading:
@@ -431,8 +436,9 @@ class SlurmReader:
                 json_error = f"unreadable JSON ({type(exc).__name__})"
         try:
             jobs = jobs_from_text(self._cmd("squeue", "-h", "-t", SQUEUE_STATES,
-                                            "-o", SQUEUE_FORMAT))
-            nodes = nodes_from_text(self._cmd("sinfo", "--all", "-h", "-N", "-O", SINFO_FIELDS))
+                                            "-o", SQUEUE_FORMAT, pinned=True))
+            nodes = nodes_from_text(self._cmd("sinfo", "--all", "-h", "-N", "-O", SINFO_FIELDS,
+                                              pinned=True))
         except (SlurmCommandError, ReadingTooLarge) as exc:
             why = f"slurm: {exc}" + (f" (after --json: {json_error})" if json_error else "")
             return SchedulerReading(error=why, source="text")

@@ -119,3 +119,22 @@ def test_a_submit_time_not_given_or_not_believed_is_the_snapshots_own(submitted:
 def test_a_believable_submit_time_is_kept() -> None:
     data = _recorded(NOW, NOW - timedelta(minutes=40))
     assert data.snapshot.pools["vision/gpu"].pending[0].submitted_at == NOW - timedelta(minutes=40)
+
+
+@pytest.mark.parametrize(("now", "taken_at", "refused"), [
+    ("2026-11-30T14:00:00Z", "9999-12-31T23:59:00Z",
+     "snapshot.taken_at: 9999-12-31T23:59:00+00:00 is no time a snapshot was taken at"),
+    ("0001-01-01T00:00:00Z", "2026-11-30T13:59:57Z",
+     "now: 0001-01-01T00:00:00+00:00 is no time a snapshot was taken at"),
+    ("2027-12-01T14:00:00Z", "2026-11-30T13:59:57Z", "now: more than 365 days from snapshot.taken_at"),
+    ("2025-11-30T13:59:56Z", "2026-11-30T13:59:57Z", "now: more than 365 days from snapshot.taken_at"),
+    ("2027-11-30T13:59:57Z", "2026-11-30T13:59:57Z", None),  # a year to the second
+])
+def test_a_now_or_taken_at_no_snapshot_has_is_refused_not_a_traceback(
+        now: str, taken_at: str, refused: str | None) -> None:
+    """taken_at near datetime's ends used to raise OverflowError (Times(taken_at) adds
+    MAX_AGE and SKEW); a now years from taken_at was a plan for a time nothing saw."""
+    text = EXAMPLE.decode().replace('"now": "2026-11-30T14:00:00Z"', f'"now": "{now}"')
+    text = text.replace('"taken_at": "2026-11-30T13:59:57Z"', f'"taken_at": "{taken_at}"')
+    problems = _refused(text.encode())
+    assert (refused in problems[0]) if refused else problems == [], problems

@@ -4,7 +4,9 @@ attribution by partition and GPU model, failures; and a real Slurm cluster."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +20,7 @@ from autoscaler.sandbox.services.slurm import SlurmCluster, SlurmNodeSpec
 from autoscaler.schedulers.slurm.client import SlurmCommandError, SlurmConfig
 from autoscaler.signals import slurm as slurm_module
 from autoscaler.signals.readings import ClusterPool, pools_in_priority_order
-from autoscaler.signals.slurm import SlurmReader, jobs_from_json, jobs_from_text
+from autoscaler.signals.slurm import SQUEUE_FORMAT, SQUEUE_STATES, SlurmReader, jobs_from_json, jobs_from_text
 from tests.builders import make_policy
 
 T0 = 1_795_000_000
@@ -155,6 +157,27 @@ gpu2|idle|gpu:v100:2|gpu:v100:0(IDX:N/A)|gpu*
 """
 
 
+@pytest.fixture
+def west_of_utc() -> Iterator[None]:
+    """This process 6 h west of UTC, as a controller host may be: no Slurm time may be read
+    in its zone."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "XST+6"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+PINNED = ["env", "TZ=UTC", "SLURM_TIME_FORMAT=standard"]
+
+
+@pytest.mark.usefixtures("west_of_utc")
 def test_falls_back_to_formatted_output_when_json_fails() -> None:
     runner = FakeRunner({
         "squeue --json": SlurmCommandError("squeue --json failed (1): unrecognized option"),
@@ -165,6 +188,10 @@ def test_falls_back_to_formatted_output_when_json_fails() -> None:
     assert [(j.id, j.gpus, j.gpu_model) for j in reading.pending["vision/v100"]] == [("2", 2, "V100")]
     assert [j.id for j in reading.pending["search/batch"]] == ["5_1", "5_2", "5_3"]
     assert runner.calls[1][-1] == "%i|%P|%T|%r|%b|%D|%V|%S|%N|%l|%a|%q|%u|%f %j"
+    # squeue prints its times in the zone (and SLURM_TIME_FORMAT) of where it runs: UTC there.
+    assert runner.calls[1:] == [
+        [*PINNED, "squeue", "-h", "-t", SQUEUE_STATES, "-o", SQUEUE_FORMAT],
+        [*PINNED, "sinfo", "--all", "-h", "-N", "-O", slurm_module.SINFO_FIELDS]]
     # The constraint may hold the separator; a space ends it, and the name may hold anything.
     jobs = jobs_from_text(SQUEUE_TEXT)
     assert [j.name for j in jobs] == ["train|x", "sweep", "run"]
@@ -176,7 +203,8 @@ def test_falls_back_to_formatted_output_when_json_fails() -> None:
     assert (gpu1.state, gpu1.gpus_allocated, [j.name for j in gpu1.jobs]) == ("draining", 1, ["run"])
     assert reading.nodes["gpu2"].state == "idle"
     # Slurm ends it at start + time limit: the return-to-spot guard reads this.
-    assert gpu1.jobs[0].ends_at == datetime(2026, 11, 30, 14, 1).astimezone(UTC)
+    assert gpu1.jobs[0].started_at == datetime(2026, 11, 30, 12, 1, tzinfo=UTC)
+    assert gpu1.jobs[0].ends_at == datetime(2026, 11, 30, 14, 1, tzinfo=UTC)
 
 
 def test_unreadable_json_also_falls_back() -> None:
@@ -208,6 +236,24 @@ def test_a_malformed_range_in_formatted_output_costs_only_its_own_job(
     assert reading.error is None and reading.source == "squeue/sinfo formatted"
     assert [j.id for j in reading.pending["vision/v100"]] == pending
     assert [j.name for j in reading.nodes["gpu1"].jobs] == on_gpu1
+
+
+@pytest.mark.usefixtures("west_of_utc")
+@pytest.mark.parametrize(("when", "read"), [
+    ("0001-01-01T00:00:00+01:00", None),  # year 0 in UTC
+    ("9999-12-31T23:00:00-05:00", None),  # year 10000 in UTC
+    ("0001-01-01T00:00:00", datetime(1, 1, 1, tzinfo=UTC)),  # UTC: model/bounds.Times drops it
+    ("9999-12-31T23:59:59", datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)),
+])
+def test_a_formatted_time_at_datetimes_ends_costs_only_that_time(
+        when: str, read: datetime | None) -> None:
+    """One such submit time used to raise out of the reader: Slurm missing for every pool."""
+    line = squeue_line("42").replace("2026-11-30T12:00:00", when)
+    runner = FakeRunner({"squeue -h": SQUEUE_TEXT + line, "sinfo -h": SINFO_TEXT})
+    reading = SlurmReader(SlurmConfig(use_json=False), runner).read(refs())
+    assert reading.error is None and reading.source == "squeue/sinfo formatted"
+    assert [(j.id, j.submitted_at) for j in reading.pending["vision/v100"]] == [
+        ("2", datetime(2026, 11, 30, 12, tzinfo=UTC)), ("42", read)]
 
 
 @pytest.mark.exhausts_stack
@@ -301,6 +347,11 @@ def test_command_prefix_bin_dir_and_env() -> None:
                       env={"SLURM_CONF": "/etc/slurm/x.conf"})
     SlurmReader(cfg, runner).read(refs())
     assert runner.calls[0] == ["ssh", "login", "/opt/slurm/bin/squeue", "--json"]
+    # Formatted output: its times pinned to UTC on the login node, so after the prefix.
+    runner = FakeRunner({"squeue -h": "", "sinfo -h": ""})
+    SlurmReader(cfg.model_copy(update={"use_json": False}), runner).read(refs())
+    assert [c[:6] for c in runner.calls] == [["ssh", "login", *PINNED, "/opt/slurm/bin/squeue"],
+                                             ["ssh", "login", *PINNED, "/opt/slurm/bin/sinfo"]]
 
 
 def test_missing_binary_is_an_error() -> None:
@@ -323,6 +374,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("west_of_utc")  # squeue's zone, formatted output's unless pinned
 @pytest.mark.parametrize("use_json", [True, False])
 def test_real_slurm_one_running_one_pending(slurm: SlurmCluster, use_json: bool) -> None:
     running = slurm.submit("sleep 600", gpus=2, gpu_type="v100", nodelist="gpu1", name="train",
@@ -345,6 +397,7 @@ def test_real_slurm_one_running_one_pending(slurm: SlurmCluster, use_json: bool)
         assert [(j.id, j.gpus, j.name) for j in gpu1.jobs] == [(running, 2, "train")]
         started = gpu1.jobs[0].started_at
         assert started is not None and gpu1.jobs[0].ends_at == started + timedelta(minutes=90)
+        assert abs(datetime.now(UTC) - started) < timedelta(minutes=2)
         # Slurm's state counts CPUs (1 of 2 used): "mixed", while every GPU is allocated.
         assert (gpu1.state, gpu1.gpus_total, gpu1.gpus_allocated) == ("mixed", 2, 2)
     finally:

@@ -158,7 +158,8 @@ def test_formatted_output_reads_slices_and_shards_too() -> None:
     answers = {"squeue -h": squeue, "sinfo --all": ""}
 
     def runner(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> str:
-        return answers[" ".join(argv[:2])]
+        assert list(argv[:3]) == ["env", "TZ=UTC", "SLURM_TIME_FORMAT=standard"], argv
+        return answers[" ".join(argv[3:5])]
 
     reading = SlurmReader(SlurmConfig(use_json=False), runner).read(REFS)
     assert {k: [(j.id, j.gpus) for j in v] for k, v in reading.pending.items() if v} == {

@@ -140,6 +140,21 @@ def test_epoch_shapes() -> None:
     assert epoch("N/A") is None and epoch("garbage") is None
 
 
+@pytest.mark.parametrize(("text", "read"), [
+    ("2026-11-30T12:00:00", datetime(2026, 11, 30, 12, tzinfo=UTC)),  # squeue runs in UTC
+    ("2026-11-30T06:00:00-06:00", datetime(2026, 11, 30, 12, tzinfo=UTC)),
+    ("0001-01-01T00:00:00", datetime(1, 1, 1, tzinfo=UTC)),
+    ("9999-12-31T23:59:59", datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)),
+    ("0001-01-01T00:00:00+01:00", None),  # year 0 in UTC
+    ("9999-12-31T23:00:00-05:00", None),  # year 10000 in UTC
+])
+def test_formatted_times_read_as_utc_and_past_datetimes_ends_as_none(
+        text: str, read: datetime | None) -> None:
+    """Never in this process's zone; never an error out of the reader."""
+    assert epoch(text) == read
+    assert read is None or epoch(text).tzinfo is UTC  # type: ignore[union-attr]
+
+
 
 @pytest.mark.parametrize("value", [1e20, 2**63, {"set": True, "number": 10**30}, True, math.nan])
 def test_an_epoch_no_clock_can_hold_is_no_time(value: object) -> None:

@@ -184,7 +184,8 @@ def _number(value: Any) -> Any:
 
 
 def epoch(value: Any) -> datetime | None:
-    """22.05 ints, 23.02+ ``{"set": true, "number": N}``, or sinfo/squeue local ISO text."""
+    """22.05 ints, 23.02+ ``{"set": true, "number": N}``, or squeue's formatted ISO text,
+    which ``signals/slurm.py`` has printed in UTC (a time without a zone is UTC)."""
     value = _number(value)
     if isinstance(value, int | float) and not isinstance(value, bool):
         try:  # a year past 9999 (or the platform's time_t) is no time, not a traceback
@@ -193,12 +194,11 @@ def epoch(value: Any) -> datetime | None:
             return None
     if isinstance(value, str) and value.strip() and value.strip().upper() not in ("N/A", "NONE",
                                                                                   "UNKNOWN"):
-        try:
+        try:  # a time past datetime's ends in UTC (0001-01-01T00:00+01:00) is no time either
             parsed = datetime.fromisoformat(value.strip())
-        except ValueError:
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        except (ValueError, OverflowError):
             return None
-        # Slurm prints the controller's local time without a zone.
-        return parsed.astimezone(UTC) if parsed.tzinfo is None else parsed
     return None
 
 
