@@ -62,7 +62,7 @@ SINFO_FIELDS = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Partition:"
 # Formatted output prints times in the zone, and the SLURM_TIME_FORMAT, of the host the
 # command runs on (a login node, over command_prefix): set there, after the prefix, so a
 # time without a zone is UTC (parse.epoch) wherever that host is.
-PINNED_TIME = ("env", "TZ=UTC", "SLURM_TIME_FORMAT=standard")
+PINNED_TIME = ("TZ=UTC", "SLURM_TIME_FORMAT=standard")
 # Host and array-task names one squeue reading may expand to, all jobs together: each list
 # is capped (parse.MAX_HOSTS, array_tasks' limit), but a listing of many jobs each naming
 # gpu[1-65535] would still take gigabytes. Past this the reading is refused as a whole:
@@ -396,8 +396,7 @@ class SlurmReader:
         self._reported: set[str] = set()  # unserved jobs already logged
 
     def _cmd(self, name: str, *args: str, pinned: bool = False) -> str:
-        *prefix, exe = self.config.command(name)
-        return self._run([*prefix, *(PINNED_TIME if pinned else ()), exe, *args],
+        return self._run(self.config.command(name, *args, env=PINNED_TIME if pinned else ()),
                          self.config.timeout.total_seconds(), self.config.env)
 
     def read(self, refs: list[ClusterPool]) -> SchedulerReading:

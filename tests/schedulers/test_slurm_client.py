@@ -47,3 +47,29 @@ def test_a_command_that_times_out_is_stopped_with_the_processes_it_started(tmp_p
     finally:
         if pid_alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_through_an_ssh_prefix_each_argument_arrives_whole_and_never_as_shell(tmp_path: Path) -> None:
+    """ssh joins everything after the host into one line for the remote shell: a drain
+    reason with spaces became several arguments (scontrol refused it), squeue's format was
+    cut at its pipes, and a ';' in an argument would have run a command there."""
+    from autoscaler.actuators.drain.slurm import SlurmOps
+    from autoscaler.schedulers.slurm.client import SlurmConfig
+
+    # As ssh does: drop the host, join the rest with spaces, hand it to a shell.
+    ssh = _script(tmp_path / "ssh", 'shift\nexec sh -c "$*"')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir / "scontrol", 'for a in "$@"; do echo "[$a]"; done >> "$SEEN"')
+    _script(bin_dir / "squeue", 'for a in "$@"; do echo "[$a]"; done >> "$SEEN"; echo "$TZ"')
+    seen, pwned = tmp_path / "seen", tmp_path / "pwned"
+    cfg = SlurmConfig(bin_dir=bin_dir, command_prefix=[str(ssh), "slurm-login"],
+                      env={"SEEN": str(seen)})
+    SlurmOps(cfg).cordon("vision-gpu-1", f"idle for 15m; touch {pwned} | x")
+    assert seen.read_text().splitlines() == [
+        "[update]", "[nodename=vision-gpu-1]", "[state=DRAIN]",
+        f"[reason=idle for 15m; touch {pwned} | x]"]
+    assert not pwned.exists()
+    seen.unlink()
+    out = run_command(cfg.command("squeue", "-o", "%i|%P %j", env=("TZ=UTC",)), 5, cfg.env)
+    assert seen.read_text().splitlines() == ["[-o]", "[%i|%P %j]"] and out == "UTC\n"

@@ -74,7 +74,7 @@ class SlurmOps:
         for arg in args:
             if "\n" in arg or "\0" in arg:
                 raise DrainError(f"slurm: refusing an argument with a line break or NUL: {arg!r}")
-        argv = [*self.config.command(name), *args]
+        argv = self.config.command(name, *args)
         self.calls.append(argv)
         return self._run(argv, self.config.timeout.total_seconds(), self.config.env)
 

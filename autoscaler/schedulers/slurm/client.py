@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,8 @@ class SlurmConfig(BaseModel):
         None, description="Directory of squeue/sinfo; default: found on PATH."
     )
     command_prefix: list[str] = Field(
-        default_factory=list, description="Prepended to every command, e.g. [ssh, slurm-login]."
+        default_factory=list, description="Prepended to every command, e.g. [ssh, slurm-login]. "
+        "When it runs ssh, every argument after it is quoted for the remote shell."
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra env, e.g. SLURM_CONF.")
     timeout: Duration = Field(timedelta(seconds=10), description="Per command.")
@@ -41,9 +43,17 @@ class SlurmConfig(BaseModel):
         "State=CLOUD; a terminated node is set DOWN, so a pool stops joining nodes when its "
         "declared names run out.")
 
-    def command(self, name: str) -> list[str]:
+    def command(self, name: str, *args: str, env: Sequence[str] = ()) -> list[str]:
+        """The command line: the prefix, then ``env`` (``VAR=value``, set by env(1) where the
+        command runs), the command and its arguments. Through ssh, which joins everything
+        after the host into one line for the remote shell, each part after the prefix is
+        quoted for that shell: a reason with spaces, a format with pipes, reach the command
+        as one argument each, and never as shell syntax."""
         exe = str(self.bin_dir / name) if self.bin_dir is not None else name
-        return [*self.command_prefix, exe]
+        remote = [*(("env", *env) if env else ()), exe, *args]
+        if self.command_prefix and Path(self.command_prefix[0]).name == "ssh":
+            remote = [shlex.quote(part) for part in remote]
+        return [*self.command_prefix, *remote]
 
 
 class SlurmCommandError(RuntimeError):

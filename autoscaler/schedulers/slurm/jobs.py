@@ -27,7 +27,7 @@ def ended_jobs(config: SlurmConfig, ids: Iterable[str],
         if not _ID.match(job):
             continue
         try:
-            text = runner([*config.command("scontrol"), "show", "job", "-o", job],
+            text = runner(config.command("scontrol", "show", "job", "-o", job),
                           config.timeout.total_seconds(), config.env)
         except SlurmCommandError:
             continue  # no evidence either way

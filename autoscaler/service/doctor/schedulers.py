@@ -110,7 +110,7 @@ def dynamic_problems(settings: dict[str, str], partitions: str, nodes_now: int,
 
 
 def _run(cfg: SlurmConfig, tool: str, *args: str) -> str:
-    return run_command([*cfg.command(tool), *args], cfg.timeout.total_seconds(), cfg.env)
+    return run_command(cfg.command(tool, *args), cfg.timeout.total_seconds(), cfg.env)
 
 
 def _drain_rights(cfg: SlurmConfig, settings: dict[str, str]) -> str | None:
