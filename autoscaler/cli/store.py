@@ -9,40 +9,72 @@ from typing import Annotated
 import typer
 
 from autoscaler.cli.common import console, fail
-from autoscaler.cli.run import CONFIG_HELP, read_config
+from autoscaler.cli.run import CONFIG_HELP
 from autoscaler.fleet import store_schema
 from autoscaler.fleet.schema import SchemaError, SchemaState, Status
 from autoscaler.fleet.store import StoreUnavailableError
+from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.secrets import SecretError
 from autoscaler.service.app import one_line
+from autoscaler.service.config.load import ConfigError, load_config
 from autoscaler.service.config.models import ServiceConfig
 
 store_app = typer.Typer(help="The store's schema version: show it, upgrade it.", no_args_is_help=True)
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP, exists=True,
                                             dir_okay=False)]
+NOTHING_TO_UPGRADE = ("nothing to upgrade (is store.url the service's? a relative sqlite path is "
+                      "relative to the current directory); the service creates the tables itself "
+                      "when it opens an empty store; nothing was changed")
+
+
+def _config(path: Path) -> ServiceConfig:
+    # Not run's read_config: that demands every secret (the HTTP and team tokens), which a
+    # store command never reads and which the service's credentials hold only while it runs.
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        fail(f"{path} is not a valid service config:\n{exc}")
 
 
 def _url(cfg: ServiceConfig) -> str:
     try:
-        return cfg.store.resolved_url()
+        return cfg.store.resolved_url()  # the one secret a store command needs
     except SecretError as exc:
         fail(str(exc))
+
+
+def _where(cfg: ServiceConfig) -> tuple[str, Path | None]:
+    """The URL for people, with the SQLite file it means (a relative path is relative to the
+    current directory, not to the config); the file, None for another backend."""
+    file = sqlite_file(cfg.store.url)
+    if file is None:
+        return cfg.store.display_url(), None
+    file = file.resolve()
+    return f"{cfg.store.display_url()} (file {file})", file
 
 
 def _said(state: SchemaState) -> str:
     return state.revision or ("no tables" if state.status is Status.EMPTY else "no version")
 
 
+def _print(line: str) -> None:
+    console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
 @store_app.command("current")
 def current(config: ConfigOption) -> None:
     """Print the store's schema revision and whether it is the head this version needs."""
-    cfg = read_config(config)
-    where = cfg.store.display_url()
+    cfg = _config(config)
+    where, file = _where(cfg)
+    url = _url(cfg)
+    if file is not None and not file.exists():  # a read-only command: opening it would create it
+        _print(f"{where}: empty: no such file yet (the service creates it when it starts)")
+        return
     try:
-        state = store_schema.current(_url(cfg))
+        state = store_schema.current(url)
     except StoreUnavailableError as exc:
         fail(f"cannot open the store {where}: {one_line(exc.driver_error)}")
-    console.print(f"{where}: {state.describe()}", highlight=False, soft_wrap=True, markup=False)
+    _print(f"{where}: {state.describe()}")
 
 
 @store_app.command("upgrade")
@@ -50,12 +82,18 @@ def upgrade(config: ConfigOption) -> None:
     """Upgrade the store's schema to the head this version needs, in one transaction.
 
     Stop every instance of the service and back the store up first (docs/operators/store.md). A store
-    written before schema versions is checked against that schema, then stamped and upgraded.
+    written before schema versions is checked against that schema, then stamped and upgraded. An
+    empty database is refused: the service creates its tables when it opens it.
     """
-    cfg = read_config(config)
-    where = cfg.store.display_url()
+    cfg = _config(config)
+    where, file = _where(cfg)
+    url = _url(cfg)
+    if file is not None and not file.exists():
+        fail(f"cannot upgrade the store {where}: no such file: {NOTHING_TO_UPGRADE}")
     try:
-        before, after = store_schema.upgrade(_url(cfg))
+        if store_schema.current(url).status is Status.EMPTY:
+            fail(f"cannot upgrade the store {where}: it has no tables: {NOTHING_TO_UPGRADE}")
+        before, after = store_schema.upgrade(url)
     except SchemaError as exc:
         fail(f"cannot upgrade the store {where}: {exc}")
     except StoreUnavailableError as exc:
@@ -64,7 +102,7 @@ def upgrade(config: ConfigOption) -> None:
         said = f"already at head {after.revision}"
     else:
         said = f"upgraded from {_said(before)} to {after.revision} (head)"
-    console.print(f"{where}: {said}", highlight=False, soft_wrap=True, markup=False)
+    _print(f"{where}: {said}")
 
 
 def register(app: typer.Typer) -> None:

@@ -4,13 +4,15 @@ What a database holds, and what each way in does with it:
 
 | the database holds                        | Status      | opening the store | ``store upgrade``   |
 |-------------------------------------------|-------------|-------------------|---------------------|
-| none of the store's tables, no version    | EMPTY       | created at head   | created at head     |
+| none of the store's tables, no version    | EMPTY       | created at head   | refused 2)          |
 | the tables, no version (before versions)  | UNVERSIONED | refused (upgrade) | checked, stamped 1) |
 | a known revision before head              | BEHIND      | refused (upgrade) | upgraded            |
 | the head revision                         | CURRENT     | opened            | nothing to do       |
 | a revision this version does not know     | NEWER       | refused (newer)   | refused             |
 
 1) checked against the baseline (the schema of c53b69e), stamped with it, then upgraded.
+2) by the command (cli/store.py: most likely not the service's database); :func:`upgrade`
+   itself creates it at head.
 "refused (upgrade)": the one-line reason names ``gpu-autoscaler store upgrade``.
 
 Only an empty database is changed without being asked: an existing store is changed only by
@@ -206,9 +208,11 @@ def upgrade(engine: Engine) -> tuple[SchemaState, SchemaState]:
 
 def _check_baseline(conn: Connection) -> None:
     """A store without a version must hold the baseline's tables exactly (a table it lacks is
-    created first: each version before schema versions created its new tables at start)."""
+    created first: each version before schema versions created its new tables at start; so is
+    the one column a version before them lacked)."""
     frozen = baseline.metadata()
     frozen.create_all(conn)
+    _add_claimed_at(conn, frozen)
     context = MigrationContext.configure(conn, opts={
         "include_name": lambda name, kind, _parents: kind != "table" or name in baseline.TABLES})
     found = [_difference(d) for d in compare_metadata(context, frozen)]
@@ -217,6 +221,16 @@ def _check_baseline(conn: Connection) -> None:
         raise SchemaError("the store has no schema version and its tables differ from the schema "
                           f"before versions (c53b69e): {'; '.join(found[:5])}{more}; nothing was "
                           "changed")
+
+
+def _add_claimed_at(conn: Connection, frozen: MetaData) -> None:
+    """The builds of 8648048..35a72ae (23 minutes on 2026-12-01) made the requests table
+    without this nullable column, which the next one's models had: added as a later build
+    would have needed it (in the upgrade's transaction: a refusal below undoes it)."""
+    column = frozen.tables["requests"].c.claimed_at
+    if column.name not in {c["name"] for c in inspect(conn).get_columns("requests")}:
+        conn.exec_driver_sql(f"ALTER TABLE requests ADD COLUMN {column.name} "
+                             f"{column.type.compile(dialect=conn.dialect)}")
 
 
 def _difference(diff: Any) -> str:

@@ -5,6 +5,7 @@ runs them: the command line in a subprocess, on SQLite)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from autoscaler.fleet import schema
+from autoscaler.fleet.store import FleetStore
 from tests.fleet import legacy
 from tests.service.config.test_config import write
 
@@ -37,9 +39,14 @@ def error_line(text: str) -> str:
 
 @pytest.fixture
 def store(tmp_path: Path) -> tuple[Path, str]:
-    """A service config whose store is a database file not yet made."""
-    db = tmp_path / "fleet.db"
+    """A service config whose store is a database file not yet made, and the store's URL."""
+    db = tmp_path.resolve() / "fleet.db"
     return write(tmp_path, f"policies_dir: policies\nstore: {{url: 'sqlite:///{db}'}}\n"), f"sqlite:///{db}"
+
+
+def shown(url: str) -> str:
+    """How the store commands name a SQLite store: its URL and the file it means."""
+    return f"{url} (file {url.removeprefix('sqlite:///')})"
 
 
 def test_the_service_refuses_a_store_of_c53b69e_until_store_upgrade(store, tmp_path):
@@ -53,21 +60,20 @@ def test_the_service_refuses_a_store_of_c53b69e_until_store_upgrade(store, tmp_p
 
     code, out, _ = cli("store", "current", "--config", str(config), cwd=tmp_path)
     assert code == 0 and out.strip() == (
-        f"{url}: no schema version (written before gpu-autoscaler had them), head is "
+        f"{shown(url)}: no schema version (written before gpu-autoscaler had them), head is "
         f"{schema.head()}: run `gpu-autoscaler store upgrade`")
     code, out, _ = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
-    assert code == 0 and out.strip() == f"{url}: upgraded from no version to {schema.head()} (head)"
+    assert code == 0 and out.strip() == f"{shown(url)}: upgraded from no version to {schema.head()} (head)"
     code, out, _ = cli("store", "current", "--config", str(config), cwd=tmp_path)
-    assert code == 0 and out.strip() == f"{url}: schema {schema.head()} (head)"
+    assert code == 0 and out.strip() == f"{shown(url)}: schema {schema.head()} (head)"
     code, out, _ = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
-    assert code == 0 and out.strip() == f"{url}: already at head {schema.head()}"
+    assert code == 0 and out.strip() == f"{shown(url)}: already at head {schema.head()}"
     assert legacy.rows(url)["nodes"] and len(legacy.rows(url)["actions"]) == len(legacy.ROWS["actions"])
 
 
 def test_the_service_refuses_a_store_newer_than_it_knows(store, tmp_path):
     config, url = store
-    code, out, _ = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
-    assert code == 0 and out.strip() == f"{url}: upgraded from no tables to {schema.head()} (head)"
+    FleetStore(url).close()  # created at head, as the service does
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0099_future'"))
@@ -78,16 +84,65 @@ def test_the_service_refuses_a_store_newer_than_it_knows(store, tmp_path):
         f"of gpu-autoscaler knows (head {schema.head()}): run the version that upgraded it, or "
         "restore the backup taken before that upgrade (docs/operators/store.md)")
     code, _, err = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
-    assert code == 1 and error_line(err).startswith(f"error: cannot upgrade the store {url}: its "
-                                                    "schema 0099_future is newer")
+    assert code == 1 and error_line(err).startswith(f"error: cannot upgrade the store {shown(url)}: "
+                                                    "its schema 0099_future is newer")
 
 
 def test_an_empty_store_needs_no_step(store, tmp_path):
     config, url = store
+    db = Path(url.removeprefix("sqlite:///"))
+    # `store current` only reads: a missing file is not made.
     code, out, _ = cli("store", "current", "--config", str(config), cwd=tmp_path)
-    assert code == 0 and out.strip() == (f"{url}: empty: no tables yet (the service creates them "
-                                         f"at {schema.head()} when it opens it)")
+    assert code == 0 and out.strip() == (f"{shown(url)}: empty: no such file yet (the service "
+                                         "creates it when it starts)")
+    assert not db.exists()
+    sqlite3.connect(db).close()  # an empty database file
+    code, out, _ = cli("store", "current", "--config", str(config), cwd=tmp_path)
+    assert code == 0 and out.strip() == (f"{shown(url)}: empty: no tables yet (the service creates "
+                                         f"them at {schema.head()} when it opens it)")
     code, _, err = cli("run", "--once", "--dry-run", "--config", str(config), cwd=tmp_path)
     assert code == 0 and "cannot open the store" not in err
     code, out, _ = cli("store", "current", "--config", str(config), cwd=tmp_path)
-    assert code == 0 and out.strip() == f"{url}: schema {schema.head()} (head)"
+    assert code == 0 and out.strip() == f"{shown(url)}: schema {schema.head()} (head)"
+
+
+def test_upgrade_refuses_an_empty_store_and_creates_nothing(tmp_path):
+    """A relative SQLite path is relative to the current directory: run from elsewhere, the
+    command finds no store there, says which file it looked at, and leaves none behind."""
+    config = write(tmp_path, "policies_dir: policies\nstore: {url: 'sqlite:///fleet.db'}\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    said = (f"error: cannot upgrade the store sqlite:///fleet.db (file {home.resolve() / 'fleet.db'}): "
+            "{why}: nothing to upgrade (is store.url the service's? a relative sqlite path is "
+            "relative to the current directory); the service creates the tables itself when it "
+            "opens an empty store; nothing was changed")
+    code, out, err = cli("store", "upgrade", "--config", str(config), cwd=home)
+    assert (code, out, error_line(err)) == (1, "", said.format(why="no such file"))
+    assert list(home.iterdir()) == []
+    sqlite3.connect(home / "fleet.db").close()
+    code, out, err = cli("store", "upgrade", "--config", str(config), cwd=home)
+    assert (code, out, error_line(err)) == (1, "", said.format(why="it has no tables"))
+    engine = create_engine(f"sqlite:///{home / 'fleet.db'}")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT name FROM sqlite_master")).all() == []
+    engine.dispose()
+
+
+def test_store_commands_need_only_the_store_secret(tmp_path):
+    """The HTTP and team tokens are the running service's (systemd hands it its credential
+    files only while it runs): a store command neither reads nor needs them."""
+    db = tmp_path.resolve() / "fleet.db"
+    http = ("http: {listen: 0.0.0.0:9464, token_file: /run/credentials/none/http-token, "
+            "team_tokens: {vision: {env: GAS_TEST_UNSET_VISION}}}\n")
+    config = write(tmp_path, f"policies_dir: policies\nstore: {{url: 'sqlite:///{db}'}}\n{http}")
+    legacy.create(f"sqlite:///{db}")
+    code, out, err = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
+    assert code == 0 and "upgraded from no version" in out, err
+    # The one secret they need, missing: said once, with its name once.
+    url = "postgresql+psycopg://gas@127.0.0.1:9/gas"
+    config = write(tmp_path, f"policies_dir: policies\nstore: {{url: '{url}', password_env: "
+                             f"GAS_TEST_UNSET_PW}}\n{http}")
+    for command in ("current", "upgrade"):
+        code, out, err = cli("store", command, "--config", str(config), cwd=tmp_path)
+        assert (code, out, error_line(err)) == (
+            1, "", "error: store password: environment variable GAS_TEST_UNSET_PW is not set")

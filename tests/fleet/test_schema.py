@@ -138,3 +138,24 @@ def test_an_unversioned_store_without_a_later_table_gets_it(tmp_path):
     assert (was.status, now.status) == (Status.UNVERSIONED, Status.CURRENT)
     assert legacy.rows(url)["requests"] == []
     FleetStore(url).close()
+
+
+def test_an_unversioned_store_without_requests_claimed_at_gets_it(tmp_path):
+    """The builds of 8648048..35a72ae made the requests table without claimed_at (nullable)."""
+    url = url_of(tmp_path)
+    legacy.create(url)
+    before = legacy.rows(url)  # its requests' claimed_at are all NULL
+    sql(url, "ALTER TABLE requests DROP COLUMN claimed_at")
+    columns = "SELECT name FROM pragma_table_info('requests') ORDER BY name"
+    without = sql(url, columns)
+    # Refused for another difference: the column is not added either.
+    [(index,)] = sql(url, "SELECT sql FROM sqlite_master WHERE name = 'ix_audit_event'")
+    sql(url, "DROP INDEX ix_audit_event")
+    with pytest.raises(SchemaError, match=r": index ix_audit_event missing; nothing was changed$"):
+        store_schema.upgrade(url)
+    assert sql(url, columns) == without
+    sql(url, str(index))
+    was, now = store_schema.upgrade(url)
+    assert (was.status, now.status) == (Status.UNVERSIONED, Status.CURRENT)
+    assert legacy.rows(url) == before and before["requests"]
+    FleetStore(url).close()

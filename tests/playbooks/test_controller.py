@@ -260,6 +260,13 @@ def test_a_policy_change_is_a_reload_and_nothing_else_changes(controller: Contro
     # Everything else was already as it should be: only the policies (and their handler).
     assert result.changed() == {"Write the policies", "Remove policies no longer in the policy "
                                 "directory", "Reload gpu-autoscaler"}
+    # `store current` ran with the service's environment (no_log: a secret is in it) and the
+    # http token file (a credential of the running unit) unread; the check before any stop
+    # says what it said: the store's file, at head.
+    assert re.fullmatch(r"sqlite:////var/lib/gpu-autoscaler/fleet\.db \(file /var/lib/gpu-autoscaler/"
+                        r"fleet\.db\): schema \S+ \(head\)",
+                        result.result("Check the store's schema version")["msg"])
+    assert ENV_SECRET not in json.dumps(result.events)
     controller.wait(lambda: "added ['vision']" in controller.journal()
                     and "removed ['old']" in controller.journal(), 30, "the teams reloaded")
     assert "reload requested" in controller.journal()

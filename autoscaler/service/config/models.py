@@ -319,13 +319,16 @@ class ServiceConfig(_Model):
     def check_secrets(self) -> list[str]:
         """Secrets named by the file that are not there or unusable (an error before the
         first tick), and an API that would serve /status beyond loopback without one."""
-        problems = []
-        for what, read in (("http token", self.http.token), ("team tokens", self.http.teams),
+        problems: list[str] = []
+        for what, read in (("http token", self.http.token), ("team", self.http.teams),
                            ("store password", self.store.resolved_url)):
             try:
                 read()
             except SecretError as exc:
-                problems.append(f"{what}: {exc}")
+                # Most messages name their secret already; teams() reads the http token again.
+                message = str(exc)
+                if message not in problems:
+                    problems.append(message if what in message else f"{what}: {message}")
         http = self.http
         if (http.enabled and http.token_env is None and http.token_file is None
                 and not is_loopback(http.host)):

@@ -141,6 +141,26 @@ def test_secrets_come_from_the_environment(tmp_path, monkeypatch):
     assert "pw" not in cfg.store.display_url()
 
 
+def test_each_unreadable_secret_is_said_once_with_its_name_once(tmp_path, monkeypatch):
+    path = write(tmp_path, """\
+        policies_dir: policies
+        store: {url: "postgresql+psycopg://gas@127.0.0.1:5432/gas", password_env: GAS_DB_PASSWORD}
+        http:
+          token_env: GAS_TOKEN
+          team_tokens: {vision: {env: GAS_VISION_TOKEN}}
+        """)
+    monkeypatch.delenv("GAS_TOKEN", raising=False)
+    monkeypatch.delenv("GAS_DB_PASSWORD", raising=False)
+    monkeypatch.setenv("GAS_VISION_TOKEN", SECRET)
+    # The team tokens read the http token again: its problem is not said twice.
+    assert load_config(path).check_secrets() == [
+        "http token: environment variable GAS_TOKEN is not set",
+        "store password: environment variable GAS_DB_PASSWORD is not set"]
+    monkeypatch.setenv("GAS_TOKEN", "short")
+    assert load_config(path).check_secrets()[0].startswith(
+        "http token: environment variable GAS_TOKEN holds a token of 5 characters")
+
+
 def test_the_http_api_defaults_to_loopback(tmp_path):
     cfg = load_config(write(tmp_path, "policies_dir: policies\n"))
     assert cfg.http.host == "127.0.0.1" and cfg.store.url.startswith("sqlite")
