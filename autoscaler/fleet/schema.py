@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -51,6 +52,11 @@ PG_LOCK_KEY = 0x6761735F736368  # "gas_sch"
 LOCK_TIMEOUT_S = 60  # PostgreSQL: the longest wait for that lock, or a table's, in a schema change
 UPGRADE_HINT = ("back it up, then run `gpu-autoscaler store upgrade --config <the service config>` "
                 "(docs/operators/store.md)")
+
+
+# How the project's revisions are named (migrations/versions/NNNN_name.py): a store whose
+# alembic_version is not so was versioned by another application sharing the database.
+OURS = re.compile(r"\d{4}_\w+")
 
 
 class Status(StrEnum):
@@ -100,6 +106,10 @@ class SchemaState:
             case Status.BEHIND:
                 return (f"its schema {self.revision} is older than this version needs "
                         f"({self.head}): {UPGRADE_HINT}")
+        if not all(OURS.fullmatch(r) for r in (self.revision or "").split(",")):
+            return (f"its alembic_version {self.revision} is no revision of gpu-autoscaler's "
+                    f"(ours are named like {self.head}): the database holds another "
+                    "application's tables; give gpu-autoscaler a database of its own")
         return (f"its schema {self.revision} is newer than this version of gpu-autoscaler knows "
                 f"(head {self.head}): run the version that upgraded it, or restore the backup "
                 "taken before that upgrade (docs/operators/store.md)")

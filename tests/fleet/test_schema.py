@@ -93,6 +93,18 @@ def test_a_store_newer_than_this_version_is_refused_and_left_alone(tmp_path):
     assert sql(url, "SELECT version_num FROM alembic_version") == [("0099_future",)]
 
 
+def test_another_applications_alembic_version_is_named_as_such_not_as_newer(tmp_path):
+    """A database shared with another Alembic-managed application: "restore the backup" was
+    the wrong advice."""
+    url = url_of(tmp_path)
+    FleetStore(url).close()
+    sql(url, "UPDATE alembic_version SET version_num = 'ae1027a6acf'")
+    with pytest.raises(SchemaError, match=r"alembic_version ae1027a6acf is no revision of "
+                                          r"gpu-autoscaler's .* a database of its own"):
+        FleetStore(url)
+    assert sql(url, "SELECT version_num FROM alembic_version") == [("ae1027a6acf",)]
+
+
 def test_a_store_behind_a_later_revision_is_refused_then_upgraded(tmp_path, monkeypatch):
     """The path of every future schema change: a revision this store lacks."""
     url = url_of(tmp_path)
