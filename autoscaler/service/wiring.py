@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -204,8 +205,10 @@ def build_actuators(config: ServiceConfig, store: FleetStore,
     executor = Executor(store, policies, provisioner, bootstrapper, drainers, address_of,
                         settings, catalog, clock, runner=runner)
     intake = build_intake(config, store, policies, clock, markets) if notices_in_reconciler else None
+    # A test's own clock measures the states' durations too; the real one, the monotonic.
     reconciler = Reconciler(store, provisioner, markets, settings, clock, policies=policies,
-                            interruptions=intake, repair=executor.repair, runner=runner)
+                            interruptions=intake, repair=executor.repair, runner=runner,
+                            monotonic=time.monotonic if clock is utc_now else None)
     return executor, reconciler
 
 

@@ -125,8 +125,14 @@ class Reconciler:
                  policies: Callable[[], Mapping[str, TeamPolicy]] = dict,
                  interruptions: InterruptionIntake | None = None,
                  repair: Callable[[], AdvanceReport] | None = None,
-                 runner: Runner | None = None):
+                 runner: Runner | None = None,
+                 monotonic: Callable[[], float] | None = None):
+        """``monotonic``: the clock that measures how long a node stays in a state once
+        seen (time.monotonic in the service); None: ``clock``'s, as tests drive it."""
         self.store, self.provisioner, self.clouds = store, provisioner, clouds
+        self.monotonic = monotonic or (lambda: clock().timestamp())
+        # (node, state, since) -> (its age on the wall clock when first seen, monotonic then)
+        self._in_state: dict[tuple[str, str, datetime], tuple[timedelta, float]] = {}
         self.settings, self.clock, self.policies = settings, clock, policies
         self.interruptions = interruptions
         self.repair = repair  # the executor's: promised replacements a crash left uncreated
@@ -197,10 +203,11 @@ class Reconciler:
     # -- timeouts -----------------------------------------------------------------------------
     def _timeouts(self, policies: Mapping[str, TeamPolicy], report: ReconcileReport) -> None:
         now, limits = self.clock(), self.settings.state_limits
+        seen, self._in_state = self._in_state, {}
         for node in self.store.nodes(states=list(TIMEOUTS)):
             timeout = TIMEOUTS[node.state]
             limit = state_limit(node.state, find_pool(policies, node.team, node.pool), limits)
-            stuck = now - node.state_since
+            stuck = self._stuck_for(node, now, seen)
             if limit is None or stuck <= limit:
                 continue
             cause: str | None = timeout.why
@@ -212,6 +219,18 @@ class Reconciler:
                    f"{cause}")
             if self._move(node, timeout.then, why, report):
                 self._find(report, "timeout", why, node=node.name, pool=node.pool_key)
+
+    def _stuck_for(self, node: Node, now: datetime,
+                   seen: dict[tuple[str, str, datetime], tuple[timedelta, float]]) -> timedelta:
+        """How long ``node`` has been in its state: its age on the wall clock when this
+        process first saw it so, plus what the monotonic clock measured since. A step of the
+        wall clock after that (NTP, a resumed VM) does not age it: a +1 h step failed
+        bootstraps mid-run and forced drains inside their grace."""
+        key = (node.name, node.state.value, node.state_since)
+        wall = now - node.state_since
+        first = seen.get(key) or (wall, self.monotonic())
+        self._in_state[key] = first
+        return min(wall, first[0] + timedelta(seconds=self.monotonic() - first[1]))
 
     def _drain_forced(self, node: Node, stuck: timedelta, limit: timedelta, now: datetime,
                       report: ReconcileReport) -> str | None:

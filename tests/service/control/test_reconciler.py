@@ -294,6 +294,31 @@ def test_a_drain_signalled_late_still_gets_its_whole_checkpoint_grace(rig: Rig) 
     assert rig.state(name) is S.DRAINED and "the drain reached signalled" in timeout.detail
 
 
+def test_a_forward_step_of_the_wall_clock_does_not_age_a_node_once_seen(rig: Rig) -> None:
+    """Audit 8 F7: NTP (or a resumed VM) steps the controller's clock forward 2 h. Durations
+    on the wall clock alone failed a bootstrap mid-run (and forced drains): once a node is
+    seen in its state, the monotonic clock measures how long it stays there."""
+    [name] = rig.submit(launch())
+    rig.advance()
+    assert rig.state(name) is S.BOOTSTRAPPING
+    mono = [1000.0]
+    rec = Reconciler(rig.store, rig.tf, lambda cloud, region: rig.cloud, rig.settings, rig.clock,
+                     policies=lambda: rig.policies, monotonic=lambda: mono[0])
+    rec.run()  # first seen BOOTSTRAPPING, a few seconds old
+    rig.clock.tick(2 * 3600)  # the step; 30 s really passed
+    mono[0] += 30
+    assert rec.run().of("timeout") == [] and rig.state(name) is S.BOOTSTRAPPING
+    mono[0] += 41 * 60  # past the limit (41m) on the monotonic clock
+    [timeout] = rec.run().of("timeout")
+    assert timeout.node == name and rig.state(name) is S.BOOTSTRAP_FAILED
+    # A reconciler that never saw it before (a restart) has only the wall clock.
+    [other] = rig.submit(launch())
+    rig.advance()
+    rig.clock.tick(2 * 3600)
+    rig.reconciler().run()
+    assert rig.state(other) is S.BOOTSTRAP_FAILED
+
+
 def test_a_stuck_drain_the_scheduler_reports_empty_is_forced_and_says_so(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     rig.submit(drain(name))
