@@ -237,6 +237,21 @@ def test_failed_api_reuses_the_last_answer_then_falls_back_to_the_catalog() -> N
     assert len(made) == 1  # one adapter per region, kept across ticks
 
 
+def test_after_our_clock_steps_back_the_last_answer_is_not_reused_as_fresh() -> None:
+    """Stored at 12:00, read after a 2-day step back: its age is negative, which proved
+    nothing and kept 12:00's prices "fresh" for the two days (audit 8, F3)."""
+    market = FakeMarket({(T4, "us-east-1a"): 0.16})
+    clock = FakeClock()
+    signals = PriceSignals(lambda c, r: market, clock=clock)
+    pols = policies(zones=["us-east-1a"], types=[T4])
+    signals.observe(pols)
+    market.error = CloudUnreachableError("cannot reach the EC2 endpoint")
+    clock.advance(timedelta(days=-2))
+    view = signals.observe(pols)
+    assert not any("using the answer from" in m for m in view.missing)
+    assert all(o.spot_usd is None for o in view.offerings)
+
+
 def test_prices_are_read_once_per_ttl_not_once_per_tick(moto: str, spot_book: SpotBook) -> None:
     spot_book.add(T4, "us-east-1a", 0.16)
     clock = FakeClock()
