@@ -23,6 +23,7 @@ from autoscaler.model.node import Node
 from autoscaler.model.plan import MOVES
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Market
+from autoscaler.words import first_few
 
 # Order in which new nodes keep their place when quotas cut the list short.
 TRIGGER_ORDER = {"interruption": 0, "pending": 1, "floor": 2, "utilization": 3}
@@ -93,8 +94,7 @@ class Picker:
             if od:
                 self.mix.take(Market.ON_DEMAND)
                 refused = self.refusals()
-                more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
-                return od[0], (f"spot refused ({'; '.join(refused[:3])}{more}) and the job waited "
+                return od[0], (f"spot refused ({first_few(refused, 3, '; ')}) and the job waited "
                                f"{format_duration(waited or timedelta(0))} >= max_wait "
                                f"{format_duration(self.max_wait)}, falling back to on-demand"), True
         offers, skipped = self.prices.offers(pool, market, gpus, model, zones, types)

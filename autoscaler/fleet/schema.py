@@ -41,6 +41,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from autoscaler.fleet.migrations import baseline
 from autoscaler.fleet.tables import Base
+from autoscaler.words import first_few
 
 log = logging.getLogger(__name__)
 
@@ -227,9 +228,8 @@ def _check_baseline(conn: Connection) -> None:
         "include_name": lambda name, kind, _parents: kind != "table" or name in baseline.TABLES})
     found = [_difference(d) for d in compare_metadata(context, frozen)]
     if found:
-        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
         raise SchemaError("the store has no schema version and its tables differ from the schema "
-                          f"before versions (c53b69e): {'; '.join(found[:5])}{more}; nothing was "
+                          f"before versions (c53b69e): {first_few(found, sep='; ')}; nothing was "
                           "changed")
 
 

@@ -51,6 +51,7 @@ from autoscaler.signals.slurm_match import (
     running_pools,
 )
 from autoscaler.signals.slurm_onprem import on_prem_capacity
+from autoscaler.words import first_few
 
 log = logging.getLogger(__name__)
 RUNNING_STATES = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"}
@@ -412,9 +413,7 @@ class SlurmReader:
             if job.id not in self._reported:
                 fresh.setdefault(job.reason, []).append(job.id)
         for reason, ids in fresh.items():
-            more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-            log.warning("slurm: pending job %s%s is not bought for: %s", ", ".join(ids[:5]),
-                        more, reason)
+            log.warning("slurm: pending job %s is not bought for: %s", first_few(ids), reason)
         self._reported = {job.id for job in unserved}
 
     def _read(self, refs: list[ClusterPool]) -> SchedulerReading:

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from autoscaler.model.node import Node
 from autoscaler.model.progress import DrainPhase, DrainProgress
+from autoscaler.words import first_few
 
 POLL = timedelta(seconds=10)
 NOW = timedelta(0)
@@ -220,10 +221,8 @@ class PhasedDrainer:
         return DrainStep(DrainOutcome.RETRY, p, message, max(after, NOW), ids)
 
 
-def _few(ids: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(ids[:limit])
-    more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
-    return f"{len(ids)} job(s) ({shown}{more})"
+def _few(ids: Sequence[str]) -> str:
+    return f"{len(ids)} job(s) ({first_few(ids)})"
 
 
 def _waiting_text(ids: Sequence[str], until: datetime, refused: Sequence[str]) -> str:

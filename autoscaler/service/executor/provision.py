@@ -49,6 +49,7 @@ from autoscaler.service.executor.advance import AdvanceReport, PoolApply, Step
 from autoscaler.service.executor.bootstrap import bootstrap_part
 from autoscaler.service.executor.collaborators import Provisioner
 from autoscaler.service.executor.operations import Runner
+from autoscaler.words import first_few
 
 S = NodeState
 AddressOf = Callable[[Node], str | None]
@@ -127,16 +128,18 @@ def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runne
 
 
 def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: AddressOf) -> None:
-    held_back = not_the_stores(step, provisioner, ref, step.store.nodes(pool=ref.key))
+    nodes = step.store.nodes(pool=ref.key)
+    applied = provisioner.applied(ref)
+    held_back = not_the_stores(step, provisioner, ref, nodes, applied)
     if held_back:
         step.error("terraform", f"pool {ref.key}: not applied: {held_back}")
         return
     step.move_all([Move(node.name, S.PROVISIONING, f"terraform apply of pool {ref.key}")
-                   for node in step.store.nodes(states=[S.REQUESTED], pool=ref.key)])
+                   for node in nodes if node.state is S.REQUESTED])
     nodes = step.store.nodes(pool=ref.key)
     want: NodeMap = desired_maps(nodes).get(ref.key, {})
     result: ApplyResult | None = None
-    if provisioner.applied(ref) != want:
+    if applied != want:
         step.store.fence()  # a deposed leader never applies
         result = provisioner.apply(ref, want)
         step.report.applies.append(PoolApply(
@@ -153,15 +156,14 @@ def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: A
 
 
 def not_the_stores(step: Step, provisioner: Provisioner, ref: PoolRef,
-                   nodes: Sequence[Node]) -> str | None:
+                   nodes: Sequence[Node], applied: NodeMap | None) -> str | None:
     """Why the pool must not be applied, or None. An apply makes the state hold exactly the
     store's nodes, so a node the state holds and the store has no row for would be destroyed
     (a store restored from a backup, or another store), and one the store has just named
     again (REQUESTED: names are never reused otherwise) would be handed the old instance.
     Neither is evidence that the instance may go: the reconciler adopts them
     (``executor.unknown_instances: adopt``) or reports them, and the apply waits."""
-    applied = provisioner.applied(ref)
-    if applied:  # the last apply's map, on the controller's disk
+    if applied:  # the last apply's map (``provisioner.applied``), on the controller's disk
         held = set(applied)
     else:  # else the state itself, read as an apply would: never by a deposed leader
         step.store.fence()
@@ -173,18 +175,13 @@ def not_the_stores(step: Step, provisioner: Provisioner, ref: PoolRef,
         return None
     parts = []
     if unknown:
-        parts.append(f"its Terraform state holds {_some(unknown)}, which the store has no row "
+        parts.append(f"its Terraform state holds {first_few(unknown)}, which the store has no row "
                      "for, and an apply would destroy")
     if renamed:
-        parts.append(f"the store named new nodes {_some(renamed)} as the state already "
+        parts.append(f"the store named new nodes {first_few(renamed)} as the state already "
                      "holds them")
     return ("; ".join(parts) + " (a store restored from a backup?). Nothing is destroyed: set "
             "executor.unknown_instances: adopt, or remove the rows and instances by hand")
-
-
-def _some(names: Sequence[str], shown: int = 5) -> str:
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
 
 
 def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
