@@ -202,13 +202,15 @@ def build_actuators(config: ServiceConfig, store: FleetStore,
     runner = Inline(clock) if settings.operations == "inline" else WorkerPools(clock, {
         "apply": settings.apply_parallelism, "bootstrap": settings.bootstrap_parallelism,
         "drain": settings.drain_parallelism, "state": 1})
+    # A test's own clock measures the states' and drains' durations too; the real one, the
+    # monotonic (a step of the wall clock must neither age nor stall them).
+    steady = time.monotonic if clock is utc_now else None
     executor = Executor(store, policies, provisioner, bootstrapper, drainers, address_of,
-                        settings, catalog, clock, runner=runner)
+                        settings, catalog, clock, runner=runner, monotonic=steady)
     intake = build_intake(config, store, policies, clock, markets) if notices_in_reconciler else None
-    # A test's own clock measures the states' durations too; the real one, the monotonic.
     reconciler = Reconciler(store, provisioner, markets, settings, clock, policies=policies,
                             interruptions=intake, repair=executor.repair, runner=runner,
-                            monotonic=time.monotonic if clock is utc_now else None)
+                            monotonic=steady)
     return executor, reconciler
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -64,10 +65,11 @@ class Rig:
             return self.addresses.get(node.name)
         return f"169.254.77.{2 + int(node.name.rsplit('-', 1)[-1])}" if node.instance_id else None
 
-    def executor(self, store: FleetStore | None = None) -> Executor:
+    def executor(self, store: FleetStore | None = None,
+                 monotonic: Callable[[], float] | None = None) -> Executor:
         return Executor(store or self.store, lambda: self.policies, self.tf, self.ansible,
                         {self.slurm.kind: self.slurm, "none": no_drainer()}, self.address_of,
-                        self.settings, default_catalog(), self.clock)
+                        self.settings, default_catalog(), self.clock, monotonic=monotonic)
 
     def reconciler(self, sources: list[InterruptionSource] | None = None) -> Reconciler:
         intake = None

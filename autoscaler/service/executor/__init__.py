@@ -89,6 +89,7 @@ from autoscaler.service.executor.advance import AdvanceReport, Change, PoolApply
 from autoscaler.service.executor.collaborators import Bootstrapper, Provisioner
 from autoscaler.service.executor.operations import Inline, Operation, Runner
 from autoscaler.service.executor.settings import ExecutorSettings
+from autoscaler.service.executor.steady import SteadyTimeline
 
 __all__ = [
     "AdvanceReport",
@@ -107,7 +108,7 @@ class Executor:
                  provisioner: Provisioner, bootstrapper: Bootstrapper,
                  drainers: Mapping[str, Drainer], address_of: Callable[[Node], str | None],
                  settings: ExecutorSettings, catalog: Catalog, clock: Callable[[], datetime],
-                 runner: Runner | None = None):
+                 runner: Runner | None = None, monotonic: Callable[[], float] | None = None):
         self.store = store
         self.policies = policies
         self.provisioner = provisioner
@@ -121,10 +122,13 @@ class Executor:
         self.journal = OperationLog(store)
         self.runner.journal = self.journal
         self._recovered = False
+        # How long each drain has waited; the monotonic clock once a drain is seen (None:
+        # the caller's clock alone, as a test's or the simulator's).
+        self.timeline = SteadyTimeline(monotonic)
 
     def _step(self, report: AdvanceReport) -> Step:
         return Step(self.store, self.settings, self.clock, self.policies(), self.drainers, report,
-                    self.catalog)
+                    self.catalog, self.timeline)
 
     def submit(self, plan: Plan, plan_id: int | None = None) -> list[str]:
         """Record the plan's intents in the store; returns the names of nodes created."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +21,7 @@ from autoscaler.model.progress import Cooldown, DrainProgress
 from autoscaler.model.snapshot import CapacityError
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 from autoscaler.service.executor.settings import ExecutorSettings
+from autoscaler.service.executor.steady import SteadyTimeline
 
 log = logging.getLogger("autoscaler.service.executor")
 
@@ -94,6 +95,7 @@ class Step:
     drainers: Mapping[str, Drainer]
     report: AdvanceReport
     catalog: Catalog | None = None
+    timeline: SteadyTimeline = field(default_factory=lambda: SteadyTimeline(None))
 
     def now(self) -> datetime:
         return self.clock()

@@ -54,7 +54,9 @@ def drain_key(node: str) -> str:
 
 
 def drain_nodes(step: Step, runner: Runner) -> None:
-    for node in step.store.nodes(states=[S.DRAINING, S.INTERRUPTED]):
+    nodes = step.store.nodes(states=[S.DRAINING, S.INTERRUPTED])
+    step.timeline.keep_only(timeline_key(n) for n in nodes)
+    for node in nodes:
 
         def work(report: AdvanceReport, n: Node = node) -> None:
             drain_step(replace(step, report=report), n)
@@ -100,8 +102,15 @@ def interruption_progress(settings: ExecutorSettings, pool: Pool | None,
                          signal=pool.scale_down.checkpoint_signal if pool else settings.checkpoint_signal)
 
 
+def timeline_key(node: Node) -> tuple[str, str, datetime]:
+    """One drain's key in the executor's timeline: a node back in DRAINING later (or
+    moved to INTERRUPTED) starts a new one."""
+    return (node.name, node.state.value, node.state_since)
+
+
 def _drain_one(step: Step, node: Node) -> None:
-    now = step.now()
+    wall = step.now()
+    now = step.timeline.now(timeline_key(node), wall)
     progress, notice = node.progress.drain, node.progress.interruption
     if progress is None:
         if notice is not None and node.state is S.INTERRUPTED:
@@ -110,7 +119,7 @@ def _drain_one(step: Step, node: Node) -> None:
             progress = step.drain_progress(node, node.reason, node.state_since, node.drain_trigger)
         step.patch(node.name, progress=ProgressUpdate(drain=progress))
     if node.state is S.INTERRUPTED and notice is not None and notice.deadline is not None \
-            and now >= notice.deadline:
+            and wall >= notice.deadline:  # the cloud's time: compared with the wall clock
         step.move(node.name, S.TERMINATING, f"spot interruption deadline {notice.deadline:%H:%M:%S} "
                   "reached before the drain finished")
         return

@@ -329,6 +329,38 @@ def test_drain_deadline_signals_then_requeues_with_the_pool_settings(rig: Rig) -
     assert rig.advance().moved(S.DRAINED) == [name]
 
 
+def test_a_step_of_the_wall_clock_neither_ends_a_drain_early_nor_holds_it_late(rig: Rig) -> None:
+    """Once the service has seen a drain, its wait is measured on the monotonic clock: a
+    +1 h step of the wall clock used to signal the jobs at once, 10 s into a 10-minute
+    wait, and a -2 h step held the requeue two hours past the checkpoint grace."""
+    [name] = rig.ready_nodes()
+    sched = rig.slurm.scheduler
+    sched.run(name, "7")
+    rig.submit(drain(name))
+    mono = [5000.0]
+    executor = rig.executor(monotonic=lambda: mono[0])
+    executor.advance()
+    rig.clock.tick(3600)
+    mono[0] += 10
+    executor.advance()
+    assert not any(c[0] == "checkpoint" for c in sched.calls)
+    assert rig.store.meta(name)["drain"]["phase"] == "cordoned"
+    mono[0] += 10 * 60  # drain_timeout 10m, really elapsed
+    rig.clock.tick(10 * 60)
+    executor.advance()
+    assert ("checkpoint", name, ["7"], "USR2") in sched.calls
+    rig.clock.tick(-2 * 3600)
+    mono[0] += 61  # checkpoint_grace 1m, really elapsed
+    executor.advance()
+    assert ("evacuate", name, ["7"]) in sched.calls
+    sched.finish(name)
+    mono[0] += 10
+    rig.clock.tick(10)
+    assert executor.advance().moved(S.DRAINED) == [name]
+    executor.advance()
+    assert executor.timeline._first == {}  # a drain that ended is forgotten at the next
+
+
 def test_consolidation_signals_at_once_and_requeues_after_the_grace(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     sched = rig.slurm.scheduler
