@@ -132,6 +132,19 @@ class DrainProgress(BaseModel):
     def at(self, phase: DrainPhase, **changes: object) -> DrainProgress:
         return self.model_copy(update={"phase": phase, "last_error": None, **changes})
 
+    def not_after(self, now: datetime) -> DrainProgress:
+        """Times written ahead of ``now`` (before a backward step of the wall clock, or by
+        a controller whose clock ran ahead) moved back to count from ``now``: the wait and
+        the grace keep their whole length, and nothing waits out the step on top."""
+        latest = max(self.started_at, self.signalled_at or self.started_at)
+        if latest <= now:
+            return self
+        back = latest - now
+        return self.model_copy(update={
+            "started_at": self.started_at - back, "deadline": self.deadline - back,
+            "signalled_at": self.signalled_at - back if self.signalled_at else None,
+            "not_before": None})
+
     def joined_by(self, newer: DrainProgress) -> DrainProgress:
         """``newer`` (an interruption's short drain) taking over a drain already running:
         what the running one did (its phase, its signal) is kept, the earlier deadline wins."""

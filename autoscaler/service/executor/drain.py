@@ -14,6 +14,7 @@ A CancelDrain writes READY first and owes the scheduler a resume: the node carri
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from datetime import datetime
 
@@ -22,12 +23,14 @@ from autoscaler.model.changes import NodeFields
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.node import Node
 from autoscaler.model.progress import DrainProgress, InterruptionRecord, ProgressUpdate
+from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
 from autoscaler.service.executor.advance import AdvanceReport, Step
 from autoscaler.service.executor.operations import Runner
 from autoscaler.service.executor.settings import ExecutorSettings
 
 S = NodeState
+log = logging.getLogger(__name__)
 UNDRAIN = "cancelled"  # drain_trigger of a READY node whose scheduler resume is owed
 CHAIN = 4  # "retry now" steps run back to back in one advance
 
@@ -111,12 +114,18 @@ def timeline_key(node: Node) -> tuple[str, str, datetime]:
 def _drain_one(step: Step, node: Node) -> None:
     wall = step.now()
     now = step.timeline.now(timeline_key(node), wall)
-    progress, notice = node.progress.drain, node.progress.interruption
+    stored = progress = node.progress.drain
+    notice = node.progress.interruption
     if progress is None:
         if notice is not None and node.state is S.INTERRUPTED:
             progress = interruption_progress(step.settings, step.pool(node), notice, now)
         else:
             progress = step.drain_progress(node, node.reason, node.state_since, node.drain_trigger)
+    if (moved := progress.not_after(now)) != progress:
+        log.info("%s: drain times written %s ahead of now (a backward step of the clock); "
+                 "counted from now", node.name, format_duration(progress.started_at - moved.started_at))
+        progress = moved
+    if progress != stored:
         step.patch(node.name, progress=ProgressUpdate(drain=progress))
     if node.state is S.INTERRUPTED and notice is not None and notice.deadline is not None \
             and wall >= notice.deadline:  # the cloud's time: compared with the wall clock

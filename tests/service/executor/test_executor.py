@@ -361,6 +361,24 @@ def test_a_step_of_the_wall_clock_neither_ends_a_drain_early_nor_holds_it_late(r
     assert executor.timeline._first == {}  # a drain that ended is forgotten at the next
 
 
+def test_drain_times_written_ahead_of_a_restarted_service_count_from_now(rig: Rig) -> None:
+    """A service restarted after a backward step of the wall clock finds the drain's
+    signal stamped two hours ahead: the grace counts from now, not from then."""
+    [name] = rig.ready_nodes()
+    sched = rig.slurm.scheduler
+    sched.run(name, "7")
+    rig.submit(drain(name, trigger="consolidate"))
+    rig.advance()
+    assert ("checkpoint", name, ["7"], "USR2") in sched.calls
+    rig.clock.tick(-2 * 3600)
+    rig.advance()  # a new executor: the wall clock is all it knows
+    assert rig.node(name).progress.drain.signalled_at == rig.clock()  # type: ignore[union-attr]
+    assert not any(c[0] == "evacuate" for c in sched.calls)
+    rig.clock.tick(61)  # checkpoint_grace 1m
+    rig.advance()
+    assert ("evacuate", name, ["7"]) in sched.calls
+
+
 def test_consolidation_signals_at_once_and_requeues_after_the_grace(rig: Rig) -> None:
     [name] = rig.ready_nodes()
     sched = rig.slurm.scheduler
