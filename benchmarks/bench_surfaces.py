@@ -334,7 +334,7 @@ def store_reads(fleet: Fleet, since_id: int) -> dict[str, Callable[[], Any]]:
         "fleet_view() [loop, twice]": store.fleet_view,
         "nodes(states=[READY]) [executor, reconciler]": lambda: store.nodes(states=[S.READY]),
         "nodes(names=its requests') [request keeper]": lambda: store.nodes(
-            names={n for v in book.list() for n in v.nodes}, include_terminated=True),
+            names={n for v in book.unsettled() for n in v.nodes}, include_terminated=True),
         "nodes(pool, include_terminated) [executor submit]":
             lambda: store.nodes(pool=pool, include_terminated=True),
         "launch_outcomes(6 h) [launch backoff]":
@@ -345,7 +345,7 @@ def store_reads(fleet: Fleet, since_id: int) -> dict[str, Callable[[], Any]]:
         "latest_plan + actions [status]": lambda: store.actions(plan_id=plan_id),
         "recent_transitions(30) [status]": lambda: queries.recent_transitions(store, 30),
         "operations.recent(30) [status]": lambda: OperationLog(store).recent(30),
-        "requests.list() [keeper, held]": book.list,
+        "requests.unsettled() [keeper, held]": book.unsettled,
         "requests.list(open) [status]": lambda: book.list(include_final=False),
     }
 

@@ -12,6 +12,7 @@
   has ended: Released.
 * Provisioned, no job ever seen on its nodes, ``booking`` passed, and the scheduler read
   every node this tick (positive evidence of disuse): BookingExpired, then Released.
+* BookingExpired (a crash came between those two writes): the expiry resumes, Released.
 * Released or Failed with nodes still up: those nodes leave (drain, or terminate a node
   that never became READY).
 """
@@ -62,6 +63,8 @@ def progress(view: RequestView, nodes: Mapping[str, Node], now: datetime,
                             left) if left else RequestStep("wait", f"{label} has ended"))
     if view.condition is Condition.PROVISIONED:
         return _held(view, now, ended, unused)
+    if view.condition is Condition.BOOKING_EXPIRED:  # a crash came before its Released
+        return RequestStep("expire", f"{label} released: booking expired (resumed)")
     if view.condition is not Condition.ACCEPTED:
         return RequestStep("wait", f"{label} is {view.condition.value}")
     # Before the launch: nodes launched past valid_until are bought only to be rolled back.

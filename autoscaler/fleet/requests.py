@@ -7,7 +7,9 @@ by the lease epoch like any node write; every condition change is checked agains
 
 from __future__ import annotations
 
+import builtins  # RequestBook.list shadows list in the class body
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,8 +17,12 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from autoscaler.fleet.node_rows import NAMES_PER_QUERY
 from autoscaler.fleet.store import FleetStore, StoreError
-from autoscaler.fleet.tables import AuditRow, RequestRow
+from autoscaler.fleet.tables import AuditRow, NodeRow, RequestRow
+from autoscaler.model.changes import Create
+from autoscaler.model.lifecycle import TERMINAL, NodeState
+from autoscaler.model.node import Node
 from autoscaler.model.request_spec import (
     FINAL,
     Condition,
@@ -74,6 +80,28 @@ class RequestBook:
             if not include_final:
                 q = q.where(RequestRow.condition.not_in([c.value for c in FINAL]))
             return [_view(r) for r in s.scalars(q)]
+
+    def unsettled(self) -> builtins.list[RequestView]:
+        """The requests the keeper still has work for, in creation order: every one that
+        has not ended, and every ended one a node not yet TERMINATED still names.
+
+        The rest (ended, every node TERMINATED or gone) can never have work again: both
+        conditions have no exits, a request's nodes are written only while it is Accepted
+        (:meth:`launch`), and each of them carries the request's id in ``meta.request``
+        from its first write on (nothing clears it). So the read follows the live requests
+        and the live fleet, not the history (``list()`` still shows it all)."""
+        live = [c.value for c in Condition if c not in FINAL]
+        tag = NodeRow.meta["request"].as_string()
+        with self.store.session() as s:
+            rows = {r.id: r for r in s.scalars(
+                select(RequestRow).where(RequestRow.condition.in_(live)))}
+            owing = sorted(set(s.scalars(select(tag).where(
+                NodeRow.state.in_([st.value for st in NodeState if st not in TERMINAL]),
+                tag.is_not(None)))) - rows.keys())
+            for part in range(0, len(owing), NAMES_PER_QUERY):
+                rows.update((r.id, r) for r in s.scalars(select(RequestRow).where(
+                    RequestRow.id.in_(owing[part:part + NAMES_PER_QUERY]))))
+            return [_view(r) for r in sorted(rows.values(), key=lambda r: (r.created_at, r.id))]
 
     def _by_key(self, team: str, key: str) -> RequestView | None:
         with self.store.session() as s:
@@ -148,11 +176,20 @@ class RequestBook:
         assert view is not None
         return view
 
-    def set_nodes(self, request_id: str, nodes: dict[str, str | None], now: datetime) -> None:
-        """Record the nodes launched for the request (name -> address, None until known)."""
-        with self.store._write() as s:
-            s.execute(update(RequestRow).where(RequestRow.id == request_id)
-                      .values(nodes=nodes, updated_at=now))
+    def launch(self, request_id: str, creates: Sequence[Create], now: datetime) -> builtins.list[Node]:
+        """Create the Accepted request's nodes and record them on it, in one transaction:
+        a crash leaves all of them recorded or none made, never a second set nor a short
+        one. Nothing is written (and [] returned) when the request is no longer Accepted
+        or has its nodes already (a DELETE, or another writer, came first)."""
+        with self.store._write(read_first=True) as s:
+            row = s.get(RequestRow, request_id, with_for_update=True)
+            if row is None or row.condition != Condition.ACCEPTED.value or row.nodes:
+                return []
+            made = self.store._create_all(s, creates, now)
+            row.nodes = {n.name: None for n in made}
+            row.updated_at = now
+            s.flush()
+            return made
 
     def set_claimed(self, request_id: str, now: datetime) -> None:
         """A job was seen on the request's nodes: its booking is used."""

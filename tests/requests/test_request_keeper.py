@@ -4,12 +4,18 @@ an atomic request rolled back after a capacity error, ttl expiry (fake executor)
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import event
 
 from autoscaler.fleet.requests import RequestBook
+from autoscaler.fleet.tables import RequestRow
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Drain, Terminate
-from autoscaler.model.request_spec import Condition
+from autoscaler.model.request_spec import Condition, RequestSpec
 from autoscaler.model.snapshot import ImageObservation
+from autoscaler.service.control.request_keeper import held_by_requests
 from tests.fleet.writes import create_node, transition
 from tests.requests.conftest import BODY, VISION
 from tests.requests.test_requests_api import call
@@ -255,3 +261,121 @@ def test_a_request_in_a_baked_pool_whose_image_is_stale_waits_with_when_stale_ho
     service.tick()  # the loop sees the image; the keeper ran on the last tick's snapshot
     service.tick()
     assert len(book.get(rid).nodes) == 2
+
+
+class Crash(BaseException):
+    """The process dies (SIGKILL): nothing after it runs, not even an except clause."""
+
+
+def _accepted(service):
+    book = RequestBook(service.store)
+    rid = book.create("vision", RequestSpec.model_validate(BODY), service.loop.clock()).request.id
+    book.set_condition(rid, Condition.ACCEPTED, service.loop.clock(), "admitted")
+    return book, rid
+
+
+def _tagged(service, rid):
+    return sorted(n.name for n in service.store.nodes(include_terminated=True)
+                  if n.progress.request == rid)
+
+
+@pytest.mark.parametrize("write", [1, 2])
+@pytest.mark.parametrize("committed", [False, True], ids=["before-commit", "after-commit"])
+def test_a_crash_in_a_launch_never_doubles_nor_shortens_the_requests_nodes(
+        service, monkeypatch, write, committed):
+    """Whichever store write of the launch the process dies at, the restarted keeper ends
+    with exactly the request's 2 nodes, all recorded on it: not a second set (3 nodes),
+    not an atomic request Provisioned with 1."""
+    book, rid = _accepted(service)
+    store, real, writes = service.store, service.store._write, []
+
+    @contextmanager
+    def dying(**kwargs):
+        writes.append(1)
+        with real(**kwargs) as s:
+            yield s
+            if len(writes) == write and not committed:
+                raise Crash  # the transaction never commits
+        if len(writes) == write:
+            raise Crash
+
+    monkeypatch.setattr(store, "_write", dying)
+    try:
+        service.keeper.run()
+    except Crash:
+        pass
+    else:
+        assert write > 1, "the launch writes at least once"
+    monkeypatch.setattr(store, "_write", real)  # the restart: same store
+    assert sorted(book.get(rid).nodes) == _tagged(service, rid)  # none made, or all recorded
+    for _ in range(3):
+        service.tick()
+    view = book.get(rid)
+    assert view.condition is Condition.PROVISIONED
+    assert sorted(view.nodes) == _tagged(service, rid) and len(view.nodes) == 2
+
+
+def test_an_expiry_interrupted_after_booking_expired_resumes_and_releases(service):
+    book, rid = _accepted(service)
+    service.tick()
+    service.tick()
+    assert book.get(rid).condition is Condition.PROVISIONED
+    # the expiry's first write; the process dies before its second (Released)
+    book.set_condition(rid, Condition.BOOKING_EXPIRED, service.loop.clock(), "booking expired")
+    service.tick()
+    view = book.get(rid)
+    assert view.condition is Condition.RELEASED
+    assert view.reason.endswith("booking expired (resumed)")
+    assert sorted(a.node for a in submitted(service, Drain)) == sorted(view.nodes)
+    service.tick()
+    assert service.loop.last_snapshot.held == {}
+
+
+def test_the_keeper_reads_no_ended_request_whose_nodes_are_all_terminated(service,
+                                                                           monkeypatch):
+    """The history of requests is not read each tick: an ended request whose every node is
+    TERMINATED has no step left. One that still names a live node is read (and drained)."""
+    url = service.api.url + "/v1/requests"
+    settled = [call(url, "POST", VISION, {**BODY, "name": f"ci-{i}"})[1]["id"] for i in range(5)]
+    service.tick()
+    service.tick()
+    for rid in settled:
+        call(f"{url}/{rid}", "DELETE", VISION)
+    for _ in range(3):
+        service.tick()
+    book = RequestBook(service.store)
+    assert all(service.store.get(n).state is S.TERMINATED
+               for rid in settled for n in book.get(rid).nodes)
+    live = call(url, "POST", VISION, {**BODY, "name": "ci-live"})[1]["id"]
+    service.tick()
+    service.tick()
+    owing = call(url, "POST", VISION, {**BODY, "name": "ci-owing",
+                                       "node_sets": [{"gpu_model": "V100", "gpus": 4}]})[1]["id"]
+    service.tick()
+    service.tick()
+    assert call(f"{url}/{owing}", "DELETE", VISION)[1]["condition"] == "Released"
+    loaded: list[str] = []
+
+    def load(target, _context):
+        loaded.append(target.id)
+
+    event.listen(RequestRow, "load", load)
+    read: list[str] = []
+    nodes = service.store.nodes
+
+    def spy(*args, **kwargs):
+        found = nodes(*args, **kwargs)
+        read.extend(n.name for n in found)
+        return found
+
+    monkeypatch.setattr(service.store, "nodes", spy)
+    try:
+        service.keeper.run()
+        held = held_by_requests(book, nodes(), service.loop.clock())
+    finally:
+        event.remove(RequestRow, "load", load)
+    assert sorted(set(loaded)) == sorted([live, owing])  # no row of the 5 settled ones
+    assert sorted(read) == sorted([*book.get(live).nodes, *book.get(owing).nodes])
+    assert {a.node for a in submitted(service, Drain)} >= set(book.get(owing).nodes)
+    assert sorted(held) == sorted(book.get(live).nodes)  # the owing one's node is draining
+    assert len(book.list()) == 7  # what the status API lists is unchanged

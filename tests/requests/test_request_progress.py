@@ -115,3 +115,11 @@ def test_decide_keeps_held_idle_nodes_and_names_the_request():
     assert [a.node for a in plan.actions if isinstance(a, Drain)] == []
     kept = [a.reason for a in plan.actions if isinstance(a, Hold)]
     assert any(r.startswith(f"vision-gpu-1 kept: {LABEL} holds it") for r in kept)
+
+
+def test_booking_expired_resumes_the_expiry():
+    """A crash between the expiry's two writes (BookingExpired, then Released) leaves the
+    request BookingExpired: the next step finishes it rather than waiting forever."""
+    nodes = states(("vision-gpu-1", S.READY), ("vision-gpu-2", S.READY))
+    step = progress(view(Condition.BOOKING_EXPIRED), nodes, NOW)
+    assert step.kind == "expire" and step.reason == f"{LABEL} released: booking expired (resumed)"

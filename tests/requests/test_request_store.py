@@ -99,3 +99,53 @@ def test_a_deposed_leader_cannot_write_requests(store):
     store.set_fence(lambda: LeaseToken("gpu-autoscaler", "b", 1))
     with pytest.raises(Fenced):
         RequestBook(store).create("vision", spec(), NOW)
+
+
+def _launch(book, rid, count=2):
+    from autoscaler.model.changes import Create
+    from autoscaler.model.progress import LaunchSpec, NodeProgress
+    from autoscaler.policy.models import Market
+
+    launch = LaunchSpec(pool="vision/gpu", instance_type="p3.8xlarge", market=Market.ON_DEMAND,
+                        reason="test")
+    return book.launch(rid, [Create("vision", "gpu", "aws", "us-east-1", launch,
+                                    NodeProgress(request=rid))] * count, NOW)
+
+
+def test_launch_writes_the_nodes_and_the_request_together_once(store):
+    book = RequestBook(store)
+    rid = book.create("vision", spec(), NOW).request.id
+    assert _launch(book, rid) == []  # Pending: nothing launches
+    book.set_condition(rid, Condition.ACCEPTED, NOW, "fits the quota")
+    made = _launch(book, rid)
+    assert sorted(book.get(rid).nodes) == sorted(n.name for n in made) and len(made) == 2
+    assert all(store.meta(n.name)["request"] == rid for n in made)
+    assert _launch(book, rid) == []  # recorded already: never a second set
+    book.set_condition(rid, Condition.RELEASED, NOW, "DELETE")
+    other = book.create("vision", spec(name="ci-4712"), NOW).request.id
+    book.set_condition(other, Condition.ACCEPTED, NOW, "fits")
+    book.set_condition(other, Condition.RELEASED, NOW, "DELETE before the launch")
+    assert _launch(book, other) == [] and len(store.nodes()) == 2
+
+
+def test_unsettled_is_what_has_not_ended_or_still_names_a_node_not_terminated(store):
+    from autoscaler.model.lifecycle import NodeState as S
+    from tests.fleet.writes import walk
+
+    book = RequestBook(store)
+    ids = {}
+    for name in ("live", "owing", "settled", "never-launched"):
+        ids[name] = book.create("vision", spec(name=name), NOW).request.id
+        book.set_condition(ids[name], Condition.ACCEPTED, NOW, "fits")
+    for name in ("live", "owing", "settled"):
+        _launch(book, ids[name])
+    for name in ("owing", "settled", "never-launched"):
+        book.set_condition(ids[name], Condition.RELEASED, NOW, "DELETE")
+    first, second = sorted(book.get(ids["settled"]).nodes)
+    walk(store, first, NOW, S.TERMINATING, S.TERMINATED)
+    walk(store, second, NOW, S.PROVISIONING, S.PROVISION_FAILED)
+    assert {v.id for v in book.unsettled()} == {ids["live"], ids["owing"], ids["settled"]}
+    # a failed node may still be retried or cleaned up: only TERMINATED has no exit
+    walk(store, second, NOW, S.TERMINATING, S.TERMINATED)
+    assert {v.id for v in book.unsettled()} == {ids["live"], ids["owing"]}
+    assert len(book.list()) == 4  # the status API still shows them all

@@ -56,7 +56,9 @@ class RequestKeeper:
         now = self.clock()
         leaving: list[Action] = []
         lines = []
-        views = self.book.list()  # ended ones too: their nodes may still have to leave
+        # Ended ones too while a node of theirs is not TERMINATED: it may still have to
+        # leave. Not the history: the ended and settled ones have no step left.
+        views = self.book.unsettled()
         # The requests' own nodes, whatever their state: not every node the store ever held.
         nodes = {n.name: n for n in store.nodes(names={name for v in views for name in v.nodes},
                                                 include_terminated=True)}
@@ -129,7 +131,10 @@ class RequestKeeper:
             self.book.set_condition(view.id, Condition.PROVISIONED, now, step.reason,
                                     nodes=step.addresses)
         elif step.kind == "expire":
-            view = self.book.set_condition(view.id, Condition.BOOKING_EXPIRED, now, step.reason)
+            # Two writes: after a crash between them the step resumes from BookingExpired.
+            if view.condition is not Condition.BOOKING_EXPIRED:
+                view = self.book.set_condition(view.id, Condition.BOOKING_EXPIRED, now,
+                                               step.reason)
             view = self.book.set_condition(view.id, Condition.RELEASED, now, step.reason)
             return _leave(view, progress(view, nodes, now).nodes, nodes, step.reason)
         elif step.kind in ("fail", "release", "ttl"):
@@ -147,11 +152,11 @@ class RequestKeeper:
         live = self.policies()
         if view.team not in live:
             return not live
-        names: dict[str, str | None] = {}
         placements = booked([view], live, self.catalog)
         if len(placements) != len(view.spec.node_sets):
             return False  # all node sets or none
         total = sum(p.nodes for p in placements)
+        creates: list[Create] = []
         for placed in placements:
             team, _, name = placed.pool.partition("/")
             pool = find_pool(live, team, name)
@@ -162,14 +167,15 @@ class RequestKeeper:
                 # it must not hold back the pool's own scale-up (fleet/intents.py).
                 launch = LaunchSpec(pool=placed.pool, instance_type=placed.instance_type,
                                     market=Market.ON_DEMAND, cooldown=None,
-                                    reason=f"{view.label()}: node {len(names) + 1} of {total}")
-                [node] = self.book.store.apply([Create(
-                    team, name, pool.cloud.value, pool.region, launch,
-                    NodeProgress(cluster=pool.cluster.kind, request=view.id))], now)
-                names[node.name] = None
-                self.book.set_nodes(view.id, names, now)  # after each: a crash loses none
-        return bool(names)
-
+                                    reason=f"{view.label()}: node {len(creates) + 1} of {total}")
+                creates.append(Create(team, name, pool.cloud.value, pool.region, launch,
+                                      NodeProgress(cluster=pool.cluster.kind, request=view.id)))
+        if not creates:
+            return False
+        # The nodes and the request's record of them in one transaction: a crash leaves
+        # all of them recorded or none made. [] : the request moved on meanwhile (a DELETE).
+        self.book.launch(view.id, creates, now)
+        return True
 
 def _leave(view: RequestView, names: tuple[str, ...], nodes: Mapping[str, Node],
            reason: str, trigger: Literal["released", "ttl"] = "released") -> list[Action]:
@@ -190,7 +196,7 @@ def held_by_requests(book: RequestBook, fleet_nodes: Iterable[Node],
                      now: datetime) -> dict[str, str]:
     """Node -> the label of the capacity request holding it: the held part of the tick's
     Snapshot (``Snapshot.held``), which scale-down leaves alone."""
-    views = book.list()
+    views = book.unsettled()
     by_id = {v.id: v for v in views}
     held = {node: by_id[rid].label() for node, rid in held_nodes(
         [v for v in views if v.condition not in FINAL]).items()}
