@@ -3,6 +3,7 @@ upgrade to the one this version needs (docs/operators/store.md: back the store u
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,9 @@ from autoscaler.service.config.models import ServiceConfig
 store_app = typer.Typer(help="The store's schema version: show it, upgrade it.", no_args_is_help=True)
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP, exists=True,
                                             dir_okay=False)]
+ForceOption = Annotated[bool, typer.Option(
+    "--force", help="Upgrade even while the controller's instance lock is held (only when "
+    "the process holding it is not a controller of this store).")]
 NOTHING_TO_UPGRADE = ("nothing to upgrade (is store.url the service's? a relative sqlite path is "
                       "relative to the current directory); the service creates the tables itself "
                       "when it opens an empty store; nothing was changed")
@@ -77,11 +81,33 @@ def current(config: ConfigOption) -> None:
     _print(f"{where}: {state.describe()}")
 
 
+def _no_controller(cfg: ServiceConfig, where: str, force: bool) -> Callable[[], None]:
+    """Take the controller's instance lock for the upgrade (no controller starts meanwhile),
+    or exit 1 while a controller holds it; the release. ``force``: upgrade anyway."""
+    from autoscaler.service.instance_lock import InstanceLock, InstanceLocked, instance_lock_path
+
+    path = instance_lock_path(cfg)
+    if path is None or not path.parent.is_dir():
+        return lambda: None
+    try:
+        return InstanceLock(path).acquire().release
+    except InstanceLocked as exc:
+        if force:
+            _print(f"warning: {exc}; upgrading anyway (--force)")
+            return lambda: None
+        fail(f"cannot upgrade the store {where}: {exc}: stop the controller first (or pass "
+             "--force if that process is not a controller of this store)")
+    except OSError as exc:
+        fail(f"cannot upgrade the store {where}: cannot take the instance lock {path}: "
+             f"{one_line(exc)}")
+
+
 @store_app.command("upgrade")
-def upgrade(config: ConfigOption) -> None:
+def upgrade(config: ConfigOption, force: ForceOption = False) -> None:
     """Upgrade the store's schema to the head this version needs, in one transaction.
 
-    Stop every instance of the service and back the store up first (docs/operators/store.md). A store
+    Stop every instance of the service and back the store up first (docs/operators/store.md):
+    the upgrade is refused while a controller holds the store's instance lock. A store
     written before schema versions is checked against that schema, then stamped and upgraded. An
     empty database is refused: the service creates its tables when it opens it.
     """
@@ -90,6 +116,24 @@ def upgrade(config: ConfigOption) -> None:
     url = _url(cfg)
     if file is not None and not file.exists():
         fail(f"cannot upgrade the store {where}: no such file: {NOTHING_TO_UPGRADE}")
+    release = _no_controller(cfg, where, force)
+    try:
+        leader = None if force else store_schema.live_lease(url, cfg.leader.name)
+    except StoreUnavailableError as exc:
+        release()
+        fail(f"cannot upgrade the store {where}: {one_line(exc.driver_error)}")
+    if leader is not None:
+        release()
+        fail(f"cannot upgrade the store {where}: the leader lease {cfg.leader.name!r} is held "
+             f"by {leader[0]} until {leader[1]:%Y-%m-%d %H:%M:%S} UTC: stop the controller "
+             "first (or pass --force)")
+    try:
+        _upgrade(where, url)
+    finally:
+        release()
+
+
+def _upgrade(where: str, url: str) -> None:
     try:
         if store_schema.current(url).status is Status.EMPTY:
             fail(f"cannot upgrade the store {where}: it has no tables: {NOTHING_TO_UPGRADE}")

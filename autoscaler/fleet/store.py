@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy import Table, bindparam, delete, exists, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -55,6 +55,13 @@ from autoscaler.model.plan import Hold, Plan, subject_of
 from autoscaler.policy.models import pool_key
 
 DEFAULT_URL = "sqlite:///gpu-autoscaler.db"
+# The live fleet as ``state IN (...)``: SQLite serves IN from ix_nodes_state but scans every
+# row ever stored for NOT IN (TERMINAL), and terminated rows are kept (free_names).
+LIVE_STATES = tuple(sorted(st.value for st in NodeState if st not in TERMINAL))
+# Action statuses the executor may still act on: a plan holding one is never pruned.
+OPEN_ACTIONS = ("planned", "submitting")
+
+
 class StoreError(Exception):
     pass
 
@@ -175,14 +182,22 @@ class FleetStore:
             return dict(row.meta or {})
 
     def nodes(self, states: Iterable[NodeState] | None = None, pool: str | None = None,
-              include_terminated: bool = False, names: Iterable[str] | None = None) -> list[Node]:
+              include_terminated: bool = False, names: Iterable[str] | None = None, *,
+              action: int | None = None, replaces: str | None = None) -> list[Node]:
         """Nodes with their progress, in one query (``names``: only these, one query per
-        :data:`NAMES_PER_QUERY` of them; a name the store does not hold is left out)."""
+        :data:`NAMES_PER_QUERY` of them; a name the store does not hold is left out).
+        ``action``: only the nodes that launch action created; ``replaces``: only the
+        nodes created to replace that node (both matched in SQL on the JSON column, so a
+        pool's history is not loaded to find them)."""
         q = select(NodeRow).order_by(NodeRow.name)
         if states is not None:
             q = q.where(NodeRow.state.in_([st.value for st in states]))
         elif not include_terminated:
-            q = q.where(NodeRow.state.not_in([st.value for st in TERMINAL]))
+            q = q.where(NodeRow.state.in_(LIVE_STATES))
+        if action is not None:
+            q = q.where(NodeRow.meta["action"].as_integer() == action)
+        if replaces is not None:
+            q = q.where(NodeRow.meta["replaces"].as_string() == replaces)
         if pool is not None:
             team, _, name = pool.partition("/")
             q = q.where(NodeRow.team == team, NodeRow.pool == name)
@@ -361,6 +376,28 @@ class FleetStore:
                 s.execute(insert(ActionRow), actions)
             return row.id
 
+    def prune_plans(self, before: datetime, keep_last: int, limit: int = 2000) -> int:
+        """Delete the oldest plans decided before ``before`` with their actions, at most
+        ``limit`` of them (one bounded transaction; a caller with more to delete calls
+        again). Kept whatever their age: the newest ``keep_last`` plans (what /status,
+        the page and the CLI show) and every plan with an action the executor may still
+        act on (:data:`OPEN_ACTIONS`: a resubmission reads it). Returns how many went."""
+        with self._write() as s:
+            newest = select(PlanRow.id).order_by(PlanRow.id.desc()).offset(max(keep_last, 1) - 1)
+            floor = s.scalar(newest.limit(1))
+            if floor is None:
+                return 0
+            open_action = exists().where(ActionRow.plan_id == PlanRow.id,
+                                         ActionRow.status.in_(OPEN_ACTIONS))
+            ids = list(s.scalars(select(PlanRow.id).where(
+                PlanRow.id < floor, PlanRow.decided_at < before, ~open_action)
+                .order_by(PlanRow.id).limit(limit)))
+            for part in range(0, len(ids), NAMES_PER_QUERY):
+                chunk = ids[part:part + NAMES_PER_QUERY]
+                s.execute(delete(ActionRow).where(ActionRow.plan_id.in_(chunk)))
+                s.execute(delete(PlanRow).where(PlanRow.id.in_(chunk)))
+            return len(ids)
+
     def last_plan(self) -> tuple[int, Plan] | None:
         with self.session() as s:
             row = s.scalars(select(PlanRow).order_by(PlanRow.id.desc()).limit(1)).first()
@@ -423,5 +460,6 @@ class FleetStore:
             return s.get(LeaseRow, name)
 
 
-__all__ = ["NAMES_PER_QUERY", "ConcurrentUpdateError", "Fenced", "FleetStore", "LeaseToken",
-           "RecordedAction", "SchemaError", "StoreError", "StoreUnavailableError", "UnknownNodeError"]
+__all__ = ["LIVE_STATES", "NAMES_PER_QUERY", "OPEN_ACTIONS", "ConcurrentUpdateError", "Fenced",
+           "FleetStore", "LeaseToken", "RecordedAction", "SchemaError", "StoreError",
+           "StoreUnavailableError", "UnknownNodeError"]

@@ -3,6 +3,7 @@ executor, reconciler, forecasts) from the config; tests and the demo pass ``Over
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -47,6 +48,7 @@ from autoscaler.service.control.reconciler import Reconciler
 from autoscaler.service.executor import Executor
 from autoscaler.service.executor.collaborators import drainers_for
 from autoscaler.service.executor.operations import Inline, WorkerPools
+from autoscaler.service.instance_lock import hold_instance_lock
 from autoscaler.service.observe.forecasts import PoolForecasts
 from autoscaler.service.observe.metrics import ServiceMetrics
 from autoscaler.signals.demand import Bins, load_demand
@@ -58,7 +60,6 @@ from autoscaler.signals.reader import SignalReader
 
 if TYPE_CHECKING:
     from autoscaler.actuators.drain.kubernetes import NodeCache
-
 
 class Markets:
     """One read-only cloud adapter per (cloud, region), kept for the service's lifetime
@@ -261,14 +262,28 @@ class Overrides:
 def build_service(config: ServiceConfig, *, dry_run: bool = False,
                   clock: Callable[[], datetime] = utc_now,
                   overrides: Overrides | None = None) -> Service:
-    o = overrides or Overrides()
+    """The service; what it opened is closed again (the instance lock released) if the
+    building fails."""
+    closers: list[Callable[[], None]] = []
+    try:
+        return _build(config, dry_run, clock, overrides or Overrides(), closers)
+    except BaseException:
+        for close in reversed(closers):
+            with contextlib.suppress(Exception):
+                close()
+        raise
+
+
+def _build(config: ServiceConfig, dry_run: bool, clock: Callable[[], datetime], o: Overrides,
+           closers: list[Callable[[], None]]) -> Service:
     catalog = load_catalog(config.prices_file)
     refused = refusal(load_dir(config.policies_dir, catalog)[0])
     if refused:  # before the store opens: nothing runs for a policy the service cannot follow
         raise ServiceError(refused)
     markets = Markets(config, catalog)
     store = o.store or open_store(config)
-    closers: list[Callable[[], None]] = [] if o.store else [store.close]
+    if o.store is None:
+        closers.append(store.close)
     reloader = PolicyReloader(config.policies_dir, catalog)
     signals = o.signals or build_signals(config, catalog, closers)
     kube = getattr(signals, "kubernetes", None)
@@ -279,6 +294,12 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
     leadership = Leadership(store, config.leader)
     if leadership.enabled:  # every store write and side effect is fenced by the lease epoch
         store.set_fence(leadership.token)
+    elif o.store is None and not dry_run:
+        # One controller per store, or two would both launch for the same demand. A dry
+        # run changes nothing and may run beside it; an injected store is its owner's.
+        lock = hold_instance_lock(config)
+        if lock is not None:
+            closers.insert(0, lock.release)  # released last, after the store is closed
     executor, reconciler = o.executor, o.reconciler
     intake = None
     if executor is None and not dry_run:
@@ -298,6 +319,7 @@ def build_service(config: ServiceConfig, *, dry_run: bool = False,
                        preview_images=preview_images(config),
                        forecasts=build_forecasts(config, store),
                        state_limits=config.executor.state_limits, held=held,
+                       plan_retention=config.store.plan_retention,
                        images=o.images if o.images is not None else build_images(config, markets, clock),
                        warm_hashes=lambda policies: warm_pool_hashes(policies, config.terraform,
                                                                      config.ansible))

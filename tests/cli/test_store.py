@@ -15,6 +15,7 @@ from sqlalchemy import create_engine, text
 
 from autoscaler.fleet import schema
 from autoscaler.fleet.store import FleetStore
+from autoscaler.service.instance_lock import InstanceLock
 from tests.fleet import legacy
 from tests.service.config.test_config import write
 
@@ -146,3 +147,55 @@ def test_store_commands_need_only_the_store_secret(tmp_path):
         code, out, err = cli("store", command, "--config", str(config), cwd=tmp_path)
         assert (code, out, error_line(err)) == (
             1, "", "error: store password: environment variable GAS_TEST_UNSET_PW is not set")
+
+
+def test_upgrade_refuses_while_a_controller_holds_the_store_unless_forced(store, tmp_path):
+    """audit10 F3: an upgrade under a running controller changes its schema under it."""
+    config, url = store
+    legacy.create(url)
+    lock = InstanceLock(Path(url.removeprefix("sqlite:///") + ".lock")).acquire()  # a controller
+    try:
+        code, out, err = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
+        assert (code, out) == (1, "")
+        assert error_line(err) == (
+            f"error: cannot upgrade the store {shown(url)}: {lock.path} is locked by PID "
+            f"{os.getpid()}: another gpu-autoscaler controller runs on this store (or is still "
+            "stopping): stop the controller first (or pass --force if that process is not a "
+            "controller of this store)")
+        code, out, _ = cli("store", "current", "--config", str(config), cwd=tmp_path)
+        assert code == 0 and "no schema version" in out  # nothing was changed
+        code, out, err = cli("store", "upgrade", "--force", "--config", str(config), cwd=tmp_path)
+        assert code == 0 and out.splitlines()[-1] == (
+            f"{shown(url)}: upgraded from no version to {schema.head()} (head)"), err
+        assert out.startswith(f"warning: {lock.path} is locked by PID {os.getpid()}")
+    finally:
+        lock.release()
+    code, out, _ = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
+    assert code == 0 and out.strip() == f"{shown(url)}: already at head {schema.head()}"
+    code, out, _ = cli("store", "upgrade", "--help", cwd=tmp_path)
+    assert code == 0 and "--force" in out
+
+
+def test_upgrade_refuses_while_a_leader_lease_is_live_unless_forced(store, tmp_path):
+    """With leader election the controllers hold a lease, not the lock: the upgrade checks
+    it too, by the database's clock."""
+    from datetime import timedelta
+
+    from autoscaler.fleet import lease
+
+    config, url = store
+    s = FleetStore(url)
+    try:
+        with s.session() as session:
+            assert lease.take(session, "gpu-autoscaler", "host-a:4242", timedelta(minutes=5)) == 1
+            session.commit()
+    finally:
+        s.close()
+    code, out, err = cli("store", "upgrade", "--config", str(config), cwd=tmp_path)
+    assert (code, out) == (1, "")
+    assert error_line(err).startswith(
+        f"error: cannot upgrade the store {shown(url)}: the leader lease 'gpu-autoscaler' is "
+        "held by host-a:4242 until ")
+    assert error_line(err).endswith("UTC: stop the controller first (or pass --force)")
+    code, out, _ = cli("store", "upgrade", "--force", "--config", str(config), cwd=tmp_path)
+    assert code == 0 and out.strip() == f"{shown(url)}: already at head {schema.head()}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from autoscaler.actuators.drain.base import PhasedDrainer
@@ -31,5 +32,22 @@ def test_the_kubernetes_drainer_reads_booting_nodes_from_the_signal_readers_watc
         assert isinstance(drainer, PhasedDrainer) and isinstance(drainer.ops, KubernetesOps)
         assert drainer.ops.cached == reader.node_records
         assert reader.node_records() is None  # nothing listed: the drainer asks the API
+    finally:
+        service.close()
+
+
+def test_the_plan_retention_reaches_the_loop_and_is_at_least_an_hour(tmp_path: Path) -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    write_policy(tmp_path / "policies", "vision", name="gpu", max_nodes=5)
+    base = {"policies_dir": tmp_path / "policies"}
+    with pytest.raises(ValidationError, match=r"store\.plan_retention must be at least 1h"):
+        ServiceConfig.model_validate({**base, "store": {"plan_retention": "30m"}})
+    config = ServiceConfig.model_validate({**base, "store": {
+        "url": f"sqlite:///{tmp_path / 'fleet.db'}", "plan_retention": "2d"}})
+    service = build_service(config, dry_run=True)
+    try:
+        assert service.loop.plan_retention == timedelta(days=2)
     finally:
         service.close()

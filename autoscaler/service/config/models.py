@@ -75,6 +75,17 @@ class StoreSettings(_Model):
                      "postgresql+psycopg://user@host/db for two service instances.")
     password_env: str | None = Field(
         None, description="Environment variable with the database password (never in url).")
+    plan_retention: Duration = Field(
+        timedelta(days=7), description="How long recorded plans and their actions are kept: "
+        "the leader deletes older ones hourly (the newest 100, and any with an action still "
+        "planned or submitting, stay). At least 1h.")
+
+    @field_validator("plan_retention")
+    @classmethod
+    def _retention(cls, value: timedelta) -> timedelta:
+        if value < timedelta(hours=1):
+            raise ValueError("store.plan_retention must be at least 1h")
+        return value
 
     @field_validator("url")
     @classmethod

@@ -288,18 +288,15 @@ def _created_slots(step: Step, pool: str, action_id: int | None) -> dict[int, st
     """Launch slots of ``action_id`` that already have a node (after a crash mid-submit)."""
     if action_id is None:
         return {}
-    out = {}
-    for node in step.store.nodes(pool=pool, include_terminated=True):
-        if node.progress.action == action_id and node.progress.index is not None:
-            out[node.progress.index] = node.name
-    return out
+    # Only this action's nodes, selected in SQL: the pool keeps a row per node it ever had.
+    return {node.progress.index: node.name
+            for node in step.store.nodes(pool=pool, include_terminated=True, action=action_id)
+            if node.progress.index is not None}
 
 
 def _replacement_of(step: Step, pool: str, old: str) -> str | None:
-    for node in step.store.nodes(pool=pool, include_terminated=True):
-        if node.replaces == old:
-            return node.name
-    return None
+    found = step.store.nodes(pool=pool, include_terminated=True, replaces=old)
+    return found[0].name if found else None
 
 
 def repair_replacements(step: Step) -> list[str]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import html
 import logging
+from datetime import timedelta
 
 import pytest
 
+from autoscaler.fleet import queries
 from autoscaler.fleet.demand_history import DemandHistory, bin_start
 from autoscaler.model.lifecycle import NodeState
 from autoscaler.model.plan import Drain, Hold, Launch, PlacementChoice, Plan, Replace
@@ -449,3 +451,31 @@ def test_status_and_the_page_show_the_engine_s_plan_not_a_capacity_request_s(kit
     assert html.escape(launch) in page_of(kit)
     # A follower has no plan of its own: the newest recorded one.
     assert status_of(kit, leader=False)["last_plan"]["id"] == newest
+
+
+def test_the_leader_prunes_old_plans_at_most_hourly_and_keeps_open_ones(kit, monkeypatch):
+    """A plan row per tick was kept for ever (~17 MB a day with 20 pools)."""
+    monkeypatch.setattr(loop_module, "KEEP_PLANS", 2)
+    kit.loop.plan_retention = timedelta(days=7)
+
+    def old(status):
+        plan = Plan(decided_at=kit.clock() - timedelta(days=8), actions=[
+            Drain(pool="vision/train", node="vision-train-9", trigger="idle", reason="idle")])
+        plan_id = kit.store.record_plan(plan)
+        [row] = kit.store.actions(plan_id)
+        kit.store.set_action_status(row.id, status, kit.clock())
+        return plan_id
+
+    settled, still_open = [old("submitted"), old("failed")], old("submitting")
+    assert kit.loop.tick().error is None
+    assert [queries.plan_by_id(kit.store, i) is None for i in (*settled, still_open)] == [
+        True, True, False]
+    assert kit.store.last_plan()[0] == kit.loop.state.last_plan_id  # the tick's own stays
+    later = old("submitted")
+    kit.clock.advance(minutes=30)
+    kit.loop.tick()
+    assert queries.plan_by_id(kit.store, later) is not None, "pruned at most once an hour"
+    kit.clock.advance(minutes=31)
+    kit.loop.tick()
+    assert queries.plan_by_id(kit.store, later) is None
+    assert queries.plan_by_id(kit.store, still_open) is not None
