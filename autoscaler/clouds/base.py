@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from itertools import islice
 from typing import Generic, Protocol, TypeVar
 
 from autoscaler.model.clock import Clock, utc_now
@@ -166,14 +167,25 @@ class TtlCache(Generic[K, V]):
     def get(self, key: K) -> V | None:
         with self._lock:
             item = self._items.get(key)
-        # A negative age (our clock stepped back) is no proof of freshness either.
-        if item is None or not timedelta(0) <= self.clock() - item[0] < self.ttl:
+        if item is None or not self._fresh(item[0], self.clock()):
             return None
         return item[1]
 
+    def _fresh(self, at: datetime, now: datetime) -> bool:
+        # A negative age (our clock stepped back) is no proof of freshness either.
+        return timedelta(0) <= now - at < self.ttl
+
     def put(self, key: K, value: V) -> None:
         with self._lock:
-            self._items[key] = (self.clock(), value)
+            now = self.clock()
+            self._items.pop(key, None)  # to the end: the oldest put is always first
+            self._items[key] = (now, value)
+            # Keys churn (an image hash per bootstrap change): up to two stale items go per
+            # put, from the oldest end, so the cache holds about what is fresh.
+            for oldest in list(islice(self._items, 2)):
+                if self._fresh(self._items[oldest][0], now):
+                    break
+                del self._items[oldest]
 
     def missing(self, keys: Iterable[K]) -> list[K]:
         return [k for k in keys if self.get(k) is None]

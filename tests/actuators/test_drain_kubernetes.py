@@ -262,3 +262,21 @@ def test_readiness_needs_the_types_gpus_advertised(labels: dict[str, str], resou
         after = drainer.readiness(node("n"))
         assert (after.ready, after.why) == ((True, "node Ready, GPUs advertised") if ready_why is None
                                             else (False, ready_why))
+
+
+def test_the_drainer_keeps_nothing_per_pod(kube: FakeKube) -> None:
+    """Evictions, deletions and signals leave no record in the service's one drainer."""
+    ops = KubernetesOps(config=KubernetesConfig(host=kube.url))
+
+    def held() -> int:
+        return sum(len(v) for v in vars(ops).values() if isinstance(v, list | dict | set))
+
+    first = -1
+    for i in range(20):
+        kube.add_pod(f"job-{i}", "vision", node=NAME, gpus=1)
+        work = [w for w in ops.workload(NAME) if w.id == f"vision/job-{i}"]
+        ops.checkpoint(NAME, work, "USR1")  # signalled, then evicted
+        kube.add_pod(f"job-{i}", "vision", node=NAME, gpus=1)
+        ops.evacuate(NAME, work)
+        first = held() if first < 0 else first
+    assert len(kube.execs) == len(kube.evicted) == 20 and held() == first

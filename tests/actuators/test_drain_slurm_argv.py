@@ -89,3 +89,26 @@ def test_releasing_long_jobs_requeues_each_and_leaves_refused_ones_running() -> 
                          ["scontrol", "requeue", "14"]]  # never scancel: the node stays
     assert sorted(refused) == ["1 --all", "13"]
     assert "not a Slurm job id" in refused["1 --all"] and "presently disabled" in refused["13"]
+
+
+def held(obj: object) -> int:
+    """Entries in an object's lists, dicts and sets: what it keeps between calls."""
+    return sum(len(v) for v in vars(obj).values() if isinstance(v, list | dict | set))
+
+
+def test_the_drainer_keeps_nothing_per_command() -> None:
+    """The service's one SlurmOps runs readiness and workload polls for every node, every
+    tick, for the life of the process: nothing may pile up per command."""
+    ops = SlurmOps(runner=lambda argv, timeout, env: "NodeName=x State=IDLE Gres=gpu:8")
+
+    def lifecycle(name: str) -> None:
+        ops.readiness(name)
+        ops.cordon(name, "idle")
+        ops.uncordon(name)
+        ops.forget(name)
+
+    lifecycle("vision-gpu-0")
+    first = held(ops)
+    for i in range(1, 300):
+        lifecycle(f"vision-gpu-{i}")
+    assert held(ops) == first

@@ -33,6 +33,7 @@ Kubernetes node names are fleet node names.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +55,8 @@ from autoscaler.schedulers.kubernetes.objects import (
     NodeRecord,
     node_record,
 )
+
+log = logging.getLogger(__name__)
 
 DO_NOT_DISRUPT = "gpu-autoscaler/do-not-disrupt"
 # Karpenter's spelling, so pods already marked for it are protected here too.
@@ -87,9 +90,7 @@ class KubernetesOps:
         self._api = api
         self.config = config
         self.timeout_s = config.timeout.total_seconds() if config is not None else timeout_s
-        self.evictions: list[str] = []  # pods evicted or deleted, for status and tests
         self.catalog = catalog or default_catalog()  # GPU counts only: prices do not matter
-        self.signalled: list[str] = []  # "pod/container SIGNAL", for status and tests
         self.cached = cached
 
     def api(self) -> client.CoreV1Api:
@@ -156,7 +157,7 @@ class KubernetesOps:
         try:
             self.signal_jobs(node, [w.id for w in work], signal)
         except DrainError as exc:  # no kill in the image: the evictions' SIGTERM still comes
-            self.signalled.append(f"not signalled: {exc}")
+            log.warning("%s: checkpoint signal not sent, evicting anyway: %s", node, exc)
         self.nudge(node, work, force=True)
 
     def signal_jobs(self, node: str, job_ids: Sequence[str], signal: str) -> bool:
@@ -173,7 +174,6 @@ class KubernetesOps:
                 raise DrainError(f"kubernetes: cannot read {key}: {exc.status} {exc.reason}") from None
             for container in pod.spec.containers or []:
                 self._exec(key, container.name, ["kill", f"-{signal.removeprefix('SIG')}", "1"])
-                self.signalled.append(f"{key}/{container.name} {signal}")
         return True
 
     def _exec(self, key: str, container: str, command: list[str]) -> None:
@@ -217,7 +217,6 @@ class KubernetesOps:
                 if exc.status != 404:
                     raise DrainError(f"kubernetes: cannot delete {pod.id}: "
                                      f"{exc.status} {exc.reason}") from None
-            self.evictions.append(f"deleted {pod.id}")
 
     def release_jobs(self, node: str, job_ids: Sequence[str]) -> dict[str, str]:
         """Evict each pod through the Eviction API (its controller recreates it elsewhere;
@@ -240,7 +239,6 @@ class KubernetesOps:
             if exc.status == 429:
                 return f"{key}: {exc.reason or 'TooManyRequests'} (disruption budget)"
             raise DrainError(f"kubernetes: cannot evict {key}: {exc.status} {exc.reason}") from None
-        self.evictions.append(f"evicted {key}")
         return None
 
     def readiness(self, node: str) -> Readiness:

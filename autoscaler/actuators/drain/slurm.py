@@ -68,14 +68,12 @@ class SlurmOps:
         self.config = config or SlurmConfig()
         self.scope = scope
         self._run = runner
-        self.calls: list[list[str]] = []  # what was run, for status and tests
 
     def _cmd(self, name: str, *args: str) -> str:
         for arg in args:
             if "\n" in arg or "\0" in arg:
                 raise DrainError(f"slurm: refusing an argument with a line break or NUL: {arg!r}")
         argv = self.config.command(name, *args)
-        self.calls.append(argv)
         return self._run(argv, self.config.timeout.total_seconds(), self.config.env)
 
     def _update(self, node: str, *fields: str) -> None:

@@ -78,6 +78,7 @@ WorkspaceFactory = Callable[[TerraformSettings, PoolRef, Callable[[], datetime],
                              BakedImage | None], PoolWorkspace]
 ImagesFor = Callable[[PoolRef], BakedImage | None]  # None: a base pool
 Imports = dict[str, tuple[str, NodeSpec]]  # map key -> (instance id, spec)
+KEPT = 100  # entries of ``imported`` and ``unlocked``
 _LOCK_ID = re.compile(r"^\s*ID:\s*(\S+)", re.MULTILINE)
 _LOCK_CREATED = re.compile(r"^\s*Created:\s*(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)", re.MULTILINE)
 
@@ -174,7 +175,8 @@ class TerraformProvisioner:
         # (pool key, shard) -> (the image it was made with, the workspace)
         self._workspaces: dict[tuple[str, int], tuple[BakedImage | None, PoolWorkspace]] = {}
         self._guard = threading.Lock()
-        self.imported: list[tuple[str, str, str]] = []  # (pool, key, instance id), for status
+        # The last KEPT of each, for status and tests: trimmed, as the process lives for months.
+        self.imported: list[tuple[str, str, str]] = []  # (pool, key, instance id)
         self.unlocked: list[tuple[str, str]] = []  # (pool, lock id) of stale locks released
         # workspace label -> (lock id, monotonic time it first refused us): one per workspace
         self._locks_seen: dict[str, tuple[str, float]] = {}
@@ -323,6 +325,7 @@ class TerraformProvisioner:
         with self._guard:
             self._locks_seen.pop(ws.label, None)
         self.unlocked.append((ws.label, lock_id))
+        del self.unlocked[:-KEPT]
         return True
 
     # -- strays ------------------------------------------------------------------------------
@@ -378,6 +381,7 @@ class TerraformProvisioner:
                 if "already managed" not in str(exc):
                     raise
             self.imported.append((ws.label, key, instance_id))
+            del self.imported[:-KEPT]
 
 
 def _mark_stale(ws: PoolWorkspace) -> None:

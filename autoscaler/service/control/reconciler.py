@@ -154,6 +154,10 @@ class Reconciler:
         self._repair(report)
         self._timeouts(policies, report)
         nodes = self.store.nodes()
+        # A node that left by another path (a spot notice, a scale-down) is never listed
+        # again nor marked LOST: its count would stay for the life of the process.
+        counted = {n.name for n in nodes if n.instance_id and n.state not in GONE}
+        self._misses = {k: v for k, v in self._misses.items() if k in counted}
         for cloud, region in sorted(_regions(nodes, policies)):
             last = self._listed.get((cloud, region))
             if last is not None and report.at - last < self.settings.cloud_list_interval:

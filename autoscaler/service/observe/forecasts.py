@@ -142,6 +142,10 @@ class PoolForecasts:
         """Record every pool's demand, forecast the predictive ones; returns the floors of
         the pools in mode ``scale``. ``record=False`` reads only."""
         pools = {pool_key(t, p.name): p for t, pol in policies.items() for p in pol.pools}
+        # A pool gone from the policies keeps nothing here: a fit holds weeks of bins.
+        for gone in self._fits.keys() - pools.keys():
+            del self._fits[gone]
+        self._warmed &= pools.keys()
         self._budget = MAX_FITS_PER_TICK
         if record:
             self._warm_start([k for k in pools if k not in self._warmed], now)

@@ -101,7 +101,8 @@ class ServiceMetrics:
         self._unserved_labels: set[tuple[str, str]] = set()
         self.launch_backoff = Gauge(f"{PREFIX}_launch_backoff_failures", "Failed launches in "
                                     "a row of one cause that hold launches into this pool, type, "
-                                    "zone and market (0: none); /status has the cause and next try.",
+                                    "zone and market (no series: none); /status has the cause "
+                                    "and next try.",
                                     ["pool", "instance_type", "zone", "market"], registry=r)
         self._backoff_labels: set[tuple[str, str, str, str]] = set()
         self.spot_score = Gauge(f"{PREFIX}_spot_placement_score", "AWS's Spot placement score "
@@ -249,11 +250,12 @@ class ServiceMetrics:
         self._unserved_labels = set(unserved)
 
     def set_backoffs(self, counts: Mapping[tuple[str, str, str, str], int]) -> None:
+        """A back-off that ended goes (no series: none), as a renamed pool's would stay."""
         for gone in self._backoff_labels - set(counts):
-            self.launch_backoff.labels(*gone).set(0)
+            self.launch_backoff.remove(*gone)
         for labels, count in counts.items():
             self.launch_backoff.labels(*labels).set(count)
-        self._backoff_labels |= set(counts)
+        self._backoff_labels = set(counts)
 
     def set_spot_scores(self, scores: Iterable[SpotScore]) -> None:
         """The scores of the last read; a series no longer read goes (not 0: no score is not
@@ -266,12 +268,13 @@ class ServiceMetrics:
         self._score_labels = set(now)
 
     def set_policy_errors(self, errors: Iterable[PolicyError]) -> None:
+        """A file whose errors are fixed (or that was removed) goes: no series, no error."""
         per_file = Tally(e.file for e in errors)
         for gone in self._error_files - set(per_file):
-            self.policy_errors.labels(gone).set(0)
+            self.policy_errors.remove(gone)
         for file, count in per_file.items():
             self.policy_errors.labels(file).set(count)
-        self._error_files |= set(per_file)
+        self._error_files = set(per_file)
 
     def set_lost_frozen(self, pools: Iterable[str]) -> None:
         now = set(pools)
@@ -279,4 +282,29 @@ class ServiceMetrics:
             self.lost_frozen.labels(gone).set(0)
         for pool in now:
             self.lost_frozen.labels(pool).set(1)
-        self._frozen_pools |= now
+        self._frozen_pools |= now  # kept at 0 while the pool lives (forget_pools)
+
+    def forget_pools(self, live: set[str]) -> None:
+        """Remove the series of every pool not in ``live`` (its team/pool keys: the pools
+        of the policies and of the fleet). A live pool keeps its zeros and its counters; a
+        removed or renamed one would otherwise keep its series for the life of the process.
+        A pool that comes back starts its counters again at 0 (Prometheus reads a reset)."""
+        for labels in [la for la in self._node_labels if f"{la[0]}/{la[1]}" not in live]:
+            self.nodes.remove(*labels)
+            self._node_labels.discard(labels)
+        for gauge, pools in ((self.pool_hourly, self._pool_labels),
+                             (self.lost_frozen, self._frozen_pools)):
+            for pool in pools - live:
+                gauge.remove(pool)
+            pools &= live
+        for metric, names in ((self.interruptions, ("pool",)),
+                              (self.drain_duration, ("pool", "trigger")),
+                              (self.notice_to_drain, ("pool",))):
+            for child in _label_sets(metric, names):
+                if child[0] not in live:
+                    metric.remove(*child)
+
+
+def _label_sets(metric: Counter | Histogram, names: tuple[str, ...]) -> set[tuple[str, ...]]:
+    """The label sets a metric has children for, from its public samples."""
+    return {tuple(s.labels[n] for n in names) for m in metric.collect() for s in m.samples}

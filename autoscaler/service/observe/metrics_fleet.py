@@ -73,7 +73,7 @@ class FleetObserver:
                 ratios[(n.name, n.pool_key, n.state.value)] = round(age / limit.total_seconds(), 4)
         self._set("stuck", metrics.state_timeout_ratio, ratios)
         self._teams(metrics, nodes, policies, prices)
-        self._pools(metrics, policies, prices, snapshot)
+        self._pools(metrics, nodes, policies, prices, snapshot)
 
     def _teams(self, metrics: ServiceMetrics, nodes: list[Node],
                policies: Mapping[str, TeamPolicy], prices: Prices) -> None:
@@ -96,8 +96,8 @@ class FleetObserver:
             (t,): p.quota.max_hourly_usd for t, p in policies.items()
             if p.quota.max_hourly_usd is not None})
 
-    def _pools(self, metrics: ServiceMetrics, policies: Mapping[str, TeamPolicy], prices: Prices,
-               snapshot: Snapshot) -> None:
+    def _pools(self, metrics: ServiceMetrics, nodes: list[Node],
+               policies: Mapping[str, TeamPolicy], prices: Prices, snapshot: Snapshot) -> None:
         pending: dict[Labels, float] = {}
         backoff: dict[Labels, float] = {}
         for team, policy in policies.items():
@@ -111,6 +111,8 @@ class FleetObserver:
                                       if prices.capacity_error(pool, t, None, m))
         self._set("pending", metrics.pending_gpus, pending)
         self._set("backoff", metrics.pool_backoff, backoff)
+        metrics.forget_pools({pool_key(t, p.name) for t, policy in policies.items()
+                              for p in policy.pools} | {n.pool_key for n in nodes})
 
     # -- durations ------------------------------------------------------------------------
     def durations(self, metrics: ServiceMetrics, observe: bool = True) -> None:

@@ -468,3 +468,20 @@ def test_a_cloud_listing_that_trickles_is_a_reconcile_error_within_the_call_limi
                               "nothing sent")
         assert trickle.requests == 1
     assert first.changes == second.changes == [] and rig.state(name) is S.READY
+
+
+def test_a_miss_count_is_dropped_once_its_node_left_by_another_path(rig: Rig) -> None:
+    """A spot node missed once, then reclaimed through its notice (INTERRUPTED,
+    TERMINATING), is never listed again nor marked LOST: its count must not stay."""
+    names = rig.ready_nodes(7)  # the last one stays: an empty listing is not believed
+    rec = rig.reconciler()
+    for name in names[:5]:
+        rig.cloud.terminate(rig.node(name).instance_id or "")
+        assert [f.node for f in rec.run().of("missing")] == [name]
+        transition(rig.store, name, S.INTERRUPTED, rig.clock())
+        transition(rig.store, name, S.TERMINATING, rig.clock())
+    rec.run()
+    assert rec._misses == {}
+    rig.cloud.terminate(rig.node(names[5]).instance_id or "")
+    rec.run()
+    assert rec._misses == {names[5]: 1}  # a node still counted keeps its count

@@ -61,3 +61,45 @@ def test_broken_nodes_held_and_waiting_are_per_pool_gauges_and_a_pool_gone_goes(
     text = metrics.exposition().decode()
     assert 'pool="vision/a"' not in text
     assert 'gpu_autoscaler_broken_nodes_waiting{pool="vision/b"} 0.0' in text
+
+
+def series(metrics: ServiceMetrics) -> int:
+    return sum(1 for line in metrics.exposition().decode().splitlines()
+               if line and not line.startswith("#"))
+
+
+def test_series_of_pools_renamed_away_go_and_a_live_pools_stay() -> None:
+    """A pool renamed every epoch: its gauges, counters and histograms go once it is in
+    neither the policies nor the fleet, so the series stay as many as after the first; the
+    pool that stays keeps its counts and its zeros."""
+    from autoscaler.policy.errors import PolicyError
+    from tests.builders import make_node
+
+    metrics = ServiceMetrics()
+
+    def epoch(e: int) -> None:
+        pools = [f"p{e}", "keep"]
+        metrics.set_fleet([make_node(f"n-{p}-{e}", pool=p) for p in pools],
+                          {f"vision/{p}": 1.0 for p in pools})
+        metrics.set_backoffs({(f"vision/p{e}", "p3.2xlarge", "us-east-1a", "spot"): 1})
+        metrics.set_lost_frozen([f"vision/p{e}"])
+        metrics.set_policy_errors([PolicyError(f"p{e}.yaml", 1, 1, "pools", "bad")])
+        for pool in ("vision/keep", f"vision/p{e}"):
+            metrics.interruptions.labels(pool).inc()
+            metrics.drain_duration.labels(pool, "idle").observe(60)
+            metrics.notice_to_drain.labels(pool).observe(30)
+        metrics.forget_pools({f"vision/{p}" for p in pools})
+
+    epoch(0)
+    first = series(metrics)
+    for e in range(1, 50):
+        epoch(e)
+    assert series(metrics) == first
+    text = metrics.exposition().decode()
+    assert "p48" not in text and "p49" in text
+    assert 'gpu_autoscaler_interruptions_total{pool="vision/keep"} 50.0' in text
+    assert 'gpu_autoscaler_drain_duration_seconds_count{pool="vision/keep",trigger="idle"} 50.0' \
+        in text
+    metrics.set_lost_frozen([])  # a pool that lives shows its alert cleared at 0
+    metrics.forget_pools({"vision/keep", "vision/p49"})
+    assert 'gpu_autoscaler_lost_frozen{pool="vision/p49"} 0.0' in metrics.exposition().decode()

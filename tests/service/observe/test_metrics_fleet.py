@@ -199,3 +199,29 @@ def test_a_stopped_warm_node_counts_its_volume_and_no_gpu(store):
     assert value(metrics, "gpu_autoscaler_warm_pool_hourly_usd", pool="vision/gpu") == volume
     assert value(metrics, "gpu_autoscaler_team_hourly_usd", team="vision") == volume
     assert value(metrics, "gpu_autoscaler_team_gpus", team="vision") == 0
+
+
+def test_a_pool_keeps_its_series_while_in_the_policies_or_the_fleet(store):
+    """A pool removed from the policies keeps its counters while a node of it lives (a
+    counter removed restarts at 0); once its last node is gone, its series go."""
+    metrics, observer = ServiceMetrics(), FleetObserver(store)
+    policies = {"vision": make_policy()}  # pool vision/gpu
+    old = create_node(store, pool="old", cooldown="up", now=NOW).name
+    snap = Snapshot(taken_at=NOW)
+    prices = Prices(default_catalog(), snap, NOW)
+
+    def tick():
+        metrics.interruptions.labels("vision/old").inc()
+        metrics.drain_duration.labels("vision/old", "idle").observe(60)
+        observer.gauges(metrics, store.nodes(), policies, LIMITS, prices, snap, NOW)
+
+    tick()
+    tick()
+    assert value(metrics, "gpu_autoscaler_interruptions_total", pool="vision/old") == 2
+    assert value(metrics, "gpu_autoscaler_interruptions_total", pool="vision/gpu") == 0
+    walk(store, old, (60, S.TERMINATING, {}), (61, S.TERMINATED, {}))
+    tick()
+    assert value(metrics, "gpu_autoscaler_interruptions_total", pool="vision/old") is None
+    assert value(metrics, "gpu_autoscaler_drain_duration_seconds_count", pool="vision/old",
+                 trigger="idle") is None
+    assert value(metrics, "gpu_autoscaler_interruptions_total", pool="vision/gpu") == 0
