@@ -5,7 +5,9 @@ bin, as ``forecast.series.from_intervals`` counts a trace), so several ticks per
 a restart in the middle of one are both fine. ``forecast_gpus`` is the p50 forecast made
 for the bin before it started (kept once written): the rolling MAPE compares it with what
 the bin then held. Rows older than the retention (5 weeks by default: the forecaster
-looks back 4 weeks, plus a week of slack) are deleted by ``prune``.
+looks back 4 weeks, plus a week of slack) are deleted: a predictive pool's by ``prune``
+when it is refitted, every pool's (pools gone from the policies and pools that forecast
+nothing too) by ``prune_stale``, a bounded batch at a time, in the leader's hourly prune.
 
 Bins loaded from Prometheus at start (``fill``) never overwrite a bin the service wrote.
 Every write is fenced by the leader lease, like every other store write.
@@ -124,3 +126,18 @@ class DemandHistory:
             result = s.execute(delete(DemandBinRow).where(
                 DemandBinRow.pool == pool, DemandBinRow.bin_start < now - self.retention))
             return int(getattr(result, "rowcount", 0) or 0)
+
+    def prune_stale(self, now: datetime, limit: int) -> int:
+        """Delete the bins older than the retention of every pool, at most ``limit`` of them
+        (one bounded transaction; a caller with more to delete calls again); returns how
+        many."""
+        t = DemandBinRow
+        with self.store._write() as s:
+            found = s.execute(select(t.pool, t.bin_start).where(t.bin_start < now - self.retention)
+                              .order_by(t.pool, t.bin_start).limit(limit)).all()
+            # In (pool, bin) order, so each pool's bins found are all of its bins up to the
+            # last one found: one range delete per pool.
+            last = {pool: start for pool, start in found}
+            for pool, start in last.items():
+                s.execute(delete(t).where(t.pool == pool, t.bin_start <= start))
+            return len(found)

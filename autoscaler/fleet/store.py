@@ -437,6 +437,17 @@ class FleetStore:
             s.add(AuditRow(at=now, actor=actor, event=event_name, pool=pool, node=node,
                            detail=detail))
 
+    def prune_audit(self, before: datetime, limit: int = 2000) -> int:
+        """Delete the oldest audit rows written before ``before``, at most ``limit`` of them
+        (one bounded transaction; a caller with more to delete calls again). Nothing reads
+        the log back but people (``audit_log``: the newest rows). Returns how many went."""
+        with self._write() as s:
+            ids = list(s.scalars(select(AuditRow.id).where(AuditRow.at < before)
+                                 .order_by(AuditRow.at).limit(limit)))
+            for part in range(0, len(ids), NAMES_PER_QUERY):
+                s.execute(delete(AuditRow).where(AuditRow.id.in_(ids[part:part + NAMES_PER_QUERY])))
+            return len(ids)
+
     def audit_log(self, limit: int = 100) -> list[AuditRow]:
         with self.session() as s:
             q = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)

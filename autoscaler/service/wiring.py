@@ -320,6 +320,7 @@ def _build(config: ServiceConfig, dry_run: bool, clock: Callable[[], datetime], 
                        forecasts=build_forecasts(config, store),
                        state_limits=config.executor.state_limits, held=held,
                        plan_retention=config.store.plan_retention,
+                       audit_retention=config.store.audit_retention,
                        images=o.images if o.images is not None else build_images(config, markets, clock),
                        warm_hashes=lambda policies: warm_pool_hashes(policies, config.terraform,
                                                                      config.ansible))

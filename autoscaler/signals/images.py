@@ -65,18 +65,20 @@ class BakedImageReader:
 
     def observe(self, policies: Mapping[str, TeamPolicy]) -> dict[str, ImageObservation]:
         hashes = self.hashes(policies)
-        if not hashes:
-            return {}
         out: dict[str, ImageObservation] = {}
+        asked: set[tuple[str, str]] = set()
         for policy in policies.values():
             for pool in policy.pools:
                 key = pool_key(policy.team, pool.name)
                 digest = hashes.get(key)
                 if digest is None or pool.bootstrap.image != "baked" or pool.cloud.value != "aws":
                     continue
+                asked.add((pool.region, digest))
                 image = self._read(pool.region, digest)
                 if image is not None:
                     out[key] = image
+        # Only the (region, hash) pairs of this tick's pools: each image change adds a new one.
+        self._logged = {where: text for where, text in self._logged.items() if where in asked}
         return out
 
     def _read(self, region: str, digest: str) -> ImageObservation | None:

@@ -1,6 +1,7 @@
 """The store as its history grows: terminated node rows are kept (a name is never handed out
 twice), so the live-fleet read must not scan them; recorded plans are pruned, except the
-newest ones and those with an action the executor may still act on."""
+newest ones and those with an action the executor may still act on; audit rows are pruned
+by age."""
 
 from __future__ import annotations
 
@@ -131,3 +132,15 @@ def test_a_deposed_leader_prunes_nothing(store, tmp_path):
         fenced.prune_plans(NOW, keep_last=1)
     fenced.close()
     assert store.prune_plans(NOW, keep_last=1) == 4
+
+
+def test_audit_rows_older_than_the_cut_go_a_bounded_batch_at_a_time(store):
+    """The audit table had no retention: rows per interruption, health check, long job."""
+    for days in (100, 95, 91, 89, 1):
+        store.audit("interruption", f"{days} days ago", NOW - timedelta(days=days))
+    assert store.prune_audit(NOW - timedelta(days=90), limit=2) == 2  # the oldest first
+    assert [r.detail for r in store.audit_log()] == [
+        "91 days ago", "89 days ago", "1 days ago"]
+    assert store.prune_audit(NOW - timedelta(days=90), limit=2) == 1
+    assert store.prune_audit(NOW - timedelta(days=90), limit=2) == 0
+    assert [r.detail for r in store.audit_log()] == ["89 days ago", "1 days ago"]

@@ -1,5 +1,5 @@
 """tests/fleet/test_store_history.py on PostgreSQL (a throwaway server on 127.0.0.1): the
-nodes a launch created or a replacement for, matched on the JSON column, and plan pruning."""
+nodes a launch created or a replacement for, matched on the JSON column, plan and audit pruning."""
 
 from __future__ import annotations
 
@@ -28,3 +28,5 @@ test_old_plans_with_settled_actions_go_recent_and_open_ones_stay = (
 test_the_newest_plans_stay_whatever_their_age_and_a_prune_is_bounded = (
     history.test_the_newest_plans_stay_whatever_their_age_and_a_prune_is_bounded)
 
+test_audit_rows_older_than_the_cut_go_a_bounded_batch_at_a_time = (
+    history.test_audit_rows_older_than_the_cut_go_a_bounded_batch_at_a_time)

@@ -71,8 +71,24 @@ def exercise_store(store: FleetStore) -> None:
     assert [x.start for x in h.bins(KEY, NOW - timedelta(days=9))] == [NOW - STEP, NOW]
 
 
+def exercise_stale_prune(store: FleetStore) -> None:
+    """Every pool's bins past the retention go, a bounded batch at a time: a pool removed
+    from the policies is never refitted, so its own prune never ran again."""
+    h = DemandHistory(store, retention=timedelta(days=2))
+    pools = ("gone/a", "gone/b", "off/c")
+    for pool in pools:
+        h.fill(pool, [(NOW - timedelta(days=d), 1.0) for d in (5, 4, 3, 1)])
+    assert [h.prune_stale(NOW, limit=4) for _ in range(4)] == [4, 4, 1, 0]
+    assert {p: [x.start for x in h.bins(p, NOW - timedelta(days=9))] for p in pools} == {
+        p: [NOW - timedelta(days=1)] for p in pools}
+
+
 def test_bins_keep_the_largest_value_fill_never_overwrites_and_retention_prunes(store):
     exercise_store(store)
+
+
+def test_bins_past_the_retention_go_for_every_pool_in_bounded_batches(store):
+    exercise_stale_prune(store)
 
 
 def test_history_survives_a_restart(tmp_path):
@@ -96,6 +112,7 @@ def test_the_history_table_works_on_postgresql(pg):
     store = FleetStore(pg.url)
     try:
         exercise_store(store)
+        exercise_stale_prune(store)
         at = NOW + timedelta(hours=19, minutes=52)
         DemandHistory(store, retention=timedelta(0)).prune(KEY, at)  # start afresh
         seed(DemandHistory(store), at, days=8)

@@ -263,6 +263,21 @@ def test_a_request_in_a_baked_pool_whose_image_is_stale_waits_with_when_stale_ho
     assert len(book.get(rid).nodes) == 2
 
 
+def test_a_request_that_ends_while_its_launch_waits_is_forgotten(service, tmp_path):
+    """The keeper kept the logged wait of a request that ended while waiting, for ever."""
+    write_policy(tmp_path / "policies", "vision", name="train", max_nodes=4,
+                 bootstrap={"image": "baked", "when_stale": "hold"})
+    service.loop.images = StaleImages({"vision/train": ImageObservation(hash="0123456789ab")})
+    service.tick()
+    url = service.api.url + "/v1/requests"
+    rids = [call(url, "POST", VISION, {**BODY, "name": f"ci-{i}"})[1]["id"] for i in range(2)]
+    service.tick()
+    assert set(service.keeper._waiting) == set(rids)
+    assert call(f"{url}/{rids[0]}", "DELETE", VISION)[1]["condition"] == "Released"
+    service.tick()
+    assert set(service.keeper._waiting) == {rids[1]}, "the ended request is forgotten"
+
+
 class Crash(BaseException):
     """The process dies (SIGKILL): nothing after it runs, not even an except clause."""
 

@@ -36,7 +36,7 @@ def test_the_kubernetes_drainer_reads_booting_nodes_from_the_signal_readers_watc
         service.close()
 
 
-def test_the_plan_retention_reaches_the_loop_and_is_at_least_an_hour(tmp_path: Path) -> None:
+def test_the_retentions_reach_the_loop_and_have_a_floor(tmp_path: Path) -> None:
     import pytest
     from pydantic import ValidationError
 
@@ -44,10 +44,15 @@ def test_the_plan_retention_reaches_the_loop_and_is_at_least_an_hour(tmp_path: P
     base = {"policies_dir": tmp_path / "policies"}
     with pytest.raises(ValidationError, match=r"store\.plan_retention must be at least 1h"):
         ServiceConfig.model_validate({**base, "store": {"plan_retention": "30m"}})
+    with pytest.raises(ValidationError, match=r"store\.audit_retention must be at least 1d"):
+        ServiceConfig.model_validate({**base, "store": {"audit_retention": "12h"}})
+    assert ServiceConfig.model_validate(base).store.audit_retention == timedelta(days=90)
     config = ServiceConfig.model_validate({**base, "store": {
-        "url": f"sqlite:///{tmp_path / 'fleet.db'}", "plan_retention": "2d"}})
+        "url": f"sqlite:///{tmp_path / 'fleet.db'}", "plan_retention": "2d",
+        "audit_retention": "30d"}})
     service = build_service(config, dry_run=True)
     try:
         assert service.loop.plan_retention == timedelta(days=2)
+        assert service.loop.audit_retention == timedelta(days=30)
     finally:
         service.close()

@@ -98,3 +98,17 @@ def test_no_baked_pool_asks_nothing() -> None:
     source = FakeImages()
     assert reader(source, FakeClock(), {}).observe(policies()) == {}
     assert source.calls == []
+
+
+def test_only_the_current_hashes_failures_are_remembered() -> None:
+    """The last error logged per (region, hash) grew by one entry per image change."""
+    source, clock = FakeImages(next_error=CloudError("ec2 describe_images: throttled")), FakeClock()
+    hashes: dict[str, str] = {}
+    images = reader(source, clock, hashes)
+    for change in range(50):  # a roles change each time: a new hash, still failing
+        hashes.update(dict.fromkeys(HASHES, f"{change:012x}"))
+        assert images.observe(policies()) == {}
+    assert set(images._logged) == {("us-east-1", f"{49:012x}"), ("us-west-2", f"{49:012x}")}
+    hashes.clear()
+    images.observe(policies())
+    assert images._logged == {}

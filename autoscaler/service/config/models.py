@@ -79,12 +79,23 @@ class StoreSettings(_Model):
         timedelta(days=7), description="How long recorded plans and their actions are kept: "
         "the leader deletes older ones hourly (the newest 100, and any with an action still "
         "planned or submitting, stay). At least 1h.")
+    audit_retention: Duration = Field(
+        timedelta(days=90), description="How long audit log rows (interruptions, failed "
+        "health checks, long jobs, operations, capacity request changes) are kept: the "
+        "leader deletes older ones hourly, with the plans. At least 1d.")
 
     @field_validator("plan_retention")
     @classmethod
     def _retention(cls, value: timedelta) -> timedelta:
         if value < timedelta(hours=1):
             raise ValueError("store.plan_retention must be at least 1h")
+        return value
+
+    @field_validator("audit_retention")
+    @classmethod
+    def _audit_retention(cls, value: timedelta) -> timedelta:
+        if value < timedelta(days=1):
+            raise ValueError("store.audit_retention must be at least 1d")
         return value
 
     @field_validator("url")

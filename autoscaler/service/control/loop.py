@@ -18,7 +18,9 @@ once: the job has ``max_instances=1``). In order:
    nodes first; stale, old or surplus ones are retired and the pools refilled); record the
    plan and its reasons in the store and log one line per action; at most once an hour,
    prune the plans older than ``plan_retention`` (``FleetStore.prune_plans``: the newest
-   ones and those with an action still open stay);
+   ones and those with an action still open stay), the audit rows older than
+   ``audit_retention`` (``FleetStore.prune_audit``) and the demand history bins past its
+   retention, removed pools' included (``DemandHistory.prune_stale``);
 7. hand the plan to the executor (``submit``, store writes only), then ``advance``: it
    hands the side effects (Terraform applies, Ansible batches, drain steps) to bounded
    workers and returns at once, so a tick keeps its cadence whatever they take (DESIGN.md
@@ -96,9 +98,12 @@ ACTIVITY = 20  # activity lines kept for /status and the demo's view
 # Recorded plans: a row per tick (~6 KB with 20 pools), read back only for the newest one
 # (/status, the page, the CLI) and by a resubmission; kept a week for people to look back.
 PLAN_RETENTION = timedelta(days=7)
+# Audit rows: a few per interruption, failed health check, long job or operation; read only
+# by people, who look back further than at plans.
+AUDIT_RETENTION = timedelta(days=90)
 KEEP_PLANS = 100  # the newest plans, kept whatever their age (a service stopped for weeks)
 PRUNE_EVERY = timedelta(hours=1)
-PRUNE_BATCH = 2000  # plans deleted by one prune (one bounded transaction)
+PRUNE_BATCH = 2000  # plans, audit rows or demand bins deleted by one prune (one transaction)
 
 # Its public names before tick_report.py and collaborators.py took their code: importers keep them.
 __all__ = ["ACTIVITY", "ExecutorLike", "HeldNodes", "ImagesLike", "PreviewImages", "PricesLike",
@@ -125,7 +130,8 @@ class ServiceLoop:
                  held: HeldNodes | None = None,
                  preview_images: PreviewImages | None = None,
                  images: ImagesLike | None = None, warm_hashes: warm.WarmHashes | None = None,
-                 plan_retention: timedelta = PLAN_RETENTION):
+                 plan_retention: timedelta = PLAN_RETENTION,
+                 audit_retention: timedelta = AUDIT_RETENTION):
         if executor is None and not dry_run:
             raise ValueError("a live loop needs an executor (or run with dry_run=True)")
         self.store, self.reloader, self.signals = store, reloader, signals
@@ -139,8 +145,8 @@ class ServiceLoop:
         self.held = held  # None: no capacity requests (no team tokens)
         self.images = images  # baked pools' images (signals/images.py); None: not read
         self.warm_hashes = warm_hashes  # warm pools' bootstrap hashes (their refresh)
-        self.plan_retention = plan_retention
-        self._pruned_at: datetime | None = None  # the last prune of the plans table
+        self.plan_retention, self.audit_retention = plan_retention, audit_retention
+        self._pruned_at: datetime | None = None  # the last prune of the plans and audit tables
         self._images_error: str | None = None  # the last failure logged
         # The reconciler's settings (``executor:``), so the state-timeout ratio it exports
         # divides by the limit the reconciler acts on.
@@ -208,7 +214,7 @@ class ServiceLoop:
         report.plan_id = stage(report, "record",
                                lambda: self.store.record_plan(plan, dry_run=self.dry_run))
         with report.timed("record"):
-            self._prune_plans(now)
+            self._prune(now)
         with report.timed("report"):
             self._log_plan(report.plan_id, plan)
             self.metrics.count_plan(plan, self.dry_run)
@@ -341,26 +347,40 @@ class ServiceLoop:
         self._set_state(forecasts={k: v.json() for k, v in sorted(self.forecasts.views.items())})
         return floors
 
-    def _prune_plans(self, now: datetime) -> None:
-        """The plans older than ``plan_retention``, at most once per PRUNE_EVERY (a batch a
-        call: a backlog goes a batch a tick). A failure costs nothing but the prune: it is
-        counted as a step error and tried again next hour."""
+    def _prune(self, now: datetime) -> None:
+        """The plans older than ``plan_retention``, the audit rows older than
+        ``audit_retention`` and the demand history bins past its retention (of every pool:
+        one removed from the policies is never refitted), at most once per PRUNE_EVERY (a
+        batch of each a call: a backlog goes a batch a tick). A failure costs nothing but
+        that prune: it is counted as a step error and tried again next hour."""
         due = self._pruned_at is None or not (
             self._pruned_at <= now < self._pruned_at + PRUNE_EVERY)  # a clock step back too
         if not due:
             return
-        try:
-            gone = self.store.prune_plans(now - self.plan_retention, KEEP_PLANS,
-                                          limit=PRUNE_BATCH)
-        except Exception as exc:
-            log.exception("pruning old plans failed")
-            self.count_step_errors({"prune": 1}, [f"prune plans: {type(exc).__name__}: {exc}"])
-            self._pruned_at = now
-            return
-        if gone:
-            log.info("pruned %d plans decided before %s", gone, now - self.plan_retention)
+        plans_before, audit_before = now - self.plan_retention, now - self.audit_retention
+        prunes: list[tuple[str, datetime, Callable[[], int]]] = [
+            ("plans", plans_before, lambda: self.store.prune_plans(
+                plans_before, KEEP_PLANS, limit=PRUNE_BATCH)),
+            ("audit rows", audit_before, lambda: self.store.prune_audit(
+                audit_before, limit=PRUNE_BATCH))]
+        if self.forecasts is not None:
+            history = self.forecasts.history
+            prunes.append(("demand bins", now - history.retention,
+                           lambda: history.prune_stale(now, limit=PRUNE_BATCH)))
+        more = False
+        for what, before, prune in prunes:
+            try:
+                gone = prune()
+            except Exception as exc:
+                log.exception("pruning old %s failed", what)
+                self.count_step_errors({"prune": 1},
+                                       [f"prune {what}: {type(exc).__name__}: {exc}"])
+                continue
+            if gone:
+                log.info("pruned %d %s from before %s", gone, what, before)
+            more = more or gone >= PRUNE_BATCH
         # A full batch leaves more: the next tick goes on, else the next hour.
-        self._pruned_at = None if gone >= PRUNE_BATCH else now
+        self._pruned_at = None if more else now
 
     def _feed_capacity_errors(self, advance: AdvanceReport) -> None:
         if self.prices is None:

@@ -59,6 +59,9 @@ class RequestKeeper:
         # Ended ones too while a node of theirs is not TERMINATED: it may still have to
         # leave. Not the history: the ended and settled ones have no step left.
         views = self.book.unsettled()
+        # A request that ended while its launch waited has no wait left to log.
+        read = {v.id for v in views}
+        self._waiting = {rid: why for rid, why in self._waiting.items() if rid in read}
         # The requests' own nodes, whatever their state: not every node the store ever held.
         nodes = {n.name: n for n in store.nodes(names={name for v in views for name in v.nodes},
                                                 include_terminated=True)}

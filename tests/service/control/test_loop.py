@@ -479,3 +479,33 @@ def test_the_leader_prunes_old_plans_at_most_hourly_and_keeps_open_ones(kit, mon
     kit.loop.tick()
     assert queries.plan_by_id(kit.store, later) is None
     assert queries.plan_by_id(kit.store, still_open) is not None
+
+
+def test_the_leader_prunes_old_audit_rows_in_the_hourly_prune(kit, monkeypatch):
+    """The audit table grew by rows per interruption, failed health check and long job."""
+    monkeypatch.setattr(loop_module, "PRUNE_BATCH", 2)
+    kit.loop.audit_retention = timedelta(days=90)
+    for days in (200, 150, 120, 91, 30):
+        kit.store.audit("interruption", f"{days}d", kit.clock() - timedelta(days=days))
+    assert kit.loop.tick().error is None
+    assert [r.detail for r in kit.store.audit_log() if r.event == "interruption"] == [
+        "120d", "91d", "30d"], "one batch a prune"
+    kit.clock.advance(seconds=30)
+    kit.loop.tick()  # a full batch leaves more: the next tick goes on
+    assert [r.detail for r in kit.store.audit_log() if r.event == "interruption"] == ["30d"]
+
+
+def test_the_hourly_prune_removes_demand_bins_of_pools_gone_from_the_policies(kit, monkeypatch):
+    """Only a predictive pool's refit pruned its bins: a removed pool kept them for ever."""
+    monkeypatch.setattr(loop_module, "PRUNE_BATCH", 3)
+    kit.loop.forecasts = PoolForecasts(kit.store)
+    history = kit.loop.forecasts.history
+    old = bin_start(kit.clock()) - history.retention - timedelta(days=1)
+    history.fill("gone/gpu", [(old + i * timedelta(minutes=5), 2.0) for i in range(5)])
+    recent = bin_start(kit.clock()) - timedelta(days=1)
+    history.fill("gone/gpu", [(recent, 2.0)])
+    kit.loop.tick()
+    assert len(history.bins("gone/gpu", old)) == 3, "one bounded batch a prune"
+    kit.clock.advance(seconds=30)
+    kit.loop.tick()  # a full batch leaves more: the next tick goes on
+    assert [b.start for b in history.bins("gone/gpu", old)] == [recent]
