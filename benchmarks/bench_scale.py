@@ -51,7 +51,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,12 @@ class StandInBootstrap:
 
     def cancel(self) -> None:
         self._cancelled.set()
+
+    def forget(self, names: Iterable[str]) -> None:
+        pass  # nothing is kept of a node
+
+    def forget_all_but(self, live: Iterable[str]) -> list[str]:
+        return []
 
 
 def serve(args: argparse.Namespace) -> None:

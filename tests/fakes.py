@@ -235,9 +235,22 @@ class FakeAnsible(_Raises):
     # The periodic health check: its runs, and nodes whose check fails (as ``fail``).
     health_calls: list[list[str]] = field(default_factory=list)
     health_fail: dict[str, tuple[HostStatus, str, str]] = field(default_factory=dict)
+    # Nodes it was told are gone (forget), in order; kept: those bootstrapped and not forgotten.
+    forgotten: list[str] = field(default_factory=list)
+    kept: set[str] = field(default_factory=set)
 
     def cancel(self) -> None:
         self.cancelled = True
+
+    def forget(self, names: Iterable[str]) -> None:
+        for name in names:
+            self.forgotten.append(name)
+            self.kept.discard(name)
+
+    def forget_all_but(self, live: Iterable[str]) -> list[str]:
+        gone = sorted(self.kept - set(live))
+        self.forget(gone)
+        return gone
 
     def health_check(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy]) -> BootstrapRun:
         names = [n.name for n in nodes]
@@ -258,6 +271,7 @@ class FakeAnsible(_Raises):
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
         names = [n.name for n in nodes]
         self.calls.append(names)
+        self.kept.update(names)  # as ssh records their host keys
         self.tags.append(batch_part(nodes).tags)  # a mixed batch raises, as in the real one
         if self.cancelled:
             raise BootstrapCancelled("the fake Ansible is stopping")

@@ -124,9 +124,10 @@ def test_a_changed_host_key_is_refused(hosts: SshHosts, tmp_path: Path) -> None:
     policies = {"vision": make_policy()}
     first = actuator.bootstrap([node], policies)
     assert first.hosts["vision-gpu-2"].status is HostStatus.OK, first.hosts
-    known = actuator.settings.known_hosts()
-    pinned = [line for line in known.read_text().splitlines() if line.startswith("vision-gpu-2 ")]
-    assert len(pinned) == 1  # recorded at first contact, under the node's name
+    known = actuator.settings.host_keys_dir() / "vision-gpu-2"
+    pinned = known.read_text().splitlines()
+    # Recorded at first contact, under the node's name, in the node's own file.
+    assert len(pinned) == 1 and pinned[0].startswith("vision-gpu-2 ")
     # Another machine answers at the node's address: its key differs from the pinned one.
     other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
@@ -141,3 +142,33 @@ def test_a_changed_host_key_is_refused(hosts: SshHosts, tmp_path: Path) -> None:
     # Nothing was done on the host.
     out = hosts.run("gpu-evil", ["sh", "-c", "test -e /root/echo-driver && echo yes || echo no"])
     assert out.stdout.strip() == "no"
+
+
+@pytest.mark.slow
+def test_a_pin_survives_the_move_from_the_single_file_and_ends_with_its_node(
+        hosts: SshHosts, tmp_path: Path) -> None:
+    # Without shared connections: file transfers (sftp) connect on their own, and must
+    # check the same pin as ssh.
+    actuator = _actuator(hosts, tmp_path, TOUCH, control_persist=False)
+    node = make_node("vision-gpu-3", state=NodeState.BOOTSTRAPPING)
+    policies = {"vision": make_policy()}
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    key_type, key = other.with_suffix(".pub").read_text().split()[:2]
+    legacy = actuator.settings.legacy_known_hosts()
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    legacy.write_text(f"vision-gpu-1 {key_type} {key}\nvision-gpu-3 {key_type} {key}\n")
+    # Pinned in the old single file (before an upgrade): still refused.
+    run = actuator.bootstrap([node], policies)
+    assert run.hosts["vision-gpu-3"].status is HostStatus.UNREACHABLE, run.hosts
+    # The start moves the pins of live nodes to their own files: still refused.
+    assert actuator.forget_all_but(["vision-gpu-3"]) == []
+    assert not legacy.exists()
+    run = actuator.bootstrap([node], policies)
+    assert run.hosts["vision-gpu-3"].status is HostStatus.UNREACHABLE, run.hosts
+    # Once the node is gone its pin goes: a machine named so again is trusted on first use.
+    actuator.forget(["vision-gpu-3"])
+    run = actuator.bootstrap([node], policies)
+    assert run.hosts["vision-gpu-3"].status is HostStatus.OK, run.hosts
+    pinned = (actuator.settings.host_keys_dir() / "vision-gpu-3").read_text().splitlines()
+    assert len(pinned) == 1 and pinned[0].startswith("vision-gpu-3 ") and key not in pinned[0]

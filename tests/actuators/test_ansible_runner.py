@@ -204,6 +204,33 @@ def test_old_run_directories_are_rotated(tmp_path: Path) -> None:
     assert kept == sorted(r.run_id for r in runs[1:])
 
 
+def test_host_keys_are_pinned_per_node_and_their_directory_is_not_a_run(
+        tmp_path: Path, recorded_runs: list[dict[str, Any]]) -> None:
+    playbook = tmp_path / "gpu-node.yml"
+    playbook.write_text(PLAYBOOK)
+    settings = AnsibleSettings(playbook=playbook, runs_dir=tmp_path / "runs", keep_runs=1)
+    actuator = AnsibleActuator(settings, lambda node: "192.0.2.10")
+    actuator.bootstrap([NODE], POLICIES)
+    last = actuator.bootstrap([NODE], POLICIES)
+    # ssh keeps the first value of an option, and ANSIBLE_SSH_ARGS come first: the file
+    # is given per host only (ssh, sftp and scp alike).
+    ssh_args = recorded_runs[-1]["envvars"]["ANSIBLE_SSH_ARGS"]
+    assert "UserKnownHostsFile" not in ssh_args and "StrictHostKeyChecking=accept-new" in ssh_args
+    keys = tmp_path / "runs" / "known_hosts.d"
+    host = json.loads((last.run_dir / "inventory.json").read_text())["all"]["hosts"]["run-a"]
+    assert host["ansible_ssh_common_args"] == \
+        f"-o HostKeyAlias=run-a -o UserKnownHostsFile={keys.absolute() / 'run-a'}"
+    assert keys.is_dir()
+    # Rotation keeps keep_runs runs: the keys' directory is not one of them.
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [last.run_id, "known_hosts.d"]
+    (keys / "run-a").write_text("run-a ssh-ed25519 AAAA\n")
+    (keys / "run-b").write_text("run-b ssh-ed25519 AAAA\n")
+    actuator.forget(["run-a"])
+    assert [p.name for p in keys.iterdir()] == ["run-b"]
+    assert actuator.forget_all_but(["run-a"]) == ["run-b"]
+    assert list(keys.iterdir()) == []
+
+
 BAKED_NODE = make_node("run-b", state=NodeState.BOOTSTRAPPING,
                        progress=NodeProgress(baked_image="ami-0baked"))
 

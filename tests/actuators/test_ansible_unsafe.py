@@ -52,8 +52,9 @@ def test_a_node_name_or_address_that_is_not_a_host_name_is_left_out() -> None:
     inventory, skipped = build_inventory(nodes, policies, AnsibleSettings(runs_dir=Path("r")),
                                          lambda n: addresses[n.name])
     assert list(inventory["all"]["hosts"]) == ["vision-gpu-1"]
-    assert inventory["all"]["hosts"]["vision-gpu-1"]["ansible_ssh_extra_args"] == \
-        "-o HostKeyAlias=vision-gpu-1"
+    assert inventory["all"]["hosts"]["vision-gpu-1"]["ansible_ssh_common_args"] == \
+        "-o HostKeyAlias=vision-gpu-1 -o UserKnownHostsFile=" \
+        f"{Path('r/known_hosts.d/vision-gpu-1').absolute()}"
     reasons = {s.node: s.reason for s in skipped}
     assert "not a host name" in reasons["vision-gpu-2 -oProxyCommand=x"]
     assert "not an IP address or host name" in reasons["vision-gpu-3"]

@@ -12,16 +12,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autoscaler.actuators.ansible.known_hosts import NODE_NAME, KnownHosts
 from autoscaler.actuators.ansible.settings import AnsibleSettings
 from autoscaler.catalog.catalog import Catalog, CatalogError
 from autoscaler.model.node import Node
 from autoscaler.policy.models import Pool, TeamPolicy, find_pool
 
 AddressResolver = Callable[[Node], str | None]
-# Node names are host names (the fleet store makes them); addresses come from Terraform
-# outputs or the cloud. Both end up on ssh's command line, so anything else (a space, a
-# leading '-') is refused rather than passed on.
-NODE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# Addresses come from Terraform outputs or the cloud, node names (NODE_NAME) from the store.
+# Both end up on ssh's command line, so anything else (a space, a leading '-') is refused
+# rather than passed on.
 _HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")
 
 
@@ -90,12 +90,15 @@ def node_vars(node: Node, catalog: Catalog | None) -> dict[str, Any]:
     return out
 
 
-def connection_vars(node: str, address: str, settings: AnsibleSettings) -> dict[str, Any]:
-    # The host key is pinned under the node name: addresses are reused by clouds, names
-    # never by the fleet store.
+def connection_vars(node: str, address: str, settings: AnsibleSettings,
+                    known: KnownHosts | None = None) -> dict[str, Any]:
+    # The host key is pinned under the node name, in the node's own file: addresses are
+    # reused by clouds, names never by the fleet store. Common args: sftp and scp (file
+    # transfers without a shared connection) check the same key as ssh.
+    known = known or KnownHosts.of(settings)
     out: dict[str, Any] = {"ansible_host": address, "ansible_port": settings.ssh_port,
                            "ansible_user": settings.ssh_user,
-                           "ansible_ssh_extra_args": f"-o HostKeyAlias={node}"}
+                           "ansible_ssh_common_args": known.ssh_options(node)}
     if settings.private_key_file is not None:
         out["ansible_ssh_private_key_file"] = str(settings.private_key_file)
     return out
@@ -118,6 +121,7 @@ def build_inventory(nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
     """Inventory dict for ansible-runner, and the nodes that could not be included."""
     hosts: dict[str, dict[str, Any]] = {}
     skipped: list[Unresolved] = []
+    known = KnownHosts.of(settings)
     for node in nodes:
         try:
             address = address_of(node)
@@ -131,7 +135,7 @@ def build_inventory(nodes: Sequence[Node], policies: Mapping[str, TeamPolicy],
         if problem:
             skipped.append(Unresolved(node.name, problem))
             continue
-        hosts[node.name] = {**connection_vars(node.name, address, settings),
+        hosts[node.name] = {**connection_vars(node.name, address, settings, known),
                             **pool_vars(node.team, pool_of(node, policies)),
                             **node_vars(node, catalog)}
     become = settings.become if settings.become is not None else settings.ssh_user != "root"

@@ -10,9 +10,10 @@ behind the roles' ``no_log``.
 Inventory and secrets are written by :mod:`unsafe` with every string tagged ``!unsafe``:
 nothing from a policy, the cloud or a secret is ever rendered as a template (only the
 operator's own ``extra_vars`` are passed as written).
-Each node's SSH host key is pinned under its node name (``HostKeyAlias``) in the
-``known_hosts_file``: recorded at first contact, and a node that later shows another key
-is refused (unreachable, "host key verification failed"), never connected to.
+Each node's SSH host key is pinned under its node name (``HostKeyAlias``) in the node's
+own file of ``known_hosts_dir`` (:mod:`known_hosts`): recorded at first contact, and a node
+that later shows another key is refused (unreachable, "host key verification failed"),
+never connected to. :meth:`AnsibleActuator.forget` deletes the file of a node that is gone.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ from autoscaler.actuators.ansible.inventory import (
     build_inventory,
     pool_of,
 )
+from autoscaler.actuators.ansible.known_hosts import KnownHosts
 from autoscaler.actuators.ansible.results import (
     BootstrapRun,
     HostResult,
@@ -118,6 +120,15 @@ class Bootstrapper(Protocol):
         """Stop the runs in progress and refuse new ones (they raise BootstrapCancelled)."""
         ...
 
+    def forget(self, names: Iterable[str]) -> None:
+        """These nodes are gone (TERMINATED): drop what is kept of them (pinned host keys)."""
+        ...
+
+    def forget_all_but(self, live: Iterable[str]) -> list[str]:
+        """At start: drop what is kept of every node not in ``live`` (the store's nodes
+        not TERMINATED); returns the names dropped."""
+        ...
+
 
 def node_part(node: Node) -> Part:
     """What one node's bootstrap runs: :data:`WARM_ENTRY` for a warm-pool node not started
@@ -162,9 +173,16 @@ class AnsibleActuator:
         self.catalog = catalog
         self.clock = clock
         self._cancelled = threading.Event()
+        self.known_hosts = KnownHosts.of(settings)
 
     def cancel(self) -> None:
         self._cancelled.set()
+
+    def forget(self, names: Iterable[str]) -> None:
+        self.known_hosts.forget(names)
+
+    def forget_all_but(self, live: Iterable[str]) -> list[str]:
+        return self.known_hosts.keep_only(live)
 
     def bootstrap(self, nodes: Sequence[Node], policies: Mapping[str, TeamPolicy], *,
                   secrets: Mapping[str, str] | None = None) -> BootstrapRun:
@@ -240,17 +258,16 @@ class AnsibleActuator:
         master = ("-o ControlMaster=auto -o ControlPersist=120s" if s.control_persist
                   else "-o ControlMaster=no -o ControlPersist=no")
         # accept-new: a node's first key is recorded, a changed one is refused. Each host
-        # is looked up by its node name (HostKeyAlias in the inventory), not its address,
-        # which clouds reuse.
-        known = s.known_hosts().resolve()
-        known.parent.mkdir(parents=True, exist_ok=True)
+        # is looked up by its node name, not its address (which clouds reuse), in its own
+        # file: HostKeyAlias and UserKnownHostsFile are per host in the inventory (and must
+        # not be here: ssh keeps the first value of an option, and these come first).
+        self.known_hosts.prepare()
         return {
             # The plays get their secrets as extra vars; ansible-playbook needs none from
             # the environment, and ansible-runner writes the environment to disk.
             **blanked(CLOUD_CREDENTIALS),
             "ANSIBLE_SSH_ARGS": f"{master} -o StrictHostKeyChecking=accept-new -o HashKnownHosts=no "
-                                f"-o UserKnownHostsFile={known} -o ServerAliveInterval=15 "
-                                "-o LogLevel=ERROR",
+                                "-o ServerAliveInterval=15 -o LogLevel=ERROR",
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_PIPELINING": "True",
             "ANSIBLE_TIMEOUT": str(s.connect_timeout_s),
@@ -300,7 +317,9 @@ class AnsibleActuator:
             return str(runner.status), events
 
     def _rotate(self) -> None:
-        runs = sorted(p for p in self.settings.runs_dir.iterdir() if p.is_dir())
+        keys = self.known_hosts.dir.absolute()  # in runs_dir by default: not a run
+        runs = sorted(p for p in self.settings.runs_dir.iterdir()
+                      if p.is_dir() and p.absolute() != keys)
         for old in runs[:-self.settings.keep_runs]:
             shutil.rmtree(old, ignore_errors=True)
 

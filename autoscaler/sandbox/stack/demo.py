@@ -85,7 +85,8 @@ class DemoRun:
         for stale in ("fleet.db", "fleet.db-wal", "fleet.db-shm"):
             (self.dir / stale).unlink(missing_ok=True)
         # A new store hands out the old node names again: their pinned host keys go too.
-        (self.dir / "ansible-runs" / "known_hosts").unlink(missing_ok=True)
+        shutil.rmtree(self.dir / "ansible-runs" / "known_hosts.d", ignore_errors=True)
+        (self.dir / "ansible-runs" / "known_hosts").unlink(missing_ok=True)  # before known_hosts.d
         shutil.rmtree(self.dir / "terraform", ignore_errors=True)
         options = StackOptions(policies_dir=self.policies_dir, util=0.0, tick_interval=self.tick,
                                executor=dict(DEMO_EXECUTOR))

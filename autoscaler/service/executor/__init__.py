@@ -151,7 +151,8 @@ class Executor:
         drain.resume_cancelled(step, self.runner)
         drain.drain_nodes(step, self.runner)
         long_jobs.signal_long_jobs(step)
-        provision.provision(step, self.provisioner, self.address_of, self.runner)
+        provision.provision(step, self.provisioner, self.address_of, self.runner,
+                            self.bootstrapper.forget)
         bootstrap.bootstrap(step, self.bootstrapper, self.address_of, self.runner)
         bootstrap.promote(step, snapshot, self.runner)
         health.check_ready_nodes(step, self.bootstrapper, self.runner)
@@ -168,9 +169,16 @@ class Executor:
                 self.store.audit("operation-interrupted", f"{row.kind} {row.what} (started "
                                  f"{row.started_at:%Y-%m-%d %H:%M:%S}) was cut short by a "
                                  "restart; resumed from the store", now)
+            live = [n.name for n in self.store.nodes()]
         except Exception as exc:  # e.g. fenced: tried again at the next advance
             report.error("store", f"operations journal: {type(exc).__name__}: {exc}")
             return
+        # Before any run: what is kept of nodes that ended while no leader ran (or whose
+        # forget failed) goes; pins of live nodes move out of the old single file.
+        try:
+            self.bootstrapper.forget_all_but(live)
+        except Exception as exc:  # left for the next start; runs still check every pin
+            report.error("ansible", f"pinned host keys not swept: {type(exc).__name__}: {exc}")
         self._recovered = True
 
     def repair(self) -> AdvanceReport:

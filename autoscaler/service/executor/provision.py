@@ -53,6 +53,12 @@ from autoscaler.words import first_few
 
 S = NodeState
 AddressOf = Callable[[Node], str | None]
+# Drops what the bootstrapper keeps of nodes that are gone (Bootstrapper.forget).
+Forget = Callable[[list[str]], None]
+
+
+def _keep(names: list[str]) -> None:
+    pass
 
 
 def apply_key(pool: str) -> str:
@@ -84,7 +90,8 @@ def pools_to_apply(step: Step, provisioner: Provisioner, nodes: Sequence[Node],
     return out
 
 
-def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runner: Runner) -> None:
+def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runner: Runner,
+              forget: Forget = _keep) -> None:
     refs = pools_to_apply(step, provisioner, step.store.nodes(), runner.busy)
     if not refs:
         return
@@ -94,7 +101,7 @@ def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runne
     def work(ref: PoolRef, report: AdvanceReport) -> None:
         own = replace(step, report=report)
         try:
-            apply_pool(own, provisioner, ref, address_of)
+            apply_pool(own, provisioner, ref, address_of, forget)
         except StateLockedError as exc:
             # Another run (e.g. a dead leader's terraform that outlives it) holds the pool:
             # not this node's failure. The PROVISIONING timeout still bounds the wait.
@@ -127,7 +134,8 @@ def provision(step: Step, provisioner: Provisioner, address_of: AddressOf, runne
         list(pool.map(run, refs))
 
 
-def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: AddressOf) -> None:
+def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: AddressOf,
+               forget: Forget = _keep) -> None:
     nodes = step.store.nodes(pool=ref.key)
     applied = provisioner.applied(ref)
     held_back = not_the_stores(step, provisioner, ref, nodes, applied)
@@ -152,7 +160,8 @@ def apply_pool(step: Step, provisioner: Provisioner, ref: PoolRef, address_of: A
     # Settled against the store as it is now: a node may have moved while the apply ran
     # (TERMINATING on a cancel), and a move that assumes its old state would fail and
     # drop the instance id on the floor.
-    settle(step, provisioner, ref, step.store.nodes(pool=ref.key), outputs, result, address_of)
+    settle(step, provisioner, ref, step.store.nodes(pool=ref.key), outputs, result, address_of,
+           forget)
 
 
 def not_the_stores(step: Step, provisioner: Provisioner, ref: PoolRef,
@@ -186,7 +195,7 @@ def not_the_stores(step: Step, provisioner: Provisioner, ref: PoolRef,
 
 def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
            outputs: dict[str, NodeOutput], result: ApplyResult | None,
-           address_of: AddressOf) -> None:
+           address_of: AddressOf, forget: Forget = _keep) -> None:
     failed = result.failed if result is not None else {}
     gone: list[Node] = []
     created: list[Move] = []  # written together, after the loop
@@ -226,7 +235,7 @@ def settle(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[N
                       f"recreated the node as {out.id}, which is not bootstrapped")
     step.move_all(created)
     if gone:
-        _terminated(step, provisioner, ref, nodes, gone)
+        _terminated(step, provisioner, ref, nodes, gone, forget)
 
 
 def _powered(step: Step, node: Node, out: NodeOutput, result: ApplyResult | None,
@@ -251,10 +260,11 @@ def _powered(step: Step, node: Node, out: NodeOutput, result: ApplyResult | None
 
 
 def _terminated(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Sequence[Node],
-                gone: Sequence[Node]) -> None:
+                gone: Sequence[Node], forget: Forget = _keep) -> None:
     """Leaving nodes the state holds nothing for -> TERMINATED, unless the cloud still runs
     an instance tagged with them (the state lost it): that one is destroyed through
-    Terraform first and the node waits for the next settle."""
+    Terraform first and the node waits for the next settle. A TERMINATED node is forgotten
+    by the bootstrapper (its pinned host key: node names are never reused)."""
     try:
         left = provisioner.leftovers(ref, [n.name for n in gone])
     except Exception as exc:  # no answer is no evidence that the instance is gone
@@ -266,8 +276,9 @@ def _terminated(step: Step, provisioner: Provisioner, ref: PoolRef, nodes: Seque
         ids = left.get(node.name)
         if not ids:
             _forget(step, node)
-            step.move(node.name, S.TERMINATED, f"instance {node.instance_id or '(none)'} "
-                      "destroyed by terraform")
+            if step.move(node.name, S.TERMINATED, f"instance {node.instance_id or '(none)'} "
+                         "destroyed by terraform") is not None:
+                _drop(step, forget, node.name)
             continue
         if node.instance_id not in ids:
             step.patch(node.name, fields=NodeFields(instance_id=ids[0]))
@@ -302,6 +313,13 @@ def _forget(step: Step, node: Node) -> None:
         drainer.forget(node)
     except Exception as exc:  # the instance is gone either way
         step.error("drain", f"{node.name}: {kind} could not forget it: {exc}")
+
+
+def _drop(step: Step, forget: Forget, name: str) -> None:
+    try:
+        forget([name])
+    except Exception as exc:  # left for the sweep at the next start
+        step.error("ansible", f"{name}: its pinned host key could not be deleted: {exc}")
 
 
 def _count_failure(step: Step, ref: PoolRef, why: str,
