@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from autoscaler.catalog.mig import MigProfile, mig_profiles
 from autoscaler.catalog.price_file import PriceEntry, PriceFileError, PriceKey, parse_prices
@@ -249,8 +249,13 @@ def load_catalog(prices_file: Path | None = None) -> Catalog:
         data = YAML(typ="safe").load(Path(prices_file).read_text())
     except OSError as exc:
         raise CatalogError(f"cannot read price file {prices_file}: {exc.strerror}") from exc
+    except MarkedYAMLError as exc:  # one line, file:line:col, as policy and config errors
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{prices_file}:{mark.line + 1}:{mark.column + 1}" if mark else f"{prices_file}:1:1"
+        raise CatalogError(f"{where}: not valid YAML: {exc.problem or exc.context}") from None
     except YAMLError as exc:
-        raise CatalogError(f"{prices_file}: not YAML: {str(exc)[:200]}") from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise CatalogError(f"{prices_file}:1:1: not valid YAML: {first}") from None
     if not isinstance(data, dict) or not isinstance(data.get("prices"), dict):
         raise CatalogError(f"{prices_file}: expected a mapping with a 'prices' key")
     try:

@@ -21,7 +21,7 @@ import typer
 from typer import _click as click  # this typer ships its own click; its commands are these
 from typer.core import TyperGroup
 
-from autoscaler.cli.common import say_error
+from autoscaler.cli.common import PIPED_HELP, WIDE, say_error
 
 # Command name -> the module that defines it with register(app), in the order `--help` lists
 # them (commands first, then groups, as typer lists them).
@@ -140,6 +140,7 @@ app = typer.Typer(
     ),
     cls=LazyCommands,
     no_args_is_help=True,
+    context_settings={"terminal_width": WIDE} if PIPED_HELP else None,
     rich_markup_mode="rich",
     pretty_exceptions_show_locals=False,
 )

@@ -22,7 +22,7 @@ from autoscaler.actuators.terraform import (
     TerraformSettings,
 )
 from autoscaler.cli.common import console, err_console, fail
-from autoscaler.cli.plan import SETTINGS_HELP, terraform_settings
+from autoscaler.cli.plan import terraform_settings
 
 
 def pending_plans(settings: TerraformSettings, only: list[str]) -> list[PoolPlan]:
@@ -39,7 +39,19 @@ def pending_plans(settings: TerraformSettings, only: list[str]) -> list[PoolPlan
             first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else exc.strerror
             fail(f"{path}: not a saved plan ({first}); nothing applied: run `gpu-autoscaler "
                  "plan --settings ...` again")
+    unknown = sorted(set(only) - planned_pools(root))
+    if unknown:
+        known = sorted(planned_pools(root))
+        fail(f"--pool {', '.join(unknown)}: no such pool planned under {root} (pools planned "
+             f"there: {', '.join(known) or 'none'}); nothing applied")
     return [p for p in plans if not only or p.pool in only]
+
+
+def planned_pools(root: Path) -> set[str]:
+    """``team/pool`` of every pool ``plan --settings`` made a workspace for under ``root``
+    (shard 0's, or a shard's): one without a saved plan had no change, one not here is a typo."""
+    found = [*root.glob("*/*/main.tf.json"), *root.glob("*/*/shards/*/main.tf.json")]
+    return {"/".join(p.relative_to(root).parts[:2]) for p in found}
 
 
 def plan_workspace(settings: TerraformSettings, pool_plan: PoolPlan) -> PoolWorkspace:
@@ -72,23 +84,33 @@ def _print_result(label: str, result: ApplyResult) -> None:
 
 
 def apply(
-    settings_file: Annotated[Path, typer.Option("--settings", help=SETTINGS_HELP, exists=True,
-                                                dir_okay=False)],
+    settings_file: Annotated[Path, typer.Option(
+        "--settings", help="The Terraform settings (or the whole service config) the plans were "
+        "saved with: `gpu-autoscaler plan --settings`'s.", exists=True, dir_okay=False)],
     terraform_dir: Annotated[Path | None, typer.Option(
         "--terraform-dir", help="Root of the per-pool workspaces (overrides the settings).",
         file_okay=False)] = None,
     pools: Annotated[list[str] | None, typer.Option(
-        "--pool", help="Apply only this pool (team/pool); repeatable.")] = None,
+        "--pool", help="Apply only this pool (team/pool); repeatable. A pool with no "
+        "workspace under the workdir is refused, and nothing is applied.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print results as JSON.")] = False,
 ) -> None:
-    """Apply the Terraform plans saved by `gpu-autoscaler plan --settings`, exactly."""
+    """Apply the Terraform plans saved by `gpu-autoscaler plan --settings`, exactly.
+
+    It creates and destroys cloud instances without asking: what the plan
+    showed is what runs (a plan made against an older state is refused).
+
+    Exit status: 0 every saved plan applied, or nothing to apply; 1 a bad input
+    or an unknown --pool (nothing applied), or a pool whose apply failed or only
+    partly succeeded (each failed node is named).
+    """
     settings = terraform_settings(settings_file, terraform_dir)
     if settings is None:  # unreachable: --settings is required
         raise typer.Exit(2)
     plans = pending_plans(settings, pools or [])
     if not plans:
         err_console.print("nothing to apply: no saved plans (run `gpu-autoscaler plan "
-                          "--settings ...` first)")
+                          "--settings ...` first)", soft_wrap=True)
         raise typer.Exit(0)
     results: list[tuple[str, ApplyResult]] = []
     failures: list[str] = []

@@ -3,19 +3,52 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
+import typer.core
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 from autoscaler.catalog import Catalog, CatalogError, load_catalog
 
-console = Console()
-err_console = Console(stderr=True)
+# Output that is not a terminal (a pipe, a log, CI) has no width to fit; rich would assume
+# 80 columns and cut pool names, URLs and help text with "…". Wide instead, unless the
+# caller set COLUMNS (or TERMINAL_WIDTH for the help).
+WIDE = 200
+
+
+class WideWhenPiped(Console):
+    """A console WIDE columns wide when it does not write to a terminal and COLUMNS is unset;
+    decided at each print, as rich decides its size."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self._width is not None or self.is_terminal or "COLUMNS" in os.environ:
+            return size
+        return ConsoleDimensions(WIDE, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console = WideWhenPiped()
+err_console = WideWhenPiped(stderr=True)
+
+# --help into a pipe (| less, | grep, a README) is plain text, as git's and kubectl's, each
+# line as long as its words (the root command's context is WIDE columns wide, and its
+# subcommands' inherit it): rich's boxed panels would cut it at 80 columns (a URL, a
+# default) or pad every line to WIDE.
+PIPED_HELP = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+if PIPED_HELP:
+    typer.core.HAS_RICH = False
 
 PricesOption = Annotated[
     Path | None,

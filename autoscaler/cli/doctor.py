@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -47,9 +46,7 @@ def doctor(
     if as_json:
         typer.echo(json.dumps({"ok": passed(rows), "rows": [_row(r) for r in rows]}, indent=2))
     else:
-        # Not a terminal (a log, CI): wide enough that reasons are not folded into slivers.
-        out = console if console.is_terminal else Console(width=200)
-        out.print(table(rows), soft_wrap=False)
+        console.print(table(rows), soft_wrap=False)
     if not passed(rows):
         raise typer.Exit(1)
 

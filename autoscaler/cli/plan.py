@@ -7,13 +7,19 @@ shows, per pool, the nodes created / destroyed / replaced and the $/h delta; ``g
 apply`` then applies exactly those saved plans. ``--config`` reads what one tick of
 ``gpu-autoscaler run`` would read (signals, prices, the fleet store) without taking the
 leader lease or recording anything, and previews with the config's Terraform settings.
+A SQLite store file that does not exist yet is not created: the preview plans from an empty
+fleet, as a fresh install's first tick would, and says so on stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -26,19 +32,35 @@ from autoscaler.actuators.node_map import PreviewError, preview_maps
 from autoscaler.actuators.terraform.preview import PoolPreview, baked_workspace, preview_pools
 from autoscaler.actuators.terraform.settings import TerraformSettings, load_settings
 from autoscaler.catalog import Catalog
-from autoscaler.cli.common import PoliciesOption, PricesOption, catalog_from, console, fail
+from autoscaler.cli.common import (
+    PoliciesOption,
+    PricesOption,
+    catalog_from,
+    console,
+    err_console,
+    fail,
+)
 from autoscaler.cli.plan_render import preview_markdown, preview_tables
 from autoscaler.cli.render import actions_table, placements_table, pools_table, unserved_table
-from autoscaler.cli.run import read_config
+from autoscaler.cli.run import read_config, start_service
 from autoscaler.engine import DecisionInput, EngineSettings, Plan, decide
 from autoscaler.engine.pricing import Prices
 from autoscaler.engine.snapshot_file import MAX_BYTES as SNAPSHOT_MAX_BYTES
 from autoscaler.engine.snapshot_file import SnapshotFileError, parse_decision_input
+from autoscaler.fleet.store import FleetStore
+from autoscaler.fleet.store_url import sqlite_file
 from autoscaler.model.prices import PriceBook
 from autoscaler.policy import PolicyLoadError, load_policies
 from autoscaler.policy.models import TeamPolicy, pool_key
 from autoscaler.policy.paths import relative_to
 from autoscaler.service.control import warm
+
+if TYPE_CHECKING:
+    from autoscaler.service.app import Service
+    from autoscaler.service.config.models import ServiceConfig
+
+LiveInput = tuple[DecisionInput, dict[str, TeamPolicy], Catalog, EngineSettings,
+                  TerraformSettings | None, dict[str, dict[str, Any]], AnsibleSettings]
 
 SNAPSHOT_HELP = (
     "Recorded engine input (JSON): {now, fleet: {nodes, history}, snapshot: {...}}. "
@@ -81,9 +103,19 @@ def terraform_settings(path: Path | None, workdir: Path | None) -> TerraformSett
         fail("--terraform-dir needs --settings (which cloud regions to plan, with their inputs)")
     try:
         settings = load_settings(path)
+    except YAMLError as exc:
+        fail(f"invalid Terraform settings {yaml_problem(path, exc)}")
     except (OSError, ValueError) as exc:
         fail(f"invalid Terraform settings {path}: {exc}")
     return settings.model_copy(update={"workdir": workdir}) if workdir else settings
+
+
+def yaml_problem(path: Path, exc: YAMLError) -> str:
+    """A YAML error as one located line: ruamel's own text is several, and names the file
+    "<unicode string>"."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return f"{where}: {getattr(exc, 'problem', None) or type(exc).__name__}"
 
 
 def ansible_settings(path: Path | None) -> AnsibleSettings:
@@ -98,7 +130,9 @@ def ansible_settings(path: Path | None) -> AnsibleSettings:
         if not isinstance(section, dict):
             return AnsibleSettings()
         return AnsibleSettings.model_validate(section, context=relative_to(path.parent))
-    except (OSError, YAMLError, ValidationError) as exc:
+    except YAMLError as exc:
+        fail(f"invalid ansible settings in {yaml_problem(path, exc)}")
+    except (OSError, ValidationError) as exc:
         fail(f"invalid ansible settings in {path}: {exc}")
 
 
@@ -116,30 +150,73 @@ def terraform_preview(policies: dict[str, TeamPolicy], data: DecisionInput, resu
     return preview_pools(maps, settings, PriceBook(catalog, data.snapshot), baked_workspace(images))
 
 
-def live_input(config: Path) -> tuple[DecisionInput, dict[str, TeamPolicy], Catalog,
-                                      EngineSettings, TerraformSettings | None,
-                                      dict[str, dict[str, Any]], AnsibleSettings]:
+def live_input(config: Path) -> LiveInput:
     """One tick's reading of the live sources, without the lease, the executor or the store
     being written; with each predictive pool's forecast from the store's demand history."""
-    from autoscaler.service.wiring import build_service
+    from autoscaler.service.wiring import Overrides
 
     cfg = read_config(config)
-    service = build_service(cfg, dry_run=True)
-    try:
-        reload = service.loop.reloader.refresh()
-        if reload.errors:
-            fail(f"policies in {cfg.policies_dir} are invalid:\n"
-                 + "\n".join(str(e) for e in reload.errors))
-        policies = service.loop.reloader.policies
-        fleet = service.store.fleet_view()
-        now = service.loop.clock()
-        snapshot = service.loop.read_snapshot(policies, fleet, now)
-        forecasts = dict(service.loop.state.forecasts)
-    finally:
-        service.close()
+    with preview_store(cfg) as store:
+        service = start_service(cfg, dry_run=True,
+                                overrides=None if store is None else Overrides(store=store))
+        try:
+            return _read_live(cfg, service)
+        finally:
+            service.close()
+
+
+@contextlib.contextmanager
+def preview_store(cfg: ServiceConfig) -> Iterator[FleetStore | None]:
+    """None (the config's own store) unless it is a SQLite file that does not exist: then an
+    empty store in a temporary directory, removed afterwards. A preview creates nothing; it
+    plans as a fresh install's first tick would, and says so (a typo in the path shows)."""
+    path = sqlite_file(cfg.store.url)
+    if path is None or path.exists():
+        yield None
+        return
+    err_console.print(f"note: the store {path} does not exist (it is not created): planning "
+                      "from an empty fleet, as a fresh install's first tick would",
+                      markup=False, highlight=False, soft_wrap=True)
+    with tempfile.TemporaryDirectory(prefix="gpu-autoscaler-plan-") as tmp:
+        store = FleetStore(f"sqlite:///{Path(tmp) / 'fleet.db'}")
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+def _read_live(cfg: ServiceConfig, service: Service) -> LiveInput:
+    reload = service.loop.reloader.refresh()
+    if reload.errors:
+        fail(f"policies in {cfg.policies_dir} are invalid:\n"
+             + "\n".join(str(e) for e in reload.errors))
+    policies = service.loop.reloader.policies
+    fleet = service.store.fleet_view()
+    now = service.loop.clock()
+    snapshot = service.loop.read_snapshot(policies, fleet, now)
+    forecasts = dict(service.loop.state.forecasts)
     tf = cfg.terraform if cfg.terraform.regions else None
     return (DecisionInput(now=now, fleet=fleet, snapshot=snapshot), policies, service.catalog,
             cfg.engine, tf, forecasts, cfg.ansible)
+
+
+def with_caps(engine: EngineSettings, caps: dict[str, float]) -> EngineSettings:
+    """``engine`` with the command line's global caps, checked as a config's are
+    (``model_copy(update=...)`` would take -5 GPUs or a NaN $/h)."""
+    try:
+        return EngineSettings.model_validate({**engine.model_dump(), **caps})
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        name = str(first["loc"][0]) if first["loc"] else ""
+        fail(f"--{name.replace('_', '-')} {caps.get(name)}: {first['msg']}")
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a --save-input path that cannot be written before the live read, not after."""
+    if not path.parent.is_dir():  # (a directory itself is refused by the option)
+        fail(f"cannot write {path}: no directory {path.parent}")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        fail(f"cannot write {path}: permission denied")
 
 
 def plan(
@@ -148,7 +225,9 @@ def plan(
     config: Annotated[Path | None, typer.Option(
         "--config", "-c", help="Service config (as for `gpu-autoscaler run`): decide from the "
         "live signals and the fleet store, and preview with its Terraform settings (unless "
-        "--settings is given). Nothing is recorded and the leader lease is not taken.",
+        "--settings is given). Nothing is recorded and the leader lease is not taken; a "
+        "SQLite store file that does not exist is not created (the plan starts from an "
+        "empty fleet, as a fresh install's first tick would, and says so on stderr).",
         exists=True, dir_okay=False)] = None,
     save_input: Annotated[Path | None, typer.Option(
         "--save-input", help="With --config: also write the engine input read live, for a "
@@ -165,6 +244,9 @@ def plan(
         "--markdown", help="Print Markdown for a pull-request comment.")] = False,
     max_gpus: Annotated[int | None, typer.Option(help="Global GPU cap across teams.")] = None,
     max_hourly_usd: Annotated[float | None, typer.Option(help="Global $/h cap.")] = None,
+    detailed_exitcode: Annotated[bool, typer.Option(
+        "--detailed-exitcode", help="Exit 2 when the plan changes the fleet, 0 when it does "
+        "not (1 stays an error), for CI.")] = False,
 ) -> None:
     """Decide from a recorded snapshot (--snapshot) or from the live sources
     of a service config (--config); print the actions with their reasons.
@@ -172,17 +254,29 @@ def plan(
     Nothing is changed. With Terraform settings (--settings, or the config's
     terraform regions), each changed pool's terraform plan is saved for
     `gpu-autoscaler apply` and shown with its $/h delta.
+
+    Exit status: 0 the plan was made (changes or not); 1 an error (a bad
+    input, an unreachable store, a pool's terraform plan failed). With
+    --detailed-exitcode: 0 no changes, 1 an error, 2 the plan changes the fleet.
     """
     if (snapshot is None) == (config is None):
         fail("give exactly one of --snapshot FILE (a recorded input) or --config FILE (live)")
     if save_input is not None and config is None:
         fail("--save-input needs --config")
+    caps = {k: v for k, v in (("max_gpus", max_gpus), ("max_hourly_usd", max_hourly_usd))
+            if v is not None}
+    with_caps(EngineSettings(), caps)  # a bad cap is refused before the live read
+    if save_input is not None:
+        check_writable(save_input)
     tf_settings = terraform_settings(settings_file, terraform_dir)
     if config is not None:
         data, team_policies, catalog, engine, live_tf, forecasts, ansible = live_input(config)
         tf_settings = tf_settings or live_tf
         if save_input is not None:
-            save_input.write_text(data.model_dump_json(indent=1))
+            try:
+                save_input.write_text(data.model_dump_json(indent=1))
+            except OSError as exc:
+                fail(f"cannot write {save_input}: {exc.strerror}")
     else:
         assert snapshot is not None
         forecasts = {}
@@ -191,9 +285,7 @@ def plan(
         data = load_input(snapshot)
         team_policies = _policies(policies, catalog)
         engine = EngineSettings()
-    if max_gpus is not None or max_hourly_usd is not None:
-        engine = engine.model_copy(update={k: v for k, v in (
-            ("max_gpus", max_gpus), ("max_hourly_usd", max_hourly_usd)) if v is not None})
+    engine = with_caps(engine, caps)
     # As the service decides: the warm pools' nodes out of decide()'s fleet, then their step
     # (a forecast-sized warm pool shows no refill here: the preview has no warm forecast).
     engine_fleet, warm_nodes = warm.split(data.fleet)
@@ -233,6 +325,8 @@ def plan(
             console.print("[dim]No changes: the fleet already matches the policies.[/]")
     if previews and any(p.status == "error" for p in previews):
         raise typer.Exit(1)
+    if detailed_exitcode and result.changes():
+        raise typer.Exit(2)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from autoscaler.cli.common import PricesOption, catalog_from, console, err_console
+from autoscaler.cli.common import PricesOption, catalog_from, console, err_console, fail
 from autoscaler.policy import json_schema, load_dir
 from autoscaler.policy.loader import policy_files
 
@@ -23,12 +23,17 @@ def validate(
 ) -> None:
     """List every error in every policy file as file:line:column, key path and reason.
 
-    Exits 1 when any file has an error, 0 when all are valid.
+    Exits 1 when any file has an error or the directory holds no policy file (a check
+    that validated nothing must not pass), 0 when all are valid.
     """
+    if directory.is_file():
+        fail(f"{directory} is a file: give the directory of team policy files")
+    files = policy_files(directory) if directory.is_dir() else []
+    if directory.is_dir() and not files:
+        fail(f"no policy file (*.yaml, *.yml) found in {directory}")
     policies, errors = load_dir(directory, catalog_from(prices))
     for error in errors:
         err_console.print(str(error), highlight=False, soft_wrap=True, markup=False)
-    files = policy_files(directory) if directory.is_dir() else []
     if errors:
         bad = len({e.file for e in errors})
         err_console.print(f"[red]{len(errors)} error(s) in {bad} of {len(files)} file(s)[/]")

@@ -76,8 +76,12 @@ def create(
                                       help="GPUs per node.")],
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=MAX_NODES_PER_REQUEST,
                                        help="Nodes.")] = 1,
-    gpu_model: Annotated[str | None, typer.Option("--gpu-model", help="e.g. V100.")] = None,
-    instance_type: Annotated[str | None, typer.Option("--instance-type")] = None,
+    gpu_model: Annotated[str | None, typer.Option(
+        "--gpu-model", help="e.g. V100: any type with this model and --gpus GPUs. Give this "
+        "or --instance-type.")] = None,
+    instance_type: Annotated[str | None, typer.Option(
+        "--instance-type", help="e.g. p3.8xlarge: exactly this type. Give this or "
+        "--gpu-model.")] = None,
     request_class: Annotated[str, typer.Option("--class", help="atomic, best-effort or check.")]
     = "atomic",
     ttl: Annotated[str, typer.Option("--ttl", help="Released this long after Provisioned.")]
@@ -94,7 +98,14 @@ def create(
     url: UrlOption = DEFAULT_URL, token_env: TokenOption = DEFAULT_TOKEN_ENV,
     as_json: JsonOption = False,
 ) -> None:
-    """Ask for nodes; prints the request id (or the request as JSON)."""
+    """Ask for nodes; prints the request id (or the request as JSON).
+
+    With --dry-run nothing is bought: it prints the id with the service's answer
+    and its cost preview ($/h on-demand); one that would be refused exits 1 with
+    the reason.
+    """
+    if (gpu_model is None) == (instance_type is None):
+        fail("give exactly one of --gpu-model (e.g. V100) or --instance-type (e.g. p3.8xlarge)")
     node_set: dict[str, Any] = {"gpus": gpus, "nodes": nodes}
     node_set.update({k: v for k, v in (("gpu_model", gpu_model),
                                        ("instance_type", instance_type)) if v is not None})
@@ -106,6 +117,8 @@ def create(
     view, raw = ask(url, token_env, "POST", "/v1/requests", body)
     if as_json:
         _show(view, raw, True)
+    elif dry_run and view.condition is not Condition.FAILED:  # its answer is the cost preview
+        _show(view, raw, False)
     else:
         typer.echo(view.id)
     if view.condition is Condition.FAILED:

@@ -24,6 +24,7 @@ from autoscaler.service.http.api import ApiError
 
 if TYPE_CHECKING:
     from autoscaler.service.app import Service
+    from autoscaler.service.wiring import Overrides
 
 CONFIG_HELP = ("Service config (YAML): policies_dir, signals, clouds, store, terraform, "
                "ansible, engine caps, tick interval, http. See examples/config-production.yaml; "
@@ -93,14 +94,15 @@ def run(
         fail(f"cannot start the service: {exc}")
 
 
-def start_service(cfg: ServiceConfig, dry_run: bool) -> Service:
+def start_service(cfg: ServiceConfig, dry_run: bool, overrides: Overrides | None = None) -> Service:
     """The service built from ``cfg``, or exit 1 with one line saying why it cannot start
-    (store, catalog, a secret, the Terraform or Ansible set-up): never a traceback."""
+    (store, catalog, a secret, the Terraform or Ansible set-up): never a traceback. Also
+    ``plan --config``'s one reading of the live sources."""
     from autoscaler.service.app import ServiceError, one_line
     from autoscaler.service.wiring import build_service
 
     try:
-        return build_service(cfg, dry_run=dry_run)
+        return build_service(cfg, dry_run=dry_run, overrides=overrides)
     except ServiceError as exc:
         fail(str(exc))
     except (CatalogError, SecretError, ApiError, OSError, ValueError) as exc:

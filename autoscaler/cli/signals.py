@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import BaseModel, ConfigDict, ValidationError
+from rich.markup import escape
 from rich.table import Table
 from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from autoscaler.cli.common import catalog_from, console, err_console, fail
 from autoscaler.engine.context import DEMAND_REASONS
@@ -21,44 +20,31 @@ from autoscaler.model.snapshot_parts import Observed, assemble
 from autoscaler.policy import PolicyLoadError, TeamPolicy, load_policies, pool_key
 from autoscaler.policy.duration import format_duration
 from autoscaler.policy.models import Pool
-from autoscaler.signals.config import SignalsConfig
+from autoscaler.service.config.load import ConfigError, load_config
+from autoscaler.service.config.models import ServiceConfig
 from autoscaler.signals.reader import SignalReader, SignalsResult
 from autoscaler.signals.readings import key_by_name_prefix
 from autoscaler.signals.rules import RuleSet, recording_rules
 
 CONFIG_HELP = (
-    "YAML with `policies_dir`, optional `prices_file`, and a `signals:` section "
-    "(prometheus, scheduler, slurm, kubernetes). Relative paths are relative to the file."
+    "The service config, or a file with only its `policies_dir`, optional `prices_file` and "
+    "`signals:` section (prometheus, scheduler, slurm, kubernetes): the other sections are "
+    "not read. Relative paths are relative to the file."
 )
+# Exit statuses, also in the command's help.
+SOURCE_FAILED = 2
 
 
-class SignalsFile(BaseModel):
-    """The file ``signals --config`` reads; the service config embeds the same section."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    policies_dir: Path
-    prices_file: Path | None = None
-    signals: SignalsConfig
-
-
-def load_signals_file(path: Path) -> SignalsFile:
+def load_signals_file(path: Path) -> ServiceConfig:
+    """The service config, or the part of it this command reads (every other section takes
+    its default): one loader, so both files give the same ``file:line:col`` errors."""
     try:
-        data = YAML(typ="safe").load(path.read_text())
-    except OSError as exc:
-        fail(f"cannot read {path}: {exc.strerror}")
-    except YAMLError as exc:
-        fail(f"{path} is not valid YAML: {exc}")
-    try:
-        cfg = SignalsFile.model_validate(data or {})
-    except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:20]]
-        fail(f"{path} is not a valid signals config:\n" + "\n".join(lines))
-    base = path.parent
-    return cfg.model_copy(update={
-        "policies_dir": base / cfg.policies_dir,
-        "prices_file": None if cfg.prices_file is None else base / cfg.prices_file,
-    })
+        return load_config(path)
+    except ConfigError as exc:
+        if not any(e.path for e in exc.errors):  # unreadable, or not YAML: file:line:col says it
+            fail(str(exc))
+        fail(f"{path} is neither a service config nor a signals file (policies_dir, "
+             f"prices_file, signals):\n{exc}")
 
 
 def _pool_row(key: str, pool: Pool, snap: Observed, nodes: list[str]) -> list[str]:
@@ -100,7 +86,7 @@ def pools_table(policies: dict[str, TeamPolicy], result: SignalsResult) -> Table
         key = key_of(name)
         if key is not None:
             members[key].append(name)
-    table = Table(title=f"Signals at {snap.taken_at:%Y-%m-%d %H:%M:%S %Z}", expand=True)
+    table = Table(title=f"Signals at {snap.taken_at:%Y-%m-%d %H:%M:%S %Z}")
     for col in ("pool", "nodes", "mean util", "idle nodes", "pending GPUs", "data"):
         table.add_column(col, justify="left" if col in ("pool", "data") else "right")
     for key in sorted(pools):
@@ -108,7 +94,7 @@ def pools_table(policies: dict[str, TeamPolicy], result: SignalsResult) -> Table
     return table
 
 
-def _print_rules(cfg: SignalsFile, policies: dict[str, TeamPolicy]) -> None:
+def _print_rules(cfg: ServiceConfig, policies: dict[str, TeamPolicy]) -> None:
     prom = cfg.signals.prometheus
     if prom is None:
         fail("--print-rules needs a signals.prometheus section (node_label, stale_after)")
@@ -136,6 +122,10 @@ def signals(
     Without a store the fleet is EMPTY: nodes are not invented from what Prometheus or the
     scheduler report. Hosts named `<team>-<pool>-...` are shown under that pool; the JSON
     output carries `fleet: {nodes: []}` and the snapshot of every observed node.
+
+    Exit status: 0 every source answered; 1 the config or the policies cannot be read;
+    2 a source did not answer (named on stderr; the table or JSON is still printed, with
+    that source's data missing).
     """
     cfg = load_signals_file(config)
     catalog = catalog_from(cfg.prices_file)
@@ -152,15 +142,15 @@ def signals(
         result = reader.read_all(policies, [], now)
     finally:
         reader.close()
+    failed = {k: v for k, v in result.sources.items() if not v.startswith("ok")}
     if json_out:
         data = DecisionInput(now=now, fleet=FleetView(), snapshot=assemble(result.observed))
         typer.echo(data.model_dump_json(indent=2))
-        return
-    console.print(pools_table(policies, result))
-    for source, status in sorted(result.sources.items()):
-        style = "green" if status.startswith("ok") else "red"
-        text = status.removeprefix(f"{source}: ")
-        console.print(f"[{style}]{source}[/]: {text}", highlight=False)
+    else:
+        console.print(pools_table(policies, result))
+        for source, status in sorted(result.sources.items()):
+            if source not in failed:
+                console.print(f"[green]{source}[/]: {escape(status)}", highlight=False)
     for kind, jobs in sorted(result.unattributed.items()):
         if jobs:
             err_console.print(f"[yellow]{kind}: {len(jobs)} pending GPU job(s) match no pool[/]")
@@ -168,6 +158,12 @@ def signals(
         # markup off: pod names and reasons come from the cluster
         err_console.print(f"not bought for: {job.id}: {job.reason}", style="yellow",
                           highlight=False, markup=False)
+    for source, status in sorted(failed.items()):
+        # The reason quotes URLs and answers from other systems: never markup.
+        err_console.print(f"[red]{source}[/]: {escape(status.removeprefix(f'{source}: '))}",
+                          highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(SOURCE_FAILED)
 
 
 def register(app: typer.Typer) -> None:

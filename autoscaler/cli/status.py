@@ -146,12 +146,26 @@ def status(
     json_out: Annotated[bool, typer.Option("--json", help="Print /status as JSON.")] = False,
     holds: Annotated[bool, typer.Option("--holds", help="Also show hold actions.")] = False,
 ) -> None:
-    """Show the running service's fleet, last plan with reasons and problems."""
+    """Show the running service's fleet, last plan with reasons and problems.
+
+    Exit status: 0 the service answered and reports no problem; 1 it cannot
+    be reached, or its answer is not a status; 2 it answered but cannot decide
+    from all its data: a signal source is missing, or its last tick failed.
+    """
     doc, raw = fetch_status(url, None if token_env is None else token_from(token_env))
     if json_out:
         typer.echo(json.dumps(raw, indent=2))
-        return
-    console.print(status_view(doc, holds))
+    else:
+        console.print(status_view(doc, holds))
+    if degraded(doc):
+        raise typer.Exit(2)
+
+
+def degraded(status: StatusDoc) -> bool:
+    """A source missing (which freezes scale-down) or a failed last tick. A policy error is
+    shown but not counted: its team keeps its last good policy, and `policy validate`
+    is the check for files."""
+    return bool(status.sources_missing or status.loop.last_error)
 
 
 def register(app: typer.Typer) -> None:

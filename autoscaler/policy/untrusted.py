@@ -30,7 +30,8 @@ def _position(text: str, index: int) -> tuple[int, int]:
 def decode(data: bytes) -> tuple[str | None, tuple[int, int, str] | None]:
     """(text, None) or (None, (line, column, reason)) for bytes that must not be parsed."""
     if len(data) > MAX_BYTES:
-        return None, (1, 1, f"file is {len(data)} bytes; at most {MAX_BYTES} are read")
+        # Only MAX_BYTES + 1 bytes are read: the file's size is not known, only "too big".
+        return None, (1, 1, f"file is larger than {MAX_BYTES} bytes, the most that is read")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

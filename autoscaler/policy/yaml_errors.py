@@ -8,6 +8,8 @@ keeps positions), validate with a pydantic model, and turn each pydantic error i
 from __future__ import annotations
 
 import difflib
+import os
+import stat
 import types
 import typing
 from collections.abc import Sequence
@@ -34,10 +36,12 @@ def read_yaml(path: Path) -> tuple[Any, list[PolicyError]]:
     """The round-trip document (with positions), or the error that stops reading it."""
     name = str(path)
     try:
-        with open(path, "rb") as fh:  # one byte past the cap is enough to refuse it
-            data = fh.read(MAX_READ)
+        data = _read_regular(path)
     except OSError as exc:
         return None, [PolicyError(name, 1, 1, "", f"cannot read file: {exc.strerror}")]
+    if data is None:
+        return None, [PolicyError(name, 1, 1, "", "not a regular file (a directory, a FIFO, a "
+                                  "device or a socket)")]
     text, refused = decode(data)
     if refused is not None or text is None:
         line, col, reason = refused or (1, 1, "unreadable")
@@ -49,6 +53,17 @@ def read_yaml(path: Path) -> tuple[Any, list[PolicyError]]:
     if shape is not None:
         return None, [PolicyError(name, *locate(doc, shape[0]), format_path(shape[0]), shape[1])]
     return doc, []
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """At most MAX_READ bytes of ``path`` (one past the cap is enough to refuse it), or None
+    when it is not a regular file. Opened without blocking, so a FIFO with no writer is
+    refused rather than waited on, and checked on the open file, so it cannot be swapped."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return fh.read(MAX_READ)
 
 
 def parse_yaml(name: str, text: str) -> tuple[Any, list[PolicyError]]:

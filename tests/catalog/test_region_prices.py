@@ -120,7 +120,7 @@ def test_null_on_demand_removes_a_price_in_one_region(tmp_path):
     ("prices: {gcp: {n1: {on_demand: 1}}}", r"prices\.gcp: unknown cloud"),
     ("prices: {aws: {us-west-2: {p3.2xlarge: 3}}}", r"us-west-2\.p3\.2xlarge: expected a mapping"),
     ("prices: {aws: [1]}", r"prices\.aws: expected a mapping"),
-    ("prices: {aws: {p3.2xlarge: {on_demand: 3}}", r"not YAML"),
+    ("prices: {aws: {p3.2xlarge: {on_demand: 3}}", r":2:1: not valid YAML: "),
 ])
 def test_hostile_price_files_are_refused_naming_the_key(tmp_path, text, needle):
     path = write(tmp_path, text + "\n")

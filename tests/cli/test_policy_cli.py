@@ -76,3 +76,27 @@ def test_console_script_help_explains_itself():
     for sub in (["policy", "--help"], ["plan", "--help"]):
         result = runner.invoke(app, sub)
         assert result.exit_code == 0 and len(result.output) > 200
+
+
+def test_validate_fails_when_the_directory_holds_no_policy_file(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a policy\n")
+    result = runner.invoke(app, ["policy", "validate", str(tmp_path)])
+    assert result.exit_code == 1
+    assert f"no policy file (*.yaml, *.yml) found in {tmp_path}" in " ".join(result.stderr.split())
+
+
+def test_validate_given_a_file_asks_for_the_directory(tmp_path):
+    path = tmp_path / "a.yaml"
+    path.write_text("team: a\npools: []\n")
+    result = runner.invoke(app, ["policy", "validate", str(path)])
+    assert result.exit_code == 1
+    assert "is a file: give the directory of team policy files" in " ".join(result.stderr.split())
+
+
+def test_prices_file_yaml_error_is_one_located_line(tmp_path):
+    bad = tmp_path / "prices.yaml"
+    bad.write_text("prices:\n  aws: [1, 2\n  x: {\n")
+    result = runner.invoke(app, ["policy", "validate", str(REPO / "policies"), "--prices", str(bad)])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {bad}:3:4: not valid YAML: "), result.stderr

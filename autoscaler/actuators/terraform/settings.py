@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
 
 from autoscaler.policy.paths import ConfigPath
@@ -99,6 +99,14 @@ def load_settings(path: Path) -> TerraformSettings:
     """Read settings from YAML or JSON (the ``terraform:`` key of a config file, or the
     settings themselves)."""
     data = YAML(typ="safe").load(Path(path).read_text()) or {}
+    if isinstance(data, dict) and "policies_dir" in data and "terraform" not in data:
+        # Validating the whole service config as settings would list every other section.
+        raise ValueError("a service config without a terraform: section (workdir, backend, "
+                         "regions); add one, or give a Terraform settings file")
     if isinstance(data, dict) and isinstance(data.get("terraform"), dict):
         data = data["terraform"]
-    return TerraformSettings.model_validate(data)
+    try:
+        return TerraformSettings.model_validate(data)
+    except ValidationError as exc:  # one line: key path and reason, without pydantic's links
+        raise ValueError("; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
+                                   for e in exc.errors()[:5])) from None
