@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
+import logging
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,9 @@ LOCK_FILE = Path("/run/lock/gpu-autoscaler-netns.lock")
 NETNS_DIR = Path("/run/netns")
 NAME_PREFIX = "gas"
 CONTROLLER_ADDRESS = "169.254.77.254"  # on lo; every namespace routes it to the host
+
+
+log = logging.getLogger(__name__)
 
 
 class NetnsError(RuntimeError):
@@ -226,8 +231,17 @@ def pids_in(slot: Slot) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
-def delete(slot: Slot) -> None:
-    """Remove the veth pair (deleting one end removes both) and the namespace."""
+def delete(slot: Slot, wait_s: float = 10.0) -> None:
+    """Remove the veth pair (deleting one end removes both) and the namespace. A host's
+    last processes may still hold a copy of the namespace's mount for a moment after they
+    were killed (its unlink is then refused, busy): tried again for up to ``wait_s``."""
     run_ip("link", "del", slot.veth_host, check=False)
-    if slot.netns_path.exists():
-        run_ip("netns", "del", slot.netns, check=False)
+    deadline = time.monotonic() + wait_s
+    while slot.netns_path.exists():
+        proc = run_ip("netns", "del", slot.netns, check=False)
+        if not slot.netns_path.exists():
+            return
+        if time.monotonic() >= deadline:
+            log.warning("sandbox: namespace %s not deleted: %s", slot.netns, proc.stderr.strip())
+            return
+        time.sleep(0.2)
