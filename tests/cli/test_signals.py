@@ -30,7 +30,7 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def service_config(tmp_path: Path, prometheus: str = "http://prom.invalid:9090") -> Path:
+def service_config(tmp_path: Path, prometheus: str = "http://127.0.0.1:9") -> Path:
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "research.yaml").write_text(POLICY)
     path = tmp_path / "service.yaml"

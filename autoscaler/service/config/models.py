@@ -70,6 +70,11 @@ class TickSettings(_Model):
         return value
 
 
+# The least each store retention may be: (as said in the error, as a duration).
+RETENTION_FLOORS = {"plan_retention": ("1h", timedelta(hours=1)),
+                    "audit_retention": ("1d", timedelta(days=1))}
+
+
 class StoreSettings(_Model):
     url: str = Field(DEFAULT_URL, description="SQLAlchemy URL: sqlite:///FILE (default) or "
                      "postgresql+psycopg://user@host/db for two service instances.")
@@ -84,18 +89,12 @@ class StoreSettings(_Model):
         "health checks, long jobs, operations, capacity request changes) are kept: the "
         "leader deletes older ones hourly, with the plans. At least 1d.")
 
-    @field_validator("plan_retention")
+    @field_validator("plan_retention", "audit_retention")
     @classmethod
-    def _retention(cls, value: timedelta) -> timedelta:
-        if value < timedelta(hours=1):
-            raise ValueError("store.plan_retention must be at least 1h")
-        return value
-
-    @field_validator("audit_retention")
-    @classmethod
-    def _audit_retention(cls, value: timedelta) -> timedelta:
-        if value < timedelta(days=1):
-            raise ValueError("store.audit_retention must be at least 1d")
+    def _retention(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        shown, least = RETENTION_FLOORS[str(info.field_name)]
+        if value < least:
+            raise ValueError(f"store.{info.field_name} must be at least {shown}")
         return value
 
     @field_validator("url")
